@@ -1,0 +1,44 @@
+"""`python -m kit run [NOTEBOOK ...] --profile cpu [--set key=value ...]`, and helpers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kit import config, runner
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in [("run", "execute notebooks with papermill"),
+                       ("check", "validate parameters without running anything")]:
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("notebooks", nargs="*",
+                         help="file names, stems or prefixes such as 01 (default: all)")
+        sub.add_argument("--profile", default="cpu", help="a folder of parameters/ (default cpu)")
+        sub.add_argument("--set", dest="overrides", action="append", default=[],
+                         metavar="KEY=VALUE", help="override one parameter (repeatable)")
+    store = commands.add_parser(
+        "store-checks", help="copy the outputs of '# NBVAL_CHECK_OUTPUT' cells from an executed "
+        "copy into notebooks/ (the references nbval compares with) and clear all other outputs")
+    store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")
+    args = parser.parse_args(argv)
+    if args.command == "store-checks":
+        print(f"stored reference outputs in {runner.store_checked_outputs(args.executed)}")
+        return 0
+    try:
+        overrides = runner.parse_overrides(args.overrides)
+        if args.command == "check":
+            for planned in runner.plan(args.notebooks, args.profile, overrides):
+                print(f"{planned.notebook.name}: parameters valid for profile {args.profile}")
+            return 0
+    except config.ParameterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return runner.run(args.notebooks, args.profile, overrides)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

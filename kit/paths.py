@@ -1,0 +1,20 @@
+"""Where the kit's folders are, independent of the working directory.
+
+Notebooks run with different working directories (papermill from the repo root or notebooks/,
+nbval from a temporary copy), so relative output paths are resolved against the repository.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+PARAMETERS_DIR = REPO_ROOT / "parameters"
+OUTPUTS_DIR = REPO_ROOT / "outputs"
+
+
+def resolve(path: str | Path) -> Path:
+    """An absolute path; relative ones are taken from the repository root."""
+    path = Path(path)
+    return path if path.is_absolute() else REPO_ROOT / path

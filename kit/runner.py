@@ -1,0 +1,160 @@
+"""Run notebooks headless with papermill, with validated, layered parameters.
+
+The runner adds convenience, not magic: it computes the same parameters a user could pass to
+`papermill -f`, refuses bad ones before any notebook starts, runs each notebook in the current
+Python environment with `notebooks/` as working directory, and keeps the executed copy (partial
+when a cell fails) under `outputs/<profile>/`.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import papermill
+import yaml
+from papermill.exceptions import PapermillExecutionError
+
+from kit import config
+from kit.paths import NOTEBOOKS_DIR, OUTPUTS_DIR, PARAMETERS_DIR
+
+#: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
+KERNEL_NAME = "python3"
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    notebook: Path
+    output: Path
+    parameters: dict[str, Any]
+
+
+def find_notebooks(names: list[str] | None, notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
+    """Notebooks by file name, stem or unique prefix ('01'); all of them when names is empty."""
+    available = sorted(notebooks_dir.glob("[0-9]*.ipynb"))
+    if not names:
+        return available
+    chosen = []
+    for name in names:
+        matches = [p for p in available if p.name == name or p.stem == name
+                   or p.stem.startswith(Path(name).stem)]
+        if len(matches) != 1:
+            found = ", ".join(p.name for p in matches) or "none"
+            raise config.ParameterError(
+                f"notebook '{name}': expected one match in {notebooks_dir}, found {found}")
+        chosen.append(matches[0])
+    return chosen
+
+
+def notebook_defaults(notebook: Path) -> dict[str, Any]:
+    """The values of the notebook's parameters cell, as papermill reads them."""
+    defaults = {}
+    for name, info in papermill.inspect_notebook(str(notebook)).items():
+        try:
+            defaults[name] = ast.literal_eval(info["default"])
+        except (ValueError, SyntaxError):
+            raise config.ParameterError(
+                f"{notebook}: parameters cell value of '{name}' is not a literal: "
+                f"{info['default']}") from None
+    return defaults
+
+
+def plan(names: list[str] | None, profile: str, overrides: Mapping[str, Any] | None = None,
+         notebooks_dir: Path = NOTEBOOKS_DIR, parameters_dir: Path = PARAMETERS_DIR,
+         output_root: Path = OUTPUTS_DIR) -> list[PlannedRun]:
+    """Resolve and validate every notebook's parameters; raises ParameterError before any run."""
+    runs, problems = [], []
+    for notebook in find_notebooks(names, notebooks_dir):
+        output_dir = output_root / profile
+        try:
+            params, _ = config.load(notebook.stem, profile, notebook_defaults(notebook),
+                                    overrides, str(output_dir), parameters_dir)
+        except config.ParameterError as error:
+            problems.append(str(error))
+            continue
+        runs.append(PlannedRun(notebook, output_dir / notebook.name, params.model_dump()))
+    if problems:
+        raise config.ParameterError("\n".join(problems))
+    return runs
+
+
+def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
+    run.output.parent.mkdir(parents=True, exist_ok=True)
+    run.output.with_suffix(".parameters.yaml").write_text(
+        yaml.safe_dump(run.parameters, sort_keys=False))
+    papermill.execute_notebook(
+        str(run.notebook), str(run.output), parameters=run.parameters,
+        kernel_name=KERNEL_NAME, cwd=str(notebooks_dir), progress_bar=False)
+
+
+def run(names: list[str] | None, profile: str, overrides: Mapping[str, Any] | None = None,
+        notebooks_dir: Path = NOTEBOOKS_DIR, parameters_dir: Path = PARAMETERS_DIR,
+        output_root: Path = OUTPUTS_DIR) -> int:
+    """Run notebooks in order; returns a process exit code (0 when every notebook succeeded)."""
+    try:
+        runs = plan(names, profile, overrides, notebooks_dir, parameters_dir, output_root)
+    except config.ParameterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not runs:
+        print(f"error: no notebooks to run in {notebooks_dir}", file=sys.stderr)
+        return 2
+    for index, planned in enumerate(runs, start=1):
+        label = f"[{index}/{len(runs)}] {planned.notebook.name} (profile {profile})"
+        print(f"{label} ...", flush=True)
+        start = time.perf_counter()
+        try:
+            execute(planned, notebooks_dir)
+        except PapermillExecutionError as error:
+            print(f"{label} FAILED in cell {error.cell_index} (execution count "
+                  f"{error.exec_count}): {error.ename}: {error.evalue}\n"
+                  f"  partial output kept in {planned.output}", file=sys.stderr, flush=True)
+            return 1
+        print(f"{label} done in {time.perf_counter() - start:.1f} s -> {planned.output}",
+              flush=True)
+    return 0
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`key=value` pairs from the command line; values are read as YAML (`lr=0.1`)."""
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise config.ParameterError(f"command line: expected key=value, got '{item}'")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+
+
+def is_checked(cell: nbformat.NotebookNode) -> bool:
+    return cell.cell_type == "code" and cell.source.lstrip().startswith(CHECK_MARK)
+
+
+def store_checked_outputs(executed: Path, notebooks_dir: Path = NOTEBOOKS_DIR) -> Path:
+    """Write back into notebooks/ the outputs nbval compares, and only those.
+
+    Cells marked `# NBVAL_CHECK_OUTPUT` keep the outputs of the executed copy as their
+    reference; every other cell is cleared, so the committed notebook carries no run's results.
+    """
+    source_path = notebooks_dir / executed.name
+    source = nbformat.read(source_path, as_version=4)
+    executed_cells = {cell.get("id"): cell for cell in nbformat.read(executed, as_version=4).cells
+                      if is_checked(cell)}
+    for cell in source.cells:
+        if cell.cell_type != "code":
+            continue
+        reference = executed_cells.get(cell.get("id")) if is_checked(cell) else None
+        # nbval skips reference outputs of cells that carry no execution count
+        cell.execution_count = reference.execution_count if reference else None
+        cell.outputs = reference.outputs if reference else []
+    nbformat.write(source, source_path)
+    return source_path

@@ -1,0 +1,534 @@
+"""The toy counterexample of the paper's Section 3, built so that it can be trained and measured.
+
+The extracted paper text lost the formulas of Section 3; the construction below is our
+reconstruction (notebook 01 explains it). Inputs live in the plane of the two features the
+extractor can produce, phi1(x) = x[0] and phi2(x) = x[1]; the mixture's support is four points in
+XOR position (a diamond): two positives on the phi1 axis, two negatives on the phi2 axis.
+
+The trained model is a diagonal linear network: the extractor gates each feature
+(z = u * phi(x)) and a linear head reads z. Weight decay on u and v acts as an L1 penalty on the
+effective weights u * v, the sparsity bias of the paper's argument; a feature "survives" when its
+effective weight stays above a threshold. Every experiment here trains many such models at once
+as one batched tensor program, so a sweep over mixtures and seeds takes seconds on a CPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, fields, replace
+
+import altair as alt
+import numpy as np
+import polars as pl
+import torch
+from scipy.optimize import linprog
+from tqdm import tqdm
+
+FEATURES = ("phi1", "phi2")
+POINT_NAMES = ("A", "B", "C", "D")
+#: support points of the mixture in the (phi1, phi2) plane, and their labels (1 = positive)
+POINTS = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
+LABELS = torch.tensor([1.0, 1.0, 0.0, 0.0])
+COMPONENT_NAMES = ("P1", "P2", "P3", "P4")
+#: mass each component puts on A, B, C, D: a third on each of three points
+COMPONENT_MASSES = torch.tensor(
+    [[1, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.float32
+) / 3
+#: the feature that solves each component alone (index into FEATURES)
+COMPONENT_FEATURE = (0, 0, 1, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact analysis of the construction (no training)
+# ---------------------------------------------------------------------------------------------
+
+def mixture_masses(weights: torch.Tensor) -> torch.Tensor:
+    """Mass of A, B, C, D under mixtures with the given component weights (rows sum to 1)."""
+    return weights @ COMPONENT_MASSES
+
+
+def linearly_separable(points: np.ndarray, labels: np.ndarray) -> bool:
+    """Exact test: two finite sets are linearly separable iff their convex hulls are disjoint.
+
+    The hulls meet iff some convex combination of positives equals one of negatives, a linear
+    feasibility problem.
+    """
+    pos, neg = points[labels == 1], points[labels == 0]
+    if len(pos) == 0 or len(neg) == 0:
+        return True
+    n_pos, n_neg = len(pos), len(neg)
+    a_eq = np.zeros((points.shape[1] + 2, n_pos + n_neg))
+    a_eq[: points.shape[1], :n_pos] = pos.T
+    a_eq[: points.shape[1], n_pos:] = -neg.T
+    a_eq[-2, :n_pos] = 1
+    a_eq[-1, n_pos:] = 1
+    b_eq = np.zeros(points.shape[1] + 2)
+    b_eq[-2:] = 1
+    result = linprog(np.zeros(n_pos + n_neg), A_eq=a_eq, b_eq=b_eq, bounds=(0, None))
+    return result.status != 0  # infeasible: hulls are disjoint
+
+
+def separable_by_feature(points: np.ndarray, labels: np.ndarray, feature: int) -> bool:
+    """True when a threshold on one feature alone separates the classes."""
+    pos, neg = points[labels == 1, feature], points[labels == 0, feature]
+    if len(pos) == 0 or len(neg) == 0:
+        return True
+    return bool(pos.min() > neg.max() or pos.max() < neg.min())
+
+
+def features_needed(points: np.ndarray, labels: np.ndarray) -> str:
+    """Which features a perfect linear classifier of these points needs: 'phi1', 'phi2',
+    'phi1+phi2', 'none' (one class only) or 'not separable'."""
+    if len(set(labels.tolist())) < 2:
+        return "none"
+    alone = [name for k, name in enumerate(FEATURES) if separable_by_feature(points, labels, k)]
+    if alone:
+        return " or ".join(alone)
+    return "phi1+phi2" if linearly_separable(points, labels) else "not separable"
+
+
+def component_table() -> pl.DataFrame:
+    """The construction: each component's support, and which single features solve it."""
+    rows = []
+    points, labels = POINTS.numpy(), LABELS.numpy()
+    for c, name in enumerate(COMPONENT_NAMES):
+        on = COMPONENT_MASSES[c].numpy() > 0
+        rows.append({
+            "component": name,
+            "positives": ", ".join(p for p, s, y in zip(POINT_NAMES, on, labels) if s and y == 1),
+            "negatives": ", ".join(p for p, s, y in zip(POINT_NAMES, on, labels) if s and y == 0),
+            "solved_by_phi1_alone": separable_by_feature(points[on], labels[on], 0),
+            "solved_by_phi2_alone": separable_by_feature(points[on], labels[on], 1),
+        })
+    return pl.DataFrame(rows)
+
+
+def optimal_mixture_classifier(weights: torch.Tensor) -> dict[str, object]:
+    """The linear classifiers with least 0-1 error on a mixture, found by exhaustive search.
+
+    Every set of support points is tried as the set to give up; among those whose complement is
+    linearly separable, the lightest ones win (several when masses tie). Reports what they give
+    up, their error and which features their separators need.
+    """
+    masses = mixture_masses(weights.reshape(1, -1))[0].numpy()
+    points, labels = POINTS.numpy(), LABELS.numpy()
+    candidates = []
+    for size in range(len(points) + 1):
+        for dropped in itertools.combinations(range(len(points)), size):
+            kept = [i for i in range(len(points)) if i not in dropped]
+            if linearly_separable(points[kept], labels[kept]):
+                candidates.append((float(masses[list(dropped)].sum()), dropped, kept))
+    error = min(c[0] for c in candidates)
+    best = [c for c in candidates if c[0] <= error + 1e-9]
+    dropped = [", ".join(POINT_NAMES[i] for i in c[1]) or "-" for c in best]
+    features = sorted({features_needed(points[c[2]], labels[c[2]]) for c in best})
+    return {"dropped": " | ".join(dropped), "error": round(error, 4),
+            "features": " | ".join(features)}
+
+
+def mixture_is_linearly_separable() -> bool:
+    return linearly_separable(POINTS.numpy(), LABELS.numpy())
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling and training
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SparseTraining:
+    """Hyper-parameters of the sparse (weight-decayed, large-step SGD) toy training."""
+
+    n_train: int = 512
+    noise: float = 0.1
+    lr: float = 0.5
+    weight_decay: float = 0.01
+    steps: int = 3000
+    batch_size: int = 32
+    init_scale: float = 0.1
+    keep_threshold: float = 0.05
+    probe_samples: int = 512
+    probe_steps: int = 300
+
+
+def sample(weights: torch.Tensor, n: int, noise: float, generator: torch.Generator
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """n noisy samples from each of R mixtures: inputs [R, n, 2] and labels [R, n]."""
+    point = torch.multinomial(mixture_masses(weights), n, replacement=True, generator=generator)
+    x = POINTS[point] + noise * torch.randn(*point.shape, 2, generator=generator)
+    return x, LABELS[point]
+
+
+@dataclass
+class SparseModels:
+    """R trained diagonal networks: gates u [R, 2], head v [R, 2], bias b [R]."""
+
+    u: torch.Tensor
+    v: torch.Tensor
+    b: torch.Tensor
+    keep_threshold: float
+
+    @property
+    def effective(self) -> torch.Tensor:
+        return self.u * self.v
+
+    @property
+    def kept(self) -> torch.Tensor:
+        return self.effective.abs() >= self.keep_threshold
+
+    def representation_maps(self) -> torch.Tensor:
+        """Linear maps phi(x) -> z [R, 2, 2], with pruned features set to zero."""
+        return torch.diag_embed(self.u * self.kept)
+
+    def accuracy(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = (x * self.effective[:, None]).sum(-1) + self.b[:, None]
+        return ((logits > 0).float() == y).float().mean(1)
+
+
+def train_sparse(weights: torch.Tensor, config: SparseTraining, seed: int) -> SparseModels:
+    """Train one diagonal network per row of `weights` (component weights), all at once.
+
+    Each row gets its own sample, initialisation and minibatch order, all drawn from one
+    generator seeded by `seed`.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    runs = weights.shape[0]
+    x, y = sample(weights, config.n_train, config.noise, generator)
+    u = torch.full((runs, 2), config.init_scale).requires_grad_()
+    v = (config.init_scale * torch.randn(runs, 2, generator=generator)).requires_grad_()
+    b = torch.zeros(runs, requires_grad=True)
+    optimizer = torch.optim.SGD([u, v, b], lr=config.lr)
+    rows = torch.arange(runs)[:, None]
+    for _ in tqdm(range(config.steps), desc=f"training {runs} toy models", mininterval=2,
+                  leave=False):
+        batch = torch.randint(0, config.n_train, (runs, config.batch_size), generator=generator)
+        logits = (x[rows, batch] * (u * v)[:, None]).sum(-1) + b[:, None]
+        # per-run mean loss, summed over runs so that runs do not share a learning rate scale
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, y[rows, batch], reduction="none").mean(1).sum()
+        loss = loss + config.weight_decay / 2 * (u.square().sum() + v.square().sum())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return SparseModels(u.detach(), v.detach(), b.detach(), config.keep_threshold)
+
+
+def kept_label(kept: torch.Tensor) -> list[str]:
+    """'phi1', 'phi2', 'both' or 'none' for each row of a [R, 2] boolean tensor."""
+    names = {(True, False): "phi1", (False, True): "phi2", (True, True): "both",
+             (False, False): "none"}
+    return [names[(bool(a), bool(b))] for a, b in kept.tolist()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear probes on learned representations
+# ---------------------------------------------------------------------------------------------
+
+def probe_components(maps: torch.Tensor, config: SparseTraining, seed: int) -> torch.Tensor:
+    """Linear-probe accuracy on each component for R frozen representations.
+
+    maps [R, F, 2] send phi(x) to an F-dimensional representation (a concatenation of several
+    models is a taller map). For every representation and component, a logistic-regression head
+    is fitted on fresh samples of the component and scored on other fresh samples.
+    Returns accuracies [R, 4].
+    """
+    generator = torch.Generator().manual_seed(seed)
+    runs, width = maps.shape[0], maps.shape[1]
+    one_hot = torch.eye(len(COMPONENT_NAMES))
+    # [R*4] problems: every representation against every component
+    weights = one_hot.repeat(runs, 1)
+    flat_maps = maps.repeat_interleave(len(COMPONENT_NAMES), dim=0)
+    x_fit, y_fit = sample(weights, config.probe_samples, config.noise, generator)
+    x_test, y_test = sample(weights, config.probe_samples, config.noise, generator)
+    z_fit = torch.einsum("rfk,rnk->rnf", flat_maps, x_fit)
+    z_test = torch.einsum("rfk,rnk->rnf", flat_maps, x_test)
+    mean, std = z_fit.mean(1, keepdim=True), z_fit.std(1, keepdim=True)
+    z_fit, z_test = (z_fit - mean) / (std + 1e-6), (z_test - mean) / (std + 1e-6)
+    head = torch.zeros(runs * len(COMPONENT_NAMES), width, requires_grad=True)
+    bias = torch.zeros(runs * len(COMPONENT_NAMES), requires_grad=True)
+    optimizer = torch.optim.Adam([head, bias], lr=0.1)
+    for _ in range(config.probe_steps):
+        logits = (z_fit * head[:, None]).sum(-1) + bias[:, None]
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, y_fit, reduction="none").mean(1).sum() + 1e-4 * head.square().sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        predictions = ((z_test * head[:, None]).sum(-1) + bias[:, None]) > 0
+        accuracy = (predictions.float() == y_test).float().mean(1)
+    return accuracy.reshape(runs, len(COMPONENT_NAMES))
+
+
+def concatenate(maps: torch.Tensor, groups: list[list[int]]) -> torch.Tensor:
+    """Stack the representation maps of each group of runs: [G, k*F, 2]."""
+    return torch.stack([torch.cat([maps[i] for i in group], dim=0) for group in groups])
+
+
+# ---------------------------------------------------------------------------------------------
+# The experiments of notebook 01
+# ---------------------------------------------------------------------------------------------
+
+def dominated_weights(dominant: int, share: float) -> torch.Tensor:
+    """Mixture weights with `share` on one component and the rest split evenly."""
+    weights = torch.full((len(COMPONENT_NAMES),), (1 - share) / (len(COMPONENT_NAMES) - 1))
+    weights[dominant] = share
+    return weights
+
+
+def mixture_sweep(shares: list[float], replicates: int, config: SparseTraining, seed: int
+                  ) -> tuple[pl.DataFrame, SparseModels]:
+    """Train `replicates` sparse models on every dominated mixture and probe each component.
+
+    One row per trained model: its mixture, the features that survived, its training accuracy
+    on the mixture and its linear-probe accuracy on each component.
+    """
+    settings = [(d, s) for s in shares for d in range(len(COMPONENT_NAMES))]
+    weights = torch.stack([dominated_weights(d, s) for d, s in settings])
+    weights = weights.repeat_interleave(replicates, dim=0)
+    models = train_sparse(weights, config, seed)
+    x, y = sample(weights, config.n_train, config.noise, torch.Generator().manual_seed(seed + 1))
+    train_accuracy = models.accuracy(x, y)
+    probe = probe_components(models.representation_maps(), config, seed + 2)
+    rows = []
+    for r, label in enumerate(kept_label(models.kept)):
+        dominant, share = settings[r // replicates]
+        rows.append({
+            "run": r, "replicate": r % replicates,
+            "dominant": COMPONENT_NAMES[dominant], "share": share,
+            **{f"pi_{c}": float(weights[r, i]) for i, c in enumerate(COMPONENT_NAMES)},
+            "w_phi1": float(models.effective[r, 0]), "w_phi2": float(models.effective[r, 1]),
+            "kept": label,
+            "predicted_by_optimum": optimal_mixture_classifier(weights[r])["features"],
+            "mixture_train_accuracy": float(train_accuracy[r]),
+            **{f"acc_{c}": float(probe[r, i]) for i, c in enumerate(COMPONENT_NAMES)},
+        })
+    return pl.DataFrame(rows), models
+
+
+def direct_training(replicates: int, config: SparseTraining, seed: int) -> pl.DataFrame:
+    """Train the same sparse model on each component alone and probe it on that component."""
+    weights = torch.eye(len(COMPONENT_NAMES)).repeat_interleave(replicates, dim=0)
+    models = train_sparse(weights, config, seed)
+    probe = probe_components(models.representation_maps(), config, seed + 2)
+    rows = []
+    for r, label in enumerate(kept_label(models.kept)):
+        c = r // replicates
+        rows.append({"component": COMPONENT_NAMES[c], "replicate": r % replicates,
+                     "kept": label, "accuracy": float(probe[r, c])})
+    return pl.DataFrame(rows)
+
+
+def concatenation_study(runs: pl.DataFrame, models: SparseModels, sizes: list[int],
+                        config: SparseTraining, seed: int, solved: float = 0.95) -> pl.DataFrame:
+    """Concatenate the representations of differently seeded runs trained on the same mixture.
+
+    For every mixture in `runs` and every k in `sizes`, the replicates are split into disjoint
+    groups of k; each group's concatenated representation is probed on every component.
+    A component counts as solved when the probe reaches `solved` accuracy.
+    """
+    maps = models.representation_maps()
+    groups, keys = [], []
+    for (dominant, share), block in runs.group_by(["dominant", "share"], maintain_order=True):
+        members = block.sort("replicate")["run"].to_list()
+        for k in sizes:
+            for start in range(0, len(members) - k + 1, k):
+                groups.append(members[start:start + k])
+                keys.append((dominant, share, k))
+    accuracy = torch.empty(len(groups), len(COMPONENT_NAMES))
+    for k in sizes:  # one batched probe per width
+        index = [i for i, key in enumerate(keys) if key[2] == k]
+        if index:
+            accuracy[index] = probe_components(
+                concatenate(maps, [groups[i] for i in index]), config, seed + k)
+    rows = []
+    for (dominant, share, k), group, acc in zip(keys, groups, accuracy):
+        kept = models.kept[group].any(0)
+        rows.append({
+            "dominant": dominant, "share": share, "k": k,
+            "features_in_union": kept_label(kept[None])[0],
+            **{f"acc_{c}": float(acc[i]) for i, c in enumerate(COMPONENT_NAMES)},
+            "components_solved": int((acc >= solved).sum()),
+        })
+    return pl.DataFrame(rows)
+
+
+def sparsity_sweep(weight_decays: list[float], share: float, replicates: int,
+                   config: SparseTraining, seed: int) -> pl.DataFrame:
+    """How often both features survive, as the weight decay (the sparsity bias) grows."""
+    weights = torch.stack([dominated_weights(d, share) for d in range(len(COMPONENT_NAMES))])
+    weights = weights.repeat_interleave(replicates, dim=0)
+    rows = []
+    for weight_decay in weight_decays:
+        models = train_sparse(weights, replace(config, weight_decay=weight_decay), seed)
+        for r, label in enumerate(kept_label(models.kept)):
+            rows.append({"weight_decay": weight_decay,
+                         "dominant": COMPONENT_NAMES[r // replicates], "kept": label})
+    return pl.DataFrame(rows)
+
+
+def summarize(runs: pl.DataFrame, direct: pl.DataFrame, concat: pl.DataFrame,
+              solved: float = 0.95) -> dict[str, object]:
+    """The key measured results of notebook 01, as plain numbers (written to JSON)."""
+    single = runs.filter(pl.col("kept").is_in(["phi1", "phi2"]))
+    own, other = [], []
+    for row in single.iter_rows(named=True):
+        feature = FEATURES.index(row["kept"])
+        for c, name in enumerate(COMPONENT_NAMES):
+            (own if COMPONENT_FEATURE[c] == feature else other).append(row[f"acc_{name}"])
+    decided = single.filter(~pl.col("predicted_by_optimum").str.contains(r"\|"))
+    return {
+        "runs": runs.height,
+        "kept_counts": dict(runs.group_by("kept").len().sort("kept").iter_rows()),
+        "one_feature_fraction": single.height / runs.height,
+        "one_feature_fraction_by_share": {
+            str(share): frac for share, frac in runs.group_by("share").agg(
+                pl.col("kept").is_in(["phi1", "phi2"]).mean()).sort("share").iter_rows()},
+        "kept_matches_optimum_fraction": (
+            (decided["kept"] == decided["predicted_by_optimum"]).mean()
+            if decided.height else None),
+        "single_feature_accuracy_own_components": float(np.mean(own)) if own else None,
+        "single_feature_accuracy_other_components": float(np.mean(other)) if other else None,
+        "direct_accuracy": dict(direct.group_by("component").agg(pl.col("accuracy").mean())
+                                .sort("component").iter_rows()),
+        "concat_all_solved_fraction": {
+            str(k): frac for k, frac in concat.group_by("k").agg(
+                (pl.col("components_solved") == len(COMPONENT_NAMES)).mean()).sort("k")
+            .iter_rows()},
+        "solved_threshold": solved,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Charts
+# ---------------------------------------------------------------------------------------------
+
+KEPT_ORDER = ["phi1", "phi2", "both", "none"]
+
+
+def construction_chart() -> alt.FacetChart:
+    rows = []
+    for c, name in enumerate(COMPONENT_NAMES):
+        for p, point in enumerate(POINT_NAMES):
+            if COMPONENT_MASSES[c, p] > 0:
+                rows.append({"component": f"{name} (needs {FEATURES[COMPONENT_FEATURE[c]]})",
+                             "point": point, "phi1": float(POINTS[p, 0]),
+                             "phi2": float(POINTS[p, 1]),
+                             "label": "positive" if LABELS[p] == 1 else "negative"})
+    base = alt.Chart(pl.DataFrame(rows)).encode(
+        x=alt.X("phi1:Q", scale=alt.Scale(domain=[-1.5, 1.5])),
+        y=alt.Y("phi2:Q", scale=alt.Scale(domain=[-1.5, 1.5])))
+    points = base.mark_point(filled=True, size=160).encode(
+        color=alt.Color("label:N", scale=alt.Scale(domain=["positive", "negative"])),
+        shape="label:N")
+    text = base.mark_text(dx=12, dy=-10).encode(text="point:N")
+    return (points + text).properties(width=150, height=150).facet(column="component:N")
+
+
+def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
+    counts = runs.group_by(["dominant", "share", "kept"]).len()
+    return alt.Chart(counts).mark_bar().encode(
+        x=alt.X("share:O", title="weight of the dominant component"),
+        y=alt.Y("len:Q", title="trained models"),
+        color=alt.Color("kept:N", scale=alt.Scale(domain=KEPT_ORDER), title="features kept"),
+        order=alt.Order("kept:N"),
+        tooltip=["dominant", "share", "kept", "len"],
+    ).properties(width=170, height=160).facet(column=alt.Column("dominant:N",
+                                                                title="dominant component"))
+
+
+def accuracy_table(runs: pl.DataFrame, direct: pl.DataFrame) -> pl.DataFrame:
+    """Probe accuracy per component: mixture-trained models by kept feature, and direct."""
+    mixture = runs.unpivot(index=["kept"], on=[f"acc_{c}" for c in COMPONENT_NAMES],
+                           variable_name="component", value_name="accuracy").with_columns(
+        pl.col("component").str.strip_prefix("acc_"),
+        pl.format("mixture, kept {}", pl.col("kept")).alias("training"))
+    direct_rows = direct.select(pl.lit("direct on the component").alias("training"),
+                                "component", "accuracy")
+    both = pl.concat([mixture.select("training", "component", "accuracy"), direct_rows])
+    table = both.group_by(["training", "component"]).agg(
+        pl.len().alias("n"), pl.col("accuracy").mean().alias("mean"),
+        pl.col("accuracy").std().alias("std")).sort(["training", "component"])
+    return table
+
+
+def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart:
+    data = table.with_columns((pl.col("mean") - pl.col("std").fill_null(0)).alias("low"),
+                              (pl.col("mean") + pl.col("std").fill_null(0)).alias("high"))
+    base = alt.Chart(data).encode(
+        x=alt.X("component:N", title=None),
+        xOffset="training:N", color=alt.Color("training:N", title="representation"))
+    bars = base.mark_bar().encode(
+        y=alt.Y("mean:Q", title="linear-probe accuracy (mean ± std)",
+                scale=alt.Scale(domain=[0, 1])),
+        tooltip=["training", "component", "n", "mean", "std"])
+    rules = base.mark_rule(color="black").encode(y="low:Q", y2="high:Q")
+    return (bars + rules).properties(width=420, height=220)
+
+
+def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
+    data = concat.group_by(["share", "k"]).agg(
+        pl.col("components_solved").mean().alias("mean"),
+        pl.col("components_solved").std().fill_null(0).alias("std"), pl.len().alias("groups"))
+    data = data.with_columns((pl.col("mean") - pl.col("std")).alias("low"),
+                             (pl.col("mean") + pl.col("std")).alias("high"))
+    base = alt.Chart(data).encode(x=alt.X("k:O", title="models concatenated"),
+                                  color=alt.Color("share:O", title="dominant weight"))
+    line = base.mark_line(point=True).encode(
+        y=alt.Y("mean:Q", title="components solved (of 4, mean ± std)",
+                scale=alt.Scale(domain=[0, 4])),
+        tooltip=["share", "k", "groups", "mean", "std"])
+    band = base.mark_errorbar().encode(y="low:Q", y2="high:Q")
+    return (line + band).properties(width=320, height=220)
+
+
+def sparsity_chart(sweep: pl.DataFrame) -> alt.Chart:
+    counts = sweep.group_by(["weight_decay", "kept"]).len()
+    return alt.Chart(counts).mark_bar().encode(
+        x=alt.X("weight_decay:O", title="weight decay (sparsity bias)"),
+        y=alt.Y("len:Q", stack="normalize", title="share of trained models"),
+        color=alt.Color("kept:N", scale=alt.Scale(domain=KEPT_ORDER), title="features kept"),
+        tooltip=["weight_decay", "kept", "len"],
+    ).properties(width=320, height=200)
+
+
+# ---------------------------------------------------------------------------------------------
+# Interactive exploration (JupyterLab); nothing runs until the button is pressed
+# ---------------------------------------------------------------------------------------------
+
+def interactive_panel(config: SparseTraining, seed: int, replicates: int = 8):
+    """Sliders for the four mixture weights and a button that trains and probes `replicates`
+    sparse models on that mixture. Headless runs only display the (inert) widgets."""
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    sliders = [widgets.FloatSlider(value=0.25, min=0.0, max=1.0, step=0.05, description=name,
+                                   continuous_update=False) for name in COMPONENT_NAMES]
+    button = widgets.Button(description=f"train {replicates} models")
+    output = widgets.Output()
+
+    def train_clicked(_: object) -> None:
+        weights = torch.tensor([s.value for s in sliders])
+        if weights.sum() <= 0:
+            with output:
+                output.clear_output()
+                print("set at least one weight above zero")
+            return
+        weights = (weights / weights.sum()).repeat(replicates, 1)
+        models = train_sparse(weights, config, seed)
+        probe = probe_components(models.representation_maps(), config, seed + 2)
+        labels = kept_label(models.kept)
+        table = pl.DataFrame({"kept": labels, **{f"acc_{c}": probe[:, i].tolist()
+                                                 for i, c in enumerate(COMPONENT_NAMES)}})
+        with output:
+            output.clear_output()
+            print("weights:", [round(w, 3) for w in weights[0].tolist()])
+            print("optimal linear classifier:", optimal_mixture_classifier(weights[0]))
+            display(table.group_by("kept").agg(pl.len(), pl.col("^acc_.*$").mean()))
+
+    button.on_click(train_clicked)
+    return widgets.VBox([widgets.HBox(sliders[:2]), widgets.HBox(sliders[2:]), button, output])
+
+
+def training_config(params: object) -> SparseTraining:
+    """The SparseTraining fields taken from validated notebook parameters."""
+    return SparseTraining(**{f.name: getattr(params, f.name) for f in fields(SparseTraining)})

@@ -1,0 +1,114 @@
+"""The toy construction of notebook 01: exact properties, and what sparse training does."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from kit import runner, toy
+from kit.config import ToyParams
+
+FAST = toy.SparseTraining(steps=1500, probe_samples=1024, probe_steps=200)
+
+
+def test_mixture_support_is_not_linearly_separable() -> None:
+    assert not toy.mixture_is_linearly_separable()
+
+
+def test_separability_check_accepts_a_separable_set() -> None:
+    points = np.array([[0.0, 0.0], [1.0, 0.2], [3.0, 3.0], [4.0, 2.5]])
+    assert toy.linearly_separable(points, np.array([1, 1, 0, 0]))
+    xor = np.array([[0.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
+    assert not toy.linearly_separable(xor, np.array([1, 1, 0, 0]))
+
+
+def test_each_component_is_solved_by_its_named_feature_only() -> None:
+    table = toy.component_table()
+    for row, feature in zip(table.iter_rows(named=True), toy.COMPONENT_FEATURE):
+        assert row["solved_by_phi1_alone"] == (feature == 0), row
+        assert row["solved_by_phi2_alone"] == (feature == 1), row
+
+
+def test_each_component_has_a_third_of_its_mass_on_three_points() -> None:
+    assert torch.allclose(toy.COMPONENT_MASSES.sum(1), torch.ones(4))
+    assert ((toy.COMPONENT_MASSES > 0).sum(1) == 3).all()
+
+
+@pytest.mark.parametrize("dominant", range(4))
+def test_optimal_classifier_drops_lightest_point_and_uses_dominant_feature(dominant: int) -> None:
+    weights = toy.dominated_weights(dominant, 0.6)
+    masses = toy.mixture_masses(weights[None])[0]
+    optimum = toy.optimal_mixture_classifier(weights)
+    assert optimum["dropped"] == toy.POINT_NAMES[int(masses.argmin())]
+    assert optimum["error"] == pytest.approx(float(masses.min()), abs=1e-4)
+    assert optimum["features"] == toy.FEATURES[toy.COMPONENT_FEATURE[dominant]]
+
+
+def test_tied_mixture_reports_every_optimal_classifier() -> None:
+    optimum = toy.optimal_mixture_classifier(torch.full((4,), 0.25))
+    assert optimum["dropped"] == "A | B | C | D"
+    assert optimum["features"] == "phi1 | phi2"
+
+
+def test_direct_training_solves_every_component_with_its_feature() -> None:
+    direct = toy.direct_training(3, FAST, seed=3)
+    for row in direct.iter_rows(named=True):
+        expected = toy.FEATURES[toy.COMPONENT_FEATURE[toy.COMPONENT_NAMES.index(row["component"])]]
+        assert row["kept"] == expected, row
+        assert row["accuracy"] >= 0.95, row
+
+
+def test_sparse_models_on_dominated_mixtures_keep_one_feature_and_fail_half() -> None:
+    runs, _ = toy.mixture_sweep([0.7], 6, FAST, seed=5)
+    single = runs.filter(pl.col("kept").is_in(["phi1", "phi2"]))
+    assert single.height >= 0.75 * runs.height, runs["kept"].value_counts()
+    assert (single["kept"] == single["predicted_by_optimum"]).mean() >= 0.9
+    for row in single.iter_rows(named=True):
+        feature = toy.FEATURES.index(row["kept"])
+        for c, name in enumerate(toy.COMPONENT_NAMES):
+            if toy.COMPONENT_FEATURE[c] == feature:
+                assert row[f"acc_{name}"] >= 0.95, row
+            else:
+                assert row[f"acc_{name}"] <= 0.8, row  # 2/3 expected
+
+
+def test_without_weight_decay_fewer_models_drop_a_feature() -> None:
+    sweep = toy.sparsity_sweep([0.0, 0.03], 0.7, 6, FAST, seed=7)
+    one = sweep.group_by("weight_decay").agg(pl.col("kept").is_in(["phi1", "phi2"]).mean())
+    fraction = dict(one.iter_rows())
+    assert fraction[0.03] > fraction[0.0]
+
+
+def test_concatenating_a_phi1_and_a_phi2_model_recovers_all_four_components() -> None:
+    direct_weights = torch.eye(4)[[0, 2]]  # a P1 model (phi1) and a P3 model (phi2)
+    models = toy.train_sparse(direct_weights, FAST, seed=11)
+    assert toy.kept_label(models.kept) == ["phi1", "phi2"]
+    maps = models.representation_maps()
+    alone = toy.probe_components(maps, FAST, seed=12)
+    together = toy.probe_components(toy.concatenate(maps, [[0, 1]]), FAST, seed=12)
+    assert (alone.max(0).values >= 0.95).all()  # between them they solve everything ...
+    assert (alone.min(1).values <= 0.8).all()  # ... but each alone fails two components
+    assert (together >= 0.95).all(), together
+
+
+def test_concatenation_study_shapes() -> None:
+    runs, models = toy.mixture_sweep([0.4], 4, FAST, seed=13)
+    concat = toy.concatenation_study(runs, models, [1, 2, 4], FAST, seed=14)
+    counts = dict(concat.group_by("k").len().iter_rows())
+    assert counts == {1: 16, 2: 8, 4: 4}
+    accuracies = concat.select(pl.col("^acc_.*$")).to_numpy()
+    assert ((accuracies >= 0) & (accuracies <= 1)).all()
+
+
+def test_one_feature_proportion_matches_what_notebook_01_reports(notebook_outputs) -> None:
+    folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
+    reported = toy.summarize(*(pl.read_parquet(folder / f"toy_{name}.parquet")
+                               for name in ("runs", "direct", "concat")))
+    (planned,) = runner.plan(["01"], "ci")
+    params = ToyParams(**planned.parameters)
+    runs, _ = toy.mixture_sweep(params.shares, params.replicates, toy.training_config(params),
+                                params.seed)
+    measured = runs["kept"].is_in(["phi1", "phi2"]).mean()
+    assert measured == pytest.approx(reported["one_feature_fraction"], abs=0.1)
