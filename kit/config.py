@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -32,12 +32,13 @@ class NotebookParams(BaseModel):
 
     profile: str = Field(min_length=1)
     output_dir: str = Field(min_length=1)
-    seed: int = Field(ge=0)
+    chart_formats: list[Literal["png", "svg", "html"]]
 
 
 class ToyParams(NotebookParams):
     """Notebook 01: the XOR counterexample, trained."""
 
+    seed: int = Field(ge=0)
     shares: list[float] = Field(min_length=1)
     replicates: int = Field(ge=2, le=200)
     concat_sizes: list[int] = Field(min_length=1)
@@ -71,9 +72,14 @@ class ToyParams(NotebookParams):
         return self
 
 
+class EvidenceParams(NotebookParams):
+    """Notebook 02: the surveyed evidence; it computes from cited data and trains nothing."""
+
+
 #: notebook (file stem) -> its schema
 SCHEMAS: dict[str, type[NotebookParams]] = {
     "01_toy_counterexample": ToyParams,
+    "02_surveyed_evidence": EvidenceParams,
 }
 
 
@@ -189,3 +195,4 @@ def from_namespace(notebook: str, namespace: Mapping[str, Any]) -> NotebookParam
     values = {key: namespace[key] for key in fields if key in namespace}
     source = "the notebook's parameters (its parameters cell or papermill's injected cell)"
     return validate(notebook, values, dict.fromkeys(values, source))
+

@@ -8,7 +8,7 @@ back what a notebook measured instead of trusting its prose.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ def output_dir(path: str | Path) -> Path:
 
 def save_chart(chart: alt.TopLevelMixin, folder: Path, name: str,
                formats: Iterable[str] = CHART_FORMATS) -> list[Path]:
+    """Write the chart in each format; HTML inlines its JavaScript so it opens offline."""
     paths = []
     for fmt in formats:
         path = folder / f"{name}.{fmt}"
@@ -45,6 +46,19 @@ def save_chart(chart: alt.TopLevelMixin, folder: Path, name: str,
             chart.save(str(path))
         paths.append(path)
     return paths
+
+
+def chart_saver(folder: Path, formats: Iterable[str]
+                ) -> Callable[[alt.TopLevelMixin, str], alt.TopLevelMixin]:
+    """`show = chart_saver(out, formats)`; `show(chart, name)` saves and returns the chart, so a
+    notebook cell ending with it both saves and displays."""
+    formats = list(formats)
+
+    def show(chart: alt.TopLevelMixin, name: str) -> alt.TopLevelMixin:
+        save_chart(chart, folder, name, formats)
+        return chart
+
+    return show
 
 
 def mean_std(frame: pl.DataFrame, by: list[str], columns: list[str]) -> pl.DataFrame:

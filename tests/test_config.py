@@ -18,7 +18,7 @@ def defaults() -> dict:
 
 @pytest.fixture()
 def parameters_dir(tmp_path: Path) -> Path:
-    (tmp_path / "base.yaml").write_text("seed: 0\n")
+    (tmp_path / "base.yaml").write_text("chart_formats: [png]\n")
     (tmp_path / "mini").mkdir()
     (tmp_path / "mini" / "profile.yaml").write_text("")
     return tmp_path
@@ -65,6 +65,7 @@ def test_yaml_string_number_is_refused_with_hint(defaults, parameters_dir) -> No
     ("concat_sizes: [1, 64]\n", "concat_sizes"),
     ("batch_size: 100000\n", "batch_size"),
     ("seed: true\n", "seed"),
+    ("chart_formats: [jpg]\n", "chart_formats"),
 ])
 def test_wrong_types_and_ranges_are_refused(defaults, parameters_dir, text, key) -> None:
     with pytest.raises(config.ParameterError) as error:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from kit import report, toy
+from kit import report, runner, toy
 
 
 def test_notebook_01_summary_is_what_its_tables_say(notebook_outputs) -> None:
@@ -36,7 +36,8 @@ def test_notebook_01_key_results(notebook_outputs) -> None:
     assert fractions[max(fractions, key=int)] >= fractions["1"]
     accuracy = runs.select(pl.col("^acc_.*$")).to_numpy()
     assert ((accuracy >= 0) & (accuracy <= 1)).all()
+    (planned,) = runner.plan(["01"], "ci")
     for name in ("construction", "kept_features", "component_accuracy", "concatenation",
                  "sparsity"):
-        for fmt in report.CHART_FORMATS:
+        for fmt in planned.parameters["chart_formats"]:
             assert (folder / f"toy_{name}.{fmt}").stat().st_size > 0

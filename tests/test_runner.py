@@ -15,7 +15,7 @@ from kit.paths import NOTEBOOKS_DIR, PARAMETERS_DIR
 
 def write_notebook(path: Path, *sources: str) -> None:
     notebook = nbformat.v4.new_notebook()
-    parameters = nbformat.v4.new_code_cell('profile = "x"\noutput_dir = "y"\nseed = 0')
+    parameters = nbformat.v4.new_code_cell('profile = "x"\noutput_dir = "y"\nchart_formats = ["png"]')
     parameters.metadata["tags"] = ["parameters"]
     notebook.cells = [parameters] + [nbformat.v4.new_code_cell(s) for s in sources]
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
@@ -28,10 +28,10 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path
     notebooks, parameters, outputs = tmp_path / "nb", tmp_path / "params", tmp_path / "out"
     notebooks.mkdir()
     (parameters / "mini").mkdir(parents=True)
-    (parameters / "base.yaml").write_text("seed: 1\n")
+    (parameters / "base.yaml").write_text("chart_formats: [svg]\n")
     monkeypatch.setitem(config.SCHEMAS, "01_ok", config.NotebookParams)
     monkeypatch.setitem(config.SCHEMAS, "02_fails", config.NotebookParams)
-    write_notebook(notebooks / "01_ok.ipynb", "print('seed is', seed)")
+    write_notebook(notebooks / "01_ok.ipynb", "print('formats are', chart_formats)")
     write_notebook(notebooks / "02_fails.ipynb", "x = 1", "raise RuntimeError('boom in cell')",
                    "print('never reached')")
     return {"notebooks_dir": notebooks, "parameters_dir": parameters, "output_root": outputs}
@@ -43,7 +43,7 @@ def test_failing_cell_gives_nonzero_exit_and_keeps_partial_output(workspace, cap
     err = capsys.readouterr().err
     assert "02_fails.ipynb" in err and "RuntimeError: boom in cell" in err and "cell" in err
     done = nbformat.read(workspace["output_root"] / "mini" / "01_ok.ipynb", as_version=4)
-    assert "seed is 1" in "".join(o.get("text", "") for c in done.cells for o in c.get("outputs", []))
+    assert "formats are ['svg']" in "".join(o.get("text", "") for c in done.cells for o in c.get("outputs", []))
     partial = nbformat.read(workspace["output_root"] / "mini" / "02_fails.ipynb", as_version=4)
     errors = [o for c in partial.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert errors and errors[0].evalue == "boom in cell"
@@ -82,7 +82,8 @@ def papermill_cli(output: Path, yaml_text: str) -> subprocess.CompletedProcess:
 
 def test_plain_papermill_with_a_parameter_file_runs(tmp_path: Path) -> None:
     small = (f"output_dir: {tmp_path / 'out'}\nshares: [0.7]\nreplicates: 2\nconcat_sizes: [1, 2]\n"
-             "direct_replicates: 1\nweight_decays: [0.01]\nsteps: 100\nprobe_steps: 20\n")
+             "direct_replicates: 1\nweight_decays: [0.01]\nsteps: 100\nprobe_steps: 20\n"
+             "chart_formats: [png]\n")
     result = papermill_cli(tmp_path / "ok.ipynb", small)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "out" / "toy_summary.json").exists()
