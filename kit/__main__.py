@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stored reference outputs in {runner.store_checked_outputs(args.executed)}")
         return 0
     try:
-        overrides = runner.parse_overrides(args.overrides)
+        overrides = config.parse_overrides(args.overrides)
         if args.command == "check":
             for planned in runner.plan(args.notebooks, args.profile, overrides):
                 print(f"{planned.notebook.name}: parameters valid for profile {args.profile}")

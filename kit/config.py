@@ -1,8 +1,9 @@
-"""Typed notebook parameters, layered from YAML files and validated in one place.
+"""Typed parameters of notebooks and training runs, validated in one place.
 
-Each notebook has a schema below. Values come, later winning, from the notebook's own
+Each notebook has a schema below. Its values come, later winning, from the notebook's own
 parameters cell, the runner (profile and output folder), `parameters/base.yaml`,
 `parameters/<profile>/profile.yaml`, `parameters/<profile>/<notebook>.yaml` and the command line.
+A training run (`TrainConfig`) comes from one YAML file plus dotted command-line overrides.
 Every value remembers where it came from, so a refusal names the file and the key before any
 compute starts. Schemas are strict: YAML 1.1 reads `1e-3` as a string, and a string is never
 silently taken for a number.
@@ -25,10 +26,14 @@ class ParameterError(ValueError):
     """Bad parameters, with the file and key that hold them."""
 
 
-class NotebookParams(BaseModel):
-    """Keys every notebook takes."""
+class _Strict(BaseModel):
+    """No unknown keys, no string taken for a number, no mutation after validation."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class NotebookParams(_Strict):
+    """Keys every notebook takes."""
 
     profile: str = Field(min_length=1)
     output_dir: str = Field(min_length=1)
@@ -136,33 +141,9 @@ def validate(notebook: str, values: Mapping[str, Any], sources: Mapping[str, str
     try:
         return schema(**values)
     except ValidationError as error:
-        raise ParameterError(_explain(notebook, schema, error, sources)) from None
-
-
-def _explain(notebook: str, schema: type[NotebookParams], error: ValidationError,
-             sources: Mapping[str, str]) -> str:
-    lines = [f"invalid parameters for notebook {notebook}:"]
-    known = sorted(schema.model_fields)
-    for problem in error.errors():
-        key = str(problem["loc"][0]) if problem["loc"] else None
-        where = sources.get(key, "the merged parameters") if key else "the merged parameters"
-        value = problem.get("input")
-        if problem["type"] == "extra_forbidden":
-            close = difflib.get_close_matches(key or "", known, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            lines.append(f"  {where}: unknown parameter '{key}'{hint} "
-                         f"(known: {', '.join(known)})")
-        elif problem["type"] == "missing":
-            lines.append(f"  {where}: parameter '{key}' is missing")
-        elif key is None:
-            lines.append(f"  {problem['msg'].removeprefix('Value error, ')}")
-        else:
-            hint = ""
-            if isinstance(value, str) and _looks_numeric(value):
-                hint = (" (YAML reads numbers like 1e-3 as strings: write 1.0e-3, "
-                        "or drop the quotes)")
-            lines.append(f"  {where}: parameter '{key}': {problem['msg']}, got {value!r}{hint}")
-    return "\n".join(lines)
+        raise ParameterError(describe_errors(f"invalid parameters for notebook {notebook}:",
+                                             schema, error, sources, "the merged parameters")
+                             ) from None
 
 
 def _looks_numeric(text: str) -> bool:
@@ -196,3 +177,185 @@ def from_namespace(notebook: str, namespace: Mapping[str, Any]) -> NotebookParam
     source = "the notebook's parameters (its parameters cell or papermill's injected cell)"
     return validate(notebook, values, dict.fromkeys(values, source))
 
+
+# ---------------------------------------------------------------------------------------------
+# Trainer configuration (kit.train): one YAML file per run, plus dotted command-line overrides
+# ---------------------------------------------------------------------------------------------
+
+#: visual cues of the synthetic world (kit.data) that can carry the label
+CUES = ("colour", "shape", "texture", "position")
+
+
+class ComponentConfig(_Strict):
+    """One mixture component of the synthetic world: the cues that carry the label in it."""
+
+    weight: float = Field(gt=0.0)
+    cues: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _known_cues(self) -> ComponentConfig:
+        unknown = sorted(set(self.cues) - set(CUES))
+        if unknown:
+            raise ValueError(f"cues: unknown cue(s) {', '.join(unknown)} (known: {', '.join(CUES)})")
+        return self
+
+
+class SyntheticConfig(_Strict):
+    """The offline synthetic world. Its seed is separate from the run's, so seeds share a world."""
+
+    num_train: int = Field(ge=1)
+    num_eval: int = Field(ge=1)
+    components: list[ComponentConfig] = Field(min_length=1)
+    #: per cue, the probability that a carrying cue shows the sample's label (else a random class)
+    strength: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CUES, 1.0))
+    noise: float = Field(default=0.1, ge=0.0, le=1.0)
+    seed: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _known_strengths(self) -> SyntheticConfig:
+        for cue, value in self.strength.items():
+            if cue not in CUES:
+                raise ValueError(f"strength: unknown cue '{cue}' (known: {', '.join(CUES)})")
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"strength: {cue}={value} is not in [0, 1]")
+        return self
+
+
+class DataConfig(_Strict):
+    """Where the images come from and how they are augmented ('auto' picks by kind and size)."""
+
+    kind: Literal["synthetic", "imagefolder", "cifar10", "cifar100", "inat18"]
+    root: str | None = None
+    image_size: int = Field(ge=8)
+    augment: Literal["auto", "algoperf", "crop_flip", "none"] = "auto"
+    verify_images: bool = True
+    synthetic: SyntheticConfig | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DataConfig:
+        if (self.kind == "synthetic") != (self.synthetic is not None):
+            raise ValueError("synthetic: give this section exactly when kind is synthetic")
+        if self.kind != "synthetic" and not self.root:
+            raise ValueError(f"root: kind {self.kind} reads images from disk and needs a root")
+        return self
+
+
+class TrainConfig(_Strict):
+    """One pretraining run. Optimizer defaults are the AlgoPerf self-tuning schedule-free AdamW
+    submission (REFERENCE.md); the budget is in iterations, the paper's unit."""
+
+    model: Literal["resnet10", "resnet18", "resnet34", "resnet50", "resnet101"]
+    width: float = Field(default=1.0, gt=0.0)
+    stem: Literal["auto", "imagenet", "small"] = "auto"
+    num_classes: int = Field(ge=2)
+    data: DataConfig
+    batch_size: int = Field(ge=1)
+    iterations: int = Field(ge=1)
+    step_hint: int | None = Field(default=None, ge=1)
+    lr: float = Field(default=0.0025, gt=0.0)
+    betas: list[float] = Field(default_factory=lambda: [0.9, 0.99552], min_length=2, max_length=2)
+    eps: float = Field(default=1.0e-8, gt=0.0)
+    weight_decay: float = Field(default=0.08122, ge=0.0)
+    label_smoothing: float = Field(default=0.2, ge=0.0, lt=1.0)
+    warmup_fraction: float = Field(default=0.02, ge=0.0, le=1.0)
+    weight_lr_power: float = Field(default=2.0, ge=0.0)
+    r: float = Field(default=0.75, ge=0.0)
+    bn_recalibration_batches: int = Field(default=32, ge=0)
+    eval_every: int = Field(default=0, ge=0)
+    checkpoint_every: int = Field(default=0, ge=0)
+    log_every: int = Field(default=50, ge=1)
+    seed: int = Field(ge=0)
+    output_dir: str = Field(min_length=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    channels_last: bool = True
+    compile: bool = False
+    num_workers: int = Field(default=4, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        if not all(0.0 <= beta < 1.0 for beta in self.betas):
+            raise ValueError(f"betas: {self.betas} must lie in [0, 1)")
+        return self
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`key=value` pairs from the command line; values are read as YAML (`lr=0.25`)."""
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ParameterError(f"command line: expected key=value, got '{item}'")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def load_train_config(path: Path, overrides: list[str] | None = None) -> TrainConfig:
+    """A run's configuration from YAML plus dotted overrides (`data.image_size=32`), validated so
+    that a refusal names the file (or the command line) and the key."""
+    path = Path(path)
+    if not path.is_file():
+        raise ParameterError(f"{path}: configuration file not found")
+    values = read_yaml(path)
+    sources: dict[str, str] = {}
+    for dotted, value in parse_overrides(overrides or []).items():
+        *parents, leaf = dotted.split(".")
+        section = values
+        for part in parents:
+            child = section.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ParameterError(f"command line: '{dotted}': '{part}' is not a section")
+            section = child
+        section[leaf] = value
+        sources[dotted] = "the command line"
+    try:
+        return TrainConfig(**values)
+    except ValidationError as error:
+        raise ParameterError(describe_errors(f"invalid training configuration {path}:", TrainConfig,
+                                             error, sources, str(path))) from None
+
+
+def describe_errors(header: str, schema: type[BaseModel], error: ValidationError,
+                    sources: Mapping[str, str], default_source: str) -> str:
+    """One line per problem naming its source and dotted key (nested sections included)."""
+    lines = [header]
+    for problem in error.errors():
+        loc = [str(part) for part in problem["loc"]]
+        key = ".".join(loc)
+        where = next((sources[".".join(loc[:n])] for n in range(len(loc), 0, -1)
+                      if ".".join(loc[:n]) in sources), default_source)
+        value = problem.get("input")
+        if problem["type"] == "extra_forbidden":
+            known = sorted(_section_schema(schema, loc[:-1]).model_fields)
+            close = difflib.get_close_matches(loc[-1], known, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            lines.append(f"  {where}: unknown parameter '{key}'{hint} (known: {', '.join(known)})")
+        elif problem["type"] == "missing":
+            lines.append(f"  {where}: parameter '{key}' is missing")
+        elif problem["type"] == "value_error":
+            prefix = f"{key}." if key else ""
+            lines.append(f"  {where}: parameter {prefix}{problem['msg'].removeprefix('Value error, ')}")
+        else:
+            hint = ""
+            if isinstance(value, str) and _looks_numeric(value):
+                hint = (" (YAML reads numbers like 1e-3 as strings: write 1.0e-3, "
+                        "or drop the quotes)")
+            lines.append(f"  {where}: parameter '{key}': {problem['msg']}, got {value!r}{hint}")
+    return "\n".join(lines)
+
+
+def _section_schema(schema: type[BaseModel], loc: list[str]) -> type[BaseModel]:
+    """The model class of a nested section, following field annotations (lists by index)."""
+    for part in loc:
+        if part.isdigit():
+            continue
+        annotation = schema.model_fields[part].annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        for candidate in candidates:
+            inner = getattr(candidate, "__args__", (candidate,))
+            found = next((c for c in inner if isinstance(c, type) and issubclass(c, BaseModel)),
+                         None)
+            if found is not None:
+                schema = found
+                break
+    return schema

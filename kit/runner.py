@@ -121,17 +121,6 @@ def run(names: list[str] | None, profile: str, overrides: Mapping[str, Any] | No
     return 0
 
 
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """`key=value` pairs from the command line; values are read as YAML (`lr=0.1`)."""
-    overrides = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise config.ParameterError(f"command line: expected key=value, got '{item}'")
-        overrides[key.strip()] = yaml.safe_load(value)
-    return overrides
-
-
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 
 

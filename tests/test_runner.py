@@ -66,10 +66,10 @@ def test_notebooks_are_found_by_prefix_stem_or_name(workspace) -> None:
 
 
 def test_command_line_overrides_are_parsed_as_yaml() -> None:
-    assert runner.parse_overrides(["lr=0.25", "shares=[0.5, 0.7]"]) == {
+    assert config.parse_overrides(["lr=0.25", "shares=[0.5, 0.7]"]) == {
         "lr": 0.25, "shares": [0.5, 0.7]}
     with pytest.raises(config.ParameterError, match="key=value"):
-        runner.parse_overrides(["lr"])
+        config.parse_overrides(["lr"])
 
 
 def papermill_cli(output: Path, yaml_text: str) -> subprocess.CompletedProcess:

@@ -1,0 +1,161 @@
+"""ResNets as the paper pretrained them, and the paper's released checkpoints.
+
+The networks are torchvision's ResNet blocks and layer builder with AlgoPerf's initialisation:
+the last BatchNorm scale of every residual block starts at zero (each block starts as the
+identity) and the head is N(0, 0.01) with zero bias. `width` multiplies every channel count:
+`resnet50` at width 2 is the resnet50w2 of Table 2 (93.9M parameters without the head; widening
+only the bottleneck, as torchvision's wide_resnet50_2 does, gives 66.8M). The small stem (3x3
+convolution, stride 1, no max-pool) keeps 32 px inputs from being reduced to 1x1 before layer4.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
+
+#: depth name -> (block, blocks per stage)
+ARCHITECTURES: dict[str, tuple[type[BasicBlock | Bottleneck], list[int]]] = {
+    "resnet10": (BasicBlock, [1, 1, 1, 1]),
+    "resnet18": (BasicBlock, [2, 2, 2, 2]),
+    "resnet34": (BasicBlock, [3, 4, 6, 3]),
+    "resnet50": (Bottleneck, [3, 4, 6, 3]),
+    "resnet101": (Bottleneck, [3, 4, 23, 3]),
+}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit the model it is loaded into."""
+
+
+class KitResNet(ResNet):
+    """torchvision's ResNet with a width multiplier, a small-input stem and `features()`."""
+
+    def __init__(self, arch: str, num_classes: int, width: float = 1.0,
+                 stem: Literal["imagenet", "small"] = "imagenet") -> None:
+        nn.Module.__init__(self)  # ResNet.__init__ hard-codes 64 channels; build the same layout
+        block, layers = ARCHITECTURES[arch]
+        widths = [max(1, round(64 * width * 2**stage)) for stage in range(4)]
+        self.arch, self.width, self.stem = arch, width, stem
+        self._norm_layer = nn.BatchNorm2d
+        self.inplanes, self.dilation, self.groups, self.base_width = widths[0], 1, 1, 64
+        if stem == "small":
+            self.conv1 = nn.Conv2d(3, widths[0], kernel_size=3, stride=1, padding=1, bias=False)
+            self.maxpool = nn.Identity()
+        else:
+            self.conv1 = nn.Conv2d(3, widths[0], kernel_size=7, stride=2, padding=3, bias=False)
+            self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.bn1 = nn.BatchNorm2d(widths[0])
+        self.relu = nn.ReLU(inplace=True)
+        self.layer1 = self._make_layer(block, widths[0], layers[0])
+        self.layer2 = self._make_layer(block, widths[1], layers[1], stride=2)
+        self.layer3 = self._make_layer(block, widths[2], layers[2], stride=2)
+        self.layer4 = self._make_layer(block, widths[3], layers[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(widths[3] * block.expansion, num_classes)
+        self.feature_dim = self.fc.in_features
+        self._algoperf_init()
+
+    def _algoperf_init(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(module, nn.BatchNorm2d):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        for module in self.modules():
+            if isinstance(module, Bottleneck):
+                nn.init.zeros_(module.bn3.weight)
+            elif isinstance(module, BasicBlock):
+                nn.init.zeros_(module.bn2.weight)
+        nn.init.normal_(self.fc.weight, mean=0.0, std=0.01)
+        nn.init.zeros_(self.fc.bias)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """Global-average-pooled layer4 output (after its ReLU): what linear probes read."""
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return torch.flatten(self.avgpool(x), 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x))
+
+
+def build(arch: str, num_classes: int, width: float = 1.0, stem: str = "auto",
+          image_size: int = 224) -> KitResNet:
+    """A freshly initialised network; stem 'auto' is 'small' below 64 px."""
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture '{arch}' (known: {', '.join(ARCHITECTURES)})")
+    if stem == "auto":
+        stem = "small" if image_size < 64 else "imagenet"
+    return KitResNet(arch, num_classes, width, stem)
+
+
+# ---------------------------------------------------------------------------------------------
+# AlgoPerf checkpoints: {'model_params': state_dict} with torch.compile/DDP prefixes and
+# downsample layers named conv/bn where torchvision numbers them 0/1
+# ---------------------------------------------------------------------------------------------
+
+_WRAPPER_PREFIX = re.compile(r"^(?:_orig_mod\.|module\.)+")
+_TO_TORCHVISION = {".downsample.conv.": ".downsample.0.", ".downsample.bn.": ".downsample.1."}
+
+
+def from_algoperf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """AlgoPerf parameter names -> the kit's (torchvision's) names."""
+    renamed = {}
+    for name, tensor in state.items():
+        name = _WRAPPER_PREFIX.sub("", name)
+        for algoperf, torchvision in _TO_TORCHVISION.items():
+            name = name.replace(algoperf, torchvision)
+        renamed[name] = tensor
+    return renamed
+
+
+def to_algoperf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The kit's names -> AlgoPerf's, as saved from a compiled DDP model."""
+    renamed = {}
+    for name, tensor in state.items():
+        for algoperf, torchvision in _TO_TORCHVISION.items():
+            name = name.replace(torchvision, algoperf)
+        renamed[f"_orig_mod.module.{name}"] = tensor
+    return renamed
+
+
+def save_algoperf_checkpoint(model: nn.Module, path: Path) -> None:
+    """Write a model in the format of the paper's released checkpoints."""
+    state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+    torch.save({"model_params": to_algoperf_names(state)}, path)
+
+
+def load_state(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
+    """Load weights strictly, refusing with a list of what differs when they do not fit."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    mismatched = [f"{name} {tuple(state[name].shape)} vs {tuple(expected[name].shape)}"
+                  for name in sorted(set(state) & set(expected))
+                  if state[name].shape != expected[name].shape]
+    if missing or unexpected or mismatched:
+        described = getattr(model, "arch", type(model).__name__)
+        problems = [f"{source}: does not fit the model ({described}, "
+                    f"width {getattr(model, 'width', '?')}); is it another architecture?"]
+        for label, names in (("missing", missing), ("unexpected", unexpected),
+                             ("shape mismatch (checkpoint vs model)", mismatched)):
+            if names:
+                more = f" ... and {len(names) - 5} more" if len(names) > 5 else ""
+                problems.append(f"  {len(names)} {label}: {', '.join(names[:5])}{more}")
+        raise CheckpointError("\n".join(problems))
+    model.load_state_dict(state)
+
+
+def load_algoperf_checkpoint(model: nn.Module, path: Path) -> None:
+    """Load one of the paper's AlgoPerf checkpoints into a kit model (the head included)."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(checkpoint, dict) or "model_params" not in checkpoint:
+        keys = ", ".join(list(checkpoint)[:5]) if isinstance(checkpoint, dict) else "not a dict"
+        raise CheckpointError(f"{path}: not an AlgoPerf checkpoint (no 'model_params'; has {keys})")
+    load_state(model, from_algoperf_names(checkpoint["model_params"]), str(path))

@@ -1,0 +1,409 @@
+"""Pretrain a ResNet with schedule-free AdamW: `python -m kit.train --config run.yaml [key=value]`.
+
+The same module runs as one process or under `torchrun --nproc_per_node=N -m kit.train ...`
+(NCCL on GPU, gloo on CPU); the global batch is split across ranks and only rank 0 logs and
+saves. Schedule-free AdamW keeps two points: training steps run at y, evaluation and saving at
+x (`optimizer.eval()`), and BatchNorm statistics gathered at y do not fit x, so they are
+recomputed at x before every evaluation and every save.
+
+Preemption: a checkpoint (model at x, optimizer, RNG states, data position, step) is replaced
+atomically every `checkpoint_every` steps and at the end; restarting the same command resumes
+exactly where it stopped, and a finished run (its DONE marker) is never trained again.
+The step loop never waits for the device except every `log_every` steps, where the loss
+accumulated on the device is read, checked for NaN/inf and logged to `metrics.jsonl`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import schedulefree
+import torch
+import torch.distributed as dist
+import yaml
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from kit import data as kit_data
+from kit import models
+from kit.config import ParameterError, TrainConfig, load_train_config
+from kit.paths import resolve
+
+#: AlgoPerf's self-tuning submissions warm up over a share of 0.75 x step_hint (REFERENCE.md)
+ALGOPERF_HORIZON = 0.75
+CHECKPOINT = "checkpoint.pt"
+DONE = "DONE"
+METRICS = "metrics.jsonl"
+METRICS_SCHEMA = {"step": pl.Int64, "epoch": pl.Int64, "loss": pl.Float64, "lr": pl.Float64,
+                  "images_per_s": pl.Float64, "eval_accuracy": pl.Float64,
+                  "eval_loss": pl.Float64}
+#: keys that may change between a run and its resumption without changing what it computes
+OPERATIONAL_KEYS = {"num_workers", "log_every", "device", "compile", "output_dir"}
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+@dataclass(frozen=True)
+class Process:
+    """This process's place in the run: rank, world size and device."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def start_process(device: str) -> Process:
+    """Join the process group when launched by torchrun with several ranks."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    chosen = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if world_size > 1:
+        dist.init_process_group("nccl" if use_cuda else "gloo",
+                                device_id=chosen if use_cuda else None)
+    return Process(rank, world_size, chosen)
+
+
+def warmup_steps(cfg: TrainConfig) -> int:
+    """Warmup as AlgoPerf's schedule-free submission: a share of 0.75 x step_hint."""
+    return round(cfg.warmup_fraction * ALGOPERF_HORIZON * (cfg.step_hint or cfg.iterations))
+
+
+class Trainer:
+    """Model, optimizer and training step of one rank."""
+
+    def __init__(self, cfg: TrainConfig, process: Process) -> None:
+        self.cfg, self.process = cfg, process
+        device = process.device
+        torch.manual_seed(cfg.seed)
+        self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+        self.module = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem,
+                                   cfg.data.image_size).to(device, memory_format=self.memory_format)
+        model: nn.Module = self.module
+        if process.world_size > 1:
+            model = DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None,
+                broadcast_buffers=False, gradient_as_bucket_view=True)
+        self.model = torch.compile(model) if cfg.compile else model
+        self.optimizer = schedulefree.AdamWScheduleFree(
+            self.module.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+            weight_decay=cfg.weight_decay, warmup_steps=warmup_steps(cfg), r=cfg.r,
+            weight_lr_power=cfg.weight_lr_power)
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+        self.autocast_dtype = torch.bfloat16 if bf16 else None
+        self.loss_sum = torch.zeros((), device=device)
+        self.steps_taken = torch.zeros((), dtype=torch.int64, device=device)
+        self.first_bad_step = torch.full((), torch.iinfo(torch.int64).max, device=device)
+        self.module.train()
+        self.optimizer.train()
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.process.device.type, dtype=self.autocast_dtype)
+
+    def to_device(self, images: torch.Tensor, labels: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        device = self.process.device
+        return (images.to(device, non_blocking=True, memory_format=self.memory_format),
+                labels.to(device, non_blocking=True))
+
+    def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        """One optimizer step; the loss stays on the device (no host synchronisation)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.autocast():
+            loss = self.criterion(self.model(images), labels)
+        loss.backward()
+        self.optimizer.step()
+        loss = loss.detach().float()
+        self.steps_taken += 1
+        bad_now = torch.where(torch.isfinite(loss), self.first_bad_step, self.steps_taken)
+        torch.minimum(self.first_bad_step, bad_now, out=self.first_bad_step)
+        self.loss_sum += loss
+
+    def take_window(self, steps: int) -> tuple[float, int | None]:
+        """Mean loss over the last `steps` steps (all ranks) and the first non-finite step."""
+        totals = self.loss_sum.clone()
+        first_bad = self.first_bad_step.clone()
+        if self.process.world_size > 1:
+            dist.all_reduce(totals)
+            dist.all_reduce(first_bad, op=dist.ReduceOp.MIN)
+        self.loss_sum.zero_()
+        bad = int(first_bad)
+        return (float(totals) / (steps * self.process.world_size),
+                None if bad == torch.iinfo(torch.int64).max else bad)
+
+    @contextlib.contextmanager
+    def evaluation_point(self, recalibration: Iterator) -> Iterator[None]:
+        """Weights at x (schedule-free's average), BN statistics recomputed there, eval mode."""
+        self.optimizer.eval()
+        if self.cfg.bn_recalibration_batches > 0:
+            self.recalibrate_batchnorm(recalibration)
+        self.module.eval()
+        try:
+            yield
+        finally:
+            self.module.train()
+            self.optimizer.train()
+
+    @torch.no_grad()
+    def recalibrate_batchnorm(self, batches: Iterator) -> None:
+        """BN running statistics as the plain average over fixed batches, in train mode at the
+        current weights; ranks average their statistics so that replicas stay identical."""
+        norms = [m for m in self.module.modules() if isinstance(m, _BatchNorm)]
+        momenta = [norm.momentum for norm in norms]
+        for norm in norms:
+            norm.reset_running_stats()
+            norm.momentum = None  # cumulative average
+        self.module.train()
+        with self.autocast():
+            for images, labels in batches:
+                self.module(self.to_device(images, labels)[0])
+        for norm, momentum in zip(norms, momenta):
+            norm.momentum = momentum
+            if self.process.world_size > 1:
+                for statistic in (norm.running_mean, norm.running_var):
+                    dist.all_reduce(statistic)
+                    statistic /= self.process.world_size
+
+    @torch.no_grad()
+    def evaluate(self, batches: Iterator) -> tuple[float, float]:
+        """Top-1 accuracy and cross-entropy over the evaluation split (all ranks)."""
+        device = self.process.device
+        totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss, count
+        for images, labels in batches:
+            images, labels = self.to_device(images, labels)
+            with self.autocast():
+                logits = self.module(images)
+            logits = logits.float()
+            totals[0] += (logits.argmax(1) == labels).sum()
+            totals[1] += nn.functional.cross_entropy(logits, labels, reduction="sum")
+            totals[2] += labels.numel()
+        if self.process.world_size > 1:
+            dist.all_reduce(totals)
+        correct, loss, count = totals.tolist()
+        return correct / count, loss / count
+
+    def state(self) -> dict[str, Any]:
+        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore weights at x and optimizer state saved in eval mode, then return to y."""
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.train()
+
+    def check_replicas_identical(self) -> None:
+        """Every rank must end with rank 0's parameters and buffers, bit for bit."""
+        differing = torch.zeros((), device=self.process.device)
+        for name, tensor in self.module.state_dict().items():
+            reference = tensor.clone()
+            dist.broadcast(reference, src=0)
+            if not torch.equal(reference, tensor):
+                differing += 1
+                print(f"rank {self.process.rank}: {name} differs from rank 0", file=sys.stderr)
+        dist.all_reduce(differing)
+        if differing.item():
+            raise RuntimeError(f"replicas diverged: {int(differing.item())} tensors differ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints and metrics
+# ---------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def atomic_write(path: Path) -> Iterator[Any]:
+    """A binary file handle whose content replaces `path` only once complete: written to a
+    temporary file in the same folder, synced, then renamed over the target."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "wb") as handle:
+        yield handle
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def rng_states() -> dict[str, Any]:
+    states = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    random.setstate(states["python"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def read_metrics(run_dir: str | Path) -> pl.DataFrame:
+    """A run's metrics.jsonl as a table (eval columns are null between evaluations)."""
+    return pl.read_ndjson(resolve(run_dir) / METRICS, schema=METRICS_SCHEMA)
+
+
+def _keep_metrics_until(path: Path, step: int) -> None:
+    """Drop rows a killed run logged after the checkpoint it resumes from."""
+    if path.exists():
+        rows = [line for line in path.read_text().splitlines()
+                if line and json.loads(line)["step"] <= step]
+        path.write_text("".join(f"{row}\n" for row in rows))
+
+
+def _check_same_run(saved: dict[str, Any], cfg: TrainConfig, where: Path) -> None:
+    current = cfg.model_dump()
+    differing = sorted(key for key in current.keys() | saved.keys()
+                       if key not in OPERATIONAL_KEYS and current.get(key) != saved.get(key))
+    if differing:
+        raise ParameterError(f"{where}: holds a run with different settings "
+                             f"({', '.join(differing)}); use another output_dir or restore "
+                             "those settings to resume it")
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+def train(cfg: TrainConfig) -> Path:
+    """Train (or resume, or skip when finished) one run; returns its output folder."""
+    process = start_process(cfg.device)
+    try:
+        return _train(cfg, process)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _train(cfg: TrainConfig, process: Process) -> Path:
+    out = resolve(cfg.output_dir)
+    checkpoint_path, done_path, metrics_path = out / CHECKPOINT, out / DONE, out / METRICS
+    if (out / "config.yaml").exists():
+        _check_same_run(yaml.safe_load((out / "config.yaml").read_text()), cfg, out)
+    if done_path.exists():
+        if process.main:
+            print(f"{out}: finished ({done_path.name} present), not training again")
+        return out
+    if cfg.batch_size % process.world_size:
+        raise ParameterError(f"batch_size: {cfg.batch_size} is not divisible by the "
+                             f"{process.world_size} ranks")
+    run_data = kit_data.build(
+        cfg.data, cfg.num_classes, cfg.seed, cfg.batch_size, process.rank, process.world_size,
+        cfg.num_workers, cfg.bn_recalibration_batches, pin_memory=process.device.type == "cuda")
+    trainer = Trainer(cfg, process)
+    step, epoch, batch_in_epoch = 0, 0, 0
+    if checkpoint_path.exists():
+        state = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+        trainer.load(state)
+        restore_rng_states(state["rng"])
+        step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+    if process.main:
+        out.mkdir(parents=True, exist_ok=True)
+        with atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
+            handle.write(yaml.safe_dump(cfg.model_dump(), sort_keys=False).encode())
+        _keep_metrics_until(metrics_path, step)
+    last_saved = step if checkpoint_path.exists() else None
+
+    run_data.order.set_position(epoch, batch_in_epoch)
+    batches = iter(run_data.train)
+    progress = tqdm(total=cfg.iterations, initial=step, desc=out.name, unit="step",
+                    disable=None if process.main else True)  # None: only on a terminal
+    window_steps, window_start = 0, time.perf_counter()
+    while step < cfg.iterations:
+        try:
+            images, labels = next(batches)
+        except StopIteration:
+            epoch, batch_in_epoch = epoch + 1, 0
+            run_data.order.set_position(epoch, 0)
+            batches = iter(run_data.train)
+            continue
+        trainer.step(*trainer.to_device(images, labels))
+        step, batch_in_epoch, window_steps = step + 1, batch_in_epoch + 1, window_steps + 1
+        final = step == cfg.iterations
+        evaluate = final or (cfg.eval_every > 0 and step % cfg.eval_every == 0)
+        save = final or (cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0)
+        if not (evaluate or save or step % cfg.log_every == 0):
+            continue
+        loss, bad_step = trainer.take_window(window_steps)
+        if bad_step is not None:
+            kept = (f"the last good checkpoint (step {last_saved}) is kept in {checkpoint_path}"
+                    if last_saved is not None else "no checkpoint had been written yet")
+            raise NonFiniteLossError(f"{out}: the training loss became non-finite at step "
+                                     f"{bad_step}; training stopped and {kept}")
+        record = {"step": step, "epoch": epoch, "loss": loss,
+                  "lr": trainer.optimizer.param_groups[0]["scheduled_lr"],
+                  "images_per_s": window_steps * cfg.batch_size
+                  / (time.perf_counter() - window_start),
+                  "eval_accuracy": None, "eval_loss": None}
+        # the metrics row goes first: a run killed before its checkpoint replaces it drops the
+        # row on resumption and logs it again
+        at_x = evaluate or save
+        with trainer.evaluation_point(run_data.recalibration) if at_x else contextlib.nullcontext():
+            if evaluate:
+                record["eval_accuracy"], record["eval_loss"] = trainer.evaluate(run_data.eval)
+            if process.main:
+                with metrics_path.open("a") as handle:
+                    handle.write(json.dumps(record) + "\n")
+                progress.update(step - progress.n)
+                progress.set_postfix(loss=f"{loss:.3f}", img_s=f"{record['images_per_s']:.0f}")
+            if save and process.main:
+                with atomic_write(checkpoint_path) as handle:
+                    torch.save({**trainer.state(), "rng": rng_states(), "step": step,
+                                "epoch": epoch, "batch_in_epoch": batch_in_epoch,
+                                "config": cfg.model_dump()}, handle)
+        last_saved = step if save else last_saved
+        window_steps, window_start = 0, time.perf_counter()
+    progress.close()
+    if process.world_size > 1:
+        trainer.check_replicas_identical()
+    if process.main:
+        done_path.write_text(json.dumps({"step": step, "ranks": process.world_size}) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kit.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", type=Path, required=True, help="a run's YAML file")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="override a setting, dotted for sections (data.image_size=32)")
+    args = parser.parse_args(argv)
+    return exit_code(lambda: train(load_train_config(args.config, args.overrides)))
+
+
+def exit_code(action: Callable[[], object]) -> int:
+    """Run a command-line action: 0 on success, 2 for bad input, 1 for a diverged run; the
+    message (which names the file, key or step) goes to stderr without a traceback."""
+    try:
+        action()
+    except (ParameterError, kit_data.DataError, models.CheckpointError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except NonFiniteLossError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""Data sources read through the kit's real loaders, built here in each format, and bad data."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from kit import data
+from kit.config import DataConfig, SyntheticConfig
+
+WORLD = SyntheticConfig(num_train=64, num_eval=32, noise=0.05, components=[
+    {"weight": 3.0, "cues": ["colour"]}, {"weight": 1.0, "cues": ["shape", "position"]}])
+
+
+def write_image(path: Path, seed: int, size: int = 20) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pixels = np.random.default_rng(seed).integers(0, 256, (size, size + 4, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path)
+
+
+def build(config: dict, num_classes: int, **kwargs) -> data.RunData:
+    options = dict(seed=0, batch_size=4, rank=0, world_size=1, num_workers=0,
+                   recalibration_batches=1, pin_memory=False) | kwargs
+    return data.build(DataConfig(**config), num_classes, **options)
+
+
+def first_batch(run: data.RunData) -> tuple[torch.Tensor, torch.Tensor]:
+    run.order.set_position(0, 0)
+    return next(iter(run.train))
+
+
+@pytest.fixture()
+def image_folder(tmp_path: Path) -> Path:
+    seed = 0
+    for split, count in (("train", 4), ("val", 2)):
+        for label in ("ant", "bee", "cat"):
+            for i in range(count):
+                seed += 1
+                write_image(tmp_path / split / label / f"{label}{i}.JPEG", seed)
+    return tmp_path
+
+
+def test_image_folder_is_read_with_algoperf_pipeline(image_folder: Path) -> None:
+    run = build({"kind": "imagefolder", "root": str(image_folder), "image_size": 16}, 3)
+    assert (run.num_train, run.num_eval) == (12, 6)
+    images, labels = first_batch(run)
+    assert images.shape == (4, 3, 16, 16) and set(labels.tolist()) <= {0, 1, 2}
+    eval_images, eval_labels = next(iter(run.eval))
+    assert eval_labels.tolist() == [0, 0, 1, 1]
+    # eval preprocessing is deterministic, training augmentation is seeded per (epoch, index)
+    assert torch.equal(eval_images, next(iter(run.eval))[0])
+    assert torch.equal(images, first_batch(run)[0])
+
+
+def test_augmentation_depends_on_epoch_and_index_not_on_workers(image_folder: Path) -> None:
+    config = {"kind": "imagefolder", "root": str(image_folder), "image_size": 16}
+    alone = build(config, 3)
+    with_workers = build(config, 3, num_workers=2)
+    assert torch.equal(first_batch(alone)[0], first_batch(with_workers)[0])
+    samples = alone.train.dataset
+    assert not torch.equal(samples[(0, 3)][0], samples[(1, 3)][0])
+
+
+def write_cifar(root: Path, kind: str, per_file: int) -> None:
+    rng = np.random.default_rng(0)
+    if kind == "cifar10":
+        folder, label_key = root / "cifar-10-batches-py", "labels"
+        files = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+        meta_file, meta = "batches.meta", {"label_names": [f"c{i}" for i in range(10)]}
+    else:
+        folder, files, label_key = root / "cifar-100-python", ["train", "test"], "fine_labels"
+        meta_file, meta = "meta", {"fine_label_names": [f"c{i}" for i in range(100)],
+                                   "coarse_label_names": [f"s{i}" for i in range(20)]}
+    folder.mkdir(parents=True)
+    classes = len(next(iter(meta.values())))
+    for name in files:
+        batch = {"data": rng.integers(0, 256, (per_file, 3072), dtype=np.uint8),
+                 label_key: rng.integers(0, classes, per_file).tolist()}
+        (folder / name).write_bytes(pickle.dumps(batch))
+    (folder / meta_file).write_bytes(pickle.dumps(meta))
+
+
+@pytest.mark.parametrize("kind, classes, train_size, test_size", [
+    ("cifar10", 10, 5 * 6, 6), ("cifar100", 100, 6, 6)])
+def test_cifar_in_torchvision_format(tmp_path: Path, kind: str, classes: int, train_size: int,
+                                     test_size: int) -> None:
+    write_cifar(tmp_path, kind, 6)
+    run = build({"kind": kind, "root": str(tmp_path), "image_size": 32}, classes)
+    assert (run.num_train, run.num_eval) == (train_size, test_size)
+    images, labels = first_batch(run)
+    assert images.shape == (4, 3, 32, 32) and int(labels.max()) < classes
+    test_file = next(p for p in tmp_path.rglob("*") if p.name in ("test_batch", "test"))
+    raw = pickle.loads(test_file.read_bytes())
+    eval_images, eval_labels = next(iter(run.eval))
+    label_key = "labels" if kind == "cifar10" else "fine_labels"
+    assert eval_labels.tolist() == raw[label_key][:4]
+    # eval keeps the pixels: only normalisation is applied at 32 px
+    first = torch.tensor(raw["data"][0]).reshape(3, 32, 32).float() / 255
+    mean = torch.tensor(data.IMAGENET_MEAN)[:, None, None]
+    std = torch.tensor(data.IMAGENET_STD)[:, None, None]
+    assert torch.allclose(eval_images[0], (first - mean) / std, atol=1e-5)
+
+
+def test_cifar_with_a_missing_file_is_refused(tmp_path: Path) -> None:
+    write_cifar(tmp_path, "cifar10", 2)
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
+    with pytest.raises(data.DataError, match="cifar-10-batches-py.*data_batch_3"):
+        build({"kind": "cifar10", "root": str(tmp_path), "image_size": 32}, 10)
+
+
+def test_inat18_json_layout(tmp_path: Path) -> None:
+    categories = [{"id": i, "name": f"species{i}"} for i in range(3)]
+    for split, count in (("train", 6), ("val", 3)):
+        images, annotations = [], []
+        for i in range(count):
+            file_name = f"train_val2018/Plantae/{i % 3}/{split}{i}.jpg"
+            write_image(tmp_path / file_name, i)
+            images.append({"id": 100 * len(split) + i, "file_name": file_name})
+            annotations.append({"id": i, "image_id": 100 * len(split) + i, "category_id": i % 3})
+        (tmp_path / f"{split}2018.json").write_text(json.dumps(
+            {"images": images, "annotations": annotations, "categories": categories}))
+    run = build({"kind": "inat18", "root": str(tmp_path), "image_size": 16}, 3)
+    assert (run.num_train, run.num_eval) == (6, 3)
+    assert next(iter(run.eval))[1].tolist() == [0, 1, 2]
+    assert first_batch(run)[0].shape == (4, 3, 16, 16)
+    with pytest.raises(data.DataError, match="3 classes but .*num_classes: 8142"):
+        build({"kind": "inat18", "root": str(tmp_path), "image_size": 16}, 8142)
+
+
+def test_missing_and_empty_folders_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(data.DataError, match=f"{tmp_path / 'nowhere'}: data folder does not exist"):
+        build({"kind": "imagefolder", "root": str(tmp_path / "nowhere"), "image_size": 16}, 3)
+    (tmp_path / "empty" / "train").mkdir(parents=True)
+    (tmp_path / "empty" / "val").mkdir()
+    with pytest.raises(data.DataError, match="empty/train: no class folders with images"):
+        build({"kind": "imagefolder", "root": str(tmp_path / "empty"), "image_size": 16}, 3)
+
+
+def test_corrupt_image_is_named_before_training(image_folder: Path) -> None:
+    broken = image_folder / "train" / "bee" / "bee1.JPEG"
+    broken.write_bytes(b"\xff\xd8\xff\xe0 definitely not a whole jpeg")
+    config = {"kind": "imagefolder", "root": str(image_folder), "image_size": 16}
+    with pytest.raises(data.DataError, match="(?s)1 unreadable image.*bee1.JPEG"):
+        build(config, 3)
+    # without the up-front check, reading it still names the file
+    samples = build(config | {"verify_images": False}, 3).train.dataset
+    with pytest.raises(data.DataError, match="bee1.JPEG: cannot read image"):
+        for index in range(len(samples)):
+            samples[(0, index)]
+
+
+def test_class_count_mismatch_is_refused(image_folder: Path) -> None:
+    with pytest.raises(data.DataError, match="train split has 3 classes but .*num_classes: 5"):
+        build({"kind": "imagefolder", "root": str(image_folder), "image_size": 16}, 5)
+
+
+def test_synthetic_world_is_deterministic_and_its_cues_carry_the_label() -> None:
+    train = data.SyntheticWorld(WORLD, 6, 16, "train")
+    again = data.SyntheticWorld(WORLD, 6, 16, "train")
+    assert all(torch.equal(train[i][0], again[i][0]) for i in range(5))
+    assert not torch.equal(train[0][0], data.SyntheticWorld(WORLD, 6, 16, "eval")[0][0])
+    other_seed = data.SyntheticWorld(WORLD.model_copy(update={"seed": 1}), 6, 16, "train")
+    assert not torch.equal(train[0][0], other_seed[0][0])
+    draws = [train.draw(i) for i in range(len(train))]
+    for d in draws:
+        carrying = WORLD.components[d.component].cues
+        assert all(d.cue_values[cue] == d.label for cue in carrying)
+    component_share = np.mean([d.component == 0 for d in draws])
+    assert 0.6 <= component_share <= 0.9  # weight 3 of 4
+
+
+def test_cue_strength_zero_makes_a_cue_uninformative() -> None:
+    weak = WORLD.model_copy(update={"num_train": 400, "strength": {"colour": 0.0}})
+    world = data.SyntheticWorld(weak, 4, 16, "train")
+    colour = [d for d in (world.draw(i) for i in range(400)) if d.component == 0]
+    agreement = np.mean([d.cue_values["colour"] == d.label for d in colour])
+    assert agreement == pytest.approx(0.25, abs=0.08)
+
+
+def test_synthetic_images_show_their_colour() -> None:
+    world = data.SyntheticWorld(WORLD.model_copy(update={"noise": 0.0}), 3, 32, "train")
+    for index in range(6):
+        image, _ = world[index]
+        pixels = image.reshape(3, -1) * 0.25 + 0.5
+        objects = pixels[:, (pixels - 0.5).abs().sum(0) > 0.05]
+        hue = world.draw(index).cue_values["colour"]
+        assert int(objects.mean(1).argmax()) == [0, 1, 2][hue]  # red, green, blue for 3 classes

@@ -1,0 +1,293 @@
+"""The trainer: configuration errors, schedule-free handling, exact resume, DDP, bad runs, plans.
+
+Everything runs a resnet10 with 8 or 16 base channels on 16 px synthetic images, one thread per
+process (two cores, shared with the rest of the suite).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from kit import data, models, plan, train
+from kit.config import ParameterError, TrainConfig, load_train_config
+from kit.paths import REPO_ROOT
+
+SUBPROCESS_ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def settings(out: Path, **changes) -> dict:
+    values = {
+        "model": "resnet10", "width": 0.125, "num_classes": 4, "seed": 3,
+        "data": {"kind": "synthetic", "image_size": 16, "synthetic": {
+            "num_train": 256, "num_eval": 128, "noise": 0.1,
+            "components": [{"weight": 1.0, "cues": ["colour"]},
+                           {"weight": 1.0, "cues": ["position"]}]}},
+        "batch_size": 32, "iterations": 24, "lr": 0.01, "bn_recalibration_batches": 2,
+        "eval_every": 12, "checkpoint_every": 6, "log_every": 3, "num_workers": 0,
+        "output_dir": str(out)}
+    return values | changes
+
+
+def write_config(path: Path, values: dict) -> Path:
+    path.write_text(yaml.safe_dump(values, sort_keys=False))
+    return path
+
+
+def final_state(run_dir: Path) -> dict:
+    return torch.load(run_dir / train.CHECKPOINT, weights_only=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------
+
+def test_config_defaults_are_the_algoperf_schedule_free_recipe(tmp_path: Path) -> None:
+    cfg = load_train_config(write_config(tmp_path / "run.yaml", settings(tmp_path / "out")))
+    assert (cfg.lr, cfg.betas, cfg.weight_decay, cfg.label_smoothing) == (
+        0.01, [0.9, 0.99552], 0.08122, 0.2)
+    assert (cfg.weight_lr_power, cfg.r, cfg.warmup_fraction) == (2.0, 0.75, 0.02)
+    hinted = cfg.model_copy(update={"step_hint": 195_999})
+    assert train.warmup_steps(hinted) == round(0.02 * 0.75 * 195_999) == 2940
+
+
+def test_config_string_number_names_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(settings(tmp_path)).replace("lr: 0.01", "lr: 1e-3"))
+    with pytest.raises(ParameterError) as error:
+        load_train_config(path)
+    message = str(error.value)
+    assert f"{path}: parameter 'lr'" in message and "'1e-3'" in message and "1.0e-3" in message
+
+
+def test_config_nested_unknown_key_and_override_are_named(tmp_path: Path) -> None:
+    values = settings(tmp_path)
+    values["data"] = values["data"] | {"imagesize": 16}
+    path = write_config(tmp_path / "run.yaml", values)
+    with pytest.raises(ParameterError) as error:
+        load_train_config(path)
+    assert "unknown parameter 'data.imagesize'; did you mean 'image_size'" in str(error.value)
+    path = write_config(tmp_path / "run.yaml", settings(tmp_path))
+    with pytest.raises(ParameterError, match="the command line: parameter 'data.image_size'"):
+        load_train_config(path, ["data.image_size=4"])
+    with pytest.raises(ParameterError, match=r"synthetic.components.0.*unknown cue\(s\) smell"):
+        load_train_config(path, ["data.synthetic.components=[{weight: 1.0, cues: [smell]}]"])
+    assert load_train_config(path, ["data.image_size=24", "seed=9"]).data.image_size == 24
+
+
+# ---------------------------------------------------------------------------------------------
+# Schedule-free AdamW: optimizer state round trip and BatchNorm at the evaluation point
+# ---------------------------------------------------------------------------------------------
+
+def test_optimizer_state_round_trip_continues_identically(tmp_path: Path) -> None:
+    """schedule_free issue #32: state_dict round trips failed; the trainer saves in eval mode
+    (weights at x) and returns to y after loading. A frozen layer (no state) is included."""
+    cfg = TrainConfig(**settings(tmp_path))
+    process = train.Process(0, 1, torch.device("cpu"))
+    batches = [(torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,))) for _ in range(6)]
+
+    def trainer() -> train.Trainer:
+        made = train.Trainer(cfg, process)
+        made.module.layer1[0].conv1.weight.requires_grad_(False)
+        return made
+
+    original = trainer()
+    for images, labels in batches[:3]:
+        original.step(images, labels)
+    original.optimizer.eval()
+    buffer = io.BytesIO()
+    torch.save(original.state(), buffer)
+    original.optimizer.train()
+    for images, labels in batches[3:]:
+        original.step(images, labels)
+
+    torch.manual_seed(123)  # a different initialisation, overwritten by the load
+    resumed = trainer()
+    resumed.load(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True))
+    for images, labels in batches[3:]:
+        resumed.step(images, labels)
+    for (name, a), b in zip(original.module.state_dict().items(),
+                            resumed.module.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert resumed.optimizer.param_groups[0]["k"] == 6
+
+
+def test_batchnorm_recalibration_at_x_is_needed_and_sufficient(tmp_path: Path) -> None:
+    """Two runs identical but for recalibration reach the same weights; only the recalibrated
+    one evaluates as well as the weights deserve (BN with the eval data's own statistics)."""
+    runs = {}
+    for batches in (0, 4):
+        values = settings(tmp_path / f"recal{batches}", lr=1.0, width=0.25, iterations=60,
+                          eval_every=0, checkpoint_every=0, log_every=60, label_smoothing=0.0,
+                          bn_recalibration_batches=batches)
+        runs[batches] = train.train(TrainConfig(**values))
+    stale, fresh = (final_state(runs[b]) for b in (0, 4))
+    for name, tensor in stale["model"].items():
+        if "running" not in name and "num_batches" not in name:
+            assert torch.equal(tensor, fresh["model"][name]), name
+    stale_eval, fresh_eval = (train.read_metrics(runs[b]).row(-1, named=True) for b in (0, 4))
+    assert stale_eval["eval_loss"] > 1.5 * fresh_eval["eval_loss"]
+    assert stale_eval["eval_accuracy"] < fresh_eval["eval_accuracy"] - 0.04
+
+    cfg = TrainConfig(**settings(tmp_path, width=0.25))
+    model = models.build(cfg.model, cfg.num_classes, cfg.width, image_size=16)
+    model.load_state_dict(fresh["model"])
+    run_data = data.build(cfg.data, cfg.num_classes, cfg.seed, 128, 0, 1, 0, 0, False)
+    with torch.no_grad():
+        correct = sum((model.train()(x).argmax(1) == y).sum().item() for x, y in run_data.eval)
+    assert fresh_eval["eval_accuracy"] == pytest.approx(correct / run_data.num_eval, abs=0.03)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints: exact resume, finished runs, non-finite loss
+# ---------------------------------------------------------------------------------------------
+
+def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path) -> None:
+    values = settings(tmp_path / "killed", iterations=80, checkpoint_every=10, eval_every=40,
+                      log_every=5)
+    config = write_config(tmp_path / "killed.yaml", values)
+    checkpoint = tmp_path / "killed" / train.CHECKPOINT
+    process = subprocess.Popen([sys.executable, "-m", "kit.train", "--config", str(config)],
+                               env=SUBPROCESS_ENV, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists():
+        assert process.poll() is None, process.stderr.read().decode()
+        assert time.monotonic() < deadline, "no checkpoint within two minutes"
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed_at = torch.load(checkpoint, weights_only=True)["step"]
+    assert 10 <= killed_at < 80 and not (tmp_path / "killed" / train.DONE).exists()
+
+    resumed = train.train(TrainConfig(**values))
+    uninterrupted = train.train(TrainConfig(**settings(
+        tmp_path / "straight", iterations=80, checkpoint_every=10, eval_every=40, log_every=5)))
+    a, b = final_state(resumed), final_state(uninterrupted)
+    assert a["step"] == b["step"] == 80 and a["epoch"] == b["epoch"]
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    metrics_a, metrics_b = train.read_metrics(resumed), train.read_metrics(uninterrupted)
+    assert metrics_a["step"].to_list() == list(range(5, 81, 5))  # no rows twice
+    assert metrics_a["loss"].to_list() == metrics_b["loss"].to_list()
+
+
+def test_finished_run_is_not_trained_again(tmp_path: Path, capsys) -> None:
+    cfg = TrainConfig(**settings(tmp_path / "run", iterations=6))
+    out = train.train(cfg)
+    stamp = (out / train.CHECKPOINT).stat().st_mtime_ns
+    metrics = (out / train.METRICS).read_text()
+    assert train.train(cfg) == out
+    assert "not training again" in capsys.readouterr().out
+    assert (out / train.CHECKPOINT).stat().st_mtime_ns == stamp
+    assert (out / train.METRICS).read_text() == metrics
+    with pytest.raises(ParameterError, match="different settings \\(iterations\\)"):
+        train.train(cfg.model_copy(update={"iterations": 12}))
+
+
+def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Images of the second epoch are NaN: 256 images / 32 per batch = 8 steps per epoch."""
+    read = data.Samples.__getitem__
+
+    def poisoned(self, key):
+        image, label = read(self, key)
+        return (image * float("nan") if key[0] == 1 else image), label
+
+    monkeypatch.setattr(data.Samples, "__getitem__", poisoned)
+    cfg = TrainConfig(**settings(tmp_path / "run", iterations=30, checkpoint_every=4,
+                                 log_every=5, eval_every=0))
+    with pytest.raises(train.NonFiniteLossError) as error:
+        train.train(cfg)
+    message = str(error.value)
+    assert "non-finite at step 9" in message and "last good checkpoint (step 8)" in message
+    kept = final_state(tmp_path / "run")
+    assert kept["step"] == 8
+    assert all(torch.isfinite(t).all() for t in kept["model"].values() if t.is_floating_point())
+    assert not (tmp_path / "run" / train.DONE).exists()
+
+
+def test_command_line_reports_bad_input_without_traceback(tmp_path: Path) -> None:
+    values = settings(tmp_path / "run", data={"kind": "imagefolder", "root": str(tmp_path / "no"),
+                                              "image_size": 16})
+    config = write_config(tmp_path / "run.yaml", values)
+    result = subprocess.run([sys.executable, "-m", "kit.train", "--config", str(config)],
+                            env=SUBPROCESS_ENV, cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2
+    assert f"error: {tmp_path / 'no'}: data folder does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Distributed data parallel, two processes on CPU
+# ---------------------------------------------------------------------------------------------
+
+def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path: Path) -> None:
+    values = settings(tmp_path / "ddp", iterations=24, log_every=3)
+    config = write_config(tmp_path / "ddp.yaml", values)
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "kit.train", "--config", str(config)],
+        env=SUBPROCESS_ENV, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # the trainer broadcasts rank 0's final state and raises if any rank differs bit for bit
+    assert yaml.safe_load((tmp_path / "ddp" / train.DONE).read_text()) == {"step": 24, "ranks": 2}
+    single = train.train(TrainConfig(**settings(tmp_path / "single", iterations=24, log_every=3)))
+    ddp_loss = train.read_metrics(tmp_path / "ddp")["loss"].to_list()
+    single_loss = train.read_metrics(single)["loss"].to_list()
+    assert len(ddp_loss) == len(single_loss) == 8
+    # same images per step; only BatchNorm sees 16 instead of 32 images per batch
+    assert ddp_loss == pytest.approx(single_loss, rel=0.05)
+    assert ddp_loss[-1] < ddp_loss[0] - 0.1
+
+
+# ---------------------------------------------------------------------------------------------
+# Time-concat plans
+# ---------------------------------------------------------------------------------------------
+
+def test_time_concat_plan_splits_the_budget_and_names_folders(tmp_path: Path) -> None:
+    runs = plan.time_concat(4, [2, 550, 23, 477, 8529], tmp_path, total=400_000)
+    assert [r.iterations for r in runs] == [100_000] * 4
+    assert [r.output_dir for r in runs] == [
+        tmp_path / "cat4" / f"seed{s}" for s in (2, 550, 23, 477)]
+    paper = plan.time_concat(5, [2, 550, 23, 477, 8529], tmp_path, total=400_000, iterations=80_000)
+    assert {r.iterations for r in paper} == {80_000}
+    with pytest.raises(ParameterError, match="do not split into 3 equal runs"):
+        plan.time_concat(3, [1, 2, 3], tmp_path, total=400_000)
+    with pytest.raises(ParameterError, match="exceed the total"):
+        plan.time_concat(2, [1, 2], tmp_path, total=400_000, iterations=250_000)
+    with pytest.raises(ParameterError, match="distinct seeds"):
+        plan.time_concat(2, [1, 1], tmp_path, total=10)
+    base = TrainConfig(**settings(tmp_path))
+    cfg = plan.configure(runs[1], base)
+    assert (cfg.seed, cfg.iterations, cfg.output_dir) == (550, 100_000, str(runs[1].output_dir))
+
+
+def test_plan_command_trains_each_run_once(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "base.yaml", settings(tmp_path / "plan", checkpoint_every=0,
+                                                           eval_every=0))
+    arguments = ["--config", str(config), "--runs", "2", "--total", "8", "--seeds", "5", "6"]
+    assert plan.main(arguments) == 0
+    first = {s: final_state(tmp_path / "plan" / "cat2" / f"seed{s}") for s in (5, 6)}
+    assert {s: state["step"] for s, state in first.items()} == {5: 4, 6: 4}
+    assert not torch.equal(first[5]["model"]["fc.weight"], first[6]["model"]["fc.weight"])
+    assert plan.main(arguments) == 0  # both finished: nothing trains
+    assert plan.main(arguments[:-3] + ["--seeds", "5"]) == 2
