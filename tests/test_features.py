@@ -1,0 +1,144 @@
+"""Feature extraction: concatenation order and shapes, the on-disk cache, checkpoint formats."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from torch.utils.data import TensorDataset
+
+from kit import features, models
+from kit.config import load_train_config
+from kit.paths import REPO_ROOT
+
+
+def tiny_checkpoint(folder: Path, name: str, seed: int, width: float = 0.125) -> Path:
+    """A kit-format checkpoint ('model' + 'config') of a freshly initialised tiny ResNet."""
+    settings = {"model": "resnet10", "width": width, "num_classes": 3, "seed": seed,
+                "data": {"kind": "synthetic", "image_size": 16, "synthetic": {
+                    "num_train": 8, "num_eval": 8,
+                    "components": [{"weight": 1.0, "cues": ["colour"]}]}},
+                "batch_size": 8,
+                "iterations": 1, "output_dir": str(folder / name)}
+    cfg = load_train_config(_yaml(folder / f"{name}.yaml", settings))
+    torch.manual_seed(seed)
+    model = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem, cfg.data.image_size)
+    for module in model.modules():  # non-trivial BN statistics, so eval mode matters
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.5, 0.5)
+            module.running_var.uniform_(0.5, 2.0)
+            module.weight.data.uniform_(0.5, 1.5)
+    path = folder / f"{name}.pt"
+    torch.save({"model": model.state_dict(), "config": cfg.model_dump()}, path)
+    return path
+
+
+def _yaml(path: Path, values: dict) -> Path:
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+@pytest.fixture()
+def images() -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(37, 3, 16, 16, generator=generator),
+                         torch.randint(0, 3, (37,), generator=generator))
+
+
+def test_concatenation_follows_the_order_given(tmp_path: Path, images) -> None:
+    a, b = tiny_checkpoint(tmp_path, "a", 1), tiny_checkpoint(tmp_path, "b", 2, width=0.25)
+    both = features.extract([a, b], images, "noise", "test", "none", tmp_path / "cache",
+                            batch_size=8, progress=False)
+    alone_a = features.extract([a], images, "noise", "test", "none", tmp_path / "cache",
+                               batch_size=8, progress=False)
+    alone_b = features.extract([b], images, "noise", "test", "none", tmp_path / "cache",
+                               batch_size=8, progress=False)
+    assert both.features.shape == (37, 64 + 128)
+    assert both.record["widths"] == [64, 128]
+    np.testing.assert_array_equal(both.features[:, :64], alone_a.features)
+    np.testing.assert_array_equal(both.features[:, 64:], alone_b.features)
+    np.testing.assert_array_equal(both.labels, images.tensors[1].numpy())
+    model = features.load_backbone(a)
+    with torch.no_grad():
+        expected = model.features(images.tensors[0]).numpy()
+    np.testing.assert_allclose(alone_a.features, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_second_call_is_a_cache_hit_and_a_changed_checkpoint_a_miss(tmp_path: Path,
+                                                                      images) -> None:
+    path = tiny_checkpoint(tmp_path, "a", 1)
+    kwargs = dict(dataset=images, dataset_id="noise", split="test", transform="none",
+                  cache_dir=tmp_path / "cache", batch_size=16, progress=False)
+    first = features.extract([path], **kwargs)
+    second = features.extract([path], **kwargs)
+    assert not first.cache_hit and second.cache_hit
+    assert isinstance(second.features, np.memmap)  # read from disk, not held in RAM
+    np.testing.assert_array_equal(first.features, second.features)
+    state = torch.load(path, weights_only=True)
+    state["model"]["fc.bias"] += 1.0  # any change of the file's content
+    torch.save(state, path)
+    third = features.extract([path], **kwargs)
+    assert not third.cache_hit and third.path != first.path
+    assert features.extract([path], **kwargs | {"split": "train"}).cache_hit is False
+    assert features.extract([path], **kwargs | {"dtype": "float16"}).features.dtype == np.float16
+
+
+def test_algoperf_checkpoints_are_read(tmp_path: Path) -> None:
+    model = models.build("resnet50", 1000)
+    path = tmp_path / "algoperf.pt"
+    models.save_algoperf_checkpoint(model, path)
+    loaded = features.load_backbone(path)
+    assert loaded.feature_dim == 2048
+    for (name, mine), theirs in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(mine, theirs), name
+
+
+def test_unknown_checkpoint_and_empty_split_are_refused(tmp_path: Path, images) -> None:
+    torch.save({"weights": torch.zeros(1)}, tmp_path / "odd.pt")
+    with pytest.raises(models.CheckpointError, match="neither a kit checkpoint"):
+        features.load_backbone(tmp_path / "odd.pt")
+    empty = TensorDataset(torch.zeros(0, 3, 16, 16), torch.zeros(0, dtype=torch.long))
+    with pytest.raises(ValueError, match="empty"):
+        features.extract([tiny_checkpoint(tmp_path, "a", 1)], empty, "none", "test", "none",
+                         tmp_path / "cache", progress=False)
+
+
+SHARDED_SCRIPT = """
+import sys
+from pathlib import Path
+import torch, torch.distributed as dist
+from torch.utils.data import TensorDataset
+from kit import features
+dist.init_process_group("gloo")
+generator = torch.Generator().manual_seed(0)
+images = TensorDataset(torch.randn(37, 3, 16, 16, generator=generator),
+                       torch.randint(0, 3, (37,), generator=generator))
+result = features.extract([Path(p) for p in sys.argv[2:]], images, "noise", "test", "none",
+                          Path(sys.argv[1]), batch_size=8, progress=False)
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_shards_write_the_same_features(tmp_path: Path, images) -> None:
+    a, b = tiny_checkpoint(tmp_path, "a", 1), tiny_checkpoint(tmp_path, "b", 2)
+    script = tmp_path / "shard.py"
+    script.write_text(SHARDED_SCRIPT)
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script),
+         str(tmp_path / "sharded"), str(a), str(b)],
+        capture_output=True, text=True, timeout=300,
+        env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    single = features.extract([a, b], images, "noise", "test", "none", tmp_path / "single",
+                              batch_size=8, progress=False)
+    sharded = features.extract([a, b], images, "noise", "test", "none", tmp_path / "sharded",
+                               batch_size=8, progress=False)
+    assert sharded.cache_hit
+    np.testing.assert_allclose(sharded.features, single.features, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(sharded.labels, single.labels)

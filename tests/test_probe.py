@@ -1,0 +1,127 @@
+"""Linear probes and label-free diagnostics on synthetic features with known answers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from kit import diagnostics, probe
+
+
+def planted(n: int, dim: int, classes: int, seed: int, scale: float = 0.8) -> probe.Split:
+    """Gaussian classes around random means: a linear rule decides the label."""
+    generator = torch.Generator().manual_seed(seed)
+    means = torch.randn(classes, dim, generator=torch.Generator().manual_seed(99)) * scale
+    labels = torch.randint(0, classes, (n,), generator=generator)
+    return probe.Split(means[labels] + torch.randn(n, dim, generator=generator), labels, "s")
+
+
+def xor(n: int, seed: int) -> probe.Split:
+    generator = torch.Generator().manual_seed(seed)
+    corners = torch.randint(0, 2, (n, 2), generator=generator).float() * 2 - 1
+    labels = (corners[:, 0] * corners[:, 1] > 0).long()
+    return probe.Split(corners + 0.1 * torch.randn(n, 2, generator=generator), labels, "s")
+
+
+FAST = probe.FastProbe(epochs=6, batch_size=256)
+
+
+def test_fast_probe_recovers_a_planted_linear_rule() -> None:
+    result = probe.fast_probe(planted(3000, 32, 5, 0), planted(1000, 32, 5, 1), 5, FAST,
+                              progress=False)
+    assert result.top1("paper") >= 0.97
+    assert result.top1("heldout") >= 0.97
+    assert set(result.selected["rule"]) == set(probe.RULES)
+    assert result.selected["top5"].null_count() == 2  # five classes: no top-5
+
+
+def test_linear_probes_fail_on_xor() -> None:
+    train, evaluation = xor(2000, 0), xor(1000, 1)
+    assert probe.fast_probe(train, evaluation, 2, FAST, progress=False).top1("paper") <= 0.8
+    assert probe.lbfgs_probe(train, evaluation, 2, weight_decays=(1e-4,)).top1("paper") <= 0.8
+
+
+def test_paper_rule_is_never_below_heldout_rule() -> None:
+    result = probe.fast_probe(planted(1500, 16, 12, 2, 0.4), planted(600, 16, 12, 3, 0.4), 12,
+                              FAST, progress=False)
+    assert result.top1("paper") >= result.top1("heldout")
+    assert result.history.height == FAST.epochs * len(FAST.lrs) * len(FAST.weight_decays)
+    assert result.selected["top5"].null_count() == 0  # twelve classes: top-5 reported
+
+
+def test_fast_and_lbfgs_agree_where_both_converge() -> None:
+    train, evaluation = planted(3000, 20, 4, 4, 0.35), planted(1500, 20, 4, 5, 0.35)
+    fast = probe.fast_probe(train, evaluation, 4, FAST, progress=False).top1("heldout")
+    exact = probe.lbfgs_probe(train, evaluation, 4, weight_decays=(1e-4, 1e-3)).top1("heldout")
+    assert fast == pytest.approx(exact, abs=0.03)
+
+
+class Flatten(torch.nn.Module):
+    """A 'backbone' whose features are its inputs."""
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def test_faithful_and_fast_agree_where_both_converge() -> None:
+    train, evaluation = planted(2000, 20, 4, 6, 0.35), planted(1000, 20, 4, 7, 0.35)
+    fit, held = probe.heldout_split(train, 0.1, seed=0)
+    loader = lambda s, shuffle: DataLoader(TensorDataset(s.features, s.labels), batch_size=128,
+                                           shuffle=shuffle)
+    faithful = probe.faithful_probe(
+        [Flatten()], loader(fit, True), loader(held, False), loader(evaluation, False), 4,
+        probe.FaithfulProbe(epochs=6, milestones=(4,), lr=0.05), progress=False)
+    fast = probe.fast_probe(train, evaluation, 4, FAST, progress=False)
+    assert faithful.top1("heldout") == pytest.approx(fast.top1("heldout"), abs=0.03)
+    assert faithful.history["weight_decay"].unique().sort().to_list() == [1e-4, 5e-4]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda t, e: (probe.Split(t.features.clone().index_fill_(0, torch.tensor([3]), float("nan")),
+                               t.labels, "train"), e), "NaN"),
+    (lambda t, e: (t, probe.Split(e.features[:, :-1], e.labels, "eval")), "dimension"),
+    (lambda t, e: (probe.Split(t.features, t.labels + 10, "train"), e), "outside"),
+    (lambda t, e: (t, probe.Split(e.features[:0], e.labels[:0], "eval")), "non-empty"),
+    (lambda t, e: (probe.Split(t.features, t.labels[:-1], "train"), e), "labels of shape"),
+])
+def test_bad_features_are_refused_before_training(make, message: str) -> None:
+    train, evaluation = make(planted(200, 8, 3, 0), planted(100, 8, 3, 1))
+    with pytest.raises(probe.ProbeError, match=message):
+        probe.fast_probe(train, evaluation, 3, FAST, progress=False)
+
+
+def test_rankme_of_a_rank_r_matrix_is_about_r() -> None:
+    generator = torch.Generator().manual_seed(0)
+    for rank in (3, 10):
+        q, _ = torch.linalg.qr(torch.randn(64, rank, generator=generator))
+        coefficients = torch.linalg.qr(torch.randn(2000, rank, generator=generator))[0]
+        features = coefficients @ q.T  # equal singular values: exp(entropy) is exactly r
+        assert diagnostics.rankme(features) == pytest.approx(rank, rel=0.02)
+
+
+def test_alpha_req_recovers_a_planted_power_law() -> None:
+    generator = torch.Generator().manual_seed(1)
+    scales = torch.arange(1, 65, dtype=torch.float64).pow(-0.75)  # eigenvalues ~ k^-1.5
+    features = torch.randn(20000, 64, generator=generator, dtype=torch.float64) * scales
+    assert diagnostics.alpha_req(features) == pytest.approx(1.5, abs=0.15)
+
+
+def test_cka_is_one_on_itself_and_invariant_to_rotation_and_scale() -> None:
+    generator = torch.Generator().manual_seed(2)
+    features = torch.randn(500, 30, generator=generator)
+    rotation, _ = torch.linalg.qr(torch.randn(30, 30, generator=generator))
+    assert diagnostics.linear_cka(features, features) == pytest.approx(1.0)
+    assert diagnostics.linear_cka(features, 3.5 * features @ rotation) == pytest.approx(1.0)
+    unrelated = torch.randn(500, 30, generator=generator)
+    assert diagnostics.linear_cka(features, unrelated) < 0.2
+
+
+def test_diagnostic_tables_include_the_concatenation() -> None:
+    generator = torch.Generator().manual_seed(3)
+    reps = {"a": torch.randn(300, 8, generator=generator),
+            "b": torch.randn(300, 8, generator=generator)}
+    richness = diagnostics.richness_table(reps)
+    assert richness["representation"].to_list() == ["a", "b", "concatenation"]
+    assert richness.filter(richness["representation"] == "concatenation")["dim"][0] == 16
+    assert diagnostics.cka_table(reps).height == 1
