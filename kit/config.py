@@ -19,7 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from kit.paths import PARAMETERS_DIR
+from kit.paths import PARAMETERS_DIR, resolve
 
 
 class ParameterError(ValueError):
@@ -81,7 +81,7 @@ class EvidenceParams(NotebookParams):
     """Notebook 02: the surveyed evidence; it computes from cited data and trains nothing."""
 
 
-#: notebook (file stem) -> its schema
+#: notebook (file stem) -> its schema; notebook 03's is at the end (it needs TrainConfig)
 SCHEMAS: dict[str, type[NotebookParams]] = {
     "01_toy_counterexample": ToyParams,
     "02_surveyed_evidence": EvidenceParams,
@@ -333,8 +333,11 @@ def describe_errors(header: str, schema: type[BaseModel], error: ValidationError
         elif problem["type"] == "missing":
             lines.append(f"  {where}: parameter '{key}' is missing")
         elif problem["type"] == "value_error":
+            message = problem["msg"].removeprefix("Value error, ")
+            if not key:  # a check across keys names its key first ("total_iterations: ...")
+                where = sources.get(message.split(":", 1)[0], where)
             prefix = f"{key}." if key else ""
-            lines.append(f"  {where}: parameter {prefix}{problem['msg'].removeprefix('Value error, ')}")
+            lines.append(f"  {where}: parameter {prefix}{message}")
         else:
             hint = ""
             if isinstance(value, str) and _looks_numeric(value):
@@ -359,3 +362,182 @@ def _section_schema(schema: type[BaseModel], loc: list[str]) -> type[BaseModel]:
                 schema = found
                 break
     return schema
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 03: the time-concat experiment
+# ---------------------------------------------------------------------------------------------
+
+class ProbeTask(_Strict):
+    """A dataset the representations are probed on, and its role in the paper's comparison:
+    either its own `data` (with `num_classes`), or, in the synthetic world, the pretraining
+    world with `components` (lists of cues) as its mixture."""
+
+    name: str = Field(min_length=1)
+    role: Literal["in-distribution", "in-mixture", "unseen"]
+    data: DataConfig | None = None
+    num_classes: int | None = Field(default=None, ge=2)
+    components: list[list[str]] | None = None
+    #: also train one model directly on this task, with cat1's budget
+    direct: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ProbeTask:
+        if (self.data is None) == (self.components is None):
+            raise ValueError(f"tasks: {self.name} needs exactly one of data or components")
+        if self.data is not None and self.num_classes is None:
+            raise ValueError(f"tasks: {self.name} has its own data and needs num_classes")
+        for cues in self.components or []:
+            ComponentConfig(weight=1.0, cues=cues)
+        return self
+
+
+class FastProbeParams(_Strict):
+    lrs: list[float] = Field(min_length=1)
+    weight_decays: list[float] = Field(min_length=1)
+    epochs: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    heldout_fraction: float = Field(gt=0.0, lt=1.0)
+
+
+class LaunchParams(_Strict):
+    """How training runs start: in this process, as `parallel` worker processes, or torchrun."""
+
+    kind: Literal["inline", "subprocess", "torchrun"]
+    parallel: int = Field(default=1, ge=1)
+    nproc_per_node: int = Field(default=1, ge=1)
+
+
+class TimecatParams(NotebookParams):
+    """Notebook 03: cat1 vs catN at a fixed budget, from pretraining (`mode: train`) or from
+    existing checkpoints (`mode: checkpoints`), probed on every task."""
+
+    mode: Literal["train", "checkpoints"]
+    #: runs, logs and feature caches; relative paths are inside output_dir
+    run_root: str = Field(min_length=1)
+    base_seed: int = Field(ge=0)
+    replicates: int = Field(ge=1)
+    seed_sets: list[list[int]] | None = None
+    ns: list[int] = Field(min_length=1)
+    total_iterations: int | None = Field(default=None, ge=1)
+    #: iterations per model for each n of `ns` (instead of total_iterations / n)
+    iterations: list[int] | None = None
+    train: dict[str, Any] | None = None
+    #: for each n of `ns`, one list of n checkpoint files per replicate
+    checkpoints: list[list[list[str]]] | None = None
+    tasks: list[ProbeTask] = Field(min_length=1)
+    probe: FastProbeParams
+    #: at most this many training images per task for the probes (the first ones)
+    probe_train_limit: int = Field(ge=16)
+    probe_rule: Literal["paper", "heldout"]
+    feature_batch_size: int = Field(ge=1)
+    feature_dtype: Literal["float16", "float32"]
+    device: str = Field(min_length=1)
+    launch: LaunchParams
+    paper_columns: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TimecatParams:
+        if sorted(set(self.ns)) != self.ns or self.ns[0] < 1:
+            raise ValueError(f"ns: {self.ns} must be increasing positive model counts")
+        names = [task.name for task in self.tasks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"tasks: names must be unique, got {names}")
+        if self.seed_sets is not None:
+            if len(self.seed_sets) < self.replicates:
+                raise ValueError(f"seed_sets: {len(self.seed_sets)} sets for "
+                                 f"{self.replicates} replicates")
+            for seeds in self.seed_sets:
+                if len(set(seeds)) < max(self.ns):
+                    raise ValueError(f"seed_sets: {seeds} has fewer than {max(self.ns)} "
+                                     "distinct seeds")
+        if self.mode == "train":
+            self._check_training()
+        else:
+            self._check_checkpoints()
+        return self
+
+    def _check_training(self) -> None:
+        if self.train is None:
+            raise ValueError("train: mode train needs the base training configuration")
+        base = self.base_train()
+        if self.iterations is not None:
+            if len(self.iterations) != len(self.ns) or min(self.iterations) < 1:
+                raise ValueError(f"iterations: give one positive count per n of ns {self.ns}")
+        elif self.total_iterations is None:
+            raise ValueError("total_iterations: give it, or iterations per n")
+        else:
+            for n in self.ns:
+                if self.total_iterations % n:
+                    raise ValueError(f"total_iterations: {self.total_iterations} does not split "
+                                     f"into {n} equal runs; give iterations per n explicitly")
+        if base.data.kind != "synthetic" and any(t.components for t in self.tasks):
+            raise ValueError("tasks: components describe the synthetic world, but pretraining "
+                             f"reads {base.data.kind}")
+        self._check_data({"train": [base.data],
+                          "tasks": [self.task_data(task)[0] for task in self.tasks]})
+
+    def _check_checkpoints(self) -> None:
+        if not self.checkpoints:
+            raise ValueError("checkpoints: mode checkpoints needs, per n, lists of files")
+        if len(self.checkpoints) != len(self.ns):
+            raise ValueError(f"checkpoints: give one entry per n of ns {self.ns}")
+        missing = []
+        for n, sets in zip(self.ns, self.checkpoints):
+            if len(sets) < self.replicates or any(len(files) != n for files in sets):
+                raise ValueError(f"checkpoints: n={n} needs {self.replicates} list(s) of {n} "
+                                 "files")
+            missing += [f for files in sets for f in files if not resolve(f).is_file()]
+        if missing:
+            raise ValueError(f"checkpoints: {len(missing)} file(s) not found: "
+                             f"{', '.join(missing[:5])}")
+        if any(task.components for task in self.tasks):
+            raise ValueError("tasks: components need the synthetic world of mode train")
+        self._check_data({"tasks": [self.task_data(task)[0] for task in self.tasks]})
+
+    def base_train(self) -> TrainConfig:
+        """The shared training configuration; each run sets its seed, budget and folder."""
+        assert self.train is not None
+        try:
+            return TrainConfig(**(self.train | {"seed": 0, "iterations": 1, "output_dir": "-"}))
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'train'}: {e['msg']}"
+                                 for e in error.errors())
+            raise ValueError(f"train: {problems}") from None
+
+    def task_data(self, task: ProbeTask) -> tuple[DataConfig, int]:
+        """A task's data and class count (a synthetic task is the pretraining world with the
+        task's components, equally weighted)."""
+        if task.data is not None:
+            assert task.num_classes is not None
+            return task.data, task.num_classes
+        base = self.base_train()
+        assert base.data.synthetic is not None and task.components is not None
+        world = base.data.synthetic.model_copy(update={"components": [
+            ComponentConfig(weight=1.0, cues=cues) for cues in task.components]})
+        return base.data.model_copy(update={"synthetic": world}), base.num_classes
+
+    def iterations_per_model(self, n: int) -> int:
+        if self.iterations is not None:
+            return self.iterations[self.ns.index(n)]
+        assert self.total_iterations is not None
+        return self.total_iterations // n
+
+    def seeds(self, replicate: int) -> list[int]:
+        """The seed set of a replicate: given, or base_seed + 1000 * replicate + 0, 1, 2, ..."""
+        if self.seed_sets is not None:
+            return self.seed_sets[replicate]
+        return [self.base_seed + 1000 * replicate + i for i in range(max(self.ns))]
+
+    @staticmethod
+    def _check_data(configs: dict[str, list[DataConfig]]) -> None:
+        """Every data root exists with its kind's layout (the first key with a problem)."""
+        from kit.data import preflight  # kit.data imports this module
+
+        for key, datas in configs.items():
+            problems = [problem for data in datas for problem in preflight(data)]
+            if problems:
+                raise ValueError(f"{key}: " + "; ".join(dict.fromkeys(problems)))
+
+
+SCHEMAS["03_time_concat"] = TimecatParams

@@ -245,6 +245,15 @@ def augmentation(augment: str, image_size: int, train: bool, from_images: bool
     return transforms.Compose(steps)
 
 
+def resolved_augment(data: DataConfig) -> str:
+    """'auto' means none for synthetic renders, AlgoPerf's pipeline from 64 px, pad-crop below."""
+    if data.augment != "auto":
+        return data.augment
+    if data.kind == "synthetic":
+        return "none"
+    return "algoperf" if data.image_size >= 64 else "crop_flip"
+
+
 class Samples(Dataset):
     """A dataset read by (epoch, index) keys, each sample augmented with its own seeded RNG."""
 
@@ -340,10 +349,7 @@ def build(data: DataConfig, num_classes: int, seed: int, batch_size: int, rank: 
         raise DataError(f"the training split has {len(train_base)} images, fewer than one global "
                         f"batch ({batch_size})")
     from_images = data.kind != "synthetic"
-    augment = data.augment
-    if augment == "auto":
-        augment = ("none" if not from_images
-                   else "algoperf" if data.image_size >= 64 else "crop_flip")
+    augment = resolved_augment(data)
     train = Samples(train_base, augmentation(augment, data.image_size, True, from_images), seed)
     plain = augmentation(augment, data.image_size, False, from_images)
     order = ResumableOrder(len(train_base), rank, world_size, seed, local_batch)
@@ -365,3 +371,60 @@ def build(data: DataConfig, num_classes: int, seed: int, batch_size: int, rank: 
                              recalibration_keys[rank::world_size]),
         eval=loader(Samples(eval_base, plain, seed), eval_keys[rank::world_size]),
         num_train=len(train_base), num_eval=len(eval_base))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-flight checks and probe inputs
+# ---------------------------------------------------------------------------------------------
+
+#: what each on-disk kind must hold under its root, checked before anything starts
+EXPECTED_LAYOUT = {
+    "imagefolder": ["train/", "val/"],
+    "cifar10": [f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)]
+               + ["cifar-10-batches-py/test_batch", "cifar-10-batches-py/batches.meta"],
+    "cifar100": ["cifar-100-python/train", "cifar-100-python/test", "cifar-100-python/meta"],
+    "inat18": ["train2018.json", "val2018.json"],
+}
+
+
+def preflight(data: DataConfig) -> list[str]:
+    """Cheap layout checks of a data root (no image is opened): the problems found, if any."""
+    if data.kind == "synthetic":
+        return []
+    root = resolve(data.root)
+    if "$" in str(root):
+        return [f"{data.root}: an environment variable in data.root is not set"]
+    if not root.is_dir():
+        return [f"{root}: data root for kind {data.kind} does not exist (data.root)"]
+    problems = []
+    for entry in EXPECTED_LAYOUT[data.kind]:
+        path = root / entry
+        if entry.endswith("/"):
+            if not path.is_dir() or not any(path.iterdir()):
+                problems.append(f"{path}: expected a non-empty folder for kind {data.kind}")
+        elif not path.is_file():
+            problems.append(f"{path}: expected file missing for kind {data.kind}")
+    return problems
+
+
+class Transformed(Dataset):
+    """A base dataset with a fixed (evaluation) transform: what feature extraction reads."""
+
+    def __init__(self, base: Dataset, transform: Callable[[Any], torch.Tensor]) -> None:
+        self.base, self.transform = base, transform
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image, label = self.base[index]
+        return self.transform(image), label
+
+
+def probe_datasets(data: DataConfig, num_classes: int) -> tuple[Dataset, Dataset]:
+    """(train, eval) splits with evaluation transforms, for frozen-feature probes."""
+    train, evaluation = datasets_for(data, num_classes)
+    from_images = data.kind != "synthetic"
+    augment = resolved_augment(data)
+    plain = augmentation(augment, data.image_size, False, from_images)
+    return Transformed(train, plain), Transformed(evaluation, plain)

@@ -6,6 +6,7 @@ nbval from a temporary copy), so relative output paths are resolved against the 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -15,6 +16,7 @@ OUTPUTS_DIR = REPO_ROOT / "outputs"
 
 
 def resolve(path: str | Path) -> Path:
-    """An absolute path; relative ones are taken from the repository root."""
-    path = Path(path)
+    """An absolute path: environment variables expanded (`${TIMECAT_DATA}/imagenet`), relative
+    paths taken from the repository root."""
+    path = Path(os.path.expandvars(str(path)))
     return path if path.is_absolute() else REPO_ROOT / path
