@@ -21,12 +21,12 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("--set", dest="overrides", action="append", default=[],
                          metavar="KEY=VALUE", help="override one parameter (repeatable)")
     store = commands.add_parser(
-        "store-checks", help="copy the outputs of '# NBVAL_CHECK_OUTPUT' cells from an executed "
-        "copy into notebooks/ (the references nbval compares with) and clear all other outputs")
+        "store-checks", help="keep the outputs of '# NBVAL_CHECK_OUTPUT' cells of an executed "
+        "copy as the references nbval compares with (tests/nbval_references/)")
     store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")
     args = parser.parse_args(argv)
     if args.command == "store-checks":
-        print(f"stored reference outputs in {runner.store_checked_outputs(args.executed)}")
+        print(f"stored reference outputs in {runner.store_references(args.executed)}")
         return 0
     try:
         overrides = config.parse_overrides(args.overrides)

@@ -9,6 +9,7 @@ when a cell fails) under `outputs/<profile>/`.
 from __future__ import annotations
 
 import ast
+import json
 import sys
 import time
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ import yaml
 from papermill.exceptions import PapermillExecutionError
 
 from kit import config
-from kit.paths import NOTEBOOKS_DIR, OUTPUTS_DIR, PARAMETERS_DIR
+from kit.paths import NOTEBOOKS_DIR, OUTPUTS_DIR, PARAMETERS_DIR, REPO_ROOT
 
 #: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
 KERNEL_NAME = "python3"
@@ -122,28 +123,33 @@ def run(names: list[str] | None, profile: str, overrides: Mapping[str, Any] | No
 
 
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+#: reference outputs of the checked cells, one JSON file per notebook, kept out of notebooks/
+REFERENCES_DIR = REPO_ROOT / "tests" / "nbval_references"
 
 
 def is_checked(cell: nbformat.NotebookNode) -> bool:
     return cell.cell_type == "code" and cell.source.lstrip().startswith(CHECK_MARK)
 
 
-def store_checked_outputs(executed: Path, notebooks_dir: Path = NOTEBOOKS_DIR) -> Path:
-    """Write back into notebooks/ the outputs nbval compares, and only those.
+def store_references(executed: Path, references_dir: Path = REFERENCES_DIR) -> Path:
+    """Keep the outputs of an executed notebook's `# NBVAL_CHECK_OUTPUT` cells as the
+    references nbval compares with (by cell id); the committed notebooks carry no outputs."""
+    references = {cell["id"]: {"execution_count": cell.execution_count, "outputs": cell.outputs}
+                  for cell in nbformat.read(executed, as_version=4).cells if is_checked(cell)}
+    references_dir.mkdir(parents=True, exist_ok=True)
+    path = references_dir / f"{executed.stem}.json"
+    path.write_text(json.dumps(references, indent=1, sort_keys=True) + "\n")
+    return path
 
-    Cells marked `# NBVAL_CHECK_OUTPUT` keep the outputs of the executed copy as their
-    reference; every other cell is cleared, so the committed notebook carries no run's results.
-    """
-    source_path = notebooks_dir / executed.name
-    source = nbformat.read(source_path, as_version=4)
-    executed_cells = {cell.get("id"): cell for cell in nbformat.read(executed, as_version=4).cells
-                      if is_checked(cell)}
-    for cell in source.cells:
-        if cell.cell_type != "code":
-            continue
-        reference = executed_cells.get(cell.get("id")) if is_checked(cell) else None
-        # nbval skips reference outputs of cells that carry no execution count
-        cell.execution_count = reference.execution_count if reference else None
-        cell.outputs = reference.outputs if reference else []
-    nbformat.write(source, source_path)
-    return source_path
+
+def with_references(notebook: nbformat.NotebookNode, stem: str,
+                    references_dir: Path = REFERENCES_DIR) -> nbformat.NotebookNode:
+    """A notebook whose checked cells carry their stored reference outputs, for nbval (which
+    skips the outputs of cells without an execution count)."""
+    path = references_dir / f"{stem}.json"
+    references = json.loads(path.read_text()) if path.exists() else {}
+    for cell in notebook.cells:
+        if is_checked(cell) and cell.get("id") in references:
+            cell.execution_count = references[cell["id"]]["execution_count"]
+            cell.outputs = [nbformat.from_dict(o) for o in references[cell["id"]]["outputs"]]
+    return notebook

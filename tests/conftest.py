@@ -2,7 +2,8 @@
 
 nbval does not read parameter files, so before collection every notebook is parameterized with
 papermill (the same parameters `python -m kit run --profile ci` would use) into tests/_notebooks/,
-which pytest then collects. Tests that read a notebook's results back use `notebook_outputs`:
+with the reference outputs of its `# NBVAL_CHECK_OUTPUT` cells (tests/nbval_references/) put
+back in, and pytest then collects the copies. Tests that read a notebook's results back use `notebook_outputs`:
 the files the nbval run wrote, or a fresh papermill run when nbval was deselected.
 """
 
@@ -30,8 +31,9 @@ def pytest_configure(config: pytest.Config) -> None:
     NOTEBOOK_COPIES.mkdir()
     for planned in runner.plan(None, PROFILE, output_root=OUTPUT_ROOT):
         notebook = load_notebook_node(str(planned.notebook))  # adds the metadata papermill needs
-        nbformat.write(parameterize_notebook(notebook, planned.parameters),
-                       NOTEBOOK_COPIES / planned.notebook.name)
+        notebook = runner.with_references(parameterize_notebook(notebook, planned.parameters),
+                                          planned.notebook.stem)
+        nbformat.write(notebook, NOTEBOOK_COPIES / planned.notebook.name)
 
 
 @pytest.fixture(scope="session")

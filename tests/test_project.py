@@ -44,20 +44,18 @@ def test_environment_yml_agrees_with_pyproject() -> None:
     assert {"pytest", "nbval"} <= dev
 
 
-def test_notebooks_are_committed_clean_except_nbval_references() -> None:
+def test_notebooks_are_committed_clean_with_references_for_checked_cells() -> None:
     for path in runner.find_notebooks(None):
         notebook = nbformat.read(path, as_version=4)
         tagged = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(tagged) == 1, f"{path.name}: needs exactly one cell tagged 'parameters'"
         assert path.stem in config.SCHEMAS, f"{path.name}: no schema in kit.config.SCHEMAS"
-        for cell in notebook.cells:
-            if cell.cell_type != "code":
-                continue
+        code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+        assert all(not c.outputs and c.execution_count is None for c in code), path.name
+        runner.with_references(notebook, path.stem)  # fills the checked cells in place
+        for cell in code:
             if runner.is_checked(cell):
-                assert cell.outputs, f"{path.name}: checked cell without reference output"
-            else:
-                assert not cell.outputs, f"{path.name}: outputs committed in an unchecked cell"
-                assert cell.execution_count is None, path.name
+                assert cell.outputs, f"{path.name}: checked cell {cell.id} has no reference"
 
 
 def test_notebook_defaults_are_valid() -> None:
