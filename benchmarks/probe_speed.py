@@ -7,8 +7,8 @@ initialised kit ResNet-50 saved in the paper's AlgoPerf checkpoint format, extra
 `kit.features` (2048-d; the first call takes a few minutes, later calls read the cache). They have
 the correlated, ill-conditioned geometry of real CNN features, which is what makes L-BFGS slow.
 An untrained network does not separate 100 synthetic classes, so the labels are planted: a random
-low-rank linear teacher on the standardised features, with Gumbel noise (`--noise`) so that no probe can
-be perfect. Both probes see the same standardised features:
+low-rank linear teacher on the standardised features, with Gumbel noise (`--noise`) so that no
+probe can be perfect. Both probes see the same standardised features:
 scikit-learn fits one C on the whole training split; the fast probe trains its heads on 90% of
 it and reports the head chosen on the other 10% (its `heldout` rule). Prints both times, both
 accuracies and the speed ratio; the issue's bar is a ratio >= 10 within 0.5 point.

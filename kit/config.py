@@ -196,7 +196,8 @@ class ComponentConfig(_Strict):
     def _known_cues(self) -> ComponentConfig:
         unknown = sorted(set(self.cues) - set(CUES))
         if unknown:
-            raise ValueError(f"cues: unknown cue(s) {', '.join(unknown)} (known: {', '.join(CUES)})")
+            raise ValueError(f"cues: unknown cue(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(CUES)})")
         return self
 
 

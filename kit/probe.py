@@ -207,7 +207,8 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
         optimizer = torch.optim.LBFGS(linear.parameters(), max_iter=max_iter,
                                       line_search_fn="strong_wolfe", history_size=20)
 
-        def closure() -> torch.Tensor:
+        def closure(optimizer: torch.optim.LBFGS = optimizer, linear: nn.Linear = linear,
+                    decay: float = decay) -> torch.Tensor:
             optimizer.zero_grad()
             loss = F.cross_entropy(linear(x), y) + decay / 2 * linear.weight.square().sum()
             loss.backward()

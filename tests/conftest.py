@@ -3,7 +3,8 @@
 nbval does not read parameter files, so before collection every notebook is parameterized with
 papermill (the same parameters `python -m kit run --profile ci` would use) into tests/_notebooks/,
 with the reference outputs of its `# NBVAL_CHECK_OUTPUT` cells (tests/nbval_references/) put
-back in, and pytest then collects the copies. Tests that read a notebook's results back use `notebook_outputs`:
+back in, and pytest then collects the copies. Tests that read a notebook's results back use
+`notebook_outputs`:
 the files the nbval run wrote, or a fresh papermill run when nbval was deselected.
 """
 

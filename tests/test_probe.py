@@ -67,8 +67,11 @@ class Flatten(torch.nn.Module):
 def test_faithful_and_fast_agree_where_both_converge() -> None:
     train, evaluation = planted(2000, 20, 4, 6, 0.35), planted(1000, 20, 4, 7, 0.35)
     fit, held = probe.heldout_split(train, 0.1, seed=0)
-    loader = lambda s, shuffle: DataLoader(TensorDataset(s.features, s.labels), batch_size=128,
-                                           shuffle=shuffle)
+
+    def loader(split: probe.Split, shuffle: bool) -> DataLoader:
+        return DataLoader(TensorDataset(split.features, split.labels), batch_size=128,
+                          shuffle=shuffle)
+
     faithful = probe.faithful_probe(
         [Flatten()], loader(fit, True), loader(held, False), loader(evaluation, False), 4,
         probe.FaithfulProbe(epochs=6, milestones=(4,), lr=0.05), progress=False)

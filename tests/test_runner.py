@@ -15,7 +15,8 @@ from kit.paths import NOTEBOOKS_DIR, PARAMETERS_DIR
 
 def write_notebook(path: Path, *sources: str) -> None:
     notebook = nbformat.v4.new_notebook()
-    parameters = nbformat.v4.new_code_cell('profile = "x"\noutput_dir = "y"\nchart_formats = ["png"]')
+    parameters = nbformat.v4.new_code_cell(
+        'profile = "x"\noutput_dir = "y"\nchart_formats = ["png"]')
     parameters.metadata["tags"] = ["parameters"]
     notebook.cells = [parameters] + [nbformat.v4.new_code_cell(s) for s in sources]
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
@@ -43,7 +44,8 @@ def test_failing_cell_gives_nonzero_exit_and_keeps_partial_output(workspace, cap
     err = capsys.readouterr().err
     assert "02_fails.ipynb" in err and "RuntimeError: boom in cell" in err and "cell" in err
     done = nbformat.read(workspace["output_root"] / "mini" / "01_ok.ipynb", as_version=4)
-    assert "formats are ['svg']" in "".join(o.get("text", "") for c in done.cells for o in c.get("outputs", []))
+    printed = "".join(o.get("text", "") for c in done.cells for o in c.get("outputs", []))
+    assert "formats are ['svg']" in printed
     partial = nbformat.read(workspace["output_root"] / "mini" / "02_fails.ipynb", as_version=4)
     errors = [o for c in partial.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert errors and errors[0].evalue == "boom in cell"
