@@ -305,16 +305,16 @@ def _mean_std(results: pl.DataFrame, rule: str, by: list[str]) -> pl.DataFrame:
 def accuracy_chart(results: pl.DataFrame, rule: str) -> alt.FacetChart:
     """Top-1 against n for every task (mean ± std over replicates); direct training as a rule."""
     stats = _mean_std(results.filter(pl.col("method") != "direct"), rule, ["task", "n"])
-    base = alt.Chart().encode(x=alt.X("n:O", title="models concatenated (same total budget)"))
+    base = alt.Chart().encode(x=alt.X("n:O", title="n models (same budget)"))
     layers = [base.mark_line(point=True).encode(y=alt.Y("mean:Q", title="top-1 (%)",
                                                         scale=alt.Scale(zero=False)),
                                                 tooltip=["task", "n", "mean", "std", "count"]),
-              base.mark_errorbar().encode(y="low:Q", y2="high:Q")]
+              base.mark_errorbar().encode(y=alt.Y("low:Q", title="top-1 (%)"), y2="high:Q")]
     direct = _mean_std(results.filter(pl.col("method") == "direct"), rule, ["task"])
     data = stats.with_columns(pl.lit("catN").alias("kind"))
     if direct.height:
         layers.append(alt.Chart().mark_rule(strokeDash=[4, 3], color="grey").encode(
-            y="direct:Q"))
+            y=alt.Y("direct:Q", title="top-1 (%)")))
         data = data.join(direct.select("task", pl.col("mean").alias("direct")), on="task",
                          how="left")
     return alt.layer(*layers, data=data).properties(width=150, height=160).facet(
@@ -326,13 +326,14 @@ def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
     per_task = results.filter((pl.col("rule") == rule) & (pl.col("method") != "direct"))
     per_role = per_task.group_by("role", "n", "replicate").agg(pl.col("top1").mean())
     stats = _mean_std(per_role.with_columns(pl.lit(rule).alias("rule")), rule, ["role", "n"])
+    title = "mean top-1 over the role's tasks (%)"
     base = alt.Chart(stats).encode(x=alt.X("n:O", title="models concatenated"),
                                    color=alt.Color("role:N", title="task role"))
-    return (base.mark_line(point=True).encode(
-        y=alt.Y("mean:Q", title="mean top-1 over the role's tasks (%)",
-                scale=alt.Scale(zero=False)), tooltip=["role", "n", "mean", "std"])
-            + base.mark_errorbar().encode(y="low:Q", y2="high:Q")).properties(width=320,
-                                                                              height=220)
+    line = base.mark_line(point=True).encode(
+        y=alt.Y("mean:Q", title=title, scale=alt.Scale(zero=False)),
+        tooltip=["role", "n", "mean", "std"])
+    bars = base.mark_errorbar().encode(y=alt.Y("low:Q", title=title), y2="high:Q")
+    return (line + bars).properties(width=320, height=220)
 
 
 def main(argv: list[str] | None = None) -> int:
