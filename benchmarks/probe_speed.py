@@ -83,7 +83,7 @@ def main() -> None:
           f", {args.classes} classes ({time.perf_counter() - start:.0f} s to extract or load); "
           f"torch threads {torch.get_num_threads()}")
 
-    config = probe.FastProbe(lrs=(0.1,), weight_decays=(0.0, 1e-3), epochs=args.epochs,
+    config = probe.FastProbe(lrs=(0.1,), weight_decays=(1e-3, 3e-3), epochs=args.epochs,
                              batch_size=1024)
     start = time.perf_counter()
     result = probe.fast_probe(train, evaluation, args.classes, config, progress=False)
