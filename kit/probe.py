@@ -156,17 +156,21 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastPr
         flat = features @ weight.permute(1, 0, 2).reshape(dim, heads * num_classes)
         return flat.view(-1, heads, num_classes) + bias
 
-    def accuracies(split: Split) -> tuple[torch.Tensor, torch.Tensor]:
+    # the held-out and evaluation splits are standardised once, then scored every epoch
+    scored = {name: ((split.features.to(device, torch.float32) - mean) / std,
+                     split.labels.to(device)) for name, split in (("held", held),
+                                                                  ("eval", evaluation))}
+
+    def accuracies(name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        z, labels = scored[name]
         correct1 = torch.zeros(heads, device=device)
         correct5 = torch.zeros(heads, device=device)
         with torch.no_grad():
-            for start in range(0, len(split.labels), 4096):
-                z = (split.features[start:start + 4096].to(device, torch.float32) - mean) / std
-                logits = logits_of(z)
-                labels = split.labels[start:start + 4096].to(device)
-                correct1 += topk_correct(logits, labels, 1)
-                correct5 += topk_correct(logits, labels, 5)
-        return correct1.cpu() / len(split.labels), correct5.cpu() / len(split.labels)
+            for start in range(0, len(labels), 4096):
+                logits = logits_of(z[start:start + 4096])
+                correct1 += topk_correct(logits, labels[start:start + 4096], 1)
+                correct5 += topk_correct(logits, labels[start:start + 4096], 5)
+        return correct1.cpu() / len(labels), correct5.cpu() / len(labels)
 
     for epoch in tqdm(range(1, config.epochs + 1), desc="fast probe", disable=not progress):
         order = torch.randperm(len(y), generator=generator).to(device)
@@ -185,8 +189,8 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastPr
                     param -= step_lr * (grad + config.momentum * buffer)
                     param.grad = None
             step += 1
-        held1, _ = accuracies(held)
-        eval1, eval5 = accuracies(evaluation)
+        held1, _ = accuracies("held")
+        eval1, eval5 = accuracies("eval")
         for h, (head_lr, head_wd) in enumerate(grid):
             rows.append({"lr": head_lr, "weight_decay": head_wd, "epoch": epoch,
                          "heldout_top1": float(held1[h]), "eval_top1": float(eval1[h]),
@@ -240,25 +244,25 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
 # faithful: the authors' protocol on frozen backbones and augmented images
 # ---------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class FaithfulProbe:
-    """The authors' recipe (REFERENCE.md): BN1d + Linear (N(0, 0.01) weights), SGD lr 0.01,
-    momentum 0.9, Nesterov, 28 epochs, x0.1 at epochs 8, 16 and 24, no weight decay on BN."""
-
-    weight_decays: tuple[float, ...] = (1e-4, 5e-4)
-    epochs: int = 28
-    milestones: tuple[int, ...] = (8, 16, 24)
-    lr: float = 0.01
-    momentum: float = 0.9
-    device: str = "cpu"
-
-
 #: the authors' weight-decay grids per evaluation dataset (REFERENCE.md)
 PAPER_WEIGHT_DECAYS = {
     "imagenet": (1e-4, 5e-4),
     "inat18": (1e-6, 1e-5, 1e-4),
     "cifar": (1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
 }
+
+
+@dataclass(frozen=True)
+class FaithfulProbe:
+    """The authors' recipe (REFERENCE.md): BN1d + Linear (N(0, 0.01) weights), SGD lr 0.01,
+    momentum 0.9, Nesterov, 28 epochs, x0.1 at epochs 8, 16 and 24, no weight decay on BN."""
+
+    weight_decays: tuple[float, ...] = PAPER_WEIGHT_DECAYS["imagenet"]
+    epochs: int = 28
+    milestones: tuple[int, ...] = (8, 16, 24)
+    lr: float = 0.01
+    momentum: float = 0.9
+    device: str = "cpu"
 
 
 class ProbeHeads(nn.Module):
