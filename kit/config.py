@@ -533,7 +533,7 @@ class TimecatParams(NotebookParams):
     @staticmethod
     def _check_data(configs: dict[str, list[DataConfig]]) -> None:
         """Every data root exists with its kind's layout (the first key with a problem)."""
-        from kit.data import preflight  # kit.data imports this module
+        from kit.preflight import preflight
 
         for key, datas in configs.items():
             problems = [problem for data in datas for problem in preflight(data)]

@@ -1,0 +1,53 @@
+"""The folder lock: a second live holder is refused by name; a dead holder leaves no lock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kit import locks
+
+HOLD_FOREVER = ("import sys, time; from kit import locks\n"
+                "with locks.hold(sys.argv[1], 'test holder'):\n"
+                "    print('held', flush=True); time.sleep(600)\n")
+
+
+def _holder_process(folder: Path) -> subprocess.Popen:
+    process = subprocess.Popen([sys.executable, "-c", HOLD_FOREVER, str(folder)],
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "held"
+    return process
+
+
+def test_second_holder_is_refused_naming_the_first(tmp_path: Path) -> None:
+    process = _holder_process(tmp_path)
+    try:
+        with pytest.raises(locks.FolderLocked, match=rf"pid {process.pid} .*test holder"):
+            with locks.hold(tmp_path, "second"):
+                pass
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_killed_holder_releases_the_folder(tmp_path: Path) -> None:
+    process = _holder_process(tmp_path)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    with locks.hold(tmp_path, "after the kill"):
+        assert f"pid {os.getpid()}" in locks.holder(tmp_path)
+
+
+def test_released_on_exit_of_the_block(tmp_path: Path) -> None:
+    with locks.hold(tmp_path, "first"):
+        pass
+    start = time.perf_counter()
+    with locks.hold(tmp_path, "again"):
+        pass
+    assert time.perf_counter() - start < 1.0
