@@ -91,7 +91,7 @@ def main() -> None:
           f", {args.classes} classes ({time.perf_counter() - start:.0f} s to extract or load); "
           f"torch threads {torch.get_num_threads()}")
 
-    config = probe.FastProbe(lrs=(0.1,), weight_decays=tuple(args.weight_decays),
+    config = probe.FastProbe(lrs=[0.1], weight_decays=list(args.weight_decays),
                              epochs=args.epochs,
                              batch_size=1024, heldout_fraction=args.heldout)
     start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""`python -m kit run [NOTEBOOK ...] --profile cpu [--set key=value ...]`, and helpers."""
+"""`python -m kit run [NOTEBOOK ...] --profile cpu [-f FILE ...] [--set a.b=value ...]`, and helpers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kit import config, runner
+from kit import params, runner
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,8 +18,12 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("notebooks", nargs="*",
                          help="file names, stems or prefixes such as 01 (default: all)")
         sub.add_argument("--profile", default="cpu", help="a folder of parameters/ (default cpu)")
+        sub.add_argument("-f", "--file", dest="files", action="append", default=[], type=Path,
+                         metavar="FILE", help="your own YAML parameters, layered after the "
+                         "profile (repeatable, later wins)")
         sub.add_argument("--set", dest="overrides", action="append", default=[],
-                         metavar="KEY=VALUE", help="override one parameter (repeatable)")
+                         metavar="KEY=VALUE", help="override one parameter, dotted for sections "
+                         "(train.lr=0.01; repeatable, applied last)")
     store = commands.add_parser(
         "store-checks", help="keep the outputs of '# NBVAL_CHECK_OUTPUT' cells of an executed "
         "copy as the references nbval compares with (tests/nbval_references/)")
@@ -29,15 +33,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stored reference outputs in {runner.store_references(args.executed)}")
         return 0
     try:
-        overrides = config.parse_overrides(args.overrides)
+        overrides = params.parse_overrides(args.overrides)
         if args.command == "check":
-            for planned in runner.plan(args.notebooks, args.profile, overrides):
+            for planned in runner.plan(args.notebooks, args.profile, args.files, overrides):
                 print(f"{planned.notebook.name}: parameters valid for profile {args.profile}")
             return 0
-    except config.ParameterError as error:
+    except params.ParameterError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    return runner.run(args.notebooks, args.profile, overrides)
+    return runner.run(args.notebooks, args.profile, args.files, overrides)
 
 
 if __name__ == "__main__":

@@ -398,3 +398,40 @@ def probe_datasets(data: DataConfig, num_classes: int) -> tuple[Dataset, Dataset
     augment = resolved_augment(data)
     plain = augmentation(augment, data.image_size, False, from_images)
     return Transformed(train, plain), Transformed(evaluation, plain)
+
+
+# ---------------------------------------------------------------------------------------------
+# Probe subsets
+# ---------------------------------------------------------------------------------------------
+
+def labels_of(dataset: Dataset) -> np.ndarray:
+    """Every label of a dataset without decoding an image (folders and CIFAR list them; the
+    synthetic world draws them)."""
+    base = dataset.base if isinstance(dataset, Transformed) else dataset
+    if isinstance(base, SyntheticWorld):
+        return np.array([base.draw(index).label for index in range(len(base))])
+    if isinstance(base, ImageList):
+        return np.array([label for _, label in base.samples])
+    if hasattr(base, "targets"):
+        return np.asarray(base.targets)
+    return np.array([int(base[index][1]) for index in range(len(base))])
+
+
+def balanced_subset(labels: np.ndarray, rows: int, seed: int) -> np.ndarray:
+    """`rows` indices drawn with a seed, as equal per class as the classes allow (a class with
+    too few images gives all it has, the others share the rest), in sorted order. Datasets on
+    disk are ordered by class, so the first N rows would hold only the first classes."""
+    rng = np.random.default_rng(seed)
+    classes = np.unique(labels)
+    pools = {c: rng.permutation(np.flatnonzero(labels == c)) for c in classes}
+    take = dict.fromkeys(classes, 0)
+    left = min(rows, len(labels))
+    while left:
+        open_classes = [c for c in classes if take[c] < len(pools[c])]
+        share, extra = divmod(left, len(open_classes))
+        lucky = set(rng.choice(open_classes, size=extra, replace=False).tolist())
+        for c in open_classes:
+            grant = min(share + (c in lucky), len(pools[c]) - take[c])
+            take[c] += grant
+            left -= grant
+    return np.sort(np.concatenate([pools[c][:take[c]] for c in classes]))

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit import train
-from kit.config import ParameterError, TrainConfig, load_train_config
+from kit.config import TrainConfig, load_train_config
+from kit.params import ParameterError
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
+from kit.probe_params import FastProbe
+
 RULES = ("paper", "heldout")
 
 
@@ -116,21 +118,6 @@ class ProbeResult:
 # ---------------------------------------------------------------------------------------------
 # fast: cached features, a grid of heads trained in one pass
 # ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class FastProbe:
-    """Minibatch SGD (Nesterov) with cosine decay on standardised features; one head per
-    (learning rate, weight decay)."""
-
-    lrs: tuple[float, ...] = (0.03, 0.1, 0.3)
-    weight_decays: tuple[float, ...] = (0.0, 1e-4)
-    epochs: int = 8
-    batch_size: int = 512
-    momentum: float = 0.9
-    heldout_fraction: float = 0.1
-    seed: int = 0
-    device: str = "cpu"
-
 
 def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastProbe = FastProbe(),
                progress: bool = True) -> ProbeResult:

@@ -8,8 +8,8 @@ when a cell fails) under `outputs/<profile>/`.
 
 from __future__ import annotations
 
-import ast
 import json
+import logging
 import sys
 import time
 from collections.abc import Mapping
@@ -22,11 +22,22 @@ import papermill
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
-from kit import config
-from kit.paths import NOTEBOOKS_DIR, OUTPUTS_DIR, PARAMETERS_DIR, REPO_ROOT
+from kit import params
+from kit.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 
 #: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
 KERNEL_NAME = "python3"
+
+
+class _InjectedNamesFilter(logging.Filter):
+    """Papermill warns for every injected name the parameters cell does not assign; here the
+    cell only names a profile and the notebook validates every injected name itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Passed unknown parameter")
+
+
+logging.getLogger("papermill").addFilter(_InjectedNamesFilter())
 
 
 @dataclass(frozen=True)
@@ -47,41 +58,31 @@ def find_notebooks(names: list[str] | None, notebooks_dir: Path = NOTEBOOKS_DIR)
                    or p.stem.startswith(Path(name).stem)]
         if len(matches) != 1:
             found = ", ".join(p.name for p in matches) or "none"
-            raise config.ParameterError(
+            raise params.ParameterError(
                 f"notebook '{name}': expected one match in {notebooks_dir}, found {found}")
         chosen.append(matches[0])
     return chosen
 
 
-def notebook_defaults(notebook: Path) -> dict[str, Any]:
-    """The values of the notebook's parameters cell, as papermill reads them."""
-    defaults = {}
-    for name, info in papermill.inspect_notebook(str(notebook)).items():
-        try:
-            defaults[name] = ast.literal_eval(info["default"])
-        except (ValueError, SyntaxError):
-            raise config.ParameterError(
-                f"{notebook}: parameters cell value of '{name}' is not a literal: "
-                f"{info['default']}") from None
-    return defaults
-
-
-def plan(names: list[str] | None, profile: str, overrides: Mapping[str, Any] | None = None,
-         notebooks_dir: Path = NOTEBOOKS_DIR, parameters_dir: Path = PARAMETERS_DIR,
-         output_root: Path = OUTPUTS_DIR) -> list[PlannedRun]:
-    """Resolve and validate every notebook's parameters; raises ParameterError before any run."""
+def plan(names: list[str] | None, profile: str, files: list[Path] | None = None,
+         overrides: Mapping[str, Any] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
+         parameters_dir: Path = PARAMETERS_DIR, output_root: Path | None = None
+         ) -> list[PlannedRun]:
+    """Resolve and validate every notebook's parameters; raises ParameterError before any run.
+    `output_root` moves the default output folder (`<output_root>/<profile>`)."""
     runs, problems = [], []
+    output_dir = None if output_root is None else str(output_root / profile)
     for notebook in find_notebooks(names, notebooks_dir):
-        output_dir = output_root / profile
         try:
-            params, _ = config.load(notebook.stem, profile, notebook_defaults(notebook),
-                                    overrides, str(output_dir), parameters_dir)
-        except config.ParameterError as error:
+            validated, _ = params.load(notebook.stem, profile, files, overrides, parameters_dir,
+                                       output_dir)
+        except params.ParameterError as error:
             problems.append(str(error))
             continue
-        runs.append(PlannedRun(notebook, output_dir / notebook.name, params.model_dump()))
+        runs.append(PlannedRun(notebook, resolve(validated.output_dir) / notebook.name,
+                               validated.model_dump()))
     if problems:
-        raise config.ParameterError("\n".join(problems))
+        raise params.ParameterError("\n".join(problems))
     return runs
 
 
@@ -94,13 +95,13 @@ def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
         kernel_name=KERNEL_NAME, cwd=str(notebooks_dir), progress_bar=False)
 
 
-def run(names: list[str] | None, profile: str, overrides: Mapping[str, Any] | None = None,
-        notebooks_dir: Path = NOTEBOOKS_DIR, parameters_dir: Path = PARAMETERS_DIR,
-        output_root: Path = OUTPUTS_DIR) -> int:
+def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
+        overrides: Mapping[str, Any] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
+        parameters_dir: Path = PARAMETERS_DIR, output_root: Path | None = None) -> int:
     """Run notebooks in order; returns a process exit code (0 when every notebook succeeded)."""
     try:
-        runs = plan(names, profile, overrides, notebooks_dir, parameters_dir, output_root)
-    except config.ParameterError as error:
+        runs = plan(names, profile, files, overrides, notebooks_dir, parameters_dir, output_root)
+    except params.ParameterError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if not runs:

@@ -2,7 +2,9 @@
 
 At a fixed budget, n models trained for budget/n each are concatenated and linearly probed
 against one model trained for the whole budget (cat1), on the pretraining distribution and on
-other tasks. Notebook 03 drives the steps below; each is resumable: finished runs (their DONE
+other tasks, beside controls (one wider model, untrained networks, direct training). Each is a
+variant of kit.timecat_params; results key on the variant's name and compare with the named
+baseline. Notebook 03 drives the steps below; each is resumable: finished runs (their DONE
 marker) are skipped, interrupted ones resume from their checkpoint, and features are cached.
 
 `python -m kit.timecat RUN.yaml [RUN.yaml ...]` trains the given runs one after another; the
@@ -11,6 +13,7 @@ notebook starts it as worker processes (or under torchrun on GPU nodes).
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -20,26 +23,31 @@ from pathlib import Path
 
 import altair as alt
 import polars as pl
+import scipy.stats
 import torch
 import yaml
 from torch.utils.data import Dataset, Subset, TensorDataset
 from tqdm import tqdm
 
-from kit import data, evidence, features, plan, probe, train
-from kit.config import TimecatParams, TrainConfig, load_train_config
+from kit import data, evidence, features, models, probe, train
+from kit.config import TrainConfig, load_train_config
+from kit.params import ParameterError
 from kit.paths import REPO_ROOT, resolve
+from kit.timecat_params import TimecatParams
 
 
 @dataclass(frozen=True)
 class Representation:
-    """One probed representation: the models concatenated for a method and replicate."""
+    """One probed representation: a variant's models in one replicate, concatenated."""
 
-    method: str  # "cat<n>" or "direct"
+    variant: str
+    kind: str
     n: int
+    width: float
     replicate: int
     iterations_per_model: int | None
     checkpoints: tuple[Path, ...]
-    task: str | None = None  # direct training: the task it was trained on
+    task: str | None = None  # direct training: the only task it is probed on
 
 
 @dataclass(frozen=True)
@@ -53,46 +61,90 @@ def runs_dir(params: TimecatParams) -> Path:
     return resolve(params.output_dir) / params.run_root
 
 
-def plan_training(params: TimecatParams) -> tuple[list[PlannedTraining], list[Representation]]:
-    """Every training run of the experiment, and the representations built from them."""
+@dataclass(frozen=True)
+class Plan:
+    """What the experiment trains, initialises and probes."""
+
+    trainings: list[PlannedTraining]
+    #: untrained networks of random-init variants, written by `initialise`
+    initial: list[TrainConfig]
+    representations: list[Representation]
+
+
+def plan(params: TimecatParams) -> Plan:
+    """Every run, untrained network and representation of the experiment. Folders are
+    rep<r>/<variant>/seed<s> (direct: rep<r>/<variant>-<task>/seed<s>)."""
     root = runs_dir(params)
-    base = params.base_train()
     runs: dict[Path, TrainConfig] = {}
+    initial: list[TrainConfig] = []
     representations = []
     for replicate in range(params.replicates):
         seeds = params.seeds(replicate)
-        for n in params.ns:
-            iterations = params.iterations_per_model(n)
-            planned = plan.time_concat(n, seeds, root / f"rep{replicate}", iterations=iterations)
-            for run in planned:
-                runs[run.output_dir] = plan.configure(run, base)
-            representations.append(Representation(
-                f"cat{n}", n, replicate, iterations,
-                tuple(run.output_dir / train.CHECKPOINT for run in planned)))
-        budget = params.iterations_per_model(params.ns[0]) * params.ns[0]
-        for task in params.tasks:
-            if not task.direct:
+        for variant in params.variants:
+            if variant.checkpoints is not None:
+                representations.append(Representation(
+                    variant.name, variant.kind, variant.n, variant.width, replicate,
+                    variant.iterations, tuple(resolve(f) for f in
+                                              variant.checkpoints[replicate])))
                 continue
-            task_data, num_classes = params.task_data(task)
-            folder = root / f"rep{replicate}" / f"direct-{task.name}" / f"seed{seeds[0]}"
-            runs[folder] = base.model_copy(update={
-                "data": task_data, "num_classes": num_classes, "seed": seeds[0],
-                "iterations": budget, "output_dir": str(folder)})
-            representations.append(Representation("direct", 1, replicate, budget,
-                                                  (folder / train.CHECKPOINT,), task.name))
+            tasks = ([params.tasks[[t.name for t in params.tasks].index(name)]
+                      for name in variant.tasks] if variant.tasks else [None])
+            for task in tasks:
+                label = variant.name if task is None else f"{variant.name}-{task.name}"
+                folders = [root / f"rep{replicate}" / label / f"seed{seed}"
+                           for seed in seeds[:variant.n]]
+                configs = [params.run_config(variant, seed, str(folder), task)
+                           for seed, folder in zip(seeds, folders)]
+                if variant.kind == "random-init":
+                    initial += configs
+                    files = tuple(folder / INITIAL for folder in folders)
+                    iterations = None
+                else:
+                    runs.update(zip(folders, configs))
+                    files = tuple(folder / train.CHECKPOINT for folder in folders)
+                    iterations = configs[0].iterations
+                representations.append(Representation(
+                    variant.name, variant.kind, variant.n, variant.width, replicate, iterations,
+                    files, None if task is None else task.name))
     configs_dir = root / "configs"
     trainings = [PlannedTraining(cfg, configs_dir / f"{folder.relative_to(root)}.yaml"
                                  .replace(os.sep, "__")) for folder, cfg in runs.items()]
-    return trainings, representations
+    return Plan(trainings, initial, representations)
 
 
-def checkpoint_representations(params: TimecatParams) -> list[Representation]:
-    """The representations of `mode: checkpoints`: existing files, probed as they are."""
-    assert params.checkpoints is not None
-    return [Representation(f"cat{n}", n, replicate, None,
-                           tuple(resolve(f) for f in sets[replicate]))
-            for n, sets in zip(params.ns, params.checkpoints)
-            for replicate in range(params.replicates)]
+#: the file holding an untrained network (random-init variants), in the kit's checkpoint format
+INITIAL = "initial.pt"
+
+
+def initialise(configs: list[TrainConfig]) -> int:
+    """Write the untrained networks of random-init variants as kit.train would start them (same
+    seed, same architecture), in the kit's checkpoint format; returns how many were written
+    (existing files are kept)."""
+    written = 0
+    for config in configs:
+        path = resolve(config.output_dir) / INITIAL
+        if path.exists():
+            continue
+        torch.manual_seed(config.seed)
+        network = models.build(config.model, config.num_classes, config.width, config.stem,
+                               config.data.image_size)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with train.atomic_write(path) as handle:
+            torch.save({"model": network.state_dict(), "config": config.model_dump()}, handle)
+        written += 1
+    return written
+
+
+def changed_runs(trainings: list[PlannedTraining]) -> list[str]:
+    """Run folders that already hold a run with other settings, and the settings that differ."""
+    changed = []
+    for planned in trainings:
+        saved = resolve(planned.config.output_dir) / "config.yaml"
+        if saved.exists():
+            differing = planned.config.differing_settings(yaml.safe_load(saved.read_text()))
+            if differing:
+                changed.append(f"{saved.parent} ({', '.join(differing)})")
+    return changed
 
 
 def is_finished(config: TrainConfig) -> bool:
@@ -100,7 +152,15 @@ def is_finished(config: TrainConfig) -> bool:
 
 
 def launch(trainings: list[PlannedTraining], params: TimecatParams) -> list[str]:
-    """Train every unfinished run (finished ones are skipped); returns what was skipped."""
+    """Train every unfinished run (finished ones are skipped); returns what was skipped. A
+    folder holding a run with other settings is refused before anything starts, never reused."""
+    changed = changed_runs(trainings)
+    if changed:
+        raise ParameterError(
+            f"{len(changed)} run folder(s) hold runs with other settings than these parameters: "
+            + "; ".join(changed[:5]) + ("; ..." if len(changed) > 5 else "")
+            + ". Keep them by choosing another run_root (e.g. --set run_root=time_concat_v2), "
+            "or delete those folders to retrain them.")
     skipped = [str(t.config.output_dir) for t in trainings if is_finished(t.config)]
     pending = [t for t in trainings if not is_finished(t.config)]
     for planned in pending:
@@ -158,24 +218,25 @@ def probe_all(representations: list[Representation], params: TimecatParams
     """Extract (cached) features of every representation on every task, probe them, and return
     one row per (representation, task, rule)."""
     cache = runs_dir(params) / "features"
-    config = probe.FastProbe(lrs=tuple(params.probe.lrs),
-                             weight_decays=tuple(params.probe.weight_decays),
-                             epochs=params.probe.epochs, batch_size=params.probe.batch_size,
-                             heldout_fraction=params.probe.heldout_fraction,
-                             device=params.device)
+    config = params.probe.model_copy(update={"device": params.device})
     rows = []
     for task in params.tasks:
         task_data, num_classes = params.task_data(task)
         train_set, eval_set = data.probe_datasets(task_data, num_classes)
-        train_set = Subset(train_set, range(min(len(train_set), params.probe_train_limit)))
+        split_name = "train"
+        if params.probe_train_rows is not None and params.probe_train_rows < len(train_set):
+            chosen = data.balanced_subset(data.labels_of(train_set), params.probe_train_rows,
+                                          seed=params.base_seed)
+            train_set = Subset(train_set, chosen.tolist())
+            split_name = f"train[balanced {len(chosen)}, seed {params.base_seed}]"
         if task_data.kind == "synthetic":  # render once, read by every representation
             train_set, eval_set = _in_memory(train_set), _in_memory(eval_set)
         described = task_data.model_dump_json()
         for rep in representations:
-            if rep.method == "direct" and rep.task != task.name:
+            if rep.task is not None and rep.task != task.name:
                 continue
             splits = []
-            for split, dataset in ((f"train[:{len(train_set)}]", train_set), ("eval", eval_set)):
+            for split, dataset in ((split_name, train_set), ("eval", eval_set)):
                 extracted = features.extract(
                     list(rep.checkpoints), dataset, described, split,
                     transform=data.resolved_augment(task_data), cache_dir=cache,
@@ -186,11 +247,13 @@ def probe_all(representations: list[Representation], params: TimecatParams
             result = probe.fast_probe(splits[0], splits[1], num_classes, config,
                                       progress=False)
             for selected in result.selected.iter_rows(named=True):
-                rows.append({"method": rep.method, "n": rep.n, "replicate": rep.replicate,
+                rows.append({"variant": rep.variant, "kind": rep.kind, "n": rep.n,
+                             "width": rep.width, "replicate": rep.replicate,
                              "iterations_per_model": rep.iterations_per_model,
                              "task": task.name, "role": task.role, "rule": selected["rule"],
                              "top1": selected["top1"], "top5": selected["top5"]})
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows, schema_overrides={"iterations_per_model": pl.Int64,
+                                                "top5": pl.Float64})
 
 
 def _in_memory(dataset: Dataset) -> TensorDataset:
@@ -198,89 +261,100 @@ def _in_memory(dataset: Dataset) -> TensorDataset:
     return TensorDataset(torch.stack(images), torch.tensor(labels))
 
 
-def method_order(results: pl.DataFrame) -> list[str]:
-    methods = results.select("method", "n").unique().sort("n")["method"].to_list()
-    return [m for m in dict.fromkeys(methods) if m != "direct"] + (
-        ["direct"] if "direct" in methods else [])
+def variant_order(results: pl.DataFrame) -> list[str]:
+    """Variants in the order the parameters list them (the order results were recorded in)."""
+    return list(dict.fromkeys(results["variant"].to_list()))
 
 
 def table3(results: pl.DataFrame, rule: str) -> pl.DataFrame:
-    """The paper's layout: one row per method, one column per task, top-1 % as mean ± std over
+    """The paper's layout: one row per variant, one column per task, top-1 % as mean ± std over
     replicates (and the number of replicates)."""
     chosen = results.filter(pl.col("rule") == rule)
-    stats = chosen.group_by("method", "task").agg(
-        (100 * pl.col("top1").mean()).alias("mean"), (100 * pl.col("top1").std()).alias("std"),
-        pl.len().alias("replicates"))
+    stats = chosen.group_by("variant", "task").agg(
+        (100 * pl.col("top1").mean()).alias("mean"), (100 * pl.col("top1").std()).alias("std"))
     cells = stats.with_columns(pl.format("{} ± {}", pl.col("mean").round(1),
                                          pl.col("std").fill_null(0).round(1)).alias("cell"))
-    wide = cells.pivot(on="task", index="method", values="cell")
-    budget = chosen.group_by("method").agg(pl.col("n").first(),
-                                           pl.col("iterations_per_model").first(),
-                                           pl.col("replicate").n_unique().alias("replicates"))
-    order = {m: i for i, m in enumerate(method_order(results))}
+    wide = cells.pivot(on="task", index="variant", values="cell")
+    budget = chosen.group_by("variant").agg(
+        pl.col("kind").first(), pl.col("n").first(), pl.col("width").first(),
+        pl.col("iterations_per_model").first(),
+        pl.col("replicate").n_unique().alias("replicates"))
+    order = {v: i for i, v in enumerate(variant_order(results))}
     tasks = list(dict.fromkeys(results["task"].to_list()))
-    return (budget.join(wide, on="method")
+    return (budget.join(wide, on="variant")
             .with_columns((pl.col("n") * pl.col("iterations_per_model")).alias("total_iterations"))
-            .sort(pl.col("method").replace_strict(order, return_dtype=pl.Int64))
-            .select("method", "iterations_per_model", "total_iterations", "replicates",
-                    *[t for t in tasks if t in wide.columns]))
+            .sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
+            .select("variant", "kind", "n", "width", "iterations_per_model", "total_iterations",
+                    "replicates", *[t for t in tasks if t in wide.columns]))
 
 
-def gains_over_cat1(results: pl.DataFrame, rule: str) -> pl.DataFrame:
-    """Per replicate, each catN's accuracy minus cat1's on every task; mean and std over
-    replicates, and whether the mean gain exceeds its spread."""
-    chosen = results.filter((pl.col("rule") == rule) & (pl.col("method") != "direct"))
-    cat1 = chosen.filter(pl.col("n") == 1).select("replicate", "task",
-                                                  pl.col("top1").alias("cat1"))
-    paired = chosen.filter(pl.col("n") > 1).join(cat1, on=["replicate", "task"])
-    return paired.group_by("method", "n", "task", "role").agg(
-        (100 * (pl.col("top1") - pl.col("cat1")).mean()).alias("gain_mean"),
-        (100 * (pl.col("top1") - pl.col("cat1")).std()).alias("gain_std"),
-        pl.len().alias("replicates"),
-    ).with_columns(
-        (pl.col("gain_mean") > pl.col("gain_std").fill_null(float("inf"))).alias("beats_cat1"),
-    ).sort("n", "task")
+def gains(results: pl.DataFrame, rule: str, baseline: str, confidence: float = 0.95
+          ) -> pl.DataFrame:
+    """Per replicate, each variant's accuracy minus the baseline variant's on every task they
+    share; the mean gain, its std and a two-sided t interval over replicates (paired), and the
+    verdict the interval supports."""
+    chosen = results.filter(pl.col("rule") == rule)
+    reference = chosen.filter(pl.col("variant") == baseline).select(
+        "replicate", "task", pl.col("top1").alias("baseline_top1"))
+    paired = chosen.filter(pl.col("variant") != baseline).join(reference,
+                                                               on=["replicate", "task"])
+    stats = paired.group_by("variant", "kind", "n", "task", "role").agg(
+        (100 * (pl.col("top1") - pl.col("baseline_top1")).mean()).alias("gain_mean"),
+        (100 * (pl.col("top1") - pl.col("baseline_top1")).std()).alias("gain_std"),
+        pl.len().alias("replicates"))
+    half = [float(scipy.stats.t.ppf(0.5 + confidence / 2, count - 1) * std / math.sqrt(count))
+            if count > 1 and std is not None else None
+            for count, std in zip(stats["replicates"], stats["gain_std"])]
+    stats = stats.with_columns(pl.Series("half_width", half, dtype=pl.Float64)).with_columns(
+        (pl.col("gain_mean") - pl.col("half_width")).alias("low"),
+        (pl.col("gain_mean") + pl.col("half_width")).alias("high"))
+    verdict = (pl.when(pl.col("half_width").is_null()).then(pl.lit("untested (one replicate)"))
+               .when(pl.col("low") > 0).then(pl.lit("better"))
+               .when(pl.col("high") < 0).then(pl.lit("worse"))
+               .otherwise(pl.lit("no clear difference")))
+    order = {v: i for i, v in enumerate(variant_order(results))}
+    return (stats.with_columns(pl.lit(baseline).alias("baseline"), verdict.alias("verdict"))
+            .drop("half_width")
+            .sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64), "task"))
 
 
 def paper_side_by_side(results: pl.DataFrame, rule: str, paper_columns: dict[str, str]
                        ) -> pl.DataFrame:
-    """The paper's Table 3 next to this run's numbers, for tasks mapped to the paper's datasets."""
+    """The paper's Table 3 next to this run's numbers, for tasks mapped to the paper's datasets
+    and variants named as the paper's methods."""
     paper = evidence.load("table3").select(
-        pl.col("method").str.replace(r" \(baseline\)", "").alias("method"),
+        pl.col("method").str.replace(r" \(baseline\)", "").alias("variant"),
         pl.col("eval_dataset").alias("paper_dataset"), pl.col("value").alias("paper_top1"))
-    mine = results.filter(pl.col("rule") == rule).group_by("method", "task").agg(
+    mine = results.filter(pl.col("rule") == rule).group_by("variant", "task").agg(
         (100 * pl.col("top1").mean()).round(2).alias("kit_top1_mean"),
         (100 * pl.col("top1").std()).round(2).alias("kit_top1_std"), pl.len().alias("replicates"))
     mapping = pl.DataFrame({"task": list(paper_columns), "paper_dataset":
                             list(paper_columns.values())}, schema={"task": pl.String,
                                                                    "paper_dataset": pl.String})
     return paper.join(mapping, on="paper_dataset", how="left").join(
-        mine, on=["method", "task"], how="left").sort("paper_dataset", "method")
+        mine, on=["variant", "task"], how="left").sort("paper_dataset", "variant")
 
 
-def summarize(results: pl.DataFrame, rule: str) -> dict[str, object]:
+def summarize(results: pl.DataFrame, rule: str, baseline: str) -> dict[str, object]:
     """Plain statements of what this run measured (also returned as numbers)."""
-    gains = gains_over_cat1(results, rule)
+    table = gains(results, rule, baseline)
     lines = []
-    for row in gains.iter_rows(named=True):
-        verdict = "beat" if row["beats_cat1"] else "did not beat"
-        spread = "n/a" if row["gain_std"] is None else f"{row['gain_std']:.1f}"
-        lines.append(f"{row['method']} {verdict} cat1 on {row['task']} ({row['role']}): "
-                     f"{row['gain_mean']:+.1f} ± {spread} points over {row['replicates']} "
-                     "replicate(s)")
-    wins = gains.group_by("method").agg(pl.col("beats_cat1").sum().alias("wins"),
-                                        pl.len().alias("tasks")).sort("method")
-    for row in wins.iter_rows(named=True):
-        lines.append(f"{row['method']} beat cat1 on {row['wins']} of {row['tasks']} tasks "
-                     f"(rule {rule})")
-    direct = results.filter((pl.col("rule") == rule) & (pl.col("method") == "direct"))
-    for row in direct.group_by("task").agg((100 * pl.col("top1").mean()).alias("top1"))\
-            .sort("task").iter_rows(named=True):
-        cat1 = results.filter((pl.col("rule") == rule) & (pl.col("method") == "cat1")
-                              & (pl.col("task") == row["task"]))["top1"].mean()
-        lines.append(f"direct training on {row['task']}: {row['top1']:.1f}% against cat1's "
-                     f"probe {100 * cat1:.1f}%")
-    return {"rule": rule, "gains": gains.to_dicts(), "wins": wins.to_dicts(), "lines": lines}
+    for row in table.iter_rows(named=True):
+        spread = ("" if row["low"] is None else
+                  f", 95% interval [{row['low']:+.1f}, {row['high']:+.1f}]")
+        lines.append(f"{row['variant']} vs {baseline} on {row['task']} ({row['role']}): "
+                     f"{row['gain_mean']:+.1f} points over {row['replicates']} replicate(s)"
+                     f"{spread}: {row['verdict']}")
+    tally = table.group_by("variant").agg(
+        (pl.col("verdict") == "better").sum().alias("better"),
+        (pl.col("verdict") == "worse").sum().alias("worse"), pl.len().alias("tasks"))
+    order = {v: i for i, v in enumerate(variant_order(results))}
+    tally = tally.sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
+    for row in tally.iter_rows(named=True):
+        lines.append(f"{row['variant']}: better than {baseline} on {row['better']} of "
+                     f"{row['tasks']} tasks, worse on {row['worse']} (rule {rule})")
+    return {"rule": rule, "baseline": baseline, "gains": table.to_dicts(),
+            "tally": tally.to_dicts(), "lines": lines}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,35 +377,37 @@ def _mean_std(results: pl.DataFrame, rule: str, by: list[str]) -> pl.DataFrame:
 
 
 def accuracy_chart(results: pl.DataFrame, rule: str) -> alt.FacetChart:
-    """Top-1 against n for every task (mean ± std over replicates); direct training as a rule."""
-    stats = _mean_std(results.filter(pl.col("method") != "direct"), rule, ["task", "n"])
-    base = alt.Chart().encode(x=alt.X("n:O", title="n models (same budget)"))
-    layers = [base.mark_line(point=True).encode(y=alt.Y("mean:Q", title="top-1 (%)",
-                                                        scale=alt.Scale(zero=False)),
-                                                tooltip=["task", "n", "mean", "std", "count"]),
-              base.mark_errorbar().encode(y=alt.Y("low:Q", title="top-1 (%)"), y2="high:Q")]
-    direct = _mean_std(results.filter(pl.col("method") == "direct"), rule, ["task"])
-    data = stats.with_columns(pl.lit("catN").alias("kind"))
-    if direct.height:
-        layers.append(alt.Chart().mark_rule(strokeDash=[4, 3], color="grey").encode(
-            y=alt.Y("direct:Q", title="top-1 (%)")))
-        data = data.join(direct.select("task", pl.col("mean").alias("direct")), on="task",
-                         how="left")
-    return alt.layer(*layers, data=data).properties(width=150, height=160).facet(
+    """Top-1 of every variant on every task (mean ± std over replicates)."""
+    stats = _mean_std(results, rule, ["task", "variant"])
+    order = variant_order(results)
+    base = alt.Chart().encode(x=alt.X("variant:N", sort=order, title=None))
+    y_title = "top-1 (%)"
+    layers = [base.mark_point(filled=True, size=50).encode(
+                  y=alt.Y("mean:Q", title=y_title, scale=alt.Scale(zero=False)),
+                  color=alt.Color("variant:N", sort=order, legend=None),
+                  tooltip=["task", "variant", "mean", "std", "count"]),
+              base.mark_errorbar().encode(y=alt.Y("low:Q", title=y_title), y2="high:Q")]
+    return alt.layer(*layers, data=stats).properties(width=150, height=160).facet(
         column=alt.Column("task:N", title=None)).resolve_scale(y="independent")
 
 
 def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
-    """In distribution vs in the mixture vs unseen: mean over the tasks of each role."""
-    per_task = results.filter((pl.col("rule") == rule) & (pl.col("method") != "direct"))
-    per_role = per_task.group_by("role", "n", "replicate").agg(pl.col("top1").mean())
-    stats = _mean_std(per_role.with_columns(pl.lit(rule).alias("rule")), rule, ["role", "n"])
+    """In distribution vs in the mixture vs unseen: mean over the tasks of each role, for the
+    variants probed on every task."""
+    tasks = results["task"].n_unique()
+    everywhere = results.group_by("variant").agg(pl.col("task").n_unique().alias("tasks"))\
+        .filter(pl.col("tasks") == tasks)["variant"]
+    per_task = results.filter((pl.col("rule") == rule) & pl.col("variant").is_in(everywhere))
+    per_role = per_task.group_by("role", "variant", "replicate").agg(pl.col("top1").mean())
+    stats = _mean_std(per_role.with_columns(pl.lit(rule).alias("rule")), rule,
+                      ["role", "variant"])
     title = "mean top-1 over the role's tasks (%)"
-    base = alt.Chart(stats).encode(x=alt.X("n:O", title="models concatenated"),
+    order = [v for v in variant_order(results) if v in set(everywhere)]
+    base = alt.Chart(stats).encode(x=alt.X("variant:N", sort=order, title=None),
                                    color=alt.Color("role:N", title="task role"))
     line = base.mark_line(point=True).encode(
-        y=alt.Y("mean:Q", title=title, scale=alt.Scale(zero=False)),
-        tooltip=["role", "n", "mean", "std"])
+        y=alt.Y("mean:Q", title=title, scale=alt.Scale(zero=False)), detail="role:N",
+        tooltip=["role", "variant", "mean", "std"])
     bars = base.mark_errorbar().encode(y=alt.Y("low:Q", title=title), y2="high:Q")
     return (line + bars).properties(width=320, height=220)
 

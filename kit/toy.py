@@ -15,7 +15,7 @@ as one batched tensor program, so a sweep over mixtures and seeds takes seconds 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 import altair as alt
 import numpy as np
@@ -23,6 +23,8 @@ import polars as pl
 import torch
 from scipy.optimize import linprog
 from tqdm import tqdm
+
+from kit.toy_params import SparseTraining
 
 FEATURES = ("phi1", "phi2")
 POINT_NAMES = ("A", "B", "C", "D")
@@ -133,22 +135,6 @@ def mixture_is_linearly_separable() -> bool:
 # ---------------------------------------------------------------------------------------------
 # Sampling and training
 # ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SparseTraining:
-    """Hyper-parameters of the sparse (weight-decayed, large-step SGD) toy training."""
-
-    n_train: int = 512
-    noise: float = 0.1
-    lr: float = 0.5
-    weight_decay: float = 0.01
-    steps: int = 3000
-    batch_size: int = 32
-    init_scale: float = 0.1
-    keep_threshold: float = 0.05
-    probe_samples: int = 512
-    probe_steps: int = 300
-
 
 def sample(weights: torch.Tensor, n: int, noise: float, generator: torch.Generator
            ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -359,7 +345,7 @@ def sparsity_sweep(weight_decays: list[float], share: float, replicates: int,
     weights = weights.repeat_interleave(replicates, dim=0)
     rows = []
     for weight_decay in weight_decays:
-        models = train_sparse(weights, replace(config, weight_decay=weight_decay), seed)
+        models = train_sparse(weights, config.model_copy(update={"weight_decay": weight_decay}), seed)
         for r, label in enumerate(kept_label(models.kept)):
             rows.append({"weight_decay": weight_decay,
                          "dominant": COMPONENT_NAMES[r // replicates], "kept": label})
@@ -527,8 +513,3 @@ def interactive_panel(config: SparseTraining, seed: int, replicates: int = 8):
 
     button.on_click(train_clicked)
     return widgets.VBox([widgets.HBox(sliders[:2]), widgets.HBox(sliders[2:]), button, output])
-
-
-def training_config(params: object) -> SparseTraining:
-    """The SparseTraining fields taken from validated notebook parameters."""
-    return SparseTraining(**{f.name: getattr(params, f.name) for f in fields(SparseTraining)})

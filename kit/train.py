@@ -39,7 +39,8 @@ from tqdm import tqdm
 
 from kit import data as kit_data
 from kit import models
-from kit.config import ParameterError, TrainConfig, load_train_config
+from kit.config import TrainConfig, load_train_config
+from kit.params import ParameterError
 from kit.paths import resolve
 
 #: AlgoPerf's self-tuning submissions warm up over a share of 0.75 x step_hint (REFERENCE.md)
@@ -50,8 +51,6 @@ METRICS = "metrics.jsonl"
 METRICS_SCHEMA = {"step": pl.Int64, "epoch": pl.Int64, "loss": pl.Float64, "lr": pl.Float64,
                   "images_per_s": pl.Float64, "eval_accuracy": pl.Float64,
                   "eval_loss": pl.Float64}
-#: keys that may change between a run and its resumption without changing what it computes
-OPERATIONAL_KEYS = {"num_workers", "log_every", "device", "compile", "output_dir"}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -273,9 +272,7 @@ def _keep_metrics_until(path: Path, step: int) -> None:
 
 
 def _check_same_run(saved: dict[str, Any], cfg: TrainConfig, where: Path) -> None:
-    current = cfg.model_dump()
-    differing = sorted(key for key in current.keys() | saved.keys()
-                       if key not in OPERATIONAL_KEYS and current.get(key) != saved.get(key))
+    differing = cfg.differing_settings(saved)
     if differing:
         raise ParameterError(f"{where}: holds a run with different settings "
                              f"({', '.join(differing)}); use another output_dir or restore "

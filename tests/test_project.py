@@ -8,7 +8,7 @@ import tomllib
 import nbformat
 import yaml
 
-from kit import config, runner
+from kit import params, runner
 from kit.paths import REPO_ROOT
 
 
@@ -49,7 +49,7 @@ def test_notebooks_are_committed_clean_with_references_for_checked_cells() -> No
         notebook = nbformat.read(path, as_version=4)
         tagged = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(tagged) == 1, f"{path.name}: needs exactly one cell tagged 'parameters'"
-        assert path.stem in config.SCHEMAS, f"{path.name}: no schema in kit.config.SCHEMAS"
+        assert path.stem in params.SCHEMAS, f"{path.name}: no schema in kit.params.SCHEMAS"
         code = [cell for cell in notebook.cells if cell.cell_type == "code"]
         assert all(not c.outputs and c.execution_count is None for c in code), path.name
         runner.with_references(notebook, path.stem)  # fills the checked cells in place
@@ -58,6 +58,13 @@ def test_notebooks_are_committed_clean_with_references_for_checked_cells() -> No
                 assert cell.outputs, f"{path.name}: checked cell {cell.id} has no reference"
 
 
-def test_notebook_defaults_are_valid() -> None:
+def test_parameters_cells_name_only_a_profile_and_it_resolves() -> None:
+    """A notebook's parameters cell is an interactive session's choice of profile, never a set
+    of defaults that could leak into a profile run."""
     for path in runner.find_notebooks(None):
-        config.from_namespace(path.stem, runner.notebook_defaults(path))
+        cell = next(c for c in nbformat.read(path, as_version=4).cells
+                    if "parameters" in c.metadata.get("tags", []))
+        namespace: dict = {"In": [cell.source]}
+        exec(cell.source, namespace)
+        assert params.parameter_names([cell.source]) == ["profile"], path.name
+        assert params.from_notebook(path.stem, namespace).profile == "interactive"

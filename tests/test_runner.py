@@ -8,8 +8,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 
-from kit import config, runner
+from kit import params, runner
 from kit.paths import NOTEBOOKS_DIR, PARAMETERS_DIR
 
 
@@ -30,8 +31,8 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path
     notebooks.mkdir()
     (parameters / "mini").mkdir(parents=True)
     (parameters / "base.yaml").write_text("chart_formats: [svg]\n")
-    monkeypatch.setitem(config.SCHEMAS, "01_ok", config.NotebookParams)
-    monkeypatch.setitem(config.SCHEMAS, "02_fails", config.NotebookParams)
+    monkeypatch.setitem(params.SCHEMAS, "01_ok", "kit.params:NotebookParams")
+    monkeypatch.setitem(params.SCHEMAS, "02_fails", "kit.params:NotebookParams")
     write_notebook(notebooks / "01_ok.ipynb", "print('formats are', chart_formats)")
     write_notebook(notebooks / "02_fails.ipynb", "x = 1", "raise RuntimeError('boom in cell')",
                    "print('never reached')")
@@ -63,15 +64,8 @@ def test_notebooks_are_found_by_prefix_stem_or_name(workspace) -> None:
     folder = workspace["notebooks_dir"]
     assert [p.name for p in runner.find_notebooks(["02"], folder)] == ["02_fails.ipynb"]
     assert [p.name for p in runner.find_notebooks(["01_ok.ipynb"], folder)] == ["01_ok.ipynb"]
-    with pytest.raises(config.ParameterError, match="expected one match"):
+    with pytest.raises(params.ParameterError, match="expected one match"):
         runner.find_notebooks(["0"], folder)
-
-
-def test_command_line_overrides_are_parsed_as_yaml() -> None:
-    assert config.parse_overrides(["lr=0.25", "shares=[0.5, 0.7]"]) == {
-        "lr": 0.25, "shares": [0.5, 0.7]}
-    with pytest.raises(config.ParameterError, match="key=value"):
-        config.parse_overrides(["lr"])
 
 
 def papermill_cli(output: Path, yaml_text: str) -> subprocess.CompletedProcess:
@@ -91,8 +85,23 @@ def test_plain_papermill_with_a_parameter_file_runs(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "toy_summary.json").exists()
 
 
-def test_plain_papermill_refuses_a_mistyped_parameter_in_the_notebook(tmp_path: Path) -> None:
-    result = papermill_cli(tmp_path / "bad.ipynb", f"output_dir: {tmp_path}\nlr: '0.1'\n")
+@pytest.mark.parametrize("bad, named", [("lr: '0.1'", "'lr'"),
+                                        ("no_such_key_qq: 1", "'no_such_key_qq'")])
+def test_plain_papermill_refuses_bad_or_unknown_parameters_in_the_notebook(
+        tmp_path: Path, bad: str, named: str) -> None:
+    result = papermill_cli(tmp_path / "bad.ipynb", f"output_dir: {tmp_path}\n{bad}\n")
     assert result.returncode != 0
-    assert "ParameterError" in result.stderr and "'lr'" in result.stderr
+    assert "ParameterError" in result.stderr and named in result.stderr
     assert not (tmp_path / "toy_runs.parquet").exists()
+
+
+def test_a_saved_parameter_file_replays_where_its_profile_says(tmp_path: Path) -> None:
+    (planned,) = runner.plan(["02"], "ci", overrides={"output_dir": str(tmp_path / "ci")})
+    saved = tmp_path / "02.parameters.yaml"
+    saved.write_text(yaml.safe_dump(planned.parameters))
+    result = subprocess.run(
+        [sys.executable, "-m", "papermill", str(NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"),
+         str(tmp_path / "replayed.ipynb"), "-f", str(saved), "-k", "python3"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "ci" / "evidence_summary.json").exists()

@@ -1,4 +1,5 @@
-"""Notebook 03 and kit.timecat: plans, profile pre-flight checks, resumption, the results table."""
+"""Notebook 03 and kit.timecat: plans, profiles that resolve to what they promise, variants,
+resumption and run identity, the results tables."""
 
 from __future__ import annotations
 
@@ -6,48 +7,32 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
+from PIL import Image
 
-from kit import config, runner, timecat, train
-from kit.config import TimecatParams
+from kit import data, params, runner, timecat, train
+from kit.timecat_params import SCALE_TRAIN_KEYS, TimecatParams
 
 NOTEBOOK = "03_time_concat"
+GPU_PROFILES = ("gpu-1x", "paper-8xh100", "paper-checkpoints")
+
+
+def planned(profile: str, **overrides) -> tuple[TimecatParams, dict[str, str]]:
+    loaded, sources = params.load(NOTEBOOK, profile, overrides=overrides or None)
+    assert isinstance(loaded, TimecatParams)
+    return loaded, sources
 
 
 def planned_params(profile: str, **overrides) -> TimecatParams:
-    (planned,) = runner.plan([NOTEBOOK], profile, overrides or None)
-    return TimecatParams(**planned.parameters)
-
-
-def test_plan_splits_the_budget_and_names_folders_by_n_and_seed() -> None:
-    params = planned_params("ci")
-    trainings, representations = timecat.plan_training(params)
-    for rep in representations:
-        if rep.method.startswith("cat"):
-            assert len(rep.checkpoints) == rep.n
-            assert rep.n * rep.iterations_per_model == params.total_iterations
-            assert all(f"cat{rep.n}" in str(p) and f"rep{rep.replicate}" in str(p)
-                       for p in rep.checkpoints)
-    direct = [r for r in representations if r.method == "direct"]
-    assert {r.task for r in direct} == {t.name for t in params.tasks if t.direct}
-    seeds = {(t.config.output_dir, t.config.seed) for t in trainings}
-    assert len(seeds) == len(trainings)  # one folder per run
-    assert {t.config.seed for t in trainings} == {0, 1, 1000, 1001}
-
-
-def test_paper_budgets_and_seeds(monkeypatch, fake_data: Path) -> None:
-    params = planned_params("paper-8xh100")
-    trainings, representations = timecat.plan_training(params)
-    budgets = {r.method: (r.iterations_per_model, len(r.checkpoints)) for r in representations}
-    assert budgets == {"cat1": (450_000, 1), "cat2": (200_000, 2), "cat4": (100_000, 4),
-                       "cat5": (80_000, 5)}
-    assert sorted({t.config.seed for t in trainings}) == [2, 23, 477, 550, 8529]
+    return planned(profile, **overrides)[0]
 
 
 @pytest.fixture()
 def fake_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The on-disk layout each kind expects (empty files: pre-flight opens no image)."""
+    """The on-disk layout each kind expects (empty files: pre-flight opens no image), and the
+    released checkpoints' file names."""
     for folder in ("imagenet/train/n01440764", "imagenet/val/n01440764", "inat18",
                    "cifar100/cifar-100-python", "cifar10/cifar-10-batches-py"):
         (tmp_path / folder).mkdir(parents=True)
@@ -56,79 +41,189 @@ def fake_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                  "cifar100/cifar-100-python/train", "cifar100/cifar-100-python/test",
                  "cifar100/cifar-100-python/meta", "cifar10/cifar-10-batches-py/test_batch",
                  "cifar10/cifar-10-batches-py/batches.meta",
-                 *[f"cifar10/cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)]):
+                 *[f"cifar10/cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)],
+                 *[f"released/cat{n}/seed{s}.pt" for n, seeds in
+                   ((1, [2]), (2, [2, 550]), (4, [2, 550, 23, 477]),
+                    (5, [2, 550, 23, 477, 8529])) for s in seeds]):
+        (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / file).write_text("")
     monkeypatch.setenv("TIMECAT_DATA", str(tmp_path))
+    monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(tmp_path / "released"))
     return tmp_path
 
 
-@pytest.mark.parametrize("profile", ["gpu-1x", "paper-8xh100"])
-def test_gpu_profiles_pass_preflight_on_a_fake_layout(fake_data: Path, profile: str) -> None:
-    params = planned_params(profile)
-    assert params.mode == "train" and params.device == "cuda"
+def test_plan_splits_the_budget_and_names_folders_by_variant_and_seed() -> None:
+    loaded = planned_params("ci")
+    experiment = timecat.plan(loaded)
+    for rep in experiment.representations:
+        assert len(rep.checkpoints) == rep.n
+        assert all(f"rep{rep.replicate}" in str(p) for p in rep.checkpoints)
+        if rep.kind == "time-concat":
+            assert rep.n * rep.iterations_per_model == loaded.total_iterations
+            assert all(p.parent.parent.name == rep.variant for p in rep.checkpoints)
+    direct = [r for r in experiment.representations if r.kind == "direct"]
+    assert {r.task for r in direct} == {"shape"}
+    assert {r.iterations_per_model for r in direct} == {loaded.total_iterations}
+    random = [r for r in experiment.representations if r.kind == "random-init"]
+    assert len(experiment.initial) == sum(r.n for r in random) > 0
+    folders = [t.config.output_dir for t in experiment.trainings]
+    assert len(set(folders)) == len(folders)  # one folder per run
+    assert {t.config.seed for t in experiment.trainings} == {0, 1, 1000, 1001}
 
 
-def test_paper_checkpoints_profile_passes_preflight_with_the_files(fake_data: Path,
-                                                                  tmp_path: Path,
-                                                                  monkeypatch) -> None:
-    monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(tmp_path / "released"))
-    with pytest.raises(config.ParameterError, match=r"checkpoints: 12 file\(s\) not found"):
+def test_paper_budgets_and_seeds(fake_data: Path) -> None:
+    experiment = timecat.plan(planned_params("paper-8xh100"))
+    budgets = {r.variant: (r.iterations_per_model, len(r.checkpoints))
+               for r in experiment.representations}
+    assert budgets == {"cat1": (450_000, 1), "cat2": (200_000, 2), "cat4": (100_000, 4),
+                       "cat5": (80_000, 5)}
+    assert sorted({t.config.seed for t in experiment.trainings}) == [2, 23, 477, 550, 8529]
+
+
+@pytest.mark.parametrize("profile", GPU_PROFILES)
+def test_gpu_profiles_resolve_to_full_data_and_their_own_scale(fake_data: Path,
+                                                               profile: str) -> None:
+    """No value sized for a 2-core CPU reaches a GPU profile: probes read every training row
+    (so every class), and every scale-dependent value comes from a GPU profile's own files."""
+    loaded, sources = planned(profile)
+    assert loaded.probe_train_rows is None
+    assert loaded.device == "cuda" and loaded.feature_dtype == "float16"
+    scale_keys = ["feature_batch_size", "feature_dtype", "device", "probe", "launch"]
+    if any(v.trained for v in loaded.variants):
+        assert loaded.train is not None and loaded.train.device == "cuda"
+        scale_keys += [f"train.{key}" for key in SCALE_TRAIN_KEYS]
+    for key in scale_keys:
+        where = sources.get(key) or next(v for k, v in sources.items() if k.startswith(key))
+        assert any(f"/parameters/{gpu}/" in where for gpu in GPU_PROFILES), (key, where)
+    experiment = timecat.plan(loaded)
+    assert experiment.representations
+
+
+def test_paper_checkpoints_probes_the_released_files(fake_data: Path) -> None:
+    experiment = timecat.plan(planned_params("paper-checkpoints"))
+    assert not experiment.trainings and not experiment.initial
+    assert [len(r.checkpoints) for r in experiment.representations] == [1, 2, 4, 5]
+    (fake_data / "released" / "cat5" / "seed8529.pt").unlink()
+    with pytest.raises(params.ParameterError, match=r"1 checkpoint file\(s\) not found.*8529"):
         planned_params("paper-checkpoints")
-    for n, seeds in ((1, [2]), (2, [2, 550]), (4, [2, 550, 23, 477]),
-                     (5, [2, 550, 23, 477, 8529])):
-        (tmp_path / "released" / f"cat{n}").mkdir(parents=True)
-        for seed in seeds:
-            (tmp_path / "released" / f"cat{n}" / f"seed{seed}.pt").write_text("")
-    params = planned_params("paper-checkpoints")
-    assert [len(r.checkpoints) for r in timecat.checkpoint_representations(params)] == [1, 2, 4, 5]
 
 
 @pytest.mark.parametrize("profile", ["gpu-1x", "paper-8xh100"])
 def test_missing_data_is_refused_naming_the_file_and_path(tmp_path: Path, monkeypatch,
                                                           profile: str) -> None:
     monkeypatch.setenv("TIMECAT_DATA", str(tmp_path / "nowhere"))
-    with pytest.raises(config.ParameterError) as error:
+    with pytest.raises(params.ParameterError) as error:
         planned_params(profile)
     message = str(error.value)
     assert f"{profile}/{NOTEBOOK}.yaml" in message and "nowhere" in message
 
 
+def test_a_profile_must_set_its_scale_keys(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text("")
+    (tmp_path / "mine").mkdir()
+    cpu = (Path(runner.PARAMETERS_DIR) / "cpu" / f"{NOTEBOOK}.yaml").read_text()
+    (tmp_path / "mine" / f"{NOTEBOOK}.yaml").write_text(
+        cpu.replace("  num_workers: 0\n", "").replace("  checkpoint_every: 60\n", ""))
+    with pytest.raises(params.ParameterError, match="train: set num_workers, checkpoint_every"):
+        params.load(NOTEBOOK, "mine", parameters_dir=tmp_path)
+
+
+def test_balanced_subset_covers_every_class_of_a_class_ordered_folder(tmp_path: Path) -> None:
+    for c in range(5):
+        folder = tmp_path / "train" / f"class{c}"
+        folder.mkdir(parents=True)
+        for i in range(6 + 3 * c):  # unequal class sizes, stored class by class
+            Image.new("RGB", (4, 4), (c, i, 0)).save(folder / f"{i}.png")
+    listed = data.image_folder(tmp_path, "train")
+    labels = data.labels_of(listed)
+    assert list(labels) == sorted(labels)  # the first N rows would be the first classes
+    chosen = data.balanced_subset(labels, 20, seed=0)
+    counts = np.bincount(labels[chosen], minlength=5)
+    assert counts.tolist() == [4, 4, 4, 4, 4] and len(set(chosen)) == 20
+    assert (data.balanced_subset(labels, 20, seed=0) == chosen).all()
+    assert not (data.balanced_subset(labels, 20, seed=1) == chosen).all()
+    scarce = data.balanced_subset(labels, 40, seed=0)  # class 0 has 6 images: all of them
+    assert np.bincount(labels[scarce]).tolist()[0] == 6 and len(scarce) == 40
+
+
 @pytest.mark.parametrize("overrides, message", [
     ({"total_iterations": 41}, "total_iterations: 41 does not split into 2 equal runs"),
     ({"replicats": 3}, "unknown parameter 'replicats'"),
-    ({"ns": [2, 1]}, "ns"),
-    ({"iterations": [10]}, "one positive count per n"),
+    ({"baseline": "cat9"}, "baseline: 'cat9' is not a variant"),
+    ({"variants": [{"name": "w", "kind": "wide", "n": 2}]}, "one model"),
+    ({"variants": [{"name": "d", "kind": "direct", "tasks": ["nope"]}], "baseline": "d"},
+     "unknown task"),
     ({"tasks": [{"name": "x", "role": "unseen"}]}, "exactly one of data or components"),
-    ({"train": {"model": "resnet10"}}, "train"),
+    ({"train": {"model": "resnet11"}}, "train.model"),
 ])
 def test_bad_profiles_are_refused_before_anything_trains(overrides, message: str) -> None:
-    with pytest.raises(config.ParameterError, match=message):
+    with pytest.raises(params.ParameterError, match=message):
         planned_params("ci", **overrides)
 
 
-def test_notebook_03_table_and_rerun_skips_finished_runs(notebook_outputs, capsys) -> None:
+def fake_results(variants: dict[str, list[float]]) -> pl.DataFrame:
+    """Results of several variants over replicates on one task (top-1 per replicate)."""
+    return pl.DataFrame([
+        {"variant": name, "kind": "time-concat", "n": 1 if name != "cat4" else 4, "width": 1.0,
+         "replicate": r, "iterations_per_model": 100, "task": "t", "role": "unseen",
+         "rule": "heldout", "top1": top1, "top5": None}
+        for name, values in variants.items() for r, top1 in enumerate(values)])
+
+
+def test_a_control_with_n_1_does_not_change_the_baseline_or_its_gains() -> None:
+    plain = fake_results({"cat1": [0.5, 0.6], "cat4": [0.6, 0.7]})
+    controlled = fake_results({"cat1": [0.5, 0.6], "wide1": [0.9, 0.9], "cat4": [0.6, 0.7]})
+    gain = timecat.gains(plain, "heldout", "cat1")
+    gain_with_control = timecat.gains(controlled, "heldout", "cat1")
+    assert gain.row(0, named=True) == gain_with_control.filter(
+        pl.col("variant") == "cat4").row(0, named=True)
+    assert gain["gain_mean"][0] == pytest.approx(10.0)
+    table = timecat.table3(controlled, "heldout")
+    assert table["variant"].to_list() == ["cat1", "wide1", "cat4"]
+    assert table.filter(pl.col("variant") == "cat1")["replicates"][0] == 2
+
+
+def test_verdict_needs_an_interval_that_excludes_zero() -> None:
+    steady = fake_results({"cat1": [0.50, 0.60, 0.55], "cat4": [0.52, 0.62, 0.57]})
+    noisy = fake_results({"cat1": [0.50, 0.60, 0.55], "cat4": [0.60, 0.55, 0.56]})
+    single = fake_results({"cat1": [0.5], "cat4": [0.9]})
+    assert timecat.gains(steady, "heldout", "cat1")["verdict"][0] == "better"
+    assert timecat.gains(noisy, "heldout", "cat1")["verdict"][0] == "no clear difference"
+    assert timecat.gains(single, "heldout", "cat1")["verdict"][0].startswith("untested")
+
+
+def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook_outputs
+                                                                         ) -> None:
     folder = notebook_outputs(NOTEBOOK, "time_concat_summary.json")
-    params = planned_params("ci", output_dir=str(folder))
+    loaded = planned_params("ci", output_dir=str(folder))
     table = pl.read_parquet(folder / "time_concat_table3.parquet")
-    tasks = [task.name for task in params.tasks]
-    assert table["method"].to_list() == [f"cat{n}" for n in params.ns] + ["direct"]
-    assert table.columns == ["method", "iterations_per_model", "total_iterations", "replicates",
-                             *tasks]
-    assert (table.filter(pl.col("method") != "direct")["replicates"] == params.replicates).all()
+    tasks = [task.name for task in loaded.tasks]
+    assert table["variant"].to_list() == [v.name for v in loaded.variants]
+    assert table.columns[:7] == ["variant", "kind", "n", "width", "iterations_per_model",
+                                 "total_iterations", "replicates"]
+    assert table.columns[7:] == tasks
+    assert (table["replicates"] == loaded.replicates).all()
     results = pl.read_parquet(folder / "time_concat_results.parquet")
     assert results["top1"].is_between(0, 1).all()
     assert set(results["rule"]) == {"paper", "heldout"}
-    spread = results.group_by("method", "task", "rule").agg(pl.col("top1").std())
-    assert spread.filter(pl.col("method") != "direct")["top1"].null_count() == 0  # >1 replicate
+    spread = results.group_by("variant", "task", "rule").agg(pl.col("top1").std())
+    assert spread["top1"].null_count() == 0  # more than one replicate everywhere
     summary = json.loads((folder / "time_concat_summary.json").read_text())
-    assert summary["rule"] == params.probe_rule and summary["lines"]
+    assert summary["rule"] == loaded.probe_rule and summary["baseline"] == loaded.baseline
+    assert summary["lines"]
 
-    trainings, _ = timecat.plan_training(params)
-    assert all(timecat.is_finished(t.config) for t in trainings)
-    stamps = {t.config.output_dir: os.stat(Path(t.config.output_dir) / train.CHECKPOINT).st_mtime_ns
-              for t in trainings}
-    skipped = timecat.launch(trainings, params)
-    assert len(skipped) == len(trainings)
-    assert stamps == {t.config.output_dir:
-                      os.stat(Path(t.config.output_dir) / train.CHECKPOINT).st_mtime_ns
-                      for t in trainings}
+    experiment = timecat.plan(loaded)
+    assert all(timecat.is_finished(t.config) for t in experiment.trainings)
+    stamps = {t.config.output_dir: os.stat(Path(t.config.output_dir) / train.CHECKPOINT)
+              .st_mtime_ns for t in experiment.trainings}
+    skipped = timecat.launch(experiment.trainings, loaded)
+    assert len(skipped) == len(experiment.trainings)
+    assert stamps == {t.config.output_dir: os.stat(Path(t.config.output_dir) /
+                                                   train.CHECKPOINT).st_mtime_ns
+                      for t in experiment.trainings}
+    for changed, key in (({"total_iterations": 80}, "iterations"),
+                         ({"train": {"lr": 0.01}}, "lr")):
+        other = planned_params("ci", output_dir=str(folder), **changed)
+        with pytest.raises(params.ParameterError, match=rf"hold runs with other settings.*"
+                                                        rf"seed0 \({key}\)"):
+            timecat.launch(timecat.plan(other).trainings, other)

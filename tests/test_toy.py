@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kit import runner, toy
-from kit.config import ToyParams
+from kit.toy_params import ToyParams
 
 FAST = toy.SparseTraining(steps=1500, probe_samples=1024, probe_steps=200)
 
@@ -108,7 +108,7 @@ def test_one_feature_proportion_matches_what_notebook_01_reports(notebook_output
                                for name in ("runs", "direct", "concat")))
     (planned,) = runner.plan(["01"], "ci")
     params = ToyParams(**planned.parameters)
-    runs, _ = toy.mixture_sweep(params.shares, params.replicates, toy.training_config(params),
+    runs, _ = toy.mixture_sweep(params.shares, params.replicates, params,
                                 params.seed)
     measured = runs["kept"].is_in(["phi1", "phi2"]).mean()
     assert measured == pytest.approx(reported["one_feature_fraction"], abs=0.1)

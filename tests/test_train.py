@@ -19,7 +19,8 @@ import torch
 import yaml
 
 from kit import data, models, plan, train
-from kit.config import ParameterError, TrainConfig, load_train_config
+from kit.config import TrainConfig, load_train_config
+from kit.params import ParameterError
 from kit.paths import REPO_ROOT
 
 SUBPROCESS_ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}

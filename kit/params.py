@@ -1,0 +1,292 @@
+"""Layered, validated parameters: one engine for notebooks and training runs.
+
+A notebook's parameters come from files, later winning, deep-merged section by section:
+`parameters/base.yaml`, then its profile (`parameters/<profile>/profile.yaml` and
+`parameters/<profile>/<notebook>.yaml`, after the profile it `extends:`, if any), then the user's
+own files (`python -m kit run -f FILE`), then `--set a.b.c=value`. Inside a notebook, values that
+papermill injects (`-p`, `-f`) are one more layer on top of the profile they name. The notebook's
+parameters cell only names the profile of an interactive session: no value of an interactive
+session can leak into a profile run.
+
+Every value remembers the file (or command line) it came from, so a refusal names the file and the
+dotted key before any compute starts. Schemas are strict: YAML 1.1 reads `1e-3` as a string, and a
+string is never silently taken for a number. This module does not import torch, so checking
+parameters (`python -m kit check`) is fast.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import difflib
+import importlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kit.paths import PARAMETERS_DIR
+
+#: a profile file may name the profile it builds on
+EXTENDS = "extends"
+#: notebook (file stem) -> "module:Schema", imported on demand
+SCHEMAS = {
+    "01_toy_counterexample": "kit.toy_params:ToyParams",
+    "02_surveyed_evidence": "kit.params:NotebookParams",
+    "03_time_concat": "kit.timecat_params:TimecatParams",
+}
+
+
+class ParameterError(ValueError):
+    """Bad parameters, with the file and key that hold them."""
+
+
+class Strict(BaseModel):
+    """No unknown keys, no string taken for a number, no mutation after validation."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class NotebookParams(Strict):
+    """Keys every notebook takes (notebook 02 takes only these)."""
+
+    profile: str = Field(min_length=1)
+    output_dir: str = Field(min_length=1)
+    chart_formats: list[Literal["png", "svg", "html"]] = Field(
+        default_factory=lambda: ["png", "svg", "html"])
+
+
+Sources = dict[str, str]  # dotted key -> the file or command line that set it
+#: what parameters are made of (papermill injects literals)
+PLAIN_VALUES = (str, int, float, bool, list, dict, type(None))
+#: IPython's input and output history, in every kernel's namespace
+KERNEL_HISTORY = ("In", "Out")
+
+
+def schema_for(notebook: str) -> type[NotebookParams]:
+    try:
+        module, name = SCHEMAS[notebook].split(":")
+    except KeyError:
+        raise ParameterError(f"notebook '{notebook}' has no parameter schema in "
+                             f"kit.params.SCHEMAS (known: {', '.join(sorted(SCHEMAS))})") from None
+    return getattr(importlib.import_module(module), name)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A parameter file as a mapping; an empty file is an empty mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise ParameterError(f"{path}: parameter file not found")
+    try:
+        content = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ParameterError(f"{path}: not valid YAML: {error}") from None
+    if content is None:
+        return {}
+    if not isinstance(content, dict):
+        raise ParameterError(f"{path}: expected a mapping of parameter names to values, "
+                             f"got {type(content).__name__}")
+    return content
+
+
+def merge(values: dict[str, Any], sources: Sources, layer: Mapping[str, Any], source: str,
+          prefix: str = "") -> None:
+    """Deep-merge `layer` into `values` in place, dict by dict (lists and scalars are replaced
+    whole), recording `source` for every key it sets."""
+    for key, value in layer.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            if not isinstance(values.get(key), dict):
+                values[key] = {}
+            merge(values[key], sources, value, source, f"{dotted}.")
+        else:
+            values[key] = copy.deepcopy(value)
+        sources[dotted] = source
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`a.b.c=value` pairs from the command line as one nested layer; values are read as YAML
+    (`lr=0.25`, `ns=[1,2]`)."""
+    nested: dict[str, Any] = {}
+    for item in items:
+        dotted, sep, text = item.partition("=")
+        if not sep or not dotted.strip():
+            raise ParameterError(f"command line: expected key=value, got '{item}'")
+        *parents, leaf = dotted.strip().split(".")
+        section = nested
+        for part in parents:
+            section = section.setdefault(part, {})
+            if not isinstance(section, dict):
+                raise ParameterError(f"command line: '{dotted}': '{part}' is set as a value and "
+                                     "as a section")
+        section[leaf] = yaml.safe_load(text)
+    return nested
+
+
+def profile_files(notebook: str, profile: str, parameters_dir: Path = PARAMETERS_DIR
+                  ) -> list[tuple[Path, dict[str, Any]]]:
+    """The files of a profile (after those of the profile it extends), read, in layering order."""
+    chain: list[str] = []
+    name: str | None = profile
+    while name is not None:
+        folder = parameters_dir / name
+        if not folder.is_dir():
+            known = sorted(p.name for p in parameters_dir.iterdir() if p.is_dir())
+            asked = f" (extended by profile '{chain[-1]}')" if chain else ""
+            raise ParameterError(f"{folder}: unknown profile '{name}'{asked} "
+                                 f"(known: {', '.join(known)})")
+        if name in chain:
+            raise ParameterError(f"{folder}: profiles extend each other in a loop: "
+                                 f"{' -> '.join(chain + [name])}")
+        chain.append(name)
+        head = folder / "profile.yaml"
+        name = read_yaml(head).get(EXTENDS) if head.exists() else None
+    layers = []
+    for name in reversed(chain):
+        for path in (parameters_dir / name / "profile.yaml",
+                     parameters_dir / name / f"{notebook}.yaml"):
+            if path.exists():
+                content = read_yaml(path)
+                content.pop(EXTENDS, None)
+                layers.append((path, content))
+    return layers
+
+
+def resolve_layers(notebook: str, profile: str, files: list[Path] | None = None,
+                   overrides: Mapping[str, Any] | None = None,
+                   parameters_dir: Path = PARAMETERS_DIR, output_dir: str | None = None
+                   ) -> tuple[dict[str, Any], Sources]:
+    """The merged (not yet validated) values of a notebook under a profile, and their sources;
+    the output folder defaults to `output_dir`, else outputs/<profile>."""
+    values: dict[str, Any] = {}
+    sources: Sources = {}
+    merge(values, sources, {"profile": profile,
+                            "output_dir": output_dir or f"outputs/{profile}"},
+          f"the profile name '{profile}'")
+    base = parameters_dir / "base.yaml"
+    layers = ([(base, read_yaml(base))] if base.exists() else [])
+    layers += profile_files(notebook, profile, parameters_dir)
+    layers += [(Path(f), read_yaml(Path(f))) for f in files or []]
+    for path, content in layers:
+        merge(values, sources, content, str(path))
+    if overrides:
+        merge(values, sources, overrides, "the command line")
+    return values, sources
+
+
+def validate(notebook: str, values: Mapping[str, Any], sources: Sources) -> NotebookParams:
+    """Validate merged values against the notebook's schema, naming file and key on error."""
+    schema = schema_for(notebook)
+    try:
+        return schema(**values)
+    except ValidationError as error:
+        raise ParameterError(describe_errors(f"invalid parameters for notebook {notebook}:",
+                                             schema, error, sources, "the merged parameters")
+                             ) from None
+
+
+def load(notebook: str, profile: str, files: list[Path] | None = None,
+         overrides: Mapping[str, Any] | None = None, parameters_dir: Path = PARAMETERS_DIR,
+         output_dir: str | None = None) -> tuple[NotebookParams, Sources]:
+    """Layer and validate a notebook's parameters for a profile. Returns them and their sources."""
+    values, sources = resolve_layers(notebook, profile, files, overrides, parameters_dir,
+                                     output_dir)
+    return validate(notebook, values, sources), sources
+
+
+def from_notebook(notebook: str, namespace: Mapping[str, Any],
+                  parameters_dir: Path = PARAMETERS_DIR) -> NotebookParams:
+    """The parameters of a running notebook: its profile (from the parameters cell or injected)
+    resolved from parameters/, with every other value papermill injected merged on top. An
+    injected name the schema does not know is refused (papermill itself only warns). The names
+    are those assigned by the cells that start with '# parameters' in the kernel's history, or,
+    where the kernel keeps none, every plain value of the namespace (call this in the first cell
+    after the parameters)."""
+    names = parameter_names(namespace.get("In") or []) or [
+        name for name, value in namespace.items()  # a kernel that keeps no history (nbval)
+        if not name.startswith("_") and name not in KERNEL_HISTORY
+        and isinstance(value, PLAIN_VALUES)]
+    injected = {name: namespace[name] for name in names if name in namespace}
+    source = "the notebook's parameters (its parameters cell or papermill's injected cell)"
+    profile = injected.pop("profile", None)
+    if not isinstance(profile, str) or not profile:
+        raise ParameterError(f"{source}: 'profile' must name a folder of parameters/, "
+                             f"got {profile!r}")
+    values, sources = resolve_layers(notebook, profile, parameters_dir=parameters_dir)
+    merge(values, sources, injected, source)
+    return validate(notebook, values, sources)
+
+
+def parameter_names(history: list[str]) -> list[str]:
+    """Names assigned by the cells a kernel ran that start with a '# parameters' comment: the
+    notebook's parameters cell and papermill's injected '# Parameters' cell."""
+    names: list[str] = []
+    for source in history:
+        if not source.lstrip().lower().startswith("# parameters"):
+            continue
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        names += [target.id for node in tree.body if isinstance(node, ast.Assign)
+                  for target in node.targets if isinstance(target, ast.Name)]
+    return list(dict.fromkeys(names))
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def describe_errors(header: str, schema: type[BaseModel], error: ValidationError,
+                    sources: Mapping[str, str], default_source: str) -> str:
+    """One line per problem naming its source and dotted key (nested sections included)."""
+    lines = [header]
+    for problem in error.errors():
+        loc = [str(part) for part in problem["loc"]]
+        key = ".".join(loc)
+        where = next((sources[".".join(loc[:n])] for n in range(len(loc), 0, -1)
+                      if ".".join(loc[:n]) in sources), default_source)
+        value = problem.get("input")
+        if problem["type"] == "extra_forbidden":
+            known = sorted(_section_schema(schema, loc[:-1]).model_fields)
+            close = difflib.get_close_matches(loc[-1], known, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            lines.append(f"  {where}: unknown parameter '{key}'{hint} (known: {', '.join(known)})")
+        elif problem["type"] == "missing":
+            lines.append(f"  {where}: parameter '{key}' is missing")
+        elif problem["type"] == "value_error":
+            message = problem["msg"].removeprefix("Value error, ")
+            if not key:  # a check across keys names its key first ("total_iterations: ...")
+                where = sources.get(message.split(":", 1)[0], where)
+            prefix = f"{key}." if key else ""
+            lines.append(f"  {where}: parameter {prefix}{message}")
+        else:
+            hint = ""
+            if isinstance(value, str) and _looks_numeric(value):
+                hint = (" (YAML reads numbers like 1e-3 as strings: write 1.0e-3, "
+                        "or drop the quotes)")
+            lines.append(f"  {where}: parameter '{key}': {problem['msg']}, got {value!r}{hint}")
+    return "\n".join(lines)
+
+
+def _section_schema(schema: type[BaseModel], loc: list[str]) -> type[BaseModel]:
+    """The model class of a nested section, following field annotations (lists by index)."""
+    for part in loc:
+        if part.isdigit() or part not in schema.model_fields:
+            continue
+        annotation = schema.model_fields[part].annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        for candidate in candidates:
+            inner = getattr(candidate, "__args__", (candidate,))
+            found = next((c for c in inner if isinstance(c, type) and issubclass(c, BaseModel)),
+                         None)
+            if found is not None:
+                schema = found
+                break
+    return schema

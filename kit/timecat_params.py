@@ -1,0 +1,250 @@
+"""Notebook 03's parameters: the time-concat experiment as typed variants (no torch).
+
+A *variant* is one kind of representation probed in every replicate: n models concatenated, and
+how they are made (time-concat runs sharing a budget, one wider model, untrained networks, direct
+training on a task, or existing checkpoints). Tables, gains and charts key on the variant's name,
+and the comparison's baseline is named (`baseline: cat1`), never inferred from n: a new control is
+one more entry in `variants`.
+
+Values whose right size depends on the machine and data (probe rows, feature batch, dtype,
+workers, evaluation and checkpoint intervals, devices) have no small default: they default to the
+full-data value or must be set by each profile.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from kit.config import ComponentConfig, DataConfig, RunSettings, TrainConfig
+from kit.params import NotebookParams, Strict
+from kit.paths import resolve
+from kit.probe_params import FastProbe
+
+#: training settings whose right value depends on scale: each profile must give them
+SCALE_TRAIN_KEYS = ("device", "num_workers", "eval_every", "checkpoint_every", "log_every")
+#: variant kinds whose models are trained by the notebook (unless checkpoints are given)
+TRAINED_KINDS = ("time-concat", "wide", "direct")
+
+
+class ProbeTask(Strict):
+    """A dataset the representations are probed on, and its role in the paper's comparison:
+    either its own `data` (with `num_classes`), or, in the synthetic world, the pretraining
+    world with `components` (lists of cues) as its mixture."""
+
+    name: str = Field(min_length=1)
+    role: Literal["in-distribution", "in-mixture", "unseen"]
+    data: DataConfig | None = None
+    num_classes: int | None = Field(default=None, ge=2)
+    components: list[list[str]] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ProbeTask:
+        if (self.data is None) == (self.components is None):
+            raise ValueError(f"tasks: {self.name} needs exactly one of data or components")
+        if self.data is not None and self.num_classes is None:
+            raise ValueError(f"tasks: {self.name} has its own data and needs num_classes")
+        for cues in self.components or []:
+            ComponentConfig(weight=1.0, cues=cues)
+        return self
+
+
+class Variant(Strict):
+    """One representation per replicate: `n` models concatenated in seed order.
+
+    kinds: `time-concat` (n runs of budget/n iterations; cat1 is n=1), `wide` (one model of
+    `width` times train.width, Table 2's resnet50w2 control), `random-init` (n untrained networks:
+    what the architecture gives without learning), `direct` (one model per task in `tasks`,
+    trained on that task alone with the budget, probed on it only). With `checkpoints` (per
+    replicate, n files) the variant is probed from those files and nothing is trained."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.+-]+$")
+    kind: Literal["time-concat", "wide", "random-init", "direct"]
+    n: int = Field(default=1, ge=1)
+    width: float = Field(default=1.0, gt=0.0)
+    #: iterations per model (default: the budget split in n)
+    iterations: int | None = Field(default=None, ge=1)
+    tasks: list[str] | None = None
+    checkpoints: list[list[str]] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Variant:
+        where = f"variants: {self.name}"
+        if self.kind in ("wide", "direct") and self.n != 1:
+            raise ValueError(f"{where}: a {self.kind} variant is one model (n: 1)")
+        if (self.kind == "direct") != (self.tasks is not None):
+            raise ValueError(f"{where}: give tasks exactly for kind direct")
+        if self.kind == "random-init" and self.iterations is not None:
+            raise ValueError(f"{where}: random-init networks are untrained (no iterations)")
+        if self.kind == "direct" and self.checkpoints is not None:
+            raise ValueError(f"{where}: direct variants are trained, not loaded")
+        if any(len(files) != self.n for files in self.checkpoints or []):
+            raise ValueError(f"{where}: every replicate's checkpoint list needs n={self.n} files")
+        return self
+
+    @property
+    def trained(self) -> bool:
+        return self.kind in TRAINED_KINDS and self.checkpoints is None
+
+
+class LaunchParams(Strict):
+    """How training runs start: in this process, as `parallel` worker processes, or torchrun."""
+
+    kind: Literal["inline", "subprocess", "torchrun"]
+    parallel: int = Field(default=1, ge=1)
+    nproc_per_node: int = Field(default=1, ge=1)
+
+
+class TimecatParams(NotebookParams):
+    """Notebook 03: variants of a representation at a fixed budget, probed on every task."""
+
+    #: runs, logs and feature caches; relative paths are inside output_dir
+    run_root: str = Field(default="time_concat", min_length=1)
+    base_seed: int = Field(default=0, ge=0)
+    replicates: int = Field(ge=1)
+    seed_sets: list[list[int]] | None = None
+    #: the budget in iterations that each trained variant shares (per model: budget / n)
+    total_iterations: int | None = Field(default=None, ge=1)
+    variants: list[Variant] = Field(min_length=1)
+    #: the variant every other one is compared with, by name
+    baseline: str = Field(min_length=1)
+    train: RunSettings | None = None
+    tasks: list[ProbeTask] = Field(min_length=1)
+    probe: FastProbe
+    #: training rows per task for the probes: None = every row; else a seeded, class-balanced
+    #: subset of that size
+    probe_train_rows: int | None = Field(default=None, ge=16)
+    probe_rule: Literal["paper", "heldout"] = "heldout"
+    feature_batch_size: int = Field(ge=1)
+    feature_dtype: Literal["float16", "float32"]
+    device: str = Field(min_length=1)
+    launch: LaunchParams
+    paper_columns: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TimecatParams:
+        names = [variant.name for variant in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"variants: names must be unique, got {names}")
+        if self.baseline not in names:
+            raise ValueError(f"baseline: '{self.baseline}' is not a variant ({', '.join(names)})")
+        task_names = [task.name for task in self.tasks]
+        if len(set(task_names)) != len(task_names):
+            raise ValueError(f"tasks: names must be unique, got {task_names}")
+        for variant in self.variants:
+            unknown = sorted(set(variant.tasks or []) - set(task_names))
+            if unknown:
+                raise ValueError(f"variants: {variant.name} trains on unknown task(s) "
+                                 f"{', '.join(unknown)} (tasks: {', '.join(task_names)})")
+            if variant.checkpoints is not None and len(variant.checkpoints) < self.replicates:
+                raise ValueError(f"variants: {variant.name} lists checkpoints for "
+                                 f"{len(variant.checkpoints)} of {self.replicates} replicates")
+        most = max(variant.n for variant in self.variants)
+        if self.seed_sets is not None:
+            if len(self.seed_sets) < self.replicates:
+                raise ValueError(f"seed_sets: {len(self.seed_sets)} sets for "
+                                 f"{self.replicates} replicates")
+            for seeds in self.seed_sets:
+                if len(set(seeds)) < most:
+                    raise ValueError(f"seed_sets: {seeds} has fewer than {most} distinct seeds")
+        self._check_training()
+        self._check_inputs()
+        return self
+
+    def _check_training(self) -> None:
+        trained = [variant for variant in self.variants if variant.trained
+                   or variant.kind == "random-init"]
+        if not trained:
+            return
+        if self.train is None:
+            raise ValueError(f"train: variant(s) {', '.join(v.name for v in trained)} are "
+                             "trained here and need the training settings")
+        unset = [key for key in SCALE_TRAIN_KEYS if key not in self.train.model_fields_set]
+        if unset:
+            raise ValueError(f"train: set {', '.join(unset)} for this profile (their right "
+                             "value depends on the machine and the data, so there is no default)")
+        for variant in trained:
+            if variant.kind == "random-init":
+                continue
+            self.iterations_for(variant)  # raises when the budget does not split
+        if self.train.data.kind != "synthetic" and any(t.components for t in self.tasks):
+            raise ValueError("tasks: components describe the synthetic world, but pretraining "
+                             f"reads {self.train.data.kind}")
+        self._check_data({"train": [self.train.data]})
+
+    def _check_inputs(self) -> None:
+        loaded = [variant for variant in self.variants if variant.checkpoints is not None]
+        missing = [f for variant in loaded for files in variant.checkpoints[:self.replicates]
+                   for f in files if not resolve(f).is_file()]
+        if missing:
+            raise ValueError(f"variants: {len(missing)} checkpoint file(s) not found: "
+                             f"{', '.join(missing[:5])}")
+        if any(task.components for task in self.tasks) and self.train is None:
+            raise ValueError("tasks: components describe the synthetic world of the train "
+                             "section, which is not given")
+        self._check_data({"tasks": [self.task_data(task)[0] for task in self.tasks]})
+
+    def budget(self) -> int:
+        """Total iterations each trained variant spends: total_iterations, or the baseline's."""
+        if self.total_iterations is not None:
+            return self.total_iterations
+        baseline = self.variant(self.baseline)
+        if baseline.iterations is None:
+            raise ValueError("total_iterations: give the budget, or iterations for the baseline "
+                             f"variant {baseline.name}")
+        return baseline.n * baseline.iterations
+
+    def iterations_for(self, variant: Variant) -> int:
+        """Iterations per model of a trained variant."""
+        if variant.iterations is not None:
+            return variant.iterations
+        budget = self.budget()
+        if budget % variant.n:
+            raise ValueError(f"total_iterations: {budget} does not split into {variant.n} equal "
+                             f"runs for variant {variant.name}; give its iterations explicitly")
+        return budget // variant.n
+
+    def variant(self, name: str) -> Variant:
+        return next(variant for variant in self.variants if variant.name == name)
+
+    def run_config(self, variant: Variant, seed: int, output_dir: str,
+                   task: ProbeTask | None = None) -> TrainConfig:
+        """The full configuration of one model of a variant (trained or initialised)."""
+        assert self.train is not None
+        settings = self.train.model_dump()
+        settings["width"] = self.train.width * variant.width
+        if task is not None:
+            task_data, num_classes = self.task_data(task)
+            settings |= {"data": task_data.model_dump(), "num_classes": num_classes}
+        iterations = 1 if variant.kind == "random-init" else self.iterations_for(variant)
+        return TrainConfig(**settings, seed=seed, iterations=iterations, output_dir=output_dir)
+
+    def task_data(self, task: ProbeTask) -> tuple[DataConfig, int]:
+        """A task's data and class count (a synthetic task is the pretraining world with the
+        task's components, equally weighted)."""
+        if task.data is not None:
+            assert task.num_classes is not None
+            return task.data, task.num_classes
+        assert self.train is not None and self.train.data.synthetic is not None
+        assert task.components is not None
+        world = self.train.data.synthetic.model_copy(update={"components": [
+            ComponentConfig(weight=1.0, cues=cues) for cues in task.components]})
+        return self.train.data.model_copy(update={"synthetic": world}), self.train.num_classes
+
+    def seeds(self, replicate: int) -> list[int]:
+        """The seed set of a replicate: given, or base_seed + 1000 * replicate + 0, 1, 2, ..."""
+        if self.seed_sets is not None:
+            return self.seed_sets[replicate]
+        most = max(variant.n for variant in self.variants)
+        return [self.base_seed + 1000 * replicate + i for i in range(most)]
+
+    @staticmethod
+    def _check_data(configs: dict[str, list[DataConfig]]) -> None:
+        """Every data root exists with its kind's layout (the first key with a problem)."""
+        from kit.preflight import preflight
+
+        for key, datas in configs.items():
+            problems = [problem for data in datas for problem in preflight(data)]
+            if problems:
+                raise ValueError(f"{key}: " + "; ".join(dict.fromkeys(problems)))

@@ -1,0 +1,183 @@
+"""Parameter layering and validation: profiles merge section by section, users add their own files
+and dotted overrides, and bad input is refused naming the file and the (dotted) key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kit import params, runner
+
+NOTEBOOK = "01_toy_counterexample"
+
+
+@pytest.fixture()
+def parameters_dir(tmp_path: Path) -> Path:
+    (tmp_path / "base.yaml").write_text("chart_formats: [png]\n")
+    (tmp_path / "mini").mkdir()
+    (tmp_path / "mini" / "profile.yaml").write_text("")
+    return tmp_path
+
+
+def load(parameters_dir: Path, notebook_yaml: str, overrides=None, files=None):
+    (parameters_dir / "mini" / f"{NOTEBOOK}.yaml").write_text(notebook_yaml)
+    return params.load(NOTEBOOK, "mini", files, overrides, parameters_dir=parameters_dir)
+
+
+def test_layers_later_wins_and_sources_are_tracked(parameters_dir: Path, tmp_path: Path) -> None:
+    (parameters_dir / "mini" / "profile.yaml").write_text("seed: 3\nsteps: 10\nnoise: 0.2\n")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("noise: 0.3\nreplicates: 5\n")
+    loaded, sources = load(parameters_dir, "steps: 20\n", params.parse_overrides(["lr=0.25"]),
+                           [mine])
+    assert (loaded.seed, loaded.steps, loaded.noise, loaded.replicates, loaded.lr) == (
+        3, 20, 0.3, 5, 0.25)
+    assert sources["seed"].endswith("mini/profile.yaml")
+    assert sources["steps"].endswith(f"mini/{NOTEBOOK}.yaml")
+    assert sources["noise"] == str(mine)
+    assert sources["lr"] == "the command line"
+    assert loaded.profile == "mini" and loaded.output_dir == "outputs/mini"
+    assert loaded.n_train == 512  # the schema's default: one home for it
+
+
+def test_user_files_apply_in_order_after_the_profile(parameters_dir: Path, tmp_path: Path) -> None:
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("seed: 1\nsteps: 11\n")
+    second.write_text("seed: 2\n")
+    loaded, sources = load(parameters_dir, "seed: 9\nsteps: 9\n", files=[first, second])
+    assert (loaded.seed, loaded.steps) == (2, 11)
+    assert sources["seed"] == str(second)
+
+
+def test_deep_merge_replaces_leaves_and_lists_keeps_the_rest() -> None:
+    values: dict = {"train": {"lr": 0.1, "data": {"kind": "synthetic", "image_size": 24}},
+                    "ns": [1, 2]}
+    sources: dict = {}
+    params.merge(values, sources, {"train": {"data": {"image_size": 16}}, "ns": [4]}, "f.yaml")
+    assert values == {"train": {"lr": 0.1, "data": {"kind": "synthetic", "image_size": 16}},
+                      "ns": [4]}
+    assert sources == {"train": "f.yaml", "train.data": "f.yaml",
+                       "train.data.image_size": "f.yaml", "ns": "f.yaml"}
+
+
+def test_dotted_overrides_nest_and_read_values_as_yaml() -> None:
+    assert params.parse_overrides(["train.lr=0.25", "train.data.image_size=32",
+                                   "ns=[1, 2]"]) == {
+        "train": {"lr": 0.25, "data": {"image_size": 32}}, "ns": [1, 2]}
+    with pytest.raises(params.ParameterError, match="key=value"):
+        params.parse_overrides(["lr"])
+    with pytest.raises(params.ParameterError, match="as a value and as a section"):
+        params.parse_overrides(["train=1", "train.lr=2"])
+
+
+def test_profiles_extend_each_other(parameters_dir: Path) -> None:
+    (parameters_dir / "big").mkdir()
+    (parameters_dir / "big" / "profile.yaml").write_text("seed: 7\n")
+    (parameters_dir / "big" / f"{NOTEBOOK}.yaml").write_text("steps: 70\nnoise: 0.3\n")
+    (parameters_dir / "mini" / "profile.yaml").write_text("extends: big\n")
+    loaded, sources = load(parameters_dir, "steps: 5\n")
+    assert (loaded.seed, loaded.steps, loaded.noise, loaded.profile) == (7, 5, 0.3, "mini")
+    assert sources["noise"].endswith(f"big/{NOTEBOOK}.yaml")
+    (parameters_dir / "big" / "profile.yaml").write_text("extends: mini\n")
+    with pytest.raises(params.ParameterError, match="in a loop: mini -> big -> mini"):
+        load(parameters_dir, "")
+    (parameters_dir / "big" / "profile.yaml").write_text("extends: nothing\n")
+    with pytest.raises(params.ParameterError, match="unknown profile 'nothing'.*extended by"):
+        load(parameters_dir, "")
+
+
+def test_unknown_key_is_refused_with_file_key_and_suggestion(parameters_dir: Path) -> None:
+    with pytest.raises(params.ParameterError) as error:
+        load(parameters_dir, "weight_decai: 0.1\n")
+    message = str(error.value)
+    assert f"mini/{NOTEBOOK}.yaml" in message
+    assert "unknown parameter 'weight_decai'" in message
+    assert "did you mean 'weight_decay'" in message
+
+
+def test_yaml_string_number_is_refused_with_hint(parameters_dir: Path) -> None:
+    with pytest.raises(params.ParameterError) as error:
+        load(parameters_dir, "lr: 1e-3\n")  # YAML 1.1: a string
+    message = str(error.value)
+    assert f"mini/{NOTEBOOK}.yaml" in message and "'lr'" in message
+    assert "'1e-3'" in message and "1.0e-3" in message
+
+
+def test_nested_typos_and_strings_name_the_dotted_key() -> None:
+    with pytest.raises(params.ParameterError) as error:
+        runner.plan(["03"], "ci", overrides=params.parse_overrides(
+            ["train.lrr=0.1", "train.data.synthetic.noise=1e-3"]))
+    message = str(error.value)
+    assert "the command line: unknown parameter 'train.lrr'; did you mean 'lr'?" in message
+    assert "'train.data.synthetic.noise'" in message and "1.0e-3" in message
+
+
+@pytest.mark.parametrize("text, key", [
+    ("steps: 0\n", "steps"),
+    ("noise: -0.1\n", "noise"),
+    ("replicates: 2.5\n", "replicates"),
+    ("shares: [0.1, 0.7]\n", "shares"),
+    ("concat_sizes: [1, 64]\n", "concat_sizes"),
+    ("batch_size: 100000\n", "batch_size"),
+    ("seed: true\n", "seed"),
+    ("chart_formats: [jpg]\n", "chart_formats"),
+])
+def test_wrong_types_and_ranges_are_refused(parameters_dir: Path, text: str, key: str) -> None:
+    with pytest.raises(params.ParameterError) as error:
+        load(parameters_dir, text)
+    assert key in str(error.value)
+
+
+def test_unknown_profile_lists_known_ones(parameters_dir: Path) -> None:
+    with pytest.raises(params.ParameterError, match="unknown profile 'gpu'.*mini"):
+        params.load(NOTEBOOK, "gpu", parameters_dir=parameters_dir)
+
+
+def test_non_mapping_broken_and_missing_files_are_refused(parameters_dir: Path,
+                                                          tmp_path: Path) -> None:
+    with pytest.raises(params.ParameterError, match="expected a mapping"):
+        load(parameters_dir, "- 1\n- 2\n")
+    with pytest.raises(params.ParameterError, match="not valid YAML"):
+        load(parameters_dir, "steps: [1, 2\n")
+    with pytest.raises(params.ParameterError, match="mine.yaml: parameter file not found"):
+        load(parameters_dir, "", files=[tmp_path / "mine.yaml"])
+
+
+def test_a_notebook_resolves_its_profile_and_refuses_unknown_injected_names(
+        parameters_dir: Path) -> None:
+    (parameters_dir / "mini" / f"{NOTEBOOK}.yaml").write_text("steps: 20\n")
+    history = ['# parameters\nprofile = "mini"', "x = 1",
+               '# Parameters\nlr = 0.25\nno_such_key_qq = 1\n']
+    namespace = {"In": history, "profile": "mini", "lr": 0.25, "no_such_key_qq": 1, "x": 1}
+    with pytest.raises(params.ParameterError) as error:
+        params.from_notebook(NOTEBOOK, namespace, parameters_dir)
+    assert "injected cell): unknown parameter 'no_such_key_qq'" in str(error.value)
+    history[2] = "# Parameters\nlr = 0.25\n"
+    loaded = params.from_notebook(NOTEBOOK, namespace, parameters_dir)
+    assert (loaded.steps, loaded.lr, loaded.profile) == (20, 0.25, "mini")  # x is no parameter
+    without_history = {"profile": "mini", "lr": 0.5, "params": params, "_private": 3,
+                       "In": [], "Out": {}}
+    assert params.from_notebook(NOTEBOOK, without_history, parameters_dir).lr == 0.5
+    with pytest.raises(params.ParameterError, match="unknown parameter 'x'"):
+        params.from_notebook(NOTEBOOK, without_history | {"x": 1}, parameters_dir)
+
+
+def test_every_shipped_cpu_profile_is_valid_for_every_notebook() -> None:
+    for profile in ("cpu", "ci", "interactive"):
+        assert runner.plan(None, profile)
+
+
+def test_notebook_without_schema_is_refused() -> None:
+    with pytest.raises(params.ParameterError, match="no parameter schema"):
+        params.schema_for("99_unknown")
+
+
+def test_checking_parameters_does_not_import_torch() -> None:
+    """`python -m kit check` stays fast: the engine and every schema are free of torch."""
+    code = ("import sys; from kit import runner; runner.plan(None, 'ci'); "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
