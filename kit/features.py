@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from kit import models
 from kit.config import TrainConfig
+from kit.prefetch import DeviceBatches
 
 DTYPES = {"float16": np.float16, "float32": np.float32}
 
@@ -144,14 +145,14 @@ def extract(checkpoints: Sequence[Path], dataset: Dataset, dataset_id: str, spli
     for index, (backbone, width) in enumerate(zip(backbones, widths)):
         backbone.to(target, memory_format=torch.channels_last)
         row = shard.start
-        for images, batch_labels in tqdm(loader, desc=f"features {index + 1}/{len(backbones)}",
-                                         disable=not progress or rank != 0):
-            images = images.to(target, non_blocking=True, memory_format=torch.channels_last)
+        for images, batch_labels in tqdm(DeviceBatches(loader, target, torch.channels_last),
+                                         desc=f"features {index + 1}/{len(backbones)}",
+                                         total=len(loader), disable=not progress or rank != 0):
             with torch.no_grad(), torch.autocast(target.type, torch.bfloat16, enabled=use_bf16):
                 batch = backbone.features(images).float().cpu().numpy()
             features[row:row + len(batch), column:column + width] = batch
             if index == 0:
-                labels[row - shard.start:row - shard.start + len(batch)] = batch_labels.numpy()
+                labels[row - shard.start:row - shard.start + len(batch)] = batch_labels.cpu().numpy()
             row += len(batch)
         backbone.cpu()
         column += width

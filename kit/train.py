@@ -22,7 +22,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from kit import data as kit_data
 from kit import models
+from kit.prefetch import DeviceBatches
 from kit.config import ParameterError, TrainConfig, load_train_config
 from kit.paths import resolve
 
@@ -124,11 +125,9 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.process.device.type, dtype=self.autocast_dtype)
 
-    def to_device(self, images: torch.Tensor, labels: torch.Tensor
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        device = self.process.device
-        return (images.to(device, non_blocking=True, memory_format=self.memory_format),
-                labels.to(device, non_blocking=True))
+    def on_device(self, loader: Iterable) -> DeviceBatches:
+        """A loader's uint8 batches as normalised images on this rank's device."""
+        return DeviceBatches(loader, self.process.device, self.memory_format)
 
     def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
         """One optimizer step; the loss stays on the device (no host synchronisation)."""
@@ -156,7 +155,7 @@ class Trainer:
                 None if bad == torch.iinfo(torch.int64).max else bad)
 
     @contextlib.contextmanager
-    def evaluation_point(self, recalibration: Iterator) -> Iterator[None]:
+    def evaluation_point(self, recalibration: Iterable) -> Iterator[None]:
         """Weights at x (schedule-free's average), BN statistics recomputed there, eval mode."""
         self.optimizer.eval()
         if self.cfg.bn_recalibration_batches > 0:
@@ -169,7 +168,7 @@ class Trainer:
             self.optimizer.train()
 
     @torch.no_grad()
-    def recalibrate_batchnorm(self, batches: Iterator) -> None:
+    def recalibrate_batchnorm(self, batches: Iterable) -> None:
         """BN running statistics as the plain average over fixed batches, in train mode at the
         current weights; ranks average their statistics so that replicas stay identical."""
         norms = [m for m in self.module.modules() if isinstance(m, _BatchNorm)]
@@ -179,8 +178,8 @@ class Trainer:
             norm.momentum = None  # cumulative average
         self.module.train()
         with self.autocast():
-            for images, labels in batches:
-                self.module(self.to_device(images, labels)[0])
+            for images, _ in self.on_device(batches):
+                self.module(images)
         for norm, momentum in zip(norms, momenta):
             norm.momentum = momentum
             if self.process.world_size > 1:
@@ -189,12 +188,11 @@ class Trainer:
                     statistic /= self.process.world_size
 
     @torch.no_grad()
-    def evaluate(self, batches: Iterator) -> tuple[float, float]:
+    def evaluate(self, batches: Iterable) -> tuple[float, float]:
         """Top-1 accuracy and cross-entropy over the evaluation split (all ranks)."""
         device = self.process.device
         totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss, count
-        for images, labels in batches:
-            images, labels = self.to_device(images, labels)
+        for images, labels in self.on_device(batches):
             with self.autocast():
                 logits = self.module(images)
             logits = logits.float()
@@ -326,7 +324,7 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
     last_saved = step if checkpoint_path.exists() else None
 
     run_data.order.set_position(epoch, batch_in_epoch)
-    batches = iter(run_data.train)
+    batches = iter(trainer.on_device(run_data.train))
     progress = tqdm(total=cfg.iterations, initial=step, desc=out.name, unit="step",
                     disable=None if process.main else True)  # None: only on a terminal
     window_steps, window_start = 0, time.perf_counter()
@@ -336,9 +334,9 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
         except StopIteration:
             epoch, batch_in_epoch = epoch + 1, 0
             run_data.order.set_position(epoch, 0)
-            batches = iter(run_data.train)
+            batches = iter(trainer.on_device(run_data.train))
             continue
-        trainer.step(*trainer.to_device(images, labels))
+        trainer.step(images, labels)
         step, batch_in_epoch, window_steps = step + 1, batch_in_epoch + 1, window_steps + 1
         final = step == cfg.iterations
         evaluate = final or (cfg.eval_every > 0 and step % cfg.eval_every == 0)

@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from kit import data, models, plan, train
+from kit import data, models, plan, prefetch, train
 from kit.config import ParameterError, TrainConfig, load_train_config
 from kit.paths import REPO_ROOT
 
@@ -151,7 +151,8 @@ def test_batchnorm_recalibration_at_x_is_needed_and_sufficient(tmp_path: Path) -
     model.load_state_dict(fresh["model"])
     run_data = data.build(cfg.data, cfg.num_classes, cfg.seed, 128, 0, 1, 0, 0, False)
     with torch.no_grad():
-        correct = sum((model.train()(x).argmax(1) == y).sum().item() for x, y in run_data.eval)
+        correct = sum((model.train()(x).argmax(1) == y).sum().item()
+                      for x, y in prefetch.DeviceBatches(run_data.eval, torch.device("cpu")))
     assert fresh_eval["eval_accuracy"] == pytest.approx(correct / run_data.num_eval, abs=0.03)
 
 
