@@ -251,6 +251,9 @@ class TrainConfig(_Strict):
     num_classes: int = Field(ge=2)
     data: DataConfig
     batch_size: int = Field(ge=1)
+    #: images per forward pass; each micro-batch has its own BatchNorm statistics and gradients
+    #: accumulate over the global batch (None: the whole per-rank batch at once)
+    micro_batch: int | None = Field(default=None, ge=1)
     iterations: int = Field(ge=1)
     step_hint: int | None = Field(default=None, ge=1)
     lr: float = Field(default=0.0025, gt=0.0)
@@ -277,6 +280,9 @@ class TrainConfig(_Strict):
     def _consistent(self) -> TrainConfig:
         if not all(0.0 <= beta < 1.0 for beta in self.betas):
             raise ValueError(f"betas: {self.betas} must lie in [0, 1)")
+        if self.micro_batch is not None and self.batch_size % self.micro_batch:
+            raise ValueError(f"micro_batch: {self.micro_batch} does not divide batch_size "
+                             f"{self.batch_size}")
         return self
 
 

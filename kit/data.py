@@ -295,12 +295,20 @@ class Samples(Dataset):
 
 class ResumableOrder(Sampler[Key]):
     """This rank's share of each epoch's shuffled order (DistributedSampler's), as keys, starting
-    after the batches a resumed run has already consumed."""
+    after the batches a resumed run has already consumed.
 
-    def __init__(self, size: int, rank: int, world_size: int, seed: int, local_batch: int) -> None:
+    Rank r holds the global batch's positions r, r + W, r + 2W, ... (W ranks). Within each local
+    batch, micro-batch j gathers every M-th of them from the j-th (M micro-batches), so it holds
+    the global positions congruent to j W + r modulo W M: the global batch splits into the same
+    BatchNorm groups for any number of ranks with the same number of groups W M."""
+
+    def __init__(self, size: int, rank: int, world_size: int, seed: int, local_batch: int,
+                 micro_batches: int = 1) -> None:
         self.shard = DistributedSampler(range(size), num_replicas=world_size, rank=rank,
                                         shuffle=True, seed=seed, drop_last=True)
         self.local_batch = local_batch
+        self.micro_order = [k for j in range(micro_batches)
+                            for k in range(j, local_batch, micro_batches)]
         self.epoch, self.skip = 0, 0
 
     def set_position(self, epoch: int, batches_done: int) -> None:
@@ -311,9 +319,14 @@ class ResumableOrder(Sampler[Key]):
         return len(self.shard) // self.local_batch
 
     def __iter__(self) -> Iterator[Key]:
+        batch: list[int] = []
         for position, index in enumerate(self.shard):
             if position >= self.skip:
-                yield self.epoch, index
+                batch.append(index)
+            if len(batch) == self.local_batch:
+                yield from ((self.epoch, batch[k]) for k in self.micro_order)
+                batch = []
+        yield from ((self.epoch, index) for index in batch)  # the incomplete last batch
 
     def __len__(self) -> int:
         return len(self.shard) - self.skip
@@ -362,11 +375,13 @@ def datasets_for(data: DataConfig, num_classes: int) -> tuple[Dataset, Dataset]:
 
 
 def build(data: DataConfig, num_classes: int, seed: int, batch_size: int, rank: int,
-          world_size: int, num_workers: int, recalibration_batches: int, pin_memory: bool
-          ) -> RunData:
-    """Loaders for one rank of a run whose global batch is `batch_size`."""
+          world_size: int, num_workers: int, recalibration_batches: int, pin_memory: bool,
+          micro_batch: int | None = None) -> RunData:
+    """Loaders for one rank of a run whose global batch is `batch_size`, each training batch
+    ordered as its micro-batches; recalibration and evaluation read micro-batches."""
     train_base, eval_base = datasets_for(data, num_classes)
     local_batch = batch_size // world_size
+    micro_batch = micro_batch or local_batch
     if len(train_base) < batch_size:
         raise DataError(f"the training split has {len(train_base)} images, fewer than one global "
                         f"batch ({batch_size})")
@@ -374,20 +389,22 @@ def build(data: DataConfig, num_classes: int, seed: int, batch_size: int, rank: 
     augment = resolved_augment(data)
     train = Samples(train_base, augmentation(augment, data.image_size, True, from_images), seed)
     plain = augmentation(augment, data.image_size, False, from_images)
-    order = ResumableOrder(len(train_base), rank, world_size, seed, local_batch)
+    order = ResumableOrder(len(train_base), rank, world_size, seed, local_batch,
+                           local_batch // micro_batch)
     # BN recalibration reads fixed training images with eval preprocessing, the same every time
     chosen = torch.randperm(len(train_base), generator=torch.Generator().manual_seed(seed))
     recalibration_keys = [(0, int(i)) for i in chosen[:recalibration_batches * batch_size]]
     eval_keys = [(0, i) for i in range(len(eval_base))]
 
-    def loader(dataset: Dataset, sampler: Any, drop_last: bool = False) -> DataLoader:
-        return DataLoader(dataset, batch_size=local_batch, sampler=sampler, drop_last=drop_last,
+    def loader(dataset: Dataset, sampler: Any, batch: int = micro_batch, drop_last: bool = False
+               ) -> DataLoader:
+        return DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=drop_last,
                           num_workers=num_workers, pin_memory=pin_memory,
                           persistent_workers=num_workers > 0,
                           prefetch_factor=4 if num_workers > 0 else None)
 
     return RunData(
-        train=loader(train, order, drop_last=True),
+        train=loader(train, order, local_batch, drop_last=True),
         order=order,
         recalibration=loader(Samples(train_base, plain, seed),
                              recalibration_keys[rank::world_size]),

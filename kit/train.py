@@ -102,8 +102,9 @@ class Trainer:
         self.module = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem,
                                    cfg.data.image_size).to(device, memory_format=self.memory_format)
         model: nn.Module = self.module
+        self.ddp: DistributedDataParallel | None = None
         if process.world_size > 1:
-            model = DistributedDataParallel(
+            model = self.ddp = DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None,
                 broadcast_buffers=False, gradient_as_bucket_view=True)
         self.model = torch.compile(model) if cfg.compile else model
@@ -130,13 +131,21 @@ class Trainer:
         return DeviceBatches(loader, self.process.device, self.memory_format)
 
     def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
-        """One optimizer step; the loss stays on the device (no host synchronisation)."""
+        """One optimizer step over this rank's batch, taken in micro-batches (each with its own
+        BatchNorm statistics) whose gradients accumulate and are averaged across ranks once,
+        after the last; the loss stays on the device (no host synchronisation)."""
         self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            loss = self.criterion(self.model(images), labels)
-        loss.backward()
+        size = self.cfg.micro_batch or len(images)
+        parts = len(images) // size
+        loss = torch.zeros((), device=images.device)
+        for part, (x, y) in enumerate(zip(images.split(size), labels.split(size))):
+            accumulate = self.ddp is not None and part < parts - 1
+            with self.ddp.no_sync() if accumulate else contextlib.nullcontext():
+                with self.autocast():
+                    part_loss = self.criterion(self.model(x), y) / parts
+                part_loss.backward()
+            loss += part_loss.detach().float()
         self.optimizer.step()
-        loss = loss.detach().float()
         self.steps_taken += 1
         bad_now = torch.where(torch.isfinite(loss), self.first_bad_step, self.steps_taken)
         torch.minimum(self.first_bad_step, bad_now, out=self.first_bad_step)
@@ -306,9 +315,13 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
     if cfg.batch_size % process.world_size:
         raise ParameterError(f"batch_size: {cfg.batch_size} is not divisible by the "
                              f"{process.world_size} ranks")
+    if cfg.micro_batch and cfg.batch_size % (process.world_size * cfg.micro_batch):
+        raise ParameterError(f"micro_batch: batch_size {cfg.batch_size} is not divisible by "
+                             f"{process.world_size} ranks x micro_batch {cfg.micro_batch}")
     run_data = kit_data.build(
         cfg.data, cfg.num_classes, cfg.seed, cfg.batch_size, process.rank, process.world_size,
-        cfg.num_workers, cfg.bn_recalibration_batches, pin_memory=process.device.type == "cuda")
+        cfg.num_workers, cfg.bn_recalibration_batches, pin_memory=process.device.type == "cuda",
+        micro_batch=cfg.micro_batch)
     trainer = Trainer(cfg, process)
     step, epoch, batch_in_epoch = 0, 0, 0
     if checkpoint_path.exists():
