@@ -7,6 +7,11 @@ of what produced them: the checkpoints' content hashes, dataset, split, transfor
 call with the same record is a cache hit; a changed checkpoint file is a miss. Files are written
 under temporary names and renamed, the record last, so a killed extraction leaves no cache entry.
 
+Decoding is the other expensive part, so each checkpoint is cached on its own and all checkpoints
+missing from the cache are extracted in one pass over the images; a representation of several
+checkpoints is then copied together from their entries, and representations sharing a model
+(cat1, cat2, cat4 of one run) share its extraction.
+
 With several processes (`torchrun`), each rank extracts a contiguous shard of the rows into the
 same memory map and rank 0 writes the record.
 """
