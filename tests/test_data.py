@@ -237,3 +237,17 @@ def test_uint8_tensor_pipeline_matches_the_former_pil_float_pipeline(tmp_path: P
         difference = (prefetch.normalise(pixels[None])[0] - former).abs()
         assert difference.max() <= 1.01 * one_level
         assert difference.mean() <= 0.02 * one_level
+
+
+def test_device_batches_normalise_uint8_on_the_device_and_keep_floats() -> None:
+    pixels = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
+    labels = torch.arange(4)
+    ((images, same_labels),) = prefetch.DeviceBatches([(pixels, labels)], torch.device("cpu"),
+                                                      torch.channels_last)
+    assert images.dtype == torch.float32 and images.is_contiguous(memory_format=torch.channels_last)
+    mean = torch.tensor(prefetch.IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(prefetch.IMAGENET_STD).view(1, 3, 1, 1)
+    torch.testing.assert_close(images, (pixels / 255 - mean) / std)
+    assert torch.equal(same_labels, labels)
+    standardised = torch.randn(2, 3, 8, 8)  # e.g. synthetic renders: taken as they are
+    assert torch.equal(prefetch.normalise(standardised), standardised)
