@@ -8,6 +8,7 @@ current one computes; on other devices the same steps run inline, so CPU runs st
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -17,6 +18,18 @@ IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
+@functools.cache
+def _standardisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """ImageNet's mean and 1/std in pixel units on `device`, copied there once (a copy per batch
+    would make every batch wait for the host)."""
+    mean = torch.tensor(IMAGENET_MEAN).mul_(255).view(1, 3, 1, 1)
+    scale = torch.tensor(IMAGENET_STD).mul_(255).reciprocal_().view(1, 3, 1, 1)
+    mean, scale = mean.to(device), scale.to(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # ready for every stream that reads them
+    return mean, scale
+
+
 def normalise(images: torch.Tensor, memory_format: torch.memory_format = torch.contiguous_format
               ) -> torch.Tensor:
     """uint8 pixels [B, 3, H, W] as float32 standardised with ImageNet's mean and std. Images
@@ -24,9 +37,8 @@ def normalise(images: torch.Tensor, memory_format: torch.memory_format = torch.c
     images = images.contiguous(memory_format=memory_format)
     if images.dtype != torch.uint8:
         return images
-    mean = torch.tensor(IMAGENET_MEAN, device=images.device).mul_(255).view(1, 3, 1, 1)
-    scale = torch.tensor(IMAGENET_STD, device=images.device).mul_(255).reciprocal_()
-    return images.float().sub_(mean).mul_(scale.view(1, 3, 1, 1))
+    mean, scale = _standardisation(images.device)
+    return images.float().sub_(mean).mul_(scale)
 
 
 class DeviceBatches:
