@@ -39,9 +39,9 @@ from tqdm import tqdm
 
 from kit import data as kit_data
 from kit import models
-from kit.prefetch import DeviceBatches
 from kit.config import ParameterError, TrainConfig, load_train_config
 from kit.paths import resolve
+from kit.prefetch import DeviceBatches
 
 #: AlgoPerf's self-tuning submissions warm up over a share of 0.75 x step_hint (REFERENCE.md)
 ALGOPERF_HORIZON = 0.75
