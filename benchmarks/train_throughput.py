@@ -97,8 +97,9 @@ def main() -> None:
     process = train.start_process(cfg.device)
     kit = train.Trainer(cfg, process)
     bare = BareLoop(cfg, process.device, kit.autocast_dtype)
-    images, labels = kit.to_device(torch.randn(args.batch, 3, args.image_size, args.image_size),
-                                   torch.randint(0, args.classes, (args.batch,)))
+    pixels = torch.randint(0, 256, (args.batch, 3, args.image_size, args.image_size),
+                           dtype=torch.uint8)
+    ((images, labels),) = kit.on_device([(pixels, torch.randint(0, args.classes, (args.batch,)))])
     synchronize = torch.cuda.synchronize if process.device.type == "cuda" else (lambda: None)
     kit_steps_since_read = 0
 

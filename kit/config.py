@@ -84,6 +84,9 @@ class RunSettings(Strict):
     num_classes: int = Field(ge=2)
     data: DataConfig
     batch_size: int = Field(ge=1)
+    #: images per forward pass; each micro-batch has its own BatchNorm statistics and gradients
+    #: accumulate over the global batch (None: the whole per-rank batch at once)
+    micro_batch: int | None = Field(default=None, ge=1)
     step_hint: int | None = Field(default=None, ge=1)
     lr: float = Field(default=0.0025, gt=0.0)
     betas: list[float] = Field(default_factory=lambda: [0.9, 0.99552], min_length=2, max_length=2)
@@ -107,6 +110,9 @@ class RunSettings(Strict):
     def _consistent(self) -> RunSettings:
         if not all(0.0 <= beta < 1.0 for beta in self.betas):
             raise ValueError(f"betas: {self.betas} must lie in [0, 1)")
+        if self.micro_batch is not None and self.batch_size % self.micro_batch:
+            raise ValueError(f"micro_batch: {self.micro_batch} does not divide batch_size "
+                             f"{self.batch_size}")
         return self
 
 

@@ -1,5 +1,9 @@
 """Training data: the offline synthetic world, ImageNet-style folders, CIFAR-10/100 and iNat18.
 
+Datasets of pictures yield uint8 images [3, H, W]: JPEGs are decoded by torchvision
+(libjpeg-turbo) and augmented as tensors, and normalisation happens on the device (kit.prefetch).
+The synthetic world stays float and standardised: its renders are tiny (16-32 px), so their bytes
+cost nothing, and quantising them would change every synthetic result the kit has recorded.
 Every dataset is indexed by (epoch, index) keys. Each sample's augmentation is drawn from an RNG
 seeded by (run seed, epoch, index), so it does not depend on which worker loads it or on where a
 resumed run starts: a resumed run sees exactly the batches an uninterrupted one would. Data
@@ -20,12 +24,13 @@ import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
-from torchvision import datasets, transforms
+from torchvision import datasets
+from torchvision.io import ImageReadMode, decode_image
+from torchvision.transforms import v2
 
 from kit.config import CUES, DataConfig, SyntheticConfig
 from kit.paths import resolve
 
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
 
@@ -120,11 +125,16 @@ class SyntheticWorld(Dataset):
 # Images on disk
 # ---------------------------------------------------------------------------------------------
 
-def open_image(path: str) -> Image.Image:
-    """An RGB image; an unreadable file raises DataError naming it."""
+def open_image(path: str) -> torch.Tensor:
+    """An RGB image as uint8 [3, H, W]: JPEG, PNG and WebP decoded by torchvision (about twice
+    PIL's speed), other formats by PIL; an unreadable file raises DataError naming it."""
+    try:
+        return decode_image(path, mode=ImageReadMode.RGB)
+    except RuntimeError:
+        pass  # a format torchvision does not decode (BMP), or a broken file: PIL says which
     try:
         with Image.open(path) as image:
-            return image.convert("RGB")
+            return torch.from_numpy(np.asarray(image.convert("RGB"))).permute(2, 0, 1)
     except (OSError, SyntaxError, ValueError) as error:
         raise DataError(f"{path}: cannot read image ({error})") from None
 
@@ -152,7 +162,7 @@ class ImageList(Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         path, label = self.samples[index]
         return open_image(path), label
 
@@ -175,10 +185,15 @@ def image_folder(root: Path, split: str) -> ImageList:
 
 
 def _cifar(kind: str) -> type[datasets.CIFAR10]:
-    """torchvision's CIFAR reader with checksums replaced by presence checks: hashing 180 MB at
-    every start is slow, and missing files are still refused."""
+    """torchvision's CIFAR reader with checksums replaced by presence checks (hashing 180 MB at
+    every start is slow, and missing files are still refused), returning uint8 [3, 32, 32]."""
     base = datasets.CIFAR10 if kind == "cifar10" else datasets.CIFAR100
+
+    def item(self: datasets.CIFAR10, index: int) -> tuple[torch.Tensor, int]:
+        return torch.from_numpy(self.data[index]).permute(2, 0, 1), int(self.targets[index])
+
     return type(base.__name__, (base,), {
+        "__getitem__": item,
         "train_list": [[name, None] for name, _ in base.train_list],
         "test_list": [[name, None] for name, _ in base.test_list],
         "meta": {**base.meta, "md5": None},
@@ -223,26 +238,28 @@ def inat18(root: Path, split: str) -> ImageList:
 # ---------------------------------------------------------------------------------------------
 
 def augmentation(augment: str, image_size: int, train: bool, from_images: bool
-                 ) -> Callable[[Any], torch.Tensor]:
+                 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """AlgoPerf's ImageNet pipeline (RandomResizedCrop 0.08-1 + flip; eval resize by 256/224 and
-    centre crop), pad-crop + flip for small images, or none."""
+    centre crop), pad-crop + flip for small images, or none; uint8 tensors in and out.
+
+    Crops and flips draw the same random numbers as the former PIL pipeline, so a seed gives the
+    same crop. Resizing is torchvision's antialiased bilinear on uint8 tensors, not PIL's: the
+    two round differently on a few pixels, by at most one grey level (mean difference below
+    1e-4 in standardised units on photo-like JPEGs; tests/test_data.py measures it)."""
     steps: list[Callable] = []
     if augment == "algoperf":
-        steps = ([transforms.RandomResizedCrop(image_size, scale=(0.08, 1.0)),
-                  transforms.RandomHorizontalFlip()] if train else
-                 [transforms.Resize(round(image_size * 256 / 224)),
-                  transforms.CenterCrop(image_size)])
+        steps = ([v2.RandomResizedCrop(image_size, scale=(0.08, 1.0), antialias=True),
+                  v2.RandomHorizontalFlip()] if train else
+                 [v2.Resize(round(image_size * 256 / 224), antialias=True),
+                  v2.CenterCrop(image_size)])
     elif augment == "crop_flip":
-        steps = [transforms.Resize(image_size), transforms.CenterCrop(image_size)]
+        steps = [v2.Resize(image_size, antialias=True), v2.CenterCrop(image_size)]
         if train:
-            steps += [transforms.RandomCrop(image_size, padding=image_size // 8,
-                                            padding_mode="reflect"),
-                      transforms.RandomHorizontalFlip()]
+            steps += [v2.RandomCrop(image_size, padding=image_size // 8, padding_mode="reflect"),
+                      v2.RandomHorizontalFlip()]
     elif from_images:
-        steps = [transforms.Resize(image_size), transforms.CenterCrop(image_size)]
-    if from_images:
-        steps += [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    return transforms.Compose(steps)
+        steps = [v2.Resize(image_size, antialias=True), v2.CenterCrop(image_size)]
+    return v2.Compose(steps) if steps else v2.Identity()
 
 
 def resolved_augment(data: DataConfig) -> str:
@@ -266,19 +283,32 @@ class Samples(Dataset):
     def __getitem__(self, key: Key) -> tuple[torch.Tensor, int]:
         epoch, index = key
         image, label = self.base[index]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(hash((self.seed, epoch, index)) & 0x7FFF_FFFF_FFFF)
+        # the CPU generator directly: torch.random.fork_rng costs as much as a fifth of a decode
+        generator = torch.default_generator
+        outside = generator.get_state()
+        generator.manual_seed(hash((self.seed, epoch, index)) & 0x7FFF_FFFF_FFFF)
+        try:
             return self.transform(image), label
+        finally:
+            generator.set_state(outside)
 
 
 class ResumableOrder(Sampler[Key]):
     """This rank's share of each epoch's shuffled order (DistributedSampler's), as keys, starting
-    after the batches a resumed run has already consumed."""
+    after the batches a resumed run has already consumed.
 
-    def __init__(self, size: int, rank: int, world_size: int, seed: int, local_batch: int) -> None:
+    Rank r holds the global batch's positions r, r + W, r + 2W, ... (W ranks). Within each local
+    batch, micro-batch j gathers every M-th of them from the j-th (M micro-batches), so it holds
+    the global positions congruent to j W + r modulo W M: the global batch splits into the same
+    BatchNorm groups for any number of ranks with the same number of groups W M."""
+
+    def __init__(self, size: int, rank: int, world_size: int, seed: int, local_batch: int,
+                 micro_batches: int = 1) -> None:
         self.shard = DistributedSampler(range(size), num_replicas=world_size, rank=rank,
                                         shuffle=True, seed=seed, drop_last=True)
         self.local_batch = local_batch
+        self.micro_order = [k for j in range(micro_batches)
+                            for k in range(j, local_batch, micro_batches)]
         self.epoch, self.skip = 0, 0
 
     def set_position(self, epoch: int, batches_done: int) -> None:
@@ -289,9 +319,14 @@ class ResumableOrder(Sampler[Key]):
         return len(self.shard) // self.local_batch
 
     def __iter__(self) -> Iterator[Key]:
+        batch: list[int] = []
         for position, index in enumerate(self.shard):
             if position >= self.skip:
-                yield self.epoch, index
+                batch.append(index)
+            if len(batch) == self.local_batch:
+                yield from ((self.epoch, batch[k]) for k in self.micro_order)
+                batch = []
+        yield from ((self.epoch, index) for index in batch)  # the incomplete last batch
 
     def __len__(self) -> int:
         return len(self.shard) - self.skip
@@ -340,11 +375,13 @@ def datasets_for(data: DataConfig, num_classes: int) -> tuple[Dataset, Dataset]:
 
 
 def build(data: DataConfig, num_classes: int, seed: int, batch_size: int, rank: int,
-          world_size: int, num_workers: int, recalibration_batches: int, pin_memory: bool
-          ) -> RunData:
-    """Loaders for one rank of a run whose global batch is `batch_size`."""
+          world_size: int, num_workers: int, recalibration_batches: int, pin_memory: bool,
+          micro_batch: int | None = None) -> RunData:
+    """Loaders for one rank of a run whose global batch is `batch_size`, each training batch
+    ordered as its micro-batches; recalibration and evaluation read micro-batches."""
     train_base, eval_base = datasets_for(data, num_classes)
     local_batch = batch_size // world_size
+    micro_batch = micro_batch or local_batch
     if len(train_base) < batch_size:
         raise DataError(f"the training split has {len(train_base)} images, fewer than one global "
                         f"batch ({batch_size})")
@@ -352,20 +389,22 @@ def build(data: DataConfig, num_classes: int, seed: int, batch_size: int, rank: 
     augment = resolved_augment(data)
     train = Samples(train_base, augmentation(augment, data.image_size, True, from_images), seed)
     plain = augmentation(augment, data.image_size, False, from_images)
-    order = ResumableOrder(len(train_base), rank, world_size, seed, local_batch)
+    order = ResumableOrder(len(train_base), rank, world_size, seed, local_batch,
+                           local_batch // micro_batch)
     # BN recalibration reads fixed training images with eval preprocessing, the same every time
     chosen = torch.randperm(len(train_base), generator=torch.Generator().manual_seed(seed))
     recalibration_keys = [(0, int(i)) for i in chosen[:recalibration_batches * batch_size]]
     eval_keys = [(0, i) for i in range(len(eval_base))]
 
-    def loader(dataset: Dataset, sampler: Any, drop_last: bool = False) -> DataLoader:
-        return DataLoader(dataset, batch_size=local_batch, sampler=sampler, drop_last=drop_last,
+    def loader(dataset: Dataset, sampler: Any, batch: int = micro_batch, drop_last: bool = False
+               ) -> DataLoader:
+        return DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=drop_last,
                           num_workers=num_workers, pin_memory=pin_memory,
                           persistent_workers=num_workers > 0,
                           prefetch_factor=4 if num_workers > 0 else None)
 
     return RunData(
-        train=loader(train, order, drop_last=True),
+        train=loader(train, order, local_batch, drop_last=True),
         order=order,
         recalibration=loader(Samples(train_base, plain, seed),
                              recalibration_keys[rank::world_size]),
@@ -378,7 +417,8 @@ def build(data: DataConfig, num_classes: int, seed: int, batch_size: int, rank: 
 # ---------------------------------------------------------------------------------------------
 
 class Transformed(Dataset):
-    """A base dataset with a fixed (evaluation) transform: what feature extraction reads."""
+    """A base dataset with a fixed (evaluation) transform: what feature extraction reads (uint8
+    images, normalised on the device like training batches)."""
 
     def __init__(self, base: Dataset, transform: Callable[[Any], torch.Tensor]) -> None:
         self.base, self.transform = base, transform

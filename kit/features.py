@@ -7,6 +7,11 @@ of what produced them: the checkpoints' content hashes, dataset, split, transfor
 call with the same record is a cache hit; a changed checkpoint file is a miss. Files are written
 under temporary names and renamed, the record last, so a killed extraction leaves no cache entry.
 
+Decoding is the other expensive part, so each checkpoint is cached on its own and all checkpoints
+missing from the cache are extracted in one pass over the images; a representation of several
+checkpoints is then copied together from their entries, and representations sharing a model
+(cat1, cat2, cat4 of one run) share its extraction.
+
 With several processes (`torchrun`), each rank extracts a contiguous shard of the rows into the
 same memory map and rank 0 writes the record.
 """
@@ -29,6 +34,7 @@ from tqdm import tqdm
 
 from kit import models
 from kit.config import TrainConfig
+from kit.prefetch import DeviceBatches
 
 DTYPES = {"float16": np.float16, "float32": np.float32}
 
@@ -75,9 +81,9 @@ class FeatureSet:
         return torch.from_numpy(self.features), torch.from_numpy(self.labels)
 
 
-def _record(checkpoints: Sequence[Path], dataset_id: str, split: str, transform: str,
-            dtype: str, rows: int) -> dict[str, Any]:
-    return {"checkpoints": [{"name": Path(p).name, "sha256": file_hash(Path(p))}
+def _record(checkpoints: Sequence[Path], hashes: dict[Path, str], dataset_id: str, split: str,
+            transform: str, dtype: str, rows: int) -> dict[str, Any]:
+    return {"checkpoints": [{"name": Path(p).name, "sha256": hashes[Path(p)]}
                             for p in checkpoints],
             "dataset": dataset_id, "split": split, "transform": transform, "dtype": dtype,
             "rows": rows}
@@ -87,9 +93,10 @@ def _key(record: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def _open(path: Path, record: dict[str, Any], hit: bool) -> FeatureSet:
+def _open(path: Path, hit: bool) -> FeatureSet:
     features = np.load(path / "features.npy", mmap_mode="c")  # copy-on-write: the file stays
     labels = np.load(path / "labels.npy")
+    record = json.loads((path / "record.json").read_text())
     return FeatureSet(features, labels, record, path, hit)
 
 
@@ -104,69 +111,158 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def extract(checkpoints: Sequence[Path], dataset: Dataset, dataset_id: str, split: str,
-            transform: str, cache_dir: Path, batch_size: int = 256, dtype: str = "float32",
-            device: str = "cpu", num_workers: int = 0, progress: bool = True) -> FeatureSet:
-    """Features of `dataset` under each checkpoint, concatenated in the order given.
+def _partial(path: Path) -> Path:
+    return path.with_name(path.name + ".partial")
 
-    `dataset_id` and `transform` describe the inputs for the cache record (e.g. a path and the
-    transform's repr); the dataset must return (image, label) with images already transformed.
+
+def _start_entries(entries: dict[Path, tuple[int, str]], rows: int) -> None:
+    """Rank 0 creates each entry's temporary folder and feature file (width, dtype); all wait."""
+    if _rank_and_world()[0] == 0:
+        for path, (width, dtype) in entries.items():
+            _partial(path).mkdir(parents=True, exist_ok=True)
+            np.lib.format.open_memmap(_partial(path) / "features.npy", mode="w+",
+                                      dtype=DTYPES[dtype], shape=(rows, width)).flush()
+    _barrier()
+
+
+def _finish_entries(records: dict[Path, dict[str, Any]], labels: np.ndarray) -> None:
+    """Rank 0 writes labels and records and renames the temporary folders, the record last, so
+    that a killed extraction leaves no entry; all ranks wait until the entries exist."""
+    _barrier()
+    if _rank_and_world()[0] == 0:
+        for path, record in records.items():
+            np.save(_partial(path) / "labels.npy", labels)
+            (_partial(path) / "record.json").write_text(json.dumps(record, indent=2))
+            os.replace(_partial(path), path)
+    _barrier()
+
+
+def _shard(rows: int) -> range:
+    rank, world = _rank_and_world()
+    return range(rank * rows // world, (rank + 1) * rows // world)
+
+
+def _gather_labels(labels: np.ndarray, folder: Path) -> np.ndarray:
+    """Every rank's labels in rank order, through files in `folder` (gloo or NCCL alike)."""
+    rank, world = _rank_and_world()
+    if world == 1:
+        return labels
+    np.save(folder / f"labels.rank{rank}.npy", labels)
+    _barrier()
+    parts = [np.load(folder / f"labels.rank{r}.npy") for r in range(world)]
+    _barrier()
+    (folder / f"labels.rank{rank}.npy").unlink()
+    return np.concatenate(parts)
+
+
+def _extract_checkpoints(records: dict[Path, dict[str, Any]], checkpoints: dict[Path, Path],
+                         dataset: Dataset, batch_size: int, device: str, num_workers: int,
+                         progress: bool) -> None:
+    """One pass over this rank's shard: each batch is decoded and normalised once and fed to
+    every backbone; entry `path` receives the features of `checkpoints[path]`."""
+    backbones = {path: load_backbone(checkpoints[path]) for path in records}
+    records = {path: record | {"widths": [backbones[path].feature_dim]}
+               for path, record in records.items()}
+    rows = len(dataset)
+    _start_entries({path: (model.feature_dim, records[path]["dtype"])
+                    for path, model in backbones.items()}, rows)
+    target = torch.device(device)
+    for model in backbones.values():
+        model.to(target, memory_format=torch.channels_last)
+    outputs = {path: np.load(_partial(path) / "features.npy", mmap_mode="r+")
+               for path in backbones}
+    shard = _shard(rows)
+    loader = DataLoader(Subset(dataset, shard), batch_size=batch_size, num_workers=num_workers,
+                        pin_memory=target.type == "cuda")
+    labels = np.empty(len(shard), dtype=np.int64)
+    row = 0
+    for images, batch_labels in tqdm(DeviceBatches(loader, target, torch.channels_last),
+                                     desc=f"features of {len(backbones)} backbone(s)",
+                                     total=len(loader),
+                                     disable=not progress or _rank_and_world()[0] != 0):
+        end = row + len(batch_labels)
+        with torch.no_grad(), torch.autocast(target.type, torch.bfloat16,
+                                             enabled=target.type == "cuda"):
+            for path, model in backbones.items():
+                outputs[path][shard.start + row:shard.start + end] = (
+                    model.features(images).float().cpu().numpy())
+        labels[row:end] = batch_labels.cpu().numpy()
+        row = end
+    for output in outputs.values():
+        output.flush()
+    del outputs
+    first = next(iter(records))
+    _finish_entries(records, _gather_labels(labels, _partial(first)))
+
+
+def _concatenate(path: Path, record: dict[str, Any], parts: list[FeatureSet],
+                 chunk_rows: int = 1 << 16) -> None:
+    """A representation's entry from its checkpoints' entries, each rank copying its shard of
+    rows in chunks (an ImageNet-sized file never has to fit in RAM)."""
+    record = record | {"widths": [part.features.shape[1] for part in parts]}
+    rows = len(parts[0].labels)
+    _start_entries({path: (sum(record["widths"]), record["dtype"])}, rows)
+    output = np.load(_partial(path) / "features.npy", mmap_mode="r+")
+    shard = _shard(rows)
+    for start in range(shard.start, shard.stop, chunk_rows):
+        stop = min(start + chunk_rows, shard.stop)
+        output[start:stop] = np.concatenate([part.features[start:stop] for part in parts], 1)
+    output.flush()
+    del output
+    _finish_entries({path: record}, parts[0].labels)
+
+
+def extract_many(representations: Sequence[Sequence[Path]], dataset: Dataset, dataset_id: str,
+                 split: str, transform: str, cache_dir: Path, batch_size: int = 256,
+                 dtype: str = "float32", device: str = "cpu", num_workers: int = 0,
+                 progress: bool = True) -> list[FeatureSet]:
+    """Features of several representations (lists of checkpoints) on one split, each
+    concatenated in the order given.
+
+    Every checkpoint has its own cache entry (a single-checkpoint representation's entry), and
+    all the checkpoints not cached yet are extracted together: each image is decoded once
+    whatever the number of backbones and representations. A representation of several
+    checkpoints is then written from their entries. `dataset_id` and `transform` describe the
+    inputs for the cache records (e.g. a path and the transform's name); the dataset returns
+    (image, label) with images transformed, uint8 pixels (normalised on the device) or floats
+    already standardised.
     """
-    if not checkpoints:
-        raise ValueError("extract needs at least one checkpoint")
+    if not representations or not all(representations):
+        raise ValueError("extract needs at least one checkpoint per representation")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype}")
     rows = len(dataset)
     if rows == 0:
         raise ValueError(f"dataset '{dataset_id}' split '{split}' is empty")
-    record = _record(checkpoints, dataset_id, split, transform, dtype, rows)
-    path = Path(cache_dir) / _key(record)
-    if (path / "record.json").exists():
-        return _open(path, json.loads((path / "record.json").read_text()), hit=True)
+    hashes = {Path(p): file_hash(Path(p)) for rep in representations for p in rep}
 
-    rank, world = _rank_and_world()
-    backbones = [load_backbone(Path(p)) for p in checkpoints]
-    widths = [b.feature_dim for b in backbones]
-    temporary = path.with_name(path.name + ".partial")
-    if rank == 0:
-        temporary.mkdir(parents=True, exist_ok=True)
-        np.lib.format.open_memmap(temporary / "features.npy", mode="w+", dtype=DTYPES[dtype],
-                                  shape=(rows, sum(widths))).flush()
-    _barrier()
-    features = np.load(temporary / "features.npy", mmap_mode="r+")
-    shard = range(rank * rows // world, (rank + 1) * rows // world)
-    loader = DataLoader(Subset(dataset, shard), batch_size=batch_size, num_workers=num_workers,
-                        pin_memory=device.startswith("cuda"))
-    labels = np.empty(len(shard), dtype=np.int64)
-    target = torch.device(device)
-    use_bf16 = target.type == "cuda"
-    column = 0
-    for index, (backbone, width) in enumerate(zip(backbones, widths)):
-        backbone.to(target, memory_format=torch.channels_last)
-        row = shard.start
-        for images, batch_labels in tqdm(loader, desc=f"features {index + 1}/{len(backbones)}",
-                                         disable=not progress or rank != 0):
-            images = images.to(target, non_blocking=True, memory_format=torch.channels_last)
-            with torch.no_grad(), torch.autocast(target.type, torch.bfloat16, enabled=use_bf16):
-                batch = backbone.features(images).float().cpu().numpy()
-            features[row:row + len(batch), column:column + width] = batch
-            if index == 0:
-                labels[row - shard.start:row - shard.start + len(batch)] = batch_labels.numpy()
-            row += len(batch)
-        backbone.cpu()
-        column += width
-    features.flush()
-    del features
-    np.save(temporary / f"labels.rank{rank}.npy", labels)
-    _barrier()
-    if rank == 0:
-        parts = [np.load(temporary / f"labels.rank{r}.npy") for r in range(world)]
-        np.save(temporary / "labels.npy", np.concatenate(parts))
-        for r in range(world):
-            (temporary / f"labels.rank{r}.npy").unlink()
-        record["widths"] = widths
-        (temporary / "record.json").write_text(json.dumps(record, indent=2))
-        os.replace(temporary, path)
-    _barrier()
-    return _open(path, json.loads((path / "record.json").read_text()), hit=False)
+    def entry(checkpoints: Sequence[Path]) -> tuple[Path, dict[str, Any]]:
+        record = _record(checkpoints, hashes, dataset_id, split, transform, dtype, rows)
+        return Path(cache_dir) / _key(record), record
 
+    def cached(path: Path) -> bool:
+        return (path / "record.json").exists()
+
+    wanted = [entry(rep) for rep in representations]
+    hits = [cached(path) for path, _ in wanted]
+    needed = dict.fromkeys(Path(p) for rep, hit in zip(representations, hits) if not hit
+                           for p in rep)  # ordered, without repeats
+    missing = {path: (checkpoint, record) for checkpoint in needed
+               for path, record in [entry([checkpoint])] if not cached(path)}
+    if missing:
+        _extract_checkpoints({path: record for path, (_, record) in missing.items()},
+                             {path: checkpoint for path, (checkpoint, _) in missing.items()},
+                             dataset, batch_size, device, num_workers, progress)
+    for rep, (path, record) in zip(representations, wanted):
+        if not cached(path):
+            _concatenate(path, record, [_open(entry([p])[0], hit=True) for p in rep])
+    return [_open(path, hit) for (path, _), hit in zip(wanted, hits)]
+
+
+def extract(checkpoints: Sequence[Path], dataset: Dataset, dataset_id: str, split: str,
+            transform: str, cache_dir: Path, batch_size: int = 256, dtype: str = "float32",
+            device: str = "cpu", num_workers: int = 0, progress: bool = True) -> FeatureSet:
+    """Features of `dataset` under each checkpoint, concatenated in the order given (one
+    representation of `extract_many`)."""
+    return extract_many([checkpoints], dataset, dataset_id, split, transform, cache_dir,
+                        batch_size, dtype, device, num_workers, progress)[0]

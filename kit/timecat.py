@@ -232,18 +232,16 @@ def probe_all(representations: list[Representation], params: TimecatParams
         if task_data.kind == "synthetic":  # render once, read by every representation
             train_set, eval_set = _in_memory(train_set), _in_memory(eval_set)
         described = task_data.model_dump_json()
-        for rep in representations:
-            if rep.task is not None and rep.task != task.name:
-                continue
-            splits = []
-            for split, dataset in ((split_name, train_set), ("eval", eval_set)):
-                extracted = features.extract(
-                    list(rep.checkpoints), dataset, described, split,
-                    transform=data.resolved_augment(task_data), cache_dir=cache,
-                    batch_size=params.feature_batch_size, dtype=params.feature_dtype,
-                    device=params.device, progress=False)
-                x, y = extracted.torch()
-                splits.append(probe.Split(x, y, split))
+        probed = [rep for rep in representations if rep.task in (None, task.name)]
+        extracted = [features.extract_many(
+            [list(rep.checkpoints) for rep in probed], dataset, described, split,
+            transform=data.resolved_augment(task_data), cache_dir=cache,
+            batch_size=params.feature_batch_size, dtype=params.feature_dtype,
+            device=params.device, num_workers=params.feature_workers, progress=False)
+            for split, dataset in ((split_name, train_set), ("eval", eval_set))]
+        for rep, train_features, eval_features in zip(probed, *extracted):
+            splits = [probe.Split(*found.torch(), found.record["split"])
+                      for found in (train_features, eval_features)]
             result = probe.fast_probe(splits[0], splits[1], num_classes, config,
                                       progress=False)
             for selected in result.selected.iter_rows(named=True):

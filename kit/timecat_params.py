@@ -117,6 +117,8 @@ class TimecatParams(NotebookParams):
     probe_train_rows: int | None = Field(default=None, ge=16)
     probe_rule: Literal["paper", "heldout"] = "heldout"
     feature_batch_size: int = Field(ge=1)
+    #: DataLoader workers decoding images for feature extraction
+    feature_workers: int = Field(ge=0)
     feature_dtype: Literal["float16", "float32"]
     device: str = Field(min_length=1)
     launch: LaunchParams

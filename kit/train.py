@@ -22,7 +22,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from kit import models
 from kit.config import TrainConfig, load_train_config
 from kit.params import ParameterError
 from kit.paths import resolve
+from kit.prefetch import DeviceBatches
 
 #: AlgoPerf's self-tuning submissions warm up over a share of 0.75 x step_hint (REFERENCE.md)
 ALGOPERF_HORIZON = 0.75
@@ -100,8 +101,9 @@ class Trainer:
         self.module = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem,
                                    cfg.data.image_size).to(device, memory_format=self.memory_format)
         model: nn.Module = self.module
+        self.ddp: DistributedDataParallel | None = None
         if process.world_size > 1:
-            model = DistributedDataParallel(
+            model = self.ddp = DistributedDataParallel(
                 model, device_ids=[device.index] if device.type == "cuda" else None,
                 broadcast_buffers=False, gradient_as_bucket_view=True)
         self.model = torch.compile(model) if cfg.compile else model
@@ -123,20 +125,26 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(self.process.device.type, dtype=self.autocast_dtype)
 
-    def to_device(self, images: torch.Tensor, labels: torch.Tensor
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        device = self.process.device
-        return (images.to(device, non_blocking=True, memory_format=self.memory_format),
-                labels.to(device, non_blocking=True))
+    def on_device(self, loader: Iterable) -> DeviceBatches:
+        """A loader's uint8 batches as normalised images on this rank's device."""
+        return DeviceBatches(loader, self.process.device, self.memory_format)
 
     def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
-        """One optimizer step; the loss stays on the device (no host synchronisation)."""
+        """One optimizer step over this rank's batch, taken in micro-batches (each with its own
+        BatchNorm statistics) whose gradients accumulate and are averaged across ranks once,
+        after the last; the loss stays on the device (no host synchronisation)."""
         self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            loss = self.criterion(self.model(images), labels)
-        loss.backward()
+        size = self.cfg.micro_batch or len(images)
+        parts = len(images) // size
+        loss = torch.zeros((), device=images.device)
+        for part, (x, y) in enumerate(zip(images.split(size), labels.split(size))):
+            accumulate = self.ddp is not None and part < parts - 1
+            with self.ddp.no_sync() if accumulate else contextlib.nullcontext():
+                with self.autocast():
+                    part_loss = self.criterion(self.model(x), y) / parts
+                part_loss.backward()
+            loss += part_loss.detach().float()
         self.optimizer.step()
-        loss = loss.detach().float()
         self.steps_taken += 1
         bad_now = torch.where(torch.isfinite(loss), self.first_bad_step, self.steps_taken)
         torch.minimum(self.first_bad_step, bad_now, out=self.first_bad_step)
@@ -155,7 +163,7 @@ class Trainer:
                 None if bad == torch.iinfo(torch.int64).max else bad)
 
     @contextlib.contextmanager
-    def evaluation_point(self, recalibration: Iterator) -> Iterator[None]:
+    def evaluation_point(self, recalibration: Iterable) -> Iterator[None]:
         """Weights at x (schedule-free's average), BN statistics recomputed there, eval mode."""
         self.optimizer.eval()
         if self.cfg.bn_recalibration_batches > 0:
@@ -168,7 +176,7 @@ class Trainer:
             self.optimizer.train()
 
     @torch.no_grad()
-    def recalibrate_batchnorm(self, batches: Iterator) -> None:
+    def recalibrate_batchnorm(self, batches: Iterable) -> None:
         """BN running statistics as the plain average over fixed batches, in train mode at the
         current weights; ranks average their statistics so that replicas stay identical."""
         norms = [m for m in self.module.modules() if isinstance(m, _BatchNorm)]
@@ -178,8 +186,8 @@ class Trainer:
             norm.momentum = None  # cumulative average
         self.module.train()
         with self.autocast():
-            for images, labels in batches:
-                self.module(self.to_device(images, labels)[0])
+            for images, _ in self.on_device(batches):
+                self.module(images)
         for norm, momentum in zip(norms, momenta):
             norm.momentum = momentum
             if self.process.world_size > 1:
@@ -188,12 +196,11 @@ class Trainer:
                     statistic /= self.process.world_size
 
     @torch.no_grad()
-    def evaluate(self, batches: Iterator) -> tuple[float, float]:
+    def evaluate(self, batches: Iterable) -> tuple[float, float]:
         """Top-1 accuracy and cross-entropy over the evaluation split (all ranks)."""
         device = self.process.device
         totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss, count
-        for images, labels in batches:
-            images, labels = self.to_device(images, labels)
+        for images, labels in self.on_device(batches):
             with self.autocast():
                 logits = self.module(images)
             logits = logits.float()
@@ -305,9 +312,13 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
     if cfg.batch_size % process.world_size:
         raise ParameterError(f"batch_size: {cfg.batch_size} is not divisible by the "
                              f"{process.world_size} ranks")
+    if cfg.micro_batch and cfg.batch_size % (process.world_size * cfg.micro_batch):
+        raise ParameterError(f"micro_batch: batch_size {cfg.batch_size} is not divisible by "
+                             f"{process.world_size} ranks x micro_batch {cfg.micro_batch}")
     run_data = kit_data.build(
         cfg.data, cfg.num_classes, cfg.seed, cfg.batch_size, process.rank, process.world_size,
-        cfg.num_workers, cfg.bn_recalibration_batches, pin_memory=process.device.type == "cuda")
+        cfg.num_workers, cfg.bn_recalibration_batches, pin_memory=process.device.type == "cuda",
+        micro_batch=cfg.micro_batch)
     trainer = Trainer(cfg, process)
     step, epoch, batch_in_epoch = 0, 0, 0
     if checkpoint_path.exists():
@@ -323,7 +334,7 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
     last_saved = step if checkpoint_path.exists() else None
 
     run_data.order.set_position(epoch, batch_in_epoch)
-    batches = iter(run_data.train)
+    batches = iter(trainer.on_device(run_data.train))
     progress = tqdm(total=cfg.iterations, initial=step, desc=out.name, unit="step",
                     disable=None if process.main else True)  # None: only on a terminal
     window_steps, window_start = 0, time.perf_counter()
@@ -333,9 +344,9 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
         except StopIteration:
             epoch, batch_in_epoch = epoch + 1, 0
             run_data.order.set_position(epoch, 0)
-            batches = iter(run_data.train)
+            batches = iter(trainer.on_device(run_data.train))
             continue
-        trainer.step(*trainer.to_device(images, labels))
+        trainer.step(images, labels)
         step, batch_in_epoch, window_steps = step + 1, batch_in_epoch + 1, window_steps + 1
         final = step == cfg.iterations
         evaluate = final or (cfg.eval_every > 0 and step % cfg.eval_every == 0)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
+from torchvision import transforms
 
-from kit import data
+from kit import data, prefetch
 from kit.config import DataConfig, SyntheticConfig
 
 WORLD = SyntheticConfig(num_train=64, num_eval=32, noise=0.05, components=[
@@ -100,11 +102,13 @@ def test_cifar_in_torchvision_format(tmp_path: Path, kind: str, classes: int, tr
     eval_images, eval_labels = next(iter(run.eval))
     label_key = "labels" if kind == "cifar10" else "fine_labels"
     assert eval_labels.tolist() == raw[label_key][:4]
-    # eval keeps the pixels: only normalisation is applied at 32 px
+    # eval keeps the pixels at 32 px; normalisation happens on the device
+    assert eval_images.dtype == torch.uint8
+    assert torch.equal(eval_images[0], torch.tensor(raw["data"][0]).reshape(3, 32, 32))
     first = torch.tensor(raw["data"][0]).reshape(3, 32, 32).float() / 255
-    mean = torch.tensor(data.IMAGENET_MEAN)[:, None, None]
-    std = torch.tensor(data.IMAGENET_STD)[:, None, None]
-    assert torch.allclose(eval_images[0], (first - mean) / std, atol=1e-5)
+    mean = torch.tensor(prefetch.IMAGENET_MEAN)[:, None, None]
+    std = torch.tensor(prefetch.IMAGENET_STD)[:, None, None]
+    assert torch.allclose(prefetch.normalise(eval_images)[0], (first - mean) / std, atol=1e-5)
 
 
 def test_cifar_with_a_missing_file_is_refused(tmp_path: Path) -> None:
@@ -191,3 +195,59 @@ def test_synthetic_images_show_their_colour() -> None:
         objects = pixels[:, (pixels - 0.5).abs().sum(0) > 0.05]
         hue = world.draw(index).cue_values["colour"]
         assert int(objects.mean(1).argmax()) == [0, 1, 2][hue]  # red, green, blue for 3 classes
+
+
+def photo_like(height: int, width: int, seed: int) -> np.ndarray:
+    """Smooth coloured waves plus grain: resampling differences show as on photographs."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width] / max(height, width)
+    image = np.zeros((height, width, 3))
+    for channel in range(3):
+        for _ in range(6):
+            fy, fx = rng.uniform(1, 12, 2)
+            image[..., channel] += rng.uniform(0.2, 1) * np.sin(
+                2 * np.pi * (fy * y + fx * x) + rng.uniform(0, 2 * np.pi))
+    image = (image - image.min()) / (image.max() - image.min()) * 255
+    return np.clip(image + rng.normal(0, 8, image.shape), 0, 255).astype(np.uint8)
+
+
+def former_float_pipeline(image_size: int, train: bool) -> Callable:
+    """What workers ran before: PIL resizing, ToTensor and Normalize in float32."""
+    steps = ([transforms.RandomResizedCrop(image_size, scale=(0.08, 1.0)),
+              transforms.RandomHorizontalFlip()] if train else
+             [transforms.Resize(round(image_size * 256 / 224)), transforms.CenterCrop(image_size)])
+    return transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(
+        prefetch.IMAGENET_MEAN, prefetch.IMAGENET_STD)])
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_uint8_tensor_pipeline_matches_the_former_pil_float_pipeline(tmp_path: Path,
+                                                                     train: bool) -> None:
+    """Same decode, same crops from the same seed; tensor resizing rounds differently from PIL
+    by at most one grey level on a few pixels."""
+    one_level = 1 / 255 / min(prefetch.IMAGENET_STD)
+    for seed in range(3):
+        path = tmp_path / f"photo{seed}.jpg"
+        Image.fromarray(photo_like(375, 500, seed)).save(path, quality=90)
+        torch.manual_seed(seed)
+        former = former_float_pipeline(64, train)(Image.open(path).convert("RGB"))
+        torch.manual_seed(seed)
+        pixels = data.augmentation("algoperf", 64, train, True)(data.open_image(str(path)))
+        assert pixels.dtype == torch.uint8 and pixels.shape == (3, 64, 64)
+        difference = (prefetch.normalise(pixels[None])[0] - former).abs()
+        assert difference.max() <= 1.01 * one_level
+        assert difference.mean() <= 0.02 * one_level
+
+
+def test_device_batches_normalise_uint8_on_the_device_and_keep_floats() -> None:
+    pixels = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
+    labels = torch.arange(4)
+    ((images, same_labels),) = prefetch.DeviceBatches([(pixels, labels)], torch.device("cpu"),
+                                                      torch.channels_last)
+    assert images.dtype == torch.float32 and images.is_contiguous(memory_format=torch.channels_last)
+    mean = torch.tensor(prefetch.IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(prefetch.IMAGENET_STD).view(1, 3, 1, 1)
+    torch.testing.assert_close(images, (pixels / 255 - mean) / std)
+    assert torch.equal(same_labels, labels)
+    standardised = torch.randn(2, 3, 8, 8)  # e.g. synthetic renders: taken as they are
+    assert torch.equal(prefetch.normalise(standardised), standardised)

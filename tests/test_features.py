@@ -142,3 +142,42 @@ def test_torchrun_shards_write_the_same_features(tmp_path: Path, images) -> None
     assert sharded.cache_hit
     np.testing.assert_allclose(sharded.features, single.features, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(sharded.labels, single.labels)
+
+
+class CountingReads(torch.utils.data.Dataset):
+    """A dataset that counts how often its images are read (decoded, for files)."""
+
+    def __init__(self, base: TensorDataset) -> None:
+        self.base, self.reads = base, 0
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, index: int):
+        self.reads += 1
+        return self.base[index]
+
+
+def test_each_image_is_read_once_for_every_backbone_and_representation(tmp_path: Path,
+                                                                        images) -> None:
+    a, b, c = (tiny_checkpoint(tmp_path, name, seed) for seed, name in enumerate("abc"))
+    counted = CountingReads(images)
+    kwargs = dict(dataset=counted, dataset_id="noise", split="test", transform="none",
+                  cache_dir=tmp_path / "cache", batch_size=8, progress=False)
+    three = features.extract([a, b, c], **kwargs)
+    assert counted.reads == len(images)  # not 3 x 37
+    assert not three.cache_hit and three.record["widths"] == [64, 64, 64]
+    counted.reads = 0
+    cat1, cat2, other = features.extract_many([[a], [c, a], [b, c, a]], **kwargs)
+    assert counted.reads == 0  # every checkpoint is cached: representations are assembled
+    assert cat1.cache_hit and not cat2.cache_hit and not other.cache_hit
+    np.testing.assert_array_equal(cat2.features, three.features[:, [*range(128, 192),
+                                                                    *range(64)]])
+    np.testing.assert_array_equal(other.labels, images.tensors[1].numpy())
+    again = features.extract_many([[c, a], [a, b]], **kwargs)
+    assert [s.cache_hit for s in again] == [True, False] and counted.reads == 0
+    fresh = CountingReads(images)
+    d = tiny_checkpoint(tmp_path, "d", 7)
+    features.extract_many([[d], [a, d], [d, tiny_checkpoint(tmp_path, "e", 8)]],
+                          **kwargs | {"dataset": fresh})
+    assert fresh.reads == len(images)  # d and e, new, share one read

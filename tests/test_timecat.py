@@ -88,7 +88,8 @@ def test_gpu_profiles_resolve_to_full_data_and_their_own_scale(fake_data: Path,
     loaded, sources = planned(profile)
     assert loaded.probe_train_rows is None
     assert loaded.device == "cuda" and loaded.feature_dtype == "float16"
-    scale_keys = ["feature_batch_size", "feature_dtype", "device", "probe", "launch"]
+    scale_keys = ["feature_batch_size", "feature_workers", "feature_dtype", "device", "probe",
+                  "launch"]
     if any(v.trained for v in loaded.variants):
         assert loaded.train is not None and loaded.train.device == "cuda"
         scale_keys += [f"train.{key}" for key in SCALE_TRAIN_KEYS]

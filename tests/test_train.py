@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from kit import data, models, plan, train
+from kit import data, models, plan, prefetch, train
 from kit.config import TrainConfig, load_train_config
 from kit.params import ParameterError
 from kit.paths import REPO_ROOT
@@ -152,7 +152,8 @@ def test_batchnorm_recalibration_at_x_is_needed_and_sufficient(tmp_path: Path) -
     model.load_state_dict(fresh["model"])
     run_data = data.build(cfg.data, cfg.num_classes, cfg.seed, 128, 0, 1, 0, 0, False)
     with torch.no_grad():
-        correct = sum((model.train()(x).argmax(1) == y).sum().item() for x, y in run_data.eval)
+        correct = sum((model.train()(x).argmax(1) == y).sum().item()
+                      for x, y in prefetch.DeviceBatches(run_data.eval, torch.device("cpu")))
     assert fresh_eval["eval_accuracy"] == pytest.approx(correct / run_data.num_eval, abs=0.03)
 
 
@@ -258,6 +259,38 @@ def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path
     # same images per step; only BatchNorm sees 16 instead of 32 images per batch
     assert ddp_loss == pytest.approx(single_loss, rel=0.05)
     assert ddp_loss[-1] < ddp_loss[0] - 0.1
+
+
+def test_micro_batches_make_one_process_match_two_processes(tmp_path: Path) -> None:
+    """1 process x 2 micro-batches of 16 and 2 processes x 1 micro-batch of 16: the same BN
+    groups of the same images, the same averaged gradients, so the same losses."""
+    short = dict(iterations=12, log_every=2, eval_every=0, checkpoint_every=0,
+                 bn_recalibration_batches=1)
+    config = write_config(tmp_path / "ddp.yaml", settings(tmp_path / "ddp", **short))
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "kit.train", "--config", str(config)],
+        env=SUBPROCESS_ENV, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    micro = train.train(TrainConfig(**settings(tmp_path / "micro", micro_batch=16, **short)))
+    whole = train.train(TrainConfig(**settings(tmp_path / "whole", **short)))
+    ddp_loss = train.read_metrics(tmp_path / "ddp")["loss"].to_list()
+    micro_loss = train.read_metrics(micro)["loss"].to_list()
+    assert len(ddp_loss) == 6
+    assert micro_loss == pytest.approx(ddp_loss, rel=1e-6, abs=1e-6)
+    # BN over 16 images is not BN over 32: the whole-batch run differs at this precision
+    assert train.read_metrics(whole)["loss"].to_list() != pytest.approx(ddp_loss, rel=1e-4)
+
+
+def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "run.yaml", settings(tmp_path / "run", micro_batch=12))
+    with pytest.raises(ParameterError, match=f"{path}: .*micro_batch.*12 does not divide "
+                                             "batch_size 32"):
+        load_train_config(path)
+    cfg = TrainConfig(**settings(tmp_path / "run", micro_batch=16))
+    with pytest.raises(ParameterError, match="micro_batch: batch_size 32 is not divisible by 4 "
+                                             "ranks x micro_batch 16"):
+        train._train(cfg, train.Process(0, 4, torch.device("cpu")))
 
 
 # ---------------------------------------------------------------------------------------------

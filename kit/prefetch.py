@@ -1,0 +1,77 @@
+"""Batches onto the device: loader workers hand over uint8 pixels and the device normalises them.
+
+A uint8 image is a quarter of its float32 size, so workers collate and the host copies four
+times fewer bytes; conversion to float, ImageNet standardisation and the channels-last layout
+happen on the device. On CUDA the next batch is copied and normalised on a side stream while the
+current one computes; on other devices the same steps run inline, so CPU runs stay exact.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator
+
+import torch
+
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@functools.cache
+def _standardisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """ImageNet's mean and 1/std in pixel units on `device`, copied there once (a copy per batch
+    would make every batch wait for the host)."""
+    mean = torch.tensor(IMAGENET_MEAN).mul_(255).view(1, 3, 1, 1)
+    scale = torch.tensor(IMAGENET_STD).mul_(255).reciprocal_().view(1, 3, 1, 1)
+    mean, scale = mean.to(device), scale.to(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # ready for every stream that reads them
+    return mean, scale
+
+
+def normalise(images: torch.Tensor, memory_format: torch.memory_format = torch.contiguous_format
+              ) -> torch.Tensor:
+    """uint8 pixels [B, 3, H, W] as float32 standardised with ImageNet's mean and std. Images
+    that are already floating point are taken as standardised (inputs prepared by the caller)."""
+    images = images.contiguous(memory_format=memory_format)
+    if images.dtype != torch.uint8:
+        return images
+    mean, scale = _standardisation(images.device)
+    return images.float().sub_(mean).mul_(scale)
+
+
+class DeviceBatches:
+    """A loader's (uint8 images, labels) batches as (standardised images, labels) on `device`."""
+
+    def __init__(self, loader: Iterable[Batch], device: torch.device,
+                 memory_format: torch.memory_format = torch.contiguous_format) -> None:
+        self.loader, self.device, self.memory_format = loader, device, memory_format
+
+    def _prepare(self, batch: Batch) -> Batch:
+        images, labels = batch
+        images = images.to(self.device, non_blocking=True)
+        return normalise(images, self.memory_format), labels.to(self.device, non_blocking=True)
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.device.type != "cuda":
+            for batch in self.loader:
+                yield self._prepare(batch)
+            return
+        side, compute = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
+        batches = iter(self.loader)
+
+        def ahead() -> Batch | None:
+            batch = next(batches, None)
+            if batch is None:
+                return None
+            with torch.cuda.stream(side):
+                return self._prepare(batch)
+
+        upcoming = ahead()
+        while upcoming is not None:
+            compute.wait_stream(side)
+            for tensor in upcoming:  # made on the side stream, freed after the compute stream
+                tensor.record_stream(compute)
+            current, upcoming = upcoming, ahead()
+            yield current
