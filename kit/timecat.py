@@ -13,6 +13,7 @@ notebook starts it as worker processes (or under torchrun on GPU nodes).
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import subprocess
@@ -29,7 +30,7 @@ import yaml
 from torch.utils.data import Dataset, Subset, TensorDataset
 from tqdm import tqdm
 
-from kit import data, evidence, features, models, probe, train
+from kit import data, diagnostics, evidence, features, models, probe, train
 from kit.config import TrainConfig, load_train_config
 from kit.params import ParameterError
 from kit.paths import REPO_ROOT, resolve
@@ -213,13 +214,26 @@ def _run_workers(groups: list[list[PlannedTraining]], prefix: list[str], threads
         raise RuntimeError(f"training failed; see {', '.join(failed)}")
 
 
-def probe_all(representations: list[Representation], params: TimecatParams
-              ) -> pl.DataFrame:
-    """Extract (cached) features of every representation on every task, probe them, and return
-    one row per (representation, task, rule)."""
+#: rows of the evaluation split the label-free diagnostics use (a seeded sample beyond that)
+DIAGNOSTIC_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """What notebook 03 measures: probe accuracies, and label-free diagnostics of each
+    representation on each task's evaluation split."""
+
+    results: pl.DataFrame
+    diagnostics: pl.DataFrame
+
+
+def probe_all(representations: list[Representation], params: TimecatParams) -> Measurements:
+    """Extract (cached) features of every representation on every task and probe them (one
+    row per representation, task and rule); also measure each representation's richness
+    (RankMe, alpha-ReQ) and how alike its n models are (mean pairwise linear CKA)."""
     cache = runs_dir(params) / "features"
     config = params.probe.model_copy(update={"device": params.device})
-    rows = []
+    rows, diagnosed = [], []
     for task in params.tasks:
         task_data, num_classes = params.task_data(task)
         train_set, eval_set = data.probe_datasets(task_data, num_classes)
@@ -231,27 +245,69 @@ def probe_all(representations: list[Representation], params: TimecatParams
             split_name = f"train[balanced {len(chosen)}, seed {params.base_seed}]"
         if task_data.kind == "synthetic":  # render once, read by every representation
             train_set, eval_set = _in_memory(train_set), _in_memory(eval_set)
-        described = task_data.model_dump_json()
         probed = [rep for rep in representations if rep.task in (None, task.name)]
-        extracted = [features.extract_many(
-            [list(rep.checkpoints) for rep in probed], dataset, described, split,
-            transform=data.resolved_augment(task_data), cache_dir=cache,
-            batch_size=params.feature_batch_size, dtype=params.feature_dtype,
-            device=params.device, num_workers=params.feature_workers, progress=False)
-            for split, dataset in ((split_name, train_set), ("eval", eval_set))]
-        for rep, train_features, eval_features in zip(probed, *extracted):
+        members = list(dict.fromkeys(c for rep in probed for c in rep.checkpoints))
+
+        def extract(groups: list[list[Path]], split: str, dataset: Dataset
+                    ) -> list[features.FeatureSet]:
+            return features.extract_many(
+                groups, dataset, task_data.model_dump_json(), split,
+                transform=data.resolved_augment(task_data), cache_dir=cache,
+                batch_size=params.feature_batch_size, dtype=params.feature_dtype,
+                device=params.device, num_workers=params.feature_workers, progress=False)
+
+        trained_on = extract([list(rep.checkpoints) for rep in probed], split_name, train_set)
+        evaluated = extract([list(rep.checkpoints) for rep in probed], "eval", eval_set)
+        single = dict(zip(members, extract([[c] for c in members], "eval", eval_set)))
+        sample = _diagnostic_sample(len(eval_set), params.base_seed)
+        for rep, train_features, eval_features in zip(probed, trained_on, evaluated):
             splits = [probe.Split(*found.torch(), found.record["split"])
                       for found in (train_features, eval_features)]
             result = probe.fast_probe(splits[0], splits[1], num_classes, config,
                                       progress=False)
+            described = {"variant": rep.variant, "kind": rep.kind, "n": rep.n,
+                         "width": rep.width, "replicate": rep.replicate,
+                         "iterations_per_model": rep.iterations_per_model,
+                         "task": task.name, "role": task.role}
             for selected in result.selected.iter_rows(named=True):
-                rows.append({"variant": rep.variant, "kind": rep.kind, "n": rep.n,
-                             "width": rep.width, "replicate": rep.replicate,
-                             "iterations_per_model": rep.iterations_per_model,
-                             "task": task.name, "role": task.role, "rule": selected["rule"],
-                             "top1": selected["top1"], "top5": selected["top5"]})
-    return pl.DataFrame(rows, schema_overrides={"iterations_per_model": pl.Int64,
-                                                "top5": pl.Float64})
+                rows.append(described | {"rule": selected["rule"], "top1": selected["top1"],
+                                         "top5": selected["top5"]})
+            diagnosed.append(described | _diagnose(
+                splits[1].features[sample], [single[c].torch()[0][sample]
+                                             for c in rep.checkpoints]))
+    return Measurements(
+        pl.DataFrame(rows, schema_overrides={"iterations_per_model": pl.Int64,
+                                             "top5": pl.Float64}),
+        pl.DataFrame(diagnosed, schema_overrides={"iterations_per_model": pl.Int64,
+                                                  "seed_cka": pl.Float64}))
+
+
+def _diagnostic_sample(rows: int, seed: int) -> torch.Tensor:
+    if rows <= DIAGNOSTIC_ROWS:
+        return torch.arange(rows)
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(rows, generator=generator)[:DIAGNOSTIC_ROWS].sort().values
+
+
+def _diagnose(concatenated: torch.Tensor, models: list[torch.Tensor]) -> dict[str, float | None]:
+    """Richness of a representation and the similarity of its models' features."""
+    pairs = [diagnostics.linear_cka(a, b) for a, b in itertools.combinations(models, 2)]
+    return {"features": int(concatenated.shape[1]),
+            "rankme": diagnostics.rankme(concatenated.float()),
+            "alpha_req": diagnostics.alpha_req(concatenated.float()),
+            "seed_cka": sum(pairs) / len(pairs) if pairs else None}
+
+
+def diagnostics_table(measured: pl.DataFrame) -> pl.DataFrame:
+    """Mean and std over replicates of each variant's diagnostics, task by task."""
+    order = {v: i for i, v in enumerate(variant_order(measured))}
+    stats = measured.group_by("task", "variant").agg(
+        pl.col("features").first(),
+        *[aggregate for column in ("rankme", "alpha_req", "seed_cka")
+          for aggregate in (pl.col(column).mean().alias(f"{column}_mean"),
+                            pl.col(column).std().alias(f"{column}_std"))],
+        pl.len().alias("replicates"))
+    return stats.sort("task", pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
 
 
 def _in_memory(dataset: Dataset) -> TensorDataset:

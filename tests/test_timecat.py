@@ -209,6 +209,13 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
     assert set(results["rule"]) == {"paper", "heldout"}
     spread = results.group_by("variant", "task", "rule").agg(pl.col("top1").std())
     assert spread["top1"].null_count() == 0  # more than one replicate everywhere
+    diagnosed = pl.read_parquet(folder / "time_concat_diagnostics.parquet")
+    assert diagnosed.height == results.height // 2  # one row per representation and task
+    assert (diagnosed["rankme"] >= 1).all() and (diagnosed["rankme"] <= diagnosed["features"]).all()
+    several = diagnosed.filter(pl.col("n") > 1)
+    assert several["seed_cka"].is_between(0, 1.0 + 1e-9).all() and several.height
+    assert diagnosed.filter(pl.col("n") == 1)["seed_cka"].null_count() == \
+        diagnosed.filter(pl.col("n") == 1).height
     summary = json.loads((folder / "time_concat_summary.json").read_text())
     assert summary["rule"] == loaded.probe_rule and summary["baseline"] == loaded.baseline
     assert summary["lines"]
