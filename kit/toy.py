@@ -27,6 +27,8 @@ from tqdm import tqdm
 from kit.toy_params import SparseTraining
 
 FEATURES = ("phi1", "phi2")
+#: probe accuracy at which a component counts as solved
+SOLVED = 0.95
 POINT_NAMES = ("A", "B", "C", "D")
 #: support points of the mixture in the (phi1, phi2) plane, and their labels (1 = positive)
 POINTS = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
@@ -161,24 +163,34 @@ class SparseModels:
     def kept(self) -> torch.Tensor:
         return self.effective.abs() >= self.keep_threshold
 
-    def representation_maps(self) -> torch.Tensor:
-        """Linear maps phi(x) -> z [R, 2, 2], with pruned features set to zero."""
-        return torch.diag_embed(self.u * self.kept)
+    def representation_maps(self, pruned: bool = True) -> torch.Tensor:
+        """Linear maps phi(x) -> z [R, 2, 2], with pruned features set to zero (or kept at
+        their tiny gates, which a standardising probe scales back up)."""
+        return torch.diag_embed(self.u * self.kept if pruned else self.u)
 
     def accuracy(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         logits = (x * self.effective[:, None]).sum(-1) + self.b[:, None]
         return ((logits > 0).float() == y).float().mean(1)
 
 
-def train_sparse(weights: torch.Tensor, config: SparseTraining, seed: int) -> SparseModels:
+def train_sparse(weights: torch.Tensor, config: SparseTraining, seed: int,
+                 sample_seed: int | None = None) -> SparseModels:
     """Train one diagonal network per row of `weights` (component weights), all at once.
 
     Each row gets its own sample, initialisation and minibatch order, all drawn from one
-    generator seeded by `seed`.
+    generator seeded by `seed`. With `sample_seed`, rows of the same mixture share one training
+    sample (drawn from that seed) and differ only by initialisation and minibatch order, as the
+    paper's differently seeded runs on one dataset do.
     """
     generator = torch.Generator().manual_seed(seed)
     runs = weights.shape[0]
-    x, y = sample(weights, config.n_train, config.noise, generator)
+    if sample_seed is None:
+        x, y = sample(weights, config.n_train, config.noise, generator)
+    else:
+        mixtures, row_mixture = torch.unique(weights, dim=0, return_inverse=True)
+        x, y = sample(mixtures, config.n_train, config.noise,
+                      torch.Generator().manual_seed(sample_seed))
+        x, y = x[row_mixture], y[row_mixture]
     u = torch.full((runs, 2), config.init_scale).requires_grad_()
     v = (config.init_scale * torch.randn(runs, 2, generator=generator)).requires_grad_()
     b = torch.zeros(runs, requires_grad=True)
@@ -261,20 +273,23 @@ def dominated_weights(dominant: int, share: float) -> torch.Tensor:
     return weights
 
 
-def mixture_sweep(shares: list[float], replicates: int, config: SparseTraining, seed: int
-                  ) -> tuple[pl.DataFrame, SparseModels]:
+def mixture_sweep(shares: list[float], replicates: int, config: SparseTraining, seed: int,
+                  shared_sample: bool = False) -> tuple[pl.DataFrame, SparseModels]:
     """Train `replicates` sparse models on every dominated mixture and probe each component.
 
     One row per trained model: its mixture, the features that survived, its training accuracy
-    on the mixture and its linear-probe accuracy on each component.
+    on the mixture, its linear-probe accuracy on each component, and whether a probe of its
+    unpruned representation solves every component. With `shared_sample`, the replicates of a
+    mixture share one training sample (seed and batch order differ).
     """
     settings = [(d, s) for s in shares for d in range(len(COMPONENT_NAMES))]
     weights = torch.stack([dominated_weights(d, s) for d, s in settings])
     weights = weights.repeat_interleave(replicates, dim=0)
-    models = train_sparse(weights, config, seed)
+    models = train_sparse(weights, config, seed, sample_seed=seed + 3 if shared_sample else None)
     x, y = sample(weights, config.n_train, config.noise, torch.Generator().manual_seed(seed + 1))
     train_accuracy = models.accuracy(x, y)
     probe = probe_components(models.representation_maps(), config, seed + 2)
+    unpruned = probe_components(models.representation_maps(pruned=False), config, seed + 2)
     rows = []
     for r, label in enumerate(kept_label(models.kept)):
         dominant, share = settings[r // replicates]
@@ -287,6 +302,7 @@ def mixture_sweep(shares: list[float], replicates: int, config: SparseTraining, 
             "predicted_by_optimum": optimal_mixture_classifier(weights[r])["features"],
             "mixture_train_accuracy": float(train_accuracy[r]),
             **{f"acc_{c}": float(probe[r, i]) for i, c in enumerate(COMPONENT_NAMES)},
+            "unpruned_solves_all": bool((unpruned[r] >= SOLVED).all()),
         })
     return pl.DataFrame(rows), models
 
@@ -305,7 +321,8 @@ def direct_training(replicates: int, config: SparseTraining, seed: int) -> pl.Da
 
 
 def concatenation_study(runs: pl.DataFrame, models: SparseModels, sizes: list[int],
-                        config: SparseTraining, seed: int, solved: float = 0.95) -> pl.DataFrame:
+                        config: SparseTraining, seed: int, solved: float = SOLVED
+                        ) -> pl.DataFrame:
     """Concatenate the representations of differently seeded runs trained on the same mixture.
 
     For every mixture in `runs` and every k in `sizes`, the replicates are split into disjoint
@@ -338,22 +355,36 @@ def concatenation_study(runs: pl.DataFrame, models: SparseModels, sizes: list[in
     return pl.DataFrame(rows)
 
 
-def sparsity_sweep(weight_decays: list[float], share: float, replicates: int,
+def sparsity_sweep(weight_decays: list[float], weights: list[float], runs: int,
                    config: SparseTraining, seed: int) -> pl.DataFrame:
-    """How often both features survive, as the weight decay (the sparsity bias) grows."""
-    weights = torch.stack([dominated_weights(d, share) for d in range(len(COMPONENT_NAMES))])
-    weights = weights.repeat_interleave(replicates, dim=0)
+    """Which features survive on one mixture in which both features carry signal, as the
+    weight decay (the sparsity bias) grows: `runs` models per weight decay."""
+    mixture = torch.tensor(weights) / sum(weights)
     rows = []
     for weight_decay in weight_decays:
-        models = train_sparse(weights, config.model_copy(update={"weight_decay": weight_decay}), seed)
-        for r, label in enumerate(kept_label(models.kept)):
-            rows.append({"weight_decay": weight_decay,
-                         "dominant": COMPONENT_NAMES[r // replicates], "kept": label})
+        models = train_sparse(mixture.repeat(runs, 1),
+                              config.model_copy(update={"weight_decay": weight_decay}), seed)
+        rows += [{"weight_decay": weight_decay, "kept": label}
+                 for label in kept_label(models.kept)]
     return pl.DataFrame(rows)
 
 
+def _all_solved_fraction(concat: pl.DataFrame) -> dict[str, float]:
+    """Per group size k, the share of concatenated groups that solve every component."""
+    return {str(k): frac for k, frac in concat.group_by("k").agg(
+        (pl.col("components_solved") == len(COMPONENT_NAMES)).mean()).sort("k").iter_rows()}
+
+
+def all_solved_by_k(fresh: pl.DataFrame, shared: pl.DataFrame) -> pl.DataFrame:
+    """Groups solving every component, by k: replicates with their own samples against
+    replicates sharing one sample."""
+    return pl.DataFrame([{"k": int(k), "own samples": fresh_value,
+                          "one shared sample": _all_solved_fraction(shared).get(k)}
+                         for k, fresh_value in _all_solved_fraction(fresh).items()])
+
+
 def summarize(runs: pl.DataFrame, direct: pl.DataFrame, concat: pl.DataFrame,
-              solved: float = 0.95) -> dict[str, object]:
+              shared_concat: pl.DataFrame, solved: float = SOLVED) -> dict[str, object]:
     """The key measured results of notebook 01, as plain numbers (written to JSON)."""
     single = runs.filter(pl.col("kept").is_in(["phi1", "phi2"]))
     own, other = [], []
@@ -376,10 +407,9 @@ def summarize(runs: pl.DataFrame, direct: pl.DataFrame, concat: pl.DataFrame,
         "single_feature_accuracy_other_components": float(np.mean(other)) if other else None,
         "direct_accuracy": dict(direct.group_by("component").agg(pl.col("accuracy").mean())
                                 .sort("component").iter_rows()),
-        "concat_all_solved_fraction": {
-            str(k): frac for k, frac in concat.group_by("k").agg(
-                (pl.col("components_solved") == len(COMPONENT_NAMES)).mean()).sort("k")
-            .iter_rows()},
+        "concat_all_solved_fraction": _all_solved_fraction(concat),
+        "concat_all_solved_fraction_shared_sample": _all_solved_fraction(shared_concat),
+        "unpruned_solves_all_fraction": float(runs["unpruned_solves_all"].mean()),
         "solved_threshold": solved,
     }
 

@@ -45,7 +45,9 @@ class ToyParams(NotebookParams, SparseTraining):
     direct_replicates: int = Field(default=8, ge=1, le=200)
     weight_decays: list[float] = Field(default_factory=lambda: [0.0, 0.001, 0.003, 0.01, 0.03],
                                        min_length=1)
-    sparsity_share: float = Field(default=0.7, ge=0.25, le=1.0)
+    #: a mixture in which both features carry signal, for the weight-decay sweep
+    sparsity_weights: list[float] = Field(default_factory=lambda: [0.45, 0.10, 0.30, 0.15],
+                                          min_length=4, max_length=4)
 
     @model_validator(mode="after")
     def _consistent(self) -> ToyParams:
@@ -58,4 +60,6 @@ class ToyParams(NotebookParams, SparseTraining):
                 raise ValueError(f"concat_sizes: {k} is not in [1, replicates={self.replicates}]")
         if any(wd < 0 for wd in self.weight_decays):
             raise ValueError("weight_decays: values must be >= 0")
+        if any(w < 0 for w in self.sparsity_weights) or sum(self.sparsity_weights) <= 0:
+            raise ValueError("sparsity_weights: four weights >= 0, not all zero")
         return self

@@ -12,7 +12,7 @@ def test_notebook_01_summary_is_what_its_tables_say(notebook_outputs) -> None:
     folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
     recorded = report.read_json(folder / "toy_summary.json")
     tables = [pl.read_parquet(folder / f"toy_{name}.parquet")
-              for name in ("runs", "direct", "concat")]
+              for name in ("runs", "direct", "concat", "concat_shared_sample")]
     recomputed = toy.summarize(*tables)
     assert recorded.keys() == recomputed.keys()
     for key, value in recomputed.items():
