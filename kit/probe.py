@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 import torch
 import torch.nn.functional as F
@@ -36,52 +37,96 @@ class ProbeError(ValueError):
 
 @dataclass(frozen=True)
 class Split:
-    """Features [N, D] (any float dtype, possibly a memory map) and integer labels [N]."""
+    """Features [N, D] and integer labels [N]. Features may be a tensor or a NumPy array such as
+    a `kit.features.FeatureSet` memory map: probes read them in chunks and never copy them whole,
+    so fp16 features stay fp16 and an ImageNet-sized set need not fit in memory."""
 
-    features: torch.Tensor
-    labels: torch.Tensor
+    features: torch.Tensor | np.ndarray
+    labels: torch.Tensor | np.ndarray
     name: str
 
 
+def _labels(split: Split) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(split.labels) if isinstance(split.labels, np.ndarray)
+                           else split.labels).long()
+
+
+def _chunk_rows(width: int, device: torch.device) -> int:
+    """Rows per chunk: small on the host, where a chunk is extra memory beside the features."""
+    budget = (256 if device.type == "cuda" else 8) << 20
+    return max(1, budget // (8 * width))
+
+
+def read_rows(features: torch.Tensor | np.ndarray, index: torch.Tensor) -> torch.Tensor:
+    """The rows `index` (sorted, on the host) of a tensor or an array, as a tensor of those rows
+    only."""
+    if isinstance(features, np.ndarray):
+        return torch.from_numpy(np.asarray(features[index.numpy()]))
+    return features[index]
+
+
 def check_splits(splits: Sequence[Split], num_classes: int) -> None:
-    """Refuse what would make a probe silently wrong, naming the split."""
+    """Refuse what would make a probe silently wrong, naming the split (one chunked pass)."""
     width = None
     for split in splits:
+        labels = _labels(split)
         if split.features.ndim != 2 or split.features.shape[0] == 0:
             raise ProbeError(f"split '{split.name}': expected a non-empty [N, D] feature matrix, "
                              f"got shape {tuple(split.features.shape)}")
-        if split.labels.shape != (split.features.shape[0],):
+        if labels.shape != (split.features.shape[0],):
             raise ProbeError(f"split '{split.name}': {split.features.shape[0]} feature rows but "
-                             f"labels of shape {tuple(split.labels.shape)}")
+                             f"labels of shape {tuple(labels.shape)}")
         if width is not None and split.features.shape[1] != width:
             raise ProbeError(f"split '{split.name}': feature dimension {split.features.shape[1]} "
                              f"differs from {width} in the other splits")
         width = split.features.shape[1]
-        low, high = int(split.labels.min()), int(split.labels.max())
+        low, high = int(labels.min()), int(labels.max())
         if low < 0 or high >= num_classes:
             raise ProbeError(f"split '{split.name}': labels span [{low}, {high}], outside "
                              f"[0, {num_classes - 1}]")
-        if not torch.isfinite(split.features.sum(dtype=torch.float64)):  # NaN/inf propagate
-            bad = int((~torch.isfinite(split.features)).any(1).sum())
+        bad, rows = 0, len(labels)
+        step = _chunk_rows(width, torch.device("cpu"))
+        for start in range(0, rows, step):
+            chunk = read_rows(split.features, torch.arange(start, min(start + step, rows)))
+            if not torch.isfinite(chunk.sum(dtype=torch.float64)):  # NaN/inf propagate
+                bad += int((~torch.isfinite(chunk)).any(1).sum())
+        if bad:
             raise ProbeError(f"split '{split.name}': {bad} feature row(s) hold NaN or inf")
 
 
-def heldout_split(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
-    """A random part of the training split, kept out of training for the `heldout` rule."""
+def heldout_indices(rows: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sorted (kept, held) row indices: a random part of the training split kept out of
+    training for the `heldout` rule."""
     if not 0 < fraction < 1:
         raise ProbeError(f"heldout fraction must be in (0, 1), got {fraction}")
-    order = torch.randperm(len(train.labels), generator=torch.Generator().manual_seed(seed))
-    cut = max(1, int(round(fraction * len(order))))
-    held, kept = order[:cut].sort().values, order[cut:].sort().values
-    return (Split(train.features[kept], train.labels[kept], "train"),
-            Split(train.features[held], train.labels[held], "heldout"))
+    order = torch.randperm(rows, generator=torch.Generator().manual_seed(seed))
+    cut = max(1, int(round(fraction * rows)))
+    return order[cut:].sort().values, order[:cut].sort().values
 
 
-def standardiser(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-feature mean and standard deviation (one pass; torch's std is slow on wide data)."""
-    mean = features.mean(0)
-    variance = (features.square().mean(0) - mean.square()).clamp_min(0.0)
-    return mean, variance.sqrt().clamp_min(1e-6)
+def heldout_split(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+    """`heldout_indices` as two (copied) splits, for probes that read whole splits."""
+    kept, held = heldout_indices(len(_labels(train)), fraction, seed)
+    labels = _labels(train)
+    return (Split(read_rows(train.features, kept), labels[kept], "train"),
+            Split(read_rows(train.features, held), labels[held], "heldout"))
+
+
+def standardiser(features: torch.Tensor | np.ndarray, index: torch.Tensor | None = None,
+                 device: torch.device = torch.device("cpu")) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-feature mean and standard deviation over the rows `index` (default all), read in
+    chunks with float64 accumulators: one pass, and no full-size temporary."""
+    index = torch.arange(features.shape[0]) if index is None else index
+    total = torch.zeros(features.shape[1], dtype=torch.float64, device=device)
+    squares = torch.zeros_like(total)
+    step = _chunk_rows(features.shape[1], device)
+    for start in range(0, len(index), step):
+        chunk = read_rows(features, index[start:start + step]).to(device, torch.float64)
+        total += chunk.sum(0)
+        squares += chunk.square().sum(0)
+    mean = total / len(index)
+    variance = (squares / len(index) - mean.square()).clamp_min(0.0)
+    return mean.float(), variance.sqrt().clamp_min(1e-6).float()
 
 
 def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -92,13 +137,16 @@ def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Te
 
 def select(history: pl.DataFrame, group: list[str], num_classes: int) -> pl.DataFrame:
     """Apply both selection rules to a table of (grid point, epoch) evaluations. Top-5 is
-    reported only with more than 10 classes, as in the paper."""
+    reported only with more than 10 classes, as in the paper; the chosen head's training
+    accuracy is reported beside its evaluation accuracy, so the train/eval gap is visible."""
     rows = []
     for rule, column in (("paper", "eval_top1"), ("heldout", "heldout_top1")):
-        best = history.sort([column, "epoch"], descending=[True, False]).row(0, named=True)
+        best = history.sort([column, "epoch"], descending=[True, False],
+                           maintain_order=True).row(0, named=True)  # ties: first grid point
         rows.append({"rule": rule, **{k: best[k] for k in group}, "epoch": best["epoch"],
                      "top1": best["eval_top1"],
-                     "top5": best["eval_top5"] if num_classes > 10 else None})
+                     "top5": best["eval_top5"] if num_classes > 10 else None,
+                     "train_top1": best["train_top1"]})
     return pl.DataFrame(rows, schema_overrides={"top5": pl.Float64})
 
 
@@ -132,69 +180,102 @@ class FastProbe:
     device: str = "cpu"
 
 
+class FeatureRows:
+    """A split's features where the probe reads them, as float32 rows on the device: the fp16 (or
+    whatever) matrix is moved to the device once when it fits in a quarter of its free memory,
+    otherwise every read gathers its rows from host memory or the memory map."""
+
+    def __init__(self, features: torch.Tensor | np.ndarray, device: torch.device) -> None:
+        self.features, self.device = features, device
+        if device.type == "cuda":
+            size = features.shape[0] * features.shape[1] * features.dtype.itemsize
+            if size <= torch.cuda.mem_get_info(device)[0] // 4:
+                tensor = (torch.from_numpy(np.asarray(features))
+                          if isinstance(features, np.ndarray) else features)
+                self.features = tensor.to(device)
+
+    def __call__(self, index: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.features, torch.Tensor) and self.features.device == self.device:
+            return self.features[index.to(self.device)].float()
+        return read_rows(self.features, index).to(self.device, torch.float32)
+
+
 def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastProbe = FastProbe(),
                progress: bool = True) -> ProbeResult:
+    """Train one head per (lr, weight decay) in one pass over the fit rows; score every head on
+    the fit, held-out and evaluation rows after each epoch. Features are standardised per
+    minibatch with statistics of the fit rows, so no standardised copy is ever made."""
     check_splits([train, evaluation], num_classes)
-    fit, held = heldout_split(train, config.heldout_fraction, config.seed)
     device = torch.device(config.device)
-    x = fit.features.to(device, torch.float32)
-    mean, std = standardiser(x)
-    x = (x - mean) / std
-    y = fit.labels.to(device)
+    kept, held = heldout_indices(len(_labels(train)), config.heldout_fraction, config.seed)
+    train_rows, eval_rows = FeatureRows(train.features, device), FeatureRows(evaluation.features,
+                                                                             device)
+    train_labels, eval_labels = _labels(train).to(device), _labels(evaluation).to(device)
+    mean, std = standardiser(train.features, kept, device)
+    scale = 1 / std
     grid = list(itertools.product(config.lrs, config.weight_decays))
-    heads, dim = len(grid), x.shape[1]
+    heads, dim = len(grid), train.features.shape[1]
     lr = torch.tensor([g[0] for g in grid], device=device)[:, None, None]
     wd = torch.tensor([g[1] for g in grid], device=device)[:, None, None]
     generator = torch.Generator().manual_seed(config.seed)
     weight = torch.zeros(heads, dim, num_classes, device=device, requires_grad=True)
     bias = torch.zeros(heads, num_classes, device=device, requires_grad=True)
     velocity = [torch.zeros_like(weight), torch.zeros_like(bias)]
-    steps_per_epoch = math.ceil(len(y) / config.batch_size)
+    steps_per_epoch = math.ceil(len(kept) / config.batch_size)
     total, step, rows = config.epochs * steps_per_epoch, 0, []
 
     def logits_of(features: torch.Tensor) -> torch.Tensor:
-        flat = features @ weight.permute(1, 0, 2).reshape(dim, heads * num_classes)
+        standardised = (features - mean) * scale
+        flat = standardised @ weight.permute(1, 0, 2).reshape(dim, heads * num_classes)
         return flat.view(-1, heads, num_classes) + bias
 
-    # the held-out and evaluation splits are standardised once, then scored every epoch
-    scored = {name: ((split.features.to(device, torch.float32) - mean) / std,
-                     split.labels.to(device)) for name, split in (("held", held),
-                                                                  ("eval", evaluation))}
-
-    def accuracies(name: str) -> tuple[torch.Tensor, torch.Tensor]:
-        z, labels = scored[name]
-        correct1 = torch.zeros(heads, device=device)
-        correct5 = torch.zeros(heads, device=device)
+    def scores(read: FeatureRows, index: torch.Tensor, labels: torch.Tensor
+               ) -> dict[str, torch.Tensor]:
+        """Top-1, top-5 and mean cross-entropy per head over the rows `index`, in chunks."""
+        sums = torch.zeros(3, heads, device=device)
         with torch.no_grad():
-            for start in range(0, len(labels), 4096):
-                logits = logits_of(z[start:start + 4096])
-                correct1 += topk_correct(logits, labels[start:start + 4096], 1)
-                correct5 += topk_correct(logits, labels[start:start + 4096], 5)
-        return correct1.cpu() / len(labels), correct5.cpu() / len(labels)
+            chunk = _chunk_rows(dim, device)
+            for start in range(0, len(index), chunk):
+                part = index[start:start + chunk]
+                logits, target = logits_of(read(part)), labels[part.to(device)]
+                sums[0] += topk_correct(logits, target, 1)
+                sums[1] += topk_correct(logits, target, 5)
+                sums[2] += F.cross_entropy(logits.permute(0, 2, 1),
+                                           target[:, None].expand(-1, heads),
+                                           reduction="none").sum(0)
+        top1, top5, loss = (sums / len(index)).cpu()
+        return {"top1": top1, "top5": top5, "loss": loss}
 
+    eval_index = torch.arange(len(eval_labels))
     for epoch in tqdm(range(1, config.epochs + 1), desc="fast probe", disable=not progress):
-        order = torch.randperm(len(y), generator=generator).to(device)
-        for start in range(0, len(y), config.batch_size):
-            batch = order[start:start + config.batch_size]
-            logits = logits_of(x[batch])
+        order = kept[torch.randperm(len(kept), generator=generator)]
+        for start in range(0, len(kept), config.batch_size):
+            batch = order[start:start + config.batch_size].sort().values  # memory-map locality
+            logits = logits_of(train_rows(batch))
             loss = F.cross_entropy(logits.permute(0, 2, 1),
-                                   y[batch, None].expand(-1, heads), reduction="none")
+                                   train_labels[batch.to(device), None].expand(-1, heads),
+                                   reduction="none")
             loss.mean(0).sum().backward()
-            scale = 0.5 * (1 + math.cos(math.pi * step / total))
+            decay = 0.5 * (1 + math.cos(math.pi * step / total))
             with torch.no_grad():
-                for param, buffer, decay in ((weight, velocity[0], wd), (bias, velocity[1], 0.0)):
-                    grad = param.grad + decay * param
+                for param, buffer, penalty in ((weight, velocity[0], wd), (bias, velocity[1], 0.0)):
+                    grad = param.grad + penalty * param
                     buffer.mul_(config.momentum).add_(grad)
-                    step_lr = lr * scale if param is weight else (lr * scale)[:, :, 0]
+                    step_lr = lr * decay if param is weight else (lr * decay)[:, :, 0]
                     param -= step_lr * (grad + config.momentum * buffer)
                     param.grad = None
             step += 1
-        held1, _ = accuracies("held")
-        eval1, eval5 = accuracies("eval")
+        fit = scores(train_rows, kept, train_labels)
+        heldout = scores(train_rows, held, train_labels)
+        evaluated = scores(eval_rows, eval_index, eval_labels)
+        penalty = (wd[:, 0, 0] / 2 * weight.detach().square().sum((1, 2))).cpu()
         for h, (head_lr, head_wd) in enumerate(grid):
             rows.append({"lr": head_lr, "weight_decay": head_wd, "epoch": epoch,
-                         "heldout_top1": float(held1[h]), "eval_top1": float(eval1[h]),
-                         "eval_top5": float(eval5[h])})
+                         "train_loss": float(fit["loss"][h] + penalty[h]),
+                         "train_top1": float(fit["top1"][h]),
+                         "heldout_top1": float(heldout["top1"][h]),
+                         "eval_top1": float(evaluated["top1"][h]),
+                         "eval_top5": float(evaluated["top5"][h])})
     history = pl.DataFrame(rows)
     return ProbeResult(history, select(history, ["lr", "weight_decay"], num_classes))
 
@@ -208,8 +289,8 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
     check_splits([train, evaluation], num_classes)
     fit, held = heldout_split(train, heldout_fraction, seed)
     x = fit.features.to(device, torch.float32)
-    mean, std = standardiser(x)
-    x, y = (x - mean) / std, fit.labels.to(device)
+    mean, std = standardiser(x, device=torch.device(device))
+    x, y = (x - mean) / std, _labels(fit).to(device)
     rows = []
     for decay in weight_decays:
         linear = nn.Linear(x.shape[1], num_classes).to(device)
@@ -226,17 +307,17 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
             return loss
 
         optimizer.step(closure)
-        row = {"weight_decay": decay, "epoch": 1}
+        row = {"weight_decay": decay, "epoch": 1, "train_loss": float(closure().detach())}
         with torch.no_grad():
-            for split, prefix in ((held, "heldout"), (evaluation, "eval")):
+            for split, prefix in ((fit, "train"), (held, "heldout"), (evaluation, "eval")):
                 logits = linear((split.features.to(device, torch.float32) - mean) / std)
-                labels = split.labels.to(device)
+                labels = _labels(split).to(device)
                 row[f"{prefix}_top1"] = float(topk_correct(logits[:, None], labels, 1)[0]
                                               / len(labels))
                 row[f"{prefix}_top5"] = float(topk_correct(logits[:, None], labels, 5)[0]
                                               / len(labels))
         rows.append(row)
-    history = pl.DataFrame(rows).drop("heldout_top5")
+    history = pl.DataFrame(rows).drop("heldout_top5", "train_top5")
     return ProbeResult(history, select(history, ["weight_decay"], num_classes))
 
 
@@ -328,6 +409,7 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
         return correct1, correct5, seen
 
     for epoch in tqdm(range(1, config.epochs + 1), desc="faithful probe", disable=not progress):
+        train1, train_n = torch.zeros(len(config.weight_decays)), 0
         for images, labels in train_loader:
             features = extract(images.to(device))
             if heads is None:
@@ -344,6 +426,8 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
                               for o in optimizers]
             logits = heads(features)
             labels = labels.to(device)
+            train1 += topk_correct(logits.detach(), labels, 1).cpu()
+            train_n += len(labels)
             loss = sum(F.cross_entropy(logits[:, h], labels) for h in range(logits.shape[1]))
             for optimizer in optimizers:
                 optimizer.zero_grad()
@@ -360,6 +444,7 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
             raise ProbeError("the held-out or evaluation loader yielded no sample")
         for h, decay in enumerate(config.weight_decays):
             rows.append({"weight_decay": decay, "epoch": epoch,
+                         "train_top1": float(train1[h] / train_n),
                          "heldout_top1": float(held1[h] / held_n),
                          "eval_top1": float(eval1[h] / eval_n),
                          "eval_top5": float(eval5[h] / eval_n)})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -55,6 +56,74 @@ def test_fast_and_lbfgs_agree_where_both_converge() -> None:
     fast = probe.fast_probe(train, evaluation, 4, FAST, progress=False).top1("heldout")
     exact = probe.lbfgs_probe(train, evaluation, 4, weight_decays=(1e-4, 1e-3)).top1("heldout")
     assert fast == pytest.approx(exact, abs=0.03)
+
+
+def teacher(n: int, dim: int, classes: int, seed: int, noise: float = 0.5) -> probe.Split:
+    """Labels of a planted linear rule with Gumbel noise: well conditioned, not separable."""
+    generator = torch.Generator().manual_seed(seed)
+    rule = torch.randn(dim, classes, generator=torch.Generator().manual_seed(7)) * 3 / dim ** 0.5
+    x = torch.randn(n, dim, generator=generator)
+    gumbel = -torch.log(-torch.log(torch.rand(n, classes, generator=generator)))
+    return probe.Split(x, (x @ rule + noise * gumbel).argmax(1), "s")
+
+
+@pytest.mark.parametrize("dim", [8, 32, 128])
+def test_fast_probe_run_long_enough_converges_to_lbfgs(dim: int) -> None:
+    """Issue 11: a converged fast probe agrees with L-BFGS on the same features within half a
+    point, per weight decay at its last epoch and under the held-out rule."""
+    train, evaluation = teacher(4000, dim, 4, 0), teacher(4000, dim, 4, 1)
+    decays = (1e-3, 1e-2)
+    fast = probe.fast_probe(train, evaluation, 4, probe.FastProbe(
+        lrs=(0.1,), weight_decays=decays, epochs=40, batch_size=256, heldout_fraction=0.25),
+        progress=False)
+    exact = probe.lbfgs_probe(train, evaluation, 4, weight_decays=decays, max_iter=500,
+                              heldout_fraction=0.25)
+    last = fast.history.filter(fast.history["epoch"] == 40).sort("weight_decay")
+    reference = exact.history.sort("weight_decay")
+    assert last["train_loss"].to_list() == pytest.approx(reference["train_loss"].to_list(),
+                                                         rel=0.01)
+    assert last["eval_top1"].to_list() == pytest.approx(reference["eval_top1"].to_list(),
+                                                        abs=0.005)
+    assert fast.top1("heldout") == pytest.approx(exact.top1("heldout"), abs=0.005)
+
+
+def test_fast_probe_reports_the_train_eval_gap() -> None:
+    """Few rows, many features: the chosen head fits its training rows far better than it
+    generalises, and the result says so."""
+    result = probe.fast_probe(teacher(300, 128, 4, 2), teacher(1000, 128, 4, 3), 4, FAST,
+                              progress=False)
+    for row in result.selected.iter_rows(named=True):
+        assert row["train_top1"] > row["top1"] + 0.1
+    assert result.history["train_top1"].null_count() == 0
+
+
+def test_memory_mapped_fp16_features_give_the_in_memory_result(tmp_path) -> None:
+    """The probe reads a FeatureSet-style fp16 memory map in chunks; the result is the one it
+    gives on the same values held in memory as float32."""
+    train, evaluation = planted(1500, 16, 12, 2, 0.4), planted(600, 16, 12, 3, 0.4)
+    for name, split in (("train", train), ("eval", evaluation)):
+        np.save(tmp_path / f"{name}.npy", split.features.half().numpy())
+    mapped = [probe.Split(np.load(tmp_path / f"{name}.npy", mmap_mode="r"),
+                          split.labels.numpy(), name)
+              for name, split in (("train", train), ("eval", evaluation))]
+    in_memory = [probe.Split(torch.from_numpy(np.array(split.features)).float(),
+                             torch.from_numpy(split.labels), split.name) for split in mapped]
+    streamed = probe.fast_probe(*mapped, 12, FAST, progress=False)
+    reference = probe.fast_probe(*in_memory, 12, FAST, progress=False)
+    assert streamed.selected.equals(reference.selected)
+    assert streamed.history.drop("train_loss").equals(reference.history.drop("train_loss"))
+    assert streamed.history["train_loss"].to_list() == pytest.approx(
+        reference.history["train_loss"].to_list(), rel=1e-6)
+
+
+def test_standardiser_in_chunks_matches_the_exact_statistics() -> None:
+    generator = torch.Generator().manual_seed(4)  # 2000 wide: several chunks of rows
+    features = (torch.randn(3000, 2000, generator=generator, dtype=torch.float64) * 3 + 100)
+    rows = torch.arange(0, 3000, 2)
+    mean, std = probe.standardiser(features.half().numpy(), rows)
+    exact = features.half().double()[rows]
+    assert torch.allclose(mean.double(), exact.mean(0), rtol=1e-6)
+    assert torch.allclose(std.double(), exact.std(0, unbiased=False), rtol=1e-4)
 
 
 class Flatten(torch.nn.Module):
