@@ -16,17 +16,32 @@ feeds every head.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import itertools
+import json
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
+from pydantic import ValidationError
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
+
+from kit import data, locks
+from kit.config import DataConfig, ParameterError, describe_errors, read_yaml
+from kit.features import file_hash, load_backbone
+from kit.train import atomic_write, exit_code, start_process
 
 RULES = ("paper", "heldout")
 
@@ -332,121 +347,371 @@ PAPER_WEIGHT_DECAYS = {
     "cifar": (1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
 }
 
+#: which grid a dataset kind (kit.config.DataConfig.kind) gets by default
+GRID_OF_KIND = {"imagefolder": "imagenet", "inat18": "inat18", "cifar10": "cifar",
+                "cifar100": "cifar", "synthetic": "imagenet"}
+
 
 @dataclass(frozen=True)
 class FaithfulProbe:
     """The authors' recipe (REFERENCE.md): BN1d + Linear (N(0, 0.01) weights), SGD lr 0.01,
-    momentum 0.9, Nesterov, 28 epochs, x0.1 at epochs 8, 16 and 24, no weight decay on BN."""
+    momentum 0.9, Nesterov, 28 epochs, x0.1 at epochs 8, 16 and 24, no weight decay on BN.
+    `batch_size` is the global batch, split over processes; `precision` "bf16" runs the frozen
+    backbones under bfloat16 autocast (the heads stay float32)."""
 
     weight_decays: tuple[float, ...] = PAPER_WEIGHT_DECAYS["imagenet"]
     epochs: int = 28
     milestones: tuple[int, ...] = (8, 16, 24)
     lr: float = 0.01
     momentum: float = 0.9
+    batch_size: int = 256
+    heldout_fraction: float = 0.1
+    seed: int = 0
+    precision: str = "fp32"
     device: str = "cpu"
 
 
-class ProbeHeads(nn.Module):
-    """One BatchNorm1d + Linear head per weight decay, all reading the same features."""
+def _world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
-    def __init__(self, width: int, num_classes: int, count: int) -> None:
+
+def _all_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """The sum over processes (the tensor itself with one process)."""
+    if _world()[1] > 1:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+class ProbeHeads(nn.Module):
+    """One BatchNorm1d + Linear head per weight decay, all reading the same features.
+
+    The features come from frozen backbones and need no gradient, so in training the batch
+    statistics are computed once for every head, and summed over the processes that share a
+    global batch: each head normalises as one BatchNorm1d would over the whole global batch,
+    whatever the number of processes.
+    """
+
+    def __init__(self, width: int, num_classes: int, count: int, seed: int = 0) -> None:
         super().__init__()
         self.norms = nn.ModuleList(nn.BatchNorm1d(width) for _ in range(count))
         self.linears = nn.ModuleList(nn.Linear(width, num_classes) for _ in range(count))
+        generator = torch.Generator().manual_seed(seed)
         for linear in self.linears:
-            nn.init.normal_(linear.weight, std=0.01)
+            nn.init.normal_(linear.weight, std=0.01, generator=generator)
             nn.init.zeros_(linear.bias)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.stack([linear(norm(features))
-                            for norm, linear in zip(self.norms, self.linears)], dim=1)
+        if self.training:
+            moments = _all_sum(torch.cat([features.sum(0), features.square().sum(0),
+                                          features.new_tensor([len(features)])]).double())
+            width, count = features.shape[1], float(moments[-1])
+            mean = moments[:width] / count
+            variance = (moments[width:2 * width] / count - mean.square()).clamp_min(0.0)
+            mean, variance = mean.float(), variance.float()
+            with torch.no_grad():
+                for norm in self.norms:  # as BatchNorm1d: running variance is unbiased
+                    norm.running_mean.lerp_(mean, norm.momentum)
+                    norm.running_var.lerp_(variance * count / max(count - 1, 1), norm.momentum)
+                    norm.num_batches_tracked += 1
+        outputs = []
+        for norm, linear in zip(self.norms, self.linears):
+            centre, spread = ((mean, variance) if self.training
+                              else (norm.running_mean, norm.running_var))
+            outputs.append(linear(F.batch_norm(features, centre, spread, norm.weight, norm.bias,
+                                               False, 0.0, norm.eps)))
+        return torch.stack(outputs, dim=1)
 
 
-def concatenated_features(backbones: Sequence[nn.Module]) -> Callable[[torch.Tensor],
-                                                                       torch.Tensor]:
-    """Frozen backbones in eval mode (their own BN statistics), features concatenated in order."""
+def concatenated_features(backbones: Sequence[nn.Module], precision: str = "fp32"
+                          ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Frozen backbones in eval mode (their own BN statistics), features concatenated in order,
+    as float32."""
     for backbone in backbones:
         backbone.eval().requires_grad_(False)
 
     def features(images: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return torch.cat([backbone.features(images).flatten(1) for backbone in backbones], 1)
+        with torch.no_grad(), torch.autocast(images.device.type, torch.bfloat16,
+                                             enabled=precision == "bf16"):
+            return torch.cat([backbone.features(images).flatten(1).float()
+                              for backbone in backbones], 1)
 
     return features
 
 
+class GlobalBatches(Sampler[list[tuple[int, int]]]):
+    """This process's share of each global batch of a per-epoch seeded shuffle of `indices`, as
+    (epoch, index) keys for `kit.data.Samples`: the same global batches, augmented the same way,
+    whatever the number of processes. An incomplete last global batch is dropped."""
+
+    def __init__(self, indices: torch.Tensor, batch_size: int, seed: int) -> None:
+        self.rank, self.world = _world()
+        if batch_size % self.world or batch_size > len(indices):
+            raise ProbeError(f"global batch {batch_size} must be a multiple of the {self.world} "
+                             f"process(es) and at most the {len(indices)} training images")
+        self.indices, self.batch_size, self.seed, self.epoch = indices, batch_size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.indices) // self.batch_size
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        order = self.indices[torch.randperm(len(self.indices), generator=generator)]
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            batch = order[start:start + self.batch_size]
+            yield [(self.epoch, int(i)) for i in batch[self.rank::self.world]]
+
+
 def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
                    heldout_loader: Iterable, eval_loader: Iterable, num_classes: int,
-                   config: FaithfulProbe = FaithfulProbe(), progress: bool = True
+                   config: FaithfulProbe = FaithfulProbe(), progress: bool = True,
+                   state_file: Path | None = None, identity: Mapping[str, Any] | None = None
                    ) -> ProbeResult:
     """Train the heads on the (augmented) train loader; evaluate every epoch on both splits.
 
     The held-out loader must hold training images excluded from `train_loader` (with evaluation
-    transforms); the `heldout` rule selects on it.
+    transforms); the `heldout` rule selects on it. Under torch.distributed each process passes
+    its shard of every loader: gradients are averaged by DistributedDataParallel, BN statistics
+    and accuracy counts are summed over processes. With `state_file`, the heads, optimizers and
+    accuracies are saved there atomically after every epoch (with `identity`, which a resumed run
+    must match) and a rerun resumes after the last saved epoch. The train accuracy reported is
+    the running one over the epoch's augmented batches.
     """
     device = torch.device(config.device)
+    rank, world = _world()
     for backbone in backbones:
-        backbone.to(device)
-    extract = concatenated_features(backbones)
+        backbone.to(device, memory_format=torch.channels_last)
+    extract = concatenated_features(backbones, config.precision)
+    saved = _saved_state(state_file, identity)
     heads: ProbeHeads | None = None
+    model: nn.Module | None = None
     optimizers: list[torch.optim.SGD] = []
-    schedulers = []
-    rows = []
+    schedulers: list[torch.optim.lr_scheduler.MultiStepLR] = []
+    rows: list[dict[str, Any]] = saved["rows"] if saved else []
+    count = len(config.weight_decays)
+
+    def build(width: int) -> None:
+        nonlocal heads, model
+        heads = ProbeHeads(width, num_classes, count, config.seed).to(device)
+        for norm, linear, decay in zip(heads.norms, heads.linears, config.weight_decays):
+            optimizers.append(torch.optim.SGD(
+                [{"params": linear.parameters(), "weight_decay": decay},
+                 {"params": norm.parameters(), "weight_decay": 0.0}],
+                lr=config.lr, momentum=config.momentum, nesterov=True))
+        schedulers.extend(torch.optim.lr_scheduler.MultiStepLR(o, list(config.milestones),
+                                                               gamma=0.1) for o in optimizers)
+        if saved:
+            heads.load_state_dict(saved["heads"])
+            for part, states in ((optimizers, saved["optimizers"]),
+                                 (schedulers, saved["schedulers"])):
+                for item, state in zip(part, states):
+                    item.load_state_dict(state)
+        model = heads if world == 1 else DistributedDataParallel(
+            heads, device_ids=[device.index] if device.type == "cuda" else None,
+            broadcast_buffers=False)
 
     def accuracies(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, int]:
         assert heads is not None
         heads.eval()
-        correct1 = torch.zeros(len(config.weight_decays))
-        correct5 = torch.zeros(len(config.weight_decays))
-        seen = 0
+        sums = torch.zeros(2 * count + 1, dtype=torch.float64, device=device)
         with torch.no_grad():
             for images, labels in loader:
-                logits = heads(extract(images.to(device))).cpu()
-                correct1 += topk_correct(logits, labels, 1)
-                correct5 += topk_correct(logits, labels, 5)
-                seen += len(labels)
+                logits = heads(extract(_on(device, images)))
+                labels = labels.to(device)
+                sums[:count] += topk_correct(logits, labels, 1)
+                sums[count:2 * count] += topk_correct(logits, labels, 5)
+                sums[-1] += len(labels)
         heads.train()
-        return correct1, correct5, seen
+        sums = _all_sum(sums).cpu()
+        return sums[:count], sums[count:2 * count], int(sums[-1])
 
-    for epoch in tqdm(range(1, config.epochs + 1), desc="faithful probe", disable=not progress):
-        train1, train_n = torch.zeros(len(config.weight_decays)), 0
+    first = saved["epoch"] + 1 if saved else 1
+    for epoch in tqdm(range(first, config.epochs + 1), desc="faithful probe",
+                      disable=not progress or rank != 0):
+        sampler = getattr(train_loader, "batch_sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        train_sums = torch.zeros(count + 1, dtype=torch.float64, device=device)
         for images, labels in train_loader:
-            features = extract(images.to(device))
+            features = extract(_on(device, images))
             if heads is None:
-                heads = ProbeHeads(features.shape[1], num_classes,
-                                   len(config.weight_decays)).to(device)
-                for norm, linear, decay in zip(heads.norms, heads.linears,
-                                               config.weight_decays):
-                    optimizers.append(torch.optim.SGD(
-                        [{"params": linear.parameters(), "weight_decay": decay},
-                         {"params": norm.parameters(), "weight_decay": 0.0}],
-                        lr=config.lr, momentum=config.momentum, nesterov=True))
-                schedulers = [torch.optim.lr_scheduler.MultiStepLR(o, list(config.milestones),
-                                                                   gamma=0.1)
-                              for o in optimizers]
-            logits = heads(features)
+                build(features.shape[1])
+            assert model is not None
             labels = labels.to(device)
-            train1 += topk_correct(logits.detach(), labels, 1).cpu()
-            train_n += len(labels)
-            loss = sum(F.cross_entropy(logits[:, h], labels) for h in range(logits.shape[1]))
+            logits = model(features)
+            loss = sum(F.cross_entropy(logits[:, h], labels) for h in range(count))
             for optimizer in optimizers:
                 optimizer.zero_grad()
             loss.backward()
             for optimizer in optimizers:
                 optimizer.step()
+            train_sums[:count] += topk_correct(logits.detach(), labels, 1)
+            train_sums[-1] += len(labels)
         if heads is None:
             raise ProbeError("the training loader yielded no batch")
         for scheduler in schedulers:
             scheduler.step()
+        train_sums = _all_sum(train_sums).cpu()
         held1, _, held_n = accuracies(heldout_loader)
         eval1, eval5, eval_n = accuracies(eval_loader)
         if held_n == 0 or eval_n == 0:
             raise ProbeError("the held-out or evaluation loader yielded no sample")
         for h, decay in enumerate(config.weight_decays):
             rows.append({"weight_decay": decay, "epoch": epoch,
-                         "train_top1": float(train1[h] / train_n),
+                         "train_top1": float(train_sums[h] / train_sums[-1]),
                          "heldout_top1": float(held1[h] / held_n),
                          "eval_top1": float(eval1[h] / eval_n),
                          "eval_top5": float(eval5[h] / eval_n)})
+        if state_file is not None and rank == 0:
+            with atomic_write(state_file) as handle:
+                torch.save({"epoch": epoch, "identity": dict(identity or {}), "rows": rows,
+                            "heads": heads.state_dict(),
+                            "optimizers": [o.state_dict() for o in optimizers],
+                            "schedulers": [s.state_dict() for s in schedulers]}, handle)
+    if not rows:
+        raise ProbeError("the probe ran no epoch (epochs must be at least 1)")
     history = pl.DataFrame(rows)
     return ProbeResult(history, select(history, ["weight_decay"], num_classes))
+
+
+def _on(device: torch.device, images: torch.Tensor) -> torch.Tensor:
+    """Images on the device, channels-last when they are image batches."""
+    if images.ndim == 4:
+        return images.to(device, non_blocking=True, memory_format=torch.channels_last)
+    return images.to(device, non_blocking=True)
+
+
+def _saved_state(state_file: Path | None, identity: Mapping[str, Any] | None
+                 ) -> dict[str, Any] | None:
+    """A previous run's state to resume from, refused when it belongs to another probe."""
+    if state_file is None or not state_file.exists():
+        return None
+    saved = torch.load(state_file, map_location="cpu", weights_only=True)
+    if saved["identity"] != dict(identity or {}):
+        differing = sorted(key for key in saved["identity"].keys() | dict(identity or {}).keys()
+                           if saved["identity"].get(key) != (identity or {}).get(key))
+        raise ProbeError(f"{state_file}: holds a probe with different settings "
+                         f"({', '.join(differing)}); use another output folder or restore them")
+    return saved
+
+
+# ---------------------------------------------------------------------------------------------
+# the authors' probe as a runnable step: `python -m kit.probe faithful ...`, under torchrun too
+# ---------------------------------------------------------------------------------------------
+
+def load_data_config(path: Path) -> DataConfig:
+    """A dataset description (a `data:` section of a training configuration) from YAML."""
+    if not path.is_file():
+        raise ParameterError(f"{path}: dataset description not found")
+    try:
+        return DataConfig(**read_yaml(path))
+    except ValidationError as error:
+        raise ParameterError(describe_errors(f"invalid dataset description {path}:", DataConfig,
+                                             error, {}, str(path))) from None
+
+
+def run_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_classes: int,
+                 output: Path, config: FaithfulProbe = FaithfulProbe(), num_workers: int = 0,
+                 progress: bool = True) -> ProbeResult:
+    """The authors' probe of the concatenated backbones on a dataset: augmented training images
+    (the kit's pipeline for the dataset kind), held-out part of train and evaluation split with
+    evaluation transforms. Writes `history.csv` and `selected.csv` to `output`, resumes from
+    `output/probe_state.pt` after an interruption; each process of a torchrun reads its shard."""
+    missing = [str(p) for p in checkpoints if not Path(p).is_file()]
+    if not checkpoints or missing:
+        raise ProbeError(f"checkpoint(s) not found: {', '.join(missing) or 'none given'}")
+    backbones = [load_backbone(Path(p)) for p in checkpoints]
+    train_base, eval_base = data.datasets_for(data_config, num_classes)
+    from_images = data_config.kind != "synthetic"
+    augment = data.resolved_augment(data_config)
+    augmented = data.augmentation(augment, data_config.image_size, True, from_images)
+    plain = data.augmentation(augment, data_config.image_size, False, from_images)
+    kept, held = heldout_indices(len(train_base), config.heldout_fraction, config.seed)
+    rank, world = _world()
+    device = torch.device(config.device)
+
+    def loader(dataset: Dataset, **how: Any) -> DataLoader:
+        return DataLoader(dataset, num_workers=num_workers, pin_memory=device.type == "cuda",
+                          persistent_workers=num_workers > 0, **how)
+
+    local = config.batch_size // world
+    train_loader = loader(data.Samples(train_base, augmented, config.seed),
+                          batch_sampler=GlobalBatches(kept, config.batch_size, config.seed))
+    held_loader = loader(data.Samples(train_base, plain, config.seed), batch_size=local,
+                         sampler=[(0, int(i)) for i in held[rank::world]])
+    eval_loader = loader(data.Samples(eval_base, plain, config.seed), batch_size=local,
+                         sampler=[(0, i) for i in range(rank, len(eval_base), world)])
+    settings = {key: value for key, value in asdict(config).items()
+                if key not in ("epochs", "device")}  # more epochs extend a finished probe
+    identity = json.loads(json.dumps({
+        "checkpoints": [file_hash(Path(p)) for p in checkpoints], "num_classes": num_classes,
+        "data": data_config.model_dump(mode="json"), **settings}))
+    output = Path(output)
+    with locks.hold(output, "faithful probe") if rank == 0 else contextlib.nullcontext():
+        result = faithful_probe(backbones, train_loader, held_loader, eval_loader, num_classes,
+                                config, progress, output / "probe_state.pt", identity)
+        if rank == 0:
+            for name, table in (("history", result.history), ("selected", result.selected)):
+                with atomic_write(output / f"{name}.csv") as handle:
+                    table.write_csv(handle)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kit.probe",
+                                     description="Run a probe as a step of its own.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    faithful = commands.add_parser("faithful", help="the authors' probe (run it under torchrun "
+                                   "for several processes)")
+    faithful.add_argument("--checkpoints", type=Path, nargs="+", required=True,
+                          help="backbones (kit or AlgoPerf checkpoints), concatenated in order")
+    faithful.add_argument("--data", type=Path, required=True,
+                          help="YAML dataset description: kind, root, image_size (a data: section)")
+    faithful.add_argument("--num-classes", type=int, required=True)
+    faithful.add_argument("--output", type=Path, required=True,
+                          help="folder for history.csv, selected.csv and the resumable state")
+    faithful.add_argument("--grid", choices=sorted(PAPER_WEIGHT_DECAYS),
+                          help="the authors' weight-decay grid (default: by the data kind)")
+    faithful.add_argument("--weight-decays", type=float, nargs="+",
+                          help="a grid of your own instead of the authors'")
+    defaults = FaithfulProbe()
+    for name in ("epochs", "batch_size", "lr", "heldout_fraction", "seed"):
+        faithful.add_argument(f"--{name.replace('_', '-')}", type=type(getattr(defaults, name)),
+                              default=getattr(defaults, name))
+    faithful.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                          help="bf16 runs the frozen backbones under autocast")
+    faithful.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    faithful.add_argument("--workers", type=int, default=0, help="DataLoader workers per process")
+    args = parser.parse_args(argv)
+
+    def run() -> None:
+        data_config = load_data_config(args.data)
+        grid = (tuple(args.weight_decays) if args.weight_decays else
+                PAPER_WEIGHT_DECAYS[args.grid or GRID_OF_KIND[data_config.kind]])
+        process = start_process(args.device)
+        try:
+            config = FaithfulProbe(weight_decays=grid, epochs=args.epochs,
+                                   batch_size=args.batch_size, lr=args.lr,
+                                   heldout_fraction=args.heldout_fraction, seed=args.seed,
+                                   precision=args.precision, device=str(process.device))
+            result = run_faithful(args.checkpoints, data_config, args.num_classes, args.output,
+                                  config, args.workers, progress=True)
+            if process.main:
+                print(result.selected)
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    try:
+        return exit_code(run)
+    except ProbeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
