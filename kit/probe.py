@@ -12,6 +12,11 @@ selection looks at the test split, so every probe here reports two rules side by
 Both rules read the same trained heads, so their difference is the selection optimism alone.
 Like DINOv2's linear evaluation, all heads of a grid train together: one forward of the features
 feeds every head.
+
+The fast probe streams cached features (fp16 memory maps of ImageNet size need not fit in
+memory, nor be copied in float32); the faithful probe is also a step of its own,
+`python -m kit.probe faithful --checkpoints a.pt b.pt --data data.yaml --num-classes N --output
+DIR`, which runs under torchrun with one process per device.
 """
 
 from __future__ import annotations
@@ -197,17 +202,22 @@ class FastProbe:
 
 class FeatureRows:
     """A split's features where the probe reads them, as float32 rows on the device: the fp16 (or
-    whatever) matrix is moved to the device once when it fits in a quarter of its free memory,
-    otherwise every read gathers its rows from host memory or the memory map."""
+    whatever) matrix is moved to the device once when it takes at most 70% of its free memory
+    (heads and chunks need the rest), otherwise every read gathers its rows from host memory or
+    the memory map."""
 
     def __init__(self, features: torch.Tensor | np.ndarray, device: torch.device) -> None:
         self.features, self.device = features, device
         if device.type == "cuda":
             size = features.shape[0] * features.shape[1] * features.dtype.itemsize
-            if size <= torch.cuda.mem_get_info(device)[0] // 4:
-                tensor = (torch.from_numpy(np.asarray(features))
-                          if isinstance(features, np.ndarray) else features)
-                self.features = tensor.to(device)
+            if size <= 0.7 * torch.cuda.mem_get_info(device)[0]:
+                resident = torch.empty(features.shape, device=device,
+                                       dtype=read_rows(features, torch.arange(1)).dtype)
+                step = _chunk_rows(features.shape[1], device)
+                for start in range(0, features.shape[0], step):
+                    index = torch.arange(start, min(start + step, features.shape[0]))
+                    resident[start:start + len(index)] = read_rows(features, index).to(device)
+                self.features = resident
 
     def __call__(self, index: torch.Tensor) -> torch.Tensor:
         if isinstance(self.features, torch.Tensor) and self.features.device == self.device:
