@@ -1,7 +1,12 @@
 """Peak extra memory of the fast probe on memory-mapped fp16 features, old probe against new.
 
     python benchmarks/probe_memory.py [--rows 100000] [--eval 10000] [--dim 2048] [--epochs 1]
-                                      [--baseline-rev ce8a1e6]
+                                      [--baseline-rev ce8a1e6] [--device cpu]
+
+On a GPU, the issue's ImageNet-scale check (12 heads, new probe only; writes a 26 GB proxy):
+
+    python benchmarks/probe_memory.py --rows 1281167 --dim 10240 --classes 1000 --device cuda \
+        --lrs 0.01 0.03 0.1 0.3 --weight-decays 0 1e-5 1e-4 --baseline-rev ''
 
 Writes proxy features (class means plus noise, fp16, as `kit.features` caches them) to .npy
 memory maps, then runs each probe in a fresh subprocess: the baseline is that process's resident
@@ -10,7 +15,8 @@ the figure printed is (peak - baseline) / (fp16 size of the train and eval featu
 the memory map that the probe reads count as resident, so a probe that reads every feature once
 and copies nothing scores about 1.0. The old probe is `kit/probe.py` at `--baseline-rev` (the
 last commit before the streaming probe), read with `git show`. The issue's bar: new <= 1.3 on
-100k x 2048, and the same accuracy as the old probe within 0.3 point.
+100k x 2048, and the same accuracy as the old probe within 0.3 point. With `--device cuda` the
+peak GPU memory (torch.cuda.max_memory_allocated) is printed as well.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+
+from kit.probe import FastProbe
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +64,7 @@ def old_probe_module(revision: str) -> Path:
     return path
 
 
-def child(folder: Path, module: str, classes: int, epochs: int) -> None:
+def child(folder: Path, module: str, settings: dict) -> None:
     """One probe run in this (fresh) process; prints its memory and accuracy as JSON."""
     import torch
 
@@ -74,12 +82,16 @@ def child(folder: Path, module: str, classes: int, epochs: int) -> None:
         if module != "kit":  # the old probe takes tensors: FeatureSet.torch()'s zero-copy view
             features = torch.from_numpy(np.load(folder / f"{name}.npy", mmap_mode="c"))
         splits.append(probe.Split(features, labels, name))
+    config = probe.FastProbe(lrs=tuple(settings["lrs"]),
+                             weight_decays=tuple(settings["weight_decays"]),
+                             epochs=settings["epochs"], device=settings["device"])
     baseline = psutil.Process().memory_info().rss
     start = time.perf_counter()
-    result = probe.fast_probe(*splits, classes, probe.FastProbe(epochs=epochs), progress=False)
+    result = probe.fast_probe(*splits, settings["classes"], config, progress=False)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
-    print(json.dumps({"extra_bytes": peak - baseline, "seconds": seconds,
+    gpu = torch.cuda.max_memory_allocated() if settings["device"] == "cuda" else None
+    print(json.dumps({"extra_bytes": peak - baseline, "seconds": seconds, "gpu_bytes": gpu,
                       "paper": result.top1("paper"), "heldout": result.top1("heldout")}))
 
 
@@ -90,32 +102,41 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=2048)
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--lrs", type=float, nargs="+", default=list(FastProbe().lrs))
+    parser.add_argument("--weight-decays", type=float, nargs="+",
+                        default=list(FastProbe().weight_decays))
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--baseline-rev", default="ce8a1e6",
                         help="git revision whose kit/probe.py is the old probe ('' to skip)")
     parser.add_argument("--child", nargs=2, metavar=("FOLDER", "MODULE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    settings = {"classes": args.classes, "epochs": args.epochs, "lrs": args.lrs,
+                "weight_decays": args.weight_decays, "device": args.device}
     if args.child:
-        child(Path(args.child[0]), args.child[1], args.classes, args.epochs)
+        child(Path(args.child[0]), args.child[1], settings)
         return
 
     with tempfile.TemporaryDirectory() as folder:
         write_proxy(Path(folder), args.rows, args.eval, args.dim, args.classes)
         size = (args.rows + args.eval) * args.dim * 2
         print(f"proxy features: train {args.rows} x {args.dim}, eval {args.eval} x {args.dim}, "
-              f"fp16 {size / 2**20:.0f} MiB; {args.classes} classes, 6 heads, {args.epochs} "
-              "epoch(s)")
+              f"fp16 {size / 2**20:.0f} MiB; {args.classes} classes, "
+              f"{len(args.lrs) * len(args.weight_decays)} heads, {args.epochs} epoch(s), "
+              f"{args.device}")
         probes = [("new (this tree)", "kit")]
         if args.baseline_rev:
             probes.insert(0, (f"old ({args.baseline_rev})", str(old_probe_module(args.baseline_rev))))
         for label, module in probes:
-            command = [sys.executable, __file__, "--classes", str(args.classes), "--epochs",
-                       str(args.epochs), "--child", folder, module]
+            command = [sys.executable, *sys.argv, "--child", folder, module]
             out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             figures = json.loads(out.strip().splitlines()[-1])
             print(f"{label:>20}: peak extra memory {figures['extra_bytes'] / 2**20:7.0f} MiB = "
                   f"{figures['extra_bytes'] / size:.2f} x fp16 features; {figures['seconds']:6.1f}"
                   f" s; top-1 paper {100 * figures['paper']:.2f}%, heldout "
                   f"{100 * figures['heldout']:.2f}%")
+            if figures["gpu_bytes"] is not None:
+                print(f"{'':>20}  peak GPU memory {figures['gpu_bytes'] / 2**30:.1f} GiB = "
+                      f"{figures['gpu_bytes'] / size:.2f} x fp16 features")
 
 
 if __name__ == "__main__":
