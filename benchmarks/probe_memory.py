@@ -125,7 +125,8 @@ def main() -> None:
               f"{args.device}")
         probes = [("new (this tree)", "kit")]
         if args.baseline_rev:
-            probes.insert(0, (f"old ({args.baseline_rev})", str(old_probe_module(args.baseline_rev))))
+            old = old_probe_module(args.baseline_rev)
+            probes.insert(0, (f"old ({args.baseline_rev})", str(old)))
         for label, module in probes:
             command = [sys.executable, *sys.argv, "--child", folder, module]
             out = subprocess.run(command, check=True, capture_output=True, text=True).stdout

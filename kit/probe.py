@@ -242,7 +242,7 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastPr
     train_rows, eval_rows = FeatureRows(train.features, device), FeatureRows(evaluation.features,
                                                                              device)
     train_labels, eval_labels = _labels(train).to(device), _labels(evaluation).to(device)
-    mean, std = standardiser(train.features, kept, device)
+    mean, std = standardiser(train_rows.features, kept, device)  # resident when it fits
     scale = 1 / std
     grid = list(itertools.product(config.lrs, config.weight_decays))
     heads, dim = len(grid), train.features.shape[1]

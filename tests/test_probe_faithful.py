@@ -91,10 +91,11 @@ ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
 def test_two_gloo_processes_match_one(tmp_path: Path, step) -> None:
     checkpoints, description = step
     one, two = tmp_path / "one", tmp_path / "two"
-    for output, launcher in ((one, []), (two, ["-m", "torch.distributed.run", "--nproc_per_node=2"])):
-        result = subprocess.run([sys.executable, *launcher, *command(checkpoints, description,
-                                                                        output)],
-                                capture_output=True, text=True, timeout=300, env=ENV)
+    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2"]
+    for output, launcher in ((one, []), (two, torchrun)):
+        arguments = command(checkpoints, description, output)
+        result = subprocess.run([sys.executable, *launcher, *arguments], capture_output=True,
+                                text=True, timeout=300, env=ENV)
         assert result.returncode == 0, result.stderr[-3000:]
     single, double = (torch.load(o / "probe_state.pt", weights_only=True) for o in (one, two))
     for name, value in single["heads"].items():
