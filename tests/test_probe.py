@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from kit import diagnostics, probe
+from kit.paths import REPO_ROOT
 
 
 def planted(n: int, dim: int, classes: int, seed: int, scale: float = 0.8) -> probe.Split:
@@ -114,6 +120,42 @@ def test_memory_mapped_fp16_features_give_the_in_memory_result(tmp_path) -> None
     assert streamed.history.drop("train_loss").equals(reference.history.drop("train_loss"))
     assert streamed.history["train_loss"].to_list() == pytest.approx(
         reference.history["train_loss"].to_list(), rel=1e-6)
+
+
+class CountedRows(np.ndarray):
+    """A feature array that records how many rows each read takes."""
+
+    reads: list[int] = []
+
+    def __getitem__(self, index: object) -> np.ndarray:
+        rows = super().__getitem__(index)
+        CountedRows.reads.append(len(rows) if np.ndim(rows) == 2 else 1)
+        return rows
+
+
+def test_fast_probe_reads_features_a_chunk_at_a_time(tmp_path) -> None:
+    """Memory is bounded by construction: no read of the (memory-mapped) features takes more
+    than a minibatch or a chunk of rows, far fewer than the split holds."""
+    train, evaluation = planted(4000, 1024, 5, 0, 0.1), planted(500, 1024, 5, 1, 0.1)
+    np.save(tmp_path / "train.npy", train.features.half().numpy())
+    mapped = np.load(tmp_path / "train.npy", mmap_mode="r").view(CountedRows)
+    CountedRows.reads = []
+    probe.fast_probe(probe.Split(mapped, train.labels, "train"), evaluation, 5,
+                     probe.FastProbe(epochs=1, batch_size=256), progress=False)
+    assert len(CountedRows.reads) > 10
+    assert max(CountedRows.reads) <= 1024 < len(train.labels) // 3
+
+
+def test_memory_benchmark_prints_the_ratio_on_a_small_proxy() -> None:
+    script = REPO_ROOT / "benchmarks" / "probe_memory.py"
+    result = subprocess.run([sys.executable, str(script), "--rows", "3000", "--eval", "500",
+                             "--dim", "64", "--classes", "5", "--baseline-rev", ""],
+                            capture_output=True, text=True, timeout=300,
+                            env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    ratio = re.search(r"new \(this tree\): peak extra memory +\d+ MiB = ([\d.]+) x fp16",
+                      result.stdout)
+    assert ratio and float(ratio.group(1)) > 0, result.stdout
 
 
 def test_standardiser_in_chunks_matches_the_exact_statistics() -> None:
