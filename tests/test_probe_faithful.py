@@ -110,9 +110,10 @@ def test_two_gloo_processes_match_one(tmp_path: Path, step) -> None:
     (lambda c, d: (c, d.write_text("kind: synthetic\nimage_size: 4\n") and d),
      "data.yaml.*image_size"),
 ])
-def test_bad_input_is_refused_naming_the_file(tmp_path: Path, step, change, message) -> None:
+def test_bad_input_is_refused_naming_the_file(tmp_path: Path, step, change, message,
+                                              capsys) -> None:
     checkpoints, description = change(*step)
-    result = subprocess.run([sys.executable, *command(checkpoints, description, tmp_path / "o")],
-                            capture_output=True, text=True, timeout=120, env=ENV)
-    assert result.returncode == 2
-    assert re.search(message, result.stderr, re.S), result.stderr
+    assert probe.main(command(checkpoints, description, tmp_path / "o")[2:]) == 2
+    error = capsys.readouterr().err
+    assert re.search(message, error, re.S), error
+    assert not (tmp_path / "o" / "probe_state.pt").exists()
