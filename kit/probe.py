@@ -375,9 +375,9 @@ class FaithfulProbe:
     """The authors' recipe (REFERENCE.md): BN1d + Linear (N(0, 0.01) weights), SGD lr 0.01,
     momentum 0.9, Nesterov, 28 epochs, x0.1 at epochs 8, 16 and 24, no weight decay on BN.
     `batch_size` is the global batch, split over processes: the authors' scripts run 5 GPUs with
-    32 images each. Their BN normalises each GPU's 32 images; here it normalises the global
-    batch, so that the result does not depend on the number of processes. `precision` "bf16"
-    runs the frozen backbones under bfloat16 autocast (the heads stay float32)."""
+    32 images each, and their BN normalises each GPU's 32 images: `bn_batch` 32 does the same
+    whatever the number of processes (None: statistics of the whole global batch). `precision`
+    "bf16" runs the frozen backbones under bfloat16 autocast (the heads stay float32)."""
 
     weight_decays: tuple[float, ...] = PAPER_WEIGHT_DECAYS["imagenet"]
     epochs: int = 28
@@ -385,6 +385,7 @@ class FaithfulProbe:
     lr: float = 0.01
     momentum: float = 0.9
     batch_size: int = 160
+    bn_batch: int | None = 32
     heldout_fraction: float = 0.1
     seed: int = 0
     precision: str = "fp32"
@@ -408,13 +409,19 @@ class ProbeHeads(nn.Module):
     """One BatchNorm1d + Linear head per weight decay, all reading the same features.
 
     The features come from frozen backbones and need no gradient, so in training the batch
-    statistics are computed once for every head, and summed over the processes that share a
-    global batch: each head normalises as one BatchNorm1d would over the whole global batch,
-    whatever the number of processes.
+    statistics are computed once for every head. With `bn_batch` None they are summed over the
+    processes that share a global batch: each head normalises as one BatchNorm1d over the whole
+    global batch. With `bn_batch` g, each run of g consecutive rows of the global batch (the
+    last may be shorter) is normalised with its own statistics and the running statistics
+    follow the first run, as the authors' DistributedDataParallel did with g images per GPU
+    (rank 0's buffers are broadcast). Either way the result does not depend on the number of
+    processes.
     """
 
-    def __init__(self, width: int, num_classes: int, count: int, seed: int = 0) -> None:
+    def __init__(self, width: int, num_classes: int, count: int, seed: int = 0,
+                 bn_batch: int | None = None) -> None:
         super().__init__()
+        self.bn_batch = bn_batch
         self.norms = nn.ModuleList(nn.BatchNorm1d(width) for _ in range(count))
         self.linears = nn.ModuleList(nn.Linear(width, num_classes) for _ in range(count))
         generator = torch.Generator().manual_seed(seed)
@@ -422,25 +429,47 @@ class ProbeHeads(nn.Module):
             nn.init.normal_(linear.weight, std=0.01, generator=generator)
             nn.init.zeros_(linear.bias)
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        if self.training:
+    def batch_statistics(self, features: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Mean and variance to normalise the rows with (per row or shared), and the mean and
+        unbiased variance the running statistics move towards."""
+        width = features.shape[1]
+        if self.bn_batch is None:
             moments = _all_sum(torch.cat([features.sum(0), features.square().sum(0),
                                           features.new_tensor([len(features)])]).double())
-            width, count = features.shape[1], float(moments[-1])
+            count = float(moments[-1])
             mean = moments[:width] / count
             variance = (moments[width:2 * width] / count - mean.square()).clamp_min(0.0)
-            mean, variance = mean.float(), variance.float()
+            return (mean.float(), variance.float(), mean.float(),
+                    (variance * count / max(count - 1, 1)).float())
+        group = torch.arange(len(features), device=features.device) // self.bn_batch
+        count = torch.bincount(group).double()[:, None]  # a last, shorter group is its own
+        rows = features.double()
+        mean = rows.new_zeros(len(count), width).index_add_(0, group, rows) / count
+        variance = (rows.new_zeros(len(count), width).index_add_(0, group, rows.square())
+                    / count - mean.square()).clamp_min(0.0)
+        first = torch.stack([mean[0], variance[0] * count[0] / (count[0] - 1).clamp_min(1)])
+        first = first.float()
+        if _world()[1] > 1:
+            dist.broadcast(first, src=0)
+        return mean[group].float(), variance[group].float(), first[0], first[1]
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        eps = self.norms[0].eps
+        if self.training:
+            mean, variance, running_mean, running_var = self.batch_statistics(features)
+            normalised = (features - mean) * torch.rsqrt(variance + eps)
             with torch.no_grad():
-                for norm in self.norms:  # as BatchNorm1d: running variance is unbiased
-                    norm.running_mean.lerp_(mean, norm.momentum)
-                    norm.running_var.lerp_(variance * count / max(count - 1, 1), norm.momentum)
+                for norm in self.norms:
+                    norm.running_mean.lerp_(running_mean, norm.momentum)
+                    norm.running_var.lerp_(running_var, norm.momentum)
                     norm.num_batches_tracked += 1
         outputs = []
         for norm, linear in zip(self.norms, self.linears):
-            centre, spread = ((mean, variance) if self.training
-                              else (norm.running_mean, norm.running_var))
-            outputs.append(linear(F.batch_norm(features, centre, spread, norm.weight, norm.bias,
-                                               False, 0.0, norm.eps)))
+            if not self.training:
+                normalised = ((features - norm.running_mean)
+                              * torch.rsqrt(norm.running_var + norm.eps))
+            outputs.append(linear(normalised * norm.weight + norm.bias))
         return torch.stack(outputs, dim=1)
 
 
@@ -483,7 +512,8 @@ class GlobalBatches(Sampler[list[tuple[int, int]]]):
         order = self.indices[torch.randperm(len(self.indices), generator=generator)]
         for start in range(0, len(self) * self.batch_size, self.batch_size):
             batch = order[start:start + self.batch_size]
-            yield [(self.epoch, int(i)) for i in batch[self.rank::self.world]]
+            share = self.batch_size // self.world  # contiguous, so BN groups stay whole
+            yield [(self.epoch, int(i)) for i in batch[self.rank * share:(self.rank + 1) * share]]
 
 
 def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
@@ -516,7 +546,7 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
 
     def build(width: int) -> None:
         nonlocal heads, model
-        heads = ProbeHeads(width, num_classes, count, config.seed).to(device)
+        heads = ProbeHeads(width, num_classes, count, config.seed, config.bn_batch).to(device)
         for norm, linear, decay in zip(heads.norms, heads.linears, config.weight_decays):
             optimizers.append(torch.optim.SGD(
                 [{"params": linear.parameters(), "weight_decay": decay},
@@ -659,6 +689,9 @@ def run_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_class
                           persistent_workers=num_workers > 0, **how)
 
     local = config.batch_size // world
+    if config.bn_batch is not None and (config.batch_size % world or local % config.bn_batch):
+        raise ProbeError(f"the global batch {config.batch_size} over {world} process(es) must "
+                         f"give each a multiple of bn_batch {config.bn_batch}")
     train_loader = loader(data.Samples(train_base, augmented, config.seed),
                           batch_sampler=GlobalBatches(kept, config.batch_size, config.seed))
     held_loader = loader(data.Samples(train_base, plain, config.seed), batch_size=local,
@@ -702,6 +735,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("epochs", "batch_size", "lr", "heldout_fraction", "seed"):
         faithful.add_argument(f"--{name.replace('_', '-')}", type=type(getattr(defaults, name)),
                               default=getattr(defaults, name))
+    faithful.add_argument("--bn-batch", type=int, default=defaults.bn_batch,
+                          help="rows per BN statistics group, as the authors' per-GPU batch "
+                          "(0: the whole global batch)")
     faithful.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                           help="bf16 runs the frozen backbones under autocast")
     faithful.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
@@ -715,9 +751,10 @@ def main(argv: list[str] | None = None) -> int:
         process = start_process(args.device)
         try:
             config = FaithfulProbe(weight_decays=grid, epochs=args.epochs,
-                                   batch_size=args.batch_size, lr=args.lr,
-                                   heldout_fraction=args.heldout_fraction, seed=args.seed,
-                                   precision=args.precision, device=str(process.device))
+                                   batch_size=args.batch_size, bn_batch=args.bn_batch or None,
+                                   lr=args.lr, heldout_fraction=args.heldout_fraction,
+                                   seed=args.seed, precision=args.precision,
+                                   device=str(process.device))
             result = run_faithful(args.checkpoints, data_config, args.num_classes, args.output,
                                   config, args.workers, progress=True)
             if process.main:

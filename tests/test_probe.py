@@ -185,7 +185,7 @@ def test_faithful_and_fast_agree_where_both_converge() -> None:
 
     faithful = probe.faithful_probe(
         [Flatten()], loader(fit, True), loader(held, False), loader(evaluation, False), 4,
-        probe.FaithfulProbe(epochs=6, milestones=(4,), lr=0.05), progress=False)
+        probe.FaithfulProbe(epochs=6, milestones=(4,), lr=0.05, bn_batch=None), progress=False)
     fast = probe.fast_probe(train, evaluation, 4, FAST, progress=False)
     assert faithful.top1("heldout") == pytest.approx(fast.top1("heldout"), abs=0.03)
     assert faithful.history["weight_decay"].unique().sort().to_list() == [1e-4, 5e-4]

@@ -21,7 +21,8 @@ from kit.paths import REPO_ROOT
 DATA = {"kind": "synthetic", "image_size": 16, "augment": "crop_flip",
         "synthetic": {"num_train": 64, "num_eval": 24,
                       "components": [{"weight": 1.0, "cues": ["colour"]}]}}
-SHORT = dict(epochs=2, milestones=(1,), lr=0.05, batch_size=16, heldout_fraction=0.25)
+SHORT = dict(epochs=2, milestones=(1,), lr=0.05, batch_size=16, bn_batch=8,
+             heldout_fraction=0.25)
 
 
 @pytest.fixture()
@@ -33,22 +34,36 @@ def step(tmp_path: Path) -> tuple[list[Path], Path]:
     return checkpoints, description
 
 
-def test_heads_normalise_as_one_batchnorm1d_each() -> None:
+@pytest.mark.parametrize("bn_batch", [None, 8, 12])
+def test_heads_normalise_as_one_batchnorm1d_per_group(bn_batch: int | None) -> None:
+    """Global statistics are one BatchNorm1d over the batch; groups of bn_batch rows (a last,
+    shorter one included) are each a BatchNorm1d of their own, the first one's statistics kept
+    in the running buffers."""
     generator = torch.Generator().manual_seed(0)
     features = torch.randn(32, 6, generator=generator) * 3 + 1
-    heads = probe.ProbeHeads(6, 4, 2)
+    heads = probe.ProbeHeads(6, 4, 2, bn_batch=bn_batch)
     reference = [torch.nn.Sequential(torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 4))
                  for _ in range(2)]
     for h, module in enumerate(reference):
         module[0].load_state_dict(heads.norms[h].state_dict())
         module[1].load_state_dict(heads.linears[h].state_dict())
+    groups = features.split(bn_batch or len(features))
     for mode in ("train", "train", "eval"):
         heads.train(mode == "train")
-        expected = torch.stack([module.train(mode == "train")(features)
-                                for module in reference], 1)
-        torch.testing.assert_close(heads(features), expected, rtol=1e-5, atol=1e-5)
+        expected = []
+        for module in reference:
+            module.train(mode == "train")
+            first = module(groups[0])  # updates the running statistics, as rank 0 did
+            rest = [module[1](torch.nn.functional.batch_norm(
+                        group, None, None, module[0].weight, module[0].bias, True, 0.0,
+                        module[0].eps)) if mode == "train" else module(group)
+                    for group in groups[1:]]
+            expected.append(torch.cat([first, *rest]))
+        torch.testing.assert_close(heads(features), torch.stack(expected, 1), rtol=1e-5,
+                                   atol=1e-5)
     for h, module in enumerate(reference):
         torch.testing.assert_close(heads.norms[h].running_var, module[0].running_var)
+        torch.testing.assert_close(heads.norms[h].running_mean, module[0].running_mean)
 
 
 def run(checkpoints: list[Path], description: Path, output: Path, **settings) -> probe.ProbeResult:
@@ -82,7 +97,8 @@ def test_bf16_backbones_give_about_the_fp32_result(tmp_path: Path, step) -> None
 def command(checkpoints: list[Path], description: Path, output: Path) -> list[str]:
     return ["-m", "kit.probe", "faithful", "--checkpoints", *map(str, checkpoints), "--data",
             str(description), "--num-classes", "3", "--output", str(output), "--epochs", "2",
-            "--batch-size", "16", "--lr", "0.05", "--heldout-fraction", "0.25", "--device", "cpu"]
+            "--batch-size", "16", "--bn-batch", "8", "--lr", "0.05", "--heldout-fraction",
+            "0.25", "--device", "cpu"]
 
 
 ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
