@@ -79,10 +79,16 @@ def test_faithful_step_writes_both_rules_and_resumes_exactly(tmp_path: Path, ste
     assert whole.history.height == 2 * len(probe.PAPER_WEIGHT_DECAYS["imagenet"])
     written = pl.read_csv(tmp_path / "whole" / "selected.csv")
     assert written["top1"].to_list() == whole.selected["top1"].to_list()
-    # an interrupted probe (one epoch saved) resumes to the same numbers as one run through
+    # an interrupted probe (one epoch saved) resumes to the same numbers as one run through;
+    # a mark left in the saved epoch shows that it was read back, not recomputed
     run(checkpoints, description, tmp_path / "resumed", epochs=1)
+    state_file = tmp_path / "resumed" / "probe_state.pt"
+    state = torch.load(state_file, weights_only=True)
+    state["rows"][0]["heldout_top1"] = -1.0
+    torch.save(state, state_file)
     resumed = run(checkpoints, description, tmp_path / "resumed")
-    assert resumed.history.equals(whole.history)
+    assert resumed.history["heldout_top1"][0] == -1.0
+    assert resumed.history.slice(1).equals(whole.history.slice(1))
     with pytest.raises(probe.ProbeError, match="different settings.*lr"):
         run(checkpoints, description, tmp_path / "resumed", lr=0.1)
 
