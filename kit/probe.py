@@ -525,8 +525,8 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
 
     The held-out loader must hold training images excluded from `train_loader` (with evaluation
     transforms); the `heldout` rule selects on it. Under torch.distributed each process passes
-    its shard of every loader: gradients are averaged by DistributedDataParallel, BN statistics
-    and accuracy counts are summed over processes. With `state_file`, the heads, optimizers and
+    its shard of every loader: gradients are averaged by DistributedDataParallel, accuracy
+    counts are summed over processes and BN statistics shared as `ProbeHeads` says. With `state_file`, the heads, optimizers and
     accuracies are saved there atomically after every epoch (with `identity`, which a resumed run
     must match) and a rerun resumes after the last saved epoch. The train accuracy reported is
     the running one over the epoch's augmented batches.
