@@ -82,8 +82,7 @@ def child(folder: Path, module: str, settings: dict) -> None:
         if module != "kit":  # the old probe takes tensors: FeatureSet.torch()'s zero-copy view
             features = torch.from_numpy(np.load(folder / f"{name}.npy", mmap_mode="c"))
         splits.append(probe.Split(features, labels, name))
-    config = probe.FastProbe(lrs=tuple(settings["lrs"]),
-                             weight_decays=tuple(settings["weight_decays"]),
+    config = probe.FastProbe(lrs=settings["lrs"], weight_decays=settings["weight_decays"],
                              epochs=settings["epochs"], device=settings["device"])
     baseline = psutil.Process().memory_info().rss
     start = time.perf_counter()

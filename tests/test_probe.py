@@ -78,9 +78,9 @@ def test_fast_probe_run_long_enough_converges_to_lbfgs(dim: int) -> None:
     """Issue 11: a converged fast probe agrees with L-BFGS on the same features within half a
     point, per weight decay at its last epoch and under the held-out rule."""
     train, evaluation = teacher(4000, dim, 4, 0), teacher(4000, dim, 4, 1)
-    decays = (1e-3, 1e-2)
+    decays = [1e-3, 1e-2]  # lists: FastProbe becomes a pydantic model of lists (issue 10)
     fast = probe.fast_probe(train, evaluation, 4, probe.FastProbe(
-        lrs=(0.1,), weight_decays=decays, epochs=40, batch_size=256, heldout_fraction=0.25),
+        lrs=[0.1], weight_decays=decays, epochs=40, batch_size=256, heldout_fraction=0.25),
         progress=False)
     exact = probe.lbfgs_probe(train, evaluation, 4, weight_decays=decays, max_iter=500,
                               heldout_fraction=0.25)
