@@ -12,22 +12,44 @@ selection looks at the test split, so every probe here reports two rules side by
 Both rules read the same trained heads, so their difference is the selection optimism alone.
 Like DINOv2's linear evaluation, all heads of a grid train together: one forward of the features
 feeds every head.
+
+The fast probe streams cached features (fp16 memory maps of ImageNet size need not fit in
+memory, nor be copied in float32); the faithful probe is also a step of its own,
+`python -m kit.probe faithful --checkpoints a.pt b.pt --data data.yaml --num-classes N --output
+DIR`, which runs under torchrun with one process per device.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import itertools
+import json
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import polars as pl
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
+from pydantic import ValidationError
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
+from kit import data, locks
+from kit.config import DataConfig
+from kit.features import file_hash, load_backbone
+from kit.params import ParameterError, describe_errors, read_yaml
+from kit.prefetch import DeviceBatches
 from kit.probe_params import FastProbe
+from kit.train import atomic_write, exit_code, start_process
 
 RULES = ("paper", "heldout")
 
@@ -38,52 +60,96 @@ class ProbeError(ValueError):
 
 @dataclass(frozen=True)
 class Split:
-    """Features [N, D] (any float dtype, possibly a memory map) and integer labels [N]."""
+    """Features [N, D] and integer labels [N]. Features may be a tensor or a NumPy array such as
+    a `kit.features.FeatureSet` memory map: probes read them in chunks and never copy them whole,
+    so fp16 features stay fp16 and an ImageNet-sized set need not fit in memory."""
 
-    features: torch.Tensor
-    labels: torch.Tensor
+    features: torch.Tensor | np.ndarray
+    labels: torch.Tensor | np.ndarray
     name: str
 
 
+def _labels(split: Split) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(split.labels) if isinstance(split.labels, np.ndarray)
+                           else split.labels).long()
+
+
+def _chunk_rows(width: int, device: torch.device) -> int:
+    """Rows per chunk: small on the host, where a chunk is extra memory beside the features."""
+    budget = (256 if device.type == "cuda" else 8) << 20
+    return max(1, budget // (8 * width))
+
+
+def read_rows(features: torch.Tensor | np.ndarray, index: torch.Tensor) -> torch.Tensor:
+    """The rows `index` (sorted, on the host) of a tensor or an array, as a tensor of those rows
+    only."""
+    if isinstance(features, np.ndarray):
+        return torch.from_numpy(np.asarray(features[index.numpy()]))
+    return features[index]
+
+
 def check_splits(splits: Sequence[Split], num_classes: int) -> None:
-    """Refuse what would make a probe silently wrong, naming the split."""
+    """Refuse what would make a probe silently wrong, naming the split (one chunked pass)."""
     width = None
     for split in splits:
+        labels = _labels(split)
         if split.features.ndim != 2 or split.features.shape[0] == 0:
             raise ProbeError(f"split '{split.name}': expected a non-empty [N, D] feature matrix, "
                              f"got shape {tuple(split.features.shape)}")
-        if split.labels.shape != (split.features.shape[0],):
+        if labels.shape != (split.features.shape[0],):
             raise ProbeError(f"split '{split.name}': {split.features.shape[0]} feature rows but "
-                             f"labels of shape {tuple(split.labels.shape)}")
+                             f"labels of shape {tuple(labels.shape)}")
         if width is not None and split.features.shape[1] != width:
             raise ProbeError(f"split '{split.name}': feature dimension {split.features.shape[1]} "
                              f"differs from {width} in the other splits")
         width = split.features.shape[1]
-        low, high = int(split.labels.min()), int(split.labels.max())
+        low, high = int(labels.min()), int(labels.max())
         if low < 0 or high >= num_classes:
             raise ProbeError(f"split '{split.name}': labels span [{low}, {high}], outside "
                              f"[0, {num_classes - 1}]")
-        if not torch.isfinite(split.features.sum(dtype=torch.float64)):  # NaN/inf propagate
-            bad = int((~torch.isfinite(split.features)).any(1).sum())
+        bad, rows = 0, len(labels)
+        step = _chunk_rows(width, torch.device("cpu"))
+        for start in range(0, rows, step):
+            chunk = read_rows(split.features, torch.arange(start, min(start + step, rows)))
+            if not torch.isfinite(chunk.sum(dtype=torch.float64)):  # NaN/inf propagate
+                bad += int((~torch.isfinite(chunk)).any(1).sum())
+        if bad:
             raise ProbeError(f"split '{split.name}': {bad} feature row(s) hold NaN or inf")
 
 
-def heldout_split(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
-    """A random part of the training split, kept out of training for the `heldout` rule."""
+def heldout_indices(rows: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sorted (kept, held) row indices: a random part of the training split kept out of
+    training for the `heldout` rule."""
     if not 0 < fraction < 1:
         raise ProbeError(f"heldout fraction must be in (0, 1), got {fraction}")
-    order = torch.randperm(len(train.labels), generator=torch.Generator().manual_seed(seed))
-    cut = max(1, int(round(fraction * len(order))))
-    held, kept = order[:cut].sort().values, order[cut:].sort().values
-    return (Split(train.features[kept], train.labels[kept], "train"),
-            Split(train.features[held], train.labels[held], "heldout"))
+    order = torch.randperm(rows, generator=torch.Generator().manual_seed(seed))
+    cut = max(1, int(round(fraction * rows)))
+    return order[cut:].sort().values, order[:cut].sort().values
 
 
-def standardiser(features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-feature mean and standard deviation (one pass; torch's std is slow on wide data)."""
-    mean = features.mean(0)
-    variance = (features.square().mean(0) - mean.square()).clamp_min(0.0)
-    return mean, variance.sqrt().clamp_min(1e-6)
+def heldout_split(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
+    """`heldout_indices` as two (copied) splits, for probes that read whole splits."""
+    kept, held = heldout_indices(len(_labels(train)), fraction, seed)
+    labels = _labels(train)
+    return (Split(read_rows(train.features, kept), labels[kept], "train"),
+            Split(read_rows(train.features, held), labels[held], "heldout"))
+
+
+def standardiser(features: torch.Tensor | np.ndarray, index: torch.Tensor | None = None,
+                 device: torch.device = torch.device("cpu")) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-feature mean and standard deviation over the rows `index` (default all), read in
+    chunks with float64 accumulators: one pass, and no full-size temporary."""
+    index = torch.arange(features.shape[0]) if index is None else index
+    total = torch.zeros(features.shape[1], dtype=torch.float64, device=device)
+    squares = torch.zeros_like(total)
+    step = _chunk_rows(features.shape[1], device)
+    for start in range(0, len(index), step):
+        chunk = read_rows(features, index[start:start + step]).to(device, torch.float64)
+        total += chunk.sum(0)
+        squares += chunk.square().sum(0)
+    mean = total / len(index)
+    variance = (squares / len(index) - mean.square()).clamp_min(0.0)
+    return mean.float(), variance.sqrt().clamp_min(1e-6).float()
 
 
 def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -94,13 +160,16 @@ def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Te
 
 def select(history: pl.DataFrame, group: list[str], num_classes: int) -> pl.DataFrame:
     """Apply both selection rules to a table of (grid point, epoch) evaluations. Top-5 is
-    reported only with more than 10 classes, as in the paper."""
+    reported only with more than 10 classes, as in the paper; the chosen head's training
+    accuracy is reported beside its evaluation accuracy, so the train/eval gap is visible."""
     rows = []
     for rule, column in (("paper", "eval_top1"), ("heldout", "heldout_top1")):
-        best = history.sort([column, "epoch"], descending=[True, False]).row(0, named=True)
+        best = history.sort([column, "epoch"], descending=[True, False],
+                           maintain_order=True).row(0, named=True)  # ties: first grid point
         rows.append({"rule": rule, **{k: best[k] for k in group}, "epoch": best["epoch"],
                      "top1": best["eval_top1"],
-                     "top5": best["eval_top5"] if num_classes > 10 else None})
+                     "top5": best["eval_top5"] if num_classes > 10 else None,
+                     "train_top1": best["train_top1"]})
     return pl.DataFrame(rows, schema_overrides={"top5": pl.Float64})
 
 
@@ -119,69 +188,115 @@ class ProbeResult:
 # fast: cached features, a grid of heads trained in one pass
 # ---------------------------------------------------------------------------------------------
 
+class FeatureRows:
+    """A split's features where the probe reads them, as float32 rows on the device: the fp16 (or
+    whatever) matrix is moved to the device once when it takes at most 70% of its free memory
+    (heads and chunks need the rest), otherwise every read gathers its rows from host memory or
+    the memory map."""
+
+    def __init__(self, features: torch.Tensor | np.ndarray, device: torch.device) -> None:
+        self.features, self.device = features, device
+        if device.type == "cuda":
+            size = features.shape[0] * features.shape[1] * features.dtype.itemsize
+            if size <= 0.7 * torch.cuda.mem_get_info(device)[0]:
+                resident = torch.empty(features.shape, device=device,
+                                       dtype=read_rows(features, torch.arange(1)).dtype)
+                step = _chunk_rows(features.shape[1], device)
+                for start in range(0, features.shape[0], step):
+                    index = torch.arange(start, min(start + step, features.shape[0]))
+                    resident[start:start + len(index)] = read_rows(features, index).to(device)
+                self.features = resident
+
+    def __call__(self, index: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.features, torch.Tensor) and self.features.device == self.device:
+            return self.features[index.to(self.device)].float()
+        return read_rows(self.features, index).to(self.device, torch.float32)
+
+
+#: fit rows scored for the training loss and accuracy (at least as many as held out)
+TRAIN_SCORE_ROWS = 10_000
+
+
 def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastProbe = FastProbe(),
                progress: bool = True) -> ProbeResult:
+    """Train one head per (lr, weight decay) in one pass over the fit rows; score every head on
+    the held-out and evaluation rows after each epoch, and on as many fit rows (a fixed random
+    sample, all of them when there are few) for the training loss and accuracy, which cost no
+    more than the held-out scoring. Features are standardised per minibatch with statistics of
+    the fit rows, so no standardised copy is ever made."""
     check_splits([train, evaluation], num_classes)
-    fit, held = heldout_split(train, config.heldout_fraction, config.seed)
     device = torch.device(config.device)
-    x = fit.features.to(device, torch.float32)
-    mean, std = standardiser(x)
-    x = (x - mean) / std
-    y = fit.labels.to(device)
+    kept, held = heldout_indices(len(_labels(train)), config.heldout_fraction, config.seed)
+    train_rows, eval_rows = FeatureRows(train.features, device), FeatureRows(evaluation.features,
+                                                                             device)
+    train_labels, eval_labels = _labels(train).to(device), _labels(evaluation).to(device)
+    mean, std = standardiser(train_rows.features, kept, device)  # resident when it fits
+    scale = 1 / std
     grid = list(itertools.product(config.lrs, config.weight_decays))
-    heads, dim = len(grid), x.shape[1]
+    heads, dim = len(grid), train.features.shape[1]
     lr = torch.tensor([g[0] for g in grid], device=device)[:, None, None]
     wd = torch.tensor([g[1] for g in grid], device=device)[:, None, None]
     generator = torch.Generator().manual_seed(config.seed)
     weight = torch.zeros(heads, dim, num_classes, device=device, requires_grad=True)
     bias = torch.zeros(heads, num_classes, device=device, requires_grad=True)
     velocity = [torch.zeros_like(weight), torch.zeros_like(bias)]
-    steps_per_epoch = math.ceil(len(y) / config.batch_size)
+    steps_per_epoch = math.ceil(len(kept) / config.batch_size)
     total, step, rows = config.epochs * steps_per_epoch, 0, []
 
     def logits_of(features: torch.Tensor) -> torch.Tensor:
-        flat = features @ weight.permute(1, 0, 2).reshape(dim, heads * num_classes)
+        standardised = (features - mean) * scale
+        flat = standardised @ weight.permute(1, 0, 2).reshape(dim, heads * num_classes)
         return flat.view(-1, heads, num_classes) + bias
 
-    # the held-out and evaluation splits are standardised once, then scored every epoch
-    scored = {name: ((split.features.to(device, torch.float32) - mean) / std,
-                     split.labels.to(device)) for name, split in (("held", held),
-                                                                  ("eval", evaluation))}
-
-    def accuracies(name: str) -> tuple[torch.Tensor, torch.Tensor]:
-        z, labels = scored[name]
-        correct1 = torch.zeros(heads, device=device)
-        correct5 = torch.zeros(heads, device=device)
+    def scores(read: FeatureRows, index: torch.Tensor, labels: torch.Tensor
+               ) -> dict[str, torch.Tensor]:
+        """Top-1, top-5 and mean cross-entropy per head over the rows `index`, in chunks."""
+        sums = torch.zeros(3, heads, device=device)
         with torch.no_grad():
-            for start in range(0, len(labels), 4096):
-                logits = logits_of(z[start:start + 4096])
-                correct1 += topk_correct(logits, labels[start:start + 4096], 1)
-                correct5 += topk_correct(logits, labels[start:start + 4096], 5)
-        return correct1.cpu() / len(labels), correct5.cpu() / len(labels)
+            chunk = _chunk_rows(dim, device)
+            for start in range(0, len(index), chunk):
+                part = index[start:start + chunk]
+                logits, target = logits_of(read(part)), labels[part.to(device)]
+                sums[0] += topk_correct(logits, target, 1)
+                sums[1] += topk_correct(logits, target, 5)
+                sums[2] += F.cross_entropy(logits.permute(0, 2, 1),
+                                           target[:, None].expand(-1, heads),
+                                           reduction="none").sum(0)
+        top1, top5, loss = (sums / len(index)).cpu()
+        return {"top1": top1, "top5": top5, "loss": loss}
 
+    eval_index = torch.arange(len(eval_labels))
+    sampled = torch.randperm(len(kept), generator=torch.Generator().manual_seed(config.seed + 1))
+    fit_sample = kept[sampled[:max(len(held), TRAIN_SCORE_ROWS)]].sort().values
     for epoch in tqdm(range(1, config.epochs + 1), desc="fast probe", disable=not progress):
-        order = torch.randperm(len(y), generator=generator).to(device)
-        for start in range(0, len(y), config.batch_size):
-            batch = order[start:start + config.batch_size]
-            logits = logits_of(x[batch])
+        order = kept[torch.randperm(len(kept), generator=generator)]
+        for start in range(0, len(kept), config.batch_size):
+            batch = order[start:start + config.batch_size].sort().values  # memory-map locality
+            logits = logits_of(train_rows(batch))
             loss = F.cross_entropy(logits.permute(0, 2, 1),
-                                   y[batch, None].expand(-1, heads), reduction="none")
+                                   train_labels[batch.to(device), None].expand(-1, heads),
+                                   reduction="none")
             loss.mean(0).sum().backward()
-            scale = 0.5 * (1 + math.cos(math.pi * step / total))
+            decay = 0.5 * (1 + math.cos(math.pi * step / total))
             with torch.no_grad():
-                for param, buffer, decay in ((weight, velocity[0], wd), (bias, velocity[1], 0.0)):
-                    grad = param.grad + decay * param
+                for param, buffer, penalty in ((weight, velocity[0], wd), (bias, velocity[1], 0.0)):
+                    grad = param.grad + penalty * param
                     buffer.mul_(config.momentum).add_(grad)
-                    step_lr = lr * scale if param is weight else (lr * scale)[:, :, 0]
+                    step_lr = lr * decay if param is weight else (lr * decay)[:, :, 0]
                     param -= step_lr * (grad + config.momentum * buffer)
                     param.grad = None
             step += 1
-        held1, _ = accuracies("held")
-        eval1, eval5 = accuracies("eval")
+        fit = scores(train_rows, fit_sample, train_labels)
+        heldout = scores(train_rows, held, train_labels)
+        evaluated = scores(eval_rows, eval_index, eval_labels)
+        penalty = (wd[:, 0, 0] / 2 * weight.detach().square().sum((1, 2))).cpu()
         for h, (head_lr, head_wd) in enumerate(grid):
             rows.append({"lr": head_lr, "weight_decay": head_wd, "epoch": epoch,
-                         "heldout_top1": float(held1[h]), "eval_top1": float(eval1[h]),
-                         "eval_top5": float(eval5[h])})
+                         "train_loss": float(fit["loss"][h] + penalty[h]),
+                         "train_top1": float(fit["top1"][h]),
+                         "heldout_top1": float(heldout["top1"][h]),
+                         "eval_top1": float(evaluated["top1"][h]),
+                         "eval_top5": float(evaluated["top5"][h])})
     history = pl.DataFrame(rows)
     return ProbeResult(history, select(history, ["lr", "weight_decay"], num_classes))
 
@@ -195,8 +310,8 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
     check_splits([train, evaluation], num_classes)
     fit, held = heldout_split(train, heldout_fraction, seed)
     x = fit.features.to(device, torch.float32)
-    mean, std = standardiser(x)
-    x, y = (x - mean) / std, fit.labels.to(device)
+    mean, std = standardiser(x, device=torch.device(device))
+    x, y = (x - mean) / std, _labels(fit).to(device)
     rows = []
     for decay in weight_decays:
         linear = nn.Linear(x.shape[1], num_classes).to(device)
@@ -213,17 +328,17 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
             return loss
 
         optimizer.step(closure)
-        row = {"weight_decay": decay, "epoch": 1}
+        row = {"weight_decay": decay, "epoch": 1, "train_loss": float(closure().detach())}
         with torch.no_grad():
-            for split, prefix in ((held, "heldout"), (evaluation, "eval")):
+            for split, prefix in ((fit, "train"), (held, "heldout"), (evaluation, "eval")):
                 logits = linear((split.features.to(device, torch.float32) - mean) / std)
-                labels = split.labels.to(device)
+                labels = _labels(split).to(device)
                 row[f"{prefix}_top1"] = float(topk_correct(logits[:, None], labels, 1)[0]
                                               / len(labels))
                 row[f"{prefix}_top5"] = float(topk_correct(logits[:, None], labels, 5)[0]
                                               / len(labels))
         rows.append(row)
-    history = pl.DataFrame(rows).drop("heldout_top5")
+    history = pl.DataFrame(rows).drop("heldout_top5", "train_top5")
     return ProbeResult(history, select(history, ["weight_decay"], num_classes))
 
 
@@ -238,117 +353,411 @@ PAPER_WEIGHT_DECAYS = {
     "cifar": (1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
 }
 
+#: which grid a dataset kind (kit.config.DataConfig.kind) gets by default
+GRID_OF_KIND = {"imagefolder": "imagenet", "inat18": "inat18", "cifar10": "cifar",
+                "cifar100": "cifar", "synthetic": "imagenet"}
+
 
 @dataclass(frozen=True)
 class FaithfulProbe:
     """The authors' recipe (REFERENCE.md): BN1d + Linear (N(0, 0.01) weights), SGD lr 0.01,
-    momentum 0.9, Nesterov, 28 epochs, x0.1 at epochs 8, 16 and 24, no weight decay on BN."""
+    momentum 0.9, Nesterov, 28 epochs, x0.1 at epochs 8, 16 and 24, no weight decay on BN.
+    `batch_size` is the global batch, split over processes: the authors' scripts run 5 GPUs with
+    32 images each, and their BN normalises each GPU's 32 images: `bn_batch` 32 does the same
+    whatever the number of processes (None: statistics of the whole global batch). `precision`
+    "bf16" runs the frozen backbones under bfloat16 autocast (the heads stay float32)."""
 
     weight_decays: tuple[float, ...] = PAPER_WEIGHT_DECAYS["imagenet"]
     epochs: int = 28
     milestones: tuple[int, ...] = (8, 16, 24)
     lr: float = 0.01
     momentum: float = 0.9
+    batch_size: int = 160
+    bn_batch: int | None = 32
+    heldout_fraction: float = 0.1
+    seed: int = 0
+    precision: str = "fp32"
     device: str = "cpu"
 
 
-class ProbeHeads(nn.Module):
-    """One BatchNorm1d + Linear head per weight decay, all reading the same features."""
+def _world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
-    def __init__(self, width: int, num_classes: int, count: int) -> None:
+
+def _all_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """The sum over processes (the tensor itself with one process)."""
+    if _world()[1] > 1:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+class ProbeHeads(nn.Module):
+    """One BatchNorm1d + Linear head per weight decay, all reading the same features.
+
+    The features come from frozen backbones and need no gradient, so in training the batch
+    statistics are computed once for every head. With `bn_batch` None they are summed over the
+    processes that share a global batch: each head normalises as one BatchNorm1d over the whole
+    global batch. With `bn_batch` g, each run of g consecutive rows of the global batch (the
+    last may be shorter) is normalised with its own statistics and the running statistics
+    follow the first run, as the authors' DistributedDataParallel did with g images per GPU
+    (rank 0's buffers are broadcast). Either way the result does not depend on the number of
+    processes.
+    """
+
+    def __init__(self, width: int, num_classes: int, count: int, seed: int = 0,
+                 bn_batch: int | None = None) -> None:
         super().__init__()
+        self.bn_batch = bn_batch
         self.norms = nn.ModuleList(nn.BatchNorm1d(width) for _ in range(count))
         self.linears = nn.ModuleList(nn.Linear(width, num_classes) for _ in range(count))
+        generator = torch.Generator().manual_seed(seed)
         for linear in self.linears:
-            nn.init.normal_(linear.weight, std=0.01)
+            nn.init.normal_(linear.weight, std=0.01, generator=generator)
             nn.init.zeros_(linear.bias)
 
+    def batch_statistics(self, features: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Mean and variance to normalise the rows with (per row or shared), and the mean and
+        unbiased variance the running statistics move towards."""
+        width = features.shape[1]
+        if self.bn_batch is None:
+            moments = _all_sum(torch.cat([features.sum(0), features.square().sum(0),
+                                          features.new_tensor([len(features)])]).double())
+            count = float(moments[-1])
+            mean = moments[:width] / count
+            variance = (moments[width:2 * width] / count - mean.square()).clamp_min(0.0)
+            return (mean.float(), variance.float(), mean.float(),
+                    (variance * count / max(count - 1, 1)).float())
+        group = torch.arange(len(features), device=features.device) // self.bn_batch
+        count = torch.bincount(group).double()[:, None]  # a last, shorter group is its own
+        rows = features.double()
+        mean = rows.new_zeros(len(count), width).index_add_(0, group, rows) / count
+        variance = (rows.new_zeros(len(count), width).index_add_(0, group, rows.square())
+                    / count - mean.square()).clamp_min(0.0)
+        first = torch.stack([mean[0], variance[0] * count[0] / (count[0] - 1).clamp_min(1)])
+        first = first.float()
+        if _world()[1] > 1:
+            dist.broadcast(first, src=0)
+        return mean[group].float(), variance[group].float(), first[0], first[1]
+
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.stack([linear(norm(features))
-                            for norm, linear in zip(self.norms, self.linears)], dim=1)
+        eps = self.norms[0].eps
+        if self.training:
+            mean, variance, running_mean, running_var = self.batch_statistics(features)
+            normalised = (features - mean) * torch.rsqrt(variance + eps)
+            with torch.no_grad():
+                for norm in self.norms:
+                    norm.running_mean.lerp_(running_mean, norm.momentum)
+                    norm.running_var.lerp_(running_var, norm.momentum)
+                    norm.num_batches_tracked += 1
+        outputs = []
+        for norm, linear in zip(self.norms, self.linears):
+            if not self.training:
+                normalised = ((features - norm.running_mean)
+                              * torch.rsqrt(norm.running_var + norm.eps))
+            outputs.append(linear(normalised * norm.weight + norm.bias))
+        return torch.stack(outputs, dim=1)
 
 
-def concatenated_features(backbones: Sequence[nn.Module]) -> Callable[[torch.Tensor],
-                                                                       torch.Tensor]:
-    """Frozen backbones in eval mode (their own BN statistics), features concatenated in order."""
+def concatenated_features(backbones: Sequence[nn.Module], precision: str = "fp32"
+                          ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Frozen backbones in eval mode (their own BN statistics), features concatenated in order,
+    as float32."""
     for backbone in backbones:
         backbone.eval().requires_grad_(False)
 
     def features(images: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return torch.cat([backbone.features(images).flatten(1) for backbone in backbones], 1)
+        with torch.no_grad(), torch.autocast(images.device.type, torch.bfloat16,
+                                             enabled=precision == "bf16"):
+            return torch.cat([backbone.features(images).flatten(1).float()
+                              for backbone in backbones], 1)
 
     return features
 
 
+class GlobalBatches(Sampler[list[tuple[int, int]]]):
+    """This process's share of each global batch of a per-epoch seeded shuffle of `indices`, as
+    (epoch, index) keys for `kit.data.Samples`: the same global batches, augmented the same way,
+    whatever the number of processes. An incomplete last global batch is dropped."""
+
+    def __init__(self, indices: torch.Tensor, batch_size: int, seed: int) -> None:
+        self.rank, self.world = _world()
+        if batch_size % self.world or batch_size > len(indices):
+            raise ProbeError(f"global batch {batch_size} must be a multiple of the {self.world} "
+                             f"process(es) and at most the {len(indices)} training images")
+        self.indices, self.batch_size, self.seed, self.epoch = indices, batch_size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.indices) // self.batch_size
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+        order = self.indices[torch.randperm(len(self.indices), generator=generator)]
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            batch = order[start:start + self.batch_size]
+            share = self.batch_size // self.world  # contiguous, so BN groups stay whole
+            yield [(self.epoch, int(i)) for i in batch[self.rank * share:(self.rank + 1) * share]]
+
+
 def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
                    heldout_loader: Iterable, eval_loader: Iterable, num_classes: int,
-                   config: FaithfulProbe = FaithfulProbe(), progress: bool = True
+                   config: FaithfulProbe = FaithfulProbe(), progress: bool = True,
+                   state_file: Path | None = None, identity: Mapping[str, Any] | None = None
                    ) -> ProbeResult:
     """Train the heads on the (augmented) train loader; evaluate every epoch on both splits.
 
     The held-out loader must hold training images excluded from `train_loader` (with evaluation
-    transforms); the `heldout` rule selects on it.
+    transforms); the `heldout` rule selects on it. Under torch.distributed each process passes
+    its shard of every loader: gradients are averaged by DistributedDataParallel, accuracy
+    counts are summed over processes and BN statistics shared as `ProbeHeads` says. With `state_file`, the heads, optimizers and
+    accuracies are saved there atomically after every epoch (with `identity`, which a resumed run
+    must match) and a rerun resumes after the last saved epoch. The train accuracy reported is
+    the running one over the epoch's augmented batches.
     """
     device = torch.device(config.device)
+    rank, world = _world()
     for backbone in backbones:
-        backbone.to(device)
-    extract = concatenated_features(backbones)
+        backbone.to(device, memory_format=torch.channels_last)
+    extract = concatenated_features(backbones, config.precision)
+    saved = _saved_state(state_file, identity)
     heads: ProbeHeads | None = None
+    model: nn.Module | None = None
     optimizers: list[torch.optim.SGD] = []
-    schedulers = []
-    rows = []
+    schedulers: list[torch.optim.lr_scheduler.MultiStepLR] = []
+    rows: list[dict[str, Any]] = saved["rows"] if saved else []
+    count = len(config.weight_decays)
+
+    def build(width: int) -> None:
+        nonlocal heads, model
+        heads = ProbeHeads(width, num_classes, count, config.seed, config.bn_batch).to(device)
+        for norm, linear, decay in zip(heads.norms, heads.linears, config.weight_decays):
+            optimizers.append(torch.optim.SGD(
+                [{"params": linear.parameters(), "weight_decay": decay},
+                 {"params": norm.parameters(), "weight_decay": 0.0}],
+                lr=config.lr, momentum=config.momentum, nesterov=True))
+        schedulers.extend(torch.optim.lr_scheduler.MultiStepLR(o, list(config.milestones),
+                                                               gamma=0.1) for o in optimizers)
+        if saved:
+            heads.load_state_dict(saved["heads"])
+            for part, states in ((optimizers, saved["optimizers"]),
+                                 (schedulers, saved["schedulers"])):
+                for item, state in zip(part, states):
+                    item.load_state_dict(state)
+        model = heads if world == 1 else DistributedDataParallel(
+            heads, device_ids=[device.index] if device.type == "cuda" else None,
+            broadcast_buffers=False)
 
     def accuracies(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, int]:
         assert heads is not None
         heads.eval()
-        correct1 = torch.zeros(len(config.weight_decays))
-        correct5 = torch.zeros(len(config.weight_decays))
-        seen = 0
+        sums = torch.zeros(2 * count + 1, dtype=torch.float64, device=device)
         with torch.no_grad():
-            for images, labels in loader:
-                logits = heads(extract(images.to(device))).cpu()
-                correct1 += topk_correct(logits, labels, 1)
-                correct5 += topk_correct(logits, labels, 5)
-                seen += len(labels)
+            for images, labels in DeviceBatches(loader, device):
+                logits = heads(extract(_on(device, images)))
+                labels = labels.to(device)
+                sums[:count] += topk_correct(logits, labels, 1)
+                sums[count:2 * count] += topk_correct(logits, labels, 5)
+                sums[-1] += len(labels)
         heads.train()
-        return correct1, correct5, seen
+        sums = _all_sum(sums).cpu()
+        return sums[:count], sums[count:2 * count], int(sums[-1])
 
-    for epoch in tqdm(range(1, config.epochs + 1), desc="faithful probe", disable=not progress):
-        for images, labels in train_loader:
-            features = extract(images.to(device))
+    first = saved["epoch"] + 1 if saved else 1
+    for epoch in tqdm(range(first, config.epochs + 1), desc="faithful probe",
+                      disable=not progress or rank != 0):
+        sampler = getattr(train_loader, "batch_sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        train_sums = torch.zeros(count + 1, dtype=torch.float64, device=device)
+        for images, labels in DeviceBatches(train_loader, device):
+            features = extract(_on(device, images))
             if heads is None:
-                heads = ProbeHeads(features.shape[1], num_classes,
-                                   len(config.weight_decays)).to(device)
-                for norm, linear, decay in zip(heads.norms, heads.linears,
-                                               config.weight_decays):
-                    optimizers.append(torch.optim.SGD(
-                        [{"params": linear.parameters(), "weight_decay": decay},
-                         {"params": norm.parameters(), "weight_decay": 0.0}],
-                        lr=config.lr, momentum=config.momentum, nesterov=True))
-                schedulers = [torch.optim.lr_scheduler.MultiStepLR(o, list(config.milestones),
-                                                                   gamma=0.1)
-                              for o in optimizers]
-            logits = heads(features)
+                build(features.shape[1])
+            assert model is not None
             labels = labels.to(device)
-            loss = sum(F.cross_entropy(logits[:, h], labels) for h in range(logits.shape[1]))
+            logits = model(features)
+            loss = sum(F.cross_entropy(logits[:, h], labels) for h in range(count))
             for optimizer in optimizers:
                 optimizer.zero_grad()
             loss.backward()
             for optimizer in optimizers:
                 optimizer.step()
+            train_sums[:count] += topk_correct(logits.detach(), labels, 1)
+            train_sums[-1] += len(labels)
         if heads is None:
             raise ProbeError("the training loader yielded no batch")
         for scheduler in schedulers:
             scheduler.step()
+        train_sums = _all_sum(train_sums).cpu()
         held1, _, held_n = accuracies(heldout_loader)
         eval1, eval5, eval_n = accuracies(eval_loader)
         if held_n == 0 or eval_n == 0:
             raise ProbeError("the held-out or evaluation loader yielded no sample")
         for h, decay in enumerate(config.weight_decays):
             rows.append({"weight_decay": decay, "epoch": epoch,
+                         "train_top1": float(train_sums[h] / train_sums[-1]),
                          "heldout_top1": float(held1[h] / held_n),
                          "eval_top1": float(eval1[h] / eval_n),
                          "eval_top5": float(eval5[h] / eval_n)})
+        if state_file is not None and rank == 0:
+            with atomic_write(state_file) as handle:
+                torch.save({"epoch": epoch, "identity": dict(identity or {}), "rows": rows,
+                            "heads": heads.state_dict(),
+                            "optimizers": [o.state_dict() for o in optimizers],
+                            "schedulers": [s.state_dict() for s in schedulers]}, handle)
+    if not rows:
+        raise ProbeError("the probe ran no epoch (epochs must be at least 1)")
     history = pl.DataFrame(rows)
     return ProbeResult(history, select(history, ["weight_decay"], num_classes))
+
+
+def _on(device: torch.device, images: torch.Tensor) -> torch.Tensor:
+    """Images (normalised by DeviceBatches) on the device, channels-last when they are image
+    batches."""
+    if images.ndim == 4:
+        return images.to(device, non_blocking=True, memory_format=torch.channels_last)
+    return images.to(device, non_blocking=True)
+
+
+def _saved_state(state_file: Path | None, identity: Mapping[str, Any] | None
+                 ) -> dict[str, Any] | None:
+    """A previous run's state to resume from, refused when it belongs to another probe."""
+    if state_file is None or not state_file.exists():
+        return None
+    saved = torch.load(state_file, map_location="cpu", weights_only=True)
+    if saved["identity"] != dict(identity or {}):
+        differing = sorted(key for key in saved["identity"].keys() | dict(identity or {}).keys()
+                           if saved["identity"].get(key) != (identity or {}).get(key))
+        raise ProbeError(f"{state_file}: holds a probe with different settings "
+                         f"({', '.join(differing)}); use another output folder or restore them")
+    return saved
+
+
+# ---------------------------------------------------------------------------------------------
+# the authors' probe as a runnable step: `python -m kit.probe faithful ...`, under torchrun too
+# ---------------------------------------------------------------------------------------------
+
+def load_data_config(path: Path) -> DataConfig:
+    """A dataset description (a `data:` section of a training configuration) from YAML."""
+    if not path.is_file():
+        raise ParameterError(f"{path}: dataset description not found")
+    try:
+        return DataConfig(**read_yaml(path))
+    except ValidationError as error:
+        raise ParameterError(describe_errors(f"invalid dataset description {path}:", DataConfig,
+                                             error, {}, str(path))) from None
+
+
+def run_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_classes: int,
+                 output: Path, config: FaithfulProbe = FaithfulProbe(), num_workers: int = 0,
+                 progress: bool = True) -> ProbeResult:
+    """The authors' probe of the concatenated backbones on a dataset: augmented training images
+    (the kit's pipeline for the dataset kind), held-out part of train and evaluation split with
+    evaluation transforms. Writes `history.csv` and `selected.csv` to `output`, resumes from
+    `output/probe_state.pt` after an interruption; each process of a torchrun reads its shard."""
+    missing = [str(p) for p in checkpoints if not Path(p).is_file()]
+    if not checkpoints or missing:
+        raise ProbeError(f"checkpoint(s) not found: {', '.join(missing) or 'none given'}")
+    backbones = [load_backbone(Path(p)) for p in checkpoints]
+    train_base, eval_base = data.datasets_for(data_config, num_classes)
+    from_images = data_config.kind != "synthetic"
+    augment = data.resolved_augment(data_config)
+    augmented = data.augmentation(augment, data_config.image_size, True, from_images)
+    plain = data.augmentation(augment, data_config.image_size, False, from_images)
+    kept, held = heldout_indices(len(train_base), config.heldout_fraction, config.seed)
+    rank, world = _world()
+    device = torch.device(config.device)
+
+    def loader(dataset: Dataset, **how: Any) -> DataLoader:
+        return DataLoader(dataset, num_workers=num_workers, pin_memory=device.type == "cuda",
+                          persistent_workers=num_workers > 0, **how)
+
+    local = config.batch_size // world
+    if config.bn_batch is not None and (config.batch_size % world or local % config.bn_batch):
+        raise ProbeError(f"the global batch {config.batch_size} over {world} process(es) must "
+                         f"give each a multiple of bn_batch {config.bn_batch}")
+    train_loader = loader(data.Samples(train_base, augmented, config.seed),
+                          batch_sampler=GlobalBatches(kept, config.batch_size, config.seed))
+    held_loader = loader(data.Samples(train_base, plain, config.seed), batch_size=local,
+                         sampler=[(0, int(i)) for i in held[rank::world]])
+    eval_loader = loader(data.Samples(eval_base, plain, config.seed), batch_size=local,
+                         sampler=[(0, i) for i in range(rank, len(eval_base), world)])
+    settings = {key: value for key, value in asdict(config).items()
+                if key not in ("epochs", "device")}  # more epochs extend a finished probe
+    identity = json.loads(json.dumps({
+        "checkpoints": [file_hash(Path(p)) for p in checkpoints], "num_classes": num_classes,
+        "data": data_config.model_dump(mode="json"), **settings}))
+    output = Path(output)
+    with locks.hold(output, "faithful probe") if rank == 0 else contextlib.nullcontext():
+        result = faithful_probe(backbones, train_loader, held_loader, eval_loader, num_classes,
+                                config, progress, output / "probe_state.pt", identity)
+        if rank == 0:
+            for name, table in (("history", result.history), ("selected", result.selected)):
+                with atomic_write(output / f"{name}.csv") as handle:
+                    table.write_csv(handle)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kit.probe",
+                                     description="Run a probe as a step of its own.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    faithful = commands.add_parser("faithful", help="the authors' probe (run it under torchrun "
+                                   "for several processes)")
+    faithful.add_argument("--checkpoints", type=Path, nargs="+", required=True,
+                          help="backbones (kit or AlgoPerf checkpoints), concatenated in order")
+    faithful.add_argument("--data", type=Path, required=True,
+                          help="YAML dataset description: kind, root, image_size (a data: section)")
+    faithful.add_argument("--num-classes", type=int, required=True)
+    faithful.add_argument("--output", type=Path, required=True,
+                          help="folder for history.csv, selected.csv and the resumable state")
+    faithful.add_argument("--grid", choices=sorted(PAPER_WEIGHT_DECAYS),
+                          help="the authors' weight-decay grid (default: by the data kind)")
+    faithful.add_argument("--weight-decays", type=float, nargs="+",
+                          help="a grid of your own instead of the authors'")
+    defaults = FaithfulProbe()
+    for name in ("epochs", "batch_size", "lr", "heldout_fraction", "seed"):
+        faithful.add_argument(f"--{name.replace('_', '-')}", type=type(getattr(defaults, name)),
+                              default=getattr(defaults, name))
+    faithful.add_argument("--bn-batch", type=int, default=defaults.bn_batch,
+                          help="rows per BN statistics group, as the authors' per-GPU batch "
+                          "(0: the whole global batch)")
+    faithful.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                          help="bf16 runs the frozen backbones under autocast")
+    faithful.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    faithful.add_argument("--workers", type=int, default=0, help="DataLoader workers per process")
+    args = parser.parse_args(argv)
+
+    def run() -> None:
+        data_config = load_data_config(args.data)
+        grid = (tuple(args.weight_decays) if args.weight_decays else
+                PAPER_WEIGHT_DECAYS[args.grid or GRID_OF_KIND[data_config.kind]])
+        process = start_process(args.device)
+        try:
+            config = FaithfulProbe(weight_decays=grid, epochs=args.epochs,
+                                   batch_size=args.batch_size, bn_batch=args.bn_batch or None,
+                                   lr=args.lr, heldout_fraction=args.heldout_fraction,
+                                   seed=args.seed, precision=args.precision,
+                                   device=str(process.device))
+            result = run_faithful(args.checkpoints, data_config, args.num_classes, args.output,
+                                  config, args.workers, progress=True)
+            if process.main:
+                print(result.selected)
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    try:
+        return exit_code(run)
+    except ProbeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -271,7 +271,8 @@ def probe_all(representations: list[Representation], params: TimecatParams) -> M
                          "task": task.name, "role": task.role}
             for selected in result.selected.iter_rows(named=True):
                 rows.append(described | {"rule": selected["rule"], "top1": selected["top1"],
-                                         "top5": selected["top5"]})
+                                         "top5": selected["top5"],
+                                         "train_top1": selected["train_top1"]})
             diagnosed.append(described | _diagnose(
                 splits[1].features[sample], [single[c].torch()[0][sample]
                                              for c in rep.checkpoints]))

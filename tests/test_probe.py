@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from kit import diagnostics, probe
+from kit.paths import REPO_ROOT
 
 
 def planted(n: int, dim: int, classes: int, seed: int, scale: float = 0.8) -> probe.Split:
@@ -57,6 +64,110 @@ def test_fast_and_lbfgs_agree_where_both_converge() -> None:
     assert fast == pytest.approx(exact, abs=0.03)
 
 
+def teacher(n: int, dim: int, classes: int, seed: int, noise: float = 0.5) -> probe.Split:
+    """Labels of a planted linear rule with Gumbel noise: well conditioned, not separable."""
+    generator = torch.Generator().manual_seed(seed)
+    rule = torch.randn(dim, classes, generator=torch.Generator().manual_seed(7)) * 3 / dim ** 0.5
+    x = torch.randn(n, dim, generator=generator)
+    gumbel = -torch.log(-torch.log(torch.rand(n, classes, generator=generator)))
+    return probe.Split(x, (x @ rule + noise * gumbel).argmax(1), "s")
+
+
+@pytest.mark.parametrize("dim", [8, 32, 128])
+def test_fast_probe_run_long_enough_converges_to_lbfgs(dim: int) -> None:
+    """Issue 11: a converged fast probe agrees with L-BFGS on the same features within half a
+    point, per weight decay at its last epoch and under the held-out rule."""
+    train, evaluation = teacher(4000, dim, 4, 0), teacher(4000, dim, 4, 1)
+    decays = [1e-3, 1e-2]  # lists: FastProbe becomes a pydantic model of lists (issue 10)
+    fast = probe.fast_probe(train, evaluation, 4, probe.FastProbe(
+        lrs=[0.1], weight_decays=decays, epochs=40, batch_size=256, heldout_fraction=0.25),
+        progress=False)
+    exact = probe.lbfgs_probe(train, evaluation, 4, weight_decays=decays, max_iter=500,
+                              heldout_fraction=0.25)
+    last = fast.history.filter(fast.history["epoch"] == 40).sort("weight_decay")
+    reference = exact.history.sort("weight_decay")
+    assert last["train_loss"].to_list() == pytest.approx(reference["train_loss"].to_list(),
+                                                         rel=0.01)
+    assert last["eval_top1"].to_list() == pytest.approx(reference["eval_top1"].to_list(),
+                                                        abs=0.005)
+    assert fast.top1("heldout") == pytest.approx(exact.top1("heldout"), abs=0.005)
+
+
+def test_fast_probe_reports_the_train_eval_gap() -> None:
+    """Few rows, many features: the chosen head fits its training rows far better than it
+    generalises, and the result says so."""
+    result = probe.fast_probe(teacher(300, 128, 4, 2), teacher(1000, 128, 4, 3), 4, FAST,
+                              progress=False)
+    for row in result.selected.iter_rows(named=True):
+        assert row["train_top1"] > row["top1"] + 0.1
+    assert result.history["train_top1"].null_count() == 0
+
+
+def test_memory_mapped_fp16_features_give_the_in_memory_result(tmp_path) -> None:
+    """The probe reads a FeatureSet-style fp16 memory map in chunks; the result is the one it
+    gives on the same values held in memory as float32."""
+    train, evaluation = planted(1500, 16, 12, 2, 0.4), planted(600, 16, 12, 3, 0.4)
+    for name, split in (("train", train), ("eval", evaluation)):
+        np.save(tmp_path / f"{name}.npy", split.features.half().numpy())
+    mapped = [probe.Split(np.load(tmp_path / f"{name}.npy", mmap_mode="r"),
+                          split.labels.numpy(), name)
+              for name, split in (("train", train), ("eval", evaluation))]
+    in_memory = [probe.Split(torch.from_numpy(np.array(split.features)).float(),
+                             torch.from_numpy(split.labels), split.name) for split in mapped]
+    streamed = probe.fast_probe(*mapped, 12, FAST, progress=False)
+    reference = probe.fast_probe(*in_memory, 12, FAST, progress=False)
+    assert streamed.selected.equals(reference.selected)
+    assert streamed.history.drop("train_loss").equals(reference.history.drop("train_loss"))
+    assert streamed.history["train_loss"].to_list() == pytest.approx(
+        reference.history["train_loss"].to_list(), rel=1e-6)
+
+
+class CountedRows(np.ndarray):
+    """A feature array that records how many rows each read takes."""
+
+    reads: list[int] = []
+
+    def __getitem__(self, index: object) -> np.ndarray:
+        rows = super().__getitem__(index)
+        CountedRows.reads.append(len(rows) if np.ndim(rows) == 2 else 1)
+        return rows
+
+
+def test_fast_probe_reads_features_a_chunk_at_a_time(tmp_path) -> None:
+    """Memory is bounded by construction: no read of the (memory-mapped) features takes more
+    than a minibatch or a chunk of rows, far fewer than the split holds."""
+    train, evaluation = planted(4000, 1024, 5, 0, 0.1), planted(500, 1024, 5, 1, 0.1)
+    np.save(tmp_path / "train.npy", train.features.half().numpy())
+    mapped = np.load(tmp_path / "train.npy", mmap_mode="r").view(CountedRows)
+    CountedRows.reads = []
+    probe.fast_probe(probe.Split(mapped, train.labels, "train"), evaluation, 5,
+                     probe.FastProbe(epochs=1, batch_size=256), progress=False)
+    assert len(CountedRows.reads) > 10
+    assert max(CountedRows.reads) <= 1024 < len(train.labels) // 3
+
+
+def test_memory_benchmark_prints_the_ratio_on_a_small_proxy() -> None:
+    script = REPO_ROOT / "benchmarks" / "probe_memory.py"
+    result = subprocess.run([sys.executable, str(script), "--rows", "3000", "--eval", "500",
+                             "--dim", "64", "--classes", "5", "--baseline-rev", ""],
+                            capture_output=True, text=True, timeout=300,
+                            env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    ratio = re.search(r"new \(this tree\): peak extra memory +\d+ MiB = ([\d.]+) x fp16",
+                      result.stdout)
+    assert ratio and float(ratio.group(1)) > 0, result.stdout
+
+
+def test_standardiser_in_chunks_matches_the_exact_statistics() -> None:
+    generator = torch.Generator().manual_seed(4)  # 2000 wide: several chunks of rows
+    features = (torch.randn(3000, 2000, generator=generator, dtype=torch.float64) * 3 + 100)
+    rows = torch.arange(0, 3000, 2)
+    mean, std = probe.standardiser(features.half().numpy(), rows)
+    exact = features.half().double()[rows]
+    assert torch.allclose(mean.double(), exact.mean(0), rtol=1e-6)
+    assert torch.allclose(std.double(), exact.std(0, unbiased=False), rtol=1e-4)
+
+
 class Flatten(torch.nn.Module):
     """A 'backbone' whose features are its inputs."""
 
@@ -74,7 +185,7 @@ def test_faithful_and_fast_agree_where_both_converge() -> None:
 
     faithful = probe.faithful_probe(
         [Flatten()], loader(fit, True), loader(held, False), loader(evaluation, False), 4,
-        probe.FaithfulProbe(epochs=6, milestones=(4,), lr=0.05), progress=False)
+        probe.FaithfulProbe(epochs=6, milestones=(4,), lr=0.05, bn_batch=None), progress=False)
     fast = probe.fast_probe(train, evaluation, 4, FAST, progress=False)
     assert faithful.top1("heldout") == pytest.approx(fast.top1("heldout"), abs=0.03)
     assert faithful.history["weight_decay"].unique().sort().to_list() == [1e-4, 5e-4]

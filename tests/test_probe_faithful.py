@@ -1,0 +1,141 @@
+"""The authors' probe as a runnable step: fixture checkpoints, a tiny dataset, one and two
+processes, resume."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+import torch
+import yaml
+from test_features import tiny_checkpoint
+
+from kit import probe
+from kit.paths import REPO_ROOT
+
+DATA = {"kind": "synthetic", "image_size": 16, "augment": "crop_flip",
+        "synthetic": {"num_train": 64, "num_eval": 24,
+                      "components": [{"weight": 1.0, "cues": ["colour"]}]}}
+SHORT = dict(epochs=2, milestones=(1,), lr=0.05, batch_size=16, bn_batch=8,
+             heldout_fraction=0.25)
+
+
+@pytest.fixture()
+def step(tmp_path: Path) -> tuple[list[Path], Path]:
+    """Two tiny backbones and a dataset description."""
+    checkpoints = [tiny_checkpoint(tmp_path, "a", 1), tiny_checkpoint(tmp_path, "b", 2, 0.25)]
+    description = tmp_path / "data.yaml"
+    description.write_text(yaml.safe_dump(DATA))
+    return checkpoints, description
+
+
+@pytest.mark.parametrize("bn_batch", [None, 8, 12])
+def test_heads_normalise_as_one_batchnorm1d_per_group(bn_batch: int | None) -> None:
+    """Global statistics are one BatchNorm1d over the batch; groups of bn_batch rows (a last,
+    shorter one included) are each a BatchNorm1d of their own, the first one's statistics kept
+    in the running buffers."""
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(32, 6, generator=generator) * 3 + 1
+    heads = probe.ProbeHeads(6, 4, 2, bn_batch=bn_batch)
+    reference = [torch.nn.Sequential(torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 4))
+                 for _ in range(2)]
+    for h, module in enumerate(reference):
+        module[0].load_state_dict(heads.norms[h].state_dict())
+        module[1].load_state_dict(heads.linears[h].state_dict())
+    groups = features.split(bn_batch or len(features))
+    for mode in ("train", "train", "eval"):
+        heads.train(mode == "train")
+        expected = []
+        for module in reference:
+            module.train(mode == "train")
+            first = module(groups[0])  # updates the running statistics, as rank 0 did
+            rest = [module[1](torch.nn.functional.batch_norm(
+                        group, None, None, module[0].weight, module[0].bias, True, 0.0,
+                        module[0].eps)) if mode == "train" else module(group)
+                    for group in groups[1:]]
+            expected.append(torch.cat([first, *rest]))
+        torch.testing.assert_close(heads(features), torch.stack(expected, 1), rtol=1e-5,
+                                   atol=1e-5)
+    for h, module in enumerate(reference):
+        torch.testing.assert_close(heads.norms[h].running_var, module[0].running_var)
+        torch.testing.assert_close(heads.norms[h].running_mean, module[0].running_mean)
+
+
+def run(checkpoints: list[Path], description: Path, output: Path, **settings) -> probe.ProbeResult:
+    config = probe.FaithfulProbe(**{**SHORT, **settings})
+    return probe.run_faithful(checkpoints, probe.load_data_config(description), 3, output,
+                              config, progress=False)
+
+
+def test_faithful_step_writes_both_rules_and_resumes_exactly(tmp_path: Path, step) -> None:
+    checkpoints, description = step
+    whole = run(checkpoints, description, tmp_path / "whole")
+    assert set(whole.selected["rule"]) == set(probe.RULES)
+    assert whole.history.height == 2 * len(probe.PAPER_WEIGHT_DECAYS["imagenet"])
+    written = pl.read_csv(tmp_path / "whole" / "selected.csv")
+    assert written["top1"].to_list() == whole.selected["top1"].to_list()
+    # an interrupted probe (one epoch saved) resumes to the same numbers as one run through;
+    # a mark left in the saved epoch shows that it was read back, not recomputed
+    run(checkpoints, description, tmp_path / "resumed", epochs=1)
+    state_file = tmp_path / "resumed" / "probe_state.pt"
+    state = torch.load(state_file, weights_only=True)
+    state["rows"][0]["heldout_top1"] = -1.0
+    torch.save(state, state_file)
+    resumed = run(checkpoints, description, tmp_path / "resumed")
+    assert resumed.history["heldout_top1"][0] == -1.0
+    assert resumed.history.slice(1).equals(whole.history.slice(1))
+    with pytest.raises(probe.ProbeError, match="different settings.*lr"):
+        run(checkpoints, description, tmp_path / "resumed", lr=0.1)
+
+
+def test_bf16_backbones_give_about_the_fp32_result(tmp_path: Path, step) -> None:
+    checkpoints, description = step
+    exact = run(checkpoints, description, tmp_path / "fp32", epochs=1)
+    approximate = run(checkpoints, description, tmp_path / "bf16", epochs=1, precision="bf16")
+    assert (approximate.history["eval_top1"] - exact.history["eval_top1"]).abs().max() <= 0.1
+
+
+def command(checkpoints: list[Path], description: Path, output: Path) -> list[str]:
+    return ["-m", "kit.probe", "faithful", "--checkpoints", *map(str, checkpoints), "--data",
+            str(description), "--num-classes", "3", "--output", str(output), "--epochs", "2",
+            "--batch-size", "16", "--bn-batch", "8", "--lr", "0.05", "--heldout-fraction",
+            "0.25", "--device", "cpu"]
+
+
+ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+
+
+def test_two_gloo_processes_match_one(tmp_path: Path, step) -> None:
+    checkpoints, description = step
+    one, two = tmp_path / "one", tmp_path / "two"
+    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2"]
+    for output, launcher in ((one, []), (two, torchrun)):
+        arguments = command(checkpoints, description, output)
+        result = subprocess.run([sys.executable, *launcher, *arguments], capture_output=True,
+                                text=True, timeout=300, env=ENV)
+        assert result.returncode == 0, result.stderr[-3000:]
+    single, double = (torch.load(o / "probe_state.pt", weights_only=True) for o in (one, two))
+    for name, value in single["heads"].items():
+        torch.testing.assert_close(double["heads"][name], value, rtol=1e-4, atol=1e-5)
+    history = [pl.read_csv(o / "history.csv") for o in (one, two)]
+    for column in ("train_top1", "heldout_top1", "eval_top1"):
+        assert (history[0][column] - history[1][column]).abs().max() <= 1e-6
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c, d: ([c[0], c[0].with_name("missing.pt")], d), "missing.pt"),
+    (lambda c, d: (c, d.write_text("kind: synthetic\nimage_size: 4\n") and d),
+     "data.yaml.*image_size"),
+])
+def test_bad_input_is_refused_naming_the_file(tmp_path: Path, step, change, message,
+                                              capsys) -> None:
+    checkpoints, description = change(*step)
+    assert probe.main(command(checkpoints, description, tmp_path / "o")[2:]) == 2
+    error = capsys.readouterr().err
+    assert re.search(message, error, re.S), error
+    assert not (tmp_path / "o" / "probe_state.pt").exists()
