@@ -456,7 +456,7 @@ def accuracy_table(runs: pl.DataFrame, direct: pl.DataFrame) -> pl.DataFrame:
 def majority_accuracy() -> dict[str, float]:
     """What predicting each component's more frequent label scores: its chance level."""
     positive = COMPONENT_MASSES @ LABELS
-    return {name: float(max(p, 1 - p)) for name, p in zip(COMPONENT_NAMES, positive)}
+    return {name: round(float(max(p, 1 - p)), 6) for name, p in zip(COMPONENT_NAMES, positive)}
 
 
 def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart:
