@@ -102,31 +102,32 @@ def chart_saver(folder: Path, formats: Iterable[str]
 
 def reference_lines(value: str, label: str, data: pl.DataFrame | None = None, *,
                     number_format: str = ".1f", dash: Sequence[int] = (6, 3),
-                    color: str = REFERENCE_COLOR, title: str | None = None) -> alt.LayerChart:
+                    color: str = REFERENCE_COLOR) -> alt.LayerChart:
     """Horizontal lines at the field `value`, each with "<label> <value>" written on it, so the
     reader needs no legend to know what the line is.
 
     Without `data` the layer takes its data from the chart it is layered into (also inside a
-    facet: one line per panel, at that panel's value); `title` is the y-axis title to share with
-    the other layers.
+    facet: one line per panel, at that panel's value). The lines take the y-axis title of the
+    layers they join.
     """
     base = (alt.Chart(data) if data is not None else alt.Chart()).transform_filter(
         f"isValid(datum[{json.dumps(value)}])"
     ).transform_aggregate(count="count()", groupby=[value]).transform_calculate(
         reference_text=f"{json.dumps(label + ' ')} + format(datum[{json.dumps(value)}], "
                        f"{json.dumps(number_format)})")
-    y = alt.Y(f"{value}:Q", title=title)
+    y = alt.Y(f"{value}:Q")
     rule = base.mark_rule(strokeDash=list(dash), color=color).encode(y=y)
     text = base.mark_text(align="left", baseline="bottom", dx=3, dy=-2, color=color,
-                          fontSize=10, fontWeight="bold").encode(y=y, x=alt.value(0), text="reference_text:N")
+                          fontSize=10, fontWeight="bold").encode(
+        y=y, x=alt.value(0), text="reference_text:N")
     return alt.layer(rule, text)
 
 
 def chance_lines(value: str = "chance", data: pl.DataFrame | None = None, *,
-                 number_format: str = ".1f", title: str | None = None) -> alt.LayerChart:
+                 number_format: str = ".1f") -> alt.LayerChart:
     """Dotted lines labelled 'chance <value>': what guessing the majority class scores."""
     return reference_lines(value, "chance", data, number_format=number_format, dash=(2, 2),
-                           color="#b22222", title=title)
+                           color="#b22222")
 
 
 def series_lines(frame: pl.DataFrame, x: str, y: str, series: str, facet: str | None = None,

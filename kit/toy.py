@@ -472,7 +472,7 @@ def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart:
         y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=[0, 1])),
         tooltip=["training", "component", "n", "mean", "std"])
     rules = base.mark_rule(color="black").encode(y=alt.Y("low:Q", title=title), y2="high:Q")
-    return alt.layer(bars, rules, report.chance_lines(number_format=".2f", title=title),
+    return alt.layer(bars, rules, report.chance_lines(number_format=".2f"),
                      data=data).properties(width=420, height=220)
 
 
