@@ -132,7 +132,7 @@ def chance_lines(value: str = "chance", data: pl.DataFrame | None = None, *,
 
 def series_lines(frame: pl.DataFrame, x: str, y: str, series: str, facet: str | None = None,
                  *, y_title: str | None = None, x_title: str | None = None,
-                 columns: int = 4) -> alt.Chart | alt.FacetChart:
+                 columns: int = 2) -> alt.Chart | alt.FacetChart:
     """One line per value of `series`, every line named in a legend (one legend per panel when
     faceted, listing only that panel's lines; one shared y scale across panels)."""
     chart = alt.Chart(frame).mark_line().encode(
@@ -181,20 +181,16 @@ def wide_mean_std(stats: pl.DataFrame, index: list[str], on: str, mean: str = "m
                                  for key in keys for kind in (mean, std)])
 
 
-def decimals(values: pl.Series, digits: int = 4) -> int:
-    """Decimals to print a float column with: as many as its values have (so published
-    numbers print as published), but no more than `digits` significant digits of its largest
-    value."""
+def decimals(values: pl.Series, digits: int = 3, published: int = 3) -> int:
+    """Decimals to print a float column with: as many as its values have when that is at most
+    `published` (so published numbers and settings such as 0.001 print as given), otherwise
+    `digits` significant digits of a typical (median non-zero) value."""
     finite = values.drop_nulls().filter(values.drop_nulls().is_finite())
-    if finite.is_empty():
-        return 0
-    largest = finite.abs().max()
-    significant = 0 if largest == 0 else digits - 1 - math.floor(math.log10(largest))
-    significant = min(max(significant, 0), 6)
-    for places in range(significant):
-        if (finite.round(places) - finite).abs().max() < 1e-9:
+    for places in range(published + 1):
+        if ((finite.round(places) - finite).abs().max() or 0.0) < 1e-9:
             return places
-    return significant
+    typical = finite.abs().filter(finite.abs() > 0).median()
+    return min(max(digits - 1 - math.floor(math.log10(typical)), 0), 6)
 
 
 def _cell(value: Any, places: int | None) -> str:
@@ -211,7 +207,7 @@ class Table:
     nothing shortened, no data-type row. `.frame` keeps the numbers."""
 
     frame: pl.DataFrame
-    digits: int = 4
+    digits: int = 3
 
     def cells(self) -> list[list[str]]:
         places = {c: decimals(self.frame[c], self.digits) if self.frame[c].dtype.is_float()
@@ -238,7 +234,7 @@ class Table:
         return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
-def table(frame: pl.DataFrame, digits: int = 4) -> Table:
+def table(frame: pl.DataFrame, digits: int = 3) -> Table:
     """`display(report.table(frame))`: the frame formatted for reading (see `Table`)."""
     return Table(frame, digits)
 

@@ -71,10 +71,12 @@ def test_wide_mean_std_keeps_numbers() -> None:
 
 @pytest.mark.parametrize(("values", "places"), [
     ([75.58, 37.91, 90.5], 2),  # published numbers print as published
-    ([0.6666667, 1.0, 0.5], 3),  # computed accuracies: four significant digits
+    ([0.6666667, 1.0, 0.5], 3),  # computed accuracies: three significant digits
+    ([0.0478123, 0.0123456, 0.0], 4),  # their spreads too
     ([0.001, 0.003, 0.0], 3),  # small settings are not rounded away
     ([450000.0, 400000.0], 0),
-    ([None, 12.345678], 2),
+    ([None, 12.345678], 1),
+    ([None, None], 0),
 ])
 def test_float_columns_get_sensible_decimals(values: list, places: int) -> None:
     assert report.decimals(pl.Series(values, dtype=pl.Float64)) == places
