@@ -1,31 +1,64 @@
-"""Showing and saving results: charts that render offline, tables with spread, result files.
+"""Showing and saving results: charts that are interactive in JupyterLab and still render as
+images anywhere else, tables formatted for reading, result files.
 
-Charts render as SVG inside notebooks (vl-convert, no JavaScript from the internet) and are saved
-as PNG, SVG and self-contained HTML. Key results go to JSON so that tests and later notebooks read
-back what a notebook measured instead of trusting its prose.
+A displayed chart carries two forms: its Vega-Lite spec, which JupyterLab's built-in Vega
+extension draws interactively (tooltips) with the JavaScript it ships, so nothing is fetched
+from the internet; and a PNG drawn by vl-convert, which headless runs, GitHub and nbviewer show.
+Charts are also saved as PNG, SVG and self-contained HTML. Key results go to JSON so that tests
+and later notebooks read back what a notebook measured instead of trusting its prose.
 """
 
 from __future__ import annotations
 
+import html
 import json
-from collections.abc import Callable, Iterable
-from pathlib import Path
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import altair as alt
 import polars as pl
+from altair.vegalite.v6.display import png_renderer
 
 from kit.paths import resolve
 
 CHART_FORMATS = ("png", "svg", "html")
+#: the newest Vega-Lite MIME type JupyterLab 4's Vega extension draws (Vega-Lite 5.6 inside
+#: Lab); the kit's charts use nothing Vega-Lite 6 added, so Lab draws their specs as they are
+LAB_VEGALITE_MIME = "application/vnd.vegalite.v5+json"
+RENDERER = "kit"
+THEME = "kit"
+REFERENCE_COLOR = "#555555"
+
+
+def _render(spec: dict[str, Any], **metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Altair renderer: the spec for Lab's interactive view and a PNG for everything else."""
+    bundle, png_metadata = png_renderer(spec, **metadata)
+    return ({LAB_VEGALITE_MIME: spec, **bundle, "text/plain": "<chart>"}, png_metadata)
+
+
+@alt.theme.register(THEME, enable=False)
+def _theme() -> alt.theme.ThemeConfig:
+    """Altair's defaults, with legend and facet labels never shortened to '…'."""
+    return {"config": {"view": {"continuousWidth": 300, "continuousHeight": 300},
+                       "legend": {"labelLimit": 0, "titleLimit": 0},
+                       "header": {"labelLimit": 0, "titleLimit": 0}}}
 
 
 def setup() -> None:
-    """Offline rendering for notebooks: static SVG charts, tables shown whole."""
-    alt.renderers.enable("svg")
+    """Charts that are interactive in Lab with an image fallback; tables shown whole, without
+    shapes, data types or shortened strings (numbers are formatted by `table`)."""
+    alt.renderers.register(RENDERER, _render)
+    alt.renderers.enable(RENDERER)
+    alt.theme.enable(THEME)
     alt.data_transformers.disable_max_rows()
     pl.Config.set_tbl_rows(60)
     pl.Config.set_tbl_cols(20)
+    pl.Config.set_fmt_str_lengths(100)
+    pl.Config.set_tbl_hide_dataframe_shape(True)
+    pl.Config.set_tbl_hide_column_data_types(True)
 
 
 def output_dir(path: str | Path) -> Path:
@@ -36,15 +69,17 @@ def output_dir(path: str | Path) -> Path:
 
 def save_chart(chart: alt.TopLevelMixin, folder: Path, name: str,
                formats: Iterable[str] = CHART_FORMATS) -> list[Path]:
-    """Write the chart in each format; HTML inlines its JavaScript so it opens offline."""
+    """Write the chart in each format (with the kit's theme, whether or not `setup` ran); HTML
+    inlines its JavaScript so it opens offline."""
     paths = []
-    for fmt in formats:
-        path = folder / f"{name}.{fmt}"
-        if fmt == "html":
-            chart.save(str(path), inline=True)
-        else:
-            chart.save(str(path))
-        paths.append(path)
+    with alt.theme.enable(THEME):
+        for fmt in formats:
+            path = folder / f"{name}.{fmt}"
+            if fmt == "html":
+                chart.save(str(path), inline=True)
+            else:
+                chart.save(str(path))
+            paths.append(path)
     return paths
 
 
@@ -61,6 +96,72 @@ def chart_saver(folder: Path, formats: Iterable[str]
     return show
 
 
+# ---------------------------------------------------------------------------------------------
+# Chart pieces
+# ---------------------------------------------------------------------------------------------
+
+def reference_lines(value: str, label: str, data: pl.DataFrame | None = None, *,
+                    number_format: str = ".1f", dash: Sequence[int] = (6, 3),
+                    color: str = REFERENCE_COLOR) -> alt.LayerChart:
+    """Horizontal lines at the field `value`, each with "<label> <value>" written on it, so the
+    reader needs no legend to know what the line is.
+
+    Without `data` the layer takes its data from the chart it is layered into (also inside a
+    facet: one line per panel, at that panel's value). The lines take the y-axis title of the
+    layers they join.
+    """
+    base = (alt.Chart(data) if data is not None else alt.Chart()).transform_filter(
+        f"isValid(datum[{json.dumps(value)}])"
+    ).transform_aggregate(count="count()", groupby=[value]).transform_calculate(
+        reference_text=f"{json.dumps(label + ' ')} + format(datum[{json.dumps(value)}], "
+                       f"{json.dumps(number_format)})")
+    y = alt.Y(f"{value}:Q")
+    rule = base.mark_rule(strokeDash=list(dash), color=color).encode(y=y)
+    text = base.mark_text(align="left", baseline="bottom", dx=3, dy=-2, color=color,
+                          fontSize=10, fontWeight="bold").encode(
+        y=y, x=alt.value(0), text="reference_text:N")
+    return alt.layer(rule, text)
+
+
+def chance_lines(value: str = "chance", data: pl.DataFrame | None = None, *,
+                 number_format: str = ".1f") -> alt.LayerChart:
+    """Dotted lines labelled 'chance <value>': what guessing the majority class scores."""
+    return reference_lines(value, "chance", data, number_format=number_format, dash=(2, 2),
+                           color="#b22222")
+
+
+def series_lines(frame: pl.DataFrame, x: str, y: str, series: str, facet: str | None = None,
+                 *, y_title: str | None = None, x_title: str | None = None,
+                 columns: int = 2) -> alt.Chart | alt.FacetChart:
+    """One line per value of `series`, every line named in a legend (one legend per panel when
+    faceted, listing only that panel's lines; one shared y scale across panels)."""
+    chart = alt.Chart(frame).mark_line().encode(
+        x=alt.X(f"{x}:Q", title=x_title), y=alt.Y(f"{y}:Q", title=y_title),
+        color=alt.Color(f"{series}:N", legend=alt.Legend(columns=1, symbolLimit=0)),
+        tooltip=[series, x, y])
+    if facet is None:
+        return chart.properties(width=420, height=220)
+    return chart.properties(width=260, height=180).facet(
+        facet=alt.Facet(f"{facet}:N", title=None), columns=columns
+    ).resolve_scale(color="independent")
+
+
+def short_names(names: Iterable[str]) -> list[str]:
+    """Paths without the folders they all share: '.../time_concat/rep0/cat2/seed550' and
+    '.../time_concat/rep1/cat1/seed0' become 'rep0/cat2/seed550' and 'rep1/cat1/seed0'."""
+    parts = [PurePosixPath(str(name).replace("\\", "/")).parts for name in names]
+    if len(parts) < 2:
+        return [p[-1] if p else "" for p in parts]
+    shared = 0
+    while all(len(p) > shared + 1 for p in parts) and len({p[shared] for p in parts}) == 1:
+        shared += 1
+    return ["/".join(p[shared:]) for p in parts]
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------------
+
 def mean_std(frame: pl.DataFrame, by: list[str], columns: list[str]) -> pl.DataFrame:
     """Mean, standard deviation and count of `columns` per group, sorted by the group keys."""
     aggregations = [pl.len().alias("n")]
@@ -69,6 +170,78 @@ def mean_std(frame: pl.DataFrame, by: list[str], columns: list[str]) -> pl.DataF
                          pl.col(column).std().alias(f"{column}_std")]
     return frame.group_by(by).agg(aggregations).sort(by)
 
+
+def wide_mean_std(stats: pl.DataFrame, index: list[str], on: str, mean: str = "mean",
+                  std: str = "std") -> pl.DataFrame:
+    """Long mean/std rows to one row per `index`, with '<x> mean' and '<x> std' number
+    columns side by side for every value x of `on` (in order of appearance)."""
+    keys = stats[on].unique(maintain_order=True).to_list()
+    wide = stats.pivot(on=on, index=index, values=[mean, std], separator="\t")
+    return wide.select(*index, *[pl.col(f"{kind}\t{key}").alias(f"{key} {kind}")
+                                 for key in keys for kind in (mean, std)])
+
+
+def decimals(values: pl.Series, digits: int = 3, published: int = 3) -> int:
+    """Decimals to print a float column with: as many as its values have when that is at most
+    `published` (so published numbers and settings such as 0.001 print as given), otherwise
+    `digits` significant digits of a typical (median non-zero) value."""
+    finite = values.drop_nulls().filter(values.drop_nulls().is_finite())
+    for places in range(published + 1):
+        if ((finite.round(places) - finite).abs().max() or 0.0) < 1e-9:
+            return places
+    typical = finite.abs().filter(finite.abs() > 0).median()
+    return min(max(digits - 1 - math.floor(math.log10(typical)), 0), 6)
+
+
+def _cell(value: Any, places: int | None) -> str:
+    if value is None:
+        return "–"
+    if places is not None and isinstance(value, float) and math.isfinite(value):
+        return f"{value:.{places}f}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A frame formatted for reading: floats to sensible decimals per column, strings unquoted,
+    nothing shortened, no data-type row. `.frame` keeps the numbers."""
+
+    frame: pl.DataFrame
+    digits: int = 3
+
+    def cells(self) -> list[list[str]]:
+        places = {c: decimals(self.frame[c], self.digits) if self.frame[c].dtype.is_float()
+                  else None for c in self.frame.columns}
+        return [[_cell(v, places[c]) for c, v in zip(self.frame.columns, row)]
+                for row in self.frame.iter_rows()]
+
+    def _repr_html_(self) -> str:
+        numeric = [self.frame[c].dtype.is_numeric() for c in self.frame.columns]
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.frame.columns)
+        body = "".join(
+            "<tr>" + "".join(f'<td style="text-align:{"right" if n else "left"}">'
+                             f"{html.escape(v)}</td>" for v, n in zip(row, numeric)) + "</tr>"
+            for row in self.cells())
+        return (f'<table class="dataframe"><thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table>")
+
+    def __repr__(self) -> str:
+        rows = [list(self.frame.columns)] + self.cells()
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        numeric = [self.frame[c].dtype.is_numeric() for c in self.frame.columns]
+        lines = ["  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(r, widths, numeric))
+                 .rstrip() for r in rows]
+        return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def table(frame: pl.DataFrame, digits: int = 3) -> Table:
+    """`display(report.table(frame))`: the frame formatted for reading (see `Table`)."""
+    return Table(frame, digits)
+
+
+# ---------------------------------------------------------------------------------------------
+# Result files
+# ---------------------------------------------------------------------------------------------
 
 def write_json(path: Path, content: dict[str, Any]) -> None:
     path.write_text(json.dumps(content, indent=2, sort_keys=True))

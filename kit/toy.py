@@ -24,6 +24,7 @@ import torch
 from scipy.optimize import linprog
 from tqdm import tqdm
 
+from kit import report
 from kit.toy_params import SparseTraining
 
 FEATURES = ("phi1", "phi2")
@@ -435,7 +436,7 @@ def construction_chart() -> alt.FacetChart:
         y=alt.Y("phi2:Q", scale=alt.Scale(domain=[-1.5, 1.5])))
     points = base.mark_point(filled=True, size=160).encode(
         color=alt.Color("label:N", scale=alt.Scale(domain=["positive", "negative"])),
-        shape="label:N")
+        shape=alt.Shape("label:N", scale=alt.Scale(domain=["positive", "negative"])))
     text = base.mark_text(dx=12, dy=-10).encode(text="point:N")
     return (points + text).properties(width=150, height=150).facet(column="component:N")
 
@@ -467,18 +468,27 @@ def accuracy_table(runs: pl.DataFrame, direct: pl.DataFrame) -> pl.DataFrame:
     return table
 
 
+def majority_accuracy() -> dict[str, float]:
+    """What predicting each component's more frequent label scores: its chance level."""
+    positive = COMPONENT_MASSES @ LABELS
+    return {name: round(float(max(p, 1 - p)), 6) for name, p in zip(COMPONENT_NAMES, positive)}
+
+
 def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart:
+    chance = majority_accuracy()
     data = table.with_columns((pl.col("mean") - pl.col("std").fill_null(0)).alias("low"),
-                              (pl.col("mean") + pl.col("std").fill_null(0)).alias("high"))
+                              (pl.col("mean") + pl.col("std").fill_null(0)).alias("high"),
+                              pl.col("component").replace_strict(chance).alias("chance"))
+    title = "linear-probe accuracy (mean ± std)"
     base = alt.Chart(data).encode(
         x=alt.X("component:N", title=None),
         xOffset="training:N", color=alt.Color("training:N", title="representation"))
     bars = base.mark_bar().encode(
-        y=alt.Y("mean:Q", title="linear-probe accuracy (mean ± std)",
-                scale=alt.Scale(domain=[0, 1])),
+        y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=[0, 1])),
         tooltip=["training", "component", "n", "mean", "std"])
-    rules = base.mark_rule(color="black").encode(y="low:Q", y2="high:Q")
-    return (bars + rules).properties(width=420, height=220)
+    rules = base.mark_rule(color="black").encode(y=alt.Y("low:Q", title=title), y2="high:Q")
+    return alt.layer(bars, rules, report.chance_lines(number_format=".2f"),
+                     data=data).properties(width=420, height=220)
 
 
 def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
@@ -489,11 +499,12 @@ def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
                              (pl.col("mean") + pl.col("std")).alias("high"))
     base = alt.Chart(data).encode(x=alt.X("k:O", title="models concatenated"),
                                   color=alt.Color("share:O", title="dominant weight"))
+    title = "components solved (of 4, mean ± std)"
     line = base.mark_line(point=True).encode(
-        y=alt.Y("mean:Q", title="components solved (of 4, mean ± std)",
+        y=alt.Y("mean:Q", title=title,
                 scale=alt.Scale(domain=[0, 4])),
         tooltip=["share", "k", "groups", "mean", "std"])
-    band = base.mark_errorbar().encode(y="low:Q", y2="high:Q")
+    band = base.mark_errorbar().encode(y=alt.Y("low:Q", title=title), y2="high:Q")
     return (line + band).properties(width=320, height=220)
 
 

@@ -3,13 +3,17 @@
 nbval does not read parameter files, so before collection every notebook is parameterized with
 papermill (the same parameters `python -m kit run --profile ci` would use) into tests/_notebooks/,
 with the reference outputs of its `# NBVAL_CHECK_OUTPUT` cells (tests/nbval_references/) put
-back in, and pytest then collects the copies. Tests that read a notebook's results back use
+back in, and pytest then collects the copies. Outputs a notebook carries (saved from Lab) are
+dropped from the copies first, so they never stand in for references; test_project says how to
+strip them from the notebook itself. Tests that read a notebook's results back use
 `notebook_outputs`:
 the files the nbval run wrote, or a fresh papermill run when nbval was deselected.
 """
 
 from __future__ import annotations
 
+import html
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +36,9 @@ def pytest_configure(config: pytest.Config) -> None:
     NOTEBOOK_COPIES.mkdir()
     for planned in runner.plan(None, PROFILE, output_root=OUTPUT_ROOT):
         notebook = load_notebook_node(str(planned.notebook))  # adds the metadata papermill needs
+        for cell in notebook.cells:
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
         notebook = runner.with_references(parameterize_notebook(notebook, planned.parameters),
                                           planned.notebook.stem)
         nbformat.write(notebook, NOTEBOOK_COPIES / planned.notebook.name)
@@ -50,3 +57,14 @@ def notebook_outputs() -> Callable[[str, str], Path]:
         return folder
 
     return get
+
+
+@pytest.fixture(scope="session")
+def chart_texts() -> Callable[[Path], list[str]]:
+    """chart_texts(svg) -> every piece of text a saved chart shows (legends, titles, labels)."""
+
+    def read(path: Path) -> list[str]:
+        return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>",
+                                                      path.read_text())]
+
+    return read

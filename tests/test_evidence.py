@@ -119,3 +119,30 @@ def test_notebook_02_shows_what_the_data_give(notebook_outputs) -> None:
         evidence.time_concat_gains(sources["table3"]))
     for chart in ("table1_dfr", "table2", "table3", "figure4_concat_vs_scale"):
         assert (folder / f"{chart}.png").stat().st_size > 0
+
+
+def test_gap_charts_start_at_zero_and_name_every_comparison(tmp_path: Path, chart_texts) -> None:
+    sources = evidence.load_all()
+    charts = {
+        "table1": evidence.table1_gap_frame(evidence.transfer_gap(sources["table1_dfr"])),
+        "table2": evidence.table2_gain_frame(evidence.ensemble_gains(sources["table2"])),
+        "table3": evidence.table3_gain_frame(evidence.time_concat_gains(sources["table3"])),
+    }
+    for name, frame in charts.items():
+        chart = evidence.difference_chart(frame, "comparison", "points", name)
+        (svg,) = report.save_chart(chart, tmp_path, name, ["svg"])
+        texts = chart_texts(svg)
+        assert set(frame["comparison"]) <= set(texts), name
+        assert "0" in texts, f"{name}: the zero the bars start from has no tick"
+        shown = frame.filter(pl.col("points").is_not_null())["points"]
+        assert {f"{v:+.1f}".replace("-", "\u2212") for v in shown} <= set(texts), name
+    table1 = chart_texts(tmp_path / "table1.svg")
+    assert "+3.0" in table1  # MultiNLI worst group: the 3-point gap the text talks about
+
+
+def test_zoomed_dot_plots_say_so(tmp_path: Path, chart_texts) -> None:
+    chart = evidence.dot_plot(evidence.load("table3"), "method", "Table 3")
+    (svg,) = report.save_chart(chart, tmp_path, "table3", ["svg"])
+    texts = chart_texts(svg)
+    assert "zoomed: each dataset on its own axis, not from 0" in texts
+    assert set(evidence.TRANSFER_DATASETS) <= set(texts)

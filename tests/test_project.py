@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
+from pathlib import Path
 
 import nbformat
+import pytest
 import yaml
 
 from kit import params, runner
-from kit.paths import REPO_ROOT
+from kit.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 
 def readme_commands() -> list[str]:
@@ -44,14 +48,87 @@ def test_environment_yml_agrees_with_pyproject() -> None:
     assert {"pytest", "nbval"} <= dev
 
 
-def test_notebooks_are_committed_clean_with_references_for_checked_cells() -> None:
+#: strips outputs and execution counts but keeps cell ids, which tests/nbval_references use
+STRIP = ".venv/bin/nbstripout --keep-id"
+#: the README's once-per-clone setup: git strips notebooks on commit, keeping cell ids
+GIT_FILTER_SETUP = (".venv/bin/nbstripout --install && git config filter.nbstripout.clean "
+                    '"$PWD/.venv/bin/python -m nbstripout --keep-id"')
+
+
+def git(*args: str) -> str:
+    """A git query's output; empty outside a git checkout or when the answer is unset."""
+    try:
+        done = subprocess.run(["git", "-C", str(REPO_ROOT), *args], capture_output=True,
+                              text=True, check=False)
+    except FileNotFoundError:
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def stripped_on_commit(path: Path) -> bool:
+    """Whether git's nbstripout filter strips this notebook on commit, keeping cell ids."""
+    if not path.is_relative_to(REPO_ROOT):
+        return False
+    relative = path.relative_to(REPO_ROOT).as_posix()
+    if not git("check-attr", "filter", "--", relative).endswith(": nbstripout"):
+        return False
+    clean = git("config", "--get", "filter.nbstripout.clean")
+    if clean and "--keep-id" not in clean:
+        pytest.fail(f"git's nbstripout filter ({clean!r}) renumbers cell ids on commit, which "
+                    "detaches the checked cells from tests/nbval_references/. Set it up as the "
+                    f"README says:\n  {GIT_FILTER_SETUP}", pytrace=False)
+    return bool(clean)
+
+
+def unstripped(path: Path) -> str | None:
+    """What to do about a notebook that would be committed with outputs; None when clean."""
+    notebook = nbformat.read(path, as_version=4)
+    dirty = [index for index, cell in enumerate(notebook.cells) if cell.cell_type == "code"
+             and (cell.outputs or cell.execution_count is not None)]
+    if not dirty or stripped_on_commit(path):
+        return None
+    shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    return (f"{shown} carries outputs or execution counts in {len(dirty)} code cell(s) "
+            f"(cells {dirty}), as after saving it in JupyterLab. Committed notebooks must be "
+            f"clean. Strip them (outputs only, cell ids kept):\n  {STRIP} {shown}\n"
+            "or let git strip every notebook on commit (once per clone, see the README):\n"
+            f"  {GIT_FILTER_SETUP}")
+
+
+def test_committed_notebooks_carry_no_outputs() -> None:
+    """Notebooks are committed without outputs (results live in outputs/<profile>/)."""
+    problems = [m for m in map(unstripped, runner.find_notebooks(None)) if m]
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)
+
+
+def test_a_notebook_saved_with_outputs_is_told_how_to_strip_them(tmp_path: Path) -> None:
+    path = tmp_path / "02_surveyed_evidence.ipynb"
+    notebook = nbformat.read(NOTEBOOKS_DIR / path.name, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    code[1].execution_count = 2
+    code[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="saved in Lab\n")]
+    nbformat.write(notebook, path)
+    message = unstripped(path)
+    assert message is not None and f"{STRIP} {path}" in message and "cells [" in message
+    command = STRIP.replace(".venv/bin/", str(Path(sys.executable).parent) + "/")
+    subprocess.run([*command.split(), str(path)], check=True)
+    assert unstripped(path) is None
+    stripped = nbformat.read(path, as_version=4)
+    assert [c.id for c in stripped.cells] == [c.id for c in notebook.cells]  # references hold
+    assert stripped.cells[1].metadata.get("tags") == ["parameters"]
+
+
+def test_notebooks_have_parameters_and_references_for_checked_cells() -> None:
     for path in runner.find_notebooks(None):
         notebook = nbformat.read(path, as_version=4)
         tagged = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(tagged) == 1, f"{path.name}: needs exactly one cell tagged 'parameters'"
         assert path.stem in params.SCHEMAS, f"{path.name}: no schema in kit.params.SCHEMAS"
         code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-        assert all(not c.outputs and c.execution_count is None for c in code), path.name
+        for cell in code:
+            if runner.is_checked(cell):
+                cell.outputs, cell.execution_count = [], None
         runner.with_references(notebook, path.stem)  # fills the checked cells in place
         for cell in code:
             if runner.is_checked(cell):

@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 import torch
 
-from kit import runner, toy
+from kit import report, runner, toy
 from kit.toy_params import ToyParams
 
 FAST = toy.SparseTraining(steps=1500, probe_samples=1024, probe_steps=200)
@@ -128,3 +128,14 @@ def test_one_feature_proportion_matches_what_notebook_01_reports(notebook_output
                                 params.seed)
     measured = runs["kept"].is_in(["phi1", "phi2"]).mean()
     assert measured == pytest.approx(reported["one_feature_fraction"], abs=0.1)
+
+
+def test_accuracy_chart_names_every_representation_and_the_chance_level(tmp_path,
+                                                                        chart_texts) -> None:
+    trainings = ["direct on the component", "mixture, kept both", "mixture, kept phi1"]
+    table = pl.DataFrame([{"training": t, "component": c, "n": 3, "mean": 0.9, "std": 0.05}
+                          for t in trainings for c in toy.COMPONENT_NAMES])
+    (svg,) = report.save_chart(toy.accuracy_chart(table), tmp_path, "accuracy", ["svg"])
+    texts = chart_texts(svg)
+    assert set(trainings) <= set(texts)  # in full, not shortened with '…'
+    assert texts.count("chance 0.67") == 1  # a third positive in every component
