@@ -6,6 +6,9 @@ models. Extracting them is the expensive part, so features are written once to a
 of what produced them: the checkpoints' content hashes, dataset, split, transform and dtype. A
 call with the same record is a cache hit; a changed checkpoint file is a miss. Files are written
 under temporary names and renamed, the record last, so a killed extraction leaves no cache entry.
+The record also holds each array file's size and SHA-256, checked on every hit: a zeroed,
+shuffled or truncated cache is extracted again rather than trusted (hashing costs about 1 s per
+GB read, small next to extraction).
 
 With several processes (`torchrun`), each rank extracts a contiguous shard of the rows into the
 same memory map and rank 0 writes the record.
@@ -16,6 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,27 +32,21 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
-from kit import models
+from kit import files, models
 from kit.config import TrainConfig
 
 DTYPES = {"float16": np.float16, "float32": np.float32}
-
-
-def file_hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+#: the arrays of a cache entry, each recorded with its size and hash
+ARRAYS = ("features.npy", "labels.npy")
 
 
 def load_backbone(path: Path) -> models.KitResNet:
     """A network from a kit checkpoint (its config rebuilds the architecture) or from one of
     the paper's AlgoPerf checkpoints (ResNet-50, 1000 classes)."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = models.read_checkpoint(path)
     if isinstance(state, dict) and "model_params" in state:
         model = models.build("resnet50", 1000)
-        models.load_algoperf_checkpoint(model, path)
+        models.load_algoperf_checkpoint(model, path, state)
     elif isinstance(state, dict) and "model" in state and "config" in state:
         cfg = TrainConfig(**state["config"])
         model = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem,
@@ -77,7 +76,7 @@ class FeatureSet:
 
 def _record(checkpoints: Sequence[Path], dataset_id: str, split: str, transform: str,
             dtype: str, rows: int) -> dict[str, Any]:
-    return {"checkpoints": [{"name": Path(p).name, "sha256": file_hash(Path(p))}
+    return {"checkpoints": [{"name": Path(p).name, "sha256": files.file_hash(Path(p))}
                             for p in checkpoints],
             "dataset": dataset_id, "split": split, "transform": transform, "dtype": dtype,
             "rows": rows}
@@ -85,6 +84,35 @@ def _record(checkpoints: Sequence[Path], dataset_id: str, split: str, transform:
 
 def _key(record: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _content(path: Path) -> dict[str, dict[str, Any]]:
+    """Size and SHA-256 of each array file of a cache entry (about 1 s per GB to hash)."""
+    return {name: {"size": (path / name).stat().st_size, "sha256": files.file_hash(path / name)}
+            for name in ARRAYS}
+
+
+def _verified(path: Path) -> dict[str, Any] | None:
+    """The record of a complete cache entry whose arrays are unchanged since they were written;
+    None when there is none, or when it is corrupt (said on stderr: it will be rebuilt)."""
+    record_path = path / "record.json"
+    if not record_path.exists():
+        return None
+    try:
+        record = json.loads(record_path.read_text())
+        recorded = record["content"]
+        for name in ARRAYS:
+            size = (path / name).stat().st_size
+            if size != recorded[name]["size"]:
+                raise ValueError(f"{name} has {size} bytes, {recorded[name]['size']} recorded")
+        if _content(path) != recorded:
+            raise ValueError("an array's content differs from its recorded hash")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        problem = str(error) if isinstance(error, ValueError) else repr(error)
+        print(f"{path}: cached features are corrupt or incomplete ({problem}); extracting them "
+              "again", file=sys.stderr)
+        return None
+    return record
 
 
 def _open(path: Path, record: dict[str, Any], hit: bool) -> FeatureSet:
@@ -121,10 +149,14 @@ def extract(checkpoints: Sequence[Path], dataset: Dataset, dataset_id: str, spli
         raise ValueError(f"dataset '{dataset_id}' split '{split}' is empty")
     record = _record(checkpoints, dataset_id, split, transform, dtype, rows)
     path = Path(cache_dir) / _key(record)
-    if (path / "record.json").exists():
-        return _open(path, json.loads((path / "record.json").read_text()), hit=True)
+    cached = _verified(path)  # every rank reaches the same verdict on the same files
+    if cached is not None:
+        return _open(path, cached, hit=True)
 
     rank, world = _rank_and_world()
+    _barrier()  # nobody still reads a corrupt entry when rank 0 removes it
+    if rank == 0 and path.exists():
+        shutil.rmtree(path)
     backbones = [load_backbone(Path(p)) for p in checkpoints]
     widths = [b.feature_dim for b in backbones]
     temporary = path.with_name(path.name + ".partial")
@@ -165,6 +197,7 @@ def extract(checkpoints: Sequence[Path], dataset: Dataset, dataset_id: str, spli
         for r in range(world):
             (temporary / f"labels.rank{r}.npy").unlink()
         record["widths"] = widths
+        record["content"] = _content(temporary)
         (temporary / "record.json").write_text(json.dumps(record, indent=2))
         os.replace(temporary, path)
     _barrier()
