@@ -41,4 +41,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C before any notebook started: nothing to stop
+        print(runner.INTERRUPTED, file=sys.stderr)
+        sys.exit(130)
