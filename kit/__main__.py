@@ -31,8 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = config.parse_overrides(args.overrides)
         if args.command == "check":
-            for planned in runner.plan(args.notebooks, args.profile, overrides):
-                print(f"{planned.notebook.name}: parameters valid for profile {args.profile}")
+            runs = runner.plan(args.notebooks, args.profile, overrides)
+            problems = runner.output_problems(runs)
+            if problems:
+                raise config.ParameterError("\n".join(problems))
+            for planned in runs:
+                print(f"{planned.notebook.name}: parameters, data, checkpoints and output "
+                      f"folders valid for profile {args.profile}")
             return 0
     except config.ParameterError as error:
         print(f"error: {error}", file=sys.stderr)

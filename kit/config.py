@@ -492,6 +492,12 @@ class TimecatParams(NotebookParams):
         if missing:
             raise ValueError(f"checkpoints: {len(missing)} file(s) not found: "
                              f"{', '.join(missing[:5])}")
+        from kit.preflight import checkpoint_problems
+
+        unusable = checkpoint_problems([f for sets in self.checkpoints for files in sets
+                                        for f in files])
+        if unusable:
+            raise ValueError("checkpoints: " + "; ".join(unusable))
         if any(task.components for task in self.tasks):
             raise ValueError("tasks: components need the synthetic world of mode train")
         self._check_data({"tasks": [self.task_data(task)[0] for task in self.tasks]})

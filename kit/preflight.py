@@ -122,3 +122,32 @@ def preflight(data: DataConfig) -> list[str]:
         except DataError as error:
             problems.append(str(error))
     return problems
+
+
+def checkpoint_problems(paths: list[str]) -> list[str]:
+    """Open every checkpoint and load it into the architecture it describes (hash checked when
+    recorded), so that a bad last file is found before the first is used. Reads each file once:
+    about a second per paper (ResNet-50) checkpoint."""
+    from kit.features import load_backbone  # torch, only when there are checkpoints to check
+    from kit.models import CheckpointError
+
+    problems = []
+    for path in dict.fromkeys(paths):
+        try:
+            load_backbone(resolve(path))
+        except CheckpointError as error:
+            problems.append(str(error))
+    return problems
+
+
+def writable_problems(folder: Path) -> list[str]:
+    """Whether `folder` can be created and written, without creating it."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return [f"{existing}: not a folder, so {folder} cannot be created (output_dir)"]
+    if not os.access(existing, os.W_OK | os.X_OK):
+        verb = "written" if existing == folder else f"created (in {existing})"
+        return [f"{folder}: output folder cannot be {verb}: permission denied (output_dir)"]
+    return []

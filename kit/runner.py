@@ -32,7 +32,8 @@ import yaml
 from papermill.exceptions import PapermillExecutionError
 
 from kit import config, files, locks
-from kit.paths import NOTEBOOKS_DIR, OUTPUTS_DIR, PARAMETERS_DIR, REPO_ROOT
+from kit.paths import NOTEBOOKS_DIR, OUTPUTS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
+from kit.preflight import writable_problems
 
 #: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
 KERNEL_NAME = "python3"
@@ -103,6 +104,15 @@ def plan(names: list[str] | None, profile: str, overrides: Mapping[str, Any] | N
     if problems:
         raise config.ParameterError("\n".join(problems))
     return runs
+
+
+def output_problems(runs: list[PlannedRun]) -> list[str]:
+    """Output folders (the executed copies' and each notebook's output_dir) that cannot be
+    written, found before anything runs."""
+    folders = {run.output.parent for run in runs}
+    folders |= {resolve(run.parameters["output_dir"]) for run in runs
+                if run.parameters.get("output_dir")}
+    return [problem for folder in sorted(folders) for problem in writable_problems(folder)]
 
 
 def partial_output(run: PlannedRun) -> Path:
@@ -177,6 +187,10 @@ def run(names: list[str] | None, profile: str, overrides: Mapping[str, Any] | No
         return 2
     if not runs:
         print(f"error: no notebooks to run in {notebooks_dir}", file=sys.stderr)
+        return 2
+    problems = output_problems(runs)
+    if problems:
+        print("error: " + "\n".join(problems), file=sys.stderr)
         return 2
     output_dir = output_root / profile
     try:

@@ -84,6 +84,30 @@ def test_stale_temporary_files_are_removed_at_start(workspace) -> None:
     assert not stale.exists()
 
 
+def test_an_unwritable_output_folder_is_refused_before_anything_runs(workspace, capsys) -> None:
+    blocker = workspace["output_root"].parent / "a_file"
+    blocker.write_text("")
+    assert runner.run(["01"], "mini", **workspace | {"output_root": blocker / "out"}) == 2
+    assert f"{blocker}: not a folder, so {blocker / 'out' / 'mini'} cannot be created" in (
+        capsys.readouterr().err)
+    result = subprocess.run([sys.executable, "-m", "kit", "check", "01", "--profile", "ci",
+                             "--set", f"output_dir={blocker / 'x'}"], capture_output=True,
+                            text=True, cwd=REPO_ROOT, timeout=300,
+                            env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    assert result.returncode == 2 and f"{blocker}: not a folder" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_a_read_only_output_folder_is_refused(workspace, capsys) -> None:
+    (workspace["output_root"] / "mini").mkdir(parents=True)
+    (workspace["output_root"] / "mini").chmod(0o500)
+    try:
+        assert runner.run(["01"], "mini", **workspace) == 2
+    finally:
+        (workspace["output_root"] / "mini").chmod(0o700)
+    assert "cannot be written: permission denied" in capsys.readouterr().err
+
+
 RUNNER_SCRIPT = """
 import sys
 from pathlib import Path

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 
 import polars as pl
 import pytest
+import torch
 
-from kit import config, runner, timecat, train
-from kit.config import TimecatParams
+from kit import config, models, runner, timecat, train
+from kit.config import TimecatParams, TrainConfig
 
 NOTEBOOK = "03_time_concat"
 
@@ -54,10 +56,14 @@ def fake_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for file in ("imagenet/train/n01440764/a.JPEG", "imagenet/val/n01440764/b.JPEG",
                  "inat18/train2018.json", "inat18/val2018.json",
                  "cifar100/cifar-100-python/train", "cifar100/cifar-100-python/test",
-                 "cifar100/cifar-100-python/meta", "cifar10/cifar-10-batches-py/test_batch",
-                 "cifar10/cifar-10-batches-py/batches.meta",
+                 "cifar10/cifar-10-batches-py/test_batch",
                  *[f"cifar10/cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)]):
         (tmp_path / file).write_text("")
+    # the meta files are read (their class names), in either key form
+    (tmp_path / "cifar100/cifar-100-python/meta").write_bytes(
+        pickle.dumps({"fine_label_names": ["apple"] * 100}))
+    (tmp_path / "cifar10/cifar-10-batches-py/batches.meta").write_bytes(
+        pickle.dumps({b"label_names": [b"airplane"] * 10}))
     monkeypatch.setenv("TIMECAT_DATA", str(tmp_path))
     return tmp_path
 
@@ -78,9 +84,28 @@ def test_paper_checkpoints_profile_passes_preflight_with_the_files(fake_data: Pa
                      (5, [2, 550, 23, 477, 8529])):
         (tmp_path / "released" / f"cat{n}").mkdir(parents=True)
         for seed in seeds:
-            (tmp_path / "released" / f"cat{n}" / f"seed{seed}.pt").write_text("")
+            tiny_checkpoint(tmp_path / "released" / f"cat{n}" / f"seed{seed}.pt")
     params = planned_params("paper-checkpoints")
     assert [len(r.checkpoints) for r in timecat.checkpoint_representations(params)] == [1, 2, 4, 5]
+    # a bad last file is found before any feature of the first is extracted
+    bad = tmp_path / "released" / "cat5" / "seed8529.pt"
+    bad.write_bytes(bad.read_bytes()[:1000])
+    with pytest.raises(config.ParameterError, match=f"checkpoints: {bad}: not a readable"):
+        planned_params("paper-checkpoints")
+    tiny_checkpoint(bad, state_width=0.25)
+    with pytest.raises(config.ParameterError, match=f"checkpoints: {bad}: does not fit"):
+        planned_params("paper-checkpoints")
+
+
+def tiny_checkpoint(path: Path, state_width: float = 0.125) -> None:
+    """A kit checkpoint of a tiny network (its config says width 0.125)."""
+    cfg = TrainConfig(model="resnet10", width=0.125, num_classes=3, seed=0, batch_size=8,
+                      iterations=1, output_dir="-", data={
+                          "kind": "synthetic", "image_size": 16, "synthetic": {
+                              "num_train": 8, "num_eval": 8,
+                              "components": [{"weight": 1.0, "cues": ["colour"]}]}})
+    model = models.build(cfg.model, cfg.num_classes, state_width, image_size=16)
+    torch.save({"model": model.state_dict(), "config": cfg.model_dump()}, path)
 
 
 @pytest.mark.parametrize("profile", ["gpu-1x", "paper-8xh100"])
