@@ -7,7 +7,7 @@ of what produced them: the checkpoints' content hashes, dataset, split, transfor
 call with the same record is a cache hit; a changed checkpoint file is a miss. Files are written
 under temporary names and renamed, the record last, so a killed extraction leaves no cache entry.
 The record also holds each array file's size and SHA-256, checked on every hit: a zeroed,
-shuffled or truncated cache is extracted again rather than trusted (hashing costs about 1 s per
+shuffled or truncated cache is extracted again rather than trusted (hashing costs about 1.5 s per
 GB read, small next to extraction).
 
 With several processes (`torchrun`), each rank extracts a contiguous shard of the rows into the
@@ -87,7 +87,7 @@ def _key(record: dict[str, Any]) -> str:
 
 
 def _content(path: Path) -> dict[str, dict[str, Any]]:
-    """Size and SHA-256 of each array file of a cache entry (about 1 s per GB to hash)."""
+    """Size and SHA-256 of each array file of a cache entry (about 1.5 s per GB)."""
     return {name: {"size": (path / name).stat().st_size, "sha256": files.file_hash(path / name)}
             for name in ARRAYS}
 

@@ -8,11 +8,13 @@ recomputed at x before every evaluation and every save.
 
 Preemption: a checkpoint (model at x, optimizer, RNG states, data position, step) is replaced
 atomically every `checkpoint_every` steps and at the end; restarting the same command resumes
-exactly where it stopped, and a finished run (its DONE marker) is never trained again. Each
-checkpoint has its size and SHA-256 beside it (`checkpoint.pt.sha256`, kit.files), checked when a
-run resumes (about 1 s per GB), and weights or BN statistics holding NaN/inf are never saved: a
-diverging run keeps its last finite checkpoint. Resuming drops a metrics line torn by a kill and
-the temporary files of writers that died.
+exactly where it stopped, and a finished run (its DONE marker) is never trained again.
+
+Integrity: each checkpoint has its size and SHA-256 beside it (`checkpoint.pt.sha256`), checked
+when a run resumes (about 1.5 s per GB, see kit.files); weights or BN statistics holding NaN or
+infinity are never saved, so a diverging run keeps its last finite checkpoint. Resuming drops a
+metrics line torn by a kill and the temporary files of writers that died.
+
 The step loop never waits for the device except every `log_every` steps, where the loss
 accumulated on the device is read, checked for NaN/inf and logged to `metrics.jsonl`.
 """
