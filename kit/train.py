@@ -47,6 +47,7 @@ from kit import data as kit_data
 from kit import files, models
 from kit.config import ParameterError, TrainConfig, load_train_config
 from kit.paths import resolve
+from kit.preflight import writable_problems
 
 #: AlgoPerf's self-tuning submissions warm up over a share of 0.75 x step_hint (REFERENCE.md)
 ALGOPERF_HORIZON = 0.75
@@ -323,6 +324,9 @@ def train(cfg: TrainConfig) -> Path:
 def _train(cfg: TrainConfig, process: Process) -> Path:
     out = resolve(cfg.output_dir)
     checkpoint_path, done_path, metrics_path = out / CHECKPOINT, out / DONE, out / METRICS
+    unwritable = writable_problems(out)
+    if unwritable:
+        raise ParameterError("; ".join(unwritable))
     if (out / "config.yaml").exists():
         _check_same_run(yaml.safe_load((out / "config.yaml").read_text()), cfg, out)
     if done_path.exists():

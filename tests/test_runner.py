@@ -148,10 +148,10 @@ def test_a_signal_to_the_runner_stops_every_worker(workspace, signum) -> None:
         time.sleep(0.1)
     workers = [psutil.Process(int(pid)) for pid in pids_file.read_text().split()]
     process.send_signal(signum)
-    out, err = process.communicate(timeout=60)
+    _, err = process.communicate(timeout=60)
     assert process.returncode == 128 + signum, err
     assert err.strip().splitlines()[-1] == runner.INTERRUPTED and "Traceback" not in err
-    gone, alive = psutil.wait_procs(workers, timeout=5)
+    _, alive = psutil.wait_procs(workers, timeout=5)
     assert not alive, [p.cmdline() for p in alive]
 
 

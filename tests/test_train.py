@@ -282,6 +282,12 @@ def test_resume_drops_a_torn_metrics_line_and_stale_temporary_files(tmp_path: Pa
     assert not stale.exists() and live.exists()
 
 
+def test_an_unwritable_output_dir_is_refused_before_training(tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ParameterError, match=f"{tmp_path / 'a_file'}: not a folder.*output_dir"):
+        train.train(TrainConfig(**settings(tmp_path / "a_file" / "run")))
+
+
 def test_command_line_reports_bad_input_without_traceback(tmp_path: Path) -> None:
     values = settings(tmp_path / "run", data={"kind": "imagefolder", "root": str(tmp_path / "no"),
                                               "image_size": 16})
