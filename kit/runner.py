@@ -31,7 +31,8 @@ import psutil
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
-from kit import config, files, locks
+from kit import config, locks
+from kit.files import atomic_write, remove_stale_temporaries
 from kit.paths import NOTEBOOKS_DIR, OUTPUTS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.preflight import writable_problems
 
@@ -128,7 +129,7 @@ def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
     papermill.execute_notebook(
         str(run.notebook), str(partial), parameters=run.parameters,
         kernel_name=KERNEL_NAME, cwd=str(notebooks_dir), progress_bar=False)
-    with files.atomic_write(run.output.with_suffix(".parameters.yaml")) as handle:
+    with atomic_write(run.output.with_suffix(".parameters.yaml")) as handle:
         handle.write(yaml.safe_dump(run.parameters, sort_keys=False).encode())
     os.replace(partial, run.output)
 
@@ -195,7 +196,7 @@ def run(names: list[str] | None, profile: str, overrides: Mapping[str, Any] | No
     output_dir = output_root / profile
     try:
         with locks.hold(output_dir, f"kit run --profile {profile}"), _stopped_by_signals():
-            files.remove_stale_temporaries(output_dir)
+            remove_stale_temporaries(output_dir)
             return _run_all(runs, profile, notebooks_dir)
     except locks.FolderLocked as error:
         print(f"error: {error}", file=sys.stderr)
