@@ -35,8 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = params.parse_overrides(args.overrides)
         if args.command == "check":
-            for planned in runner.plan(args.notebooks, args.profile, args.files, overrides):
-                print(f"{planned.notebook.name}: parameters valid for profile {args.profile}")
+            runs = runner.plan(args.notebooks, args.profile, args.files, overrides)
+            problems = runner.output_problems(runs)
+            if problems:
+                raise params.ParameterError("\n".join(problems))
+            for planned in runs:
+                print(f"{planned.notebook.name}: parameters, data, checkpoints and output "
+                      f"folders valid for profile {args.profile}")
             return 0
     except params.ParameterError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -45,4 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C before any notebook started: nothing to stop
+        print(runner.INTERRUPTED, file=sys.stderr)
+        sys.exit(130)

@@ -8,7 +8,7 @@ Every dataset is indexed by (epoch, index) keys. Each sample's augmentation is d
 seeded by (run seed, epoch, index), so it does not depend on which worker loads it or on where a
 resumed run starts: a resumed run sees exactly the batches an uninterrupted one would. Data
 problems (missing or empty folders, unreadable images, class counts that disagree with the
-configuration) raise DataError naming the path before training starts.
+configuration) raise DataError naming the path before training starts, all of them at once.
 """
 
 from __future__ import annotations
@@ -30,12 +30,8 @@ from torchvision.transforms import v2
 
 from kit.config import CUES, DataConfig, SyntheticConfig
 from kit.paths import resolve
-
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
-
-
-class DataError(ValueError):
-    """Data that cannot be trained on, with the path that holds it."""
+from kit.preflight import (CIFAR_LAYOUTS, IMAGE_SUFFIXES, DataError, empty_class_folders,
+                           read_cifar_pickle)
 
 
 Key = tuple[int, int]  # (epoch, index)
@@ -136,11 +132,13 @@ def open_image(path: str) -> torch.Tensor:
         with Image.open(path) as image:
             return torch.from_numpy(np.asarray(image.convert("RGB"))).permute(2, 0, 1)
     except (OSError, SyntaxError, ValueError) as error:
-        raise DataError(f"{path}: cannot read image ({error})") from None
+        raise DataError(f"{path}: cannot read image ({error}); replace or remove the file, then "
+                        "re-run to resume (data.verify_images: true lists every unreadable "
+                        "image before training)") from None
 
 
-def verify_images(paths: list[str]) -> None:
-    """Check every file decodes, listing those that do not (before any training)."""
+def unreadable_images(paths: list[str]) -> list[str]:
+    """The files that do not decode, each with its error (checked before any training)."""
     bad = []
     for path in paths:
         try:
@@ -148,9 +146,10 @@ def verify_images(paths: list[str]) -> None:
                 image.load()
         except (OSError, SyntaxError, ValueError) as error:
             bad.append(f"{path} ({error})")
-    if bad:
-        more = f"\n  ... and {len(bad) - 10} more" if len(bad) > 10 else ""
-        raise DataError(f"{len(bad)} unreadable image(s):\n  " + "\n  ".join(bad[:10]) + more)
+    if not bad:
+        return []
+    more = f"\n  ... and {len(bad) - 10} more" if len(bad) > 10 else ""
+    return [f"{len(bad)} unreadable image(s):\n  " + "\n  ".join(bad[:10]) + more]
 
 
 class ImageList(Dataset):
@@ -176,40 +175,55 @@ def _existing_folder(path: Path, what: str) -> Path:
 def image_folder(root: Path, split: str) -> ImageList:
     """ImageNet layout: root/{train,val}/<class>/<image>."""
     folder = _existing_folder(root / split, f"ImageFolder '{split}'")
-    try:
-        found = datasets.ImageFolder(str(folder), loader=open_image,
-                                     is_valid_file=lambda p: p.lower().endswith(IMAGE_SUFFIXES))
-    except FileNotFoundError as error:
-        raise DataError(f"{folder}: no class folders with images ({error})") from None
+    if not any(p.is_dir() for p in folder.iterdir()):
+        raise DataError(f"{folder}: no class folders with images")
+    empty = empty_class_folders(folder)
+    if empty:
+        raise DataError("\n".join(f"{path}: class folder without images" for path in empty))
+    found = datasets.ImageFolder(str(folder), loader=open_image,
+                                 is_valid_file=lambda p: p.lower().endswith(IMAGE_SUFFIXES))
     return ImageList(found.samples, found.classes)
 
 
-def _cifar(kind: str) -> type[datasets.CIFAR10]:
-    """torchvision's CIFAR reader with checksums replaced by presence checks (hashing 180 MB at
-    every start is slow, and missing files are still refused), returning uint8 [3, 32, 32]."""
-    base = datasets.CIFAR10 if kind == "cifar10" else datasets.CIFAR100
+class CifarImages(Dataset):
+    """CIFAR images (uint8 [3, 32, 32]) and labels, read from the python
+    pickles with either text or bytes keys (files re-saved from Python 3 have bytes keys, which
+    torchvision's own reader refuses with a bare KeyError)."""
 
-    def item(self: datasets.CIFAR10, index: int) -> tuple[torch.Tensor, int]:
-        return torch.from_numpy(self.data[index]).permute(2, 0, 1), int(self.targets[index])
+    def __init__(self, images: np.ndarray, labels: list[int], classes: list[str]) -> None:
+        self.images, self.labels, self.classes = images, labels, classes
 
-    return type(base.__name__, (base,), {
-        "__getitem__": item,
-        "train_list": [[name, None] for name, _ in base.train_list],
-        "test_list": [[name, None] for name, _ in base.test_list],
-        "meta": {**base.meta, "md5": None},
-    })
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return torch.from_numpy(self.images[index]).permute(2, 0, 1), self.labels[index]
 
 
-def cifar(kind: str, root: Path, split: str) -> datasets.CIFAR10:
+def cifar(kind: str, root: Path, split: str) -> CifarImages:
     """CIFAR-10/100 in torchvision's layout: root/cifar-10-batches-py or root/cifar-100-python."""
-    reader = _cifar(kind)
-    folder = _existing_folder(root, "CIFAR") / reader.base_folder
-    try:
-        return reader(str(root), train=split == "train", download=False)
-    except RuntimeError as error:
-        expected = [name for name, _ in reader.train_list + reader.test_list]
-        raise DataError(f"{folder}: expected {', '.join(expected)} and {reader.meta['filename']} "
-                        f"in torchvision's format ({error})") from None
+    layout = CIFAR_LAYOUTS[kind]
+    folder = _existing_folder(root, "CIFAR") / layout.folder
+    names = layout.train if split == "train" else layout.test
+    missing = [name for name in (*names, layout.meta) if not (folder / name).is_file()]
+    if missing:
+        raise DataError(f"{folder}: missing {', '.join(missing)} (expected "
+                        f"{', '.join((*layout.train, *layout.test, layout.meta))} in "
+                        "torchvision's format)")
+    meta_path = folder / layout.meta
+    meta = read_cifar_pickle(meta_path)
+    if layout.names_key not in meta:
+        raise DataError(f"{meta_path}: no '{layout.names_key}' (has {', '.join(meta)})")
+    images, labels = [], []
+    for name in names:
+        batch = read_cifar_pickle(folder / name)
+        if "data" not in batch or layout.labels_key not in batch:
+            raise DataError(f"{folder / name}: expected 'data' and '{layout.labels_key}' "
+                            f"(has {', '.join(batch)})")
+        images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+        labels += [int(label) for label in batch[layout.labels_key]]
+    return CifarImages(np.concatenate(images).transpose(0, 2, 3, 1), labels,
+                       meta[layout.names_key])
 
 
 def inat18(root: Path, split: str) -> ImageList:
@@ -355,23 +369,31 @@ def datasets_for(data: DataConfig, num_classes: int) -> tuple[Dataset, Dataset]:
                 SyntheticWorld(data.synthetic, num_classes, data.image_size, "eval"))
     root = resolve(data.root)
     _existing_folder(root, "data")
-    if data.kind == "imagefolder":
-        train, evaluation = image_folder(root, "train"), image_folder(root, "val")
-    elif data.kind == "inat18":
-        train, evaluation = inat18(root, "train"), inat18(root, "val")
-    else:
-        train, evaluation = cifar(data.kind, root, "train"), cifar(data.kind, root, "test")
-    for split, dataset in (("train", train), ("eval", evaluation)):
+    readers: dict[str, Callable[[str], Dataset]] = {
+        "imagefolder": lambda split: image_folder(root, split),
+        "inat18": lambda split: inat18(root, split),
+        "cifar10": lambda split: cifar("cifar10", root, split),
+        "cifar100": lambda split: cifar("cifar100", root, split)}
+    on_disk = {"train": "train", "eval": "test" if data.kind.startswith("cifar") else "val"}
+    found, problems = {}, []
+    for split, name in on_disk.items():
+        try:
+            found[split] = readers[data.kind](name)
+        except DataError as error:
+            problems.append(str(error))
+    for split, dataset in found.items():
         if len(dataset.classes) != num_classes:
-            raise DataError(f"{root}: the {split} split has {len(dataset.classes)} classes but "
+            problems.append(f"{root}: the {split} split has {len(dataset.classes)} classes but "
                             f"the configuration says num_classes: {num_classes}")
         if len(dataset) == 0:
-            raise DataError(f"{root}: the {split} split is empty")
+            problems.append(f"{root}: the {split} split is empty")
     if data.verify_images:
-        for dataset in (train, evaluation):
-            if isinstance(dataset, ImageList):
-                verify_images([path for path, _ in dataset.samples])
-    return train, evaluation
+        problems += unreadable_images([path for dataset in found.values()
+                                       if isinstance(dataset, ImageList)
+                                       for path, _ in dataset.samples])
+    if problems:
+        raise DataError("\n".join(problems))
+    return found["train"], found["eval"]
 
 
 def build(data: DataConfig, num_classes: int, seed: int, batch_size: int, rank: int,
@@ -452,8 +474,8 @@ def labels_of(dataset: Dataset) -> np.ndarray:
         return np.array([base.draw(index).label for index in range(len(base))])
     if isinstance(base, ImageList):
         return np.array([label for _, label in base.samples])
-    if hasattr(base, "targets"):
-        return np.asarray(base.targets)
+    if isinstance(base, CifarImages):
+        return np.asarray(base.labels)
     return np.array([int(base[index][1]) for index in range(len(base))])
 
 

@@ -6,6 +6,9 @@ models. Extracting them is the expensive part, so features are written once to a
 of what produced them: the checkpoints' content hashes, dataset, split, transform and dtype. A
 call with the same record is a cache hit; a changed checkpoint file is a miss. Files are written
 under temporary names and renamed, the record last, so a killed extraction leaves no cache entry.
+The record also holds each array file's size and SHA-256, checked on every hit: a zeroed,
+shuffled or truncated cache is extracted again rather than trusted (hashing costs about 1.5 s per
+GB read, small next to extraction).
 
 Decoding is the other expensive part, so each checkpoint is cached on its own and all checkpoints
 missing from the cache are extracted in one pass over the images; a representation of several
@@ -21,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,28 +37,22 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
-from kit import models
+from kit import files, models
 from kit.config import TrainConfig
 from kit.prefetch import DeviceBatches
 
 DTYPES = {"float16": np.float16, "float32": np.float32}
-
-
-def file_hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+#: the arrays of a cache entry, each recorded with its size and hash
+ARRAYS = ("features.npy", "labels.npy")
 
 
 def load_backbone(path: Path) -> models.KitResNet:
     """A network from a kit checkpoint (its config rebuilds the architecture) or from one of
     the paper's AlgoPerf checkpoints (ResNet-50, 1000 classes)."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = models.read_checkpoint(path)
     if isinstance(state, dict) and "model_params" in state:
         model = models.build("resnet50", 1000)
-        models.load_algoperf_checkpoint(model, path)
+        models.load_algoperf_checkpoint(model, path, state)
     elif isinstance(state, dict) and "model" in state and "config" in state:
         cfg = TrainConfig(**state["config"])
         model = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem,
@@ -93,6 +92,35 @@ def _key(record: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:20]
 
 
+def _content(path: Path) -> dict[str, dict[str, Any]]:
+    """Size and SHA-256 of each array file of a cache entry (about 1.5 s per GB)."""
+    return {name: {"size": (path / name).stat().st_size, "sha256": files.file_hash(path / name)}
+            for name in ARRAYS}
+
+
+def _verified(path: Path) -> dict[str, Any] | None:
+    """The record of a complete cache entry whose arrays are unchanged since they were written;
+    None when there is none, or when it is corrupt (said on stderr: it will be rebuilt)."""
+    record_path = path / "record.json"
+    if not record_path.exists():
+        return None
+    try:
+        record = json.loads(record_path.read_text())
+        recorded = record["content"]
+        for name in ARRAYS:
+            size = (path / name).stat().st_size
+            if size != recorded[name]["size"]:
+                raise ValueError(f"{name} has {size} bytes, {recorded[name]['size']} recorded")
+        if _content(path) != recorded:
+            raise ValueError("an array's content differs from its recorded hash")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        problem = str(error) if isinstance(error, ValueError) else repr(error)
+        print(f"{path}: cached features are corrupt or incomplete ({problem}); extracting them "
+              "again", file=sys.stderr)
+        return None
+    return record
+
+
 def _open(path: Path, hit: bool) -> FeatureSet:
     features = np.load(path / "features.npy", mmap_mode="c")  # copy-on-write: the file stays
     labels = np.load(path / "labels.npy")
@@ -116,9 +144,13 @@ def _partial(path: Path) -> Path:
 
 
 def _start_entries(entries: dict[Path, tuple[int, str]], rows: int) -> None:
-    """Rank 0 creates each entry's temporary folder and feature file (width, dtype); all wait."""
+    """Rank 0 creates each entry's temporary folder and feature file (width, dtype), after
+    removing a corrupt entry of that name; all wait."""
+    _barrier()  # nobody still reads a corrupt entry when rank 0 removes it
     if _rank_and_world()[0] == 0:
         for path, (width, dtype) in entries.items():
+            if path.exists():
+                shutil.rmtree(path)
             _partial(path).mkdir(parents=True, exist_ok=True)
             np.lib.format.open_memmap(_partial(path) / "features.npy", mode="w+",
                                       dtype=DTYPES[dtype], shape=(rows, width)).flush()
@@ -132,6 +164,7 @@ def _finish_entries(records: dict[Path, dict[str, Any]], labels: np.ndarray) -> 
     if _rank_and_world()[0] == 0:
         for path, record in records.items():
             np.save(_partial(path) / "labels.npy", labels)
+            record = record | {"content": _content(_partial(path))}
             (_partial(path) / "record.json").write_text(json.dumps(record, indent=2))
             os.replace(_partial(path), path)
     _barrier()
@@ -234,14 +267,20 @@ def extract_many(representations: Sequence[Sequence[Path]], dataset: Dataset, da
     rows = len(dataset)
     if rows == 0:
         raise ValueError(f"dataset '{dataset_id}' split '{split}' is empty")
-    hashes = {Path(p): file_hash(Path(p)) for rep in representations for p in rep}
+    hashes = {Path(p): files.file_hash(Path(p)) for rep in representations for p in rep}
 
     def entry(checkpoints: Sequence[Path]) -> tuple[Path, dict[str, Any]]:
         record = _record(checkpoints, hashes, dataset_id, split, transform, dtype, rows)
         return Path(cache_dir) / _key(record), record
 
+    verdicts: dict[Path, bool] = {}
+
     def cached(path: Path) -> bool:
-        return (path / "record.json").exists()
+        """A complete, uncorrupted entry (checked once per call; every rank reaches the same
+        verdict on the same files)."""
+        if path not in verdicts:
+            verdicts[path] = _verified(path) is not None
+        return verdicts[path]
 
     wanted = [entry(rep) for rep in representations]
     hits = [cached(path) for path, _ in wanted]
@@ -253,9 +292,11 @@ def extract_many(representations: Sequence[Sequence[Path]], dataset: Dataset, da
         _extract_checkpoints({path: record for path, (_, record) in missing.items()},
                              {path: checkpoint for path, (checkpoint, _) in missing.items()},
                              dataset, batch_size, device, num_workers, progress)
+        verdicts.update(dict.fromkeys(missing, True))
     for rep, (path, record) in zip(representations, wanted):
         if not cached(path):
             _concatenate(path, record, [_open(entry([p])[0], hit=True) for p in rep])
+            verdicts[path] = True
     return [_open(path, hit) for (path, _), hit in zip(wanted, hits)]
 
 

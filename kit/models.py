@@ -10,13 +10,17 @@ convolution, stride 1, no max-pool) keeps 32 px inputs from being reduced to 1x1
 
 from __future__ import annotations
 
+import pickle
 import re
+import zipfile
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
+
+from kit import files
 
 #: depth name -> (block, blocks per stage)
 ARCHITECTURES: dict[str, tuple[type[BasicBlock | Bottleneck], list[int]]] = {
@@ -29,7 +33,38 @@ ARCHITECTURES: dict[str, tuple[type[BasicBlock | Bottleneck], list[int]]] = {
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that does not fit the model it is loaded into."""
+    """A checkpoint that cannot be read, is corrupt, or does not fit its model."""
+
+
+#: how to get a good copy of a checkpoint, for error messages
+REPLACE_CHECKPOINT = ("Replace it with a good copy; for a run the kit trained, delete the run's "
+                      "folder and run again to retrain it.")
+
+
+def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT) -> Any:
+    """A checkpoint file's content (tensors on the CPU), checked against its recorded hash when
+    it has one; a missing, corrupt or unreadable file raises CheckpointError naming it and
+    `rebuild` (how to make it again)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint file not found")
+    try:
+        files.verify(path, rebuild)
+    except files.IntegrityError as error:
+        raise CheckpointError(str(error)) from None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError,
+            zipfile.BadZipFile) as error:
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint, truncated or corrupt "
+                              f"({type(error).__name__}: {reason}). {rebuild}") from None
+
+
+def non_finite(state: dict[str, torch.Tensor]) -> list[str]:
+    """Names of the floating-point tensors of a state dict holding NaN or infinity."""
+    return [name for name, tensor in state.items()
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
 
 
 class KitResNet(ResNet):
@@ -126,9 +161,10 @@ def to_algoperf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
 
 
 def save_algoperf_checkpoint(model: nn.Module, path: Path) -> None:
-    """Write a model in the format of the paper's released checkpoints."""
+    """Write a model in the format of the paper's released checkpoints (with its hash)."""
     state = {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
-    torch.save({"model_params": to_algoperf_names(state)}, path)
+    with files.hashed_write(Path(path)) as handle:
+        torch.save({"model_params": to_algoperf_names(state)}, handle)
 
 
 def load_state(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
@@ -152,9 +188,11 @@ def load_state(model: nn.Module, state: dict[str, torch.Tensor], source: str) ->
     model.load_state_dict(state)
 
 
-def load_algoperf_checkpoint(model: nn.Module, path: Path) -> None:
-    """Load one of the paper's AlgoPerf checkpoints into a kit model (the head included)."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+def load_algoperf_checkpoint(model: nn.Module, path: Path, checkpoint: Any = None) -> None:
+    """Load one of the paper's AlgoPerf checkpoints into a kit model (the head included);
+    `checkpoint` is the file's content when the caller has already read it."""
+    if checkpoint is None:
+        checkpoint = read_checkpoint(path)
     if not isinstance(checkpoint, dict) or "model_params" not in checkpoint:
         keys = ", ".join(list(checkpoint)[:5]) if isinstance(checkpoint, dict) else "not a dict"
         raise CheckpointError(f"{path}: not an AlgoPerf checkpoint (no 'model_params'; has {keys})")

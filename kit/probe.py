@@ -45,11 +45,12 @@ from tqdm import tqdm
 
 from kit import data, locks
 from kit.config import DataConfig
-from kit.features import file_hash, load_backbone
+from kit.features import load_backbone
+from kit.files import atomic_write, file_hash
 from kit.params import ParameterError, describe_errors, read_yaml
 from kit.prefetch import DeviceBatches
 from kit.probe_params import FastProbe
-from kit.train import atomic_write, exit_code, start_process
+from kit.train import exit_code, start_process
 
 RULES = ("paper", "heldout")
 

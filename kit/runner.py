@@ -2,31 +2,53 @@
 
 The runner adds convenience, not magic: it computes the same parameters a user could pass to
 `papermill -f`, refuses bad ones before any notebook starts, runs each notebook in the current
-Python environment with `notebooks/` as working directory, and keeps the executed copy (partial
-when a cell fails) under `outputs/<profile>/`.
+Python environment with `notebooks/` as working directory, and keeps the executed copy under
+`outputs/<profile>/`. A run is written beside the previous one (`<name>.partial.ipynb`) and
+replaces it only on success, so a failed run keeps the last good executed notebook.
+
+One run per output folder at a time (kit.locks). SIGTERM or SIGINT (what `timeout`, `kill`,
+schedulers and Ctrl-C send) stops the kernel and every process it started (training workers
+included, whatever process group they are in) and says how to resume, without a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import papermill
+import psutil
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
-from kit import params
+from kit import locks, params
+from kit.files import atomic_write, remove_stale_temporaries
 from kit.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
+from kit.preflight import writable_problems
 
 #: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
 KERNEL_NAME = "python3"
+#: seconds the workers get to save and exit after SIGTERM before they are killed
+STOP_GRACE_S = 20.0
+INTERRUPTED = "interrupted; re-run the same command to resume"
+
+
+class Interrupted(Exception):
+    """The runner received SIGTERM or SIGINT; its workers have been stopped."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 class _InjectedNamesFilter(logging.Filter):
@@ -86,13 +108,74 @@ def plan(names: list[str] | None, profile: str, files: list[Path] | None = None,
     return runs
 
 
+def output_problems(runs: list[PlannedRun]) -> list[str]:
+    """Output folders (the executed copies' and each notebook's output_dir) that cannot be
+    written, found before anything runs."""
+    folders = {run.output.parent for run in runs}
+    folders |= {resolve(run.parameters["output_dir"]) for run in runs
+                if run.parameters.get("output_dir")}
+    return [problem for folder in sorted(folders) for problem in writable_problems(folder)]
+
+
+def partial_output(run: PlannedRun) -> Path:
+    """Where a run's executed notebook is written until it succeeds (and kept when it fails)."""
+    return run.output.with_name(f"{run.output.stem}.partial.ipynb")
+
+
 def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
+    """Execute one notebook; its executed copy and parameters replace the previous ones only
+    when every cell succeeded."""
     run.output.parent.mkdir(parents=True, exist_ok=True)
-    run.output.with_suffix(".parameters.yaml").write_text(
-        yaml.safe_dump(run.parameters, sort_keys=False))
+    partial = partial_output(run)
     papermill.execute_notebook(
-        str(run.notebook), str(run.output), parameters=run.parameters,
+        str(run.notebook), str(partial), parameters=run.parameters,
         kernel_name=KERNEL_NAME, cwd=str(notebooks_dir), progress_bar=False)
+    with atomic_write(run.output.with_suffix(".parameters.yaml")) as handle:
+        handle.write(yaml.safe_dump(run.parameters, sort_keys=False).encode())
+    os.replace(partial, run.output)
+
+
+def stop_workers(grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to every process this one started (and to their process groups, so that workers
+    in the kernel's own session are reached too), SIGKILL to those alive after `grace_s`."""
+    me = psutil.Process()
+    workers = me.children(recursive=True)
+    groups = set()
+    for worker in workers:
+        with contextlib.suppress(psutil.Error, OSError):
+            groups.add(os.getpgid(worker.pid))
+    groups.discard(os.getpgrp())
+    for group in groups:
+        with contextlib.suppress(OSError):
+            os.killpg(group, signal.SIGTERM)
+    for worker in workers:
+        with contextlib.suppress(psutil.Error):
+            worker.terminate()
+    _, alive = psutil.wait_procs(workers, timeout=grace_s)
+    for group in groups:
+        with contextlib.suppress(OSError):
+            os.killpg(group, signal.SIGKILL)
+    for worker in alive:
+        with contextlib.suppress(psutil.Error):
+            worker.kill()
+    psutil.wait_procs(alive, timeout=5)
+
+
+def _stop(signum: int, frame: object) -> None:
+    for each in (signal.SIGTERM, signal.SIGINT):  # a second signal does not cut the stop short
+        signal.signal(each, signal.SIG_IGN)
+    stop_workers()
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    previous = {each: signal.signal(each, _stop) for each in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for each, handler in previous.items():
+            signal.signal(each, handler)
 
 
 def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
@@ -107,6 +190,24 @@ def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
     if not runs:
         print(f"error: no notebooks to run in {notebooks_dir}", file=sys.stderr)
         return 2
+    problems = output_problems(runs)
+    if problems:
+        print("error: " + "\n".join(problems), file=sys.stderr)
+        return 2
+    output_dir = runs[0].output.parent  # every notebook of a profile writes there
+    try:
+        with locks.hold(output_dir, f"kit run --profile {profile}"), _stopped_by_signals():
+            remove_stale_temporaries(output_dir)
+            return _run_all(runs, profile, notebooks_dir)
+    except locks.FolderLocked as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except Interrupted as interrupted:
+        print(INTERRUPTED, file=sys.stderr, flush=True)
+        return 128 + interrupted.signum
+
+
+def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
     for index, planned in enumerate(runs, start=1):
         label = f"[{index}/{len(runs)}] {planned.notebook.name} (profile {profile})"
         print(f"{label} ...", flush=True)
@@ -114,9 +215,12 @@ def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
         try:
             execute(planned, notebooks_dir)
         except PapermillExecutionError as error:
+            kept = (f"; the last good run's stays in {planned.output}"
+                    if planned.output.exists() else "")
             print(f"{label} FAILED in cell {error.cell_index} (execution count "
                   f"{error.exec_count}): {error.ename}: {error.evalue}\n"
-                  f"  partial output kept in {planned.output}", file=sys.stderr, flush=True)
+                  f"  partial output kept in {partial_output(planned)}{kept}",
+                  file=sys.stderr, flush=True)
             return 1
         print(f"{label} done in {time.perf_counter() - start:.1f} s -> {planned.output}",
               flush=True)

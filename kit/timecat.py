@@ -30,7 +30,7 @@ import yaml
 from torch.utils.data import Dataset, Subset, TensorDataset
 from tqdm import tqdm
 
-from kit import data, diagnostics, evidence, features, models, probe, train
+from kit import data, diagnostics, evidence, features, files, models, probe, train
 from kit.config import TrainConfig, load_train_config
 from kit.params import ParameterError
 from kit.paths import REPO_ROOT, resolve
@@ -130,7 +130,7 @@ def initialise(configs: list[TrainConfig]) -> int:
         network = models.build(config.model, config.num_classes, config.width, config.stem,
                                config.data.image_size)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with train.atomic_write(path) as handle:
+        with files.atomic_write(path) as handle:
             torch.save({"model": network.state_dict(), "config": config.model_dump()}, handle)
         written += 1
     return written

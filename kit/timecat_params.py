@@ -182,6 +182,14 @@ class TimecatParams(NotebookParams):
         if missing:
             raise ValueError(f"variants: {len(missing)} checkpoint file(s) not found: "
                              f"{', '.join(missing[:5])}")
+        if loaded:
+            from kit.preflight import checkpoint_problems  # opens them: imports torch
+
+            unusable = checkpoint_problems([f for variant in loaded
+                                            for files in variant.checkpoints[:self.replicates]
+                                            for f in files])
+            if unusable:
+                raise ValueError("variants: " + "; ".join(unusable))
         if any(task.components for task in self.tasks) and self.train is None:
             raise ValueError("tasks: components describe the synthetic world of the train "
                              "section, which is not given")

@@ -9,6 +9,12 @@ recomputed at x before every evaluation and every save.
 Preemption: a checkpoint (model at x, optimizer, RNG states, data position, step) is replaced
 atomically every `checkpoint_every` steps and at the end; restarting the same command resumes
 exactly where it stopped, and a finished run (its DONE marker) is never trained again.
+
+Integrity: each checkpoint has its size and SHA-256 beside it (`checkpoint.pt.sha256`), checked
+when a run resumes (about 1.5 s per GB, see kit.files); weights or BN statistics holding NaN or
+infinity are never saved, so a diverging run keeps its last finite checkpoint. Resuming drops a
+metrics line torn by a kill and the temporary files of writers that died.
+
 The step loop never waits for the device except every `log_every` steps, where the loss
 accumulated on the device is read, checked for NaN/inf and logged to `metrics.jsonl`.
 """
@@ -38,11 +44,12 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from kit import data as kit_data
-from kit import models
+from kit import files, models
 from kit.config import TrainConfig, load_train_config
 from kit.params import ParameterError
 from kit.paths import resolve
 from kit.prefetch import DeviceBatches
+from kit.preflight import writable_problems
 
 #: AlgoPerf's self-tuning submissions warm up over a share of 0.75 x step_hint (REFERENCE.md)
 ALGOPERF_HORIZON = 0.75
@@ -239,18 +246,6 @@ class Trainer:
 # Checkpoints and metrics
 # ---------------------------------------------------------------------------------------------
 
-@contextlib.contextmanager
-def atomic_write(path: Path) -> Iterator[Any]:
-    """A binary file handle whose content replaces `path` only once complete: written to a
-    temporary file in the same folder, synced, then renamed over the target."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "wb") as handle:
-        yield handle
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-
-
 def rng_states() -> dict[str, Any]:
     states = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -271,11 +266,41 @@ def read_metrics(run_dir: str | Path) -> pl.DataFrame:
 
 
 def _keep_metrics_until(path: Path, step: int) -> None:
-    """Drop rows a killed run logged after the checkpoint it resumes from."""
-    if path.exists():
-        rows = [line for line in path.read_text().splitlines()
-                if line and json.loads(line)["step"] <= step]
-        path.write_text("".join(f"{row}\n" for row in rows))
+    """Drop rows a killed run logged after the checkpoint it resumes from, and a last row torn
+    by the kill (said on stderr)."""
+    if not path.exists():
+        return
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        try:
+            row = json.loads(line) if line else None
+        except json.JSONDecodeError:
+            print(f"{path}: line {number} is torn (a killed write), dropped", file=sys.stderr)
+            continue
+        if row is not None and row["step"] <= step:
+            rows.append(line)
+    with files.atomic_write(path) as handle:
+        handle.write("".join(f"{row}\n" for row in rows).encode())
+
+
+def _read_checkpoint(path: Path) -> dict[str, Any]:
+    """A run's checkpoint, checked against its hash; a damaged one is refused naming it."""
+    if not files.sidecar(path).exists():
+        print(f"{path}: no recorded hash (written by an older kit), loading it unverified",
+              file=sys.stderr)
+    return models.read_checkpoint(path, rebuild=(
+        f"Delete {path.name} and {files.sidecar(path).name} in {path.parent} to train this run "
+        "again from the start."))
+
+
+def _check_finite(state: dict[str, Any], where: Path, kept: str) -> None:
+    """Refuse to save weights or BN statistics holding NaN or infinity as a good checkpoint."""
+    bad = models.non_finite(state["model"])
+    if bad:
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise NonFiniteLossError(f"{where}: non-finite weights or BatchNorm statistics at step "
+                                 f"{state['step']} ({', '.join(bad[:5])}{more}); training "
+                                 f"stopped and {kept}")
 
 
 def _check_same_run(saved: dict[str, Any], cfg: TrainConfig, where: Path) -> None:
@@ -303,6 +328,9 @@ def train(cfg: TrainConfig) -> Path:
 def _train(cfg: TrainConfig, process: Process) -> Path:
     out = resolve(cfg.output_dir)
     checkpoint_path, done_path, metrics_path = out / CHECKPOINT, out / DONE, out / METRICS
+    unwritable = writable_problems(out)
+    if unwritable:
+        raise ParameterError("; ".join(unwritable))
     if (out / "config.yaml").exists():
         _check_same_run(yaml.safe_load((out / "config.yaml").read_text()), cfg, out)
     if done_path.exists():
@@ -322,13 +350,14 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
     trainer = Trainer(cfg, process)
     step, epoch, batch_in_epoch = 0, 0, 0
     if checkpoint_path.exists():
-        state = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+        state = _read_checkpoint(checkpoint_path)
         trainer.load(state)
         restore_rng_states(state["rng"])
         step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
     if process.main:
         out.mkdir(parents=True, exist_ok=True)
-        with atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
+        files.remove_stale_temporaries(out)
+        with files.atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
             handle.write(yaml.safe_dump(cfg.model_dump(), sort_keys=False).encode())
         _keep_metrics_until(metrics_path, step)
     last_saved = step if checkpoint_path.exists() else None
@@ -354,9 +383,9 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
         if not (evaluate or save or step % cfg.log_every == 0):
             continue
         loss, bad_step = trainer.take_window(window_steps)
+        kept = (f"the last good checkpoint (step {last_saved}) is kept in {checkpoint_path}"
+                if last_saved is not None else "no checkpoint had been written yet")
         if bad_step is not None:
-            kept = (f"the last good checkpoint (step {last_saved}) is kept in {checkpoint_path}"
-                    if last_saved is not None else "no checkpoint had been written yet")
             raise NonFiniteLossError(f"{out}: the training loss became non-finite at step "
                                      f"{bad_step}; training stopped and {kept}")
         record = {"step": step, "epoch": epoch, "loss": loss,
@@ -375,11 +404,13 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
                     handle.write(json.dumps(record) + "\n")
                 progress.update(step - progress.n)
                 progress.set_postfix(loss=f"{loss:.3f}", img_s=f"{record['images_per_s']:.0f}")
-            if save and process.main:
-                with atomic_write(checkpoint_path) as handle:
-                    torch.save({**trainer.state(), "rng": rng_states(), "step": step,
-                                "epoch": epoch, "batch_in_epoch": batch_in_epoch,
-                                "config": cfg.model_dump()}, handle)
+            if save:
+                state = {**trainer.state(), "rng": rng_states(), "step": step, "epoch": epoch,
+                         "batch_in_epoch": batch_in_epoch, "config": cfg.model_dump()}
+                _check_finite(state, out, kept)  # replicas are identical: every rank stops
+                if process.main:
+                    with files.hashed_write(checkpoint_path) as handle:
+                        torch.save(state, handle)
         last_saved = step if save else last_saved
         window_steps, window_start = 0, time.perf_counter()
     progress.close()

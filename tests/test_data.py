@@ -15,6 +15,7 @@ from torchvision import transforms
 
 from kit import data, prefetch
 from kit.config import DataConfig, SyntheticConfig
+from kit.preflight import preflight
 
 WORLD = SyntheticConfig(num_train=64, num_eval=32, noise=0.05, components=[
     {"weight": 3.0, "cues": ["colour"]}, {"weight": 1.0, "cues": ["shape", "position"]}])
@@ -69,7 +70,7 @@ def test_augmentation_depends_on_epoch_and_index_not_on_workers(image_folder: Pa
     assert not torch.equal(samples[(0, 3)][0], samples[(1, 3)][0])
 
 
-def write_cifar(root: Path, kind: str, per_file: int) -> None:
+def write_cifar(root: Path, kind: str, per_file: int, bytes_keys: bool = False) -> None:
     rng = np.random.default_rng(0)
     if kind == "cifar10":
         folder, label_key = root / "cifar-10-batches-py", "labels"
@@ -84,21 +85,30 @@ def write_cifar(root: Path, kind: str, per_file: int) -> None:
     for name in files:
         batch = {"data": rng.integers(0, 256, (per_file, 3072), dtype=np.uint8),
                  label_key: rng.integers(0, classes, per_file).tolist()}
-        (folder / name).write_bytes(pickle.dumps(batch))
-    (folder / meta_file).write_bytes(pickle.dumps(meta))
+        (folder / name).write_bytes(pickle.dumps(as_bytes(batch) if bytes_keys else batch))
+    (folder / meta_file).write_bytes(pickle.dumps(as_bytes(meta) if bytes_keys else meta))
 
 
-@pytest.mark.parametrize("kind, classes, train_size, test_size", [
-    ("cifar10", 10, 5 * 6, 6), ("cifar100", 100, 6, 6)])
+def as_bytes(content: dict) -> dict:
+    """What Python 3 writes after reading a CIFAR file with encoding='bytes'."""
+    return {key.encode(): [v.encode() for v in value] if key.endswith("names") else value
+            for key, value in content.items()}
+
+
+@pytest.mark.parametrize("kind, classes, train_size, test_size, bytes_keys", [
+    ("cifar10", 10, 5 * 6, 6, False), ("cifar100", 100, 6, 6, False),
+    ("cifar10", 10, 5 * 6, 6, True), ("cifar100", 100, 6, 6, True)])
 def test_cifar_in_torchvision_format(tmp_path: Path, kind: str, classes: int, train_size: int,
-                                     test_size: int) -> None:
-    write_cifar(tmp_path, kind, 6)
+                                     test_size: int, bytes_keys: bool) -> None:
+    write_cifar(tmp_path, kind, 6, bytes_keys)
+    assert not preflight(DataConfig(kind=kind, root=str(tmp_path), image_size=32))
     run = build({"kind": kind, "root": str(tmp_path), "image_size": 32}, classes)
     assert (run.num_train, run.num_eval) == (train_size, test_size)
     images, labels = first_batch(run)
     assert images.shape == (4, 3, 32, 32) and int(labels.max()) < classes
     test_file = next(p for p in tmp_path.rglob("*") if p.name in ("test_batch", "test"))
     raw = pickle.loads(test_file.read_bytes())
+    raw = {key.decode() if isinstance(key, bytes) else key: value for key, value in raw.items()}
     eval_images, eval_labels = next(iter(run.eval))
     label_key = "labels" if kind == "cifar10" else "fine_labels"
     assert eval_labels.tolist() == raw[label_key][:4]
@@ -146,6 +156,28 @@ def test_missing_and_empty_folders_are_refused(tmp_path: Path) -> None:
         build({"kind": "imagefolder", "root": str(tmp_path / "empty"), "image_size": 16}, 3)
 
 
+def test_an_empty_class_folder_is_named(image_folder: Path) -> None:
+    for image in (image_folder / "val" / "bee").iterdir():
+        image.unlink()
+    config = {"kind": "imagefolder", "root": str(image_folder), "image_size": 16}
+    expected = f"{image_folder / 'val' / 'bee'}: class folder without images"
+    assert preflight(DataConfig(**config)) == [expected]
+    with pytest.raises(data.DataError, match=f"^{expected}$"):
+        build(config, 3)
+
+
+def test_every_data_fault_is_reported_at_once(image_folder: Path) -> None:
+    (image_folder / "train" / "bee" / "bee1.JPEG").write_bytes(b"\xff\xd8 torn")
+    (image_folder / "val" / "cat" / "cat0.JPEG").write_bytes(b"\xff\xd8 torn")
+    with pytest.raises(data.DataError, match="(?s)2 unreadable image.*bee1.JPEG.*cat0.JPEG"):
+        build({"kind": "imagefolder", "root": str(image_folder), "image_size": 16}, 3)
+    (image_folder / "val" / "dog").mkdir()
+    with pytest.raises(data.DataError) as error:
+        build({"kind": "imagefolder", "root": str(image_folder), "image_size": 16}, 3)
+    assert "val/dog: class folder without images" in str(error.value)
+    assert "bee1.JPEG" in str(error.value)  # the training split's fault as well
+
+
 def test_corrupt_image_is_named_before_training(image_folder: Path) -> None:
     broken = image_folder / "train" / "bee" / "bee1.JPEG"
     broken.write_bytes(b"\xff\xd8\xff\xe0 definitely not a whole jpeg")
@@ -154,7 +186,7 @@ def test_corrupt_image_is_named_before_training(image_folder: Path) -> None:
         build(config, 3)
     # without the up-front check, reading it still names the file
     samples = build(config | {"verify_images": False}, 3).train.dataset
-    with pytest.raises(data.DataError, match="bee1.JPEG: cannot read image"):
+    with pytest.raises(data.DataError, match="bee1.JPEG: cannot read image.*replace or remove"):
         for index in range(len(samples)):
             samples[(0, index)]
 

@@ -89,6 +89,56 @@ def test_second_call_is_a_cache_hit_and_a_changed_checkpoint_a_miss(tmp_path: Pa
     assert features.extract([path], **kwargs | {"dtype": "float16"}).features.dtype == np.float16
 
 
+@pytest.mark.parametrize("damage", ["zeroed", "shuffled", "truncated", "labels"])
+def test_a_corrupt_cache_is_extracted_again_not_trusted(tmp_path: Path, images, damage: str,
+                                                        capsys) -> None:
+    path = tiny_checkpoint(tmp_path, "a", 1)
+    kwargs = dict(dataset=images, dataset_id="noise", split="test", transform="none",
+                  cache_dir=tmp_path / "cache", batch_size=16, progress=False)
+    good = features.extract([path], **kwargs)
+    expected = np.array(good.features)
+    stored = good.path / "features.npy"
+    array = np.load(stored, mmap_mode="r+")
+    if damage == "zeroed":
+        array[:] = 0
+    elif damage == "shuffled":
+        array[:] = array[::-1].copy()
+    elif damage == "labels":
+        np.save(good.path / "labels.npy", np.roll(np.load(good.path / "labels.npy"), 1))
+    array.flush()
+    del array
+    if damage == "truncated":
+        os.truncate(stored, stored.stat().st_size // 2)
+    again = features.extract([path], **kwargs)
+    assert not again.cache_hit and again.path == good.path
+    assert f"{good.path}: cached features are corrupt" in capsys.readouterr().err
+    np.testing.assert_array_equal(again.features, expected)
+    np.testing.assert_array_equal(again.labels, images.tensors[1].numpy())
+    assert features.extract([path], **kwargs).cache_hit
+
+
+@pytest.mark.parametrize("damage", ["overwritten", "truncated", "empty", "garbage"])
+def test_a_damaged_checkpoint_is_refused_naming_the_file(tmp_path: Path, damage: str) -> None:
+    model = models.build("resnet10", 3, 0.125, image_size=16)
+    path = tmp_path / "paper.pt"
+    models.save_algoperf_checkpoint(model, path)
+    content = bytearray(path.read_bytes())
+    if damage == "overwritten":  # same size, 4 KB of random bytes in the middle
+        middle = len(content) // 2
+        content[middle:middle + 4096] = np.random.default_rng(0).bytes(4096)
+    elif damage == "truncated":
+        content = content[:len(content) // 2]
+    elif damage == "empty":
+        content = bytearray()
+    else:
+        content = bytearray(b"not a checkpoint at all" * 10)
+    path.write_bytes(bytes(content))
+    if damage != "overwritten":  # a file replaced by something else, without its hash
+        path.with_name(path.name + ".sha256").unlink(missing_ok=True)
+    with pytest.raises(models.CheckpointError, match=f"^{path}: "):
+        features.load_backbone(path)
+
+
 def test_algoperf_checkpoints_are_read(tmp_path: Path) -> None:
     model = models.build("resnet50", 1000)
     path = tmp_path / "algoperf.pt"

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 import yaml
 
-from kit import params, runner
-from kit.paths import NOTEBOOKS_DIR, PARAMETERS_DIR
+from kit import locks, params, runner
+from kit.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
 
 
 def write_notebook(path: Path, *sources: str) -> None:
@@ -47,9 +51,109 @@ def test_failing_cell_gives_nonzero_exit_and_keeps_partial_output(workspace, cap
     done = nbformat.read(workspace["output_root"] / "mini" / "01_ok.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in done.cells for o in c.get("outputs", []))
     assert "formats are ['svg']" in printed
-    partial = nbformat.read(workspace["output_root"] / "mini" / "02_fails.ipynb", as_version=4)
+    partial = nbformat.read(workspace["output_root"] / "mini" / "02_fails.partial.ipynb",
+                            as_version=4)
     errors = [o for c in partial.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert errors and errors[0].evalue == "boom in cell"
+    assert not (workspace["output_root"] / "mini" / "02_fails.ipynb").exists()
+
+
+def test_a_failed_run_keeps_the_previous_good_notebook(workspace, capsys) -> None:
+    assert runner.run(["01"], "mini", **workspace) == 0
+    good = (workspace["output_root"] / "mini" / "01_ok.ipynb").read_text()
+    write_notebook(workspace["notebooks_dir"] / "01_ok.ipynb", "raise RuntimeError('now bad')")
+    assert runner.run(["01"], "mini", **workspace) == 1
+    assert (workspace["output_root"] / "mini" / "01_ok.ipynb").read_text() == good
+    assert "now bad" in (workspace["output_root"] / "mini" / "01_ok.partial.ipynb").read_text()
+    assert "the last good run's stays in" in capsys.readouterr().err
+
+
+def test_a_second_run_of_the_same_output_folder_is_refused(workspace, capsys) -> None:
+    with locks.hold(workspace["output_root"] / "mini", "another run"):
+        assert runner.run(["01"], "mini", **workspace) == 2
+    err = capsys.readouterr().err
+    assert f"pid {os.getpid()}" in err and "another run" in err
+    assert not (workspace["output_root"] / "mini" / "01_ok.ipynb").exists()
+
+
+def test_stale_temporary_files_are_removed_at_start(workspace) -> None:
+    run_folder = workspace["output_root"] / "mini" / "runs" / "cat1" / "seed0"
+    run_folder.mkdir(parents=True)
+    stale = run_folder / ".checkpoint.pt.4194305.tmp"  # above Linux's largest pid: never alive
+    stale.write_bytes(b"x" * 1000)
+    assert runner.run(["01"], "mini", **workspace) == 0
+    assert not stale.exists()
+
+
+def test_an_unwritable_output_folder_is_refused_before_anything_runs(workspace, capsys) -> None:
+    blocker = workspace["output_root"].parent / "a_file"
+    blocker.write_text("")
+    assert runner.run(["01"], "mini", **workspace | {"output_root": blocker / "out"}) == 2
+    assert f"{blocker}: not a folder, so {blocker / 'out' / 'mini'} cannot be created" in (
+        capsys.readouterr().err)
+    result = subprocess.run([sys.executable, "-m", "kit", "check", "01", "--profile", "ci",
+                             "--set", f"output_dir={blocker / 'x'}"], capture_output=True,
+                            text=True, cwd=REPO_ROOT, timeout=300,
+                            env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    assert result.returncode == 2 and f"{blocker}: not a folder" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_a_read_only_output_folder_is_refused(workspace, capsys) -> None:
+    (workspace["output_root"] / "mini").mkdir(parents=True)
+    (workspace["output_root"] / "mini").chmod(0o500)
+    try:
+        assert runner.run(["01"], "mini", **workspace) == 2
+    finally:
+        (workspace["output_root"] / "mini").chmod(0o700)
+    assert "cannot be written: permission denied" in capsys.readouterr().err
+
+
+RUNNER_SCRIPT = """
+import sys
+from pathlib import Path
+from kit import params, runner
+params.SCHEMAS["01_workers"] = "kit.params:NotebookParams"
+root = Path(sys.argv[1])
+sys.exit(runner.run(None, "mini", notebooks_dir=root / "nb", parameters_dir=root / "params",
+                    output_root=root / "out"))
+"""
+
+WORKERS_CELL = """
+import os, subprocess, sys, time
+sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+same_group = subprocess.Popen(sleeper)
+own_session = subprocess.Popen(sleeper, start_new_session=True)
+pids = [os.getpid(), same_group.pid, own_session.pid]
+open(PIDS, "w").write(" ".join(map(str, pids)))
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_runner_stops_every_worker(workspace, signum) -> None:
+    root = workspace["notebooks_dir"].parent
+    pids_file = root / "pids.txt"
+    write_notebook(workspace["notebooks_dir"] / "01_workers.ipynb",
+                   WORKERS_CELL.replace("PIDS", repr(str(pids_file))))
+    for other in ("01_ok", "02_fails"):
+        (workspace["notebooks_dir"] / f"{other}.ipynb").unlink()
+    (root / "run.py").write_text(RUNNER_SCRIPT)
+    process = subprocess.Popen([sys.executable, str(root / "run.py"), str(root)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    deadline = time.monotonic() + 120
+    while not pids_file.exists() or len(pids_file.read_text().split()) < 3:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the notebook did not start its workers"
+        time.sleep(0.1)
+    workers = [psutil.Process(int(pid)) for pid in pids_file.read_text().split()]
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signum, err
+    assert err.strip().splitlines()[-1] == runner.INTERRUPTED and "Traceback" not in err
+    _, alive = psutil.wait_procs(workers, timeout=5)
+    assert not alive, [p.cmdline() for p in alive]
 
 
 def test_bad_parameters_stop_everything_before_any_notebook_runs(workspace, capsys) -> None:

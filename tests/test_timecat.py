@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+import torch
 from PIL import Image
 
-from kit import data, params, runner, timecat, train
+from kit import data, models, params, runner, timecat, train
+from kit.config import TrainConfig
 from kit.timecat_params import SCALE_TRAIN_KEYS, TimecatParams
 
 NOTEBOOK = "03_time_concat"
@@ -39,14 +42,19 @@ def fake_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for file in ("imagenet/train/n01440764/a.JPEG", "imagenet/val/n01440764/b.JPEG",
                  "inat18/train2018.json", "inat18/val2018.json",
                  "cifar100/cifar-100-python/train", "cifar100/cifar-100-python/test",
-                 "cifar100/cifar-100-python/meta", "cifar10/cifar-10-batches-py/test_batch",
-                 "cifar10/cifar-10-batches-py/batches.meta",
-                 *[f"cifar10/cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)],
-                 *[f"released/cat{n}/seed{s}.pt" for n, seeds in
-                   ((1, [2]), (2, [2, 550]), (4, [2, 550, 23, 477]),
-                    (5, [2, 550, 23, 477, 8529])) for s in seeds]):
+                 "cifar10/cifar-10-batches-py/test_batch",
+                 *[f"cifar10/cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)]):
         (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / file).write_text("")
+    for n, seeds in ((1, [2]), (2, [2, 550]), (4, [2, 550, 23, 477]),
+                     (5, [2, 550, 23, 477, 8529])):
+        for seed in seeds:
+            tiny_checkpoint(tmp_path / "released" / f"cat{n}" / f"seed{seed}.pt")
+    # the meta files are read (their class names), in either key form
+    (tmp_path / "cifar100/cifar-100-python/meta").write_bytes(
+        pickle.dumps({"fine_label_names": ["apple"] * 100}))
+    (tmp_path / "cifar10/cifar-10-batches-py/batches.meta").write_bytes(
+        pickle.dumps({b"label_names": [b"airplane"] * 10}))
     monkeypatch.setenv("TIMECAT_DATA", str(tmp_path))
     monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(tmp_path / "released"))
     return tmp_path
@@ -107,6 +115,26 @@ def test_paper_checkpoints_probes_the_released_files(fake_data: Path) -> None:
     (fake_data / "released" / "cat5" / "seed8529.pt").unlink()
     with pytest.raises(params.ParameterError, match=r"1 checkpoint file\(s\) not found.*8529"):
         planned_params("paper-checkpoints")
+    bad = fake_data / "released" / "cat5" / "seed8529.pt"
+    tiny_checkpoint(bad)  # back, then broken
+    bad.write_bytes(bad.read_bytes()[:1000])
+    with pytest.raises(params.ParameterError, match=f"variants: {bad}: not a readable"):
+        planned_params("paper-checkpoints")
+    tiny_checkpoint(bad, state_width=0.25)
+    with pytest.raises(params.ParameterError, match=f"variants: {bad}: does not fit"):
+        planned_params("paper-checkpoints")
+
+
+def tiny_checkpoint(path: Path, state_width: float = 0.125) -> None:
+    """A kit checkpoint of a tiny network (its config says width 0.125)."""
+    cfg = TrainConfig(model="resnet10", width=0.125, num_classes=3, seed=0, batch_size=8,
+                      iterations=1, output_dir="-", data={
+                          "kind": "synthetic", "image_size": 16, "synthetic": {
+                              "num_train": 8, "num_eval": 8,
+                              "components": [{"weight": 1.0, "cues": ["colour"]}]}})
+    model = models.build(cfg.model, cfg.num_classes, state_width, image_size=16)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": model.state_dict(), "config": cfg.model_dump()}, path)
 
 
 @pytest.mark.parametrize("profile", ["gpu-1x", "paper-8xh100"])

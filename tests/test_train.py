@@ -226,6 +226,70 @@ def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint
     assert not (tmp_path / "run" / train.DONE).exists()
 
 
+def test_non_finite_batchnorm_statistics_are_never_saved_as_good(tmp_path: Path) -> None:
+    """At lr 1e3 the loss is still finite at step 6 but the recalibrated BN variances are not."""
+    cfg = TrainConfig(**settings(tmp_path / "run", lr=1e3, iterations=30, checkpoint_every=2,
+                                 log_every=2, eval_every=0))
+    with pytest.raises(train.NonFiniteLossError, match="non-finite") as error:
+        train.train(cfg)
+    kept = final_state(tmp_path / "run")
+    assert f"last good checkpoint (step {kept['step']})" in str(error.value)
+    assert not models.non_finite(kept["model"])  # running_var included
+
+
+def damaged_run(tmp_path: Path) -> tuple[TrainConfig, Path]:
+    """An unfinished run with a checkpoint at step 6 of 12."""
+    cfg = TrainConfig(**settings(tmp_path / "run", iterations=6, eval_every=0))
+    out = train.train(cfg)
+    (out / train.DONE).unlink()
+    return cfg.model_copy(update={"iterations": 12}), out
+
+
+def test_a_changed_checkpoint_is_refused_on_resume_naming_it(tmp_path: Path) -> None:
+    cfg, out = damaged_run(tmp_path)
+    checkpoint = out / train.CHECKPOINT
+    content = bytearray(checkpoint.read_bytes())
+    content[len(content) // 2:len(content) // 2 + 4096] = os.urandom(4096)  # same size
+    checkpoint.write_bytes(bytes(content))
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump()))
+    with pytest.raises(models.CheckpointError) as error:
+        train.train(cfg)
+    assert str(error.value).startswith(f"{checkpoint}: content differs from the hash")
+    assert "to train this run again from the start" in str(error.value)
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage" * 100, "half"])
+def test_an_unreadable_checkpoint_is_refused_naming_it(tmp_path: Path, content) -> None:
+    cfg, out = damaged_run(tmp_path)
+    checkpoint = out / train.CHECKPOINT
+    whole = checkpoint.read_bytes()
+    checkpoint.write_bytes(whole[:len(whole) // 2] if content == "half" else content)
+    checkpoint.with_name(checkpoint.name + ".sha256").unlink(missing_ok=True)
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump()))
+    with pytest.raises(models.CheckpointError, match=f"^{checkpoint}: not a readable PyTorch"):
+        train.train(cfg)
+
+
+def test_resume_drops_a_torn_metrics_line_and_stale_temporary_files(tmp_path: Path) -> None:
+    cfg, out = damaged_run(tmp_path)
+    (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump()))
+    with (out / train.METRICS).open("a") as handle:
+        handle.write('{"step": 9, "epoch": 1, "lo')  # killed mid-write
+    stale = out / ".checkpoint.pt.4194305.tmp"  # above Linux's largest pid: never alive
+    live = out / f".checkpoint.pt.{os.getppid()}.tmp"  # a live process writing
+    stale.write_bytes(b"x" * 100)
+    live.write_bytes(b"x")
+    train.train(cfg)
+    assert train.read_metrics(out)["step"].to_list() == [3, 6, 9, 12]
+    assert not stale.exists() and live.exists()
+
+
+def test_an_unwritable_output_dir_is_refused_before_training(tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ParameterError, match=f"{tmp_path / 'a_file'}: not a folder.*output_dir"):
+        train.train(TrainConfig(**settings(tmp_path / "a_file" / "run")))
+
+
 def test_command_line_reports_bad_input_without_traceback(tmp_path: Path) -> None:
     values = settings(tmp_path / "run", data={"kind": "imagefolder", "root": str(tmp_path / "no"),
                                               "image_size": 16})

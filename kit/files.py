@@ -1,0 +1,167 @@
+"""Files that are never half-written and never silently changed.
+
+A file is replaced atomically (written under a temporary name `.<name>.<pid>.tmp` in the same
+folder, synced, renamed). A file whose content matters across runs (a checkpoint) also has a
+sidecar `<name>.sha256` recording its size and SHA-256, written atomically as well; reading the
+file back checks them. The sidecar is updated in two steps around the rename so that a kill
+between any two writes leaves a file the sidecar accepts: before the rename it accepts the old
+and the new content, after it only the new one.
+
+Hashing costs one pass over the bytes on one core: 0.7 GB/s measured on a busy 2-core machine,
+so about 0.4 s per ResNet-50 training checkpoint (0.3 GB) at save and again on load
+(benchmarks/file_hash.py); a multi-GB checkpoint takes seconds, paid once per resume.
+Kept free of torch so that `python -m kit check` and the runner stay light.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+SIDECAR_SUFFIX = ".sha256"
+#: the temporary names atomic_write uses: .<name>.<pid>.tmp
+TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$")
+
+
+class IntegrityError(ValueError):
+    """A file whose content is not what was recorded when it was written."""
+
+
+class _HashingWriter:
+    """A binary file handle that also hashes and counts what goes through it."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle, self.digest, self.size = handle, hashlib.sha256(), 0
+
+    def write(self, data: Any) -> int:
+        self.digest.update(data)
+        self.size += memoryview(data).nbytes
+        return self.handle.write(data)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+    def __getattr__(self, name: str) -> Any:  # seek/tell/fileno for writers that ask
+        return getattr(self.handle, name)
+
+
+def temporary_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+@contextlib.contextmanager
+def atomic_write(path: Path) -> Iterator[IO[bytes]]:
+    """A binary file handle whose content replaces `path` only once complete."""
+    temporary = temporary_name(path)
+    try:
+        with open(temporary, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    os.replace(temporary, path)
+
+
+def sidecar(path: Path) -> Path:
+    return path.with_name(path.name + SIDECAR_SUFFIX)
+
+
+def _write_sidecar(path: Path, accepted: list[dict[str, Any]]) -> None:
+    with atomic_write(sidecar(path)) as handle:
+        handle.write(json.dumps({"file": path.name, "accepted": accepted}).encode())
+
+
+def _recorded(path: Path) -> list[dict[str, Any]] | None:
+    """The contents the sidecar accepts; None without a sidecar."""
+    record_path = sidecar(path)
+    if not record_path.exists():
+        return None
+    try:
+        accepted = json.loads(record_path.read_text())["accepted"]
+        return [{"size": int(a["size"]), "sha256": str(a["sha256"])} for a in accepted]
+    except (ValueError, KeyError, TypeError) as error:
+        raise IntegrityError(f"{record_path}: unreadable hash record ({error!r}); delete it "
+                             f"to accept {path.name} unverified") from None
+
+
+def _current(path: Path) -> list[dict[str, Any]]:
+    """What the sidecar accepts for the file now in place (nothing when it has no usable one)."""
+    try:
+        return (_recorded(path) or [])[-1:]
+    except IntegrityError:
+        return []
+
+
+@contextlib.contextmanager
+def hashed_write(path: Path) -> Iterator[IO[bytes]]:
+    """atomic_write, with the content's size and SHA-256 recorded in the sidecar."""
+    temporary = temporary_name(path)
+    try:
+        with open(temporary, "wb") as raw:
+            writer = _HashingWriter(raw)
+            yield writer  # type: ignore[misc]
+            raw.flush()
+            os.fsync(raw.fileno())
+        new = {"size": writer.size, "sha256": writer.digest.hexdigest()}
+        previous = _current(path) if path.exists() else []
+        _write_sidecar(path, previous + [new])  # a kill from here on: old or new is accepted
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    os.replace(temporary, path)
+    _write_sidecar(path, [new])
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(path: Path, rebuild: str) -> bool:
+    """Check `path` against its sidecar: False when there is none (not written by hashed_write),
+    True when it matches; IntegrityError naming the file and `rebuild` (how to make it again)
+    otherwise."""
+    accepted = _recorded(path)
+    if accepted is None:
+        return False
+    size = path.stat().st_size
+    if size in {a["size"] for a in accepted} and file_hash(path) in {a["sha256"]
+                                                                     for a in accepted}:
+        return True
+    raise IntegrityError(f"{path}: content differs from the hash recorded when it was written "
+                         f"({sidecar(path).name}); the file is corrupt. {rebuild}")
+
+
+def remove_stale_temporaries(folder: Path, everything: bool = False) -> list[Path]:
+    """Delete the temporary files of interrupted atomic writes under `folder`: those whose
+    writing process is gone, or all of them when `everything` (the caller holds the folder)."""
+    removed = []
+    for directory, _, names in os.walk(folder):
+        for name in names:
+            match = TEMPORARY.match(name)
+            if match and (everything or not _alive(int(match["pid"]))):
+                path = Path(directory) / name
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
