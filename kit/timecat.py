@@ -5,29 +5,25 @@ against one model trained for the whole budget (cat1), on the pretraining distri
 other tasks. Notebook 03 drives the steps below; each is resumable: finished runs (their DONE
 marker) are skipped, interrupted ones resume from their checkpoint, and features are cached.
 
-`python -m kit.timecat RUN.yaml [RUN.yaml ...]` trains the given runs one after another; the
-notebook starts it as worker processes (or under torchrun on GPU nodes).
+Training goes through kit.launch: in the kernel, as pinned worker processes, one torchrun per
+run, or a Slurm array.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import altair as alt
 import polars as pl
 import torch
-import yaml
 from torch.utils.data import Dataset, Subset, TensorDataset
-from tqdm import tqdm
 
 from kit import data, evidence, features, plan, probe, train
-from kit.config import TimecatParams, TrainConfig, load_train_config
-from kit.paths import REPO_ROOT, resolve
+from kit import launch as kit_launch
+from kit.config import LaunchParams, TimecatParams, TrainConfig
+from kit.paths import resolve
 
 
 @dataclass(frozen=True)
@@ -99,58 +95,25 @@ def is_finished(config: TrainConfig) -> bool:
     return (resolve(config.output_dir) / train.DONE).exists()
 
 
-def launch(trainings: list[PlannedTraining], params: TimecatParams) -> list[str]:
-    """Train every unfinished run (finished ones are skipped); returns what was skipped."""
+def launch(trainings: list[PlannedTraining], params: TimecatParams, wait: bool = True
+           ) -> list[str]:
+    """Train every unfinished run (finished ones are skipped) with kit.launch; returns what was
+    skipped. Runs that failed are named with their logs."""
     skipped = [str(t.config.output_dir) for t in trainings if is_finished(t.config)]
-    pending = [t for t in trainings if not is_finished(t.config)]
-    for planned in pending:
-        planned.config_file.parent.mkdir(parents=True, exist_ok=True)
-        planned.config_file.write_text(yaml.safe_dump(planned.config.model_dump(),
-                                                      sort_keys=False))
-    if not pending:
-        return skipped
-    kind = params.launch.kind
-    if kind == "inline":
-        for planned in tqdm(pending, desc="training runs"):
-            train.train(planned.config)
-        return skipped
-    if kind == "torchrun":
-        groups = [pending]
-        prefix = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                  f"--nproc_per_node={params.launch.nproc_per_node}"]
-        threads = None
-    else:
-        workers = min(params.launch.parallel, len(pending))
-        groups = [pending[w::workers] for w in range(workers)]
-        prefix = [sys.executable]
-        threads = str(max(1, (os.cpu_count() or 1) // workers))
-    _run_workers(groups, prefix, threads, runs_dir(params) / "logs")
+    pending = [t.config for t in trainings if not is_finished(t.config)]
+    if pending:
+        kit_launch.launch(pending, launch_settings(params.launch), runs_dir(params), wait).check()
     return skipped
 
 
-def _run_workers(groups: list[list[PlannedTraining]], prefix: list[str], threads: str | None,
-                 log_dir: Path) -> None:
-    """Start one worker process per group, follow DONE markers with a progress bar, and fail
-    naming the log of any worker that did not finish its runs."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    env = os.environ | {"PYTHONPATH": str(REPO_ROOT)}
-    if threads:
-        env |= {"OMP_NUM_THREADS": threads}
-    workers = []
-    for index, group in enumerate(groups):
-        log = log_dir / f"worker{index}.log"
-        command = prefix + ["-m", "kit.timecat", *[str(t.config_file) for t in group]]
-        workers.append((subprocess.Popen(command, env=env, stdout=log.open("w"),
-                                         stderr=subprocess.STDOUT), log))
-    everything = [t for group in groups for t in group]
-    with tqdm(total=len(everything), desc="training runs") as progress:
-        while any(worker.poll() is None for worker, _ in workers):
-            progress.update(sum(map(lambda t: is_finished(t.config), everything)) - progress.n)
-            time.sleep(1)
-        progress.update(sum(map(lambda t: is_finished(t.config), everything)) - progress.n)
-    failed = [str(log) for worker, log in workers if worker.returncode != 0]
-    if failed:
-        raise RuntimeError(f"training failed; see {', '.join(failed)}")
+def launch_settings(launch: LaunchParams | kit_launch.LaunchConfig) -> kit_launch.LaunchConfig:
+    """The launcher's settings for the notebook's `launch` (inline, subprocess x parallel,
+    torchrun x nproc_per_node)."""
+    if isinstance(launch, kit_launch.LaunchConfig):
+        return launch
+    if launch.kind == "subprocess":
+        return kit_launch.LaunchConfig(backend="local", workers=launch.parallel)
+    return kit_launch.LaunchConfig(backend=launch.kind, nproc_per_node=launch.nproc_per_node)
 
 
 def probe_all(representations: list[Representation], params: TimecatParams
@@ -334,14 +297,3 @@ def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
         tooltip=["role", "n", "mean", "std"])
     bars = base.mark_errorbar().encode(y=alt.Y("low:Q", title=title), y2="high:Q")
     return (line + bars).properties(width=320, height=220)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Train the runs whose configuration files are given, one after another."""
-    paths = argv if argv is not None else sys.argv[1:]
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
-    return train.exit_code(lambda: [train.train(load_train_config(Path(p))) for p in paths])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
