@@ -475,3 +475,130 @@ def _job_alive(settings: LaunchConfig, folder: Path, job_id: str) -> bool:
     state = submitit.SlurmJob(folder, job_id).state
     return state in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING",
                      "RESIZING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exported plans: configs and an sbatch array script for submitting by hand
+# ---------------------------------------------------------------------------------------------
+
+def sbatch_script(files: Sequence[Path], settings: LaunchConfig, out: Path) -> str:
+    """A Slurm array, one run per task: `srun` starts nproc_per_node trainers on each node, which
+    form one job from Slurm's variables; a run stopped by the signal (exit 75) requeues its task."""
+    limit = f"%{settings.max_concurrent}" if settings.max_concurrent else ""
+    options = ["--job-name=kit-train", f"--array=0-{len(files) - 1}{limit}",
+               f"--nodes={settings.nodes}", f"--ntasks-per-node={settings.nproc_per_node}",
+               f"--time={settings.timeout_min}",
+               f"--signal={settings.signal}@{settings.signal_delay_s}", "--requeue",
+               f"--output={out / LOGS}/%A_%a.log"]
+    options += [f"--gpus-per-node={settings.gpus_per_node}"] * bool(settings.gpus_per_node)
+    options += [f"--cpus-per-task={settings.cpus_per_task}"] * bool(settings.cpus_per_task)
+    options += [f"--partition={settings.partition}"] * bool(settings.partition)
+    options += [f"--account={settings.account}"] * bool(settings.account)
+    return "\n".join([
+        "#!/bin/bash", *(f"#SBATCH {option}" for option in options), "",
+        "# written by `python -m kit.launch plan`; submit with: sbatch " + str(out / "train.sbatch"),
+        *settings.setup,
+        f"cd {shlex.quote(str(REPO_ROOT))}",
+        f'export PYTHONPATH={shlex.quote(str(REPO_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+        'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        f'config="$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(str(out / "runs.txt"))})"',
+        f'srun --kill-on-bad-exit=1 {shlex.quote(sys.executable)} -m kit.train --config "$config"',
+        "status=$?",
+        f'if [ "$status" -eq {PREEMPTED_EXIT} ]; then  # checkpointed on the signal: run again',
+        '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
+        "fi",
+        'exit "$status"', ""])
+
+
+def export_plan(configs: Sequence[TrainConfig], settings: LaunchConfig, out: str | Path) -> Path:
+    """Every run's config under out/configs, their list in out/runs.txt and out/train.sbatch."""
+    out = resolve(out)
+    files = list(write_configs(configs, out).values())
+    (out / LOGS).mkdir(parents=True, exist_ok=True)
+    (out / "runs.txt").write_text("".join(f"{path}\n" for path in files))
+    script = out / "train.sbatch"
+    script.write_text(sbatch_script(files, settings, out))
+    script.chmod(0o755)
+    return script
+
+
+def planned_configs(base_file: Path, overrides: list[str], runs: list[int], seeds: list[int],
+                    total: int | None, iterations: list[int] | None, root: str | None
+                    ) -> list[TrainConfig]:
+    """kit.plan's time-concat runs for every n of `runs` (one iterations value per n, or the
+    total split n ways), from one base configuration."""
+    from kit import plan
+    from kit.config import load_train_config
+
+    base = load_train_config(base_file, overrides)
+    if iterations is not None and len(iterations) != len(runs):
+        raise ParameterError(f"--iterations: give one value per n of --runs {runs}")
+    return [plan.configure(planned, base)
+            for index, n in enumerate(runs)
+            for planned in plan.time_concat(n, seeds, root or base.output_dir, total,
+                                            iterations[index] if iterations else None)]
+
+
+def parse_settings(pairs: list[str]) -> LaunchConfig:
+    """LaunchConfig from KEY=VALUE pairs of the command line (values read as YAML)."""
+    from pydantic import ValidationError
+
+    values = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator:
+            raise ParameterError(f"the command line: --launch {pair!r} is not KEY=VALUE")
+        values[key.strip()] = yaml.safe_load(value)
+    try:
+        return LaunchConfig(**values)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'launch'}: {e['msg']}"
+                             for e in error.errors())
+        raise ParameterError(f"the command line: launch settings: {problems}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kit.launch", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in [("plan", "write every run's config and an sbatch array script"),
+                       ("run", "train the unfinished runs with a backend")]:
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--config", type=Path, required=True, help="the base run's YAML file")
+        sub.add_argument("--runs", type=int, nargs="+", required=True, help="values of n")
+        sub.add_argument("--total", type=int, help="total budget in iterations")
+        sub.add_argument("--iterations", type=int, nargs="+", help="iterations per run, per n")
+        sub.add_argument("--seeds", type=int, nargs="+", required=True)
+        sub.add_argument("--root", help="folder holding cat<n>/seed<s> (default: output_dir)")
+        sub.add_argument("--out", type=Path, required=True,
+                         help="where configs, logs and the sbatch script go")
+        sub.add_argument("--launch", dest="launch", action="append", default=[],
+                         metavar="KEY=VALUE", help="a LaunchConfig setting (repeatable)")
+        sub.add_argument("--no-wait", action="store_true", help="slurm: return once submitted")
+        sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                         help="override a setting of the base run")
+    args = parser.parse_args(argv)
+    try:
+        pairs = args.launch if any(p.startswith("backend=") for p in args.launch) else [
+            "backend=slurm", *args.launch]
+        settings = parse_settings(pairs)
+        configs = planned_configs(args.config, args.overrides, args.runs, args.seeds, args.total,
+                                  args.iterations, args.root)
+    except ParameterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.command == "plan":
+        script = export_plan(configs, settings, args.out)
+        print(f"{len(configs)} runs; submit with: sbatch {script}")
+        return 0
+    pending = [config for config in configs if not is_finished(config)]
+    print(f"{len(configs) - len(pending)} of {len(configs)} runs already finished")
+    result = launch(pending, settings, args.out, wait=not args.no_wait)
+    for name, job_id in result.submitted.items():
+        print(f"{name}: job {job_id}")
+    for name, log in result.failed.items():
+        print(f"{name}: failed, see {log}", file=sys.stderr)
+    return 1 if result.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
