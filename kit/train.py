@@ -271,11 +271,20 @@ class Trainer:
     def state(self) -> dict[str, Any]:
         return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
 
+    def parameters_at_y(self) -> list[torch.Tensor]:
+        return [parameter.detach().clone() for parameter in self.module.parameters()]
+
     def load(self, state: dict[str, Any]) -> None:
-        """Restore weights at x and optimizer state saved in eval mode, then return to y."""
+        """Restore weights at x and optimizer state saved in eval mode, then return to y. A
+        preemption checkpoint also holds y itself: an uninterrupted run never went to x at that
+        step, and the round trip x -> y is exact only up to rounding."""
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.optimizer.train()
+        if "parameters_at_y" in state:
+            with torch.no_grad():
+                for parameter, saved in zip(self.module.parameters(), state["parameters_at_y"]):
+                    parameter.copy_(saved)
 
     def check_replicas_identical(self) -> None:
         """Every rank must end with rank 0's parameters and buffers, bit for bit."""
@@ -459,6 +468,9 @@ def _train(cfg: TrainConfig, process: Process, stop: StopFlag) -> Path:
         if not (evaluate or save or step % cfg.log_every == 0):
             continue
         loss, bad_step, preempted = trainer.take_window(window_steps, stop.requested)
+        # an uninterrupted run passes through x only where it evaluates or saves
+        at_y = ({"parameters_at_y": trainer.parameters_at_y()}
+                if preempted and not (evaluate or save) else {})
         save = save or preempted
         if bad_step is not None:
             kept = (f"the last good checkpoint (step {last_saved}) is kept in {checkpoint_path}"
@@ -485,7 +497,7 @@ def _train(cfg: TrainConfig, process: Process, stop: StopFlag) -> Path:
                 with atomic_write(checkpoint_path) as handle:
                     torch.save({**trainer.state(), "rng": rng_states(), "step": step,
                                 "epoch": epoch, "batch_in_epoch": batch_in_epoch,
-                                "config": cfg.model_dump()}, handle)
+                                "config": cfg.model_dump(), **at_y}, handle)
         last_saved = step if save else last_saved
         if preempted and not final:
             progress.close()
