@@ -29,7 +29,7 @@ TORCHRUN_LAUNCHES = int(os.environ.get("KIT_TEST_TORCHRUN_LAUNCHES", "20"))
 def tiny(out: Path, **changes) -> TrainConfig:
     """A run that is mostly process start-up: a few steps, no evaluation."""
     values = dict(iterations=2, log_every=2, eval_every=0, checkpoint_every=0,
-                  bn_recalibration_batches=0)
+                  bn_recalibration_batches=1)  # without, DDP replicas keep their own BN stats
     return TrainConfig(**settings(out, **(values | changes)))
 
 
@@ -59,7 +59,7 @@ def test_local_workers_are_pinned_to_disjoint_cores(tmp_path: Path) -> None:
 def test_torchrun_backend_launches_back_to_back_without_failure(tmp_path: Path) -> None:
     """One torchrun per run: the second run never meets the first one's rendezvous (issue 12
     measured 3 failures in 6 with two runs in one torchrun)."""
-    settings_ = launch.LaunchConfig(backend="torchrun", nproc_per_node=2, workers=1)
+    settings_ = launch.LaunchConfig(backend="torchrun", nproc_per_node=2, workers=2)
     failures = {}
     for index in range(TORCHRUN_LAUNCHES):
         configs = [tiny(tmp_path / f"launch{index}" / f"run{r}", seed=r) for r in range(2)]
