@@ -7,18 +7,14 @@ variant of kit.timecat_params; results key on the variant's name and compare wit
 baseline. Notebook 03 drives the steps below; each is resumable: finished runs (their DONE
 marker) are skipped, interrupted ones resume from their checkpoint, and features are cached.
 
-`python -m kit.timecat RUN.yaml [RUN.yaml ...]` trains the given runs one after another; the
-notebook starts it as worker processes (or under torchrun on GPU nodes).
+Training goes through kit.launch: in the kernel, as pinned worker processes, one torchrun per
+run, or a Slurm array.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import os
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,14 +22,13 @@ import altair as alt
 import polars as pl
 import scipy.stats
 import torch
-import yaml
 from torch.utils.data import Dataset, Subset, TensorDataset
-from tqdm import tqdm
 
 from kit import data, diagnostics, evidence, features, files, models, probe, train
-from kit.config import TrainConfig, load_train_config
+from kit import launch as kit_launch
+from kit.config import TrainConfig
 from kit.params import ParameterError
-from kit.paths import REPO_ROOT, resolve
+from kit.paths import resolve
 from kit.timecat_params import TimecatParams
 
 
@@ -54,7 +49,6 @@ class Representation:
 @dataclass(frozen=True)
 class PlannedTraining:
     config: TrainConfig
-    config_file: Path
 
 
 def runs_dir(params: TimecatParams) -> Path:
@@ -107,10 +101,7 @@ def plan(params: TimecatParams) -> Plan:
                 representations.append(Representation(
                     variant.name, variant.kind, variant.n, variant.width, replicate, iterations,
                     files, None if task is None else task.name))
-    configs_dir = root / "configs"
-    trainings = [PlannedTraining(cfg, configs_dir / f"{folder.relative_to(root)}.yaml"
-                                 .replace(os.sep, "__")) for folder, cfg in runs.items()]
-    return Plan(trainings, initial, representations)
+    return Plan([PlannedTraining(cfg) for cfg in runs.values()], initial, representations)
 
 
 #: the file holding an untrained network (random-init variants), in the kit's checkpoint format
@@ -152,9 +143,11 @@ def is_finished(config: TrainConfig) -> bool:
     return (resolve(config.output_dir) / train.DONE).exists()
 
 
-def launch(trainings: list[PlannedTraining], params: TimecatParams) -> list[str]:
-    """Train every unfinished run (finished ones are skipped); returns what was skipped. A
-    folder holding a run with other settings is refused before anything starts, never reused."""
+def launch(trainings: list[PlannedTraining], params: TimecatParams, wait: bool = True
+           ) -> list[str]:
+    """Train every unfinished run (finished ones are skipped) with kit.launch; returns what was
+    skipped. A folder holding a run with other settings is refused before anything starts, never
+    reused; runs that failed are named with their logs."""
     changed = changed_runs(trainings)
     if changed:
         raise ParameterError(
@@ -163,55 +156,10 @@ def launch(trainings: list[PlannedTraining], params: TimecatParams) -> list[str]
             + ". Keep them by choosing another run_root (e.g. --set run_root=time_concat_v2), "
             "or delete those folders to retrain them.")
     skipped = [str(t.config.output_dir) for t in trainings if is_finished(t.config)]
-    pending = [t for t in trainings if not is_finished(t.config)]
-    for planned in pending:
-        planned.config_file.parent.mkdir(parents=True, exist_ok=True)
-        planned.config_file.write_text(yaml.safe_dump(planned.config.model_dump(),
-                                                      sort_keys=False))
-    if not pending:
-        return skipped
-    kind = params.launch.kind
-    if kind == "inline":
-        for planned in tqdm(pending, desc="training runs"):
-            train.train(planned.config)
-        return skipped
-    if kind == "torchrun":
-        groups = [pending]
-        prefix = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                  f"--nproc_per_node={params.launch.nproc_per_node}"]
-        threads = None
-    else:
-        workers = min(params.launch.parallel, len(pending))
-        groups = [pending[w::workers] for w in range(workers)]
-        prefix = [sys.executable]
-        threads = str(max(1, (os.cpu_count() or 1) // workers))
-    _run_workers(groups, prefix, threads, runs_dir(params) / "logs")
+    pending = [t.config for t in trainings if not is_finished(t.config)]
+    if pending:
+        kit_launch.launch(pending, params.launch, runs_dir(params), wait).check()
     return skipped
-
-
-def _run_workers(groups: list[list[PlannedTraining]], prefix: list[str], threads: str | None,
-                 log_dir: Path) -> None:
-    """Start one worker process per group, follow DONE markers with a progress bar, and fail
-    naming the log of any worker that did not finish its runs."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    env = os.environ | {"PYTHONPATH": str(REPO_ROOT)}
-    if threads:
-        env |= {"OMP_NUM_THREADS": threads}
-    workers = []
-    for index, group in enumerate(groups):
-        log = log_dir / f"worker{index}.log"
-        command = prefix + ["-m", "kit.timecat", *[str(t.config_file) for t in group]]
-        workers.append((subprocess.Popen(command, env=env, stdout=log.open("w"),
-                                         stderr=subprocess.STDOUT), log))
-    everything = [t for group in groups for t in group]
-    with tqdm(total=len(everything), desc="training runs") as progress:
-        while any(worker.poll() is None for worker, _ in workers):
-            progress.update(sum(map(lambda t: is_finished(t.config), everything)) - progress.n)
-            time.sleep(1)
-        progress.update(sum(map(lambda t: is_finished(t.config), everything)) - progress.n)
-    failed = [str(log) for worker, log in workers if worker.returncode != 0]
-    if failed:
-        raise RuntimeError(f"training failed; see {', '.join(failed)}")
 
 
 #: rows of the evaluation split the label-free diagnostics use (a seeded sample beyond that)
@@ -465,14 +413,3 @@ def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
         tooltip=["role", "variant", "mean", "std"])
     bars = base.mark_errorbar().encode(y=alt.Y("low:Q", title=title), y2="high:Q")
     return (line + bars).properties(width=320, height=220)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Train the runs whose configuration files are given, one after another."""
-    paths = argv if argv is not None else sys.argv[1:]
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
-    return train.exit_code(lambda: [train.train(load_train_config(Path(p))) for p in paths])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from kit.config import ComponentConfig, DataConfig, RunSettings, TrainConfig
+from kit.launch import LaunchConfig
 from kit.params import NotebookParams, Strict
 from kit.paths import resolve
 from kit.probe_params import FastProbe
@@ -88,14 +89,6 @@ class Variant(Strict):
         return self.kind in TRAINED_KINDS and self.checkpoints is None
 
 
-class LaunchParams(Strict):
-    """How training runs start: in this process, as `parallel` worker processes, or torchrun."""
-
-    kind: Literal["inline", "subprocess", "torchrun"]
-    parallel: int = Field(default=1, ge=1)
-    nproc_per_node: int = Field(default=1, ge=1)
-
-
 class TimecatParams(NotebookParams):
     """Notebook 03: variants of a representation at a fixed budget, probed on every task."""
 
@@ -121,7 +114,7 @@ class TimecatParams(NotebookParams):
     feature_workers: int = Field(ge=0)
     feature_dtype: Literal["float16", "float32"]
     device: str = Field(min_length=1)
-    launch: LaunchParams
+    launch: LaunchConfig
     paper_columns: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")

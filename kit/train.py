@@ -15,6 +15,15 @@ when a run resumes (about 1.5 s per GB, see kit.files); weights or BN statistics
 infinity are never saved, so a diverging run keeps its last finite checkpoint. Resuming drops a
 metrics line torn by a kill and the temporary files of writers that died.
 
+SIGTERM, SIGUSR1 or SIGUSR2 (a scheduler's notice before preemption or the time limit) makes
+every rank stop at the next logging step, where the ranks already exchange the window's loss,
+so the flag costs no extra synchronisation: the checkpoint is written there and the process
+exits with PREEMPTED_EXIT ("resume me"). Rank 0 holds the run folder's lock (kit.locks) while
+it trains, so a second launch into the same folder is refused naming the holder.
+
+Distributed runs start under torchrun, or under plain `srun` (Slurm's variables are read when
+torchrun's are absent), so `srun --ntasks=N python -m kit.train ...` is one job of N ranks.
+
 The step loop never waits for the device except every `log_every` steps, where the loss
 accumulated on the device is read, checked for NaN/inf and logged to `metrics.jsonl`.
 """
@@ -26,7 +35,9 @@ import contextlib
 import json
 import os
 import random
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -44,7 +55,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
 from kit import data as kit_data
-from kit import files, models
+from kit import files, locks, models
 from kit.config import TrainConfig, load_train_config
 from kit.params import ParameterError
 from kit.paths import resolve
@@ -59,10 +70,17 @@ METRICS = "metrics.jsonl"
 METRICS_SCHEMA = {"step": pl.Int64, "epoch": pl.Int64, "loss": pl.Float64, "lr": pl.Float64,
                   "images_per_s": pl.Float64, "eval_accuracy": pl.Float64,
                   "eval_loss": pl.Float64}
+#: exit status of a run stopped by a preemption signal after writing its checkpoint (EX_TEMPFAIL)
+PREEMPTED_EXIT = 75
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class Preempted(RuntimeError):
+    """A preemption signal stopped the run after its checkpoint was written; run it again."""
 
 
 @dataclass(frozen=True)
@@ -78,18 +96,60 @@ class Process:
         return self.rank == 0
 
 
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list such as `gpu[003-006,9],cpu1` (gpu003)."""
+    depth, end = 0, len(nodelist)
+    for index, character in enumerate(nodelist):
+        depth += {"[": 1, "]": -1}.get(character, 0)
+        if character == "," and depth == 0:
+            end = index
+            break
+    first = nodelist[:end]
+    if "[" not in first:
+        return first
+    prefix, rest = first.split("[", 1)
+    ranges, suffix = rest.split("]", 1)
+    return prefix + ranges.split(",")[0].split("-")[0] + suffix
+
+
+def slurm_environment(environ: dict[str, str]) -> dict[str, str]:
+    """torchrun's variables for a process started by `srun` with several tasks (none when
+    torchrun's are set or the step has one task): Slurm's rank, task count and local id; the
+    first node as the rendezvous host and a port derived from the job id, the same on every
+    node and different for concurrent jobs."""
+    tasks = int(environ.get("SLURM_STEP_NUM_TASKS", environ.get("SLURM_NTASKS", "1")))
+    if "WORLD_SIZE" in environ or "SLURM_PROCID" not in environ or tasks < 2:
+        return {}
+    nodelist = (environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
+                or environ.get("SLURM_NODELIST", "localhost"))
+    port = 20000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000
+    return {"RANK": environ["SLURM_PROCID"], "WORLD_SIZE": str(tasks),
+            "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
+            "MASTER_ADDR": environ.get("MASTER_ADDR") or first_host(nodelist),
+            "MASTER_PORT": environ.get("MASTER_PORT") or str(port)}
+
+
 def start_process(device: str) -> Process:
-    """Join the process group when launched by torchrun with several ranks."""
+    """Join the process group when launched with several ranks, by torchrun or by srun."""
+    os.environ.update(slurm_environment(dict(os.environ)))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    if use_cuda:
+    if use_cuda:  # srun may bind one GPU per task: the local rank counts visible devices
+        local_rank %= torch.cuda.device_count()
         torch.cuda.set_device(local_rank)
     chosen = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if world_size > 1:
         dist.init_process_group("nccl" if use_cuda else "gloo",
                                 device_id=chosen if use_cuda else None)
     return Process(rank, world_size, chosen)
+
+
+def placement(out: Path, process: Process) -> str:
+    """Where this rank runs, for its log: a launcher's pinning can be checked there."""
+    return (f"{out.name}: rank {process.rank}/{process.world_size} on {process.device}, "
+            f"cpus {sorted(os.sched_getaffinity(0))}, {torch.get_num_threads()} threads, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
 
 
 def warmup_steps(cfg: TrainConfig) -> int:
@@ -157,17 +217,20 @@ class Trainer:
         torch.minimum(self.first_bad_step, bad_now, out=self.first_bad_step)
         self.loss_sum += loss
 
-    def take_window(self, steps: int) -> tuple[float, int | None]:
-        """Mean loss over the last `steps` steps (all ranks) and the first non-finite step."""
+    def take_window(self, steps: int, stop_requested: bool = False
+                    ) -> tuple[float, int | None, bool]:
+        """Mean loss over the last `steps` steps (all ranks), the first non-finite step, and
+        whether any rank was asked to stop (carried, negated, in the same MIN reduction)."""
         totals = self.loss_sum.clone()
-        first_bad = self.first_bad_step.clone()
+        first_bad = torch.stack([self.first_bad_step,
+                                 torch.tensor(-int(stop_requested), device=totals.device)])
         if self.process.world_size > 1:
             dist.all_reduce(totals)
             dist.all_reduce(first_bad, op=dist.ReduceOp.MIN)
         self.loss_sum.zero_()
-        bad = int(first_bad)
+        bad, stop = first_bad.tolist()
         return (float(totals) / (steps * self.process.world_size),
-                None if bad == torch.iinfo(torch.int64).max else bad)
+                None if bad == torch.iinfo(torch.int64).max else bad, stop < 0)
 
     @contextlib.contextmanager
     def evaluation_point(self, recalibration: Iterable) -> Iterator[None]:
@@ -222,11 +285,20 @@ class Trainer:
     def state(self) -> dict[str, Any]:
         return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
 
+    def parameters_at_y(self) -> list[torch.Tensor]:
+        return [parameter.detach().clone() for parameter in self.module.parameters()]
+
     def load(self, state: dict[str, Any]) -> None:
-        """Restore weights at x and optimizer state saved in eval mode, then return to y."""
+        """Restore weights at x and optimizer state saved in eval mode, then return to y. A
+        preemption checkpoint also holds y itself: an uninterrupted run never went to x at that
+        step, and the round trip x -> y is exact only up to rounding."""
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.optimizer.train()
+        if "parameters_at_y" in state:
+            with torch.no_grad():
+                for parameter, saved in zip(self.module.parameters(), state["parameters_at_y"]):
+                    parameter.copy_(saved)
 
     def check_replicas_identical(self) -> None:
         """Every rank must end with rank 0's parameters and buffers, bit for bit."""
@@ -247,17 +319,19 @@ class Trainer:
 # ---------------------------------------------------------------------------------------------
 
 def rng_states() -> dict[str, Any]:
+    """The generators' states; of CUDA only the current device's, so that a run resumes under
+    any number of visible GPUs (each rank drives one device)."""
     states = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda_device"] = torch.cuda.get_rng_state()
     return states
 
 
 def restore_rng_states(states: dict[str, Any]) -> None:
     random.setstate(states["python"])
     torch.set_rng_state(states["torch"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
+    if "cuda_device" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state(states["cuda_device"])
 
 
 def read_metrics(run_dir: str | Path) -> pl.DataFrame:
@@ -315,17 +389,65 @@ def _check_same_run(saved: dict[str, Any], cfg: TrainConfig, where: Path) -> Non
 # The run
 # ---------------------------------------------------------------------------------------------
 
+class StopFlag:
+    """Set by a preemption signal; the step loop reads it at its next logging step."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[StopFlag]:
+        """Catch the preemption signals for the block (main thread only: elsewhere Python
+        cannot install handlers, and the caller keeps its own)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {number: signal.signal(number, self._request) for number in PREEMPTION_SIGNALS}
+        try:
+            yield self
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def _request(self, number: int, _frame: object) -> None:
+        self.requested = True
+        print(f"received {signal.Signals(number).name}: checkpointing at the next logging step",
+              file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def holding_run_folder(out: Path, process: Process) -> Iterator[None]:
+    """Rank 0 holds the run folder's lock; every rank learns whether it got it, so that a
+    refused launch stops all ranks instead of leaving them waiting for rank 0."""
+    with contextlib.ExitStack() as stack:
+        refusal = ""
+        if process.main:
+            try:
+                stack.enter_context(locks.hold(out, "training"))
+            except locks.FolderLocked as error:
+                refusal = str(error)
+        if process.world_size > 1:
+            shared = [refusal]
+            dist.broadcast_object_list(shared, src=0)
+            refusal = shared[0]
+        if refusal:
+            raise locks.FolderLocked(refusal)
+        yield
+
+
 def train(cfg: TrainConfig) -> Path:
     """Train (or resume, or skip when finished) one run; returns its output folder."""
     process = start_process(cfg.device)
     try:
-        return _train(cfg, process)
+        with holding_run_folder(resolve(cfg.output_dir), process), \
+                StopFlag().installed() as stop:
+            return _train(cfg, process, stop)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def _train(cfg: TrainConfig, process: Process) -> Path:
+def _train(cfg: TrainConfig, process: Process, stop: StopFlag) -> Path:
     out = resolve(cfg.output_dir)
     checkpoint_path, done_path, metrics_path = out / CHECKPOINT, out / DONE, out / METRICS
     unwritable = writable_problems(out)
@@ -343,6 +465,7 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
     if cfg.micro_batch and cfg.batch_size % (process.world_size * cfg.micro_batch):
         raise ParameterError(f"micro_batch: batch_size {cfg.batch_size} is not divisible by "
                              f"{process.world_size} ranks x micro_batch {cfg.micro_batch}")
+    print(placement(out, process), flush=True)
     run_data = kit_data.build(
         cfg.data, cfg.num_classes, cfg.seed, cfg.batch_size, process.rank, process.world_size,
         cfg.num_workers, cfg.bn_recalibration_batches, pin_memory=process.device.type == "cuda",
@@ -356,7 +479,7 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
         step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
     if process.main:
         out.mkdir(parents=True, exist_ok=True)
-        files.remove_stale_temporaries(out)
+        files.remove_stale_temporaries(out, everything=True)  # this process holds the folder
         with files.atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
             handle.write(yaml.safe_dump(cfg.model_dump(), sort_keys=False).encode())
         _keep_metrics_until(metrics_path, step)
@@ -382,9 +505,13 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
         save = final or (cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0)
         if not (evaluate or save or step % cfg.log_every == 0):
             continue
-        loss, bad_step = trainer.take_window(window_steps)
+        loss, bad_step, preempted = trainer.take_window(window_steps, stop.requested)
         kept = (f"the last good checkpoint (step {last_saved}) is kept in {checkpoint_path}"
                 if last_saved is not None else "no checkpoint had been written yet")
+        # an uninterrupted run passes through x only where it evaluates or saves
+        at_y = ({"parameters_at_y": trainer.parameters_at_y()}
+                if preempted and not (evaluate or save) else {})
+        save = save or preempted
         if bad_step is not None:
             raise NonFiniteLossError(f"{out}: the training loss became non-finite at step "
                                      f"{bad_step}; training stopped and {kept}")
@@ -406,12 +533,16 @@ def _train(cfg: TrainConfig, process: Process) -> Path:
                 progress.set_postfix(loss=f"{loss:.3f}", img_s=f"{record['images_per_s']:.0f}")
             if save:
                 state = {**trainer.state(), "rng": rng_states(), "step": step, "epoch": epoch,
-                         "batch_in_epoch": batch_in_epoch, "config": cfg.model_dump()}
+                         "batch_in_epoch": batch_in_epoch, "config": cfg.model_dump(), **at_y}
                 _check_finite(state, out, kept)  # replicas are identical: every rank stops
                 if process.main:
                     with files.hashed_write(checkpoint_path) as handle:
                         torch.save(state, handle)
         last_saved = step if save else last_saved
+        if preempted and not final:
+            progress.close()
+            raise Preempted(f"{out}: stopped by a preemption signal at step {step} after "
+                            f"writing {checkpoint_path}; run it again to resume")
         window_steps, window_start = 0, time.perf_counter()
     progress.close()
     if process.world_size > 1:
@@ -431,13 +562,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def exit_code(action: Callable[[], object]) -> int:
-    """Run a command-line action: 0 on success, 2 for bad input, 1 for a diverged run; the
-    message (which names the file, key or step) goes to stderr without a traceback."""
+    """Run a command-line action: 0 on success, 2 for bad input or a run folder held by another
+    process, 1 for a diverged run, PREEMPTED_EXIT for a run to resume; the message (which names
+    the file, key, step or holder) goes to stderr without a traceback."""
     try:
         action()
-    except (ParameterError, kit_data.DataError, models.CheckpointError) as error:
+    except (ParameterError, kit_data.DataError, models.CheckpointError,
+            locks.FolderLocked) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except Preempted as error:
+        print(f"preempted: {error}", file=sys.stderr)
+        return PREEMPTED_EXIT
     except NonFiniteLossError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

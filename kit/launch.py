@@ -1,0 +1,605 @@
+"""Start training runs on this machine, on several nodes, or as a Slurm array: one seam.
+
+Backends (LaunchConfig.backend):
+- `inline`: in this process, one run after another (debugging, tiny runs).
+- `local`: `workers` runs at a time, each in its own process(es) pinned to its own GPUs
+  (CUDA_VISIBLE_DEVICES) or, without CUDA, its own CPU cores (affinity and OMP_NUM_THREADS).
+- `torchrun`: like `local`, but every run under its own torchrun (never two runs in one process
+  group, whose stale rendezvous keys break the next); with `nodes` > 1 the same launch is started
+  on every node and each run meets at `rdzv_endpoint` under its own rendezvous id.
+- `slurm`: an array of jobs through submitit, one run per job; each task starts torchrun (or the
+  trainer directly for one process), forwards the preemption signal to the trainers, waits for
+  their checkpoint and requeues the job.
+
+The caller decides which runs are pending (finished runs have a DONE marker); a run is finished
+when its DONE marker exists, whatever launched it, so any backend can resume any run.
+`python -m kit.launch plan ...` writes every run's config and a ready sbatch array script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, model_validator
+
+from kit.config import TrainConfig
+from kit.params import ParameterError, Strict
+from kit.paths import REPO_ROOT, resolve
+
+#: the trainer's exit status after a preemption checkpoint (kit.train.PREEMPTED_EXIT)
+PREEMPTED_EXIT = 75
+CONFIGS = "configs"
+LOGS = "logs"
+JOBS = "slurm_jobs.json"
+
+
+class LaunchConfig(Strict):
+    """Where and how training runs start."""
+
+    backend: Literal["inline", "local", "torchrun", "slurm"]
+    #: runs trained at the same time on this node (local, torchrun)
+    workers: int = Field(default=1, ge=1)
+    #: processes (GPUs) per run on each node
+    nproc_per_node: int = Field(default=1, ge=1)
+    #: nodes per run (torchrun: start the same launch on each; slurm: nodes per job)
+    nodes: int = Field(default=1, ge=1)
+    #: host:port of the first node, for torchrun on several nodes
+    rdzv_endpoint: str | None = None
+    #: prefix of the rendezvous ids (one per run); the same on every node
+    rdzv_id: str = Field(default="kit", min_length=1)
+    #: submitit executor: `slurm` (sbatch) or `local` (the same jobs on this machine)
+    cluster: Literal["slurm", "local"] = "slurm"
+    partition: str | None = None
+    account: str | None = None
+    timeout_min: int = Field(default=24 * 60, ge=1)
+    gpus_per_node: int = Field(default=0, ge=0)
+    cpus_per_task: int | None = Field(default=None, ge=1)
+    #: jobs of the array running at once (None: no limit)
+    max_concurrent: int | None = Field(default=None, ge=1)
+    #: the scheduler's notice before the time limit; the trainer checkpoints on it
+    signal: Literal["USR1", "USR2"] = "USR1"
+    signal_delay_s: int = Field(default=120, ge=10)
+    #: shell lines run before each Slurm job (module load, activating the environment)
+    setup: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LaunchConfig:
+        if self.backend == "torchrun" and self.nodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("rdzv_endpoint: torchrun on several nodes needs the first node's "
+                             "host:port")
+        if self.backend in ("inline", "local") and self.nodes > 1:
+            raise ValueError(f"nodes: the {self.backend} backend runs on one node; use torchrun "
+                             "or slurm")
+        if self.backend == "inline" and (self.workers > 1 or self.nproc_per_node > 1):
+            raise ValueError("workers, nproc_per_node: the inline backend trains in this "
+                             "process; use local or torchrun")
+        return self
+
+
+@dataclass
+class Launched:
+    """What a launch did: runs finished now, runs that failed (with their logs), Slurm jobs."""
+
+    finished: list[str] = field(default_factory=list)
+    failed: dict[str, Path] = field(default_factory=dict)
+    #: run name -> job id of the jobs submitted or still queued/running (slurm)
+    submitted: dict[str, str] = field(default_factory=dict)
+
+    def check(self) -> Launched:
+        """Raise naming the log of every run that failed."""
+        if self.failed:
+            raise RuntimeError("training failed: " + "; ".join(
+                f"{name} (see {log})" for name, log in self.failed.items()))
+        return self
+
+
+def run_name(config: TrainConfig, work_dir: Path) -> str:
+    """A run's name: its folder relative to the work folder (or absolute), `/` as `__`."""
+    out = resolve(config.output_dir)
+    try:
+        relative = out.relative_to(work_dir)
+    except ValueError:
+        relative = Path(str(out).lstrip(os.sep))
+    return str(relative).replace(os.sep, "__")
+
+
+def is_finished(config: TrainConfig) -> bool:
+    return (resolve(config.output_dir) / "DONE").exists()
+
+
+def write_configs(configs: Sequence[TrainConfig], work_dir: Path) -> dict[str, Path]:
+    """Each run's YAML under work_dir/configs, by run name (replaced atomically)."""
+    folder = work_dir / CONFIGS
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for config in configs:
+        name = run_name(config, work_dir)
+        path = folder / f"{name}.yaml"
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
+        os.replace(temporary, path)
+        files[name] = path
+    return files
+
+
+def launch(configs: list[TrainConfig], settings: LaunchConfig, work_dir: str | Path,
+           wait: bool = True) -> Launched:
+    """Train the given runs with the chosen backend (all of them: the caller leaves out the
+    finished ones). For slurm, `wait=False` returns once the array is submitted; calling again
+    later reports the jobs still queued or running and submits only runs without a live job."""
+    work_dir = resolve(work_dir)
+    files = write_configs(configs, work_dir)
+    runs = dict(zip(files, configs))
+    if settings.backend == "inline":
+        return _inline(runs)
+    if settings.backend == "slurm":
+        return _slurm(runs, files, settings, work_dir, wait)
+    return _local(runs, files, settings, work_dir / LOGS, wait)
+
+
+def _inline(runs: dict[str, TrainConfig]) -> Launched:
+    from kit import train  # torch only where training happens
+
+    launched = Launched()
+    for name, config in runs.items():
+        train.train(config)
+        launched.finished.append(name)
+    return launched
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes on this node: commands, pinning, progress
+# ---------------------------------------------------------------------------------------------
+
+def train_command(config_file: Path, settings: LaunchConfig, rdzv_id: str,
+                  endpoint: str | None = None) -> list[str]:
+    """The command training one run: the trainer itself for one process (except under the
+    torchrun backend), else one torchrun (standalone on one node, a rendezvous across nodes)."""
+    trainer = ["-m", "kit.train", "--config", str(config_file)]
+    if settings.backend != "torchrun" and settings.nproc_per_node * settings.nodes == 1:
+        return [sys.executable, *trainer]
+    command = [sys.executable, "-m", "torch.distributed.run",
+               f"--nproc-per-node={settings.nproc_per_node}"]
+    if settings.nodes == 1:
+        command.append("--standalone")
+    else:
+        command += [f"--nnodes={settings.nodes}", "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint={endpoint or settings.rdzv_endpoint}",
+                    f"--rdzv-id={rdzv_id}"]
+    return command + trainer
+
+
+@dataclass(frozen=True)
+class Slot:
+    """The devices of one concurrent worker: GPUs, or CPU cores and a thread count."""
+
+    gpus: tuple[int, ...]
+    cpus: tuple[int, ...]
+    threads: int
+
+    def environment(self) -> dict[str, str]:
+        env = {"OMP_NUM_THREADS": str(self.threads)}
+        if self.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus))
+        return env
+
+
+def slots(settings: LaunchConfig) -> list[Slot]:
+    """Disjoint devices for each worker: nproc_per_node GPUs each, or an equal share of this
+    process's CPU cores when there is no GPU."""
+    import torch
+
+    workers, per_run = settings.workers, settings.nproc_per_node
+    cpus = sorted(os.sched_getaffinity(0))
+    if torch.cuda.is_available():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = ([int(g) for g in visible.split(",") if g.strip()] if visible
+                else list(range(torch.cuda.device_count())))
+        if workers * per_run > len(gpus):
+            raise ParameterError(f"workers x nproc_per_node: {workers} x {per_run} GPUs exceed "
+                                 f"the {len(gpus)} visible GPUs")
+        share = len(cpus) // workers
+        return [Slot(tuple(gpus[w * per_run:(w + 1) * per_run]),
+                     tuple(cpus[w * share:(w + 1) * share]) or tuple(cpus),
+                     max(1, share // per_run)) for w in range(workers)]
+    if workers > len(cpus):
+        raise ParameterError(f"workers: {workers} workers exceed the {len(cpus)} CPU cores this "
+                             "process may use")
+    share = len(cpus) // workers
+    return [Slot((), tuple(cpus[w * share:(w + 1) * share]), max(1, share // per_run))
+            for w in range(workers)]
+
+
+def _ignore_preemption_signals(cpus: tuple[int, ...] = ()) -> Callable[[], None]:
+    """In the child before exec: pin it to `cpus`, and ignore USR1/USR2 so that torchrun, which
+    has no handler for them, is not killed when a scheduler signals every process; the trainers
+    install their own handlers."""
+    def prepare() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        for number in (signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(number, signal.SIG_IGN)
+    return prepare
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (torchrun starts its workers in their own sessions, so a
+    process group does not reach them)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    found, frontier = [], [pid]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found += below
+        frontier += below
+    return found
+
+
+def signal_tree(process: subprocess.Popen, number: int) -> None:
+    """Send a signal to a process and all its descendants."""
+    for pid in [process.pid, *_descendants(process.pid)]:
+        try:
+            os.kill(pid, number)
+        except ProcessLookupError:
+            pass
+
+
+def last_record(metrics: Path) -> dict[str, Any] | None:
+    """The last complete row of a run's metrics.jsonl (None before the first)."""
+    try:
+        with metrics.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - 4096))
+            lines = handle.read().split(b"\n")
+    except OSError:
+        return None
+    for line in reversed(lines[:-1]):  # the part after the last newline may be torn
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return None
+
+
+class Progress:
+    """One bar per running run, read from its metrics.jsonl: step/total, loss, images/s. On a
+    terminal or in a notebook it redraws every second; in a log, every 30 s at most."""
+
+    def __init__(self) -> None:
+        from tqdm.auto import tqdm
+
+        self._tqdm = tqdm
+        self.interactive = sys.stderr.isatty() or "ipykernel" in sys.modules
+        self.bars: dict[str, Any] = {}
+
+    def start(self, name: str, config: TrainConfig) -> None:
+        self.bars[name] = self._tqdm(total=config.iterations, desc=name, unit="step",
+                                     mininterval=1 if self.interactive else 30,
+                                     position=len(self.bars), leave=True)
+
+    def update(self, name: str, config: TrainConfig) -> None:
+        record = last_record(resolve(config.output_dir) / "metrics.jsonl")
+        bar = self.bars[name]
+        if record and record["step"] > bar.n:
+            bar.set_postfix(loss=f"{record['loss']:.3f}", img_s=f"{record['images_per_s']:.0f}",
+                            refresh=False)
+            bar.update(record["step"] - bar.n)
+
+    def finish(self, name: str, config: TrainConfig) -> None:
+        self.update(name, config)
+        self.bars[name].close()
+
+
+def _local(runs: dict[str, TrainConfig], files: dict[str, Path], settings: LaunchConfig,
+           log_dir: Path, wait: bool) -> Launched:
+    """Run `workers` runs at a time, each pinned to its slot, until all have ended."""
+    if not wait:
+        raise ParameterError(f"backend: {settings.backend} trains while this process waits; "
+                             "wait=False is for slurm")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    free = slots(settings)
+    queue = list(runs)
+    running: dict[str, tuple[subprocess.Popen, Slot, Path]] = {}
+    launched, progress = Launched(), Progress()
+    base_env = os.environ | {"PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    try:
+        while queue or running:
+            while queue and free:
+                name, slot = queue.pop(0), free.pop(0)
+                log = log_dir / f"{name}.log"
+                command = train_command(files[name], settings, f"{settings.rdzv_id}-{name}")
+                env = base_env | slot.environment()
+                if command[2] == "kit.train":  # one process: torchrun's variables say so
+                    env |= {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+                with log.open("w") as output:
+                    running[name] = (subprocess.Popen(
+                        command, env=env, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
+                        preexec_fn=_ignore_preemption_signals(slot.cpus)), slot, log)
+                progress.start(name, runs[name])
+            time.sleep(0.2)
+            for name, (process, slot, log) in list(running.items()):
+                if process.poll() is None:
+                    progress.update(name, runs[name])
+                    continue
+                progress.finish(name, runs[name])
+                del running[name]
+                free.append(slot)
+                if is_finished(runs[name]):
+                    launched.finished.append(name)
+                else:
+                    launched.failed[name] = log
+    finally:
+        for process, _, _ in running.values():  # interrupted: the trainers checkpoint and stop
+            signal_tree(process, signal.SIGUSR1)
+        for process, _, _ in running.values():
+            process.wait()
+    return launched
+
+
+# ---------------------------------------------------------------------------------------------
+# Slurm through submitit
+# ---------------------------------------------------------------------------------------------
+
+class SlurmTraining:
+    """One run as a submitit job: each task (one per node) starts the run's torchrun (or the
+    trainer for a single process) and waits for it. On the scheduler's signal submitit calls
+    `checkpoint`, which passes the signal to the trainers, waits for their checkpoint and
+    requeues the same run; a trainer preempted on its own (SIGTERM) requeues the same way."""
+
+    def __init__(self, config_file: Path, settings: LaunchConfig) -> None:
+        self.config_file, self.settings = config_file, settings
+        self.process: subprocess.Popen | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config_file": self.config_file, "settings": self.settings, "process": None}
+
+    def __call__(self) -> str:
+        import submitit
+
+        job = submitit.JobEnvironment()
+        port = 20000 + int(str(job.job_id).split("_")[0]) % 20000
+        command = train_command(self.config_file, self.settings, f"{self.settings.rdzv_id}-"
+                                f"{job.job_id}", f"{job.hostnames[0]}:{port}")
+        env = os.environ | {"PYTHONPATH": str(REPO_ROOT)}
+        if command[2] == "kit.train":
+            env |= {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+        self.process = subprocess.Popen(command, env=env, cwd=REPO_ROOT,
+                                        preexec_fn=_ignore_preemption_signals())
+        code = self._wait()
+        if code == PREEMPTED_EXIT:  # stopped by a signal submitit did not see: requeue as if
+            os.kill(os.getpid(), job._usr_sig())
+            time.sleep(60)  # submitit's handler exits from here
+        if code != 0:
+            raise RuntimeError(f"{self.config_file}: training exited with status {code}")
+        return str(self.config_file)
+
+    def _wait(self) -> int:
+        """Poll rather than block: a blocking wait holds the lock the signal handler's own
+        wait needs."""
+        assert self.process is not None
+        while (code := self.process.poll()) is None:
+            time.sleep(0.5)
+        return code
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        import submitit
+
+        if self.process is not None and self.process.poll() is None:
+            signal_tree(self.process, signal.SIGUSR1)
+            self._wait()
+        return submitit.helpers.DelayedSubmission(SlurmTraining(self.config_file, self.settings))
+
+
+def executor(settings: LaunchConfig, folder: Path) -> Any:
+    """A submitit executor with the launch's resources: one task per node (torchrun starts
+    the node's processes), the preemption signal, requeue on it."""
+    import submitit
+
+    folder.mkdir(parents=True, exist_ok=True)
+    setup = [*settings.setup, f"export SUBMITIT_PREEMPT_SIGNAL={settings.signal}"]
+    if settings.cluster == "local":
+        made = submitit.LocalExecutor(folder=folder)
+        made.update_parameters(timeout_min=settings.timeout_min, tasks_per_node=1,
+                               gpus_per_node=settings.gpus_per_node,
+                               signal_delay_s=settings.signal_delay_s, setup=setup)
+        return made
+    made = submitit.SlurmExecutor(folder=folder, max_num_timeout=100)
+    extra = {"signal": f"{settings.signal}@{settings.signal_delay_s}"}
+    if settings.account:
+        extra["account"] = settings.account
+    made.update_parameters(
+        time=settings.timeout_min, nodes=settings.nodes, ntasks_per_node=1,
+        gpus_per_node=settings.gpus_per_node or None, partition=settings.partition,
+        cpus_per_task=settings.cpus_per_task, array_parallelism=settings.max_concurrent or 256,
+        signal_delay_s=settings.signal_delay_s, setup=setup, additional_parameters=extra)
+    return made
+
+
+def _slurm(runs: dict[str, TrainConfig], files: dict[str, Path], settings: LaunchConfig,
+           work_dir: Path, wait: bool) -> Launched:
+    import submitit
+
+    folder = work_dir / "submitit"
+    record_path = work_dir / JOBS
+    recorded = json.loads(record_path.read_text()) if record_path.exists() else {}
+    launched = Launched()
+    alive = {name: job_id for name, job_id in recorded.items()
+             if name in runs and _job_alive(settings, folder, job_id)}
+    to_submit = [name for name in runs if name not in alive]
+    jobs = {}
+    if to_submit:
+        made = executor(settings, folder)
+        with made.batch():
+            for name in to_submit:
+                jobs[name] = made.submit(SlurmTraining(files[name], settings))
+    launched.submitted = alive | {name: job.job_id for name, job in jobs.items()}
+    record_path.write_text(json.dumps(recorded | launched.submitted, indent=1))
+    if not wait:
+        return launched
+    for name, job in jobs.items():
+        try:
+            job.result()
+        except Exception:  # noqa: BLE001 - the job's own log holds the cause
+            pass
+        if is_finished(runs[name]):
+            launched.finished.append(name)
+        else:
+            launched.failed[name] = Path(job.paths.stderr)
+    return launched
+
+
+def _job_alive(settings: LaunchConfig, folder: Path, job_id: str) -> bool:
+    """Whether a recorded job is still queued or running (Slurm's accounting says)."""
+    if settings.cluster == "local":
+        return False  # a local job ends with the process that submitted it
+    import submitit
+
+    state = submitit.SlurmJob(folder, job_id).state
+    return state in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING",
+                     "RESIZING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED")
+
+
+# ---------------------------------------------------------------------------------------------
+# Exported plans: configs and an sbatch array script for submitting by hand
+# ---------------------------------------------------------------------------------------------
+
+def sbatch_script(files: Sequence[Path], settings: LaunchConfig, out: Path) -> str:
+    """A Slurm array, one run per task: `srun` starts nproc_per_node trainers on each node, which
+    form one job from Slurm's variables; a run stopped by the signal (exit 75) requeues its task."""
+    limit = f"%{settings.max_concurrent}" if settings.max_concurrent else ""
+    options = ["--job-name=kit-train", f"--array=0-{len(files) - 1}{limit}",
+               f"--nodes={settings.nodes}", f"--ntasks-per-node={settings.nproc_per_node}",
+               f"--time={settings.timeout_min}",
+               f"--signal={settings.signal}@{settings.signal_delay_s}", "--requeue",
+               f"--output={out / LOGS}/%A_%a.log"]
+    options += [f"--gpus-per-node={settings.gpus_per_node}"] * bool(settings.gpus_per_node)
+    options += [f"--cpus-per-task={settings.cpus_per_task}"] * bool(settings.cpus_per_task)
+    options += [f"--partition={settings.partition}"] * bool(settings.partition)
+    options += [f"--account={settings.account}"] * bool(settings.account)
+    return "\n".join([
+        "#!/bin/bash", *(f"#SBATCH {option}" for option in options), "",
+        "# written by `python -m kit.launch plan`; submit with: sbatch " + str(out / "train.sbatch"),
+        *settings.setup,
+        f"cd {shlex.quote(str(REPO_ROOT))}",
+        f'export PYTHONPATH={shlex.quote(str(REPO_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+        'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        f'config="$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(str(out / "runs.txt"))})"',
+        f'srun --kill-on-bad-exit=1 {shlex.quote(sys.executable)} -m kit.train --config "$config"',
+        "status=$?",
+        f'if [ "$status" -eq {PREEMPTED_EXIT} ]; then  # checkpointed on the signal: run again',
+        '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
+        "fi",
+        'exit "$status"', ""])
+
+
+def export_plan(configs: Sequence[TrainConfig], settings: LaunchConfig, out: str | Path) -> Path:
+    """Every run's config under out/configs, their list in out/runs.txt and out/train.sbatch."""
+    out = resolve(out)
+    files = list(write_configs(configs, out).values())
+    (out / LOGS).mkdir(parents=True, exist_ok=True)
+    (out / "runs.txt").write_text("".join(f"{path}\n" for path in files))
+    script = out / "train.sbatch"
+    script.write_text(sbatch_script(files, settings, out))
+    script.chmod(0o755)
+    return script
+
+
+def planned_configs(base_file: Path, overrides: list[str], runs: list[int], seeds: list[int],
+                    total: int | None, iterations: list[int] | None, root: str | None
+                    ) -> list[TrainConfig]:
+    """kit.plan's time-concat runs for every n of `runs` (one iterations value per n, or the
+    total split n ways), from one base configuration."""
+    from kit import plan
+    from kit.config import load_train_config
+
+    base = load_train_config(base_file, overrides)
+    if iterations is not None and len(iterations) != len(runs):
+        raise ParameterError(f"--iterations: give one value per n of --runs {runs}")
+    return [plan.configure(planned, base)
+            for index, n in enumerate(runs)
+            for planned in plan.time_concat(n, seeds, root or base.output_dir, total,
+                                            iterations[index] if iterations else None)]
+
+
+def parse_settings(pairs: list[str]) -> LaunchConfig:
+    """LaunchConfig from KEY=VALUE pairs of the command line (values read as YAML)."""
+    from pydantic import ValidationError
+
+    values = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator:
+            raise ParameterError(f"the command line: --launch {pair!r} is not KEY=VALUE")
+        values[key.strip()] = yaml.safe_load(value)
+    try:
+        return LaunchConfig(**values)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'launch'}: {e['msg']}"
+                             for e in error.errors())
+        raise ParameterError(f"the command line: launch settings: {problems}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kit.launch", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in [("plan", "write every run's config and an sbatch array script"),
+                       ("run", "train the unfinished runs with a backend")]:
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("--config", type=Path, required=True, help="the base run's YAML file")
+        sub.add_argument("--runs", type=int, nargs="+", required=True, help="values of n")
+        sub.add_argument("--total", type=int, help="total budget in iterations")
+        sub.add_argument("--iterations", type=int, nargs="+", help="iterations per run, per n")
+        sub.add_argument("--seeds", type=int, nargs="+", required=True)
+        sub.add_argument("--root", help="folder holding cat<n>/seed<s> (default: output_dir)")
+        sub.add_argument("--out", type=Path, required=True,
+                         help="where configs, logs and the sbatch script go")
+        sub.add_argument("--launch", dest="launch", action="append", default=[],
+                         metavar="KEY=VALUE", help="a LaunchConfig setting (repeatable)")
+        sub.add_argument("--no-wait", action="store_true", help="slurm: return once submitted")
+        sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                         help="override a setting of the base run")
+    args = parser.parse_args(argv)
+    try:
+        pairs = args.launch if any(p.startswith("backend=") for p in args.launch) else [
+            "backend=slurm", *args.launch]
+        settings = parse_settings(pairs)
+        configs = planned_configs(args.config, args.overrides, args.runs, args.seeds, args.total,
+                                  args.iterations, args.root)
+    except ParameterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.command == "plan":
+        script = export_plan(configs, settings, args.out)
+        print(f"{len(configs)} runs; submit with: sbatch {script}")
+        return 0
+    pending = [config for config in configs if not is_finished(config)]
+    print(f"{len(configs) - len(pending)} of {len(configs)} runs already finished")
+    result = launch(pending, settings, args.out, wait=not args.no_wait)
+    for name, job_id in result.submitted.items():
+        print(f"{name}: job {job_id}")
+    for name, log in result.failed.items():
+        print(f"{name}: failed, see {log}", file=sys.stderr)
+    return 1 if result.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
