@@ -22,9 +22,10 @@ import altair as alt
 import polars as pl
 import scipy.stats
 import torch
+import yaml
 from torch.utils.data import Dataset, Subset, TensorDataset
 
-from kit import data, diagnostics, evidence, features, files, models, probe, train
+from kit import data, diagnostics, evidence, features, files, models, probe, report, train
 from kit import launch as kit_launch
 from kit.config import TrainConfig
 from kit.params import ParameterError
@@ -270,25 +271,22 @@ def variant_order(results: pl.DataFrame) -> list[str]:
 
 
 def table3(results: pl.DataFrame, rule: str) -> pl.DataFrame:
-    """The paper's layout: one row per variant, one column per task, top-1 % as mean ± std over
-    replicates (and the number of replicates)."""
+    """The paper's layout: one row per variant, for every task its top-1 % as mean and std over
+    replicates (number columns '<task> mean', '<task> std'), and the number of replicates."""
     chosen = results.filter(pl.col("rule") == rule)
-    stats = chosen.group_by("variant", "task").agg(
+    stats = chosen.group_by("variant", "task", maintain_order=True).agg(
         (100 * pl.col("top1").mean()).alias("mean"), (100 * pl.col("top1").std()).alias("std"))
-    cells = stats.with_columns(pl.format("{} ± {}", pl.col("mean").round(1),
-                                         pl.col("std").fill_null(0).round(1)).alias("cell"))
-    wide = cells.pivot(on="task", index="variant", values="cell")
+    wide = report.wide_mean_std(stats, ["variant"], "task")
     budget = chosen.group_by("variant").agg(
         pl.col("kind").first(), pl.col("n").first(), pl.col("width").first(),
         pl.col("iterations_per_model").first(),
         pl.col("replicate").n_unique().alias("replicates"))
     order = {v: i for i, v in enumerate(variant_order(results))}
-    tasks = list(dict.fromkeys(results["task"].to_list()))
     return (budget.join(wide, on="variant")
             .with_columns((pl.col("n") * pl.col("iterations_per_model")).alias("total_iterations"))
             .sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
             .select("variant", "kind", "n", "width", "iterations_per_model", "total_iterations",
-                    "replicates", *[t for t in tasks if t in wide.columns]))
+                    "replicates", *[c for c in wide.columns if c != "variant"]))
 
 
 def gains(results: pl.DataFrame, rule: str, baseline: str, confidence: float = 0.95
@@ -364,11 +362,13 @@ def summarize(results: pl.DataFrame, rule: str, baseline: str) -> dict[str, obje
 # Charts
 # ---------------------------------------------------------------------------------------------
 
-def training_chart(curves: pl.DataFrame) -> alt.Chart:
-    return alt.Chart(curves.filter(pl.col("loss").is_not_null())).mark_line().encode(
-        x=alt.X("step:Q"), y=alt.Y("loss:Q", title="training loss"),
-        detail="run:N", color=alt.Color("run:N", legend=None), tooltip=["run", "step", "loss"],
-    ).properties(width=420, height=200, title="training loss of every run")
+def training_chart(curves: pl.DataFrame) -> alt.FacetChart:
+    """Training loss of every run: one panel per variant, every run named in its legend."""
+    named = curves.filter(pl.col("loss").is_not_null()).with_columns(
+        pl.Series("run", report.short_names(curves.filter(pl.col("loss").is_not_null())["run"])))
+    named = named.with_columns(pl.col("run").str.split("/").list.get(1).alias("variant"))
+    return report.series_lines(named, "step", "loss", "run", facet="variant",
+                               y_title="training loss")
 
 
 def _mean_std(results: pl.DataFrame, rule: str, by: list[str]) -> pl.DataFrame:
@@ -379,19 +379,29 @@ def _mean_std(results: pl.DataFrame, rule: str, by: list[str]) -> pl.DataFrame:
                               (pl.col("mean") + pl.col("std")).alias("high"))
 
 
-def accuracy_chart(results: pl.DataFrame, rule: str) -> alt.FacetChart:
-    """Top-1 of every variant on every task (mean ± std over replicates)."""
-    stats = _mean_std(results, rule, ["task", "variant"])
+def chance_levels(params: TimecatParams) -> dict[str, float]:
+    """Top-1 % of guessing on each task (its classes are balanced: the synthetic world draws
+    labels uniformly, the paper's datasets are close to it)."""
+    return {task.name: 100 / params.task_data(task)[1] for task in params.tasks}
+
+
+def accuracy_chart(results: pl.DataFrame, rule: str, chance: dict[str, float]
+                   ) -> alt.FacetChart:
+    """Top-1 of every variant on every task (mean ± std over replicates), on one 0-100 scale
+    for all panels, with each task's chance level (`chance`: task -> top-1 % of guessing)
+    drawn and labelled."""
+    stats = _mean_std(results, rule, ["task", "variant"]).with_columns(
+        pl.col("task").replace_strict(chance, return_dtype=pl.Float64).alias("chance"))
     order = variant_order(results)
+    y = alt.Y("mean:Q", title="top-1 (%)", scale=alt.Scale(domain=[0, 100]))
     base = alt.Chart().encode(x=alt.X("variant:N", sort=order, title=None))
-    y_title = "top-1 (%)"
     layers = [base.mark_point(filled=True, size=50).encode(
-                  y=alt.Y("mean:Q", title=y_title, scale=alt.Scale(zero=False)),
-                  color=alt.Color("variant:N", sort=order, legend=None),
+                  y=y, color=alt.Color("variant:N", sort=order, legend=None),
                   tooltip=["task", "variant", "mean", "std", "count"]),
-              base.mark_errorbar().encode(y=alt.Y("low:Q", title=y_title), y2="high:Q")]
+              base.mark_errorbar().encode(y=alt.Y("low:Q", title="top-1 (%)"), y2="high:Q"),
+              report.chance_lines("chance")]
     return alt.layer(*layers, data=stats).properties(width=150, height=160).facet(
-        column=alt.Column("task:N", title=None)).resolve_scale(y="independent")
+        column=alt.Column("task:N", title=None))
 
 
 def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:

@@ -439,6 +439,9 @@ def train(cfg: TrainConfig) -> Path:
     """Train (or resume, or skip when finished) one run; returns its output folder."""
     process = start_process(cfg.device)
     try:
+        unwritable = writable_problems(resolve(cfg.output_dir))
+        if unwritable:  # before the lock file is made there
+            raise ParameterError("; ".join(unwritable))
         with holding_run_folder(resolve(cfg.output_dir), process), \
                 StopFlag().installed() as stop:
             return _train(cfg, process, stop)
@@ -450,9 +453,6 @@ def train(cfg: TrainConfig) -> Path:
 def _train(cfg: TrainConfig, process: Process, stop: StopFlag) -> Path:
     out = resolve(cfg.output_dir)
     checkpoint_path, done_path, metrics_path = out / CHECKPOINT, out / DONE, out / METRICS
-    unwritable = writable_problems(out)
-    if unwritable:
-        raise ParameterError("; ".join(unwritable))
     if (out / "config.yaml").exists():
         _check_same_run(yaml.safe_load((out / "config.yaml").read_text()), cfg, out)
     if done_path.exists():
@@ -479,7 +479,7 @@ def _train(cfg: TrainConfig, process: Process, stop: StopFlag) -> Path:
         step, epoch, batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
     if process.main:
         out.mkdir(parents=True, exist_ok=True)
-        files.remove_stale_temporaries(out, everything=True)  # this process holds the folder
+        files.remove_stale_temporaries(out)
         with files.atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
             handle.write(yaml.safe_dump(cfg.model_dump(), sort_keys=False).encode())
         _keep_metrics_until(metrics_path, step)

@@ -230,7 +230,8 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
     assert table["variant"].to_list() == [v.name for v in loaded.variants]
     assert table.columns[:7] == ["variant", "kind", "n", "width", "iterations_per_model",
                                  "total_iterations", "replicates"]
-    assert table.columns[7:] == tasks
+    assert table.columns[7:] == [f"{task} {kind}" for task in tasks for kind in ("mean", "std")]
+    assert table["mixture mean"].dtype == pl.Float64
     assert (table["replicates"] == loaded.replicates).all()
     results = pl.read_parquet(folder / "time_concat_results.parquet")
     assert results["top1"].is_between(0, 1).all()
