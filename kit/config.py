@@ -20,17 +20,24 @@ CUES = ("colour", "shape", "texture", "position")
 
 
 class ComponentConfig(Strict):
-    """One mixture component of the synthetic world: the cues that carry the label in it."""
+    """One mixture component of the synthetic world: the cues that carry the label in it, and
+    the cues it does not show at all (a grey, unstriped, round or centred object), which is how
+    a component can be told apart from the others without carrying its label twice."""
 
     weight: float = Field(gt=0.0)
     cues: list[str] = Field(min_length=1)
+    absent: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _known_cues(self) -> ComponentConfig:
-        unknown = sorted(set(self.cues) - set(CUES))
-        if unknown:
-            raise ValueError(f"cues: unknown cue(s) {', '.join(unknown)} "
-                             f"(known: {', '.join(CUES)})")
+        for key, named in (("cues", self.cues), ("absent", self.absent)):
+            unknown = sorted(set(named) - set(CUES))
+            if unknown:
+                raise ValueError(f"{key}: unknown cue(s) {', '.join(unknown)} "
+                                 f"(known: {', '.join(CUES)})")
+        both = sorted(set(self.cues) & set(self.absent))
+        if both:
+            raise ValueError(f"absent: {', '.join(both)} cannot both carry the label and be absent")
         return self
 
 

@@ -336,16 +336,37 @@ def paper_side_by_side(results: pl.DataFrame, rule: str, paper_columns: dict[str
         mine, on=["variant", "task"], how="left").sort("paper_dataset", "variant")
 
 
+def control_gains(results: pl.DataFrame, rule: str) -> pl.DataFrame:
+    """Each time-concat variant of several models against the controls a reviewer asks for, in
+    `gains`' layout: every `wide` variant (one model with as many or more features) and the
+    `random-init` variant of the same n (the same architecture without learning)."""
+    variants = results.select("variant", "kind", "n").unique()
+    concat = variants.filter((pl.col("kind") == "time-concat") & (pl.col("n") > 1))
+    frames = []
+    for control in variants.filter(pl.col("kind").is_in(["wide", "random-init"])).iter_rows(
+            named=True):
+        against = concat if control["kind"] == "wide" else concat.filter(
+            pl.col("n") == control["n"])
+        if against.height:
+            frames.append(gains(results, rule, control["variant"]).filter(
+                pl.col("variant").is_in(against["variant"])))
+    return pl.concat(frames) if frames else gains(results, rule, "").clear()
+
+
+def _verdict_line(row: dict[str, object]) -> str:
+    spread = ("" if row["low"] is None else
+              f", 95% interval [{row['low']:+.1f}, {row['high']:+.1f}]")
+    return (f"{row['variant']} vs {row['baseline']} on {row['task']} ({row['role']}): "
+            f"{row['gain_mean']:+.1f} points over {row['replicates']} replicate(s)"
+            f"{spread}: {row['verdict']}")
+
+
 def summarize(results: pl.DataFrame, rule: str, baseline: str) -> dict[str, object]:
-    """Plain statements of what this run measured (also returned as numbers)."""
+    """Plain statements of what this run measured (also returned as numbers): every variant
+    against the baseline, then catN against the controls on the same tasks."""
     table = gains(results, rule, baseline)
-    lines = []
-    for row in table.iter_rows(named=True):
-        spread = ("" if row["low"] is None else
-                  f", 95% interval [{row['low']:+.1f}, {row['high']:+.1f}]")
-        lines.append(f"{row['variant']} vs {baseline} on {row['task']} ({row['role']}): "
-                     f"{row['gain_mean']:+.1f} points over {row['replicates']} replicate(s)"
-                     f"{spread}: {row['verdict']}")
+    controls = control_gains(results, rule)
+    lines = [_verdict_line(row) for row in table.iter_rows(named=True)]
     tally = table.group_by("variant").agg(
         (pl.col("verdict") == "better").sum().alias("better"),
         (pl.col("verdict") == "worse").sum().alias("worse"), pl.len().alias("tasks"))
@@ -354,8 +375,9 @@ def summarize(results: pl.DataFrame, rule: str, baseline: str) -> dict[str, obje
     for row in tally.iter_rows(named=True):
         lines.append(f"{row['variant']}: better than {baseline} on {row['better']} of "
                      f"{row['tasks']} tasks, worse on {row['worse']} (rule {rule})")
+    lines += [_verdict_line(row) for row in controls.iter_rows(named=True)]
     return {"rule": rule, "baseline": baseline, "gains": table.to_dicts(),
-            "tally": tally.to_dicts(), "lines": lines}
+            "tally": tally.to_dicts(), "controls": controls.to_dicts(), "lines": lines}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,6 +399,17 @@ def _mean_std(results: pl.DataFrame, rule: str, by: list[str]) -> pl.DataFrame:
         (100 * pl.col("top1").std()).fill_null(0).alias("std"), pl.len().alias("count"))
     return stats.with_columns((pl.col("mean") - pl.col("std")).alias("low"),
                               (pl.col("mean") + pl.col("std")).alias("high"))
+
+
+def ceilings(params: TimecatParams) -> dict[str, float]:
+    """Top-1 % a perfect reader of every cue reaches on each synthetic task (the Bayes ceiling,
+    kit.data.bayes_ceiling); tasks on real data have none."""
+    levels = {}
+    for task in params.tasks:
+        task_data, classes = params.task_data(task)
+        if task_data.synthetic is not None:
+            levels[task.name] = 100 * data.bayes_ceiling(task_data.synthetic, classes)
+    return levels
 
 
 def chance_levels(params: TimecatParams) -> dict[str, float]:

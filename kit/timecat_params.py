@@ -31,19 +31,22 @@ TRAINED_KINDS = ("time-concat", "wide", "direct")
 
 class ProbeTask(Strict):
     """A dataset the representations are probed on, and its role in the paper's comparison:
-    either its own `data` (with `num_classes`), or, in the synthetic world, the pretraining
-    world with `components` (lists of cues) as its mixture."""
+    its own `data` (with `num_classes`), the pretraining data itself (`pretraining: true`, the
+    in-distribution task, as ImageNet-1k is in Table 3), or, in the synthetic world, the
+    pretraining world with `components` (lists of cues, equally weighted) as its mixture."""
 
     name: str = Field(min_length=1)
     role: Literal["in-distribution", "in-mixture", "unseen"]
     data: DataConfig | None = None
     num_classes: int | None = Field(default=None, ge=2)
     components: list[list[str]] | None = None
+    pretraining: bool = False
 
     @model_validator(mode="after")
     def _one_source(self) -> ProbeTask:
-        if (self.data is None) == (self.components is None):
-            raise ValueError(f"tasks: {self.name} needs exactly one of data or components")
+        if [self.data is not None, self.components is not None, self.pretraining].count(True) != 1:
+            raise ValueError(f"tasks: {self.name} needs exactly one of data, components or "
+                             "pretraining: true")
         if self.data is not None and self.num_classes is None:
             raise ValueError(f"tasks: {self.name} has its own data and needs num_classes")
         for cues in self.components or []:
@@ -229,6 +232,11 @@ class TimecatParams(NotebookParams):
         if task.data is not None:
             assert task.num_classes is not None
             return task.data, task.num_classes
+        if task.pretraining:
+            if self.train is None:
+                raise ValueError(f"tasks: {task.name} probes the pretraining data, but no train "
+                                 "section gives it")
+            return self.train.data, self.train.num_classes
         assert self.train is not None and self.train.data.synthetic is not None
         assert task.components is not None
         world = self.train.data.synthetic.model_copy(update={"components": [

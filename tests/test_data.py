@@ -14,7 +14,7 @@ from PIL import Image
 from torchvision import transforms
 
 from kit import data, prefetch
-from kit.config import DataConfig, SyntheticConfig
+from kit.config import CUES, DataConfig, SyntheticConfig
 from kit.preflight import preflight
 
 WORLD = SyntheticConfig(num_train=64, num_eval=32, noise=0.05, components=[
@@ -227,6 +227,65 @@ def test_synthetic_images_show_their_colour() -> None:
         objects = pixels[:, (pixels - 0.5).abs().sum(0) > 0.05]
         hue = world.draw(index).cue_values["colour"]
         assert int(objects.mean(1).argmax()) == [0, 1, 2][hue]  # red, green, blue for 3 classes
+
+
+def test_absent_cues_are_not_shown() -> None:
+    world = SyntheticConfig(num_train=200, num_eval=8, noise=0.0, components=[
+        {"weight": 1.0, "cues": ["texture"], "absent": ["colour", "shape", "position"]}])
+    rendered = data.SyntheticWorld(world, 10, 24, "train")
+    draws = [rendered.draw(i) for i in range(200)]
+    assert all(d.cue_values["colour"] is None and d.cue_values["position"] is None
+               and d.cue_values["shape"] is None
+               and d.cue_values["texture"] == d.label for d in draws)
+    pixels = torch.stack([rendered[i][0] for i in range(20)]) * 0.25 + 0.5
+    assert (pixels[:, 0] - pixels[:, 1]).abs().max() < 1e-6  # grey: red = green everywhere
+    middle = pixels[:, :, 12, 12]  # a centred disc covers the middle pixel
+    assert ((middle - 0.5).abs() > 0.1).all()
+
+
+def test_every_shape_class_renders_a_different_figure() -> None:
+    world = SyntheticConfig(num_train=400, num_eval=8, noise=0.0, strength={"shape": 1.0},
+                            components=[{"weight": 1.0, "cues": ["shape"],
+                                         "absent": ["colour", "texture", "position"]}])
+    rendered = data.SyntheticWorld(world, 10, 24, "train")
+    masks: dict[int, torch.Tensor] = {}
+    for index in range(400):
+        image, label = rendered[index]
+        masks.setdefault(label, ((image[0] * 0.25 + 0.5) > 0.6).float())
+    assert sorted(masks) == list(range(10))
+    for a in range(10):
+        for b in range(a + 1, 10):  # each pair differs in at least 10 pixels of 576
+            assert (masks[a] != masks[b]).sum() >= 10, (a, b)
+
+
+@pytest.mark.parametrize("components, strength, ceiling", [
+    ([{"weight": 1.0, "cues": ["colour"]}], 1.0, 1.0),
+    ([{"weight": 1.0, "cues": ["colour"]}], 0.9, 0.91),  # 0.9 + 0.1 x a lucky random class
+    # one cue each, the others random: the classifier cannot tell which cue to read
+    ([{"weight": 1.0, "cues": ["colour"]}, {"weight": 1.0, "cues": ["shape"]}], 1.0, 0.55),
+    # absent colour marks the second component: both can be read
+    ([{"weight": 0.6, "cues": ["colour", "shape"]},
+      {"weight": 0.4, "cues": ["texture"], "absent": ["colour"]}], 1.0, 1.0),
+])
+def test_bayes_ceiling(components: list[dict], strength: float, ceiling: float) -> None:
+    world = SyntheticConfig(num_train=1, num_eval=1, components=components,
+                            strength=dict.fromkeys(["colour", "shape", "texture"], strength))
+    assert data.bayes_ceiling(world, 10) == pytest.approx(ceiling, abs=1e-3)
+
+
+def test_bayes_ceiling_matches_the_best_lookup_table_learned_from_samples() -> None:
+    world = SyntheticConfig(num_train=40000, num_eval=1, components=[
+        {"weight": 0.5, "cues": ["colour"]}, {"weight": 0.3, "cues": ["shape"]},
+        {"weight": 0.2, "cues": ["texture"]}], strength=dict.fromkeys(CUES, 0.9))
+    drawn = data.SyntheticWorld(world, 4, 8, "train")
+    draws = [drawn.draw(i) for i in range(40000)]
+    seen = [(tuple(d.cue_values[c] for c in CUES), d.label) for d in draws]
+    counts: dict[tuple, np.ndarray] = {}
+    for values, label in seen[:20000]:  # learn the most frequent label of each combination
+        counts.setdefault(values, np.zeros(4))[label] += 1
+    right = [counts[values].argmax() == label for values, label in seen[20000:]
+             if values in counts]
+    assert data.bayes_ceiling(world, 4) == pytest.approx(np.mean(right), abs=0.015)
 
 
 def photo_like(height: int, width: int, seed: int) -> np.ndarray:
