@@ -8,6 +8,7 @@ Free of torch, like every parameter schema.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any, Literal
 
@@ -112,11 +113,17 @@ class RunSettings(Strict):
     channels_last: bool = True
     compile: bool = False
     num_workers: int = Field(default=4, ge=0)
+    #: also log metrics.jsonl's scalars as TensorBoard events in the run folder (rank 0)
+    tensorboard: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> RunSettings:
         if not all(0.0 <= beta < 1.0 for beta in self.betas):
             raise ValueError(f"betas: {self.betas} must lie in [0, 1)")
+        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise ValueError("tensorboard: the tensorboard package is not installed; install it "
+                             "with `pip install -e '.[tensorboard]'` (or `pip install "
+                             "tensorboard`), or set tensorboard: false")
         if self.micro_batch is not None and self.batch_size % self.micro_batch:
             raise ValueError(f"micro_batch: {self.micro_batch} does not divide batch_size "
                              f"{self.batch_size}")
@@ -124,7 +131,8 @@ class RunSettings(Strict):
 
 
 #: settings that may change between a run and its resumption without changing what it computes
-OPERATIONAL_KEYS = frozenset({"num_workers", "log_every", "device", "compile", "output_dir"})
+OPERATIONAL_KEYS = frozenset({"num_workers", "log_every", "device", "compile", "output_dir",
+                              "tensorboard"})
 
 
 class TrainConfig(RunSettings):

@@ -281,19 +281,31 @@ def last_record(metrics: Path) -> dict[str, Any] | None:
 
 class Progress:
     """One bar per running run, read from its metrics.jsonl: step/total, loss, images/s. On a
-    terminal or in a notebook it redraws every second; in a log, every 30 s at most."""
+    terminal or in a notebook it redraws every second; in a log, every 30 s at most.
+
+    In a kernel each bar is a widget (tqdm.auto), shown under a display id and shown again when
+    its run ends: a notebook executed without a frontend (papermill) then keeps every run's final
+    bar as text, instead of the empty bar the widget showed when it was first displayed."""
 
     def __init__(self) -> None:
         from tqdm.auto import tqdm
+        from tqdm.notebook import tqdm as widget_tqdm
 
         self._tqdm = tqdm
+        self.widgets = issubclass(tqdm, widget_tqdm)
         self.interactive = sys.stderr.isatty() or "ipykernel" in sys.modules
         self.bars: dict[str, Any] = {}
+        self.displays: dict[str, Any] = {}
 
     def start(self, name: str, config: TrainConfig) -> None:
         self.bars[name] = self._tqdm(total=config.iterations, desc=name, unit="step",
                                      mininterval=1 if self.interactive else 30,
-                                     position=len(self.bars), leave=True)
+                                     position=len(self.bars), leave=True,
+                                     **({"display": False} if self.widgets else {}))
+        if self.widgets:
+            from IPython.display import display
+
+            self.displays[name] = display(self.bars[name].container, display_id=True)
 
     def update(self, name: str, config: TrainConfig) -> None:
         record = last_record(resolve(config.output_dir) / "metrics.jsonl")
@@ -306,6 +318,8 @@ class Progress:
     def finish(self, name: str, config: TrainConfig) -> None:
         self.update(name, config)
         self.bars[name].close()
+        if name in self.displays:
+            self.displays[name].update(self.bars[name].container)
 
 
 def _local(runs: dict[str, TrainConfig], files: dict[str, Path], settings: LaunchConfig,

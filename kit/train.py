@@ -357,6 +357,28 @@ def _keep_metrics_until(path: Path, step: int) -> None:
         handle.write("".join(f"{row}\n" for row in rows).encode())
 
 
+@contextlib.contextmanager
+def tensorboard_scalars(cfg: TrainConfig, out: Path, step: int, process: Process
+                        ) -> Iterator[Callable[[dict[str, Any]], None]]:
+    """A function logging a metrics record's numbers as TensorBoard scalars in the run folder
+    (`tensorboard --logdir` over the runs' parent folder), flushed at every record so that a
+    run can be watched live; it does nothing unless `tensorboard` is set, and on ranks but 0.
+    A resumed run hides the events a killed one logged after its checkpoint (purge_step)."""
+    if not (cfg.tensorboard and process.main):
+        yield lambda record: None
+        return
+    from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when asked
+
+    with SummaryWriter(log_dir=str(out), purge_step=step or None) as writer:
+        def log(record: dict[str, Any]) -> None:
+            for key, value in record.items():
+                if key != "step" and value is not None:
+                    writer.add_scalar(key, value, record["step"])
+            writer.flush()
+
+        yield log
+
+
 def _read_checkpoint(path: Path) -> dict[str, Any]:
     """A run's checkpoint, checked against its hash; a damaged one is refused naming it."""
     if not files.sidecar(path).exists():
@@ -443,14 +465,15 @@ def train(cfg: TrainConfig) -> Path:
         if unwritable:  # before the lock file is made there
             raise ParameterError("; ".join(unwritable))
         with holding_run_folder(resolve(cfg.output_dir), process), \
-                StopFlag().installed() as stop:
-            return _train(cfg, process, stop)
+                StopFlag().installed() as stop, contextlib.ExitStack() as closing:
+            return _train(cfg, process, stop, closing)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def _train(cfg: TrainConfig, process: Process, stop: StopFlag) -> Path:
+def _train(cfg: TrainConfig, process: Process, stop: StopFlag, closing: contextlib.ExitStack
+           ) -> Path:
     out = resolve(cfg.output_dir)
     checkpoint_path, done_path, metrics_path = out / CHECKPOINT, out / DONE, out / METRICS
     if (out / "config.yaml").exists():
@@ -489,6 +512,7 @@ def _train(cfg: TrainConfig, process: Process, stop: StopFlag) -> Path:
     batches = iter(trainer.on_device(run_data.train))
     progress = tqdm(total=cfg.iterations, initial=step, desc=out.name, unit="step",
                     disable=None if process.main else True)  # None: only on a terminal
+    log_scalars = closing.enter_context(tensorboard_scalars(cfg, out, step, process))
     window_steps, window_start = 0, time.perf_counter()
     while step < cfg.iterations:
         try:
@@ -529,6 +553,7 @@ def _train(cfg: TrainConfig, process: Process, stop: StopFlag) -> Path:
             if process.main:
                 with metrics_path.open("a") as handle:
                     handle.write(json.dumps(record) + "\n")
+                log_scalars(record)
                 progress.update(step - progress.n)
                 progress.set_postfix(loss=f"{loss:.3f}", img_s=f"{record['images_per_s']:.0f}")
             if save:

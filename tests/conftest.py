@@ -8,14 +8,22 @@ dropped from the copies first, so they never stand in for references; test_proje
 strip them from the notebook itself. Tests that read a notebook's results back use
 `notebook_outputs`:
 the files the nbval run wrote, or a fresh papermill run when nbval was deselected.
+
+Notebook 03 (RUNNER_EXECUTED) is executed by `python -m kit run` instead of nbval, once per session
+(`runner_output`), so that the one long run also shows what the runner prints while it trains.
 """
 
 from __future__ import annotations
 
 import html
+import os
 import re
 import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -24,17 +32,22 @@ from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 
 from kit import runner
+from kit.paths import REPO_ROOT
 
 TESTS_DIR = Path(__file__).parent
 NOTEBOOK_COPIES = TESTS_DIR / "_notebooks"
 OUTPUT_ROOT = NOTEBOOK_COPIES / "outputs"
 PROFILE = "ci"
+#: notebooks executed with `python -m kit run` (runner_output) rather than collected by nbval
+RUNNER_EXECUTED = ("03_time_concat",)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     shutil.rmtree(NOTEBOOK_COPIES, ignore_errors=True)
     NOTEBOOK_COPIES.mkdir()
     for planned in runner.plan(None, PROFILE, output_root=OUTPUT_ROOT):
+        if planned.notebook.stem in RUNNER_EXECUTED:
+            continue
         notebook = load_notebook_node(str(planned.notebook))  # adds the metadata papermill needs
         for cell in notebook.cells:
             if cell.cell_type == "code":
@@ -44,13 +57,56 @@ def pytest_configure(config: pytest.Config) -> None:
         nbformat.write(notebook, NOTEBOOK_COPIES / planned.notebook.name)
 
 
+@dataclass(frozen=True)
+class RunnerOutput:
+    """What `python -m kit run` printed: each stdout line with whether the runner was still
+    running when the line was read (read while it ran, through a pipe), and its stderr."""
+
+    lines: list[tuple[str, bool]]
+    returncode: int
+    stderr: str
+    output_dir: Path
+
+
+def kit_run(stem: str) -> RunnerOutput:
+    """Run one notebook with the ci profile through the runner's command line, into the
+    folder the other notebook tests read."""
+    output_dir = OUTPUT_ROOT / PROFILE
+    command = [sys.executable, "-m", "kit", "run", stem, "--profile", PROFILE,
+               "--set", f"output_dir={output_dir}"]
+    with tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                   cwd=REPO_ROOT, env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+        assert process.stdout is not None
+        lines = [(line.rstrip("\n"), process.poll() is None) for line in process.stdout]
+        returncode = process.wait(timeout=60)
+        stderr.seek(0)
+        return RunnerOutput(lines, returncode, stderr.read(), output_dir)
+
+
 @pytest.fixture(scope="session")
-def notebook_outputs() -> Callable[[str, str], Path]:
+def runner_output() -> Callable[[str], RunnerOutput]:
+    """runner_output(stem) -> what `python -m kit run <stem> --profile ci` printed (run once)."""
+    runs: dict[str, RunnerOutput] = {}
+
+    def get(stem: str) -> RunnerOutput:
+        if stem not in runs:
+            runs[stem] = kit_run(stem)
+        return runs[stem]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def notebook_outputs(runner_output) -> Callable[[str, str], Path]:
     """notebook_outputs(stem, result_file) -> the folder holding that notebook's results."""
 
     def get(stem: str, result_file: str) -> Path:
         folder = OUTPUT_ROOT / PROFILE
-        if not (folder / result_file).exists():
+        if stem in RUNNER_EXECUTED:
+            output = runner_output(stem)
+            assert output.returncode == 0, output.stderr[-3000:]
+        elif not (folder / result_file).exists():
             (planned,) = runner.plan([stem], PROFILE, output_root=OUTPUT_ROOT)
             runner.execute(planned)
         assert (folder / result_file).exists(), f"{stem} did not write {result_file}"

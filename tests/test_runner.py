@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +18,7 @@ import psutil
 import pytest
 import yaml
 
-from kit import locks, params, runner
+from kit import launch, locks, params, runner, timecat
 from kit.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
 
 
@@ -209,3 +213,95 @@ def test_a_saved_parameter_file_replays_where_its_profile_says(tmp_path: Path) -
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "ci" / "evidence_summary.json").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress lines while a notebook trains
+# ---------------------------------------------------------------------------------------------
+
+def append_record(run: Path, step: int, loss: float) -> None:
+    """One row as kit.train logs it (after writing the run's config.yaml)."""
+    run.mkdir(parents=True, exist_ok=True)
+    if not (run / "config.yaml").exists():
+        (run / "config.yaml").write_text(yaml.safe_dump({"iterations": 40, "seed": 0}))
+    with (run / "metrics.jsonl").open("a") as handle:
+        handle.write(json.dumps({"step": step, "epoch": 0, "loss": loss, "lr": 0.01,
+                                 "images_per_s": 512.4, "eval_accuracy": None,
+                                 "eval_loss": None}) + "\n")
+
+
+def test_progress_lines_are_rate_limited_per_run_and_name_the_last_step(tmp_path: Path) -> None:
+    old, new = tmp_path / "runs" / "old" / "seed0", tmp_path / "runs" / "cat2" / "seed1"
+    append_record(old, 40, 0.5)  # finished before the watch: never reported again
+    progress = runner.TrainingProgress(tmp_path, "03", every_s=30)
+    assert progress.poll(now=0) == []
+    append_record(new, 10, 2.3456)
+    assert progress.poll(now=1) == ["03 runs/cat2/seed1  step 10/40  loss 2.346  512 img/s"]
+    append_record(new, 20, 2.0)
+    assert progress.poll(now=2) == progress.poll(now=30) == []  # not due
+    assert progress.poll(now=31) == ["03 runs/cat2/seed1  step 20/40  loss 2.000  512 img/s"]
+    assert progress.poll(now=100) == []  # nothing changed
+    append_record(new, 30, 1.5)
+    append_record(new, 40, 1.25)  # the last step is reported at once
+    assert progress.poll(now=101) == ["03 runs/cat2/seed1  step 40/40  loss 1.250  512 img/s  done"]
+    assert progress.poll(now=500) == []
+
+
+def test_progress_watch_stops_its_thread_when_the_notebook_fails(tmp_path: Path) -> None:
+    lines: list[str] = []
+    progress = runner.TrainingProgress(tmp_path, "03", every_s=30)
+    with pytest.raises(RuntimeError, match="cell failed"):
+        with progress.watching(lines.append, poll_s=0.05):
+            append_record(tmp_path / "run", 10, 2.0)
+            deadline = time.monotonic() + 30
+            while not lines:
+                assert time.monotonic() < deadline, "no progress line within 30 s"
+                time.sleep(0.05)
+            append_record(tmp_path / "run", 40, 1.0)
+            raise RuntimeError("cell failed")
+    assert lines == ["03 run  step 10/40  loss 2.000  512 img/s",
+                     "03 run  step 40/40  loss 1.000  512 img/s  done"]  # the last poll
+    assert "kit-run-progress" not in [thread.name for thread in threading.enumerate()]
+
+
+PROGRESS_LINE = re.compile(r"03 (?P<run>\S+)  step (?P<step>\d+)/(?P<total>\d+)  "
+                           r"loss (?P<loss>\S+)  (?P<rate>\d+) img/s(?P<done>  done)?")
+
+
+def test_kit_run_prints_training_progress_while_notebook_03_trains(runner_output) -> None:
+    output = runner_output("03_time_concat")
+    assert output.returncode == 0, output.stderr[-3000:]
+    loaded, _ = params.load("03_time_concat", "ci", output_dir=str(output.output_dir))
+    budgets = {Path(t.config.output_dir).relative_to(output.output_dir).as_posix():
+               t.config.iterations for t in timecat.plan(loaded).trainings}
+    texts = [line for line, _ in output.lines]
+    ended = next(i for i, line in enumerate(texts) if " done in " in line)
+    progress = [(i, PROGRESS_LINE.fullmatch(line), running)
+                for i, (line, running) in enumerate(output.lines) if PROGRESS_LINE.fullmatch(line)]
+    assert progress, texts
+    assert all(running and i < ended for i, _, running in progress)  # read while it ran
+    steps: dict[str, list[int]] = {}
+    for _, match, _ in progress:
+        assert int(match["total"]) == budgets[match["run"]], match[0]
+        assert math.isfinite(float(match["loss"])) and int(match["rate"]) > 0, match[0]
+        assert bool(match["done"]) == (int(match["step"]) == budgets[match["run"]]), match[0]
+        steps.setdefault(match["run"], []).append(int(match["step"]))
+    assert {run: seen[-1] for run, seen in steps.items()} == budgets  # every run, to its end
+    assert all(seen == sorted(set(seen)) for seen in steps.values()), steps  # no line twice
+
+
+def test_the_saved_notebook_03_keeps_each_runs_final_bar(notebook_outputs) -> None:
+    folder = notebook_outputs("03_time_concat", "time_concat_summary.json")
+    loaded, _ = params.load("03_time_concat", "ci", output_dir=str(folder))
+    work = timecat.runs_dir(loaded)
+    budgets = {launch.run_name(t.config, work): t.config.iterations
+               for t in timecat.plan(loaded).trainings}
+    executed = nbformat.read(folder / "03_time_concat.ipynb", as_version=4)
+    bars = {text.split(":")[0]: text for cell in executed.cells
+            for output in cell.get("outputs", [])
+            if "application/vnd.jupyter.widget-view+json" in output.get("data", {})
+            for text in [output.data["text/plain"]]}
+    assert bars.keys() == budgets.keys()
+    for name, total in budgets.items():  # the widget's text when its run ended, not when it began
+        assert f"100%" in bars[name] and f" {total}/{total} " in bars[name], bars[name]
+        assert "loss=" in bars[name], bars[name]

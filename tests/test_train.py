@@ -204,6 +204,34 @@ def test_finished_run_is_not_trained_again(tmp_path: Path, capsys) -> None:
         train.train(cfg.model_copy(update={"iterations": 12}))
 
 
+def test_tensorboard_scalars_are_the_metrics_and_do_not_change_the_run(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing import event_accumulator
+
+    cfg = TrainConfig(**settings(tmp_path / "run", iterations=12, eval_every=6, tensorboard=True))
+    out = train.train(cfg)
+    events = event_accumulator.EventAccumulator(str(out))
+    events.Reload()
+    metrics = train.read_metrics(out)
+    for column in ("loss", "lr", "images_per_s", "eval_accuracy"):
+        logged = metrics.drop_nulls(column)
+        scalars = events.Scalars(column)
+        assert [s.step for s in scalars] == logged["step"].to_list() != [], column
+        assert [s.value for s in scalars] == pytest.approx(logged[column].to_list()), column
+    # an operational setting: the same run, finished, whether or not it logs events
+    assert cfg.differing_settings(cfg.model_copy(update={"tensorboard": False}).model_dump()) == []
+    assert train.train(cfg.model_copy(update={"tensorboard": False})) == out
+
+
+def test_tensorboard_without_the_package_says_how_to_install_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # what an environment without it finds
+    path = write_config(tmp_path / "run.yaml", settings(tmp_path / "out", tensorboard=True))
+    with pytest.raises(ParameterError, match=r"tensorboard: the tensorboard package is not "
+                                             r"installed; install it with `pip install -e "):
+        load_train_config(path)
+    assert not load_train_config(path, ["tensorboard=false"]).tensorboard
+
+
 def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Images of the second epoch are NaN: 256 images / 32 per batch = 8 steps per epoch."""
@@ -307,7 +335,7 @@ def test_command_line_reports_bad_input_without_traceback(tmp_path: Path) -> Non
 # ---------------------------------------------------------------------------------------------
 
 def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path: Path) -> None:
-    values = settings(tmp_path / "ddp", iterations=24, log_every=3)
+    values = settings(tmp_path / "ddp", iterations=24, log_every=3, tensorboard=True)
     config = write_config(tmp_path / "ddp.yaml", values)
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
@@ -316,6 +344,7 @@ def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path
     assert result.returncode == 0, result.stderr[-3000:]
     # the trainer broadcasts rank 0's final state and raises if any rank differs bit for bit
     assert yaml.safe_load((tmp_path / "ddp" / train.DONE).read_text()) == {"step": 24, "ranks": 2}
+    assert len(list((tmp_path / "ddp").glob("events.out.tfevents.*"))) == 1  # rank 0 only
     single = train.train(TrainConfig(**settings(tmp_path / "single", iterations=24, log_every=3)))
     ddp_loss = train.read_metrics(tmp_path / "ddp")["loss"].to_list()
     single_loss = train.read_metrics(single)["loss"].to_list()
