@@ -322,49 +322,74 @@ class Progress:
             self.displays[name].update(self.bars[name].container)
 
 
+def run_cost(config: TrainConfig) -> float:
+    """A run's relative compute: images seen times the width's square (a convolution's cost)."""
+    return config.iterations * config.batch_size * config.width ** 2
+
+
+def chains(runs: dict[str, TrainConfig], count: int) -> list[list[str]]:
+    """The runs dealt into at most `count` lists of about equal cost (costliest first, each to
+    the least loaded list), each list to be trained in turn by one process."""
+    loads, dealt = [0.0] * count, [[] for _ in range(count)]
+    for name in sorted(runs, key=lambda name: -run_cost(runs[name])):
+        least = loads.index(min(loads))
+        dealt[least].append(name)
+        loads[least] += run_cost(runs[name])
+    return [chain for chain in dealt if chain]
+
+
 def _local(runs: dict[str, TrainConfig], files: dict[str, Path], settings: LaunchConfig,
            log_dir: Path, wait: bool) -> Launched:
-    """Run `workers` runs at a time, each pinned to its slot, until all have ended."""
+    """Run `workers` processes at a time, each pinned to its slot, until all runs have ended.
+    Single-process runs are dealt into one chain per slot, trained in turn by one process:
+    starting Python and importing torch costs seconds a run, as much as a small CPU run trains.
+    Runs under torchrun get a process (group) each."""
     if not wait:
         raise ParameterError(f"backend: {settings.backend} trains while this process waits; "
                              "wait=False is for slurm")
     log_dir.mkdir(parents=True, exist_ok=True)
     free = slots(settings)
-    queue = list(runs)
-    running: dict[str, tuple[subprocess.Popen, Slot, Path]] = {}
+    single = settings.backend != "torchrun" and settings.nproc_per_node * settings.nodes == 1
+    queue = chains(runs, len(free)) if single else [[name] for name in runs]
+    running: list[tuple[subprocess.Popen, Slot, Path, list[str]]] = []
     launched, progress = Launched(), Progress()
     base_env = os.environ | {"PYTHONPATH": os.pathsep.join(
         filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     try:
         while queue or running:
             while queue and free:
-                name, slot = queue.pop(0), free.pop(0)
-                log = log_dir / f"{name}.log"
-                command = train_command(files[name], settings, f"{settings.rdzv_id}-{name}")
+                chain, slot = queue.pop(0), free.pop(0)
+                log = log_dir / f"{chain[0]}.log"
+                command = train_command(files[chain[0]], settings, f"{settings.rdzv_id}-{chain[0]}")
+                command += [arg for name in chain[1:] for arg in ("--config", str(files[name]))]
                 env = base_env | slot.environment()
-                if command[2] == "kit.train":  # one process: torchrun's variables say so
+                if single:  # one process: torchrun's variables say so
                     env |= {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
                 with log.open("w") as output:
-                    running[name] = (subprocess.Popen(
+                    running.append((subprocess.Popen(
                         command, env=env, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
-                        preexec_fn=_ignore_preemption_signals(slot.cpus)), slot, log)
-                progress.start(name, runs[name])
+                        preexec_fn=_ignore_preemption_signals(slot.cpus)), slot, log, chain))
+                for name in chain:
+                    progress.start(name, runs[name])
             time.sleep(0.2)
-            for name, (process, slot, log) in list(running.items()):
+            for entry in list(running):
+                process, slot, log, chain = entry
                 if process.poll() is None:
-                    progress.update(name, runs[name])
+                    for name in chain:
+                        progress.update(name, runs[name])
                     continue
-                progress.finish(name, runs[name])
-                del running[name]
+                running.remove(entry)
                 free.append(slot)
-                if is_finished(runs[name]):
-                    launched.finished.append(name)
-                else:
-                    launched.failed[name] = log
+                for name in chain:
+                    progress.finish(name, runs[name])
+                    if is_finished(runs[name]):
+                        launched.finished.append(name)
+                    else:
+                        launched.failed[name] = log
     finally:
-        for process, _, _ in running.values():  # interrupted: the trainers checkpoint and stop
+        for process, _, _, _ in running:  # interrupted: the trainers checkpoint and stop
             signal_tree(process, signal.SIGUSR1)
-        for process, _, _ in running.values():
+        for process, _, _, _ in running:
             process.wait()
     return launched
 

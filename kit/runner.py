@@ -158,7 +158,10 @@ class TrainingProgress:
         self._totals: dict[Path, int] = {}
 
     def _metrics_files(self) -> list[Path]:
-        return sorted(self.folder.rglob("metrics.jsonl")) if self.folder.is_dir() else []
+        try:
+            return sorted(self.folder.rglob("metrics.jsonl")) if self.folder.is_dir() else []
+        except OSError:  # a folder removed while walked (a cache entry moved into place)
+            return []
 
     @staticmethod
     def _stamp(path: Path) -> tuple[int, int] | None:

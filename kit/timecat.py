@@ -218,16 +218,21 @@ def probe_all(representations: list[Representation], params: TimecatParams) -> M
                          "width": rep.width, "replicate": rep.replicate,
                          "iterations_per_model": rep.iterations_per_model,
                          "task": task.name, "role": task.role}
+            exact = (probe.lbfgs_probe(splits[0], splits[1], num_classes,
+                                       config.weight_decays, config.heldout_fraction,
+                                       seed=config.seed, device=params.device)
+                     if params.lbfgs_check and rep.replicate == 0 else None)
             for selected in result.selected.iter_rows(named=True):
                 rows.append(described | {"rule": selected["rule"], "top1": selected["top1"],
                                          "top5": selected["top5"],
-                                         "train_top1": selected["train_top1"]})
+                                         "train_top1": selected["train_top1"],
+                                         "lbfgs_top1": exact and exact.top1(selected["rule"])})
             diagnosed.append(described | _diagnose(
                 splits[1].features[sample], [single[c].torch()[0][sample]
                                              for c in rep.checkpoints]))
     return Measurements(
         pl.DataFrame(rows, schema_overrides={"iterations_per_model": pl.Int64,
-                                             "top5": pl.Float64}),
+                                             "top5": pl.Float64, "lbfgs_top1": pl.Float64}),
         pl.DataFrame(diagnosed, schema_overrides={"iterations_per_model": pl.Int64,
                                                   "seed_cka": pl.Float64}))
 
@@ -317,6 +322,16 @@ def gains(results: pl.DataFrame, rule: str, baseline: str, confidence: float = 0
     return (stats.with_columns(pl.lit(baseline).alias("baseline"), verdict.alias("verdict"))
             .drop("half_width")
             .sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64), "task"))
+
+
+def probe_agreement(results: pl.DataFrame, rule: str) -> pl.DataFrame:
+    """The fast probe beside a converged L-BFGS fit of the same features (where `lbfgs_check`
+    recorded one): top-1 % of both and their difference, largest first."""
+    return (results.filter((pl.col("rule") == rule) & pl.col("lbfgs_top1").is_not_null())
+            .select("variant", "replicate", "task", (100 * pl.col("top1")).alias("fast %"),
+                    (100 * pl.col("lbfgs_top1")).alias("L-BFGS %"))
+            .with_columns((pl.col("fast %") - pl.col("L-BFGS %")).alias("difference"))
+            .sort(pl.col("difference").abs(), descending=True))
 
 
 def paper_side_by_side(results: pl.DataFrame, rule: str, paper_columns: dict[str, str]
@@ -418,13 +433,16 @@ def chance_levels(params: TimecatParams) -> dict[str, float]:
     return {task.name: 100 / params.task_data(task)[1] for task in params.tasks}
 
 
-def accuracy_chart(results: pl.DataFrame, rule: str, chance: dict[str, float]
-                   ) -> alt.FacetChart:
+def accuracy_chart(results: pl.DataFrame, rule: str, chance: dict[str, float],
+                   ceiling: dict[str, float] | None = None) -> alt.FacetChart:
     """Top-1 of every variant on every task (mean ± std over replicates), on one 0-100 scale
-    for all panels, with each task's chance level (`chance`: task -> top-1 % of guessing)
-    drawn and labelled."""
+    for all panels, with each task's chance level (`chance`: task -> top-1 % of guessing) and,
+    where known, its Bayes ceiling (`ceiling`) drawn and labelled."""
+    ceiling = ceiling or {}
     stats = _mean_std(results, rule, ["task", "variant"]).with_columns(
-        pl.col("task").replace_strict(chance, return_dtype=pl.Float64).alias("chance"))
+        pl.col("task").replace_strict(chance, return_dtype=pl.Float64).alias("chance"),
+        pl.col("task").replace_strict(ceiling, default=None, return_dtype=pl.Float64)
+        .alias("ceiling"))
     order = variant_order(results)
     y = alt.Y("mean:Q", title="top-1 (%)", scale=alt.Scale(domain=[0, 100]))
     base = alt.Chart().encode(x=alt.X("variant:N", sort=order, title=None))
@@ -432,9 +450,26 @@ def accuracy_chart(results: pl.DataFrame, rule: str, chance: dict[str, float]
                   y=y, color=alt.Color("variant:N", sort=order, legend=None),
                   tooltip=["task", "variant", "mean", "std", "count"]),
               base.mark_errorbar().encode(y=alt.Y("low:Q", title="top-1 (%)"), y2="high:Q"),
-              report.chance_lines("chance")]
+              report.chance_lines("chance"),
+              report.reference_lines("ceiling", "Bayes ceiling", dash=(1, 0))]
     return alt.layer(*layers, data=stats).properties(width=150, height=160).facet(
         column=alt.Column("task:N", title=None))
+
+
+def task_table(params: TimecatParams) -> pl.DataFrame:
+    """What each probe task is: its role, classes, chance level and Bayes ceiling (synthetic
+    tasks), and the rows its probe trains on."""
+    chance, ceiling = chance_levels(params), ceilings(params)
+    rows = []
+    for task in params.tasks:
+        task_data, classes = params.task_data(task)
+        every = task_data.synthetic.num_train if task_data.synthetic else None
+        rows.append({"task": task.name, "role": task.role, "classes": classes,
+                     "chance %": chance[task.name], "Bayes ceiling %": ceiling.get(task.name),
+                     "probe train rows": params.probe_train_rows or every})
+    return pl.DataFrame(rows, schema={
+        "task": pl.String, "role": pl.String, "classes": pl.Int64, "chance %": pl.Float64,
+        "Bayes ceiling %": pl.Float64, "probe train rows": pl.Int64})
 
 
 def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:

@@ -112,6 +112,10 @@ class TimecatParams(NotebookParams):
     #: subset of that size
     probe_train_rows: int | None = Field(default=None, ge=16)
     probe_rule: Literal["paper", "heldout"] = "heldout"
+    #: also fit the first replicate's probes by full-batch L-BFGS (converged, same weight
+    #: decays and held-out rows) and record its top-1 beside the fast probe's: the check that
+    #: the fast probe has converged (features must fit in memory)
+    lbfgs_check: bool = False
     feature_batch_size: int = Field(ge=1)
     #: DataLoader workers decoding images for feature extraction
     feature_workers: int = Field(ge=0)

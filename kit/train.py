@@ -579,11 +579,26 @@ def _train(cfg: TrainConfig, process: Process, stop: StopFlag, closing: contextl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kit.train", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", type=Path, required=True, help="a run's YAML file")
+    parser.add_argument("--config", type=Path, required=True, action="append",
+                        help="a run's YAML file; repeated, the runs train one after another in "
+                             "this one process (start-up and imports are paid once)")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="override a setting, dotted for sections (data.image_size=32)")
     args = parser.parse_args(argv)
-    return exit_code(lambda: train(load_train_config(args.config, args.overrides)))
+    return exit_code(lambda: train_in_turn([load_train_config(path, args.overrides)
+                                            for path in args.config]))
+
+
+def train_in_turn(configs: list[TrainConfig]) -> None:
+    """Train runs one after another in this process, each exactly as it would train alone (its
+    own seeds, folder, lock and checkpoints); every configuration is validated before the first
+    starts. Several runs need a single process: a DDP group trains one run."""
+    ranks = max(int(os.environ.get(name, "1")) for name in ("WORLD_SIZE", "SLURM_NTASKS"))
+    if len(configs) > 1 and ranks > 1:
+        raise ParameterError(f"--config: {len(configs)} runs given to one of {ranks} ranks; "
+                             "launch one torchrun (or srun) per run")
+    for cfg in configs:
+        train(cfg)
 
 
 def exit_code(action: Callable[[], object]) -> int:

@@ -56,6 +56,32 @@ def test_local_workers_are_pinned_to_disjoint_cores(tmp_path: Path) -> None:
         launch.slots(launch.LaunchConfig(backend="local", workers=99))
 
 
+def test_local_workers_train_several_runs_in_turn_each_as_if_alone(tmp_path: Path,
+                                                                   one_thread) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPU cores")
+    configs = [tiny(tmp_path / f"run{i}", seed=i, iterations=4) for i in range(3)]
+    assert launch.chains(dict(zip(["run0", "run1", "run2"], configs)), 2) == [
+        ["run0", "run2"], ["run1"]]
+    launch.launch(configs, launch.LaunchConfig(backend="local", workers=2), tmp_path).check()
+    chained = placements(tmp_path / "logs" / "run0.log")
+    assert len(chained) == 2 and not (tmp_path / "logs" / "run2.log").exists()  # one process
+    alone = tiny(tmp_path / "alone", seed=2, iterations=4)
+    train.train(alone)  # here, in a process that trained nothing before
+    after_another, by_itself = final_state(tmp_path / "run2"), final_state(tmp_path / "alone")
+    for key, value in by_itself["model"].items():
+        assert torch.equal(after_another["model"][key], value), key
+
+
+def test_several_runs_in_one_process_are_refused_under_several_ranks(tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    configs = [tiny(tmp_path / f"run{i}", seed=i) for i in range(2)]
+    with pytest.raises(ParameterError, match="launch one torchrun"):
+        train.train_in_turn(configs)
+    assert not (tmp_path / "run0").exists()
+
+
 def test_torchrun_backend_launches_back_to_back_without_failure(tmp_path: Path) -> None:
     """One torchrun per run: the second run never meets the first one's rendezvous (issue 12
     measured 3 failures in 6 with two runs in one torchrun)."""
