@@ -14,11 +14,17 @@ Backends (LaunchConfig.backend):
 The caller decides which runs are pending (finished runs have a DONE marker); a run is finished
 when its DONE marker exists, whatever launched it, so any backend can resume any run.
 `python -m kit.launch plan ...` writes every run's config and a ready sbatch array script.
+
+A step after training (notebook 03's feature extraction, its probes) is one command launched the
+same way (`launch_step`: inline, one process or torchrun on this node, one Slurm job); `python -m
+kit.launch extract|probe --profile P` starts them, and `plan --profile P` exports notebook 03's
+runs, extraction and probing as sbatch scripts with submit.sh chaining them (afterok).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shlex
@@ -145,7 +151,8 @@ def launch(configs: list[TrainConfig], settings: LaunchConfig, work_dir: str | P
     if settings.backend == "inline":
         return _inline(runs)
     if settings.backend == "slurm":
-        return _slurm(runs, files, settings, work_dir, wait)
+        return _slurm({name: SlurmTask(train_args(files[name]), settings) for name in runs},
+                      settings, work_dir, wait, lambda name, _: is_finished(runs[name]))
     return _local(runs, files, settings, work_dir / LOGS, wait)
 
 
@@ -163,13 +170,19 @@ def _inline(runs: dict[str, TrainConfig]) -> Launched:
 # Processes on this node: commands, pinning, progress
 # ---------------------------------------------------------------------------------------------
 
-def train_command(config_file: Path, settings: LaunchConfig, rdzv_id: str,
-                  endpoint: str | None = None) -> list[str]:
-    """The command training one run: the trainer itself for one process (except under the
-    torchrun backend), else one torchrun (standalone on one node, a rendezvous across nodes)."""
-    trainer = ["-m", "kit.train", "--config", str(config_file)]
+def train_args(config_file: Path) -> list[str]:
+    """`python -m` arguments training one run."""
+    return ["kit.train", "--config", str(config_file)]
+
+
+def module_command(module_args: Sequence[str], settings: LaunchConfig, rdzv_id: str,
+                   endpoint: str | None = None) -> list[str]:
+    """The command running `python -m <module_args>` (a trainer, an extraction): the module
+    itself for one process (except under the torchrun backend), else under one torchrun
+    (standalone on one node, a rendezvous across nodes)."""
+    program = ["-m", *module_args]
     if settings.backend != "torchrun" and settings.nproc_per_node * settings.nodes == 1:
-        return [sys.executable, *trainer]
+        return [sys.executable, *program]
     command = [sys.executable, "-m", "torch.distributed.run",
                f"--nproc-per-node={settings.nproc_per_node}"]
     if settings.nodes == 1:
@@ -178,7 +191,19 @@ def train_command(config_file: Path, settings: LaunchConfig, rdzv_id: str,
         command += [f"--nnodes={settings.nodes}", "--rdzv-backend=c10d",
                     f"--rdzv-endpoint={endpoint or settings.rdzv_endpoint}",
                     f"--rdzv-id={rdzv_id}"]
-    return command + trainer
+    return command + program
+
+
+def child_environment(command: Sequence[str], extra: dict[str, str] | None = None
+                      ) -> dict[str, str]:
+    """The environment of a launched command: the repository importable, `extra` (a slot's
+    devices), and for a single process torchrun's variables saying so (a process started
+    inside a Slurm allocation then does not take Slurm's for a group)."""
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))} | (extra or {})
+    if command[2] != "torch.distributed.run":
+        env |= {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    return env
 
 
 @dataclass(frozen=True)
@@ -353,21 +378,19 @@ def _local(runs: dict[str, TrainConfig], files: dict[str, Path], settings: Launc
     queue = chains(runs, len(free)) if single else [[name] for name in runs]
     running: list[tuple[subprocess.Popen, Slot, Path, list[str]]] = []
     launched, progress = Launched(), Progress()
-    base_env = os.environ | {"PYTHONPATH": os.pathsep.join(
-        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     try:
         while queue or running:
             while queue and free:
                 chain, slot = queue.pop(0), free.pop(0)
                 log = log_dir / f"{chain[0]}.log"
-                command = train_command(files[chain[0]], settings, f"{settings.rdzv_id}-{chain[0]}")
-                command += [arg for name in chain[1:] for arg in ("--config", str(files[name]))]
-                env = base_env | slot.environment()
-                if single:  # one process: torchrun's variables say so
-                    env |= {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+                command = module_command(
+                    train_args(files[chain[0]]) + [arg for name in chain[1:]
+                                                   for arg in ("--config", str(files[name]))],
+                    settings, f"{settings.rdzv_id}-{chain[0]}")
                 with log.open("w") as output:
                     running.append((subprocess.Popen(
-                        command, env=env, cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
+                        command, env=child_environment(command, slot.environment()),
+                        cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
                         preexec_fn=_ignore_preemption_signals(slot.cpus)), slot, log, chain))
                 for name in chain:
                     progress.start(name, runs[name])
@@ -398,38 +421,38 @@ def _local(runs: dict[str, TrainConfig], files: dict[str, Path], settings: Launc
 # Slurm through submitit
 # ---------------------------------------------------------------------------------------------
 
-class SlurmTraining:
-    """One run as a submitit job: each task (one per node) starts the run's torchrun (or the
-    trainer for a single process) and waits for it. On the scheduler's signal submitit calls
-    `checkpoint`, which passes the signal to the trainers, waits for their checkpoint and
-    requeues the same run; a trainer preempted on its own (SIGTERM) requeues the same way."""
+class SlurmTask:
+    """One command (`python -m <module_args>`: a run's trainer, an extraction) as a submitit
+    job: each task (one per node) starts its torchrun (or the module for a single process) and
+    waits for it. On the scheduler's signal submitit calls `checkpoint`, which passes the
+    signal to the processes, waits for them to save what they have (a checkpoint, finished
+    cache entries) and exit, and requeues the same command; a command preempted on its own
+    (SIGTERM, exit status 75) requeues the same way."""
 
-    def __init__(self, config_file: Path, settings: LaunchConfig) -> None:
-        self.config_file, self.settings = config_file, settings
+    def __init__(self, module_args: Sequence[str], settings: LaunchConfig) -> None:
+        self.module_args, self.settings = list(module_args), settings
         self.process: subprocess.Popen | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"config_file": self.config_file, "settings": self.settings, "process": None}
+        return {"module_args": self.module_args, "settings": self.settings, "process": None}
 
     def __call__(self) -> str:
         import submitit
 
         job = submitit.JobEnvironment()
         port = 20000 + int(str(job.job_id).split("_")[0]) % 20000
-        command = train_command(self.config_file, self.settings, f"{self.settings.rdzv_id}-"
-                                f"{job.job_id}", f"{job.hostnames[0]}:{port}")
-        env = os.environ | {"PYTHONPATH": str(REPO_ROOT)}
-        if command[2] == "kit.train":
-            env |= {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-        self.process = subprocess.Popen(command, env=env, cwd=REPO_ROOT,
+        command = module_command(self.module_args, self.settings, f"{self.settings.rdzv_id}-"
+                                 f"{job.job_id}", f"{job.hostnames[0]}:{port}")
+        self.process = subprocess.Popen(command, env=child_environment(command), cwd=REPO_ROOT,
                                         preexec_fn=_ignore_preemption_signals())
         code = self._wait()
         if code == PREEMPTED_EXIT:  # stopped by a signal submitit did not see: requeue as if
             os.kill(os.getpid(), job._usr_sig())
             time.sleep(60)  # submitit's handler exits from here
         if code != 0:
-            raise RuntimeError(f"{self.config_file}: training exited with status {code}")
-        return str(self.config_file)
+            raise RuntimeError(f"python -m {shlex.join(self.module_args)}: exited with status "
+                               f"{code}")
+        return shlex.join(self.module_args)
 
     def _wait(self) -> int:
         """Poll rather than block: a blocking wait holds the lock the signal handler's own
@@ -445,7 +468,7 @@ class SlurmTraining:
         if self.process is not None and self.process.poll() is None:
             signal_tree(self.process, signal.SIGUSR1)
             self._wait()
-        return submitit.helpers.DelayedSubmission(SlurmTraining(self.config_file, self.settings))
+        return submitit.helpers.DelayedSubmission(SlurmTask(self.module_args, self.settings))
 
 
 def executor(settings: LaunchConfig, folder: Path) -> Any:
@@ -473,23 +496,23 @@ def executor(settings: LaunchConfig, folder: Path) -> Any:
     return made
 
 
-def _slurm(runs: dict[str, TrainConfig], files: dict[str, Path], settings: LaunchConfig,
-           work_dir: Path, wait: bool) -> Launched:
-    import submitit
-
+def _slurm(tasks: dict[str, SlurmTask], settings: LaunchConfig, work_dir: Path, wait: bool,
+           finished: Callable[[str, bool], bool]) -> Launched:
+    """Submit the tasks as one array, except those with a live job recorded in work_dir; when
+    waiting, `finished(name, job succeeded)` says which ended well."""
     folder = work_dir / "submitit"
     record_path = work_dir / JOBS
     recorded = json.loads(record_path.read_text()) if record_path.exists() else {}
     launched = Launched()
     alive = {name: job_id for name, job_id in recorded.items()
-             if name in runs and _job_alive(settings, folder, job_id)}
-    to_submit = [name for name in runs if name not in alive]
+             if name in tasks and _job_alive(settings, folder, job_id)}
+    to_submit = [name for name in tasks if name not in alive]
     jobs = {}
     if to_submit:
         made = executor(settings, folder)
         with made.batch():
             for name in to_submit:
-                jobs[name] = made.submit(SlurmTraining(files[name], settings))
+                jobs[name] = made.submit(tasks[name])
     launched.submitted = alive | {name: job.job_id for name, job in jobs.items()}
     record_path.write_text(json.dumps(recorded | launched.submitted, indent=1))
     if not wait:
@@ -497,9 +520,10 @@ def _slurm(runs: dict[str, TrainConfig], files: dict[str, Path], settings: Launc
     for name, job in jobs.items():
         try:
             job.result()
+            succeeded = True
         except Exception:  # noqa: BLE001 - the job's own log holds the cause
-            pass
-        if is_finished(runs[name]):
+            succeeded = False
+        if finished(name, succeeded):
             launched.finished.append(name)
         else:
             launched.failed[name] = Path(job.paths.stderr)
@@ -518,36 +542,98 @@ def _job_alive(settings: LaunchConfig, folder: Path, job_id: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Exported plans: configs and an sbatch array script for submitting by hand
+# One step after training (feature extraction, probing) as a job
 # ---------------------------------------------------------------------------------------------
 
-def sbatch_script(files: Sequence[Path], settings: LaunchConfig, out: Path) -> str:
-    """A Slurm array, one run per task: `srun` starts nproc_per_node trainers on each node, which
-    form one job from Slurm's variables; a run stopped by the signal (exit 75) requeues its task."""
-    limit = f"%{settings.max_concurrent}" if settings.max_concurrent else ""
-    options = ["--job-name=kit-train", f"--array=0-{len(files) - 1}{limit}",
+def launch_step(name: str, module_args: Sequence[str], settings: LaunchConfig,
+                work_dir: str | Path, wait: bool = True) -> Launched:
+    """Run one command, `python -m <module_args>`, as one job with the chosen backend: in this
+    process (inline: the module's `main`), as one process or one torchrun on this node's
+    devices (local, torchrun; its log is work_dir/logs/<name>.log), or as a Slurm job through
+    submitit (`wait=False` returns once it is submitted; called again while it is queued or
+    running, it submits nothing). The command exits 0 when done and 75 when a preemption
+    signal stopped it (Slurm then requeues it)."""
+    work_dir = resolve(work_dir)
+    launched = Launched()
+    if settings.backend == "inline":
+        code = importlib.import_module(module_args[0]).main(list(module_args[1:]))
+        if code:
+            raise RuntimeError(f"python -m {shlex.join(module_args)}: exited with status {code}")
+        launched.finished.append(name)
+        return launched
+    if settings.backend == "slurm":
+        return _slurm({name: SlurmTask(module_args, settings)}, settings, work_dir, wait,
+                      lambda _, succeeded: succeeded)
+    if not wait:
+        raise ParameterError(f"backend: {settings.backend} runs {name} while this process "
+                             "waits; wait=False is for slurm")
+    log = work_dir / LOGS / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    (slot,) = slots(settings.model_copy(update={"workers": 1}))
+    command = module_command(module_args, settings, f"{settings.rdzv_id}-{name}")
+    with log.open("w") as output:
+        process = subprocess.Popen(command, env=child_environment(command, slot.environment()),
+                                   cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
+                                   preexec_fn=_ignore_preemption_signals(slot.cpus))
+    try:
+        code = process.wait()
+    finally:
+        if process.poll() is None:  # interrupted: the command keeps what it finished and stops
+            signal_tree(process, signal.SIGUSR1)
+            process.wait()
+    if code == 0:
+        launched.finished.append(name)
+    else:
+        launched.failed[name] = log
+    return launched
+
+
+# ---------------------------------------------------------------------------------------------
+# Exported plans: configs and sbatch scripts for submitting by hand
+# ---------------------------------------------------------------------------------------------
+
+def _sbatch(name: str, settings: LaunchConfig, out: Path, command: str,
+            array: str | None = None) -> str:
+    """An sbatch script (out/<name>.sbatch) whose `srun` starts nproc_per_node processes of
+    `command` on each node, which form one job from Slurm's variables; a command stopped by the
+    signal (exit 75) requeues its job."""
+    options = [f"--job-name=kit-{name}", *[f"--array={array}"] * bool(array),
                f"--nodes={settings.nodes}", f"--ntasks-per-node={settings.nproc_per_node}",
                f"--time={settings.timeout_min}",
                f"--signal={settings.signal}@{settings.signal_delay_s}", "--requeue",
-               f"--output={out / LOGS}/%A_%a.log"]
+               f"--output={out / LOGS}/{name}_" + ("%A_%a.log" if array else "%j.log")]
     options += [f"--gpus-per-node={settings.gpus_per_node}"] * bool(settings.gpus_per_node)
     options += [f"--cpus-per-task={settings.cpus_per_task}"] * bool(settings.cpus_per_task)
     options += [f"--partition={settings.partition}"] * bool(settings.partition)
     options += [f"--account={settings.account}"] * bool(settings.account)
     return "\n".join([
         "#!/bin/bash", *(f"#SBATCH {option}" for option in options), "",
-        "# written by `python -m kit.launch plan`; submit with: sbatch " + str(out / "train.sbatch"),
+        f"# written by `python -m kit.launch plan`; submit with: sbatch {out / name}.sbatch",
         *settings.setup,
         f"cd {shlex.quote(str(REPO_ROOT))}",
         f'export PYTHONPATH={shlex.quote(str(REPO_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
         'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-        f'config="$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {shlex.quote(str(out / "runs.txt"))})"',
-        f'srun --kill-on-bad-exit=1 {shlex.quote(sys.executable)} -m kit.train --config "$config"',
+        f"srun --kill-on-bad-exit=1 {shlex.quote(sys.executable)} {command}",
         "status=$?",
         f'if [ "$status" -eq {PREEMPTED_EXIT} ]; then  # checkpointed on the signal: run again',
         '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
         "fi",
         'exit "$status"', ""])
+
+
+def sbatch_script(files: Sequence[Path], settings: LaunchConfig, out: Path) -> str:
+    """A Slurm array, one run per task (its config read from out/runs.txt)."""
+    limit = f"%{settings.max_concurrent}" if settings.max_concurrent else ""
+    runs = shlex.quote(str(out / "runs.txt"))
+    return _sbatch("train", settings, out,
+                   f'-m kit.train --config "$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {runs})"',
+                   f"0-{len(files) - 1}{limit}")
+
+
+def _write_script(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
 
 
 def export_plan(configs: Sequence[TrainConfig], settings: LaunchConfig, out: str | Path) -> Path:
@@ -556,10 +642,28 @@ def export_plan(configs: Sequence[TrainConfig], settings: LaunchConfig, out: str
     files = list(write_configs(configs, out).values())
     (out / LOGS).mkdir(parents=True, exist_ok=True)
     (out / "runs.txt").write_text("".join(f"{path}\n" for path in files))
-    script = out / "train.sbatch"
-    script.write_text(sbatch_script(files, settings, out))
-    script.chmod(0o755)
-    return script
+    return _write_script(out / "train.sbatch", sbatch_script(files, settings, out))
+
+
+def export_step(name: str, module_args: Sequence[str], settings: LaunchConfig,
+                out: str | Path) -> Path:
+    """out/<name>.sbatch: one job running `python -m <module_args>` (see launch_step)."""
+    out = resolve(out)
+    (out / LOGS).mkdir(parents=True, exist_ok=True)
+    return _write_script(out / f"{name}.sbatch",
+                         _sbatch(name, settings, out, f"-m {shlex.join(module_args)}"))
+
+
+def export_chain(scripts: Sequence[Path], out: str | Path) -> Path:
+    """out/submit.sh: submits the scripts in order, each once the previous one has succeeded
+    (`--dependency=afterok`: for an array, once every task has)."""
+    lines = ["#!/bin/bash", "# written by `python -m kit.launch plan`: each job starts once the "
+             "previous one succeeded", "set -euo pipefail", "job="]
+    for script in scripts:
+        lines += [f'job="$(sbatch --parsable ${{job:+--dependency=afterok:$job}} '
+                  f'{shlex.quote(str(script))})"', 'job="${job%%;*}"',
+                  f'echo "{script.name}: job $job"']
+    return _write_script(resolve(out) / "submit.sh", "\n".join(lines) + "\n")
 
 
 def planned_configs(base_file: Path, overrides: list[str], runs: list[int], seeds: list[int],
@@ -579,11 +683,12 @@ def planned_configs(base_file: Path, overrides: list[str], runs: list[int], seed
                                             iterations[index] if iterations else None)]
 
 
-def parse_settings(pairs: list[str]) -> LaunchConfig:
-    """LaunchConfig from KEY=VALUE pairs of the command line (values read as YAML)."""
+def parse_settings(pairs: list[str], base: LaunchConfig | None = None) -> LaunchConfig:
+    """LaunchConfig from KEY=VALUE pairs of the command line (values read as YAML), over `base`
+    (a profile's launch section) when given."""
     from pydantic import ValidationError
 
-    values = {}
+    values = base.model_dump() if base else {}
     for pair in pairs:
         key, separator, value = pair.partition("=")
         if not separator:
@@ -597,27 +702,58 @@ def parse_settings(pairs: list[str]) -> LaunchConfig:
         raise ParameterError(f"the command line: launch settings: {problems}") from None
 
 
+def add_profile_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """--profile, -f FILE and --set KEY=VALUE for notebook 03's parameters, layered as
+    `python -m kit run` layers them."""
+    parser.add_argument("--profile", required=required,
+                        help="a folder of parameters/ (notebook 03's parameters)")
+    parser.add_argument("-f", "--file", dest="files", action="append", default=[], type=Path,
+                        metavar="FILE", help="YAML parameters layered after the profile "
+                        "(repeatable, later wins)")
+    parser.add_argument("--set", dest="sets", action="append", default=[],
+                        metavar="KEY=VALUE", help="override one parameter (applied last)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kit.launch", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, text in [("plan", "write every run's config and an sbatch array script"),
+    launch_help = "a LaunchConfig setting (repeatable)"
+    for name, text in [("plan", "write every run's config and an sbatch array script; with "
+                        "--profile, notebook 03's runs, extract.sbatch, probe.sbatch and "
+                        "submit.sh, which chains them"),
                        ("run", "train the unfinished runs with a backend")]:
         sub = commands.add_parser(name, help=text)
-        sub.add_argument("--config", type=Path, required=True, help="the base run's YAML file")
-        sub.add_argument("--runs", type=int, nargs="+", required=True, help="values of n")
+        sub.add_argument("--config", type=Path, help="the base run's YAML file")
+        sub.add_argument("--runs", type=int, nargs="+", help="values of n")
         sub.add_argument("--total", type=int, help="total budget in iterations")
         sub.add_argument("--iterations", type=int, nargs="+", help="iterations per run, per n")
-        sub.add_argument("--seeds", type=int, nargs="+", required=True)
+        sub.add_argument("--seeds", type=int, nargs="+")
         sub.add_argument("--root", help="folder holding cat<n>/seed<s> (default: output_dir)")
         sub.add_argument("--out", type=Path, required=True,
-                         help="where configs, logs and the sbatch script go")
+                         help="where configs, logs and the sbatch scripts go")
         sub.add_argument("--launch", dest="launch", action="append", default=[],
-                         metavar="KEY=VALUE", help="a LaunchConfig setting (repeatable)")
+                         metavar="KEY=VALUE", help=launch_help)
         sub.add_argument("--no-wait", action="store_true", help="slurm: return once submitted")
         sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                          help="override a setting of the base run")
+        if name == "plan":
+            add_profile_arguments(sub, required=False)
+    for name, text in [("extract", "extract the features notebook 03 probes, as a job with the "
+                        "profile's launch settings"),
+                       ("probe", "probe them as a job and write the notebook's results tables")]:
+        sub = commands.add_parser(name, help=text)
+        add_profile_arguments(sub)
+        sub.add_argument("--launch", dest="launch", action="append", default=[],
+                         metavar="KEY=VALUE", help=launch_help + ", over the profile's launch")
+        sub.add_argument("--no-wait", action="store_true", help="slurm: return once submitted")
     args = parser.parse_args(argv)
     try:
+        if args.command in ("extract", "probe") or getattr(args, "profile", None):
+            return _profile_command(args)
+        missing = [f"--{key}" for key in ("config", "runs", "seeds") if not getattr(args, key)]
+        if missing:
+            raise ParameterError(f"the command line: give {', '.join(missing)} (or, for plan, "
+                                 "--profile)")
         pairs = args.launch if any(p.startswith("backend=") for p in args.launch) else [
             "backend=slurm", *args.launch]
         settings = parse_settings(pairs)
@@ -633,11 +769,37 @@ def main(argv: list[str] | None = None) -> int:
     pending = [config for config in configs if not is_finished(config)]
     print(f"{len(configs) - len(pending)} of {len(configs)} runs already finished")
     result = launch(pending, settings, args.out, wait=not args.no_wait)
+    return _report(result)
+
+
+def _report(result: Launched) -> int:
     for name, job_id in result.submitted.items():
         print(f"{name}: job {job_id}")
     for name, log in result.failed.items():
         print(f"{name}: failed, see {log}", file=sys.stderr)
     return 1 if result.failed else 0
+
+
+def _profile_command(args: argparse.Namespace) -> int:
+    """plan --profile, extract and probe: notebook 03's steps from its parameters."""
+    from kit import timecat  # torch and the notebook's libraries only for these commands
+
+    if args.command == "plan" and (args.config or args.runs or args.seeds or args.overrides):
+        raise ParameterError("the command line: --profile plans notebook 03's runs; leave out "
+                             "--config, --runs, --seeds and run overrides (use --set)")
+    loaded = timecat.load_params(args.profile, args.files, args.sets)
+    if args.command == "plan":
+        settings = parse_settings(args.launch, loaded.launch.model_copy(
+            update={"backend": "slurm"}))
+        scripts = timecat.export_jobs(loaded, settings, args.out)
+        print("wrote " + ", ".join(str(script) for script in scripts)
+              + f"; submit all with: bash {scripts[-1]}")
+        return 0
+    settings = parse_settings(args.launch, loaded.launch)
+    if args.command == "extract" and timecat.extraction_finished(loaded):
+        print(f"features already extracted in {timecat.runs_dir(loaded) / 'features'}")
+        return 0
+    return _report(timecat.launch_step(args.command, loaded, settings, wait=not args.no_wait))
 
 
 if __name__ == "__main__":

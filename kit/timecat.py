@@ -8,29 +8,42 @@ baseline. Notebook 03 drives the steps below; each is resumable: finished runs (
 marker) are skipped, interrupted ones resume from their checkpoint, and features are cached.
 
 Training goes through kit.launch: in the kernel, as pinned worker processes, one torchrun per
-run, or a Slurm array.
+run, or a Slurm array. Feature extraction and probing are also steps of their own, run as jobs
+(`python -m kit.timecat extract|probe --profile P`, alone or under torchrun or srun, or launched
+with the profile's launch settings by `launch_extraction` and `python -m kit.launch extract|probe`);
+they go through the same cache as the notebook, which then finds the features and only probes.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import itertools
+import json
 import math
+import os
+import signal
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import altair as alt
 import polars as pl
 import scipy.stats
 import torch
+import torch.distributed as dist
 import yaml
 from torch.utils.data import Dataset, Subset, TensorDataset
 
-from kit import data, diagnostics, evidence, features, files, models, probe, report, train
+from kit import data, diagnostics, evidence, features, files, models, params as kit_params
+from kit import probe, report, train
 from kit import launch as kit_launch
 from kit.config import TrainConfig
 from kit.params import ParameterError
 from kit.paths import resolve
-from kit.timecat_params import TimecatParams
+from kit.timecat_params import ProbeTask, TimecatParams
 
 
 @dataclass(frozen=True)
@@ -144,11 +157,7 @@ def is_finished(config: TrainConfig) -> bool:
     return (resolve(config.output_dir) / train.DONE).exists()
 
 
-def launch(trainings: list[PlannedTraining], params: TimecatParams, wait: bool = True
-           ) -> list[str]:
-    """Train every unfinished run (finished ones are skipped) with kit.launch; returns what was
-    skipped. A folder holding a run with other settings is refused before anything starts, never
-    reused; runs that failed are named with their logs."""
+def _refuse_changed_runs(trainings: list[PlannedTraining]) -> None:
     changed = changed_runs(trainings)
     if changed:
         raise ParameterError(
@@ -156,6 +165,14 @@ def launch(trainings: list[PlannedTraining], params: TimecatParams, wait: bool =
             + "; ".join(changed[:5]) + ("; ..." if len(changed) > 5 else "")
             + ". Keep them by choosing another run_root (e.g. --set run_root=time_concat_v2), "
             "or delete those folders to retrain them.")
+
+
+def launch(trainings: list[PlannedTraining], params: TimecatParams, wait: bool = True
+           ) -> list[str]:
+    """Train every unfinished run (finished ones are skipped) with kit.launch; returns what was
+    skipped. A folder holding a run with other settings is refused before anything starts, never
+    reused; runs that failed are named with their logs."""
+    _refuse_changed_runs(trainings)
     skipped = [str(t.config.output_dir) for t in trainings if is_finished(t.config)]
     pending = [t.config for t in trainings if not is_finished(t.config)]
     if pending:
@@ -176,40 +193,65 @@ class Measurements:
     diagnostics: pl.DataFrame
 
 
+@dataclass(frozen=True)
+class TaskFeatures:
+    """A task's cached features: its representations' training and evaluation splits, and each
+    of their checkpoints alone on the evaluation split (for the diagnostics)."""
+
+    num_classes: int
+    probed: list[Representation]
+    train: list[features.FeatureSet]
+    eval: list[features.FeatureSet]
+    single: dict[Path, features.FeatureSet]
+    eval_rows: int
+
+
+def task_features(task: ProbeTask, representations: list[Representation],
+                  params: TimecatParams, progress: bool = False) -> TaskFeatures:
+    """Extract (or find cached) every feature probe_all reads for one task: the one path to
+    the cache, so that an extraction job and the notebook's probes meet the same entries.
+    Under torchrun each rank extracts its shard."""
+    cache = runs_dir(params) / "features"
+    task_data, num_classes = params.task_data(task)
+    train_set, eval_set = data.probe_datasets(task_data, num_classes)
+    split_name = "train"
+    if params.probe_train_rows is not None and params.probe_train_rows < len(train_set):
+        chosen = data.balanced_subset(data.labels_of(train_set), params.probe_train_rows,
+                                      seed=params.base_seed)
+        train_set = Subset(train_set, chosen.tolist())
+        split_name = f"train[balanced {len(chosen)}, seed {params.base_seed}]"
+    if task_data.kind == "synthetic":  # render once, read by every representation
+        train_set, eval_set = _in_memory(train_set), _in_memory(eval_set)
+    probed = [rep for rep in representations if rep.task in (None, task.name)]
+    members = list(dict.fromkeys(c for rep in probed for c in rep.checkpoints))
+
+    def extract(groups: list[list[Path]], split: str, dataset: Dataset
+                ) -> list[features.FeatureSet]:
+        return features.extract_many(
+            groups, dataset, task_data.model_dump_json(), split,
+            transform=data.resolved_augment(task_data), cache_dir=cache,
+            batch_size=params.feature_batch_size, dtype=params.feature_dtype,
+            device=params.device, num_workers=params.feature_workers, progress=progress)
+
+    return TaskFeatures(
+        num_classes, probed,
+        extract([list(rep.checkpoints) for rep in probed], split_name, train_set),
+        extract([list(rep.checkpoints) for rep in probed], "eval", eval_set),
+        dict(zip(members, extract([[c] for c in members], "eval", eval_set))), len(eval_set))
+
+
 def probe_all(representations: list[Representation], params: TimecatParams) -> Measurements:
     """Extract (cached) features of every representation on every task and probe them (one
     row per representation, task and rule); also measure each representation's richness
     (RankMe, alpha-ReQ) and how alike its n models are (mean pairwise linear CKA)."""
-    cache = runs_dir(params) / "features"
     config = params.probe.model_copy(update={"device": params.device})
     rows, diagnosed = [], []
     for task in params.tasks:
-        task_data, num_classes = params.task_data(task)
-        train_set, eval_set = data.probe_datasets(task_data, num_classes)
-        split_name = "train"
-        if params.probe_train_rows is not None and params.probe_train_rows < len(train_set):
-            chosen = data.balanced_subset(data.labels_of(train_set), params.probe_train_rows,
-                                          seed=params.base_seed)
-            train_set = Subset(train_set, chosen.tolist())
-            split_name = f"train[balanced {len(chosen)}, seed {params.base_seed}]"
-        if task_data.kind == "synthetic":  # render once, read by every representation
-            train_set, eval_set = _in_memory(train_set), _in_memory(eval_set)
-        probed = [rep for rep in representations if rep.task in (None, task.name)]
-        members = list(dict.fromkeys(c for rep in probed for c in rep.checkpoints))
-
-        def extract(groups: list[list[Path]], split: str, dataset: Dataset
-                    ) -> list[features.FeatureSet]:
-            return features.extract_many(
-                groups, dataset, task_data.model_dump_json(), split,
-                transform=data.resolved_augment(task_data), cache_dir=cache,
-                batch_size=params.feature_batch_size, dtype=params.feature_dtype,
-                device=params.device, num_workers=params.feature_workers, progress=False)
-
-        trained_on = extract([list(rep.checkpoints) for rep in probed], split_name, train_set)
-        evaluated = extract([list(rep.checkpoints) for rep in probed], "eval", eval_set)
-        single = dict(zip(members, extract([[c] for c in members], "eval", eval_set)))
-        sample = _diagnostic_sample(len(eval_set), params.base_seed)
-        for rep, train_features, eval_features in zip(probed, trained_on, evaluated):
+        extracted = task_features(task, representations, params)
+        num_classes, single = extracted.num_classes, extracted.single
+        sample = _diagnostic_sample(extracted.eval_rows, params.base_seed)
+        for rep, train_features, eval_features in zip(extracted.probed, extracted.train,
+                                                      extracted.eval):
             splits = [probe.Split(*found.torch(), found.record["split"])
                       for found in (train_features, eval_features)]
             result = probe.fast_probe(splits[0], splits[1], num_classes, config,
@@ -491,3 +533,199 @@ def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
         tooltip=["role", "variant", "mean", "std"])
     bars = base.mark_errorbar().encode(y=alt.Y("low:Q", title=title), y2="high:Q")
     return (line + bars).properties(width=320, height=220)
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction and probing as jobs: `python -m kit.timecat extract|probe --profile P`
+# ---------------------------------------------------------------------------------------------
+
+NOTEBOOK = "03_time_concat"
+#: what the probe step writes into output_dir (the files notebook 03 writes)
+RESULTS = "time_concat_results.parquet"
+DIAGNOSTICS = "time_concat_diagnostics.parquet"
+#: in the feature cache: what the last complete extraction covered
+EXTRACTED = "extracted.json"
+Step = Literal["extract", "probe"]
+
+
+def _extraction_record(params: TimecatParams, representations: list[Representation]
+                       ) -> dict[str, object] | None:
+    """What the cached features depend on, cheap to compare: tasks, probe rows, seed, dtype,
+    training settings, and each checkpoint's path, size and modification time (None while one
+    is missing). The cache itself still checks content on every read."""
+    checkpoints = sorted({str(c) for rep in representations for c in rep.checkpoints})
+    try:
+        stats = [[c, os.stat(c).st_size, os.stat(c).st_mtime_ns] for c in checkpoints]
+    except FileNotFoundError:
+        return None
+    return params.model_dump(mode="json", include={"tasks", "train", "probe_train_rows",
+                                                   "base_seed", "feature_dtype"}) | {
+        "checkpoints": stats}
+
+
+def extraction_finished(params: TimecatParams) -> bool:
+    """Whether an extraction step completed for exactly these parameters and checkpoints."""
+    record = _extraction_record(params, plan(params).representations)
+    marker = runs_dir(params) / "features" / EXTRACTED
+    return record is not None and marker.exists() and json.loads(marker.read_text()) == record
+
+
+@contextlib.contextmanager
+def _stopped_by_preemption() -> Iterator[None]:
+    """A preemption signal (Slurm's notice, SIGTERM) stops the step with train.Preempted, exit
+    status 75, on which a Slurm job requeues itself: finished cache entries are kept (each is
+    renamed into place complete), the others are extracted by the next run."""
+    def stop(number: int, _frame: object) -> None:
+        raise train.Preempted(f"{signal.Signals(number).name}: stopped; cache entries finished "
+                              "so far are kept, run it again to extract the rest")
+
+    previous = {number: signal.signal(number, stop) for number in train.PREEMPTION_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def extract_step(params: TimecatParams) -> int:
+    """Extract every feature probe_all reads into its cache, as one process or one rank of a
+    torchrun/srun group (gloo on CPU, NCCL on GPU; each rank extracts its shard). Unfinished or
+    changed training runs are refused before anything is extracted. Returns the number of
+    cache entries the probes read (extracted now or found)."""
+    process = train.start_process(params.device)
+    print(f"extracting features: rank {process.rank}/{process.world_size} on {process.device}",
+          flush=True)
+    try:
+        experiment = plan(params)
+        _refuse_changed_runs(experiment.trainings)
+        unfinished = [str(resolve(t.config.output_dir)) for t in experiment.trainings
+                      if not is_finished(t.config)]
+        if unfinished:
+            raise ParameterError(f"{len(unfinished)} training run(s) have not finished, so there "
+                                 f"is nothing to extract from yet: {', '.join(unfinished[:5])}")
+        if process.main:
+            initialise(experiment.initial)
+        if dist.is_initialized():
+            dist.barrier()
+        with _stopped_by_preemption():
+            found = [task_features(task, experiment.representations, params,
+                                   progress=process.main) for task in params.tasks]
+        if process.main:
+            with files.atomic_write(runs_dir(params) / "features" / EXTRACTED) as handle:
+                handle.write(json.dumps(_extraction_record(params, experiment.representations),
+                                        indent=1).encode())
+        return len({entry.path for task in found
+                    for entry in [*task.train, *task.eval, *task.single.values()]})
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def probe_step(params: TimecatParams) -> Path:
+    """Probe every representation (features from the cache; missing ones are extracted here)
+    and write the results and diagnostics tables notebook 03 writes; returns the results file.
+    One process: probing reads cached features and needs no group."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ParameterError("the probe step runs as one process, not under torchrun or srun "
+                             "with several tasks")
+    measured = probe_all(plan(params).representations, params)
+    out = report.output_dir(params.output_dir)
+    measured.diagnostics.write_parquet(out / DIAGNOSTICS)
+    measured.results.write_parquet(out / RESULTS)
+    return out / RESULTS
+
+
+def write_job_parameters(params: TimecatParams, path: Path) -> Path:
+    """The merged parameters as one file that a job layers over its profile (`-f`), so that it
+    sees exactly what the notebook saw, papermill's injected values included."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with files.atomic_write(path) as handle:
+        handle.write(yaml.safe_dump(params.model_dump(mode="json"), sort_keys=False).encode())
+    return path
+
+
+def job_args(step: Step, profile: str, parameters_file: Path) -> list[str]:
+    """`python -m` arguments of a step."""
+    return ["kit.timecat", step, "--profile", profile, "-f", str(parameters_file)]
+
+
+def step_settings(step: Step, settings: kit_launch.LaunchConfig) -> kit_launch.LaunchConfig:
+    """The launch settings of a step: extraction uses all of them (every GPU of the node, or
+    several nodes); probing is one process on at most one GPU."""
+    if step == "extract":
+        return settings
+    return settings.model_copy(update={"nproc_per_node": 1, "nodes": 1, "workers": 1,
+                                       "gpus_per_node": min(settings.gpus_per_node, 1)})
+
+
+def launch_step(step: Step, params: TimecatParams,
+                settings: kit_launch.LaunchConfig | None = None, wait: bool = True
+                ) -> kit_launch.Launched:
+    """Run a step as a job with the profile's launch settings (or `settings`): in this process
+    (inline), as one process or one torchrun on this node (local, torchrun; log in
+    <run_root>/logs/<step>.log), or as a Slurm job (`wait=False` returns once submitted)."""
+    folder = runs_dir(params)
+    parameters_file = write_job_parameters(params, folder / "jobs" / f"{NOTEBOOK}.parameters.yaml")
+    return kit_launch.launch_step(step, job_args(step, params.profile, parameters_file),
+                                  step_settings(step, settings or params.launch), folder, wait)
+
+
+def launch_extraction(params: TimecatParams, wait: bool = True) -> bool:
+    """Extract every feature the probes need as a launched job unless a finished extraction
+    covers these parameters and checkpoints; returns whether they are all extracted now (False:
+    a Slurm job is still queued or running). A failed job is named with its log."""
+    if not extraction_finished(params):
+        launch_step("extract", params, wait=wait).check()
+    return extraction_finished(params)
+
+
+def export_jobs(params: TimecatParams, settings: kit_launch.LaunchConfig, out: str | Path
+                ) -> list[Path]:
+    """Ready-to-submit Slurm scripts in `out`: train.sbatch (the notebook's training runs, an
+    array; absent when nothing is trained), extract.sbatch, probe.sbatch, and submit.sh, which
+    submits them in that order, each after the previous one succeeded."""
+    out = resolve(out)
+    trainings = plan(params).trainings
+    scripts = [kit_launch.export_plan([t.config for t in trainings], settings, out)
+               ] if trainings else []
+    parameters_file = write_job_parameters(params, out / f"{NOTEBOOK}.parameters.yaml")
+    scripts += [kit_launch.export_step(step, job_args(step, params.profile, parameters_file),
+                                       step_settings(step, settings), out)
+                for step in ("extract", "probe")]
+    return [*scripts, kit_launch.export_chain(scripts, out)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kit.timecat",
+                                     description="notebook 03's steps as jobs")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in [("extract", "extract every feature the probes need into the cache "
+                        "(one process, or each rank of torchrun/srun its shard)"),
+                       ("probe", f"probe from the cache and write {RESULTS} and {DIAGNOSTICS}")]:
+        sub = commands.add_parser(name, help=text)
+        kit_launch.add_profile_arguments(sub)
+    args = parser.parse_args(argv)
+
+    def step() -> None:
+        loaded = load_params(args.profile, args.files, args.sets)
+        if args.command == "extract":
+            count = extract_step(loaded)
+            if int(os.environ.get("RANK", "0")) == 0:
+                print(f"{count} cache entries in {runs_dir(loaded) / 'features'}")
+        else:
+            print(f"wrote {probe_step(loaded)}")
+
+    return train.exit_code(step)
+
+
+def load_params(profile: str, parameter_files: list[Path], overrides: list[str]
+                ) -> TimecatParams:
+    """Notebook 03's parameters for a profile, files and KEY=VALUE overrides."""
+    loaded, _ = kit_params.load(NOTEBOOK, profile, parameter_files,
+                                kit_params.parse_overrides(overrides))
+    assert isinstance(loaded, TimecatParams)
+    return loaded
+
+
+if __name__ == "__main__":
+    sys.exit(main())

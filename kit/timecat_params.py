@@ -120,6 +120,9 @@ class TimecatParams(NotebookParams):
     #: DataLoader workers decoding images for feature extraction
     feature_workers: int = Field(ge=0)
     feature_dtype: Literal["float16", "float32"]
+    #: where notebook 03 extracts features: in its kernel, or as a job launched with `launch`
+    #: (torchrun on the node's GPUs, a Slurm job) that fills the cache the kernel then probes from
+    extraction: Literal["kernel", "job"] = "kernel"
     device: str = Field(min_length=1)
     launch: LaunchConfig
     paper_columns: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,135 @@
+"""Notebook 03's feature extraction and probing as jobs: a real `torchrun --nproc-per-node=2`
+(gloo) started by kit.launch fills the cache that the notebook's probes then read without
+extracting again, with the features of one process; the probe step writes the results table;
+`python -m kit.launch plan --profile` exports the chained Slurm scripts. A small plan of
+untrained networks (random-init variants: nothing to train) on the ci profile's synthetic world.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+
+from kit import launch, timecat
+from kit.timecat_params import TimecatParams
+
+
+def small_plan(folder: Path, **changes) -> Path:
+    """ci's world with three untrained networks (r1, and r2 of two) probed on two tasks."""
+    values = {"output_dir": str(folder / "out"), "replicates": 1,
+              "variants": [{"name": "r1", "kind": "random-init", "n": 1},
+                           {"name": "r2", "kind": "random-init", "n": 2}],
+              "baseline": "r1",
+              "tasks": [{"name": "mixture", "role": "in-distribution",
+                         "components": [["colour"], ["shape"]]},
+                        {"name": "position", "role": "unseen", "components": [["position"]]}],
+              "launch": {"backend": "torchrun", "nproc_per_node": 2}} | changes
+    path = folder / "small.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def entries(cache: Path) -> dict[str, tuple[int, int]]:
+    """Each cache entry's features and record files, by modification time (rewritten: changed)."""
+    return {entry.name: ((entry / "features.npy").stat().st_mtime_ns,
+                         (entry / "record.json").stat().st_mtime_ns)
+            for entry in cache.iterdir() if (entry / "record.json").exists()}
+
+
+def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    parameters = small_plan(tmp_path)
+    loaded = timecat.load_params("ci", [parameters], [])
+    cache = timecat.runs_dir(loaded) / "features"
+    assert not timecat.extraction_finished(loaded)
+
+    assert timecat.launch_extraction(loaded)  # torchrun, two gloo ranks, each its shard
+    log = (timecat.runs_dir(loaded) / "logs" / "extract.log").read_text()
+    assert "rank 0/2 on cpu" in log and "rank 1/2 on cpu" in log, log[-2000:]
+    # 3 networks alone and r2 concatenated, on two tasks' training and evaluation splits
+    made = entries(cache)
+    assert len(made) == (3 + 1) * 2 * 2
+    assert timecat.extraction_finished(loaded)
+    assert not timecat.extraction_finished(
+        timecat.load_params("ci", [parameters], ["feature_dtype=float16"]))
+
+    # what probe_all reads: every feature set found in the cache (no image decoded again)
+    representations = timecat.plan(loaded).representations
+    for task in loaded.tasks:
+        found = timecat.task_features(task, representations, loaded)
+        sets = [*found.train, *found.eval, *found.single.values()]
+        assert sets and all(entry.cache_hit for entry in sets), task.name
+    assert timecat.main(["probe", "--profile", "ci", "-f", str(parameters)]) == 0
+    results = pl.read_parquet(Path(loaded.output_dir) / timecat.RESULTS)
+    assert results.height == len(representations) * len(loaded.tasks) * 2  # two rules
+    assert (Path(loaded.output_dir) / timecat.DIAGNOSTICS).exists()
+    assert entries(cache) == made  # nothing extracted or rewritten by the probes
+
+    # one process extracts the same entries (same keys) with the same features
+    shutil.move(cache, tmp_path / "sharded")
+    assert timecat.main(["extract", "--profile", "ci", "-f", str(parameters)]) == 0
+    assert set(entries(cache)) == set(made)
+    for name in made:
+        sharded, single = tmp_path / "sharded" / name, cache / name
+        np.testing.assert_allclose(np.load(sharded / "features.npy"),
+                                   np.load(single / "features.npy"), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(np.load(sharded / "labels.npy"),
+                                      np.load(single / "labels.npy"))
+        recorded = [json.loads((folder / "record.json").read_text())
+                    for folder in (sharded, single)]
+        assert [r["checkpoints"] for r in recorded][0] == recorded[1]["checkpoints"]
+
+
+def test_extraction_refuses_unfinished_training_before_extracting(tmp_path: Path, capsys
+                                                                  ) -> None:
+    out = tmp_path / "out"
+    assert timecat.main(["extract", "--profile", "ci", "--set", f"output_dir={out}"]) == 2
+    error = capsys.readouterr().err
+    assert "training run(s) have not finished" in error and "rep0/cat1/seed0" in error
+    assert "Traceback" not in error
+    assert not (out / "time_concat" / "features").exists()
+
+
+def test_plan_with_a_profile_exports_training_extraction_and_probing_chained(
+        tmp_path: Path) -> None:
+    out, export = tmp_path / "out", tmp_path / "export"
+    code = launch.main(["plan", "--profile", "ci", "--set", f"output_dir={out}", "--out",
+                        str(export), "--launch", "gpus_per_node=8", "--launch",
+                        "nproc_per_node=8", "--launch", "partition=gpu"])
+    assert code == 0
+    loaded = timecat.load_params("ci", [], [f"output_dir={out}"])
+    trainings = timecat.plan(loaded).trainings
+    parameters = export / f"{timecat.NOTEBOOK}.parameters.yaml"
+    replayed, _ = timecat.kit_params.load(timecat.NOTEBOOK, "ci", [parameters])
+    assert isinstance(replayed, TimecatParams) and replayed == loaded
+
+    train = (export / "train.sbatch").read_text()
+    assert f"#SBATCH --array=0-{len(trainings) - 1}" in train
+    listed = (export / "runs.txt").read_text().split()
+    assert {yaml.safe_load(Path(p).read_text())["output_dir"] for p in listed} == {
+        t.config.output_dir for t in trainings}
+    extract, probe = ((export / f"{step}.sbatch").read_text() for step in ("extract", "probe"))
+    for line in ("#SBATCH --ntasks-per-node=8", "#SBATCH --gpus-per-node=8",
+                 "#SBATCH --partition=gpu", "#SBATCH --requeue",
+                 f"-m kit.timecat extract --profile ci -f {parameters}"):
+        assert line in extract
+    for line in ("#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=1",
+                 f"-m kit.timecat probe --profile ci -f {parameters}"):
+        assert line in probe
+    submit = (export / "submit.sh").read_text()
+    order = re.findall(r"--dependency=afterok:\$job\} ([^\s)]+)", submit)
+    assert order == [str(export / f"{step}.sbatch") for step in ("train", "extract", "probe")]
+    for script in ("train.sbatch", "extract.sbatch", "probe.sbatch", "submit.sh"):
+        assert subprocess.run(["bash", "-n", str(export / script)]).returncode == 0, script
+
+    assert launch.main(["plan", "--profile", "ci", "--runs", "2", "--out", str(export)]) == 2
+    assert launch.main(["plan", "--out", str(export)]) == 2
