@@ -376,6 +376,27 @@ def probe_agreement(results: pl.DataFrame, rule: str) -> pl.DataFrame:
             .sort(pl.col("difference").abs(), descending=True))
 
 
+def train_eval_gap(results: pl.DataFrame, rule: str) -> pl.DataFrame:
+    """Each variant's probe top-1 % on its training rows and on the evaluation split (means
+    over replicates): a large gap says the probe fits its rows more than the task, which more
+    features make easier."""
+    return (results.filter(pl.col("rule") == rule)
+            .group_by("variant", "task", maintain_order=True)
+            .agg((100 * pl.col("train_top1").mean()).alias("train %"),
+                 (100 * pl.col("top1").mean()).alias("eval %"))
+            .with_columns((pl.col("train %") - pl.col("eval %")).alias("gap")))
+
+
+def pretraining_passes(params: TimecatParams) -> float | None:
+    """How many times the longest pretraining run goes through its pool of synthetic images
+    (at most 1: no image is seen twice, data streamed as the paper assumes); None on real
+    data, where the budget sets the epochs."""
+    if params.train is None or params.train.data.synthetic is None:
+        return None
+    most = max((params.iterations_for(v) for v in params.variants if v.trained), default=0)
+    return most * params.train.batch_size / params.train.data.synthetic.num_train
+
+
 def paper_side_by_side(results: pl.DataFrame, rule: str, paper_columns: dict[str, str]
                        ) -> pl.DataFrame:
     """The paper's Table 3 next to this run's numbers, for tasks mapped to the paper's datasets

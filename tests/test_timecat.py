@@ -182,7 +182,8 @@ def test_balanced_subset_covers_every_class_of_a_class_ordered_folder(tmp_path: 
     ({"variants": [{"name": "w", "kind": "wide", "n": 2}]}, "one model"),
     ({"variants": [{"name": "d", "kind": "direct", "tasks": ["nope"]}], "baseline": "d"},
      "unknown task"),
-    ({"tasks": [{"name": "x", "role": "unseen"}]}, "exactly one of data or components"),
+    ({"tasks": [{"name": "x", "role": "unseen"}]},
+     "exactly one of data, components or pretraining"),
     ({"train": {"model": "resnet11"}}, "train.model"),
 ])
 def test_bad_profiles_are_refused_before_anything_trains(overrides, message: str) -> None:

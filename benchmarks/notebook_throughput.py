@@ -1,0 +1,69 @@
+"""Images/s of notebook 03's training, end to end, against the trainer's own step rate.
+
+The notebook's figure is every image its runs train on divided by the wall-clock time of
+`timecat.launch` (workers starting, synthetic images rendered, evaluation, checkpoints: all of
+it), for the first replicate's time-concat runs of a profile (default cpu: cat1, cat2, cat4 on
+the synthetic world). The trainer's figure is its step alone on one fixed batch of the same net
+with the threads one worker gets, times the number of workers: what the workers would reach if
+they did nothing but step. Issue 11 asks for a ratio of at least 0.8.
+
+    .venv/bin/python benchmarks/notebook_throughput.py              # cpu profile, 2 workers
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import torch
+
+from kit import launch, params, timecat, train
+
+
+def step_rate(config: train.TrainConfig, threads: int, steps: int = 20, repeats: int = 5
+              ) -> float:
+    """The trainer's img/s on one device-resident batch, with `threads` torch threads."""
+    torch.set_num_threads(threads)
+    trainer = train.Trainer(config, train.start_process(config.device))
+    size = config.data.image_size
+    pixels = torch.randint(0, 256, (config.batch_size, 3, size, size), dtype=torch.uint8)
+    ((images, labels),) = trainer.on_device(
+        [(pixels, torch.randint(0, config.num_classes, (config.batch_size,)))])
+    rates = []
+    for repeat in range(repeats + 1):  # the first is warm-up
+        start = time.perf_counter()
+        for _ in range(steps):
+            trainer.step(images, labels)
+        trainer.take_window(steps)
+        if repeat:
+            rates.append(steps * config.batch_size / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default="cpu")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        profile = params.load("03_time_concat", args.profile, output_dir=folder)
+        concat = {v.name for v in profile.variants if v.kind == "time-concat"}
+        trainings = [t for t in timecat.plan(profile).trainings  # folders rep<r>/<variant>/seed<s>
+                     if t.config.output_dir.split("/")[-3:-1] in
+                     [["rep0", name] for name in concat]]
+        images = sum(t.config.iterations * t.config.batch_size for t in trainings)
+        start = time.perf_counter()
+        timecat.launch(trainings, profile)
+        notebook = images / (time.perf_counter() - start)
+    workers = launch.slots(profile.launch)
+    stepping = step_rate(trainings[0].config, workers[0].threads) * len(workers)
+    print(f"profile {args.profile}: {len(trainings)} runs, {images} images, {len(workers)} "
+          f"workers x {workers[0].threads} thread(s)")
+    print(f"notebook training, end to end: {notebook:8.1f} img/s")
+    print(f"trainer step x workers:        {stepping:8.1f} img/s")
+    print(f"ratio notebook/trainer: {notebook / stepping:.3f}")
+
+
+if __name__ == "__main__":
+    main()
