@@ -26,6 +26,9 @@ import contextlib
 import itertools
 import json
 import math
+import os
+import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -41,15 +44,17 @@ from pydantic import ValidationError
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, Sampler
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 from kit import data, locks
 from kit.config import DataConfig
 from kit.features import load_backbone
+from kit.launch import signal_tree
 from kit.files import atomic_write, file_hash
 from kit.params import ParameterError, describe_errors, read_yaml
+from kit.paths import REPO_ROOT
 from kit.prefetch import DeviceBatches
-from kit.probe_params import FastProbe
+from kit.probe_params import GRID_OF_KIND, PAPER_WEIGHT_DECAYS, FastProbe
 from kit.train import exit_code, start_process
 
 RULES = ("paper", "heldout")
@@ -347,18 +352,6 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
 # faithful: the authors' protocol on frozen backbones and augmented images
 # ---------------------------------------------------------------------------------------------
 
-#: the authors' weight-decay grids per evaluation dataset (REFERENCE.md)
-PAPER_WEIGHT_DECAYS = {
-    "imagenet": (1e-4, 5e-4),
-    "inat18": (1e-6, 1e-5, 1e-4),
-    "cifar": (1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
-}
-
-#: which grid a dataset kind (kit.config.DataConfig.kind) gets by default
-GRID_OF_KIND = {"imagefolder": "imagenet", "inat18": "inat18", "cifar10": "cifar",
-                "cifar100": "cifar", "synthetic": "imagenet"}
-
-
 @dataclass(frozen=True)
 class FaithfulProbe:
     """The authors' recipe (REFERENCE.md): BN1d + Linear (N(0, 0.01) weights), SGD lr 0.01,
@@ -515,9 +508,10 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
     The held-out loader must hold training images excluded from `train_loader` (with evaluation
     transforms); the `heldout` rule selects on it. Under torch.distributed each process passes
     its shard of every loader: gradients are averaged by DistributedDataParallel, accuracy
-    counts are summed over processes and BN statistics shared as `ProbeHeads` says. With `state_file`, the heads, optimizers and
-    accuracies are saved there atomically after every epoch (with `identity`, which a resumed run
-    must match) and a rerun resumes after the last saved epoch. The train accuracy reported is
+    counts are summed over processes and BN statistics shared as `ProbeHeads` says. With
+    `state_file`, the heads, optimizers and accuracies are saved there atomically after every
+    epoch (with `identity`, which a resumed run must match) and a rerun resumes after the last
+    saved epoch. The train accuracy reported is
     the running one over the epoch's augmented batches.
     """
     device = torch.device(config.device)
@@ -654,16 +648,52 @@ def load_data_config(path: Path) -> DataConfig:
                                              error, {}, str(path))) from None
 
 
+#: written last by a finished probe: its identity and epochs, so a rerun skips it
+FINISHED = "finished.json"
+
+
+def faithful_identity(checkpoints: Sequence[Path], data_config: DataConfig, num_classes: int,
+                      config: FaithfulProbe) -> dict[str, Any]:
+    """What makes two probes the same (their checkpoints by content): a saved state or a
+    finished result is reused only for the same identity. Epochs and device are left out, so
+    more epochs extend a finished probe."""
+    settings = {key: value for key, value in asdict(config).items()
+                if key not in ("epochs", "device")}
+    return json.loads(json.dumps({
+        "checkpoints": [file_hash(Path(p)) for p in checkpoints], "num_classes": num_classes,
+        "data": data_config.model_dump(mode="json"), **settings}))
+
+
+def finished_result(output: Path, identity: Mapping[str, Any], epochs: int
+                    ) -> ProbeResult | None:
+    """The result a previous run of this very probe wrote to `output`, or None."""
+    record = Path(output) / FINISHED
+    if not record.is_file():
+        return None
+    done = json.loads(record.read_text())
+    if done.get("identity") != dict(identity) or done.get("epochs") != epochs:
+        return None
+    history = pl.read_csv(Path(output) / "history.csv")
+    selected = pl.read_csv(Path(output) / "selected.csv", schema_overrides={"top5": pl.Float64})
+    return ProbeResult(history, selected)
+
+
 def run_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_classes: int,
                  output: Path, config: FaithfulProbe = FaithfulProbe(), num_workers: int = 0,
                  progress: bool = True) -> ProbeResult:
     """The authors' probe of the concatenated backbones on a dataset: augmented training images
     (the kit's pipeline for the dataset kind), held-out part of train and evaluation split with
-    evaluation transforms. Writes `history.csv` and `selected.csv` to `output`, resumes from
-    `output/probe_state.pt` after an interruption; each process of a torchrun reads its shard."""
+    evaluation transforms. Writes `history.csv`, `selected.csv` and `finished.json` to `output`;
+    a finished probe is read back, not run again, an interrupted one resumes from
+    `output/probe_state.pt`; each process of a torchrun reads its shard."""
     missing = [str(p) for p in checkpoints if not Path(p).is_file()]
     if not checkpoints or missing:
         raise ProbeError(f"checkpoint(s) not found: {', '.join(missing) or 'none given'}")
+    output = Path(output)
+    identity = faithful_identity(checkpoints, data_config, num_classes, config)
+    finished = finished_result(output, identity, config.epochs)
+    if finished is not None:
+        return finished
     backbones = [load_backbone(Path(p)) for p in checkpoints]
     train_base, eval_base = data.datasets_for(data_config, num_classes)
     from_images = data_config.kind != "synthetic"
@@ -688,12 +718,6 @@ def run_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_class
                          sampler=[(0, int(i)) for i in held[rank::world]])
     eval_loader = loader(data.Samples(eval_base, plain, config.seed), batch_size=local,
                          sampler=[(0, i) for i in range(rank, len(eval_base), world)])
-    settings = {key: value for key, value in asdict(config).items()
-                if key not in ("epochs", "device")}  # more epochs extend a finished probe
-    identity = json.loads(json.dumps({
-        "checkpoints": [file_hash(Path(p)) for p in checkpoints], "num_classes": num_classes,
-        "data": data_config.model_dump(mode="json"), **settings}))
-    output = Path(output)
     with locks.hold(output, "faithful probe") if rank == 0 else contextlib.nullcontext():
         result = faithful_probe(backbones, train_loader, held_loader, eval_loader, num_classes,
                                 config, progress, output / "probe_state.pt", identity)
@@ -701,7 +725,71 @@ def run_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_class
             for name, table in (("history", result.history), ("selected", result.selected)):
                 with atomic_write(output / f"{name}.csv") as handle:
                     table.write_csv(handle)
+            with atomic_write(output / FINISHED) as handle:
+                handle.write(json.dumps({"identity": identity, "epochs": config.epochs},
+                                        indent=1).encode())
     return result
+
+
+def faithful_command(checkpoints: Sequence[Path], data_file: Path, num_classes: int,
+                     output: Path, config: FaithfulProbe, num_workers: int, processes: int
+                     ) -> list[str]:
+    """The command running `run_faithful` as a step of its own: under one standalone torchrun
+    with `processes` processes (one per GPU), each reading its shard."""
+    command = [sys.executable]
+    if processes > 1:
+        command += ["-m", "torch.distributed.run", "--standalone",
+                    f"--nproc-per-node={processes}"]
+    command += ["-m", "kit.probe", "faithful", "--checkpoints", *map(str, checkpoints),
+                "--data", str(data_file), "--num-classes", str(num_classes),
+                "--output", str(output), "--weight-decays", *map(str, config.weight_decays),
+                "--milestones", *map(str, config.milestones)]
+    for name in ("epochs", "batch_size", "lr", "heldout_fraction", "seed", "precision",
+                 "device"):
+        command += [f"--{name.replace('_', '-')}", str(getattr(config, name))]
+    return command + ["--bn-batch", str(config.bn_batch or 0), "--workers", str(num_workers)]
+
+
+def launch_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_classes: int,
+                    output: Path, config: FaithfulProbe, num_workers: int, processes: int,
+                    progress: bool = True) -> ProbeResult:
+    """`run_faithful` from a notebook: in this process for one process, else as a torchrun
+    of `python -m kit.probe faithful` (DDP) logging to `output/probe.log`; a finished probe is
+    read back without starting anything. Interrupted, the torchrun is stopped (its state is
+    saved every epoch, so running again resumes)."""
+    if processes == 1:
+        return run_faithful(checkpoints, data_config, num_classes, output, config, num_workers,
+                            progress)
+    output = Path(output)
+    identity = faithful_identity(checkpoints, data_config, num_classes, config)
+    finished = finished_result(output, identity, config.epochs)
+    if finished is not None:
+        return finished
+    output.mkdir(parents=True, exist_ok=True)
+    data_file = output / "data.yaml"
+    with atomic_write(data_file) as handle:
+        handle.write(data_config.model_dump_json().encode())  # JSON is YAML
+    command = faithful_command(checkpoints, data_file, num_classes, output, config, num_workers,
+                               processes)
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    log = output / "probe.log"
+    with log.open("w") as handle:
+        process = subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=handle,
+                                   stderr=subprocess.STDOUT)
+        try:
+            code = process.wait()
+        except BaseException:
+            signal_tree(process, signal.SIGTERM)
+            process.wait()
+            raise
+    finished = finished_result(output, identity, config.epochs)
+    if code != 0 or finished is None:
+        lines = log.read_text().splitlines()
+        errors = list(dict.fromkeys(line for line in lines if line.startswith("error:")))
+        raise ProbeError(f"the faithful probe in {output} failed (exit status {code}); see "
+                         f"{log}:\n" + "\n".join(errors or lines[-15:]))
+    return finished
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -725,6 +813,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("epochs", "batch_size", "lr", "heldout_fraction", "seed"):
         faithful.add_argument(f"--{name.replace('_', '-')}", type=type(getattr(defaults, name)),
                               default=getattr(defaults, name))
+    faithful.add_argument("--milestones", type=int, nargs="*", default=list(defaults.milestones),
+                          help="epochs after which the learning rate is multiplied by 0.1")
     faithful.add_argument("--bn-batch", type=int, default=defaults.bn_batch,
                           help="rows per BN statistics group, as the authors' per-GPU batch "
                           "(0: the whole global batch)")
@@ -741,6 +831,7 @@ def main(argv: list[str] | None = None) -> int:
         process = start_process(args.device)
         try:
             config = FaithfulProbe(weight_decays=grid, epochs=args.epochs,
+                                   milestones=tuple(args.milestones),
                                    batch_size=args.batch_size, bn_batch=args.bn_batch or None,
                                    lr=args.lr, heldout_fraction=args.heldout_fraction,
                                    seed=args.seed, precision=args.precision,

@@ -1,10 +1,25 @@
-"""Settings of the fast linear probe, shared by `kit.probe` and notebook 03's schema (no torch)."""
+"""Settings of the linear probes, shared by `kit.probe` and notebook 03's schema (no torch)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, model_validator
 
 from kit.params import Strict
+
+#: the authors' weight-decay grids per evaluation dataset (../shared/papers/REFERENCE.md,
+#: "Linear-probe protocol of the authors": richreps-timecat's supervised.py): ImageNet
+#: {1e-4, 5e-4}, iNat18 {1e-6, 1e-5, 1e-4}, CIFAR {1e-4 ... 5e-2}
+PAPER_WEIGHT_DECAYS: dict[str, tuple[float, ...]] = {
+    "imagenet": (1e-4, 5e-4),
+    "inat18": (1e-6, 1e-5, 1e-4),
+    "cifar": (1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
+}
+
+#: which grid a dataset kind (kit.config.DataConfig.kind) gets by default
+GRID_OF_KIND = {"imagefolder": "imagenet", "inat18": "inat18", "cifar10": "cifar",
+                "cifar100": "cifar", "synthetic": "imagenet"}
 
 
 class FastProbe(Strict):
@@ -19,3 +34,55 @@ class FastProbe(Strict):
     heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0)
     device: str = Field(default="cpu", min_length=1)
+
+
+class FaithfulSettings(Strict):
+    """The authors' probe (`kit.probe.faithful_probe`) as notebook 03 runs it: frozen backbones
+    on augmented images every epoch, BN1d + Linear heads, one per weight decay of the task's
+    grid. The recipe's values default to the authors'; what depends on the machine (processes,
+    DataLoader workers, precision of the backbones) has no default."""
+
+    #: grids replacing the authors' (PAPER_WEIGHT_DECAYS), by grid name (imagenet, inat18,
+    #: cifar: every task of that data kind) or by task name (that task only)
+    weight_decays: dict[str, list[float]] = Field(default_factory=dict)
+    epochs: int = Field(default=28, ge=1)
+    #: epochs after which the learning rate is multiplied by 0.1
+    milestones: list[int] = Field(default_factory=lambda: [8, 16, 24])
+    lr: float = Field(default=0.01, gt=0.0)
+    #: the global batch, split over the processes (the authors: 5 GPUs x 32 images)
+    batch_size: int = Field(default=160, ge=1)
+    #: rows per BatchNorm statistics group, the authors' per-GPU batch (None: the global batch)
+    bn_batch: int | None = Field(default=32, ge=1)
+    heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
+    seed: int = Field(default=0, ge=0)
+    #: processes (GPUs) of one probe: more than one runs it under torchrun
+    processes: int = Field(ge=1)
+    #: DataLoader workers decoding images, per process
+    workers: int = Field(ge=0)
+    #: bf16 runs the frozen backbones under bfloat16 autocast (the heads stay float32)
+    precision: Literal["fp32", "bf16"]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FaithfulSettings:
+        for name, grid in self.weight_decays.items():
+            if not grid or any(decay < 0 for decay in grid):
+                raise ValueError(f"weight_decays: {name} needs one or more weight decays >= 0, "
+                                 f"got {grid}")
+        if list(self.milestones) != sorted(set(self.milestones)) or any(
+                m < 1 for m in self.milestones):
+            raise ValueError(f"milestones: expected increasing epochs >= 1, got "
+                             f"{self.milestones}")
+        local, left = divmod(self.batch_size, self.processes)
+        if left or (self.bn_batch is not None and local % self.bn_batch):
+            raise ValueError(f"batch_size: the global batch {self.batch_size} over "
+                             f"{self.processes} process(es) must give each a multiple of bn_batch "
+                             f"{self.bn_batch}")
+        return self
+
+    def grid(self, task: str, kind: str) -> list[float]:
+        """The weight decays a task is probed with: its own grid, else its data kind's (the
+        authors' unless replaced)."""
+        if task in self.weight_decays:
+            return list(self.weight_decays[task])
+        name = GRID_OF_KIND[kind]
+        return list(self.weight_decays.get(name, PAPER_WEIGHT_DECAYS[name]))

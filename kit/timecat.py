@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 import yaml
 from torch.utils.data import Dataset, Subset, TensorDataset
+from tqdm.auto import tqdm
 
 from kit import data, diagnostics, evidence, features, files, models, params as kit_params
 from kit import probe, report, train
@@ -210,8 +211,10 @@ def task_features(task: ProbeTask, representations: list[Representation],
                   params: TimecatParams, progress: bool = False) -> TaskFeatures:
     """Extract (or find cached) every feature probe_all reads for one task: the one path to
     the cache, so that an extraction job and the notebook's probes meet the same entries.
-    Under torchrun each rank extracts its shard."""
+    Under torchrun each rank extracts its shard. The authors' probe reads images, so for it
+    only the diagnostics' features are extracted (`train` and `eval` stay empty)."""
     cache = runs_dir(params) / "features"
+    fast = params.probe_kind == "fast"
     task_data, num_classes = params.task_data(task)
     train_set, eval_set = data.probe_datasets(task_data, num_classes)
     split_name = "train"
@@ -220,7 +223,7 @@ def task_features(task: ProbeTask, representations: list[Representation],
                                       seed=params.base_seed)
         train_set = Subset(train_set, chosen.tolist())
         split_name = f"train[balanced {len(chosen)}, seed {params.base_seed}]"
-    if task_data.kind == "synthetic":  # render once, read by every representation
+    if task_data.kind == "synthetic" and fast:  # render once, read by every representation
         train_set, eval_set = _in_memory(train_set), _in_memory(eval_set)
     probed = [rep for rep in representations if rep.task in (None, task.name)]
     members = list(dict.fromkeys(c for rep in probed for c in rep.checkpoints))
@@ -233,50 +236,98 @@ def task_features(task: ProbeTask, representations: list[Representation],
             batch_size=params.feature_batch_size, dtype=params.feature_dtype,
             device=params.device, num_workers=params.feature_workers, progress=progress)
 
+    groups = [list(rep.checkpoints) for rep in probed]
     return TaskFeatures(
-        num_classes, probed,
-        extract([list(rep.checkpoints) for rep in probed], split_name, train_set),
-        extract([list(rep.checkpoints) for rep in probed], "eval", eval_set),
+        num_classes, probed, extract(groups, split_name, train_set) if fast else [],
+        extract(groups, "eval", eval_set) if fast else [],
         dict(zip(members, extract([[c] for c in members], "eval", eval_set))), len(eval_set))
 
 
 def probe_all(representations: list[Representation], params: TimecatParams) -> Measurements:
-    """Extract (cached) features of every representation on every task and probe them (one
-    row per representation, task and rule); also measure each representation's richness
-    (RankMe, alpha-ReQ) and how alike its n models are (mean pairwise linear CKA)."""
+    """Probe every representation on every task with the probe `probe_kind` names (one row per
+    representation, task and rule): the fast probe on (cached) extracted features, or the
+    authors' probe on images (`faithful_result`). Also measure each representation's richness
+    (RankMe, alpha-ReQ) and how alike its n models are (mean pairwise linear CKA) on features of
+    the evaluation split, extracted for both probes."""
+    fast = params.probe_kind == "fast"
     config = params.probe.model_copy(update={"device": params.device})
     rows, diagnosed = [], []
+    bar = tqdm(total=sum(rep.task in (None, task.name) for task in params.tasks
+                         for rep in representations),
+               desc=f"{params.probe_kind} probes", unit="probe")
     for task in params.tasks:
         extracted = task_features(task, representations, params)
         num_classes, single = extracted.num_classes, extracted.single
         sample = _diagnostic_sample(extracted.eval_rows, params.base_seed)
-        for rep, train_features, eval_features in zip(extracted.probed, extracted.train,
-                                                      extracted.eval):
-            splits = [probe.Split(*found.torch(), found.record["split"])
-                      for found in (train_features, eval_features)]
-            result = probe.fast_probe(splits[0], splits[1], num_classes, config,
-                                      progress=False)
+        for index, rep in enumerate(extracted.probed):
+            bar.set_postfix_str(f"{task.name}: {rep.variant} (replicate {rep.replicate})")
+            parts = [single[c].torch()[0][sample] for c in rep.checkpoints]
+            exact = None
+            if fast:
+                splits = [probe.Split(*found.torch(), found.record["split"])
+                          for found in (extracted.train[index], extracted.eval[index])]
+                result = probe.fast_probe(splits[0], splits[1], num_classes, config,
+                                          progress=False)
+                concatenated = splits[1].features[sample]
+                if params.lbfgs_check and rep.replicate == 0:
+                    exact = probe.lbfgs_probe(splits[0], splits[1], num_classes,
+                                              config.weight_decays, config.heldout_fraction,
+                                              seed=config.seed, device=params.device)
+            else:
+                result = faithful_result(rep, task, params)
+                concatenated = torch.cat(parts, 1)
             described = {"variant": rep.variant, "kind": rep.kind, "n": rep.n,
                          "width": rep.width, "replicate": rep.replicate,
                          "iterations_per_model": rep.iterations_per_model,
                          "task": task.name, "role": task.role}
-            exact = (probe.lbfgs_probe(splits[0], splits[1], num_classes,
-                                       config.weight_decays, config.heldout_fraction,
-                                       seed=config.seed, device=params.device)
-                     if params.lbfgs_check and rep.replicate == 0 else None)
             for selected in result.selected.iter_rows(named=True):
                 rows.append(described | {"rule": selected["rule"], "top1": selected["top1"],
                                          "top5": selected["top5"],
                                          "train_top1": selected["train_top1"],
                                          "lbfgs_top1": exact and exact.top1(selected["rule"])})
-            diagnosed.append(described | _diagnose(
-                splits[1].features[sample], [single[c].torch()[0][sample]
-                                             for c in rep.checkpoints]))
+            diagnosed.append(described | _diagnose(concatenated, parts))
+            bar.update()
+    bar.close()
     return Measurements(
         pl.DataFrame(rows, schema_overrides={"iterations_per_model": pl.Int64,
                                              "top5": pl.Float64, "lbfgs_top1": pl.Float64}),
         pl.DataFrame(diagnosed, schema_overrides={"iterations_per_model": pl.Int64,
                                                   "seed_cka": pl.Float64}))
+
+
+def faithful_result(rep: Representation, task: ProbeTask, params: TimecatParams
+                    ) -> probe.ProbeResult:
+    """The authors' probe of one representation on one task, in
+    run_root/faithful/<task>/rep<r>/<variant>: read back when it has finished, resumed when it
+    was interrupted, under torchrun with `faithful.processes` processes."""
+    settings = params.faithful
+    assert settings is not None  # the schema requires it for probe_kind faithful
+    task_data, num_classes = params.task_data(task)
+    config = probe.FaithfulProbe(
+        weight_decays=tuple(settings.grid(task.name, task_data.kind)), epochs=settings.epochs,
+        milestones=tuple(settings.milestones), lr=settings.lr, batch_size=settings.batch_size,
+        bn_batch=settings.bn_batch, heldout_fraction=settings.heldout_fraction,
+        seed=settings.seed, precision=settings.precision, device=params.device)
+    output = runs_dir(params) / "faithful" / task.name / f"rep{rep.replicate}" / rep.variant
+    return probe.launch_faithful(list(rep.checkpoints), task_data, num_classes, output, config,
+                                 settings.workers, settings.processes)
+
+
+def probe_description(params: TimecatParams) -> str:
+    """Which probe measured the results, and with what settings, in one sentence."""
+    if params.probe_kind == "fast":
+        fast = params.probe
+        return (f"the kit's fast probe on cached features: one head per learning rate "
+                f"{fast.lrs} x weight decay {fast.weight_decays}, {fast.epochs} epochs "
+                "(SGD, Nesterov, cosine decay, standardised features)")
+    settings = params.faithful
+    assert settings is not None
+    grids = "; ".join(f"{task.name} {settings.grid(task.name, params.task_data(task)[0].kind)}"
+                      for task in params.tasks)
+    return (f"the authors' probe on images: BatchNorm1d + linear heads on the frozen backbones "
+            f"({settings.precision}), SGD lr {settings.lr} Nesterov, {settings.epochs} epochs "
+            f"(x0.1 after epochs {settings.milestones}), global batch {settings.batch_size} "
+            f"over {settings.processes} process(es); weight decays {grids}")
 
 
 def _diagnostic_sample(rows: int, seed: int) -> torch.Tensor:

@@ -21,7 +21,7 @@ from kit.config import ComponentConfig, DataConfig, RunSettings, TrainConfig
 from kit.launch import LaunchConfig
 from kit.params import NotebookParams, Strict
 from kit.paths import resolve
-from kit.probe_params import FastProbe
+from kit.probe_params import PAPER_WEIGHT_DECAYS, FaithfulSettings, FastProbe
 
 #: training settings whose right value depends on scale: each profile must give them
 SCALE_TRAIN_KEYS = ("device", "num_workers", "eval_every", "checkpoint_every", "log_every")
@@ -107,7 +107,13 @@ class TimecatParams(NotebookParams):
     baseline: str = Field(min_length=1)
     train: RunSettings | None = None
     tasks: list[ProbeTask] = Field(min_length=1)
+    #: which probe measures the results: `fast` (the kit's, on cached features: `probe`) or
+    #: `faithful` (the authors', on augmented images every epoch: `faithful`)
+    probe_kind: Literal["fast", "faithful"] = "fast"
+    #: settings of the fast probe
     probe: FastProbe
+    #: settings of the authors' probe (needed when probe_kind is faithful)
+    faithful: FaithfulSettings | None = None
     #: training rows per task for the probes: None = every row; else a seeded, class-balanced
     #: subset of that size
     probe_train_rows: int | None = Field(default=None, ge=16)
@@ -154,8 +160,29 @@ class TimecatParams(NotebookParams):
                 if len(set(seeds)) < most:
                     raise ValueError(f"seed_sets: {seeds} has fewer than {most} distinct seeds")
         self._check_training()
+        self._check_faithful()
         self._check_inputs()
         return self
+
+    def _check_faithful(self) -> None:
+        if self.probe_kind != "faithful":
+            return
+        if self.faithful is None:
+            raise ValueError("faithful: probe_kind faithful needs the faithful section (at "
+                             "least processes, workers and precision, which depend on the "
+                             "machine)")
+        if self.probe_train_rows is not None:
+            raise ValueError("probe_train_rows: the faithful probe trains on every training "
+                             "image; unset it, or use probe_kind: fast")
+        grids = set(self.faithful.weight_decays) - set(PAPER_WEIGHT_DECAYS)
+        unknown = sorted(grids - {task.name for task in self.tasks})
+        if unknown:
+            raise ValueError(f"faithful: weight_decays names {', '.join(unknown)}, neither a "
+                             f"grid ({', '.join(PAPER_WEIGHT_DECAYS)}) nor a task "
+                             f"({', '.join(task.name for task in self.tasks)})")
+        if self.faithful.processes > 1 and self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device: several processes of the faithful probe each take their "
+                             f"own device; give cuda or cpu, not {self.device}")
 
     def _check_training(self) -> None:
         trained = [variant for variant in self.variants if variant.trained

@@ -3,10 +3,7 @@ processes, resume."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -16,7 +13,6 @@ import yaml
 from test_features import tiny_checkpoint
 
 from kit import probe
-from kit.paths import REPO_ROOT
 
 DATA = {"kind": "synthetic", "image_size": 16, "augment": "crop_flip",
         "synthetic": {"num_train": 64, "num_eval": 24,
@@ -107,24 +103,33 @@ def command(checkpoints: list[Path], description: Path, output: Path) -> list[st
             "0.25", "--device", "cpu"]
 
 
-ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
-
-
-def test_two_gloo_processes_match_one(tmp_path: Path, step) -> None:
+def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None:
+    """The notebook's driver: in this process for one process, a torchrun of the step for two;
+    the same heads and accuracies either way, and a finished probe is read back."""
     checkpoints, description = step
     one, two = tmp_path / "one", tmp_path / "two"
-    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2"]
-    for output, launcher in ((one, []), (two, torchrun)):
-        arguments = command(checkpoints, description, output)
-        result = subprocess.run([sys.executable, *launcher, *arguments], capture_output=True,
-                                text=True, timeout=300, env=ENV)
-        assert result.returncode == 0, result.stderr[-3000:]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    config = probe.FaithfulProbe(**SHORT)
+    data_config = probe.load_data_config(description)
+    results = [probe.launch_faithful(checkpoints, data_config, 3, output, config, 0, processes,
+                                     progress=False)
+               for output, processes in ((one, 1), (two, 2))]
     single, double = (torch.load(o / "probe_state.pt", weights_only=True) for o in (one, two))
     for name, value in single["heads"].items():
         torch.testing.assert_close(double["heads"][name], value, rtol=1e-4, atol=1e-5)
-    history = [pl.read_csv(o / "history.csv") for o in (one, two)]
     for column in ("train_top1", "heldout_top1", "eval_top1"):
-        assert (history[0][column] - history[1][column]).abs().max() <= 1e-6
+        assert (results[0].history[column] - results[1].history[column]).abs().max() <= 1e-6
+    # finished: read back without starting anything (a mark left in the result comes back)
+    pl.read_csv(two / "selected.csv").with_columns(pl.lit(0.5).alias("top1")).write_csv(
+        two / "selected.csv")
+    again = probe.launch_faithful(checkpoints, data_config, 3, two, config, 0, 2)
+    assert again.selected["top1"].to_list() == [0.5, 0.5]
+    # a step that fails names its log
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a checkpoint")
+    with pytest.raises(probe.ProbeError,
+                       match=r"see .*probe\.log:\nerror: .*junk\.pt: not a readable"):
+        probe.launch_faithful([junk], data_config, 3, tmp_path / "broken", config, 0, 2)
 
 
 @pytest.mark.parametrize("change, message", [

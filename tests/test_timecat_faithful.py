@@ -1,0 +1,147 @@
+"""Notebook 03's probing step with the authors' probe, end to end: the paper-checkpoints profile
+on fixture data in the layouts it reads and fixture checkpoints at the paths it names."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+from test_data import write_cifar, write_image
+from test_timecat import tiny_checkpoint
+
+from kit import params, probe, timecat
+from kit.timecat_params import TimecatParams
+
+NOTEBOOK = "03_time_concat"
+PROFILE = "paper-checkpoints"
+RELEASED = {1: [2], 2: [2, 550], 4: [2, 550, 23, 477], 5: [2, 550, 23, 477, 8529]}
+#: the profile's tasks, with as many classes as the fixtures hold and 16 px images
+TASKS = [
+    {"name": "ImageNet-1k", "role": "in-distribution", "num_classes": 3,
+     "data": {"kind": "imagefolder", "root": "${TIMECAT_DATA}/imagenet", "image_size": 16}},
+    {"name": "iNat18", "role": "unseen", "num_classes": 3,
+     "data": {"kind": "inat18", "root": "${TIMECAT_DATA}/inat18", "image_size": 16}},
+    {"name": "CIFAR-100", "role": "unseen", "num_classes": 100,
+     "data": {"kind": "cifar100", "root": "${TIMECAT_DATA}/cifar100", "image_size": 16}},
+    {"name": "CIFAR-10", "role": "unseen", "num_classes": 10,
+     "data": {"kind": "cifar10", "root": "${TIMECAT_DATA}/cifar10", "image_size": 16}},
+]
+#: the scale of this machine, and one epoch
+SMALL = {"device": "cpu", "feature_workers": 0, "feature_batch_size": 64,
+         "faithful": {"epochs": 1, "processes": 1, "workers": 0, "batch_size": 8,
+                      "bn_batch": 4}}
+
+
+@pytest.fixture()
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """$TIMECAT_DATA in the layouts the profile reads, $TIMECAT_CHECKPOINTS as cat<n>/seed<s>.pt
+    (kit checkpoints of tiny networks: an AlgoPerf file is a full ResNet-50, minutes on this
+    CPU; the AlgoPerf format itself is tested in test_models), and a parameter file with the
+    fixtures' tasks and this machine's scale."""
+    data = tmp_path / "data"
+    seed = 0
+    for split, count in (("train", 4), ("val", 2)):
+        for label in ("ant", "bee", "cat"):
+            for i in range(count):
+                seed += 1
+                write_image(data / "imagenet" / split / label / f"{label}{i}.JPEG", seed)
+    categories = [{"id": 10 + i, "name": f"species{i}"} for i in range(3)]
+    for split, count in (("train", 12), ("val", 6)):
+        images, annotations = [], []
+        for i in range(count):
+            name = f"train_val2018/Plantae/{i % 3}/{split}{i}.jpg"
+            write_image(data / "inat18" / name, 1000 + i)
+            images.append({"id": 100 * len(split) + i, "file_name": name})
+            annotations.append({"id": i, "image_id": 100 * len(split) + i,
+                                "category_id": 10 + i % 3})
+        (data / "inat18" / f"{split}2018.json").write_text(json.dumps(
+            {"images": images, "annotations": annotations, "categories": categories}))
+    write_cifar(data / "cifar100", "cifar100", 12)
+    write_cifar(data / "cifar10", "cifar10", 2)
+    for n, seeds in RELEASED.items():
+        for s in seeds:
+            tiny_checkpoint(tmp_path / "released" / f"cat{n}" / f"seed{s}.pt")
+    monkeypatch.setenv("TIMECAT_DATA", str(data))
+    monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(tmp_path / "released"))
+    settings = tmp_path / "fixtures.yaml"
+    settings.write_text(yaml.safe_dump({"tasks": TASKS, **SMALL}))
+    return settings
+
+
+def resolved(settings: Path, output: Path, **overrides) -> TimecatParams:
+    loaded, _ = params.load(NOTEBOOK, PROFILE, files=[settings], overrides=overrides or None,
+                            output_dir=str(output))
+    assert isinstance(loaded, TimecatParams)
+    return loaded
+
+
+def test_paper_checkpoints_runs_the_authors_probe_end_to_end(settings: Path,
+                                                             tmp_path: Path) -> None:
+    loaded = resolved(settings, tmp_path / "out")
+    assert loaded.probe_kind == "faithful"  # the profile's default, not the test's
+    assert "the authors' probe" in timecat.probe_description(loaded)
+    experiment = timecat.plan(loaded)
+    assert not experiment.trainings
+    measured = timecat.probe_all(experiment.representations, loaded)
+    results = measured.results
+    variants, tasks = ["cat1", "cat2", "cat4", "cat5"], [t["name"] for t in TASKS]
+    assert results.height == len(variants) * len(tasks) * len(probe.RULES)
+    assert (results.group_by("variant", "task", "rule").len()["len"] == 1).all()
+    assert set(results["rule"]) == set(probe.RULES)
+    assert set(results["variant"]) == set(variants) and set(results["task"]) == set(tasks)
+    assert results["top1"].is_between(0, 1).all() and results["train_top1"].is_between(0, 1).all()
+    assert results.filter(pl.col("task") == "CIFAR-100")["top5"].is_not_null().all()
+    assert results.filter(pl.col("task") == "CIFAR-10")["top5"].is_null().all()
+    # each task was probed with the authors' grid of its dataset
+    root = timecat.runs_dir(loaded) / "faithful"
+    for task, grid in (("ImageNet-1k", "imagenet"), ("iNat18", "inat18"), ("CIFAR-100", "cifar")):
+        history = pl.read_csv(root / task / "rep0" / "cat2" / "history.csv")
+        assert history["weight_decay"].to_list() == list(probe.PAPER_WEIGHT_DECAYS[grid])
+    for rule in probe.RULES:
+        table = timecat.table3(results, rule)
+        assert table["variant"].to_list() == variants
+        for task in tasks:
+            assert table[f"{task} mean"].is_between(0, 100).all()
+        assert timecat.gains(results, rule, loaded.baseline).height == 3 * len(tasks)
+        side = timecat.paper_side_by_side(results, rule, loaded.paper_columns)
+        assert side["kit_top1_mean"].is_not_null().sum() == len(variants) * len(tasks)
+    assert measured.diagnostics.height == len(variants) * len(tasks)
+    assert measured.diagnostics.filter(pl.col("variant") == "cat5")["features"].unique()\
+        .to_list() == [5 * measured.diagnostics.filter(pl.col("variant") == "cat1")
+                       ["features"][0]]
+
+    # a finished probe is read back, not run again: a mark left in one result comes back
+    marked = root / "CIFAR-10" / "rep0" / "cat4" / "selected.csv"
+    selected = pl.read_csv(marked).with_columns(pl.lit(0.123456).alias("top1"))
+    selected.write_csv(marked)
+    start = time.perf_counter()
+    again = timecat.probe_all(experiment.representations, loaded).results
+    rerun_s = time.perf_counter() - start
+    mark = again.filter((pl.col("variant") == "cat4") & (pl.col("task") == "CIFAR-10"))
+    assert mark["top1"].to_list() == [0.123456] * len(probe.RULES)
+    rest = pl.col("variant") != "cat4"
+    assert again.filter(rest).equals(results.filter(rest))
+    print(f"re-run with every probe finished: {rerun_s:.1f} s")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"probe_train_rows": 64}, "probe_train_rows: the faithful probe trains on every"),
+    ({"faithful": {"weight_decays": {"ImageNet": [0.1]}}}, "weight_decays names ImageNet"),
+    ({"faithful": {"batch_size": 10}}, "batch_size: the global batch 10 over 1"),
+    ({"faithful": {"milestone": [3]}}, "unknown parameter 'faithful.milestone'.*milestones"),
+])
+def test_bad_faithful_settings_are_refused_naming_the_key(settings: Path, tmp_path: Path,
+                                                          change: dict, message: str) -> None:
+    with pytest.raises(params.ParameterError, match=message):
+        resolved(settings, tmp_path / "out", **change)
+
+
+def test_the_fast_probe_stays_the_default_elsewhere(settings: Path, tmp_path: Path) -> None:
+    loaded = resolved(settings, tmp_path / "out", probe_kind="fast")
+    assert timecat.probe_description(loaded).startswith("the kit's fast probe")
+    ci, _ = params.load(NOTEBOOK, "ci")
+    assert ci.probe_kind == "fast" and ci.faithful is None
