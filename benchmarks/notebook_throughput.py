@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--profile", default="cpu")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        profile = params.load("03_time_concat", args.profile, output_dir=folder)
+        profile, _ = params.load("03_time_concat", args.profile, output_dir=folder)
         concat = {v.name for v in profile.variants if v.kind == "time-concat"}
         trainings = [t for t in timecat.plan(profile).trainings  # folders rep<r>/<variant>/seed<s>
                      if t.config.output_dir.split("/")[-3:-1] in

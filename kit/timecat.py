@@ -214,7 +214,7 @@ def task_features(task: ProbeTask, representations: list[Representation],
     Under torchrun each rank extracts its shard. The authors' probe reads images, so for it
     only the diagnostics' features are extracted (`train` and `eval` stay empty)."""
     cache = runs_dir(params) / "features"
-    fast = params.probe_kind == "fast"
+    on_features = params.probe_kind != "faithful"  # the fast and the L-BFGS probe
     task_data, num_classes = params.task_data(task)
     train_set, eval_set = data.probe_datasets(task_data, num_classes)
     split_name = "train"
@@ -223,7 +223,7 @@ def task_features(task: ProbeTask, representations: list[Representation],
                                       seed=params.base_seed)
         train_set = Subset(train_set, chosen.tolist())
         split_name = f"train[balanced {len(chosen)}, seed {params.base_seed}]"
-    if task_data.kind == "synthetic" and fast:  # render once, read by every representation
+    if task_data.kind == "synthetic" and on_features:  # render once, read by every representation
         train_set, eval_set = _in_memory(train_set), _in_memory(eval_set)
     probed = [rep for rep in representations if rep.task in (None, task.name)]
     members = list(dict.fromkeys(c for rep in probed for c in rep.checkpoints))
@@ -238,8 +238,8 @@ def task_features(task: ProbeTask, representations: list[Representation],
 
     groups = [list(rep.checkpoints) for rep in probed]
     return TaskFeatures(
-        num_classes, probed, extract(groups, split_name, train_set) if fast else [],
-        extract(groups, "eval", eval_set) if fast else [],
+        num_classes, probed, extract(groups, split_name, train_set) if on_features else [],
+        extract(groups, "eval", eval_set) if on_features else [],
         dict(zip(members, extract([[c] for c in members], "eval", eval_set))), len(eval_set))
 
 
@@ -249,7 +249,7 @@ def probe_all(representations: list[Representation], params: TimecatParams) -> M
     authors' probe on images (`faithful_result`). Also measure each representation's richness
     (RankMe, alpha-ReQ) and how alike its n models are (mean pairwise linear CKA) on features of
     the evaluation split, extracted for both probes."""
-    fast = params.probe_kind == "fast"
+    on_features = params.probe_kind != "faithful"
     config = params.probe.model_copy(update={"device": params.device})
     rows, diagnosed = [], []
     bar = tqdm(total=sum(rep.task in (None, task.name) for task in params.tasks
@@ -263,16 +263,19 @@ def probe_all(representations: list[Representation], params: TimecatParams) -> M
             bar.set_postfix_str(f"{task.name}: {rep.variant} (replicate {rep.replicate})")
             parts = [single[c].torch()[0][sample] for c in rep.checkpoints]
             exact = None
-            if fast:
+            if on_features:
                 splits = [probe.Split(*found.torch(), found.record["split"])
                           for found in (extracted.train[index], extracted.eval[index])]
-                result = probe.fast_probe(splits[0], splits[1], num_classes, config,
-                                          progress=False)
-                concatenated = splits[1].features[sample]
-                if params.lbfgs_check and rep.replicate == 0:
+                if params.probe_kind == "lbfgs" or (params.lbfgs_check and rep.replicate == 0):
                     exact = probe.lbfgs_probe(splits[0], splits[1], num_classes,
                                               config.weight_decays, config.heldout_fraction,
                                               seed=config.seed, device=params.device)
+                result = (exact if params.probe_kind == "lbfgs" else
+                          probe.fast_probe(splits[0], splits[1], num_classes, config,
+                                           progress=False))
+                if params.probe_kind == "lbfgs":
+                    exact = None  # the result itself: no separate check
+                concatenated = splits[1].features[sample]
             else:
                 result = faithful_result(rep, task, params)
                 concatenated = torch.cat(parts, 1)
@@ -315,6 +318,11 @@ def faithful_result(rep: Representation, task: ProbeTask, params: TimecatParams
 
 def probe_description(params: TimecatParams) -> str:
     """Which probe measured the results, and with what settings, in one sentence."""
+    if params.probe_kind == "lbfgs":
+        return (f"full-batch L-BFGS on cached features (multinomial logistic regression, "
+                f"converged), one fit per weight decay {params.probe.weight_decays}, chosen on "
+                f"{params.probe.heldout_fraction:.0%} held-out training rows or on the "
+                "evaluation split")
     if params.probe_kind == "fast":
         fast = params.probe
         return (f"the kit's fast probe on cached features: one head per learning rate "

@@ -107,10 +107,12 @@ class TimecatParams(NotebookParams):
     baseline: str = Field(min_length=1)
     train: RunSettings | None = None
     tasks: list[ProbeTask] = Field(min_length=1)
-    #: which probe measures the results: `fast` (the kit's, on cached features: `probe`) or
-    #: `faithful` (the authors', on augmented images every epoch: `faithful`)
-    probe_kind: Literal["fast", "faithful"] = "fast"
-    #: settings of the fast probe
+    #: which probe measures the results: `fast` (the kit's, on cached features: `probe`),
+    #: `lbfgs` (full-batch L-BFGS on the same features, converged, for features that fit in
+    #: memory: `probe`'s weight decays and held-out rows) or `faithful` (the authors', on
+    #: augmented images every epoch: `faithful`)
+    probe_kind: Literal["fast", "lbfgs", "faithful"] = "fast"
+    #: settings of the fast probe (weight decays and held-out rows of the lbfgs one too)
     probe: FastProbe
     #: settings of the authors' probe (needed when probe_kind is faithful)
     faithful: FaithfulSettings | None = None
@@ -165,6 +167,9 @@ class TimecatParams(NotebookParams):
         return self
 
     def _check_faithful(self) -> None:
+        if self.lbfgs_check and self.probe_kind != "fast":
+            raise ValueError(f"lbfgs_check: checks the fast probe, but probe_kind is "
+                             f"{self.probe_kind}")
         if self.probe_kind != "faithful":
             return
         if self.faithful is None:
