@@ -152,7 +152,7 @@ def test_a_profile_must_set_its_scale_keys(tmp_path: Path) -> None:
     (tmp_path / "mine").mkdir()
     cpu = (Path(runner.PARAMETERS_DIR) / "cpu" / f"{NOTEBOOK}.yaml").read_text()
     (tmp_path / "mine" / f"{NOTEBOOK}.yaml").write_text(
-        cpu.replace("  num_workers: 0\n", "").replace("  checkpoint_every: 60\n", ""))
+        cpu.replace("  num_workers: 0\n", "").replace("  checkpoint_every: 120\n", ""))
     with pytest.raises(params.ParameterError, match="train: set num_workers, checkpoint_every"):
         params.load(NOTEBOOK, "mine", parameters_dir=tmp_path)
 
