@@ -265,3 +265,32 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
         with pytest.raises(params.ParameterError, match=rf"hold runs with other settings.*"
                                                         rf"seed0 \({key}\)"):
             timecat.launch(timecat.plan(other).trainings, other)
+
+
+def test_catn_is_compared_with_the_wide_control_and_random_init_of_the_same_n() -> None:
+    kinds = {"cat1": ("time-concat", 1), "cat4": ("time-concat", 4), "wide1": ("wide", 1),
+             "random4": ("random-init", 4), "random2": ("random-init", 2)}
+    top1 = {"cat1": [0.5, 0.6, 0.55], "cat4": [0.6, 0.7, 0.65], "wide1": [0.7, 0.8, 0.75],
+            "random4": [0.2, 0.3, 0.25], "random2": [0.1, 0.2, 0.15]}
+    results = pl.DataFrame([
+        {"variant": name, "kind": kinds[name][0], "n": kinds[name][1], "width": 1.0,
+         "replicate": r, "iterations_per_model": 100, "task": "t", "role": "unseen",
+         "rule": "heldout", "top1": value, "top5": None}
+        for name, values in top1.items() for r, value in enumerate(values)])
+    controls = timecat.control_gains(results, "heldout")
+    assert sorted(zip(controls["variant"], controls["baseline"], controls["verdict"])) == [
+        ("cat4", "random4", "better"), ("cat4", "wide1", "worse")]
+    assert controls.filter(pl.col("baseline") == "wide1")["gain_mean"][0] == pytest.approx(-10)
+    summary = timecat.summarize(results, "heldout", "cat1")
+    assert "cat4 vs wide1 on t (unseen): -10.0 points over 3 replicate(s)" in "\n".join(
+        summary["lines"])
+
+
+def test_the_in_distribution_task_is_the_pretraining_data_and_ceilings_are_shown() -> None:
+    loaded = planned_params("cpu")
+    mixture = next(task for task in loaded.tasks if task.role == "in-distribution")
+    assert loaded.task_data(mixture)[0] == loaded.train.data
+    table = timecat.task_table(loaded)
+    assert ((table["Bayes ceiling %"] - 100).abs() < 1e-6).all()
+    assert (table["chance %"] == 10.0).all()
+    assert timecat.pretraining_passes(loaded) <= 1.0  # no image seen twice
