@@ -2,8 +2,8 @@
 
 The notebook's figure is every image its runs train on divided by the wall-clock time of
 `timecat.launch` (workers starting, synthetic images rendered, evaluation, checkpoints: all of
-it), for the first replicate's time-concat runs of a profile (default cpu: cat1, cat2, cat4 on
-the synthetic world). The trainer's figure is its step alone on one fixed batch of the same net,
+it), for the time-concat runs of every replicate of a profile (default cpu: cat1, cat2, cat4 on
+the synthetic world, 21 runs; `--replicates 1` for the first replicate's only). The trainer's figure is its step alone on one fixed batch of the same net,
 in as many processes as the launcher has workers, each pinned to its worker's cores and threads
 and all stepping at the same time: what the workers would reach if they did nothing but step
 (also printed: one such process alone, times the workers, which ignores that they share the
@@ -71,13 +71,15 @@ def concurrent_step_rate(config: train.TrainConfig, slots: list[launch.Slot]) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--replicates", type=int, help="the first N replicates (default: all)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         profile, _ = params.load("03_time_concat", args.profile, output_dir=folder)
         concat = {v.name for v in profile.variants if v.kind == "time-concat"}
+        replicates = range(args.replicates or profile.replicates)
         trainings = [t for t in timecat.plan(profile).trainings  # folders rep<r>/<variant>/seed<s>
                      if t.config.output_dir.split("/")[-3:-1] in
-                     [["rep0", name] for name in concat]]
+                     [[f"rep{r}", name] for r in replicates for name in concat]]
         images = sum(t.config.iterations * t.config.batch_size for t in trainings)
         start = time.perf_counter()
         timecat.launch(trainings, profile)
