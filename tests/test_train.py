@@ -6,6 +6,8 @@ process (two cores, shared with the rest of the suite).
 
 from __future__ import annotations
 
+import contextlib
+
 import io
 import os
 import signal
@@ -383,7 +385,8 @@ def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path) -> None:
     cfg = TrainConfig(**settings(tmp_path / "run", micro_batch=16))
     with pytest.raises(ParameterError, match="micro_batch: batch_size 32 is not divisible by 4 "
                                              "ranks x micro_batch 16"):
-        train._train(cfg, train.Process(0, 4, torch.device("cpu")), train.StopFlag())
+        train._train(cfg, train.Process(0, 4, torch.device("cpu")), train.StopFlag(),
+                     contextlib.ExitStack())
 
 
 # ---------------------------------------------------------------------------------------------
