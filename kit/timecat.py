@@ -486,7 +486,7 @@ def control_gains(results: pl.DataFrame, rule: str) -> pl.DataFrame:
             pl.col("n") == control["n"])
         if against.height:
             frames.append(gains(results, rule, control["variant"]).filter(
-                pl.col("variant").is_in(against["variant"])))
+                pl.col("variant").is_in(against["variant"].to_list())))
     return pl.concat(frames) if frames else gains(results, rule, "").clear()
 
 
