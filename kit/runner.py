@@ -235,20 +235,19 @@ def stop_workers(grace_s: float = STOP_GRACE_S) -> None:
         with contextlib.suppress(psutil.Error, OSError):
             groups.add(os.getpgid(worker.pid))
     groups.discard(os.getpgrp())
+    _signal(groups, workers, signal.SIGTERM)
+    _, alive = psutil.wait_procs(workers, timeout=grace_s)
+    _signal(groups, alive, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=5)
+
+
+def _signal(groups: set[int], workers: list[psutil.Process], sig: signal.Signals) -> None:
     for group in groups:
         with contextlib.suppress(OSError):
-            os.killpg(group, signal.SIGTERM)
+            os.killpg(group, sig)
     for worker in workers:
         with contextlib.suppress(psutil.Error):
-            worker.terminate()
-    _, alive = psutil.wait_procs(workers, timeout=grace_s)
-    for group in groups:
-        with contextlib.suppress(OSError):
-            os.killpg(group, signal.SIGKILL)
-    for worker in alive:
-        with contextlib.suppress(psutil.Error):
-            worker.kill()
-    psutil.wait_procs(alive, timeout=5)
+            worker.send_signal(sig)
 
 
 def _stop(signum: int, frame: object) -> None:
