@@ -239,3 +239,12 @@ def test_diagnostic_tables_include_the_concatenation() -> None:
     assert richness["representation"].to_list() == ["a", "b", "concatenation"]
     assert richness.filter(richness["representation"] == "concatenation")["dim"][0] == 16
     assert diagnostics.cka_table(reps).height == 1
+
+
+def test_lbfgs_runs_to_its_tolerance_and_refuses_a_fit_cut_short() -> None:
+    """Issue 11: the L-BFGS reference is converged, not stopped by an iteration count."""
+    train, evaluation = teacher(2000, 64, 4, 0), teacher(1000, 64, 4, 1)
+    result = probe.lbfgs_probe(train, evaluation, 4, weight_decays=[1e-3])
+    assert 0 < result.history["iterations"][0] < 2000
+    with pytest.raises(probe.ProbeError, match="did not converge in 3 iterations"):
+        probe.lbfgs_probe(train, evaluation, 4, weight_decays=[1e-3], max_iter=3)
