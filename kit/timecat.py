@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import math
@@ -266,15 +267,15 @@ def probe_all(representations: list[Representation], params: TimecatParams) -> M
             if on_features:
                 splits = [probe.Split(*found.torch(), found.record["split"])
                           for found in (extracted.train[index], extracted.eval[index])]
-                if params.probe_kind == "lbfgs" or (params.lbfgs_check and rep.replicate == 0):
-                    exact = probe.lbfgs_probe(splits[0], splits[1], num_classes,
-                                              config.weight_decays, config.heldout_fraction,
-                                              seed=config.seed, device=params.device)
-                result = (exact if params.probe_kind == "lbfgs" else
-                          probe.fast_probe(splits[0], splits[1], num_classes, config,
-                                           progress=False))
+                converged = functools.partial(
+                    probe.lbfgs_probe, splits[0], splits[1], num_classes, config.weight_decays,
+                    config.heldout_fraction, seed=config.seed, device=params.device)
                 if params.probe_kind == "lbfgs":
-                    exact = None  # the result itself: no separate check
+                    result = converged()
+                else:  # the first replicate refitted by L-BFGS, as a check of the fast probe
+                    exact = converged() if params.lbfgs_check and rep.replicate == 0 else None
+                    result = probe.fast_probe(splits[0], splits[1], num_classes, config,
+                                              progress=False)
                 concatenated = splits[1].features[sample]
             else:
                 result = faithful_result(rep, task, params)
