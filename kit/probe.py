@@ -26,7 +26,6 @@ import contextlib
 import itertools
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -49,7 +48,7 @@ from tqdm.auto import tqdm
 from kit import data, locks
 from kit.config import DataConfig
 from kit.features import load_backbone
-from kit.launch import signal_tree
+from kit.launch import child_environment, signal_tree
 from kit.files import atomic_write, file_hash
 from kit.params import ParameterError, describe_errors, read_yaml
 from kit.paths import REPO_ROOT
@@ -746,11 +745,8 @@ def faithful_command(checkpoints: Sequence[Path], data_file: Path, num_classes: 
                      ) -> list[str]:
     """The command running `run_faithful` as a step of its own: under one standalone torchrun
     with `processes` processes (one per GPU), each reading its shard."""
-    command = [sys.executable]
-    if processes > 1:
-        command += ["-m", "torch.distributed.run", "--standalone",
-                    f"--nproc-per-node={processes}"]
-    command += ["-m", "kit.probe", "faithful", "--checkpoints", *map(str, checkpoints),
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={processes}", "-m", "kit.probe", "faithful", "--checkpoints", *map(str, checkpoints),
                 "--data", str(data_file), "--num-classes", str(num_classes),
                 "--output", str(output), "--weight-decays", *map(str, config.weight_decays),
                 "--milestones", *map(str, config.milestones)]
@@ -781,11 +777,9 @@ def launch_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_cl
         handle.write(data_config.model_dump_json().encode())  # JSON is YAML
     command = faithful_command(checkpoints, data_file, num_classes, output, config, num_workers,
                                processes)
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(
-        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     log = output / "probe.log"
     with log.open("w") as handle:
-        process = subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=handle,
+        process = subprocess.Popen(command, env=child_environment(command), cwd=REPO_ROOT, stdout=handle,
                                    stderr=subprocess.STDOUT)
         try:
             code = process.wait()

@@ -304,5 +304,5 @@ def test_the_saved_notebook_03_keeps_each_runs_final_bar(notebook_outputs) -> No
     bars.pop(f"{loaded.probe_kind} probes")  # the probing step's own bar
     assert bars.keys() == budgets.keys()
     for name, total in budgets.items():  # the widget's text when its run ended, not when it began
-        assert f"100%" in bars[name] and f" {total}/{total} " in bars[name], bars[name]
+        assert "100%" in bars[name] and f" {total}/{total} " in bars[name], bars[name]
         assert "loss=" in bars[name], bars[name]
