@@ -222,6 +222,26 @@ class FeatureRows:
 TRAIN_SCORE_ROWS = 10_000
 
 
+def scores(logits_of: Callable[[torch.Tensor], torch.Tensor], read: FeatureRows,
+           index: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Top-1, top-5 and mean cross-entropy per head (logits [B, H, C]) over the rows `index`,
+    read in chunks, without gradients."""
+    sums = None
+    with torch.no_grad():
+        chunk = _chunk_rows(read.features.shape[1], read.device)
+        for start in range(0, len(index), chunk):
+            part = index[start:start + chunk]
+            logits, target = logits_of(read(part)), labels[part.to(read.device)]
+            heads = logits.shape[1]
+            counts = torch.stack([
+                topk_correct(logits, target, 1).float(), topk_correct(logits, target, 5).float(),
+                F.cross_entropy(logits.permute(0, 2, 1), target[:, None].expand(-1, heads),
+                                reduction="none").sum(0)])
+            sums = counts if sums is None else sums + counts
+    top1, top5, loss = (sums / len(index)).cpu()
+    return {"top1": top1, "top5": top5, "loss": loss}
+
+
 def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastProbe = FastProbe(),
                progress: bool = True) -> ProbeResult:
     """Train one head per (lr, weight decay) in one pass over the fit rows; score every head on
@@ -253,23 +273,6 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastPr
         flat = standardised @ weight.permute(1, 0, 2).reshape(dim, heads * num_classes)
         return flat.view(-1, heads, num_classes) + bias
 
-    def scores(read: FeatureRows, index: torch.Tensor, labels: torch.Tensor
-               ) -> dict[str, torch.Tensor]:
-        """Top-1, top-5 and mean cross-entropy per head over the rows `index`, in chunks."""
-        sums = torch.zeros(3, heads, device=device)
-        with torch.no_grad():
-            chunk = _chunk_rows(dim, device)
-            for start in range(0, len(index), chunk):
-                part = index[start:start + chunk]
-                logits, target = logits_of(read(part)), labels[part.to(device)]
-                sums[0] += topk_correct(logits, target, 1)
-                sums[1] += topk_correct(logits, target, 5)
-                sums[2] += F.cross_entropy(logits.permute(0, 2, 1),
-                                           target[:, None].expand(-1, heads),
-                                           reduction="none").sum(0)
-        top1, top5, loss = (sums / len(index)).cpu()
-        return {"top1": top1, "top5": top5, "loss": loss}
-
     eval_index = torch.arange(len(eval_labels))
     sampled = torch.randperm(len(kept), generator=torch.Generator().manual_seed(config.seed + 1))
     fit_sample = kept[sampled[:max(len(held), TRAIN_SCORE_ROWS)]].sort().values
@@ -291,9 +294,9 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastPr
                     param -= step_lr * (grad + config.momentum * buffer)
                     param.grad = None
             step += 1
-        fit = scores(train_rows, fit_sample, train_labels)
-        heldout = scores(train_rows, held, train_labels)
-        evaluated = scores(eval_rows, eval_index, eval_labels)
+        fit = scores(logits_of, train_rows, fit_sample, train_labels)
+        heldout = scores(logits_of, train_rows, held, train_labels)
+        evaluated = scores(logits_of, eval_rows, eval_index, eval_labels)
         penalty = (wd[:, 0, 0] / 2 * weight.detach().square().sum((1, 2))).cpu()
         for h, (head_lr, head_wd) in enumerate(grid):
             rows.append({"lr": head_lr, "weight_decay": head_wd, "epoch": epoch,
@@ -306,54 +309,85 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastPr
     return ProbeResult(history, select(history, ["lr", "weight_decay"], num_classes))
 
 
+#: fit rows whose standardised float32 copy takes at most this are copied once for L-BFGS;
+#: larger ones (ImageNet's 1.28M x 10,240) are read a chunk at a time in every evaluation
+LBFGS_COPY_BYTES = 1 << 30
+
+
 def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
                 weight_decays: Iterable[float] = (1e-6, 1e-5, 1e-4, 1e-3),
                 heldout_fraction: float = 0.1, max_iter: int = 2000, seed: int = 0,
                 device: str = "cpu") -> ProbeResult:
-    """Full-batch multinomial logistic regression by L-BFGS, one fit per weight decay: for
-    feature sets that fit in memory. Each fit runs until torch's tolerances stop it (gradient
-    or change of loss); `max_iter` is only a cap, and a fit that hits it raises, since its
-    accuracy would be the optimiser's, not the features'. 200 iterations were too few: on
-    the cpu profile's features they left the loss up to 1.4e-3 above its minimum and moved
-    top-1 by up to 0.8 point; all stopped by tolerance within 500."""
+    """Full-batch multinomial logistic regression by L-BFGS, one fit per weight decay, on the
+    fast probe's held-out split and standardisation. Features are read as the fast probe reads
+    them (resident on the device when they fit, else a chunk at a time from host memory or a
+    memory map), so a converged fit needs no float32 copy: each function evaluation is one
+    pass over the fit rows.
+
+    Each fit runs until torch's tolerances stop it (gradient or change of loss); `max_iter` is
+    only a cap, and a fit that hits it raises, since its accuracy would be the optimiser's,
+    not the features'. 200 iterations were too few: on the cpu profile's features they left
+    the loss up to 1.4e-3 above its minimum and moved top-1 by up to 0.8 point; all stopped
+    by tolerance within 500."""
     check_splits([train, evaluation], num_classes)
-    fit, held = heldout_split(train, heldout_fraction, seed)
-    x = fit.features.to(device, torch.float32)
-    mean, std = standardiser(x, device=torch.device(device))
-    x, y = (x - mean) / std, _labels(fit).to(device)
+    torch_device = torch.device(device)
+    kept, held = heldout_indices(len(_labels(train)), heldout_fraction, seed)
+    train_rows, eval_rows = FeatureRows(train.features, torch_device), FeatureRows(evaluation.features,
+                                                                              torch_device)
+    train_labels, eval_labels = _labels(train).to(torch_device), _labels(evaluation).to(torch_device)
+    mean, std = standardiser(train_rows.features, kept, torch_device)
+    dim = train.features.shape[1]
+    if len(kept) * dim * 4 <= LBFGS_COPY_BYTES:  # standardised once, not in every evaluation
+        fixed = [((train_rows(kept) - mean) / std, train_labels[kept.to(torch_device)])]
+    step = _chunk_rows(dim, torch_device)
+
+    def fit_chunks() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if len(kept) * dim * 4 <= LBFGS_COPY_BYTES:
+            yield from fixed
+            return
+        for start in range(0, len(kept), step):
+            part = kept[start:start + step]
+            yield (train_rows(part) - mean) / std, train_labels[part.to(torch_device)]
+
     rows = []
     for decay in weight_decays:
-        linear = nn.Linear(x.shape[1], num_classes).to(device)
+        linear = nn.Linear(dim, num_classes).to(torch_device)
         nn.init.zeros_(linear.weight)
         nn.init.zeros_(linear.bias)
         optimizer = torch.optim.LBFGS(linear.parameters(), max_iter=max_iter,
                                       line_search_fn="strong_wolfe", history_size=20)
 
+        def logits_of(features: torch.Tensor, linear: nn.Linear = linear) -> torch.Tensor:
+            return linear((features - mean) / std)[:, None]
+
         def closure(optimizer: torch.optim.LBFGS = optimizer, linear: nn.Linear = linear,
                     decay: float = decay) -> torch.Tensor:
             optimizer.zero_grad()
-            loss = F.cross_entropy(linear(x), y) + decay / 2 * linear.weight.square().sum()
-            loss.backward()
-            return loss
+            penalty = decay / 2 * linear.weight.square().sum()
+            penalty.backward()
+            total = penalty.detach()
+            for features, labels in fit_chunks():
+                loss = F.cross_entropy(linear(features), labels, reduction="sum") / len(kept)
+                loss.backward()
+                total = total + loss.detach()
+            return total
 
         optimizer.step(closure)
         state = optimizer.state[linear.weight]
-        iterations = state["n_iter"]
-        if iterations >= max_iter or state["func_evals"] >= optimizer.defaults["max_eval"]:
+        if state["n_iter"] >= max_iter or state["func_evals"] >= optimizer.defaults["max_eval"]:
             raise ProbeError(f"L-BFGS at weight decay {decay} did not converge in {max_iter} "
                              "iterations; raise max_iter")
-        row = {"weight_decay": decay, "epoch": 1, "iterations": iterations,
-               "train_loss": float(closure().detach())}
-        with torch.no_grad():
-            for split, prefix in ((fit, "train"), (held, "heldout"), (evaluation, "eval")):
-                logits = linear((split.features.to(device, torch.float32) - mean) / std)
-                labels = _labels(split).to(device)
-                row[f"{prefix}_top1"] = float(topk_correct(logits[:, None], labels, 1)[0]
-                                              / len(labels))
-                row[f"{prefix}_top5"] = float(topk_correct(logits[:, None], labels, 5)[0]
-                                              / len(labels))
-        rows.append(row)
-    history = pl.DataFrame(rows).drop("heldout_top5", "train_top5")
+        fit = scores(logits_of, train_rows, kept, train_labels)
+        evaluated = scores(logits_of, eval_rows, torch.arange(len(eval_labels)), eval_labels)
+        rows.append({"weight_decay": decay, "epoch": 1, "iterations": state["n_iter"],
+                     "train_loss": float(fit["loss"][0]
+                                         + decay / 2 * linear.weight.detach().square().sum()),
+                     "train_top1": float(fit["top1"][0]),
+                     "heldout_top1": float(scores(logits_of, train_rows, held,
+                                                  train_labels)["top1"][0]),
+                     "eval_top1": float(evaluated["top1"][0]),
+                     "eval_top5": float(evaluated["top5"][0])})
+    history = pl.DataFrame(rows)
     return ProbeResult(history, select(history, ["weight_decay"], num_classes))
 
 
@@ -553,7 +587,7 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
                 for item, state in zip(part, states):
                     item.load_state_dict(state)
         model = heads if world == 1 else DistributedDataParallel(
-            heads, device_ids=[device.index] if device.type == "cuda" else None,
+            heads, torch_deviceids=[device.index] if device.type == "cuda" else None,
             broadcast_buffers=False)
 
     def accuracies(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, int]:

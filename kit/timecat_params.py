@@ -108,8 +108,8 @@ class TimecatParams(NotebookParams):
     train: RunSettings | None = None
     tasks: list[ProbeTask] = Field(min_length=1)
     #: which probe measures the results: `fast` (the kit's, on cached features: `probe`),
-    #: `lbfgs` (full-batch L-BFGS on the same features, converged, for features that fit in
-    #: memory: `probe`'s weight decays and held-out rows) or `faithful` (the authors', on
+    #: `lbfgs` (full-batch L-BFGS on the same features, run to convergence, one pass over the
+    #: fit rows per evaluation: `probe`'s weight decays and held-out rows) or `faithful` (the authors', on
     #: augmented images every epoch: `faithful`)
     probe_kind: Literal["fast", "lbfgs", "faithful"] = "fast"
     #: settings of the fast probe (weight decays and held-out rows of the lbfgs one too)
@@ -122,7 +122,7 @@ class TimecatParams(NotebookParams):
     probe_rule: Literal["paper", "heldout"] = "heldout"
     #: also fit the first replicate's probes by full-batch L-BFGS (converged, same weight
     #: decays and held-out rows) and record its top-1 beside the fast probe's: the check that
-    #: the fast probe has converged (features must fit in memory)
+    #: the fast probe has converged
     lbfgs_check: bool = False
     feature_batch_size: int = Field(ge=1)
     #: DataLoader workers decoding images for feature extraction

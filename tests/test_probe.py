@@ -146,6 +146,26 @@ def test_fast_probe_reads_features_a_chunk_at_a_time(tmp_path) -> None:
     assert max(CountedRows.reads) <= 1024 < len(train.labels) // 3
 
 
+def test_lbfgs_streams_features_too_large_to_copy_with_the_in_memory_result(
+        tmp_path, monkeypatch) -> None:
+    """Above LBFGS_COPY_BYTES every evaluation reads the memory map a chunk at a time (as at
+    ImageNet size); the converged fit is the one made from a float32 copy."""
+    train, evaluation = planted(4000, 1024, 5, 0, 0.1), planted(500, 1024, 5, 1, 0.1)
+    np.save(tmp_path / "train.npy", train.features.half().numpy())
+    mapped = np.load(tmp_path / "train.npy", mmap_mode="r").view(CountedRows)
+    copied = probe.lbfgs_probe(probe.Split(torch.from_numpy(np.array(mapped)).float(),
+                                           train.labels, "train"), evaluation, 5, [1e-2])
+    monkeypatch.setattr(probe, "LBFGS_COPY_BYTES", 0)
+    CountedRows.reads = []
+    streamed = probe.lbfgs_probe(probe.Split(mapped, train.labels, "train"), evaluation, 5,
+                                 [1e-2])
+    assert len(CountedRows.reads) > 10
+    assert max(CountedRows.reads) <= 1024 < len(train.labels) // 3
+    assert streamed.history["train_loss"][0] == pytest.approx(copied.history["train_loss"][0],
+                                                              rel=1e-5)
+    assert streamed.top1("heldout") == pytest.approx(copied.top1("heldout"), abs=0.002)
+
+
 def test_memory_benchmark_prints_the_ratio_on_a_small_proxy() -> None:
     script = REPO_ROOT / "benchmarks" / "probe_memory.py"
     result = subprocess.run([sys.executable, str(script), "--rows", "3000", "--eval", "500",
