@@ -46,6 +46,8 @@ from kit.paths import REPO_ROOT, resolve
 
 #: the trainer's exit status after a preemption checkpoint (kit.train.PREEMPTED_EXIT)
 PREEMPTED_EXIT = 75
+#: the marker a finished run leaves in its folder (kit.train writes it)
+DONE = "DONE"
 CONFIGS = "configs"
 LOGS = "logs"
 JOBS = "slurm_jobs.json"
@@ -122,7 +124,8 @@ def run_name(config: TrainConfig, work_dir: Path) -> str:
 
 
 def is_finished(config: TrainConfig) -> bool:
-    return (resolve(config.output_dir) / "DONE").exists()
+    """Whether a run has finished (its DONE marker exists), whatever launched it."""
+    return (resolve(config.output_dir) / DONE).exists()
 
 
 def write_configs(configs: Sequence[TrainConfig], work_dir: Path) -> dict[str, Path]:

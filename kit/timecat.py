@@ -42,6 +42,7 @@ from kit import data, diagnostics, evidence, features, files, models, params as 
 from kit import probe, report, train
 from kit import launch as kit_launch
 from kit.config import TrainConfig
+from kit.launch import is_finished  # also timecat.is_finished, for the notebook and tests
 from kit.params import ParameterError
 from kit.paths import resolve
 from kit.timecat_params import ProbeTask, TimecatParams
@@ -152,10 +153,6 @@ def changed_runs(trainings: list[PlannedTraining]) -> list[str]:
             if differing:
                 changed.append(f"{saved.parent} ({', '.join(differing)})")
     return changed
-
-
-def is_finished(config: TrainConfig) -> bool:
-    return (resolve(config.output_dir) / train.DONE).exists()
 
 
 def _refuse_changed_runs(trainings: list[PlannedTraining]) -> None:

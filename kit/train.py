@@ -57,6 +57,7 @@ from tqdm import tqdm
 from kit import data as kit_data
 from kit import files, locks, models
 from kit.config import TrainConfig, load_train_config
+from kit.launch import DONE
 from kit.params import ParameterError
 from kit.paths import resolve
 from kit.prefetch import DeviceBatches
@@ -65,7 +66,6 @@ from kit.preflight import writable_problems
 #: AlgoPerf's self-tuning submissions warm up over a share of 0.75 x step_hint (REFERENCE.md)
 ALGOPERF_HORIZON = 0.75
 CHECKPOINT = "checkpoint.pt"
-DONE = "DONE"
 METRICS = "metrics.jsonl"
 METRICS_SCHEMA = {"step": pl.Int64, "epoch": pl.Int64, "loss": pl.Float64, "lr": pl.Float64,
                   "images_per_s": pl.Float64, "eval_accuracy": pl.Float64,
