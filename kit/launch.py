@@ -41,6 +41,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from kit.config import TrainConfig
+from kit.files import atomic_write
 from kit.params import ParameterError, Strict
 from kit.paths import REPO_ROOT, resolve
 
@@ -136,9 +137,8 @@ def write_configs(configs: Sequence[TrainConfig], work_dir: Path) -> dict[str, P
     for config in configs:
         name = run_name(config, work_dir)
         path = folder / f"{name}.yaml"
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
-        os.replace(temporary, path)
+        with atomic_write(path) as handle:
+            handle.write(yaml.safe_dump(config.model_dump(), sort_keys=False).encode())
         files[name] = path
     return files
 
