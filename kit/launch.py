@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import psutil
 import yaml
 from pydantic import Field, model_validator
 
@@ -262,29 +263,14 @@ def _ignore_preemption_signals(cpus: tuple[int, ...] = ()) -> Callable[[], None]
     return prepare
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below `pid` (torchrun starts its workers in their own sessions, so a
-    process group does not reach them)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(parent, []).append(int(entry.name))
-    found, frontier = [], [pid]
-    while frontier:
-        below = children.get(frontier.pop(), [])
-        found += below
-        frontier += below
-    return found
-
-
 def signal_tree(process: subprocess.Popen, number: int) -> None:
-    """Send a signal to a process and all its descendants."""
-    for pid in [process.pid, *_descendants(process.pid)]:
+    """Send a signal to a process and all its descendants (torchrun starts its workers in their
+    own sessions, so a process group does not reach them)."""
+    try:
+        below = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        below = []
+    for pid in [process.pid, *below]:
         try:
             os.kill(pid, number)
         except ProcessLookupError:
