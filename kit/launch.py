@@ -179,13 +179,18 @@ def train_args(config_file: Path) -> list[str]:
     return ["kit.train", "--config", str(config_file)]
 
 
+def _single_process(settings: LaunchConfig) -> bool:
+    """Whether a command starts as the module itself: one process, and not the torchrun backend."""
+    return settings.backend != "torchrun" and settings.nproc_per_node * settings.nodes == 1
+
+
 def module_command(module_args: Sequence[str], settings: LaunchConfig, rdzv_id: str,
                    endpoint: str | None = None) -> list[str]:
     """The command running `python -m <module_args>` (a trainer, an extraction): the module
     itself for one process (except under the torchrun backend), else under one torchrun
     (standalone on one node, a rendezvous across nodes)."""
     program = ["-m", *module_args]
-    if settings.backend != "torchrun" and settings.nproc_per_node * settings.nodes == 1:
+    if _single_process(settings):
         return [sys.executable, *program]
     command = [sys.executable, "-m", "torch.distributed.run",
                f"--nproc-per-node={settings.nproc_per_node}"]
@@ -277,6 +282,24 @@ def signal_tree(process: subprocess.Popen, number: int) -> None:
             pass
 
 
+def _start(command: Sequence[str], slot: Slot, log: Path) -> subprocess.Popen:
+    """Start a launched command on a slot's devices, its output (and errors) into `log`."""
+    with log.open("w") as output:
+        return subprocess.Popen(command, env=child_environment(command, slot.environment()),
+                                cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
+                                preexec_fn=_ignore_preemption_signals(slot.cpus))
+
+
+def _stop(processes: Sequence[subprocess.Popen]) -> None:
+    """Interrupted: the commands still running get SIGUSR1 (trainers checkpoint, a step keeps
+    what it finished) and are waited for."""
+    running = [process for process in processes if process.poll() is None]
+    for process in running:
+        signal_tree(process, signal.SIGUSR1)
+    for process in running:
+        process.wait()
+
+
 def last_record(metrics: Path) -> dict[str, Any] | None:
     """The last complete row of a run's metrics.jsonl (None before the first)."""
     try:
@@ -363,7 +386,7 @@ def _local(runs: dict[str, TrainConfig], files: dict[str, Path], settings: Launc
                              "wait=False is for slurm")
     log_dir.mkdir(parents=True, exist_ok=True)
     free = slots(settings)
-    single = settings.backend != "torchrun" and settings.nproc_per_node * settings.nodes == 1
+    single = _single_process(settings)
     queue = chains(runs, len(free)) if single else [[name] for name in runs]
     running: list[tuple[subprocess.Popen, Slot, Path, list[str]]] = []
     launched, progress = Launched(), Progress()
@@ -376,11 +399,7 @@ def _local(runs: dict[str, TrainConfig], files: dict[str, Path], settings: Launc
                     train_args(files[chain[0]]) + [arg for name in chain[1:]
                                                    for arg in ("--config", str(files[name]))],
                     settings, f"{settings.rdzv_id}-{chain[0]}")
-                with log.open("w") as output:
-                    running.append((subprocess.Popen(
-                        command, env=child_environment(command, slot.environment()),
-                        cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
-                        preexec_fn=_ignore_preemption_signals(slot.cpus)), slot, log, chain))
+                running.append((_start(command, slot, log), slot, log, chain))
                 for name in chain:
                     progress.start(name, runs[name])
             time.sleep(0.2)
@@ -399,10 +418,7 @@ def _local(runs: dict[str, TrainConfig], files: dict[str, Path], settings: Launc
                     else:
                         launched.failed[name] = log
     finally:
-        for process, _, _, _ in running:  # interrupted: the trainers checkpoint and stop
-            signal_tree(process, signal.SIGUSR1)
-        for process, _, _, _ in running:
-            process.wait()
+        _stop([process for process, _, _, _ in running])
     return launched
 
 
@@ -560,16 +576,11 @@ def launch_step(name: str, module_args: Sequence[str], settings: LaunchConfig,
     log.parent.mkdir(parents=True, exist_ok=True)
     (slot,) = slots(settings.model_copy(update={"workers": 1}))
     command = module_command(module_args, settings, f"{settings.rdzv_id}-{name}")
-    with log.open("w") as output:
-        process = subprocess.Popen(command, env=child_environment(command, slot.environment()),
-                                   cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
-                                   preexec_fn=_ignore_preemption_signals(slot.cpus))
+    process = _start(command, slot, log)
     try:
         code = process.wait()
     finally:
-        if process.poll() is None:  # interrupted: the command keeps what it finished and stops
-            signal_tree(process, signal.SIGUSR1)
-            process.wait()
+        _stop([process])
     if code == 0:
         launched.finished.append(name)
     else:
