@@ -24,6 +24,7 @@ runs, extraction and probing as sbatch scripts with submit.sh chaining them (aft
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -32,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -254,6 +255,19 @@ def slots(settings: LaunchConfig) -> list[Slot]:
     share = len(cpus) // workers
     return [Slot((), tuple(cpus[w * share:(w + 1) * share]), max(1, share // per_run))
             for w in range(workers)]
+
+
+@contextlib.contextmanager
+def signal_handlers(numbers: Iterable[int], handler: Callable[[int, Any], Any]
+                    ) -> Iterator[None]:
+    """`handler` catches the signals `numbers` during the block; their previous handlers are
+    restored after it (main thread only, as for signal.signal)."""
+    previous = {number: signal.signal(number, handler) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, earlier in previous.items():
+            signal.signal(number, earlier)
 
 
 def _ignore_preemption_signals(cpus: tuple[int, ...] = ()) -> Callable[[], None]:

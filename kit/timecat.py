@@ -656,12 +656,8 @@ def _stopped_by_preemption() -> Iterator[None]:
         raise train.Preempted(f"{signal.Signals(number).name}: stopped; cache entries finished "
                               "so far are kept, run it again to extract the rest")
 
-    previous = {number: signal.signal(number, stop) for number in train.PREEMPTION_SIGNALS}
-    try:
+    with kit_launch.signal_handlers(train.PREEMPTION_SIGNALS, stop):
         yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def extract_step(params: TimecatParams) -> int:

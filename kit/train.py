@@ -57,7 +57,7 @@ from tqdm import tqdm
 from kit import data as kit_data
 from kit import files, locks, models
 from kit.config import TrainConfig, load_train_config
-from kit.launch import DONE
+from kit.launch import DONE, signal_handlers
 from kit.params import ParameterError
 from kit.paths import resolve
 from kit.prefetch import DeviceBatches
@@ -424,12 +424,8 @@ class StopFlag:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = {number: signal.signal(number, self._request) for number in PREEMPTION_SIGNALS}
-        try:
+        with signal_handlers(PREEMPTION_SIGNALS, self._request):
             yield self
-        finally:
-            for number, handler in previous.items():
-                signal.signal(number, handler)
 
     def _request(self, number: int, _frame: object) -> None:
         self.requested = True
