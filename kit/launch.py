@@ -204,6 +204,12 @@ def module_command(module_args: Sequence[str], settings: LaunchConfig, rdzv_id: 
     return command + program
 
 
+def rendezvous_port(job_id: int) -> int:
+    """The rendezvous port of a Slurm job's processes: derived from its id, so the same on every
+    node and different for concurrent jobs."""
+    return 20000 + job_id % 20000
+
+
 def child_environment(command: Sequence[str], extra: dict[str, str] | None = None
                       ) -> dict[str, str]:
     """The environment of a launched command: the repository importable, `extra` (a slot's
@@ -459,7 +465,7 @@ class SlurmTask:
         import submitit
 
         job = submitit.JobEnvironment()
-        port = 20000 + int(str(job.job_id).split("_")[0]) % 20000
+        port = rendezvous_port(int(str(job.job_id).split("_")[0]))
         command = module_command(self.module_args, self.settings, f"{self.settings.rdzv_id}-"
                                  f"{job.job_id}", f"{job.hostnames[0]}:{port}")
         self.process = subprocess.Popen(command, env=child_environment(command), cwd=REPO_ROOT,

@@ -57,7 +57,7 @@ from tqdm import tqdm
 from kit import data as kit_data
 from kit import files, locks, models
 from kit.config import TrainConfig, load_train_config
-from kit.launch import DONE, signal_handlers
+from kit.launch import DONE, rendezvous_port, signal_handlers
 from kit.params import ParameterError
 from kit.paths import resolve
 from kit.prefetch import DeviceBatches
@@ -122,7 +122,7 @@ def slurm_environment(environ: dict[str, str]) -> dict[str, str]:
         return {}
     nodelist = (environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
                 or environ.get("SLURM_NODELIST", "localhost"))
-    port = 20000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000
+    port = rendezvous_port(int(environ.get("SLURM_JOB_ID", "0")))
     return {"RANK": environ["SLURM_PROCID"], "WORLD_SIZE": str(tasks),
             "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
             "MASTER_ADDR": environ.get("MASTER_ADDR") or first_host(nodelist),
