@@ -380,13 +380,11 @@ def tensorboard_scalars(cfg: TrainConfig, out: Path, step: int, process: Process
 
 
 def _read_checkpoint(path: Path) -> dict[str, Any]:
-    """A run's checkpoint, checked against its hash; a damaged one is refused naming it."""
-    if not files.sidecar(path).exists():
-        print(f"{path}: no recorded hash (written by an older kit), loading it unverified",
-              file=sys.stderr)
+    """A run's checkpoint, checked against its hash (said on stderr when it has none); a damaged
+    one is refused naming it."""
     return models.read_checkpoint(path, rebuild=(
         f"Delete {path.name} and {files.sidecar(path).name} in {path.parent} to train this run "
-        "again from the start."))
+        "again from the start."), warn_unverified=True)
 
 
 def _check_finite(state: dict[str, Any], where: Path, kept: str) -> None:
