@@ -30,8 +30,8 @@ from torchvision.transforms import v2
 
 from kit.config import CUES, DataConfig, SyntheticConfig
 from kit.paths import resolve
-from kit.preflight import (CIFAR_LAYOUTS, IMAGE_SUFFIXES, DataError, empty_class_folders,
-                           read_cifar_pickle)
+from kit.preflight import (CIFAR_LAYOUTS, IMAGE_SUFFIXES, DataError, cifar_class_names,
+                           empty_class_folders, read_cifar_pickle)
 
 
 Key = tuple[int, int]  # (epoch, index)
@@ -285,10 +285,7 @@ def cifar(kind: str, root: Path, split: str) -> CifarImages:
         raise DataError(f"{folder}: missing {', '.join(missing)} (expected "
                         f"{', '.join((*layout.train, *layout.test, layout.meta))} in "
                         "torchvision's format)")
-    meta_path = folder / layout.meta
-    meta = read_cifar_pickle(meta_path)
-    if layout.names_key not in meta:
-        raise DataError(f"{meta_path}: no '{layout.names_key}' (has {', '.join(meta)})")
+    classes = cifar_class_names(folder, layout)
     images, labels = [], []
     for name in names:
         batch = read_cifar_pickle(folder / name)
@@ -297,8 +294,7 @@ def cifar(kind: str, root: Path, split: str) -> CifarImages:
                             f"(has {', '.join(batch)})")
         images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
         labels += [int(label) for label in batch[layout.labels_key]]
-    return CifarImages(np.concatenate(images).transpose(0, 2, 3, 1), labels,
-                       meta[layout.names_key])
+    return CifarImages(np.concatenate(images).transpose(0, 2, 3, 1), labels, classes)
 
 
 def inat18(root: Path, split: str) -> ImageList:

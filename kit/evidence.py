@@ -232,8 +232,8 @@ def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
     ).resolve_scale(x="independent")
 
 
-def difference_chart(frame: pl.DataFrame, comparison: str, value: str, title: str,
-                     axis_title: str = "difference (points)") -> alt.LayerChart:
+def difference_chart(frame: pl.DataFrame, comparison: str, value: str, title: str
+                     ) -> alt.LayerChart:
     """Differences per evaluation dataset as bars from zero on one shared scale, each bar
     with its value written on it, so gaps of a point or two stay visible and comparable."""
     data = frame.filter(pl.col(value).is_not_null())
@@ -245,7 +245,8 @@ def difference_chart(frame: pl.DataFrame, comparison: str, value: str, title: st
         xOffset=alt.XOffset(f"{comparison}:N"),
         color=alt.Color(f"{comparison}:N", title=None, legend=alt.Legend(orient="bottom",
                                                                            columns=1)),
-        y=alt.Y(f"{value}:Q", title=axis_title, scale=alt.Scale(domain=_padded(data[value]))))
+        y=alt.Y(f"{value}:Q", title="difference (points)",
+                scale=alt.Scale(domain=_padded(data[value]))))
     bars = base.mark_bar().encode(tooltip=["eval_dataset", comparison, value])
     text = alt.Text(f"{value}:Q", format="+.1f")
     above = base.transform_filter(f"datum['{value}'] >= 0").mark_text(

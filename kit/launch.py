@@ -24,6 +24,7 @@ runs, extraction and probing as sbatch scripts with submit.sh chaining them (aft
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -32,20 +33,24 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import psutil
 import yaml
 from pydantic import Field, model_validator
 
 from kit.config import TrainConfig
+from kit.files import atomic_write
 from kit.params import ParameterError, Strict
 from kit.paths import REPO_ROOT, resolve
 
 #: the trainer's exit status after a preemption checkpoint (kit.train.PREEMPTED_EXIT)
 PREEMPTED_EXIT = 75
+#: the marker a finished run leaves in its folder (kit.train writes it)
+DONE = "DONE"
 CONFIGS = "configs"
 LOGS = "logs"
 JOBS = "slurm_jobs.json"
@@ -122,7 +127,8 @@ def run_name(config: TrainConfig, work_dir: Path) -> str:
 
 
 def is_finished(config: TrainConfig) -> bool:
-    return (resolve(config.output_dir) / "DONE").exists()
+    """Whether a run has finished (its DONE marker exists), whatever launched it."""
+    return (resolve(config.output_dir) / DONE).exists()
 
 
 def write_configs(configs: Sequence[TrainConfig], work_dir: Path) -> dict[str, Path]:
@@ -133,9 +139,8 @@ def write_configs(configs: Sequence[TrainConfig], work_dir: Path) -> dict[str, P
     for config in configs:
         name = run_name(config, work_dir)
         path = folder / f"{name}.yaml"
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(yaml.safe_dump(config.model_dump(), sort_keys=False))
-        os.replace(temporary, path)
+        with atomic_write(path) as handle:
+            handle.write(yaml.safe_dump(config.model_dump(), sort_keys=False).encode())
         files[name] = path
     return files
 
@@ -175,13 +180,18 @@ def train_args(config_file: Path) -> list[str]:
     return ["kit.train", "--config", str(config_file)]
 
 
+def _single_process(settings: LaunchConfig) -> bool:
+    """Whether a command starts as the module itself: one process, and not the torchrun backend."""
+    return settings.backend != "torchrun" and settings.nproc_per_node * settings.nodes == 1
+
+
 def module_command(module_args: Sequence[str], settings: LaunchConfig, rdzv_id: str,
                    endpoint: str | None = None) -> list[str]:
     """The command running `python -m <module_args>` (a trainer, an extraction): the module
     itself for one process (except under the torchrun backend), else under one torchrun
     (standalone on one node, a rendezvous across nodes)."""
     program = ["-m", *module_args]
-    if settings.backend != "torchrun" and settings.nproc_per_node * settings.nodes == 1:
+    if _single_process(settings):
         return [sys.executable, *program]
     command = [sys.executable, "-m", "torch.distributed.run",
                f"--nproc-per-node={settings.nproc_per_node}"]
@@ -192,6 +202,12 @@ def module_command(module_args: Sequence[str], settings: LaunchConfig, rdzv_id: 
                     f"--rdzv-endpoint={endpoint or settings.rdzv_endpoint}",
                     f"--rdzv-id={rdzv_id}"]
     return command + program
+
+
+def rendezvous_port(job_id: int) -> int:
+    """The rendezvous port of a Slurm job's processes: derived from its id, so the same on every
+    node and different for concurrent jobs."""
+    return 20000 + job_id % 20000
 
 
 def child_environment(command: Sequence[str], extra: dict[str, str] | None = None
@@ -247,6 +263,19 @@ def slots(settings: LaunchConfig) -> list[Slot]:
             for w in range(workers)]
 
 
+@contextlib.contextmanager
+def signal_handlers(numbers: Iterable[int], handler: Callable[[int, Any], Any]
+                    ) -> Iterator[None]:
+    """`handler` catches the signals `numbers` during the block; their previous handlers are
+    restored after it (main thread only, as for signal.signal)."""
+    previous = {number: signal.signal(number, handler) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, earlier in previous.items():
+            signal.signal(number, earlier)
+
+
 def _ignore_preemption_signals(cpus: tuple[int, ...] = ()) -> Callable[[], None]:
     """In the child before exec: pin it to `cpus`, and ignore USR1/USR2 so that torchrun, which
     has no handler for them, is not killed when a scheduler signals every process; the trainers
@@ -259,33 +288,36 @@ def _ignore_preemption_signals(cpus: tuple[int, ...] = ()) -> Callable[[], None]
     return prepare
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below `pid` (torchrun starts its workers in their own sessions, so a
-    process group does not reach them)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(parent, []).append(int(entry.name))
-    found, frontier = [], [pid]
-    while frontier:
-        below = children.get(frontier.pop(), [])
-        found += below
-        frontier += below
-    return found
-
-
 def signal_tree(process: subprocess.Popen, number: int) -> None:
-    """Send a signal to a process and all its descendants."""
-    for pid in [process.pid, *_descendants(process.pid)]:
+    """Send a signal to a process and all its descendants (torchrun starts its workers in their
+    own sessions, so a process group does not reach them)."""
+    try:
+        below = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        below = []
+    for pid in [process.pid, *below]:
         try:
             os.kill(pid, number)
         except ProcessLookupError:
             pass
+
+
+def _start(command: Sequence[str], slot: Slot, log: Path) -> subprocess.Popen:
+    """Start a launched command on a slot's devices, its output (and errors) into `log`."""
+    with log.open("w") as output:
+        return subprocess.Popen(command, env=child_environment(command, slot.environment()),
+                                cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
+                                preexec_fn=_ignore_preemption_signals(slot.cpus))
+
+
+def _stop(processes: Sequence[subprocess.Popen]) -> None:
+    """Interrupted: the commands still running get SIGUSR1 (trainers checkpoint, a step keeps
+    what it finished) and are waited for."""
+    running = [process for process in processes if process.poll() is None]
+    for process in running:
+        signal_tree(process, signal.SIGUSR1)
+    for process in running:
+        process.wait()
 
 
 def last_record(metrics: Path) -> dict[str, Any] | None:
@@ -374,7 +406,7 @@ def _local(runs: dict[str, TrainConfig], files: dict[str, Path], settings: Launc
                              "wait=False is for slurm")
     log_dir.mkdir(parents=True, exist_ok=True)
     free = slots(settings)
-    single = settings.backend != "torchrun" and settings.nproc_per_node * settings.nodes == 1
+    single = _single_process(settings)
     queue = chains(runs, len(free)) if single else [[name] for name in runs]
     running: list[tuple[subprocess.Popen, Slot, Path, list[str]]] = []
     launched, progress = Launched(), Progress()
@@ -387,11 +419,7 @@ def _local(runs: dict[str, TrainConfig], files: dict[str, Path], settings: Launc
                     train_args(files[chain[0]]) + [arg for name in chain[1:]
                                                    for arg in ("--config", str(files[name]))],
                     settings, f"{settings.rdzv_id}-{chain[0]}")
-                with log.open("w") as output:
-                    running.append((subprocess.Popen(
-                        command, env=child_environment(command, slot.environment()),
-                        cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
-                        preexec_fn=_ignore_preemption_signals(slot.cpus)), slot, log, chain))
+                running.append((_start(command, slot, log), slot, log, chain))
                 for name in chain:
                     progress.start(name, runs[name])
             time.sleep(0.2)
@@ -410,10 +438,7 @@ def _local(runs: dict[str, TrainConfig], files: dict[str, Path], settings: Launc
                     else:
                         launched.failed[name] = log
     finally:
-        for process, _, _, _ in running:  # interrupted: the trainers checkpoint and stop
-            signal_tree(process, signal.SIGUSR1)
-        for process, _, _, _ in running:
-            process.wait()
+        _stop([process for process, _, _, _ in running])
     return launched
 
 
@@ -440,7 +465,7 @@ class SlurmTask:
         import submitit
 
         job = submitit.JobEnvironment()
-        port = 20000 + int(str(job.job_id).split("_")[0]) % 20000
+        port = rendezvous_port(int(str(job.job_id).split("_")[0]))
         command = module_command(self.module_args, self.settings, f"{self.settings.rdzv_id}-"
                                  f"{job.job_id}", f"{job.hostnames[0]}:{port}")
         self.process = subprocess.Popen(command, env=child_environment(command), cwd=REPO_ROOT,
@@ -571,16 +596,11 @@ def launch_step(name: str, module_args: Sequence[str], settings: LaunchConfig,
     log.parent.mkdir(parents=True, exist_ok=True)
     (slot,) = slots(settings.model_copy(update={"workers": 1}))
     command = module_command(module_args, settings, f"{settings.rdzv_id}-{name}")
-    with log.open("w") as output:
-        process = subprocess.Popen(command, env=child_environment(command, slot.environment()),
-                                   cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
-                                   preexec_fn=_ignore_preemption_signals(slot.cpus))
+    process = _start(command, slot, log)
     try:
         code = process.wait()
     finally:
-        if process.poll() is None:  # interrupted: the command keeps what it finished and stops
-            signal_tree(process, signal.SIGUSR1)
-            process.wait()
+        _stop([process])
     if code == 0:
         launched.finished.append(name)
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any, Literal
@@ -41,17 +42,21 @@ REPLACE_CHECKPOINT = ("Replace it with a good copy; for a run the kit trained, d
                       "folder and run again to retrain it.")
 
 
-def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT) -> Any:
+def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT,
+                    warn_unverified: bool = False) -> Any:
     """A checkpoint file's content (tensors on the CPU), checked against its recorded hash when
-    it has one; a missing, corrupt or unreadable file raises CheckpointError naming it and
-    `rebuild` (how to make it again)."""
+    it has one (`warn_unverified`: say on stderr when it has none); a missing, corrupt or
+    unreadable file raises CheckpointError naming it and `rebuild` (how to make it again)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint file not found")
     try:
-        files.verify(path, rebuild)
+        verified = files.verify(path, rebuild)
     except files.IntegrityError as error:
         raise CheckpointError(str(error)) from None
+    if warn_unverified and not verified:
+        print(f"{path}: no recorded hash (written by an older kit), loading it unverified",
+              file=sys.stderr)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError,

@@ -71,6 +71,17 @@ def read_cifar_pickle(path: Path) -> dict[str, Any]:
     return text
 
 
+def cifar_class_names(folder: Path, layout: CifarLayout) -> list[str]:
+    """The class names in a CIFAR folder's meta file; DataError naming the file when it is
+    unreadable or lacks them."""
+    meta_path = folder / layout.meta
+    meta = read_cifar_pickle(meta_path)
+    if layout.names_key not in meta:
+        raise DataError(f"{meta_path}: no '{layout.names_key}' (a CIFAR meta file has it; this "
+                        f"one has {', '.join(meta) or 'no keys'})")
+    return meta[layout.names_key]
+
+
 def _holds_an_image(folder: str) -> bool:
     """Stops at the first image found, so that a full ImageNet split is checked quickly."""
     subfolders = []
@@ -115,10 +126,8 @@ def preflight(data: DataConfig) -> list[str]:
             problems.append(f"{path}: not readable")
     if data.kind in CIFAR_LAYOUTS and not problems:
         layout = CIFAR_LAYOUTS[data.kind]
-        meta = root / layout.folder / layout.meta
         try:
-            if layout.names_key not in read_cifar_pickle(meta):
-                problems.append(f"{meta}: no '{layout.names_key}' (a CIFAR meta file has it)")
+            cifar_class_names(root / layout.folder, layout)
         except DataError as error:
             problems.append(str(error))
     return problems

@@ -100,17 +100,15 @@ def chart_saver(folder: Path, formats: Iterable[str]
 # Chart pieces
 # ---------------------------------------------------------------------------------------------
 
-def reference_lines(value: str, label: str, data: pl.DataFrame | None = None, *,
-                    number_format: str = ".1f", dash: Sequence[int] = (6, 3),
-                    color: str = REFERENCE_COLOR) -> alt.LayerChart:
+def reference_lines(value: str, label: str, *, number_format: str = ".1f",
+                    dash: Sequence[int] = (6, 3), color: str = REFERENCE_COLOR) -> alt.LayerChart:
     """Horizontal lines at the field `value`, each with "<label> <value>" written on it, so the
     reader needs no legend to know what the line is.
 
-    Without `data` the layer takes its data from the chart it is layered into (also inside a
-    facet: one line per panel, at that panel's value). The lines take the y-axis title of the
-    layers they join.
+    The layer takes its data from the chart it is layered into (also inside a facet: one line
+    per panel, at that panel's value). The lines take the y-axis title of the layers they join.
     """
-    base = (alt.Chart(data) if data is not None else alt.Chart()).transform_filter(
+    base = alt.Chart().transform_filter(
         f"isValid(datum[{json.dumps(value)}])"
     ).transform_aggregate(count="count()", groupby=[value]).transform_calculate(
         reference_text=f"{json.dumps(label + ' ')} + format(datum[{json.dumps(value)}], "
@@ -123,26 +121,25 @@ def reference_lines(value: str, label: str, data: pl.DataFrame | None = None, *,
     return alt.layer(rule, text)
 
 
-def chance_lines(value: str = "chance", data: pl.DataFrame | None = None, *,
-                 number_format: str = ".1f") -> alt.LayerChart:
+def chance_lines(value: str = "chance", *, number_format: str = ".1f") -> alt.LayerChart:
     """Dotted lines labelled 'chance <value>': what guessing the majority class scores."""
-    return reference_lines(value, "chance", data, number_format=number_format, dash=(2, 2),
+    return reference_lines(value, "chance", number_format=number_format, dash=(2, 2),
                            color="#b22222")
 
 
 def series_lines(frame: pl.DataFrame, x: str, y: str, series: str, facet: str | None = None,
-                 *, y_title: str | None = None, x_title: str | None = None,
-                 columns: int = 2) -> alt.Chart | alt.FacetChart:
+                 *, y_title: str | None = None) -> alt.Chart | alt.FacetChart:
     """One line per value of `series`, every line named in a legend (one legend per panel when
-    faceted, listing only that panel's lines; one shared y scale across panels)."""
+    faceted, two panels a row, listing only that panel's lines; one shared y scale across
+    panels)."""
     chart = alt.Chart(frame).mark_line().encode(
-        x=alt.X(f"{x}:Q", title=x_title), y=alt.Y(f"{y}:Q", title=y_title),
+        x=alt.X(f"{x}:Q", title=None), y=alt.Y(f"{y}:Q", title=y_title),
         color=alt.Color(f"{series}:N", legend=alt.Legend(columns=1, symbolLimit=0)),
         tooltip=[series, x, y])
     if facet is None:
         return chart.properties(width=420, height=220)
     return chart.properties(width=260, height=180).facet(
-        facet=alt.Facet(f"{facet}:N", title=None), columns=columns
+        facet=alt.Facet(f"{facet}:N", title=None), columns=2
     ).resolve_scale(color="independent")
 
 
@@ -181,16 +178,16 @@ def wide_mean_std(stats: pl.DataFrame, index: list[str], on: str, mean: str = "m
                                  for key in keys for kind in (mean, std)])
 
 
-def decimals(values: pl.Series, digits: int = 3, published: int = 3) -> int:
+def decimals(values: pl.Series, published: int = 3) -> int:
     """Decimals to print a float column with: as many as its values have when that is at most
     `published` (so published numbers and settings such as 0.001 print as given), otherwise
-    `digits` significant digits of a typical (median non-zero) value."""
+    three significant digits of a typical (median non-zero) value."""
     finite = values.drop_nulls().filter(values.drop_nulls().is_finite())
     for places in range(published + 1):
         if ((finite.round(places) - finite).abs().max() or 0.0) < 1e-9:
             return places
     typical = finite.abs().filter(finite.abs() > 0).median()
-    return min(max(digits - 1 - math.floor(math.log10(typical)), 0), 6)
+    return min(max(2 - math.floor(math.log10(typical)), 0), 6)
 
 
 def _cell(value: Any, places: int | None) -> str:
@@ -207,10 +204,9 @@ class Table:
     nothing shortened, no data-type row. `.frame` keeps the numbers."""
 
     frame: pl.DataFrame
-    digits: int = 3
 
     def cells(self) -> list[list[str]]:
-        places = {c: decimals(self.frame[c], self.digits) if self.frame[c].dtype.is_float()
+        places = {c: decimals(self.frame[c]) if self.frame[c].dtype.is_float()
                   else None for c in self.frame.columns}
         return [[_cell(v, places[c]) for c, v in zip(self.frame.columns, row)]
                 for row in self.frame.iter_rows()]
@@ -234,9 +230,9 @@ class Table:
         return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 
-def table(frame: pl.DataFrame, digits: int = 3) -> Table:
+def table(frame: pl.DataFrame) -> Table:
     """`display(report.table(frame))`: the frame formatted for reading (see `Table`)."""
-    return Table(frame, digits)
+    return Table(frame)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from papermill.exceptions import PapermillExecutionError
 
 from kit import locks, params
 from kit.files import atomic_write, remove_stale_temporaries
-from kit.launch import last_record
+from kit.launch import last_record, signal_handlers
 from kit.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.preflight import writable_problems
 
@@ -257,16 +257,6 @@ def _stop(signum: int, frame: object) -> None:
     raise Interrupted(signum)
 
 
-@contextlib.contextmanager
-def _stopped_by_signals() -> Iterator[None]:
-    previous = {each: signal.signal(each, _stop) for each in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for each, handler in previous.items():
-            signal.signal(each, handler)
-
-
 def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
         overrides: Mapping[str, Any] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
         parameters_dir: Path = PARAMETERS_DIR, output_root: Path | None = None) -> int:
@@ -285,7 +275,8 @@ def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
         return 2
     output_dir = runs[0].output.parent  # every notebook of a profile writes there
     try:
-        with locks.hold(output_dir, f"kit run --profile {profile}"), _stopped_by_signals():
+        with locks.hold(output_dir, f"kit run --profile {profile}"), \
+                signal_handlers((signal.SIGTERM, signal.SIGINT), _stop):
             remove_stale_temporaries(output_dir)
             return _run_all(runs, profile, notebooks_dir)
     except locks.FolderLocked as error:

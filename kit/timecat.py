@@ -43,6 +43,7 @@ from kit import data, diagnostics, evidence, features, files, models, params as 
 from kit import probe, report, train
 from kit import launch as kit_launch
 from kit.config import TrainConfig
+from kit.launch import is_finished  # also timecat.is_finished, for the notebook and tests
 from kit.params import ParameterError
 from kit.paths import resolve
 from kit.timecat_params import ProbeTask, TimecatParams
@@ -153,10 +154,6 @@ def changed_runs(trainings: list[PlannedTraining]) -> list[str]:
             if differing:
                 changed.append(f"{saved.parent} ({', '.join(differing)})")
     return changed
-
-
-def is_finished(config: TrainConfig) -> bool:
-    return (resolve(config.output_dir) / train.DONE).exists()
 
 
 def _refuse_changed_runs(trainings: list[PlannedTraining]) -> None:
@@ -660,12 +657,8 @@ def _stopped_by_preemption() -> Iterator[None]:
         raise train.Preempted(f"{signal.Signals(number).name}: stopped; cache entries finished "
                               "so far are kept, run it again to extract the rest")
 
-    previous = {number: signal.signal(number, stop) for number in train.PREEMPTION_SIGNALS}
-    try:
+    with kit_launch.signal_handlers(train.PREEMPTION_SIGNALS, stop):
         yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def extract_step(params: TimecatParams) -> int:

@@ -57,6 +57,7 @@ from tqdm import tqdm
 from kit import data as kit_data
 from kit import files, locks, models
 from kit.config import TrainConfig, load_train_config
+from kit.launch import DONE, rendezvous_port, signal_handlers
 from kit.params import ParameterError
 from kit.paths import resolve
 from kit.prefetch import DeviceBatches
@@ -65,7 +66,6 @@ from kit.preflight import writable_problems
 #: AlgoPerf's self-tuning submissions warm up over a share of 0.75 x step_hint (REFERENCE.md)
 ALGOPERF_HORIZON = 0.75
 CHECKPOINT = "checkpoint.pt"
-DONE = "DONE"
 METRICS = "metrics.jsonl"
 METRICS_SCHEMA = {"step": pl.Int64, "epoch": pl.Int64, "loss": pl.Float64, "lr": pl.Float64,
                   "images_per_s": pl.Float64, "eval_accuracy": pl.Float64,
@@ -122,7 +122,7 @@ def slurm_environment(environ: dict[str, str]) -> dict[str, str]:
         return {}
     nodelist = (environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
                 or environ.get("SLURM_NODELIST", "localhost"))
-    port = 20000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000
+    port = rendezvous_port(int(environ.get("SLURM_JOB_ID", "0")))
     return {"RANK": environ["SLURM_PROCID"], "WORLD_SIZE": str(tasks),
             "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
             "MASTER_ADDR": environ.get("MASTER_ADDR") or first_host(nodelist),
@@ -380,13 +380,11 @@ def tensorboard_scalars(cfg: TrainConfig, out: Path, step: int, process: Process
 
 
 def _read_checkpoint(path: Path) -> dict[str, Any]:
-    """A run's checkpoint, checked against its hash; a damaged one is refused naming it."""
-    if not files.sidecar(path).exists():
-        print(f"{path}: no recorded hash (written by an older kit), loading it unverified",
-              file=sys.stderr)
+    """A run's checkpoint, checked against its hash (said on stderr when it has none); a damaged
+    one is refused naming it."""
     return models.read_checkpoint(path, rebuild=(
         f"Delete {path.name} and {files.sidecar(path).name} in {path.parent} to train this run "
-        "again from the start."))
+        "again from the start."), warn_unverified=True)
 
 
 def _check_finite(state: dict[str, Any], where: Path, kept: str) -> None:
@@ -424,12 +422,8 @@ class StopFlag:
         if threading.current_thread() is not threading.main_thread():
             yield self
             return
-        previous = {number: signal.signal(number, self._request) for number in PREEMPTION_SIGNALS}
-        try:
+        with signal_handlers(PREEMPTION_SIGNALS, self._request):
             yield self
-        finally:
-            for number, handler in previous.items():
-                signal.signal(number, handler)
 
     def _request(self, number: int, _frame: object) -> None:
         self.requested = True
