@@ -368,6 +368,8 @@ class Samples(Dataset):
     def __getitem__(self, key: Key) -> tuple[torch.Tensor, int]:
         epoch, index = key
         image, label = self.base[index]
+        if isinstance(self.transform, v2.Identity):  # draws nothing: no generator to seed
+            return image, label
         # the CPU generator directly: torch.random.fork_rng costs as much as a fifth of a decode
         generator = torch.default_generator
         outside = generator.get_state()
