@@ -46,6 +46,7 @@ from kit.config import TrainConfig
 from kit.files import atomic_write
 from kit.params import ParameterError, Strict
 from kit.paths import REPO_ROOT, resolve
+from kit.progress import KeptBar
 
 #: the trainer's exit status after a preemption checkpoint (kit.train.PREEMPTED_EXIT)
 PREEMPTED_EXIT = 75
@@ -337,37 +338,22 @@ def last_record(metrics: Path) -> dict[str, Any] | None:
 
 
 class Progress:
-    """One bar per running run, read from its metrics.jsonl: step/total, loss, images/s. On a
-    terminal or in a notebook it redraws every second; in a log, every 30 s at most.
-
-    In a kernel each bar is a widget (tqdm.auto), shown under a display id and shown again when
-    its run ends: a notebook executed without a frontend (papermill) then keeps every run's final
-    bar as text, instead of the empty bar the widget showed when it was first displayed."""
+    """One bar per running run (a `KeptBar`), read from its metrics.jsonl: step/total, loss,
+    images/s."""
 
     def __init__(self) -> None:
-        from tqdm.auto import tqdm
-        from tqdm.notebook import tqdm as widget_tqdm
-
-        self._tqdm = tqdm
-        self.widgets = issubclass(tqdm, widget_tqdm)
-        self.interactive = sys.stderr.isatty() or "ipykernel" in sys.modules
-        self.bars: dict[str, Any] = {}
-        self.displays: dict[str, Any] = {}
+        self.bars: dict[str, KeptBar] = {}
 
     def start(self, name: str, config: TrainConfig) -> None:
-        self.bars[name] = self._tqdm(total=config.iterations, desc=name, unit="step",
-                                     mininterval=1 if self.interactive else 30,
-                                     position=len(self.bars), leave=True,
-                                     **({"display": False} if self.widgets else {}))
-        if self.widgets:
-            from IPython.display import display
-
-            self.displays[name] = display(self.bars[name].container, display_id=True)
+        self.bars[name] = KeptBar(total=config.iterations, desc=name, unit="step",
+                                  position=len(self.bars), leave=True)
 
     def update(self, name: str, config: TrainConfig) -> None:
         record = last_record(resolve(config.output_dir) / "metrics.jsonl")
         bar = self.bars[name]
         if record and record["step"] > bar.n:
+            if bar.n == 0:  # its first record: a run waiting its turn in a chain starts its clock
+                bar.reset(total=bar.total)
             bar.set_postfix(loss=f"{record['loss']:.3f}", img_s=f"{record['images_per_s']:.0f}",
                             refresh=False)
             bar.update(record["step"] - bar.n)
@@ -375,8 +361,6 @@ class Progress:
     def finish(self, name: str, config: TrainConfig) -> None:
         self.update(name, config)
         self.bars[name].close()
-        if name in self.displays:
-            self.displays[name].update(self.bars[name].container)
 
 
 def run_cost(config: TrainConfig) -> float:

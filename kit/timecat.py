@@ -37,7 +37,6 @@ import torch
 import torch.distributed as dist
 import yaml
 from torch.utils.data import Dataset, Subset, TensorDataset
-from tqdm.auto import tqdm
 
 from kit import data, diagnostics, evidence, features, files, models, params as kit_params
 from kit import probe, report, train
@@ -46,6 +45,7 @@ from kit.config import TrainConfig
 from kit.launch import is_finished  # also timecat.is_finished, for the notebook and tests
 from kit.params import ParameterError
 from kit.paths import resolve
+from kit.progress import KeptBar
 from kit.timecat_params import ProbeTask, TimecatParams
 
 
@@ -250,7 +250,7 @@ def probe_all(representations: list[Representation], params: TimecatParams) -> M
     on_features = params.probe_kind != "faithful"
     config = params.probe.model_copy(update={"device": params.device})
     rows, diagnosed = [], []
-    bar = tqdm(total=sum(rep.task in (None, task.name) for task in params.tasks
+    bar = KeptBar(total=sum(rep.task in (None, task.name) for task in params.tasks
                          for rep in representations),
                desc=f"{params.probe_kind} probes", unit="probe")
     for task in params.tasks:

@@ -22,9 +22,9 @@ import numpy as np
 import polars as pl
 import torch
 from scipy.optimize import linprog
-from tqdm import tqdm
 
 from kit import report
+from kit.progress import KeptBar
 from kit.toy_params import SparseTraining
 
 FEATURES = ("phi1", "phi2")
@@ -197,8 +197,7 @@ def train_sparse(weights: torch.Tensor, config: SparseTraining, seed: int,
     b = torch.zeros(runs, requires_grad=True)
     optimizer = torch.optim.SGD([u, v, b], lr=config.lr)
     rows = torch.arange(runs)[:, None]
-    for _ in tqdm(range(config.steps), desc=f"training {runs} toy models", mininterval=2,
-                  leave=False):
+    for _ in KeptBar(range(config.steps), desc=f"training {runs} toy models"):
         batch = torch.randint(0, config.n_train, (runs, config.batch_size), generator=generator)
         logits = (x[rows, batch] * (u * v)[:, None]).sum(-1) + b[:, None]
         # per-run mean loss, summed over runs so that runs do not share a learning rate scale

@@ -301,8 +301,22 @@ def test_the_saved_notebook_03_keeps_each_runs_final_bar(notebook_outputs) -> No
             for output in cell.get("outputs", [])
             if "application/vnd.jupyter.widget-view+json" in output.get("data", {})
             for text in [output.data["text/plain"]]}
-    bars.pop(f"{loaded.probe_kind} probes")  # the probing step's own bar
+    probing = bars.pop(f"{loaded.probe_kind} probes")  # the probing step's own bar, at its end
+    assert "100%" in probing, probing
     assert bars.keys() == budgets.keys()
     for name, total in budgets.items():  # the widget's text when its run ended, not when it began
         assert "100%" in bars[name] and f" {total}/{total} " in bars[name], bars[name]
         assert "loss=" in bars[name], bars[name]
+
+
+def test_the_saved_notebook_01_keeps_each_toy_bar_at_its_end(notebook_outputs) -> None:
+    """The toy's bars are widgets kept at their final state, not lines of text in the output."""
+    folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
+    executed = nbformat.read(folder / "01_toy_counterexample.ipynb", as_version=4)
+    outputs = [output for cell in executed.cells for output in cell.get("outputs", [])]
+    bars = [text for output in outputs
+            if "application/vnd.jupyter.widget-view+json" in output.get("data", {})
+            for text in [output.data["text/plain"]] if text.startswith("training")]
+    assert bars and all("100%" in bar for bar in bars), bars
+    assert not [output for output in outputs
+                if output.output_type == "stream" and "%|" in output.text]
