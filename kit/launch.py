@@ -352,8 +352,10 @@ class Progress:
         record = last_record(resolve(config.output_dir) / "metrics.jsonl")
         bar = self.bars[name]
         if record and record["step"] > bar.n:
-            if bar.n == 0:  # its first record: a run waiting its turn in a chain starts its clock
-                bar.reset(total=bar.total)
+            if bar.n == 0:  # a run that waited its turn in a chain: its clock starts when it did,
+                bar.reset(total=bar.total)  # as its first record's rate dates it
+                bar.start_t -= record["step"] * config.batch_size / max(record["images_per_s"],
+                                                                        1e-9)
             bar.set_postfix(loss=f"{record['loss']:.3f}", img_s=f"{record['images_per_s']:.0f}",
                             refresh=False)
             bar.update(record["step"] - bar.n)

@@ -5,6 +5,7 @@ sbatch array. Tiny runs (resnet10 at width 0.125 on 16 px synthetic images), CPU
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -239,3 +240,20 @@ def test_exported_sbatch_array_runs_on_a_real_single_node_slurm(tmp_path: Path) 
         pytest.skip(next(line for line in output.splitlines() if line.startswith("SKIP")))
     assert result.returncode == 0, output[-3000:]
     assert "OK: the exported sbatch array trained both runs under Slurm" in output
+
+
+def test_a_runs_bar_counts_its_time_from_when_it_began_not_from_its_chains_start(
+        tmp_path: Path) -> None:
+    """A run queued in a chain gets its bar when the chain starts; its clock starts at its own
+    first record, back-dated by that record's rate (20 steps of 32 images at 320 img/s: 2 s)."""
+    config = TrainConfig(**settings(tmp_path / "run"))
+    progress = launch.Progress()
+    progress.start("run", config)
+    time.sleep(1.5)  # the chain's earlier runs train
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps(
+        {"step": 20, "loss": 1.0, "images_per_s": 320.0}) + "\n")
+    progress.update("run", config)
+    elapsed = progress.bars["run"].format_dict["elapsed"]
+    progress.finish("run", config)
+    assert 2.0 <= elapsed < 2.5
