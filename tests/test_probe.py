@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -176,6 +177,31 @@ def test_memory_benchmark_prints_the_ratio_on_a_small_proxy() -> None:
     ratio = re.search(r"new \(this tree\): peak extra memory +\d+ MiB = ([\d.]+) x fp16",
                       result.stdout)
     assert ratio and float(ratio.group(1)) > 0, result.stdout
+
+
+def test_agreement_benchmark_reads_a_feature_cache_and_prints_each_difference(tmp_path) -> None:
+    """Two representations cached as notebook 03 writes them (record.json beside the arrays)."""
+    for rep in range(2):
+        for split_name, seed in (("train[balanced 64, seed 0]", 0), ("eval", 1)):
+            planted_split = planted(400, 12, 4, seed + 2 * rep, 0.4)
+            folder = tmp_path / f"{rep}-{seed}"
+            folder.mkdir()
+            np.save(folder / "features.npy", planted_split.features.half().numpy())
+            np.save(folder / "labels.npy", planted_split.labels.numpy())
+            (folder / "record.json").write_text(json.dumps(
+                {"checkpoints": [{"name": "checkpoint.pt", "sha256": str(rep)}],
+                 "dataset": "{}", "split": split_name}))
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "probe_agreement.py"), str(tmp_path),
+         "--config", '{"epochs": 2, "batch_size": 64}'],
+        capture_output=True, text=True, timeout=300,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "2 cached representations" in result.stdout, result.stdout
+    found = re.findall(r"(weight decay [\d.e-]+, last epoch|held-out rule): max \|fast - L-BFGS\| "
+                       r"([\d.]+) points", result.stdout)
+    assert [which for which, _ in found] == ["weight decay 0.001, last epoch",
+                                             "weight decay 0.01, last epoch", "held-out rule"]
 
 
 def test_standardiser_in_chunks_matches_the_exact_statistics() -> None:
