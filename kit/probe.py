@@ -330,16 +330,15 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
     the loss up to 1.4e-3 above its minimum and moved top-1 by up to 0.8 point; all stopped
     by tolerance within 500."""
     check_splits([train, evaluation], num_classes)
-    torch_device = torch.device(device)
+    on = torch.device(device)
     kept, held = heldout_indices(len(_labels(train)), heldout_fraction, seed)
-    train_rows, eval_rows = FeatureRows(train.features, torch_device), FeatureRows(evaluation.features,
-                                                                              torch_device)
-    train_labels, eval_labels = _labels(train).to(torch_device), _labels(evaluation).to(torch_device)
-    mean, std = standardiser(train_rows.features, kept, torch_device)
+    train_rows, eval_rows = FeatureRows(train.features, on), FeatureRows(evaluation.features, on)
+    train_labels, eval_labels = _labels(train).to(on), _labels(evaluation).to(on)
+    mean, std = standardiser(train_rows.features, kept, on)
     dim = train.features.shape[1]
     if len(kept) * dim * 4 <= LBFGS_COPY_BYTES:  # standardised once, not in every evaluation
-        fixed = [((train_rows(kept) - mean) / std, train_labels[kept.to(torch_device)])]
-    step = _chunk_rows(dim, torch_device)
+        fixed = [((train_rows(kept) - mean) / std, train_labels[kept.to(on)])]
+    step = _chunk_rows(dim, on)
 
     def fit_chunks() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         if len(kept) * dim * 4 <= LBFGS_COPY_BYTES:
@@ -347,11 +346,11 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
             return
         for start in range(0, len(kept), step):
             part = kept[start:start + step]
-            yield (train_rows(part) - mean) / std, train_labels[part.to(torch_device)]
+            yield (train_rows(part) - mean) / std, train_labels[part.to(on)]
 
     rows = []
     for decay in weight_decays:
-        linear = nn.Linear(dim, num_classes).to(torch_device)
+        linear = nn.Linear(dim, num_classes).to(on)
         nn.init.zeros_(linear.weight)
         nn.init.zeros_(linear.bias)
         optimizer = torch.optim.LBFGS(linear.parameters(), max_iter=max_iter,
@@ -587,7 +586,7 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
                 for item, state in zip(part, states):
                     item.load_state_dict(state)
         model = heads if world == 1 else DistributedDataParallel(
-            heads, torch_deviceids=[device.index] if device.type == "cuda" else None,
+            heads, device_ids=[device.index] if device.type == "cuda" else None,
             broadcast_buffers=False)
 
     def accuracies(loader: Iterable) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -780,7 +779,8 @@ def faithful_command(checkpoints: Sequence[Path], data_file: Path, num_classes: 
     """The command running `run_faithful` as a step of its own: under one standalone torchrun
     with `processes` processes (one per GPU), each reading its shard."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={processes}", "-m", "kit.probe", "faithful", "--checkpoints", *map(str, checkpoints),
+               f"--nproc-per-node={processes}", "-m", "kit.probe", "faithful",
+               "--checkpoints", *map(str, checkpoints),
                 "--data", str(data_file), "--num-classes", str(num_classes),
                 "--output", str(output), "--weight-decays", *map(str, config.weight_decays),
                 "--milestones", *map(str, config.milestones)]
@@ -813,8 +813,8 @@ def launch_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_cl
                                processes)
     log = output / "probe.log"
     with log.open("w") as handle:
-        process = subprocess.Popen(command, env=child_environment(command), cwd=REPO_ROOT, stdout=handle,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, env=child_environment(command), cwd=REPO_ROOT,
+                                   stdout=handle, stderr=subprocess.STDOUT)
         try:
             code = process.wait()
         except BaseException:

@@ -109,8 +109,8 @@ class TimecatParams(NotebookParams):
     tasks: list[ProbeTask] = Field(min_length=1)
     #: which probe measures the results: `fast` (the kit's, on cached features: `probe`),
     #: `lbfgs` (full-batch L-BFGS on the same features, run to convergence, one pass over the
-    #: fit rows per evaluation: `probe`'s weight decays and held-out rows) or `faithful` (the authors', on
-    #: augmented images every epoch: `faithful`)
+    #: fit rows per evaluation: `probe`'s weight decays and held-out rows) or `faithful` (the
+    #: authors', on augmented images every epoch: `faithful`)
     probe_kind: Literal["fast", "lbfgs", "faithful"] = "fast"
     #: settings of the fast probe (weight decays and held-out rows of the lbfgs one too)
     probe: FastProbe
