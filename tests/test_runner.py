@@ -308,15 +308,3 @@ def test_the_saved_notebook_03_keeps_each_runs_final_bar(notebook_outputs) -> No
         assert "100%" in bars[name] and f" {total}/{total} " in bars[name], bars[name]
         assert "loss=" in bars[name], bars[name]
 
-
-def test_the_saved_notebook_01_keeps_each_toy_bar_at_its_end(notebook_outputs) -> None:
-    """The toy's bars are widgets kept at their final state, not lines of text in the output."""
-    folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
-    executed = nbformat.read(folder / "01_toy_counterexample.ipynb", as_version=4)
-    outputs = [output for cell in executed.cells for output in cell.get("outputs", [])]
-    bars = [text for output in outputs
-            if "application/vnd.jupyter.widget-view+json" in output.get("data", {})
-            for text in [output.data["text/plain"]] if text.startswith("training")]
-    assert bars and all("100%" in bar for bar in bars), bars
-    assert not [output for output in outputs
-                if output.output_type == "stream" and "%|" in output.text]

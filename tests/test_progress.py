@@ -1,0 +1,56 @@
+"""Progress bars in a notebook executed without a frontend, as papermill runs the kit's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import torch
+
+from kit import progress, toy
+from kit.paths import REPO_ROOT
+from kit.toy_params import SparseTraining
+
+CELL = """\
+from kit.progress import KeptBar
+for _ in KeptBar(range(500), desc="counting"):
+    pass
+"""
+
+
+def test_a_kept_bar_stays_at_its_end_in_the_saved_notebook(tmp_path: Path) -> None:
+    """tqdm.auto's widget alone is saved as it was first displayed (0%); a KeptBar is saved
+    as it ended, and nothing of it is written as lines of text."""
+    source, executed = tmp_path / "bar.ipynb", tmp_path / "bar.out.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CELL)],
+                                            metadata={"kernelspec": {"name": "python3",
+                                                                     "language": "python",
+                                                                     "display_name": "Python 3"}}),
+                   source)
+    result = subprocess.run([sys.executable, "-m", "papermill", str(source), str(executed),
+                             "--kernel", "python3"], capture_output=True, text=True,
+                            timeout=300, cwd=REPO_ROOT,
+                            env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    outputs = nbformat.read(executed, as_version=4).cells[0].outputs
+    bars = [output.data["text/plain"] for output in outputs
+            if "application/vnd.jupyter.widget-view+json" in output.get("data", {})]
+    assert len(bars) == 1 and bars[0].startswith("counting: 100%") and " 500/500 " in bars[0]
+    assert not [output for output in outputs if output.output_type == "stream"]
+
+
+def test_the_toy_trains_under_a_kept_bar(monkeypatch) -> None:
+    shown = []
+
+    class Recorded(progress.KeptBar):
+        def __init__(self, *args, **kwargs) -> None:
+            shown.append(kwargs["desc"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(toy, "KeptBar", Recorded)
+    config = SparseTraining(steps=3, n_train=64, batch_size=16)
+    toy.train_sparse(torch.tensor([[0.25, 0.25, 0.25, 0.25]] * 2), config, seed=0)
+    assert shown == ["training 2 toy models"]
