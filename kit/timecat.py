@@ -258,7 +258,8 @@ def probe_all(representations: list[Representation], params: TimecatParams) -> M
         num_classes, single = extracted.num_classes, extracted.single
         sample = _diagnostic_sample(extracted.eval_rows, params.base_seed)
         for index, rep in enumerate(extracted.probed):
-            bar.set_postfix_str(f"{task.name}: {rep.variant} (replicate {rep.replicate})")
+            bar.set_postfix_str(f"{task.name}: {rep.variant} (replicate {rep.replicate})",
+                                refresh=False)  # update() redraws, at most every mininterval
             parts = [single[c].torch()[0][sample] for c in rep.checkpoints]
             exact = None
             if on_features:

@@ -548,8 +548,9 @@ def _train(cfg: TrainConfig, process: Process, stop: StopFlag, closing: contextl
                 with metrics_path.open("a") as handle:
                     handle.write(json.dumps(record) + "\n")
                 log_scalars(record)
+                progress.set_postfix(loss=f"{loss:.3f}", img_s=f"{record['images_per_s']:.0f}",
+                                     refresh=False)  # update() redraws, at most every mininterval
                 progress.update(step - progress.n)
-                progress.set_postfix(loss=f"{loss:.3f}", img_s=f"{record['images_per_s']:.0f}")
             if save:
                 state = {**trainer.state(), "rng": rng_states(), "step": step, "epoch": epoch,
                          "batch_in_epoch": batch_in_epoch, "config": cfg.model_dump(), **at_y}

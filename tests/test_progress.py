@@ -54,3 +54,16 @@ def test_the_toy_trains_under_a_kept_bar(monkeypatch) -> None:
     config = SparseTraining(steps=3, n_train=64, batch_size=16)
     toy.train_sparse(torch.tensor([[0.25, 0.25, 0.25, 0.25]] * 2), config, seed=0)
     assert shown == ["training 2 toy models"]
+
+
+def test_a_kept_bar_in_a_log_draws_rarely(capsys) -> None:
+    """Headless (stderr a file, no kernel): 300 quick updates with a postfix each draw the bar
+    at its start and end only, not once per update."""
+    bar = progress.KeptBar(total=300, desc="probes")
+    for step in range(300):
+        bar.set_postfix_str(f"probe {step}", refresh=False)
+        bar.update()
+    bar.close()
+    draws = [part for part in capsys.readouterr().err.replace("\r", "\n").splitlines()
+             if part.startswith("probes")]
+    assert 1 <= len(draws) <= 3, draws
