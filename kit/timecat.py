@@ -36,7 +36,7 @@ import scipy.stats
 import torch
 import torch.distributed as dist
 import yaml
-from torch.utils.data import Dataset, Subset, TensorDataset
+from torch.utils.data import Dataset, Subset
 
 from kit import data, diagnostics, evidence, features, files, models, params as kit_params
 from kit import probe, report, train
@@ -221,8 +221,6 @@ def task_features(task: ProbeTask, representations: list[Representation],
                                       seed=params.base_seed)
         train_set = Subset(train_set, chosen.tolist())
         split_name = f"train[balanced {len(chosen)}, seed {params.base_seed}]"
-    if task_data.kind == "synthetic" and on_features:  # render once, read by every representation
-        train_set, eval_set = _in_memory(train_set), _in_memory(eval_set)
     probed = [rep for rep in representations if rep.task in (None, task.name)]
     members = list(dict.fromkeys(c for rep in probed for c in rep.checkpoints))
 
@@ -363,11 +361,6 @@ def diagnostics_table(measured: pl.DataFrame) -> pl.DataFrame:
                             pl.col(column).std().alias(f"{column}_std"))],
         pl.len().alias("replicates"))
     return stats.sort("task", pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
-
-
-def _in_memory(dataset: Dataset) -> TensorDataset:
-    images, labels = zip(*(dataset[i] for i in range(len(dataset))))
-    return TensorDataset(torch.stack(images), torch.tensor(labels))
 
 
 def variant_order(results: pl.DataFrame) -> list[str]:
