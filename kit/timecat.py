@@ -742,8 +742,9 @@ def launch_extraction(params: TimecatParams, wait: bool = True) -> bool:
     """Extract every feature the probes need as a launched job unless a finished extraction
     covers these parameters and checkpoints; returns whether they are all extracted now (False:
     a Slurm job is still queued or running). A failed job is named with its log."""
-    if not extraction_finished(params):
-        launch_step("extract", params, wait=wait).check()
+    if extraction_finished(params):
+        return True
+    launch_step("extract", params, wait=wait).check()
     return extraction_finished(params)
 
 
