@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 from kit import data, locks
 from kit.config import DataConfig
 from kit.features import load_backbone
-from kit.launch import child_environment, signal_tree
+from kit.launch import LaunchConfig, child_environment, module_command, signal_tree
 from kit.files import atomic_write, file_hash
 from kit.params import ParameterError, describe_errors, read_yaml
 from kit.paths import REPO_ROOT
@@ -778,16 +778,16 @@ def faithful_command(checkpoints: Sequence[Path], data_file: Path, num_classes: 
                      ) -> list[str]:
     """The command running `run_faithful` as a step of its own: under one standalone torchrun
     with `processes` processes (one per GPU), each reading its shard."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={processes}", "-m", "kit.probe", "faithful",
-               "--checkpoints", *map(str, checkpoints),
-                "--data", str(data_file), "--num-classes", str(num_classes),
-                "--output", str(output), "--weight-decays", *map(str, config.weight_decays),
-                "--milestones", *map(str, config.milestones)]
+    arguments = ["kit.probe", "faithful", "--checkpoints", *map(str, checkpoints),
+                 "--data", str(data_file), "--num-classes", str(num_classes),
+                 "--output", str(output), "--weight-decays", *map(str, config.weight_decays),
+                 "--milestones", *map(str, config.milestones)]
     for name in ("epochs", "batch_size", "lr", "heldout_fraction", "seed", "precision",
                  "device"):
-        command += [f"--{name.replace('_', '-')}", str(getattr(config, name))]
-    return command + ["--bn-batch", str(config.bn_batch or 0), "--workers", str(num_workers)]
+        arguments += [f"--{name.replace('_', '-')}", str(getattr(config, name))]
+    arguments += ["--bn-batch", str(config.bn_batch or 0), "--workers", str(num_workers)]
+    return module_command(arguments, LaunchConfig(backend="torchrun", nproc_per_node=processes),
+                          rdzv_id="faithful")
 
 
 def launch_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_classes: int,
