@@ -60,11 +60,11 @@ def main() -> None:
     configs = [probe.FastProbe(**json.loads(text)) for text in args.config] or [probe.FastProbe()]
     configs = [c.model_copy(update={"weight_decays": args.weight_decays,
                                     "heldout_fraction": args.heldout_fraction}) for c in configs]
-    loaded = [(split(train, "train"), split(evaluation, "eval")) for train, evaluation in pairs]
+    loaded = [(train, evaluation, int(max(train.labels.max(), evaluation.labels.max())) + 1)
+              for train, evaluation in ((split(t, "train"), split(e, "eval")) for t, e in pairs)]
     exact, lbfgs_s = [], 0.0
-    for train, evaluation in loaded:
+    for train, evaluation, classes in loaded:
         start = time.perf_counter()
-        classes = int(max(train.labels.max(), evaluation.labels.max())) + 1
         exact.append(probe.lbfgs_probe(train, evaluation, classes, args.weight_decays,
                                        args.heldout_fraction))
         lbfgs_s += time.perf_counter() - start
@@ -72,9 +72,8 @@ def main() -> None:
           f"{lbfgs_s / len(pairs):.2f} s a probe")
     for config in configs:
         rows, fast_s = [], 0.0
-        for (train, evaluation), reference in zip(loaded, exact):
+        for (train, evaluation, classes), reference in zip(loaded, exact):
             start = time.perf_counter()
-            classes = int(max(train.labels.max(), evaluation.labels.max())) + 1
             fast = probe.fast_probe(train, evaluation, classes, config, progress=False)
             fast_s += time.perf_counter() - start
             last = fast.history.filter(pl.col("epoch") == config.epochs)
