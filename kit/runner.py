@@ -250,9 +250,15 @@ def _signal(groups: set[int], workers: list[psutil.Process], sig: signal.Signals
             worker.send_signal(sig)
 
 
+#: the signal that stopped the current run: raised inside nbclient's event loop, Interrupted
+#: can come out as the kernel's death (DeadKernelError) instead, which then means the same
+_stopped_by: list[int] = []
+
+
 def _stop(signum: int, frame: object) -> None:
     for each in (signal.SIGTERM, signal.SIGINT):  # a second signal does not cut the stop short
         signal.signal(each, signal.SIG_IGN)
+    _stopped_by.append(signum)
     stop_workers()
     raise Interrupted(signum)
 
@@ -274,6 +280,7 @@ def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
         print("error: " + "\n".join(problems), file=sys.stderr)
         return 2
     output_dir = runs[0].output.parent  # every notebook of a profile writes there
+    _stopped_by.clear()
     try:
         with locks.hold(output_dir, f"kit run --profile {profile}"), \
                 signal_handlers((signal.SIGTERM, signal.SIGINT), _stop):
@@ -282,9 +289,11 @@ def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
     except locks.FolderLocked as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except Interrupted as interrupted:
+    except Exception as error:
+        if not isinstance(error, Interrupted) and not _stopped_by:
+            raise
         print(INTERRUPTED, file=sys.stderr, flush=True)
-        return 128 + interrupted.signum
+        return 128 + _stopped_by[0]
 
 
 def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
