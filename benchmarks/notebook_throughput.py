@@ -3,7 +3,10 @@
 The notebook's figure is every image its runs train on divided by the wall-clock time of
 `timecat.launch` (workers starting, synthetic images rendered, evaluation, checkpoints: all of
 it), for the time-concat runs of every replicate of a profile (default cpu: cat1, cat2, cat4 on
-the synthetic world, 21 runs; `--replicates 1` for the first replicate's only). The trainer's figure is its step alone on one fixed batch of the same net,
+the synthetic world, 21 runs; `--replicates 1` for the first replicate's only). As in the
+notebook, the worker processes are warmed (kit.warm) before this process imports torch, so their
+imports overlap it; `--cold` starts them when training starts instead. The trainer's figure is its
+step alone on one fixed batch of the same net,
 in as many processes as the launcher has workers, each pinned to its worker's cores and threads
 and all stepping at the same time: what the workers would reach if they did nothing but step
 (also printed: one such process alone, times the workers, which ignores that they share the
@@ -21,14 +24,17 @@ import statistics
 import tempfile
 import time
 
-import torch
+from kit import launch, params
+from kit.config import TrainConfig
 
-from kit import launch, params, timecat, train
 
-
-def step_rate(config: train.TrainConfig, threads: int, steps: int = 20, repeats: int = 5
+def step_rate(config: TrainConfig, threads: int, steps: int = 20, repeats: int = 5
               ) -> float:
     """The trainer's img/s on one device-resident batch, with `threads` torch threads."""
+    import torch
+
+    from kit import train
+
     torch.set_num_threads(threads)
     trainer = train.Trainer(config, train.start_process(config.device))
     size = config.data.image_size
@@ -46,14 +52,14 @@ def step_rate(config: train.TrainConfig, threads: int, steps: int = 20, repeats:
     return statistics.median(rates)
 
 
-def pinned_step_rate(config: train.TrainConfig, slot: launch.Slot, start: multiprocessing.Event,
+def pinned_step_rate(config: TrainConfig, slot: launch.Slot, start: multiprocessing.Event,
                      rates: multiprocessing.Queue) -> None:
     os.sched_setaffinity(0, slot.cpus)
     start.wait()
     rates.put(step_rate(config, slot.threads))
 
 
-def concurrent_step_rate(config: train.TrainConfig, slots: list[launch.Slot]) -> float:
+def concurrent_step_rate(config: TrainConfig, slots: list[launch.Slot]) -> float:
     """The sum of the step rates of one process per slot, all stepping at once."""
     context = multiprocessing.get_context("spawn")
     start, rates = context.Event(), context.Queue()
@@ -72,9 +78,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--replicates", type=int, help="the first N replicates (default: all)")
+    parser.add_argument("--cold", action="store_true",
+                        help="no warm workers: each imports torch once training has started")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         profile, _ = params.load("03_time_concat", args.profile, output_dir=folder)
+        if not args.cold:  # as notebook 03 does, before importing torch
+            launch.warm(profile.launch, profile.device)
+        from kit import timecat
+
         concat = {v.name for v in profile.variants if v.kind == "time-concat"}
         replicates = range(args.replicates or profile.replicates)
         trainings = [t for t in timecat.plan(profile).trainings  # folders rep<r>/<variant>/seed<s>

@@ -47,6 +47,7 @@ from kit.files import atomic_write
 from kit.params import ParameterError, Strict
 from kit.paths import REPO_ROOT, resolve
 from kit.progress import KeptBar
+from kit.warm import WarmProcesses
 
 #: the trainer's exit status after a preemption checkpoint (kit.train.PREEMPTED_EXIT)
 PREEMPTED_EXIT = 75
@@ -303,10 +304,26 @@ def signal_tree(process: subprocess.Popen, number: int) -> None:
             pass
 
 
+#: this process's warm workers (kit.warm), started by `warm`
+WARM = WarmProcesses()
+
+
+def warm(settings: LaunchConfig, device: str) -> None:
+    """Start now the processes a local launch on CPU will run its commands in: they import torch
+    while this process goes on (call it before importing torch). Nothing for other backends,
+    for torchrun groups or on a GPU."""
+    if settings.backend == "local" and _single_process(settings) and device == "cpu":
+        WARM.start(settings.workers)
+
+
 def _start(command: Sequence[str], slot: Slot, log: Path) -> subprocess.Popen:
-    """Start a launched command on a slot's devices, its output (and errors) into `log`."""
+    """Start a launched command on a slot's devices, its output (and errors) into `log`: in a
+    warm process when one is waiting (CPU slots only), else in a new one."""
+    env = child_environment(command, slot.environment())
+    if not slot.gpus and (process := WARM.run(command, env, slot.cpus, log)) is not None:
+        return process
     with log.open("w") as output:
-        return subprocess.Popen(command, env=child_environment(command, slot.environment()),
+        return subprocess.Popen(command, env=env,
                                 cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
                                 preexec_fn=_ignore_preemption_signals(slot.cpus))
 

@@ -14,11 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import yaml
 
-from kit import launch, locks, train
+from kit import launch, locks, train, warm
 from kit.config import ParameterError, TrainConfig
 from kit.paths import REPO_ROOT
 from test_train import SUBPROCESS_ENV, final_state, one_thread, settings, write_config  # noqa: F401
@@ -257,3 +258,67 @@ def test_a_runs_bar_counts_its_time_from_when_it_began_not_from_its_chains_start
     elapsed = progress.bars["run"].format_dict["elapsed"]
     progress.finish("run", config)
     assert 2.0 <= elapsed < 2.5
+
+
+@pytest.fixture
+def warm_processes(monkeypatch: pytest.MonkeyPatch) -> warm.WarmProcesses:
+    """This test's own warm processes, as kit.launch's, ended after it; started without
+    OMP_NUM_THREADS, so a command's thread count must come from its slot."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    processes = warm.WarmProcesses()
+    monkeypatch.setattr(launch, "WARM", processes)
+    yield processes
+    processes.stop()
+
+
+def test_warm_processes_train_as_cold_ones_do(tmp_path: Path, warm_processes) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPU cores")
+    configs = {how: [tiny(tmp_path / how / f"run{i}", seed=i, iterations=4) for i in range(2)]
+               for how in ("warm", "cold")}
+    settings_ = launch.LaunchConfig(backend="local", workers=2)
+    launch.warm(settings_, "cpu")
+    waiting = {process.pid for process in warm_processes.idle}
+    assert len(waiting) == 2
+    launch.launch(configs["warm"], settings_, tmp_path / "warm").check()
+    assert not warm_processes.idle and all(pid not in {p.pid for p in psutil.process_iter()}
+                                           or psutil.Process(pid).status() == "zombie"
+                                           for pid in waiting)
+    launch.launch(configs["cold"], settings_, tmp_path / "cold").check()
+    for name in ("run0", "run1"):
+        log = (tmp_path / "warm" / "logs" / f"{name}.log").read_text()
+        (line,) = placements(tmp_path / "warm" / "logs" / f"{name}.log")
+        cpus = re.search(r"cpus \[([\d, ]*)\]", line).group(1).split(",")
+        assert f"{len(cpus)} threads" in line and "Warning" not in log
+        warm_state, cold_state = (final_state(tmp_path / how / name) for how in ("warm", "cold"))
+        for key, value in cold_state["model"].items():
+            assert torch.equal(warm_state["model"][key], value), key
+
+
+def test_a_warm_process_ends_on_closed_input_ignores_stop_signals_and_is_not_used_stale(
+        tmp_path: Path, warm_processes) -> None:
+    warm_processes.start(1)
+    (idle,) = warm_processes.idle
+    for number in (signal.SIGUSR1, signal.SIGINT):  # a stop sent to the kernel's whole tree
+        os.kill(idle.pid, number)
+    time.sleep(0.5)
+    assert idle.poll() is None
+    idle.stdin.close()
+    assert idle.wait(timeout=120) == 0
+    warm_processes.idle = []
+    # a bad command fails as a cold start would: status 2, the message in its log
+    warm_processes.start(1)
+    command = [sys.executable, "-m", "kit.train", "--config", str(tmp_path / "missing.yaml")]
+    failed = warm_processes.run(command, launch.child_environment(command), [], tmp_path / "log")
+    assert failed.wait(timeout=120) == 2
+    assert "missing.yaml" in (tmp_path / "log").read_text()
+    # edited sources: the idle process (which imported the old code) is ended, not used
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    (sources / "module.py").write_text("A = 1\n")
+    edited = warm.WarmProcesses(sources)
+    edited.start(1)
+    (stale,) = edited.idle
+    (sources / "module.py").write_text("A = 22\n")
+    assert edited.run(command, launch.child_environment(command), [], tmp_path / "log") is None
+    assert stale.poll() is not None and not edited.idle
