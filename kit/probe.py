@@ -306,7 +306,16 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastPr
                          "eval_top1": float(evaluated["top1"][h]),
                          "eval_top5": float(evaluated["top5"][h])})
     history = pl.DataFrame(rows)
-    return ProbeResult(history, select(history, ["lr", "weight_decay"], num_classes))
+    candidates = history if config.select_from == "epochs" else converged_heads(history)
+    return ProbeResult(history, select(candidates, ["lr", "weight_decay"], num_classes))
+
+
+def converged_heads(history: pl.DataFrame) -> pl.DataFrame:
+    """Per weight decay, the fast probe's head with the lowest training objective at its last
+    epoch: the one closest to the converged fit."""
+    last = history.filter(pl.col("epoch") == history["epoch"].max())
+    return (last.sort("train_loss").group_by("weight_decay", maintain_order=True).first()
+            .sort("weight_decay"))
 
 
 #: fit rows whose standardised float32 copy takes at most this are copied once for L-BFGS;

@@ -34,6 +34,13 @@ class FastProbe(Strict):
     heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0)
     device: str = Field(default="cpu", min_length=1)
+    #: the heads the two rules choose from. `epochs`: every (lr, weight decay, epoch), as the
+    #: authors and DINOv2 do; choosing the epoch on held-out rows is early stopping, another
+    #: estimator than a converged fit. `converged`: per weight decay, the last epoch's head with
+    #: the lowest training objective (the learning rate is an optimisation setting), so the
+    #: rules choose a weight decay only, as they do for L-BFGS, and with enough epochs both
+    #: estimate the same fit
+    select_from: Literal["epochs", "converged"] = "epochs"
 
 
 class FaithfulSettings(Strict):
