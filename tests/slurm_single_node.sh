@@ -20,6 +20,8 @@ conf="$work/etc"
 mkdir -p "$conf" "$work/state" "$work/spool" "$work/munge" "$work/log"
 pids=()
 cleanup() {
+    # a job step still running when its daemons go would leave its srun waiting for ever
+    pkill -f -- "$work/plan/" 2>/dev/null
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
     wait 2>/dev/null
 }
@@ -106,6 +108,10 @@ job=$(sbatch --parsable "$work/plan/train.sbatch") || exit 1
 echo "submitted array job $job"
 for _ in $(seq 300); do
     [ -f "$work/runs/cat2/seed1/DONE" ] && [ -f "$work/runs/cat2/seed2/DONE" ] && break
+    sleep 1
+done
+for _ in $(seq 60); do  # the runs are done; let their steps end before the daemons do
+    [ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && break
     sleep 1
 done
 squeue -a 2>/dev/null
