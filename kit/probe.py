@@ -132,14 +132,6 @@ def heldout_indices(rows: int, fraction: float, seed: int) -> tuple[torch.Tensor
     return order[cut:].sort().values, order[:cut].sort().values
 
 
-def heldout_split(train: Split, fraction: float, seed: int) -> tuple[Split, Split]:
-    """`heldout_indices` as two (copied) splits, for probes that read whole splits."""
-    kept, held = heldout_indices(len(_labels(train)), fraction, seed)
-    labels = _labels(train)
-    return (Split(read_rows(train.features, kept), labels[kept], "train"),
-            Split(read_rows(train.features, held), labels[held], "heldout"))
-
-
 def standardiser(features: torch.Tensor | np.ndarray, index: torch.Tensor | None = None,
                  device: torch.device = torch.device("cpu")) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-feature mean and standard deviation over the rows `index` (default all), read in

@@ -56,10 +56,6 @@ PROGRESS_POLL_S = 1.0
 class Interrupted(Exception):
     """The runner received SIGTERM or SIGINT; its workers have been stopped."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
 
 class _InjectedNamesFilter(logging.Filter):
     """Papermill warns for every injected name the parameters cell does not assign; here the
@@ -260,7 +256,7 @@ def _stop(signum: int, frame: object) -> None:
         signal.signal(each, signal.SIG_IGN)
     _stopped_by.append(signum)
     stop_workers()
-    raise Interrupted(signum)
+    raise Interrupted(signal.Signals(signum).name)
 
 
 def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
@@ -289,8 +285,8 @@ def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
     except locks.FolderLocked as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except Exception as error:
-        if not isinstance(error, Interrupted) and not _stopped_by:
+    except Exception:
+        if not _stopped_by:  # Interrupted, or what nbclient made of it
             raise
         print(INTERRUPTED, file=sys.stderr, flush=True)
         return 128 + _stopped_by[0]
