@@ -45,7 +45,7 @@ from pydantic import Field, model_validator
 from kit.config import TrainConfig
 from kit.files import atomic_write
 from kit.params import ParameterError, Strict
-from kit.paths import REPO_ROOT, resolve
+from kit.paths import REPO_ROOT, importable_environment, resolve
 from kit.progress import KeptBar
 from kit.warm import WarmProcesses
 
@@ -217,8 +217,7 @@ def child_environment(command: Sequence[str], extra: dict[str, str] | None = Non
     """The environment of a launched command: the repository importable, `extra` (a slot's
     devices), and for a single process torchrun's variables saying so (a process started
     inside a Slurm allocation then does not take Slurm's for a group)."""
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(
-        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))} | (extra or {})
+    env = importable_environment() | (extra or {})
     if command[2] != "torch.distributed.run":
         env |= {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
     return env
@@ -738,7 +737,8 @@ def add_profile_arguments(parser: argparse.ArgumentParser, required: bool = True
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kit.launch", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m kit.launch",
+                                     description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     launch_help = "a LaunchConfig setting (repeatable)"
     for name, text in [("plan", "write every run's config and an sbatch array script; with "

@@ -20,3 +20,10 @@ def resolve(path: str | Path) -> Path:
     paths taken from the repository root."""
     path = Path(os.path.expandvars(str(path)))
     return path if path.is_absolute() else REPO_ROOT / path
+
+
+def importable_environment() -> dict[str, str]:
+    """This process's environment with the repository first on PYTHONPATH: a child started from
+    any working directory imports this kit."""
+    return os.environ | {"PYTHONPATH": os.pathsep.join(
+        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}

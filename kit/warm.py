@@ -5,8 +5,9 @@ A warm process (`python -m kit.warm`) imports the trainer's modules, then waits 
 on its standard input: the module and arguments of `python -m`, the environment, working folder,
 CPU cores and log file it would have had if started cold. It then calls the module's `main` with
 those arguments (every launched module has one) and exits with its status; it exits quietly when
-its input closes (the kernel that started it has ended). Only processes without a GPU are warmed: CUDA reads CUDA_VISIBLE_DEVICES once, and
-on a GPU node a process is started for hours of training, not seconds.
+its input closes (the kernel that started it has ended). Only processes without a GPU are warmed:
+CUDA reads CUDA_VISIBLE_DEVICES once, and on a GPU node a process is started for hours of
+training, not seconds.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from kit.paths import REPO_ROOT
+from kit.paths import REPO_ROOT, importable_environment
 
 #: what a warm process imports before its command (torch and torchvision come with it)
 PRELOAD = "kit.train"
@@ -49,9 +50,7 @@ class WarmProcesses:
         for _ in range(count - len(self.idle)):
             self.idle.append(subprocess.Popen(
                 [sys.executable, "-m", "kit.warm"], stdin=subprocess.PIPE, cwd=REPO_ROOT,
-                env=os.environ | {"PYTHONPATH": os.pathsep.join(
-                    filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))},
-                preexec_fn=_ignore_stop_signals))
+                env=importable_environment(), preexec_fn=_ignore_stop_signals))
 
     def run(self, command: Sequence[str], env: dict[str, str], cpus: Sequence[int], log: Path
             ) -> subprocess.Popen | None:
@@ -115,6 +114,7 @@ def main() -> int:
     module, *arguments = order["argv"]
     sys.argv = [module, *arguments]
     return importlib.import_module(module).main(arguments)  # as launch_step's inline backend
+
 
 if __name__ == "__main__":
     sys.exit(main())
