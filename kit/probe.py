@@ -226,9 +226,9 @@ def scores(logits_of: Callable[[torch.Tensor], torch.Tensor], read: FeatureRows,
             logits, target = logits_of(read(part)), labels[part.to(read.device)]
             heads = logits.shape[1]
             counts = torch.stack([
-                topk_correct(logits, target, 1).float(), topk_correct(logits, target, 5).float(),
+                topk_correct(logits, target, 1).double(), topk_correct(logits, target, 5).double(),
                 F.cross_entropy(logits.permute(0, 2, 1), target[:, None].expand(-1, heads),
-                                reduction="none").sum(0)])
+                                reduction="none").sum(0).double()])
             sums = counts if sums is None else sums + counts
     top1, top5, loss = (sums / len(index)).cpu()
     return {"top1": top1, "top5": top5, "loss": loss}
@@ -240,15 +240,15 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastPr
     the held-out and evaluation rows after each epoch, and on as many fit rows (a fixed random
     sample, all of them when there are few) for the training loss and accuracy, which cost no
     more than the held-out scoring. Features are standardised per minibatch with statistics of
-    the fit rows, so no standardised copy is ever made."""
-    check_splits([train, evaluation], num_classes)
-    device = torch.device(config.device)
-    kept, held = heldout_indices(len(_labels(train)), config.heldout_fraction, config.seed)
-    train_rows, eval_rows = FeatureRows(train.features, device), FeatureRows(evaluation.features,
-                                                                             device)
-    train_labels, eval_labels = _labels(train).to(device), _labels(evaluation).to(device)
-    mean, std = standardiser(train_rows.features, kept, device)  # resident when it fits
-    scale = 1 / std
+    the fit rows, so no standardised copy is ever made. With `select_from: converged`, each
+    weight decay's lowest-objective head is then finished by L-BFGS to its tolerance (see
+    `FastProbe`), and the rules choose among those fits."""
+    rows_of = convex_fit(train, evaluation, num_classes, config.heldout_fraction, config.seed,
+                         torch.device(config.device))
+    device, kept, held = rows_of.train.device, rows_of.kept, rows_of.held
+    train_rows, eval_rows = rows_of.train, rows_of.evaluation
+    train_labels, eval_labels = rows_of.train_labels, rows_of.eval_labels
+    mean, scale = rows_of.mean.float(), 1 / rows_of.std.float()
     grid = list(itertools.product(config.lrs, config.weight_decays))
     heads, dim = len(grid), train.features.shape[1]
     lr = torch.tensor([g[0] for g in grid], device=device)[:, None, None]
@@ -298,76 +298,96 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastPr
                          "eval_top1": float(evaluated["top1"][h]),
                          "eval_top5": float(evaluated["top5"][h])})
     history = pl.DataFrame(rows)
-    candidates = history if config.select_from == "epochs" else converged_heads(history)
-    return ProbeResult(history, select(candidates, ["lr", "weight_decay"], num_classes))
+    if config.select_from == "epochs":
+        return ProbeResult(history, select(history, ["lr", "weight_decay"], num_classes))
+    finished = []
+    for head in converged_heads(history).iter_rows(named=True):
+        index = grid.index((head["lr"], head["weight_decay"]))
+        linear = nn.Linear(dim, num_classes).to(device, torch.float64)
+        with torch.no_grad():
+            linear.weight.copy_(weight[index].T)
+            linear.bias.copy_(bias[index])
+        finished.append({"lr": head["lr"], "weight_decay": head["weight_decay"],
+                         "epoch": config.epochs,
+                         **rows_of.fit(linear, head["weight_decay"], LBFGS_MAX_ITER)})
+    finished_table = pl.DataFrame(finished)
+    return ProbeResult(pl.concat([history, finished_table], how="diagonal"),
+                       select(finished_table, ["lr", "weight_decay"], num_classes))
 
 
 def converged_heads(history: pl.DataFrame) -> pl.DataFrame:
-    """Per weight decay, the fast probe's head with the lowest training objective at its last
-    epoch: the one closest to the converged fit."""
+    """Per weight decay, the fast probe's fit closest to convergence: the L-BFGS-finished one
+    where the history holds it (rows with `iterations`), else the head with the lowest
+    training objective at the last epoch."""
+    finished = (history.filter(pl.col("iterations").is_not_null())
+                if "iterations" in history.columns else history.clear())
+    if finished.height:
+        return finished.sort("weight_decay")
     last = history.filter(pl.col("epoch") == history["epoch"].max())
     return (last.sort("train_loss").group_by("weight_decay", maintain_order=True).first()
             .sort("weight_decay"))
 
 
-#: fit rows whose standardised float32 copy takes at most this are copied once for L-BFGS;
+#: fit rows whose standardised float64 copy takes at most this are copied once for L-BFGS;
 #: larger ones (ImageNet's 1.28M x 10,240) are read a chunk at a time in every evaluation
 LBFGS_COPY_BYTES = 1 << 30
+#: a cap on L-BFGS iterations, not a stopping rule: every fit of the cpu profile's features
+#: stopped by tolerance within 500
+LBFGS_MAX_ITER = 2000
 
 
-def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
-                weight_decays: Iterable[float] = (1e-6, 1e-5, 1e-4, 1e-3),
-                heldout_fraction: float = 0.1, max_iter: int = 2000, seed: int = 0,
-                device: str = "cpu") -> ProbeResult:
-    """Full-batch multinomial logistic regression by L-BFGS, one fit per weight decay, on the
-    fast probe's held-out split and standardisation. Features are read as the fast probe reads
-    them (resident on the device when they fit, else a chunk at a time from host memory or a
-    memory map), so a converged fit needs no float32 copy: each function evaluation is one
-    pass over the fit rows.
+@dataclass
+class ConvexFit:
+    """A probe's fit, held-out and evaluation rows, standardised in float64 with statistics of
+    the fit rows: what an L-BFGS fit and its scoring read. Float64 because a float32 fit stops
+    when the loss no longer changes in float32, up to 1e-5 above the minimum, which moved top-1
+    by up to 0.59 point on the cpu profile's features; float64 fits from different starting
+    weights agree to 1e-9 and to the image."""
 
-    Each fit runs until torch's tolerances stop it (gradient or change of loss); `max_iter` is
-    only a cap, and a fit that hits it raises, since its accuracy would be the optimiser's,
-    not the features'. 200 iterations were too few: on the cpu profile's features they left
-    the loss up to 1.4e-3 above its minimum and moved top-1 by up to 0.8 point; all stopped
-    by tolerance within 500."""
-    check_splits([train, evaluation], num_classes)
-    on = torch.device(device)
-    kept, held = heldout_indices(len(_labels(train)), heldout_fraction, seed)
-    train_rows, eval_rows = FeatureRows(train.features, on), FeatureRows(evaluation.features, on)
-    train_labels, eval_labels = _labels(train).to(on), _labels(evaluation).to(on)
-    mean, std = standardiser(train_rows.features, kept, on)
-    dim = train.features.shape[1]
-    if len(kept) * dim * 4 <= LBFGS_COPY_BYTES:  # standardised once, not in every evaluation
-        fixed = [((train_rows(kept) - mean) / std, train_labels[kept.to(on)])]
-    step = _chunk_rows(dim, on)
+    train: FeatureRows
+    evaluation: FeatureRows
+    train_labels: torch.Tensor
+    eval_labels: torch.Tensor
+    kept: torch.Tensor
+    held: torch.Tensor
+    mean: torch.Tensor
+    std: torch.Tensor
 
-    def fit_chunks() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        if len(kept) * dim * 4 <= LBFGS_COPY_BYTES:
-            yield from fixed
+    copy: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def standardised(self, features: torch.Tensor) -> torch.Tensor:
+        return (features.double() - self.mean) / self.std
+
+    def fit_chunks(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        dim = self.train.features.shape[1]
+        if self.copy is None and len(self.kept) * dim * 8 <= LBFGS_COPY_BYTES:
+            self.copy = (self.standardised(self.train(self.kept)),  # once, not in every pass
+                         self.train_labels[self.kept.to(self.train.device)])
+        if self.copy is not None:
+            yield self.copy
             return
-        for start in range(0, len(kept), step):
-            part = kept[start:start + step]
-            yield (train_rows(part) - mean) / std, train_labels[part.to(on)]
+        step = _chunk_rows(dim, self.train.device)
+        for start in range(0, len(self.kept), step):
+            part = self.kept[start:start + step]
+            yield (self.standardised(self.train(part)),
+                   self.train_labels[part.to(self.train.device)])
 
-    rows = []
-    for decay in weight_decays:
-        linear = nn.Linear(dim, num_classes).to(on)
-        nn.init.zeros_(linear.weight)
-        nn.init.zeros_(linear.bias)
+    def fit(self, linear: nn.Linear, decay: float, max_iter: int) -> dict[str, float]:
+        """Minimise the mean cross-entropy plus decay / 2 ||W||^2 from `linear`'s weights
+        (float64) until torch's tolerances stop L-BFGS (gradient or change of loss); one
+        function evaluation is one pass over the fit rows. `max_iter` is only a cap: a fit that
+        hits it raises, since its accuracy would be the optimiser's, not the features'.
+        Returns the fit's row of scores."""
         optimizer = torch.optim.LBFGS(linear.parameters(), max_iter=max_iter,
                                       line_search_fn="strong_wolfe", history_size=20)
 
-        def logits_of(features: torch.Tensor, linear: nn.Linear = linear) -> torch.Tensor:
-            return linear((features - mean) / std)[:, None]
-
-        def closure(optimizer: torch.optim.LBFGS = optimizer, linear: nn.Linear = linear,
-                    decay: float = decay) -> torch.Tensor:
+        def closure() -> torch.Tensor:
             optimizer.zero_grad()
             penalty = decay / 2 * linear.weight.square().sum()
             penalty.backward()
             total = penalty.detach()
-            for features, labels in fit_chunks():
-                loss = F.cross_entropy(linear(features), labels, reduction="sum") / len(kept)
+            for features, labels in self.fit_chunks():
+                loss = F.cross_entropy(linear(features), labels, reduction="sum") / len(self.kept)
                 loss.backward()
                 total = total + loss.detach()
             return total
@@ -377,18 +397,55 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
         if state["n_iter"] >= max_iter or state["func_evals"] >= optimizer.defaults["max_eval"]:
             raise ProbeError(f"L-BFGS at weight decay {decay} did not converge in {max_iter} "
                              "iterations; raise max_iter")
-        fit = scores(logits_of, train_rows, kept, train_labels)
-        evaluated = scores(logits_of, eval_rows, torch.arange(len(eval_labels)), eval_labels)
-        rows.append({"weight_decay": decay, "epoch": 1, "iterations": state["n_iter"],
-                     "train_loss": float(fit["loss"][0]
-                                         + decay / 2 * linear.weight.detach().square().sum()),
-                     "train_top1": float(fit["top1"][0]),
-                     "heldout_top1": float(scores(logits_of, train_rows, held,
-                                                  train_labels)["top1"][0]),
-                     "eval_top1": float(evaluated["top1"][0]),
-                     "eval_top5": float(evaluated["top5"][0])})
-    history = pl.DataFrame(rows)
-    return ProbeResult(history, select(history, ["weight_decay"], num_classes))
+
+        def logits_of(features: torch.Tensor) -> torch.Tensor:
+            return linear(self.standardised(features))[:, None]
+
+        fit = scores(logits_of, self.train, self.kept, self.train_labels)
+        evaluated = scores(logits_of, self.evaluation, torch.arange(len(self.eval_labels)),
+                           self.eval_labels)
+        return {"iterations": state["n_iter"],
+                "train_loss": float(fit["loss"][0]
+                                    + decay / 2 * linear.weight.detach().square().sum()),
+                "train_top1": float(fit["top1"][0]),
+                "heldout_top1": float(scores(logits_of, self.train, self.held,
+                                             self.train_labels)["top1"][0]),
+                "eval_top1": float(evaluated["top1"][0]),
+                "eval_top5": float(evaluated["top5"][0])}
+
+
+def convex_fit(train: Split, evaluation: Split, num_classes: int, heldout_fraction: float,
+               seed: int, device: torch.device) -> ConvexFit:
+    check_splits([train, evaluation], num_classes)
+    kept, held = heldout_indices(len(_labels(train)), heldout_fraction, seed)
+    train_rows = FeatureRows(train.features, device)
+    mean, std = standardiser(train_rows.features, kept, device)
+    return ConvexFit(train_rows, FeatureRows(evaluation.features, device),
+                     _labels(train).to(device), _labels(evaluation).to(device), kept, held,
+                     mean.double(), std.double())
+
+
+def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
+                weight_decays: Iterable[float] = (1e-6, 1e-5, 1e-4, 1e-3),
+                heldout_fraction: float = 0.1, max_iter: int = LBFGS_MAX_ITER, seed: int = 0,
+                device: str = "cpu") -> ProbeResult:
+    """Full-batch multinomial logistic regression by L-BFGS from zero weights, one fit per
+    weight decay, on the fast probe's held-out split and standardisation. Features are read as
+    the fast probe reads them (resident on the device when they fit, else a chunk at a time
+    from host memory or a memory map), so a converged fit needs no full-size copy. 200
+    iterations were too few: on the cpu profile's features they left the loss up to 1.4e-3
+    above its minimum and moved top-1 by up to 0.8 point; all stopped by tolerance within 500."""
+    rows = convex_fit(train, evaluation, num_classes, heldout_fraction, seed,
+                      torch.device(device))
+    history = []
+    for decay in weight_decays:
+        linear = nn.Linear(train.features.shape[1], num_classes).to(rows.train.device,
+                                                                     torch.float64)
+        nn.init.zeros_(linear.weight)
+        nn.init.zeros_(linear.bias)
+        history.append({"weight_decay": decay, "epoch": 1, **rows.fit(linear, decay, max_iter)})
+    table = pl.DataFrame(history)
+    return ProbeResult(table, select(table, ["weight_decay"], num_classes))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -322,9 +322,11 @@ def probe_description(params: TimecatParams) -> str:
                 "evaluation split")
     if params.probe_kind == "fast":
         fast = params.probe
+        finish = ("; each weight decay's lowest-objective head then finished by float64 "
+                  "L-BFGS to its tolerance" if fast.select_from == "converged" else "")
         return (f"the kit's fast probe on cached features: one head per learning rate "
                 f"{fast.lrs} x weight decay {fast.weight_decays}, {fast.epochs} epochs "
-                "(SGD, Nesterov, cosine decay, standardised features)")
+                f"(SGD, Nesterov, cosine decay, standardised features){finish}")
     settings = params.faithful
     assert settings is not None
     grids = "; ".join(f"{task.name} {settings.grid(task.name, params.task_data(task)[0].kind)}"
