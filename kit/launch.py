@@ -47,7 +47,7 @@ from kit.files import atomic_write
 from kit.params import ParameterError, Strict
 from kit.paths import REPO_ROOT, importable_environment, resolve
 from kit.progress import KeptBar
-from kit.warm import WarmProcesses
+from kit.warm import WarmProcesses, ignoring_signals
 
 #: the trainer's exit status after a preemption checkpoint (kit.train.PREEMPTED_EXIT)
 PREEMPTED_EXIT = 75
@@ -281,12 +281,7 @@ def _ignore_preemption_signals(cpus: tuple[int, ...] = ()) -> Callable[[], None]
     """In the child before exec: pin it to `cpus`, and ignore USR1/USR2 so that torchrun, which
     has no handler for them, is not killed when a scheduler signals every process; the trainers
     install their own handlers."""
-    def prepare() -> None:
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-        for number in (signal.SIGUSR1, signal.SIGUSR2):
-            signal.signal(number, signal.SIG_IGN)
-    return prepare
+    return ignoring_signals((signal.SIGUSR1, signal.SIGUSR2), cpus)
 
 
 def signal_tree(process: subprocess.Popen, number: int) -> None:

@@ -18,7 +18,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kit.paths import REPO_ROOT, importable_environment
@@ -26,6 +26,9 @@ from kit.paths import REPO_ROOT, importable_environment
 #: what a warm process imports before its command (torch and torchvision come with it)
 PRELOAD = "kit.train"
 KIT_SOURCES = Path(__file__).parent
+#: signals an idle warm process ignores: a stop sent to the kernel's whole process tree must not
+#: kill a process that has no command yet
+IDLE_IGNORED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
 
 
 def source_stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
@@ -50,7 +53,7 @@ class WarmProcesses:
         for _ in range(count - len(self.idle)):
             self.idle.append(subprocess.Popen(
                 [sys.executable, "-m", "kit.warm"], stdin=subprocess.PIPE, cwd=REPO_ROOT,
-                env=importable_environment(), preexec_fn=_ignore_stop_signals))
+                env=importable_environment(), preexec_fn=ignoring_signals(IDLE_IGNORED)))
 
     def run(self, command: Sequence[str], env: dict[str, str], cpus: Sequence[int], log: Path
             ) -> subprocess.Popen | None:
@@ -85,11 +88,16 @@ class WarmProcesses:
         self.idle = []
 
 
-def _ignore_stop_signals() -> None:
-    """Before exec: a stop signal sent to the kernel's whole process tree must not kill a
-    process that has no command yet (ignored signals stay ignored through exec)."""
-    for number in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT):
-        signal.signal(number, signal.SIG_IGN)
+def ignoring_signals(numbers: Sequence[int], cpus: Sequence[int] = ()) -> Callable[[], None]:
+    """A `preexec_fn`: pin the child to `cpus` (all when empty) and ignore the signals `numbers`
+    before exec; ignored signals stay ignored through exec, so there is no moment at which the
+    new program could be killed by one before it sets its own handlers."""
+    def prepare() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        for number in numbers:
+            signal.signal(number, signal.SIG_IGN)
+    return prepare
 
 
 def main() -> int:
