@@ -30,7 +30,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -352,8 +352,8 @@ class ConvexFit:
     held: torch.Tensor
     mean: torch.Tensor
     std: torch.Tensor
-
-    copy: tuple[torch.Tensor, torch.Tensor] | None = None
+    #: the standardised fit rows and labels, made on the first fit when they fit in memory
+    copy: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, init=False, repr=False)
 
     def standardised(self, features: torch.Tensor) -> torch.Tensor:
         return (features.double() - self.mean) / self.std
@@ -416,6 +416,7 @@ class ConvexFit:
 
 def convex_fit(train: Split, evaluation: Split, num_classes: int, heldout_fraction: float,
                seed: int, device: torch.device) -> ConvexFit:
+    """Check the splits, hold out rows and standardise: what both feature probes start from."""
     check_splits([train, evaluation], num_classes)
     kept, held = heldout_indices(len(_labels(train)), heldout_fraction, seed)
     train_rows = FeatureRows(train.features, device)
