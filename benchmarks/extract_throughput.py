@@ -19,16 +19,17 @@ import time
 from pathlib import Path
 
 import torch
-
-from kit import data, features, models
-from kit.config import TrainConfig
 from photo_fixtures import image_folder
+
+from kit import features, models
+from kit.data import datasets as data
+from kit.train.settings import TrainSettings
 
 CACHE = Path(__file__).parent / ".cache" / "jpeg_photos"
 
 
 def checkpoint(folder: Path, seed: int, args: argparse.Namespace) -> Path:
-    cfg = TrainConfig(model=args.arch, width=args.width, num_classes=10, seed=seed,
+    cfg = TrainSettings(model=args.arch, width=args.width, num_classes=10, seed=seed,
                       data={"kind": "imagefolder", "root": str(CACHE),
                             "image_size": args.image_size},
                       batch_size=8, iterations=1, output_dir=str(folder))

@@ -19,7 +19,8 @@ from pathlib import Path
 import schedulefree
 import torch
 
-from kit import files, models
+from kit import models
+from kit.core import files
 
 
 def timed(action) -> float:

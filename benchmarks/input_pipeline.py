@@ -20,12 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from photo_fixtures import image_folder
 from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision import transforms
 
-from kit import data, prefetch
-from photo_fixtures import image_folder
+from kit.data import datasets as data
+from kit.data import prefetch
 
 CACHE = Path(__file__).parent / ".cache" / "jpeg_photos"
 

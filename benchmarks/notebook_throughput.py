@@ -24,19 +24,20 @@ import statistics
 import tempfile
 import time
 
-from kit import launch, params
-from kit.config import TrainConfig
+from kit.core import distributed, params
+from kit.launch import backends as launch
+from kit.train.settings import TrainSettings
 
 
-def step_rate(config: TrainConfig, threads: int, steps: int = 20, repeats: int = 5
+def step_rate(config: TrainSettings, threads: int, steps: int = 20, repeats: int = 5
               ) -> float:
     """The trainer's img/s on one device-resident batch, with `threads` torch threads."""
     import torch
 
-    from kit import train
+    from kit.train import trainer as train
 
     torch.set_num_threads(threads)
-    trainer = train.Trainer(config, train.start_process(config.device))
+    trainer = train.Trainer(config, distributed.start_process(config.device))
     size = config.data.image_size
     pixels = torch.randint(0, 256, (config.batch_size, 3, size, size), dtype=torch.uint8)
     ((images, labels),) = trainer.on_device(
@@ -52,14 +53,14 @@ def step_rate(config: TrainConfig, threads: int, steps: int = 20, repeats: int =
     return statistics.median(rates)
 
 
-def pinned_step_rate(config: TrainConfig, slot: launch.Slot, start: multiprocessing.Event,
+def pinned_step_rate(config: TrainSettings, slot: launch.Slot, start: multiprocessing.Event,
                      rates: multiprocessing.Queue) -> None:
     os.sched_setaffinity(0, slot.cpus)
     start.wait()
     rates.put(step_rate(config, slot.threads))
 
 
-def concurrent_step_rate(config: TrainConfig, slots: list[launch.Slot]) -> float:
+def concurrent_step_rate(config: TrainSettings, slots: list[launch.Slot]) -> float:
     """The sum of the step rates of one process per slot, all stepping at once."""
     context = multiprocessing.get_context("spawn")
     start, rates = context.Event(), context.Queue()
@@ -85,7 +86,7 @@ def main() -> None:
         profile, _ = params.load("03_time_concat", args.profile, output_dir=folder)
         if not args.cold:  # as notebook 03 does, before importing torch
             launch.warm(profile.launch, profile.device)
-        from kit import timecat
+        from kit.experiments.timecat import timecat
 
         concat = {v.name for v in profile.variants if v.kind == "time-concat"}
         replicates = range(args.replicates or profile.replicates)

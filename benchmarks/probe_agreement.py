@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from kit import probe
+from kit.probes import probe
 
 
 def cached_pairs(cache: Path) -> list[tuple[Path, Path]]:
@@ -49,7 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("cache", type=Path, help="a feature cache folder (<run_root>/features)")
     parser.add_argument("--config", action="append", default=[],
-                        help="a FastProbe as JSON (repeatable); default: the kit's defaults")
+                        help="a FastProbeSettings as JSON (repeatable); default: the kit's defaults")
     parser.add_argument("--weight-decays", type=float, nargs="+", default=[1e-3, 1e-2])
     parser.add_argument("--pairs", type=int, default=24, help="pairs drawn (seeded) from the cache")
     parser.add_argument("--heldout-fraction", type=float, default=0.1)
@@ -60,7 +60,7 @@ def main() -> None:
     random.Random(0).shuffle(pairs)
     pairs = pairs[:args.pairs]
     shared = {"weight_decays": args.weight_decays, "heldout_fraction": args.heldout_fraction}
-    configs = [probe.FastProbe(**(json.loads(text) | shared)) for text in args.config or ["{}"]]
+    configs = [probe.FastProbeSettings(**(json.loads(text) | shared)) for text in args.config or ["{}"]]
     loaded = [(train, evaluation, int(max(train.labels.max(), evaluation.labels.max())) + 1)
               for train, evaluation in ((split(t, "train"), split(e, "eval")) for t, e in pairs)]
     exact, lbfgs_s = [], 0.0

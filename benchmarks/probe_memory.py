@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from kit.probe import FastProbe
+from kit.probes.probe import FastProbeSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,7 +69,7 @@ def child(folder: Path, module: str, settings: dict) -> None:
     import torch
 
     if module == "kit":
-        from kit import probe
+        from kit.probes import probe
     else:
         spec = importlib.util.spec_from_file_location("probe_at_revision", module)
         probe = importlib.util.module_from_spec(spec)
@@ -82,7 +82,7 @@ def child(folder: Path, module: str, settings: dict) -> None:
         if module != "kit":  # the old probe takes tensors: FeatureSet.torch()'s zero-copy view
             features = torch.from_numpy(np.load(folder / f"{name}.npy", mmap_mode="c"))
         splits.append(probe.Split(features, labels, name))
-    config = probe.FastProbe(lrs=settings["lrs"], weight_decays=settings["weight_decays"],
+    config = probe.FastProbeSettings(lrs=settings["lrs"], weight_decays=settings["weight_decays"],
                              epochs=settings["epochs"], device=settings["device"])
     baseline = psutil.Process().memory_info().rss
     start = time.perf_counter()
@@ -101,9 +101,9 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=2048)
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--lrs", type=float, nargs="+", default=list(FastProbe().lrs))
+    parser.add_argument("--lrs", type=float, nargs="+", default=list(FastProbeSettings().lrs))
     parser.add_argument("--weight-decays", type=float, nargs="+",
-                        default=list(FastProbe().weight_decays))
+                        default=list(FastProbeSettings().weight_decays))
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--baseline-rev", default="ce8a1e6",
                         help="git revision whose kit/probe.py is the old probe ('' to skip)")

@@ -27,16 +27,18 @@ from pathlib import Path
 import torch
 from sklearn.linear_model import LogisticRegression
 
-from kit import data, features, models, probe
-from kit.config import ComponentConfig, SyntheticConfig
+from kit import features, models
+from kit.data import datasets as data
+from kit.data.settings import ComponentSettings, SyntheticSettings
+from kit.probes import probe
 
 CACHE = Path(__file__).parent / ".cache"
 
 
 def kit_features(n: int, n_eval: int, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    world = SyntheticConfig(num_train=n, num_eval=n_eval, noise=0.3, components=[
-        ComponentConfig(weight=1.0, cues=["colour", "shape"]),
-        ComponentConfig(weight=1.0, cues=["texture", "position"])])
+    world = SyntheticSettings(num_train=n, num_eval=n_eval, noise=0.3, components=[
+        ComponentSettings(weight=1.0, cues=["colour", "shape"]),
+        ComponentSettings(weight=1.0, cues=["texture", "position"])])
     CACHE.mkdir(exist_ok=True)
     checkpoint = CACHE / "resnet50_init_seed0.pt"
     if not checkpoint.exists():
@@ -91,7 +93,7 @@ def main() -> None:
           f", {args.classes} classes ({time.perf_counter() - start:.0f} s to extract or load); "
           f"torch threads {torch.get_num_threads()}")
 
-    config = probe.FastProbe(lrs=[0.1], weight_decays=list(args.weight_decays),
+    config = probe.FastProbeSettings(lrs=[0.1], weight_decays=list(args.weight_decays),
                              epochs=args.epochs,
                              batch_size=1024, heldout_fraction=args.heldout)
     start = time.perf_counter()

@@ -20,12 +20,14 @@ import schedulefree
 import torch
 from torch import nn
 
-from kit import models, train
-from kit.config import TrainConfig
+from kit import models
+from kit.core import distributed
+from kit.train import trainer as train
+from kit.train.settings import TrainSettings
 
 
-def kit_config(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(
+def kit_config(args: argparse.Namespace) -> TrainSettings:
+    return TrainSettings(
         model=args.arch, width=args.width, num_classes=args.classes, seed=0,
         data={"kind": "synthetic", "image_size": args.image_size,
               "synthetic": {"num_train": 1, "num_eval": 1,
@@ -38,7 +40,7 @@ def kit_config(args: argparse.Namespace) -> TrainConfig:
 class BareLoop:
     """The textbook loop: zero_grad, forward, loss, backward, step."""
 
-    def __init__(self, cfg: TrainConfig, device: torch.device, autocast_dtype: torch.dtype | None
+    def __init__(self, cfg: TrainSettings, device: torch.device, autocast_dtype: torch.dtype | None
                  ) -> None:
         torch.manual_seed(cfg.seed)
         memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
@@ -94,7 +96,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     cfg = kit_config(args)
-    process = train.start_process(cfg.device)
+    process = distributed.start_process(cfg.device)
     kit = train.Trainer(cfg, process)
     bare = BareLoop(cfg, process.device, kit.autocast_dtype)
     pixels = torch.randint(0, 256, (args.batch, 3, args.image_size, args.image_size),

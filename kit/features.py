@@ -33,13 +33,14 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
-from kit import files, models
-from kit.config import TrainConfig
-from kit.prefetch import DeviceBatches
+from kit import models
+from kit.core import distributed, files
+from kit.core.paths import resolve
+from kit.data.prefetch import DeviceBatches
+from kit.train.settings import TrainSettings
 
 DTYPES = {"float16": np.float16, "float32": np.float32}
 #: the arrays of a cache entry, each recorded with its size and hash
@@ -54,7 +55,7 @@ def load_backbone(path: Path) -> models.KitResNet:
         model = models.build("resnet50", 1000)
         models.load_algoperf_checkpoint(model, path, state)
     elif isinstance(state, dict) and "model" in state and "config" in state:
-        cfg = TrainConfig(**state["config"])
+        cfg = TrainSettings(**state["config"])
         model = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem,
                              cfg.data.image_size)
         models.load_state(model, state["model"], str(path))
@@ -128,17 +129,6 @@ def _open(path: Path, hit: bool) -> FeatureSet:
     return FeatureSet(features, labels, record, path, hit)
 
 
-def _rank_and_world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _barrier() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-
-
 def _partial(path: Path) -> Path:
     return path.with_name(path.name + ".partial")
 
@@ -146,44 +136,44 @@ def _partial(path: Path) -> Path:
 def _start_entries(entries: dict[Path, tuple[int, str]], rows: int) -> None:
     """Rank 0 creates each entry's temporary folder and feature file (width, dtype), after
     removing a corrupt entry of that name; all wait."""
-    _barrier()  # nobody still reads a corrupt entry when rank 0 removes it
-    if _rank_and_world()[0] == 0:
+    distributed.barrier()  # nobody still reads a corrupt entry when rank 0 removes it
+    if distributed.rank_and_world()[0] == 0:
         for path, (width, dtype) in entries.items():
             if path.exists():
                 shutil.rmtree(path)
             _partial(path).mkdir(parents=True, exist_ok=True)
             np.lib.format.open_memmap(_partial(path) / "features.npy", mode="w+",
                                       dtype=DTYPES[dtype], shape=(rows, width)).flush()
-    _barrier()
+    distributed.barrier()
 
 
 def _finish_entries(records: dict[Path, dict[str, Any]], labels: np.ndarray) -> None:
     """Rank 0 writes labels and records and renames the temporary folders, the record last, so
     that a killed extraction leaves no entry; all ranks wait until the entries exist."""
-    _barrier()
-    if _rank_and_world()[0] == 0:
+    distributed.barrier()
+    if distributed.rank_and_world()[0] == 0:
         for path, record in records.items():
             np.save(_partial(path) / "labels.npy", labels)
             record = record | {"content": _content(_partial(path))}
             (_partial(path) / "record.json").write_text(json.dumps(record, indent=2))
             os.replace(_partial(path), path)
-    _barrier()
+    distributed.barrier()
 
 
 def _shard(rows: int) -> range:
-    rank, world = _rank_and_world()
+    rank, world = distributed.rank_and_world()
     return range(rank * rows // world, (rank + 1) * rows // world)
 
 
 def _gather_labels(labels: np.ndarray, folder: Path) -> np.ndarray:
     """Every rank's labels in rank order, through files in `folder` (gloo or NCCL alike)."""
-    rank, world = _rank_and_world()
+    rank, world = distributed.rank_and_world()
     if world == 1:
         return labels
     np.save(folder / f"labels.rank{rank}.npy", labels)
-    _barrier()
+    distributed.barrier()
     parts = [np.load(folder / f"labels.rank{r}.npy") for r in range(world)]
-    _barrier()
+    distributed.barrier()
     (folder / f"labels.rank{rank}.npy").unlink()
     return np.concatenate(parts)
 
@@ -212,7 +202,7 @@ def _extract_checkpoints(records: dict[Path, dict[str, Any]], checkpoints: dict[
     for images, batch_labels in tqdm(DeviceBatches(loader, target, torch.channels_last),
                                      desc=f"features of {len(backbones)} backbone(s)",
                                      total=len(loader),
-                                     disable=not progress or _rank_and_world()[0] != 0):
+                                     disable=not progress or distributed.rank_and_world()[0] != 0):
         end = row + len(batch_labels)
         with torch.no_grad(), torch.autocast(target.type, torch.bfloat16,
                                              enabled=target.type == "cuda"):
@@ -307,3 +297,16 @@ def extract(checkpoints: Sequence[Path], dataset: Dataset, dataset_id: str, spli
     representation of `extract_many`)."""
     return extract_many([checkpoints], dataset, dataset_id, split, transform, cache_dir,
                         batch_size, dtype, device, num_workers, progress)[0]
+
+
+def checkpoint_problems(paths: list[str]) -> list[str]:
+    """Open every checkpoint and load it into the architecture it describes (hash checked when
+    recorded), so that a bad last file is found before the first is used. Reads each file once:
+    about a second per paper (ResNet-50) checkpoint."""
+    problems = []
+    for path in dict.fromkeys(paths):
+        try:
+            load_backbone(resolve(path))
+        except models.CheckpointError as error:
+            problems.append(str(error))
+    return problems

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 
-from kit import files
+from kit.core import files
 
 #: depth name -> (block, blocks per stage)
 ARCHITECTURES: dict[str, tuple[type[BasicBlock | Bottleneck], list[int]]] = {

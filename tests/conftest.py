@@ -31,8 +31,8 @@ import pytest
 from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 
-from kit import runner
-from kit.paths import REPO_ROOT
+from kit.cli import runner
+from kit.core.paths import REPO_ROOT
 
 TESTS_DIR = Path(__file__).parent
 NOTEBOOK_COPIES = TESTS_DIR / "_notebooks"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real one-node Slurm on localhost (Debian's slurm-wlm and munge): start munged, slurmctld and
 # slurmd from a private configuration, export a plan of two tiny runs with
-# `python -m kit.launch plan`, submit its sbatch array and wait (bounded) for both runs.
+# `python -m kit launch plan`, submit its sbatch array and wait (bounded) for both runs.
 # Usage: tests/slurm_single_node.sh PYTHON WORK_DIR
 # Exit 0: both runs finished; 77: skipped (the reason is printed); anything else: failure.
 set -uo pipefail
@@ -101,7 +101,7 @@ num_workers: 0
 output_dir: $work/runs
 EOF
 cd "$repo" || exit 1
-PYTHONPATH="$repo" "$python" -m kit.launch plan --config "$work/base.yaml" --runs 2 --total 8 \
+PYTHONPATH="$repo" "$python" -m kit launch plan --config "$work/base.yaml" --runs 2 --total 8 \
     --seeds 1 2 --out "$work/plan" --launch timeout_min=10 --launch "setup=['export OMP_NUM_THREADS=1']" \
     || exit 1
 job=$(sbatch --parsable "$work/plan/train.sbatch") || exit 1

@@ -13,11 +13,12 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
-from kit import data, prefetch
-from kit.config import CUES, DataConfig, SyntheticConfig
-from kit.preflight import preflight
+from kit.data import datasets as data
+from kit.data import prefetch
+from kit.data.preflight import preflight
+from kit.data.settings import CUES, DataSettings, SyntheticSettings
 
-WORLD = SyntheticConfig(num_train=64, num_eval=32, noise=0.05, components=[
+WORLD = SyntheticSettings(num_train=64, num_eval=32, noise=0.05, components=[
     {"weight": 3.0, "cues": ["colour"]}, {"weight": 1.0, "cues": ["shape", "position"]}])
 
 
@@ -30,7 +31,7 @@ def write_image(path: Path, seed: int, size: int = 20) -> None:
 def build(config: dict, num_classes: int, **kwargs) -> data.RunData:
     options = dict(seed=0, batch_size=4, rank=0, world_size=1, num_workers=0,
                    recalibration_batches=1, pin_memory=False) | kwargs
-    return data.build(DataConfig(**config), num_classes, **options)
+    return data.build(DataSettings(**config), num_classes, **options)
 
 
 def first_batch(run: data.RunData) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,7 +102,7 @@ def as_bytes(content: dict) -> dict:
 def test_cifar_in_torchvision_format(tmp_path: Path, kind: str, classes: int, train_size: int,
                                      test_size: int, bytes_keys: bool) -> None:
     write_cifar(tmp_path, kind, 6, bytes_keys)
-    assert not preflight(DataConfig(kind=kind, root=str(tmp_path), image_size=32))
+    assert not preflight(DataSettings(kind=kind, root=str(tmp_path), image_size=32))
     run = build({"kind": kind, "root": str(tmp_path), "image_size": 32}, classes)
     assert (run.num_train, run.num_eval) == (train_size, test_size)
     images, labels = first_batch(run)
@@ -161,7 +162,7 @@ def test_an_empty_class_folder_is_named(image_folder: Path) -> None:
         image.unlink()
     config = {"kind": "imagefolder", "root": str(image_folder), "image_size": 16}
     expected = f"{image_folder / 'val' / 'bee'}: class folder without images"
-    assert preflight(DataConfig(**config)) == [expected]
+    assert preflight(DataSettings(**config)) == [expected]
     with pytest.raises(data.DataError, match=f"^{expected}$"):
         build(config, 3)
 
@@ -230,7 +231,7 @@ def test_synthetic_images_show_their_colour() -> None:
 
 
 def test_absent_cues_are_not_shown() -> None:
-    world = SyntheticConfig(num_train=200, num_eval=8, noise=0.0, components=[
+    world = SyntheticSettings(num_train=200, num_eval=8, noise=0.0, components=[
         {"weight": 1.0, "cues": ["texture"], "absent": ["colour", "shape", "position"]}])
     rendered = data.SyntheticWorld(world, 10, 24, "train")
     draws = [rendered.draw(i) for i in range(200)]
@@ -244,7 +245,7 @@ def test_absent_cues_are_not_shown() -> None:
 
 
 def test_every_shape_class_renders_a_different_figure() -> None:
-    world = SyntheticConfig(num_train=400, num_eval=8, noise=0.0, strength={"shape": 1.0},
+    world = SyntheticSettings(num_train=400, num_eval=8, noise=0.0, strength={"shape": 1.0},
                             components=[{"weight": 1.0, "cues": ["shape"],
                                          "absent": ["colour", "texture", "position"]}])
     rendered = data.SyntheticWorld(world, 10, 24, "train")
@@ -268,13 +269,13 @@ def test_every_shape_class_renders_a_different_figure() -> None:
       {"weight": 0.4, "cues": ["texture"], "absent": ["colour"]}], 1.0, 1.0),
 ])
 def test_bayes_ceiling(components: list[dict], strength: float, ceiling: float) -> None:
-    world = SyntheticConfig(num_train=1, num_eval=1, components=components,
+    world = SyntheticSettings(num_train=1, num_eval=1, components=components,
                             strength=dict.fromkeys(["colour", "shape", "texture"], strength))
     assert data.bayes_ceiling(world, 10) == pytest.approx(ceiling, abs=1e-3)
 
 
 def test_bayes_ceiling_matches_the_best_lookup_table_learned_from_samples() -> None:
-    world = SyntheticConfig(num_train=40000, num_eval=1, components=[
+    world = SyntheticSettings(num_train=40000, num_eval=1, components=[
         {"weight": 0.5, "cues": ["colour"]}, {"weight": 0.3, "cues": ["shape"]},
         {"weight": 0.2, "cues": ["texture"]}], strength=dict.fromkeys(CUES, 0.9))
     drawn = data.SyntheticWorld(world, 4, 8, "train")

@@ -8,7 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kit import evidence, report
+from kit.experiments import evidence
+from kit.report import render as report
 
 # The paper's printed tables (arXiv 2506.18221, Tables 2 and 3; cat4 CIFAR-100 read from the
 # authors' figure), as listed in ../shared/papers/REFERENCE.md.

@@ -14,8 +14,8 @@ import yaml
 from torch.utils.data import TensorDataset
 
 from kit import features, models
-from kit.config import load_train_config
-from kit.paths import REPO_ROOT
+from kit.core.paths import REPO_ROOT
+from kit.train.settings import load_train_settings
 
 
 def tiny_checkpoint(folder: Path, name: str, seed: int, width: float = 0.125) -> Path:
@@ -26,7 +26,7 @@ def tiny_checkpoint(folder: Path, name: str, seed: int, width: float = 0.125) ->
                     "components": [{"weight": 1.0, "cues": ["colour"]}]}},
                 "batch_size": 8,
                 "iterations": 1, "output_dir": str(folder / name)}
-    cfg = load_train_config(_yaml(folder / f"{name}.yaml", settings))
+    cfg = load_train_settings(_yaml(folder / f"{name}.yaml", settings))
     torch.manual_seed(seed)
     model = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem, cfg.data.image_size)
     for module in model.modules():  # non-trivial BN statistics, so eval mode matters

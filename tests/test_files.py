@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kit import files
+from kit.core import files
 
 
 def write(path: Path, content: bytes) -> None:

@@ -18,21 +18,26 @@ import psutil
 import pytest
 import torch
 import yaml
-
-from kit import launch, locks, train, warm
-from kit.config import ParameterError, TrainConfig
-from kit.paths import REPO_ROOT
 from test_train import SUBPROCESS_ENV, final_state, one_thread, settings, write_config  # noqa: F401
+
+from kit.cli.main import main as kit_main
+from kit.core import distributed, locks, processes
+from kit.core.params import ParameterError
+from kit.core.paths import REPO_ROOT
+from kit.launch import backends as launch
+from kit.launch import warm
+from kit.train import trainer as train
+from kit.train.settings import TrainSettings
 
 #: launches of two runs each through the torchrun backend (issue 12 asks for 20)
 TORCHRUN_LAUNCHES = int(os.environ.get("KIT_TEST_TORCHRUN_LAUNCHES", "20"))
 
 
-def tiny(out: Path, **changes) -> TrainConfig:
+def tiny(out: Path, **changes) -> TrainSettings:
     """A run that is mostly process start-up: a few steps, no evaluation."""
     values = dict(iterations=2, log_every=2, eval_every=0, checkpoint_every=0,
                   bn_recalibration_batches=1)  # without, DDP replicas keep their own BN stats
-    return TrainConfig(**settings(out, **(values | changes)))
+    return TrainSettings(**settings(out, **(values | changes)))
 
 
 def placements(log: Path) -> list[str]:
@@ -43,7 +48,7 @@ def test_local_workers_are_pinned_to_disjoint_cores(tmp_path: Path) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPU cores")
     configs = [tiny(tmp_path / f"run{i}", seed=i) for i in range(2)]
-    settings_ = launch.LaunchConfig(backend="local", workers=2)
+    settings_ = launch.LaunchSettings(backend="local", workers=2)
     result = launch.launch(configs, settings_, tmp_path).check()
     assert sorted(result.finished) == ["run0", "run1"]
     seen = []
@@ -55,7 +60,7 @@ def test_local_workers_are_pinned_to_disjoint_cores(tmp_path: Path) -> None:
         seen.append(cpus)
     assert seen[0] and seen[1] and not seen[0] & seen[1]
     with pytest.raises(ParameterError, match="workers: 99 workers exceed"):
-        launch.slots(launch.LaunchConfig(backend="local", workers=99))
+        launch.slots(launch.LaunchSettings(backend="local", workers=99))
 
 
 def test_local_workers_train_several_runs_in_turn_each_as_if_alone(tmp_path: Path,
@@ -65,7 +70,7 @@ def test_local_workers_train_several_runs_in_turn_each_as_if_alone(tmp_path: Pat
     configs = [tiny(tmp_path / f"run{i}", seed=i, iterations=4) for i in range(3)]
     assert launch.chains(dict(zip(["run0", "run1", "run2"], configs)), 2) == [
         ["run0", "run2"], ["run1"]]
-    launch.launch(configs, launch.LaunchConfig(backend="local", workers=2), tmp_path).check()
+    launch.launch(configs, launch.LaunchSettings(backend="local", workers=2), tmp_path).check()
     chained = placements(tmp_path / "logs" / "run0.log")
     assert len(chained) == 2 and not (tmp_path / "logs" / "run2.log").exists()  # one process
     alone = tiny(tmp_path / "alone", seed=2, iterations=4)
@@ -87,7 +92,7 @@ def test_several_runs_in_one_process_are_refused_under_several_ranks(tmp_path: P
 def test_torchrun_backend_launches_back_to_back_without_failure(tmp_path: Path) -> None:
     """One torchrun per run: the second run never meets the first one's rendezvous (issue 12
     measured 3 failures in 6 with two runs in one torchrun)."""
-    settings_ = launch.LaunchConfig(backend="torchrun", nproc_per_node=2, workers=2)
+    settings_ = launch.LaunchSettings(backend="torchrun", nproc_per_node=2, workers=2)
     failures = {}
     for index in range(TORCHRUN_LAUNCHES):
         configs = [tiny(tmp_path / f"launch{index}" / f"run{r}", seed=r) for r in range(2)]
@@ -118,15 +123,15 @@ def test_slurm_variables_alone_make_one_ddp_job(tmp_path: Path) -> None:
 
 
 def test_slurm_environment_translation() -> None:
-    assert train.first_host("gpu[003-006,9],cpu1") == "gpu003"
-    assert train.first_host("a1,b[1-2]") == "a1"
-    assert train.first_host("node7") == "node7"
+    assert distributed.first_host("gpu[003-006,9],cpu1") == "gpu003"
+    assert distributed.first_host("a1,b[1-2]") == "a1"
+    assert distributed.first_host("node7") == "node7"
     env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "123",
            "SLURM_JOB_NODELIST": "n[10-11]"}
-    assert train.slurm_environment(env) == {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1",
+    assert distributed.slurm_environment(env) == {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1",
                                             "MASTER_ADDR": "n10", "MASTER_PORT": "20123"}
-    assert train.slurm_environment(env | {"WORLD_SIZE": "2"}) == {}  # torchrun's win
-    assert train.slurm_environment(env | {"SLURM_NTASKS": "1"}) == {}  # one task: no group
+    assert distributed.slurm_environment(env | {"WORLD_SIZE": "2"}) == {}  # torchrun's win
+    assert distributed.slurm_environment(env | {"SLURM_NTASKS": "1"}) == {}  # one task: no group
 
 
 def test_second_launch_into_a_held_run_folder_is_refused_naming_the_holder(
@@ -165,11 +170,11 @@ def test_submitit_array_preempted_job_requeues_and_ends_bit_identical(
     weights and logged losses equal those of the same run trained without interruption."""
     long = dict(iterations=60, log_every=4, checkpoint_every=20, eval_every=0,
                 bn_recalibration_batches=1)
-    configs = [TrainConfig(**settings(tmp_path / "array" / "run0", seed=7, **long)),
+    configs = [TrainSettings(**settings(tmp_path / "array" / "run0", seed=7, **long)),
                tiny(tmp_path / "array" / "run1", seed=8), tiny(tmp_path / "array" / "run2", seed=9)]
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
-    settings_ = launch.LaunchConfig(backend="slurm", cluster="local", timeout_min=60,
+    settings_ = launch.LaunchSettings(backend="slurm", cluster="local", timeout_min=60,
                                     signal="USR1", signal_delay_s=10)
     submitted = launch.launch(configs, settings_, tmp_path / "array", wait=False)
     assert sorted(submitted.submitted) == ["run0", "run1", "run2"]
@@ -188,7 +193,7 @@ def test_submitit_array_preempted_job_requeues_and_ends_bit_identical(
     resumed_from = int(re.search(r"preemption signal at step (\d+)", logs).group(1))
     assert 4 <= resumed_from < 60 and resumed_from % 4 == 0
 
-    straight = train.train(TrainConfig(**settings(tmp_path / "straight", seed=7, **long)))
+    straight = train.train(TrainSettings(**settings(tmp_path / "straight", seed=7, **long)))
     a, b = final_state(run), final_state(straight)
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
@@ -206,7 +211,7 @@ def _wait_done(run: Path, deadline: float) -> bool:
 def test_plan_export_writes_configs_and_an_sbatch_array(tmp_path: Path) -> None:
     base = write_config(tmp_path / "base.yaml", settings(tmp_path / "runs"))
     out = tmp_path / "export"
-    code = launch.main(["plan", "--config", str(base), "--runs", "1", "2", "--iterations", "8",
+    code = kit_main(["launch", "plan", "--config", str(base), "--runs", "1", "2", "--iterations", "8",
                         "4", "--seeds", "5", "6", "--out", str(out), "--launch", "nodes=2",
                         "--launch", "nproc_per_node=4", "--launch", "gpus_per_node=4",
                         "--launch", "partition=gpu", "log_every=2"])
@@ -224,13 +229,13 @@ def test_plan_export_writes_configs_and_an_sbatch_array(tmp_path: Path) -> None:
                  "#SBATCH --signal=USR1@120", "-m kit.train --config"):
         assert line in script
     assert subprocess.run(["bash", "-n", str(out / "train.sbatch")]).returncode == 0
-    assert launch.main(["plan", "--config", str(base), "--runs", "1", "--seeds", "5", "--total",
+    assert kit_main(["launch", "plan", "--config", str(base), "--runs", "1", "--seeds", "5", "--total",
                         "8", "--out", str(out), "--launch", "nodes=zero"]) == 2
 
 
 def test_exported_sbatch_array_runs_on_a_real_single_node_slurm(tmp_path: Path) -> None:
     """tests/slurm_single_node.sh starts munged, slurmctld and slurmd on localhost, submits
-    the array `python -m kit.launch plan` exports and waits for its runs; it skips (status 77,
+    the array `python -m kit launch plan` exports and waits for its runs; it skips (status 77,
     reason printed) where the packages are missing or the daemons cannot start."""
     result = subprocess.run(["bash", str(REPO_ROOT / "tests" / "slurm_single_node.sh"),
                              sys.executable, str(tmp_path)], capture_output=True, text=True,
@@ -247,7 +252,7 @@ def test_a_runs_bar_counts_its_time_from_when_it_began_not_from_its_chains_start
         tmp_path: Path) -> None:
     """A run queued in a chain gets its bar when the chain starts; its clock starts at its own
     first record, back-dated by that record's rate (20 steps of 32 images at 320 img/s: 2 s)."""
-    config = TrainConfig(**settings(tmp_path / "run"))
+    config = TrainSettings(**settings(tmp_path / "run"))
     progress = launch.Progress()
     progress.start("run", config)
     time.sleep(1.5)  # the chain's earlier runs train
@@ -276,7 +281,7 @@ def test_warm_processes_train_as_cold_ones_do(tmp_path: Path, warm_processes) ->
         pytest.skip("needs two CPU cores")
     configs = {how: [tiny(tmp_path / how / f"run{i}", seed=i, iterations=4) for i in range(2)]
                for how in ("warm", "cold")}
-    settings_ = launch.LaunchConfig(backend="local", workers=2)
+    settings_ = launch.LaunchSettings(backend="local", workers=2)
     launch.warm(settings_, "cpu")
     waiting = {process.pid for process in warm_processes.idle}
     assert len(waiting) == 2
@@ -309,7 +314,7 @@ def test_a_warm_process_ends_on_closed_input_ignores_stop_signals_and_is_not_use
     # a bad command fails as a cold start would: status 2, the message in its log
     warm_processes.start(1)
     command = [sys.executable, "-m", "kit.train", "--config", str(tmp_path / "missing.yaml")]
-    failed = warm_processes.run(command, launch.child_environment(command), [], tmp_path / "log")
+    failed = warm_processes.run(command, processes.child_environment(command), [], tmp_path / "log")
     assert failed.wait(timeout=120) == 2
     assert "missing.yaml" in (tmp_path / "log").read_text()
     # edited sources: the idle process (which imported the old code) is ended, not used
@@ -320,5 +325,5 @@ def test_a_warm_process_ends_on_closed_input_ignores_stop_signals_and_is_not_use
     edited.start(1)
     (stale,) = edited.idle
     (sources / "module.py").write_text("A = 22\n")
-    assert edited.run(command, launch.child_environment(command), [], tmp_path / "log") is None
+    assert edited.run(command, processes.child_environment(command), [], tmp_path / "log") is None
     assert stale.poll() is not None and not edited.idle

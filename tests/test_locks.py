@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kit import locks
+from kit.core import locks
 
 HOLD_FOREVER = ("import sys, time; from kit import locks\n"
                 "with locks.hold(sys.argv[1], 'test holder'):\n"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from kit import report, runner, toy
+from kit.cli import runner
+from kit.experiments import toy
+from kit.report import render as report
 
 
 def test_notebook_01_summary_is_what_its_tables_say(notebook_outputs) -> None:

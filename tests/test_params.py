@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kit import params, runner
+from kit.cli import runner
+from kit.core import params
 
 NOTEBOOK = "01_toy_counterexample"
 

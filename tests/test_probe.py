@@ -14,8 +14,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from kit import diagnostics, probe
-from kit.paths import REPO_ROOT
+from kit.core.paths import REPO_ROOT
+from kit.probes import probe
+from kit.report import diagnostics
 
 
 def planted(n: int, dim: int, classes: int, seed: int, scale: float = 0.8) -> probe.Split:
@@ -33,7 +34,7 @@ def xor(n: int, seed: int) -> probe.Split:
     return probe.Split(corners + 0.1 * torch.randn(n, 2, generator=generator), labels, "s")
 
 
-FAST = probe.FastProbe(epochs=6, batch_size=256)
+FAST = probe.FastProbeSettings(epochs=6, batch_size=256)
 
 
 def test_fast_probe_recovers_a_planted_linear_rule() -> None:
@@ -80,8 +81,8 @@ def test_fast_probe_run_long_enough_converges_to_lbfgs(dim: int) -> None:
     """Issue 11: a converged fast probe agrees with L-BFGS on the same features within half a
     point, per weight decay at its last epoch and under the held-out rule."""
     train, evaluation = teacher(4000, dim, 4, 0), teacher(4000, dim, 4, 1)
-    decays = [1e-3, 1e-2]  # lists: FastProbe becomes a pydantic model of lists (issue 10)
-    fast = probe.fast_probe(train, evaluation, 4, probe.FastProbe(
+    decays = [1e-3, 1e-2]  # lists: FastProbeSettings becomes a pydantic model of lists (issue 10)
+    fast = probe.fast_probe(train, evaluation, 4, probe.FastProbeSettings(
         lrs=[0.1], weight_decays=decays, epochs=40, batch_size=256, heldout_fraction=0.25),
         progress=False)
     exact = probe.lbfgs_probe(train, evaluation, 4, weight_decays=decays, max_iter=500,
@@ -117,7 +118,7 @@ def test_fast_probe_selecting_converged_fits_agrees_with_lbfgs_on_ill_conditione
     train, evaluation = skewed(1000, 0), skewed(2000, 1)
     decays = [1e-3, 1e-2]
     exact = probe.lbfgs_probe(train, evaluation, 10, decays)
-    result = probe.fast_probe(train, evaluation, 10, probe.FastProbe(
+    result = probe.fast_probe(train, evaluation, 10, probe.FastProbeSettings(
         lrs=[0.03, 0.1, 0.3], weight_decays=decays, epochs=5, batch_size=64,
         select_from="converged"), progress=False)
     sgd = result.history.filter(pl.col("iterations").is_null())
@@ -140,7 +141,7 @@ def test_fast_probe_selecting_converged_fits_agrees_with_lbfgs_on_ill_conditione
 
 def test_converged_fast_probe_refuses_an_unpenalised_fit() -> None:
     with pytest.raises(ValueError, match="select_from converged needs every weight decay > 0"):
-        probe.FastProbe(weight_decays=[0.0, 1e-3], select_from="converged")
+        probe.FastProbeSettings(weight_decays=[0.0, 1e-3], select_from="converged")
 
 
 def test_lbfgs_fits_from_different_starts_agree_to_the_image() -> None:
@@ -214,7 +215,7 @@ def test_fast_probe_reads_features_a_chunk_at_a_time(tmp_path) -> None:
     mapped = np.load(tmp_path / "train.npy", mmap_mode="r").view(CountedRows)
     CountedRows.reads = []
     probe.fast_probe(probe.Split(mapped, train.labels, "train"), evaluation, 5,
-                     probe.FastProbe(epochs=1, batch_size=256), progress=False)
+                     probe.FastProbeSettings(epochs=1, batch_size=256), progress=False)
     assert len(CountedRows.reads) > 10
     assert max(CountedRows.reads) <= 1024 < len(train.labels) // 3
 

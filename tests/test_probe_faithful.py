@@ -12,7 +12,7 @@ import torch
 import yaml
 from test_features import tiny_checkpoint
 
-from kit import probe
+from kit.probes import probe
 
 DATA = {"kind": "synthetic", "image_size": 16, "augment": "crop_flip",
         "synthetic": {"num_train": 64, "num_eval": 24,
@@ -97,7 +97,7 @@ def test_bf16_backbones_give_about_the_fp32_result(tmp_path: Path, step) -> None
 
 
 def command(checkpoints: list[Path], description: Path, output: Path) -> list[str]:
-    return ["-m", "kit.probe", "faithful", "--checkpoints", *map(str, checkpoints), "--data",
+    return ["-m", "kit.probes.probe", "faithful", "--checkpoints", *map(str, checkpoints), "--data",
             str(description), "--num-classes", "3", "--output", str(output), "--epochs", "2",
             "--batch-size", "16", "--bn-batch", "8", "--lr", "0.05", "--heldout-fraction",
             "0.25", "--device", "cpu"]

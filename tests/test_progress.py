@@ -10,9 +10,10 @@ from pathlib import Path
 import nbformat
 import torch
 
-from kit import progress, toy
-from kit.paths import REPO_ROOT
-from kit.toy_params import SparseTraining
+from kit.core import progress
+from kit.core.paths import REPO_ROOT
+from kit.experiments import toy
+from kit.experiments.toy_settings import SparseTrainingSettings
 
 CELL = """\
 from kit.progress import KeptBar
@@ -51,7 +52,7 @@ def test_the_toy_trains_under_a_kept_bar(monkeypatch) -> None:
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(toy, "KeptBar", Recorded)
-    config = SparseTraining(steps=3, n_train=64, batch_size=16)
+    config = SparseTrainingSettings(steps=3, n_train=64, batch_size=16)
     toy.train_sparse(torch.tensor([[0.25, 0.25, 0.25, 0.25]] * 2), config, seed=0)
     assert shown == ["training 2 toy models"]
 

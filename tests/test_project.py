@@ -12,8 +12,9 @@ import nbformat
 import pytest
 import yaml
 
-from kit import params, runner
-from kit.paths import NOTEBOOKS_DIR, REPO_ROOT
+from kit.cli import runner
+from kit.core import params
+from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 
 def readme_commands() -> list[str]:

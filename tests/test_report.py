@@ -8,7 +8,7 @@ import altair as alt
 import polars as pl
 import pytest
 
-from kit import report
+from kit.report import render as report
 
 #: longer than Vega's default legend label limit, so a shortened label would show
 LONG_RUN = "rep0/direct-shape/seed0 (a run name longer than Vega's default label limit)"

@@ -18,8 +18,11 @@ import psutil
 import pytest
 import yaml
 
-from kit import launch, locks, params, runner, timecat
-from kit.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
+from kit.cli import runner
+from kit.core import locks, params
+from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
+from kit.experiments.timecat import timecat
+from kit.launch import backends as launch
 
 
 def write_notebook(path: Path, *sources: str) -> None:
@@ -39,8 +42,8 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path
     notebooks.mkdir()
     (parameters / "mini").mkdir(parents=True)
     (parameters / "base.yaml").write_text("chart_formats: [svg]\n")
-    monkeypatch.setitem(params.SCHEMAS, "01_ok", "kit.params:NotebookParams")
-    monkeypatch.setitem(params.SCHEMAS, "02_fails", "kit.params:NotebookParams")
+    monkeypatch.setitem(params.SCHEMAS, "01_ok", "kit.core.params:NotebookSettings")
+    monkeypatch.setitem(params.SCHEMAS, "02_fails", "kit.core.params:NotebookSettings")
     write_notebook(notebooks / "01_ok.ipynb", "print('formats are', chart_formats)")
     write_notebook(notebooks / "02_fails.ipynb", "x = 1", "raise RuntimeError('boom in cell')",
                    "print('never reached')")
@@ -117,7 +120,7 @@ RUNNER_SCRIPT = """
 import sys
 from pathlib import Path
 from kit import params, runner
-params.SCHEMAS["01_workers"] = "kit.params:NotebookParams"
+params.SCHEMAS["01_workers"] = "kit.core.params:NotebookSettings"
 root = Path(sys.argv[1])
 sys.exit(runner.run(None, "mini", notebooks_dir=root / "nb", parameters_dir=root / "params",
                     output_root=root / "out"))

@@ -14,21 +14,27 @@ import pytest
 import torch
 from PIL import Image
 
-from kit import data, models, params, runner, timecat, train
-from kit.config import TrainConfig
-from kit.timecat_params import SCALE_TRAIN_KEYS, TimecatParams
+from kit import models
+from kit.cli import runner
+from kit.core import params
+from kit.data import datasets as data
+from kit.experiments.timecat import timecat
+from kit.experiments.timecat.settings import SCALE_TRAIN_KEYS, TimecatSettings
+from kit.launch import backends
+from kit.train import trainer as train
+from kit.train.settings import TrainSettings
 
 NOTEBOOK = "03_time_concat"
 GPU_PROFILES = ("gpu-1x", "paper-8xh100", "paper-checkpoints")
 
 
-def planned(profile: str, **overrides) -> tuple[TimecatParams, dict[str, str]]:
+def planned(profile: str, **overrides) -> tuple[TimecatSettings, dict[str, str]]:
     loaded, sources = params.load(NOTEBOOK, profile, overrides=overrides or None)
-    assert isinstance(loaded, TimecatParams)
+    assert isinstance(loaded, TimecatSettings)
     return loaded, sources
 
 
-def planned_params(profile: str, **overrides) -> TimecatParams:
+def planned_params(profile: str, **overrides) -> TimecatSettings:
     return planned(profile, **overrides)[0]
 
 
@@ -127,7 +133,7 @@ def test_paper_checkpoints_probes_the_released_files(fake_data: Path) -> None:
 
 def tiny_checkpoint(path: Path, state_width: float = 0.125) -> None:
     """A kit checkpoint of a tiny network (its config says width 0.125)."""
-    cfg = TrainConfig(model="resnet10", width=0.125, num_classes=3, seed=0, batch_size=8,
+    cfg = TrainSettings(model="resnet10", width=0.125, num_classes=3, seed=0, batch_size=8,
                       iterations=1, output_dir="-", data={
                           "kind": "synthetic", "image_size": 16, "synthetic": {
                               "num_train": 8, "num_eval": 8,
@@ -251,7 +257,7 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
     assert summary["lines"]
 
     experiment = timecat.plan(loaded)
-    assert all(timecat.is_finished(t.config) for t in experiment.trainings)
+    assert all(backends.is_finished(t.config) for t in experiment.trainings)
     stamps = {t.config.output_dir: os.stat(Path(t.config.output_dir) / train.CHECKPOINT)
               .st_mtime_ns for t in experiment.trainings}
     skipped = timecat.launch(experiment.trainings, loaded)

@@ -13,8 +13,10 @@ import yaml
 from test_data import write_cifar, write_image
 from test_timecat import tiny_checkpoint
 
-from kit import params, probe, timecat
-from kit.timecat_params import TimecatParams
+from kit.core import params
+from kit.experiments.timecat import timecat
+from kit.experiments.timecat.settings import TimecatSettings
+from kit.probes import probe
 
 NOTEBOOK = "03_time_concat"
 PROFILE = "paper-checkpoints"
@@ -72,10 +74,10 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return settings
 
 
-def resolved(settings: Path, output: Path, **overrides) -> TimecatParams:
+def resolved(settings: Path, output: Path, **overrides) -> TimecatSettings:
     loaded, _ = params.load(NOTEBOOK, PROFILE, files=[settings], overrides=overrides or None,
                             output_dir=str(output))
-    assert isinstance(loaded, TimecatParams)
+    assert isinstance(loaded, TimecatSettings)
     return loaded
 
 

@@ -1,7 +1,7 @@
 """Notebook 03's feature extraction and probing as jobs: a real `torchrun --nproc-per-node=2`
 (gloo) started by kit.launch fills the cache that the notebook's probes then read without
 extracting again, with the features of one process; the probe step writes the results table;
-`python -m kit.launch plan --profile` exports the chained Slurm scripts. A small plan of
+`python -m kit launch plan --profile` exports the chained Slurm scripts. A small plan of
 untrained networks (random-init variants: nothing to train) on the ci profile's synthetic world.
 """
 
@@ -18,8 +18,9 @@ import polars as pl
 import pytest
 import yaml
 
-from kit import launch, timecat
-from kit.timecat_params import TimecatParams
+from kit.cli.main import main as kit_main
+from kit.experiments.timecat import timecat
+from kit.experiments.timecat.settings import TimecatSettings
 
 
 def small_plan(folder: Path, **changes) -> Path:
@@ -48,7 +49,7 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     parameters = small_plan(tmp_path)
-    loaded = timecat.load_params("ci", [parameters], [])
+    loaded = timecat.load_settings("ci", [parameters], [])
     cache = timecat.runs_dir(loaded) / "features"
     assert not timecat.extraction_finished(loaded)
 
@@ -60,7 +61,7 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
     assert len(made) == (3 + 1) * 2 * 2
     assert timecat.extraction_finished(loaded)
     assert not timecat.extraction_finished(
-        timecat.load_params("ci", [parameters], ["feature_dtype=float16"]))
+        timecat.load_settings("ci", [parameters], ["feature_dtype=float16"]))
 
     # what probe_all reads: every feature set found in the cache (no image decoded again)
     representations = timecat.plan(loaded).representations
@@ -68,7 +69,7 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
         found = timecat.task_features(task, representations, loaded)
         sets = [*found.train, *found.eval, *found.single.values()]
         assert sets and all(entry.cache_hit for entry in sets), task.name
-    assert timecat.main(["probe", "--profile", "ci", "-f", str(parameters)]) == 0
+    assert kit_main(["launch", "probe", "--profile", "ci", "-f", str(parameters)]) == 0
     results = pl.read_parquet(Path(loaded.output_dir) / timecat.RESULTS)
     assert results.height == len(representations) * len(loaded.tasks) * 2  # two rules
     assert (Path(loaded.output_dir) / timecat.DIAGNOSTICS).exists()
@@ -76,7 +77,7 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
 
     # one process extracts the same entries (same keys) with the same features
     shutil.move(cache, tmp_path / "sharded")
-    assert timecat.main(["extract", "--profile", "ci", "-f", str(parameters)]) == 0
+    assert kit_main(["launch", "extract", "--profile", "ci", "-f", str(parameters)]) == 0
     assert set(entries(cache)) == set(made)
     for name in made:
         sharded, single = tmp_path / "sharded" / name, cache / name
@@ -92,7 +93,7 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
 def test_extraction_refuses_unfinished_training_before_extracting(tmp_path: Path, capsys
                                                                   ) -> None:
     out = tmp_path / "out"
-    assert timecat.main(["extract", "--profile", "ci", "--set", f"output_dir={out}"]) == 2
+    assert kit_main(["launch", "extract", "--profile", "ci", "--set", f"output_dir={out}"]) == 2
     error = capsys.readouterr().err
     assert "training run(s) have not finished" in error and "rep0/cat1/seed0" in error
     assert "Traceback" not in error
@@ -102,15 +103,15 @@ def test_extraction_refuses_unfinished_training_before_extracting(tmp_path: Path
 def test_plan_with_a_profile_exports_training_extraction_and_probing_chained(
         tmp_path: Path) -> None:
     out, export = tmp_path / "out", tmp_path / "export"
-    code = launch.main(["plan", "--profile", "ci", "--set", f"output_dir={out}", "--out",
+    code = kit_main(["launch", "plan", "--profile", "ci", "--set", f"output_dir={out}", "--out",
                         str(export), "--launch", "gpus_per_node=8", "--launch",
                         "nproc_per_node=8", "--launch", "partition=gpu"])
     assert code == 0
-    loaded = timecat.load_params("ci", [], [f"output_dir={out}"])
+    loaded = timecat.load_settings("ci", [], [f"output_dir={out}"])
     trainings = timecat.plan(loaded).trainings
     parameters = export / f"{timecat.NOTEBOOK}.parameters.yaml"
     replayed, _ = timecat.kit_params.load(timecat.NOTEBOOK, "ci", [parameters])
-    assert isinstance(replayed, TimecatParams) and replayed == loaded
+    assert isinstance(replayed, TimecatSettings) and replayed == loaded
 
     train = (export / "train.sbatch").read_text()
     assert f"#SBATCH --array=0-{len(trainings) - 1}" in train
@@ -120,10 +121,10 @@ def test_plan_with_a_profile_exports_training_extraction_and_probing_chained(
     extract, probe = ((export / f"{step}.sbatch").read_text() for step in ("extract", "probe"))
     for line in ("#SBATCH --ntasks-per-node=8", "#SBATCH --gpus-per-node=8",
                  "#SBATCH --partition=gpu", "#SBATCH --requeue",
-                 f"-m kit.timecat extract --profile ci -f {parameters}"):
+                 f"-m kit extract --profile ci -f {parameters}"):
         assert line in extract
     for line in ("#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=1",
-                 f"-m kit.timecat probe --profile ci -f {parameters}"):
+                 f"-m kit probe --profile ci -f {parameters}"):
         assert line in probe
     submit = (export / "submit.sh").read_text()
     order = re.findall(r"--dependency=afterok:\$job\} ([^\s)]+)", submit)
@@ -131,5 +132,5 @@ def test_plan_with_a_profile_exports_training_extraction_and_probing_chained(
     for script in ("train.sbatch", "extract.sbatch", "probe.sbatch", "submit.sh"):
         assert subprocess.run(["bash", "-n", str(export / script)]).returncode == 0, script
 
-    assert launch.main(["plan", "--profile", "ci", "--runs", "2", "--out", str(export)]) == 2
-    assert launch.main(["plan", "--out", str(export)]) == 2
+    assert kit_main(["launch", "plan", "--profile", "ci", "--runs", "2", "--out", str(export)]) == 2
+    assert kit_main(["launch", "plan", "--out", str(export)]) == 2

@@ -7,10 +7,12 @@ import polars as pl
 import pytest
 import torch
 
-from kit import report, runner, toy
-from kit.toy_params import ToyParams
+from kit.cli import runner
+from kit.experiments import toy
+from kit.experiments.toy_settings import ToySettings
+from kit.report import render as report
 
-FAST = toy.SparseTraining(steps=1500, probe_samples=1024, probe_steps=200)
+FAST = toy.SparseTrainingSettings(steps=1500, probe_samples=1024, probe_steps=200)
 
 
 def test_mixture_support_is_not_linearly_separable() -> None:
@@ -123,7 +125,7 @@ def test_one_feature_proportion_matches_what_notebook_01_reports(notebook_output
                                for name in ("runs", "direct", "concat",
                                                 "concat_shared_sample")))
     (planned,) = runner.plan(["01"], "ci")
-    params = ToyParams(**planned.parameters)
+    params = ToySettings(**planned.parameters)
     runs, _ = toy.mixture_sweep(params.shares, params.replicates, params,
                                 params.seed)
     measured = runs["kept"].is_in(["phi1", "phi2"]).mean()

@@ -7,7 +7,6 @@ process (two cores, shared with the rest of the suite).
 from __future__ import annotations
 
 import contextlib
-
 import io
 import os
 import signal
@@ -20,10 +19,16 @@ import pytest
 import torch
 import yaml
 
-from kit import data, models, plan, prefetch, train
-from kit.config import TrainConfig, load_train_config
-from kit.params import ParameterError
-from kit.paths import REPO_ROOT
+from kit import models
+from kit.core import distributed
+from kit.core.params import ParameterError
+from kit.core.paths import REPO_ROOT
+from kit.data import datasets as data
+from kit.data import prefetch
+from kit.experiments.timecat import budget
+from kit.experiments.timecat import budget as plan
+from kit.train import trainer as train
+from kit.train.settings import TrainSettings, load_train_settings
 
 SUBPROCESS_ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
 
@@ -63,7 +68,7 @@ def final_state(run_dir: Path) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 def test_config_defaults_are_the_algoperf_schedule_free_recipe(tmp_path: Path) -> None:
-    cfg = load_train_config(write_config(tmp_path / "run.yaml", settings(tmp_path / "out")))
+    cfg = load_train_settings(write_config(tmp_path / "run.yaml", settings(tmp_path / "out")))
     assert (cfg.lr, cfg.betas, cfg.weight_decay, cfg.label_smoothing) == (
         0.01, [0.9, 0.99552], 0.08122, 0.2)
     assert (cfg.weight_lr_power, cfg.r, cfg.warmup_fraction) == (2.0, 0.75, 0.02)
@@ -75,7 +80,7 @@ def test_config_string_number_names_file_and_key(tmp_path: Path) -> None:
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(settings(tmp_path)).replace("lr: 0.01", "lr: 1e-3"))
     with pytest.raises(ParameterError) as error:
-        load_train_config(path)
+        load_train_settings(path)
     message = str(error.value)
     assert f"{path}: parameter 'lr'" in message and "'1e-3'" in message and "1.0e-3" in message
 
@@ -85,14 +90,14 @@ def test_config_nested_unknown_key_and_override_are_named(tmp_path: Path) -> Non
     values["data"] = values["data"] | {"imagesize": 16}
     path = write_config(tmp_path / "run.yaml", values)
     with pytest.raises(ParameterError) as error:
-        load_train_config(path)
+        load_train_settings(path)
     assert "unknown parameter 'data.imagesize'; did you mean 'image_size'" in str(error.value)
     path = write_config(tmp_path / "run.yaml", settings(tmp_path))
     with pytest.raises(ParameterError, match="the command line: parameter 'data.image_size'"):
-        load_train_config(path, ["data.image_size=4"])
+        load_train_settings(path, ["data.image_size=4"])
     with pytest.raises(ParameterError, match=r"synthetic.components.0.*unknown cue\(s\) smell"):
-        load_train_config(path, ["data.synthetic.components=[{weight: 1.0, cues: [smell]}]"])
-    assert load_train_config(path, ["data.image_size=24", "seed=9"]).data.image_size == 24
+        load_train_settings(path, ["data.synthetic.components=[{weight: 1.0, cues: [smell]}]"])
+    assert load_train_settings(path, ["data.image_size=24", "seed=9"]).data.image_size == 24
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,8 +107,8 @@ def test_config_nested_unknown_key_and_override_are_named(tmp_path: Path) -> Non
 def test_optimizer_state_round_trip_continues_identically(tmp_path: Path) -> None:
     """schedule_free issue #32: state_dict round trips failed; the trainer saves in eval mode
     (weights at x) and returns to y after loading. A frozen layer (no state) is included."""
-    cfg = TrainConfig(**settings(tmp_path))
-    process = train.Process(0, 1, torch.device("cpu"))
+    cfg = TrainSettings(**settings(tmp_path))
+    process = distributed.Process(0, 1, torch.device("cpu"))
     batches = [(torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,))) for _ in range(6)]
 
     def trainer() -> train.Trainer:
@@ -140,7 +145,7 @@ def test_batchnorm_recalibration_at_x_is_needed_and_sufficient(tmp_path: Path) -
         values = settings(tmp_path / f"recal{batches}", lr=1.0, width=0.25, iterations=60,
                           eval_every=0, checkpoint_every=0, log_every=60, label_smoothing=0.0,
                           bn_recalibration_batches=batches)
-        runs[batches] = train.train(TrainConfig(**values))
+        runs[batches] = train.train(TrainSettings(**values))
     stale, fresh = (final_state(runs[b]) for b in (0, 4))
     for name, tensor in stale["model"].items():
         if "running" not in name and "num_batches" not in name:
@@ -149,7 +154,7 @@ def test_batchnorm_recalibration_at_x_is_needed_and_sufficient(tmp_path: Path) -
     assert stale_eval["eval_loss"] > 1.5 * fresh_eval["eval_loss"]
     assert stale_eval["eval_accuracy"] < fresh_eval["eval_accuracy"] - 0.04
 
-    cfg = TrainConfig(**settings(tmp_path, width=0.25))
+    cfg = TrainSettings(**settings(tmp_path, width=0.25))
     model = models.build(cfg.model, cfg.num_classes, cfg.width, image_size=16)
     model.load_state_dict(fresh["model"])
     run_data = data.build(cfg.data, cfg.num_classes, cfg.seed, 128, 0, 1, 0, 0, False)
@@ -181,8 +186,8 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path
     killed_at = torch.load(checkpoint, weights_only=True)["step"]
     assert 10 <= killed_at < 80 and not (tmp_path / "killed" / train.DONE).exists()
 
-    resumed = train.train(TrainConfig(**values))
-    uninterrupted = train.train(TrainConfig(**settings(
+    resumed = train.train(TrainSettings(**values))
+    uninterrupted = train.train(TrainSettings(**settings(
         tmp_path / "straight", iterations=80, checkpoint_every=10, eval_every=40, log_every=5)))
     a, b = final_state(resumed), final_state(uninterrupted)
     assert a["step"] == b["step"] == 80 and a["epoch"] == b["epoch"]
@@ -194,7 +199,7 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path
 
 
 def test_finished_run_is_not_trained_again(tmp_path: Path, capsys) -> None:
-    cfg = TrainConfig(**settings(tmp_path / "run", iterations=6))
+    cfg = TrainSettings(**settings(tmp_path / "run", iterations=6))
     out = train.train(cfg)
     stamp = (out / train.CHECKPOINT).stat().st_mtime_ns
     metrics = (out / train.METRICS).read_text()
@@ -209,7 +214,7 @@ def test_finished_run_is_not_trained_again(tmp_path: Path, capsys) -> None:
 def test_tensorboard_scalars_are_the_metrics_and_do_not_change_the_run(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing import event_accumulator
 
-    cfg = TrainConfig(**settings(tmp_path / "run", iterations=12, eval_every=6, tensorboard=True))
+    cfg = TrainSettings(**settings(tmp_path / "run", iterations=12, eval_every=6, tensorboard=True))
     out = train.train(cfg)
     events = event_accumulator.EventAccumulator(str(out))
     events.Reload()
@@ -230,8 +235,8 @@ def test_tensorboard_without_the_package_says_how_to_install_it(
     path = write_config(tmp_path / "run.yaml", settings(tmp_path / "out", tensorboard=True))
     with pytest.raises(ParameterError, match=r"tensorboard: the tensorboard package is not "
                                              r"installed; install it with `pip install -e "):
-        load_train_config(path)
-    assert not load_train_config(path, ["tensorboard=false"]).tensorboard
+        load_train_settings(path)
+    assert not load_train_settings(path, ["tensorboard=false"]).tensorboard
 
 
 def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint(
@@ -244,7 +249,7 @@ def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint
         return (image * float("nan") if key[0] == 1 else image), label
 
     monkeypatch.setattr(data.Samples, "__getitem__", poisoned)
-    cfg = TrainConfig(**settings(tmp_path / "run", iterations=30, checkpoint_every=4,
+    cfg = TrainSettings(**settings(tmp_path / "run", iterations=30, checkpoint_every=4,
                                  log_every=5, eval_every=0))
     with pytest.raises(train.NonFiniteLossError) as error:
         train.train(cfg)
@@ -258,7 +263,7 @@ def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint
 
 def test_non_finite_batchnorm_statistics_are_never_saved_as_good(tmp_path: Path) -> None:
     """At lr 1e3 the loss is still finite at step 6 but the recalibrated BN variances are not."""
-    cfg = TrainConfig(**settings(tmp_path / "run", lr=1e3, iterations=30, checkpoint_every=2,
+    cfg = TrainSettings(**settings(tmp_path / "run", lr=1e3, iterations=30, checkpoint_every=2,
                                  log_every=2, eval_every=0))
     with pytest.raises(train.NonFiniteLossError, match="non-finite") as error:
         train.train(cfg)
@@ -267,9 +272,9 @@ def test_non_finite_batchnorm_statistics_are_never_saved_as_good(tmp_path: Path)
     assert not models.non_finite(kept["model"])  # running_var included
 
 
-def damaged_run(tmp_path: Path) -> tuple[TrainConfig, Path]:
+def damaged_run(tmp_path: Path) -> tuple[TrainSettings, Path]:
     """An unfinished run with a checkpoint at step 6 of 12."""
-    cfg = TrainConfig(**settings(tmp_path / "run", iterations=6, eval_every=0))
+    cfg = TrainSettings(**settings(tmp_path / "run", iterations=6, eval_every=0))
     out = train.train(cfg)
     (out / train.DONE).unlink()
     return cfg.model_copy(update={"iterations": 12}), out
@@ -317,7 +322,7 @@ def test_resume_drops_a_torn_metrics_line_and_stale_temporary_files(tmp_path: Pa
 def test_an_unwritable_output_dir_is_refused_before_training(tmp_path: Path) -> None:
     (tmp_path / "a_file").write_text("")
     with pytest.raises(ParameterError, match=f"{tmp_path / 'a_file'}: not a folder.*output_dir"):
-        train.train(TrainConfig(**settings(tmp_path / "a_file" / "run")))
+        train.train(TrainSettings(**settings(tmp_path / "a_file" / "run")))
 
 
 def test_command_line_reports_bad_input_without_traceback(tmp_path: Path) -> None:
@@ -347,7 +352,7 @@ def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path
     # the trainer broadcasts rank 0's final state and raises if any rank differs bit for bit
     assert yaml.safe_load((tmp_path / "ddp" / train.DONE).read_text()) == {"step": 24, "ranks": 2}
     assert len(list((tmp_path / "ddp").glob("events.out.tfevents.*"))) == 1  # rank 0 only
-    single = train.train(TrainConfig(**settings(tmp_path / "single", iterations=24, log_every=3)))
+    single = train.train(TrainSettings(**settings(tmp_path / "single", iterations=24, log_every=3)))
     ddp_loss = train.read_metrics(tmp_path / "ddp")["loss"].to_list()
     single_loss = train.read_metrics(single)["loss"].to_list()
     assert len(ddp_loss) == len(single_loss) == 8
@@ -367,8 +372,8 @@ def test_micro_batches_make_one_process_match_two_processes(tmp_path: Path) -> N
          "-m", "kit.train", "--config", str(config)],
         env=SUBPROCESS_ENV, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    micro = train.train(TrainConfig(**settings(tmp_path / "micro", micro_batch=16, **short)))
-    whole = train.train(TrainConfig(**settings(tmp_path / "whole", **short)))
+    micro = train.train(TrainSettings(**settings(tmp_path / "micro", micro_batch=16, **short)))
+    whole = train.train(TrainSettings(**settings(tmp_path / "whole", **short)))
     ddp_loss = train.read_metrics(tmp_path / "ddp")["loss"].to_list()
     micro_loss = train.read_metrics(micro)["loss"].to_list()
     assert len(ddp_loss) == 6
@@ -381,11 +386,11 @@ def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path) -> None:
     path = write_config(tmp_path / "run.yaml", settings(tmp_path / "run", micro_batch=12))
     with pytest.raises(ParameterError, match=f"{path}: .*micro_batch.*12 does not divide "
                                              "batch_size 32"):
-        load_train_config(path)
-    cfg = TrainConfig(**settings(tmp_path / "run", micro_batch=16))
+        load_train_settings(path)
+    cfg = TrainSettings(**settings(tmp_path / "run", micro_batch=16))
     with pytest.raises(ParameterError, match="micro_batch: batch_size 32 is not divisible by 4 "
                                              "ranks x micro_batch 16"):
-        train._train(cfg, train.Process(0, 4, torch.device("cpu")), train.StopFlag(),
+        train._train(cfg, distributed.Process(0, 4, torch.device("cpu")), train.StopFlag(),
                      contextlib.ExitStack())
 
 
@@ -394,19 +399,19 @@ def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def test_time_concat_plan_splits_the_budget_and_names_folders(tmp_path: Path) -> None:
-    runs = plan.time_concat(4, [2, 550, 23, 477, 8529], tmp_path, total=400_000)
+    runs = budget.time_concat(4, [2, 550, 23, 477, 8529], tmp_path, total=400_000)
     assert [r.iterations for r in runs] == [100_000] * 4
     assert [r.output_dir for r in runs] == [
         tmp_path / "cat4" / f"seed{s}" for s in (2, 550, 23, 477)]
-    paper = plan.time_concat(5, [2, 550, 23, 477, 8529], tmp_path, total=400_000, iterations=80_000)
+    paper = budget.time_concat(5, [2, 550, 23, 477, 8529], tmp_path, total=400_000, iterations=80_000)
     assert {r.iterations for r in paper} == {80_000}
     with pytest.raises(ParameterError, match="do not split into 3 equal runs"):
-        plan.time_concat(3, [1, 2, 3], tmp_path, total=400_000)
+        budget.time_concat(3, [1, 2, 3], tmp_path, total=400_000)
     with pytest.raises(ParameterError, match="exceed the total"):
-        plan.time_concat(2, [1, 2], tmp_path, total=400_000, iterations=250_000)
+        budget.time_concat(2, [1, 2], tmp_path, total=400_000, iterations=250_000)
     with pytest.raises(ParameterError, match="distinct seeds"):
-        plan.time_concat(2, [1, 1], tmp_path, total=10)
-    base = TrainConfig(**settings(tmp_path))
+        budget.time_concat(2, [1, 1], tmp_path, total=10)
+    base = TrainSettings(**settings(tmp_path))
     cfg = plan.configure(runs[1], base)
     assert (cfg.seed, cfg.iterations, cfg.output_dir) == (550, 100_000, str(runs[1].output_dir))
 

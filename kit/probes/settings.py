@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from kit.params import Strict
+from kit.core.params import Strict
 
 #: the authors' weight-decay grids per evaluation dataset (../shared/papers/REFERENCE.md,
 #: "Linear-probe protocol of the authors": richreps-timecat's supervised.py): ImageNet
@@ -17,12 +17,12 @@ PAPER_WEIGHT_DECAYS: dict[str, tuple[float, ...]] = {
     "cifar": (1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
 }
 
-#: which grid a dataset kind (kit.config.DataConfig.kind) gets by default
+#: which grid a dataset kind (kit.config.DataSettings.kind) gets by default
 GRID_OF_KIND = {"imagefolder": "imagenet", "inat18": "inat18", "cifar10": "cifar",
                 "cifar100": "cifar", "synthetic": "imagenet"}
 
 
-class FastProbe(Strict):
+class FastProbeSettings(Strict):
     """Minibatch SGD (Nesterov) with cosine decay on standardised features; one head per
     (learning rate, weight decay), all trained in one pass."""
 
@@ -45,7 +45,7 @@ class FastProbe(Strict):
     select_from: Literal["epochs", "converged"] = "epochs"
 
     @model_validator(mode="after")
-    def _converges(self) -> FastProbe:
+    def _converges(self) -> FastProbeSettings:
         if self.select_from == "converged" and min(self.weight_decays) <= 0:
             raise ValueError(f"weight_decays: select_from converged needs every weight decay > 0 "
                              f"(an unpenalised fit of separable features has no minimum), got "
@@ -53,7 +53,7 @@ class FastProbe(Strict):
         return self
 
 
-class FaithfulSettings(Strict):
+class FaithfulProbeSettings(Strict):
     """The authors' probe (`kit.probe.faithful_probe`) as notebook 03 runs it: frozen backbones
     on augmented images every epoch, BN1d + Linear heads, one per weight decay of the task's
     grid. The recipe's values default to the authors'; what depends on the machine (processes,
@@ -80,7 +80,7 @@ class FaithfulSettings(Strict):
     precision: Literal["fp32", "bf16"]
 
     @model_validator(mode="after")
-    def _consistent(self) -> FaithfulSettings:
+    def _consistent(self) -> FaithfulProbeSettings:
         for name, grid in self.weight_decays.items():
             if not grid or any(decay < 0 for decay in grid):
                 raise ValueError(f"weight_decays: {name} needs one or more weight decays >= 0, "

@@ -27,15 +27,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kit.paths import PARAMETERS_DIR
+from kit.core.paths import PARAMETERS_DIR
 
 #: a profile file may name the profile it builds on
 EXTENDS = "extends"
 #: notebook (file stem) -> "module:Schema", imported on demand
 SCHEMAS = {
-    "01_toy_counterexample": "kit.toy_params:ToyParams",
-    "02_surveyed_evidence": "kit.params:NotebookParams",
-    "03_time_concat": "kit.timecat_params:TimecatParams",
+    "01_toy_counterexample": "kit.experiments.toy_settings:ToySettings",
+    "02_surveyed_evidence": "kit.core.params:NotebookSettings",
+    "03_time_concat": "kit.experiments.timecat.settings:TimecatSettings",
 }
 
 
@@ -49,7 +49,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class NotebookParams(Strict):
+class NotebookSettings(Strict):
     """Keys every notebook takes (notebook 02 takes only these)."""
 
     profile: str = Field(min_length=1)
@@ -65,12 +65,12 @@ PLAIN_VALUES = (str, int, float, bool, list, dict, type(None))
 KERNEL_HISTORY = ("In", "Out")
 
 
-def schema_for(notebook: str) -> type[NotebookParams]:
+def schema_for(notebook: str) -> type[NotebookSettings]:
     try:
         module, name = SCHEMAS[notebook].split(":")
     except KeyError:
         raise ParameterError(f"notebook '{notebook}' has no parameter schema in "
-                             f"kit.params.SCHEMAS (known: {', '.join(sorted(SCHEMAS))})") from None
+                             f"kit.core.params.SCHEMAS (known: {', '.join(sorted(SCHEMAS))})") from None
     return getattr(importlib.import_module(module), name)
 
 
@@ -176,7 +176,7 @@ def resolve_layers(notebook: str, profile: str, files: list[Path] | None = None,
     return values, sources
 
 
-def validate(notebook: str, values: Mapping[str, Any], sources: Sources) -> NotebookParams:
+def validate(notebook: str, values: Mapping[str, Any], sources: Sources) -> NotebookSettings:
     """Validate merged values against the notebook's schema, naming file and key on error."""
     schema = schema_for(notebook)
     try:
@@ -189,7 +189,7 @@ def validate(notebook: str, values: Mapping[str, Any], sources: Sources) -> Note
 
 def load(notebook: str, profile: str, files: list[Path] | None = None,
          overrides: Mapping[str, Any] | None = None, parameters_dir: Path = PARAMETERS_DIR,
-         output_dir: str | None = None) -> tuple[NotebookParams, Sources]:
+         output_dir: str | None = None) -> tuple[NotebookSettings, Sources]:
     """Layer and validate a notebook's parameters for a profile. Returns them and their sources."""
     values, sources = resolve_layers(notebook, profile, files, overrides, parameters_dir,
                                      output_dir)
@@ -197,7 +197,7 @@ def load(notebook: str, profile: str, files: list[Path] | None = None,
 
 
 def from_notebook(notebook: str, namespace: Mapping[str, Any],
-                  parameters_dir: Path = PARAMETERS_DIR) -> NotebookParams:
+                  parameters_dir: Path = PARAMETERS_DIR) -> NotebookSettings:
     """The parameters of a running notebook: its profile (from the parameters cell or injected)
     resolved from parameters/, with every other value papermill injected merged on top. An
     injected name the schema does not know is refused (papermill itself only warns). The names

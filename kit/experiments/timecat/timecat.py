@@ -16,7 +16,6 @@ they go through the same cache as the notebook, which then finds the features an
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import itertools
@@ -24,7 +23,6 @@ import json
 import math
 import os
 import signal
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,15 +36,24 @@ import torch.distributed as dist
 import yaml
 from torch.utils.data import Dataset, Subset
 
-from kit import data, diagnostics, evidence, features, files, models, params as kit_params
-from kit import probe, report, train
-from kit import launch as kit_launch
-from kit.config import TrainConfig
-from kit.launch import is_finished  # also timecat.is_finished, for the notebook and tests
-from kit.params import ParameterError
-from kit.paths import resolve
-from kit.progress import KeptBar
-from kit.timecat_params import ProbeTask, TimecatParams
+from kit import features, models
+from kit.core import distributed, files, processes
+from kit.core import params as kit_params
+from kit.core.params import ParameterError
+from kit.core.paths import resolve
+from kit.core.progress import KeptBar
+from kit.data import datasets as data
+from kit.experiments import evidence
+from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
+from kit.launch import backends as kit_launch
+from kit.launch.backends import (
+    is_finished,  # also timecat.is_finished, for the notebook and tests
+)
+from kit.probes import probe
+from kit.report import diagnostics
+from kit.report import render as report
+from kit.train import trainer as train
+from kit.train.settings import TrainSettings
 
 
 @dataclass(frozen=True)
@@ -65,10 +72,10 @@ class Representation:
 
 @dataclass(frozen=True)
 class PlannedTraining:
-    config: TrainConfig
+    config: TrainSettings
 
 
-def runs_dir(params: TimecatParams) -> Path:
+def runs_dir(params: TimecatSettings) -> Path:
     """Where runs, logs and cached features go: run_root, relative to the output folder."""
     return resolve(params.output_dir) / params.run_root
 
@@ -79,16 +86,16 @@ class Plan:
 
     trainings: list[PlannedTraining]
     #: untrained networks of random-init variants, written by `initialise`
-    initial: list[TrainConfig]
+    initial: list[TrainSettings]
     representations: list[Representation]
 
 
-def plan(params: TimecatParams) -> Plan:
+def plan(params: TimecatSettings) -> Plan:
     """Every run, untrained network and representation of the experiment. Folders are
     rep<r>/<variant>/seed<s> (direct: rep<r>/<variant>-<task>/seed<s>)."""
     root = runs_dir(params)
-    runs: dict[Path, TrainConfig] = {}
-    initial: list[TrainConfig] = []
+    runs: dict[Path, TrainSettings] = {}
+    initial: list[TrainSettings] = []
     representations = []
     for replicate in range(params.replicates):
         seeds = params.seeds(replicate)
@@ -125,7 +132,7 @@ def plan(params: TimecatParams) -> Plan:
 INITIAL = "initial.pt"
 
 
-def initialise(configs: list[TrainConfig]) -> int:
+def initialise(configs: list[TrainSettings]) -> int:
     """Write the untrained networks of random-init variants as kit.train would start them (same
     seed, same architecture), in the kit's checkpoint format; returns how many were written
     (existing files are kept)."""
@@ -166,7 +173,7 @@ def _refuse_changed_runs(trainings: list[PlannedTraining]) -> None:
             "or delete those folders to retrain them.")
 
 
-def launch(trainings: list[PlannedTraining], params: TimecatParams, wait: bool = True
+def launch(trainings: list[PlannedTraining], params: TimecatSettings, wait: bool = True
            ) -> list[str]:
     """Train every unfinished run (finished ones are skipped) with kit.launch; returns what was
     skipped. A folder holding a run with other settings is refused before anything starts, never
@@ -206,7 +213,7 @@ class TaskFeatures:
 
 
 def task_features(task: ProbeTask, representations: list[Representation],
-                  params: TimecatParams, progress: bool = False) -> TaskFeatures:
+                  params: TimecatSettings, progress: bool = False) -> TaskFeatures:
     """Extract (or find cached) every feature probe_all reads for one task: the one path to
     the cache, so that an extraction job and the notebook's probes meet the same entries.
     Under torchrun each rank extracts its shard. The authors' probe reads images, so for it
@@ -239,7 +246,7 @@ def task_features(task: ProbeTask, representations: list[Representation],
         dict(zip(members, extract([[c] for c in members], "eval", eval_set))), len(eval_set))
 
 
-def probe_all(representations: list[Representation], params: TimecatParams) -> Measurements:
+def probe_all(representations: list[Representation], params: TimecatSettings) -> Measurements:
     """Probe every representation on every task with the probe `probe_kind` names (one row per
     representation, task and rule): the fast probe on (cached) extracted features, or the
     authors' probe on images (`faithful_result`). Also measure each representation's richness
@@ -295,7 +302,7 @@ def probe_all(representations: list[Representation], params: TimecatParams) -> M
                                                   "seed_cka": pl.Float64}))
 
 
-def faithful_result(rep: Representation, task: ProbeTask, params: TimecatParams
+def faithful_result(rep: Representation, task: ProbeTask, params: TimecatSettings
                     ) -> probe.ProbeResult:
     """The authors' probe of one representation on one task, in
     run_root/faithful/<task>/rep<r>/<variant>: read back when it has finished, resumed when it
@@ -313,7 +320,7 @@ def faithful_result(rep: Representation, task: ProbeTask, params: TimecatParams
                                  settings.workers, settings.processes)
 
 
-def probe_description(params: TimecatParams) -> str:
+def probe_description(params: TimecatSettings) -> str:
     """Which probe measured the results, and with what settings, in one sentence."""
     if params.probe_kind == "lbfgs":
         return (f"full-batch L-BFGS on cached features (multinomial logistic regression, "
@@ -440,7 +447,7 @@ def train_eval_gap(results: pl.DataFrame, rule: str) -> pl.DataFrame:
             .with_columns((pl.col("train %") - pl.col("eval %")).alias("gap")))
 
 
-def pretraining_passes(params: TimecatParams) -> float | None:
+def pretraining_passes(params: TimecatSettings) -> float | None:
     """How many times the longest pretraining run goes through its pool of synthetic images
     (at most 1: no image is seen twice, data streamed as the paper assumes); None on real
     data, where the budget sets the epochs."""
@@ -532,7 +539,7 @@ def _mean_std(results: pl.DataFrame, rule: str, by: list[str]) -> pl.DataFrame:
                               (pl.col("mean") + pl.col("std")).alias("high"))
 
 
-def ceilings(params: TimecatParams) -> dict[str, float]:
+def ceilings(params: TimecatSettings) -> dict[str, float]:
     """Top-1 % a perfect reader of every cue reaches on each synthetic task (the Bayes ceiling,
     kit.data.bayes_ceiling); tasks on real data have none."""
     levels = {}
@@ -543,7 +550,7 @@ def ceilings(params: TimecatParams) -> dict[str, float]:
     return levels
 
 
-def chance_levels(params: TimecatParams) -> dict[str, float]:
+def chance_levels(params: TimecatSettings) -> dict[str, float]:
     """Top-1 % of guessing on each task (its classes are balanced: the synthetic world draws
     labels uniformly, the paper's datasets are close to it)."""
     return {task.name: 100 / params.task_data(task)[1] for task in params.tasks}
@@ -572,7 +579,7 @@ def accuracy_chart(results: pl.DataFrame, rule: str, chance: dict[str, float],
         column=alt.Column("task:N", title=None))
 
 
-def task_table(params: TimecatParams) -> pl.DataFrame:
+def task_table(params: TimecatSettings) -> pl.DataFrame:
     """What each probe task is: its role, classes, chance level and Bayes ceiling (synthetic
     tasks), and the rows its probe trains on."""
     chance, ceiling = chance_levels(params), ceilings(params)
@@ -622,7 +629,7 @@ EXTRACTED = "extracted.json"
 Step = Literal["extract", "probe"]
 
 
-def _extraction_record(params: TimecatParams, representations: list[Representation]
+def _extraction_record(params: TimecatSettings, representations: list[Representation]
                        ) -> dict[str, object] | None:
     """What the cached features depend on, cheap to compare: tasks, probe rows, seed, dtype,
     training settings, and each checkpoint's path, size and modification time (None while one
@@ -637,7 +644,7 @@ def _extraction_record(params: TimecatParams, representations: list[Representati
         "checkpoints": stats}
 
 
-def extraction_finished(params: TimecatParams) -> bool:
+def extraction_finished(params: TimecatSettings) -> bool:
     """Whether an extraction step completed for exactly these parameters and checkpoints."""
     record = _extraction_record(params, plan(params).representations)
     marker = runs_dir(params) / "features" / EXTRACTED
@@ -653,16 +660,16 @@ def _stopped_by_preemption() -> Iterator[None]:
         raise train.Preempted(f"{signal.Signals(number).name}: stopped; cache entries finished "
                               "so far are kept, run it again to extract the rest")
 
-    with kit_launch.signal_handlers(train.PREEMPTION_SIGNALS, stop):
+    with processes.signal_handlers(processes.PREEMPTION_SIGNALS, stop):
         yield
 
 
-def extract_step(params: TimecatParams) -> int:
+def extract_step(params: TimecatSettings) -> int:
     """Extract every feature probe_all reads into its cache, as one process or one rank of a
     torchrun/srun group (gloo on CPU, NCCL on GPU; each rank extracts its shard). Unfinished or
     changed training runs are refused before anything is extracted. Returns the number of
     cache entries the probes read (extracted now or found)."""
-    process = train.start_process(params.device)
+    process = distributed.start_process(params.device)
     print(f"extracting features: rank {process.rank}/{process.world_size} on {process.device}",
           flush=True)
     try:
@@ -691,7 +698,7 @@ def extract_step(params: TimecatParams) -> int:
             dist.destroy_process_group()
 
 
-def probe_step(params: TimecatParams) -> Path:
+def probe_step(params: TimecatSettings) -> Path:
     """Probe every representation (features from the cache; missing ones are extracted here)
     and write the results and diagnostics tables notebook 03 writes; returns the results file.
     One process: probing reads cached features and needs no group."""
@@ -705,7 +712,7 @@ def probe_step(params: TimecatParams) -> Path:
     return out / RESULTS
 
 
-def write_job_parameters(params: TimecatParams, path: Path) -> Path:
+def write_job_parameters(params: TimecatSettings, path: Path) -> Path:
     """The merged parameters as one file that a job layers over its profile (`-f`), so that it
     sees exactly what the notebook saw, papermill's injected values included."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -716,10 +723,10 @@ def write_job_parameters(params: TimecatParams, path: Path) -> Path:
 
 def job_args(step: Step, profile: str, parameters_file: Path) -> list[str]:
     """`python -m` arguments of a step."""
-    return ["kit.timecat", step, "--profile", profile, "-f", str(parameters_file)]
+    return ["kit", step, "--profile", profile, "-f", str(parameters_file)]
 
 
-def step_settings(step: Step, settings: kit_launch.LaunchConfig) -> kit_launch.LaunchConfig:
+def step_settings(step: Step, settings: kit_launch.LaunchSettings) -> kit_launch.LaunchSettings:
     """The launch settings of a step: extraction uses all of them (every GPU of the node, or
     several nodes); probing is one process on at most one GPU."""
     if step == "extract":
@@ -728,8 +735,8 @@ def step_settings(step: Step, settings: kit_launch.LaunchConfig) -> kit_launch.L
                                        "gpus_per_node": min(settings.gpus_per_node, 1)})
 
 
-def launch_step(step: Step, params: TimecatParams,
-                settings: kit_launch.LaunchConfig | None = None, wait: bool = True
+def launch_step(step: Step, params: TimecatSettings,
+                settings: kit_launch.LaunchSettings | None = None, wait: bool = True
                 ) -> kit_launch.Launched:
     """Run a step as a job with the profile's launch settings (or `settings`): in this process
     (inline), as one process or one torchrun on this node (local, torchrun; log in
@@ -740,7 +747,7 @@ def launch_step(step: Step, params: TimecatParams,
                                   step_settings(step, settings or params.launch), folder, wait)
 
 
-def launch_extraction(params: TimecatParams, wait: bool = True) -> bool:
+def launch_extraction(params: TimecatSettings, wait: bool = True) -> bool:
     """Extract every feature the probes need as a launched job unless a finished extraction
     covers these parameters and checkpoints; returns whether they are all extracted now (False:
     a Slurm job is still queued or running). A failed job is named with its log."""
@@ -750,7 +757,7 @@ def launch_extraction(params: TimecatParams, wait: bool = True) -> bool:
     return extraction_finished(params)
 
 
-def export_jobs(params: TimecatParams, settings: kit_launch.LaunchConfig, out: str | Path
+def export_jobs(params: TimecatSettings, settings: kit_launch.LaunchSettings, out: str | Path
                 ) -> list[Path]:
     """Ready-to-submit Slurm scripts in `out`: train.sbatch (the notebook's training runs, an
     array; absent when nothing is trained), extract.sbatch, probe.sbatch, and submit.sh, which
@@ -766,37 +773,10 @@ def export_jobs(params: TimecatParams, settings: kit_launch.LaunchConfig, out: s
     return [*scripts, kit_launch.export_chain(scripts, out)]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kit.timecat",
-                                     description="notebook 03's steps as jobs")
-    commands = parser.add_subparsers(dest="command", required=True)
-    for name, text in [("extract", "extract every feature the probes need into the cache "
-                        "(one process, or each rank of torchrun/srun its shard)"),
-                       ("probe", f"probe from the cache and write {RESULTS} and {DIAGNOSTICS}")]:
-        sub = commands.add_parser(name, help=text)
-        kit_launch.add_profile_arguments(sub)
-    args = parser.parse_args(argv)
-
-    def step() -> None:
-        loaded = load_params(args.profile, args.files, args.sets)
-        if args.command == "extract":
-            count = extract_step(loaded)
-            if int(os.environ.get("RANK", "0")) == 0:
-                print(f"{count} cache entries in {runs_dir(loaded) / 'features'}")
-        else:
-            print(f"wrote {probe_step(loaded)}")
-
-    return train.exit_code(step)
-
-
-def load_params(profile: str, parameter_files: list[Path], overrides: list[str]
-                ) -> TimecatParams:
+def load_settings(profile: str, parameter_files: list[Path], overrides: list[str]
+                ) -> TimecatSettings:
     """Notebook 03's parameters for a profile, files and KEY=VALUE overrides."""
     loaded, _ = kit_params.load(NOTEBOOK, profile, parameter_files,
                                 kit_params.parse_overrides(overrides))
-    assert isinstance(loaded, TimecatParams)
+    assert isinstance(loaded, TimecatSettings)
     return loaded
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Start training runs on this machine, on several nodes, or as a Slurm array: one seam.
 
-Backends (LaunchConfig.backend):
+Backends (LaunchSettings.backend):
 - `inline`: in this process, one run after another (debugging, tiny runs).
 - `local`: `workers` runs at a time, each in its own process(es) pinned to its own GPUs
   (CUDA_VISIBLE_DEVICES) or, without CUDA, its own CPU cores (affinity and OMP_NUM_THREADS).
@@ -23,9 +23,6 @@ runs, extraction and probing as sbatch scripts with submit.sh chaining them (aft
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import importlib
 import json
 import os
 import shlex
@@ -33,32 +30,36 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import psutil
 import yaml
 from pydantic import Field, model_validator
 
-from kit.config import TrainConfig
-from kit.files import atomic_write
-from kit.params import ParameterError, Strict
-from kit.paths import REPO_ROOT, importable_environment, resolve
-from kit.progress import KeptBar
-from kit.warm import WarmProcesses, ignoring_signals
+from kit.core.files import atomic_write
+from kit.core.params import ParameterError, Strict
+from kit.core.paths import REPO_ROOT, resolve
+from kit.core.processes import (
+    DONE,
+    PREEMPTED_EXIT,
+    child_environment,
+    ignoring_signals,
+    module_main,
+    rendezvous_port,
+    signal_tree,
+)
+from kit.core.progress import KeptBar
+from kit.launch.warm import WarmProcesses
+from kit.train.settings import TrainSettings
 
-#: the trainer's exit status after a preemption checkpoint (kit.train.PREEMPTED_EXIT)
-PREEMPTED_EXIT = 75
-#: the marker a finished run leaves in its folder (kit.train writes it)
-DONE = "DONE"
 CONFIGS = "configs"
 LOGS = "logs"
 JOBS = "slurm_jobs.json"
 
 
-class LaunchConfig(Strict):
+class LaunchSettings(Strict):
     """Where and how training runs start."""
 
     backend: Literal["inline", "local", "torchrun", "slurm"]
@@ -88,7 +89,7 @@ class LaunchConfig(Strict):
     setup: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _consistent(self) -> LaunchConfig:
+    def _consistent(self) -> LaunchSettings:
         if self.backend == "torchrun" and self.nodes > 1 and not self.rdzv_endpoint:
             raise ValueError("rdzv_endpoint: torchrun on several nodes needs the first node's "
                              "host:port")
@@ -118,7 +119,7 @@ class Launched:
         return self
 
 
-def run_name(config: TrainConfig, work_dir: Path) -> str:
+def run_name(config: TrainSettings, work_dir: Path) -> str:
     """A run's name: its folder relative to the work folder (or absolute), `/` as `__`."""
     out = resolve(config.output_dir)
     try:
@@ -128,12 +129,12 @@ def run_name(config: TrainConfig, work_dir: Path) -> str:
     return str(relative).replace(os.sep, "__")
 
 
-def is_finished(config: TrainConfig) -> bool:
+def is_finished(config: TrainSettings) -> bool:
     """Whether a run has finished (its DONE marker exists), whatever launched it."""
     return (resolve(config.output_dir) / DONE).exists()
 
 
-def write_configs(configs: Sequence[TrainConfig], work_dir: Path) -> dict[str, Path]:
+def write_configs(configs: Sequence[TrainSettings], work_dir: Path) -> dict[str, Path]:
     """Each run's YAML under work_dir/configs, by run name (replaced atomically)."""
     folder = work_dir / CONFIGS
     folder.mkdir(parents=True, exist_ok=True)
@@ -147,7 +148,7 @@ def write_configs(configs: Sequence[TrainConfig], work_dir: Path) -> dict[str, P
     return files
 
 
-def launch(configs: list[TrainConfig], settings: LaunchConfig, work_dir: str | Path,
+def launch(configs: list[TrainSettings], settings: LaunchSettings, work_dir: str | Path,
            wait: bool = True) -> Launched:
     """Train the given runs with the chosen backend (all of them: the caller leaves out the
     finished ones). For slurm, `wait=False` returns once the array is submitted; calling again
@@ -163,8 +164,8 @@ def launch(configs: list[TrainConfig], settings: LaunchConfig, work_dir: str | P
     return _local(runs, files, settings, work_dir / LOGS, wait)
 
 
-def _inline(runs: dict[str, TrainConfig]) -> Launched:
-    from kit import train  # torch only where training happens
+def _inline(runs: dict[str, TrainSettings]) -> Launched:
+    from kit.train import trainer as train  # torch only where training happens
 
     launched = Launched()
     for name, config in runs.items():
@@ -182,12 +183,12 @@ def train_args(config_file: Path) -> list[str]:
     return ["kit.train", "--config", str(config_file)]
 
 
-def _single_process(settings: LaunchConfig) -> bool:
+def _single_process(settings: LaunchSettings) -> bool:
     """Whether a command starts as the module itself: one process, and not the torchrun backend."""
     return settings.backend != "torchrun" and settings.nproc_per_node * settings.nodes == 1
 
 
-def module_command(module_args: Sequence[str], settings: LaunchConfig, rdzv_id: str,
+def module_command(module_args: Sequence[str], settings: LaunchSettings, rdzv_id: str,
                    endpoint: str | None = None) -> list[str]:
     """The command running `python -m <module_args>` (a trainer, an extraction): the module
     itself for one process (except under the torchrun backend), else under one torchrun
@@ -206,23 +207,6 @@ def module_command(module_args: Sequence[str], settings: LaunchConfig, rdzv_id: 
     return command + program
 
 
-def rendezvous_port(job_id: int) -> int:
-    """The rendezvous port of a Slurm job's processes: derived from its id, so the same on every
-    node and different for concurrent jobs."""
-    return 20000 + job_id % 20000
-
-
-def child_environment(command: Sequence[str], extra: dict[str, str] | None = None
-                      ) -> dict[str, str]:
-    """The environment of a launched command: the repository importable, `extra` (a slot's
-    devices), and for a single process torchrun's variables saying so (a process started
-    inside a Slurm allocation then does not take Slurm's for a group)."""
-    env = importable_environment() | (extra or {})
-    if command[2] != "torch.distributed.run":
-        env |= {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    return env
-
-
 @dataclass(frozen=True)
 class Slot:
     """The devices of one concurrent worker: GPUs, or CPU cores and a thread count."""
@@ -238,7 +222,7 @@ class Slot:
         return env
 
 
-def slots(settings: LaunchConfig) -> list[Slot]:
+def slots(settings: LaunchSettings) -> list[Slot]:
     """Disjoint devices for each worker: nproc_per_node GPUs each, or an equal share of this
     process's CPU cores when there is no GPU."""
     import torch
@@ -264,19 +248,6 @@ def slots(settings: LaunchConfig) -> list[Slot]:
             for w in range(workers)]
 
 
-@contextlib.contextmanager
-def signal_handlers(numbers: Iterable[int], handler: Callable[[int, Any], Any]
-                    ) -> Iterator[None]:
-    """`handler` catches the signals `numbers` during the block; their previous handlers are
-    restored after it (main thread only, as for signal.signal)."""
-    previous = {number: signal.signal(number, handler) for number in numbers}
-    try:
-        yield
-    finally:
-        for number, earlier in previous.items():
-            signal.signal(number, earlier)
-
-
 def _ignore_preemption_signals(cpus: tuple[int, ...] = ()) -> Callable[[], None]:
     """In the child before exec: pin it to `cpus`, and ignore USR1/USR2 so that torchrun, which
     has no handler for them, is not killed when a scheduler signals every process; the trainers
@@ -284,25 +255,11 @@ def _ignore_preemption_signals(cpus: tuple[int, ...] = ()) -> Callable[[], None]
     return ignoring_signals((signal.SIGUSR1, signal.SIGUSR2), cpus)
 
 
-def signal_tree(process: subprocess.Popen, number: int) -> None:
-    """Send a signal to a process and all its descendants (torchrun starts its workers in their
-    own sessions, so a process group does not reach them)."""
-    try:
-        below = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        below = []
-    for pid in [process.pid, *below]:
-        try:
-            os.kill(pid, number)
-        except ProcessLookupError:
-            pass
-
-
 #: this process's warm workers (kit.warm), started by `warm`
 WARM = WarmProcesses()
 
 
-def warm(settings: LaunchConfig, device: str) -> None:
+def warm(settings: LaunchSettings, device: str) -> None:
     """Start now the processes a local launch on CPU will run its commands in: they import torch
     while this process goes on (call it before importing torch). Nothing for other backends,
     for torchrun groups or on a GPU."""
@@ -355,11 +312,11 @@ class Progress:
     def __init__(self) -> None:
         self.bars: dict[str, KeptBar] = {}
 
-    def start(self, name: str, config: TrainConfig) -> None:
+    def start(self, name: str, config: TrainSettings) -> None:
         self.bars[name] = KeptBar(total=config.iterations, desc=name, unit="step",
                                   position=len(self.bars), leave=True)
 
-    def update(self, name: str, config: TrainConfig) -> None:
+    def update(self, name: str, config: TrainSettings) -> None:
         record = last_record(resolve(config.output_dir) / "metrics.jsonl")
         bar = self.bars[name]
         if record and record["step"] > bar.n:
@@ -371,17 +328,17 @@ class Progress:
                             refresh=False)
             bar.update(record["step"] - bar.n)
 
-    def finish(self, name: str, config: TrainConfig) -> None:
+    def finish(self, name: str, config: TrainSettings) -> None:
         self.update(name, config)
         self.bars[name].close()
 
 
-def run_cost(config: TrainConfig) -> float:
+def run_cost(config: TrainSettings) -> float:
     """A run's relative compute: images seen times the width's square (a convolution's cost)."""
     return config.iterations * config.batch_size * config.width ** 2
 
 
-def chains(runs: dict[str, TrainConfig], count: int) -> list[list[str]]:
+def chains(runs: dict[str, TrainSettings], count: int) -> list[list[str]]:
     """The runs dealt into at most `count` lists of about equal cost (costliest first, each to
     the least loaded list), each list to be trained in turn by one process."""
     loads, dealt = [0.0] * count, [[] for _ in range(count)]
@@ -392,7 +349,7 @@ def chains(runs: dict[str, TrainConfig], count: int) -> list[list[str]]:
     return [chain for chain in dealt if chain]
 
 
-def _local(runs: dict[str, TrainConfig], files: dict[str, Path], settings: LaunchConfig,
+def _local(runs: dict[str, TrainSettings], files: dict[str, Path], settings: LaunchSettings,
            log_dir: Path, wait: bool) -> Launched:
     """Run `workers` processes at a time, each pinned to its slot, until all runs have ended.
     Single-process runs are dealt into one chain per slot, trained in turn by one process:
@@ -451,7 +408,7 @@ class SlurmTask:
     cache entries) and exit, and requeues the same command; a command preempted on its own
     (SIGTERM, exit status 75) requeues the same way."""
 
-    def __init__(self, module_args: Sequence[str], settings: LaunchConfig) -> None:
+    def __init__(self, module_args: Sequence[str], settings: LaunchSettings) -> None:
         self.module_args, self.settings = list(module_args), settings
         self.process: subprocess.Popen | None = None
 
@@ -493,7 +450,7 @@ class SlurmTask:
         return submitit.helpers.DelayedSubmission(SlurmTask(self.module_args, self.settings))
 
 
-def executor(settings: LaunchConfig, folder: Path) -> Any:
+def executor(settings: LaunchSettings, folder: Path) -> Any:
     """A submitit executor with the launch's resources: one task per node (torchrun starts
     the node's processes), the preemption signal, requeue on it."""
     import submitit
@@ -518,7 +475,7 @@ def executor(settings: LaunchConfig, folder: Path) -> Any:
     return made
 
 
-def _slurm(tasks: dict[str, SlurmTask], settings: LaunchConfig, work_dir: Path, wait: bool,
+def _slurm(tasks: dict[str, SlurmTask], settings: LaunchSettings, work_dir: Path, wait: bool,
            finished: Callable[[str, bool], bool]) -> Launched:
     """Submit the tasks as one array, except those with a live job recorded in work_dir; when
     waiting, `finished(name, job succeeded)` says which ended well."""
@@ -552,7 +509,7 @@ def _slurm(tasks: dict[str, SlurmTask], settings: LaunchConfig, work_dir: Path, 
     return launched
 
 
-def _job_alive(settings: LaunchConfig, folder: Path, job_id: str) -> bool:
+def _job_alive(settings: LaunchSettings, folder: Path, job_id: str) -> bool:
     """Whether a recorded job is still queued or running (Slurm's accounting says)."""
     if settings.cluster == "local":
         return False  # a local job ends with the process that submitted it
@@ -567,7 +524,7 @@ def _job_alive(settings: LaunchConfig, folder: Path, job_id: str) -> bool:
 # One step after training (feature extraction, probing) as a job
 # ---------------------------------------------------------------------------------------------
 
-def launch_step(name: str, module_args: Sequence[str], settings: LaunchConfig,
+def launch_step(name: str, module_args: Sequence[str], settings: LaunchSettings,
                 work_dir: str | Path, wait: bool = True) -> Launched:
     """Run one command, `python -m <module_args>`, as one job with the chosen backend: in this
     process (inline: the module's `main`), as one process or one torchrun on this node's
@@ -578,7 +535,7 @@ def launch_step(name: str, module_args: Sequence[str], settings: LaunchConfig,
     work_dir = resolve(work_dir)
     launched = Launched()
     if settings.backend == "inline":
-        code = importlib.import_module(module_args[0]).main(list(module_args[1:]))
+        code = module_main(module_args[0])(list(module_args[1:]))
         if code:
             raise RuntimeError(f"python -m {shlex.join(module_args)}: exited with status {code}")
         launched.finished.append(name)
@@ -609,7 +566,7 @@ def launch_step(name: str, module_args: Sequence[str], settings: LaunchConfig,
 # Exported plans: configs and sbatch scripts for submitting by hand
 # ---------------------------------------------------------------------------------------------
 
-def _sbatch(name: str, settings: LaunchConfig, out: Path, command: str,
+def _sbatch(name: str, settings: LaunchSettings, out: Path, command: str,
             array: str | None = None) -> str:
     """An sbatch script (out/<name>.sbatch) whose `srun` starts nproc_per_node processes of
     `command` on each node, which form one job from Slurm's variables; a command stopped by the
@@ -638,7 +595,7 @@ def _sbatch(name: str, settings: LaunchConfig, out: Path, command: str,
         'exit "$status"', ""])
 
 
-def sbatch_script(files: Sequence[Path], settings: LaunchConfig, out: Path) -> str:
+def sbatch_script(files: Sequence[Path], settings: LaunchSettings, out: Path) -> str:
     """A Slurm array, one run per task (its config read from out/runs.txt)."""
     limit = f"%{settings.max_concurrent}" if settings.max_concurrent else ""
     runs = shlex.quote(str(out / "runs.txt"))
@@ -653,7 +610,7 @@ def _write_script(path: Path, text: str) -> Path:
     return path
 
 
-def export_plan(configs: Sequence[TrainConfig], settings: LaunchConfig, out: str | Path) -> Path:
+def export_plan(configs: Sequence[TrainSettings], settings: LaunchSettings, out: str | Path) -> Path:
     """Every run's config under out/configs, their list in out/runs.txt and out/train.sbatch."""
     out = resolve(out)
     files = list(write_configs(configs, out).values())
@@ -662,7 +619,7 @@ def export_plan(configs: Sequence[TrainConfig], settings: LaunchConfig, out: str
     return _write_script(out / "train.sbatch", sbatch_script(files, settings, out))
 
 
-def export_step(name: str, module_args: Sequence[str], settings: LaunchConfig,
+def export_step(name: str, module_args: Sequence[str], settings: LaunchSettings,
                 out: str | Path) -> Path:
     """out/<name>.sbatch: one job running `python -m <module_args>` (see launch_step)."""
     out = resolve(out)
@@ -683,25 +640,8 @@ def export_chain(scripts: Sequence[Path], out: str | Path) -> Path:
     return _write_script(resolve(out) / "submit.sh", "\n".join(lines) + "\n")
 
 
-def planned_configs(base_file: Path, overrides: list[str], runs: list[int], seeds: list[int],
-                    total: int | None, iterations: list[int] | None, root: str | None
-                    ) -> list[TrainConfig]:
-    """kit.plan's time-concat runs for every n of `runs` (one iterations value per n, or the
-    total split n ways), from one base configuration."""
-    from kit import plan
-    from kit.config import load_train_config
-
-    base = load_train_config(base_file, overrides)
-    if iterations is not None and len(iterations) != len(runs):
-        raise ParameterError(f"--iterations: give one value per n of --runs {runs}")
-    return [plan.configure(planned, base)
-            for index, n in enumerate(runs)
-            for planned in plan.time_concat(n, seeds, root or base.output_dir, total,
-                                            iterations[index] if iterations else None)]
-
-
-def parse_settings(pairs: list[str], base: LaunchConfig | None = None) -> LaunchConfig:
-    """LaunchConfig from KEY=VALUE pairs of the command line (values read as YAML), over `base`
+def parse_settings(pairs: list[str], base: LaunchSettings | None = None) -> LaunchSettings:
+    """LaunchSettings from KEY=VALUE pairs of the command line (values read as YAML), over `base`
     (a profile's launch section) when given."""
     from pydantic import ValidationError
 
@@ -712,113 +652,8 @@ def parse_settings(pairs: list[str], base: LaunchConfig | None = None) -> Launch
             raise ParameterError(f"the command line: --launch {pair!r} is not KEY=VALUE")
         values[key.strip()] = yaml.safe_load(value)
     try:
-        return LaunchConfig(**values)
+        return LaunchSettings(**values)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'launch'}: {e['msg']}"
                              for e in error.errors())
         raise ParameterError(f"the command line: launch settings: {problems}") from None
-
-
-def add_profile_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    """--profile, -f FILE and --set KEY=VALUE for notebook 03's parameters, layered as
-    `python -m kit run` layers them."""
-    parser.add_argument("--profile", required=required,
-                        help="a folder of parameters/ (notebook 03's parameters)")
-    parser.add_argument("-f", "--file", dest="files", action="append", default=[], type=Path,
-                        metavar="FILE", help="YAML parameters layered after the profile "
-                        "(repeatable, later wins)")
-    parser.add_argument("--set", dest="sets", action="append", default=[],
-                        metavar="KEY=VALUE", help="override one parameter (applied last)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kit.launch",
-                                     description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    launch_help = "a LaunchConfig setting (repeatable)"
-    for name, text in [("plan", "write every run's config and an sbatch array script; with "
-                        "--profile, notebook 03's runs, extract.sbatch, probe.sbatch and "
-                        "submit.sh, which chains them"),
-                       ("run", "train the unfinished runs with a backend")]:
-        sub = commands.add_parser(name, help=text)
-        sub.add_argument("--config", type=Path, help="the base run's YAML file")
-        sub.add_argument("--runs", type=int, nargs="+", help="values of n")
-        sub.add_argument("--total", type=int, help="total budget in iterations")
-        sub.add_argument("--iterations", type=int, nargs="+", help="iterations per run, per n")
-        sub.add_argument("--seeds", type=int, nargs="+")
-        sub.add_argument("--root", help="folder holding cat<n>/seed<s> (default: output_dir)")
-        sub.add_argument("--out", type=Path, required=True,
-                         help="where configs, logs and the sbatch scripts go")
-        sub.add_argument("--launch", dest="launch", action="append", default=[],
-                         metavar="KEY=VALUE", help=launch_help)
-        sub.add_argument("--no-wait", action="store_true", help="slurm: return once submitted")
-        sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                         help="override a setting of the base run")
-        if name == "plan":
-            add_profile_arguments(sub, required=False)
-    for name, text in [("extract", "extract the features notebook 03 probes, as a job with the "
-                        "profile's launch settings"),
-                       ("probe", "probe them as a job and write the notebook's results tables")]:
-        sub = commands.add_parser(name, help=text)
-        add_profile_arguments(sub)
-        sub.add_argument("--launch", dest="launch", action="append", default=[],
-                         metavar="KEY=VALUE", help=launch_help + ", over the profile's launch")
-        sub.add_argument("--no-wait", action="store_true", help="slurm: return once submitted")
-    args = parser.parse_args(argv)
-    try:
-        if args.command in ("extract", "probe") or getattr(args, "profile", None):
-            return _profile_command(args)
-        missing = [f"--{key}" for key in ("config", "runs", "seeds") if not getattr(args, key)]
-        if missing:
-            raise ParameterError(f"the command line: give {', '.join(missing)} (or, for plan, "
-                                 "--profile)")
-        pairs = args.launch if any(p.startswith("backend=") for p in args.launch) else [
-            "backend=slurm", *args.launch]
-        settings = parse_settings(pairs)
-        configs = planned_configs(args.config, args.overrides, args.runs, args.seeds, args.total,
-                                  args.iterations, args.root)
-    except ParameterError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if args.command == "plan":
-        script = export_plan(configs, settings, args.out)
-        print(f"{len(configs)} runs; submit with: sbatch {script}")
-        return 0
-    pending = [config for config in configs if not is_finished(config)]
-    print(f"{len(configs) - len(pending)} of {len(configs)} runs already finished")
-    result = launch(pending, settings, args.out, wait=not args.no_wait)
-    return _report(result)
-
-
-def _report(result: Launched) -> int:
-    for name, job_id in result.submitted.items():
-        print(f"{name}: job {job_id}")
-    for name, log in result.failed.items():
-        print(f"{name}: failed, see {log}", file=sys.stderr)
-    return 1 if result.failed else 0
-
-
-def _profile_command(args: argparse.Namespace) -> int:
-    """plan --profile, extract and probe: notebook 03's steps from its parameters."""
-    from kit import timecat  # torch and the notebook's libraries only for these commands
-
-    if args.command == "plan" and (args.config or args.runs or args.seeds or args.overrides):
-        raise ParameterError("the command line: --profile plans notebook 03's runs; leave out "
-                             "--config, --runs, --seeds and run overrides (use --set)")
-    loaded = timecat.load_params(args.profile, args.files, args.sets)
-    if args.command == "plan":
-        settings = parse_settings(args.launch, loaded.launch.model_copy(
-            update={"backend": "slurm"}))
-        scripts = timecat.export_jobs(loaded, settings, args.out)
-        print("wrote " + ", ".join(str(script) for script in scripts)
-              + f"; submit all with: bash {scripts[-1]}")
-        return 0
-    settings = parse_settings(args.launch, loaded.launch)
-    if args.command == "extract" and timecat.extraction_finished(loaded):
-        print(f"features already extracted in {timecat.runs_dir(loaded) / 'features'}")
-        return 0
-    return _report(timecat.launch_step(args.command, loaded, settings, wait=not args.no_wait))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

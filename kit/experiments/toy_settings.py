@@ -1,6 +1,6 @@
 """Notebook 01's parameters: the XOR counterexample's mixtures, replicates and sparse training.
 
-`SparseTraining` is what `kit.toy` trains with; the notebook's schema is the same settings plus
+`SparseTrainingSettings` is what `kit.toy` trains with; the notebook's schema is the same settings plus
 the experiment around them, so there is one set of defaults. Free of torch.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from kit.params import NotebookParams, Strict
+from kit.core.params import NotebookSettings, Strict
 
 
-class SparseTraining(Strict):
+class SparseTrainingSettings(Strict):
     """Hyper-parameters of the sparse (weight-decayed, large-step SGD) toy training."""
 
     n_train: int = Field(default=512, ge=8)
@@ -26,13 +26,13 @@ class SparseTraining(Strict):
     probe_steps: int = Field(default=300, ge=1)
 
     @model_validator(mode="after")
-    def _batch_fits(self) -> SparseTraining:
+    def _batch_fits(self) -> SparseTrainingSettings:
         if self.batch_size > self.n_train:
             raise ValueError(f"batch_size: {self.batch_size} exceeds n_train={self.n_train}")
         return self
 
 
-class ToyParams(NotebookParams, SparseTraining):
+class ToySettings(NotebookSettings, SparseTrainingSettings):
     """Notebook 01: mixtures dominated by each component at several weights, many seeds each."""
 
     seed: int = Field(default=0, ge=0)
@@ -50,7 +50,7 @@ class ToyParams(NotebookParams, SparseTraining):
                                           min_length=4, max_length=4)
 
     @model_validator(mode="after")
-    def _consistent(self) -> ToyParams:
+    def _consistent(self) -> ToySettings:
         for share in self.shares:
             if not 0.25 <= share <= 1.0:
                 raise ValueError(f"shares: {share} is not in [0.25, 1] (the dominant component's "

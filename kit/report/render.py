@@ -22,7 +22,7 @@ import altair as alt
 import polars as pl
 from altair.vegalite.v6.display import png_renderer
 
-from kit.paths import resolve
+from kit.core.paths import resolve
 
 CHART_FORMATS = ("png", "svg", "html")
 #: the newest Vega-Lite MIME type JupyterLab 4's Vega extension draws (Vega-Lite 5.6 inside

@@ -18,14 +18,15 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from kit.paths import REPO_ROOT, importable_environment
+from kit.core.paths import REPO_ROOT, importable_environment
+from kit.core.processes import ignoring_signals, module_main
 
 #: what a warm process imports before its command (torch and torchvision come with it)
-PRELOAD = "kit.train"
-KIT_SOURCES = Path(__file__).parent
+PRELOAD = "kit.train.trainer"
+KIT_SOURCES = Path(__file__).parents[1]
 #: signals an idle warm process ignores: a stop sent to the kernel's whole process tree must not
 #: kill a process that has no command yet
 IDLE_IGNORED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
@@ -34,8 +35,8 @@ IDLE_IGNORED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
 def source_stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
     """Modules as they are on disk: a warm process imported the code of its stamp, so it is
     used only while the stamp is unchanged (an edit made in JupyterLab takes effect)."""
-    return tuple((path.name, path.stat().st_mtime_ns, path.stat().st_size)
-                 for path in sorted(folder.glob("*.py")))
+    return tuple((str(path.relative_to(folder)), path.stat().st_mtime_ns, path.stat().st_size)
+                 for path in sorted(folder.rglob("*.py")))
 
 
 class WarmProcesses:
@@ -52,7 +53,7 @@ class WarmProcesses:
         self.idle = [process for process in self.idle if process.poll() is None]
         for _ in range(count - len(self.idle)):
             self.idle.append(subprocess.Popen(
-                [sys.executable, "-m", "kit.warm"], stdin=subprocess.PIPE, cwd=REPO_ROOT,
+                [sys.executable, "-m", "kit.launch.warm"], stdin=subprocess.PIPE, cwd=REPO_ROOT,
                 env=importable_environment(), preexec_fn=ignoring_signals(IDLE_IGNORED)))
 
     def run(self, command: Sequence[str], env: dict[str, str], cpus: Sequence[int], log: Path
@@ -88,18 +89,6 @@ class WarmProcesses:
         self.idle = []
 
 
-def ignoring_signals(numbers: Sequence[int], cpus: Sequence[int] = ()) -> Callable[[], None]:
-    """A `preexec_fn`: pin the child to `cpus` (all when empty) and ignore the signals `numbers`
-    before exec; ignored signals stay ignored through exec, so there is no moment at which the
-    new program could be killed by one before it sets its own handlers."""
-    def prepare() -> None:
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-        for number in numbers:
-            signal.signal(number, signal.SIG_IGN)
-    return prepare
-
-
 def main() -> int:
     importlib.import_module(PRELOAD)
     line = sys.stdin.buffer.readline()
@@ -121,7 +110,7 @@ def main() -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     module, *arguments = order["argv"]
     sys.argv = [module, *arguments]
-    return importlib.import_module(module).main(arguments)  # as launch_step's inline backend
+    return module_main(module)(arguments)  # as launch_step's inline backend
 
 
 if __name__ == "__main__":

@@ -28,11 +28,16 @@ from torchvision import datasets
 from torchvision.io import ImageReadMode, decode_image
 from torchvision.transforms import v2
 
-from kit.config import CUES, DataConfig, SyntheticConfig
-from kit.paths import resolve
-from kit.preflight import (CIFAR_LAYOUTS, IMAGE_SUFFIXES, DataError, cifar_class_names,
-                           empty_class_folders, read_cifar_pickle)
-
+from kit.core.paths import resolve
+from kit.data.preflight import (
+    CIFAR_LAYOUTS,
+    IMAGE_SUFFIXES,
+    DataError,
+    cifar_class_names,
+    empty_class_folders,
+    read_cifar_pickle,
+)
+from kit.data.settings import CUES, DataSettings, SyntheticSettings
 
 Key = tuple[int, int]  # (epoch, index)
 
@@ -90,7 +95,7 @@ class SyntheticWorld(Dataset):
     #: the object's radius, in units of half the image side
     RADIUS = 0.5
 
-    def __init__(self, world: SyntheticConfig, num_classes: int, image_size: int,
+    def __init__(self, world: SyntheticSettings, num_classes: int, image_size: int,
                  split: str) -> None:
         self.world, self.num_classes, self.image_size = world, num_classes, image_size
         self.split = self.SPLITS[split]
@@ -164,7 +169,7 @@ class SyntheticWorld(Dataset):
         return (image - 0.5) / 0.25
 
 
-def bayes_ceiling(world: SyntheticConfig, num_classes: int) -> float:
+def bayes_ceiling(world: SyntheticSettings, num_classes: int) -> float:
     """The best top-1 any classifier can reach on this world if it reads every cue perfectly:
     the probability mass of the most likely label of each combination of cue values. A task
     whose components cannot be told apart (each shows a random class in the cues it does not
@@ -347,7 +352,7 @@ def augmentation(augment: str, image_size: int, train: bool, from_images: bool
     return v2.Compose(steps) if steps else v2.Identity()
 
 
-def resolved_augment(data: DataConfig) -> str:
+def resolved_augment(data: DataSettings) -> str:
     """'auto' means none for synthetic renders, AlgoPerf's pipeline from 64 px, pad-crop below."""
     if data.augment != "auto":
         return data.augment
@@ -435,7 +440,7 @@ class RunData:
     num_eval: int
 
 
-def datasets_for(data: DataConfig, num_classes: int) -> tuple[Dataset, Dataset]:
+def datasets_for(data: DataSettings, num_classes: int) -> tuple[Dataset, Dataset]:
     """The (train, eval) base datasets, checked against the configuration."""
     if data.kind == "synthetic":
         return (SyntheticWorld(data.synthetic, num_classes, data.image_size, "train"),
@@ -469,7 +474,7 @@ def datasets_for(data: DataConfig, num_classes: int) -> tuple[Dataset, Dataset]:
     return found["train"], found["eval"]
 
 
-def build(data: DataConfig, num_classes: int, seed: int, batch_size: int, rank: int,
+def build(data: DataSettings, num_classes: int, seed: int, batch_size: int, rank: int,
           world_size: int, num_workers: int, recalibration_batches: int, pin_memory: bool,
           micro_batch: int | None = None) -> RunData:
     """Loaders for one rank of a run whose global batch is `batch_size`, each training batch
@@ -526,7 +531,7 @@ class Transformed(Dataset):
         return self.transform(image), label
 
 
-def probe_datasets(data: DataConfig, num_classes: int) -> tuple[Dataset, Dataset]:
+def probe_datasets(data: DataSettings, num_classes: int) -> tuple[Dataset, Dataset]:
     """(train, eval) splits with evaluation transforms, for frozen-feature probes."""
     train, evaluation = datasets_for(data, num_classes)
     from_images = data.kind != "synthetic"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit.config import DataConfig
-from kit.paths import resolve
+from kit.core.paths import resolve
+from kit.data.settings import DataSettings
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
@@ -100,7 +100,7 @@ def empty_class_folders(split: Path) -> list[Path]:
             if not _holds_an_image(str(folder))]
 
 
-def preflight(data: DataConfig) -> list[str]:
+def preflight(data: DataSettings) -> list[str]:
     """Cheap layout checks of a data root (no image is opened): the problems found, if any."""
     if data.kind == "synthetic":
         return []
@@ -129,22 +129,6 @@ def preflight(data: DataConfig) -> list[str]:
         try:
             cifar_class_names(root / layout.folder, layout)
         except DataError as error:
-            problems.append(str(error))
-    return problems
-
-
-def checkpoint_problems(paths: list[str]) -> list[str]:
-    """Open every checkpoint and load it into the architecture it describes (hash checked when
-    recorded), so that a bad last file is found before the first is used. Reads each file once:
-    about a second per paper (ResNet-50) checkpoint."""
-    from kit.features import load_backbone  # torch, only when there are checkpoints to check
-    from kit.models import CheckpointError
-
-    problems = []
-    for path in dict.fromkeys(paths):
-        try:
-            load_backbone(resolve(path))
-        except CheckpointError as error:
             problems.append(str(error))
     return problems
 

@@ -40,7 +40,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +53,16 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from kit import data as kit_data
-from kit import files, locks, models
-from kit.config import TrainConfig, load_train_config
-from kit.launch import DONE, rendezvous_port, signal_handlers
-from kit.params import ParameterError
-from kit.paths import resolve
-from kit.prefetch import DeviceBatches
-from kit.preflight import writable_problems
+from kit import models
+from kit.core import files, locks
+from kit.core.distributed import Process, start_process
+from kit.core.params import ParameterError
+from kit.core.paths import resolve
+from kit.core.processes import DONE, PREEMPTED_EXIT, PREEMPTION_SIGNALS, signal_handlers
+from kit.data import datasets as kit_data
+from kit.data.prefetch import DeviceBatches
+from kit.data.preflight import writable_problems
+from kit.train.settings import TrainSettings, load_train_settings
 
 #: AlgoPerf's self-tuning submissions warm up over a share of 0.75 x step_hint (REFERENCE.md)
 ALGOPERF_HORIZON = 0.75
@@ -70,9 +71,6 @@ METRICS = "metrics.jsonl"
 METRICS_SCHEMA = {"step": pl.Int64, "epoch": pl.Int64, "loss": pl.Float64, "lr": pl.Float64,
                   "images_per_s": pl.Float64, "eval_accuracy": pl.Float64,
                   "eval_loss": pl.Float64}
-#: exit status of a run stopped by a preemption signal after writing its checkpoint (EX_TEMPFAIL)
-PREEMPTED_EXIT = 75
-PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -83,68 +81,6 @@ class Preempted(RuntimeError):
     """A preemption signal stopped the run after its checkpoint was written; run it again."""
 
 
-@dataclass(frozen=True)
-class Process:
-    """This process's place in the run: rank, world size and device."""
-
-    rank: int
-    world_size: int
-    device: torch.device
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def first_host(nodelist: str) -> str:
-    """The first host of a Slurm node list such as `gpu[003-006,9],cpu1` (gpu003)."""
-    depth, end = 0, len(nodelist)
-    for index, character in enumerate(nodelist):
-        depth += {"[": 1, "]": -1}.get(character, 0)
-        if character == "," and depth == 0:
-            end = index
-            break
-    first = nodelist[:end]
-    if "[" not in first:
-        return first
-    prefix, rest = first.split("[", 1)
-    ranges, suffix = rest.split("]", 1)
-    return prefix + ranges.split(",")[0].split("-")[0] + suffix
-
-
-def slurm_environment(environ: dict[str, str]) -> dict[str, str]:
-    """torchrun's variables for a process started by `srun` with several tasks (none when
-    torchrun's are set or the step has one task): Slurm's rank, task count and local id; the
-    first node as the rendezvous host and a port derived from the job id, the same on every
-    node and different for concurrent jobs."""
-    tasks = int(environ.get("SLURM_STEP_NUM_TASKS", environ.get("SLURM_NTASKS", "1")))
-    if "WORLD_SIZE" in environ or "SLURM_PROCID" not in environ or tasks < 2:
-        return {}
-    nodelist = (environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
-                or environ.get("SLURM_NODELIST", "localhost"))
-    port = rendezvous_port(int(environ.get("SLURM_JOB_ID", "0")))
-    return {"RANK": environ["SLURM_PROCID"], "WORLD_SIZE": str(tasks),
-            "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
-            "MASTER_ADDR": environ.get("MASTER_ADDR") or first_host(nodelist),
-            "MASTER_PORT": environ.get("MASTER_PORT") or str(port)}
-
-
-def start_process(device: str) -> Process:
-    """Join the process group when launched with several ranks, by torchrun or by srun."""
-    os.environ.update(slurm_environment(dict(os.environ)))
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    if use_cuda:  # srun may bind one GPU per task: the local rank counts visible devices
-        local_rank %= torch.cuda.device_count()
-        torch.cuda.set_device(local_rank)
-    chosen = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
-    if world_size > 1:
-        dist.init_process_group("nccl" if use_cuda else "gloo",
-                                device_id=chosen if use_cuda else None)
-    return Process(rank, world_size, chosen)
-
-
 def placement(out: Path, process: Process) -> str:
     """Where this rank runs, for its log: a launcher's pinning can be checked there."""
     return (f"{out.name}: rank {process.rank}/{process.world_size} on {process.device}, "
@@ -152,7 +88,7 @@ def placement(out: Path, process: Process) -> str:
             f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
 
 
-def warmup_steps(cfg: TrainConfig) -> int:
+def warmup_steps(cfg: TrainSettings) -> int:
     """Warmup as AlgoPerf's schedule-free submission: a share of 0.75 x step_hint."""
     return round(cfg.warmup_fraction * ALGOPERF_HORIZON * (cfg.step_hint or cfg.iterations))
 
@@ -160,7 +96,7 @@ def warmup_steps(cfg: TrainConfig) -> int:
 class Trainer:
     """Model, optimizer and training step of one rank."""
 
-    def __init__(self, cfg: TrainConfig, process: Process) -> None:
+    def __init__(self, cfg: TrainSettings, process: Process) -> None:
         self.cfg, self.process = cfg, process
         device = process.device
         torch.manual_seed(cfg.seed)
@@ -358,7 +294,7 @@ def _keep_metrics_until(path: Path, step: int) -> None:
 
 
 @contextlib.contextmanager
-def tensorboard_scalars(cfg: TrainConfig, out: Path, step: int, process: Process
+def tensorboard_scalars(cfg: TrainSettings, out: Path, step: int, process: Process
                         ) -> Iterator[Callable[[dict[str, Any]], None]]:
     """A function logging a metrics record's numbers as TensorBoard scalars in the run folder
     (`tensorboard --logdir` over the runs' parent folder), flushed at every record so that a
@@ -367,7 +303,9 @@ def tensorboard_scalars(cfg: TrainConfig, out: Path, step: int, process: Process
     if not (cfg.tensorboard and process.main):
         yield lambda record: None
         return
-    from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when asked
+    from torch.utils.tensorboard import (
+        SummaryWriter,  # imports tensorboard: only when asked
+    )
 
     with SummaryWriter(log_dir=str(out), purge_step=step or None) as writer:
         def log(record: dict[str, Any]) -> None:
@@ -397,7 +335,7 @@ def _check_finite(state: dict[str, Any], where: Path, kept: str) -> None:
                                  f"stopped and {kept}")
 
 
-def _check_same_run(saved: dict[str, Any], cfg: TrainConfig, where: Path) -> None:
+def _check_same_run(saved: dict[str, Any], cfg: TrainSettings, where: Path) -> None:
     differing = cfg.differing_settings(saved)
     if differing:
         raise ParameterError(f"{where}: holds a run with different settings "
@@ -451,7 +389,7 @@ def holding_run_folder(out: Path, process: Process) -> Iterator[None]:
         yield
 
 
-def train(cfg: TrainConfig) -> Path:
+def train(cfg: TrainSettings) -> Path:
     """Train (or resume, or skip when finished) one run; returns its output folder."""
     process = start_process(cfg.device)
     try:
@@ -466,7 +404,7 @@ def train(cfg: TrainConfig) -> Path:
             dist.destroy_process_group()
 
 
-def _train(cfg: TrainConfig, process: Process, stop: StopFlag, closing: contextlib.ExitStack
+def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contextlib.ExitStack
            ) -> Path:
     out = resolve(cfg.output_dir)
     checkpoint_path, done_path, metrics_path = out / CHECKPOINT, out / DONE, out / METRICS
@@ -580,11 +518,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="override a setting, dotted for sections (data.image_size=32)")
     args = parser.parse_args(argv)
-    return exit_code(lambda: train_in_turn([load_train_config(path, args.overrides)
+    return exit_code(lambda: train_in_turn([load_train_settings(path, args.overrides)
                                             for path in args.config]))
 
 
-def train_in_turn(configs: list[TrainConfig]) -> None:
+def train_in_turn(configs: list[TrainSettings]) -> None:
     """Train runs one after another in this process, each exactly as it would train alone (its
     own seeds, folder, lock and checkpoints); every configuration is validated before the first
     starts. Several runs need a single process: a DDP group trains one run."""
@@ -614,6 +552,3 @@ def exit_code(action: Callable[[], object]) -> int:
         return 1
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,11 +17,16 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from kit.config import ComponentConfig, DataConfig, RunSettings, TrainConfig
-from kit.launch import LaunchConfig
-from kit.params import NotebookParams, Strict
-from kit.paths import resolve
-from kit.probe_params import PAPER_WEIGHT_DECAYS, FaithfulSettings, FastProbe
+from kit.core.params import NotebookSettings, Strict
+from kit.core.paths import resolve
+from kit.data.settings import ComponentSettings, DataSettings
+from kit.launch.backends import LaunchSettings
+from kit.probes.settings import (
+    PAPER_WEIGHT_DECAYS,
+    FaithfulProbeSettings,
+    FastProbeSettings,
+)
+from kit.train.settings import RunSettings, TrainSettings
 
 #: training settings whose right value depends on scale: each profile must give them
 SCALE_TRAIN_KEYS = ("device", "num_workers", "eval_every", "checkpoint_every", "log_every")
@@ -37,7 +42,7 @@ class ProbeTask(Strict):
 
     name: str = Field(min_length=1)
     role: Literal["in-distribution", "in-mixture", "unseen"]
-    data: DataConfig | None = None
+    data: DataSettings | None = None
     num_classes: int | None = Field(default=None, ge=2)
     components: list[list[str]] | None = None
     pretraining: bool = False
@@ -50,7 +55,7 @@ class ProbeTask(Strict):
         if self.data is not None and self.num_classes is None:
             raise ValueError(f"tasks: {self.name} has its own data and needs num_classes")
         for cues in self.components or []:
-            ComponentConfig(weight=1.0, cues=cues)
+            ComponentSettings(weight=1.0, cues=cues)
         return self
 
 
@@ -92,7 +97,7 @@ class Variant(Strict):
         return self.kind in TRAINED_KINDS and self.checkpoints is None
 
 
-class TimecatParams(NotebookParams):
+class TimecatSettings(NotebookSettings):
     """Notebook 03: variants of a representation at a fixed budget, probed on every task."""
 
     #: runs, logs and feature caches; relative paths are inside output_dir
@@ -113,9 +118,9 @@ class TimecatParams(NotebookParams):
     #: authors', on augmented images every epoch: `faithful`)
     probe_kind: Literal["fast", "lbfgs", "faithful"] = "fast"
     #: settings of the fast probe (weight decays and held-out rows of the lbfgs one too)
-    probe: FastProbe
+    probe: FastProbeSettings
     #: settings of the authors' probe (needed when probe_kind is faithful)
-    faithful: FaithfulSettings | None = None
+    faithful: FaithfulProbeSettings | None = None
     #: training rows per task for the probes: None = every row; else a seeded, class-balanced
     #: subset of that size
     probe_train_rows: int | None = Field(default=None, ge=16)
@@ -132,11 +137,11 @@ class TimecatParams(NotebookParams):
     #: (torchrun on the node's GPUs, a Slurm job) that fills the cache the kernel then probes from
     extraction: Literal["kernel", "job"] = "kernel"
     device: str = Field(min_length=1)
-    launch: LaunchConfig
+    launch: LaunchSettings
     paper_columns: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _consistent(self) -> TimecatParams:
+    def _consistent(self) -> TimecatSettings:
         names = [variant.name for variant in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"variants: names must be unique, got {names}")
@@ -218,7 +223,7 @@ class TimecatParams(NotebookParams):
             raise ValueError(f"variants: {len(missing)} checkpoint file(s) not found: "
                              f"{', '.join(missing[:5])}")
         if loaded:
-            from kit.preflight import checkpoint_problems  # opens them: imports torch
+            from kit.features import checkpoint_problems  # opens them: imports torch
 
             unusable = checkpoint_problems([f for variant in loaded
                                             for files in variant.checkpoints[:self.replicates]
@@ -254,7 +259,7 @@ class TimecatParams(NotebookParams):
         return next(variant for variant in self.variants if variant.name == name)
 
     def run_config(self, variant: Variant, seed: int, output_dir: str,
-                   task: ProbeTask | None = None) -> TrainConfig:
+                   task: ProbeTask | None = None) -> TrainSettings:
         """The full configuration of one model of a variant (trained or initialised)."""
         assert self.train is not None
         settings = self.train.model_dump()
@@ -263,9 +268,9 @@ class TimecatParams(NotebookParams):
             task_data, num_classes = self.task_data(task)
             settings |= {"data": task_data.model_dump(), "num_classes": num_classes}
         iterations = 1 if variant.kind == "random-init" else self.iterations_for(variant)
-        return TrainConfig(**settings, seed=seed, iterations=iterations, output_dir=output_dir)
+        return TrainSettings(**settings, seed=seed, iterations=iterations, output_dir=output_dir)
 
-    def task_data(self, task: ProbeTask) -> tuple[DataConfig, int]:
+    def task_data(self, task: ProbeTask) -> tuple[DataSettings, int]:
         """A task's data and class count (a synthetic task is the pretraining world with the
         task's components, equally weighted)."""
         if task.data is not None:
@@ -279,7 +284,7 @@ class TimecatParams(NotebookParams):
         assert self.train is not None and self.train.data.synthetic is not None
         assert task.components is not None
         world = self.train.data.synthetic.model_copy(update={"components": [
-            ComponentConfig(weight=1.0, cues=cues) for cues in task.components]})
+            ComponentSettings(weight=1.0, cues=cues) for cues in task.components]})
         return self.train.data.model_copy(update={"synthetic": world}), self.train.num_classes
 
     def seeds(self, replicate: int) -> list[int]:
@@ -290,9 +295,9 @@ class TimecatParams(NotebookParams):
         return [self.base_seed + 1000 * replicate + i for i in range(most)]
 
     @staticmethod
-    def _check_data(configs: dict[str, list[DataConfig]]) -> None:
+    def _check_data(configs: dict[str, list[DataSettings]]) -> None:
         """Every data root exists with its kind's layout (the first key with a problem)."""
-        from kit.preflight import preflight
+        from kit.data.preflight import preflight
 
         for key, datas in configs.items():
             problems = [problem for data in datas for problem in preflight(data)]

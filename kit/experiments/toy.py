@@ -23,9 +23,9 @@ import polars as pl
 import torch
 from scipy.optimize import linprog
 
-from kit import report
-from kit.progress import KeptBar
-from kit.toy_params import SparseTraining
+from kit.core.progress import KeptBar
+from kit.experiments.toy_settings import SparseTrainingSettings
+from kit.report import render as report
 
 FEATURES = ("phi1", "phi2")
 #: probe accuracy at which a component counts as solved
@@ -174,7 +174,7 @@ class SparseModels:
         return ((logits > 0).float() == y).float().mean(1)
 
 
-def train_sparse(weights: torch.Tensor, config: SparseTraining, seed: int,
+def train_sparse(weights: torch.Tensor, config: SparseTrainingSettings, seed: int,
                  sample_seed: int | None = None) -> SparseModels:
     """Train one diagonal network per row of `weights` (component weights), all at once.
 
@@ -221,7 +221,7 @@ def kept_label(kept: torch.Tensor) -> list[str]:
 # Linear probes on learned representations
 # ---------------------------------------------------------------------------------------------
 
-def probe_components(maps: torch.Tensor, config: SparseTraining, seed: int) -> torch.Tensor:
+def probe_components(maps: torch.Tensor, config: SparseTrainingSettings, seed: int) -> torch.Tensor:
     """Linear-probe accuracy on each component for R frozen representations.
 
     maps [R, F, 2] send phi(x) to an F-dimensional representation (a concatenation of several
@@ -273,7 +273,7 @@ def dominated_weights(dominant: int, share: float) -> torch.Tensor:
     return weights
 
 
-def mixture_sweep(shares: list[float], replicates: int, config: SparseTraining, seed: int,
+def mixture_sweep(shares: list[float], replicates: int, config: SparseTrainingSettings, seed: int,
                   shared_sample: bool = False) -> tuple[pl.DataFrame, SparseModels]:
     """Train `replicates` sparse models on every dominated mixture and probe each component.
 
@@ -307,7 +307,7 @@ def mixture_sweep(shares: list[float], replicates: int, config: SparseTraining, 
     return pl.DataFrame(rows), models
 
 
-def direct_training(replicates: int, config: SparseTraining, seed: int) -> pl.DataFrame:
+def direct_training(replicates: int, config: SparseTrainingSettings, seed: int) -> pl.DataFrame:
     """Train the same sparse model on each component alone and probe it on that component."""
     weights = torch.eye(len(COMPONENT_NAMES)).repeat_interleave(replicates, dim=0)
     models = train_sparse(weights, config, seed)
@@ -321,7 +321,7 @@ def direct_training(replicates: int, config: SparseTraining, seed: int) -> pl.Da
 
 
 def concatenation_study(runs: pl.DataFrame, models: SparseModels, sizes: list[int],
-                        config: SparseTraining, seed: int, solved: float = SOLVED
+                        config: SparseTrainingSettings, seed: int, solved: float = SOLVED
                         ) -> pl.DataFrame:
     """Concatenate the representations of differently seeded runs trained on the same mixture.
 
@@ -356,7 +356,7 @@ def concatenation_study(runs: pl.DataFrame, models: SparseModels, sizes: list[in
 
 
 def sparsity_sweep(weight_decays: list[float], weights: list[float], runs: int,
-                   config: SparseTraining, seed: int) -> pl.DataFrame:
+                   config: SparseTrainingSettings, seed: int) -> pl.DataFrame:
     """Which features survive on one mixture in which both features carry signal, as the
     weight decay (the sparsity bias) grows: `runs` models per weight decay."""
     mixture = torch.tensor(weights) / sum(weights)
@@ -521,7 +521,7 @@ def sparsity_chart(sweep: pl.DataFrame) -> alt.Chart:
 # Interactive exploration (JupyterLab); nothing runs until the button is pressed
 # ---------------------------------------------------------------------------------------------
 
-def interactive_panel(config: SparseTraining, seed: int, replicates: int = 8):
+def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int = 8):
     """Sliders for the four mixture weights and a button that trains and probes `replicates`
     sparse models on that mixture. Headless runs only display the (inert) widgets."""
     import ipywidgets as widgets

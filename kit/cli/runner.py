@@ -36,11 +36,12 @@ import psutil
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
-from kit import locks, params
-from kit.files import atomic_write, remove_stale_temporaries
-from kit.launch import last_record, signal_handlers
-from kit.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
-from kit.preflight import writable_problems
+from kit.core import locks, params
+from kit.core.files import atomic_write, remove_stale_temporaries
+from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
+from kit.core.processes import signal_handlers
+from kit.data.preflight import writable_problems
+from kit.launch.backends import last_record
 
 #: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
 KERNEL_NAME = "python3"

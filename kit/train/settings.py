@@ -14,72 +14,15 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from kit.params import ParameterError, Strict, describe_errors, merge, parse_overrides, read_yaml
-
-#: visual cues of the synthetic world (kit.data) that can carry the label
-CUES = ("colour", "shape", "texture", "position")
-
-
-class ComponentConfig(Strict):
-    """One mixture component of the synthetic world: the cues that carry the label in it, and
-    the cues it does not show at all (a grey, unstriped, round or centred object), which is how
-    a component can be told apart from the others without carrying its label twice."""
-
-    weight: float = Field(gt=0.0)
-    cues: list[str] = Field(min_length=1)
-    absent: list[str] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _known_cues(self) -> ComponentConfig:
-        for key, named in (("cues", self.cues), ("absent", self.absent)):
-            unknown = sorted(set(named) - set(CUES))
-            if unknown:
-                raise ValueError(f"{key}: unknown cue(s) {', '.join(unknown)} "
-                                 f"(known: {', '.join(CUES)})")
-        both = sorted(set(self.cues) & set(self.absent))
-        if both:
-            raise ValueError(f"absent: {', '.join(both)} cannot both carry the label and be absent")
-        return self
-
-
-class SyntheticConfig(Strict):
-    """The offline synthetic world. Its seed is separate from the run's, so seeds share a world."""
-
-    num_train: int = Field(ge=1)
-    num_eval: int = Field(ge=1)
-    components: list[ComponentConfig] = Field(min_length=1)
-    #: per cue, the probability that a carrying cue shows the sample's label (else a random class)
-    strength: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CUES, 1.0))
-    noise: float = Field(default=0.1, ge=0.0, le=1.0)
-    seed: int = Field(default=0, ge=0)
-
-    @model_validator(mode="after")
-    def _known_strengths(self) -> SyntheticConfig:
-        for cue, value in self.strength.items():
-            if cue not in CUES:
-                raise ValueError(f"strength: unknown cue '{cue}' (known: {', '.join(CUES)})")
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"strength: {cue}={value} is not in [0, 1]")
-        return self
-
-
-class DataConfig(Strict):
-    """Where the images come from and how they are augmented ('auto' picks by kind and size)."""
-
-    kind: Literal["synthetic", "imagefolder", "cifar10", "cifar100", "inat18"]
-    root: str | None = None
-    image_size: int = Field(ge=8)
-    augment: Literal["auto", "algoperf", "crop_flip", "none"] = "auto"
-    verify_images: bool = True
-    synthetic: SyntheticConfig | None = None
-
-    @model_validator(mode="after")
-    def _consistent(self) -> DataConfig:
-        if (self.kind == "synthetic") != (self.synthetic is not None):
-            raise ValueError("synthetic: give this section exactly when kind is synthetic")
-        if self.kind != "synthetic" and not self.root:
-            raise ValueError(f"root: kind {self.kind} reads images from disk and needs a root")
-        return self
+from kit.core.params import (
+    ParameterError,
+    Strict,
+    describe_errors,
+    merge,
+    parse_overrides,
+    read_yaml,
+)
+from kit.data.settings import DataSettings
 
 
 class RunSettings(Strict):
@@ -90,7 +33,7 @@ class RunSettings(Strict):
     width: float = Field(default=1.0, gt=0.0)
     stem: Literal["auto", "imagenet", "small"] = "auto"
     num_classes: int = Field(ge=2)
-    data: DataConfig
+    data: DataSettings
     batch_size: int = Field(ge=1)
     #: images per forward pass; each micro-batch has its own BatchNorm statistics and gradients
     #: accumulate over the global batch (None: the whole per-rank batch at once)
@@ -135,7 +78,7 @@ OPERATIONAL_KEYS = frozenset({"num_workers", "log_every", "device", "compile", "
                               "tensorboard"})
 
 
-class TrainConfig(RunSettings):
+class TrainSettings(RunSettings):
     """One pretraining run; the budget is in iterations, the paper's unit."""
 
     iterations: int = Field(ge=1)
@@ -149,7 +92,7 @@ class TrainConfig(RunSettings):
                       if key not in OPERATIONAL_KEYS and current.get(key) != saved.get(key))
 
 
-def load_train_config(path: Path, overrides: list[str] | None = None) -> TrainConfig:
+def load_train_settings(path: Path, overrides: list[str] | None = None) -> TrainSettings:
     """A run's configuration from YAML plus dotted overrides (`data.image_size=32`), validated so
     that a refusal names the file (or the command line) and the key."""
     path = Path(path)
@@ -160,7 +103,7 @@ def load_train_config(path: Path, overrides: list[str] | None = None) -> TrainCo
     merge(values, sources, read_yaml(path), str(path))
     merge(values, sources, parse_overrides(overrides or []), "the command line")
     try:
-        return TrainConfig(**values)
+        return TrainSettings(**values)
     except ValidationError as error:
-        raise ParameterError(describe_errors(f"invalid training configuration {path}:", TrainConfig,
+        raise ParameterError(describe_errors(f"invalid training configuration {path}:", TrainSettings,
                                              error, sources, str(path))) from None

@@ -45,16 +45,19 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm.auto import tqdm
 
-from kit import data, locks
-from kit.config import DataConfig
+from kit.core import distributed, locks
+from kit.core.distributed import start_process
+from kit.core.files import atomic_write, file_hash
+from kit.core.params import ParameterError, describe_errors, read_yaml
+from kit.core.paths import REPO_ROOT
+from kit.core.processes import child_environment, signal_tree
+from kit.data import datasets as data
+from kit.data.prefetch import DeviceBatches
+from kit.data.settings import DataSettings
 from kit.features import load_backbone
-from kit.launch import LaunchConfig, child_environment, module_command, signal_tree
-from kit.files import atomic_write, file_hash
-from kit.params import ParameterError, describe_errors, read_yaml
-from kit.paths import REPO_ROOT
-from kit.prefetch import DeviceBatches
-from kit.probe_params import GRID_OF_KIND, PAPER_WEIGHT_DECAYS, FastProbe
-from kit.train import exit_code, start_process
+from kit.launch.backends import LaunchSettings, module_command
+from kit.probes.settings import GRID_OF_KIND, PAPER_WEIGHT_DECAYS, FastProbeSettings
+from kit.train.trainer import exit_code
 
 RULES = ("paper", "heldout")
 
@@ -234,7 +237,7 @@ def scores(logits_of: Callable[[torch.Tensor], torch.Tensor], read: FeatureRows,
     return {"top1": top1, "top5": top5, "loss": loss}
 
 
-def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastProbe = FastProbe(),
+def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastProbeSettings = FastProbeSettings(),
                progress: bool = True) -> ProbeResult:
     """Train one head per (lr, weight decay) in one pass over the fit rows; score every head on
     the held-out and evaluation rows after each epoch, and on as many fit rows (a fixed random
@@ -242,7 +245,7 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int, config: FastPr
     more than the held-out scoring. Features are standardised per minibatch with statistics of
     the fit rows, so no standardised copy is ever made. With `select_from: converged`, each
     weight decay's lowest-objective head is then finished by L-BFGS to its tolerance (see
-    `FastProbe`), and the rules choose among those fits."""
+    `FastProbeSettings`), and the rules choose among those fits."""
     rows_of = convex_fit(train, evaluation, num_classes, config.heldout_fraction, config.seed,
                          torch.device(config.device))
     device, kept, held = rows_of.train.device, rows_of.kept, rows_of.held
@@ -475,19 +478,6 @@ class FaithfulProbe:
     device: str = "cpu"
 
 
-def _world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _all_sum(tensor: torch.Tensor) -> torch.Tensor:
-    """The sum over processes (the tensor itself with one process)."""
-    if _world()[1] > 1:
-        dist.all_reduce(tensor)
-    return tensor
-
-
 class ProbeHeads(nn.Module):
     """One BatchNorm1d + Linear head per weight decay, all reading the same features.
 
@@ -518,7 +508,7 @@ class ProbeHeads(nn.Module):
         unbiased variance the running statistics move towards."""
         width = features.shape[1]
         if self.bn_batch is None:
-            moments = _all_sum(torch.cat([features.sum(0), features.square().sum(0),
+            moments = distributed.all_sum(torch.cat([features.sum(0), features.square().sum(0),
                                           features.new_tensor([len(features)])]).double())
             count = float(moments[-1])
             mean = moments[:width] / count
@@ -533,7 +523,7 @@ class ProbeHeads(nn.Module):
                     / count - mean.square()).clamp_min(0.0)
         first = torch.stack([mean[0], variance[0] * count[0] / (count[0] - 1).clamp_min(1)])
         first = first.float()
-        if _world()[1] > 1:
+        if distributed.rank_and_world()[1] > 1:
             dist.broadcast(first, src=0)
         return mean[group].float(), variance[group].float(), first[0], first[1]
 
@@ -578,7 +568,7 @@ class GlobalBatches(Sampler[list[tuple[int, int]]]):
     whatever the number of processes. An incomplete last global batch is dropped."""
 
     def __init__(self, indices: torch.Tensor, batch_size: int, seed: int) -> None:
-        self.rank, self.world = _world()
+        self.rank, self.world = distributed.rank_and_world()
         if batch_size % self.world or batch_size > len(indices):
             raise ProbeError(f"global batch {batch_size} must be a multiple of the {self.world} "
                              f"process(es) and at most the {len(indices)} training images")
@@ -616,7 +606,7 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
     the running one over the epoch's augmented batches.
     """
     device = torch.device(config.device)
-    rank, world = _world()
+    rank, world = distributed.rank_and_world()
     for backbone in backbones:
         backbone.to(device, memory_format=torch.channels_last)
     extract = concatenated_features(backbones, config.precision)
@@ -660,7 +650,7 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
                 sums[count:2 * count] += topk_correct(logits, labels, 5)
                 sums[-1] += len(labels)
         heads.train()
-        sums = _all_sum(sums).cpu()
+        sums = distributed.all_sum(sums).cpu()
         return sums[:count], sums[count:2 * count], int(sums[-1])
 
     first = saved["epoch"] + 1 if saved else 1
@@ -689,7 +679,7 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
             raise ProbeError("the training loader yielded no batch")
         for scheduler in schedulers:
             scheduler.step()
-        train_sums = _all_sum(train_sums).cpu()
+        train_sums = distributed.all_sum(train_sums).cpu()
         held1, _, held_n = accuracies(heldout_loader)
         eval1, eval5, eval_n = accuracies(eval_loader)
         if held_n == 0 or eval_n == 0:
@@ -738,14 +728,14 @@ def _saved_state(state_file: Path | None, identity: Mapping[str, Any] | None
 # the authors' probe as a runnable step: `python -m kit.probe faithful ...`, under torchrun too
 # ---------------------------------------------------------------------------------------------
 
-def load_data_config(path: Path) -> DataConfig:
+def load_data_config(path: Path) -> DataSettings:
     """A dataset description (a `data:` section of a training configuration) from YAML."""
     if not path.is_file():
         raise ParameterError(f"{path}: dataset description not found")
     try:
-        return DataConfig(**read_yaml(path))
+        return DataSettings(**read_yaml(path))
     except ValidationError as error:
-        raise ParameterError(describe_errors(f"invalid dataset description {path}:", DataConfig,
+        raise ParameterError(describe_errors(f"invalid dataset description {path}:", DataSettings,
                                              error, {}, str(path))) from None
 
 
@@ -753,7 +743,7 @@ def load_data_config(path: Path) -> DataConfig:
 FINISHED = "finished.json"
 
 
-def faithful_identity(checkpoints: Sequence[Path], data_config: DataConfig, num_classes: int,
+def faithful_identity(checkpoints: Sequence[Path], data_config: DataSettings, num_classes: int,
                       config: FaithfulProbe) -> dict[str, Any]:
     """What makes two probes the same (their checkpoints by content): a saved state or a
     finished result is reused only for the same identity. Epochs and device are left out, so
@@ -779,7 +769,7 @@ def finished_result(output: Path, identity: Mapping[str, Any], epochs: int
     return ProbeResult(history, selected)
 
 
-def run_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_classes: int,
+def run_faithful(checkpoints: Sequence[Path], data_config: DataSettings, num_classes: int,
                  output: Path, config: FaithfulProbe = FaithfulProbe(), num_workers: int = 0,
                  progress: bool = True) -> ProbeResult:
     """The authors' probe of the concatenated backbones on a dataset: augmented training images
@@ -802,7 +792,7 @@ def run_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_class
     augmented = data.augmentation(augment, data_config.image_size, True, from_images)
     plain = data.augmentation(augment, data_config.image_size, False, from_images)
     kept, held = heldout_indices(len(train_base), config.heldout_fraction, config.seed)
-    rank, world = _world()
+    rank, world = distributed.rank_and_world()
     device = torch.device(config.device)
 
     def loader(dataset: Dataset, **how: Any) -> DataLoader:
@@ -837,7 +827,7 @@ def faithful_command(checkpoints: Sequence[Path], data_file: Path, num_classes: 
                      ) -> list[str]:
     """The command running `run_faithful` as a step of its own: under one standalone torchrun
     with `processes` processes (one per GPU), each reading its shard."""
-    arguments = ["kit.probe", "faithful", "--checkpoints", *map(str, checkpoints),
+    arguments = ["kit.probes.probe", "faithful", "--checkpoints", *map(str, checkpoints),
                  "--data", str(data_file), "--num-classes", str(num_classes),
                  "--output", str(output), "--weight-decays", *map(str, config.weight_decays),
                  "--milestones", *map(str, config.milestones)]
@@ -845,11 +835,11 @@ def faithful_command(checkpoints: Sequence[Path], data_file: Path, num_classes: 
                  "device"):
         arguments += [f"--{name.replace('_', '-')}", str(getattr(config, name))]
     arguments += ["--bn-batch", str(config.bn_batch or 0), "--workers", str(num_workers)]
-    return module_command(arguments, LaunchConfig(backend="torchrun", nproc_per_node=processes),
+    return module_command(arguments, LaunchSettings(backend="torchrun", nproc_per_node=processes),
                           rdzv_id="faithful")
 
 
-def launch_faithful(checkpoints: Sequence[Path], data_config: DataConfig, num_classes: int,
+def launch_faithful(checkpoints: Sequence[Path], data_config: DataSettings, num_classes: int,
                     output: Path, config: FaithfulProbe, num_workers: int, processes: int,
                     progress: bool = True) -> ProbeResult:
     """`run_faithful` from a notebook: in this process for one process, else as a torchrun

@@ -7,14 +7,11 @@ each run resumes or skips itself, so restarting the same command continues the p
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit import train
-from kit.config import TrainConfig, load_train_config
-from kit.params import ParameterError
+from kit.core.params import ParameterError
+from kit.train.settings import TrainSettings
 
 
 @dataclass(frozen=True)
@@ -47,32 +44,8 @@ def time_concat(runs: int, seeds: list[int], root: str | Path, total: int | None
             for seed in seeds[:runs]]
 
 
-def configure(planned: PlannedRun, base: TrainConfig) -> TrainConfig:
+def configure(planned: PlannedRun, base: TrainSettings) -> TrainSettings:
     """The base configuration with the run's seed, budget and folder (validated again)."""
-    return TrainConfig(**(base.model_dump() | {"seed": planned.seed,
+    return TrainSettings(**(base.model_dump() | {"seed": planned.seed,
                                                "iterations": planned.iterations,
                                                "output_dir": str(planned.output_dir)}))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kit.plan", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", type=Path, required=True, help="the base run's YAML file")
-    parser.add_argument("--runs", type=int, required=True, help="n, the number of models")
-    parser.add_argument("--total", type=int, help="total budget in iterations")
-    parser.add_argument("--iterations", type=int, help="iterations per run (instead of total/n)")
-    parser.add_argument("--seeds", type=int, nargs="+", required=True)
-    parser.add_argument("--root", help="folder holding cat<n>/seed<s> (default: output_dir)")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
-
-    def run_plan() -> None:
-        base = load_train_config(args.config, args.overrides)
-        for planned in time_concat(args.runs, args.seeds, args.root or base.output_dir,
-                                   args.total, args.iterations):
-            train.train(configure(planned, base))
-
-    return train.exit_code(run_plan)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

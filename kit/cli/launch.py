@@ -1,0 +1,163 @@
+"""`python -m kit launch ...` and `python -m kit extract|probe`: training runs and notebook 03's
+steps as jobs, from a base run or from a profile."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from kit.core.params import ParameterError
+from kit.launch.backends import (
+    Launched,
+    export_plan,
+    is_finished,
+    launch,
+    parse_settings,
+)
+from kit.train.settings import TrainSettings, load_train_settings
+
+
+def planned_configs(base_file: Path, overrides: list[str], runs: list[int], seeds: list[int],
+                    total: int | None, iterations: list[int] | None, root: str | None
+                    ) -> list[TrainSettings]:
+    """The time-concat runs for every n of `runs` (one iterations value per n, or the
+    total split n ways), from one base configuration."""
+    from kit.experiments.timecat import budget
+
+    base = load_train_settings(base_file, overrides)
+    if iterations is not None and len(iterations) != len(runs):
+        raise ParameterError(f"--iterations: give one value per n of --runs {runs}")
+    return [budget.configure(planned, base)
+            for index, n in enumerate(runs)
+            for planned in budget.split(n, seeds, root or base.output_dir, total,
+                                            iterations[index] if iterations else None)]
+
+
+def add_profile_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """--profile, -f FILE and --set KEY=VALUE for notebook 03's parameters, layered as
+    `python -m kit run` layers them."""
+    parser.add_argument("--profile", required=required,
+                        help="a folder of parameters/ (notebook 03's parameters)")
+    parser.add_argument("-f", "--file", dest="files", action="append", default=[], type=Path,
+                        metavar="FILE", help="YAML parameters layered after the profile "
+                        "(repeatable, later wins)")
+    parser.add_argument("--set", dest="sets", action="append", default=[],
+                        metavar="KEY=VALUE", help="override one parameter (applied last)")
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """`launch plan|run|extract|probe` (start work with a backend) and `extract`, `probe` (do
+    notebook 03's steps in this process, as a launched job does)."""
+    group = commands.add_parser("launch", help="train runs, or notebook 03's extraction and "
+                                "probing, with a launch backend (local, torchrun, Slurm)")
+    launched = group.add_subparsers(dest="launch_command", required=True)
+    launch_help = "a LaunchSettings setting (repeatable)"
+    for name, text in [("plan", "write every run's config and an sbatch array script; with "
+                        "--profile, notebook 03's runs, extract.sbatch, probe.sbatch and "
+                        "submit.sh, which chains them"),
+                       ("run", "train the unfinished runs with a backend")]:
+        sub = launched.add_parser(name, help=text)
+        sub.add_argument("--config", type=Path, help="the base run's YAML file")
+        sub.add_argument("--runs", type=int, nargs="+", help="values of n")
+        sub.add_argument("--total", type=int, help="total budget in iterations")
+        sub.add_argument("--iterations", type=int, nargs="+", help="iterations per run, per n")
+        sub.add_argument("--seeds", type=int, nargs="+")
+        sub.add_argument("--root", help="folder holding cat<n>/seed<s> (default: output_dir)")
+        sub.add_argument("--out", type=Path, required=True,
+                         help="where configs, logs and the sbatch scripts go")
+        sub.add_argument("--launch", dest="launch", action="append", default=[],
+                         metavar="KEY=VALUE", help=launch_help)
+        sub.add_argument("--no-wait", action="store_true", help="slurm: return once submitted")
+        sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                         help="override a setting of the base run")
+        if name == "plan":
+            add_profile_arguments(sub, required=False)
+    for name, text in [("extract", "extract the features notebook 03 probes, as a job with the "
+                        "profile's launch settings"),
+                       ("probe", "probe them as a job and write the notebook's results tables")]:
+        sub = launched.add_parser(name, help=text)
+        add_profile_arguments(sub)
+        sub.add_argument("--launch", dest="launch", action="append", default=[],
+                         metavar="KEY=VALUE", help=launch_help + ", over the profile's launch")
+        sub.add_argument("--no-wait", action="store_true", help="slurm: return once submitted")
+    for name, text in [("extract", "extract every feature notebook 03 probes into the cache "
+                        "(one process, or each rank of torchrun/srun its shard)"),
+                       ("probe", "probe from the cache and write the results tables")]:
+        add_profile_arguments(commands.add_parser(name, help=text))
+
+
+def launch_command(args: argparse.Namespace) -> int:
+    """`python -m kit launch ...`."""
+    try:
+        if args.launch_command in ("extract", "probe") or getattr(args, "profile", None):
+            return _profile_command(args)
+        missing = [f"--{key}" for key in ("config", "runs", "seeds") if not getattr(args, key)]
+        if missing:
+            raise ParameterError(f"the command line: give {', '.join(missing)} (or, for plan, "
+                                 "--profile)")
+        pairs = args.launch if any(p.startswith("backend=") for p in args.launch) else [
+            "backend=slurm", *args.launch]
+        settings = parse_settings(pairs)
+        configs = planned_configs(args.config, args.overrides, args.runs, args.seeds, args.total,
+                                  args.iterations, args.root)
+    except ParameterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.launch_command == "plan":
+        script = export_plan(configs, settings, args.out)
+        print(f"{len(configs)} runs; submit with: sbatch {script}")
+        return 0
+    pending = [config for config in configs if not is_finished(config)]
+    print(f"{len(configs) - len(pending)} of {len(configs)} runs already finished")
+    result = launch(pending, settings, args.out, wait=not args.no_wait)
+    return _report(result)
+
+
+def _report(result: Launched) -> int:
+    for name, job_id in result.submitted.items():
+        print(f"{name}: job {job_id}")
+    for name, log in result.failed.items():
+        print(f"{name}: failed, see {log}", file=sys.stderr)
+    return 1 if result.failed else 0
+
+
+def _profile_command(args: argparse.Namespace) -> int:
+    """plan --profile, extract and probe: notebook 03's steps from its parameters."""
+    from kit.experiments.timecat import timecat  # torch only for these commands
+
+    if args.launch_command == "plan" and (args.config or args.runs or args.seeds or args.overrides):
+        raise ParameterError("the command line: --profile plans notebook 03's runs; leave out "
+                             "--config, --runs, --seeds and run overrides (use --set)")
+    loaded = timecat.load_settings(args.profile, args.files, args.sets)
+    if args.launch_command == "plan":
+        settings = parse_settings(args.launch, loaded.launch.model_copy(
+            update={"backend": "slurm"}))
+        scripts = timecat.export_jobs(loaded, settings, args.out)
+        print("wrote " + ", ".join(str(script) for script in scripts)
+              + f"; submit all with: bash {scripts[-1]}")
+        return 0
+    settings = parse_settings(args.launch, loaded.launch)
+    if args.launch_command == "extract" and timecat.extraction_finished(loaded):
+        print(f"features already extracted in {timecat.runs_dir(loaded) / 'features'}")
+        return 0
+    return _report(timecat.launch_step(args.launch_command, loaded, settings, wait=not args.no_wait))
+
+
+
+def step_command(args: argparse.Namespace) -> int:
+    """`python -m kit extract|probe`: one of notebook 03's steps in this process."""
+    from kit.experiments.timecat import timecat
+    from kit.train.trainer import exit_code
+
+    def step() -> None:
+        loaded = timecat.load_settings(args.profile, args.files, args.sets)
+        if args.command == "extract":
+            count = timecat.extract_step(loaded)
+            if int(os.environ.get("RANK", "0")) == 0:
+                print(f"{count} cache entries in {timecat.runs_dir(loaded) / 'features'}")
+        else:
+            print(f"wrote {timecat.probe_step(loaded)}")
+
+    return exit_code(step)

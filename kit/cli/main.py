@@ -1,0 +1,61 @@
+"""The command line, `python -m kit COMMAND`: run or check notebooks, launch jobs, do a job's step.
+
+`python -m kit run [NOTEBOOK ...] --profile cpu [-f FILE ...] [--set a.b=value ...]` executes
+notebooks; `check` validates their parameters, data and output folders; `launch` starts training
+runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kit.cli import launch, runner
+from kit.core import params
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in [("run", "execute notebooks with papermill"),
+                       ("check", "validate parameters without running anything")]:
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("notebooks", nargs="*",
+                         help="file names, stems or prefixes such as 01 (default: all)")
+        sub.add_argument("--profile", default="cpu", help="a folder of parameters/ (default cpu)")
+        sub.add_argument("-f", "--file", dest="files", action="append", default=[], type=Path,
+                         metavar="FILE", help="your own YAML parameters, layered after the "
+                         "profile (repeatable, later wins)")
+        sub.add_argument("--set", dest="overrides", action="append", default=[],
+                         metavar="KEY=VALUE", help="override one parameter, dotted for sections "
+                         "(train.lr=0.01; repeatable, applied last)")
+    store = commands.add_parser(
+        "store-checks", help="keep the outputs of '# NBVAL_CHECK_OUTPUT' cells of an executed "
+        "copy as the references nbval compares with (tests/nbval_references/)")
+    store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")
+    launch.add_commands(commands)
+    args = parser.parse_args(argv)
+    if args.command == "launch":
+        return launch.launch_command(args)
+    if args.command in ("extract", "probe"):
+        return launch.step_command(args)
+    if args.command == "store-checks":
+        print(f"stored reference outputs in {runner.store_references(args.executed)}")
+        return 0
+    try:
+        overrides = params.parse_overrides(args.overrides)
+        if args.command == "check":
+            runs = runner.plan(args.notebooks, args.profile, args.files, overrides)
+            problems = runner.output_problems(runs)
+            if problems:
+                raise params.ParameterError("\n".join(problems))
+            for planned in runs:
+                print(f"{planned.notebook.name}: parameters, data, checkpoints and output "
+                      f"folders valid for profile {args.profile}")
+            return 0
+    except params.ParameterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return runner.run(args.notebooks, args.profile, args.files, overrides)
+

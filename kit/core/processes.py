@@ -1,0 +1,93 @@
+"""Processes and their signals: exit statuses, the DONE marker, signal handling, child commands."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import psutil
+
+from kit.core.paths import importable_environment
+
+#: the trainer's exit status after a preemption checkpoint (kit.train.PREEMPTED_EXIT)
+PREEMPTED_EXIT = 75
+
+
+#: the marker a finished run leaves in its folder (kit.train writes it)
+DONE = "DONE"
+
+
+def rendezvous_port(job_id: int) -> int:
+    """The rendezvous port of a Slurm job's processes: derived from its id, so the same on every
+    node and different for concurrent jobs."""
+    return 20000 + job_id % 20000
+
+
+@contextlib.contextmanager
+def signal_handlers(numbers: Iterable[int], handler: Callable[[int, Any], Any]
+                    ) -> Iterator[None]:
+    """`handler` catches the signals `numbers` during the block; their previous handlers are
+    restored after it (main thread only, as for signal.signal)."""
+    previous = {number: signal.signal(number, handler) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, earlier in previous.items():
+            signal.signal(number, earlier)
+
+
+def signal_tree(process: subprocess.Popen, number: int) -> None:
+    """Send a signal to a process and all its descendants (torchrun starts its workers in their
+    own sessions, so a process group does not reach them)."""
+    try:
+        below = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        below = []
+    for pid in [process.pid, *below]:
+        try:
+            os.kill(pid, number)
+        except ProcessLookupError:
+            pass
+
+
+def child_environment(command: Sequence[str], extra: dict[str, str] | None = None
+                      ) -> dict[str, str]:
+    """The environment of a launched command: the repository importable, `extra` (a slot's
+    devices), and for a single process torchrun's variables saying so (a process started
+    inside a Slurm allocation then does not take Slurm's for a group)."""
+    env = importable_environment() | (extra or {})
+    if command[2] != "torch.distributed.run":
+        env |= {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    return env
+
+
+
+def ignoring_signals(numbers: Sequence[int], cpus: Sequence[int] = ()) -> Callable[[], None]:
+    """A `preexec_fn`: pin the child to `cpus` (all when empty) and ignore the signals `numbers`
+    before exec; ignored signals stay ignored through exec, so there is no moment at which the
+    new program could be killed by one before it sets its own handlers."""
+    def prepare() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        for number in numbers:
+            signal.signal(number, signal.SIG_IGN)
+    return prepare
+
+
+
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
+
+def module_main(module: str) -> Callable[[list[str]], int]:
+    """The `main(argv)` that `python -m module` runs: the module's own, or its package's
+    `__main__`'s (`kit.train`, `kit`)."""
+    target = importlib.import_module(module)
+    if hasattr(target, "__path__"):
+        target = importlib.import_module(f"{module}.__main__")
+    return target.main

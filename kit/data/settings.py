@@ -1,0 +1,76 @@
+"""The settings of a run's images: which dataset, where it lives, how it is augmented, and the
+synthetic world's cues. Free of torch, like every settings class."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from kit.core.params import Strict
+
+#: visual cues of the synthetic world (kit.data) that can carry the label
+CUES = ("colour", "shape", "texture", "position")
+
+
+class ComponentSettings(Strict):
+    """One mixture component of the synthetic world: the cues that carry the label in it, and
+    the cues it does not show at all (a grey, unstriped, round or centred object), which is how
+    a component can be told apart from the others without carrying its label twice."""
+
+    weight: float = Field(gt=0.0)
+    cues: list[str] = Field(min_length=1)
+    absent: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _known_cues(self) -> ComponentSettings:
+        for key, named in (("cues", self.cues), ("absent", self.absent)):
+            unknown = sorted(set(named) - set(CUES))
+            if unknown:
+                raise ValueError(f"{key}: unknown cue(s) {', '.join(unknown)} "
+                                 f"(known: {', '.join(CUES)})")
+        both = sorted(set(self.cues) & set(self.absent))
+        if both:
+            raise ValueError(f"absent: {', '.join(both)} cannot both carry the label and be absent")
+        return self
+
+
+class SyntheticSettings(Strict):
+    """The offline synthetic world. Its seed is separate from the run's, so seeds share a world."""
+
+    num_train: int = Field(ge=1)
+    num_eval: int = Field(ge=1)
+    components: list[ComponentSettings] = Field(min_length=1)
+    #: per cue, the probability that a carrying cue shows the sample's label (else a random class)
+    strength: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CUES, 1.0))
+    noise: float = Field(default=0.1, ge=0.0, le=1.0)
+    seed: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _known_strengths(self) -> SyntheticSettings:
+        for cue, value in self.strength.items():
+            if cue not in CUES:
+                raise ValueError(f"strength: unknown cue '{cue}' (known: {', '.join(CUES)})")
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"strength: {cue}={value} is not in [0, 1]")
+        return self
+
+
+class DataSettings(Strict):
+    """Where the images come from and how they are augmented ('auto' picks by kind and size)."""
+
+    kind: Literal["synthetic", "imagefolder", "cifar10", "cifar100", "inat18"]
+    root: str | None = None
+    image_size: int = Field(ge=8)
+    augment: Literal["auto", "algoperf", "crop_flip", "none"] = "auto"
+    verify_images: bool = True
+    synthetic: SyntheticSettings | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DataSettings:
+        if (self.kind == "synthetic") != (self.synthetic is not None):
+            raise ValueError("synthetic: give this section exactly when kind is synthetic")
+        if self.kind != "synthetic" and not self.root:
+            raise ValueError(f"root: kind {self.kind} reads images from disk and needs a root")
+        return self
+
