@@ -1,7 +1,7 @@
 """Images/s of notebook 03's training, end to end, against the trainer's own step rate.
 
 The notebook's figure is every image its runs train on divided by the wall-clock time of
-`timecat.launch` (workers starting, synthetic images rendered, evaluation, checkpoints: all of
+`planning.launch` (workers starting, synthetic images rendered, evaluation, checkpoints: all of
 it), for the time-concat runs of every replicate of a profile (default cpu: cat1, cat2, cat4 on
 the synthetic world, 21 runs; `--replicates 1` for the first replicate's only). As in the
 notebook, the worker processes are warmed (kit.warm) before this process imports torch, so their
@@ -86,20 +86,20 @@ def main() -> None:
         profile, _ = params.load("03_time_concat", args.profile, output_dir=folder)
         if not args.cold:  # as notebook 03 does, before importing torch
             launch.warm(profile.launch, profile.device)
-        from kit.experiments.timecat import timecat
+        from kit.experiments.timecat import planning
 
         concat = {v.name for v in profile.variants if v.kind == "time-concat"}
         replicates = range(args.replicates or profile.replicates)
-        trainings = [t for t in timecat.plan(profile).trainings  # folders rep<r>/<variant>/seed<s>
-                     if t.config.output_dir.split("/")[-3:-1] in
+        trainings = [t for t in planning.plan(profile).trainings  # folders rep<r>/<variant>/seed<s>
+                     if t.output_dir.split("/")[-3:-1] in
                      [[f"rep{r}", name] for r in replicates for name in concat]]
-        images = sum(t.config.iterations * t.config.batch_size for t in trainings)
+        images = sum(t.iterations * t.batch_size for t in trainings)
         start = time.perf_counter()
-        timecat.launch(trainings, profile)
+        planning.launch(trainings, profile)
         notebook = images / (time.perf_counter() - start)
     workers = launch.slots(profile.launch)
-    stepping = concurrent_step_rate(trainings[0].config, workers)
-    alone = step_rate(trainings[0].config, workers[0].threads) * len(workers)
+    stepping = concurrent_step_rate(trainings[0], workers)
+    alone = step_rate(trainings[0], workers[0].threads) * len(workers)
     print(f"profile {args.profile}: {len(trainings)} runs, {images} images, {len(workers)} "
           f"workers x {workers[0].threads} thread(s)")
     print(f"notebook training, end to end:          {notebook:8.1f} img/s")

@@ -21,7 +21,7 @@ import yaml
 from kit.cli import runner
 from kit.core import locks, params
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
-from kit.experiments.timecat import timecat
+from kit.experiments.timecat import planning
 from kit.launch import backends as launch
 
 
@@ -275,8 +275,8 @@ def test_kit_run_prints_training_progress_while_notebook_03_trains(runner_output
     output = runner_output("03_time_concat")
     assert output.returncode == 0, output.stderr[-3000:]
     loaded, _ = params.load("03_time_concat", "ci", output_dir=str(output.output_dir))
-    budgets = {Path(t.config.output_dir).relative_to(output.output_dir).as_posix():
-               t.config.iterations for t in timecat.plan(loaded).trainings}
+    budgets = {Path(t.output_dir).relative_to(output.output_dir).as_posix():
+               t.iterations for t in planning.plan(loaded).trainings}
     texts = [line for line, _ in output.lines]
     ended = next(i for i, line in enumerate(texts) if " done in " in line)
     progress = [(i, PROGRESS_LINE.fullmatch(line), running)
@@ -296,9 +296,9 @@ def test_kit_run_prints_training_progress_while_notebook_03_trains(runner_output
 def test_the_saved_notebook_03_keeps_each_runs_final_bar(notebook_outputs) -> None:
     folder = notebook_outputs("03_time_concat", "time_concat_summary.json")
     loaded, _ = params.load("03_time_concat", "ci", output_dir=str(folder))
-    work = timecat.runs_dir(loaded)
-    budgets = {launch.run_name(t.config, work): t.config.iterations
-               for t in timecat.plan(loaded).trainings}
+    work = planning.runs_dir(loaded)
+    budgets = {launch.run_name(t, work): t.iterations
+               for t in planning.plan(loaded).trainings}
     executed = nbformat.read(folder / "03_time_concat.ipynb", as_version=4)
     bars = {text.split(":")[0]: text for cell in executed.cells
             for output in cell.get("outputs", [])

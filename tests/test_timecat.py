@@ -18,7 +18,7 @@ from kit import models
 from kit.cli import runner
 from kit.core import params
 from kit.data import datasets as data
-from kit.experiments.timecat import timecat
+from kit.experiments.timecat import planning, tables
 from kit.experiments.timecat.settings import SCALE_TRAIN_KEYS, TimecatSettings
 from kit.launch import backends
 from kit.train import trainer as train
@@ -68,7 +68,7 @@ def fake_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_plan_splits_the_budget_and_names_folders_by_variant_and_seed() -> None:
     loaded = planned_params("ci")
-    experiment = timecat.plan(loaded)
+    experiment = planning.plan(loaded)
     for rep in experiment.representations:
         assert len(rep.checkpoints) == rep.n
         assert all(f"rep{rep.replicate}" in str(p) for p in rep.checkpoints)
@@ -80,18 +80,18 @@ def test_plan_splits_the_budget_and_names_folders_by_variant_and_seed() -> None:
     assert {r.iterations_per_model for r in direct} == {loaded.total_iterations}
     random = [r for r in experiment.representations if r.kind == "random-init"]
     assert len(experiment.initial) == sum(r.n for r in random) > 0
-    folders = [t.config.output_dir for t in experiment.trainings]
+    folders = [t.output_dir for t in experiment.trainings]
     assert len(set(folders)) == len(folders)  # one folder per run
-    assert {t.config.seed for t in experiment.trainings} == {0, 1, 1000, 1001}
+    assert {t.seed for t in experiment.trainings} == {0, 1, 1000, 1001}
 
 
 def test_paper_budgets_and_seeds(fake_data: Path) -> None:
-    experiment = timecat.plan(planned_params("paper-8xh100"))
+    experiment = planning.plan(planned_params("paper-8xh100"))
     budgets = {r.variant: (r.iterations_per_model, len(r.checkpoints))
                for r in experiment.representations}
     assert budgets == {"cat1": (450_000, 1), "cat2": (200_000, 2), "cat4": (100_000, 4),
                        "cat5": (80_000, 5)}
-    assert sorted({t.config.seed for t in experiment.trainings}) == [2, 23, 477, 550, 8529]
+    assert sorted({t.seed for t in experiment.trainings}) == [2, 23, 477, 550, 8529]
 
 
 @pytest.mark.parametrize("profile", GPU_PROFILES)
@@ -110,12 +110,12 @@ def test_gpu_profiles_resolve_to_full_data_and_their_own_scale(fake_data: Path,
     for key in scale_keys:
         where = sources.get(key) or next(v for k, v in sources.items() if k.startswith(key))
         assert any(f"/parameters/{gpu}/" in where for gpu in GPU_PROFILES), (key, where)
-    experiment = timecat.plan(loaded)
+    experiment = planning.plan(loaded)
     assert experiment.representations
 
 
 def test_paper_checkpoints_probes_the_released_files(fake_data: Path) -> None:
-    experiment = timecat.plan(planned_params("paper-checkpoints"))
+    experiment = planning.plan(planned_params("paper-checkpoints"))
     assert not experiment.trainings and not experiment.initial
     assert [len(r.checkpoints) for r in experiment.representations] == [1, 2, 4, 5]
     (fake_data / "released" / "cat5" / "seed8529.pt").unlink()
@@ -209,12 +209,12 @@ def fake_results(variants: dict[str, list[float]]) -> pl.DataFrame:
 def test_a_control_with_n_1_does_not_change_the_baseline_or_its_gains() -> None:
     plain = fake_results({"cat1": [0.5, 0.6], "cat4": [0.6, 0.7]})
     controlled = fake_results({"cat1": [0.5, 0.6], "wide1": [0.9, 0.9], "cat4": [0.6, 0.7]})
-    gain = timecat.gains(plain, "heldout", "cat1")
-    gain_with_control = timecat.gains(controlled, "heldout", "cat1")
+    gain = tables.gains(plain, "heldout", "cat1")
+    gain_with_control = tables.gains(controlled, "heldout", "cat1")
     assert gain.row(0, named=True) == gain_with_control.filter(
         pl.col("variant") == "cat4").row(0, named=True)
     assert gain["gain_mean"][0] == pytest.approx(10.0)
-    table = timecat.table3(controlled, "heldout")
+    table = tables.table3(controlled, "heldout")
     assert table["variant"].to_list() == ["cat1", "wide1", "cat4"]
     assert table.filter(pl.col("variant") == "cat1")["replicates"][0] == 2
 
@@ -223,9 +223,9 @@ def test_verdict_needs_an_interval_that_excludes_zero() -> None:
     steady = fake_results({"cat1": [0.50, 0.60, 0.55], "cat4": [0.52, 0.62, 0.57]})
     noisy = fake_results({"cat1": [0.50, 0.60, 0.55], "cat4": [0.60, 0.55, 0.56]})
     single = fake_results({"cat1": [0.5], "cat4": [0.9]})
-    assert timecat.gains(steady, "heldout", "cat1")["verdict"][0] == "better"
-    assert timecat.gains(noisy, "heldout", "cat1")["verdict"][0] == "no clear difference"
-    assert timecat.gains(single, "heldout", "cat1")["verdict"][0].startswith("untested")
+    assert tables.gains(steady, "heldout", "cat1")["verdict"][0] == "better"
+    assert tables.gains(noisy, "heldout", "cat1")["verdict"][0] == "no clear difference"
+    assert tables.gains(single, "heldout", "cat1")["verdict"][0].startswith("untested")
 
 
 def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook_outputs
@@ -256,13 +256,13 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
     assert summary["rule"] == loaded.probe_rule and summary["baseline"] == loaded.baseline
     assert summary["lines"]
 
-    experiment = timecat.plan(loaded)
-    assert all(backends.is_finished(t.config) for t in experiment.trainings)
-    stamps = {t.config.output_dir: os.stat(Path(t.config.output_dir) / train.CHECKPOINT)
+    experiment = planning.plan(loaded)
+    assert all(backends.is_finished(t) for t in experiment.trainings)
+    stamps = {t.output_dir: os.stat(Path(t.output_dir) / train.CHECKPOINT)
               .st_mtime_ns for t in experiment.trainings}
-    skipped = timecat.launch(experiment.trainings, loaded)
+    skipped = planning.launch(experiment.trainings, loaded)
     assert len(skipped) == len(experiment.trainings)
-    assert stamps == {t.config.output_dir: os.stat(Path(t.config.output_dir) /
+    assert stamps == {t.output_dir: os.stat(Path(t.output_dir) /
                                                    train.CHECKPOINT).st_mtime_ns
                       for t in experiment.trainings}
     for changed, key in (({"total_iterations": 80}, "iterations"),
@@ -270,7 +270,7 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
         other = planned_params("ci", output_dir=str(folder), **changed)
         with pytest.raises(params.ParameterError, match=rf"hold runs with other settings.*"
                                                         rf"seed0 \({key}\)"):
-            timecat.launch(timecat.plan(other).trainings, other)
+            planning.launch(planning.plan(other).trainings, other)
 
 
 def test_catn_is_compared_with_the_wide_control_and_random_init_of_the_same_n() -> None:
@@ -283,11 +283,11 @@ def test_catn_is_compared_with_the_wide_control_and_random_init_of_the_same_n() 
          "replicate": r, "iterations_per_model": 100, "task": "t", "role": "unseen",
          "rule": "heldout", "top1": value, "top5": None}
         for name, values in top1.items() for r, value in enumerate(values)])
-    controls = timecat.control_gains(results, "heldout")
+    controls = tables.control_gains(results, "heldout")
     assert sorted(zip(controls["variant"], controls["baseline"], controls["verdict"])) == [
         ("cat4", "random4", "better"), ("cat4", "wide1", "worse")]
     assert controls.filter(pl.col("baseline") == "wide1")["gain_mean"][0] == pytest.approx(-10)
-    summary = timecat.summarize(results, "heldout", "cat1")
+    summary = tables.summarize(results, "heldout", "cat1")
     assert "cat4 vs wide1 on t (unseen): -10.0 points over 3 replicate(s)" in "\n".join(
         summary["lines"])
 
@@ -296,7 +296,7 @@ def test_the_in_distribution_task_is_the_pretraining_data_and_ceilings_are_shown
     loaded = planned_params("cpu")
     mixture = next(task for task in loaded.tasks if task.role == "in-distribution")
     assert loaded.task_data(mixture)[0] == loaded.train.data
-    table = timecat.task_table(loaded)
+    table = tables.task_table(loaded)
     assert ((table["Bayes ceiling %"] - 100).abs() < 1e-6).all()
     assert (table["chance %"] == 10.0).all()
-    assert timecat.pretraining_passes(loaded) <= 1.0  # no image seen twice
+    assert tables.pretraining_passes(loaded) <= 1.0  # no image seen twice

@@ -14,7 +14,7 @@ from test_data import write_cifar, write_image
 from test_timecat import tiny_checkpoint
 
 from kit.core import params
-from kit.experiments.timecat import timecat
+from kit.experiments.timecat import measure, planning, tables
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.probes import probe
 
@@ -85,10 +85,10 @@ def test_paper_checkpoints_runs_the_authors_probe_end_to_end(settings: Path,
                                                              tmp_path: Path) -> None:
     loaded = resolved(settings, tmp_path / "out")
     assert loaded.probe_kind == "faithful"  # the profile's default, not the test's
-    assert "the authors' probe" in timecat.probe_description(loaded)
-    experiment = timecat.plan(loaded)
+    assert "the authors' probe" in measure.probe_description(loaded)
+    experiment = planning.plan(loaded)
     assert not experiment.trainings
-    measured = timecat.probe_all(experiment.representations, loaded)
+    measured = measure.probe_all(experiment.representations, loaded)
     results = measured.results
     variants, tasks = ["cat1", "cat2", "cat4", "cat5"], [t["name"] for t in TASKS]
     assert results.height == len(variants) * len(tasks) * len(probe.RULES)
@@ -99,17 +99,17 @@ def test_paper_checkpoints_runs_the_authors_probe_end_to_end(settings: Path,
     assert results.filter(pl.col("task") == "CIFAR-100")["top5"].is_not_null().all()
     assert results.filter(pl.col("task") == "CIFAR-10")["top5"].is_null().all()
     # each task was probed with the authors' grid of its dataset
-    root = timecat.runs_dir(loaded) / "faithful"
+    root = planning.runs_dir(loaded) / "faithful"
     for task, grid in (("ImageNet-1k", "imagenet"), ("iNat18", "inat18"), ("CIFAR-100", "cifar")):
         history = pl.read_csv(root / task / "rep0" / "cat2" / "history.csv")
         assert history["weight_decay"].to_list() == list(probe.PAPER_WEIGHT_DECAYS[grid])
     for rule in probe.RULES:
-        table = timecat.table3(results, rule)
+        table = tables.table3(results, rule)
         assert table["variant"].to_list() == variants
         for task in tasks:
             assert table[f"{task} mean"].is_between(0, 100).all()
-        assert timecat.gains(results, rule, loaded.baseline).height == 3 * len(tasks)
-        side = timecat.paper_side_by_side(results, rule, loaded.paper_columns)
+        assert tables.gains(results, rule, loaded.baseline).height == 3 * len(tasks)
+        side = tables.paper_side_by_side(results, rule, loaded.paper_columns)
         assert side["kit_top1_mean"].is_not_null().sum() == len(variants) * len(tasks)
     assert measured.diagnostics.height == len(variants) * len(tasks)
     assert measured.diagnostics.filter(pl.col("variant") == "cat5")["features"].unique()\
@@ -121,7 +121,7 @@ def test_paper_checkpoints_runs_the_authors_probe_end_to_end(settings: Path,
     selected = pl.read_csv(marked).with_columns(pl.lit(0.123456).alias("top1"))
     selected.write_csv(marked)
     start = time.perf_counter()
-    again = timecat.probe_all(experiment.representations, loaded).results
+    again = measure.probe_all(experiment.representations, loaded).results
     rerun_s = time.perf_counter() - start
     mark = again.filter((pl.col("variant") == "cat4") & (pl.col("task") == "CIFAR-10"))
     assert mark["top1"].to_list() == [0.123456] * len(probe.RULES)
@@ -144,6 +144,6 @@ def test_bad_faithful_settings_are_refused_naming_the_key(settings: Path, tmp_pa
 
 def test_the_fast_probe_stays_the_default_elsewhere(settings: Path, tmp_path: Path) -> None:
     loaded = resolved(settings, tmp_path / "out", probe_kind="fast")
-    assert timecat.probe_description(loaded).startswith("the kit's fast probe")
+    assert measure.probe_description(loaded).startswith("the kit's fast probe")
     ci, _ = params.load(NOTEBOOK, "ci")
     assert ci.probe_kind == "fast" and ci.faithful is None

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from kit.cli.main import main as kit_main
-from kit.experiments.timecat import timecat
+from kit.core import params
+from kit.experiments.timecat import jobs, measure, planning
 from kit.experiments.timecat.settings import TimecatSettings
 
 
@@ -49,30 +50,30 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     parameters = small_plan(tmp_path)
-    loaded = timecat.load_settings("ci", [parameters], [])
-    cache = timecat.runs_dir(loaded) / "features"
-    assert not timecat.extraction_finished(loaded)
+    loaded = jobs.load_settings("ci", [parameters], [])
+    cache = planning.runs_dir(loaded) / "features"
+    assert not jobs.extraction_finished(loaded)
 
-    assert timecat.launch_extraction(loaded)  # torchrun, two gloo ranks, each its shard
-    log = (timecat.runs_dir(loaded) / "logs" / "extract.log").read_text()
+    assert jobs.launch_extraction(loaded)  # torchrun, two gloo ranks, each its shard
+    log = (planning.runs_dir(loaded) / "logs" / "extract.log").read_text()
     assert "rank 0/2 on cpu" in log and "rank 1/2 on cpu" in log, log[-2000:]
     # 3 networks alone and r2 concatenated, on two tasks' training and evaluation splits
     made = entries(cache)
     assert len(made) == (3 + 1) * 2 * 2
-    assert timecat.extraction_finished(loaded)
-    assert not timecat.extraction_finished(
-        timecat.load_settings("ci", [parameters], ["feature_dtype=float16"]))
+    assert jobs.extraction_finished(loaded)
+    assert not jobs.extraction_finished(
+        jobs.load_settings("ci", [parameters], ["feature_dtype=float16"]))
 
     # what probe_all reads: every feature set found in the cache (no image decoded again)
-    representations = timecat.plan(loaded).representations
+    representations = planning.plan(loaded).representations
     for task in loaded.tasks:
-        found = timecat.task_features(task, representations, loaded)
+        found = measure.task_features(task, representations, loaded)
         sets = [*found.train, *found.eval, *found.single.values()]
         assert sets and all(entry.cache_hit for entry in sets), task.name
     assert kit_main(["launch", "probe", "--profile", "ci", "-f", str(parameters)]) == 0
-    results = pl.read_parquet(Path(loaded.output_dir) / timecat.RESULTS)
+    results = pl.read_parquet(Path(loaded.output_dir) / jobs.RESULTS)
     assert results.height == len(representations) * len(loaded.tasks) * 2  # two rules
-    assert (Path(loaded.output_dir) / timecat.DIAGNOSTICS).exists()
+    assert (Path(loaded.output_dir) / jobs.DIAGNOSTICS).exists()
     assert entries(cache) == made  # nothing extracted or rewritten by the probes
 
     # one process extracts the same entries (same keys) with the same features
@@ -107,17 +108,17 @@ def test_plan_with_a_profile_exports_training_extraction_and_probing_chained(
                         str(export), "--launch", "gpus_per_node=8", "--launch",
                         "nproc_per_node=8", "--launch", "partition=gpu"])
     assert code == 0
-    loaded = timecat.load_settings("ci", [], [f"output_dir={out}"])
-    trainings = timecat.plan(loaded).trainings
-    parameters = export / f"{timecat.NOTEBOOK}.parameters.yaml"
-    replayed, _ = timecat.kit_params.load(timecat.NOTEBOOK, "ci", [parameters])
+    loaded = jobs.load_settings("ci", [], [f"output_dir={out}"])
+    trainings = planning.plan(loaded).trainings
+    parameters = export / f"{jobs.NOTEBOOK}.parameters.yaml"
+    replayed, _ = params.load(jobs.NOTEBOOK, "ci", [parameters])
     assert isinstance(replayed, TimecatSettings) and replayed == loaded
 
     train = (export / "train.sbatch").read_text()
     assert f"#SBATCH --array=0-{len(trainings) - 1}" in train
     listed = (export / "runs.txt").read_text().split()
     assert {yaml.safe_load(Path(p).read_text())["output_dir"] for p in listed} == {
-        t.config.output_dir for t in trainings}
+        t.output_dir for t in trainings}
     extract, probe = ((export / f"{step}.sbatch").read_text() for step in ("extract", "probe"))
     for line in ("#SBATCH --ntasks-per-node=8", "#SBATCH --gpus-per-node=8",
                  "#SBATCH --partition=gpu", "#SBATCH --requeue",

@@ -125,39 +125,39 @@ def _report(result: Launched) -> int:
 
 def _profile_command(args: argparse.Namespace) -> int:
     """plan --profile, extract and probe: notebook 03's steps from its parameters."""
-    from kit.experiments.timecat import timecat  # torch only for these commands
+    from kit.experiments.timecat import jobs, planning
 
     if args.launch_command == "plan" and (args.config or args.runs or args.seeds or args.overrides):
         raise ParameterError("the command line: --profile plans notebook 03's runs; leave out "
                              "--config, --runs, --seeds and run overrides (use --set)")
-    loaded = timecat.load_settings(args.profile, args.files, args.sets)
+    loaded = jobs.load_settings(args.profile, args.files, args.sets)
     if args.launch_command == "plan":
         settings = parse_settings(args.launch, loaded.launch.model_copy(
             update={"backend": "slurm"}))
-        scripts = timecat.export_jobs(loaded, settings, args.out)
+        scripts = jobs.export_jobs(loaded, settings, args.out)
         print("wrote " + ", ".join(str(script) for script in scripts)
               + f"; submit all with: bash {scripts[-1]}")
         return 0
     settings = parse_settings(args.launch, loaded.launch)
-    if args.launch_command == "extract" and timecat.extraction_finished(loaded):
-        print(f"features already extracted in {timecat.runs_dir(loaded) / 'features'}")
+    if args.launch_command == "extract" and jobs.extraction_finished(loaded):
+        print(f"features already extracted in {planning.runs_dir(loaded) / 'features'}")
         return 0
-    return _report(timecat.launch_step(args.launch_command, loaded, settings, wait=not args.no_wait))
+    return _report(jobs.launch_step(args.launch_command, loaded, settings, wait=not args.no_wait))
 
 
 
 def step_command(args: argparse.Namespace) -> int:
     """`python -m kit extract|probe`: one of notebook 03's steps in this process."""
-    from kit.experiments.timecat import timecat
+    from kit.experiments.timecat import jobs, planning
     from kit.train.trainer import exit_code
 
     def step() -> None:
-        loaded = timecat.load_settings(args.profile, args.files, args.sets)
+        loaded = jobs.load_settings(args.profile, args.files, args.sets)
         if args.command == "extract":
-            count = timecat.extract_step(loaded)
+            count = jobs.extract_step(loaded)
             if int(os.environ.get("RANK", "0")) == 0:
-                print(f"{count} cache entries in {timecat.runs_dir(loaded) / 'features'}")
+                print(f"{count} cache entries in {planning.runs_dir(loaded) / 'features'}")
         else:
-            print(f"wrote {timecat.probe_step(loaded)}")
+            print(f"wrote {jobs.probe_step(loaded)}")
 
     return exit_code(step)

@@ -1,0 +1,195 @@
+"""The time-concat experiment's measurements: each representation probed on each task, and its
+label-free diagnostics (RankMe, alpha-ReQ, the CKA of its models)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import torch
+from torch.utils.data import Dataset, Subset
+
+from kit import features
+from kit.core.progress import KeptBar
+from kit.data import datasets as data
+from kit.experiments.timecat.planning import Representation, runs_dir
+from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
+from kit.probes import probe
+from kit.report import diagnostics
+
+#: rows of the evaluation split the label-free diagnostics use (a seeded sample beyond that)
+DIAGNOSTIC_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """What notebook 03 measures: probe accuracies, and label-free diagnostics of each
+    representation on each task's evaluation split."""
+
+    results: pl.DataFrame
+    diagnostics: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class TaskFeatures:
+    """A task's cached features: its representations' training and evaluation splits, and each
+    of their checkpoints alone on the evaluation split (for the diagnostics)."""
+
+    num_classes: int
+    probed: list[Representation]
+    train: list[features.FeatureSet]
+    eval: list[features.FeatureSet]
+    single: dict[Path, features.FeatureSet]
+    eval_rows: int
+
+
+def task_features(task: ProbeTask, representations: list[Representation],
+                  params: TimecatSettings, progress: bool = False) -> TaskFeatures:
+    """Extract (or find cached) every feature probe_all reads for one task: the one path to
+    the cache, so that an extraction job and the notebook's probes meet the same entries.
+    Under torchrun each rank extracts its shard. The authors' probe reads images, so for it
+    only the diagnostics' features are extracted (`train` and `eval` stay empty)."""
+    cache = runs_dir(params) / "features"
+    on_features = params.probe_kind != "faithful"  # the fast and the L-BFGS probe
+    task_data, num_classes = params.task_data(task)
+    train_set, eval_set = data.probe_datasets(task_data, num_classes)
+    split_name = "train"
+    if params.probe_train_rows is not None and params.probe_train_rows < len(train_set):
+        chosen = data.balanced_subset(data.labels_of(train_set), params.probe_train_rows,
+                                      seed=params.base_seed)
+        train_set = Subset(train_set, chosen.tolist())
+        split_name = f"train[balanced {len(chosen)}, seed {params.base_seed}]"
+    probed = [rep for rep in representations if rep.task in (None, task.name)]
+    members = list(dict.fromkeys(c for rep in probed for c in rep.checkpoints))
+
+    def extract(groups: list[list[Path]], split: str, dataset: Dataset
+                ) -> list[features.FeatureSet]:
+        return features.extract_many(
+            groups, dataset, task_data.model_dump_json(), split,
+            transform=data.resolved_augment(task_data), cache_dir=cache,
+            batch_size=params.feature_batch_size, dtype=params.feature_dtype,
+            device=params.device, num_workers=params.feature_workers, progress=progress)
+
+    groups = [list(rep.checkpoints) for rep in probed]
+    return TaskFeatures(
+        num_classes, probed, extract(groups, split_name, train_set) if on_features else [],
+        extract(groups, "eval", eval_set) if on_features else [],
+        dict(zip(members, extract([[c] for c in members], "eval", eval_set))), len(eval_set))
+
+
+def probe_all(representations: list[Representation], params: TimecatSettings) -> Measurements:
+    """Probe every representation on every task with the probe `probe_kind` names (one row per
+    representation, task and rule): the fast probe on (cached) extracted features, or the
+    authors' probe on images (`faithful_result`). Also measure each representation's richness
+    (RankMe, alpha-ReQ) and how alike its n models are (mean pairwise linear CKA) on features of
+    the evaluation split, extracted for both probes."""
+    on_features = params.probe_kind != "faithful"
+    config = params.probe.model_copy(update={"device": params.device})
+    rows, diagnosed = [], []
+    bar = KeptBar(total=sum(rep.task in (None, task.name) for task in params.tasks
+                         for rep in representations),
+               desc=f"{params.probe_kind} probes", unit="probe")
+    for task in params.tasks:
+        extracted = task_features(task, representations, params)
+        num_classes, single = extracted.num_classes, extracted.single
+        sample = _diagnostic_sample(extracted.eval_rows, params.base_seed)
+        for index, rep in enumerate(extracted.probed):
+            bar.set_postfix_str(f"{task.name}: {rep.variant} (replicate {rep.replicate})",
+                                refresh=False)  # update() redraws, at most every mininterval
+            parts = [single[c].torch()[0][sample] for c in rep.checkpoints]
+            exact = None
+            if on_features:
+                splits = [probe.Split(*found.torch(), found.record["split"])
+                          for found in (extracted.train[index], extracted.eval[index])]
+                converged = functools.partial(
+                    probe.lbfgs_probe, splits[0], splits[1], num_classes, config.weight_decays,
+                    config.heldout_fraction, seed=config.seed, device=params.device)
+                if params.probe_kind == "lbfgs":
+                    result = converged()
+                else:  # the first replicate refitted by L-BFGS, as a check of the fast probe
+                    exact = converged() if params.lbfgs_check and rep.replicate == 0 else None
+                    result = probe.fast_probe(splits[0], splits[1], num_classes, config,
+                                              progress=False)
+                concatenated = splits[1].features[sample]
+            else:
+                result = faithful_result(rep, task, params)
+                concatenated = torch.cat(parts, 1)
+            described = {"variant": rep.variant, "kind": rep.kind, "n": rep.n,
+                         "width": rep.width, "replicate": rep.replicate,
+                         "iterations_per_model": rep.iterations_per_model,
+                         "task": task.name, "role": task.role}
+            for selected in result.selected.iter_rows(named=True):
+                rows.append(described | {"rule": selected["rule"], "top1": selected["top1"],
+                                         "top5": selected["top5"],
+                                         "train_top1": selected["train_top1"],
+                                         "lbfgs_top1": exact and exact.top1(selected["rule"])})
+            diagnosed.append(described | _diagnose(concatenated, parts))
+            bar.update()
+    bar.close()
+    return Measurements(
+        pl.DataFrame(rows, schema_overrides={"iterations_per_model": pl.Int64,
+                                             "top5": pl.Float64, "lbfgs_top1": pl.Float64}),
+        pl.DataFrame(diagnosed, schema_overrides={"iterations_per_model": pl.Int64,
+                                                  "seed_cka": pl.Float64}))
+
+
+def faithful_result(rep: Representation, task: ProbeTask, params: TimecatSettings
+                    ) -> probe.ProbeResult:
+    """The authors' probe of one representation on one task, in
+    run_root/faithful/<task>/rep<r>/<variant>: read back when it has finished, resumed when it
+    was interrupted, under torchrun with `faithful.processes` processes."""
+    settings = params.faithful
+    assert settings is not None  # the schema requires it for probe_kind faithful
+    task_data, num_classes = params.task_data(task)
+    config = probe.FaithfulProbe(
+        weight_decays=tuple(settings.grid(task.name, task_data.kind)), epochs=settings.epochs,
+        milestones=tuple(settings.milestones), lr=settings.lr, batch_size=settings.batch_size,
+        bn_batch=settings.bn_batch, heldout_fraction=settings.heldout_fraction,
+        seed=settings.seed, precision=settings.precision, device=params.device)
+    output = runs_dir(params) / "faithful" / task.name / f"rep{rep.replicate}" / rep.variant
+    return probe.launch_faithful(list(rep.checkpoints), task_data, num_classes, output, config,
+                                 settings.workers, settings.processes)
+
+
+def probe_description(params: TimecatSettings) -> str:
+    """Which probe measured the results, and with what settings, in one sentence."""
+    if params.probe_kind == "lbfgs":
+        return (f"full-batch L-BFGS on cached features (multinomial logistic regression, "
+                f"converged), one fit per weight decay {params.probe.weight_decays}, chosen on "
+                f"{params.probe.heldout_fraction:.0%} held-out training rows or on the "
+                "evaluation split")
+    if params.probe_kind == "fast":
+        fast = params.probe
+        finish = ("; each weight decay's lowest-objective head then finished by float64 "
+                  "L-BFGS to its tolerance" if fast.select_from == "converged" else "")
+        return (f"the kit's fast probe on cached features: one head per learning rate "
+                f"{fast.lrs} x weight decay {fast.weight_decays}, {fast.epochs} epochs "
+                f"(SGD, Nesterov, cosine decay, standardised features){finish}")
+    settings = params.faithful
+    assert settings is not None
+    grids = "; ".join(f"{task.name} {settings.grid(task.name, params.task_data(task)[0].kind)}"
+                      for task in params.tasks)
+    return (f"the authors' probe on images: BatchNorm1d + linear heads on the frozen backbones "
+            f"({settings.precision}), SGD lr {settings.lr} Nesterov, {settings.epochs} epochs "
+            f"(x0.1 after epochs {settings.milestones}), global batch {settings.batch_size} "
+            f"over {settings.processes} process(es); weight decays {grids}")
+
+
+def _diagnostic_sample(rows: int, seed: int) -> torch.Tensor:
+    if rows <= DIAGNOSTIC_ROWS:
+        return torch.arange(rows)
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(rows, generator=generator)[:DIAGNOSTIC_ROWS].sort().values
+
+
+def _diagnose(concatenated: torch.Tensor, models: list[torch.Tensor]) -> dict[str, float | None]:
+    """Richness of a representation and the similarity of its models' features."""
+    pairs = [diagnostics.linear_cka(a, b) for a, b in itertools.combinations(models, 2)]
+    return {"features": int(concatenated.shape[1]),
+            "rankme": diagnostics.rankme(concatenated.float()),
+            "alpha_req": diagnostics.alpha_req(concatenated.float()),
+            "seed_cka": sum(pairs) / len(pairs) if pairs else None}
+

@@ -1,0 +1,148 @@
+"""The time-concat experiment's plan (paper Section 5, Table 3): every run, untrained network
+and representation of the variants, and the training of the unfinished runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+from kit import models
+from kit.core import files
+from kit.core.params import ParameterError
+from kit.core.paths import resolve
+from kit.experiments.timecat.settings import TimecatSettings
+from kit.launch import backends as kit_launch
+from kit.launch.backends import (
+    is_finished,  # also timecat.is_finished, for the notebook and tests
+)
+from kit.train import trainer as train
+from kit.train.settings import TrainSettings
+
+
+@dataclass(frozen=True)
+class Representation:
+    """One probed representation: a variant's models in one replicate, concatenated."""
+
+    variant: str
+    kind: str
+    n: int
+    width: float
+    replicate: int
+    iterations_per_model: int | None
+    checkpoints: tuple[Path, ...]
+    task: str | None = None  # direct training: the only task it is probed on
+
+
+def runs_dir(params: TimecatSettings) -> Path:
+    """Where runs, logs and cached features go: run_root, relative to the output folder."""
+    return resolve(params.output_dir) / params.run_root
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the experiment trains, initialises and probes."""
+
+    trainings: list[TrainSettings]
+    #: untrained networks of random-init variants, written by `initialise`
+    initial: list[TrainSettings]
+    representations: list[Representation]
+
+
+def plan(params: TimecatSettings) -> Plan:
+    """Every run, untrained network and representation of the experiment. Folders are
+    rep<r>/<variant>/seed<s> (direct: rep<r>/<variant>-<task>/seed<s>)."""
+    root = runs_dir(params)
+    runs: dict[Path, TrainSettings] = {}
+    initial: list[TrainSettings] = []
+    representations = []
+    for replicate in range(params.replicates):
+        seeds = params.seeds(replicate)
+        for variant in params.variants:
+            if variant.checkpoints is not None:
+                representations.append(Representation(
+                    variant.name, variant.kind, variant.n, variant.width, replicate,
+                    variant.iterations, tuple(resolve(f) for f in
+                                              variant.checkpoints[replicate])))
+                continue
+            tasks = ([params.tasks[[t.name for t in params.tasks].index(name)]
+                      for name in variant.tasks] if variant.tasks else [None])
+            for task in tasks:
+                label = variant.name if task is None else f"{variant.name}-{task.name}"
+                folders = [root / f"rep{replicate}" / label / f"seed{seed}"
+                           for seed in seeds[:variant.n]]
+                configs = [params.run_config(variant, seed, str(folder), task)
+                           for seed, folder in zip(seeds, folders)]
+                if variant.kind == "random-init":
+                    initial += configs
+                    files = tuple(folder / INITIAL for folder in folders)
+                    iterations = None
+                else:
+                    runs.update(zip(folders, configs))
+                    files = tuple(folder / train.CHECKPOINT for folder in folders)
+                    iterations = configs[0].iterations
+                representations.append(Representation(
+                    variant.name, variant.kind, variant.n, variant.width, replicate, iterations,
+                    files, None if task is None else task.name))
+    return Plan(list(runs.values()), initial, representations)
+
+
+#: the file holding an untrained network (random-init variants), in the kit's checkpoint format
+INITIAL = "initial.pt"
+
+
+def initialise(configs: list[TrainSettings]) -> int:
+    """Write the untrained networks of random-init variants as kit.train would start them (same
+    seed, same architecture), in the kit's checkpoint format; returns how many were written
+    (existing files are kept)."""
+    written = 0
+    for config in configs:
+        path = resolve(config.output_dir) / INITIAL
+        if path.exists():
+            continue
+        torch.manual_seed(config.seed)
+        network = models.build(config.model, config.num_classes, config.width, config.stem,
+                               config.data.image_size)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with files.atomic_write(path) as handle:
+            torch.save({"model": network.state_dict(), "config": config.model_dump()}, handle)
+        written += 1
+    return written
+
+
+def changed_runs(trainings: list[TrainSettings]) -> list[str]:
+    """Run folders that already hold a run with other settings, and the settings that differ."""
+    changed = []
+    for planned in trainings:
+        saved = resolve(planned.output_dir) / "config.yaml"
+        if saved.exists():
+            differing = planned.differing_settings(yaml.safe_load(saved.read_text()))
+            if differing:
+                changed.append(f"{saved.parent} ({', '.join(differing)})")
+    return changed
+
+
+def refuse_changed_runs(trainings: list[TrainSettings]) -> None:
+    changed = changed_runs(trainings)
+    if changed:
+        raise ParameterError(
+            f"{len(changed)} run folder(s) hold runs with other settings than these parameters: "
+            + "; ".join(changed[:5]) + ("; ..." if len(changed) > 5 else "")
+            + ". Keep them by choosing another run_root (e.g. --set run_root=time_concat_v2), "
+            "or delete those folders to retrain them.")
+
+
+def launch(trainings: list[TrainSettings], params: TimecatSettings, wait: bool = True
+           ) -> list[str]:
+    """Train every unfinished run (finished ones are skipped) with kit.launch; returns what was
+    skipped. A folder holding a run with other settings is refused before anything starts, never
+    reused; runs that failed are named with their logs."""
+    refuse_changed_runs(trainings)
+    skipped = [str(t.output_dir) for t in trainings if is_finished(t)]
+    pending = [t for t in trainings if not is_finished(t)]
+    if pending:
+        kit_launch.launch(pending, params.launch, runs_dir(params), wait).check()
+    return skipped
+

@@ -1,0 +1,207 @@
+"""The time-concat experiment's tables: Table 3's layout, paired gains against the baseline and
+the controls with their intervals, the paper beside the kit, and the verdict lines."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import scipy.stats
+
+from kit.data import datasets as data
+from kit.experiments import evidence
+from kit.experiments.timecat.settings import TimecatSettings
+from kit.report import render as report
+
+
+def diagnostics_table(measured: pl.DataFrame) -> pl.DataFrame:
+    """Mean and std over replicates of each variant's diagnostics, task by task."""
+    order = {v: i for i, v in enumerate(variant_order(measured))}
+    stats = measured.group_by("task", "variant").agg(
+        pl.col("features").first(),
+        *[aggregate for column in ("rankme", "alpha_req", "seed_cka")
+          for aggregate in (pl.col(column).mean().alias(f"{column}_mean"),
+                            pl.col(column).std().alias(f"{column}_std"))],
+        pl.len().alias("replicates"))
+    return stats.sort("task", pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
+
+
+def variant_order(results: pl.DataFrame) -> list[str]:
+    """Variants in the order the parameters list them (the order results were recorded in)."""
+    return list(dict.fromkeys(results["variant"].to_list()))
+
+
+def table3(results: pl.DataFrame, rule: str) -> pl.DataFrame:
+    """The paper's layout: one row per variant, for every task its top-1 % as mean and std over
+    replicates (number columns '<task> mean', '<task> std'), and the number of replicates."""
+    chosen = results.filter(pl.col("rule") == rule)
+    stats = chosen.group_by("variant", "task", maintain_order=True).agg(
+        (100 * pl.col("top1").mean()).alias("mean"), (100 * pl.col("top1").std()).alias("std"))
+    wide = report.wide_mean_std(stats, ["variant"], "task")
+    budget = chosen.group_by("variant").agg(
+        pl.col("kind").first(), pl.col("n").first(), pl.col("width").first(),
+        pl.col("iterations_per_model").first(),
+        pl.col("replicate").n_unique().alias("replicates"))
+    order = {v: i for i, v in enumerate(variant_order(results))}
+    return (budget.join(wide, on="variant")
+            .with_columns((pl.col("n") * pl.col("iterations_per_model")).alias("total_iterations"))
+            .sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
+            .select("variant", "kind", "n", "width", "iterations_per_model", "total_iterations",
+                    "replicates", *[c for c in wide.columns if c != "variant"]))
+
+
+def gains(results: pl.DataFrame, rule: str, baseline: str, confidence: float = 0.95
+          ) -> pl.DataFrame:
+    """Per replicate, each variant's accuracy minus the baseline variant's on every task they
+    share; the mean gain, its std and a two-sided t interval over replicates (paired), and the
+    verdict the interval supports."""
+    chosen = results.filter(pl.col("rule") == rule)
+    reference = chosen.filter(pl.col("variant") == baseline).select(
+        "replicate", "task", pl.col("top1").alias("baseline_top1"))
+    paired = chosen.filter(pl.col("variant") != baseline).join(reference,
+                                                               on=["replicate", "task"])
+    stats = paired.group_by("variant", "kind", "n", "task", "role").agg(
+        (100 * (pl.col("top1") - pl.col("baseline_top1")).mean()).alias("gain_mean"),
+        (100 * (pl.col("top1") - pl.col("baseline_top1")).std()).alias("gain_std"),
+        pl.len().alias("replicates"))
+    half = [float(scipy.stats.t.ppf(0.5 + confidence / 2, count - 1) * std / math.sqrt(count))
+            if count > 1 and std is not None else None
+            for count, std in zip(stats["replicates"], stats["gain_std"])]
+    stats = stats.with_columns(pl.Series("half_width", half, dtype=pl.Float64)).with_columns(
+        (pl.col("gain_mean") - pl.col("half_width")).alias("low"),
+        (pl.col("gain_mean") + pl.col("half_width")).alias("high"))
+    verdict = (pl.when(pl.col("half_width").is_null()).then(pl.lit("untested (one replicate)"))
+               .when(pl.col("low") > 0).then(pl.lit("better"))
+               .when(pl.col("high") < 0).then(pl.lit("worse"))
+               .otherwise(pl.lit("no clear difference")))
+    order = {v: i for i, v in enumerate(variant_order(results))}
+    return (stats.with_columns(pl.lit(baseline).alias("baseline"), verdict.alias("verdict"))
+            .drop("half_width")
+            .sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64), "task"))
+
+
+def probe_agreement(results: pl.DataFrame, rule: str) -> pl.DataFrame:
+    """The fast probe beside a converged L-BFGS fit of the same features (where `lbfgs_check`
+    recorded one): top-1 % of both and their difference, largest first."""
+    return (results.filter((pl.col("rule") == rule) & pl.col("lbfgs_top1").is_not_null())
+            .select("variant", "replicate", "task", (100 * pl.col("top1")).alias("fast %"),
+                    (100 * pl.col("lbfgs_top1")).alias("L-BFGS %"))
+            .with_columns((pl.col("fast %") - pl.col("L-BFGS %")).alias("difference"))
+            .sort(pl.col("difference").abs(), descending=True))
+
+
+def train_eval_gap(results: pl.DataFrame, rule: str) -> pl.DataFrame:
+    """Each variant's probe top-1 % on its training rows and on the evaluation split (means
+    over replicates): a large gap says the probe fits its rows more than the task, which more
+    features make easier."""
+    return (results.filter(pl.col("rule") == rule)
+            .group_by("variant", "task", maintain_order=True)
+            .agg((100 * pl.col("train_top1").mean()).alias("train %"),
+                 (100 * pl.col("top1").mean()).alias("eval %"))
+            .with_columns((pl.col("train %") - pl.col("eval %")).alias("gap")))
+
+
+def pretraining_passes(params: TimecatSettings) -> float | None:
+    """How many times the longest pretraining run goes through its pool of synthetic images
+    (at most 1: no image is seen twice, data streamed as the paper assumes); None on real
+    data, where the budget sets the epochs."""
+    if params.train is None or params.train.data.synthetic is None:
+        return None
+    most = max((params.iterations_for(v) for v in params.variants if v.trained), default=0)
+    return most * params.train.batch_size / params.train.data.synthetic.num_train
+
+
+def paper_side_by_side(results: pl.DataFrame, rule: str, paper_columns: dict[str, str]
+                       ) -> pl.DataFrame:
+    """The paper's Table 3 next to this run's numbers, for tasks mapped to the paper's datasets
+    and variants named as the paper's methods."""
+    paper = evidence.load("table3").select(
+        pl.col("method").str.replace(r" \(baseline\)", "").alias("variant"),
+        pl.col("eval_dataset").alias("paper_dataset"), pl.col("value").alias("paper_top1"))
+    mine = results.filter(pl.col("rule") == rule).group_by("variant", "task").agg(
+        (100 * pl.col("top1").mean()).round(2).alias("kit_top1_mean"),
+        (100 * pl.col("top1").std()).round(2).alias("kit_top1_std"), pl.len().alias("replicates"))
+    mapping = pl.DataFrame({"task": list(paper_columns), "paper_dataset":
+                            list(paper_columns.values())}, schema={"task": pl.String,
+                                                                   "paper_dataset": pl.String})
+    return paper.join(mapping, on="paper_dataset", how="left").join(
+        mine, on=["variant", "task"], how="left").sort("paper_dataset", "variant")
+
+
+def control_gains(results: pl.DataFrame, rule: str) -> pl.DataFrame:
+    """Each time-concat variant of several models against the controls a reviewer asks for, in
+    `gains`' layout: every `wide` variant (one model with as many or more features) and the
+    `random-init` variant of the same n (the same architecture without learning)."""
+    variants = results.select("variant", "kind", "n").unique()
+    concat = variants.filter((pl.col("kind") == "time-concat") & (pl.col("n") > 1))
+    frames = []
+    for control in variants.filter(pl.col("kind").is_in(["wide", "random-init"])).iter_rows(
+            named=True):
+        against = concat if control["kind"] == "wide" else concat.filter(
+            pl.col("n") == control["n"])
+        if against.height:
+            frames.append(gains(results, rule, control["variant"]).filter(
+                pl.col("variant").is_in(against["variant"].to_list())))
+    return pl.concat(frames) if frames else gains(results, rule, "").clear()
+
+
+def _verdict_line(row: dict[str, object]) -> str:
+    spread = ("" if row["low"] is None else
+              f", 95% interval [{row['low']:+.1f}, {row['high']:+.1f}]")
+    return (f"{row['variant']} vs {row['baseline']} on {row['task']} ({row['role']}): "
+            f"{row['gain_mean']:+.1f} points over {row['replicates']} replicate(s)"
+            f"{spread}: {row['verdict']}")
+
+
+def summarize(results: pl.DataFrame, rule: str, baseline: str) -> dict[str, object]:
+    """Plain statements of what this run measured (also returned as numbers): every variant
+    against the baseline, then catN against the controls on the same tasks."""
+    table = gains(results, rule, baseline)
+    controls = control_gains(results, rule)
+    lines = [_verdict_line(row) for row in table.iter_rows(named=True)]
+    tally = table.group_by("variant").agg(
+        (pl.col("verdict") == "better").sum().alias("better"),
+        (pl.col("verdict") == "worse").sum().alias("worse"), pl.len().alias("tasks"))
+    order = {v: i for i, v in enumerate(variant_order(results))}
+    tally = tally.sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
+    for row in tally.iter_rows(named=True):
+        lines.append(f"{row['variant']}: better than {baseline} on {row['better']} of "
+                     f"{row['tasks']} tasks, worse on {row['worse']} (rule {rule})")
+    lines += [_verdict_line(row) for row in controls.iter_rows(named=True)]
+    return {"rule": rule, "baseline": baseline, "gains": table.to_dicts(),
+            "tally": tally.to_dicts(), "controls": controls.to_dicts(), "lines": lines}
+
+
+def ceilings(params: TimecatSettings) -> dict[str, float]:
+    """Top-1 % a perfect reader of every cue reaches on each synthetic task (the Bayes ceiling,
+    kit.data.bayes_ceiling); tasks on real data have none."""
+    levels = {}
+    for task in params.tasks:
+        task_data, classes = params.task_data(task)
+        if task_data.synthetic is not None:
+            levels[task.name] = 100 * data.bayes_ceiling(task_data.synthetic, classes)
+    return levels
+
+
+def chance_levels(params: TimecatSettings) -> dict[str, float]:
+    """Top-1 % of guessing on each task (its classes are balanced: the synthetic world draws
+    labels uniformly, the paper's datasets are close to it)."""
+    return {task.name: 100 / params.task_data(task)[1] for task in params.tasks}
+
+
+def task_table(params: TimecatSettings) -> pl.DataFrame:
+    """What each probe task is: its role, classes, chance level and Bayes ceiling (synthetic
+    tasks), and the rows its probe trains on."""
+    chance, ceiling = chance_levels(params), ceilings(params)
+    rows = []
+    for task in params.tasks:
+        task_data, classes = params.task_data(task)
+        every = task_data.synthetic.num_train if task_data.synthetic else None
+        rows.append({"task": task.name, "role": task.role, "classes": classes,
+                     "chance %": chance[task.name], "Bayes ceiling %": ceiling.get(task.name),
+                     "probe train rows": params.probe_train_rows or every})
+    return pl.DataFrame(rows, schema={
+        "task": pl.String, "role": pl.String, "classes": pl.Int64, "chance %": pl.Float64,
+        "Bayes ceiling %": pl.Float64, "probe train rows": pl.Int64})
+
+
