@@ -14,7 +14,7 @@ import yaml
 
 from kit.cli import runner
 from kit.core import params
-from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
+from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT, importable_environment
 
 
 def readme_commands() -> list[str]:
@@ -146,3 +146,24 @@ def test_parameters_cells_name_only_a_profile_and_it_resolves() -> None:
         exec(cell.source, namespace)
         assert params.parameter_names([cell.source]) == ["profile"], path.name
         assert params.from_notebook(path.stem, namespace).profile == "interactive"
+
+
+def test_layers_import_only_downwards() -> None:
+    """import-linter's contracts (.importlinter): each layer of kit imports only those below it.
+    A new upward import or circle fails here, naming the import."""
+    linter = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(linter), "--config", str(REPO_ROOT / ".importlinter")],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                            env=importable_environment())
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "Contracts: 1 kept, 0 broken." in result.stdout
+
+
+def test_the_layers_contract_names_every_subpackage_of_kit() -> None:
+    """A new subpackage joins the layers, so that its imports are checked too."""
+    contract = (REPO_ROOT / ".importlinter").read_text()
+    listed = set(re.findall(r"^\s+(kit\.\w+)", contract, re.MULTILINE))
+    packages = {f"kit.{path.parent.name}" for path in (REPO_ROOT / "kit").glob("*/__init__.py")}
+    modules = {f"kit.{path.stem}" for path in (REPO_ROOT / "kit").glob("*.py")
+               if not path.stem.startswith("_")}
+    assert packages | modules == listed

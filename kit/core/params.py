@@ -20,7 +20,7 @@ import ast
 import copy
 import difflib
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -243,6 +243,12 @@ def _looks_numeric(text: str) -> bool:
     return True
 
 
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`; did you mean 'x'?` naming the known name closest to `name`, or nothing."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
 def describe_errors(header: str, schema: type[BaseModel], error: ValidationError,
                     sources: Mapping[str, str], default_source: str) -> str:
     """One line per problem naming its source and dotted key (nested sections included)."""
@@ -255,9 +261,8 @@ def describe_errors(header: str, schema: type[BaseModel], error: ValidationError
         value = problem.get("input")
         if problem["type"] == "extra_forbidden":
             known = sorted(_section_schema(schema, loc[:-1]).model_fields)
-            close = difflib.get_close_matches(loc[-1], known, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            lines.append(f"  {where}: unknown parameter '{key}'{hint} (known: {', '.join(known)})")
+            lines.append(f"  {where}: unknown parameter '{key}'{did_you_mean(loc[-1], known)} "
+                         f"(known: {', '.join(known)})")
         elif problem["type"] == "missing":
             lines.append(f"  {where}: parameter '{key}' is missing")
         elif problem["type"] == "value_error":

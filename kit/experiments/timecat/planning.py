@@ -75,7 +75,7 @@ def plan(params: TimecatSettings) -> Plan:
                            for seed in seeds[:variant.n]]
                 configs = [params.run_config(variant, seed, str(folder), task)
                            for seed, folder in zip(seeds, folders)]
-                if variant.kind == "random-init":
+                if variant.initialised:
                     initial += configs
                     files = tuple(folder / INITIAL for folder in folders)
                     iterations = None

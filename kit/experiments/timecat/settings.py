@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 from kit.core.params import NotebookSettings, Strict
 from kit.core.paths import resolve
 from kit.data.settings import ComponentSettings, DataSettings
+from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
 from kit.launch.backends import LaunchSettings
 from kit.probes.settings import (
     PAPER_WEIGHT_DECAYS,
@@ -30,8 +31,6 @@ from kit.train.settings import RunSettings, TrainSettings
 
 #: training settings whose right value depends on scale: each profile must give them
 SCALE_TRAIN_KEYS = ("device", "num_workers", "eval_every", "checkpoint_every", "log_every")
-#: variant kinds whose models are trained by the notebook (unless checkpoints are given)
-TRAINED_KINDS = ("time-concat", "wide", "direct")
 
 
 class ProbeTask(Strict):
@@ -62,14 +61,12 @@ class ProbeTask(Strict):
 class Variant(Strict):
     """One representation per replicate: `n` models concatenated in seed order.
 
-    kinds: `time-concat` (n runs of budget/n iterations; cat1 is n=1), `wide` (one model of
-    `width` times train.width, Table 2's resnet50w2 control), `random-init` (n untrained networks:
-    what the architecture gives without learning), `direct` (one model per task in `tasks`,
-    trained on that task alone with the budget, probed on it only). With `checkpoints` (per
-    replicate, n files) the variant is probed from those files and nothing is trained."""
+    `kind` names one of `VARIANT_KINDS` (kit.experiments.timecat.variants): `time-concat`,
+    `wide`, `random-init` or `direct`. With `checkpoints` (per replicate, n files) the variant
+    is probed from those files and nothing is trained."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.+-]+$")
-    kind: Literal["time-concat", "wide", "random-init", "direct"]
+    kind: str
     n: int = Field(default=1, ge=1)
     width: float = Field(default=1.0, gt=0.0)
     #: iterations per model (default: the budget split in n)
@@ -80,21 +77,36 @@ class Variant(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Variant:
         where = f"variants: {self.name}"
-        if self.kind in ("wide", "direct") and self.n != 1:
+        if self.kind not in VARIANT_KINDS:
+            raise ValueError(f"{where}: {VARIANT_KINDS.unknown(self.kind)}")
+        spec = self.spec
+        if spec.one_model and self.n != 1:
             raise ValueError(f"{where}: a {self.kind} variant is one model (n: 1)")
-        if (self.kind == "direct") != (self.tasks is not None):
-            raise ValueError(f"{where}: give tasks exactly for kind direct")
-        if self.kind == "random-init" and self.iterations is not None:
-            raise ValueError(f"{where}: random-init networks are untrained (no iterations)")
-        if self.kind == "direct" and self.checkpoints is not None:
-            raise ValueError(f"{where}: direct variants are trained, not loaded")
+        if spec.per_task != (self.tasks is not None):
+            per_task = " or ".join(k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).per_task)
+            raise ValueError(f"{where}: give tasks exactly for kind {per_task}")
+        if not spec.trained and self.iterations is not None:
+            raise ValueError(f"{where}: {self.kind} networks are untrained (no iterations)")
+        if spec.per_task and self.checkpoints is not None:
+            raise ValueError(f"{where}: {self.kind} variants are trained, not loaded")
         if any(len(files) != self.n for files in self.checkpoints or []):
             raise ValueError(f"{where}: every replicate's checkpoint list needs n={self.n} files")
         return self
 
     @property
+    def spec(self) -> VariantKind:
+        """What the variant's kind is (the registry's entry)."""
+        return VARIANT_KINDS.get(self.kind)
+
+    @property
     def trained(self) -> bool:
-        return self.kind in TRAINED_KINDS and self.checkpoints is None
+        """Its models are trained by the notebook."""
+        return self.spec.trained and self.checkpoints is None
+
+    @property
+    def initialised(self) -> bool:
+        """Its models are untrained networks the notebook writes."""
+        return not self.spec.trained and self.checkpoints is None
 
 
 class TimecatSettings(NotebookSettings):
@@ -196,7 +208,7 @@ class TimecatSettings(NotebookSettings):
 
     def _check_training(self) -> None:
         trained = [variant for variant in self.variants if variant.trained
-                   or variant.kind == "random-init"]
+                   or variant.initialised]
         if not trained:
             return
         if self.train is None:
@@ -207,9 +219,8 @@ class TimecatSettings(NotebookSettings):
             raise ValueError(f"train: set {', '.join(unset)} for this profile (their right "
                              "value depends on the machine and the data, so there is no default)")
         for variant in trained:
-            if variant.kind == "random-init":
-                continue
-            self.iterations_for(variant)  # raises when the budget does not split
+            if variant.trained:
+                self.iterations_for(variant)  # raises when the budget does not split
         if self.train.data.kind != "synthetic" and any(t.components for t in self.tasks):
             raise ValueError("tasks: components describe the synthetic world, but pretraining "
                              f"reads {self.train.data.kind}")
@@ -267,7 +278,7 @@ class TimecatSettings(NotebookSettings):
         if task is not None:
             task_data, num_classes = self.task_data(task)
             settings |= {"data": task_data.model_dump(), "num_classes": num_classes}
-        iterations = 1 if variant.kind == "random-init" else self.iterations_for(variant)
+        iterations = self.iterations_for(variant) if variant.spec.trained else 1
         return TrainSettings(**settings, seed=seed, iterations=iterations, output_dir=output_dir)
 
     def task_data(self, task: ProbeTask) -> tuple[DataSettings, int]:

@@ -11,6 +11,7 @@ import scipy.stats
 from kit.data import datasets as data
 from kit.experiments import evidence
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.experiments.timecat.variants import VARIANT_KINDS
 from kit.report import render as report
 
 
@@ -133,12 +134,13 @@ def control_gains(results: pl.DataFrame, rule: str) -> pl.DataFrame:
     `gains`' layout: every `wide` variant (one model with as many or more features) and the
     `random-init` variant of the same n (the same architecture without learning)."""
     variants = results.select("variant", "kind", "n").unique()
-    concat = variants.filter((pl.col("kind") == "time-concat") & (pl.col("n") > 1))
+    concatenated = [k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).concatenated]
+    concat = variants.filter(pl.col("kind").is_in(concatenated) & (pl.col("n") > 1))
     frames = []
-    for control in variants.filter(pl.col("kind").is_in(["wide", "random-init"])).iter_rows(
-            named=True):
-        against = concat if control["kind"] == "wide" else concat.filter(
-            pl.col("n") == control["n"])
+    for control in variants.filter(pl.col("kind").is_in(
+            [k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).controls])).iter_rows(named=True):
+        same_n = VARIANT_KINDS.get(control["kind"]).controls == "same_n"
+        against = concat.filter(pl.col("n") == control["n"]) if same_n else concat
         if against.height:
             frames.append(gains(results, rule, control["variant"]).filter(
                 pl.col("variant").is_in(against["variant"].to_list())))

@@ -1,0 +1,46 @@
+"""The kinds of variant notebook 03 compares (paper Section 5, Table 3, and its controls): one
+registry, so that a new kind is one `VARIANT_KINDS.register` call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kit.core.registry import Registry
+
+
+@dataclass(frozen=True)
+class VariantKind:
+    """How a variant's models are made and how it enters the comparisons."""
+
+    name: str
+    #: what the kind is, in one sentence (shown in the docs)
+    description: str
+    #: its models are trained by the notebook (else: untrained networks, written once)
+    trained: bool
+    #: always one model (n: 1)
+    one_model: bool = False
+    #: one model per task named in `tasks`, trained on that task alone and probed on it only
+    per_task: bool = False
+    #: n models trained for a share of the budget each and concatenated: what the paper tests
+    concatenated: bool = False
+    #: as a control, compared with every concatenated variant of n > 1 (`all`) or with those of
+    #: the same n (`same_n`); None: not a control
+    controls: Literal["all", "same_n"] | None = None
+
+
+VARIANT_KINDS: Registry[VariantKind] = Registry("variant kind")
+
+for kind in (
+    VariantKind("time-concat", "n models of budget/n iterations each, concatenated (cat1 is "
+                "n=1, one model trained for the whole budget)", trained=True, concatenated=True),
+    VariantKind("wide", "one model `width` times wider trained for the whole budget: Table 2's "
+                "resnet50w2, a single model with as many features", trained=True, one_model=True,
+                controls="all"),
+    VariantKind("random-init", "n untrained networks: what the architecture gives without "
+                "learning", trained=False, controls="same_n"),
+    VariantKind("direct", "one model per task in `tasks`, trained on that task alone with the "
+                "budget: the ceiling transfer is compared with", trained=True, one_model=True,
+                per_task=True),
+):
+    VARIANT_KINDS.register(kind.name, kind)
