@@ -20,6 +20,7 @@ import torch
 import yaml
 
 from kit import models
+from kit.cli.main import main as kit_main
 from kit.core import distributed
 from kit.core.params import ParameterError
 from kit.core.paths import REPO_ROOT
@@ -399,30 +400,32 @@ def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def test_time_concat_plan_splits_the_budget_and_names_folders(tmp_path: Path) -> None:
-    runs = budget.time_concat(4, [2, 550, 23, 477, 8529], tmp_path, total=400_000)
+    runs = budget.split(4, [2, 550, 23, 477, 8529], tmp_path, total=400_000)
     assert [r.iterations for r in runs] == [100_000] * 4
     assert [r.output_dir for r in runs] == [
         tmp_path / "cat4" / f"seed{s}" for s in (2, 550, 23, 477)]
-    paper = budget.time_concat(5, [2, 550, 23, 477, 8529], tmp_path, total=400_000, iterations=80_000)
+    paper = budget.split(5, [2, 550, 23, 477, 8529], tmp_path, total=400_000, iterations=80_000)
     assert {r.iterations for r in paper} == {80_000}
     with pytest.raises(ParameterError, match="do not split into 3 equal runs"):
-        budget.time_concat(3, [1, 2, 3], tmp_path, total=400_000)
+        budget.split(3, [1, 2, 3], tmp_path, total=400_000)
     with pytest.raises(ParameterError, match="exceed the total"):
-        budget.time_concat(2, [1, 2], tmp_path, total=400_000, iterations=250_000)
+        budget.split(2, [1, 2], tmp_path, total=400_000, iterations=250_000)
     with pytest.raises(ParameterError, match="distinct seeds"):
-        budget.time_concat(2, [1, 1], tmp_path, total=10)
+        budget.split(2, [1, 1], tmp_path, total=10)
     base = TrainSettings(**settings(tmp_path))
     cfg = plan.configure(runs[1], base)
     assert (cfg.seed, cfg.iterations, cfg.output_dir) == (550, 100_000, str(runs[1].output_dir))
 
 
-def test_plan_command_trains_each_run_once(tmp_path: Path) -> None:
+def test_launch_run_inline_trains_each_run_once(tmp_path: Path) -> None:
     config = write_config(tmp_path / "base.yaml", settings(tmp_path / "plan", checkpoint_every=0,
                                                            eval_every=0))
-    arguments = ["--config", str(config), "--runs", "2", "--total", "8", "--seeds", "5", "6"]
-    assert plan.main(arguments) == 0
+    arguments = ["launch", "run", "--config", str(config), "--runs", "2", "--total", "8",
+                 "--out", str(tmp_path / "work"), "--launch", "backend=inline",
+                 "--seeds", "5", "6"]
+    assert kit_main(arguments) == 0
     first = {s: final_state(tmp_path / "plan" / "cat2" / f"seed{s}") for s in (5, 6)}
     assert {s: state["step"] for s, state in first.items()} == {5: 4, 6: 4}
     assert not torch.equal(first[5]["model"]["fc.weight"], first[6]["model"]["fc.weight"])
-    assert plan.main(arguments) == 0  # both finished: nothing trains
-    assert plan.main(arguments[:-3] + ["--seeds", "5"]) == 2
+    assert kit_main(arguments) == 0  # both finished: nothing trains
+    assert kit_main(arguments[:-3] + ["--seeds", "5"]) == 2

@@ -1,8 +1,8 @@
-"""Time-concat plans: n runs sharing a total budget, each in a folder named by n and its seed.
+"""A budget split n ways: n runs sharing a total, each in a folder named by n and its seed.
 
-`python -m kit.plan --config base.yaml --runs 4 --total 400000 --seeds 2 550 23 477` trains the
-runs one after another (under torchrun too). Folder names depend only on n and the seed, and
-each run resumes or skips itself, so restarting the same command continues the plan.
+`python -m kit launch run --config base.yaml --runs 4 --total 400000 --seeds 2 550 23 477`
+trains such runs with a launch backend. Folder names depend only on n and the seed, and each run
+resumes or skips itself, so repeating the same command continues the runs.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class PlannedRun:
     output_dir: Path
 
 
-def time_concat(runs: int, seeds: list[int], root: str | Path, total: int | None = None,
+def split(runs: int, seeds: list[int], root: str | Path, total: int | None = None,
                 iterations: int | None = None) -> list[PlannedRun]:
     """n runs of total/n iterations (total must divide), or of explicit `iterations` each (the
     paper's 200k/100k/80k), which then must fit in the total when one is given."""
