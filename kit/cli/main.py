@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kit.cli import launch, runner
+from kit.cli import launch, reference, runner
 from kit.core import params
 
 
@@ -35,7 +35,12 @@ def main(argv: list[str] | None = None) -> int:
         "copy as the references nbval compares with (tests/nbval_references/)")
     store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")
     launch.add_commands(commands)
+    commands.add_parser("reference", help="write docs/reference/parameters.md from the settings "
+                        "classes").add_argument("--check", action="store_true", help="only "
+                        "compare: exit 1 naming the file if it differs")
     args = parser.parse_args(argv)
+    if args.command == "reference":
+        return reference.command(args.check)
     if args.command == "launch":
         return launch.launch_command(args)
     if args.command in ("extract", "probe"):

@@ -1,9 +1,9 @@
 """The published numbers behind the paper's Section 4 and Table 3, as cited data.
 
-Each source is one tidy CSV in `kit/evidence_data/`: one row per (method, evaluation dataset,
-metric) with its study, arXiv id, table or figure, and how the value was obtained (`table`, or
-`read_from_figure` with an uncertainty). A value no reachable source gives is null, never
-guessed. Everything notebook 02 shows is computed from these rows.
+Each source is one tidy CSV in `kit/experiments/evidence_data/`: one row per (method,
+evaluation dataset, metric) with its study, arXiv id, table or figure, and how the value was
+obtained (`table`, or `read_from_figure` with an uncertainty). A value no reachable source gives
+is null, never guessed. Everything notebook 02 shows is computed from these rows.
 """
 
 from __future__ import annotations
