@@ -43,10 +43,11 @@ REPLACE_CHECKPOINT = ("Replace it with a good copy; for a run the kit trained, d
 
 
 def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT,
-                    warn_unverified: bool = False) -> Any:
+                    warn_unverified: bool = True) -> Any:
     """A checkpoint file's content (tensors on the CPU), checked against its recorded hash when
-    it has one (`warn_unverified`: say on stderr when it has none); a missing, corrupt or
-    unreadable file raises CheckpointError naming it and `rebuild` (how to make it again)."""
+    it has one (else, with `warn_unverified`, a one-line notice on stderr names the file); a
+    missing, corrupt or unreadable file raises CheckpointError naming it and `rebuild` (how to
+    make it again)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint file not found")
@@ -55,7 +56,8 @@ def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT,
     except files.IntegrityError as error:
         raise CheckpointError(str(error)) from None
     if warn_unverified and not verified:
-        print(f"{path}: no recorded hash (written by an older kit), loading it unverified",
+        print(f"notice: {path}: no recorded hash ({files.sidecar(path).name}), so it is loaded "
+              "unverified (a file the kit did not write, or one whose hash was removed)",
               file=sys.stderr)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)

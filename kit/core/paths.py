@@ -15,6 +15,17 @@ PARAMETERS_DIR = REPO_ROOT / "parameters"
 OUTPUTS_DIR = REPO_ROOT / "outputs"
 
 
+#: names that become folders (tasks, variants): no separator, no leading dot, so never `..`
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+
+
+def escapes(folder: str | Path, path: str | Path) -> bool:
+    """Whether `path`, taken relative to `folder`, lands outside it (`..`, an absolute path or a
+    link pointing elsewhere)."""
+    root = Path(folder).resolve()
+    return not (root / path).resolve().is_relative_to(root)
+
+
 def resolve(path: str | Path) -> Path:
     """An absolute path: environment variables expanded (`${TIMECAT_DATA}/imagenet`), relative
     paths taken from the repository root."""

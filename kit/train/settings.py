@@ -78,12 +78,35 @@ OPERATIONAL_KEYS = frozenset({"num_workers", "log_every", "device", "compile", "
                               "tensorboard"})
 
 
+#: the most images one run may train on: 1e11 is about 29 days at 40,000 images/s, eight GPUs
+#: at the ~5,000 images/s a ResNet-50 step reaches on an H100 (the paper's cat1 trains 4.6e8)
+MOST_IMAGES = 10**11
+
+
+def budget_problem(iterations: int, batch_size: int) -> str | None:
+    """Why `iterations` steps of `batch_size` images are absurd for any machine (None if not)."""
+    images = iterations * batch_size
+    if images <= MOST_IMAGES:
+        return None
+    days = images / 40_000 / 86_400
+    return (f"{iterations} x batch_size {batch_size} = {images:.1e} images, about {days:,.0f} "
+            f"days at 40,000 images/s (eight GPUs at ~5,000 images/s each); at most "
+            f"{MOST_IMAGES:.0e} images per run")
+
+
 class TrainSettings(RunSettings):
     """One pretraining run; the budget is in iterations, the paper's unit."""
 
     iterations: int = Field(ge=1)
     seed: int = Field(ge=0)
     output_dir: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _possible(self) -> TrainSettings:
+        problem = budget_problem(self.iterations, self.batch_size)
+        if problem:
+            raise ValueError(f"iterations: {problem}")
+        return self
 
     def differing_settings(self, saved: dict[str, Any]) -> list[str]:
         """The settings in which a run saved as `saved` computes something else than this one."""

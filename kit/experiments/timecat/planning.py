@@ -12,7 +12,7 @@ import yaml
 from kit import models
 from kit.core import files
 from kit.core.params import ParameterError
-from kit.core.paths import resolve
+from kit.core.paths import escapes, resolve
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch import backends as kit_launch
 from kit.launch.backends import (
@@ -73,6 +73,8 @@ def plan(params: TimecatSettings) -> Plan:
                 label = variant.name if task is None else f"{variant.name}-{task.name}"
                 folders = [root / f"rep{replicate}" / label / f"seed{seed}"
                            for seed in seeds[:variant.n]]
+                if any(escapes(root, folder) for folder in folders):
+                    raise ParameterError(f"variants: {label} would write outside {root}")
                 configs = [params.run_config(variant, seed, str(folder), task)
                            for seed, folder in zip(seeds, folders)]
                 if variant.initialised:
@@ -95,21 +97,34 @@ INITIAL = "initial.pt"
 
 def initialise(configs: list[TrainSettings]) -> int:
     """Write the untrained networks of random-init variants as kit.train would start them (same
-    seed, same architecture), in the kit's checkpoint format; returns how many were written
-    (existing files are kept)."""
+    seed, same architecture), in the kit's checkpoint format with their hash recorded; returns
+    how many were written. A file is kept only while it verifies and was made with the same
+    settings: a stale or corrupt one (another width, say) is written again, never probed."""
     written = 0
     for config in configs:
         path = resolve(config.output_dir) / INITIAL
-        if path.exists():
+        if _initial_is_current(path, config):
             continue
         torch.manual_seed(config.seed)
         network = models.build(config.model, config.num_classes, config.width, config.stem,
                                config.data.image_size)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with files.atomic_write(path) as handle:
+        with files.hashed_write(path) as handle:
             torch.save({"model": network.state_dict(), "config": config.model_dump()}, handle)
         written += 1
     return written
+
+
+def _initial_is_current(path: Path, config: TrainSettings) -> bool:
+    """Whether an untrained network's file exists, matches its recorded hash and was made with
+    `config`'s settings (those that shape the network)."""
+    if not path.exists() or not files.sidecar(path).exists():
+        return False
+    try:
+        saved = models.read_checkpoint(path)
+    except models.CheckpointError:
+        return False
+    return not config.differing_settings(saved.get("config", {}))
 
 
 def changed_runs(trainings: list[TrainSettings]) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from kit.core.params import NotebookSettings, Strict
-from kit.core.paths import resolve
+from kit.core.paths import SAFE_NAME, escapes, resolve
 from kit.data.settings import ComponentSettings, DataSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
 from kit.launch.backends import LaunchSettings
@@ -27,7 +27,7 @@ from kit.probes.settings import (
     FaithfulProbeSettings,
     FastProbeSettings,
 )
-from kit.train.settings import RunSettings, TrainSettings
+from kit.train.settings import RunSettings, TrainSettings, budget_problem
 
 #: training settings whose right value depends on scale: each profile must give them
 SCALE_TRAIN_KEYS = ("device", "num_workers", "eval_every", "checkpoint_every", "log_every")
@@ -39,7 +39,7 @@ class ProbeTask(Strict):
     in-distribution task, as ImageNet-1k is in Table 3), or, in the synthetic world, the
     pretraining world with `components` (lists of cues, equally weighted) as its mixture."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, pattern=SAFE_NAME)
     role: Literal["in-distribution", "in-mixture", "unseen"]
     data: DataSettings | None = None
     num_classes: int | None = Field(default=None, ge=2)
@@ -65,7 +65,7 @@ class Variant(Strict):
     `wide`, `random-init` or `direct`. With `checkpoints` (per replicate, n files) the variant
     is probed from those files and nothing is trained."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.+-]+$")
+    name: str = Field(min_length=1, pattern=SAFE_NAME)
     kind: str
     n: int = Field(default=1, ge=1)
     width: float = Field(default=1.0, gt=0.0)
@@ -112,7 +112,7 @@ class Variant(Strict):
 class TimecatSettings(NotebookSettings):
     """Notebook 03: variants of a representation at a fixed budget, probed on every task."""
 
-    #: runs, logs and feature caches; relative paths are inside output_dir
+    #: runs, logs and feature caches: a folder inside output_dir
     run_root: str = Field(default="time_concat", min_length=1)
     base_seed: int = Field(default=0, ge=0)
     replicates: int = Field(ge=1)
@@ -154,6 +154,9 @@ class TimecatSettings(NotebookSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> TimecatSettings:
+        if escapes(resolve(self.output_dir), self.run_root):
+            raise ValueError(f"run_root: {self.run_root!r} lands outside output_dir "
+                             f"{self.output_dir}; give a folder inside it")
         names = [variant.name for variant in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"variants: names must be unique, got {names}")
@@ -219,8 +222,10 @@ class TimecatSettings(NotebookSettings):
             raise ValueError(f"train: set {', '.join(unset)} for this profile (their right "
                              "value depends on the machine and the data, so there is no default)")
         for variant in trained:
-            if variant.trained:
-                self.iterations_for(variant)  # raises when the budget does not split
+            if variant.trained:  # iterations_for raises when the budget does not split
+                problem = budget_problem(self.iterations_for(variant), self.train.batch_size)
+                if problem:
+                    raise ValueError(f"total_iterations: variant {variant.name} trains {problem}")
         if self.train.data.kind != "synthetic" and any(t.components for t in self.tasks):
             raise ValueError("tasks: components describe the synthetic world, but pretraining "
                              f"reads {self.train.data.kind}")
