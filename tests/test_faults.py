@@ -36,7 +36,7 @@ def kit_check(*sets: str) -> subprocess.CompletedProcess[str]:
 
 
 def initial_weights(config: TrainSettings) -> torch.Tensor:
-    return models.read_checkpoint(Path(config.output_dir) / planning.INITIAL)["model"]["fc.weight"]
+    return models.read_checkpoint(Path(config.output_dir) / planning.INITIAL)["model"]["conv1.weight"]
 
 
 def test_untrained_networks_made_with_other_settings_are_written_again(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_untrained_networks_made_with_other_settings_are_written_again(tmp_path:
     assert planning.initialise(wide) == len(wide)
     saved = models.read_checkpoint(Path(wide[0].output_dir) / planning.INITIAL)
     assert saved["config"]["width"] == wide[0].width != narrow[0].width
-    assert initial_weights(wide[0]).shape[1] > initial_weights(narrow[0]).shape[1]
+    assert initial_weights(wide[0]).shape[0] > initial_weights(narrow[0]).shape[0]
     assert planning.initialise(wide) == 0
 
 
