@@ -17,7 +17,8 @@ from PIL import Image
 from kit import models
 from kit.cli import runner
 from kit.core import params
-from kit.data import datasets as data
+from kit.data import pipeline as data
+from kit.data.kinds.imagefolder import image_folder
 from kit.experiments.timecat import timecat
 from kit.experiments.timecat.settings import SCALE_TRAIN_KEYS, TimecatSettings
 from kit.launch import backends
@@ -169,7 +170,7 @@ def test_balanced_subset_covers_every_class_of_a_class_ordered_folder(tmp_path: 
         folder.mkdir(parents=True)
         for i in range(6 + 3 * c):  # unequal class sizes, stored class by class
             Image.new("RGB", (4, 4), (c, i, 0)).save(folder / f"{i}.png")
-    listed = data.image_folder(tmp_path, "train")
+    listed = image_folder(tmp_path, "train")
     labels = data.labels_of(listed)
     assert list(labels) == sorted(labels)  # the first N rows would be the first classes
     chosen = data.balanced_subset(labels, 20, seed=0)

@@ -23,7 +23,7 @@ from kit import models
 from kit.core import distributed
 from kit.core.params import ParameterError
 from kit.core.paths import REPO_ROOT
-from kit.data import datasets as data
+from kit.data import pipeline as data
 from kit.data import prefetch
 from kit.experiments.timecat import budget
 from kit.experiments.timecat import budget as plan

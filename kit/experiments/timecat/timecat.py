@@ -42,7 +42,8 @@ from kit.core import params as kit_params
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
 from kit.core.progress import KeptBar
-from kit.data import datasets as data
+from kit.data import pipeline as data
+from kit.data import synthetic
 from kit.experiments import evidence
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
 from kit.launch import backends as kit_launch
@@ -541,12 +542,12 @@ def _mean_std(results: pl.DataFrame, rule: str, by: list[str]) -> pl.DataFrame:
 
 def ceilings(params: TimecatSettings) -> dict[str, float]:
     """Top-1 % a perfect reader of every cue reaches on each synthetic task (the Bayes ceiling,
-    kit.data.bayes_ceiling); tasks on real data have none."""
+    kit.data.synthetic.bayes_ceiling); tasks on real data have none."""
     levels = {}
     for task in params.tasks:
         task_data, classes = params.task_data(task)
         if task_data.synthetic is not None:
-            levels[task.name] = 100 * data.bayes_ceiling(task_data.synthetic, classes)
+            levels[task.name] = 100 * synthetic.bayes_ceiling(task_data.synthetic, classes)
     return levels
 
 
