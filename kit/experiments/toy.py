@@ -25,7 +25,7 @@ from scipy.optimize import linprog
 
 from kit.core.progress import KeptBar
 from kit.experiments.toy_settings import SparseTrainingSettings
-from kit.report import render as report
+from kit.report import charts
 
 FEATURES = ("phi1", "phi2")
 #: probe accuracy at which a component counts as solved
@@ -486,7 +486,7 @@ def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart:
         y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=[0, 1])),
         tooltip=["training", "component", "n", "mean", "std"])
     rules = base.mark_rule(color="black").encode(y=alt.Y("low:Q", title=title), y2="high:Q")
-    return alt.layer(bars, rules, report.chance_lines(number_format=".2f"),
+    return alt.layer(bars, rules, charts.chance_lines(number_format=".2f"),
                      data=data).properties(width=420, height=220)
 
 

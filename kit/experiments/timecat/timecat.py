@@ -51,8 +51,7 @@ from kit.launch.backends import (
     is_finished,  # also timecat.is_finished, for the notebook and tests
 )
 from kit.probes import probe
-from kit.report import diagnostics
-from kit.report import render as report
+from kit.report import charts, diagnostics, outputs, tables
 from kit.train import trainer as train
 from kit.train.settings import TrainSettings
 
@@ -384,7 +383,7 @@ def table3(results: pl.DataFrame, rule: str) -> pl.DataFrame:
     chosen = results.filter(pl.col("rule") == rule)
     stats = chosen.group_by("variant", "task", maintain_order=True).agg(
         (100 * pl.col("top1").mean()).alias("mean"), (100 * pl.col("top1").std()).alias("std"))
-    wide = report.wide_mean_std(stats, ["variant"], "task")
+    wide = tables.wide_mean_std(stats, ["variant"], "task")
     budget = chosen.group_by("variant").agg(
         pl.col("kind").first(), pl.col("n").first(), pl.col("width").first(),
         pl.col("iterations_per_model").first(),
@@ -526,9 +525,9 @@ def summarize(results: pl.DataFrame, rule: str, baseline: str) -> dict[str, obje
 def training_chart(curves: pl.DataFrame) -> alt.FacetChart:
     """Training loss of every run: one panel per variant, every run named in its legend."""
     named = curves.filter(pl.col("loss").is_not_null()).with_columns(
-        pl.Series("run", report.short_names(curves.filter(pl.col("loss").is_not_null())["run"])))
+        pl.Series("run", charts.short_names(curves.filter(pl.col("loss").is_not_null())["run"])))
     named = named.with_columns(pl.col("run").str.split("/").list.get(1).alias("variant"))
-    return report.series_lines(named, "step", "loss", "run", facet="variant",
+    return charts.series_lines(named, "step", "loss", "run", facet="variant",
                                y_title="training loss")
 
 
@@ -574,8 +573,8 @@ def accuracy_chart(results: pl.DataFrame, rule: str, chance: dict[str, float],
                   y=y, color=alt.Color("variant:N", sort=order, legend=None),
                   tooltip=["task", "variant", "mean", "std", "count"]),
               base.mark_errorbar().encode(y=alt.Y("low:Q", title="top-1 (%)"), y2="high:Q"),
-              report.chance_lines("chance"),
-              report.reference_lines("ceiling", "Bayes ceiling", dash=(1, 0))]
+              charts.chance_lines("chance"),
+              charts.reference_lines("ceiling", "Bayes ceiling", dash=(1, 0))]
     return alt.layer(*layers, data=stats).properties(width=150, height=160).facet(
         column=alt.Column("task:N", title=None))
 
@@ -707,7 +706,7 @@ def probe_step(params: TimecatSettings) -> Path:
         raise ParameterError("the probe step runs as one process, not under torchrun or srun "
                              "with several tasks")
     measured = probe_all(plan(params).representations, params)
-    out = report.output_dir(params.output_dir)
+    out = outputs.output_dir(params.output_dir)
     measured.diagnostics.write_parquet(out / DIAGNOSTICS)
     measured.results.write_parquet(out / RESULTS)
     return out / RESULTS
