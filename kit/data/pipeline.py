@@ -56,7 +56,8 @@ def augmentation(augment: str, image_size: int, train: bool, from_images: bool
 
 
 def resolved_augment(data: DataSettings) -> str:
-    """'auto' means none for kinds rendered in memory (the synthetic world), AlgoPerf's pipeline from 64 px, pad-crop below."""
+    """'auto' means none for kinds rendered in memory (the synthetic world), AlgoPerf's
+    pipeline from 64 px, pad-crop below."""
     if data.augment != "auto":
         return data.augment
     if not kinds.get(data.kind).reads_disk:
