@@ -22,7 +22,8 @@ import torch
 from photo_fixtures import image_folder
 
 from kit import features, models
-from kit.data import datasets as data
+from kit.data import pipeline as data
+from kit.data.kinds import imagefolder
 from kit.train.settings import TrainSettings
 
 CACHE = Path(__file__).parent / ".cache" / "jpeg_photos"
@@ -54,7 +55,7 @@ def main() -> None:
     os.sched_setaffinity(0, set(args.cores))
     torch.set_num_threads(len(args.cores))
     root = image_folder(CACHE, classes=4, per_class=args.images // 4)
-    dataset = data.Transformed(data.image_folder(root, "train"),
+    dataset = data.Transformed(imagefolder.image_folder(root, "train"),
                                data.augmentation("algoperf", args.image_size, False, True))
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)

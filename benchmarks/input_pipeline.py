@@ -25,8 +25,10 @@ from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision import transforms
 
-from kit.data import datasets as data
+from kit.data import pipeline as data
 from kit.data import prefetch
+from kit.data.kinds import imagefolder
+from kit.data.kinds.images import ImageList
 
 CACHE = Path(__file__).parent / ".cache" / "jpeg_photos"
 
@@ -40,7 +42,7 @@ def pil_float_transform(image_size: int, train: bool) -> Callable:
         prefetch.IMAGENET_MEAN, prefetch.IMAGENET_STD)])
 
 
-class PilImages(data.ImageList):
+class PilImages(ImageList):
     """The same files opened with PIL, as the former loader did."""
 
     def __getitem__(self, index: int) -> tuple[Image.Image, int]:
@@ -71,7 +73,7 @@ def main() -> None:
     os.sched_setaffinity(0, {args.core})
     torch.set_num_threads(1)
     root = image_folder(CACHE, classes=4, per_class=args.images // 4)
-    listed = data.image_folder(root, "train")
+    listed = imagefolder.image_folder(root, "train")
     train = not args.eval
     pipelines = {
         "PIL + ToTensor + Normalize (former)": data.Samples(

@@ -28,8 +28,8 @@ import torch
 from sklearn.linear_model import LogisticRegression
 
 from kit import features, models
-from kit.data import datasets as data
 from kit.data.settings import ComponentSettings, SyntheticSettings
+from kit.data.synthetic import SyntheticWorld
 from kit.probes import probe
 
 CACHE = Path(__file__).parent / ".cache"
@@ -47,7 +47,7 @@ def kit_features(n: int, n_eval: int, classes: int) -> tuple[torch.Tensor, torch
     splits = []
     for split in ("train", "eval"):
         extracted = features.extract(
-            [checkpoint], data.SyntheticWorld(world, classes, 32, split),
+            [checkpoint], SyntheticWorld(world, classes, 32, split),
             dataset_id=f"synthetic {world.model_dump_json()} classes={classes}", split=split,
             transform="none (32 px renders)", cache_dir=CACHE, batch_size=500)
         splits.append(extracted.torch()[0].float())

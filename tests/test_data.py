@@ -11,12 +11,19 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from pydantic import ValidationError
 from torchvision import transforms
 
-from kit.data import datasets as data
-from kit.data import prefetch
+from kit.core.params import ParameterError
+from kit.data import kinds, prefetch
+from kit.data import pipeline as data
+from kit.data.kinds.base import DataError
+from kit.data.kinds.imagefolder import ImageFolderKind
+from kit.data.kinds.images import open_image
 from kit.data.preflight import preflight
 from kit.data.settings import CUES, DataSettings, SyntheticSettings
+from kit.data.synthetic import SyntheticWorld, bayes_ceiling
+from kit.probes.settings import PAPER_WEIGHT_DECAYS
 
 WORLD = SyntheticSettings(num_train=64, num_eval=32, noise=0.05, components=[
     {"weight": 3.0, "cues": ["colour"]}, {"weight": 1.0, "cues": ["shape", "position"]}])
@@ -125,7 +132,7 @@ def test_cifar_in_torchvision_format(tmp_path: Path, kind: str, classes: int, tr
 def test_cifar_with_a_missing_file_is_refused(tmp_path: Path) -> None:
     write_cifar(tmp_path, "cifar10", 2)
     (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
-    with pytest.raises(data.DataError, match="cifar-10-batches-py.*data_batch_3"):
+    with pytest.raises(DataError, match="cifar-10-batches-py.*data_batch_3"):
         build({"kind": "cifar10", "root": str(tmp_path), "image_size": 32}, 10)
 
 
@@ -144,16 +151,16 @@ def test_inat18_json_layout(tmp_path: Path) -> None:
     assert (run.num_train, run.num_eval) == (6, 3)
     assert next(iter(run.eval))[1].tolist() == [0, 1, 2]
     assert first_batch(run)[0].shape == (4, 3, 16, 16)
-    with pytest.raises(data.DataError, match="3 classes but .*num_classes: 8142"):
+    with pytest.raises(DataError, match="3 classes but .*num_classes: 8142"):
         build({"kind": "inat18", "root": str(tmp_path), "image_size": 16}, 8142)
 
 
 def test_missing_and_empty_folders_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(data.DataError, match=f"{tmp_path / 'nowhere'}: data folder does not exist"):
+    with pytest.raises(DataError, match=f"{tmp_path / 'nowhere'}: data folder does not exist"):
         build({"kind": "imagefolder", "root": str(tmp_path / "nowhere"), "image_size": 16}, 3)
     (tmp_path / "empty" / "train").mkdir(parents=True)
     (tmp_path / "empty" / "val").mkdir()
-    with pytest.raises(data.DataError, match="empty/train: no class folders with images"):
+    with pytest.raises(DataError, match="empty/train: no class folders with images"):
         build({"kind": "imagefolder", "root": str(tmp_path / "empty"), "image_size": 16}, 3)
 
 
@@ -163,17 +170,17 @@ def test_an_empty_class_folder_is_named(image_folder: Path) -> None:
     config = {"kind": "imagefolder", "root": str(image_folder), "image_size": 16}
     expected = f"{image_folder / 'val' / 'bee'}: class folder without images"
     assert preflight(DataSettings(**config)) == [expected]
-    with pytest.raises(data.DataError, match=f"^{expected}$"):
+    with pytest.raises(DataError, match=f"^{expected}$"):
         build(config, 3)
 
 
 def test_every_data_fault_is_reported_at_once(image_folder: Path) -> None:
     (image_folder / "train" / "bee" / "bee1.JPEG").write_bytes(b"\xff\xd8 torn")
     (image_folder / "val" / "cat" / "cat0.JPEG").write_bytes(b"\xff\xd8 torn")
-    with pytest.raises(data.DataError, match="(?s)2 unreadable image.*bee1.JPEG.*cat0.JPEG"):
+    with pytest.raises(DataError, match="(?s)2 unreadable image.*bee1.JPEG.*cat0.JPEG"):
         build({"kind": "imagefolder", "root": str(image_folder), "image_size": 16}, 3)
     (image_folder / "val" / "dog").mkdir()
-    with pytest.raises(data.DataError) as error:
+    with pytest.raises(DataError) as error:
         build({"kind": "imagefolder", "root": str(image_folder), "image_size": 16}, 3)
     assert "val/dog: class folder without images" in str(error.value)
     assert "bee1.JPEG" in str(error.value)  # the training split's fault as well
@@ -183,26 +190,56 @@ def test_corrupt_image_is_named_before_training(image_folder: Path) -> None:
     broken = image_folder / "train" / "bee" / "bee1.JPEG"
     broken.write_bytes(b"\xff\xd8\xff\xe0 definitely not a whole jpeg")
     config = {"kind": "imagefolder", "root": str(image_folder), "image_size": 16}
-    with pytest.raises(data.DataError, match="(?s)1 unreadable image.*bee1.JPEG"):
+    with pytest.raises(DataError, match="(?s)1 unreadable image.*bee1.JPEG"):
         build(config, 3)
     # without the up-front check, reading it still names the file
     samples = build(config | {"verify_images": False}, 3).train.dataset
-    with pytest.raises(data.DataError, match="bee1.JPEG: cannot read image.*replace or remove"):
+    with pytest.raises(DataError, match="bee1.JPEG: cannot read image.*replace or remove"):
         for index in range(len(samples)):
             samples[(0, index)]
 
 
 def test_class_count_mismatch_is_refused(image_folder: Path) -> None:
-    with pytest.raises(data.DataError, match="train split has 3 classes but .*num_classes: 5"):
+    with pytest.raises(DataError, match="train split has 3 classes but .*num_classes: 5"):
         build({"kind": "imagefolder", "root": str(image_folder), "image_size": 16}, 5)
 
 
+def test_an_unknown_kind_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ValidationError, match=r"(?s)kind.*should be one of the registered "
+                       r"dataset kinds: .*cifar10.*inat18.*\(did you mean 'cifar10'\?\)"):
+        DataSettings(kind="cifar10x", root="/data", image_size=32)
+    with pytest.raises(ParameterError, match="unknown dataset kind 'inat'.*did you mean 'inat18'"):
+        kinds.get("inat")
+
+
+def test_every_kind_names_a_probe_grid_and_cifar_its_class_count(tmp_path: Path) -> None:
+    assert {kinds.get(name).probe_grid for name in kinds.names()} <= set(PAPER_WEIGHT_DECAYS)
+    write_cifar(tmp_path, "cifar100", 2)
+    cifar100 = kinds.get("cifar100")
+    data = DataSettings(kind="cifar100", root=str(tmp_path), image_size=32)
+    assert len(cifar100.open_split(data, "eval", 100).classes) == cifar100.num_classes == 100
+
+
+def test_a_new_kind_is_one_class_and_one_registration(image_folder: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    class Places(ImageFolderKind):
+        name = "places_test"
+
+    monkeypatch.setattr(kinds, "_KINDS", dict(kinds._KINDS))
+    kinds.register(Places())
+    run = build({"kind": "places_test", "root": str(image_folder), "image_size": 16}, 3)
+    assert (run.num_train, run.num_eval) == (12, 6)
+    assert not preflight(DataSettings(kind="places_test", root=str(image_folder), image_size=16))
+    with pytest.raises(ValueError, match="registered twice"):
+        kinds.register(Places())
+
+
 def test_synthetic_world_is_deterministic_and_its_cues_carry_the_label() -> None:
-    train = data.SyntheticWorld(WORLD, 6, 16, "train")
-    again = data.SyntheticWorld(WORLD, 6, 16, "train")
+    train = SyntheticWorld(WORLD, 6, 16, "train")
+    again = SyntheticWorld(WORLD, 6, 16, "train")
     assert all(torch.equal(train[i][0], again[i][0]) for i in range(5))
-    assert not torch.equal(train[0][0], data.SyntheticWorld(WORLD, 6, 16, "eval")[0][0])
-    other_seed = data.SyntheticWorld(WORLD.model_copy(update={"seed": 1}), 6, 16, "train")
+    assert not torch.equal(train[0][0], SyntheticWorld(WORLD, 6, 16, "eval")[0][0])
+    other_seed = SyntheticWorld(WORLD.model_copy(update={"seed": 1}), 6, 16, "train")
     assert not torch.equal(train[0][0], other_seed[0][0])
     draws = [train.draw(i) for i in range(len(train))]
     for d in draws:
@@ -214,14 +251,14 @@ def test_synthetic_world_is_deterministic_and_its_cues_carry_the_label() -> None
 
 def test_cue_strength_zero_makes_a_cue_uninformative() -> None:
     weak = WORLD.model_copy(update={"num_train": 400, "strength": {"colour": 0.0}})
-    world = data.SyntheticWorld(weak, 4, 16, "train")
+    world = SyntheticWorld(weak, 4, 16, "train")
     colour = [d for d in (world.draw(i) for i in range(400)) if d.component == 0]
     agreement = np.mean([d.cue_values["colour"] == d.label for d in colour])
     assert agreement == pytest.approx(0.25, abs=0.08)
 
 
 def test_synthetic_images_show_their_colour() -> None:
-    world = data.SyntheticWorld(WORLD.model_copy(update={"noise": 0.0}), 3, 32, "train")
+    world = SyntheticWorld(WORLD.model_copy(update={"noise": 0.0}), 3, 32, "train")
     for index in range(6):
         image, _ = world[index]
         pixels = image.reshape(3, -1) * 0.25 + 0.5
@@ -233,7 +270,7 @@ def test_synthetic_images_show_their_colour() -> None:
 def test_absent_cues_are_not_shown() -> None:
     world = SyntheticSettings(num_train=200, num_eval=8, noise=0.0, components=[
         {"weight": 1.0, "cues": ["texture"], "absent": ["colour", "shape", "position"]}])
-    rendered = data.SyntheticWorld(world, 10, 24, "train")
+    rendered = SyntheticWorld(world, 10, 24, "train")
     draws = [rendered.draw(i) for i in range(200)]
     assert all(d.cue_values["colour"] is None and d.cue_values["position"] is None
                and d.cue_values["shape"] is None
@@ -248,7 +285,7 @@ def test_every_shape_class_renders_a_different_figure() -> None:
     world = SyntheticSettings(num_train=400, num_eval=8, noise=0.0, strength={"shape": 1.0},
                             components=[{"weight": 1.0, "cues": ["shape"],
                                          "absent": ["colour", "texture", "position"]}])
-    rendered = data.SyntheticWorld(world, 10, 24, "train")
+    rendered = SyntheticWorld(world, 10, 24, "train")
     masks: dict[int, torch.Tensor] = {}
     for index in range(400):
         image, label = rendered[index]
@@ -271,14 +308,14 @@ def test_every_shape_class_renders_a_different_figure() -> None:
 def test_bayes_ceiling(components: list[dict], strength: float, ceiling: float) -> None:
     world = SyntheticSettings(num_train=1, num_eval=1, components=components,
                             strength=dict.fromkeys(["colour", "shape", "texture"], strength))
-    assert data.bayes_ceiling(world, 10) == pytest.approx(ceiling, abs=1e-3)
+    assert bayes_ceiling(world, 10) == pytest.approx(ceiling, abs=1e-3)
 
 
 def test_bayes_ceiling_matches_the_best_lookup_table_learned_from_samples() -> None:
     world = SyntheticSettings(num_train=40000, num_eval=1, components=[
         {"weight": 0.5, "cues": ["colour"]}, {"weight": 0.3, "cues": ["shape"]},
         {"weight": 0.2, "cues": ["texture"]}], strength=dict.fromkeys(CUES, 0.9))
-    drawn = data.SyntheticWorld(world, 4, 8, "train")
+    drawn = SyntheticWorld(world, 4, 8, "train")
     draws = [drawn.draw(i) for i in range(40000)]
     seen = [(tuple(d.cue_values[c] for c in CUES), d.label) for d in draws]
     counts: dict[tuple, np.ndarray] = {}
@@ -286,7 +323,7 @@ def test_bayes_ceiling_matches_the_best_lookup_table_learned_from_samples() -> N
         counts.setdefault(values, np.zeros(4))[label] += 1
     right = [counts[values].argmax() == label for values, label in seen[20000:]
              if values in counts]
-    assert data.bayes_ceiling(world, 4) == pytest.approx(np.mean(right), abs=0.015)
+    assert bayes_ceiling(world, 4) == pytest.approx(np.mean(right), abs=0.015)
 
 
 def photo_like(height: int, width: int, seed: int) -> np.ndarray:
@@ -324,7 +361,7 @@ def test_uint8_tensor_pipeline_matches_the_former_pil_float_pipeline(tmp_path: P
         torch.manual_seed(seed)
         former = former_float_pipeline(64, train)(Image.open(path).convert("RGB"))
         torch.manual_seed(seed)
-        pixels = data.augmentation("algoperf", 64, train, True)(data.open_image(str(path)))
+        pixels = data.augmentation("algoperf", 64, train, True)(open_image(str(path)))
         assert pixels.dtype == torch.uint8 and pixels.shape == (3, 64, 64)
         difference = (prefetch.normalise(pixels[None])[0] - former).abs()
         assert difference.max() <= 1.01 * one_level

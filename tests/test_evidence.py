@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from kit.experiments import evidence
-from kit.report import render as report
+from kit.report import charts, outputs
 
 # The paper's printed tables (arXiv 2506.18221, Tables 2 and 3; cat4 CIFAR-100 read from the
 # authors' figure), as listed in ../shared/papers/REFERENCE.md.
@@ -113,7 +113,7 @@ def test_concat_series_places_concatenations_and_wider_networks() -> None:
 def test_notebook_02_shows_what_the_data_give(notebook_outputs) -> None:
     folder = notebook_outputs("02_surveyed_evidence", "evidence_summary.json")
     sources = evidence.load_all()
-    assert report.read_json(folder / "evidence_summary.json") == evidence.summarize(sources)
+    assert outputs.read_json(folder / "evidence_summary.json") == evidence.summarize(sources)
     assert pl.read_parquet(folder / "table2_gains.parquet").equals(
         evidence.ensemble_gains(sources["table2"]))
     assert pl.read_parquet(folder / "table3_gains.parquet").equals(
@@ -124,14 +124,14 @@ def test_notebook_02_shows_what_the_data_give(notebook_outputs) -> None:
 
 def test_gap_charts_start_at_zero_and_name_every_comparison(tmp_path: Path, chart_texts) -> None:
     sources = evidence.load_all()
-    charts = {
+    gap_frames = {
         "table1": evidence.table1_gap_frame(evidence.transfer_gap(sources["table1_dfr"])),
         "table2": evidence.table2_gain_frame(evidence.ensemble_gains(sources["table2"])),
         "table3": evidence.table3_gain_frame(evidence.time_concat_gains(sources["table3"])),
     }
-    for name, frame in charts.items():
+    for name, frame in gap_frames.items():
         chart = evidence.difference_chart(frame, "comparison", "points", name)
-        (svg,) = report.save_chart(chart, tmp_path, name, ["svg"])
+        (svg,) = charts.save_chart(chart, tmp_path, name, ["svg"])
         texts = chart_texts(svg)
         assert set(frame["comparison"]) <= set(texts), name
         assert "0" in texts, f"{name}: the zero the bars start from has no tick"
@@ -143,7 +143,7 @@ def test_gap_charts_start_at_zero_and_name_every_comparison(tmp_path: Path, char
 
 def test_zoomed_dot_plots_say_so(tmp_path: Path, chart_texts) -> None:
     chart = evidence.dot_plot(evidence.load("table3"), "method", "Table 3")
-    (svg,) = report.save_chart(chart, tmp_path, "table3", ["svg"])
+    (svg,) = charts.save_chart(chart, tmp_path, "table3", ["svg"])
     texts = chart_texts(svg)
     assert "zoomed: each dataset on its own axis, not from 0" in texts
     assert set(evidence.TRANSFER_DATASETS) <= set(texts)

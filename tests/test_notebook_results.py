@@ -7,12 +7,12 @@ import pytest
 
 from kit.cli import runner
 from kit.experiments import toy
-from kit.report import render as report
+from kit.report import outputs
 
 
 def test_notebook_01_summary_is_what_its_tables_say(notebook_outputs) -> None:
     folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
-    recorded = report.read_json(folder / "toy_summary.json")
+    recorded = outputs.read_json(folder / "toy_summary.json")
     tables = [pl.read_parquet(folder / f"toy_{name}.parquet")
               for name in ("runs", "direct", "concat", "concat_shared_sample")]
     recomputed = toy.summarize(*tables)
@@ -43,7 +43,7 @@ PINNED_01_COUNTS = {"both": 10, "none": 21, "phi1": 34, "phi2": 31}
 
 def test_notebook_01_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
-    summary = report.read_json(folder / "toy_summary.json")
+    summary = outputs.read_json(folder / "toy_summary.json")
     for key, value in PINNED_01.items():
         assert summary[key] == pytest.approx(value, abs=0.02), key
     for kept, count in PINNED_01_COUNTS.items():
@@ -52,7 +52,7 @@ def test_notebook_01_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
 
 def test_notebook_01_key_results(notebook_outputs) -> None:
     folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
-    summary = report.read_json(folder / "toy_summary.json")
+    summary = outputs.read_json(folder / "toy_summary.json")
     runs = pl.read_parquet(folder / "toy_runs.parquet")
     assert all(accuracy >= 0.95 for accuracy in summary["direct_accuracy"].values())
     # dominated mixtures: most models keep only the dominant component's feature
@@ -96,6 +96,6 @@ def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     assert checked.height == results.filter(pl.col("replicate") == 0).height
     # issue 11: the fast probe run to convergence (select_from: converged) gives L-BFGS's fits
     assert (checked["top1"] - checked["lbfgs_top1"]).abs().max() <= 0.005
-    summary = report.read_json(folder / "time_concat_summary.json")
+    summary = outputs.read_json(folder / "time_concat_summary.json")
     controls = {(row["variant"], row["baseline"]) for row in summary["controls"]}
     assert controls == {("cat2", "wide1"), ("cat2", "random2")}

@@ -178,7 +178,7 @@ def test_notebook_without_schema_is_refused() -> None:
 
 def test_checking_parameters_does_not_import_torch() -> None:
     """`python -m kit check` stays fast: the engine and every schema are free of torch."""
-    code = ("import sys; from kit import runner; runner.plan(None, 'ci'); "
+    code = ("import sys; from kit.cli import runner; runner.plan(None, 'ci'); "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -357,16 +357,6 @@ def test_cka_is_one_on_itself_and_invariant_to_rotation_and_scale() -> None:
     assert diagnostics.linear_cka(features, unrelated) < 0.2
 
 
-def test_diagnostic_tables_include_the_concatenation() -> None:
-    generator = torch.Generator().manual_seed(3)
-    reps = {"a": torch.randn(300, 8, generator=generator),
-            "b": torch.randn(300, 8, generator=generator)}
-    richness = diagnostics.richness_table(reps)
-    assert richness["representation"].to_list() == ["a", "b", "concatenation"]
-    assert richness.filter(richness["representation"] == "concatenation")["dim"][0] == 16
-    assert diagnostics.cka_table(reps).height == 1
-
-
 def test_lbfgs_runs_to_its_tolerance_and_refuses_a_fit_cut_short() -> None:
     """Issue 11: the L-BFGS reference is converged, not stopped by an iteration count."""
     train, evaluation = teacher(2000, 64, 4, 0), teacher(1000, 64, 4, 1)

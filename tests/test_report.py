@@ -8,7 +8,7 @@ import altair as alt
 import polars as pl
 import pytest
 
-from kit.report import render as report
+from kit.report import charts, tables
 
 #: longer than Vega's default legend label limit, so a shortened label would show
 LONG_RUN = "rep0/direct-shape/seed0 (a run name longer than Vega's default label limit)"
@@ -25,8 +25,8 @@ def curves() -> pl.DataFrame:
 
 
 def test_every_line_of_a_faceted_chart_is_named_in_full(tmp_path: Path, chart_texts) -> None:
-    chart = report.series_lines(curves(), "step", "loss", series="run", facet="method")
-    (svg,) = report.save_chart(chart, tmp_path, "curves", ["svg"])
+    chart = charts.series_lines(curves(), "step", "loss", series="run", facet="method")
+    (svg,) = charts.save_chart(chart, tmp_path, "curves", ["svg"])
     texts = chart_texts(svg)
     for run in curves()["run"].unique():
         assert run in texts, f"no legend entry for {run}"
@@ -41,9 +41,9 @@ def test_reference_and_chance_lines_say_what_they_are(tmp_path: Path, chart_text
     title = "top-1 (%)"
     lines = alt.Chart().mark_line(point=True).encode(
         x="n:O", y=alt.Y("mean:Q", title=title))
-    chart = alt.layer(lines, report.reference_lines("direct", "direct training"),
-                      report.chance_lines(), data=stats).facet(column="task:N")
-    (svg,) = report.save_chart(chart, tmp_path, "accuracy", ["svg"])
+    chart = alt.layer(lines, charts.reference_lines("direct", "direct training"),
+                      charts.chance_lines(), data=stats).facet(column="task:N")
+    (svg,) = charts.save_chart(chart, tmp_path, "accuracy", ["svg"])
     texts = chart_texts(svg)
     for label in ("direct training 70.0", "direct training 55.0", "chance 50.0", "chance 25.0"):
         assert texts.count(label) == 1, f"{label!r} should be written once: {texts}"
@@ -51,10 +51,10 @@ def test_reference_and_chance_lines_say_what_they_are(tmp_path: Path, chart_text
 
 
 def test_displayed_chart_is_interactive_in_lab_and_an_image_elsewhere() -> None:
-    report.setup()
+    charts.setup()
     chart = alt.Chart(pl.DataFrame({"x": [1, 2], "y": [3, 4]})).mark_line().encode(x="x", y="y")
     bundle, _ = chart._repr_mimebundle_()
-    assert bundle[report.LAB_VEGALITE_MIME]["mark"]["type"] == "line"
+    assert bundle[charts.LAB_VEGALITE_MIME]["mark"]["type"] == "line"
     assert len(bundle["image/png"]) > 100  # base64 PNG for GitHub, nbviewer, headless runs
     assert "text/html" not in bundle  # GitHub would prefer it and strip its scripts
 
@@ -63,7 +63,7 @@ def test_wide_mean_std_keeps_numbers() -> None:
     stats = pl.DataFrame({"method": ["cat1", "cat1", "cat2", "cat2"],
                           "task": ["colour", "shape", "colour", "shape"],
                           "mean": [61.23, 40.0, 65.5, 45.25], "std": [1.5, None, 0.25, 2.0]})
-    wide = report.wide_mean_std(stats, ["method"], "task")
+    wide = tables.wide_mean_std(stats, ["method"], "task")
     assert wide.columns == ["method", "colour mean", "colour std", "shape mean", "shape std"]
     assert all(wide[c].dtype == pl.Float64 for c in wide.columns[1:])
     assert wide.filter(pl.col("method") == "cat2")["shape std"].item() == 2.0
@@ -79,13 +79,13 @@ def test_wide_mean_std_keeps_numbers() -> None:
     ([None, None], 0),
 ])
 def test_float_columns_get_sensible_decimals(values: list, places: int) -> None:
-    assert report.decimals(pl.Series(values, dtype=pl.Float64)) == places
+    assert tables.decimals(pl.Series(values, dtype=pl.Float64)) == places
 
 
 def test_table_reads_without_quotes_or_long_floats() -> None:
     frame = pl.DataFrame({"training": ["mixture, kept phi1", "direct"], "n": [3, 2],
                           "mean": [0.6666667, 1.0], "std": [0.0478123, None]})
-    shown = report.table(frame)
+    shown = tables.table(frame)
     text, page = repr(shown), shown._repr_html_()
     assert "0.667" in text and "0.6666667" not in text and "0.0478" in text
     assert '"' not in text and "&quot;" not in page
@@ -94,7 +94,7 @@ def test_table_reads_without_quotes_or_long_floats() -> None:
 
 
 def test_short_names_drop_the_shared_folders() -> None:
-    assert report.short_names(["/o/ci/time_concat/rep0/cat2/seed550",
+    assert charts.short_names(["/o/ci/time_concat/rep0/cat2/seed550",
                                "/o/ci/time_concat/rep1/cat1/seed0"]) == [
         "rep0/cat2/seed550", "rep1/cat1/seed0"]
-    assert report.short_names(["/o/a/seed0"]) == ["seed0"]
+    assert charts.short_names(["/o/a/seed0"]) == ["seed0"]

@@ -17,8 +17,9 @@ from PIL import Image
 from kit import models
 from kit.cli import runner
 from kit.core import params
-from kit.data import datasets as data
-from kit.experiments.timecat import planning, tables
+from kit.data import pipeline as data
+from kit.data.kinds.imagefolder import image_folder
+from kit.experiments.timecat import comparisons, planning
 from kit.experiments.timecat.settings import SCALE_TRAIN_KEYS, TimecatSettings
 from kit.launch import backends
 from kit.train import trainer as train
@@ -169,7 +170,7 @@ def test_balanced_subset_covers_every_class_of_a_class_ordered_folder(tmp_path: 
         folder.mkdir(parents=True)
         for i in range(6 + 3 * c):  # unequal class sizes, stored class by class
             Image.new("RGB", (4, 4), (c, i, 0)).save(folder / f"{i}.png")
-    listed = data.image_folder(tmp_path, "train")
+    listed = image_folder(tmp_path, "train")
     labels = data.labels_of(listed)
     assert list(labels) == sorted(labels)  # the first N rows would be the first classes
     chosen = data.balanced_subset(labels, 20, seed=0)
@@ -209,12 +210,12 @@ def fake_results(variants: dict[str, list[float]]) -> pl.DataFrame:
 def test_a_control_with_n_1_does_not_change_the_baseline_or_its_gains() -> None:
     plain = fake_results({"cat1": [0.5, 0.6], "cat4": [0.6, 0.7]})
     controlled = fake_results({"cat1": [0.5, 0.6], "wide1": [0.9, 0.9], "cat4": [0.6, 0.7]})
-    gain = tables.gains(plain, "heldout", "cat1")
-    gain_with_control = tables.gains(controlled, "heldout", "cat1")
+    gain = comparisons.gains(plain, "heldout", "cat1")
+    gain_with_control = comparisons.gains(controlled, "heldout", "cat1")
     assert gain.row(0, named=True) == gain_with_control.filter(
         pl.col("variant") == "cat4").row(0, named=True)
     assert gain["gain_mean"][0] == pytest.approx(10.0)
-    table = tables.table3(controlled, "heldout")
+    table = comparisons.table3(controlled, "heldout")
     assert table["variant"].to_list() == ["cat1", "wide1", "cat4"]
     assert table.filter(pl.col("variant") == "cat1")["replicates"][0] == 2
 
@@ -223,9 +224,9 @@ def test_verdict_needs_an_interval_that_excludes_zero() -> None:
     steady = fake_results({"cat1": [0.50, 0.60, 0.55], "cat4": [0.52, 0.62, 0.57]})
     noisy = fake_results({"cat1": [0.50, 0.60, 0.55], "cat4": [0.60, 0.55, 0.56]})
     single = fake_results({"cat1": [0.5], "cat4": [0.9]})
-    assert tables.gains(steady, "heldout", "cat1")["verdict"][0] == "better"
-    assert tables.gains(noisy, "heldout", "cat1")["verdict"][0] == "no clear difference"
-    assert tables.gains(single, "heldout", "cat1")["verdict"][0].startswith("untested")
+    assert comparisons.gains(steady, "heldout", "cat1")["verdict"][0] == "better"
+    assert comparisons.gains(noisy, "heldout", "cat1")["verdict"][0] == "no clear difference"
+    assert comparisons.gains(single, "heldout", "cat1")["verdict"][0].startswith("untested")
 
 
 def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook_outputs
@@ -283,11 +284,11 @@ def test_catn_is_compared_with_the_wide_control_and_random_init_of_the_same_n() 
          "replicate": r, "iterations_per_model": 100, "task": "t", "role": "unseen",
          "rule": "heldout", "top1": value, "top5": None}
         for name, values in top1.items() for r, value in enumerate(values)])
-    controls = tables.control_gains(results, "heldout")
+    controls = comparisons.control_gains(results, "heldout")
     assert sorted(zip(controls["variant"], controls["baseline"], controls["verdict"])) == [
         ("cat4", "random4", "better"), ("cat4", "wide1", "worse")]
     assert controls.filter(pl.col("baseline") == "wide1")["gain_mean"][0] == pytest.approx(-10)
-    summary = tables.summarize(results, "heldout", "cat1")
+    summary = comparisons.summarize(results, "heldout", "cat1")
     assert "cat4 vs wide1 on t (unseen): -10.0 points over 3 replicate(s)" in "\n".join(
         summary["lines"])
 
@@ -296,7 +297,7 @@ def test_the_in_distribution_task_is_the_pretraining_data_and_ceilings_are_shown
     loaded = planned_params("cpu")
     mixture = next(task for task in loaded.tasks if task.role == "in-distribution")
     assert loaded.task_data(mixture)[0] == loaded.train.data
-    table = tables.task_table(loaded)
+    table = comparisons.task_table(loaded)
     assert ((table["Bayes ceiling %"] - 100).abs() < 1e-6).all()
     assert (table["chance %"] == 10.0).all()
-    assert tables.pretraining_passes(loaded) <= 1.0  # no image seen twice
+    assert comparisons.pretraining_passes(loaded) <= 1.0  # no image seen twice

@@ -14,7 +14,7 @@ from test_data import write_cifar, write_image
 from test_timecat import tiny_checkpoint
 
 from kit.core import params
-from kit.experiments.timecat import measure, planning, tables
+from kit.experiments.timecat import comparisons, measure, planning
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.probes import probe
 
@@ -104,12 +104,12 @@ def test_paper_checkpoints_runs_the_authors_probe_end_to_end(settings: Path,
         history = pl.read_csv(root / task / "rep0" / "cat2" / "history.csv")
         assert history["weight_decay"].to_list() == list(probe.PAPER_WEIGHT_DECAYS[grid])
     for rule in probe.RULES:
-        table = tables.table3(results, rule)
+        table = comparisons.table3(results, rule)
         assert table["variant"].to_list() == variants
         for task in tasks:
             assert table[f"{task} mean"].is_between(0, 100).all()
-        assert tables.gains(results, rule, loaded.baseline).height == 3 * len(tasks)
-        side = tables.paper_side_by_side(results, rule, loaded.paper_columns)
+        assert comparisons.gains(results, rule, loaded.baseline).height == 3 * len(tasks)
+        side = comparisons.paper_side_by_side(results, rule, loaded.paper_columns)
         assert side["kit_top1_mean"].is_not_null().sum() == len(variants) * len(tasks)
     assert measured.diagnostics.height == len(variants) * len(tasks)
     assert measured.diagnostics.filter(pl.col("variant") == "cat5")["features"].unique()\

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from kit.cli import runner
-from kit.experiments import toy
+from kit.experiments import toy, toy_charts
 from kit.experiments.toy_settings import ToySettings
-from kit.report import render as report
+from kit.report import charts
 
 FAST = toy.SparseTrainingSettings(steps=1500, probe_samples=1024, probe_steps=200)
 
@@ -137,7 +137,7 @@ def test_accuracy_chart_names_every_representation_and_the_chance_level(tmp_path
     trainings = ["direct on the component", "mixture, kept both", "mixture, kept phi1"]
     table = pl.DataFrame([{"training": t, "component": c, "n": 3, "mean": 0.9, "std": 0.05}
                           for t in trainings for c in toy.COMPONENT_NAMES])
-    (svg,) = report.save_chart(toy.accuracy_chart(table), tmp_path, "accuracy", ["svg"])
+    (svg,) = charts.save_chart(toy_charts.accuracy_chart(table), tmp_path, "accuracy", ["svg"])
     texts = chart_texts(svg)
     assert set(trainings) <= set(texts)  # in full, not shortened with '…'
     assert texts.count("chance 0.67") == 1  # a third positive in every component

@@ -24,7 +24,7 @@ from kit.cli.main import main as kit_main
 from kit.core import distributed
 from kit.core.params import ParameterError
 from kit.core.paths import REPO_ROOT
-from kit.data import datasets as data
+from kit.data import pipeline as data
 from kit.data import prefetch
 from kit.experiments.timecat import budget
 from kit.experiments.timecat import budget as plan

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from kit.core.params import Strict
+from kit.data import kinds
 
 #: visual cues of the synthetic world (kit.data) that can carry the label
 CUES = ("colour", "shape", "texture", "position")
@@ -59,18 +61,29 @@ class SyntheticSettings(Strict):
 class DataSettings(Strict):
     """Where the images come from and how they are augmented ('auto' picks by kind and size)."""
 
-    kind: Literal["synthetic", "imagefolder", "cifar10", "cifar100", "inat18"]
+    #: a registered dataset kind (kit.data.kinds)
+    kind: str
     root: str | None = None
     image_size: int = Field(ge=8)
     augment: Literal["auto", "algoperf", "crop_flip", "none"] = "auto"
     verify_images: bool = True
     synthetic: SyntheticSettings | None = None
 
+    @field_validator("kind")
+    @classmethod
+    def _registered(cls, kind: str) -> str:
+        if kind not in kinds.names():
+            raise PydanticCustomError("unknown_kind", "should be {expected}",
+                                      {"expected": kinds.expected(kind)})
+        return kind
+
     @model_validator(mode="after")
     def _consistent(self) -> DataSettings:
-        if (self.kind == "synthetic") != (self.synthetic is not None):
-            raise ValueError("synthetic: give this section exactly when kind is synthetic")
-        if self.kind != "synthetic" and not self.root:
+        owners = [name for name in kinds.names() if kinds.get(name).section == "synthetic"]
+        if (self.kind in owners) != (self.synthetic is not None):
+            raise ValueError(f"synthetic: give this section exactly when kind is "
+                             f"{' or '.join(owners)}")
+        if kinds.get(self.kind).reads_disk and not self.root:
             raise ValueError(f"root: kind {self.kind} reads images from disk and needs a root")
         return self
 

@@ -51,7 +51,7 @@ from kit.core.files import atomic_write, file_hash
 from kit.core.params import ParameterError, describe_errors, read_yaml
 from kit.core.paths import REPO_ROOT
 from kit.core.processes import child_environment, signal_tree
-from kit.data import datasets as data
+from kit.data import pipeline as data
 from kit.data.prefetch import DeviceBatches
 from kit.data.settings import DataSettings
 from kit.features import load_backbone
@@ -564,7 +564,7 @@ def concatenated_features(backbones: Sequence[nn.Module], precision: str = "fp32
 
 class GlobalBatches(Sampler[list[tuple[int, int]]]):
     """This process's share of each global batch of a per-epoch seeded shuffle of `indices`, as
-    (epoch, index) keys for `kit.data.Samples`: the same global batches, augmented the same way,
+    (epoch, index) keys for `kit.data.pipeline.Samples`: the same global batches, augmented the same way,
     whatever the number of processes. An incomplete last global batch is dropped."""
 
     def __init__(self, indices: torch.Tensor, batch_size: int, seed: int) -> None:

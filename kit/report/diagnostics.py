@@ -11,10 +11,6 @@
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Mapping
-
-import polars as pl
 import torch
 
 
@@ -49,21 +45,3 @@ def linear_cka(first: torch.Tensor, second: torch.Tensor) -> float:
     x, y = _centred(first), _centred(second)
     cross = (y.T @ x).square().sum()
     return float(cross / ((x.T @ x).square().sum().sqrt() * (y.T @ y).square().sum().sqrt()))
-
-
-def richness_table(representations: Mapping[str, torch.Tensor]) -> pl.DataFrame:
-    """RankMe and alpha-ReQ of each named representation and of their concatenation."""
-    named = dict(representations)
-    if len(named) > 1:
-        named["concatenation"] = torch.cat(list(representations.values()), dim=1)
-    return pl.DataFrame([{"representation": name, "dim": int(f.shape[1]),
-                          "rankme": rankme(f), "alpha_req": alpha_req(f)}
-                         for name, f in named.items()])
-
-
-def cka_table(representations: Mapping[str, torch.Tensor]) -> pl.DataFrame:
-    """Linear CKA between every pair of named representations of the same inputs."""
-    return pl.DataFrame([{"first": a, "second": b,
-                          "cka": linear_cka(representations[a], representations[b])}
-                         for a, b in itertools.combinations(representations, 2)],
-                        schema={"first": pl.String, "second": pl.String, "cka": pl.Float64})

@@ -59,7 +59,8 @@ from kit.core.distributed import Process, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
 from kit.core.processes import DONE, PREEMPTED_EXIT, PREEMPTION_SIGNALS, signal_handlers
-from kit.data import datasets as kit_data
+from kit.data import pipeline as kit_data
+from kit.data.kinds.base import DataError
 from kit.data.prefetch import DeviceBatches
 from kit.data.preflight import writable_problems
 from kit.train.settings import TrainSettings, load_train_settings
@@ -540,7 +541,7 @@ def exit_code(action: Callable[[], object]) -> int:
     the file, key, step or holder) goes to stderr without a traceback."""
     try:
         action()
-    except (ParameterError, kit_data.DataError, models.CheckpointError,
+    except (ParameterError, DataError, models.CheckpointError,
             locks.FolderLocked) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

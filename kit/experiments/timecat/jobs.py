@@ -32,7 +32,7 @@ from kit.launch import backends as kit_launch
 from kit.launch.backends import (
     is_finished,  # also timecat.is_finished, for the notebook and tests
 )
-from kit.report import render as report
+from kit.report import outputs
 from kit.train import trainer as train
 
 NOTEBOOK = "03_time_concat"
@@ -129,7 +129,7 @@ def probe_step(params: TimecatSettings) -> Path:
         raise ParameterError("the probe step runs as one process, not under torchrun or srun "
                              "with several tasks")
     measured = probe_all(plan(params).representations, params)
-    out = report.output_dir(params.output_dir)
+    out = outputs.output_dir(params.output_dir)
     measured.diagnostics.write_parquet(out / DIAGNOSTICS)
     measured.results.write_parquet(out / RESULTS)
     return out / RESULTS

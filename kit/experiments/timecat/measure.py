@@ -14,7 +14,7 @@ from torch.utils.data import Dataset, Subset
 
 from kit import features
 from kit.core.progress import KeptBar
-from kit.data import datasets as data
+from kit.data import pipeline
 from kit.experiments.timecat.planning import Representation, runs_dir
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
 from kit.probes import probe
@@ -55,10 +55,10 @@ def task_features(task: ProbeTask, representations: list[Representation],
     cache = runs_dir(params) / "features"
     on_features = params.probe_kind != "faithful"  # the fast and the L-BFGS probe
     task_data, num_classes = params.task_data(task)
-    train_set, eval_set = data.probe_datasets(task_data, num_classes)
+    train_set, eval_set = pipeline.probe_datasets(task_data, num_classes)
     split_name = "train"
     if params.probe_train_rows is not None and params.probe_train_rows < len(train_set):
-        chosen = data.balanced_subset(data.labels_of(train_set), params.probe_train_rows,
+        chosen = pipeline.balanced_subset(pipeline.labels_of(train_set), params.probe_train_rows,
                                       seed=params.base_seed)
         train_set = Subset(train_set, chosen.tolist())
         split_name = f"train[balanced {len(chosen)}, seed {params.base_seed}]"
@@ -69,7 +69,7 @@ def task_features(task: ProbeTask, representations: list[Representation],
                 ) -> list[features.FeatureSet]:
         return features.extract_many(
             groups, dataset, task_data.model_dump_json(), split,
-            transform=data.resolved_augment(task_data), cache_dir=cache,
+            transform=pipeline.resolved_augment(task_data), cache_dir=cache,
             batch_size=params.feature_batch_size, dtype=params.feature_dtype,
             device=params.device, num_workers=params.feature_workers, progress=progress)
 

@@ -8,11 +8,11 @@ import math
 import polars as pl
 import scipy.stats
 
-from kit.data import datasets as data
+from kit.data import synthetic
 from kit.experiments import evidence
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS
-from kit.report import render as report
+from kit.report import tables
 
 
 def diagnostics_table(measured: pl.DataFrame) -> pl.DataFrame:
@@ -38,7 +38,7 @@ def table3(results: pl.DataFrame, rule: str) -> pl.DataFrame:
     chosen = results.filter(pl.col("rule") == rule)
     stats = chosen.group_by("variant", "task", maintain_order=True).agg(
         (100 * pl.col("top1").mean()).alias("mean"), (100 * pl.col("top1").std()).alias("std"))
-    wide = report.wide_mean_std(stats, ["variant"], "task")
+    wide = tables.wide_mean_std(stats, ["variant"], "task")
     budget = chosen.group_by("variant").agg(
         pl.col("kind").first(), pl.col("n").first(), pl.col("width").first(),
         pl.col("iterations_per_model").first(),
@@ -176,12 +176,12 @@ def summarize(results: pl.DataFrame, rule: str, baseline: str) -> dict[str, obje
 
 def ceilings(params: TimecatSettings) -> dict[str, float]:
     """Top-1 % a perfect reader of every cue reaches on each synthetic task (the Bayes ceiling,
-    kit.data.bayes_ceiling); tasks on real data have none."""
+    kit.data.synthetic.bayes_ceiling); tasks on real data have none."""
     levels = {}
     for task in params.tasks:
         task_data, classes = params.task_data(task)
         if task_data.synthetic is not None:
-            levels[task.name] = 100 * data.bayes_ceiling(task_data.synthetic, classes)
+            levels[task.name] = 100 * synthetic.bayes_ceiling(task_data.synthetic, classes)
     return levels
 
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from kit.experiments.timecat.tables import variant_order
-from kit.report import render as report
+from kit.experiments.timecat.comparisons import variant_order
+from kit.report import charts
 
 
 def training_chart(curves: pl.DataFrame) -> alt.FacetChart:
     """Training loss of every run: one panel per variant, every run named in its legend."""
     named = curves.filter(pl.col("loss").is_not_null()).with_columns(
-        pl.Series("run", report.short_names(curves.filter(pl.col("loss").is_not_null())["run"])))
+        pl.Series("run", charts.short_names(curves.filter(pl.col("loss").is_not_null())["run"])))
     named = named.with_columns(pl.col("run").str.split("/").list.get(1).alias("variant"))
-    return report.series_lines(named, "step", "loss", "run", facet="variant",
+    return charts.series_lines(named, "step", "loss", "run", facet="variant",
                                y_title="training loss")
 
 
@@ -36,8 +36,8 @@ def accuracy_chart(results: pl.DataFrame, rule: str, chance: dict[str, float],
                   y=y, color=alt.Color("variant:N", sort=order, legend=None),
                   tooltip=["task", "variant", "mean", "std", "count"]),
               base.mark_errorbar().encode(y=alt.Y("low:Q", title="top-1 (%)"), y2="high:Q"),
-              report.chance_lines("chance"),
-              report.reference_lines("ceiling", "Bayes ceiling", dash=(1, 0))]
+              charts.chance_lines("chance"),
+              charts.reference_lines("ceiling", "Bayes ceiling", dash=(1, 0))]
     return alt.layer(*layers, data=stats).properties(width=150, height=160).facet(
         column=alt.Column("task:N", title=None))
 

@@ -1,0 +1,103 @@
+"""What every dataset kind is: the DatasetKind interface, DataError and shared layout checks.
+
+Free of torch, like the settings that name a kind: a kind opens its splits with torch imported
+inside `open_split`, so that validating parameters (`python -m kit check`) stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from kit.core.paths import resolve
+
+if TYPE_CHECKING:
+    from torch.utils.data import Dataset
+
+    from kit.data.settings import DataSettings
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+
+
+class DataError(ValueError):
+    """Data that cannot be trained on, with the path that holds it."""
+
+
+class DatasetKind:
+    """One kind of data a run can read (`DataSettings.kind`), registered in kit.data.kinds.
+
+    A kind that reads from disk opens its splits under `data.root`, and each split it returns
+    has `classes` (the class names or ids, in label order), checked against the configured class
+    count; its pre-flight checks are the `layout` entries under the root ('name/' a non-empty
+    folder of class folders holding images, 'name' a readable file). A kind that does not read
+    from disk renders its samples at the configured size, as float tensors that neither the
+    resize of image kinds nor the 'auto' augmentation touches.
+    """
+
+    #: the name DataSettings.kind gives
+    name: ClassVar[str]
+    #: whether samples are pictures read from files under data.root (uint8, any size)
+    reads_disk: ClassVar[bool] = True
+    #: the DataSettings section that configures this kind, if any
+    section: ClassVar[str | None] = None
+    #: the authors' linear-probe weight-decay grid for this data (a key of
+    #: kit.probes.settings.PAPER_WEIGHT_DECAYS)
+    probe_grid: ClassVar[str]
+    #: the number of classes the dataset defines, where it defines one
+    num_classes: ClassVar[int | None] = None
+    #: what a data root must hold, checked before anything starts
+    layout: ClassVar[tuple[str, ...]] = ()
+
+    def open_split(self, data: DataSettings, split: str, num_classes: int) -> Dataset:
+        """The 'train' or 'eval' split as a dataset of (image, label); DataError naming the path
+        when it cannot be read."""
+        raise NotImplementedError
+
+    def layout_problems(self, root: Path) -> list[str]:
+        """Cheap checks of an existing, readable data root (no image is opened): each `layout`
+        entry, every problem found, each naming its path."""
+        problems = []
+        for entry in self.layout:
+            path = root / entry
+            if entry.endswith("/"):
+                if not path.is_dir() or not any(path.iterdir()):
+                    problems.append(f"{path}: expected a non-empty folder for kind {self.name}")
+                else:
+                    problems += [f"{folder}: class folder without images"
+                                 for folder in empty_class_folders(path)]
+            elif not path.is_file():
+                problems.append(f"{path}: expected file missing for kind {self.name}")
+            elif not os.access(path, os.R_OK):
+                problems.append(f"{path}: not readable")
+        return problems
+
+
+def data_root(data: DataSettings) -> Path:
+    """The data root of a kind that reads from disk, resolved (kit.core.paths.resolve)."""
+    return resolve(data.root)
+
+
+def existing_folder(path: Path, what: str) -> Path:
+    """`path`, or DataError when it is not a folder."""
+    if not path.is_dir():
+        raise DataError(f"{path}: {what} folder does not exist (data.root)")
+    return path
+
+
+def _holds_an_image(folder: str) -> bool:
+    """Stops at the first image found, so that a full ImageNet split is checked quickly."""
+    subfolders = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir():
+                subfolders.append(entry.path)
+            elif entry.name.lower().endswith(IMAGE_SUFFIXES):
+                return True
+    return any(_holds_an_image(sub) for sub in subfolders)
+
+
+def empty_class_folders(split: Path) -> list[Path]:
+    """Class folders of an ImageFolder split holding no image (at any depth)."""
+    return [folder for folder in sorted(p for p in split.iterdir() if p.is_dir())
+            if not _holds_an_image(str(folder))]

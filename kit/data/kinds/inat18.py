@@ -1,0 +1,49 @@
+"""iNaturalist 2018, root/{train,val}2018.json (COCO-like) and the images they name: `inat18`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kit.data.kinds.base import DataError, DatasetKind, data_root, existing_folder
+
+if TYPE_CHECKING:
+    from kit.data.kinds.images import ImageList
+    from kit.data.settings import DataSettings
+
+
+def inat18(root: Path, split: str) -> ImageList:
+    """iNaturalist 2018: root/{train,val}2018.json (COCO-like) and the image paths they name."""
+    from kit.data.kinds.images import ImageList
+
+    index_file = existing_folder(root, "iNat18") / f"{split}2018.json"
+    if not index_file.is_file():
+        raise DataError(f"{index_file}: iNat18 index file not found")
+    try:
+        index = json.loads(index_file.read_text())
+        files = {image["id"]: image["file_name"] for image in index["images"]}
+        labels = {a["image_id"]: a["category_id"] for a in index["annotations"]}
+        category_ids = sorted({c["id"] for c in index.get("categories", [])}
+                              or set(labels.values()))
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise DataError(f"{index_file}: not a COCO-style index ({error!r})") from None
+    class_of = {category: position for position, category in enumerate(category_ids)}
+    samples = [(str(root / files[image_id]), class_of[labels[image_id]]) for image_id in files
+               if image_id in labels]
+    if not samples:
+        raise DataError(f"{index_file}: no annotated images")
+    return ImageList(samples, category_ids)
+
+
+class INat18Kind(DatasetKind):
+    """iNaturalist 2018 (8,142 species), an unseen task of the paper's Table 3."""
+
+    name = "inat18"
+    probe_grid = "inat18"
+    layout = ("train2018.json", "val2018.json")
+    #: the index file's prefix of each split
+    index_names = {"train": "train", "eval": "val"}
+
+    def open_split(self, data: DataSettings, split: str, num_classes: int) -> ImageList:
+        return inat18(data_root(data), self.index_names[split])

@@ -1,0 +1,25 @@
+"""The offline synthetic world (kit.data.synthetic), rendered in memory: the `synthetic` kind."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kit.data.kinds.base import DatasetKind
+
+if TYPE_CHECKING:
+    from kit.data.settings import DataSettings
+    from kit.data.synthetic import SyntheticWorld
+
+
+class SyntheticKind(DatasetKind):
+    """Images rendered from the `synthetic` section's world: no disk, no class names."""
+
+    name = "synthetic"
+    reads_disk = False
+    section = "synthetic"
+    probe_grid = "imagenet"
+
+    def open_split(self, data: DataSettings, split: str, num_classes: int) -> SyntheticWorld:
+        from kit.data.synthetic import SyntheticWorld
+
+        return SyntheticWorld(data.synthetic, num_classes, data.image_size, split)

@@ -1,0 +1,145 @@
+"""The charts of notebook 01 (the toy counterexample of the paper's Section 3), and its
+interactive panel: how kit.experiments.toy's constructions and results are shown."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import altair as alt
+import polars as pl
+import torch
+
+from kit.experiments import toy
+from kit.experiments.toy_settings import SparseTrainingSettings
+from kit.report import charts
+
+if TYPE_CHECKING:
+    import ipywidgets
+
+
+# ---------------------------------------------------------------------------------------------
+# Charts
+# ---------------------------------------------------------------------------------------------
+
+#: the order of the kept-feature labels in charts and tables
+KEPT_ORDER = ["phi1", "phi2", "both", "none"]
+
+
+def construction_chart() -> alt.FacetChart:
+    """Each component's support points in the (phi1, phi2) plane, with their labels."""
+    rows = []
+    for c, name in enumerate(toy.COMPONENT_NAMES):
+        needs = toy.FEATURES[toy.COMPONENT_FEATURE[c]]
+        for p, point in enumerate(toy.POINT_NAMES):
+            if toy.COMPONENT_MASSES[c, p] > 0:
+                rows.append({"component": f"{name} (needs {needs})",
+                             "point": point, "phi1": float(toy.POINTS[p, 0]),
+                             "phi2": float(toy.POINTS[p, 1]),
+                             "label": "positive" if toy.LABELS[p] == 1 else "negative"})
+    base = alt.Chart(pl.DataFrame(rows)).encode(
+        x=alt.X("phi1:Q", scale=alt.Scale(domain=[-1.5, 1.5])),
+        y=alt.Y("phi2:Q", scale=alt.Scale(domain=[-1.5, 1.5])))
+    points = base.mark_point(filled=True, size=160).encode(
+        color=alt.Color("label:N", scale=alt.Scale(domain=["positive", "negative"])),
+        shape=alt.Shape("label:N", scale=alt.Scale(domain=["positive", "negative"])))
+    text = base.mark_text(dx=12, dy=-10).encode(text="point:N")
+    return (points + text).properties(width=150, height=150).facet(column="component:N")
+
+
+def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
+    """How many mixture-trained models kept each feature, by dominant component and weight."""
+    counts = runs.group_by(["dominant", "share", "kept"]).len()
+    return alt.Chart(counts).mark_bar().encode(
+        x=alt.X("share:O", title="weight of the dominant component"),
+        y=alt.Y("len:Q", title="trained models"),
+        color=alt.Color("kept:N", scale=alt.Scale(domain=KEPT_ORDER), title="features kept"),
+        order=alt.Order("kept:N"),
+        tooltip=["dominant", "share", "kept", "len"],
+    ).properties(width=170, height=160).facet(column=alt.Column("dominant:N",
+                                                                title="dominant component"))
+
+
+def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart:
+    """Probe accuracy per component and representation (toy.accuracy_table), with chance."""
+    chance = toy.majority_accuracy()
+    data = table.with_columns((pl.col("mean") - pl.col("std").fill_null(0)).alias("low"),
+                              (pl.col("mean") + pl.col("std").fill_null(0)).alias("high"),
+                              pl.col("component").replace_strict(chance).alias("chance"))
+    title = "linear-probe accuracy (mean ± std)"
+    base = alt.Chart(data).encode(
+        x=alt.X("component:N", title=None),
+        xOffset="training:N", color=alt.Color("training:N", title="representation"))
+    bars = base.mark_bar().encode(
+        y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=[0, 1])),
+        tooltip=["training", "component", "n", "mean", "std"])
+    rules = base.mark_rule(color="black").encode(y=alt.Y("low:Q", title=title), y2="high:Q")
+    return alt.layer(bars, rules, charts.chance_lines(number_format=".2f"),
+                     data=data).properties(width=420, height=220)
+
+
+def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
+    """Components solved by concatenations of k models, by dominant weight."""
+    data = concat.group_by(["share", "k"]).agg(
+        pl.col("components_solved").mean().alias("mean"),
+        pl.col("components_solved").std().fill_null(0).alias("std"), pl.len().alias("groups"))
+    data = data.with_columns((pl.col("mean") - pl.col("std")).alias("low"),
+                             (pl.col("mean") + pl.col("std")).alias("high"))
+    base = alt.Chart(data).encode(x=alt.X("k:O", title="models concatenated"),
+                                  color=alt.Color("share:O", title="dominant weight"))
+    title = "components solved (of 4, mean ± std)"
+    line = base.mark_line(point=True).encode(
+        y=alt.Y("mean:Q", title=title,
+                scale=alt.Scale(domain=[0, 4])),
+        tooltip=["share", "k", "groups", "mean", "std"])
+    band = base.mark_errorbar().encode(y=alt.Y("low:Q", title=title), y2="high:Q")
+    return (line + band).properties(width=320, height=220)
+
+
+def sparsity_chart(sweep: pl.DataFrame) -> alt.Chart:
+    """The share of models keeping each feature as the sparsity bias grows."""
+    counts = sweep.group_by(["weight_decay", "kept"]).len()
+    return alt.Chart(counts).mark_bar().encode(
+        x=alt.X("weight_decay:O", title="weight decay (sparsity bias)"),
+        y=alt.Y("len:Q", stack="normalize", title="share of trained models"),
+        color=alt.Color("kept:N", scale=alt.Scale(domain=KEPT_ORDER), title="features kept"),
+        tooltip=["weight_decay", "kept", "len"],
+    ).properties(width=320, height=200)
+
+
+# ---------------------------------------------------------------------------------------------
+# Interactive exploration (JupyterLab); nothing runs until the button is pressed
+# ---------------------------------------------------------------------------------------------
+
+def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int = 8
+                      ) -> ipywidgets.VBox:
+    """Sliders for the four mixture weights and a button that trains and probes `replicates`
+    sparse models on that mixture. Headless runs only display the (inert) widgets."""
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    sliders = [widgets.FloatSlider(value=0.25, min=0.0, max=1.0, step=0.05, description=name,
+                                   continuous_update=False) for name in toy.COMPONENT_NAMES]
+    button = widgets.Button(description=f"train {replicates} models")
+    output = widgets.Output()
+
+    def train_clicked(_: object) -> None:
+        weights = torch.tensor([s.value for s in sliders])
+        if weights.sum() <= 0:
+            with output:
+                output.clear_output()
+                print("set at least one weight above zero")
+            return
+        weights = (weights / weights.sum()).repeat(replicates, 1)
+        models = toy.train_sparse(weights, config, seed)
+        probe = toy.probe_components(models.representation_maps(), config, seed + 2)
+        labels = toy.kept_label(models.kept)
+        table = pl.DataFrame({"kept": labels, **{f"acc_{c}": probe[:, i].tolist()
+                                                 for i, c in enumerate(toy.COMPONENT_NAMES)}})
+        with output:
+            output.clear_output()
+            print("weights:", [round(w, 3) for w in weights[0].tolist()])
+            print("optimal linear classifier:", toy.optimal_mixture_classifier(weights[0]))
+            display(table.group_by("kept").agg(pl.len(), pl.col("^acc_.*$").mean()))
+
+    button.on_click(train_clicked)
+    return widgets.VBox([widgets.HBox(sliders[:2]), widgets.HBox(sliders[2:]), button, output])

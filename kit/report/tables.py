@@ -1,0 +1,96 @@
+"""Tables formatted for reading: group statistics, wide layouts, floats to sensible decimals."""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+
+def setup() -> None:
+    """Tables shown whole, without shapes, data types or shortened strings (numbers are
+    formatted by `table`)."""
+    pl.Config.set_tbl_rows(60)
+    pl.Config.set_tbl_cols(20)
+    pl.Config.set_fmt_str_lengths(100)
+    pl.Config.set_tbl_hide_dataframe_shape(True)
+    pl.Config.set_tbl_hide_column_data_types(True)
+
+
+def mean_std(frame: pl.DataFrame, by: list[str], columns: list[str]) -> pl.DataFrame:
+    """Mean, standard deviation and count of `columns` per group, sorted by the group keys."""
+    aggregations = [pl.len().alias("n")]
+    for column in columns:
+        aggregations += [pl.col(column).mean().alias(f"{column}_mean"),
+                         pl.col(column).std().alias(f"{column}_std")]
+    return frame.group_by(by).agg(aggregations).sort(by)
+
+
+def wide_mean_std(stats: pl.DataFrame, index: list[str], on: str, mean: str = "mean",
+                  std: str = "std") -> pl.DataFrame:
+    """Long mean/std rows to one row per `index`, with '<x> mean' and '<x> std' number
+    columns side by side for every value x of `on` (in order of appearance)."""
+    keys = stats[on].unique(maintain_order=True).to_list()
+    wide = stats.pivot(on=on, index=index, values=[mean, std], separator="\t")
+    return wide.select(*index, *[pl.col(f"{kind}\t{key}").alias(f"{key} {kind}")
+                                 for key in keys for kind in (mean, std)])
+
+
+def decimals(values: pl.Series, published: int = 3) -> int:
+    """Decimals to print a float column with: as many as its values have when that is at most
+    `published` (so published numbers and settings such as 0.001 print as given), otherwise
+    three significant digits of a typical (median non-zero) value."""
+    finite = values.drop_nulls().filter(values.drop_nulls().is_finite())
+    for places in range(published + 1):
+        if ((finite.round(places) - finite).abs().max() or 0.0) < 1e-9:
+            return places
+    typical = finite.abs().filter(finite.abs() > 0).median()
+    return min(max(2 - math.floor(math.log10(typical)), 0), 6)
+
+
+def _cell(value: Any, places: int | None) -> str:
+    if value is None:
+        return "–"
+    if places is not None and isinstance(value, float) and math.isfinite(value):
+        return f"{value:.{places}f}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A frame formatted for reading: floats to sensible decimals per column, strings unquoted,
+    nothing shortened, no data-type row. `.frame` keeps the numbers."""
+
+    frame: pl.DataFrame
+
+    def cells(self) -> list[list[str]]:
+        places = {c: decimals(self.frame[c]) if self.frame[c].dtype.is_float()
+                  else None for c in self.frame.columns}
+        return [[_cell(v, places[c]) for c, v in zip(self.frame.columns, row)]
+                for row in self.frame.iter_rows()]
+
+    def _repr_html_(self) -> str:
+        numeric = [self.frame[c].dtype.is_numeric() for c in self.frame.columns]
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.frame.columns)
+        body = "".join(
+            "<tr>" + "".join(f'<td style="text-align:{"right" if n else "left"}">'
+                             f"{html.escape(v)}</td>" for v, n in zip(row, numeric)) + "</tr>"
+            for row in self.cells())
+        return (f'<table class="dataframe"><thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table>")
+
+    def __repr__(self) -> str:
+        rows = [list(self.frame.columns)] + self.cells()
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        numeric = [self.frame[c].dtype.is_numeric() for c in self.frame.columns]
+        lines = ["  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(r, widths, numeric))
+                 .rstrip() for r in rows]
+        return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def table(frame: pl.DataFrame) -> Table:
+    """`display(tables.table(frame))`: the frame formatted for reading (see `Table`)."""
+    return Table(frame)
