@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from kit.core import distributed, params
-from kit.launch import backends as launch
+from kit.launch import local as launch
 from kit.train.settings import TrainSettings
 
 

@@ -20,7 +20,7 @@ from kit.core import params
 from kit.data import datasets as data
 from kit.experiments.timecat import timecat
 from kit.experiments.timecat.settings import SCALE_TRAIN_KEYS, TimecatSettings
-from kit.launch import backends
+from kit.launch.runs import is_finished
 from kit.train import trainer as train
 from kit.train.settings import TrainSettings
 
@@ -257,7 +257,7 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
     assert summary["lines"]
 
     experiment = timecat.plan(loaded)
-    assert all(backends.is_finished(t.config) for t in experiment.trainings)
+    assert all(is_finished(t.config) for t in experiment.trainings)
     stamps = {t.config.output_dir: os.stat(Path(t.config.output_dir) / train.CHECKPOINT)
               .st_mtime_ns for t in experiment.trainings}
     skipped = timecat.launch(experiment.trainings, loaded)

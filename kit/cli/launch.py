@@ -9,13 +9,10 @@ import sys
 from pathlib import Path
 
 from kit.core.params import ParameterError
-from kit.launch.backends import (
-    Launched,
-    export_plan,
-    is_finished,
-    launch,
-    parse_settings,
-)
+from kit.launch.backends import launch
+from kit.launch.runs import Launched, is_finished
+from kit.launch.sbatch import export_plan
+from kit.launch.settings import parse_settings
 from kit.train.settings import TrainSettings, load_train_settings
 
 

@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from kit.core.params import NotebookSettings, Strict
 from kit.core.paths import resolve
 from kit.data.settings import ComponentSettings, DataSettings
-from kit.launch.backends import LaunchSettings
+from kit.launch.settings import LaunchSettings
 from kit.probes.settings import (
     PAPER_WEIGHT_DECAYS,
     FaithfulProbeSettings,

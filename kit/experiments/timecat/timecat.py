@@ -46,9 +46,12 @@ from kit.data import datasets as data
 from kit.experiments import evidence
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
 from kit.launch import backends as kit_launch
-from kit.launch.backends import (
+from kit.launch import sbatch as kit_sbatch
+from kit.launch.runs import (
+    Launched,
     is_finished,  # also timecat.is_finished, for the notebook and tests
 )
+from kit.launch.settings import LaunchSettings
 from kit.probes import probe
 from kit.report import diagnostics
 from kit.report import render as report
@@ -726,7 +729,7 @@ def job_args(step: Step, profile: str, parameters_file: Path) -> list[str]:
     return ["kit", step, "--profile", profile, "-f", str(parameters_file)]
 
 
-def step_settings(step: Step, settings: kit_launch.LaunchSettings) -> kit_launch.LaunchSettings:
+def step_settings(step: Step, settings: LaunchSettings) -> LaunchSettings:
     """The launch settings of a step: extraction uses all of them (every GPU of the node, or
     several nodes); probing is one process on at most one GPU."""
     if step == "extract":
@@ -736,8 +739,8 @@ def step_settings(step: Step, settings: kit_launch.LaunchSettings) -> kit_launch
 
 
 def launch_step(step: Step, params: TimecatSettings,
-                settings: kit_launch.LaunchSettings | None = None, wait: bool = True
-                ) -> kit_launch.Launched:
+                settings: LaunchSettings | None = None, wait: bool = True
+                ) -> Launched:
     """Run a step as a job with the profile's launch settings (or `settings`): in this process
     (inline), as one process or one torchrun on this node (local, torchrun; log in
     <run_root>/logs/<step>.log), or as a Slurm job (`wait=False` returns once submitted)."""
@@ -757,20 +760,20 @@ def launch_extraction(params: TimecatSettings, wait: bool = True) -> bool:
     return extraction_finished(params)
 
 
-def export_jobs(params: TimecatSettings, settings: kit_launch.LaunchSettings, out: str | Path
+def export_jobs(params: TimecatSettings, settings: LaunchSettings, out: str | Path
                 ) -> list[Path]:
     """Ready-to-submit Slurm scripts in `out`: train.sbatch (the notebook's training runs, an
     array; absent when nothing is trained), extract.sbatch, probe.sbatch, and submit.sh, which
     submits them in that order, each after the previous one succeeded."""
     out = resolve(out)
     trainings = plan(params).trainings
-    scripts = [kit_launch.export_plan([t.config for t in trainings], settings, out)
+    scripts = [kit_sbatch.export_plan([t.config for t in trainings], settings, out)
                ] if trainings else []
     parameters_file = write_job_parameters(params, out / f"{NOTEBOOK}.parameters.yaml")
-    scripts += [kit_launch.export_step(step, job_args(step, params.profile, parameters_file),
+    scripts += [kit_sbatch.export_step(step, job_args(step, params.profile, parameters_file),
                                        step_settings(step, settings), out)
                 for step in ("extract", "probe")]
-    return [*scripts, kit_launch.export_chain(scripts, out)]
+    return [*scripts, kit_sbatch.export_chain(scripts, out)]
 
 
 def load_settings(profile: str, parameter_files: list[Path], overrides: list[str]
