@@ -29,6 +29,7 @@ from kit.launch import local, warm
 from kit.launch.progress import Progress
 from kit.launch.settings import LaunchSettings
 from kit.train import trainer as train
+from kit.train.metrics import METRICS, read_metrics
 from kit.train.settings import TrainSettings
 
 #: launches of two runs each through the torchrun backend (20 unless the environment says)
@@ -155,7 +156,7 @@ def test_second_launch_into_a_held_run_folder_is_refused_naming_the_holder(
 
 def _trainer_pid(run: Path, deadline: float) -> int:
     """The pid in the run folder's lock record once the trainer has logged a row."""
-    while not (run / train.METRICS).exists() or not (run / train.METRICS).read_text():
+    while not (run / METRICS).exists() or not (run / METRICS).read_text():
         assert time.monotonic() < deadline, f"{run}: no metrics row in time"
         time.sleep(0.05)
     return int(yaml.safe_load((run / locks.LOCK_FILE).read_text())["pid"])
@@ -199,8 +200,8 @@ def test_submitit_array_preempted_job_requeues_and_ends_bit_identical(
     a, b = final_state(run), final_state(straight)
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
-    assert (train.read_metrics(run)["loss"].to_list()
-            == train.read_metrics(straight)["loss"].to_list())
+    assert (read_metrics(run)["loss"].to_list()
+            == read_metrics(straight)["loss"].to_list())
 
 
 def _wait_done(run: Path, deadline: float) -> bool:

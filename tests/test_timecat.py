@@ -21,7 +21,7 @@ from kit.data import datasets as data
 from kit.experiments.timecat import timecat
 from kit.experiments.timecat.settings import SCALE_TRAIN_KEYS, TimecatSettings
 from kit.launch.runs import is_finished
-from kit.train import trainer as train
+from kit.train.checkpoint import CHECKPOINT
 from kit.train.settings import TrainSettings
 
 NOTEBOOK = "03_time_concat"
@@ -258,12 +258,12 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
 
     experiment = timecat.plan(loaded)
     assert all(is_finished(t.config) for t in experiment.trainings)
-    stamps = {t.config.output_dir: os.stat(Path(t.config.output_dir) / train.CHECKPOINT)
+    stamps = {t.config.output_dir: os.stat(Path(t.config.output_dir) / CHECKPOINT)
               .st_mtime_ns for t in experiment.trainings}
     skipped = timecat.launch(experiment.trainings, loaded)
     assert len(skipped) == len(experiment.trainings)
     assert stamps == {t.config.output_dir: os.stat(Path(t.config.output_dir) /
-                                                   train.CHECKPOINT).st_mtime_ns
+                                                   CHECKPOINT).st_mtime_ns
                       for t in experiment.trainings}
     for changed, key in (({"total_iterations": 80}, "iterations"),
                          ({"train": {"lr": 0.01}}, "lr")):

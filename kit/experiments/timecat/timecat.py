@@ -56,6 +56,7 @@ from kit.probes import probe
 from kit.report import diagnostics
 from kit.report import render as report
 from kit.train import trainer as train
+from kit.train.checkpoint import CHECKPOINT
 from kit.train.settings import TrainSettings
 
 
@@ -123,7 +124,7 @@ def plan(params: TimecatSettings) -> Plan:
                     iterations = None
                 else:
                     runs.update(zip(folders, configs))
-                    files = tuple(folder / train.CHECKPOINT for folder in folders)
+                    files = tuple(folder / CHECKPOINT for folder in folders)
                     iterations = configs[0].iterations
                 representations.append(Representation(
                     variant.name, variant.kind, variant.n, variant.width, replicate, iterations,
