@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from kit.core import distributed, params
-from kit.launch import backends as launch
+from kit.launch import local as launch
 from kit.train.settings import TrainSettings
 
 
@@ -34,10 +34,10 @@ def step_rate(config: TrainSettings, threads: int, steps: int = 20, repeats: int
     """The trainer's img/s on one device-resident batch, with `threads` torch threads."""
     import torch
 
-    from kit.train import trainer as train
+    from kit.train.step import Trainer
 
     torch.set_num_threads(threads)
-    trainer = train.Trainer(config, distributed.start_process(config.device))
+    trainer = Trainer(config, distributed.start_process(config.device))
     size = config.data.image_size
     pixels = torch.randint(0, 256, (config.batch_size, 3, size, size), dtype=torch.uint8)
     ((images, labels),) = trainer.on_device(

@@ -22,8 +22,8 @@ from torch import nn
 
 from kit import models
 from kit.core import distributed
-from kit.train import trainer as train
 from kit.train.settings import TrainSettings
+from kit.train.step import Trainer, warmup_steps
 
 
 def kit_config(args: argparse.Namespace) -> TrainSettings:
@@ -49,7 +49,7 @@ class BareLoop:
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.optimizer = schedulefree.AdamWScheduleFree(
             self.model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
-            weight_decay=cfg.weight_decay, warmup_steps=train.warmup_steps(cfg), r=cfg.r,
+            weight_decay=cfg.weight_decay, warmup_steps=warmup_steps(cfg), r=cfg.r,
             weight_lr_power=cfg.weight_lr_power)
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
         self.device, self.autocast_dtype = device, autocast_dtype
@@ -97,7 +97,7 @@ def main() -> None:
 
     cfg = kit_config(args)
     process = distributed.start_process(cfg.device)
-    kit = train.Trainer(cfg, process)
+    kit = Trainer(cfg, process)
     bare = BareLoop(cfg, process.device, kit.autocast_dtype)
     pixels = torch.randint(0, 256, (args.batch, 3, args.image_size, args.image_size),
                            dtype=torch.uint8)

@@ -25,11 +25,14 @@ from kit.core import distributed, locks, processes
 from kit.core.params import ParameterError
 from kit.core.paths import REPO_ROOT
 from kit.launch import backends as launch
-from kit.launch import warm
+from kit.launch import local, warm
+from kit.launch.progress import Progress
+from kit.launch.settings import LaunchSettings
 from kit.train import trainer as train
+from kit.train.metrics import METRICS, read_metrics
 from kit.train.settings import TrainSettings
 
-#: launches of two runs each through the torchrun backend (issue 12 asks for 20)
+#: launches of two runs each through the torchrun backend (20 unless the environment says)
 TORCHRUN_LAUNCHES = int(os.environ.get("KIT_TEST_TORCHRUN_LAUNCHES", "20"))
 
 
@@ -48,7 +51,7 @@ def test_local_workers_are_pinned_to_disjoint_cores(tmp_path: Path) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPU cores")
     configs = [tiny(tmp_path / f"run{i}", seed=i) for i in range(2)]
-    settings_ = launch.LaunchSettings(backend="local", workers=2)
+    settings_ = LaunchSettings(backend="local", workers=2)
     result = launch.launch(configs, settings_, tmp_path).check()
     assert sorted(result.finished) == ["run0", "run1"]
     seen = []
@@ -60,17 +63,17 @@ def test_local_workers_are_pinned_to_disjoint_cores(tmp_path: Path) -> None:
         seen.append(cpus)
     assert seen[0] and seen[1] and not seen[0] & seen[1]
     with pytest.raises(ParameterError, match="workers: 99 workers exceed"):
-        launch.slots(launch.LaunchSettings(backend="local", workers=99))
+        local.slots(LaunchSettings(backend="local", workers=99))
 
 
 def test_local_workers_train_several_runs_in_turn_each_as_if_alone(tmp_path: Path,
-                                                                   one_thread) -> None:
+                                                                   one_thread) -> None:  # noqa: F811
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPU cores")
     configs = [tiny(tmp_path / f"run{i}", seed=i, iterations=4) for i in range(3)]
-    assert launch.chains(dict(zip(["run0", "run1", "run2"], configs)), 2) == [
+    assert local.chains(dict(zip(["run0", "run1", "run2"], configs)), 2) == [
         ["run0", "run2"], ["run1"]]
-    launch.launch(configs, launch.LaunchSettings(backend="local", workers=2), tmp_path).check()
+    launch.launch(configs, LaunchSettings(backend="local", workers=2), tmp_path).check()
     chained = placements(tmp_path / "logs" / "run0.log")
     assert len(chained) == 2 and not (tmp_path / "logs" / "run2.log").exists()  # one process
     alone = tiny(tmp_path / "alone", seed=2, iterations=4)
@@ -92,7 +95,7 @@ def test_several_runs_in_one_process_are_refused_under_several_ranks(tmp_path: P
 def test_torchrun_backend_launches_back_to_back_without_failure(tmp_path: Path) -> None:
     """One torchrun per run: the second run never meets the first one's rendezvous (issue 12
     measured 3 failures in 6 with two runs in one torchrun)."""
-    settings_ = launch.LaunchSettings(backend="torchrun", nproc_per_node=2, workers=2)
+    settings_ = LaunchSettings(backend="torchrun", nproc_per_node=2, workers=2)
     failures = {}
     for index in range(TORCHRUN_LAUNCHES):
         configs = [tiny(tmp_path / f"launch{index}" / f"run{r}", seed=r) for r in range(2)]
@@ -153,7 +156,7 @@ def test_second_launch_into_a_held_run_folder_is_refused_naming_the_holder(
 
 def _trainer_pid(run: Path, deadline: float) -> int:
     """The pid in the run folder's lock record once the trainer has logged a row."""
-    while not (run / train.METRICS).exists() or not (run / train.METRICS).read_text():
+    while not (run / METRICS).exists() or not (run / METRICS).read_text():
         assert time.monotonic() < deadline, f"{run}: no metrics row in time"
         time.sleep(0.05)
     return int(yaml.safe_load((run / locks.LOCK_FILE).read_text())["pid"])
@@ -174,7 +177,7 @@ def test_submitit_array_preempted_job_requeues_and_ends_bit_identical(
                tiny(tmp_path / "array" / "run1", seed=8), tiny(tmp_path / "array" / "run2", seed=9)]
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
-    settings_ = launch.LaunchSettings(backend="slurm", cluster="local", timeout_min=60,
+    settings_ = LaunchSettings(backend="slurm", cluster="local", timeout_min=60,
                                     signal="USR1", signal_delay_s=10)
     submitted = launch.launch(configs, settings_, tmp_path / "array", wait=False)
     assert sorted(submitted.submitted) == ["run0", "run1", "run2"]
@@ -197,8 +200,8 @@ def test_submitit_array_preempted_job_requeues_and_ends_bit_identical(
     a, b = final_state(run), final_state(straight)
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
-    assert (train.read_metrics(run)["loss"].to_list()
-            == train.read_metrics(straight)["loss"].to_list())
+    assert (read_metrics(run)["loss"].to_list()
+            == read_metrics(straight)["loss"].to_list())
 
 
 def _wait_done(run: Path, deadline: float) -> bool:
@@ -253,7 +256,7 @@ def test_a_runs_bar_counts_its_time_from_when_it_began_not_from_its_chains_start
     """A run queued in a chain gets its bar when the chain starts; its clock starts at its own
     first record, back-dated by that record's rate (20 steps of 32 images at 320 img/s: 2 s)."""
     config = TrainSettings(**settings(tmp_path / "run"))
-    progress = launch.Progress()
+    progress = Progress()
     progress.start("run", config)
     time.sleep(1.5)  # the chain's earlier runs train
     (tmp_path / "run").mkdir()
@@ -271,7 +274,7 @@ def warm_processes(monkeypatch: pytest.MonkeyPatch) -> warm.WarmProcesses:
     OMP_NUM_THREADS, so a command's thread count must come from its slot."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     processes = warm.WarmProcesses()
-    monkeypatch.setattr(launch, "WARM", processes)
+    monkeypatch.setattr(local, "WARM", processes)
     yield processes
     processes.stop()
 
@@ -281,8 +284,8 @@ def test_warm_processes_train_as_cold_ones_do(tmp_path: Path, warm_processes) ->
         pytest.skip("needs two CPU cores")
     configs = {how: [tiny(tmp_path / how / f"run{i}", seed=i, iterations=4) for i in range(2)]
                for how in ("warm", "cold")}
-    settings_ = launch.LaunchSettings(backend="local", workers=2)
-    launch.warm(settings_, "cpu")
+    settings_ = LaunchSettings(backend="local", workers=2)
+    local.warm(settings_, "cpu")
     waiting = {process.pid for process in warm_processes.idle}
     assert len(waiting) == 2
     launch.launch(configs["warm"], settings_, tmp_path / "warm").check()

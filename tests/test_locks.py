@@ -13,7 +13,7 @@ import pytest
 
 from kit.core import locks
 
-HOLD_FOREVER = ("import sys, time; from kit import locks\n"
+HOLD_FOREVER = ("import sys, time; from kit.core import locks\n"
                 "with locks.hold(sys.argv[1], 'test holder'):\n"
                 "    print('held', flush=True); time.sleep(600)\n")
 

@@ -22,7 +22,7 @@ from kit.cli import runner
 from kit.core import locks, params
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
 from kit.experiments.timecat import planning
-from kit.launch import backends as launch
+from kit.launch.runs import run_name
 
 
 def write_notebook(path: Path, *sources: str) -> None:
@@ -297,7 +297,7 @@ def test_the_saved_notebook_03_keeps_each_runs_final_bar(notebook_outputs) -> No
     folder = notebook_outputs("03_time_concat", "time_concat_summary.json")
     loaded, _ = params.load("03_time_concat", "ci", output_dir=str(folder))
     work = planning.runs_dir(loaded)
-    budgets = {launch.run_name(t, work): t.iterations
+    budgets = {run_name(t, work): t.iterations
                for t in planning.plan(loaded).trainings}
     executed = nbformat.read(folder / "03_time_concat.ipynb", as_version=4)
     bars = {text.split(":")[0]: text for cell in executed.cells

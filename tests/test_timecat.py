@@ -21,8 +21,8 @@ from kit.data import pipeline as data
 from kit.data.kinds.imagefolder import image_folder
 from kit.experiments.timecat import comparisons, planning
 from kit.experiments.timecat.settings import SCALE_TRAIN_KEYS, TimecatSettings
-from kit.launch import backends
-from kit.train import trainer as train
+from kit.launch.runs import is_finished
+from kit.train.checkpoint import CHECKPOINT
 from kit.train.settings import TrainSettings
 
 NOTEBOOK = "03_time_concat"
@@ -258,13 +258,13 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
     assert summary["lines"]
 
     experiment = planning.plan(loaded)
-    assert all(backends.is_finished(t) for t in experiment.trainings)
-    stamps = {t.output_dir: os.stat(Path(t.output_dir) / train.CHECKPOINT)
+    assert all(is_finished(t) for t in experiment.trainings)
+    stamps = {t.output_dir: os.stat(Path(t.output_dir) / CHECKPOINT)
               .st_mtime_ns for t in experiment.trainings}
     skipped = planning.launch(experiment.trainings, loaded)
     assert len(skipped) == len(experiment.trainings)
     assert stamps == {t.output_dir: os.stat(Path(t.output_dir) /
-                                                   train.CHECKPOINT).st_mtime_ns
+                                                   CHECKPOINT).st_mtime_ns
                       for t in experiment.trainings}
     for changed, key in (({"total_iterations": 80}, "iterations"),
                          ({"train": {"lr": 0.01}}, "lr")):

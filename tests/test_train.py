@@ -29,7 +29,10 @@ from kit.data import prefetch
 from kit.experiments.timecat import budget
 from kit.experiments.timecat import budget as plan
 from kit.train import trainer as train
+from kit.train.checkpoint import CHECKPOINT, NonFiniteLossError
+from kit.train.metrics import METRICS, read_metrics
 from kit.train.settings import TrainSettings, load_train_settings
+from kit.train.step import Trainer, warmup_steps
 
 SUBPROCESS_ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
 
@@ -61,7 +64,7 @@ def write_config(path: Path, values: dict) -> Path:
 
 
 def final_state(run_dir: Path) -> dict:
-    return torch.load(run_dir / train.CHECKPOINT, weights_only=True)
+    return torch.load(run_dir / CHECKPOINT, weights_only=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,7 +77,7 @@ def test_config_defaults_are_the_algoperf_schedule_free_recipe(tmp_path: Path) -
         0.01, [0.9, 0.99552], 0.08122, 0.2)
     assert (cfg.weight_lr_power, cfg.r, cfg.warmup_fraction) == (2.0, 0.75, 0.02)
     hinted = cfg.model_copy(update={"step_hint": 195_999})
-    assert train.warmup_steps(hinted) == round(0.02 * 0.75 * 195_999) == 2940
+    assert warmup_steps(hinted) == round(0.02 * 0.75 * 195_999) == 2940
 
 
 def test_config_string_number_names_file_and_key(tmp_path: Path) -> None:
@@ -112,8 +115,8 @@ def test_optimizer_state_round_trip_continues_identically(tmp_path: Path) -> Non
     process = distributed.Process(0, 1, torch.device("cpu"))
     batches = [(torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,))) for _ in range(6)]
 
-    def trainer() -> train.Trainer:
-        made = train.Trainer(cfg, process)
+    def trainer() -> Trainer:
+        made = Trainer(cfg, process)
         made.module.layer1[0].conv1.weight.requires_grad_(False)
         return made
 
@@ -151,7 +154,7 @@ def test_batchnorm_recalibration_at_x_is_needed_and_sufficient(tmp_path: Path) -
     for name, tensor in stale["model"].items():
         if "running" not in name and "num_batches" not in name:
             assert torch.equal(tensor, fresh["model"][name]), name
-    stale_eval, fresh_eval = (train.read_metrics(runs[b]).row(-1, named=True) for b in (0, 4))
+    stale_eval, fresh_eval = (read_metrics(runs[b]).row(-1, named=True) for b in (0, 4))
     assert stale_eval["eval_loss"] > 1.5 * fresh_eval["eval_loss"]
     assert stale_eval["eval_accuracy"] < fresh_eval["eval_accuracy"] - 0.04
 
@@ -173,7 +176,7 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path
     values = settings(tmp_path / "killed", iterations=80, checkpoint_every=10, eval_every=40,
                       log_every=5)
     config = write_config(tmp_path / "killed.yaml", values)
-    checkpoint = tmp_path / "killed" / train.CHECKPOINT
+    checkpoint = tmp_path / "killed" / CHECKPOINT
     process = subprocess.Popen([sys.executable, "-m", "kit.train", "--config", str(config)],
                                env=SUBPROCESS_ENV, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
@@ -194,7 +197,7 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path
     assert a["step"] == b["step"] == 80 and a["epoch"] == b["epoch"]
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
-    metrics_a, metrics_b = train.read_metrics(resumed), train.read_metrics(uninterrupted)
+    metrics_a, metrics_b = read_metrics(resumed), read_metrics(uninterrupted)
     assert metrics_a["step"].to_list() == list(range(5, 81, 5))  # no rows twice
     assert metrics_a["loss"].to_list() == metrics_b["loss"].to_list()
 
@@ -202,12 +205,12 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path
 def test_finished_run_is_not_trained_again(tmp_path: Path, capsys) -> None:
     cfg = TrainSettings(**settings(tmp_path / "run", iterations=6))
     out = train.train(cfg)
-    stamp = (out / train.CHECKPOINT).stat().st_mtime_ns
-    metrics = (out / train.METRICS).read_text()
+    stamp = (out / CHECKPOINT).stat().st_mtime_ns
+    metrics = (out / METRICS).read_text()
     assert train.train(cfg) == out
     assert "not training again" in capsys.readouterr().out
-    assert (out / train.CHECKPOINT).stat().st_mtime_ns == stamp
-    assert (out / train.METRICS).read_text() == metrics
+    assert (out / CHECKPOINT).stat().st_mtime_ns == stamp
+    assert (out / METRICS).read_text() == metrics
     with pytest.raises(ParameterError, match="different settings \\(iterations\\)"):
         train.train(cfg.model_copy(update={"iterations": 12}))
 
@@ -219,7 +222,7 @@ def test_tensorboard_scalars_are_the_metrics_and_do_not_change_the_run(tmp_path:
     out = train.train(cfg)
     events = event_accumulator.EventAccumulator(str(out))
     events.Reload()
-    metrics = train.read_metrics(out)
+    metrics = read_metrics(out)
     for column in ("loss", "lr", "images_per_s", "eval_accuracy"):
         logged = metrics.drop_nulls(column)
         scalars = events.Scalars(column)
@@ -252,7 +255,7 @@ def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint
     monkeypatch.setattr(data.Samples, "__getitem__", poisoned)
     cfg = TrainSettings(**settings(tmp_path / "run", iterations=30, checkpoint_every=4,
                                  log_every=5, eval_every=0))
-    with pytest.raises(train.NonFiniteLossError) as error:
+    with pytest.raises(NonFiniteLossError) as error:
         train.train(cfg)
     message = str(error.value)
     assert "non-finite at step 9" in message and "last good checkpoint (step 8)" in message
@@ -266,7 +269,7 @@ def test_non_finite_batchnorm_statistics_are_never_saved_as_good(tmp_path: Path)
     """At lr 1e3 the loss is still finite at step 6 but the recalibrated BN variances are not."""
     cfg = TrainSettings(**settings(tmp_path / "run", lr=1e3, iterations=30, checkpoint_every=2,
                                  log_every=2, eval_every=0))
-    with pytest.raises(train.NonFiniteLossError, match="non-finite") as error:
+    with pytest.raises(NonFiniteLossError, match="non-finite") as error:
         train.train(cfg)
     kept = final_state(tmp_path / "run")
     assert f"last good checkpoint (step {kept['step']})" in str(error.value)
@@ -283,7 +286,7 @@ def damaged_run(tmp_path: Path) -> tuple[TrainSettings, Path]:
 
 def test_a_changed_checkpoint_is_refused_on_resume_naming_it(tmp_path: Path) -> None:
     cfg, out = damaged_run(tmp_path)
-    checkpoint = out / train.CHECKPOINT
+    checkpoint = out / CHECKPOINT
     content = bytearray(checkpoint.read_bytes())
     content[len(content) // 2:len(content) // 2 + 4096] = os.urandom(4096)  # same size
     checkpoint.write_bytes(bytes(content))
@@ -297,7 +300,7 @@ def test_a_changed_checkpoint_is_refused_on_resume_naming_it(tmp_path: Path) -> 
 @pytest.mark.parametrize("content", [b"", b"garbage" * 100, "half"])
 def test_an_unreadable_checkpoint_is_refused_naming_it(tmp_path: Path, content) -> None:
     cfg, out = damaged_run(tmp_path)
-    checkpoint = out / train.CHECKPOINT
+    checkpoint = out / CHECKPOINT
     whole = checkpoint.read_bytes()
     checkpoint.write_bytes(whole[:len(whole) // 2] if content == "half" else content)
     checkpoint.with_name(checkpoint.name + ".sha256").unlink(missing_ok=True)
@@ -309,14 +312,14 @@ def test_an_unreadable_checkpoint_is_refused_naming_it(tmp_path: Path, content) 
 def test_resume_drops_a_torn_metrics_line_and_stale_temporary_files(tmp_path: Path) -> None:
     cfg, out = damaged_run(tmp_path)
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump()))
-    with (out / train.METRICS).open("a") as handle:
+    with (out / METRICS).open("a") as handle:
         handle.write('{"step": 9, "epoch": 1, "lo')  # killed mid-write
     stale = out / ".checkpoint.pt.4194305.tmp"  # above Linux's largest pid: never alive
     live = out / f".checkpoint.pt.{os.getppid()}.tmp"  # a live process writing
     stale.write_bytes(b"x" * 100)
     live.write_bytes(b"x")
     train.train(cfg)
-    assert train.read_metrics(out)["step"].to_list() == [3, 6, 9, 12]
+    assert read_metrics(out)["step"].to_list() == [3, 6, 9, 12]
     assert not stale.exists() and live.exists()
 
 
@@ -354,8 +357,8 @@ def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path
     assert yaml.safe_load((tmp_path / "ddp" / train.DONE).read_text()) == {"step": 24, "ranks": 2}
     assert len(list((tmp_path / "ddp").glob("events.out.tfevents.*"))) == 1  # rank 0 only
     single = train.train(TrainSettings(**settings(tmp_path / "single", iterations=24, log_every=3)))
-    ddp_loss = train.read_metrics(tmp_path / "ddp")["loss"].to_list()
-    single_loss = train.read_metrics(single)["loss"].to_list()
+    ddp_loss = read_metrics(tmp_path / "ddp")["loss"].to_list()
+    single_loss = read_metrics(single)["loss"].to_list()
     assert len(ddp_loss) == len(single_loss) == 8
     # same images per step; only BatchNorm sees 16 instead of 32 images per batch
     assert ddp_loss == pytest.approx(single_loss, rel=0.05)
@@ -375,12 +378,12 @@ def test_micro_batches_make_one_process_match_two_processes(tmp_path: Path) -> N
     assert result.returncode == 0, result.stderr[-3000:]
     micro = train.train(TrainSettings(**settings(tmp_path / "micro", micro_batch=16, **short)))
     whole = train.train(TrainSettings(**settings(tmp_path / "whole", **short)))
-    ddp_loss = train.read_metrics(tmp_path / "ddp")["loss"].to_list()
-    micro_loss = train.read_metrics(micro)["loss"].to_list()
+    ddp_loss = read_metrics(tmp_path / "ddp")["loss"].to_list()
+    micro_loss = read_metrics(micro)["loss"].to_list()
     assert len(ddp_loss) == 6
     assert micro_loss == pytest.approx(ddp_loss, rel=1e-6, abs=1e-6)
     # BN over 16 images is not BN over 32: the whole-batch run differs at this precision
-    assert train.read_metrics(whole)["loss"].to_list() != pytest.approx(ddp_loss, rel=1e-4)
+    assert read_metrics(whole)["loss"].to_list() != pytest.approx(ddp_loss, rel=1e-4)
 
 
 def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path) -> None:

@@ -9,13 +9,10 @@ import sys
 from pathlib import Path
 
 from kit.core.params import ParameterError
-from kit.launch.backends import (
-    Launched,
-    export_plan,
-    is_finished,
-    launch,
-    parse_settings,
-)
+from kit.launch.backends import launch
+from kit.launch.runs import Launched, is_finished
+from kit.launch.sbatch import export_plan
+from kit.launch.settings import parse_settings
 from kit.train.settings import TrainSettings, load_train_settings
 
 
@@ -31,8 +28,8 @@ def planned_configs(base_file: Path, overrides: list[str], runs: list[int], seed
         raise ParameterError(f"--iterations: give one value per n of --runs {runs}")
     return [budget.configure(planned, base)
             for index, n in enumerate(runs)
-            for planned in budget.split(n, seeds, root or base.output_dir, total,
-                                            iterations[index] if iterations else None)]
+            for planned in budget.time_concat(n, seeds, root or base.output_dir, total,
+                                                  iterations[index] if iterations else None)]
 
 
 def add_profile_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:

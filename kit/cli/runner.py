@@ -41,7 +41,7 @@ from kit.core.files import atomic_write, remove_stale_temporaries
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.core.processes import signal_handlers
 from kit.data.preflight import writable_problems
-from kit.launch.backends import last_record
+from kit.launch.progress import last_record
 
 #: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
 KERNEL_NAME = "python3"

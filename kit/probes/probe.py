@@ -55,7 +55,8 @@ from kit.data import pipeline as data
 from kit.data.prefetch import DeviceBatches
 from kit.data.settings import DataSettings
 from kit.features import load_backbone
-from kit.launch.backends import LaunchSettings, module_command
+from kit.launch.local import module_command
+from kit.launch.settings import LaunchSettings
 from kit.probes.settings import GRID_OF_KIND, PAPER_WEIGHT_DECAYS, FastProbeSettings
 from kit.train.trainer import exit_code
 

@@ -27,7 +27,7 @@ from kit.data.settings import DataSettings
 
 class RunSettings(Strict):
     """Everything of a pretraining run but its seed, budget and folder. Optimizer defaults are
-    the AlgoPerf self-tuning schedule-free AdamW submission (REFERENCE.md)."""
+    the AlgoPerf self-tuning schedule-free AdamW submission."""
 
     model: Literal["resnet10", "resnet18", "resnet34", "resnet50", "resnet101"]
     width: float = Field(default=1.0, gt=0.0)

@@ -29,9 +29,9 @@ from kit.experiments.timecat.planning import (
 )
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch import backends as kit_launch
-from kit.launch.backends import (
-    is_finished,  # also timecat.is_finished, for the notebook and tests
-)
+from kit.launch import sbatch
+from kit.launch.runs import Launched, is_finished
+from kit.launch.settings import LaunchSettings
 from kit.report import outputs
 from kit.train import trainer as train
 
@@ -149,7 +149,7 @@ def job_args(step: Step, profile: str, parameters_file: Path) -> list[str]:
     return ["kit", step, "--profile", profile, "-f", str(parameters_file)]
 
 
-def step_settings(step: Step, settings: kit_launch.LaunchSettings) -> kit_launch.LaunchSettings:
+def step_settings(step: Step, settings: LaunchSettings) -> LaunchSettings:
     """The launch settings of a step: extraction uses all of them (every GPU of the node, or
     several nodes); probing is one process on at most one GPU."""
     if step == "extract":
@@ -159,8 +159,8 @@ def step_settings(step: Step, settings: kit_launch.LaunchSettings) -> kit_launch
 
 
 def launch_step(step: Step, params: TimecatSettings,
-                settings: kit_launch.LaunchSettings | None = None, wait: bool = True
-                ) -> kit_launch.Launched:
+                settings: LaunchSettings | None = None, wait: bool = True
+                ) -> Launched:
     """Run a step as a job with the profile's launch settings (or `settings`): in this process
     (inline), as one process or one torchrun on this node (local, torchrun; log in
     <run_root>/logs/<step>.log), or as a Slurm job (`wait=False` returns once submitted)."""
@@ -180,20 +180,20 @@ def launch_extraction(params: TimecatSettings, wait: bool = True) -> bool:
     return extraction_finished(params)
 
 
-def export_jobs(params: TimecatSettings, settings: kit_launch.LaunchSettings, out: str | Path
+def export_jobs(params: TimecatSettings, settings: LaunchSettings, out: str | Path
                 ) -> list[Path]:
     """Ready-to-submit Slurm scripts in `out`: train.sbatch (the notebook's training runs, an
     array; absent when nothing is trained), extract.sbatch, probe.sbatch, and submit.sh, which
     submits them in that order, each after the previous one succeeded."""
     out = resolve(out)
     trainings = plan(params).trainings
-    scripts = [kit_launch.export_plan([t for t in trainings], settings, out)
+    scripts = [sbatch.export_plan(trainings, settings, out)
                ] if trainings else []
     parameters_file = write_job_parameters(params, out / f"{NOTEBOOK}.parameters.yaml")
-    scripts += [kit_launch.export_step(step, job_args(step, params.profile, parameters_file),
+    scripts += [sbatch.export_step(step, job_args(step, params.profile, parameters_file),
                                        step_settings(step, settings), out)
                 for step in ("extract", "probe")]
-    return [*scripts, kit_launch.export_chain(scripts, out)]
+    return [*scripts, sbatch.export_chain(scripts, out)]
 
 
 def load_settings(profile: str, parameter_files: list[Path], overrides: list[str]

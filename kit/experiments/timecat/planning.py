@@ -15,10 +15,8 @@ from kit.core.params import ParameterError
 from kit.core.paths import escapes, resolve
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch import backends as kit_launch
-from kit.launch.backends import (
-    is_finished,  # also timecat.is_finished, for the notebook and tests
-)
-from kit.train import trainer as train
+from kit.launch.runs import is_finished
+from kit.train.checkpoint import CHECKPOINT
 from kit.train.settings import TrainSettings
 
 
@@ -83,7 +81,7 @@ def plan(params: TimecatSettings) -> Plan:
                     iterations = None
                 else:
                     runs.update(zip(folders, configs))
-                    files = tuple(folder / train.CHECKPOINT for folder in folders)
+                    files = tuple(folder / CHECKPOINT for folder in folders)
                     iterations = configs[0].iterations
                 representations.append(Representation(
                     variant.name, variant.kind, variant.n, variant.width, replicate, iterations,

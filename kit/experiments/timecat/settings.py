@@ -21,7 +21,7 @@ from kit.core.params import NotebookSettings, Strict
 from kit.core.paths import SAFE_NAME, escapes, resolve
 from kit.data.settings import ComponentSettings, DataSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
-from kit.launch.backends import LaunchSettings
+from kit.launch.settings import LaunchSettings
 from kit.probes.settings import (
     PAPER_WEIGHT_DECAYS,
     FaithfulProbeSettings,

@@ -1,0 +1,69 @@
+"""A launch's runs: their names, configs on disk, finished markers and what a launch did."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from kit.core.files import atomic_write
+from kit.core.paths import resolve
+from kit.core.processes import DONE
+from kit.train.settings import TrainSettings
+
+CONFIGS = "configs"
+LOGS = "logs"
+
+
+@dataclass
+class Launched:
+    """What a launch did: runs finished now, runs that failed (with their logs), Slurm jobs."""
+
+    finished: list[str] = field(default_factory=list)
+    failed: dict[str, Path] = field(default_factory=dict)
+    #: run name -> job id of the jobs submitted or still queued/running (slurm)
+    submitted: dict[str, str] = field(default_factory=dict)
+
+    def check(self) -> Launched:
+        """Raise naming the log of every run that failed."""
+        if self.failed:
+            raise RuntimeError("training failed: " + "; ".join(
+                f"{name} (see {log})" for name, log in self.failed.items()))
+        return self
+
+
+def run_name(config: TrainSettings, work_dir: Path) -> str:
+    """A run's name: its folder relative to the work folder (or absolute), `/` as `__`."""
+    out = resolve(config.output_dir)
+    try:
+        relative = out.relative_to(work_dir)
+    except ValueError:
+        relative = Path(str(out).lstrip(os.sep))
+    return str(relative).replace(os.sep, "__")
+
+
+def is_finished(config: TrainSettings) -> bool:
+    """Whether a run has finished (its DONE marker exists), whatever launched it."""
+    return (resolve(config.output_dir) / DONE).exists()
+
+
+def write_configs(configs: Sequence[TrainSettings], work_dir: Path) -> dict[str, Path]:
+    """Each run's YAML under work_dir/configs, by run name (replaced atomically)."""
+    folder = work_dir / CONFIGS
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for config in configs:
+        name = run_name(config, work_dir)
+        path = folder / f"{name}.yaml"
+        with atomic_write(path) as handle:
+            handle.write(yaml.safe_dump(config.model_dump(), sort_keys=False).encode())
+        files[name] = path
+    return files
+
+
+def train_args(config_file: Path) -> list[str]:
+    """`python -m` arguments training one run."""
+    return ["kit.train", "--config", str(config_file)]

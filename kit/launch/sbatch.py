@@ -1,0 +1,93 @@
+"""Exported plans: run configs, sbatch scripts and a submit chain for submitting by hand.
+
+`python -m kit launch plan ...` writes every run's config and a ready sbatch array script; with a
+profile it also exports notebook 03's extraction and probing as sbatch scripts, and submit.sh
+chains them (afterok).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from kit.core.paths import REPO_ROOT, resolve
+from kit.core.processes import PREEMPTED_EXIT
+from kit.launch.runs import LOGS, write_configs
+from kit.launch.settings import LaunchSettings
+from kit.train.settings import TrainSettings
+
+
+def _sbatch(name: str, settings: LaunchSettings, out: Path, command: str,
+            array: str | None = None) -> str:
+    """An sbatch script (out/<name>.sbatch) whose `srun` starts nproc_per_node processes of
+    `command` on each node, which form one job from Slurm's variables; a command stopped by the
+    signal (exit 75) requeues its job."""
+    options = [f"--job-name=kit-{name}", *[f"--array={array}"] * bool(array),
+               f"--nodes={settings.nodes}", f"--ntasks-per-node={settings.nproc_per_node}",
+               f"--time={settings.timeout_min}",
+               f"--signal={settings.signal}@{settings.signal_delay_s}", "--requeue",
+               f"--output={out / LOGS}/{name}_" + ("%A_%a.log" if array else "%j.log")]
+    options += [f"--gpus-per-node={settings.gpus_per_node}"] * bool(settings.gpus_per_node)
+    options += [f"--cpus-per-task={settings.cpus_per_task}"] * bool(settings.cpus_per_task)
+    options += [f"--partition={settings.partition}"] * bool(settings.partition)
+    options += [f"--account={settings.account}"] * bool(settings.account)
+    return "\n".join([
+        "#!/bin/bash", *(f"#SBATCH {option}" for option in options), "",
+        f"# written by `python -m kit.launch plan`; submit with: sbatch {out / name}.sbatch",
+        *settings.setup,
+        f"cd {shlex.quote(str(REPO_ROOT))}",
+        f'export PYTHONPATH={shlex.quote(str(REPO_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+        'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        f"srun --kill-on-bad-exit=1 {shlex.quote(sys.executable)} {command}",
+        "status=$?",
+        f'if [ "$status" -eq {PREEMPTED_EXIT} ]; then  # checkpointed on the signal: run again',
+        '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
+        "fi",
+        'exit "$status"', ""])
+
+
+def sbatch_script(files: Sequence[Path], settings: LaunchSettings, out: Path) -> str:
+    """A Slurm array, one run per task (its config read from out/runs.txt)."""
+    limit = f"%{settings.max_concurrent}" if settings.max_concurrent else ""
+    runs = shlex.quote(str(out / "runs.txt"))
+    return _sbatch("train", settings, out,
+                   f'-m kit.train --config "$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {runs})"',
+                   f"0-{len(files) - 1}{limit}")
+
+
+def _write_script(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def export_plan(configs: Sequence[TrainSettings], settings: LaunchSettings, out: str | Path) -> Path:
+    """Every run's config under out/configs, their list in out/runs.txt and out/train.sbatch."""
+    out = resolve(out)
+    files = list(write_configs(configs, out).values())
+    (out / LOGS).mkdir(parents=True, exist_ok=True)
+    (out / "runs.txt").write_text("".join(f"{path}\n" for path in files))
+    return _write_script(out / "train.sbatch", sbatch_script(files, settings, out))
+
+
+def export_step(name: str, module_args: Sequence[str], settings: LaunchSettings,
+                out: str | Path) -> Path:
+    """out/<name>.sbatch: one job running `python -m <module_args>` (see launch_step)."""
+    out = resolve(out)
+    (out / LOGS).mkdir(parents=True, exist_ok=True)
+    return _write_script(out / f"{name}.sbatch",
+                         _sbatch(name, settings, out, f"-m {shlex.join(module_args)}"))
+
+
+def export_chain(scripts: Sequence[Path], out: str | Path) -> Path:
+    """out/submit.sh: submits the scripts in order, each once the previous one has succeeded
+    (`--dependency=afterok`: for an array, once every task has)."""
+    lines = ["#!/bin/bash", "# written by `python -m kit.launch plan`: each job starts once the "
+             "previous one succeeded", "set -euo pipefail", "job="]
+    for script in scripts:
+        lines += [f'job="$(sbatch --parsable ${{job:+--dependency=afterok:$job}} '
+                  f'{shlex.quote(str(script))})"', 'job="${job%%;*}"',
+                  f'echo "{script.name}: job $job"']
+    return _write_script(resolve(out) / "submit.sh", "\n".join(lines) + "\n")

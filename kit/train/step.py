@@ -1,0 +1,194 @@
+"""One rank's training step: the model, schedule-free AdamW, micro-batches, evaluation at x.
+
+Schedule-free AdamW keeps two points: training steps run at y, evaluation and saving at x
+(`optimizer.eval()`), and BatchNorm statistics gathered at y do not fit x, so they are recomputed
+at x before every evaluation and every save.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import schedulefree
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.parallel import DistributedDataParallel
+
+from kit import models
+from kit.core.distributed import Process
+from kit.data.prefetch import DeviceBatches
+from kit.train.settings import TrainSettings
+
+#: AlgoPerf's self-tuning schedule-free AdamW submission warms up over a share of 0.75 x
+#: step_hint
+ALGOPERF_HORIZON = 0.75
+
+
+def warmup_steps(cfg: TrainSettings) -> int:
+    """Warmup as AlgoPerf's schedule-free submission: a share of 0.75 x step_hint."""
+    return round(cfg.warmup_fraction * ALGOPERF_HORIZON * (cfg.step_hint or cfg.iterations))
+
+
+class Trainer:
+    """Model, optimizer and training step of one rank."""
+
+    def __init__(self, cfg: TrainSettings, process: Process) -> None:
+        self.cfg, self.process = cfg, process
+        device = process.device
+        torch.manual_seed(cfg.seed)
+        self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+        self.module = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem,
+                                   cfg.data.image_size).to(device, memory_format=self.memory_format)
+        model: nn.Module = self.module
+        self.ddp: DistributedDataParallel | None = None
+        if process.world_size > 1:
+            model = self.ddp = DistributedDataParallel(
+                model, device_ids=[device.index] if device.type == "cuda" else None,
+                broadcast_buffers=False, gradient_as_bucket_view=True)
+        self.model = torch.compile(model) if cfg.compile else model
+        self.optimizer = schedulefree.AdamWScheduleFree(
+            self.module.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+            weight_decay=cfg.weight_decay, warmup_steps=warmup_steps(cfg), r=cfg.r,
+            weight_lr_power=cfg.weight_lr_power)
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+        self.autocast_dtype = torch.bfloat16 if bf16 else None
+        self.loss_sum = torch.zeros((), device=device)
+        self.steps_taken = torch.zeros((), dtype=torch.int64, device=device)
+        self.first_bad_step = torch.full((), torch.iinfo(torch.int64).max, device=device)
+        self.module.train()
+        self.optimizer.train()
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast on the run's device when its precision asks for it, else nothing."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.process.device.type, dtype=self.autocast_dtype)
+
+    def on_device(self, loader: Iterable) -> DeviceBatches:
+        """A loader's uint8 batches as normalised images on this rank's device."""
+        return DeviceBatches(loader, self.process.device, self.memory_format)
+
+    def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        """One optimizer step over this rank's batch, taken in micro-batches (each with its own
+        BatchNorm statistics) whose gradients accumulate and are averaged across ranks once,
+        after the last; the loss stays on the device (no host synchronisation)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        size = self.cfg.micro_batch or len(images)
+        parts = len(images) // size
+        loss = torch.zeros((), device=images.device)
+        for part, (x, y) in enumerate(zip(images.split(size), labels.split(size))):
+            accumulate = self.ddp is not None and part < parts - 1
+            with self.ddp.no_sync() if accumulate else contextlib.nullcontext():
+                with self.autocast():
+                    part_loss = self.criterion(self.model(x), y) / parts
+                part_loss.backward()
+            loss += part_loss.detach().float()
+        self.optimizer.step()
+        self.steps_taken += 1
+        bad_now = torch.where(torch.isfinite(loss), self.first_bad_step, self.steps_taken)
+        torch.minimum(self.first_bad_step, bad_now, out=self.first_bad_step)
+        self.loss_sum += loss
+
+    def take_window(self, steps: int, stop_requested: bool = False
+                    ) -> tuple[float, int | None, bool]:
+        """Mean loss over the last `steps` steps (all ranks), the first non-finite step, and
+        whether any rank was asked to stop (carried, negated, in the same MIN reduction)."""
+        totals = self.loss_sum.clone()
+        first_bad = torch.stack([self.first_bad_step,
+                                 torch.tensor(-int(stop_requested), device=totals.device)])
+        if self.process.world_size > 1:
+            dist.all_reduce(totals)
+            dist.all_reduce(first_bad, op=dist.ReduceOp.MIN)
+        self.loss_sum.zero_()
+        bad, stop = first_bad.tolist()
+        return (float(totals) / (steps * self.process.world_size),
+                None if bad == torch.iinfo(torch.int64).max else bad, stop < 0)
+
+    @contextlib.contextmanager
+    def evaluation_point(self, recalibration: Iterable) -> Iterator[None]:
+        """Weights at x (schedule-free's average), BN statistics recomputed there, eval mode."""
+        self.optimizer.eval()
+        if self.cfg.bn_recalibration_batches > 0:
+            self.recalibrate_batchnorm(recalibration)
+        self.module.eval()
+        try:
+            yield
+        finally:
+            self.module.train()
+            self.optimizer.train()
+
+    @torch.no_grad()
+    def recalibrate_batchnorm(self, batches: Iterable) -> None:
+        """BN running statistics as the plain average over fixed batches, in train mode at the
+        current weights; ranks average their statistics so that replicas stay identical."""
+        norms = [m for m in self.module.modules() if isinstance(m, _BatchNorm)]
+        momenta = [norm.momentum for norm in norms]
+        for norm in norms:
+            norm.reset_running_stats()
+            norm.momentum = None  # cumulative average
+        self.module.train()
+        with self.autocast():
+            for images, _ in self.on_device(batches):
+                self.module(images)
+        for norm, momentum in zip(norms, momenta):
+            norm.momentum = momentum
+            if self.process.world_size > 1:
+                for statistic in (norm.running_mean, norm.running_var):
+                    dist.all_reduce(statistic)
+                    statistic /= self.process.world_size
+
+    @torch.no_grad()
+    def evaluate(self, batches: Iterable) -> tuple[float, float]:
+        """Top-1 accuracy and cross-entropy over the evaluation split (all ranks)."""
+        device = self.process.device
+        totals = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss, count
+        for images, labels in self.on_device(batches):
+            with self.autocast():
+                logits = self.module(images)
+            logits = logits.float()
+            totals[0] += (logits.argmax(1) == labels).sum()
+            totals[1] += nn.functional.cross_entropy(logits, labels, reduction="sum")
+            totals[2] += labels.numel()
+        if self.process.world_size > 1:
+            dist.all_reduce(totals)
+        correct, loss, count = totals.tolist()
+        return correct / count, loss / count
+
+    def state(self) -> dict[str, Any]:
+        """Model and optimizer state, for a checkpoint (taken at x)."""
+        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def parameters_at_y(self) -> list[torch.Tensor]:
+        """A copy of the parameters at y, the point training steps run at."""
+        return [parameter.detach().clone() for parameter in self.module.parameters()]
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore weights at x and optimizer state saved in eval mode, then return to y. A
+        preemption checkpoint also holds y itself: an uninterrupted run never went to x at that
+        step, and the round trip x -> y is exact only up to rounding."""
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.train()
+        if "parameters_at_y" in state:
+            with torch.no_grad():
+                for parameter, saved in zip(self.module.parameters(), state["parameters_at_y"]):
+                    parameter.copy_(saved)
+
+    def check_replicas_identical(self) -> None:
+        """Every rank must end with rank 0's parameters and buffers, bit for bit."""
+        differing = torch.zeros((), device=self.process.device)
+        for name, tensor in self.module.state_dict().items():
+            reference = tensor.clone()
+            dist.broadcast(reference, src=0)
+            if not torch.equal(reference, tensor):
+                differing += 1
+                print(f"rank {self.process.rank}: {name} differs from rank 0", file=sys.stderr)
+        dist.all_reduce(differing)
+        if differing.item():
+            raise RuntimeError(f"replicas diverged: {int(differing.item())} tensors differ")
