@@ -3,7 +3,7 @@
     python benchmarks/probe_memory.py [--rows 100000] [--eval 10000] [--dim 2048] [--epochs 1]
                                       [--baseline-rev ce8a1e6] [--device cpu]
 
-On a GPU, the issue's ImageNet-scale check (12 heads, new probe only; writes a 26 GB proxy):
+On a GPU, the ImageNet-scale check (12 heads, new probe only; writes a 26 GB proxy):
 
     python benchmarks/probe_memory.py --rows 1281167 --dim 10240 --classes 1000 --device cuda \
         --lrs 0.01 0.03 0.1 0.3 --weight-decays 0 1e-5 1e-4 --baseline-rev ''
@@ -14,7 +14,7 @@ set after importing torch and opening the maps, the peak is its `ru_maxrss` afte
 the figure printed is (peak - baseline) / (fp16 size of the train and eval features). Pages of
 the memory map that the probe reads count as resident, so a probe that reads every feature once
 and copies nothing scores about 1.0. The old probe is `kit/probe.py` at `--baseline-rev` (the
-last commit before the streaming probe), read with `git show`. The issue's bar: new <= 1.3 on
+last commit before the streaming probe), read with `git show`. The bar: new <= 1.3 on
 100k x 2048, and the same accuracy as the old probe within 0.3 point. With `--device cuda` the
 peak GPU memory (torch.cuda.max_memory_allocated) is printed as well.
 """
@@ -29,12 +29,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import numpy as np
 import psutil
 
-from kit.probes.probe import FastProbeSettings
+from kit.probes.settings import FastProbeSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,7 +70,11 @@ def child(folder: Path, module: str, settings: dict) -> None:
     import torch
 
     if module == "kit":
-        from kit.probes import probe
+        from kit.probes.fast import fast_probe
+        from kit.probes.rows import Split
+
+        probe = types.SimpleNamespace(Split=Split, FastProbeSettings=FastProbeSettings,
+                                      fast_probe=fast_probe)
     else:
         spec = importlib.util.spec_from_file_location("probe_at_revision", module)
         probe = importlib.util.module_from_spec(spec)

@@ -15,7 +15,7 @@ strength (scikit-learn's C=0.01 beat its default C=1 here, 30.9% against 24.2%; 
 weight decay 3e-3 matches it). scikit-learn fits the whole training split; the fast probe trains
 on 90% of it and picks its epoch on the other 10% (its `heldout` rule); `--weight-decays 1e-3
 3e-3` times a two-head grid instead. Prints both times, both accuracies and the speed ratio; the
-issue's bar is a ratio >= 10 within 0.5 point.
+bar is a ratio >= 10 within 0.5 point.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from sklearn.linear_model import LogisticRegression
 from kit import features, models
 from kit.data.settings import ComponentSettings, SyntheticSettings
 from kit.data.synthetic import SyntheticWorld
-from kit.probes import probe
+from kit.probes.fast import fast_probe
+from kit.probes.rows import Split
+from kit.probes.settings import FastProbeSettings
 
 CACHE = Path(__file__).parent / ".cache"
 
@@ -88,16 +90,15 @@ def main() -> None:
     start = time.perf_counter()
     x_fit, x_test = kit_features(args.n, args.eval, args.classes)
     y_fit, y_test = planted_labels(x_fit, x_test, args.classes, args.noise)
-    train, evaluation = probe.Split(x_fit, y_fit, "train"), probe.Split(x_test, y_test, "eval")
+    train, evaluation = Split(x_fit, y_fit, "train"), Split(x_test, y_test, "eval")
     print(f"features: train {tuple(train.features.shape)}, eval {tuple(evaluation.features.shape)}"
           f", {args.classes} classes ({time.perf_counter() - start:.0f} s to extract or load); "
           f"torch threads {torch.get_num_threads()}")
 
-    config = probe.FastProbeSettings(lrs=[0.1], weight_decays=list(args.weight_decays),
-                             epochs=args.epochs,
-                             batch_size=1024, heldout_fraction=args.heldout)
+    config = FastProbeSettings(lrs=[0.1], weight_decays=list(args.weight_decays),
+                               epochs=args.epochs, batch_size=1024, heldout_fraction=args.heldout)
     start = time.perf_counter()
-    result = probe.fast_probe(train, evaluation, args.classes, config, progress=False)
+    result = fast_probe(train, evaluation, args.classes, config, progress=False)
     fast_seconds = time.perf_counter() - start
     fast_accuracy = result.top1("heldout")
 

@@ -15,45 +15,57 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from kit.core.paths import REPO_ROOT
-from kit.probes import probe
+from kit.probes import lbfgs
+from kit.probes.faithful_training import faithful_probe
+from kit.probes.fast import converged_heads, fast_probe
+from kit.probes.lbfgs import convex_fit, lbfgs_probe
+from kit.probes.rows import ProbeError, Split, heldout_indices, standardiser
+from kit.probes.selection import RULES
+from kit.probes.settings import (
+    LBFGS_MAX_ITER,
+    PAPER_WEIGHT_DECAYS,
+    FaithfulProbeSettings,
+    FastProbeSettings,
+    LbfgsProbeSettings,
+)
 from kit.report import diagnostics
 
 
-def planted(n: int, dim: int, classes: int, seed: int, scale: float = 0.8) -> probe.Split:
+def planted(n: int, dim: int, classes: int, seed: int, scale: float = 0.8) -> Split:
     """Gaussian classes around random means: a linear rule decides the label."""
     generator = torch.Generator().manual_seed(seed)
     means = torch.randn(classes, dim, generator=torch.Generator().manual_seed(99)) * scale
     labels = torch.randint(0, classes, (n,), generator=generator)
-    return probe.Split(means[labels] + torch.randn(n, dim, generator=generator), labels, "s")
+    return Split(means[labels] + torch.randn(n, dim, generator=generator), labels, "s")
 
 
-def xor(n: int, seed: int) -> probe.Split:
+def xor(n: int, seed: int) -> Split:
     generator = torch.Generator().manual_seed(seed)
     corners = torch.randint(0, 2, (n, 2), generator=generator).float() * 2 - 1
     labels = (corners[:, 0] * corners[:, 1] > 0).long()
-    return probe.Split(corners + 0.1 * torch.randn(n, 2, generator=generator), labels, "s")
+    return Split(corners + 0.1 * torch.randn(n, 2, generator=generator), labels, "s")
 
 
-FAST = probe.FastProbeSettings(epochs=6, batch_size=256)
+FAST = FastProbeSettings(epochs=6, batch_size=256)
 
 
 def test_fast_probe_recovers_a_planted_linear_rule() -> None:
-    result = probe.fast_probe(planted(3000, 32, 5, 0), planted(1000, 32, 5, 1), 5, FAST,
+    result = fast_probe(planted(3000, 32, 5, 0), planted(1000, 32, 5, 1), 5, FAST,
                               progress=False)
     assert result.top1("paper") >= 0.97
     assert result.top1("heldout") >= 0.97
-    assert set(result.selected["rule"]) == set(probe.RULES)
+    assert set(result.selected["rule"]) == set(RULES)
     assert result.selected["top5"].null_count() == 2  # five classes: no top-5
 
 
 def test_linear_probes_fail_on_xor() -> None:
     train, evaluation = xor(2000, 0), xor(1000, 1)
-    assert probe.fast_probe(train, evaluation, 2, FAST, progress=False).top1("paper") <= 0.8
-    assert probe.lbfgs_probe(train, evaluation, 2, weight_decays=(1e-4,)).top1("paper") <= 0.8
+    assert fast_probe(train, evaluation, 2, FAST, progress=False).top1("paper") <= 0.8
+    assert lbfgs_probe(train, evaluation, 2, LbfgsProbeSettings(weight_decays=[1e-4])).top1("paper") <= 0.8
 
 
 def test_paper_rule_is_never_below_heldout_rule() -> None:
-    result = probe.fast_probe(planted(1500, 16, 12, 2, 0.4), planted(600, 16, 12, 3, 0.4), 12,
+    result = fast_probe(planted(1500, 16, 12, 2, 0.4), planted(600, 16, 12, 3, 0.4), 12,
                               FAST, progress=False)
     assert result.top1("paper") >= result.top1("heldout")
     assert result.history.height == FAST.epochs * len(FAST.lrs) * len(FAST.weight_decays)
@@ -62,31 +74,32 @@ def test_paper_rule_is_never_below_heldout_rule() -> None:
 
 def test_fast_and_lbfgs_agree_where_both_converge() -> None:
     train, evaluation = planted(3000, 20, 4, 4, 0.35), planted(1500, 20, 4, 5, 0.35)
-    fast = probe.fast_probe(train, evaluation, 4, FAST, progress=False).top1("heldout")
-    exact = probe.lbfgs_probe(train, evaluation, 4, weight_decays=(1e-4, 1e-3)).top1("heldout")
+    fast = fast_probe(train, evaluation, 4, FAST, progress=False).top1("heldout")
+    exact = lbfgs_probe(train, evaluation, 4,
+                              LbfgsProbeSettings(weight_decays=[1e-4, 1e-3])).top1("heldout")
     assert fast == pytest.approx(exact, abs=0.03)
 
 
-def teacher(n: int, dim: int, classes: int, seed: int, noise: float = 0.5) -> probe.Split:
+def teacher(n: int, dim: int, classes: int, seed: int, noise: float = 0.5) -> Split:
     """Labels of a planted linear rule with Gumbel noise: well conditioned, not separable."""
     generator = torch.Generator().manual_seed(seed)
     rule = torch.randn(dim, classes, generator=torch.Generator().manual_seed(7)) * 3 / dim ** 0.5
     x = torch.randn(n, dim, generator=generator)
     gumbel = -torch.log(-torch.log(torch.rand(n, classes, generator=generator)))
-    return probe.Split(x, (x @ rule + noise * gumbel).argmax(1), "s")
+    return Split(x, (x @ rule + noise * gumbel).argmax(1), "s")
 
 
 @pytest.mark.parametrize("dim", [8, 32, 128])
 def test_fast_probe_run_long_enough_converges_to_lbfgs(dim: int) -> None:
-    """Issue 11: a converged fast probe agrees with L-BFGS on the same features within half a
+    """A converged fast probe agrees with L-BFGS on the same features within half a
     point, per weight decay at its last epoch and under the held-out rule."""
     train, evaluation = teacher(4000, dim, 4, 0), teacher(4000, dim, 4, 1)
-    decays = [1e-3, 1e-2]  # lists: FastProbeSettings becomes a pydantic model of lists (issue 10)
-    fast = probe.fast_probe(train, evaluation, 4, probe.FastProbeSettings(
+    decays = [1e-3, 1e-2]  # lists: the settings are strict pydantic models
+    fast = fast_probe(train, evaluation, 4, FastProbeSettings(
         lrs=[0.1], weight_decays=decays, epochs=40, batch_size=256, heldout_fraction=0.25),
         progress=False)
-    exact = probe.lbfgs_probe(train, evaluation, 4, weight_decays=decays, max_iter=500,
-                              heldout_fraction=0.25)
+    exact = lbfgs_probe(train, evaluation, 4, LbfgsProbeSettings(
+        weight_decays=decays, max_iter=500, heldout_fraction=0.25))
     last = fast.history.filter(fast.history["epoch"] == 40).sort("weight_decay")
     reference = exact.history.sort("weight_decay")
     assert last["train_loss"].to_list() == pytest.approx(reference["train_loss"].to_list(),
@@ -97,7 +110,7 @@ def test_fast_probe_run_long_enough_converges_to_lbfgs(dim: int) -> None:
 
 
 def skewed(n: int, seed: int, dim: int = 64, latent: int = 16, classes: int = 10
-           ) -> probe.Split:
+           ) -> Split:
     """Features as a trained network's: few directions carry variance, spread over three
     decades (the cpu profile's standardised features have condition numbers near 10^4)."""
     generator = torch.Generator().manual_seed(seed)
@@ -105,29 +118,29 @@ def skewed(n: int, seed: int, dim: int = 64, latent: int = 16, classes: int = 10
     rule = torch.randn(latent, classes, generator=torch.Generator().manual_seed(12))
     z = torch.randn(n, latent, generator=generator)
     gumbel = -torch.log(-torch.log(torch.rand(n, classes, generator=generator)))
-    return probe.Split((z * 10 ** torch.linspace(0, -1.5, latent)) @ mix,
+    return Split((z * 10 ** torch.linspace(0, -1.5, latent)) @ mix,
                        (z @ rule + gumbel).argmax(1), "s")
 
 
 def test_fast_probe_selecting_converged_fits_agrees_with_lbfgs_on_ill_conditioned_features(
         ) -> None:
-    """Issue 11: with `select_from: converged` the fast probe finishes each weight decay's
+    """With `select_from: converged` the fast probe finishes each weight decay's
     lowest-objective head by L-BFGS and reports what L-BFGS from zero does, per weight decay and
     under both rules; its SGD heads alone, after the same 5 epochs, are far off, so the check
     can fail."""
     train, evaluation = skewed(1000, 0), skewed(2000, 1)
     decays = [1e-3, 1e-2]
-    exact = probe.lbfgs_probe(train, evaluation, 10, decays)
-    result = probe.fast_probe(train, evaluation, 10, probe.FastProbeSettings(
+    exact = lbfgs_probe(train, evaluation, 10, LbfgsProbeSettings(weight_decays=decays))
+    result = fast_probe(train, evaluation, 10, FastProbeSettings(
         lrs=[0.03, 0.1, 0.3], weight_decays=decays, epochs=5, batch_size=64,
         select_from="converged"), progress=False)
     sgd = result.history.filter(pl.col("iterations").is_null())
     assert sgd.height == 3 * 2 * 5  # every head, every epoch
-    finished, reference = probe.converged_heads(result.history), exact.history
+    finished, reference = converged_heads(result.history), exact.history
     assert finished["weight_decay"].to_list() == decays
     assert (finished["iterations"] > 0).all()
     for decay in decays:
-        started_from = probe.converged_heads(sgd).filter(pl.col("weight_decay") == decay)
+        started_from = converged_heads(sgd).filter(pl.col("weight_decay") == decay)
         fit = finished.filter(pl.col("weight_decay") == decay).row(0, named=True)
         assert fit["lr"] == started_from["lr"].item()  # finished from its lowest-loss head
         assert fit["train_loss"] < started_from["train_loss"].item() - 0.01
@@ -135,13 +148,13 @@ def test_fast_probe_selecting_converged_fits_agrees_with_lbfgs_on_ill_conditione
         assert fit["train_loss"] == pytest.approx(cold["train_loss"], abs=1e-6)
         assert fit["eval_top1"] == pytest.approx(cold["eval_top1"], abs=0.005)
         assert abs(started_from["eval_top1"].item() - cold["eval_top1"]) > 0.01  # 2x the bar
-    for rule in probe.RULES:
+    for rule in RULES:
         assert result.top1(rule) == pytest.approx(exact.top1(rule), abs=0.005), rule
 
 
 def test_converged_fast_probe_refuses_an_unpenalised_fit() -> None:
     with pytest.raises(ValueError, match="select_from converged needs every weight decay > 0"):
-        probe.FastProbeSettings(weight_decays=[0.0, 1e-3], select_from="converged")
+        FastProbeSettings(weight_decays=[0.0, 1e-3], select_from="converged")
 
 
 def test_lbfgs_fits_from_different_starts_agree_to_the_image() -> None:
@@ -149,7 +162,7 @@ def test_lbfgs_fits_from_different_starts_agree_to_the_image() -> None:
     from random weights reach the same objective and predict every evaluation row alike (a
     float32 fit stopped up to 1e-5 above the minimum, 0.59 point off on cpu features)."""
     train, evaluation = skewed(1000, 0), skewed(2000, 1)
-    rows = probe.convex_fit(train, evaluation, 10, 0.1, 0, torch.device("cpu"))
+    rows = convex_fit(train, evaluation, 10, 0.1, 0, torch.device("cpu"))
     fits = []
     for start in (None, 0):
         linear = torch.nn.Linear(64, 10).double()
@@ -159,7 +172,7 @@ def test_lbfgs_fits_from_different_starts_agree_to_the_image() -> None:
                 linear.bias.zero_()
             else:
                 linear.weight.normal_(generator=torch.Generator().manual_seed(start))
-        fits.append((rows.fit(linear, 1e-3, probe.LBFGS_MAX_ITER), linear))
+        fits.append((rows.fit(linear, 1e-3, LBFGS_MAX_ITER), linear))
     (zero, zero_linear), (random, random_linear) = fits
     assert random["train_loss"] == pytest.approx(zero["train_loss"], abs=1e-7)
     predict = [linear(rows.standardised(evaluation.features)).argmax(1)
@@ -170,7 +183,7 @@ def test_lbfgs_fits_from_different_starts_agree_to_the_image() -> None:
 def test_fast_probe_reports_the_train_eval_gap() -> None:
     """Few rows, many features: the chosen head fits its training rows far better than it
     generalises, and the result says so."""
-    result = probe.fast_probe(teacher(300, 128, 4, 2), teacher(1000, 128, 4, 3), 4, FAST,
+    result = fast_probe(teacher(300, 128, 4, 2), teacher(1000, 128, 4, 3), 4, FAST,
                               progress=False)
     for row in result.selected.iter_rows(named=True):
         assert row["train_top1"] > row["top1"] + 0.1
@@ -183,13 +196,13 @@ def test_memory_mapped_fp16_features_give_the_in_memory_result(tmp_path) -> None
     train, evaluation = planted(1500, 16, 12, 2, 0.4), planted(600, 16, 12, 3, 0.4)
     for name, split in (("train", train), ("eval", evaluation)):
         np.save(tmp_path / f"{name}.npy", split.features.half().numpy())
-    mapped = [probe.Split(np.load(tmp_path / f"{name}.npy", mmap_mode="r"),
+    mapped = [Split(np.load(tmp_path / f"{name}.npy", mmap_mode="r"),
                           split.labels.numpy(), name)
               for name, split in (("train", train), ("eval", evaluation))]
-    in_memory = [probe.Split(torch.from_numpy(np.array(split.features)).float(),
+    in_memory = [Split(torch.from_numpy(np.array(split.features)).float(),
                              torch.from_numpy(split.labels), split.name) for split in mapped]
-    streamed = probe.fast_probe(*mapped, 12, FAST, progress=False)
-    reference = probe.fast_probe(*in_memory, 12, FAST, progress=False)
+    streamed = fast_probe(*mapped, 12, FAST, progress=False)
+    reference = fast_probe(*in_memory, 12, FAST, progress=False)
     assert streamed.selected.equals(reference.selected)
     assert streamed.history.drop("train_loss").equals(reference.history.drop("train_loss"))
     assert streamed.history["train_loss"].to_list() == pytest.approx(
@@ -214,8 +227,8 @@ def test_fast_probe_reads_features_a_chunk_at_a_time(tmp_path) -> None:
     np.save(tmp_path / "train.npy", train.features.half().numpy())
     mapped = np.load(tmp_path / "train.npy", mmap_mode="r").view(CountedRows)
     CountedRows.reads = []
-    probe.fast_probe(probe.Split(mapped, train.labels, "train"), evaluation, 5,
-                     probe.FastProbeSettings(epochs=1, batch_size=256), progress=False)
+    fast_probe(Split(mapped, train.labels, "train"), evaluation, 5,
+                     FastProbeSettings(epochs=1, batch_size=256), progress=False)
     assert len(CountedRows.reads) > 10
     assert max(CountedRows.reads) <= 1024 < len(train.labels) // 3
 
@@ -227,12 +240,12 @@ def test_lbfgs_streams_features_too_large_to_copy_with_the_in_memory_result(
     train, evaluation = planted(4000, 1024, 5, 0, 0.1), planted(500, 1024, 5, 1, 0.1)
     np.save(tmp_path / "train.npy", train.features.half().numpy())
     mapped = np.load(tmp_path / "train.npy", mmap_mode="r").view(CountedRows)
-    copied = probe.lbfgs_probe(probe.Split(torch.from_numpy(np.array(mapped)).float(),
-                                           train.labels, "train"), evaluation, 5, [1e-2])
-    monkeypatch.setattr(probe, "LBFGS_COPY_BYTES", 0)
+    settings = LbfgsProbeSettings(weight_decays=[1e-2])
+    copied = lbfgs_probe(Split(torch.from_numpy(np.array(mapped)).float(), train.labels,
+                               "train"), evaluation, 5, settings)
+    monkeypatch.setattr(lbfgs, "LBFGS_COPY_BYTES", 0)
     CountedRows.reads = []
-    streamed = probe.lbfgs_probe(probe.Split(mapped, train.labels, "train"), evaluation, 5,
-                                 [1e-2])
+    streamed = lbfgs_probe(Split(mapped, train.labels, "train"), evaluation, 5, settings)
     assert len(CountedRows.reads) > 10
     assert max(CountedRows.reads) <= 1024 < len(train.labels) // 3
     assert streamed.history["train_loss"][0] == pytest.approx(copied.history["train_loss"][0],
@@ -286,7 +299,7 @@ def test_standardiser_in_chunks_matches_the_exact_statistics() -> None:
     generator = torch.Generator().manual_seed(4)  # 2000 wide: several chunks of rows
     features = (torch.randn(3000, 2000, generator=generator, dtype=torch.float64) * 3 + 100)
     rows = torch.arange(0, 3000, 2)
-    mean, std = probe.standardiser(features.half().numpy(), rows)
+    mean, std = standardiser(features.half().numpy(), rows)
     exact = features.half().double()[rows]
     assert torch.allclose(mean.double(), exact.mean(0), rtol=1e-6)
     assert torch.allclose(std.double(), exact.std(0, unbiased=False), rtol=1e-4)
@@ -301,34 +314,36 @@ class Flatten(torch.nn.Module):
 
 def test_faithful_and_fast_agree_where_both_converge() -> None:
     train, evaluation = planted(2000, 20, 4, 6, 0.35), planted(1000, 20, 4, 7, 0.35)
-    kept, held_out = probe.heldout_indices(len(train.labels), 0.1, seed=0)  # the fast probe's
-    fit, held = (probe.Split(train.features[rows], train.labels[rows], name)
+    kept, held_out = heldout_indices(len(train.labels), 0.1, seed=0)  # the fast probe's
+    fit, held = (Split(train.features[rows], train.labels[rows], name)
                  for rows, name in ((kept, "train"), (held_out, "heldout")))
 
-    def loader(split: probe.Split, shuffle: bool) -> DataLoader:
+    def loader(split: Split, shuffle: bool) -> DataLoader:
         return DataLoader(TensorDataset(split.features, split.labels), batch_size=128,
                           shuffle=shuffle)
 
-    faithful = probe.faithful_probe(
+    settings = FaithfulProbeSettings(epochs=6, milestones=[4], lr=0.05, bn_batch=None,
+                                     processes=1, workers=0, precision="fp32")
+    faithful = faithful_probe(
         [Flatten()], loader(fit, True), loader(held, False), loader(evaluation, False), 4,
-        probe.FaithfulProbe(epochs=6, milestones=(4,), lr=0.05, bn_batch=None), progress=False)
-    fast = probe.fast_probe(train, evaluation, 4, FAST, progress=False)
+        settings, PAPER_WEIGHT_DECAYS["imagenet"], progress=False)
+    fast = fast_probe(train, evaluation, 4, FAST, progress=False)
     assert faithful.top1("heldout") == pytest.approx(fast.top1("heldout"), abs=0.03)
     assert faithful.history["weight_decay"].unique().sort().to_list() == [1e-4, 5e-4]
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda t, e: (probe.Split(t.features.clone().index_fill_(0, torch.tensor([3]), float("nan")),
+    (lambda t, e: (Split(t.features.clone().index_fill_(0, torch.tensor([3]), float("nan")),
                                t.labels, "train"), e), "NaN"),
-    (lambda t, e: (t, probe.Split(e.features[:, :-1], e.labels, "eval")), "dimension"),
-    (lambda t, e: (probe.Split(t.features, t.labels + 10, "train"), e), "outside"),
-    (lambda t, e: (t, probe.Split(e.features[:0], e.labels[:0], "eval")), "non-empty"),
-    (lambda t, e: (probe.Split(t.features, t.labels[:-1], "train"), e), "labels of shape"),
+    (lambda t, e: (t, Split(e.features[:, :-1], e.labels, "eval")), "dimension"),
+    (lambda t, e: (Split(t.features, t.labels + 10, "train"), e), "outside"),
+    (lambda t, e: (t, Split(e.features[:0], e.labels[:0], "eval")), "non-empty"),
+    (lambda t, e: (Split(t.features, t.labels[:-1], "train"), e), "labels of shape"),
 ])
 def test_bad_features_are_refused_before_training(make, message: str) -> None:
     train, evaluation = make(planted(200, 8, 3, 0), planted(100, 8, 3, 1))
-    with pytest.raises(probe.ProbeError, match=message):
-        probe.fast_probe(train, evaluation, 3, FAST, progress=False)
+    with pytest.raises(ProbeError, match=message):
+        fast_probe(train, evaluation, 3, FAST, progress=False)
 
 
 def test_rankme_of_a_rank_r_matrix_is_about_r() -> None:
@@ -358,9 +373,10 @@ def test_cka_is_one_on_itself_and_invariant_to_rotation_and_scale() -> None:
 
 
 def test_lbfgs_runs_to_its_tolerance_and_refuses_a_fit_cut_short() -> None:
-    """Issue 11: the L-BFGS reference is converged, not stopped by an iteration count."""
+    """The L-BFGS reference is converged, not stopped by an iteration count."""
     train, evaluation = teacher(2000, 64, 4, 0), teacher(1000, 64, 4, 1)
-    result = probe.lbfgs_probe(train, evaluation, 4, weight_decays=[1e-3])
+    result = lbfgs_probe(train, evaluation, 4, LbfgsProbeSettings(weight_decays=[1e-3]))
     assert 0 < result.history["iterations"][0] < 2000
-    with pytest.raises(probe.ProbeError, match="did not converge in 3 iterations"):
-        probe.lbfgs_probe(train, evaluation, 4, weight_decays=[1e-3], max_iter=3)
+    with pytest.raises(ProbeError, match="did not converge in 3 iterations"):
+        lbfgs_probe(train, evaluation, 4,
+                          LbfgsProbeSettings(weight_decays=[1e-3], max_iter=3))

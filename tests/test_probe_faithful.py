@@ -12,13 +12,18 @@ import torch
 import yaml
 from test_features import tiny_checkpoint
 
-from kit.probes import probe
+from kit.probes import faithful
+from kit.probes.faithful_training import ProbeHeads
+from kit.probes.rows import ProbeError
+from kit.probes.selection import RULES, ProbeResult
+from kit.probes.settings import PAPER_WEIGHT_DECAYS, FaithfulProbeSettings
 
 DATA = {"kind": "synthetic", "image_size": 16, "augment": "crop_flip",
         "synthetic": {"num_train": 64, "num_eval": 24,
                       "components": [{"weight": 1.0, "cues": ["colour"]}]}}
-SHORT = dict(epochs=2, milestones=(1,), lr=0.05, batch_size=16, bn_batch=8,
-             heldout_fraction=0.25)
+SHORT = dict(epochs=2, milestones=[1], lr=0.05, batch_size=16, bn_batch=8,
+             heldout_fraction=0.25, workers=0, precision="fp32")
+GRID = PAPER_WEIGHT_DECAYS["imagenet"]
 
 
 @pytest.fixture()
@@ -37,7 +42,7 @@ def test_heads_normalise_as_one_batchnorm1d_per_group(bn_batch: int | None) -> N
     in the running buffers."""
     generator = torch.Generator().manual_seed(0)
     features = torch.randn(32, 6, generator=generator) * 3 + 1
-    heads = probe.ProbeHeads(6, 4, 2, bn_batch=bn_batch)
+    heads = ProbeHeads(6, 4, 2, bn_batch=bn_batch)
     reference = [torch.nn.Sequential(torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 4))
                  for _ in range(2)]
     for h, module in enumerate(reference):
@@ -62,17 +67,17 @@ def test_heads_normalise_as_one_batchnorm1d_per_group(bn_batch: int | None) -> N
         torch.testing.assert_close(heads.norms[h].running_mean, module[0].running_mean)
 
 
-def run(checkpoints: list[Path], description: Path, output: Path, **settings) -> probe.ProbeResult:
-    config = probe.FaithfulProbe(**{**SHORT, **settings})
-    return probe.run_faithful(checkpoints, probe.load_data_config(description), 3, output,
-                              config, progress=False)
+def run(checkpoints: list[Path], description: Path, output: Path, **settings) -> ProbeResult:
+    config = FaithfulProbeSettings(**{**SHORT, "processes": 1, **settings})
+    return faithful.run_faithful(checkpoints, faithful.load_data_config(description), 3, output,
+                                 config, GRID, progress=False)
 
 
 def test_faithful_step_writes_both_rules_and_resumes_exactly(tmp_path: Path, step) -> None:
     checkpoints, description = step
     whole = run(checkpoints, description, tmp_path / "whole")
-    assert set(whole.selected["rule"]) == set(probe.RULES)
-    assert whole.history.height == 2 * len(probe.PAPER_WEIGHT_DECAYS["imagenet"])
+    assert set(whole.selected["rule"]) == set(RULES)
+    assert whole.history.height == 2 * len(GRID)
     written = pl.read_csv(tmp_path / "whole" / "selected.csv")
     assert written["top1"].to_list() == whole.selected["top1"].to_list()
     # an interrupted probe (one epoch saved) resumes to the same numbers as one run through;
@@ -85,7 +90,7 @@ def test_faithful_step_writes_both_rules_and_resumes_exactly(tmp_path: Path, ste
     resumed = run(checkpoints, description, tmp_path / "resumed")
     assert resumed.history["heldout_top1"][0] == -1.0
     assert resumed.history.slice(1).equals(whole.history.slice(1))
-    with pytest.raises(probe.ProbeError, match="different settings.*lr"):
+    with pytest.raises(ProbeError, match="different settings.*lr"):
         run(checkpoints, description, tmp_path / "resumed", lr=0.1)
 
 
@@ -97,7 +102,7 @@ def test_bf16_backbones_give_about_the_fp32_result(tmp_path: Path, step) -> None
 
 
 def command(checkpoints: list[Path], description: Path, output: Path) -> list[str]:
-    return ["-m", "kit.probes.probe", "faithful", "--checkpoints", *map(str, checkpoints), "--data",
+    return ["-m", "kit.probes.faithful", "--checkpoints", *map(str, checkpoints), "--data",
             str(description), "--num-classes", "3", "--output", str(output), "--epochs", "2",
             "--batch-size", "16", "--bn-batch", "8", "--lr", "0.05", "--heldout-fraction",
             "0.25", "--device", "cpu"]
@@ -109,11 +114,12 @@ def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None
     checkpoints, description = step
     one, two = tmp_path / "one", tmp_path / "two"
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    config = probe.FaithfulProbe(**SHORT)
-    data_config = probe.load_data_config(description)
-    results = [probe.launch_faithful(checkpoints, data_config, 3, output, config, 0, processes,
-                                     progress=False)
+    data_config = faithful.load_data_config(description)
+    results = [faithful.launch_faithful(checkpoints, data_config, 3, output,
+                                        FaithfulProbeSettings(**SHORT, processes=processes),
+                                        GRID, progress=False)
                for output, processes in ((one, 1), (two, 2))]
+    config = FaithfulProbeSettings(**SHORT, processes=2)
     single, double = (torch.load(o / "probe_state.pt", weights_only=True) for o in (one, two))
     for name, value in single["heads"].items():
         torch.testing.assert_close(double["heads"][name], value, rtol=1e-4, atol=1e-5)
@@ -122,14 +128,14 @@ def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None
     # finished: read back without starting anything (a mark left in the result comes back)
     pl.read_csv(two / "selected.csv").with_columns(pl.lit(0.5).alias("top1")).write_csv(
         two / "selected.csv")
-    again = probe.launch_faithful(checkpoints, data_config, 3, two, config, 0, 2)
+    again = faithful.launch_faithful(checkpoints, data_config, 3, two, config, GRID)
     assert again.selected["top1"].to_list() == [0.5, 0.5]
     # a step that fails names its log
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"not a checkpoint")
-    with pytest.raises(probe.ProbeError,
+    with pytest.raises(ProbeError,
                        match=r"see .*probe\.log:\nerror: .*junk\.pt: not a readable"):
-        probe.launch_faithful([junk], data_config, 3, tmp_path / "broken", config, 0, 2)
+        faithful.launch_faithful([junk], data_config, 3, tmp_path / "broken", config, GRID)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -140,7 +146,7 @@ def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None
 def test_bad_input_is_refused_naming_the_file(tmp_path: Path, step, change, message,
                                               capsys) -> None:
     checkpoints, description = change(*step)
-    assert probe.main(command(checkpoints, description, tmp_path / "o")[2:]) == 2
+    assert faithful.main(command(checkpoints, description, tmp_path / "o")[2:]) == 2
     error = capsys.readouterr().err
     assert re.search(message, error, re.S), error
     assert not (tmp_path / "o" / "probe_state.pt").exists()

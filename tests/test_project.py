@@ -156,7 +156,7 @@ def test_layers_import_only_downwards() -> None:
                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
                             env=importable_environment())
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert "Contracts: 1 kept, 0 broken." in result.stdout
+    assert ", 0 broken." in result.stdout
 
 
 def test_the_layers_contract_names_every_subpackage_of_kit() -> None:

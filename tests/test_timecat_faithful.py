@@ -16,7 +16,8 @@ from test_timecat import tiny_checkpoint
 from kit.core import params
 from kit.experiments.timecat import comparisons, measure, planning
 from kit.experiments.timecat.settings import TimecatSettings
-from kit.probes import probe
+from kit.probes.selection import RULES
+from kit.probes.settings import PAPER_WEIGHT_DECAYS
 
 NOTEBOOK = "03_time_concat"
 PROFILE = "paper-checkpoints"
@@ -91,9 +92,9 @@ def test_paper_checkpoints_runs_the_authors_probe_end_to_end(settings: Path,
     measured = measure.probe_all(experiment.representations, loaded)
     results = measured.results
     variants, tasks = ["cat1", "cat2", "cat4", "cat5"], [t["name"] for t in TASKS]
-    assert results.height == len(variants) * len(tasks) * len(probe.RULES)
+    assert results.height == len(variants) * len(tasks) * len(RULES)
     assert (results.group_by("variant", "task", "rule").len()["len"] == 1).all()
-    assert set(results["rule"]) == set(probe.RULES)
+    assert set(results["rule"]) == set(RULES)
     assert set(results["variant"]) == set(variants) and set(results["task"]) == set(tasks)
     assert results["top1"].is_between(0, 1).all() and results["train_top1"].is_between(0, 1).all()
     assert results.filter(pl.col("task") == "CIFAR-100")["top5"].is_not_null().all()
@@ -102,8 +103,8 @@ def test_paper_checkpoints_runs_the_authors_probe_end_to_end(settings: Path,
     root = planning.runs_dir(loaded) / "faithful"
     for task, grid in (("ImageNet-1k", "imagenet"), ("iNat18", "inat18"), ("CIFAR-100", "cifar")):
         history = pl.read_csv(root / task / "rep0" / "cat2" / "history.csv")
-        assert history["weight_decay"].to_list() == list(probe.PAPER_WEIGHT_DECAYS[grid])
-    for rule in probe.RULES:
+        assert history["weight_decay"].to_list() == list(PAPER_WEIGHT_DECAYS[grid])
+    for rule in RULES:
         table = comparisons.table3(results, rule)
         assert table["variant"].to_list() == variants
         for task in tasks:
@@ -124,7 +125,7 @@ def test_paper_checkpoints_runs_the_authors_probe_end_to_end(settings: Path,
     again = measure.probe_all(experiment.representations, loaded).results
     rerun_s = time.perf_counter() - start
     mark = again.filter((pl.col("variant") == "cat4") & (pl.col("task") == "CIFAR-10"))
-    assert mark["top1"].to_list() == [0.123456] * len(probe.RULES)
+    assert mark["top1"].to_list() == [0.123456] * len(RULES)
     rest = pl.col("variant") != "cat4"
     assert again.filter(rest).equals(results.filter(rest))
     print(f"re-run with every probe finished: {rerun_s:.1f} s")

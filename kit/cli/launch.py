@@ -28,7 +28,7 @@ def planned_configs(base_file: Path, overrides: list[str], runs: list[int], seed
         raise ParameterError(f"--iterations: give one value per n of --runs {runs}")
     return [budget.configure(planned, base)
             for index, n in enumerate(runs)
-            for planned in budget.time_concat(n, seeds, root or base.output_dir, total,
+            for planned in budget.split(n, seeds, root or base.output_dir, total,
                                                   iterations[index] if iterations else None)]
 
 

@@ -20,6 +20,7 @@ import ast
 import copy
 import difflib
 import importlib
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -269,8 +270,11 @@ def describe_errors(header: str, schema: type[BaseModel], error: ValidationError
             message = problem["msg"].removeprefix("Value error, ")
             if not key:  # a check across keys names its key first ("total_iterations: ...")
                 where = sources.get(message.split(":", 1)[0], where)
-            prefix = f"{key}." if key else ""
-            lines.append(f"  {where}: parameter {prefix}{message}")
+            if key and not re.match(r"^[\w.]+: ", message):  # a field's own check
+                lines.append(f"  {where}: parameter '{key}': {message}")
+            else:  # a check across keys names its key first
+                prefix = f"{key}." if key else ""
+                lines.append(f"  {where}: parameter {prefix}{message}")
         else:
             hint = ""
             if isinstance(value, str) and _looks_numeric(value):

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
 from kit.core.params import Strict
 from kit.data import kinds
@@ -72,14 +71,13 @@ class DataSettings(Strict):
     @field_validator("kind")
     @classmethod
     def _registered(cls, kind: str) -> str:
-        if kind not in kinds.names():
-            raise PydanticCustomError("unknown_kind", "should be {expected}",
-                                      {"expected": kinds.expected(kind)})
+        if kind not in kinds.KINDS:
+            raise ValueError(kinds.KINDS.unknown(kind))
         return kind
 
     @model_validator(mode="after")
     def _consistent(self) -> DataSettings:
-        owners = [name for name in kinds.names() if kinds.get(name).section == "synthetic"]
+        owners = [name for name in kinds.KINDS if kinds.get(name).section == "synthetic"]
         if (self.kind in owners) != (self.synthetic is not None):
             raise ValueError(f"synthetic: give this section exactly when kind is "
                              f"{' or '.join(owners)}")

@@ -1,4 +1,4 @@
-"""Settings of the linear probes, shared by `kit.probe` and notebook 03's schema (no torch)."""
+"""Settings of the linear probes, one class per probe, shared with notebook 03 (no torch)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,33 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from kit.core.params import Strict
+from kit.data import kinds
 
-#: the authors' weight-decay grids per evaluation dataset (../shared/papers/REFERENCE.md,
-#: "Linear-probe protocol of the authors": richreps-timecat's supervised.py): ImageNet
-#: {1e-4, 5e-4}, iNat18 {1e-6, 1e-5, 1e-4}, CIFAR {1e-4 ... 5e-2}
+#: the authors' weight-decay grids per evaluation dataset, as their released linear-probe script
+#: for the paper's Section 5 (Table 3) sets them: ImageNet {1e-4, 5e-4}, iNat18 {1e-6, 1e-5,
+#: 1e-4}, CIFAR {1e-4 ... 5e-2}
 PAPER_WEIGHT_DECAYS: dict[str, tuple[float, ...]] = {
     "imagenet": (1e-4, 5e-4),
     "inat18": (1e-6, 1e-5, 1e-4),
     "cifar": (1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
 }
 
-#: which grid a dataset kind (kit.config.DataSettings.kind) gets by default
-GRID_OF_KIND = {"imagefolder": "imagenet", "inat18": "inat18", "cifar10": "cifar",
-                "cifar100": "cifar", "synthetic": "imagenet"}
+#: a cap on L-BFGS iterations, not a stopping rule: every fit of the cpu profile's features
+#: stopped by tolerance within 500
+LBFGS_MAX_ITER = 2000
+
+
+class LbfgsProbeSettings(Strict):
+    """Full-batch multinomial logistic regression by float64 L-BFGS, one fit per weight decay,
+    run until torch's tolerances stop it (`kit.probes.lbfgs`)."""
+
+    weight_decays: list[float] = Field(default_factory=lambda: [1e-6, 1e-5, 1e-4, 1e-3],
+                                       min_length=1)
+    heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
+    #: only a cap: a fit that reaches it is refused, its accuracy being the optimiser's
+    max_iter: int = Field(default=LBFGS_MAX_ITER, ge=1)
+    seed: int = Field(default=0, ge=0)
+    device: str = Field(default="cpu", min_length=1)
 
 
 class FastProbeSettings(Strict):
@@ -38,9 +52,9 @@ class FastProbeSettings(Strict):
     #: authors and DINOv2 do; choosing the epoch on held-out rows is early stopping, another
     #: estimator than a converged fit. `converged`: per weight decay, the last epoch's head with
     #: the lowest training objective, finished by float64 L-BFGS to its tolerance (the rules
-    #: then choose a weight decay only, as for `kit.probe.lbfgs_probe`). SGD alone did not get
-    #: there: 400 epochs still left 3e-3 of objective and up to 0.78 point of top-1 on the cpu
-    #: profile's features; finishing 10 epochs' heads gave L-BFGS's fits within 0.2 point
+    #: then choose a weight decay only, as for `kit.probes.lbfgs.lbfgs_probe`). SGD alone did
+    #: not get there: 400 epochs still left 3e-3 of objective and up to 0.78 point of top-1 on
+    #: the cpu profile's features; finishing 10 epochs' heads gave L-BFGS's fits within 0.2 point
     #: (benchmarks/probe_agreement.py), the SGD start saving 11-26% of L-BFGS's iterations
     select_from: Literal["epochs", "converged"] = "epochs"
 
@@ -52,11 +66,20 @@ class FastProbeSettings(Strict):
                              f"{self.weight_decays}")
         return self
 
+    def lbfgs(self) -> LbfgsProbeSettings:
+        """The L-BFGS probe of the same weight decays, held-out rows, seed and device: the
+        converged fit this probe is checked against."""
+        return LbfgsProbeSettings(weight_decays=list(self.weight_decays),
+                                  heldout_fraction=self.heldout_fraction, seed=self.seed,
+                                  device=self.device)
+
 
 class FaithfulProbeSettings(Strict):
-    """The authors' probe (`kit.probe.faithful_probe`) as notebook 03 runs it: frozen backbones
-    on augmented images every epoch, BN1d + Linear heads, one per weight decay of the task's
-    grid. The recipe's values default to the authors'; what depends on the machine (processes,
+    """The authors' probe (`kit.probes.faithful`): frozen backbones on augmented images every
+    epoch, BN1d + Linear heads (N(0, 0.01) weights), one per weight decay of the task's grid,
+    SGD with Nesterov momentum, the learning rate x0.1 after each milestone, no weight decay on
+    BN, as the authors' released linear-probe script for the paper's Section 5 (Table 3) runs it.
+    The recipe's values default to the authors'; what depends on the machine (processes,
     DataLoader workers, precision of the backbones) has no default."""
 
     #: grids replacing the authors' (PAPER_WEIGHT_DECAYS), by grid name (imagenet, inat18,
@@ -66,6 +89,7 @@ class FaithfulProbeSettings(Strict):
     #: epochs after which the learning rate is multiplied by 0.1
     milestones: list[int] = Field(default_factory=lambda: [8, 16, 24])
     lr: float = Field(default=0.01, gt=0.0)
+    momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
     #: the global batch, split over the processes (the authors: 5 GPUs x 32 images)
     batch_size: int = Field(default=160, ge=1)
     #: rows per BatchNorm statistics group, the authors' per-GPU batch (None: the global batch)
@@ -78,6 +102,8 @@ class FaithfulProbeSettings(Strict):
     workers: int = Field(ge=0)
     #: bf16 runs the frozen backbones under bfloat16 autocast (the heads stay float32)
     precision: Literal["fp32", "bf16"]
+    #: the device of each process (cuda: each process its own GPU); notebook 03 sets its own
+    device: str = Field(default="cpu", min_length=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> FaithfulProbeSettings:
@@ -101,5 +127,5 @@ class FaithfulProbeSettings(Strict):
         authors' unless replaced)."""
         if task in self.weight_decays:
             return list(self.weight_decays[task])
-        name = GRID_OF_KIND[kind]
+        name = kinds.get(kind).probe_grid
         return list(self.weight_decays.get(name, PAPER_WEIGHT_DECAYS[name]))

@@ -3,7 +3,6 @@ label-free diagnostics (RankMe, alpha-ReQ, the CKA of its models)."""
 
 from __future__ import annotations
 
-import functools
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,10 @@ from kit.core.progress import KeptBar
 from kit.data import pipeline
 from kit.experiments.timecat.planning import Representation, runs_dir
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
-from kit.probes import probe
+from kit.probes import registry
+from kit.probes.base import FeatureProbe
+from kit.probes.rows import Split
+from kit.probes.selection import ProbeResult
 from kit.report import diagnostics
 
 #: rows of the evaluation split the label-free diagnostics use (a seeded sample beyond that)
@@ -53,7 +55,7 @@ def task_features(task: ProbeTask, representations: list[Representation],
     Under torchrun each rank extracts its shard. The authors' probe reads images, so for it
     only the diagnostics' features are extracted (`train` and `eval` stay empty)."""
     cache = runs_dir(params) / "features"
-    on_features = params.probe_kind != "faithful"  # the fast and the L-BFGS probe
+    on_features = isinstance(registry.get(params.probe_kind), FeatureProbe)
     task_data, num_classes = params.task_data(task)
     train_set, eval_set = pipeline.probe_datasets(task_data, num_classes)
     split_name = "train"
@@ -86,7 +88,8 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
     authors' probe on images (`faithful_result`). Also measure each representation's richness
     (RankMe, alpha-ReQ) and how alike its n models are (mean pairwise linear CKA) on features of
     the evaluation split, extracted for both probes."""
-    on_features = params.probe_kind != "faithful"
+    chosen = registry.get(params.probe_kind)
+    on_features = isinstance(chosen, FeatureProbe)
     config = params.probe.model_copy(update={"device": params.device})
     rows, diagnosed = [], []
     bar = KeptBar(total=sum(rep.task in (None, task.name) for task in params.tasks
@@ -102,17 +105,13 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
             parts = [single[c].torch()[0][sample] for c in rep.checkpoints]
             exact = None
             if on_features:
-                splits = [probe.Split(*found.torch(), found.record["split"])
+                splits = [Split(*found.torch(), found.record["split"])
                           for found in (extracted.train[index], extracted.eval[index])]
-                converged = functools.partial(
-                    probe.lbfgs_probe, splits[0], splits[1], num_classes, config.weight_decays,
-                    config.heldout_fraction, seed=config.seed, device=params.device)
-                if params.probe_kind == "lbfgs":
-                    result = converged()
-                else:  # the first replicate refitted by L-BFGS, as a check of the fast probe
-                    exact = converged() if params.lbfgs_check and rep.replicate == 0 else None
-                    result = probe.fast_probe(splits[0], splits[1], num_classes, config,
-                                              progress=False)
+                if params.lbfgs_check and rep.replicate == 0:  # a check of the fast probe
+                    exact = registry.get("lbfgs").fit(splits[0], splits[1], num_classes,
+                                                      config.lbfgs(), progress=False)
+                settings = config.lbfgs() if params.probe_kind == "lbfgs" else config
+                result = chosen.fit(splits[0], splits[1], num_classes, settings, progress=False)
                 concatenated = splits[1].features[sample]
             else:
                 result = faithful_result(rep, task, params)
@@ -137,45 +136,32 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
 
 
 def faithful_result(rep: Representation, task: ProbeTask, params: TimecatSettings
-                    ) -> probe.ProbeResult:
+                    ) -> ProbeResult:
     """The authors' probe of one representation on one task, in
     run_root/faithful/<task>/rep<r>/<variant>: read back when it has finished, resumed when it
     was interrupted, under torchrun with `faithful.processes` processes."""
     settings = params.faithful
     assert settings is not None  # the schema requires it for probe_kind faithful
     task_data, num_classes = params.task_data(task)
-    config = probe.FaithfulProbe(
-        weight_decays=tuple(settings.grid(task.name, task_data.kind)), epochs=settings.epochs,
-        milestones=tuple(settings.milestones), lr=settings.lr, batch_size=settings.batch_size,
-        bn_batch=settings.bn_batch, heldout_fraction=settings.heldout_fraction,
-        seed=settings.seed, precision=settings.precision, device=params.device)
     output = runs_dir(params) / "faithful" / task.name / f"rep{rep.replicate}" / rep.variant
-    return probe.launch_faithful(list(rep.checkpoints), task_data, num_classes, output, config,
-                                 settings.workers, settings.processes)
+    return registry.get("faithful").run(
+        list(rep.checkpoints), task_data, num_classes, output,
+        settings.model_copy(update={"device": params.device}),
+        settings.grid(task.name, task_data.kind))
 
 
 def probe_description(params: TimecatSettings) -> str:
     """Which probe measured the results, and with what settings, in one sentence."""
+    chosen = registry.get(params.probe_kind)
     if params.probe_kind == "lbfgs":
-        return (f"full-batch L-BFGS on cached features (multinomial logistic regression, "
-                f"converged), one fit per weight decay {params.probe.weight_decays}, chosen on "
-                f"{params.probe.heldout_fraction:.0%} held-out training rows or on the "
-                "evaluation split")
+        return chosen.describe(params.probe.lbfgs())
     if params.probe_kind == "fast":
-        fast = params.probe
-        finish = ("; each weight decay's lowest-objective head then finished by float64 "
-                  "L-BFGS to its tolerance" if fast.select_from == "converged" else "")
-        return (f"the kit's fast probe on cached features: one head per learning rate "
-                f"{fast.lrs} x weight decay {fast.weight_decays}, {fast.epochs} epochs "
-                f"(SGD, Nesterov, cosine decay, standardised features){finish}")
+        return chosen.describe(params.probe)
     settings = params.faithful
     assert settings is not None
     grids = "; ".join(f"{task.name} {settings.grid(task.name, params.task_data(task)[0].kind)}"
                       for task in params.tasks)
-    return (f"the authors' probe on images: BatchNorm1d + linear heads on the frozen backbones "
-            f"({settings.precision}), SGD lr {settings.lr} Nesterov, {settings.epochs} epochs "
-            f"(x0.1 after epochs {settings.milestones}), global batch {settings.batch_size} "
-            f"over {settings.processes} process(es); weight decays {grids}")
+    return f"{chosen.describe(settings)}; weight decays {grids}"
 
 
 def _diagnostic_sample(rows: int, seed: int) -> torch.Tensor:

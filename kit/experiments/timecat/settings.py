@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from kit.core.params import NotebookSettings, Strict
 from kit.core.paths import SAFE_NAME, escapes, resolve
 from kit.data.settings import ComponentSettings, DataSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
 from kit.launch.settings import LaunchSettings
+from kit.probes.registry import PROBES
 from kit.probes.settings import (
     PAPER_WEIGHT_DECAYS,
     FaithfulProbeSettings,
@@ -74,11 +75,16 @@ class Variant(Strict):
     tasks: list[str] | None = None
     checkpoints: list[list[str]] | None = None
 
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        if kind not in VARIANT_KINDS:
+            raise ValueError(VARIANT_KINDS.unknown(kind))
+        return kind
+
     @model_validator(mode="after")
     def _consistent(self) -> Variant:
         where = f"variants: {self.name}"
-        if self.kind not in VARIANT_KINDS:
-            raise ValueError(f"{where}: {VARIANT_KINDS.unknown(self.kind)}")
         spec = self.spec
         if spec.one_model and self.n != 1:
             raise ValueError(f"{where}: a {self.kind} variant is one model (n: 1)")
@@ -128,7 +134,7 @@ class TimecatSettings(NotebookSettings):
     #: `lbfgs` (full-batch L-BFGS on the same features, run to convergence, one pass over the
     #: fit rows per evaluation: `probe`'s weight decays and held-out rows) or `faithful` (the
     #: authors', on augmented images every epoch: `faithful`)
-    probe_kind: Literal["fast", "lbfgs", "faithful"] = "fast"
+    probe_kind: str = "fast"
     #: settings of the fast probe (weight decays and held-out rows of the lbfgs one too)
     probe: FastProbeSettings
     #: settings of the authors' probe (needed when probe_kind is faithful)
@@ -151,6 +157,13 @@ class TimecatSettings(NotebookSettings):
     device: str = Field(min_length=1)
     launch: LaunchSettings
     paper_columns: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("probe_kind")
+    @classmethod
+    def _known_probe(cls, kind: str) -> str:
+        if kind not in PROBES:
+            raise ValueError(PROBES.unknown(kind))
+        return kind
 
     @model_validator(mode="after")
     def _consistent(self) -> TimecatSettings:

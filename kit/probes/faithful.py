@@ -1,0 +1,307 @@
+"""The authors' probe as a step of its own: in this process or under torchrun, resumable.
+
+    python -m kit.probes.faithful --checkpoints a.pt b.pt --data data.yaml --num-classes N \\
+        --output DIR
+
+runs the probe of `kit.probes.faithful_training` on a dataset, one process per device under
+torchrun, and writes `history.csv`, `selected.csv` and `finished.json` to DIR; a finished probe
+is read back, not run again, and an interrupted one resumes from `DIR/probe_state.pt`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+import torch.distributed as dist
+from pydantic import ValidationError
+from torch.utils.data import DataLoader, Dataset
+
+from kit.core import distributed, locks
+from kit.core.distributed import Process, start_process
+from kit.core.files import atomic_write, file_hash
+from kit.core.params import ParameterError, describe_errors, read_yaml
+from kit.core.paths import REPO_ROOT
+from kit.core.processes import child_environment, signal_tree
+from kit.data import kinds, pipeline
+from kit.data.settings import DataSettings
+from kit.features import load_backbone
+from kit.launch.local import module_command
+from kit.launch.settings import LaunchSettings
+from kit.probes.faithful_training import GlobalBatches, faithful_probe
+from kit.probes.rows import ProbeError, heldout_indices
+from kit.probes.selection import ProbeResult
+from kit.probes.settings import PAPER_WEIGHT_DECAYS, FaithfulProbeSettings
+from kit.train.trainer import exit_code
+
+#: written last by a finished probe: its identity and epochs, so a rerun skips it
+FINISHED = "finished.json"
+#: the settings that make two probes the same, beside checkpoints, data and weight decays;
+#: epochs, device, processes and workers are left out, so more epochs extend a finished probe
+IDENTITY = ("milestones", "lr", "momentum", "batch_size", "bn_batch", "heldout_fraction", "seed",
+            "precision")
+#: settings the command line takes as --name value, beside the weight decays and milestones
+OPTIONS = ("epochs", "batch_size", "lr", "momentum", "heldout_fraction", "seed")
+
+
+def load_data_config(path: Path) -> DataSettings:
+    """A dataset description (a `data:` section of a training configuration) from YAML."""
+    if not path.is_file():
+        raise ParameterError(f"{path}: dataset description not found")
+    try:
+        return DataSettings(**read_yaml(path))
+    except ValidationError as error:
+        raise ParameterError(describe_errors(f"invalid dataset description {path}:", DataSettings,
+                                             error, {}, str(path))) from None
+
+
+def faithful_identity(checkpoints: Sequence[Path], data_config: DataSettings, num_classes: int,
+                      settings: FaithfulProbeSettings, weight_decays: Sequence[float]
+                      ) -> dict[str, Any]:
+    """What makes two probes the same (their checkpoints by content): a saved state or a
+    finished result is reused only for the same identity."""
+    return json.loads(json.dumps({
+        "checkpoints": [file_hash(Path(p)) for p in checkpoints], "num_classes": num_classes,
+        "data": data_config.model_dump(mode="json"), "weight_decays": list(weight_decays),
+        **{key: getattr(settings, key) for key in IDENTITY}}))
+
+
+def finished_result(output: Path, identity: Mapping[str, Any], epochs: int
+                    ) -> ProbeResult | None:
+    """The result a previous run of this very probe wrote to `output`, or None."""
+    record = Path(output) / FINISHED
+    if not record.is_file():
+        return None
+    done = json.loads(record.read_text())
+    if done.get("identity") != dict(identity) or done.get("epochs") != epochs:
+        return None
+    history = pl.read_csv(Path(output) / "history.csv")
+    selected = pl.read_csv(Path(output) / "selected.csv", schema_overrides={"top5": pl.Float64})
+    return ProbeResult(history, selected)
+
+
+def _loaders(data_config: DataSettings, num_classes: int, settings: FaithfulProbeSettings
+             ) -> tuple[DataLoader, DataLoader, DataLoader]:
+    """This process's training (augmented), held-out and evaluation loaders (evaluation
+    transforms); the held-out images are a seeded part of the training split."""
+    train_base, eval_base = pipeline.datasets_for(data_config, num_classes)
+    from_images = kinds.get(data_config.kind).reads_disk
+    augment = pipeline.resolved_augment(data_config)
+    augmented = pipeline.augmentation(augment, data_config.image_size, True, from_images)
+    plain = pipeline.augmentation(augment, data_config.image_size, False, from_images)
+    kept, held = heldout_indices(len(train_base), settings.heldout_fraction, settings.seed)
+    rank, world = distributed.rank_and_world()
+    workers, pin = settings.workers, torch.device(settings.device).type == "cuda"
+
+    def loader(dataset: Dataset, **how: Any) -> DataLoader:
+        return DataLoader(dataset, num_workers=workers, pin_memory=pin,
+                          persistent_workers=workers > 0, **how)
+
+    local = settings.batch_size // world
+    if settings.bn_batch is not None and (settings.batch_size % world or local % settings.bn_batch):
+        raise ProbeError(f"the global batch {settings.batch_size} over {world} process(es) must "
+                         f"give each a multiple of bn_batch {settings.bn_batch}")
+    return (loader(pipeline.Samples(train_base, augmented, settings.seed),
+                   batch_sampler=GlobalBatches(kept, settings.batch_size, settings.seed)),
+            loader(pipeline.Samples(train_base, plain, settings.seed), batch_size=local,
+                   sampler=[(0, int(i)) for i in held[rank::world]]),
+            loader(pipeline.Samples(eval_base, plain, settings.seed), batch_size=local,
+                   sampler=[(0, i) for i in range(rank, len(eval_base), world)]))
+
+
+def run_faithful(checkpoints: Sequence[Path], data_config: DataSettings, num_classes: int,
+                 output: Path, settings: FaithfulProbeSettings, weight_decays: Sequence[float],
+                 progress: bool = True) -> ProbeResult:
+    """The authors' probe of the concatenated backbones on a dataset, one head per weight
+    decay: augmented training images (the kit's pipeline for the dataset kind), held-out part
+    of train and evaluation split with evaluation transforms. Writes `history.csv`,
+    `selected.csv` and `finished.json` to `output`; a finished probe is read back, not run
+    again, an interrupted one resumes from `output/probe_state.pt`; each process of a torchrun
+    reads its shard."""
+    missing = [str(p) for p in checkpoints if not Path(p).is_file()]
+    if not checkpoints or missing:
+        raise ProbeError(f"checkpoint(s) not found: {', '.join(missing) or 'none given'}")
+    output = Path(output)
+    identity = faithful_identity(checkpoints, data_config, num_classes, settings, weight_decays)
+    finished = finished_result(output, identity, settings.epochs)
+    if finished is not None:
+        return finished
+    backbones = [load_backbone(Path(p)) for p in checkpoints]
+    train_loader, held_loader, eval_loader = _loaders(data_config, num_classes, settings)
+    main_process = distributed.rank_and_world()[0] == 0
+    with locks.hold(output, "faithful probe") if main_process else contextlib.nullcontext():
+        result = faithful_probe(backbones, train_loader, held_loader, eval_loader, num_classes,
+                                settings, weight_decays, progress, output / "probe_state.pt",
+                                identity)
+        if main_process:
+            for name, table in (("history", result.history), ("selected", result.selected)):
+                with atomic_write(output / f"{name}.csv") as handle:
+                    table.write_csv(handle)
+            with atomic_write(output / FINISHED) as handle:
+                handle.write(json.dumps({"identity": identity, "epochs": settings.epochs},
+                                        indent=1).encode())
+    return result
+
+
+def faithful_command(checkpoints: Sequence[Path], data_file: Path, num_classes: int,
+                     output: Path, settings: FaithfulProbeSettings,
+                     weight_decays: Sequence[float]) -> list[str]:
+    """The command running `run_faithful` as a step of its own: under one standalone torchrun
+    with `settings.processes` processes (one per GPU), each reading its shard."""
+    arguments = ["kit.probes.faithful", "--checkpoints", *map(str, checkpoints),
+                 "--data", str(data_file), "--num-classes", str(num_classes),
+                 "--output", str(output), "--weight-decays", *map(str, weight_decays),
+                 "--milestones", *map(str, settings.milestones)]
+    for name in (*OPTIONS, "precision", "device"):
+        arguments += [f"--{name.replace('_', '-')}", str(getattr(settings, name))]
+    arguments += ["--bn-batch", str(settings.bn_batch or 0), "--workers", str(settings.workers)]
+    return module_command(arguments, LaunchSettings(backend="torchrun",
+                                                    nproc_per_node=settings.processes),
+                          rdzv_id="faithful")
+
+
+def launch_faithful(checkpoints: Sequence[Path], data_config: DataSettings, num_classes: int,
+                    output: Path, settings: FaithfulProbeSettings,
+                    weight_decays: Sequence[float], progress: bool = True) -> ProbeResult:
+    """`run_faithful` from a notebook: in this process for one process, else as a torchrun
+    of `python -m kit.probes.faithful` (DDP) logging to `output/probe.log`; a finished probe is
+    read back without starting anything. Interrupted, the torchrun is stopped (its state is
+    saved every epoch, so running again resumes)."""
+    if settings.processes == 1:
+        return run_faithful(checkpoints, data_config, num_classes, output, settings,
+                            weight_decays, progress)
+    output = Path(output)
+    identity = faithful_identity(checkpoints, data_config, num_classes, settings, weight_decays)
+    finished = finished_result(output, identity, settings.epochs)
+    if finished is not None:
+        return finished
+    output.mkdir(parents=True, exist_ok=True)
+    data_file = output / "data.yaml"
+    with atomic_write(data_file) as handle:
+        handle.write(data_config.model_dump_json().encode())  # JSON is YAML
+    log = output / "probe.log"
+    code = _run_logged(faithful_command(checkpoints, data_file, num_classes, output, settings,
+                                        weight_decays), log)
+    finished = finished_result(output, identity, settings.epochs)
+    if code != 0 or finished is None:
+        lines = log.read_text().splitlines()
+        errors = list(dict.fromkeys(line for line in lines if line.startswith("error:")))
+        raise ProbeError(f"the faithful probe in {output} failed (exit status {code}); see "
+                         f"{log}:\n" + "\n".join(errors or lines[-15:]))
+    return finished
+
+
+def _run_logged(command: list[str], log: Path) -> int:
+    """Run `command` from the repository, its output to `log`; stopped with this process."""
+    with log.open("w") as handle:
+        process = subprocess.Popen(command, env=child_environment(command), cwd=REPO_ROOT,
+                                   stdout=handle, stderr=subprocess.STDOUT)
+        try:
+            return process.wait()
+        except BaseException:
+            signal_tree(process, signal.SIGTERM)
+            process.wait()
+            raise
+
+
+class FaithfulProbe:
+    """The authors' probe as `kit.probes.registry` names it: `faithful`. It runs on images
+    through frozen backbones, not on cached features."""
+
+    settings = FaithfulProbeSettings
+    run = staticmethod(launch_faithful)
+
+    @staticmethod
+    def describe(settings: FaithfulProbeSettings) -> str:
+        """What the probe does with `settings`, in one sentence (the weight decays are each
+        task's: `FaithfulProbeSettings.grid`)."""
+        return (f"the authors' probe on images: BatchNorm1d + linear heads on the frozen "
+                f"backbones ({settings.precision}), SGD lr {settings.lr} Nesterov, "
+                f"{settings.epochs} epochs (x0.1 after epochs {settings.milestones}), global "
+                f"batch {settings.batch_size} over {settings.processes} process(es)")
+
+
+def _default(name: str) -> Any:
+    return FaithfulProbeSettings.model_fields[name].get_default(call_default_factory=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m kit.probes.faithful",
+        description="The authors' probe as a step of its own (run it under torchrun for "
+                    "several processes).")
+    parser.add_argument("--checkpoints", type=Path, nargs="+", required=True,
+                        help="backbones (kit or AlgoPerf checkpoints), concatenated in order")
+    parser.add_argument("--data", type=Path, required=True,
+                        help="YAML dataset description: kind, root, image_size (a data: section)")
+    parser.add_argument("--num-classes", type=int, required=True)
+    parser.add_argument("--output", type=Path, required=True,
+                        help="folder for history.csv, selected.csv and the resumable state")
+    parser.add_argument("--grid", choices=sorted(PAPER_WEIGHT_DECAYS),
+                        help="the authors' weight-decay grid (default: by the data kind)")
+    parser.add_argument("--weight-decays", type=float, nargs="+",
+                        help="a grid of your own instead of the authors'")
+    for name in OPTIONS:
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(_default(name)),
+                            default=_default(name))
+    parser.add_argument("--milestones", type=int, nargs="*", default=_default("milestones"),
+                        help="epochs after which the learning rate is multiplied by 0.1")
+    parser.add_argument("--bn-batch", type=int, default=_default("bn_batch"),
+                        help="rows per BN statistics group, as the authors' per-GPU batch "
+                        "(0: the whole global batch)")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16 runs the frozen backbones under autocast")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers per process")
+    return parser
+
+
+def _settings(args: argparse.Namespace, process: Process) -> FaithfulProbeSettings:
+    """The command line's settings for this process, its world size the processes."""
+    try:
+        return FaithfulProbeSettings(
+            **{name: getattr(args, name) for name in OPTIONS}, milestones=list(args.milestones),
+            bn_batch=args.bn_batch or None, processes=process.world_size, workers=args.workers,
+            precision=args.precision, device=str(process.device))
+    except ValidationError as error:
+        raise ParameterError(describe_errors("invalid faithful probe settings:",
+                                             FaithfulProbeSettings, error, {},
+                                             "the command line")) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the probe the command line describes; 2 (and a message) for bad input."""
+    args = _parser().parse_args(argv)
+
+    def run() -> None:
+        data_config = load_data_config(args.data)
+        grid = (list(args.weight_decays) if args.weight_decays else
+                list(PAPER_WEIGHT_DECAYS[args.grid or kinds.get(data_config.kind).probe_grid]))
+        process = start_process(args.device)
+        try:
+            result = run_faithful(args.checkpoints, data_config, args.num_classes, args.output,
+                                  _settings(args, process), grid, progress=True)
+            if process.main:
+                print(result.selected)
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    try:
+        return exit_code(run)
+    except ProbeError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""The fast probe: a grid of SGD heads trained in one pass over cached features.
+
+Like DINOv2's linear evaluation, all heads of a grid train together: one read of the features
+feeds every head. Features are streamed from where they are cached (fp16 memory maps of
+ImageNet size need not fit in memory, nor be copied in float32) and standardised per minibatch
+with statistics of the fit rows. With `select_from: converged`, each weight decay's
+lowest-objective head is finished by the L-BFGS probe's fit (`kit.probes.lbfgs`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import polars as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from kit.probes.lbfgs import ConvexFit, convex_fit
+from kit.probes.rows import Split, scores
+from kit.probes.selection import ProbeResult, select
+from kit.probes.settings import LBFGS_MAX_ITER, FastProbeSettings
+
+#: fit rows scored for the training loss and accuracy (at least as many as held out)
+TRAIN_SCORE_ROWS = 10_000
+
+
+class SgdHeads:
+    """One linear head per (lr, weight decay) of the grid, as one [H, D, C] weight read by one
+    product with the standardised features; SGD with Nesterov momentum and a per-head step."""
+
+    def __init__(self, rows: ConvexFit, config: FastProbeSettings, num_classes: int) -> None:
+        self.device, self.classes = rows.train.device, num_classes
+        self.mean, self.scale = rows.mean.float(), 1 / rows.std.float()
+        self.grid = list(itertools.product(config.lrs, config.weight_decays))
+        self.count, self.dim = len(self.grid), rows.train.features.shape[1]
+        self.lr = torch.tensor([g[0] for g in self.grid], device=self.device)[:, None, None]
+        self.wd = torch.tensor([g[1] for g in self.grid], device=self.device)[:, None, None]
+        self.momentum = config.momentum
+        self.weight = torch.zeros(self.count, self.dim, num_classes, device=self.device,
+                                  requires_grad=True)
+        self.bias = torch.zeros(self.count, num_classes, device=self.device, requires_grad=True)
+        self.velocity = [torch.zeros_like(self.weight), torch.zeros_like(self.bias)]
+
+    def logits(self, features: torch.Tensor) -> torch.Tensor:
+        """Every head's logits [B, H, C] of raw feature rows [B, D]."""
+        standardised = (features - self.mean) * self.scale
+        flat = standardised @ self.weight.permute(1, 0, 2).reshape(self.dim,
+                                                                   self.count * self.classes)
+        return flat.view(-1, self.count, self.classes) + self.bias
+
+    def step(self, features: torch.Tensor, labels: torch.Tensor, decay: float) -> None:
+        """One SGD step of every head on a minibatch, its learning rate times `decay`."""
+        loss = F.cross_entropy(self.logits(features).permute(0, 2, 1),
+                               labels[:, None].expand(-1, self.count), reduction="none")
+        loss.mean(0).sum().backward()
+        with torch.no_grad():
+            for param, buffer, penalty in ((self.weight, self.velocity[0], self.wd),
+                                           (self.bias, self.velocity[1], 0.0)):
+                grad = param.grad + penalty * param
+                buffer.mul_(self.momentum).add_(grad)
+                step_lr = (self.lr * decay if param is self.weight
+                           else (self.lr * decay)[:, :, 0])
+                param -= step_lr * (grad + self.momentum * buffer)
+                param.grad = None
+
+    def scored(self, rows: ConvexFit, fit_sample: torch.Tensor, epoch: int
+               ) -> list[dict[str, Any]]:
+        """Every head's objective on the sampled fit rows and accuracies on the sampled fit,
+        held-out and evaluation rows: one history row per head."""
+        fit = scores(self.logits, rows.train, fit_sample, rows.train_labels)
+        heldout = scores(self.logits, rows.train, rows.held, rows.train_labels)
+        evaluated = scores(self.logits, rows.evaluation, torch.arange(len(rows.eval_labels)),
+                           rows.eval_labels)
+        penalty = (self.wd[:, 0, 0] / 2 * self.weight.detach().square().sum((1, 2))).cpu()
+        return [{"lr": head_lr, "weight_decay": head_wd, "epoch": epoch,
+                 "train_loss": float(fit["loss"][h] + penalty[h]),
+                 "train_top1": float(fit["top1"][h]),
+                 "heldout_top1": float(heldout["top1"][h]),
+                 "eval_top1": float(evaluated["top1"][h]),
+                 "eval_top5": float(evaluated["top5"][h])}
+                for h, (head_lr, head_wd) in enumerate(self.grid)]
+
+    def linear(self, lr: float, weight_decay: float) -> nn.Linear:
+        """The head of (lr, weight decay) as a float64 nn.Linear on standardised features."""
+        index = self.grid.index((lr, weight_decay))
+        linear = nn.Linear(self.dim, self.classes).to(self.device, torch.float64)
+        with torch.no_grad():
+            linear.weight.copy_(self.weight[index].T)
+            linear.bias.copy_(self.bias[index])
+        return linear
+
+
+def fast_probe(train: Split, evaluation: Split, num_classes: int,
+               config: FastProbeSettings = FastProbeSettings(), progress: bool = True
+               ) -> ProbeResult:
+    """Train one head per (lr, weight decay) in one pass over the fit rows; score every head on
+    the held-out and evaluation rows after each epoch, and on as many fit rows (a fixed random
+    sample, all of them when there are few) for the training loss and accuracy, which cost no
+    more than the held-out scoring. Features are standardised per minibatch with statistics of
+    the fit rows, so no standardised copy is ever made. With `select_from: converged`, each
+    weight decay's lowest-objective head is then finished by L-BFGS to its tolerance (see
+    `FastProbeSettings`), and the rules choose among those fits."""
+    rows = convex_fit(train, evaluation, num_classes, config.heldout_fraction, config.seed,
+                      torch.device(config.device))
+    heads = SgdHeads(rows, config, num_classes)
+    history = pl.DataFrame(_train(heads, rows, config, progress))
+    if config.select_from == "epochs":
+        return ProbeResult(history, select(history, ["lr", "weight_decay"], num_classes))
+    finished = pl.DataFrame([
+        {"lr": head["lr"], "weight_decay": head["weight_decay"], "epoch": config.epochs,
+         **rows.fit(heads.linear(head["lr"], head["weight_decay"]), head["weight_decay"],
+                    LBFGS_MAX_ITER)}
+        for head in converged_heads(history).iter_rows(named=True)])
+    return ProbeResult(pl.concat([history, finished], how="diagonal"),
+                       select(finished, ["lr", "weight_decay"], num_classes))
+
+
+def _train(heads: SgdHeads, rows: ConvexFit, config: FastProbeSettings, progress: bool
+           ) -> list[dict[str, Any]]:
+    """The epochs of SGD over seeded shuffles of the fit rows, with a cosine decay of the
+    learning rates over all steps; every head's history row after each epoch."""
+    kept, read = rows.kept, rows.train
+    generator = torch.Generator().manual_seed(config.seed)
+    total = config.epochs * math.ceil(len(kept) / config.batch_size)
+    sampled = torch.randperm(len(kept), generator=torch.Generator().manual_seed(config.seed + 1))
+    fit_sample = kept[sampled[:max(len(rows.held), TRAIN_SCORE_ROWS)]].sort().values
+    step, history = 0, []
+    for epoch in tqdm(range(1, config.epochs + 1), desc="fast probe", disable=not progress):
+        order = kept[torch.randperm(len(kept), generator=generator)]
+        for start in range(0, len(kept), config.batch_size):
+            batch = order[start:start + config.batch_size].sort().values  # memory-map locality
+            heads.step(read(batch), rows.train_labels[batch.to(read.device)],
+                       0.5 * (1 + math.cos(math.pi * step / total)))
+            step += 1
+        history += heads.scored(rows, fit_sample, epoch)
+    return history
+
+
+def converged_heads(history: pl.DataFrame) -> pl.DataFrame:
+    """Per weight decay, the fast probe's fit closest to convergence: the L-BFGS-finished one
+    where the history holds it (rows with `iterations`), else the head with the lowest
+    training objective at the last epoch."""
+    finished = (history.filter(pl.col("iterations").is_not_null())
+                if "iterations" in history.columns else history.clear())
+    if finished.height:
+        return finished.sort("weight_decay")
+    last = history.filter(pl.col("epoch") == history["epoch"].max())
+    return (last.sort("train_loss").group_by("weight_decay", maintain_order=True).first()
+            .sort("weight_decay"))
+
+
+class FastProbe:
+    """The fast probe as `kit.probes.registry` names it: `fast`."""
+
+    settings = FastProbeSettings
+    fit = staticmethod(fast_probe)
+
+    @staticmethod
+    def describe(settings: FastProbeSettings) -> str:
+        """What the probe does with `settings`, in one sentence."""
+        finish = ("; each weight decay's lowest-objective head then finished by float64 "
+                  "L-BFGS to its tolerance" if settings.select_from == "converged" else "")
+        return (f"the kit's fast probe on cached features: one head per learning rate "
+                f"{settings.lrs} x weight decay {settings.weight_decays}, {settings.epochs} "
+                f"epochs (SGD, Nesterov, cosine decay, standardised features){finish}")

@@ -1,0 +1,158 @@
+"""Feature rows as the feature probes read them: splits, checks, standardisation and scores."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+class ProbeError(ValueError):
+    """Features or labels a probe cannot use."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """Features [N, D] and integer labels [N]. Features may be a tensor or a NumPy array such as
+    a `kit.features.FeatureSet` memory map: probes read them in chunks and never copy them whole,
+    so fp16 features stay fp16 and an ImageNet-sized set need not fit in memory."""
+
+    features: torch.Tensor | np.ndarray
+    labels: torch.Tensor | np.ndarray
+    name: str
+
+
+def labels_of(split: Split) -> torch.Tensor:
+    """A split's labels as an int64 tensor."""
+    return torch.as_tensor(np.asarray(split.labels) if isinstance(split.labels, np.ndarray)
+                           else split.labels).long()
+
+
+def chunk_rows(width: int, device: torch.device) -> int:
+    """Rows per chunk: small on the host, where a chunk is extra memory beside the features."""
+    budget = (256 if device.type == "cuda" else 8) << 20
+    return max(1, budget // (8 * width))
+
+
+def read_rows(features: torch.Tensor | np.ndarray, index: torch.Tensor) -> torch.Tensor:
+    """The rows `index` (sorted, on the host) of a tensor or an array, as a tensor of those rows
+    only."""
+    if isinstance(features, np.ndarray):
+        return torch.from_numpy(np.asarray(features[index.numpy()]))
+    return features[index]
+
+
+def check_splits(splits: Sequence[Split], num_classes: int) -> None:
+    """Refuse what would make a probe silently wrong, naming the split (one chunked pass)."""
+    width = None
+    for split in splits:
+        labels = labels_of(split)
+        if split.features.ndim != 2 or split.features.shape[0] == 0:
+            raise ProbeError(f"split '{split.name}': expected a non-empty [N, D] feature matrix, "
+                             f"got shape {tuple(split.features.shape)}")
+        if labels.shape != (split.features.shape[0],):
+            raise ProbeError(f"split '{split.name}': {split.features.shape[0]} feature rows but "
+                             f"labels of shape {tuple(labels.shape)}")
+        if width is not None and split.features.shape[1] != width:
+            raise ProbeError(f"split '{split.name}': feature dimension {split.features.shape[1]} "
+                             f"differs from {width} in the other splits")
+        width = split.features.shape[1]
+        low, high = int(labels.min()), int(labels.max())
+        if low < 0 or high >= num_classes:
+            raise ProbeError(f"split '{split.name}': labels span [{low}, {high}], outside "
+                             f"[0, {num_classes - 1}]")
+        bad = _non_finite_rows(split.features)
+        if bad:
+            raise ProbeError(f"split '{split.name}': {bad} feature row(s) hold NaN or inf")
+
+
+def _non_finite_rows(features: torch.Tensor | np.ndarray) -> int:
+    """How many rows hold NaN or inf, read a chunk at a time."""
+    bad, rows = 0, features.shape[0]
+    step = chunk_rows(features.shape[1], torch.device("cpu"))
+    for start in range(0, rows, step):
+        chunk = read_rows(features, torch.arange(start, min(start + step, rows)))
+        if not torch.isfinite(chunk.sum(dtype=torch.float64)):  # NaN/inf propagate
+            bad += int((~torch.isfinite(chunk)).any(1).sum())
+    return bad
+
+
+def heldout_indices(rows: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sorted (kept, held) row indices: a random part of the training split kept out of
+    training for the `heldout` rule."""
+    if not 0 < fraction < 1:
+        raise ProbeError(f"heldout fraction must be in (0, 1), got {fraction}")
+    order = torch.randperm(rows, generator=torch.Generator().manual_seed(seed))
+    cut = max(1, int(round(fraction * rows)))
+    return order[cut:].sort().values, order[:cut].sort().values
+
+
+def standardiser(features: torch.Tensor | np.ndarray, index: torch.Tensor | None = None,
+                 device: torch.device = torch.device("cpu")) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-feature mean and standard deviation over the rows `index` (default all), read in
+    chunks with float64 accumulators: one pass, and no full-size temporary."""
+    index = torch.arange(features.shape[0]) if index is None else index
+    total = torch.zeros(features.shape[1], dtype=torch.float64, device=device)
+    squares = torch.zeros_like(total)
+    step = chunk_rows(features.shape[1], device)
+    for start in range(0, len(index), step):
+        chunk = read_rows(features, index[start:start + step]).to(device, torch.float64)
+        total += chunk.sum(0)
+        squares += chunk.square().sum(0)
+    mean = total / len(index)
+    variance = (squares / len(index) - mean.square()).clamp_min(0.0)
+    return mean.float(), variance.sqrt().clamp_min(1e-6).float()
+
+
+class FeatureRows:
+    """A split's features where the probe reads them, as float32 rows on the device: the fp16 (or
+    whatever) matrix is moved to the device once when it takes at most 70% of its free memory
+    (heads and chunks need the rest), otherwise every read gathers its rows from host memory or
+    the memory map."""
+
+    def __init__(self, features: torch.Tensor | np.ndarray, device: torch.device) -> None:
+        self.features, self.device = features, device
+        if device.type == "cuda":
+            size = features.shape[0] * features.shape[1] * features.dtype.itemsize
+            if size <= 0.7 * torch.cuda.mem_get_info(device)[0]:
+                resident = torch.empty(features.shape, device=device,
+                                       dtype=read_rows(features, torch.arange(1)).dtype)
+                step = chunk_rows(features.shape[1], device)
+                for start in range(0, features.shape[0], step):
+                    index = torch.arange(start, min(start + step, features.shape[0]))
+                    resident[start:start + len(index)] = read_rows(features, index).to(device)
+                self.features = resident
+
+    def __call__(self, index: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.features, torch.Tensor) and self.features.device == self.device:
+            return self.features[index.to(self.device)].float()
+        return read_rows(self.features, index).to(self.device, torch.float32)
+
+
+def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
+    """Correct predictions per head: logits [B, H, C], labels [B] -> counts [H]."""
+    top = logits.topk(min(k, logits.shape[-1]), dim=-1).indices
+    return (top == labels[:, None, None]).any(-1).sum(0)
+
+
+def scores(logits_of: Callable[[torch.Tensor], torch.Tensor], read: FeatureRows,
+           index: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Top-1, top-5 and mean cross-entropy per head (logits [B, H, C]) over the rows `index`,
+    read in chunks, without gradients."""
+    sums = None
+    with torch.no_grad():
+        chunk = chunk_rows(read.features.shape[1], read.device)
+        for start in range(0, len(index), chunk):
+            part = index[start:start + chunk]
+            logits, target = logits_of(read(part)), labels[part.to(read.device)]
+            heads = logits.shape[1]
+            counts = torch.stack([
+                topk_correct(logits, target, 1).double(), topk_correct(logits, target, 5).double(),
+                F.cross_entropy(logits.permute(0, 2, 1), target[:, None].expand(-1, heads),
+                                reduction="none").sum(0).double()])
+            sums = counts if sums is None else sums + counts
+    top1, top5, loss = (sums / len(index)).cpu()
+    return {"top1": top1, "top5": top5, "loss": loss}
