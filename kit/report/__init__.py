@@ -1,0 +1,2 @@
+"""What a reader sees: tables, charts and their saved files, and label-free diagnostics of
+representations (RankMe, alpha-ReQ, linear CKA)."""
