@@ -12,7 +12,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PARAMETERS_DIR = REPO_ROOT / "parameters"
-OUTPUTS_DIR = REPO_ROOT / "outputs"
 
 
 #: names that become folders (tasks, variants): no separator, no leading dot, so never `..`

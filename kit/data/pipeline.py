@@ -111,9 +111,6 @@ class ResumableOrder(Sampler[Key]):
         self.shard.set_epoch(epoch)
         self.epoch, self.skip = epoch, batches_done * self.local_batch
 
-    def batches_per_epoch(self) -> int:
-        return len(self.shard) // self.local_batch
-
     def __iter__(self) -> Iterator[Key]:
         batch: list[int] = []
         for position, index in enumerate(self.shard):
