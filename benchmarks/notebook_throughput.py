@@ -4,13 +4,14 @@ The notebook's figure is every image its runs train on divided by the wall-clock
 `planning.launch` (workers starting, synthetic images rendered, evaluation, checkpoints: all of
 it), for the time-concat runs of every replicate of a profile (default cpu: cat1, cat2, cat4 on
 the synthetic world, 21 runs; `--replicates 1` for the first replicate's only). As in the
-notebook, the worker processes are warmed (kit.warm) before this process imports torch, so their
+notebook, the worker processes are warmed (kit.launch.warm) before this process imports torch, so their
 imports overlap it; `--cold` starts them when training starts instead. The trainer's figure is its
 step alone on one fixed batch of the same net,
 in as many processes as the launcher has workers, each pinned to its worker's cores and threads
 and all stepping at the same time: what the workers would reach if they did nothing but step
 (also printed: one such process alone, times the workers, which ignores that they share the
-machine's memory bandwidth). Issue 11 asks for a ratio of at least 0.8.
+machine's memory bandwidth). A ratio of at least 0.8 means the launch costs little beyond
+the steps.
 
     .venv/bin/python benchmarks/notebook_throughput.py              # cpu profile, 2 workers
 """

@@ -12,7 +12,7 @@ from kit.experiments import evidence
 from kit.report import charts, outputs
 
 # The paper's printed tables (arXiv 2506.18221, Tables 2 and 3; cat4 CIFAR-100 read from the
-# authors' figure), as listed in ../shared/papers/REFERENCE.md.
+# authors' figure), as the paper's Section 4 and Table 3 give them.
 PAPER_TABLE2 = {
     "resnet50": [75.58, 37.91, 73.23, 90.57],
     "resnet50w2": [77.58, 37.34, 72.65, 90.86],

@@ -93,8 +93,8 @@ def test_several_runs_in_one_process_are_refused_under_several_ranks(tmp_path: P
 
 
 def test_torchrun_backend_launches_back_to_back_without_failure(tmp_path: Path) -> None:
-    """One torchrun per run: the second run never meets the first one's rendezvous (issue 12
-    measured 3 failures in 6 with two runs in one torchrun)."""
+    """One torchrun per run: the second run never meets the first one's rendezvous (two runs in
+    one torchrun failed 3 times in 6)."""
     settings_ = LaunchSettings(backend="torchrun", nproc_per_node=2, workers=2)
     failures = {}
     for index in range(TORCHRUN_LAUNCHES):

@@ -94,7 +94,7 @@ def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     checked = results.filter(pl.col("lbfgs_top1").is_not_null())
     assert set(checked["replicate"]) == {0}
     assert checked.height == results.filter(pl.col("replicate") == 0).height
-    # issue 11: the fast probe run to convergence (select_from: converged) gives L-BFGS's fits
+    # the fast probe run to convergence (select_from: converged) gives L-BFGS's fits
     assert (checked["top1"] - checked["lbfgs_top1"]).abs().max() <= 0.005
     summary = outputs.read_json(folder / "time_concat_summary.json")
     controls = {(row["variant"], row["baseline"]) for row in summary["controls"]}

@@ -10,7 +10,7 @@ While a notebook runs, the runner prints one line per training run whose `metric
 under the notebook's output folder (run, step/total, loss, images/s): at most every
 PROGRESS_EVERY_S seconds per run, plus one when the run reaches its last step (TrainingProgress).
 
-One run per output folder at a time (kit.locks). SIGTERM or SIGINT (what `timeout`, `kill`,
+One run per output folder at a time (kit.core.locks). SIGTERM or SIGINT (what `timeout`, `kill`,
 schedulers and Ctrl-C send) stops the kernel and every process it started (training workers
 included, whatever process group they are in) and says how to resume, without a traceback.
 """

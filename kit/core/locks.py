@@ -1,6 +1,6 @@
 """One folder, one writer: an advisory lock that names its holder.
 
-A training run's folder (kit.train) and a notebook's output folder (kit.runner) are each written
+A training run's folder (kit.train) and a notebook's output folder (kit.cli.runner) are each written
 by one process at a time. The lock is `fcntl.flock` on `<folder>/.lock`: the kernel releases it
 when its process ends, however it ends (SIGKILL, preemption, a lost node), so no stale lock
 outlives its holder and nothing needs cleaning. The file records the holder (host, pid, command,

@@ -14,7 +14,7 @@ import psutil
 
 from kit.core.paths import importable_environment
 
-#: the trainer's exit status after a preemption checkpoint (kit.train.PREEMPTED_EXIT)
+#: the trainer's exit status after a preemption checkpoint (kit.train exits with it)
 PREEMPTED_EXIT = 75
 
 

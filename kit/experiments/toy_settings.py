@@ -1,6 +1,6 @@
 """Notebook 01's parameters: the XOR counterexample's mixtures, replicates and sparse training.
 
-`SparseTrainingSettings` is what `kit.toy` trains with; the notebook's schema is the same settings plus
+`SparseTrainingSettings` is what `kit.experiments.toy` trains with; the notebook's schema is the same settings plus
 the experiment around them, so there is one set of defaults. Free of torch.
 """
 

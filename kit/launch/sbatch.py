@@ -35,7 +35,7 @@ def _sbatch(name: str, settings: LaunchSettings, out: Path, command: str,
     options += [f"--account={settings.account}"] * bool(settings.account)
     return "\n".join([
         "#!/bin/bash", *(f"#SBATCH {option}" for option in options), "",
-        f"# written by `python -m kit.launch plan`; submit with: sbatch {out / name}.sbatch",
+        f"# written by `python -m kit launch plan`; submit with: sbatch {out / name}.sbatch",
         *settings.setup,
         f"cd {shlex.quote(str(REPO_ROOT))}",
         f'export PYTHONPATH={shlex.quote(str(REPO_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
@@ -84,7 +84,7 @@ def export_step(name: str, module_args: Sequence[str], settings: LaunchSettings,
 def export_chain(scripts: Sequence[Path], out: str | Path) -> Path:
     """out/submit.sh: submits the scripts in order, each once the previous one has succeeded
     (`--dependency=afterok`: for an array, once every task has)."""
-    lines = ["#!/bin/bash", "# written by `python -m kit.launch plan`: each job starts once the "
+    lines = ["#!/bin/bash", "# written by `python -m kit launch plan`: each job starts once the "
              "previous one succeeded", "set -euo pipefail", "job="]
     for script in scripts:
         lines += [f'job="$(sbatch --parsable ${{job:+--dependency=afterok:$job}} '

@@ -1,7 +1,7 @@
 """Worker processes started before their command, so that importing torch and torchvision (about
 5 s on a CPU node, as long as a small run trains) overlaps what the kernel does meanwhile.
 
-A warm process (`python -m kit.warm`) imports the trainer's modules, then waits for one command
+A warm process (`python -m kit.launch.warm`) imports the trainer's modules, then waits for one command
 on its standard input: the module and arguments of `python -m`, the environment, working folder,
 CPU cores and log file it would have had if started cold. It then calls the module's `main` with
 those arguments (every launched module has one) and exits with its status; it exits quietly when

@@ -117,7 +117,7 @@ def concatenated_features(backbones: Sequence[nn.Module], precision: str = "fp32
 
 class GlobalBatches(Sampler[list[tuple[int, int]]]):
     """This process's share of each global batch of a per-epoch seeded shuffle of `indices`, as
-    (epoch, index) keys for `kit.data.Samples`: the same global batches, augmented the same way,
+    (epoch, index) keys for `kit.data.pipeline.Samples`: the same global batches, augmented the same way,
     whatever the number of processes. An incomplete last global batch is dropped."""
 
     def __init__(self, indices: torch.Tensor, batch_size: int, seed: int) -> None:

@@ -1,7 +1,7 @@
 """The configuration of one training run (`kit.train`): model, data, optimizer, budget.
 
 One YAML file per run plus dotted command-line overrides (`data.image_size=32`), validated by the
-engine in `kit.params` so that a refusal names the file and key. Notebook 03 takes the same
+engine in `kit.core.params` so that a refusal names the file and key. Notebook 03 takes the same
 settings as its `train` section (`RunSettings`: everything but a run's seed, budget and folder).
 Free of torch, like every parameter schema.
 """
