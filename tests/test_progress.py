@@ -16,7 +16,7 @@ from kit.experiments import toy
 from kit.experiments.toy_settings import SparseTrainingSettings
 
 CELL = """\
-from kit.progress import KeptBar
+from kit.core.progress import KeptBar
 for _ in KeptBar(range(500), desc="counting"):
     pass
 """

@@ -70,7 +70,7 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
         found = measure.task_features(task, representations, loaded)
         sets = [*found.train, *found.eval, *found.single.values()]
         assert sets and all(entry.cache_hit for entry in sets), task.name
-    assert kit_main(["launch", "probe", "--profile", "ci", "-f", str(parameters)]) == 0
+    assert kit_main(["probe", "--profile", "ci", "-f", str(parameters)]) == 0
     results = pl.read_parquet(Path(loaded.output_dir) / jobs.RESULTS)
     assert results.height == len(representations) * len(loaded.tasks) * 2  # two rules
     assert (Path(loaded.output_dir) / jobs.DIAGNOSTICS).exists()
@@ -78,7 +78,7 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
 
     # one process extracts the same entries (same keys) with the same features
     shutil.move(cache, tmp_path / "sharded")
-    assert kit_main(["launch", "extract", "--profile", "ci", "-f", str(parameters)]) == 0
+    assert kit_main(["extract", "--profile", "ci", "-f", str(parameters)]) == 0
     assert set(entries(cache)) == set(made)
     for name in made:
         sharded, single = tmp_path / "sharded" / name, cache / name
@@ -94,7 +94,7 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
 def test_extraction_refuses_unfinished_training_before_extracting(tmp_path: Path, capsys
                                                                   ) -> None:
     out = tmp_path / "out"
-    assert kit_main(["launch", "extract", "--profile", "ci", "--set", f"output_dir={out}"]) == 2
+    assert kit_main(["extract", "--profile", "ci", "--set", f"output_dir={out}"]) == 2
     error = capsys.readouterr().err
     assert "training run(s) have not finished" in error and "rep0/cat1/seed0" in error
     assert "Traceback" not in error
