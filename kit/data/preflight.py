@@ -1,5 +1,5 @@
-"""Cheap checks of a data root and an output folder, made before anything trains (no image is
-opened).
+"""Cheap checks of a data root and an output folder, made before anything trains (no image file
+is decoded; CIFAR's pickles are read, by an unpickler that runs no code from them).
 
 Kept free of torch so that validating parameters (`python -m kit check`) stays fast. Every check
 returns all the problems it finds, each naming its path, so that one pass reports them all; what
