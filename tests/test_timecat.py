@@ -41,8 +41,9 @@ def planned_params(profile: str, **overrides) -> TimecatSettings:
 
 @pytest.fixture()
 def fake_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The on-disk layout each kind expects (empty files: pre-flight opens no image), and the
-    released checkpoints' file names."""
+    """The on-disk layout each kind expects (empty files: pre-flight opens no image; CIFAR
+    batches hold no image but are pickles, which pre-flight reads), and the released
+    checkpoints' file names."""
     for folder in ("imagenet/train/n01440764", "imagenet/val/n01440764", "inat18",
                    "cifar100/cifar-100-python", "cifar10/cifar-10-batches-py"):
         (tmp_path / folder).mkdir(parents=True)
@@ -52,7 +53,8 @@ def fake_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                  "cifar10/cifar-10-batches-py/test_batch",
                  *[f"cifar10/cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)]):
         (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / file).write_text("")
+        (tmp_path / file).write_bytes(pickle.dumps({"data": [], "labels": []})
+                                      if "cifar" in file else b"")
     for n, seeds in ((1, [2]), (2, [2, 550]), (4, [2, 550, 23, 477]),
                      (5, [2, 550, 23, 477, 8529])):
         for seed in seeds:

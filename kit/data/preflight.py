@@ -1,5 +1,5 @@
-"""Cheap checks of a data root and an output folder, made before anything trains (no image is
-opened).
+"""Cheap checks of a data root and an output folder, made before anything trains (no image file
+is decoded; CIFAR's pickles are read, by an unpickler that runs no code from them).
 
 Kept free of torch so that validating parameters (`python -m kit check`) stays fast. Every check
 returns all the problems it finds, each naming its path, so that one pass reports them all; what
@@ -9,6 +9,7 @@ a data root must hold is its kind's (kit.data.kinds).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from kit.core.paths import resolve
@@ -32,13 +33,21 @@ def preflight(data: DataSettings) -> list[str]:
 
 
 def writable_problems(folder: Path) -> list[str]:
-    """Whether `folder` can be created and written, without creating it."""
+    """Whether `folder` can be created and written, without creating it: a temporary file is
+    created and removed in the nearest existing ancestor (or the folder itself), since
+    `os.access` answers yes for root even where the file system refuses (/proc, a read-only
+    mount)."""
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
         return [f"{existing}: not a folder, so {folder} cannot be created (output_dir)"]
-    if not os.access(existing, os.W_OK | os.X_OK):
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".kit-write-check-", dir=existing)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as error:
         verb = "written" if existing == folder else f"created (in {existing})"
-        return [f"{folder}: output folder cannot be {verb}: permission denied (output_dir)"]
+        return [f"{folder}: output folder cannot be {verb}: "
+                f"{error.strerror or error} (output_dir)"]
     return []

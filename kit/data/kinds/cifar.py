@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar
 
 from kit.data.kinds.base import DataError, DatasetKind, data_root, existing_folder
 
@@ -34,12 +34,43 @@ class CifarLayout:
         return tuple(f"{self.folder}/{name}" for name in self.files())
 
 
+#: the globals a CIFAR pickle may name: numpy's array reconstruction (numpy 1's `numpy.core`,
+#: numpy 2's `numpy._core`; `_frombuffer` is protocol 5's path), numpy scalars, and
+#: `_codecs.encode`, with which Python 3 writes bytes at protocols 0-2. The format holds nothing
+#: else (https://www.cs.toronto.edu/~kriz/cifar.html: dicts of a uint8 array, label lists and
+#: names), and any other global could run code while the file is read
+#: (https://docs.python.org/3/library/pickle.html#restricting-globals).
+CIFAR_GLOBALS = frozenset({
+    *(f"numpy.{core}.multiarray.{name}" for core in ("core", "_core")
+      for name in ("_reconstruct", "scalar")),
+    *(f"numpy.{core}.numeric._frombuffer" for core in ("core", "_core")),
+    "numpy.ndarray", "numpy.dtype", "_codecs.encode"})
+
+
+class CifarUnpickler(pickle.Unpickler):
+    """Python's unpickler admitting only CIFAR_GLOBALS: a data file that names anything else is
+    refused (DataError naming the file and the global) before that global is even imported."""
+
+    def __init__(self, handle: BinaryIO, path: Path) -> None:
+        super().__init__(handle, encoding="latin1")
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if f"{module}.{name}" not in CIFAR_GLOBALS:
+            raise DataError(f"{self.path}: refuses to load {module}.{name}: not CIFAR data (a "
+                            "CIFAR pickle holds only numpy arrays, lists and strings)")
+        return super().find_class(module, name)
+
+
 def read_cifar_pickle(path: Path) -> dict[str, Any]:
     """One CIFAR pickle with text keys and class names, whether it is an original (Python 2)
-    file or one re-saved from Python 3 with bytes keys, which torchvision's reader refuses."""
+    file or one re-saved from Python 3 with bytes keys, which torchvision's reader refuses.
+    Read with CifarUnpickler, so that a crafted file runs no code."""
     try:
         with open(path, "rb") as handle:
-            content = pickle.load(handle, encoding="latin1")
+            content = CifarUnpickler(handle, path).load()
+    except DataError:
+        raise
     except (OSError, EOFError, ValueError, pickle.UnpicklingError, AttributeError,
             ImportError, IndexError) as error:
         raise DataError(f"{path}: not a readable CIFAR pickle ({error!r})") from None
@@ -99,13 +130,21 @@ class CifarKind(DatasetKind):
         return cifar(self.cifar_layout, data_root(data), "train" if split == "train" else "test")
 
     def layout_problems(self, root: Path) -> list[str]:
-        """Every pickle present and readable, and the meta file naming the classes."""
+        """Every pickle present and read by CifarUnpickler (a crafted file is refused here,
+        before anything trains on it), and the meta file naming the classes."""
         problems = super().layout_problems(root)
-        if not problems:
+        if problems:
+            return problems
+        folder = root / self.cifar_layout.folder
+        for name in (*self.cifar_layout.train, *self.cifar_layout.test):
             try:
-                cifar_class_names(root / self.cifar_layout.folder, self.cifar_layout)
+                read_cifar_pickle(folder / name)
             except DataError as error:
                 problems.append(str(error))
+        try:
+            cifar_class_names(folder, self.cifar_layout)
+        except DataError as error:
+            problems.append(str(error))
         return problems
 
 

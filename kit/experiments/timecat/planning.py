@@ -13,6 +13,9 @@ from kit import models
 from kit.core import files
 from kit.core.params import ParameterError
 from kit.core.paths import escapes, resolve
+from kit.data import kinds, pipeline
+from kit.data.kinds.base import DataError
+from kit.data.settings import DataSettings
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch import backends as kit_launch
 from kit.launch.runs import is_finished
@@ -156,6 +159,31 @@ def launch(trainings: list[TrainSettings], params: TimecatSettings, wait: bool =
     skipped = [str(t.output_dir) for t in trainings if is_finished(t)]
     pending = [t for t in trainings if not is_finished(t)]
     if pending:
+        check_task_data(params)
         kit_launch.launch(pending, params.launch, runs_dir(params), wait).check()
     return skipped
+
+
+def check_task_data(params: TimecatSettings) -> None:
+    """Open every probe task's data that is read from files as a run opens its training data
+    (kit.data.pipeline.datasets_for: both splits, their class counts and, with
+    data.verify_images, every image decoded), so that a corrupt image is found before anything
+    trains, not by feature extraction afterwards. Data a run trains on as its pretraining data
+    is left to the trainer, which checks it itself. Raises one DataError listing every problem,
+    each naming its path."""
+    trained = None if params.train is None else (params.train.data, params.train.num_classes)
+    checked: list[tuple[DataSettings, int]] = []
+    problems = []
+    for task in params.tasks:
+        task_data = params.task_data(task)
+        if (not kinds.get(task_data[0].kind).reads_disk or task_data == trained
+                or task_data in checked):
+            continue
+        checked.append(task_data)
+        try:
+            pipeline.datasets_for(*task_data)
+        except DataError as error:
+            problems.append(f"tasks: {task.name}: {error}")
+    if problems:
+        raise DataError("\n".join(problems))
 
