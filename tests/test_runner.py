@@ -119,7 +119,8 @@ def test_a_read_only_output_folder_is_refused(workspace, capsys) -> None:
 RUNNER_SCRIPT = """
 import sys
 from pathlib import Path
-from kit import params, runner
+from kit.cli import runner
+from kit.core import params
 params.SCHEMAS["01_workers"] = "kit.core.params:NotebookSettings"
 root = Path(sys.argv[1])
 sys.exit(runner.run(None, "mini", notebooks_dir=root / "nb", parameters_dir=root / "params",
