@@ -1,0 +1,139 @@
+"""Faults of processes and of the disk, each kept from coming back: kills (the `kit run` group
+killed outright must not leave its kernel or workers training on and holding run folders), a full
+disk (named, with the file and the free space, and no temporary left behind) and torn files (a
+metrics.jsonl torn by a kill or corrupted is read or refused naming the file and line)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from kit.core.paths import REPO_ROOT, importable_environment
+
+#: what the kit's processes carry on their command line: the kernel, warm workers, trainers
+KIT_PROCESSES = ("ipykernel", "kit.launch.warm", "kit.train")
+#: an environment variable every process below the test's `kit run` inherits, naming it
+MARKER = "KIT_FAULT_TEST_RUN"
+
+
+def _cmdline(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.Error, OSError):
+        return ""
+
+
+def _ours(process: psutil.Process, tmp: str) -> bool:
+    """Whether `process` is one of the kit's processes started by the run into `tmp`."""
+    cmdline = _cmdline(process)
+    if not any(name in cmdline for name in KIT_PROCESSES):
+        return False
+    try:
+        return tmp in cmdline or process.environ().get(MARKER) == tmp
+    except (psutil.Error, OSError):
+        return False
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _survivors(remembered: list[psutil.Process], tmp: str) -> list[psutil.Process]:
+    """The kit's processes of the run still alive: remembered before the kill, or found now."""
+    found = {p.pid: p for p in psutil.process_iter() if _ours(p, tmp)}
+    for process in remembered:
+        if _alive(process):
+            found.setdefault(process.pid, process)
+    return list(found.values())
+
+
+def _describe(processes: list[psutil.Process]) -> list[str]:
+    return [f"{process.pid}: {_cmdline(process)[:200]}" for process in processes]
+
+
+MIDDLE = """
+import signal, subprocess, sys, time
+from kit.core.processes import ignoring_signals
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                         preexec_fn=ignoring_signals((signal.SIGUSR1, signal.SIGINT)))
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only")
+def test_a_child_started_by_the_kit_dies_when_its_parent_is_killed() -> None:
+    """The preexec_fn of every launched process (local, warm, slurm) makes the child die with
+    the process that started it, even when that one is killed outright."""
+    middle = subprocess.Popen([sys.executable, "-c", MIDDLE], stdout=subprocess.PIPE, text=True,
+                              stderr=subprocess.PIPE, cwd=REPO_ROOT, env=importable_environment())
+    assert middle.stdout is not None
+    line = middle.stdout.readline()
+    assert line.strip().isdigit(), middle.communicate()
+    child = psutil.Process(int(line))
+    try:
+        middle.kill()
+        middle.wait()
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), "the child outlived its killed parent"
+    finally:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only")
+def test_killing_the_kit_run_group_ends_its_kernel_and_workers(tmp_path: Path) -> None:
+    """SIGKILL to `kit run`'s process group (a scheduler, a closed terminal) reaches neither the
+    kernel nor the warm workers (each in its own session): they must end with it and release the
+    run folders' locks rather than train on for minutes."""
+    tmp = str(tmp_path)
+    log = tmp_path / "kit-run.log"
+    with log.open("w") as output:
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "kit", "run", "03", "--profile", "ci",
+             "--set", f"output_dir={tmp_path}"], cwd=REPO_ROOT, stdout=output,
+            stderr=subprocess.STDOUT, start_new_session=True,
+            env=os.environ | {"PYTHONPATH": str(REPO_ROOT), MARKER: tmp})
+    remembered: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 150
+        while not any((tmp_path / "time_concat").rglob("metrics.jsonl")):
+            assert runner.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "no training run started: " + log.read_text()
+            time.sleep(0.2)
+        remembered = psutil.Process(runner.pid).children(recursive=True)
+        workers = sum("ipykernel" not in _cmdline(p) for p in remembered)
+        os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait()
+        done_at_kill = len(list((tmp_path / "time_concat").rglob("DONE")))
+        deadline = time.monotonic() + 20  # a trainer's next logging step, the poller's 1 s
+        while (alive := _survivors(remembered, tmp)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not alive, _describe(alive)
+        # each worker may end the run it was on (a preempted trainer that reached its last step
+        # finishes it); none may go on to the next runs of its chain
+        done = len(list((tmp_path / "time_concat").rglob("DONE")))
+        assert done <= done_at_kill + workers, (done_at_kill, done)
+        for lock in (tmp_path / "time_concat").rglob(".lock"):
+            with lock.open("a") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while still held
+    finally:
+        for process in _survivors(remembered, tmp):
+            with contextlib.suppress(psutil.Error):
+                process.kill()
