@@ -6,18 +6,23 @@ metrics.jsonl torn by a kill or corrupted is read or refused naming the file and
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
+from kit.core import files
 from kit.core.paths import REPO_ROOT, importable_environment
+from kit.train import checkpoint, trainer
 
 #: what the kit's processes carry on their command line: the kernel, warm workers, trainers
 KIT_PROCESSES = ("ipykernel", "kit.launch.warm", "kit.train")
@@ -137,3 +142,60 @@ def test_killing_the_kit_run_group_ends_its_kernel_and_workers(tmp_path: Path) -
         for process in _survivors(remembered, tmp):
             with contextlib.suppress(psutil.Error):
                 process.kill()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs, unmounted afterwards (skipped where it cannot be mounted: not root, no
+    mount(8), not Linux)."""
+    folder = tmp_path / "small-disk"
+    folder.mkdir()
+    try:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)],
+                                 capture_output=True, text=True)
+    except OSError as error:
+        pytest.skip(f"cannot mount a small tmpfs: {error}")
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs (needs root on Linux): {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        if subprocess.run(["umount", str(folder)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def _temporaries(folder: Path) -> list[str]:
+    return [path.name for path in folder.iterdir() if files.TEMPORARY.match(path.name)]
+
+
+def test_a_full_disk_is_named_with_the_file_and_its_free_space(small_disk: Path) -> None:
+    """torch.save through hashed_write on a full disk used to fail with `unexpected pos`, naming
+    neither the cause nor the file; the previous file must stay and a later write, once space
+    is freed, succeed."""
+    path = small_disk / "state.pt"
+    with files.hashed_write(path) as handle:
+        torch.save({"weights": torch.ones(1000)}, handle)
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * 1_000_000)
+    with pytest.raises(files.DiskFullError) as raised:
+        with files.hashed_write(path) as handle:
+            torch.save({"weights": torch.zeros(300_000)}, handle)  # 1.2 MB
+    message = str(raised.value)
+    assert message.startswith(f"{path}: no space left on device") and "free of" in message
+    assert "re-run" in message and raised.value.errno == errno.ENOSPC
+    assert _temporaries(small_disk) == []
+    assert files.verify(path, "") and torch.load(path)["weights"].sum() == 1000
+    filler.unlink()  # space freed: the same write now succeeds
+    with files.hashed_write(path) as handle:
+        torch.save({"weights": torch.zeros(300_000)}, handle)
+    assert files.verify(path, "") and torch.load(path)["weights"].shape == (300_000,)
+
+
+def test_a_checkpoint_on_a_full_disk_stops_the_trainer_with_a_message(
+        small_disk: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = small_disk / checkpoint.CHECKPOINT
+    state = {"model": {"weight": torch.zeros(1_000_000)}}  # 4 MB on a 2 MB disk
+    assert trainer.exit_code(lambda: checkpoint.write_checkpoint(path, state)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: no space left on device") and "Traceback" not in err
+    assert not path.exists() and _temporaries(small_disk) == []

@@ -30,9 +30,14 @@ def read_metrics(run_dir: str | Path) -> pl.DataFrame:
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
-    """Add one row to a run's metrics.jsonl."""
-    with path.open("a") as handle:
-        handle.write(json.dumps(record) + "\n")
+    """Add one row to a run's metrics.jsonl (DiskFullError naming it when the disk is full)."""
+    try:
+        with path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+    except OSError as error:
+        if (full := files.disk_full(error, path)) is not None:
+            raise full from error
+        raise
 
 
 def keep_metrics_until(path: Path, step: int) -> None:
