@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +24,8 @@ import torch
 
 from kit.core import files
 from kit.core.paths import REPO_ROOT, importable_environment
-from kit.train import checkpoint, trainer
+from kit.launch import progress
+from kit.train import checkpoint, metrics, trainer
 
 #: what the kit's processes carry on their command line: the kernel, warm workers, trainers
 KIT_PROCESSES = ("ipykernel", "kit.launch.warm", "kit.train")
@@ -199,3 +202,36 @@ def test_a_checkpoint_on_a_full_disk_stops_the_trainer_with_a_message(
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}: no space left on device") and "Traceback" not in err
     assert not path.exists() and _temporaries(small_disk) == []
+
+
+def _records(steps: range) -> str:
+    return "".join(json.dumps({"step": step, "epoch": 0, "loss": 1.0 / step, "lr": 0.1,
+                               "images_per_s": 100.0}) + "\n" for step in steps)
+
+
+def test_a_metrics_line_torn_by_a_kill_is_left_out_of_the_curves(tmp_path: Path) -> None:
+    """A kill mid-write leaves a last line without its end (and without a newline): the finished
+    records are read, as a resumed run would keep them, and progress shows the last of them."""
+    path = tmp_path / metrics.METRICS
+    path.write_text(_records(range(1, 4)) + '{"step": 4, "epoch": 0, "lo')
+    table = metrics.read_metrics(tmp_path)
+    assert table["step"].to_list() == [1, 2, 3]
+    assert progress.last_record(path)["step"] == 3
+    path.write_text(_records(range(1, 4))[:-1])  # a complete last record without its newline
+    assert metrics.read_metrics(tmp_path)["step"].to_list() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("bad", ['{"step": 2, "epoch": 0, "lo', "\0\0\0\0", "[1, 2]"])
+def test_a_corrupted_metrics_line_is_refused_naming_the_file_and_line(
+        tmp_path: Path, bad: str) -> None:
+    """A bad line before the last (or a last one ended by a newline) is no kill's doing: polars
+    said `error parsing line` with neither file nor line; it must say both and what to do."""
+    path = tmp_path / metrics.METRICS
+    lines = _records(range(1, 5)).splitlines(keepends=True)
+    path.write_text("".join(lines[:1]) + bad + "\n" + "".join(lines[2:]))
+    with pytest.raises(metrics.MetricsError, match=f"^{re.escape(str(path))}: line 2 is not a "
+                                                   "JSON record.*delete that line.*run folder"):
+        metrics.read_metrics(tmp_path)
+    path.write_text(_records(range(1, 4)) + bad + "\n")
+    with pytest.raises(metrics.MetricsError, match=f"^{re.escape(str(path))}: line 4 "):
+        metrics.read_metrics(tmp_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -24,9 +25,45 @@ METRICS_SCHEMA = {"step": pl.Int64, "epoch": pl.Int64, "loss": pl.Float64, "lr":
                   "eval_loss": pl.Float64}
 
 
+class MetricsError(ValueError):
+    """A metrics.jsonl with a line that is not a record (corrupted, or torn and then appended
+    to); the message names the file, the line and how to recover."""
+
+
 def read_metrics(run_dir: str | Path) -> pl.DataFrame:
-    """A run's metrics.jsonl as a table (eval columns are null between evaluations)."""
-    return pl.read_ndjson(resolve(run_dir) / METRICS, schema=METRICS_SCHEMA)
+    """A run's metrics.jsonl as a table (eval columns are null between evaluations). A last line
+    torn by a kill (no newline, not JSON) is left out, as a resumed run drops it; any other bad
+    line raises MetricsError naming the file and the line."""
+    path = resolve(run_dir) / METRICS
+    content = path.read_bytes()
+    if content and not content.endswith(b"\n"):
+        end = content.rfind(b"\n") + 1
+        try:
+            json.loads(content[end:])
+        except ValueError:
+            content = content[:end]  # torn by a kill mid-line
+    try:
+        return pl.read_ndjson(io.BytesIO(content), schema=METRICS_SCHEMA)
+    except pl.exceptions.PolarsError as error:
+        raise MetricsError(_bad_line(path, content, error)) from None
+
+
+def _bad_line(path: Path, content: bytes, error: Exception) -> str:
+    """What is wrong with metrics.jsonl, naming the first line that is not a record."""
+    recover = (f"delete that line (the run keeps its other records), or the run folder "
+               f"{path.parent} to train the run again; re-running an unfinished run also drops "
+               "it when the run resumes")
+    for number, line in enumerate(content.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict):
+            return (f"{path}: line {number} is not a JSON record (torn by a kill or corrupted: "
+                    f"{line[:60]!r}); {recover}")
+    return f"{path}: unreadable as metrics ({error}); {recover}"
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
