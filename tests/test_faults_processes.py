@@ -155,7 +155,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     folder.mkdir()
     try:
         mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)],
-                                 capture_output=True, text=True)
+                                 capture_output=True, text=True, check=False)
     except OSError as error:
         pytest.skip(f"cannot mount a small tmpfs: {error}")
     if mounted.returncode != 0:
@@ -163,8 +163,8 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     try:
         yield folder
     finally:
-        if subprocess.run(["umount", str(folder)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+        if subprocess.run(["umount", str(folder)], capture_output=True, check=False).returncode:
+            subprocess.run(["umount", "-l", str(folder)], capture_output=True, check=False)
 
 
 def _temporaries(folder: Path) -> list[str]:
@@ -180,9 +180,8 @@ def test_a_full_disk_is_named_with_the_file_and_its_free_space(small_disk: Path)
         torch.save({"weights": torch.ones(1000)}, handle)
     filler = small_disk / "filler"
     filler.write_bytes(b"\0" * 1_000_000)
-    with pytest.raises(files.DiskFullError) as raised:
-        with files.hashed_write(path) as handle:
-            torch.save({"weights": torch.zeros(300_000)}, handle)  # 1.2 MB
+    with pytest.raises(files.DiskFullError) as raised, files.hashed_write(path) as handle:
+        torch.save({"weights": torch.zeros(300_000)}, handle)  # 1.2 MB
     message = str(raised.value)
     assert message.startswith(f"{path}: no space left on device") and "free of" in message
     assert "re-run" in message and raised.value.errno == errno.ENOSPC
