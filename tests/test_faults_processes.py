@@ -234,3 +234,15 @@ def test_a_corrupted_metrics_line_is_refused_naming_the_file_and_line(
     path.write_text(_records(range(1, 4)) + bad + "\n")
     with pytest.raises(metrics.MetricsError, match=f"^{re.escape(str(path))}: line 4 "):
         metrics.read_metrics(tmp_path)
+
+
+def test_resuming_drops_a_corrupted_metrics_line_that_is_still_json(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What the refusal above promises: a resumed run drops the bad line (it used to stop on a
+    line that parses as JSON but is no record)."""
+    path = tmp_path / metrics.METRICS
+    lines = _records(range(1, 5)).splitlines(keepends=True)
+    path.write_text(lines[0] + "[1, 2]\n" + "".join(lines[2:]))
+    metrics.keep_metrics_until(path, 3)
+    assert metrics.read_metrics(tmp_path)["step"].to_list() == [1, 3]
+    assert f"{path}: line 2 is torn or corrupted, dropped" in capsys.readouterr().err

@@ -78,18 +78,22 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
 
 
 def keep_metrics_until(path: Path, step: int) -> None:
-    """Drop rows a killed run logged after the checkpoint it resumes from, and a last row torn
-    by the kill (said on stderr)."""
+    """Drop rows a killed run logged after the checkpoint it resumes from, and a row torn by the
+    kill or otherwise not a record (said on stderr)."""
     if not path.exists():
         return
     rows = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
-        try:
-            row = json.loads(line) if line else None
-        except json.JSONDecodeError:
-            print(f"{path}: line {number} is torn (a killed write), dropped", file=sys.stderr)
+        if not line:
             continue
-        if row is not None and row["step"] <= step:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            print(f"{path}: line {number} is torn or corrupted, dropped", file=sys.stderr)
+            continue
+        if row["step"] <= step:
             rows.append(line)
     with files.atomic_write(path) as handle:
         handle.write("".join(f"{row}\n" for row in rows).encode())
