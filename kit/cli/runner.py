@@ -13,6 +13,10 @@ PROGRESS_EVERY_S seconds per run, plus one when the run reaches its last step (T
 One run per output folder at a time (kit.core.locks). SIGTERM or SIGINT (what `timeout`, `kill`,
 schedulers and Ctrl-C send) stops the kernel and every process it started (training workers
 included, whatever process group they are in) and says how to resume, without a traceback.
+SIGKILL (which no handler sees) ends the kernel too: jupyter_client starts it in its own session
+with JPY_PARENT_PID naming the runner, and ipykernel's parent poller (ipykernel/parentpoller.py)
+exits within a second of the runner's death; the kernel's workers then get their parent-death
+signal (kit.core.processes.dying_with_parent).
 """
 
 from __future__ import annotations

@@ -10,16 +10,22 @@ and the new content, after it only the new one.
 Hashing costs one pass over the bytes on one core: 0.7 GB/s measured on a busy 2-core machine,
 so about 0.4 s per ResNet-50 training checkpoint (0.3 GB) at save and again on load
 (benchmarks/file_hash.py); a multi-GB checkpoint takes seconds, paid once per resume.
-Kept free of torch so that `python -m kit check` and the runner stay light.
+
+A write that runs out of space (ENOSPC, or EDQUOT for a quota) removes its temporary file and
+raises DiskFullError, naming the file and the free space of its file system: otherwise the error
+can name neither, as torch.save's zip writer reports a short write as `unexpected pos`
+(caffe2/serialize/inline_container.cc). Kept free of torch so that `python -m kit check` and the runner stay light.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -31,6 +37,70 @@ TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$")
 
 class IntegrityError(ValueError):
     """A file whose content is not what was recorded when it was written."""
+
+
+class DiskFullError(OSError):
+    """A write that found no space (or no quota) left on its file system; its message names the
+    file, the free space and what to do."""
+
+    def __init__(self, number: int, message: str, filename: str) -> None:
+        super().__init__(number, message, filename)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+#: free bytes under which a writer's RuntimeError is taken for a full disk (torch's zip writer
+#: raises one for a short write, whatever the cause, and may not chain the OSError behind it)
+NEARLY_FULL = 1 << 20
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
+
+
+def _full_errno(error: BaseException, folder: Path) -> int | None:
+    """ENOSPC or EDQUOT when `error` (or one it arose from) says the disk is full, or it is a
+    writer's RuntimeError on a file system with (almost) no space left; None otherwise."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _FULL:
+            return seen.errno
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(error, RuntimeError):
+        with contextlib.suppress(OSError):
+            if shutil.disk_usage(folder).free < NEARLY_FULL:
+                return errno.ENOSPC
+    return None
+
+
+def disk_full(error: BaseException, path: Path, temporary: Path | None = None
+              ) -> DiskFullError | None:
+    """The DiskFullError naming `path` that `error` amounts to (None when it is no full disk),
+    with `temporary` (the partial file of an atomic write) removed either way; without one,
+    `path` was appended to."""
+    number = None if isinstance(error, DiskFullError) else _full_errno(error, path.parent)
+    written = ""
+    if temporary is not None:
+        with contextlib.suppress(OSError):
+            written = f"{_megabytes(temporary.stat().st_size)} written; "
+    try:
+        usage = shutil.disk_usage(path.parent)  # before the partial file goes: when it failed
+        space = f"{_megabytes(usage.free)} free of {_megabytes(usage.total)}"
+    except OSError:
+        space = "free space unknown"
+    if temporary is not None:
+        temporary.unlink(missing_ok=True)
+    if number is None:
+        return None
+    kept = (f"The partial file is removed and the previous {path.name}, if any, is kept"
+            if temporary is not None else "Its last line may be torn (a resumed run drops it)")
+    return DiskFullError(number, (
+        f"{path}: {os.strerror(number).lower()} while writing it ({written}{space} on the "
+        f"file system of {path.parent}). {kept}: free space there (or "
+        "write to another disk) and re-run the same command to resume."), str(path))
 
 
 class _HashingWriter:
@@ -57,15 +127,17 @@ def temporary_name(path: Path) -> Path:
 
 @contextlib.contextmanager
 def atomic_write(path: Path) -> Iterator[IO[bytes]]:
-    """A binary file handle whose content replaces `path` only once complete."""
+    """A binary file handle whose content replaces `path` only once complete (DiskFullError
+    when the disk fills up first)."""
     temporary = temporary_name(path)
     try:
         with open(temporary, "wb") as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-    except BaseException:
-        temporary.unlink(missing_ok=True)
+    except BaseException as error:
+        if (full := disk_full(error, path, temporary)) is not None:
+            raise full from error
         raise
     os.replace(temporary, path)
 
@@ -113,8 +185,9 @@ def hashed_write(path: Path) -> Iterator[IO[bytes]]:
         new = {"size": writer.size, "sha256": writer.digest.hexdigest()}
         previous = _current(path) if path.exists() else []
         _write_sidecar(path, previous + [new])  # a kill from here on: old or new is accepted
-    except BaseException:
-        temporary.unlink(missing_ok=True)
+    except BaseException as error:
+        if (full := disk_full(error, path, temporary)) is not None:
+            raise full from error
         raise
     os.replace(temporary, path)
     _write_sidecar(path, [new])

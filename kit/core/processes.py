@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -66,18 +68,58 @@ def child_environment(command: Sequence[str], extra: dict[str, str] | None = Non
     return env
 
 
+#: the signal a child of the kit gets when the process that started it dies (Linux): a trainer
+#: takes SIGTERM as preemption (a checkpoint at its next logging step, then PREEMPTED_EXIT), an
+#: idle warm worker (kit.launch.warm), which does not ignore it, just ends
+PARENT_DEATH_SIGNAL = signal.SIGTERM
+#: prctl(2)'s option for the parent-death signal (linux/prctl.h)
+_PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, loaded in the parent (loading a library after fork can deadlock); None
+    where there is none (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def dying_with_parent(number: int = PARENT_DEATH_SIGNAL) -> Callable[[], None]:
+    """A `preexec_fn` (or part of one): the child gets signal `number` when the process starting
+    it dies, however it dies, so that no worker outlives a killed parent, trains on and holds its
+    run folder (prctl(2), PR_SET_PDEATHSIG; nothing where not Linux). The setting survives exec.
+
+    The kernel sends it when the *thread* that started the child ends: the kit starts children
+    from the main thread (the CLI's, or a notebook kernel's, where cells run), which ends with the
+    process. A parent that died before prctl is caught by comparing the parent's pid: the child
+    then exits before exec. Call it in the parent; the returned function runs in the child."""
+    prctl, parent = _prctl(), os.getpid()
+
+    def prepare() -> None:
+        if prctl is None:
+            return
+        if prctl(_PR_SET_PDEATHSIG, int(number), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:  # the parent died before prctl: nobody to outlive
+            os._exit(128 + int(number))
+    return prepare
+
 
 def ignoring_signals(numbers: Sequence[int], cpus: Sequence[int] = ()) -> Callable[[], None]:
     """A `preexec_fn`: pin the child to `cpus` (all when empty) and ignore the signals `numbers`
     before exec; ignored signals stay ignored through exec, so there is no moment at which the
-    new program could be killed by one before it sets its own handlers."""
+    new program could be killed by one before it sets its own handlers. The child also dies with
+    its parent (`dying_with_parent`; SIGKILL when PARENT_DEATH_SIGNAL is among those ignored)."""
+    dying = dying_with_parent(signal.SIGKILL if PARENT_DEATH_SIGNAL in numbers
+                              else PARENT_DEATH_SIGNAL)
+
     def prepare() -> None:
         if cpus:
             os.sched_setaffinity(0, cpus)
         for number in numbers:
             signal.signal(number, signal.SIG_IGN)
+        dying()
     return prepare
-
 
 
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)

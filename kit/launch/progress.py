@@ -22,9 +22,11 @@ def last_record(metrics: Path) -> dict[str, Any] | None:
         return None
     for line in reversed(lines[:-1]):  # the part after the last newline may be torn
         try:
-            return json.loads(line)
+            row = json.loads(line)
         except ValueError:
             continue
+        if isinstance(row, dict) and "step" in row:  # a corrupted line may still be JSON
+            return row
     return None
 
 

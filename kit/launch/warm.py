@@ -5,7 +5,9 @@ A warm process (`python -m kit.launch.warm`) imports the trainer's modules, then
 on its standard input: the module and arguments of `python -m`, the environment, working folder,
 CPU cores and log file it would have had if started cold. It then calls the module's `main` with
 those arguments (every launched module has one) and exits with its status; it exits quietly when
-its input closes (the kernel that started it has ended). Only processes without a GPU are warmed:
+its input closes (the kernel that started it has ended), and when the kernel dies while it
+works it gets SIGTERM (kit.core.processes.dying_with_parent), which a trainer takes as preemption
+and an idle warm process, not ignoring it, dies of. Only processes without a GPU are warmed:
 CUDA reads CUDA_VISIBLE_DEVICES once, and on a GPU node a process is started for hours of
 training, not seconds.
 """

@@ -31,7 +31,7 @@ from kit.core.distributed import Process, start_process
 from kit.core.files import atomic_write, file_hash
 from kit.core.params import ParameterError, describe_errors, read_yaml
 from kit.core.paths import REPO_ROOT
-from kit.core.processes import child_environment, signal_tree
+from kit.core.processes import child_environment, dying_with_parent, signal_tree
 from kit.data import kinds, pipeline
 from kit.data.settings import DataSettings
 from kit.features import load_backbone
@@ -201,10 +201,12 @@ def launch_faithful(checkpoints: Sequence[Path], data_config: DataSettings, num_
 
 
 def _run_logged(command: list[str], log: Path) -> int:
-    """Run `command` from the repository, its output to `log`; stopped with this process."""
+    """Run `command` from the repository, its output to `log`; stopped with this process, and
+    ended by the kernel when this process is killed outright (dying_with_parent)."""
     with log.open("w") as handle:
         process = subprocess.Popen(command, env=child_environment(command), cwd=REPO_ROOT,
-                                   stdout=handle, stderr=subprocess.STDOUT)
+                                   stdout=handle, stderr=subprocess.STDOUT,
+                                   preexec_fn=dying_with_parent())
         try:
             return process.wait()
         except BaseException:

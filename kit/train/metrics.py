@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -24,30 +25,75 @@ METRICS_SCHEMA = {"step": pl.Int64, "epoch": pl.Int64, "loss": pl.Float64, "lr":
                   "eval_loss": pl.Float64}
 
 
+class MetricsError(ValueError):
+    """A metrics.jsonl with a line that is not a record (corrupted, or torn and then appended
+    to); the message names the file, the line and how to recover."""
+
+
 def read_metrics(run_dir: str | Path) -> pl.DataFrame:
-    """A run's metrics.jsonl as a table (eval columns are null between evaluations)."""
-    return pl.read_ndjson(resolve(run_dir) / METRICS, schema=METRICS_SCHEMA)
+    """A run's metrics.jsonl as a table (eval columns are null between evaluations). A last line
+    torn by a kill (no newline, not JSON) is left out, as a resumed run drops it; any other bad
+    line raises MetricsError naming the file and the line."""
+    path = resolve(run_dir) / METRICS
+    content = path.read_bytes()
+    if content and not content.endswith(b"\n"):
+        end = content.rfind(b"\n") + 1
+        try:
+            json.loads(content[end:])
+        except ValueError:
+            content = content[:end]  # torn by a kill mid-line
+    try:
+        return pl.read_ndjson(io.BytesIO(content), schema=METRICS_SCHEMA)
+    except pl.exceptions.PolarsError as error:
+        raise MetricsError(_bad_line(path, content, error)) from None
+
+
+def _bad_line(path: Path, content: bytes, error: Exception) -> str:
+    """What is wrong with metrics.jsonl, naming the first line that is not a record."""
+    recover = (f"delete that line (the run keeps its other records), or the run folder "
+               f"{path.parent} to train the run again; re-running an unfinished run also drops "
+               "it when the run resumes")
+    for number, line in enumerate(content.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict):
+            return (f"{path}: line {number} is not a JSON record (torn by a kill or corrupted: "
+                    f"{line[:60]!r}); {recover}")
+    return f"{path}: unreadable as metrics ({error}); {recover}"
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
-    """Add one row to a run's metrics.jsonl."""
-    with path.open("a") as handle:
-        handle.write(json.dumps(record) + "\n")
+    """Add one row to a run's metrics.jsonl (DiskFullError naming it when the disk is full)."""
+    try:
+        with path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+    except OSError as error:
+        if (full := files.disk_full(error, path)) is not None:
+            raise full from error
+        raise
 
 
 def keep_metrics_until(path: Path, step: int) -> None:
-    """Drop rows a killed run logged after the checkpoint it resumes from, and a last row torn
-    by the kill (said on stderr)."""
+    """Drop rows a killed run logged after the checkpoint it resumes from, and a row torn by the
+    kill or otherwise not a record (said on stderr)."""
     if not path.exists():
         return
     rows = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
-        try:
-            row = json.loads(line) if line else None
-        except json.JSONDecodeError:
-            print(f"{path}: line {number} is torn (a killed write), dropped", file=sys.stderr)
+        if not line:
             continue
-        if row is not None and row["step"] <= step:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            print(f"{path}: line {number} is torn or corrupted, dropped", file=sys.stderr)
+            continue
+        if row["step"] <= step:
             rows.append(line)
     with files.atomic_write(path) as handle:
         handle.write("".join(f"{row}\n" for row in rows).encode())

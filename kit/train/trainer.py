@@ -380,8 +380,8 @@ def train_in_turn(configs: list[TrainSettings]) -> None:
 
 def exit_code(action: Callable[[], object]) -> int:
     """Run a command-line action: 0 on success, 2 for bad input or a run folder held by another
-    process, 1 for a diverged run, PREEMPTED_EXIT for a run to resume; the message (which names
-    the file, key, step or holder) goes to stderr without a traceback."""
+    process, 1 for a diverged run or a full disk, PREEMPTED_EXIT for a run to resume; the message
+    (which names the file, key, step or holder) goes to stderr without a traceback."""
     try:
         action()
     except (ParameterError, DataError, models.CheckpointError,
@@ -391,7 +391,7 @@ def exit_code(action: Callable[[], object]) -> int:
     except Preempted as error:
         print(f"preempted: {error}", file=sys.stderr)
         return PREEMPTED_EXIT
-    except NonFiniteLossError as error:
+    except (NonFiniteLossError, files.DiskFullError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
