@@ -1,0 +1,185 @@
+"""Verdicts computed from paired differences, never typed: per comparison a mean difference, a
+two-sided one-sample t test, Holm's step-down adjustment over a family of comparisons, and the
+label the adjusted p-value supports; then one overall statement per family from rules the caller
+states (`claim`).
+
+The input is one row per (comparison, replicate): the paired difference of a variant and its
+reference in one replicate (same seeds, same task), so that the test is exact under the usual
+normal model of the differences and a comparison with one replicate is left untested.
+
+Labels. A comparison's differences d_1..d_r (r >= 2) give t = mean / (std / sqrt(r)) with r - 1
+degrees of freedom and a two-sided p-value. Within a family of m tested comparisons the p-values
+are adjusted by Holm's step-down method (S. Holm, "A simple sequentially rejective multiple test
+procedure", Scandinavian Journal of Statistics 6(2), 65-70, 1979): sorted ascending,
+p_(i) becomes max over j <= i of min(1, (m - j + 1) p_(j)), which controls the probability of
+any false label in the family (the family-wise error rate) at `level` whatever the dependence
+between the comparisons. A comparison is `better` (mean > 0) or `worse` (mean < 0) when its
+adjusted p-value is at most `level` (default 0.05), else `no clear difference`; with one
+replicate it is `untested (one replicate)` and takes no part in the adjustment.
+
+Intervals. Each tested comparison gets a two-sided t interval whose width matches its label:
+at confidence 1 - level / k, with k = m - i + 1 (the Bonferroni share Holm tested it at, i its
+rank by p-value) for a comparison Holm rejects, and k = m (the full Bonferroni width) for one it
+keeps. So an interval excludes zero exactly when the label is `better` or `worse`. These are
+per-comparison intervals consistent with the labels, not simultaneous intervals for Holm's
+procedure (for those see Strassburger and Bretz, Statistics in Medicine 27(24), 2008).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import polars as pl
+import scipy.stats
+
+LEVEL = 0.05
+BETTER, WORSE, UNCLEAR = "better", "worse", "no clear difference"
+UNTESTED = "untested (one replicate)"
+
+_COLUMNS = {"mean": pl.Float64, "std": pl.Float64, "replicates": pl.Int64, "low": pl.Float64,
+            "high": pl.Float64, "p_value": pl.Float64, "p_adjusted": pl.Float64,
+            "comparisons": pl.Int64, "verdict": pl.String}
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's (1979) step-down adjusted p-values, in the order given: the i-th smallest of m
+    becomes the running maximum of min(1, (m - j + 1) p_(j)) over j <= i."""
+    adjusted = [0.0] * len(p_values)
+    running = 0.0
+    for rank, index in enumerate(sorted(range(len(p_values)), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
+def t_test(mean: float, std: float, count: int) -> float:
+    """Two-sided p-value of a one-sample t test that `count` (>= 2) differences with this mean
+    and sample std have mean zero; differences all equal give 0 (or 1 when they are zero)."""
+    if std == 0 or not math.isfinite(std):
+        return 1.0 if mean == 0 else 0.0
+    t = mean / (std / math.sqrt(count))
+    return float(2 * scipy.stats.t.sf(abs(t), count - 1))
+
+
+def _judge_family(stats: pl.DataFrame, level: float) -> pl.DataFrame:
+    """One family's p-values, Holm adjustment, label-consistent intervals and labels."""
+    means, stds = stats["mean"].to_list(), stats["std"].to_list()
+    counts = stats["replicates"].to_list()
+    tested = [i for i, count in enumerate(counts) if count >= 2]
+    p = {i: t_test(means[i], stds[i], counts[i]) for i in tested}
+    adjusted = dict(zip(tested, holm([p[i] for i in tested])))
+    rank = {index: r for r, index in enumerate(sorted(tested, key=lambda i: p[i]))}
+    m = len(tested)
+    low, high, verdict = [None] * len(counts), [None] * len(counts), [UNTESTED] * len(counts)
+    for i in tested:
+        rejected = adjusted[i] <= level
+        share = m - rank[i] if rejected else m
+        half = (scipy.stats.t.ppf(1 - level / (2 * share), counts[i] - 1) * stds[i]
+                / math.sqrt(counts[i]))
+        low[i], high[i] = means[i] - half, means[i] + half
+        verdict[i] = (UNCLEAR if not rejected else BETTER if means[i] > 0 else WORSE)
+    return stats.with_columns(
+        pl.Series("low", low, dtype=pl.Float64), pl.Series("high", high, dtype=pl.Float64),
+        pl.Series("p_value", [p.get(i) for i in range(len(counts))], dtype=pl.Float64),
+        pl.Series("p_adjusted", [adjusted.get(i) for i in range(len(counts))],
+                  dtype=pl.Float64),
+        pl.lit(m, dtype=pl.Int64).alias("comparisons"),
+        pl.Series("verdict", verdict, dtype=pl.String))
+
+
+def verdicts(differences: pl.DataFrame, by: Sequence[str], value: str = "difference",
+             family: Sequence[str] = (), level: float = LEVEL) -> pl.DataFrame:
+    """One row per comparison (the distinct values of `by`, in order of appearance) from one row
+    per (comparison, replicate) paired difference in `value` (nulls ignored): `mean`, `std`,
+    `replicates`, the label-consistent interval `low`-`high`, `p_value`, `p_adjusted` (Holm over
+    the tested comparisons of its family), `comparisons` (the family's size m) and `verdict`.
+    Families are the distinct values of the `family` columns (all of `by`'s rows are one family
+    when it is empty); see the module docstring for how labels and intervals are decided."""
+    by = list(by)
+    stats = (differences.filter(pl.col(value).is_not_null())
+             .group_by(by, maintain_order=True)
+             .agg(pl.col(value).mean().alias("mean"), pl.col(value).std().alias("std"),
+                  pl.len().cast(pl.Int64).alias("replicates"))
+             .with_row_index("_order"))
+    if not stats.height:
+        return stats.drop("_order").with_columns(
+            *[pl.lit(None, dtype=dtype).alias(name) for name, dtype in _COLUMNS.items()]
+        ).select(*by, *_COLUMNS)
+    parts = stats.partition_by(list(family), maintain_order=True) if family else [stats]
+    judged = pl.concat([_judge_family(part, level) for part in parts])
+    return judged.sort("_order").drop("_order").select(*by, *_COLUMNS)
+
+
+@dataclass(frozen=True)
+class Control:
+    """Rows of a verdicts table (comparisons against one control) and what their labels must
+    be for the claim: `better`, or `not worse` (better or no clear difference)."""
+
+    name: str
+    rows: pl.DataFrame
+    must_be: Literal["better", "not worse"] = "better"
+
+    def holds(self, verdict: str) -> bool:
+        """Whether one comparison's label meets the requirement (untested never does)."""
+        return verdict == BETTER or (self.must_be == "not worse" and verdict == UNCLEAR)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One overall statement for a family: `status` is `reproduced`, `partly reproduced`, `not
+    reproduced` or `untested`; `evidence` holds every row consulted (its columns, plus
+    `condition`: `support` or a control's name, `must_be` and `holds`); `reasons` says why, in
+    words."""
+
+    status: str
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+def _rows(frame: pl.DataFrame, condition: str, must_be: str, holds: list[bool]
+          ) -> list[dict[str, Any]]:
+    return [{**row, "condition": condition, "must_be": must_be, "holds": ok}
+            for row, ok in zip(frame.iter_rows(named=True), holds)]
+
+
+def claim(supports: pl.DataFrame, controls: Sequence[Control] = (), on: str | None = None
+          ) -> Claim:
+    """The claim's status from labelled rows (outputs of `verdicts`). `supports` are the
+    comparisons the claim says come out `better`; each control's rows must meet its `must_be`.
+    With `on` (a column, e.g. the task), a control is checked only on the values of `on` where a
+    support row is better: a control can only explain a gain where there is one.
+
+    - `untested`: no support row was tested (no rows, or one replicate each);
+    - `not reproduced`: no support row is better;
+    - `reproduced`: a strict majority of support rows are better and every control holds on
+      every row checked (a control with no row to check does not hold: it was not run);
+    - `partly reproduced`: anything else (some support, or a control that fails)."""
+    labels = supports["verdict"].to_list() if supports.height else []
+    better = [label == BETTER for label in labels]
+    evidence = _rows(supports, "support", BETTER, better)
+    if all(label == UNTESTED for label in labels):
+        return Claim("untested", evidence, ["no support comparison was tested"])
+    if not any(better):
+        return Claim("not reproduced", evidence,
+                     [f"better on none of {len(labels)} support comparisons"])
+    reasons = [f"better on {sum(better)} of {len(labels)} support comparisons"]
+    majority = 2 * sum(better) > len(labels)
+    if not majority:
+        reasons.append("not a majority")
+    where = set(supports.filter(pl.Series(better))[on].to_list()) if on else None
+    every_control_holds = True
+    for control in controls:
+        checked = (control.rows if where is None else
+                   control.rows.filter(pl.col(on).is_in(list(where))))
+        holds = [control.holds(v) for v in checked["verdict"].to_list()] if checked.height else []
+        evidence += _rows(checked, control.name, control.must_be, holds)
+        if not holds or not all(holds):
+            every_control_holds = False
+            reasons.append(f"{control.name}: {control.must_be} required, "
+                           f"{holds.count(False)} of {len(holds)} rows checked are not"
+                           if holds else f"{control.name}: no comparison to check")
+    status = "reproduced" if majority and every_control_holds else "partly reproduced"
+    return Claim(status, evidence, reasons)
