@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -167,3 +168,22 @@ def test_the_layers_contract_names_every_subpackage_of_kit() -> None:
     modules = {f"kit.{path.stem}" for path in (REPO_ROOT / "kit").glob("*.py")
                if not path.stem.startswith("_")}
     assert packages | modules == listed
+
+
+def test_modules_stay_readable() -> None:
+    """Each module of kit says its job in a docstring and does one job: at most 450 lines, no
+    function over 60 lines (split a longer one into named helpers)."""
+    problems = []
+    for path in sorted((REPO_ROOT / "kit").rglob("*.py")):
+        source = path.read_text()
+        tree = ast.parse(source)
+        name = path.relative_to(REPO_ROOT)
+        if not ast.get_docstring(tree):
+            problems.append(f"{name}: no docstring saying what the module is for")
+        if len(source.splitlines()) > 450:
+            problems.append(f"{name}: {len(source.splitlines())} lines")
+        problems += [f"{name}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
+                     for node in ast.walk(tree)
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and node.end_lineno - node.lineno + 1 > 60]
+    assert not problems, "\n".join(problems)
