@@ -32,6 +32,13 @@ class Registry(Generic[T]):
         except KeyError:
             raise ParameterError(self.unknown(name)) from None
 
+    def checked(self, name: str) -> str:
+        """`name` when registered; else ValueError (what a settings field's validator raises)
+        with the message of `unknown`."""
+        if name not in self._entries:
+            raise ValueError(self.unknown(name))
+        return name
+
     def unknown(self, name: str) -> str:
         """The message refusing an unknown name."""
         return (f"unknown {self.what} '{name}'{did_you_mean(name, self._entries)} "

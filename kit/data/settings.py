@@ -71,9 +71,7 @@ class DataSettings(Strict):
     @field_validator("kind")
     @classmethod
     def _registered(cls, kind: str) -> str:
-        if kind not in kinds.KINDS:
-            raise ValueError(kinds.KINDS.unknown(kind))
-        return kind
+        return kinds.KINDS.checked(kind)
 
     @model_validator(mode="after")
     def _consistent(self) -> DataSettings:

@@ -78,9 +78,7 @@ class Variant(Strict):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, kind: str) -> str:
-        if kind not in VARIANT_KINDS:
-            raise ValueError(VARIANT_KINDS.unknown(kind))
-        return kind
+        return VARIANT_KINDS.checked(kind)
 
     @model_validator(mode="after")
     def _consistent(self) -> Variant:
@@ -161,9 +159,7 @@ class TimecatSettings(NotebookSettings):
     @field_validator("probe_kind")
     @classmethod
     def _known_probe(cls, kind: str) -> str:
-        if kind not in PROBES:
-            raise ValueError(PROBES.unknown(kind))
-        return kind
+        return PROBES.checked(kind)
 
     @model_validator(mode="after")
     def _consistent(self) -> TimecatSettings:
