@@ -42,10 +42,9 @@ REPLACE_CHECKPOINT = ("Replace it with a good copy; for a run the kit trained, d
                       "folder and run again to retrain it.")
 
 
-def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT,
-                    warn_unverified: bool = True) -> Any:
+def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT) -> Any:
     """A checkpoint file's content (tensors on the CPU), checked against its recorded hash when
-    it has one (else, with `warn_unverified`, a one-line notice on stderr names the file); a
+    it has one (else a one-line notice on stderr names the file); a
     missing, corrupt or unreadable file raises CheckpointError naming it and `rebuild` (how to
     make it again)."""
     path = Path(path)
@@ -55,7 +54,7 @@ def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT,
         verified = files.verify(path, rebuild)
     except files.IntegrityError as error:
         raise CheckpointError(str(error)) from None
-    if warn_unverified and not verified:
+    if not verified:
         print(f"notice: {path}: no recorded hash ({files.sidecar(path).name}), so it is loaded "
               "unverified (a file the kit did not write, or one whose hash was removed)",
               file=sys.stderr)

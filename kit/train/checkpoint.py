@@ -47,7 +47,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     one is refused naming it."""
     return models.read_checkpoint(path, rebuild=(
         f"Delete {path.name} and {files.sidecar(path).name} in {path.parent} to train this run "
-        "again from the start."), warn_unverified=True)
+        "again from the start."))
 
 
 def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
