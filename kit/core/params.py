@@ -37,6 +37,7 @@ SCHEMAS = {
     "01_toy_counterexample": "kit.experiments.toy_settings:ToySettings",
     "02_surveyed_evidence": "kit.core.params:NotebookSettings",
     "03_time_concat": "kit.experiments.timecat.settings:TimecatSettings",
+    "04_when_concat_helps": "kit.experiments.timecat.sweep_settings:SweepSettings",
 }
 
 

@@ -38,6 +38,10 @@ import scipy.stats
 LEVEL = 0.05
 BETTER, WORSE, UNCLEAR = "better", "worse", "no clear difference"
 UNTESTED = "untested (one replicate)"
+#: a comparison reading a cell whose probe fits its training rows far better than the task
+#: (set by the caller, e.g. kit.experiments.timecat.comparisons.without_flagged): like an
+#: untested one, it supports no claim and no control holds on it
+FLAGGED = "flagged (probe train/eval gap)"
 
 _COLUMNS = {"mean": pl.Float64, "std": pl.Float64, "replicates": pl.Int64, "low": pl.Float64,
             "high": pl.Float64, "p_value": pl.Float64, "p_adjusted": pl.Float64,
@@ -152,7 +156,7 @@ def claim(supports: pl.DataFrame, controls: Sequence[Control] = (), on: str | No
     With `on` (a column, e.g. the task), a control is checked only on the values of `on` where a
     support row is better: a control can only explain a gain where there is one.
 
-    - `untested`: no support row was tested (no rows, or one replicate each);
+    - `untested`: no support row was tested (no rows, one replicate each, or `FLAGGED`);
     - `not reproduced`: no support row is better;
     - `reproduced`: a strict majority of support rows are better and every control holds on
       every row checked (a control with no row to check does not hold: it was not run);
@@ -160,8 +164,9 @@ def claim(supports: pl.DataFrame, controls: Sequence[Control] = (), on: str | No
     labels = supports["verdict"].to_list() if supports.height else []
     better = [label == BETTER for label in labels]
     evidence = _rows(supports, "support", BETTER, better)
-    if all(label == UNTESTED for label in labels):
-        return Claim("untested", evidence, ["no support comparison was tested"])
+    if all(label in (UNTESTED, FLAGGED) for label in labels):
+        return Claim("untested", evidence,
+                     ["no support comparison was tested on cells that are not flagged"])
     if not any(better):
         return Claim("not reproduced", evidence,
                      [f"better on none of {len(labels)} support comparisons"])

@@ -108,6 +108,37 @@ def train_eval_gap(results: pl.DataFrame, rule: str) -> pl.DataFrame:
             .with_columns((pl.col("train %") - pl.col("eval %")).alias("gap")))
 
 
+def probe_gaps(results: pl.DataFrame, rule: str, max_gap: float | None) -> pl.DataFrame:
+    """`train_eval_gap` with a `flagged` column: the cells (variant, task) whose probe is more
+    than `max_gap` points more accurate on its own training rows than on the evaluation split,
+    where the row count rather than the representation may set the accuracy (never flagged when
+    `max_gap` is None or the results record no training accuracy)."""
+    if "train_top1" not in results.columns:
+        return pl.DataFrame(schema={"variant": pl.String, "task": pl.String, "train %": pl.Float64,
+                                    "eval %": pl.Float64, "gap": pl.Float64,
+                                    "flagged": pl.Boolean})
+    gaps = train_eval_gap(results, rule)
+    limit = float("inf") if max_gap is None else max_gap
+    return gaps.with_columns((pl.col("gap") > limit).fill_null(False).alias("flagged"))
+
+
+def without_flagged(table: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
+    """A verdicts table where every comparison that reads a flagged cell (its variant's or its
+    baseline's, on that task) is labelled `verdicts.FLAGGED` instead: the claim never rests on
+    an accuracy the probe's row count may have set."""
+    flagged = gaps.filter(pl.col("flagged")).select("variant", "task")
+    if not flagged.height or not table.height:
+        return table
+    marks = flagged.with_columns(pl.lit(True).alias("_flag"))
+    marked = (table.join(marks, on=["variant", "task"], how="left")
+              .join(marks.rename({"variant": "baseline", "_flag": "_base_flag"}),
+                    on=["baseline", "task"], how="left"))
+    hit = pl.col("_flag").fill_null(False) | pl.col("_base_flag").fill_null(False)
+    return marked.with_columns(
+        pl.when(hit).then(pl.lit(verdicts.FLAGGED)).otherwise(pl.col("verdict")).alias("verdict")
+    ).select(table.columns)
+
+
 def pretraining_passes(params: TimecatSettings) -> float | None:
     """How many times the longest pretraining run goes through its pool of synthetic images
     (at most 1: no image is seen twice, data streamed as the paper assumes); None on real
@@ -238,13 +269,18 @@ def claim_line(variant: str | None, baseline: str, found: verdicts.Claim) -> str
     return f"{head} — " + "; ".join(parts)
 
 
-def summarize(results: pl.DataFrame, rule: str, baseline: str) -> dict[str, object]:
+def summarize(results: pl.DataFrame, rule: str, baseline: str, max_gap: float | None = None
+              ) -> dict[str, object]:
     """Plain statements of what this run measured (also returned as numbers): first the claim
-    (`claim`, under "claim"), then every variant against the baseline, the tally, and catN
-    against the controls on the same tasks."""
+    (`claim`, under "claim"; comparisons reading a cell whose probe train/eval gap exceeds
+    `max_gap` points are labelled flagged there and support nothing, `without_flagged`), then
+    every variant against the baseline, the tally, and catN against the controls on the same
+    tasks."""
     table = gains(results, rule, baseline)
     controls = control_gains(results, rule)
-    variant, found = claim(results, table, controls)
+    gaps = probe_gaps(results, rule, max_gap)
+    variant, found = claim(results, without_flagged(table, gaps),
+                           without_flagged(controls, gaps))
     line = claim_line(variant, baseline, found)
     lines = [line] + [_verdict_line(row) for row in table.iter_rows(named=True)]
     tally = table.group_by("variant").agg(
@@ -259,7 +295,9 @@ def summarize(results: pl.DataFrame, rule: str, baseline: str) -> dict[str, obje
     return {"rule": rule, "baseline": baseline, "gains": table.to_dicts(),
             "tally": tally.to_dicts(), "controls": controls.to_dicts(), "lines": lines,
             "claim": {"status": found.status, "variant": variant, "line": line,
-                      "reasons": found.reasons, "evidence": found.evidence}}
+                      "reasons": found.reasons, "evidence": found.evidence,
+                      "flagged_cells": gaps.filter(pl.col("flagged")).to_dicts(),
+                      "max_probe_gap": max_gap}}
 
 
 def ceilings(params: TimecatSettings) -> dict[str, float]:

@@ -155,6 +155,10 @@ class TimecatSettings(NotebookSettings):
     device: str = Field(min_length=1)
     launch: LaunchSettings
     paper_columns: dict[str, str] = Field(default_factory=dict)
+    #: points by which a probe's top-1 on its own training rows may exceed its evaluation top-1
+    #: before its cell (variant, task) is flagged and no claim rests on it (docs: Probes, "When a
+    #: probe judges its rows"); null: never flag
+    max_probe_gap: float | None = Field(default=15.0, gt=0.0)
 
     @field_validator("probe_kind")
     @classmethod

@@ -1,0 +1,182 @@
+"""Notebook 04's sweep: notebook 03's experiment at every (world seed, budget) cell, trained in
+one launch, probed cell by cell, and judged per cell and over the budget (paper Section 5).
+
+Each cell's probe results are kept in <output_dir>/<run_root>/results/, named by the hash of the
+cell's settings, so a second run of the notebook probes only what is new; runs are skipped once
+finished (notebook 03's own, for the cell that has its settings).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from kit.core import files
+from kit.core.paths import resolve
+from kit.experiments.timecat import comparisons, measure, planning
+from kit.experiments.timecat.sweep_settings import Cell, SweepSettings
+from kit.launch import backends as kit_launch
+from kit.launch.runs import is_finished
+from kit.report import crossover, verdicts
+from kit.train import metrics
+
+
+def sweep_dir(params: SweepSettings) -> Path:
+    """Where the sweep's own runs, logs and per-cell results go."""
+    return resolve(params.output_dir) / params.run_root
+
+
+def cell_columns(cell: Cell) -> list[pl.Expr]:
+    return [pl.lit(cell.world_seed).alias("world_seed"), pl.lit(cell.budget).alias("budget")]
+
+
+def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tuple[int, int]:
+    """Train every unfinished run of every cell in one launch (finished ones, notebook 03's
+    included, are skipped; a folder holding other settings is refused first) and write the
+    untrained networks; returns (runs skipped, runs trained)."""
+    plans = [planning.plan(cell.settings) for cell in cells]
+    trainings = [t for found in plans for t in found.trainings]
+    planning.refuse_changed_runs(trainings)
+    pending = [t for t in trainings if not is_finished(t)]
+    if pending:
+        for cell in cells:
+            planning.check_task_data(cell.settings)
+        kit_launch.launch(pending, cells[0].settings.launch, sweep_dir(params), wait).check()
+    for found in plans:
+        planning.initialise(found.initial)
+    return len(trainings) - len(pending), len(pending)
+
+
+def _cell_file(params: SweepSettings, cell: Cell) -> Path:
+    digest = hashlib.sha256(cell.settings.model_dump_json().encode()).hexdigest()[:16]
+    return sweep_dir(params) / "results" / f"world{cell.world_seed}-budget{cell.budget}-{digest}.parquet"
+
+
+def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
+    """Every cell's probe results (notebook 03's table with `world_seed` and `budget`), probed
+    now or read from the cell's results file when these settings were probed before."""
+    frames = []
+    for cell in cells:
+        path = _cell_file(params, cell)
+        if not path.exists():
+            measured = measure.probe_all(planning.plan(cell.settings).representations,
+                                         cell.settings)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with files.atomic_write(path) as handle:
+                measured.results.with_columns(cell_columns(cell)).write_parquet(handle)
+        frames.append(pl.read_parquet(path))
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def own_accuracy(cells: list[Cell]) -> pl.DataFrame:
+    """Each trained model's own in-distribution accuracy: its head's top-1 on the pretraining
+    data's evaluation split at its last step (metrics.jsonl), per cell, variant and replicate."""
+    rows = []
+    for cell in cells:
+        for rep in planning.plan(cell.settings).representations:
+            if rep.iterations_per_model is None or rep.task is not None:
+                continue
+            for checkpoint in rep.checkpoints:
+                evaluated = metrics.read_metrics(checkpoint.parent).filter(
+                    pl.col("eval_accuracy").is_not_null())
+                rows.append({"world_seed": cell.world_seed, "budget": cell.budget,
+                             "variant": rep.variant, "kind": rep.kind, "n": rep.n,
+                             "replicate": rep.replicate,
+                             "iterations_per_model": rep.iterations_per_model,
+                             "own_accuracy": 100 * float(evaluated["eval_accuracy"][-1])})
+    return pl.DataFrame(rows)
+
+
+def learned_budgets(own: pl.DataFrame, baseline: str, share: float) -> pl.DataFrame:
+    """Per world seed and variant, the smallest budget at which its models' mean own accuracy
+    reaches `share` of the baseline's best over the sweep in that world (null: never in
+    range), and that reference. For the baseline itself this is where it saturates."""
+    means = own.group_by("world_seed", "budget", "variant", "n").agg(
+        pl.col("own_accuracy").mean(), pl.col("iterations_per_model").first())
+    best = means.filter(pl.col("variant") == baseline).group_by("world_seed").agg(
+        pl.col("own_accuracy").max().alias("baseline_best"))
+    reached = means.join(best, on="world_seed").with_columns(
+        (pl.col("own_accuracy") >= share * pl.col("baseline_best")).alias("reached"))
+    return (reached.group_by("world_seed", "variant", "n").agg(
+                pl.col("budget").filter(pl.col("reached")).min().alias("learned_at"),
+                pl.col("baseline_best").first())
+            .sort("world_seed", "n", "variant"))
+
+
+@dataclass(frozen=True)
+class CellVerdicts:
+    """Per cell: its claim (`cells`, one row each, the input of kit.report.crossover), catN's
+    gains over the baseline and over the best control per task (`gains`), and its probes'
+    train/eval gaps (`gaps`)."""
+
+    cells: pl.DataFrame
+    gains: pl.DataFrame
+    gaps: pl.DataFrame
+
+
+def judge_cells(results: pl.DataFrame, rule: str, baseline: str, max_gap: float | None
+                ) -> CellVerdicts:
+    """Notebook 03's verdicts and claim (comparisons.summarize) in every cell of `results`
+    (one per distinct world_seed and budget)."""
+    claims, gains, gaps = [], [], []
+    for (world, budget), mine in results.sort("world_seed", "budget").group_by(
+            "world_seed", "budget", maintain_order=True):
+        summary = comparisons.summarize(mine, rule, baseline, max_gap)
+        found = summary["claim"]
+        claims.append({"world_seed": world, "budget": budget, "variant": found["variant"],
+                       "status": found["status"], "flagged_cells": len(found["flagged_cells"]),
+                       "line": found["line"]})
+        where = [pl.lit(world).alias("world_seed"), pl.lit(budget).alias("budget")]
+        gains.append(_cell_gains(summary).with_columns(where))
+        gaps.append(comparisons.probe_gaps(mine, rule, max_gap).with_columns(where))
+    return CellVerdicts(pl.DataFrame(claims), pl.concat(gains, how="diagonal_relaxed"),
+                        pl.concat(gaps, how="diagonal_relaxed"))
+
+
+def _cell_gains(summary: dict) -> pl.DataFrame:
+    """catN (every time-concat variant of n > 1) minus the baseline, and minus its best control
+    (the control it gains least over), per task, with the Holm-adjusted intervals."""
+    columns = ["variant", "task", "role", "gain_mean", "low", "high", "verdict", "baseline"]
+    table = pl.DataFrame(summary["gains"]).filter(
+        (pl.col("n") > 1) & (pl.col("kind") == "time-concat")).select(columns)
+    controls = pl.DataFrame(summary["controls"])
+    if controls.height:
+        controls = (controls.sort("gain_mean").group_by("variant", "task", maintain_order=True)
+                    .first().select(columns))
+    frames = [table.with_columns(pl.lit("baseline").alias("against"))]
+    if controls.height:
+        frames.append(controls.with_columns(pl.lit("best control").alias("against")))
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def overall(judged: CellVerdicts, baseline: str) -> crossover.BudgetClaim:
+    """The sweep's statement (kit.report.crossover) from the cells' claims."""
+    variants = [v for v in judged.cells["variant"].unique(maintain_order=True) if v]
+    what = (f"{'/'.join(variants) or 'catN'} beats {baseline} beyond the controls "
+            "(paper Section 5)")
+    return crossover.budget_claim(judged.cells.select("world_seed", "budget", "status", "line"),
+                                  what)
+
+
+def summary(params: SweepSettings, judged: CellVerdicts, found: crossover.BudgetClaim,
+            learned: pl.DataFrame) -> dict:
+    """What notebook 04 writes to its summary JSON; "claim" has notebook 03's shape (status,
+    line) plus the crossover per world seed and the cells it rests on."""
+    return {"claim": {"status": found.status, "line": found.line,
+                      "patterns": {str(k): v for k, v in found.patterns.items()},
+                      "crossovers": {str(k): v for k, v in found.crossovers.items()},
+                      "evidence": found.evidence},
+            "budgets": params.budgets, "cells": judged.cells.to_dicts(),
+            "learned": learned.to_dicts(),
+            "flagged_cells": judged.gaps.filter(pl.col("flagged")).height}
+
+
+def not_swept(params: SweepSettings) -> dict:
+    """The summary of a profile that sweeps nothing (no budgets): the claim is untested."""
+    line = (f"Over the budget sweep: untested (profile {params.profile} sweeps no budget; "
+            "see notebook 04 for why)")
+    return {"claim": {"status": verdicts.Claim("untested").status, "line": line},
+            "budgets": [], "cells": []}

@@ -1,0 +1,135 @@
+"""Notebook 04's parameters: notebook 03's experiment swept over the total budget and the
+synthetic world's seed (no torch).
+
+The sweep does not restate notebook 03's parameters: it loads them for the same profile, layers
+`overrides` on top, and varies only the budget (`budgets`), the world (`world_seeds`), the number
+of replicates and the variants kept. A cell (one world seed, one budget) whose settings are
+notebook 03's own trains into notebook 03's run folder, so the runs both notebooks share are
+trained once (their folders are keyed by variant and seed, and a folder holding other settings is
+refused, never reused).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field, ValidationError, model_validator
+
+from kit.core import params as kit_params
+from kit.core.params import NotebookSettings
+from kit.core.paths import SAFE_NAME
+from kit.experiments.timecat.settings import TimecatSettings
+
+#: the notebook whose experiment the sweep varies
+SWEPT_NOTEBOOK = "03_time_concat"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the sweep: notebook 03's settings at one world seed and total budget, and
+    whether its runs are notebook 03's own (same folders, trained once)."""
+
+    world_seed: int
+    budget: int
+    settings: TimecatSettings
+    shared: bool
+
+
+class SweepSettings(NotebookSettings):
+    """Notebook 04: when does time-concat help? Notebook 03 over budgets and world seeds."""
+
+    #: runs of cells that are not notebook 03's own: <run_root>/world<w>/budget<b>, inside
+    #: output_dir
+    run_root: str = Field(default="sweep", min_length=1, pattern=SAFE_NAME)
+    #: total budgets in iterations (each trained variant's, split in n for catN), ascending; empty:
+    #: this profile does not sweep (notebook 04 says so and states no claim)
+    budgets: list[int] = Field(default_factory=list)
+    #: seeds of the synthetic world (train.data.synthetic.seed of notebook 03); empty: notebook
+    #: 03's own world only
+    world_seeds: list[int] = Field(default_factory=list)
+    #: replicates per cell (default: notebook 03's)
+    replicates: int | None = Field(default=None, ge=1)
+    #: notebook 03's variants the sweep trains and probes, by name (default: every variant but
+    #: per-task direct training, whose cost grows with the number of tasks)
+    variants: list[str] = Field(default_factory=list)
+    #: values layered over notebook 03's parameters for every cell (same keys as its schema)
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    #: a sub-model has learned the pretraining task once its own in-distribution accuracy reaches
+    #: this share of cat1's best over the sweep (in the same world); cat1 saturates at the
+    #: smallest budget where its own accuracy does
+    saturation: float = Field(default=0.95, gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SweepSettings:
+        if self.budgets != sorted(set(self.budgets)) or any(b < 1 for b in self.budgets):
+            raise ValueError(f"budgets: give distinct positive budgets in ascending order, got "
+                             f"{self.budgets}")
+        if len(set(self.world_seeds)) != len(self.world_seeds) or any(
+                s < 0 for s in self.world_seeds):
+            raise ValueError(f"world_seeds: give distinct seeds >= 0, got {self.world_seeds}")
+        if self.budgets:
+            cells(self)  # every cell validates as notebook 03's parameters, before any compute
+        return self
+
+
+def swept_notebook(params: SweepSettings) -> TimecatSettings:
+    """Notebook 03's parameters for this profile and output folder."""
+    loaded, _ = kit_params.load(SWEPT_NOTEBOOK, params.profile, output_dir=params.output_dir)
+    assert isinstance(loaded, TimecatSettings)
+    return loaded
+
+
+def _base_values(params: SweepSettings, notebook: TimecatSettings) -> dict[str, Any]:
+    """Notebook 03's values with the sweep's overrides, replicates and variants."""
+    values = notebook.model_dump(mode="json", exclude_unset=False)
+    sources: kit_params.Sources = {}
+    kit_params.merge(values, sources, params.overrides, "overrides")
+    names = [v["name"] for v in values["variants"]]
+    kept = params.variants or [v["name"] for v in values["variants"] if v["kind"] != "direct"]
+    unknown = sorted(set(kept) - set(names))
+    if unknown:
+        raise ValueError(f"variants: {', '.join(unknown)} not among notebook 03's variants "
+                         f"({', '.join(names)})")
+    if values["baseline"] not in kept:
+        raise ValueError(f"variants: keep notebook 03's baseline {values['baseline']}")
+    values["variants"] = [v for v in values["variants"] if v["name"] in kept]
+    if params.replicates is not None:
+        values["replicates"] = params.replicates
+    return values
+
+
+def cells(params: SweepSettings) -> list[Cell]:
+    """Every (world seed, budget) cell as validated notebook 03 settings, world by world. A
+    cell's synthetic pool holds at least as many images as its longest run draws (no image seen
+    twice, as in notebook 03). Raises ValueError naming the key when a cell does not validate."""
+    notebook = swept_notebook(params)
+    train = notebook.train
+    if train is None or train.data.synthetic is None:
+        raise ValueError("budgets: the sweep varies the synthetic world, but notebook 03's "
+                         "profile pretrains on " + (train.data.kind if train else "nothing")
+                         + "; leave budgets empty for this profile")
+    base = _base_values(params, notebook)
+    found = []
+    for world in params.world_seeds or [train.data.synthetic.seed]:
+        for budget in params.budgets:
+            values = copy.deepcopy(base) | {"total_iterations": budget}
+            world_values = values["train"]["data"]["synthetic"]
+            world_values["seed"] = world
+            world_values["num_train"] = max(world_values["num_train"],
+                                            budget * values["train"]["batch_size"])
+            shared = (world == train.data.synthetic.seed and budget == notebook.budget()
+                      and values["train"] == notebook.train.model_dump(mode="json"))
+            values["run_root"] = (notebook.run_root if shared else
+                                  f"{params.run_root}/world{world}/budget{budget}")
+            try:
+                settings = TimecatSettings(**values)
+            except ValidationError as error:
+                problems = "; ".join(
+                    ".".join(map(str, e["loc"])) + (": " if e["loc"] else "")
+                    + e["msg"].removeprefix("Value error, ") for e in error.errors())
+                raise ValueError(f"budgets: the cell world {world}, budget {budget} is not a "
+                                 f"valid notebook 03 experiment: {problems}") from None
+            found.append(Cell(world, budget, settings, shared))
+    return found
