@@ -105,7 +105,7 @@ def test_the_overall_statement_from_mixed_worlds() -> None:
 
 
 def test_cells_are_notebook_03s_settings_and_its_own_cell_shares_its_runs() -> None:
-    loaded, _ = params.load("04_when_concat_helps", "ci")
+    loaded, _ = params.load("04_when_concat_helps", "ci", overrides={"world_seeds": [0, 1]})
     cells = sweep_settings.cells(loaded)
     notebook = sweep_settings.swept_notebook(loaded)
     assert [(c.world_seed, c.budget) for c in cells] == [(0, 20), (0, 40), (1, 20), (1, 40)]
@@ -116,6 +116,9 @@ def test_cells_are_notebook_03s_settings_and_its_own_cell_shares_its_runs() -> N
     other = cells[2].settings
     assert other.train.data.synthetic.seed == 1 and other.run_root == "sweep/world1/budget20"
     assert other.iterations_for(other.variant("cat2")) == 10
+    longer = params.load("04_when_concat_helps", "ci", overrides={"budgets": [80]})[0]
+    pool = sweep_settings.cells(longer)[0].settings.train.data.synthetic.num_train
+    assert pool == 80 * notebook.train.batch_size  # no image drawn twice at any budget
 
 
 @pytest.mark.parametrize("override, message", [

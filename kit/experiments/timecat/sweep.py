@@ -13,11 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+import yaml
 
 from kit.core import files
 from kit.core.paths import resolve
-from kit.experiments.timecat import comparisons, measure, planning
-from kit.experiments.timecat.sweep_settings import Cell, SweepSettings
+from kit.experiments.timecat import comparisons, jobs, measure, planning
+from kit.experiments.timecat.sweep_settings import (
+    SWEPT_NOTEBOOK,
+    Cell,
+    SweepSettings,
+    swept_notebook,
+)
 from kit.launch import backends as kit_launch
 from kit.launch.runs import is_finished
 from kit.report import crossover, verdicts
@@ -55,18 +61,49 @@ def _cell_file(params: SweepSettings, cell: Cell) -> Path:
     return sweep_dir(params) / "results" / f"world{cell.world_seed}-budget{cell.budget}-{digest}.parquet"
 
 
+def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None:
+    """Notebook 03's own probe results for the variants its cell shares with it (same name and
+    settings), when `kit run` recorded that notebook 03 ran with exactly these parameters (its
+    executed parameters file in the same output folder) and the cell's other settings are
+    notebook 03's; else None."""
+    recorded = resolve(params.output_dir) / f"{SWEPT_NOTEBOOK}.parameters.yaml"
+    found = resolve(params.output_dir) / jobs.RESULTS
+    if not (cell.shared and recorded.exists() and found.exists()):
+        return None
+    notebook = swept_notebook(params)
+    if yaml.safe_load(recorded.read_text()) != notebook.model_dump() or cell.settings.model_copy(
+            update={"variants": notebook.variants, "replicates": notebook.replicates,
+                    "total_iterations": notebook.total_iterations}) != notebook:
+        return None
+    same = [v.name for v in cell.settings.variants if v in notebook.variants]
+    return pl.read_parquet(found).filter(pl.col("variant").is_in(same)
+                                         & (pl.col("replicate") < cell.settings.replicates))
+
+
+def _probe_cell(params: SweepSettings, cell: Cell) -> pl.DataFrame:
+    """A cell's probe results: notebook 03's where they apply, the other variants probed."""
+    reused = notebook03_results(params, cell)
+    done = set() if reused is None else set(reused["variant"])
+    pending = [rep for rep in planning.plan(cell.settings).representations
+               if rep.variant not in done]
+    frames = [] if reused is None else [reused]
+    if pending:
+        frames.append(measure.probe_all(pending, cell.settings).results)
+    return pl.concat(frames, how="diagonal_relaxed").with_columns(cell_columns(cell))
+
+
 def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
-    """Every cell's probe results (notebook 03's table with `world_seed` and `budget`), probed
-    now or read from the cell's results file when these settings were probed before."""
+    """Every cell's probe results (notebook 03's table with `world_seed` and `budget`), read
+    from the cell's results file when these settings were probed before, else probed now
+    (reusing notebook 03's own results where they apply, `notebook03_results`)."""
     frames = []
     for cell in cells:
         path = _cell_file(params, cell)
         if not path.exists():
-            measured = measure.probe_all(planning.plan(cell.settings).representations,
-                                         cell.settings)
+            measured = _probe_cell(params, cell)
             path.parent.mkdir(parents=True, exist_ok=True)
             with files.atomic_write(path) as handle:
-                measured.results.with_columns(cell_columns(cell)).write_parquet(handle)
+                measured.write_parquet(handle)
         frames.append(pl.read_parquet(path))
     return pl.concat(frames, how="diagonal_relaxed")
 
@@ -93,7 +130,9 @@ def own_accuracy(cells: list[Cell]) -> pl.DataFrame:
 def learned_budgets(own: pl.DataFrame, baseline: str, share: float) -> pl.DataFrame:
     """Per world seed and variant, the smallest budget at which its models' mean own accuracy
     reaches `share` of the baseline's best over the sweep in that world (null: never in
-    range), and that reference. For the baseline itself this is where it saturates."""
+    range), that reference, and whether the budget is `located` (above the smallest budget
+    swept: reached there, it is only an upper bound). For the baseline this is where it
+    saturates."""
     means = own.group_by("world_seed", "budget", "variant", "n").agg(
         pl.col("own_accuracy").mean(), pl.col("iterations_per_model").first())
     best = means.filter(pl.col("variant") == baseline).group_by("world_seed").agg(
@@ -102,8 +141,10 @@ def learned_budgets(own: pl.DataFrame, baseline: str, share: float) -> pl.DataFr
         (pl.col("own_accuracy") >= share * pl.col("baseline_best")).alias("reached"))
     return (reached.group_by("world_seed", "variant", "n").agg(
                 pl.col("budget").filter(pl.col("reached")).min().alias("learned_at"),
-                pl.col("baseline_best").first())
-            .sort("world_seed", "n", "variant"))
+                pl.col("budget").min().alias("smallest"), pl.col("baseline_best").first())
+            .with_columns((pl.col("learned_at") > pl.col("smallest")).fill_null(False)
+                          .alias("located"))
+            .drop("smallest").sort("world_seed", "n", "variant"))
 
 
 @dataclass(frozen=True)

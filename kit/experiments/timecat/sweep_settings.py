@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -54,6 +54,11 @@ class SweepSettings(NotebookSettings):
     #: notebook 03's variants the sweep trains and probes, by name (default: every variant but
     #: per-task direct training, whose cost grows with the number of tasks)
     variants: list[str] = Field(default_factory=list)
+    #: how notebook 03's `wide` variants are trained in the sweep: `equal` (renamed <name>-eq and
+    #: trained budget / width^2 iterations, since a ResNet's multiply-adds grow with the square
+    #: of its width: cat1's compute, the width-matched single model at equal compute) or
+    #: `notebook 03` (the whole budget, as there: about width^2 times cat1's compute)
+    wide_compute: Literal["equal", "notebook 03"] = "equal"
     #: values layered over notebook 03's parameters for every cell (same keys as its schema)
     overrides: dict[str, Any] = Field(default_factory=dict)
     #: a sub-model has learned the pretraining task once its own in-distribution accuracy reaches
@@ -100,6 +105,15 @@ def _base_values(params: SweepSettings, notebook: TimecatSettings) -> dict[str, 
     return values
 
 
+def _at_equal_compute(variant: dict[str, Any], budget: int) -> dict[str, Any]:
+    """A `wide` variant as the model of its width that spends `budget` iterations of cat1's
+    compute (budget / width^2 iterations, at least one); other variants unchanged."""
+    if variant["kind"] != "wide":
+        return variant
+    return variant | {"name": f"{variant['name']}-eq",
+                      "iterations": max(1, round(budget / variant["width"] ** 2))}
+
+
 def cells(params: SweepSettings) -> list[Cell]:
     """Every (world seed, budget) cell as validated notebook 03 settings, world by world. A
     cell's synthetic pool holds at least as many images as its longest run draws (no image seen
@@ -115,6 +129,8 @@ def cells(params: SweepSettings) -> list[Cell]:
     for world in params.world_seeds or [train.data.synthetic.seed]:
         for budget in params.budgets:
             values = copy.deepcopy(base) | {"total_iterations": budget}
+            if params.wide_compute == "equal":
+                values["variants"] = [_at_equal_compute(v, budget) for v in values["variants"]]
             world_values = values["train"]["data"]["synthetic"]
             world_values["seed"] = world
             world_values["num_train"] = max(world_values["num_train"],
