@@ -10,9 +10,12 @@ saturation share of its best (kit.experiments.timecat.sweep.learned_budgets).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 
 from kit.experiments import evidence
+from kit.report import outputs
 
 #: the paper's cat1 budget (Table 3), against which its regime is stated
 PAPER_CAT1_ITERATIONS = 450_000
@@ -78,3 +81,15 @@ def paper_beside_kit(results: pl.DataFrame, rule: str,
     extra = [c for c in ("world_seed", "budget") if c in kit.columns]
     return pl.concat([_paper_rows().select(columns), kit.select(*columns, *extra)],
                      how="diagonal_relaxed")
+
+
+def recorded_saturation(summary_file: Path, world_seed: int | None, baseline: str) -> int | None:
+    """Where cat1 (`baseline`) saturates in `world_seed`, as a previous notebook 04 run on the
+    same output folder located it (its summary, `sweep_summary.json`); None when there is no
+    such run or it did not locate it (reached at its smallest budget, or never)."""
+    if world_seed is None or not summary_file.exists():
+        return None
+    rows = outputs.read_json(summary_file).get("learned", [])
+    found = [row["learned_at"] for row in rows if row["variant"] == baseline
+             and row["world_seed"] == world_seed and row.get("located")]
+    return found[0] if found else None
