@@ -65,7 +65,7 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
     """Notebook 03's own probe results for the variants its cell shares with it (same name and
     settings), when `kit run` recorded that notebook 03 ran with exactly these parameters (its
     executed parameters file in the same output folder) and the cell's other settings are
-    notebook 03's; else None."""
+    notebook 03's (a refit check, `lbfgs_check`, changes no result); else None."""
     recorded = resolve(params.output_dir) / f"{SWEPT_NOTEBOOK}.parameters.yaml"
     found = resolve(params.output_dir) / jobs.RESULTS
     if not (cell.shared and recorded.exists() and found.exists()):
@@ -73,7 +73,8 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
     notebook = swept_notebook(params)
     if yaml.safe_load(recorded.read_text()) != notebook.model_dump() or cell.settings.model_copy(
             update={"variants": notebook.variants, "replicates": notebook.replicates,
-                    "total_iterations": notebook.total_iterations}) != notebook:
+                    "total_iterations": notebook.total_iterations,
+                    "lbfgs_check": notebook.lbfgs_check}) != notebook:
         return None
     same = [v.name for v in cell.settings.variants if v in notebook.variants]
     return pl.read_parquet(found).filter(pl.col("variant").is_in(same)
