@@ -9,7 +9,13 @@ import polars as pl
 import pytest
 
 from kit.core import params
-from kit.experiments.timecat import comparisons, regime, sweep, sweep_settings
+from kit.experiments.timecat import (
+    comparisons,
+    regime,
+    sweep,
+    sweep_figures,
+    sweep_settings,
+)
 from kit.report import crossover, outputs, verdicts
 
 KINDS = {"cat1": ("time-concat", 1), "cat4": ("time-concat", 4), "wide1": ("wide", 1),
@@ -213,3 +219,14 @@ def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     learned = pl.DataFrame(summary["learned"])
     assert set(learned["variant"]) == {"cat1", "cat2", "wide1"}
     assert learned.filter(pl.col("variant") == "cat1")["learned_at"].to_list() == [40]
+
+
+@pytest.mark.parametrize("replicates", [1, 3])
+def test_the_gain_chart_draws_tested_and_untested_cells(replicates: int) -> None:
+    results = sweep_results({240: 8}, worlds=1, replicates=replicates)
+    judged = sweep.judge_cells(results, "heldout", "cat1", 15.0)
+    learned = pl.DataFrame({"world_seed": [0, 0], "variant": ["cat1", "cat4"], "n": [1, 4],
+                            "learned_at": [120, None]})
+    spec = sweep_figures.gain_chart(judged.gains, learned).to_dict()
+    assert spec["facet"]["column"]["field"] == "task"
+    assert set(judged.gains["against"]) == {"baseline", "best control"}

@@ -181,7 +181,8 @@ def judge_cells(results: pl.DataFrame, rule: str, baseline: str, max_gap: float 
 def _cell_gains(summary: dict) -> pl.DataFrame:
     """catN (every time-concat variant of n > 1) minus the baseline, and minus its best control
     (the control it gains least over), per task, with the Holm-adjusted intervals."""
-    columns = ["variant", "task", "role", "gain_mean", "low", "high", "verdict", "baseline"]
+    columns = [pl.col("variant", "task", "role", "verdict", "baseline").cast(pl.String),
+               pl.col("gain_mean", "low", "high").cast(pl.Float64)]  # untested: all null
     table = pl.DataFrame(summary["gains"]).filter(
         (pl.col("n") > 1) & (pl.col("kind") == "time-concat")).select(columns)
     controls = pl.DataFrame(summary["controls"])
