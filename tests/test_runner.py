@@ -194,6 +194,7 @@ def test_plain_papermill_with_a_parameter_file_runs(tmp_path: Path) -> None:
              "chart_formats: [png]\n")
     result = papermill_cli(tmp_path / "ok.ipynb", small)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "Passed unknown parameter" not in result.stderr  # the cell declares every key
     assert (tmp_path / "out" / "toy_summary.json").exists()
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import signal
 import sys
@@ -60,17 +59,6 @@ PROGRESS_POLL_S = 1.0
 
 class Interrupted(Exception):
     """The runner received SIGTERM or SIGINT; its workers have been stopped."""
-
-
-class _InjectedNamesFilter(logging.Filter):
-    """Papermill warns for every injected name the parameters cell does not assign; here the
-    cell only names a profile and the notebook validates every injected name itself."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Passed unknown parameter")
-
-
-logging.getLogger("papermill").addFilter(_InjectedNamesFilter())
 
 
 @dataclass(frozen=True)

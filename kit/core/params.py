@@ -5,8 +5,9 @@ A notebook's parameters come from files, later winning, deep-merged section by s
 `parameters/<profile>/<notebook>.yaml`, after the profile it `extends:`, if any), then the user's
 own files (`python -m kit run -f FILE`), then `--set a.b.c=value`. Inside a notebook, values that
 papermill injects (`-p`, `-f`) are one more layer on top of the profile they name. The notebook's
-parameters cell only names the profile of an interactive session: no value of an interactive
-session can leak into a profile run.
+parameters cell declares every top-level name its schema takes (so that papermill lists them),
+each None but `profile`: None means "the profile's value", so the layering stays the one source
+of defaults and no value of an interactive session can leak into a profile run.
 
 Every value remembers the file (or command line) it came from, so a refusal names the file and the
 dotted key before any compute starts. Schemas are strict: YAML 1.1 reads `1e-3` as a string, and a
@@ -200,8 +201,9 @@ def load(notebook: str, profile: str, files: list[Path] | None = None,
 def from_notebook(notebook: str, namespace: Mapping[str, Any],
                   parameters_dir: Path = PARAMETERS_DIR) -> NotebookSettings:
     """The parameters of a running notebook: its profile (from the parameters cell or injected)
-    resolved from parameters/, with every other value papermill injected merged on top. An
-    injected name the schema does not know is refused (papermill itself only warns). The names
+    resolved from parameters/, with every other value papermill injected merged on top (a name
+    whose value is None is left to the profile). An injected name the schema does not know is
+    refused (papermill itself only warns). The names
     are those assigned by the cells that start with '# parameters' in the kernel's history, or,
     where the kernel keeps none, every plain value of the namespace (call this in the first cell
     after the parameters)."""
@@ -209,7 +211,7 @@ def from_notebook(notebook: str, namespace: Mapping[str, Any],
         name for name, value in namespace.items()  # a kernel that keeps no history (nbval)
         if not name.startswith("_") and name not in KERNEL_HISTORY
         and isinstance(value, PLAIN_VALUES)]
-    injected = {name: namespace[name] for name in names if name in namespace}
+    injected = {name: namespace[name] for name in names if namespace.get(name) is not None}
     source = "the notebook's parameters (its parameters cell or papermill's injected cell)"
     profile = injected.pop("profile", None)
     if not isinstance(profile, str) or not profile:
