@@ -178,6 +178,9 @@ def test_a_name_the_parameters_cell_leaves_none_takes_the_profiles_value(
     namespace = {"In": history, "profile": "mini", "steps": None, "lr": 0.5}
     loaded = params.from_notebook(NOTEBOOK, namespace, parameters_dir)
     assert (loaded.steps, loaded.lr) == (20, 0.5)  # steps from the profile, lr injected
+    history[1] = "# Parameters\nlr = 0.5\nsteps = None\n"  # papermill's None is a value
+    with pytest.raises(params.ParameterError, match="parameter 'steps'"):
+        params.from_notebook(NOTEBOOK, namespace, parameters_dir)
 
 
 def declared_parameters(notebook: Path) -> list[str]:

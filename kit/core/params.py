@@ -65,6 +65,8 @@ Sources = dict[str, str]  # dotted key -> the file or command line that set it
 PLAIN_VALUES = (str, int, float, bool, list, dict, type(None))
 #: IPython's input and output history, in every kernel's namespace
 KERNEL_HISTORY = ("In", "Out")
+#: the first line of the cell papermill injects (the notebook's own cell starts '# parameters:')
+PAPERMILL_CELL = "# Parameters"
 
 
 def schema_for(notebook: str) -> type[NotebookSettings]:
@@ -201,17 +203,19 @@ def load(notebook: str, profile: str, files: list[Path] | None = None,
 def from_notebook(notebook: str, namespace: Mapping[str, Any],
                   parameters_dir: Path = PARAMETERS_DIR) -> NotebookSettings:
     """The parameters of a running notebook: its profile (from the parameters cell or injected)
-    resolved from parameters/, with every other value papermill injected merged on top (a name
-    whose value is None is left to the profile). An injected name the schema does not know is
-    refused (papermill itself only warns). The names
-    are those assigned by the cells that start with '# parameters' in the kernel's history, or,
-    where the kernel keeps none, every plain value of the namespace (call this in the first cell
-    after the parameters)."""
+    resolved from parameters/, with every other value papermill injected merged on top. A name
+    the parameters cell leaves None is left to the profile, unless papermill's own cell sets it
+    (to None too: a run's file may clear a value). An injected name the schema does not know is
+    refused (papermill itself only warns). The names are those assigned by the cells that start
+    with '# parameters' in the kernel's history, or, where the kernel keeps none, every plain
+    value of the namespace (call this in the first cell after the parameters)."""
     names = parameter_names(namespace.get("In") or []) or [
         name for name, value in namespace.items()  # a kernel that keeps no history (nbval)
         if not name.startswith("_") and name not in KERNEL_HISTORY
         and isinstance(value, PLAIN_VALUES)]
-    injected = {name: namespace[name] for name in names if namespace.get(name) is not None}
+    by_papermill = set(parameter_names(namespace.get("In") or [], PAPERMILL_CELL))
+    injected = {name: namespace[name] for name in names if name in namespace
+                and (namespace[name] is not None or name in by_papermill)}
     source = "the notebook's parameters (its parameters cell or papermill's injected cell)"
     profile = injected.pop("profile", None)
     if not isinstance(profile, str) or not profile:
@@ -222,12 +226,15 @@ def from_notebook(notebook: str, namespace: Mapping[str, Any],
     return validate(notebook, values, sources)
 
 
-def parameter_names(history: list[str]) -> list[str]:
-    """Names assigned by the cells a kernel ran that start with a '# parameters' comment: the
-    notebook's parameters cell and papermill's injected '# Parameters' cell."""
+def parameter_names(history: list[str], first_line: str = "# parameters") -> list[str]:
+    """Names assigned by the cells a kernel ran that start with a '# parameters' comment (any
+    case): the notebook's parameters cell and papermill's injected cell; with `first_line`
+    PAPERMILL_CELL, those of papermill's cell only."""
     names: list[str] = []
     for source in history:
-        if not source.lstrip().lower().startswith("# parameters"):
+        head = source.lstrip().split("\n", 1)[0]
+        if not (head == first_line if first_line == PAPERMILL_CELL
+                else head.lower().startswith(first_line)):
             continue
         try:
             tree = ast.parse(source)
