@@ -116,7 +116,7 @@ def test_nested_typos_and_strings_name_the_dotted_key() -> None:
         runner.plan(["03"], "ci", overrides=params.parse_overrides(
             ["train.lrr=0.1", "train.data.synthetic.noise=1e-3"]))
     message = str(error.value)
-    assert "the command line: unknown parameter 'train.lrr'; did you mean 'lr'?" in message
+    assert "the command line: unknown parameter 'train.lrr'; did you mean 'train.lr'?" in message
     assert "'train.data.synthetic.noise'" in message and "1.0e-3" in message
 
 
@@ -230,3 +230,21 @@ def test_papermill_knows_every_key_of_a_shipped_parameter_file(
                                kernel_name="python3")
     assert params.read_yaml(shipped)  # the file gives parameters for papermill to check
     assert not [r.getMessage() for r in caplog.records if "unknown parameter" in r.getMessage()]
+
+
+def test_a_section_override_without_notebook_names_goes_where_the_section_is() -> None:
+    runs = {r.notebook.stem: r for r in runner.plan(None, "ci", overrides=params.parse_overrides(
+        ["train.lr=0.125", "chart_formats=[png]"]))}
+    assert runs["03_time_concat"].parameters["train"]["lr"] == 0.125
+    assert all(r.parameters["chart_formats"] == ["png"] for r in runs.values())
+    with pytest.raises(params.ParameterError, match="unknown parameter 'train'"):  # named: must take it
+        runner.plan(["01"], "ci", overrides=params.parse_overrides(["train.lr=0.125"]))
+    with pytest.raises(params.ParameterError,
+                       match="no notebook takes parameter 'trian'; did you mean 'train'"):
+        runner.plan(None, "ci", overrides=params.parse_overrides(["trian.lr=0.125"]))
+
+
+def test_an_unknown_profile_is_said_once_for_every_notebook() -> None:
+    with pytest.raises(params.ParameterError) as error:
+        runner.plan(None, "no_such_profile_qq")
+    assert str(error.value).count("unknown profile 'no_such_profile_qq'") == 1

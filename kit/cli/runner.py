@@ -89,22 +89,43 @@ def plan(names: list[str] | None, profile: str, files: list[Path] | None = None,
          overrides: Mapping[str, Any] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
          parameters_dir: Path = PARAMETERS_DIR, output_root: Path | None = None
          ) -> list[PlannedRun]:
-    """Resolve and validate every notebook's parameters; raises ParameterError before any run.
-    `output_root` moves the default output folder (`<output_root>/<profile>`)."""
+    """Resolve and validate every notebook's parameters; raises ParameterError before any run
+    (a problem several notebooks share, such as an unknown profile, said once). Without notebook
+    names, each notebook takes the overrides its schema has (`train.lr` goes to the notebooks
+    with a `train` section). `output_root` moves the default output folder
+    (`<output_root>/<profile>`)."""
     runs, problems = [], []
     output_dir = None if output_root is None else str(output_root / profile)
-    for notebook in find_notebooks(names, notebooks_dir):
+    notebooks = find_notebooks(names, notebooks_dir)
+    shared = (shared_overrides(notebooks, overrides) if overrides and not names
+              else dict.fromkeys((n.stem for n in notebooks), overrides))
+    for notebook in notebooks:
         try:
-            validated, _ = params.load(notebook.stem, profile, files, overrides, parameters_dir,
-                                       output_dir)
+            validated, _ = params.load(notebook.stem, profile, files, shared[notebook.stem],
+                                       parameters_dir, output_dir)
         except params.ParameterError as error:
             problems.append(str(error))
             continue
         runs.append(PlannedRun(notebook, resolve(validated.output_dir) / notebook.name,
                                validated.model_dump()))
     if problems:
-        raise params.ParameterError("\n".join(problems))
+        raise params.ParameterError("\n".join(dict.fromkeys(problems)))
     return runs
+
+
+def shared_overrides(notebooks: list[Path], overrides: Mapping[str, Any]
+                     ) -> dict[str, Mapping[str, Any]]:
+    """Per notebook, the command line's overrides whose top-level key its schema has; a key no
+    notebook takes is refused."""
+    takes = {n.stem: set(params.schema_for(n.stem).model_fields) for n in notebooks}
+    known = set().union(*takes.values())
+    unknown = [key for key in overrides if key not in known]
+    if unknown:
+        raise params.ParameterError("\n".join(
+            f"the command line: no notebook takes parameter '{key}'"
+            f"{params.did_you_mean(key, known)}" for key in unknown))
+    return {stem: {key: value for key, value in overrides.items() if key in keys}
+            for stem, keys in takes.items()}
 
 
 def output_problems(runs: list[PlannedRun]) -> list[str]:

@@ -253,10 +253,11 @@ def _looks_numeric(text: str) -> bool:
     return True
 
 
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """`; did you mean 'x'?` naming the known name closest to `name`, or nothing."""
+def did_you_mean(name: str, known: Iterable[str], section: str = "") -> str:
+    """`; did you mean 'x'?` naming the known name closest to `name`, or nothing; a name inside
+    a section is given dotted (`section` 'train.' gives 'train.lr')."""
     close = difflib.get_close_matches(name, list(known), n=1)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    return f"; did you mean '{section}{close[0]}'?" if close else ""
 
 
 def describe_errors(header: str, schema: type[BaseModel], error: ValidationError,
@@ -271,8 +272,8 @@ def describe_errors(header: str, schema: type[BaseModel], error: ValidationError
         value = problem.get("input")
         if problem["type"] == "extra_forbidden":
             known = sorted(_section_schema(schema, loc[:-1]).model_fields)
-            lines.append(f"  {where}: unknown parameter '{key}'{did_you_mean(loc[-1], known)} "
-                         f"(known: {', '.join(known)})")
+            hint = did_you_mean(loc[-1], known, key.removesuffix(loc[-1]))
+            lines.append(f"  {where}: unknown parameter '{key}'{hint} (known: {', '.join(known)})")
         elif problem["type"] == "missing":
             lines.append(f"  {where}: parameter '{key}' is missing")
         elif problem["type"] == "value_error":
