@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -39,6 +40,7 @@ from tqdm import tqdm
 from kit import models
 from kit.core import distributed, files
 from kit.core.paths import resolve
+from kit.core.progress import Stage
 from kit.data.prefetch import DeviceBatches
 from kit.train.settings import TrainSettings
 
@@ -180,7 +182,7 @@ def _gather_labels(labels: np.ndarray, folder: Path) -> np.ndarray:
 
 def _extract_checkpoints(records: dict[Path, dict[str, Any]], checkpoints: dict[Path, Path],
                          dataset: Dataset, batch_size: int, device: str, num_workers: int,
-                         progress: bool) -> None:
+                         progress: bool, stage: Stage) -> None:
     """One pass over this rank's shard: each batch is decoded and normalised once and fed to
     every backbone; entry `path` receives the features of `checkpoints[path]`."""
     backbones = {path: load_backbone(checkpoints[path]) for path in records}
@@ -211,6 +213,7 @@ def _extract_checkpoints(records: dict[Path, dict[str, Any]], checkpoints: dict[
                     model.features(images).float().cpu().numpy())
         labels[row:end] = batch_labels.cpu().numpy()
         row = end
+        stage.advance()
     for output in outputs.values():
         output.flush()
     del outputs
@@ -278,11 +281,18 @@ def extract_many(representations: Sequence[Sequence[Path]], dataset: Dataset, da
                            for p in rep)  # ordered, without repeats
     missing = {path: (checkpoint, record) for checkpoint in needed
                for path, record in [entry([checkpoint])] if not cached(path)}
+    name = f"features {split.split('[')[0]} ({rows} rows)"
+    reused = f"reused {sum(hits)} of {len(hits)} cached representation(s)"
     if missing:
+        stage = Stage(name, math.ceil(len(_shard(rows)) / batch_size), "batch",
+                      f"{reused}, extracting {len(missing)} checkpoint(s)")
         _extract_checkpoints({path: record for path, (_, record) in missing.items()},
                              {path: checkpoint for path, (checkpoint, _) in missing.items()},
-                             dataset, batch_size, device, num_workers, progress)
+                             dataset, batch_size, device, num_workers, progress, stage)
         verdicts.update(dict.fromkeys(missing, True))
+        stage.finish(f"{reused}, extracted {len(missing)} checkpoint(s)")
+    else:
+        Stage(name, 0, "batch", "").finish(f"{reused}, extracted 0")
     for rep, (path, record) in zip(representations, wanted):
         if not cached(path):
             _concatenate(path, record, [_open(entry([p])[0], hit=True) for p in rep])

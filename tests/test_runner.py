@@ -18,9 +18,10 @@ import psutil
 import pytest
 import yaml
 
-from kit.cli import runner
+from kit.cli import runner, terminal
 from kit.core import locks, params
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
+from kit.core.progress import STAGE_FILE_ENV, Stage
 from kit.experiments.timecat import planning
 from kit.launch.runs import run_name
 
@@ -119,7 +120,7 @@ def test_a_read_only_output_folder_is_refused(workspace, capsys) -> None:
 RUNNER_SCRIPT = """
 import sys
 from pathlib import Path
-from kit.cli import runner
+from kit.cli import runner, terminal
 from kit.core import params
 params.SCHEMAS["01_workers"] = "kit.core.params:NotebookSettings"
 root = Path(sys.argv[1])
@@ -238,7 +239,7 @@ def append_record(run: Path, step: int, loss: float) -> None:
 def test_progress_lines_are_rate_limited_per_run_and_name_the_last_step(tmp_path: Path) -> None:
     old, new = tmp_path / "runs" / "old" / "seed0", tmp_path / "runs" / "cat2" / "seed1"
     append_record(old, 40, 0.5)  # finished before the watch: never reported again
-    progress = runner.TrainingProgress(tmp_path, "03", every_s=30)
+    progress = terminal.TrainingProgress(tmp_path, "03", every_s=30)
     assert progress.poll(now=0) == []
     append_record(new, 10, 2.3456)
     assert progress.poll(now=1) == ["03 runs/cat2/seed1  step 10/40  loss 2.346  512 img/s"]
@@ -254,7 +255,7 @@ def test_progress_lines_are_rate_limited_per_run_and_name_the_last_step(tmp_path
 
 def test_progress_watch_stops_its_thread_when_the_notebook_fails(tmp_path: Path) -> None:
     lines: list[str] = []
-    progress = runner.TrainingProgress(tmp_path, "03", every_s=30)
+    progress = terminal.TrainingProgress(tmp_path, "03", every_s=30)
     with pytest.raises(RuntimeError, match="cell failed"):
         with progress.watching(lines.append, poll_s=0.05):
             append_record(tmp_path / "run", 10, 2.0)
@@ -313,3 +314,52 @@ def test_the_saved_notebook_03_keeps_each_runs_final_bar(notebook_outputs) -> No
         assert "100%" in bars[name] and f" {total}/{total} " in bars[name], bars[name]
         assert "loss=" in bars[name], bars[name]
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage lines (extraction, probes) and the summary
+# ---------------------------------------------------------------------------------------------
+
+def test_stage_records_become_lines_with_counts_rate_eta_and_what_was_reused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / ".stages.jsonl"
+    monkeypatch.setenv(STAGE_FILE_ENV, str(path))
+    clock = iter([100.0, 106.0, 110.0])
+    monkeypatch.setattr(time, "time", lambda: next(clock))
+    stage = Stage("features train", 20, "batch", "reused 2, extracting 3 checkpoint(s)")
+    watch = terminal.StageProgress(path, "03", every_s=5.0)
+    assert watch.poll() == ["03 features train: reused 2, extracting 3 checkpoint(s)"]
+    stage.advance(2)  # within STAGE_EVERY_S of the first record: not written
+    stage._written = 0.0
+    stage.advance(8)  # 6 s after the start: 10 of 20 at 10/6 per s
+    assert watch.poll() == ["03 features train  10/20 batch  1.7 batch/s  ETA 6 s"]
+    stage.done = 20
+    stage.finish("reused 2, extracted 3 checkpoint(s)")
+    assert watch.poll() == ["03 features train: reused 2, extracted 3 checkpoint(s) "
+                            "(10.0 s, 2.0 batch/s)"]
+    assert watch.poll() == []  # each record read once
+
+
+def test_a_stage_writes_nothing_without_the_runner(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(STAGE_FILE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    Stage("probes", 3, "probe", "fitting 3").finish("fitted 3")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_summary_names_time_output_and_the_claims_written_by_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "outputs" / "ci"
+    out.mkdir(parents=True)
+    (out / "old_summary.json").write_text(json.dumps({"claim": {"line": "stale claim"}}))
+    os.utime(out / "old_summary.json", (1.0, 1.0))
+    (out / "time_concat_summary.json").write_text(
+        json.dumps({"claim": {"status": "supported", "line": "cat2 transfers better"}}))
+    (out / "toy_summary.json").write_text(json.dumps({"no": "claim"}))
+    lines = terminal.summary([terminal.Finished("03_time_concat", out / "03_time_concat.ipynb",
+                                                out, 12.34, 1000.0)], "ci")
+    assert lines == ["summary: 1 notebook(s) in 12.3 s, profile ci, results in outputs/ci",
+                     "  03_time_concat     12.3 s  outputs/ci/03_time_concat.ipynb",
+                     "    claim: cat2 transfers better"]
