@@ -51,10 +51,11 @@ def test_environment_yml_agrees_with_pyproject() -> None:
 
 
 #: strips outputs and execution counts but keeps cell ids, which tests/nbval_references use
-STRIP = ".venv/bin/nbstripout --keep-id"
+STRIP = ".venv/bin/nbstripout --keep-id --extra-keys metadata.language_info"
 #: the README's once-per-clone setup: git strips notebooks on commit, keeping cell ids
 GIT_FILTER_SETUP = (".venv/bin/nbstripout --install && git config filter.nbstripout.clean "
-                    '"$PWD/.venv/bin/python -m nbstripout --keep-id"')
+                    '"$PWD/.venv/bin/python -m nbstripout --keep-id '
+                    '--extra-keys metadata.language_info"')
 
 
 def git(*args: str) -> str:
