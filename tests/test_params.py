@@ -248,3 +248,18 @@ def test_an_unknown_profile_is_said_once_for_every_notebook() -> None:
     with pytest.raises(params.ParameterError) as error:
         runner.plan(None, "no_such_profile_qq")
     assert str(error.value).count("unknown profile 'no_such_profile_qq'") == 1
+
+
+def test_smoke_test_profiles_say_so_first_and_every_profile_is_in_the_readme(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    profiles = sorted(p.name for p in PARAMETERS_DIR.iterdir() if p.is_dir())
+    smoke = [name for name in profiles if params.smoke_test_label(name)]
+    assert smoke == ["ci", "interactive"]
+    params.from_notebook("02_surveyed_evidence", {"profile": "interactive", "In": []})
+    assert capsys.readouterr().out.startswith("SMOKE TEST (profile interactive: ")
+    params.from_notebook("02_surveyed_evidence", {"profile": "cpu", "In": []})
+    assert "SMOKE TEST" not in capsys.readouterr().out
+    readme = (PARAMETERS_DIR.parent / "README.md").read_text()
+    for name in profiles:
+        assert f"| `{name}` |" in readme, f"README's profile table lacks {name}"
+        assert params.read_yaml(PARAMETERS_DIR / name / "profile.yaml").get(params.PURPOSE), name

@@ -33,6 +33,10 @@ from kit.core.paths import PARAMETERS_DIR
 
 #: a profile file may name the profile it builds on
 EXTENDS = "extends"
+#: what a profile is for, and whether its numbers are a smoke test's (said by every notebook it
+#: runs): keys of the profile's own profile.yaml, not parameters, and not inherited
+PURPOSE, SMOKE_TEST = "purpose", "smoke_test"
+PROFILE_KEYS = (EXTENDS, PURPOSE, SMOKE_TEST)
 #: notebook (file stem) -> "module:Schema", imported on demand
 SCHEMAS = {
     "01_toy_counterexample": "kit.experiments.toy_settings:ToySettings",
@@ -153,7 +157,8 @@ def profile_files(notebook: str, profile: str, parameters_dir: Path = PARAMETERS
                      parameters_dir / name / f"{notebook}.yaml"):
             if path.exists():
                 content = read_yaml(path)
-                content.pop(EXTENDS, None)
+                for key in PROFILE_KEYS:
+                    content.pop(key, None)
                 layers.append((path, content))
     return layers
 
@@ -223,7 +228,24 @@ def from_notebook(notebook: str, namespace: Mapping[str, Any],
                              f"got {profile!r}")
     values, sources = resolve_layers(notebook, profile, parameters_dir=parameters_dir)
     merge(values, sources, injected, source)
-    return validate(notebook, values, sources)
+    validated = validate(notebook, values, sources)
+    label = smoke_test_label(profile, parameters_dir)
+    if label:
+        print(label)  # the notebook's first output says it
+    return validated
+
+
+def smoke_test_label(profile: str, parameters_dir: Path = PARAMETERS_DIR) -> str | None:
+    """What a notebook run with a smoke-test profile says first (its profile.yaml sets
+    `smoke_test: true`); None for a profile whose numbers are meant to be read."""
+    head = parameters_dir / profile / "profile.yaml"
+    about = read_yaml(head) if head.exists() else {}
+    if about.get(SMOKE_TEST) is not True:
+        return None
+    purpose = about.get(PURPOSE) or "small settings that check the code runs"
+    return (f"SMOKE TEST (profile {profile}: {purpose}): the numbers below only show that the "
+            "code runs; they say nothing about the paper's claims. Run the cpu profile (or a "
+            "GPU profile) for results.")
 
 
 def parameter_names(history: list[str], first_line: str = "# parameters") -> list[str]:
