@@ -138,15 +138,17 @@ def test_notebooks_have_parameters_and_references_for_checked_cells() -> None:
                 assert cell.outputs, f"{path.name}: checked cell {cell.id} has no reference"
 
 
-def test_parameters_cells_name_only_a_profile_and_it_resolves() -> None:
+def test_parameters_cells_set_only_a_profile_and_it_resolves() -> None:
     """A notebook's parameters cell is an interactive session's choice of profile, never a set
-    of defaults that could leak into a profile run."""
+    of defaults that could leak into a profile run: every other name it declares is None."""
     for path in runner.find_notebooks(None):
         cell = next(c for c in nbformat.read(path, as_version=4).cells
                     if "parameters" in c.metadata.get("tags", []))
         namespace: dict = {"In": [cell.source]}
         exec(cell.source, namespace)
-        assert params.parameter_names([cell.source]) == ["profile"], path.name
+        names = params.parameter_names([cell.source])
+        assert names[0] == "profile", path.name
+        assert [n for n in names if namespace[n] is not None] == ["profile"], path.name
         assert params.from_notebook(path.stem, namespace).profile == "interactive"
 
 

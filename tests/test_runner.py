@@ -363,3 +363,17 @@ def test_the_summary_names_time_output_and_the_claims_written_by_the_run(
     assert lines == ["summary: 1 notebook(s) in 12.3 s, profile ci, results in outputs/ci",
                      "  03_time_concat     12.3 s  outputs/ci/03_time_concat.ipynb",
                      "    claim: cat2 transfers better"]
+
+
+def test_kit_run_reports_its_stages_and_ends_with_a_summary(runner_output) -> None:
+    output = runner_output("03_time_concat")
+    assert output.returncode == 0, output.stderr[-3000:]
+    texts = [line for line, _ in output.lines]
+    assert any(re.fullmatch(r"03 training: reused \d+, trained \d+ \(.*\)", t) for t in texts)
+    assert any(re.fullmatch(r"03 features \w+ \(\d+ rows\): reused \d+ of \d+ cached "
+                            r"representation\(s\), extracted \d+.*", t) for t in texts), texts
+    assert any(re.fullmatch(r"03 probes: reused 0, fitted \d+ .*probe/s\)", t) for t in texts)
+    summary = texts.index(next(t for t in texts if t.startswith("summary: 1 notebook(s)")))
+    assert texts[summary + 1].split()[0] == "03_time_concat"
+    assert any(t.startswith("    claim: ") for t in texts[summary:])
+    assert "without encryption" not in output.stderr + "\n".join(texts)
