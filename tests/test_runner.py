@@ -377,3 +377,8 @@ def test_kit_run_reports_its_stages_and_ends_with_a_summary(runner_output) -> No
     assert texts[summary + 1].split()[0] == "03_time_concat"
     assert any(t.startswith("    claim: ") for t in texts[summary:])
     assert "without encryption" not in output.stderr + "\n".join(texts)
+
+
+def test_a_slow_stage_is_timed_in_seconds_per_unit() -> None:
+    assert terminal.speed_text(0.25, "probe") == "4.0 s/probe"
+    assert terminal.speed_text(2.0, "batch") == "2.0 batch/s"

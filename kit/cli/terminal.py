@@ -173,15 +173,20 @@ class StageProgress:
             rate = record["done"] / elapsed if elapsed > 0 else 0.0
             unit = record["unit"]
             if record["final"]:
-                speed = f", {rate:.1f} {unit}/s" if record["done"] and rate else ""
+                speed = f", {speed_text(rate, unit)}" if record["done"] and rate else ""
                 lines.append(f"{name}: {record['note']} ({elapsed:.1f} s{speed})")
                 del self._stages[record["stage"]]
             elif record["done"] > seen.done and at - seen.printed >= self.every_s:
                 seen.done, seen.printed = record["done"], at
                 left = (record["total"] - record["done"]) / rate if rate else float("nan")
                 lines.append(f"{name}  {record['done']}/{record['total']} {unit}  "
-                             f"{rate:.1f} {unit}/s  ETA {left:.0f} s")
+                             f"{speed_text(rate, unit)}  ETA {left:.0f} s")
         return lines
+
+
+def speed_text(rate: float, unit: str) -> str:
+    """A rate as units per second, or seconds per unit when below one a second."""
+    return f"{rate:.1f} {unit}/s" if rate >= 1 else f"{1 / rate:.1f} s/{unit}"
 
 
 @dataclass(frozen=True)
