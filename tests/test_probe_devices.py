@@ -64,8 +64,8 @@ def test_tf32_only_on_cuda_and_only_when_allowed() -> None:
 @pytest.mark.parametrize("select_from", ["epochs", "converged"])
 def test_fast_probe_split_over_groups_gives_the_one_group_result(select_from: str) -> None:
     train, evaluation = planted(1200, 0), planted(400, 1)
-    settings = dict(lrs=[0.03, 0.1, 0.3], weight_decays=[1e-4, 1e-3], epochs=3, batch_size=128,
-                    select_from=select_from)
+    settings = {"lrs": [0.03, 0.1, 0.3], "weight_decays": [1e-4, 1e-3], "epochs": 3,
+                "batch_size": 128, "select_from": select_from}
     one = fast_probe(train, evaluation, 4, FastProbeSettings(**settings), progress=False)
     three = fast_probe(train, evaluation, 4, FastProbeSettings(**settings, devices=3),
                        progress=False)

@@ -37,7 +37,8 @@ def test_feeding_says_how_many_cores_the_gpus_need() -> None:
     assert "400 free cores" in starved.note and "data.decode: gpu" in starved.note
 
 
-def test_cpu_subset_passes_and_says_it_is_the_cpu_subset(capsys) -> None:
+def test_cpu_subset_passes_and_says_it_is_the_cpu_subset(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("COLUMNS", "250")  # rich wraps the table to the terminal's width
     assert main.main(["selfcheck"]) == 0
     out = capsys.readouterr().out
     assert "CPU subset" in out and "selfcheck passed" in out
@@ -47,6 +48,7 @@ def test_cpu_subset_passes_and_says_it_is_the_cpu_subset(capsys) -> None:
 
 
 def test_planted_failures_make_it_exit_non_zero_naming_each(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
     monkeypatch.setattr(checks, "BF16_TOLERANCE", 0.0)  # no bf16 result is that exact
     monkeypatch.setattr(checks, "PROBE_FLOOR", 1.01)  # no accuracy is that high
     assert main.main(["selfcheck"]) == 1
