@@ -2,7 +2,8 @@
 
 `python -m kit run [NOTEBOOK ...] --profile cpu [-f FILE ...] [--set a.b=value ...]` executes
 notebooks; `check` validates their parameters, data and output folders; `launch` starts training
-runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves.
+runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves;
+`selfcheck` measures and checks this node (kit.cli.selfcheck).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kit.cli import launch, reference, runner
+from kit.cli import launch, reference, runner, selfcheck
 from kit.core import params
 
 
@@ -38,7 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("reference", help="write docs/reference/parameters.md from the settings "
                         "classes").add_argument("--check", action="store_true", help="only "
                         "compare: exit 1 naming the file if it differs")
+    commands.add_parser("selfcheck", help="check this node before a real run: GPU training "
+                        "rate, input pipeline, preemption, bf16 extraction, probe (a CPU subset "
+                        "without a GPU)").add_argument("--gpus", type=int, default=None,
+                                                        metavar="N", help="GPUs to use "
+                                                        "(default: all visible)")
     args = parser.parse_args(argv)
+    if args.command == "selfcheck":
+        return selfcheck.command(args.gpus)
     if args.command == "reference":
         return reference.command(args.check)
     if args.command == "launch":
