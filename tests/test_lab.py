@@ -1,5 +1,5 @@
-"""JupyterLab started with the repository's jupyter_server_config.py saves the notebooks of
-notebooks/ as they are committed, so running them in Lab leaves `git status` clean."""
+"""JupyterLab started by `python -m kit lab` saves the notebooks of notebooks/ as they are
+committed (kit.cli.lab), so running them in Lab leaves `git status` clean."""
 
 from __future__ import annotations
 
@@ -8,22 +8,25 @@ from pathlib import Path
 import nbformat
 import pytest
 from jupyter_server.services.contents.filemanager import FileContentsManager
-from traitlets.config.loader import PyFileConfigLoader
+from traitlets.config.loader import KVArgParseConfigLoader
 
-from kit.cli import runner
-from kit.core.paths import REPO_ROOT
+from kit.cli import lab, runner
 
 
 def lab_contents_manager(root: Path) -> FileContentsManager:
-    """The contents manager Lab saves with, configured by the repository's config file."""
-    config = PyFileConfigLoader("jupyter_server_config.py", path=str(REPO_ROOT)).load_config()
+    """The contents manager Lab saves with, configured by `kit lab`'s command line."""
+    options = [arg for arg in lab.arguments([]) if arg.startswith("--FileContentsManager")]
+    config = KVArgParseConfigLoader(options).load_config()
     return FileContentsManager(root_dir=str(root), config=config)
 
 
 @pytest.mark.parametrize("notebook", runner.find_notebooks(None), ids=lambda p: p.stem)
 def test_a_notebook_run_and_saved_in_lab_is_written_as_committed(notebook: Path,
-                                                                 tmp_path: Path) -> None:
+                                                                 tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
     (tmp_path / "notebooks").mkdir()
+    monkeypatch.setattr(lab, "NOTEBOOKS_DIR", tmp_path / "notebooks")
     relative = f"notebooks/{notebook.name}"
     executed = nbformat.read(notebook, as_version=4)
     code = [cell for cell in executed.cells if cell.cell_type == "code"]

@@ -3,7 +3,8 @@
 `python -m kit run [NOTEBOOK ...] --profile cpu [-f FILE ...] [--set a.b=value ...]` executes
 notebooks; `check` validates their parameters, data and output folders; `launch` starts training
 runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves;
-`selfcheck` measures and checks this node (kit.cli.selfcheck).
+`selfcheck` measures and checks this node (kit.cli.selfcheck); `lab` starts JupyterLab saving the
+notebooks stripped (kit.cli.lab).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kit.cli import launch, reference, runner, selfcheck
+from kit.cli import lab, launch, reference, runner, selfcheck
 from kit.core import params
 
 
@@ -44,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
                         "without a GPU)").add_argument("--gpus", type=int, default=None,
                                                         metavar="N", help="GPUs to use "
                                                         "(default: all visible)")
+    commands.add_parser("lab", help="JupyterLab on the repository, saving the notebooks of "
+                        "notebooks/ without outputs, as committed; any jupyter lab option follows")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["lab"]:  # the rest is jupyter lab's, which argparse would refuse
+        return lab.command(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "selfcheck":
         return selfcheck.command(args.gpus)
