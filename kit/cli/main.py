@@ -2,7 +2,8 @@
 
 `python -m kit run [NOTEBOOK ...] --profile cpu [-f FILE ...] [--set a.b=value ...]` executes
 notebooks; `check` validates their parameters, data and output folders; `launch` starts training
-runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves.
+runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves;
+`report --profile NAME` writes `outputs/NAME/index.html` from what a run wrote.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from kit.cli import launch, reference, runner
 from kit.core import params
+from kit.report import page
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("reference", help="write docs/reference/parameters.md from the settings "
                         "classes").add_argument("--check", action="store_true", help="only "
                         "compare: exit 1 naming the file if it differs")
+    commands.add_parser("report", help="write outputs/PROFILE/index.html: verdicts, tables, "
+                        "charts, notebooks and parameters of a run, one page that opens offline"
+                        ).add_argument("--profile", default="cpu", help="whose outputs (default cpu)")
     args = parser.parse_args(argv)
+    if args.command == "report":
+        return report_command(args.profile)
     if args.command == "reference":
         return reference.command(args.check)
     if args.command == "launch":
@@ -64,3 +71,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return runner.run(args.notebooks, args.profile, args.files, overrides)
 
+
+
+def report_command(profile: str) -> int:
+    """`python -m kit report --profile NAME`: write the page, or say why not (exit 2)."""
+    try:
+        print(f"wrote {page.write_report(profile)}")
+    except page.ReportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
