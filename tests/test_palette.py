@@ -133,3 +133,12 @@ def test_a_mean_is_printed_to_the_precision_its_std_supports() -> None:
     frame = pl.DataFrame({"variant": ["cat1", "cat2"], "shape mean": [93.41666, 80.0],
                           "shape std": [1.2583, 1.31]})
     assert tables.table(frame).cells() == [["cat1", "93.4", "1.3"], ["cat2", "80.0", "1.3"]]
+
+
+def test_the_interactive_panel_reads_as_a_sentence_where_no_frontend_draws_it() -> None:
+    from kit.experiments.toy_settings import SparseTrainingSettings
+
+    panel = toy_charts.interactive_panel(SparseTrainingSettings(), seed=0)
+    bundle = panel._repr_mimebundle_()
+    assert "VBox" not in bundle["text/plain"] and "JupyterLab" in bundle["text/plain"]
+    assert "application/vnd.jupyter.widget-view+json" in bundle

@@ -3,7 +3,8 @@
 In a kernel a bar is tqdm.auto's widget, shown under a display id and shown again when it
 closes: a notebook executed without a frontend (papermill) then keeps the bar's final state as
 text, not the empty bar the widget was when first displayed. On a terminal a bar redraws every
-second; in a log, every 30 s at most."""
+second; in a log, every 30 s at most. A widget shown through `Described` reads as a sentence,
+not as its repr, where no frontend draws it."""
 
 from __future__ import annotations
 
@@ -36,3 +37,15 @@ class KeptBar(tqdm):
         if self._shown is not None:
             self._shown.update(self.container)
             self._shown = None
+
+
+class Described:
+    """A widget that reads as `text` wherever no frontend draws it (a notebook executed
+    headless and shown on GitHub, nbviewer or as HTML) instead of its `VBox(children=...)` repr;
+    JupyterLab draws the widget itself."""
+
+    def __init__(self, widget: Any, text: str) -> None:
+        self.widget, self.text = widget, text
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        return self.widget._repr_mimebundle_(**kwargs) | {"text/plain": self.text}

@@ -3,19 +3,14 @@ interactive panel: how kit.experiments.toy's constructions and results are shown
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import altair as alt
 import polars as pl
 import torch
 
+from kit.core.progress import Described
 from kit.experiments import toy
 from kit.experiments.toy_settings import SparseTrainingSettings
-from kit.report import charts, palette
-
-if TYPE_CHECKING:
-    import ipywidgets
-
+from kit.report import charts, palette, tables
 
 # ---------------------------------------------------------------------------------------------
 # Charts
@@ -119,9 +114,10 @@ def sparsity_chart(sweep: pl.DataFrame) -> alt.Chart:
 # ---------------------------------------------------------------------------------------------
 
 def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int = 8
-                      ) -> ipywidgets.VBox:
+                      ) -> Described:
     """Sliders for the four mixture weights and a button that trains and probes `replicates`
-    sparse models on that mixture. Headless runs only display the (inert) widgets."""
+    sparse models on that mixture. Headless runs only display the (inert) widgets, which read
+    as a sentence where no frontend draws them."""
     import ipywidgets as widgets
     from IPython.display import display
 
@@ -143,11 +139,18 @@ def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int
         labels = toy.kept_label(models.kept)
         table = pl.DataFrame({"kept": labels, **{f"acc_{c}": probe[:, i].tolist()
                                                  for i, c in enumerate(toy.COMPONENT_NAMES)}})
+        optimum = toy.optimal_mixture_classifier(weights[0])
         with output:
             output.clear_output()
-            print("weights:", [round(w, 3) for w in weights[0].tolist()])
-            print("optimal linear classifier:", toy.optimal_mixture_classifier(weights[0]))
-            display(table.group_by("kept").agg(pl.len(), pl.col("^acc_.*$").mean()))
+            print("normalised weights:", ", ".join(
+                f"{name} {w:.2f}" for name, w in zip(toy.COMPONENT_NAMES, weights[0].tolist())))
+            print(f"least-error linear classifier: gives up point(s) {optimum['dropped']} "
+                  f"(error {optimum['error']:.3f}), uses {optimum['features']}")
+            display(tables.table(table.group_by("kept").agg(
+                pl.len().alias("models"), pl.col("^acc_.*$").mean()).sort("kept")))
 
     button.on_click(train_clicked)
-    return widgets.VBox([widgets.HBox(sliders[:2]), widgets.HBox(sliders[2:]), button, output])
+    panel = widgets.VBox([widgets.HBox(sliders[:2]), widgets.HBox(sliders[2:]), button, output])
+    return Described(panel, "(an interactive panel: sliders for the four mixture weights and a "
+                     "button that trains models on them; open the notebook in JupyterLab to use "
+                     "it)")
