@@ -4,7 +4,8 @@
 notebooks; `check` validates their parameters, data and output folders; `launch` starts training
 runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves;
 `selfcheck` measures and checks this node (kit.cli.selfcheck); `lab` starts JupyterLab saving the
-notebooks stripped (kit.cli.lab).
+notebooks stripped (kit.cli.lab); `report --profile NAME` writes `outputs/NAME/index.html` from
+what a run wrote.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from kit.cli import lab, launch, reference, runner, selfcheck
 from kit.core import params
+from kit.report import page
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,12 +49,17 @@ def main(argv: list[str] | None = None) -> int:
                                                         "(default: all visible)")
     commands.add_parser("lab", help="JupyterLab on the repository, saving the notebooks of "
                         "notebooks/ without outputs, as committed; any jupyter lab option follows")
+    commands.add_parser("report", help="write outputs/PROFILE/index.html: verdicts, tables, "
+                        "charts, notebooks and parameters of a run, one page that opens offline"
+                        ).add_argument("--profile", default="cpu", help="whose outputs (default cpu)")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["lab"]:  # the rest is jupyter lab's, which argparse would refuse
         return lab.command(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "selfcheck":
         return selfcheck.command(args.gpus)
+    if args.command == "report":
+        return report_command(args.profile)
     if args.command == "reference":
         return reference.command(args.check)
     if args.command == "launch":
@@ -78,3 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return runner.run(args.notebooks, args.profile, args.files, overrides)
 
+
+
+def report_command(profile: str) -> int:
+    """`python -m kit report --profile NAME`: write the page, or say why not (exit 2)."""
+    try:
+        print(f"wrote {page.write_report(profile)}")
+    except page.ReportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0

@@ -3,7 +3,8 @@
 In a kernel a bar is tqdm.auto's widget, shown under a display id and shown again when it
 closes: a notebook executed without a frontend (papermill) then keeps the bar's final state as
 text, not the empty bar the widget was when first displayed. On a terminal a bar redraws every
-second; in a log, every 30 s at most.
+second; in a log, every 30 s at most. A widget shown through `Described` reads as a sentence,
+not as its repr, where no frontend draws it.
 
 A `Stage` (feature extraction, probing, training as a whole) also appends JSON records to the
 file that STAGE_FILE_ENV names, which `python -m kit run` sets for the kernel it starts and reads
@@ -94,3 +95,15 @@ class Stage:
                   "note": note, "final": final, "time": time.time()}
         with open(self.path, "a") as handle:  # one short line: appended whole
             handle.write(json.dumps(record) + "\n")
+
+
+class Described:
+    """A widget that reads as `text` wherever no frontend draws it (a notebook executed
+    headless and shown on GitHub, nbviewer or as HTML) instead of its `VBox(children=...)` repr;
+    JupyterLab draws the widget itself."""
+
+    def __init__(self, widget: Any, text: str) -> None:
+        self.widget, self.text = widget, text
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        return self.widget._repr_mimebundle_(**kwargs) | {"text/plain": self.text}
