@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from kit.cli import main as cli
+from kit.core import provenance
 from kit.report import page
 from kit.report.charts import LAB_VEGALITE_MIME
 
@@ -32,12 +33,13 @@ def fake_outputs(folder: Path) -> Path:
     nbformat.write(notebook, folder / "03_time_concat.ipynb")
     nbformat.write(notebook, folder / "03_time_concat.partial.ipynb")  # a failed re-run
     (folder / "time_concat_summary.json").write_text(json.dumps(
-        {"claim": {"status": "supported", "line": CLAIM}, "runs": 12}))
+        {"claim": {"status": "reproduced", "line": CLAIM}, "runs": 12}))
     (folder / "toy_summary.json").write_text(json.dumps({"runs": 48}))  # no claim
     pl.DataFrame({"variant": ["cat1", "cat4"], "shape mean": [61.54321, 64.25],
                   "shape std": [1.234, 1.5]}).write_parquet(folder / "time_concat_table3.parquet")
     pl.DataFrame({"x": [1]}).write_parquet(folder / "time_concat_training.parquet")
     (folder / "03_time_concat.parameters.yaml").write_text("profile: ci\nreplicates: 2\n")
+    provenance.write(folder / "03_time_concat.provenance.json")
     return folder
 
 
@@ -47,7 +49,7 @@ def test_the_page_gathers_verdicts_tables_charts_notebooks_and_parameters(tmp_pa
     written = page.write_report("ci", folder)
     assert written == folder / "index.html"
     text = written.read_text()
-    assert CLAIM in text and "supported" in text
+    assert CLAIM in text and 'class="claim good"' in text
     assert "time_concat_table3" in text and "61.5" in text and "61.54321" not in text
     assert "time_concat_training" not in text  # not a results table
     assert text.count("vegaEmbed('#chart") == 1  # the partial copy is not reported
@@ -55,6 +57,7 @@ def test_the_page_gathers_verdicts_tables_charts_notebooks_and_parameters(tmp_pa
     assert 'href="03_time_concat.html"' in text and (folder / "03_time_concat.html").exists()
     assert "03_time_concat.partial" not in text
     assert "replicates: 2" in text and metadata.version("timecat-kit") in text
+    assert provenance.commit()[:12] in text and "03_time_concat.provenance.json" in text
 
 
 def test_the_page_fetches_nothing(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from kit.cli import runner, terminal
-from kit.core import locks, params
+from kit.core import locks, params, provenance
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
 from kit.core.progress import STAGE_FILE_ENV, Stage
 from kit.experiments.timecat import planning
@@ -59,6 +59,9 @@ def test_failing_cell_gives_nonzero_exit_and_keeps_partial_output(workspace, cap
     done = nbformat.read(workspace["output_root"] / "mini" / "01_ok.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in done.cells for o in c.get("outputs", []))
     assert "formats are ['svg']" in printed
+    (made,) = provenance.read(workspace["output_root"] / "mini" / "01_ok.provenance.json")
+    assert made["packages"]["papermill"] and made["kit_commit"]
+    assert not (workspace["output_root"] / "mini" / "02_fails.provenance.json").exists()
     partial = nbformat.read(workspace["output_root"] / "mini" / "02_fails.partial.ipynb",
                             as_version=4)
     errors = [o for c in partial.cells for o in c.get("outputs", []) if o.output_type == "error"]

@@ -41,12 +41,13 @@ import yaml
 from papermill.exceptions import PapermillExecutionError
 
 from kit.cli import terminal
-from kit.core import locks, params
+from kit.core import locks, params, provenance
 from kit.core.files import atomic_write, remove_stale_temporaries
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.core.processes import signal_handlers
 from kit.core.progress import STAGE_FILE_ENV
 from kit.data.preflight import writable_problems
+from kit.report import page
 
 #: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
 KERNEL_NAME = "python3"
@@ -153,6 +154,7 @@ def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
         extra_arguments=KERNEL_ARGUMENTS)
     with atomic_write(run.output.with_suffix(".parameters.yaml")) as handle:
         handle.write(yaml.safe_dump(run.parameters, sort_keys=False).encode())
+    provenance.write(run.output.with_suffix(".provenance.json"))
     os.replace(partial, run.output)
 
 
@@ -264,6 +266,8 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         finished.append(terminal.Finished(planned.notebook.stem, planned.output, watched,
                                           seconds, started))
     print("\n".join(terminal.summary(finished, profile)), flush=True)
+    print(f"report: {terminal.shown(page.write_report(profile, runs[0].output.parent))}",
+          flush=True)
     return 0
 
 

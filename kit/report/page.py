@@ -10,20 +10,18 @@ notebook ran with (`<notebook>.parameters.yaml`) with the kit version and commit
 
 from __future__ import annotations
 
-import datetime
 import html
 import json
-import subprocess
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import polars as pl
 
+from kit.core import provenance
 from kit.core.files import atomic_write
-from kit.core.paths import REPO_ROOT, resolve
+from kit.core.paths import resolve
 from kit.report import tables
 from kit.report.charts import LAB_VEGALITE_MIME
 
@@ -31,7 +29,7 @@ PAGE = "index.html"
 #: result tables the page shows (the kit's numbers beside the paper's), by file name ending
 TABLE_ENDINGS = ("_table3.parquet", "_gains.parquet", "_vs_paper.parquet")
 #: how the verdict statuses read
-STATUS_CLASS = {"supported": "good", "not supported": "bad", "contradicted": "bad"}
+STATUS_CLASS = {"reproduced": "good", "not reproduced": "bad"}
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem;
        color: #222; line-height: 1.45; }
@@ -66,7 +64,7 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
         _section("Executed notebooks", "<ul>" + "".join(
             f'<li><a href="{html.escape(link.name)}">{html.escape(link.stem)}</a></li>'
             for link in links) + "</ul>" if links else "<p>No executed notebook.</p>"),
-        _section("Parameters and version", provenance(folder)),
+        _section("Parameters and version", provenance_html(folder)),
     ]
     page = folder / PAGE
     with atomic_write(page) as handle:
@@ -140,31 +138,24 @@ def charts_html(specs: list[tuple[str, dict[str, Any]]]) -> str:
     return "".join(divs) + "<script>\n" + "\n".join(calls) + "\n</script>"
 
 
-def provenance(folder: Path) -> str:
-    """The kit's version and commit, and each notebook's parameters as it ran with them."""
-    version = metadata.version("timecat-kit")
-    commit = _commit()
-    written = datetime.datetime.now().astimezone()
-    parts = [(f"<p>timecat-kit {html.escape(version)}, commit {html.escape(commit)}; page "
-              f"written {written:%Y-%m-%d %H:%M %Z}.</p>")]
+def provenance_html(folder: Path) -> str:
+    """What produced each notebook's results (its `.provenance.json`: kit commit, Python,
+    package versions) and the parameters it ran with."""
+    parts = []
     for path in sorted(folder.glob("*.parameters.yaml")):
+        stem = path.name.removesuffix(".parameters.yaml")
+        recorded = folder / f"{stem}.provenance.json"
+        if recorded.exists():
+            (made,) = provenance.read(recorded)
+            parts.append(f"<p>{html.escape(stem)}: timecat-kit {html.escape(made['kit_version'])}"
+                         f", commit {html.escape(made['kit_commit'])}, Python "
+                         f"{html.escape(made['python'])}, torch "
+                         f"{html.escape(made['packages'].get('torch', '?'))}, run "
+                         f"{html.escape(made['written'])} (all package versions in "
+                         f"<code>{html.escape(recorded.name)}</code>).</p>")
         parts.append(f"<h3>{html.escape(path.name)}</h3><pre>"
                      f"{html.escape(path.read_text())}</pre>")
     return "".join(parts)
-
-
-def _commit() -> str:
-    """The repository's commit (with '+ local changes' when the work tree differs), or 'unknown'
-    outside a git checkout."""
-    try:
-        def git(*args: str) -> str:
-            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                                  check=True, timeout=30).stdout.strip()
-        commit = git("rev-parse", "--short", "HEAD")
-        changed = git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{commit} + local changes" if changed else commit
 
 
 def _section(title: str, body: str) -> str:

@@ -45,7 +45,7 @@ import yaml
 from tqdm import tqdm
 
 from kit import models
-from kit.core import files, locks
+from kit.core import files, locks, provenance
 from kit.core.distributed import Process, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
@@ -72,6 +72,9 @@ from kit.train.metrics import (
 )
 from kit.train.settings import TrainSettings, load_train_settings
 from kit.train.step import Trainer
+
+#: one provenance record per start of the run (kit.core.provenance)
+PROVENANCE = "provenance.jsonl"
 
 
 class Preempted(RuntimeError):
@@ -340,12 +343,13 @@ def _resume(trainer: Trainer, checkpoint: Path) -> Position:
 
 
 def _ready_folder(cfg: TrainSettings, out: Path, step: int) -> None:
-    """Rank 0: the run folder made, dead writers' temporaries removed, config.yaml written,
-    metrics after the resumed step dropped."""
+    """Rank 0: the run folder made, dead writers' temporaries removed, config.yaml written, this
+    start's provenance appended, metrics after the resumed step dropped."""
     out.mkdir(parents=True, exist_ok=True)
     files.remove_stale_temporaries(out)
     with files.atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
         handle.write(yaml.safe_dump(cfg.model_dump(), sort_keys=False).encode())
+    provenance.append(out / PROVENANCE)
     keep_metrics_until(out / METRICS, step)
 
 
