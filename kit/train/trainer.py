@@ -45,11 +45,17 @@ import yaml
 from tqdm import tqdm
 
 from kit import models
-from kit.core import files, locks
-from kit.core.distributed import Process, start_process
+from kit.core import files, locks, machine
+from kit.core.distributed import Process, barrier, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
-from kit.core.processes import DONE, PREEMPTED_EXIT, PREEMPTION_SIGNALS, signal_handlers
+from kit.core.processes import (
+    DONE,
+    PREEMPTED_EXIT,
+    PREEMPTION_SIGNALS,
+    mark_preempted,
+    signal_handlers,
+)
 from kit.data import pipeline as kit_data
 from kit.data.kinds.base import DataError
 from kit.data.preflight import writable_problems
@@ -129,8 +135,10 @@ def holding_run_folder(out: Path, process: Process) -> Iterator[None]:
 
 def train(cfg: TrainSettings) -> Path:
     """Train (or resume, or skip when finished) one run; returns its output folder."""
-    process = start_process(cfg.device)
+    process = start_process(cfg.device, cfg.group_timeout_s)
     try:
+        if cfg.compile and (missing := machine.compiler_problems()):
+            raise machine.MachineError("\n".join(missing))
         unwritable = writable_problems(resolve(cfg.output_dir))
         if unwritable:  # before the lock file is made there
             raise ParameterError("; ".join(unwritable))
@@ -234,6 +242,7 @@ class _Run:
         self.last_saved = self.at.step if save else self.last_saved
         if preempted and not final:
             self.progress.close()
+            barrier()  # no rank exits (and srun kills no rank) before rank 0 has saved
             raise Preempted(f"{self.out}: stopped by a preemption signal at step {self.at.step} "
                             f"after writing {self.out / CHECKPOINT}; run it again to resume")
 
@@ -385,11 +394,12 @@ def exit_code(action: Callable[[], object]) -> int:
     try:
         action()
     except (ParameterError, DataError, models.CheckpointError,
-            locks.FolderLocked) as error:
+            locks.FolderLocked, machine.MachineError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Preempted as error:
         print(f"preempted: {error}", file=sys.stderr)
+        mark_preempted()
         return PREEMPTED_EXIT
     except (NonFiniteLossError, files.DiskFullError) as error:
         print(f"error: {error}", file=sys.stderr)
