@@ -23,13 +23,13 @@ from kit.launch.settings import (
     sized_for_training,
 )
 
-#: paper-8xh100's node, as its profile launches it
-NODE = LaunchSettings(backend="slurm", nproc_per_node=8, gpus_per_node=8)
+#: paper-8xh100's node, as its profile launches it (GPUs per node left to the kit)
+NODE = LaunchSettings(backend="slurm", nproc_per_node=8)
 
 
 def _timecat(probe_kind: str) -> SimpleNamespace:
     """What step_settings reads of TimecatSettings, as paper-8xh100 and paper-checkpoints set it."""
-    return SimpleNamespace(probe_kind=probe_kind, feature_workers=12,
+    return SimpleNamespace(probe_kind=probe_kind, feature_workers=12, device="cuda",
                            faithful=SimpleNamespace(processes=5, workers=12))
 
 
@@ -54,23 +54,26 @@ def test_exported_step_scripts_ask_for_gpus_cores_and_memory(tmp_path: Path) -> 
                  "#SBATCH --cpus-per-task=65", f"#SBATCH --mem={memory}G"):
         assert line in probe.splitlines()
     extract = sbatch.export_step("extract", ["kit", "extract"], jobs.step_settings(
-        "extract", NODE, _timecat("fast")), tmp_path).read_text()
-    assert "#SBATCH --cpus-per-task=13" in extract.splitlines()
+        "extract", NODE, _timecat("fast")), tmp_path).read_text().splitlines()
+    assert "#SBATCH --cpus-per-task=13" in extract and "#SBATCH --gpus-per-node=8" in extract
+    on_cpu = jobs.step_settings("extract", NODE, SimpleNamespace(**vars(_timecat("fast")) | {
+        "device": "cpu"}))
+    assert on_cpu.gpus_per_node == 0
 
 
 def test_training_scripts_size_cores_and_memory_from_the_loaders(tmp_path: Path) -> None:
-    sized = sized_for_training([SimpleNamespace(num_workers=12)], NODE)
+    sized = sized_for_training([SimpleNamespace(num_workers=12, device="cuda")], NODE)
     memory = math.ceil(8 * (PROCESS_MEMORY_GB + WORKER_MEMORY_GB * 12 * 3))
-    assert (sized.cpus_per_node, sized.mem_gb) == (8 * 13, memory)
+    assert (sized.cpus_per_node, sized.mem_gb, sized.gpus_per_node) == (8 * 13, memory, 8)
     script = sbatch.sbatch_script([tmp_path / "a.yaml"], sized, tmp_path).splitlines()
     assert "#SBATCH --cpus-per-task=13" in script and f"#SBATCH --mem={memory}G" in script
-    chosen = sized_for_training([SimpleNamespace(num_workers=12)],
+    chosen = sized_for_training([SimpleNamespace(num_workers=12, device="cuda")],
                                 NODE.model_copy(update={"cpus_per_node": 96, "mem_gb": 500}))
     assert (chosen.cpus_per_node, chosen.mem_gb) == (96, 500)
 
 
 def test_exclusive_asks_for_whole_nodes(tmp_path: Path) -> None:
-    whole = sized_for_training([SimpleNamespace(num_workers=12)],
+    whole = sized_for_training([SimpleNamespace(num_workers=12, device="cuda")],
                                NODE.model_copy(update={"exclusive": True}))
     script = sbatch.sbatch_script([tmp_path / "a.yaml"], whole, tmp_path).splitlines()
     assert "#SBATCH --exclusive" in script and "#SBATCH --mem=0" in script
@@ -78,7 +81,7 @@ def test_exclusive_asks_for_whole_nodes(tmp_path: Path) -> None:
 
 
 def test_submitit_asks_for_the_nodes_cores_and_memory(tmp_path: Path) -> None:
-    sized = sized_for_training([SimpleNamespace(num_workers=12)], NODE)
+    sized = sized_for_training([SimpleNamespace(num_workers=12, device="cuda")], NODE)
     text = slurm.executor(sized, tmp_path)._make_submission_file_text("true", "0")
     assert "#SBATCH --cpus-per-task=104" in text and f"#SBATCH --mem={sized.mem_gb}GB" in text
     assert "#SBATCH --ntasks-per-node=1" in text and "#SBATCH --gpus-per-node=8" in text

@@ -75,23 +75,25 @@ WORKER_MEMORY_GB = 0.5
 
 
 def sized_for_loaders(settings: LaunchSettings, workers: int, loaders: int,
-                      processes: int | None = None) -> LaunchSettings:
-    """`settings` with the CPU cores and memory per node a Slurm job asks for filled in where
-    unset: each of the node's `processes` (default nproc_per_node) gets its loaders' `workers` + 1
-    cores and PROCESS_MEMORY_GB + WORKER_MEMORY_GB per worker of each of its `loaders`; without
-    them Slurm grants one core per task, and the loaders starve."""
+                      processes: int | None = None, cuda: bool = False) -> LaunchSettings:
+    """`settings` with what a Slurm job asks for per node filled in where unset: each of the
+    node's `processes` (default nproc_per_node) gets its loaders' `workers` + 1 cores,
+    PROCESS_MEMORY_GB + WORKER_MEMORY_GB per worker of each of its `loaders`, and with `cuda`
+    a GPU; without them Slurm grants one core per task (the loaders starve) and no GPU."""
     processes = processes or settings.nproc_per_node
     memory = processes * (PROCESS_MEMORY_GB + WORKER_MEMORY_GB * workers * loaders)
     return settings.model_copy(update={
         "cpus_per_node": settings.cpus_per_node or processes * (workers + 1),
-        "mem_gb": settings.mem_gb or math.ceil(memory)})
+        "mem_gb": settings.mem_gb or math.ceil(memory),
+        "gpus_per_node": settings.gpus_per_node or (processes if cuda else 0)})
 
 
 def sized_for_training(configs: Sequence[TrainSettings], settings: LaunchSettings
                        ) -> LaunchSettings:
     """`sized_for_loaders` for training runs: their most loader workers, three persistent loaders
-    each (training, BN recalibration, evaluation)."""
-    return sized_for_loaders(settings, max((c.num_workers for c in configs), default=0), 3)
+    each (training, BN recalibration, evaluation), a GPU per process when they train on cuda."""
+    return sized_for_loaders(settings, max((c.num_workers for c in configs), default=0), 3,
+                             cuda=any(c.device == "cuda" for c in configs))
 
 
 def parse_settings(pairs: list[str], base: LaunchSettings | None = None) -> LaunchSettings:

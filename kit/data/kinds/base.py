@@ -53,6 +53,13 @@ class DatasetKind:
     num_classes: ClassVar[int | None] = None
     #: what a data root must hold, checked before anything starts
     layout: ClassVar[tuple[str, ...]] = ()
+    #: images in the training and evaluation splits of the dataset the kind usually holds, for
+    #: estimates made before the data is read (None: not known in advance)
+    split_sizes: ClassVar[tuple[int, int] | None] = None
+
+    def expected_sizes(self, data: DataSettings) -> tuple[int, int] | None:
+        """The images of the training and evaluation splits `data` is expected to hold."""
+        return self.split_sizes
 
     def open_split(self, data: DataSettings, split: str, num_classes: int) -> Dataset:
         """The 'train' or 'eval' split as a dataset of (image, label); DataError naming the path

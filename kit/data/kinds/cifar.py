@@ -124,6 +124,7 @@ class CifarKind(DatasetKind):
     """A CIFAR dataset: its pickles' layout; evaluated on the test batches."""
 
     probe_grid = "cifar"
+    split_sizes = (50_000, 10_000)
     cifar_layout: ClassVar[CifarLayout]
 
     def open_split(self, data: DataSettings, split: str, num_classes: int) -> CifarImages:

@@ -45,6 +45,8 @@ class ImageFolderKind(DatasetKind):
     name = "imagefolder"
     probe_grid = "imagenet"
     layout = ("train/", "val/")
+    #: ImageNet-1k's (ILSVRC-2012), the dataset the paper stores this way
+    split_sizes = (1_281_167, 50_000)
     #: the folder of each split under the root
     folders = {"train": "train", "eval": "val"}
 

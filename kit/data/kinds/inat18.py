@@ -64,6 +64,7 @@ class INat18Kind(DatasetKind):
     name = "inat18"
     probe_grid = "inat18"
     layout = ("train2018.json", "val2018.json")
+    split_sizes = (437_513, 24_426)
     #: the index file's prefix of each split
     index_names = {"train": "train", "eval": "val"}
 

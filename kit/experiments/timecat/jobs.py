@@ -161,14 +161,15 @@ def step_settings(step: Step, settings: LaunchSettings, params: TimecatSettings
     """The launch settings of a step, sized for its loaders: extraction uses all of them (every
     GPU of the node, or several nodes); probing is one process given as many GPUs as the
     processes it starts (probe_processes), which it runs under its own torchrun."""
+    cuda = params.device == "cuda"
     if step == "extract":
-        return sized_for_loaders(settings, params.feature_workers, 1)
+        return sized_for_loaders(settings, params.feature_workers, 1, cuda=cuda)
     gpus = probe_processes(params)
     workers = params.faithful.workers if gpus > 1 and params.faithful else params.feature_workers
     single = settings.model_copy(update={
         "nproc_per_node": 1, "nodes": 1, "workers": 1, "gpus_per_worker": gpus,
         "gpus_per_node": min(settings.gpus_per_node, gpus)})
-    return sized_for_loaders(single, workers, 1, processes=gpus)
+    return sized_for_loaders(single, workers, 1, processes=gpus, cuda=cuda)
 
 
 def launch_step(step: Step, params: TimecatSettings,
