@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import re
+from collections import namedtuple
 from pathlib import Path
 
 import pytest
+import torch
 from test_data import write_cifar, write_image
 
 from kit import models
 from kit.cli.main import main as kit_main
 from kit.experiments.timecat import estimates, jobs
+
+shutil_usage = namedtuple("shutil_usage", "total used free")
 
 
 def _small_case(tmp_path: Path):
@@ -84,3 +88,25 @@ def test_paper_plan_prints_wall_time_and_disk_per_step(paper_data: Path, tmp_pat
     for script in ("train", "extract"):
         text = (tmp_path / "export" / f"{script}.sbatch").read_text().splitlines()
         assert "#SBATCH --gpus-per-node=8" in text and "#SBATCH --cpus-per-task=13" in text
+
+
+def test_kit_check_names_a_full_disk_and_a_missing_gpu(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    params = _small_case(tmp_path).model_copy(update={"device": "cuda"})
+    params = params.model_copy(update={"launch": params.launch.model_copy(
+        update={"backend": "torchrun", "workers": 1})})
+    monkeypatch.setattr(estimates.machine.shutil, "disk_usage",
+                        lambda _path: shutil_usage(total=10 ** 12, used=10 ** 12, free=0))
+    monkeypatch.setattr(estimates.machine, "driver_cuda_version", lambda: None)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    problems = estimates.machine_problems(params)
+    assert problems[0].startswith(f"{tmp_path / params.run_root}: the plan's checkpoints")
+    assert "no NVIDIA driver" in problems[1]
+    slurm = params.model_copy(update={"launch": params.launch.model_copy(
+        update={"backend": "slurm"})})
+    assert len(estimates.machine_problems(slurm)) == 1  # compute nodes check the rest
+
+
+def test_kit_check_passes_the_ci_profile_on_this_machine(capsys: pytest.CaptureFixture) -> None:
+    assert kit_main(["check", "03", "--profile", "ci"]) == 0
+    assert "valid for profile ci" in capsys.readouterr().out

@@ -147,6 +147,18 @@ def _profile_command(args: argparse.Namespace) -> int:
 
 
 
+def machine_problems(notebooks: dict[str, dict]) -> list[str]:
+    """`kit check`: this machine against notebook 03's plan (disk, CUDA, compiler, /dev/shm),
+    given each checked notebook's validated parameters by notebook name."""
+    from kit.experiments.timecat import estimates, jobs
+    from kit.experiments.timecat.settings import TimecatSettings
+
+    if jobs.NOTEBOOK not in notebooks:
+        return []
+    params = TimecatSettings.model_validate(notebooks[jobs.NOTEBOOK])
+    return [f"this machine: {problem}" for problem in estimates.machine_problems(params)]
+
+
 def step_command(args: argparse.Namespace) -> int:
     """`python -m kit extract|probe`: one of notebook 03's steps in this process."""
     from kit.experiments.timecat import jobs, planning

@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from kit import models
 from kit.core import files, locks, machine
-from kit.core.distributed import Process, barrier, start_process
+from kit.core.distributed import Process, barrier, ranks_on_node, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
 from kit.core.processes import (
@@ -139,6 +139,11 @@ def train(cfg: TrainSettings) -> Path:
     try:
         if cfg.compile and (missing := machine.compiler_problems()):
             raise machine.MachineError("\n".join(missing))
+        shared = machine.loader_shared_memory(
+            ranks_on_node(dict(os.environ)), cfg.num_workers,
+            cfg.micro_batch or cfg.batch_size // process.world_size, cfg.data.image_size)
+        if cfg.num_workers and (short := machine.shm_problems(shared)):
+            raise machine.MachineError("\n".join(short))
         unwritable = writable_problems(resolve(cfg.output_dir))
         if unwritable:  # before the lock file is made there
             raise ParameterError("; ".join(unwritable))

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 import torch
 
 from kit import models
+from kit.core import machine
 from kit.data import kinds
 from kit.data.settings import DataSettings
-from kit.experiments.timecat.planning import plan
+from kit.experiments.timecat.planning import plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
 
 #: ResNet-50 training images per second per GPU at 224 px, bf16 (sources above)
@@ -173,3 +174,25 @@ def describe(estimates: list[StepEstimate], gpu: str | None) -> str:
         lines.append(f"  {row.step:<8}{row.images:>16,}{hours:>12}"
                      f"{row.disk_bytes / 1e9:>9.1f} GB")
     return "\n".join(lines)
+
+
+def machine_problems(params: TimecatSettings) -> list[str]:
+    """This machine against the plan (`kit check`): free disk under run_root for its checkpoints
+    and feature cache; and where the launch runs here (not slurm), CUDA and a GPU per process,
+    the compiler for `compile`, and /dev/shm for the training loaders."""
+    needed = sum(step.disk_bytes for step in estimate(params, None))
+    problems = machine.disk_problems(runs_dir(params), needed,
+                                     "the plan's checkpoints and feature cache")
+    launch, train = params.launch, params.train
+    if launch.backend == "slurm":
+        return problems  # the compute nodes check themselves when the processes start
+    if "cuda" in (params.device, train.device if train else None):
+        problems += machine.cuda_problems(launch.nproc_per_node * launch.workers)
+    if train is not None and plan(params).trainings:
+        if train.compile:
+            problems += machine.compiler_problems("train.compile")
+        batch = train.micro_batch or train.batch_size // launch.nproc_per_node
+        problems += machine.shm_problems(machine.loader_shared_memory(
+            launch.nproc_per_node * launch.workers, train.num_workers, batch,
+            train.data.image_size))
+    return problems
