@@ -1,4 +1,5 @@
-"""Processes and their signals: exit statuses, the DONE marker, signal handling, child commands."""
+"""Processes and their signals: exit statuses, the DONE and preemption markers, signal handling,
+child commands."""
 
 from __future__ import annotations
 

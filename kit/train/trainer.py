@@ -13,8 +13,9 @@ torn by a kill and the temporary files of writers that died.
 
 SIGTERM, SIGUSR1 or SIGUSR2 (a scheduler's notice before preemption or the time limit) makes
 every rank stop at the next logging step, where the ranks already exchange the window's loss,
-so the flag costs no extra synchronisation: the checkpoint is written there and the process
-exits with PREEMPTED_EXIT ("resume me"). Rank 0 holds the run folder's lock (kit.core.locks)
+so the flag costs no extra synchronisation: the checkpoint is written there, every rank waits
+until rank 0 has saved it, and the process leaves the launcher's preemption marker
+(kit.core.processes.PREEMPTED_MARKER) and exits with PREEMPTED_EXIT ("resume me"). Rank 0 holds the run folder's lock (kit.core.locks)
 while it trains, so a second launch into the same folder is refused naming the holder.
 
 Distributed runs start under torchrun, or under plain `srun` (Slurm's variables are read when
