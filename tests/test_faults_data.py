@@ -143,7 +143,7 @@ def test_a_corrupt_image_of_a_probe_task_is_refused_before_anything_trains(
                   {"name": "ants", "role": "unseen", "num_classes": 2,
                    "data": {"kind": "imagefolder", "root": str(tmp_path / "ants"),
                             "image_size": 16}}]})
-    assert isinstance(loaded, TimecatSettings)  # the layout check passes: no image is opened
+    assert isinstance(loaded, TimecatSettings)  # the pre-flight sample (bee0) decodes
     with pytest.raises(DataError, match="tasks: ants") as refused:
         planning.launch(planning.plan(loaded).trainings, loaded)
     assert str(corrupt) in str(refused.value)
