@@ -9,14 +9,16 @@ from kit.cli import main, selfcheck
 from kit.cli import selfcheck_checks as checks
 
 
-@pytest.mark.parametrize(("name", "rate"), [("NVIDIA H100 80GB HBM3", 5000.0),
-                                            ("NVIDIA H200", 5000.0),
-                                            ("NVIDIA A100-SXM4-80GB", 2470.0),
-                                            ("Tesla V100-SXM2-16GB", 1200.0)])
-def test_expected_figures_are_found_by_gpu_name_with_a_source(name: str, rate: float) -> None:
+@pytest.mark.parametrize(("name", "rate", "estimated"),
+                         [("NVIDIA H100 80GB HBM3", 2 * 16_621 / 8, True),
+                          ("NVIDIA H200", 2 * 16_621 / 8, True),
+                          ("NVIDIA A100-SXM4-80GB", 16_621 / 8, False),
+                          ("Tesla V100-SXM2-16GB", 1200.0, False)])
+def test_expected_figures_are_found_by_gpu_name_with_a_source(name: str, rate: float,
+                                                               estimated: bool) -> None:
     figure, source = selfcheck.expected_rate(name)
-    assert figure == rate
-    assert source.startswith("estimate") == (rate == 5000.0)
+    assert figure == pytest.approx(rate)
+    assert source.startswith("estimate") == estimated
 
 
 def test_an_unknown_gpu_has_no_expected_figure() -> None:

@@ -13,6 +13,7 @@ from kit.launch.backends import launch
 from kit.launch.runs import Launched, is_finished
 from kit.launch.sbatch import export_plan
 from kit.launch.settings import parse_settings
+from kit.train.rates import EXPECTED_TRAIN_RATES
 from kit.train.settings import TrainSettings, load_train_settings
 
 
@@ -71,7 +72,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          help="override a setting of the base run")
         if name == "plan":
             add_profile_arguments(sub, required=False)
-            sub.add_argument("--gpu", choices=("a100", "h100"), default="h100",
+            sub.add_argument("--gpu", choices=sorted(name.lower() for name in EXPECTED_TRAIN_RATES), default="h100",
                              help="the GPU the expected wall times are for (default h100)")
     for name, text in [("extract", "extract the features notebook 03 probes, as a job with the "
                         "profile's launch settings"),

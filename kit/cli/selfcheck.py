@@ -23,31 +23,12 @@ from rich.table import Table
 
 from kit.cli import selfcheck_checks as checks
 from kit.cli.selfcheck_checks import CheckFailed, Row, Sizes
+from kit.train.rates import expected_rate
 
-#: ResNet-50 training images/s of one GPU in mixed precision, by a name fragment of the GPU
-#: (the first fragment found in the device name wins), with where the figure comes from
-EXPECTED_RATES: dict[str, tuple[float, str]] = {
-    "H200": (5000.0, ("estimate: as the H100 (same compute; ResNet-50 training is not bound by "
-                      "memory bandwidth)")),
-    "H100": (5000.0, ("estimate: about twice the A100, the ratio of NVIDIA's MLPerf Training "
-                      "ResNet-50 submissions on H100 and A100")),
-    "A100": (2470.0, ("NVIDIA Deep Learning Examples, PyTorch ResNet-50 v1.5, DGX A100 80GB, one "
-                      "GPU, mixed precision, batch 256, DALI loader (NGC 21.03)")),
-    "V100": (1200.0, ("NVIDIA Deep Learning Examples, PyTorch ResNet-50 v1.5, DGX-1 V100 16GB, "
-                      "one GPU, mixed precision (NGC 21.03)")),
-}
 #: the kit's training step must reach this share of the bare loop's rate
 TRAINER_FLOOR = 0.85
 #: below this share of the expected figure the node is reported as slow (a warning)
 EXPECTED_SHARE = 0.7
-
-
-def expected_rate(gpu_name: str) -> tuple[float, str] | None:
-    """The expected ResNet-50 images/s and its source for a GPU named `gpu_name`, if known."""
-    for fragment, figure in EXPECTED_RATES.items():
-        if fragment.lower() in gpu_name.lower():
-            return figure
-    return None
 
 
 def usable_cores() -> int:

@@ -1,14 +1,8 @@
 """What a time-concat plan costs before it is submitted: the images each step processes, its
 expected wall time on the launch's GPUs, and the disk its checkpoints and feature cache take.
 
-Expected rates, per GPU, of ResNet-50 at 224 px in mixed precision (bf16):
+Expected training rates per GPU come from kit.train.rates (with their sources).
 
-- A100: 2,078 img/s training. Source: NVIDIA DeepLearningExamples,
-  PyTorch/Classification/ConvNets/resnet50v1.5/README.md, table "Training performance: NVIDIA
-  DGX A100 (8x A100 80GB)": 16,621 img/s with mixed precision on 8 GPUs (pytorch-21.03 NGC
-  container, DALI loading), divided by 8.
-- H100: that table has no H100 row; twice the A100 figure is assumed (an assumption, to be
-  replaced by a measurement on the node).
 - Inference (feature extraction, the faithful probe's frozen backbones): three times the
   training rate, a forward pass being about a third of a training step's arithmetic.
 
@@ -31,9 +25,10 @@ from kit.data import kinds
 from kit.data.settings import DataSettings
 from kit.experiments.timecat.planning import plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.train.rates import EXPECTED_TRAIN_RATES
 
-#: ResNet-50 training images per second per GPU at 224 px, bf16 (sources above)
-TRAIN_RATES = {"a100": 16_621 / 8, "h100": 2 * 16_621 / 8}
+#: ResNet-50 training images per second per GPU at 224 px, bf16 (kit.train.rates), by --gpu name
+TRAIN_RATES = {name.lower(): rate for name, (rate, _) in EXPECTED_TRAIN_RATES.items()}
 #: inference runs this many times faster than training
 INFERENCE_SPEEDUP = 3.0
 #: images decoded and cropped per second by one loader worker (one CPU core)
