@@ -2,7 +2,8 @@
 
 `python -m kit run [NOTEBOOK ...] --profile cpu [-f FILE ...] [--set a.b=value ...]` executes
 notebooks; `check` validates their parameters, data and output folders; `launch` starts training
-runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves.
+runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves;
+`fixtures DIR` writes tiny datasets laid out as the paper profiles read them.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         "copy as the references nbval compares with (tests/nbval_references/)")
     store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")
     launch.add_commands(commands)
+    commands.add_parser("fixtures", help="write tiny datasets in the layouts the paper profiles "
+                        "read, to try them with TIMECAT_DATA=DIR").add_argument("dir", type=Path)
     commands.add_parser("reference", help="write docs/reference/parameters.md from the settings "
                         "classes").add_argument("--check", action="store_true", help="only "
                         "compare: exit 1 naming the file if it differs")
@@ -45,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         return launch.launch_command(args)
     if args.command in ("extract", "probe"):
         return launch.step_command(args)
+    if args.command == "fixtures":
+        from kit.data.fixtures import write_paper_data
+
+        written = write_paper_data(args.dir)
+        print(f"wrote {', '.join(map(str, written.values()))}; try: TIMECAT_DATA={args.dir} "
+              "python -m kit check 03 --profile paper-8xh100")
+        return 0
     if args.command == "store-checks":
         print(f"stored reference outputs in {runner.store_references(args.executed)}")
         return 0
