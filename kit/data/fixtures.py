@@ -122,15 +122,16 @@ def write_cifar(root: Path, kind: str, per_file: int, bytes_keys: bool = False) 
 
 def write_paper_data(root: Path) -> dict[str, Path]:
     """Every dataset the paper profiles read, under root as `TIMECAT_DATA` (see PAPER_FOLDERS):
-    one training and one validation JPEG per ImageNet class, 16 and 8 iNat18 images, and two
-    images per CIFAR batch file. Returns each dataset's folder."""
+    one training and one validation JPEG per ImageNet class, 50 and 10 iNat18 images, and 50
+    training and 10 test images of each CIFAR (enough that a 2% held-out split of every task
+    keeps a row). Returns each dataset's folder."""
     folders = {name: root / folder for name, folder in PAPER_FOLDERS.items()}
     with _staged(folders["imagenet"]) as staged:
         write_image_folder(staged, [f"n{i:08d}" for i in range(IMAGENET_CLASSES)],
                            {"train": 1, "val": 1})
     with _staged(folders["inat18"]) as staged:
-        write_inat18(staged, range(INAT18_CLASSES), {"train": 16, "val": 8})
-    for kind, per_file in (("cifar100", 4), ("cifar10", 2)):
+        write_inat18(staged, range(INAT18_CLASSES), {"train": 50, "val": 10})
+    for kind, per_file in (("cifar100", 50), ("cifar10", 10)):
         with _staged(folders[kind]) as staged:
             write_cifar(staged, kind, per_file)
     return folders
