@@ -24,7 +24,9 @@ import yaml
 
 from kit.core import params
 from kit.core.paths import REPO_ROOT, importable_environment
+from kit.data import pipeline
 from kit.data.fixtures import write_paper_data
+from kit.data.settings import DataSettings
 from kit.experiments.timecat import jobs
 from kit.probes.selection import RULES
 
@@ -68,8 +70,15 @@ def changed_keys(profile: str, files: list[Path]) -> list[str]:
 
 
 def not_sizes(keys: list[str]) -> list[str]:
-    leaf = lambda key: next(p for p in reversed(key.split(".")) if not p.isdigit())  # noqa: E731
-    return [key for key in keys if leaf(key) not in SIZE_KEYS | MACHINE_KEYS]
+    """The keys whose last name (list indices aside) is neither a size nor a machine setting."""
+    names = {key: [part for part in key.split(".") if not part.isdigit()][-1] for key in keys}
+    return [key for key, name in names.items() if name not in SIZE_KEYS | MACHINE_KEYS]
+
+
+def augmentations(values: dict[str, Any]) -> list[str]:
+    """The augmentation each data section of merged parameters resolves to (pretraining, tasks)."""
+    sections = [values["train"]["data"], *(task["data"] for task in values["tasks"])]
+    return [pipeline.resolved_augment(DataSettings(**data)) for data in sections]
 
 
 @pytest.mark.parametrize("profile", FILES)
@@ -77,6 +86,10 @@ def test_the_rehearsal_changes_only_sizes(profile: str) -> None:
     changed = changed_keys(profile, FILES[profile])
     assert changed and not not_sizes(changed), not_sizes(changed)
     assert "launch.nproc_per_node" in changed and "train.compile" in changed
+    # a size that switches a code path: below 64 px images would be augmented another way
+    shipped, _ = params.resolve_layers(jobs.NOTEBOOK, profile)
+    shrunk, _ = params.resolve_layers(jobs.NOTEBOOK, profile, FILES[profile])
+    assert augmentations(shrunk) == augmentations(shipped) == ["algoperf"] * 5
 
 
 def test_a_rehearsal_changing_more_than_sizes_is_caught(tmp_path: Path) -> None:
