@@ -22,6 +22,7 @@ import polars as pl
 import pytest
 import yaml
 
+from kit.cli.main import main as kit_main
 from kit.core import params
 from kit.core.paths import REPO_ROOT, importable_environment
 from kit.data import pipeline
@@ -101,6 +102,21 @@ def test_a_rehearsal_changing_more_than_sizes_is_caught(tmp_path: Path) -> None:
     dropped.write_text(yaml.safe_dump({"variants": yaml.safe_load(BUDGETS.read_text())
                                        ["variants"][:3]}))
     assert "variants.3.name" in not_sizes(changed_keys("paper-8xh100", [dropped]))
+
+
+def test_kit_fixtures_lets_paper_8xh100_be_checked_and_planned_anywhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    data, out = tmp_path / "data", ["--set", f"output_dir={tmp_path / 'out'}"]
+    monkeypatch.setenv("TIMECAT_DATA", str(data))
+    assert kit_main(["check", "03", "--profile", "paper-8xh100", *out]) == 2
+    assert f"{data / 'imagenet'}" in capsys.readouterr().err
+    assert kit_main(["fixtures", str(data)]) == 0
+    assert sorted(p.name for p in data.iterdir()) == ["cifar10", "cifar100", "imagenet", "inat18"]
+    assert len(list((data / "imagenet" / "val").iterdir())) == 1000
+    assert kit_main(["check", "03", "--profile", "paper-8xh100", *out]) == 0
+    assert kit_main(["launch", "plan", "--profile", "paper-8xh100", *out, "--out",
+                     str(tmp_path / "export")]) == 0
+    assert "#SBATCH --array=0-11" in (tmp_path / "export" / "train.sbatch").read_text()
 
 
 @pytest.fixture(scope="module")
