@@ -5,7 +5,7 @@ notebooks; `check` validates their parameters, data and output folders; `launch`
 runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves;
 `selfcheck` measures and checks this node (kit.cli.selfcheck); `lab` starts JupyterLab saving the
 notebooks stripped (kit.cli.lab); `report --profile NAME` writes `outputs/NAME/index.html` from
-what a run wrote.
+what a run wrote; `fixtures DIR` writes tiny datasets laid out as the paper profiles read them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from kit.core import params
 from kit.report import page
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """Every command and its arguments."""
     parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for name, text in [("run", "execute notebooks with papermill"),
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         "copy as the references nbval compares with (tests/nbval_references/)")
     store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")
     launch.add_commands(commands)
+    commands.add_parser("fixtures", help="write tiny datasets in the layouts the paper profiles "
+                        "read, to try them with TIMECAT_DATA=DIR").add_argument("dir", type=Path)
     commands.add_parser("reference", help="write docs/reference/parameters.md from the settings "
                         "classes").add_argument("--check", action="store_true", help="only "
                         "compare: exit 1 naming the file if it differs")
@@ -52,10 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("report", help="write outputs/PROFILE/index.html: verdicts, tables, "
                         "charts, notebooks and parameters of a run, one page that opens offline"
                         ).add_argument("--profile", default="cpu", help="whose outputs (default cpu)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kit`: the exit status of the command."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["lab"]:  # the rest is jupyter lab's, which argparse would refuse
         return lab.command(argv[1:])
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     if args.command == "selfcheck":
         return selfcheck.command(args.gpus)
     if args.command == "report":
@@ -66,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         return launch.launch_command(args)
     if args.command in ("extract", "probe"):
         return launch.step_command(args)
+    if args.command == "fixtures":
+        return fixtures_command(args.dir)
     if args.command == "store-checks":
         print(f"stored reference outputs in {runner.store_references(args.executed)}")
         return 0
@@ -86,6 +96,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return runner.run(args.notebooks, args.profile, args.files, overrides)
 
+
+def fixtures_command(folder: Path) -> int:
+    """`python -m kit fixtures DIR`: the paper profiles' datasets, tiny, in their layouts."""
+    from kit.data.fixtures import write_paper_data
+
+    written = write_paper_data(folder)
+    print(f"wrote {', '.join(map(str, written.values()))}; try: TIMECAT_DATA={folder} "
+          "python -m kit check 03 --profile paper-8xh100")
+    return 0
 
 
 def report_command(profile: str) -> int:
