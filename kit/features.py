@@ -6,9 +6,10 @@ models. Extracting them is the expensive part, so features are written once to a
 of what produced them: the checkpoints' content hashes, dataset, split, transform and dtype. A
 call with the same record is a cache hit; a changed checkpoint file is a miss. Files are written
 under temporary names and renamed, the record last, so a killed extraction leaves no cache entry.
-The record also holds each array file's size and SHA-256, checked on every hit: a zeroed,
+The record also holds each array file's size and SHA-256, checked by rank 0 on the first hit
+and vouched for afterwards by a marker holding the files' sizes and modification times: a zeroed,
 shuffled or truncated cache is extracted again rather than trusted (hashing costs about 1.5 s per
-GB read, small next to extraction).
+GB read, small next to extraction, and happens outside collective calls).
 
 Decoding is the other expensive part, so each checkpoint is cached on its own and all checkpoints
 missing from the cache are extracted in one pass over the images; a representation of several
@@ -23,9 +24,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,12 +42,17 @@ from tqdm import tqdm
 from kit import models
 from kit.core import distributed, files
 from kit.core.paths import resolve
+from kit.core.progress import Stage
 from kit.data.prefetch import DeviceBatches
 from kit.train.settings import TrainSettings
 
 DTYPES = {"float16": np.float16, "float32": np.float32}
 #: the arrays of a cache entry, each recorded with its size and hash
 ARRAYS = ("features.npy", "labels.npy")
+#: in a cache entry: rank 0's verdict on its arrays, with the files' sizes and times it covers
+VERIFIED = "verified.json"
+#: seconds between looks at the file system while rank 0 hashes
+POLL_S = 0.2
 
 
 def load_backbone(path: Path) -> models.KitResNet:
@@ -99,27 +107,67 @@ def _content(path: Path) -> dict[str, dict[str, Any]]:
             for name in ARRAYS}
 
 
-def _verified(path: Path) -> dict[str, Any] | None:
-    """The record of a complete cache entry whose arrays are unchanged since they were written;
-    None when there is none, or when it is corrupt (said on stderr: it will be rebuilt)."""
-    record_path = path / "record.json"
-    if not record_path.exists():
-        return None
+def _signature(path: Path) -> dict[str, list[int]]:
+    """Size and modification time of an entry's files: what a verification marker vouches for."""
+    return {name: [(path / name).stat().st_size, (path / name).stat().st_mtime_ns]
+            for name in (*ARRAYS, "record.json")}
+
+
+def _marker(path: Path, signature: dict[str, list[int]]) -> dict[str, Any] | None:
+    """The verification marker of an entry, if it vouches for the files as they are now."""
     try:
-        record = json.loads(record_path.read_text())
-        recorded = record["content"]
+        marker = json.loads((path / VERIFIED).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) and marker.get("signature") == signature else None
+
+
+def _check_content(path: Path, signature: dict[str, list[int]]) -> dict[str, Any]:
+    """Rank 0: hash the entry's arrays against its record and write the verdict as its marker."""
+    try:
+        recorded = json.loads((path / "record.json").read_text())["content"]
         for name in ARRAYS:
-            size = (path / name).stat().st_size
-            if size != recorded[name]["size"]:
-                raise ValueError(f"{name} has {size} bytes, {recorded[name]['size']} recorded")
+            if signature[name][0] != recorded[name]["size"]:
+                raise ValueError(f"{name} has {signature[name][0]} bytes, "
+                                 f"{recorded[name]['size']} recorded")
         if _content(path) != recorded:
             raise ValueError("an array's content differs from its recorded hash")
+        verdict: dict[str, Any] = {"ok": True}
     except (OSError, ValueError, KeyError, TypeError) as error:
-        problem = str(error) if isinstance(error, ValueError) else repr(error)
-        print(f"{path}: cached features are corrupt or incomplete ({problem}); extracting them "
-              "again", file=sys.stderr)
+        verdict = {"ok": False, "problem": str(error) if isinstance(error, ValueError)
+                   else repr(error)}
+    with files.atomic_write(path / VERIFIED) as handle:
+        handle.write(json.dumps(verdict | {"signature": signature}).encode())
+    return verdict
+
+
+def _verified(path: Path) -> dict[str, Any] | None:
+    """The record of a complete cache entry whose arrays are unchanged since they were written;
+    None when there is none, or when it is corrupt (said on stderr: it will be rebuilt).
+
+    The arrays are hashed once, by rank 0, which leaves its verdict in the entry's marker
+    (verified.json) with the files' sizes and modification times: later hits trust a marker
+    that still matches them, and the other ranks wait for the marker on the file system, not in
+    a collective call that a long hash would time out."""
+    if not (path / "record.json").exists():
         return None
-    return record
+    try:
+        signature = _signature(path)
+    except OSError as error:
+        verdict: dict[str, Any] | None = {"ok": False, "problem": repr(error)}
+    else:
+        verdict = _marker(path, signature)
+        if verdict is None and distributed.rank_and_world()[0] == 0:
+            verdict = _check_content(path, signature)
+        while verdict is None:
+            time.sleep(POLL_S)
+            verdict = _marker(path, signature)
+    if not verdict["ok"]:
+        if distributed.rank_and_world()[0] == 0:
+            print(f"{path}: cached features are corrupt or incomplete ({verdict['problem']}); "
+                  "extracting them again", file=sys.stderr)
+        return None
+    return json.loads((path / "record.json").read_text())
 
 
 def _open(path: Path, hit: bool) -> FeatureSet:
@@ -148,8 +196,10 @@ def _start_entries(entries: dict[Path, tuple[int, str]], rows: int) -> None:
 
 
 def _finish_entries(records: dict[Path, dict[str, Any]], labels: np.ndarray) -> None:
-    """Rank 0 writes labels and records and renames the temporary folders, the record last, so
-    that a killed extraction leaves no entry; all ranks wait until the entries exist."""
+    """Once every rank wrote its shard, rank 0 writes labels and records (hashing the arrays)
+    and renames the temporary folders, the record last, so that a killed extraction leaves no
+    entry; the other ranks wait for the entries on the file system, outside any collective
+    call, however long the hashing takes."""
     distributed.barrier()
     if distributed.rank_and_world()[0] == 0:
         for path, record in records.items():
@@ -157,7 +207,9 @@ def _finish_entries(records: dict[Path, dict[str, Any]], labels: np.ndarray) -> 
             record = record | {"content": _content(_partial(path))}
             (_partial(path) / "record.json").write_text(json.dumps(record, indent=2))
             os.replace(_partial(path), path)
-    distributed.barrier()
+    for path in records:
+        while not (path / "record.json").exists():
+            time.sleep(POLL_S)
 
 
 def _shard(rows: int) -> range:
@@ -180,7 +232,7 @@ def _gather_labels(labels: np.ndarray, folder: Path) -> np.ndarray:
 
 def _extract_checkpoints(records: dict[Path, dict[str, Any]], checkpoints: dict[Path, Path],
                          dataset: Dataset, batch_size: int, device: str, num_workers: int,
-                         progress: bool) -> None:
+                         progress: bool, stage: Stage) -> None:
     """One pass over this rank's shard: each batch is decoded and normalised once and fed to
     every backbone; entry `path` receives the features of `checkpoints[path]`."""
     backbones = {path: load_backbone(checkpoints[path]) for path in records}
@@ -211,6 +263,7 @@ def _extract_checkpoints(records: dict[Path, dict[str, Any]], checkpoints: dict[
                     model.features(images).float().cpu().numpy())
         labels[row:end] = batch_labels.cpu().numpy()
         row = end
+        stage.advance()
     for output in outputs.values():
         output.flush()
     del outputs
@@ -278,11 +331,18 @@ def extract_many(representations: Sequence[Sequence[Path]], dataset: Dataset, da
                            for p in rep)  # ordered, without repeats
     missing = {path: (checkpoint, record) for checkpoint in needed
                for path, record in [entry([checkpoint])] if not cached(path)}
+    name = f"features {split.split('[')[0]} ({rows} rows)"
+    reused = f"reused {sum(hits)} of {len(hits)} cached representation(s)"
     if missing:
+        stage = Stage(name, math.ceil(len(_shard(rows)) / batch_size), "batch",
+                      f"{reused}, extracting {len(missing)} checkpoint(s)")
         _extract_checkpoints({path: record for path, (_, record) in missing.items()},
                              {path: checkpoint for path, (checkpoint, _) in missing.items()},
-                             dataset, batch_size, device, num_workers, progress)
+                             dataset, batch_size, device, num_workers, progress, stage)
         verdicts.update(dict.fromkeys(missing, True))
+        stage.finish(f"{reused}, extracted {len(missing)} checkpoint(s)")
+    else:
+        Stage(name, 0, "batch", "").finish(f"{reused}, extracted 0")
     for rep, (path, record) in zip(representations, wanted):
         if not cached(path):
             _concatenate(path, record, [_open(entry([p])[0], hit=True) for p in rep])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ from torchvision import transforms
 from kit.core.params import ParameterError
 from kit.data import kinds, prefetch
 from kit.data import pipeline as data
+from kit.data.fixtures import write_cifar, write_image_folder, write_inat18
 from kit.data.kinds.base import DataError
 from kit.data.kinds.imagefolder import ImageFolderKind
 from kit.data.kinds.images import open_image
@@ -27,12 +27,6 @@ from kit.probes.settings import PAPER_WEIGHT_DECAYS
 
 WORLD = SyntheticSettings(num_train=64, num_eval=32, noise=0.05, components=[
     {"weight": 3.0, "cues": ["colour"]}, {"weight": 1.0, "cues": ["shape", "position"]}])
-
-
-def write_image(path: Path, seed: int, size: int = 20) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pixels = np.random.default_rng(seed).integers(0, 256, (size, size + 4, 3), dtype=np.uint8)
-    Image.fromarray(pixels).save(path)
 
 
 def build(config: dict, num_classes: int, **kwargs) -> data.RunData:
@@ -48,13 +42,7 @@ def first_batch(run: data.RunData) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.fixture()
 def image_folder(tmp_path: Path) -> Path:
-    seed = 0
-    for split, count in (("train", 4), ("val", 2)):
-        for label in ("ant", "bee", "cat"):
-            for i in range(count):
-                seed += 1
-                write_image(tmp_path / split / label / f"{label}{i}.JPEG", seed)
-    return tmp_path
+    return write_image_folder(tmp_path, ("ant", "bee", "cat"), {"train": 4, "val": 2})
 
 
 def test_image_folder_is_read_with_algoperf_pipeline(image_folder: Path) -> None:
@@ -76,31 +64,6 @@ def test_augmentation_depends_on_epoch_and_index_not_on_workers(image_folder: Pa
     assert torch.equal(first_batch(alone)[0], first_batch(with_workers)[0])
     samples = alone.train.dataset
     assert not torch.equal(samples[(0, 3)][0], samples[(1, 3)][0])
-
-
-def write_cifar(root: Path, kind: str, per_file: int, bytes_keys: bool = False) -> None:
-    rng = np.random.default_rng(0)
-    if kind == "cifar10":
-        folder, label_key = root / "cifar-10-batches-py", "labels"
-        files = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-        meta_file, meta = "batches.meta", {"label_names": [f"c{i}" for i in range(10)]}
-    else:
-        folder, files, label_key = root / "cifar-100-python", ["train", "test"], "fine_labels"
-        meta_file, meta = "meta", {"fine_label_names": [f"c{i}" for i in range(100)],
-                                   "coarse_label_names": [f"s{i}" for i in range(20)]}
-    folder.mkdir(parents=True)
-    classes = len(next(iter(meta.values())))
-    for name in files:
-        batch = {"data": rng.integers(0, 256, (per_file, 3072), dtype=np.uint8),
-                 label_key: rng.integers(0, classes, per_file).tolist()}
-        (folder / name).write_bytes(pickle.dumps(as_bytes(batch) if bytes_keys else batch))
-    (folder / meta_file).write_bytes(pickle.dumps(as_bytes(meta) if bytes_keys else meta))
-
-
-def as_bytes(content: dict) -> dict:
-    """What Python 3 writes after reading a CIFAR file with encoding='bytes'."""
-    return {key.encode(): [v.encode() for v in value] if key.endswith("names") else value
-            for key, value in content.items()}
 
 
 @pytest.mark.parametrize("kind, classes, train_size, test_size, bytes_keys", [
@@ -137,16 +100,7 @@ def test_cifar_with_a_missing_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_inat18_json_layout(tmp_path: Path) -> None:
-    categories = [{"id": i, "name": f"species{i}"} for i in range(3)]
-    for split, count in (("train", 6), ("val", 3)):
-        images, annotations = [], []
-        for i in range(count):
-            file_name = f"train_val2018/Plantae/{i % 3}/{split}{i}.jpg"
-            write_image(tmp_path / file_name, i)
-            images.append({"id": 100 * len(split) + i, "file_name": file_name})
-            annotations.append({"id": i, "image_id": 100 * len(split) + i, "category_id": i % 3})
-        (tmp_path / f"{split}2018.json").write_text(json.dumps(
-            {"images": images, "annotations": annotations, "categories": categories}))
+    write_inat18(tmp_path, range(3), {"train": 6, "val": 3})
     run = build({"kind": "inat18", "root": str(tmp_path), "image_size": 16}, 3)
     assert (run.num_train, run.num_eval) == (6, 3)
     assert next(iter(run.eval))[1].tolist() == [0, 1, 2]

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_data import write_cifar, write_image
 
 from kit.core import params
 from kit.core.paths import REPO_ROOT, importable_environment
 from kit.data import kinds
+from kit.data.fixtures import write_cifar, write_image_folder
 from kit.data.kinds.base import DataError
 from kit.data.kinds.cifar import read_cifar_pickle
 from kit.data.preflight import preflight, writable_problems
@@ -122,12 +122,7 @@ def test_cifar_in_the_real_format_still_loads(tmp_path: Path, protocol: int,
 
 def task_folder(root: Path) -> Path:
     """A two-class image folder of real JPEGs, one of them truncated; returns that one."""
-    seed = 0
-    for split, count in (("train", 3), ("val", 2)):
-        for label in ("ant", "bee"):
-            for i in range(count):
-                seed += 1
-                write_image(root / split / label / f"{label}{i}.JPEG", seed)
+    write_image_folder(root, ("ant", "bee"), {"train": 3, "val": 2})
     corrupt = root / "val" / "bee" / "bee1.JPEG"
     corrupt.write_bytes(corrupt.read_bytes()[:200])
     return corrupt
@@ -143,7 +138,7 @@ def test_a_corrupt_image_of_a_probe_task_is_refused_before_anything_trains(
                   {"name": "ants", "role": "unseen", "num_classes": 2,
                    "data": {"kind": "imagefolder", "root": str(tmp_path / "ants"),
                             "image_size": 16}}]})
-    assert isinstance(loaded, TimecatSettings)  # the layout check passes: no image is opened
+    assert isinstance(loaded, TimecatSettings)  # the pre-flight sample (bee0) decodes
     with pytest.raises(DataError, match="tasks: ants") as refused:
         planning.launch(planning.plan(loaded).trainings, loaded)
     assert str(corrupt) in str(refused.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -231,3 +232,39 @@ def test_each_image_is_read_once_for_every_backbone_and_representation(tmp_path:
     features.extract_many([[d], [a, d], [d, tiny_checkpoint(tmp_path, "e", 8)]],
                           **kwargs | {"dataset": fresh})
     assert fresh.reads == len(images)  # d and e, new, share one read
+
+
+def test_a_cache_hit_is_hashed_once_then_vouched_for_by_its_marker(
+        tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tiny_checkpoint(tmp_path, "a", 1)
+    kwargs = {"dataset": images, "dataset_id": "noise", "split": "test", "transform": "none",
+              "cache_dir": tmp_path / "cache", "batch_size": 16, "progress": False}
+    first = features.extract([path], **kwargs)
+    hashed: list[Path] = []
+    real = features.files.file_hash
+    monkeypatch.setattr(features.files, "file_hash",
+                        lambda file: hashed.append(file) or real(file))
+    for _ in range(3):
+        assert features.extract([path], **kwargs).cache_hit
+    in_cache = [file for file in hashed if first.path in file.parents]
+    assert sorted(file.name for file in in_cache) == sorted(features.ARRAYS)
+    assert json.loads((first.path / features.VERIFIED).read_text())["ok"] is True
+
+
+def test_other_ranks_take_rank_0s_verdict_without_hashing(
+        tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tiny_checkpoint(tmp_path, "a", 1)
+    kwargs = {"dataset": images, "dataset_id": "noise", "split": "test", "transform": "none",
+              "cache_dir": tmp_path / "cache", "batch_size": 16, "progress": False}
+    entry = features.extract([path], **kwargs).path
+    monkeypatch.setattr(features.distributed, "rank_and_world", lambda: (1, 2))
+    monkeypatch.setattr(features, "_content", lambda _path: pytest.fail("rank 1 hashed"))
+    waits: list[float] = []
+
+    def rank_0_meanwhile(seconds: float) -> None:  # rank 0 hashes and leaves its verdict
+        waits.append(seconds)
+        (entry / features.VERIFIED).write_text(json.dumps(
+            {"ok": True, "signature": features._signature(entry)}))
+
+    monkeypatch.setattr(features.time, "sleep", rank_0_meanwhile)
+    assert features._verified(entry) is not None and len(waits) == 1

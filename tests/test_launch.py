@@ -32,8 +32,9 @@ from kit.train import trainer as train
 from kit.train.metrics import METRICS, read_metrics
 from kit.train.settings import TrainSettings
 
-#: launches of two runs each through the torchrun backend (20 unless the environment says)
-TORCHRUN_LAUNCHES = int(os.environ.get("KIT_TEST_TORCHRUN_LAUNCHES", "20"))
+#: launches of two runs each through the torchrun backend: 6 miss a failure that struck 3 launches
+#: in 6 with probability 0.5**6 < 2 %; KIT_TEST_TORCHRUN_LAUNCHES=20 for a longer soak
+TORCHRUN_LAUNCHES = int(os.environ.get("KIT_TEST_TORCHRUN_LAUNCHES", "6"))
 
 
 def tiny(out: Path, **changes) -> TrainSettings:

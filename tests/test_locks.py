@@ -51,3 +51,43 @@ def test_released_on_exit_of_the_block(tmp_path: Path) -> None:
     with locks.hold(tmp_path, "again"):
         pass
     assert time.perf_counter() - start < 1.0
+
+
+def _no_flock(monkeypatch: pytest.MonkeyPatch, number: int) -> None:
+    def refuse(_descriptor: int, _operation: int) -> None:
+        raise OSError(number, os.strerror(number))
+    monkeypatch.setattr(locks.fcntl, "flock", refuse)
+
+
+@pytest.mark.parametrize("number", locks.UNSUPPORTED)
+def test_without_flock_the_exclusive_file_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 number: int) -> None:
+    _no_flock(monkeypatch, number)
+    with locks.hold(tmp_path, "first"):
+        assert (tmp_path / locks.EXCLUSIVE_FILE).exists()
+        assert f"pid {os.getpid()}" in locks.holder(tmp_path)
+        with pytest.raises(locks.FolderLocked, match=r"delete that file"), \
+                locks.hold(tmp_path, "second"):
+            pass
+    assert not (tmp_path / locks.EXCLUSIVE_FILE).exists()
+    with locks.hold(tmp_path, "again"):
+        pass
+
+
+def test_without_flock_a_dead_holder_on_this_host_is_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_flock(monkeypatch, locks.errno.ENOSYS)
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    (tmp_path / locks.EXCLUSIVE_FILE).write_text(
+        f'{{"pid": {process.pid}, "host": "{locks.socket.gethostname()}"}}')
+    with locks.hold(tmp_path, "after a dead holder"):
+        assert "after a dead holder" in locks.holder(tmp_path)
+
+
+def test_another_flock_error_names_the_lock_file(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_flock(monkeypatch, locks.errno.EIO)
+    with pytest.raises(OSError, match=rf"{tmp_path / locks.LOCK_FILE}: cannot lock"), \
+            locks.hold(tmp_path, "first"):
+        pass

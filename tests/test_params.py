@@ -3,14 +3,18 @@ and dotted overrides, and bad input is refused naming the file and the (dotted) 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
+import papermill
 import pytest
 
 from kit.cli import runner
 from kit.core import params
+from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR
 
 NOTEBOOK = "01_toy_counterexample"
 
@@ -112,7 +116,7 @@ def test_nested_typos_and_strings_name_the_dotted_key() -> None:
         runner.plan(["03"], "ci", overrides=params.parse_overrides(
             ["train.lrr=0.1", "train.data.synthetic.noise=1e-3"]))
     message = str(error.value)
-    assert "the command line: unknown parameter 'train.lrr'; did you mean 'lr'?" in message
+    assert "the command line: unknown parameter 'train.lrr'; did you mean 'train.lr'?" in message
     assert "'train.data.synthetic.noise'" in message and "1.0e-3" in message
 
 
@@ -166,6 +170,38 @@ def test_a_notebook_resolves_its_profile_and_refuses_unknown_injected_names(
         params.from_notebook(NOTEBOOK, without_history | {"x": 1}, parameters_dir)
 
 
+def test_a_name_the_parameters_cell_leaves_none_takes_the_profiles_value(
+        parameters_dir: Path) -> None:
+    (parameters_dir / "mini" / f"{NOTEBOOK}.yaml").write_text("steps: 20\nlr: 0.25\n")
+    history = ['# parameters\nprofile = "mini"\nsteps = None\nlr = None\n',
+               "# Parameters\nlr = 0.5\n"]
+    namespace = {"In": history, "profile": "mini", "steps": None, "lr": 0.5}
+    loaded = params.from_notebook(NOTEBOOK, namespace, parameters_dir)
+    assert (loaded.steps, loaded.lr) == (20, 0.5)  # steps from the profile, lr injected
+    history[1] = "# Parameters\nlr = 0.5\nsteps = None\n"  # papermill's None is a value
+    with pytest.raises(params.ParameterError, match="parameter 'steps'"):
+        params.from_notebook(NOTEBOOK, namespace, parameters_dir)
+
+
+def declared_parameters(notebook: Path) -> list[str]:
+    """Names the notebook's parameters cell assigns, in order."""
+    cell = next(c for c in nbformat.read(notebook, as_version=4).cells
+                if "parameters" in c.metadata.get("tags", []))
+    return params.parameter_names(["# parameters\n" + cell.source])
+
+
+@pytest.mark.parametrize("notebook", runner.find_notebooks(None), ids=lambda p: p.stem)
+def test_each_notebook_declares_its_schemas_top_level_keys_for_papermill(notebook: Path) -> None:
+    declared = declared_parameters(notebook)
+    assert sorted(declared) == sorted(params.schema_for(notebook.stem).model_fields), (
+        f"{notebook}: its parameters cell must declare every top-level key of its schema")
+    listed = subprocess.run([sys.executable, "-m", "papermill", "--help-notebook", str(notebook)],
+                            check=False, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    shown = re.findall(r"^  (\w+): ", listed.stdout, flags=re.MULTILINE)
+    assert sorted(shown) == sorted(declared), listed.stdout
+
+
 def test_every_shipped_cpu_profile_is_valid_for_every_notebook() -> None:
     for profile in ("cpu", "ci", "interactive"):
         assert runner.plan(None, profile)
@@ -182,3 +218,48 @@ def test_checking_parameters_does_not_import_torch() -> None:
             "assert 'torch' not in sys.modules, 'torch was imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("shipped", sorted(PARAMETERS_DIR.glob("*/[0-9]*.yaml")),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_papermill_knows_every_key_of_a_shipped_parameter_file(
+        shipped: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    notebook = NOTEBOOKS_DIR / f"{shipped.stem}.ipynb"
+    papermill.execute_notebook(str(notebook), str(tmp_path / "prepared.ipynb"),
+                               parameters=params.read_yaml(shipped), prepare_only=True,
+                               kernel_name="python3")
+    assert params.read_yaml(shipped)  # the file gives parameters for papermill to check
+    assert not [r.getMessage() for r in caplog.records if "unknown parameter" in r.getMessage()]
+
+
+def test_a_section_override_without_notebook_names_goes_where_the_section_is() -> None:
+    runs = {r.notebook.stem: r for r in runner.plan(None, "ci", overrides=params.parse_overrides(
+        ["train.lr=0.125", "chart_formats=[png]"]))}
+    assert runs["03_time_concat"].parameters["train"]["lr"] == 0.125
+    assert all(r.parameters["chart_formats"] == ["png"] for r in runs.values())
+    with pytest.raises(params.ParameterError, match="unknown parameter 'train'"):  # named: must take it
+        runner.plan(["01"], "ci", overrides=params.parse_overrides(["train.lr=0.125"]))
+    with pytest.raises(params.ParameterError,
+                       match="no notebook takes parameter 'trian'; did you mean 'train'"):
+        runner.plan(None, "ci", overrides=params.parse_overrides(["trian.lr=0.125"]))
+
+
+def test_an_unknown_profile_is_said_once_for_every_notebook() -> None:
+    with pytest.raises(params.ParameterError) as error:
+        runner.plan(None, "no_such_profile_qq")
+    assert str(error.value).count("unknown profile 'no_such_profile_qq'") == 1
+
+
+def test_smoke_test_profiles_say_so_first_and_every_profile_is_in_the_readme(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    profiles = sorted(p.name for p in PARAMETERS_DIR.iterdir() if p.is_dir())
+    smoke = [name for name in profiles if params.smoke_test_label(name)]
+    assert smoke == ["ci", "interactive"]
+    params.from_notebook("02_surveyed_evidence", {"profile": "interactive", "In": []})
+    assert capsys.readouterr().out.startswith("SMOKE TEST (profile interactive: ")
+    params.from_notebook("02_surveyed_evidence", {"profile": "cpu", "In": []})
+    assert "SMOKE TEST" not in capsys.readouterr().out
+    readme = (PARAMETERS_DIR.parent / "README.md").read_text()
+    for name in profiles:
+        assert f"| `{name}` |" in readme, f"README's profile table lacks {name}"
+        assert params.read_yaml(PARAMETERS_DIR / name / "profile.yaml").get(params.PURPOSE), name

@@ -51,10 +51,11 @@ def test_environment_yml_agrees_with_pyproject() -> None:
 
 
 #: strips outputs and execution counts but keeps cell ids, which tests/nbval_references use
-STRIP = ".venv/bin/nbstripout --keep-id"
+STRIP = ".venv/bin/nbstripout --keep-id --extra-keys metadata.language_info"
 #: the README's once-per-clone setup: git strips notebooks on commit, keeping cell ids
 GIT_FILTER_SETUP = (".venv/bin/nbstripout --install && git config filter.nbstripout.clean "
-                    '"$PWD/.venv/bin/python -m nbstripout --keep-id"')
+                    '"$PWD/.venv/bin/python -m nbstripout --keep-id '
+                    '--extra-keys metadata.language_info"')
 
 
 def git(*args: str) -> str:
@@ -137,15 +138,17 @@ def test_notebooks_have_parameters_and_references_for_checked_cells() -> None:
                 assert cell.outputs, f"{path.name}: checked cell {cell.id} has no reference"
 
 
-def test_parameters_cells_name_only_a_profile_and_it_resolves() -> None:
+def test_parameters_cells_set_only_a_profile_and_it_resolves() -> None:
     """A notebook's parameters cell is an interactive session's choice of profile, never a set
-    of defaults that could leak into a profile run."""
+    of defaults that could leak into a profile run: every other name it declares is None."""
     for path in runner.find_notebooks(None):
         cell = next(c for c in nbformat.read(path, as_version=4).cells
                     if "parameters" in c.metadata.get("tags", []))
         namespace: dict = {"In": [cell.source]}
         exec(cell.source, namespace)
-        assert params.parameter_names([cell.source]) == ["profile"], path.name
+        names = params.parameter_names([cell.source])
+        assert names[0] == "profile", path.name
+        assert [n for n in names if namespace[n] is not None] == ["profile"], path.name
         assert params.from_notebook(path.stem, namespace).profile == "interactive"
 
 

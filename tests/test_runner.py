@@ -18,9 +18,10 @@ import psutil
 import pytest
 import yaml
 
-from kit.cli import runner
-from kit.core import locks, params
+from kit.cli import runner, terminal
+from kit.core import locks, params, provenance
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
+from kit.core.progress import STAGE_FILE_ENV, Stage
 from kit.experiments.timecat import planning
 from kit.launch.runs import run_name
 
@@ -58,6 +59,9 @@ def test_failing_cell_gives_nonzero_exit_and_keeps_partial_output(workspace, cap
     done = nbformat.read(workspace["output_root"] / "mini" / "01_ok.ipynb", as_version=4)
     printed = "".join(o.get("text", "") for c in done.cells for o in c.get("outputs", []))
     assert "formats are ['svg']" in printed
+    (made,) = provenance.read(workspace["output_root"] / "mini" / "01_ok.provenance.json")
+    assert made["packages"]["papermill"] and made["kit_commit"]
+    assert not (workspace["output_root"] / "mini" / "02_fails.provenance.json").exists()
     partial = nbformat.read(workspace["output_root"] / "mini" / "02_fails.partial.ipynb",
                             as_version=4)
     errors = [o for c in partial.cells for o in c.get("outputs", []) if o.output_type == "error"]
@@ -119,7 +123,7 @@ def test_a_read_only_output_folder_is_refused(workspace, capsys) -> None:
 RUNNER_SCRIPT = """
 import sys
 from pathlib import Path
-from kit.cli import runner
+from kit.cli import runner, terminal
 from kit.core import params
 params.SCHEMAS["01_workers"] = "kit.core.params:NotebookSettings"
 root = Path(sys.argv[1])
@@ -194,6 +198,7 @@ def test_plain_papermill_with_a_parameter_file_runs(tmp_path: Path) -> None:
              "chart_formats: [png]\n")
     result = papermill_cli(tmp_path / "ok.ipynb", small)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "Passed unknown parameter" not in result.stderr  # the cell declares every key
     assert (tmp_path / "out" / "toy_summary.json").exists()
 
 
@@ -237,7 +242,7 @@ def append_record(run: Path, step: int, loss: float) -> None:
 def test_progress_lines_are_rate_limited_per_run_and_name_the_last_step(tmp_path: Path) -> None:
     old, new = tmp_path / "runs" / "old" / "seed0", tmp_path / "runs" / "cat2" / "seed1"
     append_record(old, 40, 0.5)  # finished before the watch: never reported again
-    progress = runner.TrainingProgress(tmp_path, "03", every_s=30)
+    progress = terminal.TrainingProgress(tmp_path, "03", every_s=30)
     assert progress.poll(now=0) == []
     append_record(new, 10, 2.3456)
     assert progress.poll(now=1) == ["03 runs/cat2/seed1  step 10/40  loss 2.346  512 img/s"]
@@ -253,7 +258,7 @@ def test_progress_lines_are_rate_limited_per_run_and_name_the_last_step(tmp_path
 
 def test_progress_watch_stops_its_thread_when_the_notebook_fails(tmp_path: Path) -> None:
     lines: list[str] = []
-    progress = runner.TrainingProgress(tmp_path, "03", every_s=30)
+    progress = terminal.TrainingProgress(tmp_path, "03", every_s=30)
     with pytest.raises(RuntimeError, match="cell failed"):
         with progress.watching(lines.append, poll_s=0.05):
             append_record(tmp_path / "run", 10, 2.0)
@@ -312,3 +317,71 @@ def test_the_saved_notebook_03_keeps_each_runs_final_bar(notebook_outputs) -> No
         assert "100%" in bars[name] and f" {total}/{total} " in bars[name], bars[name]
         assert "loss=" in bars[name], bars[name]
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage lines (extraction, probes) and the summary
+# ---------------------------------------------------------------------------------------------
+
+def test_stage_records_become_lines_with_counts_rate_eta_and_what_was_reused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / ".stages.jsonl"
+    monkeypatch.setenv(STAGE_FILE_ENV, str(path))
+    clock = iter([100.0, 106.0, 110.0])
+    monkeypatch.setattr(time, "time", lambda: next(clock))
+    stage = Stage("features train", 20, "batch", "reused 2, extracting 3 checkpoint(s)")
+    watch = terminal.StageProgress(path, "03", every_s=5.0)
+    assert watch.poll() == ["03 features train: reused 2, extracting 3 checkpoint(s)"]
+    stage.advance(2)  # within STAGE_EVERY_S of the first record: not written
+    stage._written = 0.0
+    stage.advance(8)  # 6 s after the start: 10 of 20 at 10/6 per s
+    assert watch.poll() == ["03 features train  10/20 batch  1.7 batch/s  ETA 6 s"]
+    stage.done = 20
+    stage.finish("reused 2, extracted 3 checkpoint(s)")
+    assert watch.poll() == ["03 features train: reused 2, extracted 3 checkpoint(s) "
+                            "(10.0 s, 2.0 batch/s)"]
+    assert watch.poll() == []  # each record read once
+
+
+def test_a_stage_writes_nothing_without_the_runner(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(STAGE_FILE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    Stage("probes", 3, "probe", "fitting 3").finish("fitted 3")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_summary_names_time_output_and_the_claims_written_by_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "outputs" / "ci"
+    out.mkdir(parents=True)
+    (out / "old_summary.json").write_text(json.dumps({"claim": {"line": "stale claim"}}))
+    os.utime(out / "old_summary.json", (1.0, 1.0))
+    (out / "time_concat_summary.json").write_text(
+        json.dumps({"claim": {"status": "supported", "line": "cat2 transfers better"}}))
+    (out / "toy_summary.json").write_text(json.dumps({"no": "claim"}))
+    lines = terminal.summary([terminal.Finished("03_time_concat", out / "03_time_concat.ipynb",
+                                                out, 12.34, 1000.0)], "ci")
+    assert lines == ["summary: 1 notebook(s) in 12.3 s, profile ci, results in outputs/ci",
+                     "  03_time_concat     12.3 s  outputs/ci/03_time_concat.ipynb",
+                     "    claim: cat2 transfers better"]
+
+
+def test_kit_run_reports_its_stages_and_ends_with_a_summary(runner_output) -> None:
+    output = runner_output("03_time_concat")
+    assert output.returncode == 0, output.stderr[-3000:]
+    texts = [line for line, _ in output.lines]
+    assert any(re.fullmatch(r"03 training: reused \d+, trained \d+ \(.*\)", t) for t in texts)
+    assert any(re.fullmatch(r"03 features \w+ \(\d+ rows\): reused \d+ of \d+ cached "
+                            r"representation\(s\), extracted \d+.*", t) for t in texts), texts
+    assert any(re.fullmatch(r"03 probes: reused 0, fitted \d+ .*probe/s\)", t) for t in texts)
+    summary = texts.index(next(t for t in texts if t.startswith("summary: 1 notebook(s)")))
+    assert texts[summary + 1].split()[0] == "03_time_concat"
+    assert any(t.startswith("    claim: ") for t in texts[summary:])
+    assert "without encryption" not in output.stderr + "\n".join(texts)
+
+
+def test_a_slow_stage_is_timed_in_seconds_per_unit() -> None:
+    assert terminal.speed_text(0.25, "probe") == "4.0 s/probe"
+    assert terminal.speed_text(2.0, "batch") == "2.0 batch/s"

@@ -3,17 +3,16 @@ on fixture data in the layouts it reads and fixture checkpoints at the paths it 
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import polars as pl
 import pytest
 import yaml
-from test_data import write_cifar, write_image
 from test_timecat import tiny_checkpoint
 
 from kit.core import params
+from kit.data.fixtures import write_cifar, write_image_folder, write_inat18
 from kit.experiments.timecat import comparisons, measure, planning
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.probes.selection import RULES
@@ -46,23 +45,8 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     CPU; the AlgoPerf format itself is tested in test_models), and a parameter file with the
     fixtures' tasks and this machine's scale."""
     data = tmp_path / "data"
-    seed = 0
-    for split, count in (("train", 4), ("val", 2)):
-        for label in ("ant", "bee", "cat"):
-            for i in range(count):
-                seed += 1
-                write_image(data / "imagenet" / split / label / f"{label}{i}.JPEG", seed)
-    categories = [{"id": 10 + i, "name": f"species{i}"} for i in range(3)]
-    for split, count in (("train", 12), ("val", 6)):
-        images, annotations = [], []
-        for i in range(count):
-            name = f"train_val2018/Plantae/{i % 3}/{split}{i}.jpg"
-            write_image(data / "inat18" / name, 1000 + i)
-            images.append({"id": 100 * len(split) + i, "file_name": name})
-            annotations.append({"id": i, "image_id": 100 * len(split) + i,
-                                "category_id": 10 + i % 3})
-        (data / "inat18" / f"{split}2018.json").write_text(json.dumps(
-            {"images": images, "annotations": annotations, "categories": categories}))
+    write_image_folder(data / "imagenet", ("ant", "bee", "cat"), {"train": 4, "val": 2})
+    write_inat18(data / "inat18", [10, 11, 12], {"train": 12, "val": 6})
     write_cifar(data / "cifar100", "cifar100", 12)
     write_cifar(data / "cifar10", "cifar10", 2)
     for n, seeds in RELEASED.items():

@@ -21,7 +21,7 @@ import yaml
 
 from kit import models
 from kit.cli.main import main as kit_main
-from kit.core import distributed
+from kit.core import distributed, provenance
 from kit.core.params import ParameterError
 from kit.core.paths import REPO_ROOT
 from kit.data import pipeline as data
@@ -195,6 +195,7 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path
         tmp_path / "straight", iterations=80, checkpoint_every=10, eval_every=40, log_every=5)))
     a, b = final_state(resumed), final_state(uninterrupted)
     assert a["step"] == b["step"] == 80 and a["epoch"] == b["epoch"]
+    assert len(provenance.read(tmp_path / "killed" / train.PROVENANCE)) == 2  # start + resume
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
     metrics_a, metrics_b = read_metrics(resumed), read_metrics(uninterrupted)

@@ -13,6 +13,7 @@ from kit.launch.backends import launch
 from kit.launch.runs import Launched, is_finished
 from kit.launch.sbatch import export_plan
 from kit.launch.settings import parse_settings
+from kit.train.rates import EXPECTED_TRAIN_RATES
 from kit.train.settings import TrainSettings, load_train_settings
 
 
@@ -71,6 +72,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          help="override a setting of the base run")
         if name == "plan":
             add_profile_arguments(sub, required=False)
+            sub.add_argument("--gpu", choices=sorted(name.lower() for name in EXPECTED_TRAIN_RATES), default="h100",
+                             help="the GPU the expected wall times are for (default h100)")
     for name, text in [("extract", "extract the features notebook 03 probes, as a job with the "
                         "profile's launch settings"),
                        ("probe", "probe them as a job and write the notebook's results tables")]:
@@ -122,7 +125,7 @@ def _report(result: Launched) -> int:
 
 def _profile_command(args: argparse.Namespace) -> int:
     """plan --profile, extract and probe: notebook 03's steps from its parameters."""
-    from kit.experiments.timecat import jobs, planning
+    from kit.experiments.timecat import estimates, jobs, planning
 
     if args.launch_command == "plan" and (args.config or args.runs or args.seeds or args.overrides):
         raise ParameterError("the command line: --profile plans notebook 03's runs; leave out "
@@ -132,6 +135,8 @@ def _profile_command(args: argparse.Namespace) -> int:
         settings = parse_settings(args.launch, loaded.launch.model_copy(
             update={"backend": "slurm"}))
         scripts = jobs.export_jobs(loaded, settings, args.out)
+        gpu = None if loaded.device == "cpu" else args.gpu
+        print(estimates.describe(estimates.estimate(loaded, gpu), gpu))
         print("wrote " + ", ".join(str(script) for script in scripts)
               + f"; submit all with: bash {scripts[-1]}")
         return 0
@@ -141,6 +146,18 @@ def _profile_command(args: argparse.Namespace) -> int:
         return 0
     return _report(jobs.launch_step(args.launch_command, loaded, settings, wait=not args.no_wait))
 
+
+
+def machine_problems(notebooks: dict[str, dict]) -> list[str]:
+    """`kit check`: this machine against notebook 03's plan (disk, CUDA, compiler, /dev/shm),
+    given each checked notebook's validated parameters by notebook name."""
+    from kit.experiments.timecat import estimates, jobs
+    from kit.experiments.timecat.settings import TimecatSettings
+
+    if jobs.NOTEBOOK not in notebooks:
+        return []
+    params = TimecatSettings.model_validate(notebooks[jobs.NOTEBOOK])
+    return [f"this machine: {problem}" for problem in estimates.machine_problems(params)]
 
 
 def step_command(args: argparse.Namespace) -> int:

@@ -2,7 +2,10 @@
 
 `python -m kit run [NOTEBOOK ...] --profile cpu [-f FILE ...] [--set a.b=value ...]` executes
 notebooks; `check` validates their parameters, data and output folders; `launch` starts training
-runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves.
+runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves;
+`selfcheck` measures and checks this node (kit.cli.selfcheck); `lab` starts JupyterLab saving the
+notebooks stripped (kit.cli.lab); `report --profile NAME` writes `outputs/NAME/index.html` from
+what a run wrote; `fixtures DIR` writes tiny datasets laid out as the paper profiles read them.
 """
 
 from __future__ import annotations
@@ -11,11 +14,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from kit.cli import launch, reference, runner
+from kit.cli import lab, launch, reference, runner, selfcheck
 from kit.core import params
+from kit.report import page
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """Every command and its arguments."""
     parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for name, text in [("run", "execute notebooks with papermill"),
@@ -35,16 +40,42 @@ def main(argv: list[str] | None = None) -> int:
         "copy as the references nbval compares with (tests/nbval_references/)")
     store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")
     launch.add_commands(commands)
+    commands.add_parser("fixtures", help="write tiny datasets in the layouts the paper profiles "
+                        "read, to try them with TIMECAT_DATA=DIR").add_argument("dir", type=Path)
     commands.add_parser("reference", help="write docs/reference/parameters.md from the settings "
                         "classes").add_argument("--check", action="store_true", help="only "
                         "compare: exit 1 naming the file if it differs")
-    args = parser.parse_args(argv)
+    commands.add_parser("selfcheck", help="check this node before a real run: GPU training "
+                        "rate, input pipeline, preemption, bf16 extraction, probe (a CPU subset "
+                        "without a GPU)").add_argument("--gpus", type=int, default=None,
+                                                        metavar="N", help="GPUs to use "
+                                                        "(default: all visible)")
+    commands.add_parser("lab", help="JupyterLab on the repository, saving the notebooks of "
+                        "notebooks/ without outputs, as committed; any jupyter lab option follows")
+    commands.add_parser("report", help="write outputs/PROFILE/index.html: verdicts, tables, "
+                        "charts, notebooks and parameters of a run, one page that opens offline"
+                        ).add_argument("--profile", default="cpu", help="whose outputs (default cpu)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kit`: the exit status of the command."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["lab"]:  # the rest is jupyter lab's, which argparse would refuse
+        return lab.command(argv[1:])
+    args = parser().parse_args(argv)
+    if args.command == "selfcheck":
+        return selfcheck.command(args.gpus)
+    if args.command == "report":
+        return report_command(args.profile)
     if args.command == "reference":
         return reference.command(args.check)
     if args.command == "launch":
         return launch.launch_command(args)
     if args.command in ("extract", "probe"):
         return launch.step_command(args)
+    if args.command == "fixtures":
+        return fixtures_command(args.dir)
     if args.command == "store-checks":
         print(f"stored reference outputs in {runner.store_references(args.executed)}")
         return 0
@@ -52,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides = params.parse_overrides(args.overrides)
         if args.command == "check":
             runs = runner.plan(args.notebooks, args.profile, args.files, overrides)
-            problems = runner.output_problems(runs)
+            problems = runner.output_problems(runs) + launch.machine_problems(
+                {planned.notebook.stem: planned.parameters for planned in runs})
             if problems:
                 raise params.ParameterError("\n".join(problems))
             for planned in runs:
@@ -64,3 +96,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return runner.run(args.notebooks, args.profile, args.files, overrides)
 
+
+def fixtures_command(folder: Path) -> int:
+    """`python -m kit fixtures DIR`: the paper profiles' datasets, tiny, in their layouts."""
+    from kit.data.fixtures import write_paper_data
+
+    written = write_paper_data(folder)
+    print(f"wrote {', '.join(map(str, written.values()))}; try: TIMECAT_DATA={folder} "
+          "python -m kit check 03 --profile paper-8xh100")
+    return 0
+
+
+def report_command(profile: str) -> int:
+    """`python -m kit report --profile NAME`: write the page, or say why not (exit 2)."""
+    try:
+        print(f"wrote {page.write_report(profile)}")
+    except page.ReportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0

@@ -6,9 +6,11 @@ Python environment with `notebooks/` as working directory, and keeps the execute
 `outputs/<profile>/`. A run is written beside the previous one (`<name>.partial.ipynb`) and
 replaces it only on success, so a failed run keeps the last good executed notebook.
 
-While a notebook runs, the runner prints one line per training run whose `metrics.jsonl` grows
-under the notebook's output folder (run, step/total, loss, images/s): at most every
-PROGRESS_EVERY_S seconds per run, plus one when the run reaches its last step (TrainingProgress).
+While a notebook runs, the runner prints what its kernel does (kit.cli.terminal): a line per
+training run as its `metrics.jsonl` grows, and the stages the kernel reports through the file
+named by kit.core.progress.STAGE_FILE_ENV (extraction, probes: counts, rate, ETA, what was
+reused); at the end, a summary per notebook. The kernel's own log is kept to errors (its
+warning that local TCP is unencrypted says nothing about the run).
 
 One run per output folder at a time (kit.core.locks). SIGTERM or SIGINT (what `timeout`, `kill`,
 schedulers and Ctrl-C send) stops the kernel and every process it started (training workers
@@ -23,13 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,37 +40,26 @@ import psutil
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
-from kit.core import locks, params
+from kit.cli import terminal
+from kit.core import locks, params, provenance
 from kit.core.files import atomic_write, remove_stale_temporaries
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.core.processes import signal_handlers
+from kit.core.progress import STAGE_FILE_ENV
 from kit.data.preflight import writable_problems
-from kit.launch.progress import last_record
+from kit.report import page
 
 #: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
 KERNEL_NAME = "python3"
 #: seconds the workers get to save and exit after SIGTERM before they are killed
 STOP_GRACE_S = 20.0
 INTERRUPTED = "interrupted; re-run the same command to resume"
-#: seconds between two progress lines of one training run: on a terminal, in a log
-PROGRESS_EVERY_S = {True: 5.0, False: 30.0}
-#: seconds between two looks at the output folder for metrics.jsonl files that grew
-PROGRESS_POLL_S = 1.0
+#: the kernel's own log: errors only
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
 
 
 class Interrupted(Exception):
     """The runner received SIGTERM or SIGINT; its workers have been stopped."""
-
-
-class _InjectedNamesFilter(logging.Filter):
-    """Papermill warns for every injected name the parameters cell does not assign; here the
-    cell only names a profile and the notebook validates every injected name itself."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Passed unknown parameter")
-
-
-logging.getLogger("papermill").addFilter(_InjectedNamesFilter())
 
 
 @dataclass(frozen=True)
@@ -101,22 +90,43 @@ def plan(names: list[str] | None, profile: str, files: list[Path] | None = None,
          overrides: Mapping[str, Any] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
          parameters_dir: Path = PARAMETERS_DIR, output_root: Path | None = None
          ) -> list[PlannedRun]:
-    """Resolve and validate every notebook's parameters; raises ParameterError before any run.
-    `output_root` moves the default output folder (`<output_root>/<profile>`)."""
+    """Resolve and validate every notebook's parameters; raises ParameterError before any run
+    (a problem several notebooks share, such as an unknown profile, said once). Without notebook
+    names, each notebook takes the overrides its schema has (`train.lr` goes to the notebooks
+    with a `train` section). `output_root` moves the default output folder
+    (`<output_root>/<profile>`)."""
     runs, problems = [], []
     output_dir = None if output_root is None else str(output_root / profile)
-    for notebook in find_notebooks(names, notebooks_dir):
+    notebooks = find_notebooks(names, notebooks_dir)
+    shared = (shared_overrides(notebooks, overrides) if overrides and not names
+              else dict.fromkeys((n.stem for n in notebooks), overrides))
+    for notebook in notebooks:
         try:
-            validated, _ = params.load(notebook.stem, profile, files, overrides, parameters_dir,
-                                       output_dir)
+            validated, _ = params.load(notebook.stem, profile, files, shared[notebook.stem],
+                                       parameters_dir, output_dir)
         except params.ParameterError as error:
             problems.append(str(error))
             continue
         runs.append(PlannedRun(notebook, resolve(validated.output_dir) / notebook.name,
                                validated.model_dump()))
     if problems:
-        raise params.ParameterError("\n".join(problems))
+        raise params.ParameterError("\n".join(dict.fromkeys(problems)))
     return runs
+
+
+def shared_overrides(notebooks: list[Path], overrides: Mapping[str, Any]
+                     ) -> dict[str, Mapping[str, Any]]:
+    """Per notebook, the command line's overrides whose top-level key its schema has; a key no
+    notebook takes is refused."""
+    takes = {n.stem: set(params.schema_for(n.stem).model_fields) for n in notebooks}
+    known = set().union(*takes.values())
+    unknown = [key for key in overrides if key not in known]
+    if unknown:
+        raise params.ParameterError("\n".join(
+            f"the command line: no notebook takes parameter '{key}'"
+            f"{params.did_you_mean(key, known)}" for key in unknown))
+    return {stem: {key: value for key, value in overrides.items() if key in keys}
+            for stem, keys in takes.items()}
 
 
 def output_problems(runs: list[PlannedRun]) -> list[str]:
@@ -140,90 +150,12 @@ def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
     partial = partial_output(run)
     papermill.execute_notebook(
         str(run.notebook), str(partial), parameters=run.parameters,
-        kernel_name=KERNEL_NAME, cwd=str(notebooks_dir), progress_bar=False)
+        kernel_name=KERNEL_NAME, cwd=str(notebooks_dir), progress_bar=False,
+        extra_arguments=KERNEL_ARGUMENTS)
     with atomic_write(run.output.with_suffix(".parameters.yaml")) as handle:
         handle.write(yaml.safe_dump(run.parameters, sort_keys=False).encode())
+    provenance.write(run.output.with_suffix(".provenance.json"))
     os.replace(partial, run.output)
-
-
-class TrainingProgress:
-    """Progress lines for the runner's terminal while a notebook trains, read from the
-    `metrics.jsonl` of every run folder under `folder` that grows after the watch starts (the
-    trainers write them whatever launched them): the first record of a run at once, then at most
-    every `every_s` seconds, and the run's last step when it gets there."""
-
-    def __init__(self, folder: Path, label: str, every_s: float) -> None:
-        self.folder, self.label, self.every_s = folder, label, every_s
-        self._seen = {path: self._stamp(path) for path in self._metrics_files()}
-        self._printed: dict[Path, float] = {}
-        self._totals: dict[Path, int] = {}
-
-    def _metrics_files(self) -> list[Path]:
-        try:
-            return sorted(self.folder.rglob("metrics.jsonl")) if self.folder.is_dir() else []
-        except OSError:  # a folder removed while walked (a cache entry moved into place)
-            return []
-
-    @staticmethod
-    def _stamp(path: Path) -> tuple[int, int] | None:
-        try:
-            stat = path.stat()
-        except OSError:
-            return None
-        return stat.st_size, stat.st_mtime_ns
-
-    def _total(self, run: Path) -> int | None:
-        """The run's budget, from the config.yaml its trainer writes before any metrics."""
-        if run not in self._totals:
-            try:
-                self._totals[run] = int(yaml.safe_load((run / "config.yaml").read_text())
-                                        ["iterations"])
-            except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
-                return None
-        return self._totals[run]
-
-    def poll(self, now: float | None = None) -> list[str]:
-        """Lines for the runs whose metrics grew since the last poll and are due."""
-        now = time.monotonic() if now is None else now
-        lines = []
-        for path in self._metrics_files():
-            stamp = self._stamp(path)
-            if stamp is None or stamp == self._seen.get(path):
-                continue
-            record = last_record(path)
-            total = self._total(path.parent)
-            finished = record is not None and record["step"] == total
-            last = self._printed.get(path)
-            if record is None or not (finished or last is None or now - last >= self.every_s):
-                continue  # not due: looked at again when it grows next
-            self._seen[path], self._printed[path] = stamp, now
-            name = path.parent.relative_to(self.folder).as_posix()
-            steps = f"{record['step']}/{total}" if total else str(record["step"])
-            lines.append(f"{self.label} {name}  step {steps}  loss {record['loss']:.3f}  "
-                         f"{record['images_per_s']:.0f} img/s" + ("  done" if finished else ""))
-        return lines
-
-    @contextlib.contextmanager
-    def watching(self, write: Callable[[str], None] = lambda line: print(line, flush=True),
-                 poll_s: float = PROGRESS_POLL_S) -> Iterator[None]:
-        """Poll in a background thread while the body runs; one last poll when it ends (runs
-        that finished since), and the thread stopped whether the body succeeds or raises."""
-        stop = threading.Event()
-
-        def loop() -> None:
-            while not stop.wait(poll_s):
-                for line in self.poll():
-                    write(line)
-
-        thread = threading.Thread(target=loop, name="kit-run-progress", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
-            for line in self.poll():
-                write(line)
 
 
 def stop_workers(grace_s: float = STOP_GRACE_S) -> None:
@@ -297,16 +229,27 @@ def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
         return 128 + _stopped_by[0]
 
 
+def stage_file(run: PlannedRun) -> Path:
+    """Where the kernel running `run` appends its stage records (kit.core.progress)."""
+    return run.output.with_name(f".{run.output.stem}.stages.jsonl")
+
+
 def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
+    every_s = terminal.PROGRESS_EVERY_S[sys.stdout.isatty()]
+    finished = []
     for index, planned in enumerate(runs, start=1):
         label = f"[{index}/{len(runs)}] {planned.notebook.name} (profile {profile})"
         print(f"{label} ...", flush=True)
-        start = time.perf_counter()
+        start, started = time.perf_counter(), time.time()
         watched = resolve(planned.parameters.get("output_dir") or planned.output.parent)
-        progress = TrainingProgress(watched, planned.notebook.stem.split("_", 1)[0],
-                                    PROGRESS_EVERY_S[sys.stdout.isatty()])
+        short = planned.notebook.stem.split("_", 1)[0]
+        stages = stage_file(planned)
+        stages.parent.mkdir(parents=True, exist_ok=True)
+        stages.write_text("")
+        os.environ[STAGE_FILE_ENV] = str(stages)  # the kernel inherits it
         try:
-            with progress.watching():
+            with terminal.watching([terminal.TrainingProgress(watched, short, every_s),
+                                    terminal.StageProgress(stages, short, every_s)]):
                 execute(planned, notebooks_dir)
         except PapermillExecutionError as error:
             kept = (f"; the last good run's stays in {planned.output}"
@@ -316,8 +259,15 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
                   f"  partial output kept in {partial_output(planned)}{kept}",
                   file=sys.stderr, flush=True)
             return 1
-        print(f"{label} done in {time.perf_counter() - start:.1f} s -> {planned.output}",
-              flush=True)
+        finally:
+            os.environ.pop(STAGE_FILE_ENV, None)
+        seconds = time.perf_counter() - start
+        print(f"{label} done in {seconds:.1f} s -> {terminal.shown(planned.output)}", flush=True)
+        finished.append(terminal.Finished(planned.notebook.stem, planned.output, watched,
+                                          seconds, started))
+    print("\n".join(terminal.summary(finished, profile)), flush=True)
+    print(f"report: {terminal.shown(page.write_report(profile, runs[0].output.parent))}",
+          flush=True)
     return 0
 
 

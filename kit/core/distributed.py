@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from kit.core import machine
 from kit.core.processes import rendezvous_port
 
 
@@ -57,21 +59,49 @@ def slurm_environment(environ: dict[str, str]) -> dict[str, str]:
             "MASTER_PORT": environ.get("MASTER_PORT") or str(port)}
 
 
-def start_process(device: str) -> Process:
-    """Join the process group when launched with several ranks, by torchrun or by srun."""
+#: how long a collective call waits for every rank before failing (torch's NCCL default is 10
+#: minutes; a rank saving a checkpoint or opening a large dataset can take longer)
+DEFAULT_GROUP_TIMEOUT_S = 1800
+
+
+def ranks_on_node(environ: dict[str, str]) -> int:
+    """How many processes of the job run on this node and share its visible GPUs: torchrun's
+    LOCAL_WORLD_SIZE, else Slurm's tasks on this node, else 1."""
+    for key in ("LOCAL_WORLD_SIZE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"):
+        value = environ.get(key, "").split("(")[0].split(",")[0]
+        if value.isdigit():
+            return int(value)
+    return 1
+
+
+def start_process(device: str, timeout_s: int = DEFAULT_GROUP_TIMEOUT_S) -> Process:
+    """Join the process group when launched with several ranks, by torchrun or by srun; with
+    device cuda, first check that CUDA is usable and that each rank of this node has its own
+    GPU (MachineError naming the problem otherwise)."""
     os.environ.update(slurm_environment(dict(os.environ)))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    if use_cuda:  # srun may bind one GPU per task: the local rank counts visible devices
-        local_rank %= torch.cuda.device_count()
+    if use_cuda:
+        local_ranks = ranks_on_node(dict(os.environ))
+        bound = "SLURM_PROCID" in os.environ and "LOCAL_WORLD_SIZE" not in os.environ
+        problems = machine.cuda_problems(1 if bound else local_ranks)
+        if problems:
+            raise machine.MachineError("\n".join(problems))
+        if bound:  # srun may bind one GPU per task: the local rank counts visible devices
+            count = torch.cuda.device_count()
+            if 1 < count < local_ranks:
+                raise machine.MachineError(
+                    f"device: {local_ranks} Slurm tasks on this node see {count} GPUs each; "
+                    "request one GPU per task or at least as many GPUs as tasks")
+            local_rank %= count
         torch.cuda.set_device(local_rank)
     chosen = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if world_size > 1:
         dist.init_process_group("nccl" if use_cuda else "gloo",
-                                device_id=chosen if use_cuda else None)
+                                device_id=chosen if use_cuda else None,
+                                timeout=datetime.timedelta(seconds=timeout_s))
     return Process(rank, world_size, chosen)
-
 
 
 def rank_and_world() -> tuple[int, int]:

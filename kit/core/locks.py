@@ -6,11 +6,18 @@ when its process ends, however it ends (SIGKILL, preemption, a lost node), so no
 outlives its holder and nothing needs cleaning. The file records the holder (host, pid, command,
 start time) so that a refused second writer can say who holds the folder. flock works on local
 disks and on network file systems mounted with lock support (NFSv4, Lustre with `flock`).
+
+Where the file system refuses flock (Lustre mounted `noflock`, NFS without a lock daemon: ENOSYS,
+ENOLCK, EOPNOTSUPP), the lock falls back to creating `<folder>/.lock.excl` exclusively (O_EXCL),
+holding the same record, removed when the block ends. A holder on this host that has died is
+recognised by its pid and its file replaced; one on another host that was killed leaves the file
+behind, and the refusal says to delete it once that process is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -21,21 +28,35 @@ from collections.abc import Iterator
 from pathlib import Path
 
 LOCK_FILE = ".lock"
+#: the lock file of the fallback where flock is not supported (created with O_EXCL)
+EXCLUSIVE_FILE = ".lock.excl"
+#: flock's errors on a file system that does not support it
+UNSUPPORTED = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
 
 
 class FolderLocked(RuntimeError):
     """Another live process holds the folder."""
 
 
-def holder(folder: Path) -> str:
-    """Who holds (or last held) a folder's lock, in words."""
+def _record(purpose: str) -> bytes:
+    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
+                       "purpose": purpose, "command": " ".join(sys.argv)}).encode()
+
+
+def _describe(file: Path) -> str:
     try:
-        info = json.loads((Path(folder) / LOCK_FILE).read_text())
+        info = json.loads(file.read_text())
     except (OSError, ValueError):
         return "an unknown process"
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("since", 0)))
     return (f"pid {info.get('pid')} on {info.get('host')} since {started} "
             f"({info.get('purpose')}: {info.get('command')})")
+
+
+def holder(folder: Path) -> str:
+    """Who holds (or last held) a folder's lock, in words."""
+    fallback = Path(folder) / EXCLUSIVE_FILE
+    return _describe(fallback if fallback.exists() else Path(folder) / LOCK_FILE)
 
 
 @contextlib.contextmanager
@@ -51,10 +72,60 @@ def hold(folder: str | Path, purpose: str) -> Iterator[None]:
         except BlockingIOError:
             raise FolderLocked(f"{folder}: in use by {holder(folder)}; wait for it to finish or "
                                "stop that process first") from None
-        record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
-                  "purpose": purpose, "command": " ".join(sys.argv)}
+        except OSError as error:
+            if error.errno not in UNSUPPORTED:
+                raise OSError(error.errno, f"{folder / LOCK_FILE}: cannot lock the folder "
+                              f"({error.strerror})") from None
+            print(f"note: {folder / LOCK_FILE}: the file system does not support flock "
+                  f"({error.strerror}); locking with {EXCLUSIVE_FILE} instead", file=sys.stderr)
+            with _exclusive(folder, purpose):
+                yield
+            return
         os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, json.dumps(record).encode(), 0)
+        os.pwrite(descriptor, _record(purpose), 0)
         yield
     finally:
         os.close(descriptor)  # closing the descriptor releases the lock
+
+
+def _alive_here(file: Path) -> bool:
+    """Whether the lock file's holder runs on this host and is alive (False when it is gone;
+    True when it runs elsewhere, which cannot be told from here)."""
+    try:
+        info = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return True  # being written by its holder right now
+    if info.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(info.get("pid", 0)), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _exclusive(folder: Path, purpose: str) -> Iterator[None]:
+    """The fallback lock: `<folder>/.lock.excl` created with O_EXCL, removed at the end."""
+    file = folder / EXCLUSIVE_FILE
+    for _attempt in range(2):
+        try:
+            descriptor = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            break
+        except FileExistsError:
+            if _alive_here(file):
+                raise FolderLocked(
+                    f"{folder}: in use by {_describe(file)} (lock file {file}, flock being "
+                    "unsupported here); wait for it to finish, or delete that file once that "
+                    "process is gone") from None
+            file.unlink(missing_ok=True)  # its holder on this host died
+    else:
+        raise FolderLocked(f"{folder}: {file} keeps reappearing; another process is starting")
+    try:
+        os.write(descriptor, _record(purpose))
+        os.close(descriptor)
+        yield
+    finally:
+        file.unlink(missing_ok=True)

@@ -5,8 +5,9 @@ A notebook's parameters come from files, later winning, deep-merged section by s
 `parameters/<profile>/<notebook>.yaml`, after the profile it `extends:`, if any), then the user's
 own files (`python -m kit run -f FILE`), then `--set a.b.c=value`. Inside a notebook, values that
 papermill injects (`-p`, `-f`) are one more layer on top of the profile they name. The notebook's
-parameters cell only names the profile of an interactive session: no value of an interactive
-session can leak into a profile run.
+parameters cell declares every top-level name its schema takes (so that papermill lists them),
+each None but `profile`: None means "the profile's value", so the layering stays the one source
+of defaults and no value of an interactive session can leak into a profile run.
 
 Every value remembers the file (or command line) it came from, so a refusal names the file and the
 dotted key before any compute starts. Schemas are strict: YAML 1.1 reads `1e-3` as a string, and a
@@ -32,6 +33,10 @@ from kit.core.paths import PARAMETERS_DIR
 
 #: a profile file may name the profile it builds on
 EXTENDS = "extends"
+#: what a profile is for, and whether its numbers are a smoke test's (said by every notebook it
+#: runs): keys of the profile's own profile.yaml, not parameters, and not inherited
+PURPOSE, SMOKE_TEST = "purpose", "smoke_test"
+PROFILE_KEYS = (EXTENDS, PURPOSE, SMOKE_TEST)
 #: notebook (file stem) -> "module:Schema", imported on demand
 SCHEMAS = {
     "01_toy_counterexample": "kit.experiments.toy_settings:ToySettings",
@@ -65,6 +70,8 @@ Sources = dict[str, str]  # dotted key -> the file or command line that set it
 PLAIN_VALUES = (str, int, float, bool, list, dict, type(None))
 #: IPython's input and output history, in every kernel's namespace
 KERNEL_HISTORY = ("In", "Out")
+#: the first line of the cell papermill injects (the notebook's own cell starts '# parameters:')
+PAPERMILL_CELL = "# Parameters"
 
 
 def schema_for(notebook: str) -> type[NotebookSettings]:
@@ -151,7 +158,8 @@ def profile_files(notebook: str, profile: str, parameters_dir: Path = PARAMETERS
                      parameters_dir / name / f"{notebook}.yaml"):
             if path.exists():
                 content = read_yaml(path)
-                content.pop(EXTENDS, None)
+                for key in PROFILE_KEYS:
+                    content.pop(key, None)
                 layers.append((path, content))
     return layers
 
@@ -201,16 +209,19 @@ def load(notebook: str, profile: str, files: list[Path] | None = None,
 def from_notebook(notebook: str, namespace: Mapping[str, Any],
                   parameters_dir: Path = PARAMETERS_DIR) -> NotebookSettings:
     """The parameters of a running notebook: its profile (from the parameters cell or injected)
-    resolved from parameters/, with every other value papermill injected merged on top. An
-    injected name the schema does not know is refused (papermill itself only warns). The names
-    are those assigned by the cells that start with '# parameters' in the kernel's history, or,
-    where the kernel keeps none, every plain value of the namespace (call this in the first cell
-    after the parameters)."""
+    resolved from parameters/, with every other value papermill injected merged on top. A name
+    the parameters cell leaves None is left to the profile, unless papermill's own cell sets it
+    (to None too: a run's file may clear a value). An injected name the schema does not know is
+    refused (papermill itself only warns). The names are those assigned by the cells that start
+    with '# parameters' in the kernel's history, or, where the kernel keeps none, every plain
+    value of the namespace (call this in the first cell after the parameters)."""
     names = parameter_names(namespace.get("In") or []) or [
         name for name, value in namespace.items()  # a kernel that keeps no history (nbval)
         if not name.startswith("_") and name not in KERNEL_HISTORY
         and isinstance(value, PLAIN_VALUES)]
-    injected = {name: namespace[name] for name in names if name in namespace}
+    by_papermill = set(parameter_names(namespace.get("In") or [], PAPERMILL_CELL))
+    injected = {name: namespace[name] for name in names if name in namespace
+                and (namespace[name] is not None or name in by_papermill)}
     source = "the notebook's parameters (its parameters cell or papermill's injected cell)"
     profile = injected.pop("profile", None)
     if not isinstance(profile, str) or not profile:
@@ -218,15 +229,35 @@ def from_notebook(notebook: str, namespace: Mapping[str, Any],
                              f"got {profile!r}")
     values, sources = resolve_layers(notebook, profile, parameters_dir=parameters_dir)
     merge(values, sources, injected, source)
-    return validate(notebook, values, sources)
+    validated = validate(notebook, values, sources)
+    label = smoke_test_label(profile, parameters_dir)
+    if label:
+        print(label)  # the notebook's first output says it
+    return validated
 
 
-def parameter_names(history: list[str]) -> list[str]:
-    """Names assigned by the cells a kernel ran that start with a '# parameters' comment: the
-    notebook's parameters cell and papermill's injected '# Parameters' cell."""
+def smoke_test_label(profile: str, parameters_dir: Path = PARAMETERS_DIR) -> str | None:
+    """What a notebook run with a smoke-test profile says first (its profile.yaml sets
+    `smoke_test: true`); None for a profile whose numbers are meant to be read."""
+    head = parameters_dir / profile / "profile.yaml"
+    about = read_yaml(head) if head.exists() else {}
+    if about.get(SMOKE_TEST) is not True:
+        return None
+    purpose = about.get(PURPOSE) or "small settings that check the code runs"
+    return (f"SMOKE TEST (profile {profile}: {purpose}): the numbers below only show that the "
+            "code runs; they say nothing about the paper's claims. Run the cpu profile (or a "
+            "GPU profile) for results.")
+
+
+def parameter_names(history: list[str], first_line: str = "# parameters") -> list[str]:
+    """Names assigned by the cells a kernel ran that start with a '# parameters' comment (any
+    case): the notebook's parameters cell and papermill's injected cell; with `first_line`
+    PAPERMILL_CELL, those of papermill's cell only."""
     names: list[str] = []
     for source in history:
-        if not source.lstrip().lower().startswith("# parameters"):
+        head = source.lstrip().split("\n", 1)[0]
+        if not (head == first_line if first_line == PAPERMILL_CELL
+                else head.lower().startswith(first_line)):
             continue
         try:
             tree = ast.parse(source)
@@ -245,10 +276,11 @@ def _looks_numeric(text: str) -> bool:
     return True
 
 
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """`; did you mean 'x'?` naming the known name closest to `name`, or nothing."""
+def did_you_mean(name: str, known: Iterable[str], section: str = "") -> str:
+    """`; did you mean 'x'?` naming the known name closest to `name`, or nothing; a name inside
+    a section is given dotted (`section` 'train.' gives 'train.lr')."""
     close = difflib.get_close_matches(name, list(known), n=1)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    return f"; did you mean '{section}{close[0]}'?" if close else ""
 
 
 def describe_errors(header: str, schema: type[BaseModel], error: ValidationError,
@@ -263,8 +295,8 @@ def describe_errors(header: str, schema: type[BaseModel], error: ValidationError
         value = problem.get("input")
         if problem["type"] == "extra_forbidden":
             known = sorted(_section_schema(schema, loc[:-1]).model_fields)
-            lines.append(f"  {where}: unknown parameter '{key}'{did_you_mean(loc[-1], known)} "
-                         f"(known: {', '.join(known)})")
+            hint = did_you_mean(loc[-1], known, key.removesuffix(loc[-1]))
+            lines.append(f"  {where}: unknown parameter '{key}'{hint} (known: {', '.join(known)})")
         elif problem["type"] == "missing":
             lines.append(f"  {where}: parameter '{key}' is missing")
         elif problem["type"] == "value_error":

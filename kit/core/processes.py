@@ -1,4 +1,5 @@
-"""Processes and their signals: exit statuses, the DONE marker, signal handling, child commands."""
+"""Processes and their signals: exit statuses, the DONE and preemption markers, signal handling,
+child commands."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import ctypes
 import importlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import psutil
 
+from kit.core import files
 from kit.core.paths import importable_environment
 
 #: the trainer's exit status after a preemption checkpoint (kit.train exits with it)
@@ -22,6 +26,20 @@ PREEMPTED_EXIT = 75
 
 #: the marker a finished run leaves in its folder (kit.train writes it)
 DONE = "DONE"
+
+#: the environment variable naming the file a preempted command creates (kit.launch sets it for
+#: Slurm jobs): the job requeues itself when the file exists after its processes ended, whatever
+#: exit status torchrun or srun passed on (torchrun turns a worker's 75 into 1)
+PREEMPTED_MARKER = "KIT_PREEMPTED_MARKER"
+
+
+def mark_preempted() -> None:
+    """Create the file PREEMPTED_MARKER names, if it names one: this command stopped on a
+    preemption signal after saving what it had, and should run again."""
+    marker = os.environ.get(PREEMPTED_MARKER)
+    if marker:
+        with files.atomic_write(Path(marker)) as handle:
+            handle.write(f"{socket.gethostname()} pid {os.getpid()}\n".encode())
 
 
 def rendezvous_port(job_id: int) -> int:

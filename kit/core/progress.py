@@ -1,13 +1,23 @@
-"""Progress bars that read cleanly wherever they run.
+"""Progress that reads cleanly wherever it runs: bars in a notebook, stage records for a terminal.
 
 In a kernel a bar is tqdm.auto's widget, shown under a display id and shown again when it
 closes: a notebook executed without a frontend (papermill) then keeps the bar's final state as
 text, not the empty bar the widget was when first displayed. On a terminal a bar redraws every
-second; in a log, every 30 s at most."""
+second; in a log, every 30 s at most. A widget shown through `Described` reads as a sentence,
+not as its repr, where no frontend draws it.
+
+A `Stage` (feature extraction, probing, training as a whole) also appends JSON records to the
+file that STAGE_FILE_ENV names, which `python -m kit run` sets for the kernel it starts and reads
+as the notebook runs, to print what the kernel does (counts, rate, what was reused); without the
+variable (JupyterLab, plain papermill) a stage writes nothing.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import time
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -17,10 +27,12 @@ WIDGETS = issubclass(tqdm, widget_tqdm)
 
 
 class KeptBar(tqdm):
-    """A tqdm.auto bar whose last state stays in a saved notebook."""
+    """A tqdm.auto bar whose last state stays in a saved notebook; with `stage`, also a Stage of
+    that name counting the same units for `python -m kit run`."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, stage: str | None = None, **kwargs: Any) -> None:
         self._shown = None  # before tqdm's __init__, which may close a disabled bar
+        self._stage: Stage | None = None
         interactive = sys.stderr.isatty() or "ipykernel" in sys.modules
         kwargs.setdefault("mininterval", 1 if interactive else 30)
         if WIDGETS:
@@ -30,9 +42,68 @@ class KeptBar(tqdm):
             from IPython.display import display
 
             self._shown = display(self.container, display_id=True)
+        if stage is not None:
+            self._stage = Stage(stage, self.total or 0, self.unit, f"{self.total} {self.unit}(s)")
+
+    def update(self, n: float | None = 1) -> bool | None:
+        if self._stage is not None:
+            self._stage.advance(int(n or 0))
+        return super().update(n)
 
     def close(self) -> None:
+        if self._stage is not None:
+            self._stage.done = int(self.n)  # iterating, tqdm counts without update()
+            self._stage.finish(f"{self._stage.done} {self.unit}(s) done")
+            self._stage = None
         super().close()
         if self._shown is not None:
             self._shown.update(self.container)
             self._shown = None
+
+
+#: the environment variable naming the file stage records are appended to
+STAGE_FILE_ENV = "KIT_STAGE_FILE"
+#: seconds between two records of one stage (its first and last are always written)
+STAGE_EVERY_S = 1.0
+
+
+class Stage:
+    """One step of a notebook, reported to `python -m kit run`: a first record saying what it
+    will do (`note`: what was reused, what is left), one every STAGE_EVERY_S seconds at most as
+    `advance` counts `unit`s towards `total`, and a last one from `finish`."""
+
+    def __init__(self, name: str, total: int, unit: str, note: str) -> None:
+        self.name, self.total, self.unit, self.done = name, total, unit, 0
+        rank = os.environ.get("RANK", "0")  # under torchrun, the first rank speaks for all
+        self.path = os.environ.get(STAGE_FILE_ENV) if rank == "0" else None
+        self._written = 0.0
+        self._write(note, final=False)
+
+    def advance(self, count: int = 1) -> None:
+        self.done += count
+        if time.monotonic() - self._written >= STAGE_EVERY_S:
+            self._write("", final=False)
+
+    def finish(self, note: str) -> None:
+        self._write(note, final=True)
+
+    def _write(self, note: str, final: bool) -> None:
+        self._written = time.monotonic()
+        if not self.path:
+            return
+        record = {"stage": self.name, "done": self.done, "total": self.total, "unit": self.unit,
+                  "note": note, "final": final, "time": time.time()}
+        with open(self.path, "a") as handle:  # one short line: appended whole
+            handle.write(json.dumps(record) + "\n")
+
+
+class Described:
+    """A widget that reads as `text` wherever no frontend draws it (a notebook executed
+    headless and shown on GitHub, nbviewer or as HTML) instead of its `VBox(children=...)` repr;
+    JupyterLab draws the widget itself."""
+
+    def __init__(self, widget: Any, text: str) -> None:
+        self.widget, self.text = widget, text
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        return self.widget._repr_mimebundle_(**kwargs) | {"text/plain": self.text}

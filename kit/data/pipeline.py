@@ -2,7 +2,9 @@
 
 Datasets of pictures yield uint8 images [3, H, W]: JPEGs are decoded by torchvision
 (libjpeg-turbo) and augmented as tensors, and normalisation happens on the device
-(kit.data.prefetch); the synthetic world's renders stay float (kit.data.synthetic).
+(kit.data.prefetch); the synthetic world's renders stay float (kit.data.synthetic). With
+`data.decode: gpu` training workers read file bytes only and the device decodes and crops
+whole batches (kit.data.batched).
 Every dataset is indexed by (epoch, index) keys. Each sample's augmentation is drawn from an RNG
 seeded by (run seed, epoch, index), so it does not depend on which worker loads it or on where a
 resumed run starts: a resumed run sees exactly the batches an uninterrupted one would. Data
@@ -12,6 +14,7 @@ configuration) raise DataError naming the path before training starts, all of th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,11 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torchvision.io import read_file
 from torchvision.transforms import v2
 
-from kit.data import kinds
+from kit.data import batched, kinds
 from kit.data.kinds.base import DataError, data_root, existing_folder
-from kit.data.kinds.images import CifarImages, ImageList, unreadable_images
+from kit.data.kinds.images import CifarImages, ImageList, open_image, unreadable_images
 from kit.data.settings import DataSettings
 from kit.data.synthetic import SyntheticWorld
 
@@ -82,14 +86,39 @@ class Samples(Dataset):
         # the CPU generator directly: torch.random.fork_rng costs as much as a fifth of a decode
         generator = torch.default_generator
         outside = generator.get_state()
-        generator.manual_seed(hash((self.seed, epoch, index)) & 0x7FFF_FFFF_FFFF)
+        generator.manual_seed(_sample_generator(self.seed, epoch, index))
         try:
             return self.transform(image), label
         finally:
             generator.set_state(outside)
 
 
+def _sample_generator(seed: int, epoch: int, index: int) -> int:
+    """The seed of one sample's augmentation: the same whichever worker or run reads it."""
+    return hash((seed, epoch, index)) & 0x7FFF_FFFF_FFFF
+
+
+class EncodedSamples(Dataset):
+    """`data.decode: gpu`: (file bytes, draws, label) by (epoch, index) keys, the draws from the
+    sample's seeded generator; a file that is not a JPEG is decoded here instead."""
+
+    def __init__(self, base: ImageList, seed: int) -> None:
+        self.base, self.seed = base, seed
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, key: Key) -> tuple[torch.Tensor, torch.Tensor, int]:
+        epoch, index = key
+        path, label = self.base.samples[index]
+        data = read_file(path)
+        item = data if bytes(data[:2].tolist()) == batched.JPEG_MAGIC else open_image(path)
+        generator = torch.Generator().manual_seed(_sample_generator(self.seed, epoch, index))
+        return item, batched.sample_draws(generator), label
+
+
 class ResumableOrder(Sampler[Key]):
+
     """This rank's share of each epoch's shuffled order (DistributedSampler's), as keys, starting
     after the batches a resumed run has already consumed.
 
@@ -183,7 +212,9 @@ def build(data: DataSettings, num_classes: int, seed: int, batch_size: int, rank
                         f"batch ({batch_size})")
     from_images = kinds.get(data.kind).reads_disk
     augment = resolved_augment(data)
-    train = Samples(train_base, augmentation(augment, data.image_size, True, from_images), seed)
+    train, collate = training_samples(data, train_base, seed), None
+    if data.decode == "gpu":
+        collate = functools.partial(batched.collate, size=data.image_size)
     plain = augmentation(augment, data.image_size, False, from_images)
     order = ResumableOrder(len(train_base), rank, world_size, seed, local_batch,
                            local_batch // micro_batch)
@@ -192,20 +223,32 @@ def build(data: DataSettings, num_classes: int, seed: int, batch_size: int, rank
     recalibration_keys = [(0, int(i)) for i in chosen[:recalibration_batches * batch_size]]
     eval_keys = [(0, i) for i in range(len(eval_base))]
 
-    def loader(dataset: Dataset, sampler: Any, batch: int = micro_batch, drop_last: bool = False
-               ) -> DataLoader:
+    def loader(dataset: Dataset, sampler: Any, batch: int = micro_batch, drop_last: bool = False,
+               collate_fn: Callable | None = None) -> DataLoader:
         return DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=drop_last,
                           num_workers=num_workers, pin_memory=pin_memory,
-                          persistent_workers=num_workers > 0,
+                          persistent_workers=num_workers > 0, collate_fn=collate_fn,
                           prefetch_factor=4 if num_workers > 0 else None)
 
     return RunData(
-        train=loader(train, order, local_batch, drop_last=True),
+        train=loader(train, order, local_batch, drop_last=True, collate_fn=collate),
         order=order,
         recalibration=loader(Samples(train_base, plain, seed),
                              recalibration_keys[rank::world_size]),
         eval=loader(Samples(eval_base, plain, seed), eval_keys[rank::world_size]),
         num_train=len(train_base), num_eval=len(eval_base))
+
+
+def training_samples(data: DataSettings, base: Dataset, seed: int) -> Dataset:
+    """The training split as its loader reads it: augmented images (`decode: cpu`) or file
+    bytes and draws for the device to decode and augment (`decode: gpu`)."""
+    if data.decode == "cpu":
+        return Samples(base, augmentation(resolved_augment(data), data.image_size, True,
+                                          kinds.get(data.kind).reads_disk), seed)
+    if not isinstance(base, ImageList):
+        raise DataError(f"data.decode: gpu reads image files, but kind {data.kind} holds "
+                        "decoded images; set decode: cpu")
+    return EncodedSamples(base, seed)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
+from kit.data.batched import EncodedBatch
+
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -50,7 +52,8 @@ class DeviceBatches:
 
     def _prepare(self, batch: Batch) -> Batch:
         images, labels = batch
-        images = images.to(self.device, non_blocking=True)
+        images = (images.on(self.device) if isinstance(images, EncodedBatch)  # data.decode: gpu
+                  else images.to(self.device, non_blocking=True))
         return normalise(images, self.memory_format), labels.to(self.device, non_blocking=True)
 
     def __iter__(self) -> Iterator[Batch]:

@@ -1,5 +1,6 @@
-"""Cheap checks of a data root and an output folder, made before anything trains (no image file
-is decoded; CIFAR's pickles are read, by an unpickler that runs no code from them).
+"""Checks of a data root and an output folder, made before anything trains: each kind's layout,
+class folders and index files, a few images decoded per split (CIFAR's pickles are read, by an
+unpickler that runs no code from them).
 
 Kept free of torch so that validating parameters (`python -m kit check`) stays fast. Every check
 returns all the problems it finds, each naming its path, so that one pass reports them all; what
@@ -18,7 +19,8 @@ from kit.data.settings import DataSettings
 
 
 def preflight(data: DataSettings) -> list[str]:
-    """Cheap layout checks of a data root (no image is opened): the problems found, if any."""
+    """Checks of a data root (its kind's layout_problems: folders, index files, a few images
+    decoded): the problems found, if any."""
     kind = kinds.get(data.kind)
     if not kind.reads_disk:
         return []

@@ -76,6 +76,12 @@ class DataSettings(Strict):
     image_size: int = Field(ge=8)
     augment: Literal["auto", "algoperf", "crop_flip", "none"] = "auto"
     verify_images: bool = True
+    #: where training JPEGs are decoded. cpu: by the DataLoader workers (libjpeg-turbo), about
+    #: 100-200 images/s per core with the crop, so eight H100s need over 100 free cores. gpu: the
+    #: workers only read the files; the run's device decodes each batch (torchvision's
+    #: decode_jpeg, nvJPEG on CUDA) and crops and flips it there (kit.data.batched). Training
+    #: batches only, with augment algoperf and a folder dataset; evaluation keeps cpu
+    decode: Literal["cpu", "gpu"] = "cpu"
     synthetic: SyntheticSettings | None = None
 
     @field_validator("kind")
@@ -91,5 +97,11 @@ class DataSettings(Strict):
                              f"{' or '.join(owners)}")
         if kinds.get(self.kind).reads_disk and not self.root:
             raise ValueError(f"root: kind {self.kind} reads images from disk and needs a root")
+        if self.decode == "gpu" and (not kinds.get(self.kind).reads_disk
+                                     or self.augment not in ("auto", "algoperf")
+                                     or (self.augment == "auto" and self.image_size < 64)):
+            raise ValueError(f"decode: gpu decodes JPEG files with RandomResizedCrop (augment "
+                             f"algoperf, or auto from 64 px); kind {self.kind} with augment "
+                             f"{self.augment} at {self.image_size} px needs decode: cpu")
         return self
 

@@ -195,7 +195,8 @@ def train_sparse(weights: torch.Tensor, config: SparseTrainingSettings, seed: in
     b = torch.zeros(runs, requires_grad=True)
     optimizer = torch.optim.SGD([u, v, b], lr=config.lr)
     rows = torch.arange(runs)[:, None]
-    for _ in KeptBar(range(config.steps), desc=f"training {runs} toy models"):
+    for _ in KeptBar(range(config.steps), desc=f"training {runs} toy models",
+                     stage=f"training {runs} toy models"):
         batch = torch.randint(0, config.n_train, (runs, config.batch_size), generator=generator)
         logits = (x[rows, batch] * (u * v)[:, None]).sum(-1) + b[:, None]
         # per-run mean loss, summed over runs so that runs do not share a learning rate scale

@@ -3,19 +3,14 @@ interactive panel: how kit.experiments.toy's constructions and results are shown
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import altair as alt
 import polars as pl
 import torch
 
+from kit.core.progress import Described
 from kit.experiments import toy
 from kit.experiments.toy_settings import SparseTrainingSettings
-from kit.report import charts
-
-if TYPE_CHECKING:
-    import ipywidgets
-
+from kit.report import charts, palette, tables
 
 # ---------------------------------------------------------------------------------------------
 # Charts
@@ -37,13 +32,16 @@ def construction_chart() -> alt.FacetChart:
                              "phi2": float(toy.POINTS[p, 1]),
                              "label": "positive" if toy.LABELS[p] == 1 else "negative"})
     base = alt.Chart(pl.DataFrame(rows)).encode(
-        x=alt.X("phi1:Q", scale=alt.Scale(domain=[-1.5, 1.5])),
-        y=alt.Y("phi2:Q", scale=alt.Scale(domain=[-1.5, 1.5])))
+        x=alt.X("phi1:Q", title="feature phi1", scale=alt.Scale(domain=[-1.5, 1.5])),
+        y=alt.Y("phi2:Q", title="feature phi2", scale=alt.Scale(domain=[-1.5, 1.5])))
+    labels = ["positive", "negative"]
     points = base.mark_point(filled=True, size=160).encode(
-        color=alt.Color("label:N", scale=alt.Scale(domain=["positive", "negative"])),
-        shape=alt.Shape("label:N", scale=alt.Scale(domain=["positive", "negative"])))
+        color=alt.Color("label:N", scale=palette.scale(labels), title="label"),
+        shape=alt.Shape("label:N", scale=alt.Scale(domain=labels), title="label"),
+        tooltip=["component", "point", "label", "phi1", "phi2"])
     text = base.mark_text(dx=12, dy=-10).encode(text="point:N")
-    return (points + text).properties(width=150, height=150).facet(column="component:N")
+    return (points + text).properties(width=150, height=150).facet(
+        column=alt.Column("component:N", title="component"))
 
 
 def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
@@ -52,9 +50,9 @@ def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
     return alt.Chart(counts).mark_bar().encode(
         x=alt.X("share:O", title="weight of the dominant component"),
         y=alt.Y("len:Q", title="trained models"),
-        color=alt.Color("kept:N", scale=alt.Scale(domain=KEPT_ORDER), title="features kept"),
+        color=alt.Color("kept:N", scale=palette.scale(KEPT_ORDER), title="features kept"),
         order=alt.Order("kept:N"),
-        tooltip=["dominant", "share", "kept", "len"],
+        tooltip=["dominant", "share", "kept", alt.Tooltip("len:Q", title="trained models")],
     ).properties(width=170, height=160).facet(column=alt.Column("dominant:N",
                                                                 title="dominant component"))
 
@@ -62,19 +60,25 @@ def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
 def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart:
     """Probe accuracy per component and representation (toy.accuracy_table), with chance."""
     chance = toy.majority_accuracy()
-    data = table.with_columns((pl.col("mean") - pl.col("std").fill_null(0)).alias("low"),
-                              (pl.col("mean") + pl.col("std").fill_null(0)).alias("high"),
-                              pl.col("component").replace_strict(chance).alias("chance"))
+    data = charts.error_bounds(table, (0, 1)).with_columns(
+        pl.col("component").replace_strict(chance).alias("chance"))
     title = "linear-probe accuracy (mean ± std)"
     base = alt.Chart(data).encode(
-        x=alt.X("component:N", title=None),
-        xOffset="training:N", color=alt.Color("training:N", title="representation"))
+        x=alt.X("component:N", title="component"), xOffset="training:N",
+        color=alt.Color("training:N", title="representation",
+                        scale=palette.scale(sorted(data["training"]), key=_kept_name)))
     bars = base.mark_bar().encode(
         y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=[0, 1])),
-        tooltip=["training", "component", "n", "mean", "std"])
+        tooltip=charts.tooltips(data, ["training", "component", "n", "mean", "std"]))
     rules = base.mark_rule(color="black").encode(y=alt.Y("low:Q", title=title), y2="high:Q")
     return alt.layer(bars, rules, charts.chance_lines(number_format=".2f"),
                      data=data).properties(width=420, height=220)
+
+
+def _kept_name(training: str) -> str:
+    """The palette name of a representation: 'mixture, kept phi1' is coloured as phi1, 'direct
+    on the component' as the direct variant."""
+    return training.rsplit(" ", 1)[-1] if training.startswith("mixture") else "direct"
 
 
 def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
@@ -82,15 +86,14 @@ def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
     data = concat.group_by(["share", "k"]).agg(
         pl.col("components_solved").mean().alias("mean"),
         pl.col("components_solved").std().fill_null(0).alias("std"), pl.len().alias("groups"))
-    data = data.with_columns((pl.col("mean") - pl.col("std")).alias("low"),
-                             (pl.col("mean") + pl.col("std")).alias("high"))
+    data = charts.error_bounds(data, (0, len(toy.COMPONENT_NAMES)))
     base = alt.Chart(data).encode(x=alt.X("k:O", title="models concatenated"),
                                   color=alt.Color("share:O", title="dominant weight"))
     title = "components solved (of 4, mean ± std)"
     line = base.mark_line(point=True).encode(
         y=alt.Y("mean:Q", title=title,
                 scale=alt.Scale(domain=[0, 4])),
-        tooltip=["share", "k", "groups", "mean", "std"])
+        tooltip=charts.tooltips(data, ["share", "k", "groups", "mean", "std"]))
     band = base.mark_errorbar().encode(y=alt.Y("low:Q", title=title), y2="high:Q")
     return (line + band).properties(width=320, height=220)
 
@@ -101,8 +104,8 @@ def sparsity_chart(sweep: pl.DataFrame) -> alt.Chart:
     return alt.Chart(counts).mark_bar().encode(
         x=alt.X("weight_decay:O", title="weight decay (sparsity bias)"),
         y=alt.Y("len:Q", stack="normalize", title="share of trained models"),
-        color=alt.Color("kept:N", scale=alt.Scale(domain=KEPT_ORDER), title="features kept"),
-        tooltip=["weight_decay", "kept", "len"],
+        color=alt.Color("kept:N", scale=palette.scale(KEPT_ORDER), title="features kept"),
+        tooltip=["weight_decay", "kept", alt.Tooltip("len:Q", title="trained models")],
     ).properties(width=320, height=200)
 
 
@@ -111,9 +114,10 @@ def sparsity_chart(sweep: pl.DataFrame) -> alt.Chart:
 # ---------------------------------------------------------------------------------------------
 
 def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int = 8
-                      ) -> ipywidgets.VBox:
+                      ) -> Described:
     """Sliders for the four mixture weights and a button that trains and probes `replicates`
-    sparse models on that mixture. Headless runs only display the (inert) widgets."""
+    sparse models on that mixture. Headless runs only display the (inert) widgets, which read
+    as a sentence where no frontend draws them."""
     import ipywidgets as widgets
     from IPython.display import display
 
@@ -135,11 +139,18 @@ def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int
         labels = toy.kept_label(models.kept)
         table = pl.DataFrame({"kept": labels, **{f"acc_{c}": probe[:, i].tolist()
                                                  for i, c in enumerate(toy.COMPONENT_NAMES)}})
+        optimum = toy.optimal_mixture_classifier(weights[0])
         with output:
             output.clear_output()
-            print("weights:", [round(w, 3) for w in weights[0].tolist()])
-            print("optimal linear classifier:", toy.optimal_mixture_classifier(weights[0]))
-            display(table.group_by("kept").agg(pl.len(), pl.col("^acc_.*$").mean()))
+            print("normalised weights:", ", ".join(
+                f"{name} {w:.2f}" for name, w in zip(toy.COMPONENT_NAMES, weights[0].tolist())))
+            print(f"least-error linear classifier: gives up point(s) {optimum['dropped']} "
+                  f"(error {optimum['error']:.3f}), uses {optimum['features']}")
+            display(tables.table(table.group_by("kept").agg(
+                pl.len().alias("models"), pl.col("^acc_.*$").mean()).sort("kept")))
 
     button.on_click(train_clicked)
-    return widgets.VBox([widgets.HBox(sliders[:2]), widgets.HBox(sliders[2:]), button, output])
+    panel = widgets.VBox([widgets.HBox(sliders[:2]), widgets.HBox(sliders[2:]), button, output])
+    return Described(panel, "(an interactive panel: sliders for the four mixture weights and a "
+                     "button that trains models on them; open the notebook in JupyterLab to use "
+                     "it)")

@@ -26,7 +26,7 @@ from kit.core.paths import resolve
 from kit.core.processes import module_main
 from kit.launch import local, slurm
 from kit.launch.runs import LOGS, Launched, is_finished, train_args, write_configs
-from kit.launch.settings import LaunchSettings
+from kit.launch.settings import LaunchSettings, sized_for_training
 from kit.train.settings import TrainSettings
 
 
@@ -41,6 +41,7 @@ def launch(configs: list[TrainSettings], settings: LaunchSettings, work_dir: str
     if settings.backend == "inline":
         return _inline(runs)
     if settings.backend == "slurm":
+        settings = sized_for_training(configs, settings)
         return slurm.submit(
             {name: slurm.SlurmTask(train_args(files[name]), settings) for name in runs},
             settings, work_dir, wait, lambda name, _: is_finished(runs[name]))

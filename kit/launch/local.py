@@ -68,23 +68,23 @@ class Slot:
 
 
 def slots(settings: LaunchSettings) -> list[Slot]:
-    """Disjoint devices for each worker: nproc_per_node GPUs each, or an equal share of this
-    process's CPU cores when there is no GPU."""
+    """Disjoint devices for each worker: gpus_per_worker (default nproc_per_node) GPUs each, or
+    an equal share of this process's CPU cores when there is no GPU."""
     import torch
 
-    workers, per_run = settings.workers, settings.nproc_per_node
+    workers, per_run = settings.workers, settings.gpus_per_worker or settings.nproc_per_node
     cpus = sorted(os.sched_getaffinity(0))
     if torch.cuda.is_available():
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         gpus = ([int(g) for g in visible.split(",") if g.strip()] if visible
                 else list(range(torch.cuda.device_count())))
         if workers * per_run > len(gpus):
-            raise ParameterError(f"workers x nproc_per_node: {workers} x {per_run} GPUs exceed "
+            raise ParameterError(f"workers x GPUs per worker: {workers} x {per_run} GPUs exceed "
                                  f"the {len(gpus)} visible GPUs")
         share = len(cpus) // workers
         return [Slot(tuple(gpus[w * per_run:(w + 1) * per_run]),
                      tuple(cpus[w * share:(w + 1) * share]) or tuple(cpus),
-                     max(1, share // per_run)) for w in range(workers)]
+                     max(1, share // settings.nproc_per_node)) for w in range(workers)]
     if workers > len(cpus):
         raise ParameterError(f"workers: {workers} workers exceed the {len(cpus)} CPU cores this "
                              "process may use")

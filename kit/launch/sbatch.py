@@ -13,26 +13,41 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kit.core.paths import REPO_ROOT, resolve
-from kit.core.processes import PREEMPTED_EXIT
+from kit.core.processes import PREEMPTED_EXIT, PREEMPTED_MARKER
 from kit.launch.runs import LOGS, write_configs
-from kit.launch.settings import LaunchSettings
+from kit.launch.settings import LaunchSettings, sized_for_training
 from kit.train.settings import TrainSettings
+
+
+def resource_options(settings: LaunchSettings, tasks_per_node: int) -> list[str]:
+    """sbatch's resource options: GPUs per node, and either whole nodes (`exclusive`) or the
+    cores and memory the loaders need (LaunchSettings.cpus_per_node and mem_gb, which
+    kit.launch.settings.sized_for_loaders fills in), cores split over the node's tasks."""
+    options = [f"--gpus-per-node={settings.gpus_per_node}"] * bool(settings.gpus_per_node)
+    if settings.exclusive:
+        options += ["--exclusive", "--mem=0"]
+    if settings.cpus_per_node:
+        options.append(f"--cpus-per-task={max(1, settings.cpus_per_node // tasks_per_node)}")
+    if settings.mem_gb and not settings.exclusive:
+        options.append(f"--mem={settings.mem_gb}G")
+    return options
 
 
 def _sbatch(name: str, settings: LaunchSettings, out: Path, command: str,
             array: str | None = None) -> str:
     """An sbatch script (out/<name>.sbatch) whose `srun` starts nproc_per_node processes of
-    `command` on each node, which form one job from Slurm's variables; a command stopped by the
-    signal (exit 75) requeues its job."""
+    `command` on each node, which form one job from Slurm's variables. A command stopped by the
+    signal creates the marker KIT_PREEMPTED_MARKER names (kit.core.processes) after saving, and
+    the job requeues itself when the marker exists (or srun passed on exit status 75)."""
     options = [f"--job-name=kit-{name}", *[f"--array={array}"] * bool(array),
                f"--nodes={settings.nodes}", f"--ntasks-per-node={settings.nproc_per_node}",
                f"--time={settings.timeout_min}",
                f"--signal={settings.signal}@{settings.signal_delay_s}", "--requeue",
-               f"--output={out / LOGS}/{name}_" + ("%A_%a.log" if array else "%j.log")]
-    options += [f"--gpus-per-node={settings.gpus_per_node}"] * bool(settings.gpus_per_node)
-    options += [f"--cpus-per-task={settings.cpus_per_task}"] * bool(settings.cpus_per_task)
+               f"--output={out / LOGS}/{name}_" + ("%A_%a.log" if array else "%j.log"),
+               *resource_options(settings, settings.nproc_per_node)]
     options += [f"--partition={settings.partition}"] * bool(settings.partition)
     options += [f"--account={settings.account}"] * bool(settings.account)
+    marker = shlex.quote(str(out / LOGS)) + f'/{name}_"$SLURM_JOB_ID".preempted'
     return "\n".join([
         "#!/bin/bash", *(f"#SBATCH {option}" for option in options), "",
         f"# written by `python -m kit launch plan`; submit with: sbatch {out / name}.sbatch",
@@ -40,9 +55,12 @@ def _sbatch(name: str, settings: LaunchSettings, out: Path, command: str,
         f"cd {shlex.quote(str(REPO_ROOT))}",
         f'export PYTHONPATH={shlex.quote(str(REPO_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
         'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        f"export {PREEMPTED_MARKER}={marker}",
+        f'rm -f "${PREEMPTED_MARKER}"',
         f"srun --kill-on-bad-exit=1 {shlex.quote(sys.executable)} {command}",
         "status=$?",
-        f'if [ "$status" -eq {PREEMPTED_EXIT} ]; then  # checkpointed on the signal: run again',
+        (f'if [ -e "${PREEMPTED_MARKER}" ] || [ "$status" -eq {PREEMPTED_EXIT} ]; then'
+         "  # checkpointed on the signal: run again"),
         '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
         "fi",
         'exit "$status"', ""])
@@ -64,8 +82,10 @@ def _write_script(path: Path, text: str) -> Path:
 
 
 def export_plan(configs: Sequence[TrainSettings], settings: LaunchSettings, out: str | Path) -> Path:
-    """Every run's config under out/configs, their list in out/runs.txt and out/train.sbatch."""
+    """Every run's config under out/configs, their list in out/runs.txt and out/train.sbatch
+    (asking for the cores and memory the runs' loaders need)."""
     out = resolve(out)
+    settings = sized_for_training(configs, settings)
     files = list(write_configs(configs, out).values())
     (out / LOGS).mkdir(parents=True, exist_ok=True)
     (out / "runs.txt").write_text("".join(f"{path}\n" for path in files))

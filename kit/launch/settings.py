@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
 
 import yaml
 from pydantic import Field, model_validator
 
 from kit.core.params import ParameterError, Strict
+
+if TYPE_CHECKING:
+    from kit.train.settings import TrainSettings
 
 
 class LaunchSettings(Strict):
@@ -30,7 +35,15 @@ class LaunchSettings(Strict):
     account: str | None = None
     timeout_min: int = Field(default=24 * 60, ge=1)
     gpus_per_node: int = Field(default=0, ge=0)
-    cpus_per_task: int | None = Field(default=None, ge=1)
+    #: GPUs of each worker's slot on this node (local, torchrun; unset: nproc_per_node, one per
+    #: process); a step that starts its own processes (the faithful probe) is given more
+    gpus_per_worker: int | None = Field(default=None, ge=1)
+    #: CPU cores per node a Slurm job asks for (unset: each process's loader workers + 1)
+    cpus_per_node: int | None = Field(default=None, ge=1)
+    #: memory per node a Slurm job asks for, in GB (unset: an estimate from the loaders)
+    mem_gb: int | None = Field(default=None, ge=1)
+    #: ask Slurm for whole nodes (`--exclusive`, all their memory) instead of cores and memory
+    exclusive: bool = False
     #: jobs of the array running at once (None: no limit)
     max_concurrent: int | None = Field(default=None, ge=1)
     #: the scheduler's notice before the time limit; the trainer checkpoints on it
@@ -51,6 +64,36 @@ class LaunchSettings(Strict):
             raise ValueError("workers, nproc_per_node: the inline backend trains in this "
                              "process; use local or torchrun")
         return self
+
+
+#: memory of one process besides its loader workers (model, optimizer, CUDA context, pinned
+#: batches), in GB: an estimate on the generous side
+PROCESS_MEMORY_GB = 8.0
+#: memory of one loader worker (its copy of the sample list, decoded images, batches handed over
+#: through /dev/shm, which a job's memory limit counts), in GB: an estimate
+WORKER_MEMORY_GB = 0.5
+
+
+def sized_for_loaders(settings: LaunchSettings, workers: int, loaders: int,
+                      processes: int | None = None, cuda: bool = False) -> LaunchSettings:
+    """`settings` with what a Slurm job asks for per node filled in where unset: each of the
+    node's `processes` (default nproc_per_node) gets its loaders' `workers` + 1 cores,
+    PROCESS_MEMORY_GB + WORKER_MEMORY_GB per worker of each of its `loaders`, and with `cuda`
+    a GPU; without them Slurm grants one core per task (the loaders starve) and no GPU."""
+    processes = processes or settings.nproc_per_node
+    memory = processes * (PROCESS_MEMORY_GB + WORKER_MEMORY_GB * workers * loaders)
+    return settings.model_copy(update={
+        "cpus_per_node": settings.cpus_per_node or processes * (workers + 1),
+        "mem_gb": settings.mem_gb or math.ceil(memory),
+        "gpus_per_node": settings.gpus_per_node or (processes if cuda else 0)})
+
+
+def sized_for_training(configs: Sequence[TrainSettings], settings: LaunchSettings
+                       ) -> LaunchSettings:
+    """`sized_for_loaders` for training runs: their most loader workers, three persistent loaders
+    each (training, BN recalibration, evaluation), a GPU per process when they train on cuda."""
+    return sized_for_loaders(settings, max((c.num_workers for c in configs), default=0), 3,
+                             cuda=any(c.device == "cuda" for c in configs))
 
 
 def parse_settings(pairs: list[str], base: LaunchSettings | None = None) -> LaunchSettings:

@@ -21,6 +21,7 @@ from typing import Any
 from kit.core.paths import REPO_ROOT
 from kit.core.processes import (
     PREEMPTED_EXIT,
+    PREEMPTED_MARKER,
     child_environment,
     rendezvous_port,
     signal_tree,
@@ -57,11 +58,14 @@ class SlurmTask:
         port = rendezvous_port(int(str(job.job_id).split("_")[0]))
         command = module_command(self.module_args, self.settings, f"{self.settings.rdzv_id}-"
                                  f"{job.job_id}", f"{job.hostnames[0]}:{port}")
-        self.process = subprocess.Popen(command, env=child_environment(command), cwd=REPO_ROOT,
-                                        preexec_fn=ignore_preemption_signals())
+        marker = Path(job.paths.folder) / f"{job.job_id}.preempted"
+        marker.unlink(missing_ok=True)
+        self.process = subprocess.Popen(
+            command, env=child_environment(command) | {PREEMPTED_MARKER: str(marker)},
+            cwd=REPO_ROOT, preexec_fn=ignore_preemption_signals())
         code = self._wait()
-        if code == PREEMPTED_EXIT:  # stopped by a signal submitit did not see: requeue as if
-            os.kill(os.getpid(), job._usr_sig())
+        if code == PREEMPTED_EXIT or marker.exists():  # a signal submitit did not see: requeue
+            os.kill(os.getpid(), job._usr_sig())  # as if submitit had seen it
             time.sleep(60)  # submitit's handler exits from here
         if code != 0:
             raise RuntimeError(f"python -m {shlex.join(self.module_args)}: exited with status "
@@ -87,7 +91,8 @@ class SlurmTask:
 
 def executor(settings: LaunchSettings, folder: Path) -> Any:
     """A submitit executor with the launch's resources: one task per node (torchrun starts
-    the node's processes), the preemption signal, requeue on it."""
+    the node's processes) with the node's cores and memory (or the whole node), the
+    preemption signal, requeue on it."""
     import submitit
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -99,15 +104,24 @@ def executor(settings: LaunchSettings, folder: Path) -> Any:
                                signal_delay_s=settings.signal_delay_s, setup=setup)
         return made
     made = submitit.SlurmExecutor(folder=folder, max_num_timeout=100)
-    extra = {"signal": f"{settings.signal}@{settings.signal_delay_s}"}
+    made.update_parameters(**slurm_parameters(settings), setup=setup)
+    return made
+
+
+def slurm_parameters(settings: LaunchSettings) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters of a launch (setup aside)."""
+    extra: dict[str, Any] = {"signal": f"{settings.signal}@{settings.signal_delay_s}"}
     if settings.account:
         extra["account"] = settings.account
-    made.update_parameters(
-        time=settings.timeout_min, nodes=settings.nodes, ntasks_per_node=1,
-        gpus_per_node=settings.gpus_per_node or None, partition=settings.partition,
-        cpus_per_task=settings.cpus_per_task, array_parallelism=settings.max_concurrent or 256,
-        signal_delay_s=settings.signal_delay_s, setup=setup, additional_parameters=extra)
-    return made
+    if settings.exclusive:
+        extra["exclusive"] = True
+    return {"time": settings.timeout_min, "nodes": settings.nodes, "ntasks_per_node": 1,
+            "gpus_per_node": settings.gpus_per_node or None, "partition": settings.partition,
+            "cpus_per_task": settings.cpus_per_node,
+            "mem": "0" if settings.exclusive else (f"{settings.mem_gb}GB" if settings.mem_gb
+                                                    else None),
+            "array_parallelism": settings.max_concurrent or 256,
+            "signal_delay_s": settings.signal_delay_s, "additional_parameters": extra}
 
 
 def submit(tasks: dict[str, SlurmTask], settings: LaunchSettings, work_dir: Path, wait: bool,

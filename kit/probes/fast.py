@@ -5,6 +5,10 @@ feeds every head. Features are streamed from where they are cached (fp16 memory 
 ImageNet size need not fit in memory, nor be copied in float32) and standardised per minibatch
 with statistics of the fit rows. With `select_from: converged`, each weight decay's
 lowest-objective head is finished by the L-BFGS probe's fit (`kit.probes.lbfgs`).
+
+The grid's heads are shared out over the probe's devices (`kit.probes.devices`: every visible
+GPU by default), each group reading its own copy of the rows; on CUDA the float32 products run
+on TF32 tensor cores unless `tf32: false`.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from kit.probes.lbfgs import ConvexFit, convex_fit
+from kit.probes.devices import precision, probe_devices, shares, visible_gpus
+from kit.probes.lbfgs import ConvexFit, convex_fit, spread_fits, spread_rows
 from kit.probes.rows import Split, scores
 from kit.probes.selection import ProbeResult, select
 from kit.probes.settings import LBFGS_MAX_ITER, FastProbeSettings
@@ -29,13 +34,14 @@ TRAIN_SCORE_ROWS = 10_000
 
 
 class SgdHeads:
-    """One linear head per (lr, weight decay) of the grid, as one [H, D, C] weight read by one
+    """One linear head per (lr, weight decay) of `grid`, as one [H, D, C] weight read by one
     product with the standardised features; SGD with Nesterov momentum and a per-head step."""
 
-    def __init__(self, rows: ConvexFit, config: FastProbeSettings, num_classes: int) -> None:
+    def __init__(self, rows: ConvexFit, config: FastProbeSettings, num_classes: int,
+                 grid: list[tuple[float, float]]) -> None:
         self.device, self.classes = rows.train.device, num_classes
         self.mean, self.scale = rows.mean.float(), 1 / rows.std.float()
-        self.grid = list(itertools.product(config.lrs, config.weight_decays))
+        self.grid = grid
         self.count, self.dim = len(self.grid), rows.train.features.shape[1]
         self.lr = torch.tensor([g[0] for g in self.grid], device=self.device)[:, None, None]
         self.wd = torch.tensor([g[1] for g in self.grid], device=self.device)[:, None, None]
@@ -94,6 +100,34 @@ class SgdHeads:
         return linear
 
 
+class SpreadHeads:
+    """The whole grid as groups of `SgdHeads`, one group per device, each with the rows it reads
+    there. Kernels launch asynchronously, so the devices compute side by side."""
+
+    def __init__(self, places: list[ConvexFit], config: FastProbeSettings,
+                 num_classes: int) -> None:
+        grid = list(itertools.product(config.lrs, config.weight_decays))
+        self.groups = [(SgdHeads(place, config, num_classes, [grid[i] for i in share]), place)
+                       for place, share in zip(places, shares(len(grid), len(places)),
+                                               strict=False)]
+
+    def step(self, batch: torch.Tensor, decay: float) -> None:
+        """One SGD step of every group on the fit rows `batch` (host indices)."""
+        for heads, place in self.groups:
+            heads.step(place.train(batch), place.train_labels[batch.to(place.train.device)],
+                       decay)
+
+    def scored(self, fit_sample: torch.Tensor, epoch: int) -> list[dict[str, Any]]:
+        """Every head's history row (`SgdHeads.scored`), in grid order."""
+        return [row for heads, place in self.groups
+                for row in heads.scored(place, fit_sample, epoch)]
+
+    def linear(self, lr: float, weight_decay: float) -> nn.Linear:
+        """The head of (lr, weight decay), on the device of its group."""
+        heads = next(heads for heads, _ in self.groups if (lr, weight_decay) in heads.grid)
+        return heads.linear(lr, weight_decay)
+
+
 def fast_probe(train: Split, evaluation: Split, num_classes: int,
                config: FastProbeSettings = FastProbeSettings(), progress: bool = True
                ) -> ProbeResult:
@@ -104,26 +138,30 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int,
     the fit rows, so no standardised copy is ever made. With `select_from: converged`, each
     weight decay's lowest-objective head is then finished by L-BFGS to its tolerance (see
     `FastProbeSettings`), and the rules choose among those fits."""
+    devices = probe_devices(config.device, config.devices, visible_gpus())
     rows = convex_fit(train, evaluation, num_classes, config.heldout_fraction, config.seed,
-                      torch.device(config.device))
-    heads = SgdHeads(rows, config, num_classes)
-    history = pl.DataFrame(_train(heads, rows, config, progress))
+                      devices[0])
+    places = spread_rows(rows, devices)
+    heads = SpreadHeads(places, config, num_classes)
+    with precision(devices, config.tf32):
+        history = pl.DataFrame(_train(heads, rows, config, progress))
     if config.select_from == "epochs":
         return ProbeResult(history, select(history, ["lr", "weight_decay"], num_classes))
+    chosen = list(converged_heads(history).iter_rows(named=True))
+    fits = spread_fits(places, [(heads.linear(head["lr"], head["weight_decay"]),
+                                 head["weight_decay"]) for head in chosen], LBFGS_MAX_ITER)
     finished = pl.DataFrame([
-        {"lr": head["lr"], "weight_decay": head["weight_decay"], "epoch": config.epochs,
-         **rows.fit(heads.linear(head["lr"], head["weight_decay"]), head["weight_decay"],
-                    LBFGS_MAX_ITER)}
-        for head in converged_heads(history).iter_rows(named=True)])
+        {"lr": head["lr"], "weight_decay": head["weight_decay"], "epoch": config.epochs, **fit}
+        for head, fit in zip(chosen, fits, strict=True)])
     return ProbeResult(pl.concat([history, finished], how="diagonal"),
                        select(finished, ["lr", "weight_decay"], num_classes))
 
 
-def _train(heads: SgdHeads, rows: ConvexFit, config: FastProbeSettings, progress: bool
+def _train(heads: SpreadHeads, rows: ConvexFit, config: FastProbeSettings, progress: bool
            ) -> list[dict[str, Any]]:
     """The epochs of SGD over seeded shuffles of the fit rows, with a cosine decay of the
     learning rates over all steps; every head's history row after each epoch."""
-    kept, read = rows.kept, rows.train
+    kept = rows.kept
     generator = torch.Generator().manual_seed(config.seed)
     total = config.epochs * math.ceil(len(kept) / config.batch_size)
     sampled = torch.randperm(len(kept), generator=torch.Generator().manual_seed(config.seed + 1))
@@ -133,10 +171,9 @@ def _train(heads: SgdHeads, rows: ConvexFit, config: FastProbeSettings, progress
         order = kept[torch.randperm(len(kept), generator=generator)]
         for start in range(0, len(kept), config.batch_size):
             batch = order[start:start + config.batch_size].sort().values  # memory-map locality
-            heads.step(read(batch), rows.train_labels[batch.to(read.device)],
-                       0.5 * (1 + math.cos(math.pi * step / total)))
+            heads.step(batch, 0.5 * (1 + math.cos(math.pi * step / total)))
             step += 1
-        history += heads.scored(rows, fit_sample, epoch)
+        history += heads.scored(fit_sample, epoch)
     return history
 
 

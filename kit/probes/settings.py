@@ -34,6 +34,9 @@ class LbfgsProbeSettings(Strict):
     max_iter: int = Field(default=LBFGS_MAX_ITER, ge=1)
     seed: int = Field(default=0, ge=0)
     device: str = Field(default="cpu", min_length=1)
+    #: with device `cuda` (no index): the GPUs the weight decays' fits are spread over, None for
+    #: every visible one; on the CPU, more than one runs that many fits side by side
+    devices: int | None = Field(default=None, ge=1)
 
 
 class FastProbeSettings(Strict):
@@ -48,6 +51,15 @@ class FastProbeSettings(Strict):
     heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0)
     device: str = Field(default="cpu", min_length=1)
+    #: with device `cuda` (no index): the GPUs the heads (and the L-BFGS finishing fits) are
+    #: spread over, None for every visible one; each GPU holds its own copy of the features when
+    #: it fits. On the CPU, more than one splits the heads into that many groups (no faster; the
+    #: tests check that splitting changes no result)
+    devices: int | None = Field(default=None, ge=1)
+    #: on CUDA, float32 products of the SGD heads on TF32 tensor cores (10-bit mantissa, several
+    #: times faster than true float32 on A100/H100); the float64 L-BFGS finish is unaffected.
+    #: false keeps full float32
+    tf32: bool = True
     #: the heads the two rules choose from. `epochs`: every (lr, weight decay, epoch), as the
     #: authors and DINOv2 do; choosing the epoch on held-out rows is early stopping, another
     #: estimator than a converged fit. `converged`: per weight decay, the last epoch's head with
@@ -71,7 +83,7 @@ class FastProbeSettings(Strict):
         converged fit this probe is checked against."""
         return LbfgsProbeSettings(weight_decays=list(self.weight_decays),
                                   heldout_fraction=self.heldout_fraction, seed=self.seed,
-                                  device=self.device)
+                                  device=self.device, devices=self.devices)
 
 
 class FaithfulProbeSettings(Strict):

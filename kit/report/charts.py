@@ -17,6 +17,8 @@ import altair as alt
 import polars as pl
 from altair.vegalite.v6.display import png_renderer
 
+from kit.report import palette
+
 CHART_FORMATS = ("png", "svg", "html")
 #: the newest Vega-Lite MIME type JupyterLab 4's Vega extension draws (Vega-Lite 5.6 inside
 #: Lab); the kit's charts use nothing Vega-Lite 6 added, so Lab draws their specs as they are
@@ -110,19 +112,47 @@ def chance_lines(value: str = "chance", *, number_format: str = ".1f") -> alt.La
 
 
 def series_lines(frame: pl.DataFrame, x: str, y: str, series: str, facet: str | None = None,
-                 *, y_title: str | None = None) -> alt.Chart | alt.FacetChart:
-    """One line per value of `series`, every line named in a legend (one legend per panel when
-    faceted, two panels a row, listing only that panel's lines; one shared y scale across
-    panels)."""
+                 *, x_title: str, y_title: str, color_by: str | None = None
+                 ) -> alt.Chart | alt.FacetChart:
+    """One line per value of `series`, coloured by the shared palette (kit.report.palette) by
+    `series` itself, named in a legend, or by `color_by` (a variant: the same colour it has in
+    every other chart), which the panels name instead of a legend. Faceted: two panels a row
+    (one when there is only one), one shared y scale across panels."""
+    color_by = color_by or series
+    legend = alt.Legend(columns=1, symbolLimit=0) if color_by == series else None
     chart = alt.Chart(frame).mark_line().encode(
-        x=alt.X(f"{x}:Q", title=None), y=alt.Y(f"{y}:Q", title=y_title),
-        color=alt.Color(f"{series}:N", legend=alt.Legend(columns=1, symbolLimit=0)),
-        tooltip=[series, x, y])
+        x=alt.X(f"{x}:Q", title=x_title), y=alt.Y(f"{y}:Q", title=y_title),
+        color=alt.Color(f"{color_by}:N", scale=palette.scale(frame[color_by]), legend=legend),
+        detail=f"{series}:N", tooltip=tooltips(frame, [series, x, y]))
     if facet is None:
         return chart.properties(width=420, height=220)
+    columns = min(2, frame[facet].n_unique())
     return chart.properties(width=260, height=180).facet(
-        facet=alt.Facet(f"{facet}:N", title=None), columns=2
-    ).resolve_scale(color="independent")
+        facet=alt.Facet(f"{facet}:N", title=None), columns=columns)
+
+
+def tooltips(frame: pl.DataFrame, fields: Sequence[str],
+             formats: dict[str, str] | None = None) -> list[alt.Tooltip]:
+    """Tooltips for `fields` of `frame`, floats rounded: to three significant digits, or to the
+    d3 format `formats` gives a field ('.1f' for a percentage)."""
+    formats = formats or {}
+    shown = []
+    for field in fields:
+        if frame.schema[field].is_float():
+            shown.append(alt.Tooltip(f"{field}:Q", format=formats.get(field, ".3~r")))
+        else:
+            shown.append(alt.Tooltip(field, type="quantitative"
+                                     if frame.schema[field].is_numeric() else "nominal"))
+    return shown
+
+
+def error_bounds(frame: pl.DataFrame, domain: tuple[float, float], mean: str = "mean",
+                 std: str = "std") -> pl.DataFrame:
+    """`frame` with `low` and `high`, mean ∓ std clipped to the metric's `domain` (accuracy can
+    not pass 100 %), a missing std counted as 0."""
+    spread = pl.col(std).fill_null(0)
+    return frame.with_columns((pl.col(mean) - spread).clip(*domain).alias("low"),
+                              (pl.col(mean) + spread).clip(*domain).alias("high"))
 
 
 def short_names(names: Iterable[str]) -> list[str]:

@@ -51,6 +51,38 @@ def decimals(values: pl.Series, published: int = 3) -> int:
     return min(max(2 - math.floor(math.log10(typical)), 0), 6)
 
 
+def spread_decimals(spread: pl.Series) -> int | None:
+    """Decimals a mean and its spread (standard deviations) support: two significant digits of
+    the typical (median non-zero) spread, so 93.4 ± 1.3 and not 93.41666 ± 1.2583; None when
+    no spread is known (one replicate: no spread tells the precision)."""
+    known = spread.drop_nulls()
+    known = known.filter(known.is_finite() & (known.abs() > 0))
+    if known.is_empty():
+        return None
+    return min(max(1 - math.floor(math.log10(known.abs().median())), 0), 6)
+
+
+#: a mean column and its spread column: 'top1 mean'/'top1 std', 'loss_mean'/'loss_std'
+_SPREAD_SUFFIXES = ((" mean", " std"), ("_mean", "_std"), ("mean", "std"))
+
+
+def _places(frame: pl.DataFrame) -> dict[str, int | None]:
+    """Decimals per float column: a mean and its std to what the std supports, other floats as
+    `decimals` says."""
+    places = {c: decimals(frame[c]) if frame[c].dtype.is_float() else None
+              for c in frame.columns}
+    for column in frame.columns:
+        for mean, std in _SPREAD_SUFFIXES:
+            sibling = column[:-len(std)] + mean
+            if column.endswith(std) and sibling in frame.columns and frame[column].dtype\
+                    .is_float() and frame[sibling].dtype.is_float():
+                supported = spread_decimals(frame[column])
+                if supported is not None:
+                    places[column] = places[sibling] = supported
+                break
+    return places
+
+
 def _cell(value: Any, places: int | None) -> str:
     if value is None:
         return "–"
@@ -61,14 +93,14 @@ def _cell(value: Any, places: int | None) -> str:
 
 @dataclass(frozen=True)
 class Table:
-    """A frame formatted for reading: floats to sensible decimals per column, strings unquoted,
+    """A frame formatted for reading: floats to sensible decimals per column (a mean and its std
+    to the precision the std supports), strings unquoted,
     nothing shortened, no data-type row. `.frame` keeps the numbers."""
 
     frame: pl.DataFrame
 
     def cells(self) -> list[list[str]]:
-        places = {c: decimals(self.frame[c]) if self.frame[c].dtype.is_float()
-                  else None for c in self.frame.columns}
+        places = _places(self.frame)
         return [[_cell(v, places[c]) for c, v in zip(self.frame.columns, row)]
                 for row in self.frame.iter_rows()]
 

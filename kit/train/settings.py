@@ -56,6 +56,8 @@ class RunSettings(Strict):
     channels_last: bool = True
     compile: bool = False
     num_workers: int = Field(default=4, ge=0)
+    #: seconds a collective call (all-reduce, barrier) waits for every rank before the run fails
+    group_timeout_s: int = Field(default=1800, ge=60)
     #: also log metrics.jsonl's scalars as TensorBoard events in the run folder (rank 0)
     tensorboard: bool = False
 
@@ -75,7 +77,7 @@ class RunSettings(Strict):
 
 #: settings that may change between a run and its resumption without changing what it computes
 OPERATIONAL_KEYS = frozenset({"num_workers", "log_every", "device", "compile", "output_dir",
-                              "tensorboard"})
+                              "tensorboard", "group_timeout_s"})
 
 
 #: the most images one run may train on: 1e11 is about 29 days at 40,000 images/s, eight GPUs

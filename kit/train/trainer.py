@@ -13,8 +13,9 @@ torn by a kill and the temporary files of writers that died.
 
 SIGTERM, SIGUSR1 or SIGUSR2 (a scheduler's notice before preemption or the time limit) makes
 every rank stop at the next logging step, where the ranks already exchange the window's loss,
-so the flag costs no extra synchronisation: the checkpoint is written there and the process
-exits with PREEMPTED_EXIT ("resume me"). Rank 0 holds the run folder's lock (kit.core.locks)
+so the flag costs no extra synchronisation: the checkpoint is written there, every rank waits
+until rank 0 has saved it, and the process leaves the launcher's preemption marker
+(kit.core.processes.PREEMPTED_MARKER) and exits with PREEMPTED_EXIT ("resume me"). Rank 0 holds the run folder's lock (kit.core.locks)
 while it trains, so a second launch into the same folder is refused naming the holder.
 
 Distributed runs start under torchrun, or under plain `srun` (Slurm's variables are read when
@@ -45,11 +46,17 @@ import yaml
 from tqdm import tqdm
 
 from kit import models
-from kit.core import files, locks
-from kit.core.distributed import Process, start_process
+from kit.core import files, locks, machine, provenance
+from kit.core.distributed import Process, barrier, ranks_on_node, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
-from kit.core.processes import DONE, PREEMPTED_EXIT, PREEMPTION_SIGNALS, signal_handlers
+from kit.core.processes import (
+    DONE,
+    PREEMPTED_EXIT,
+    PREEMPTION_SIGNALS,
+    mark_preempted,
+    signal_handlers,
+)
 from kit.data import pipeline as kit_data
 from kit.data.kinds.base import DataError
 from kit.data.preflight import writable_problems
@@ -72,6 +79,9 @@ from kit.train.metrics import (
 )
 from kit.train.settings import TrainSettings, load_train_settings
 from kit.train.step import Trainer
+
+#: one provenance record per start of the run (kit.core.provenance)
+PROVENANCE = "provenance.jsonl"
 
 
 class Preempted(RuntimeError):
@@ -129,8 +139,15 @@ def holding_run_folder(out: Path, process: Process) -> Iterator[None]:
 
 def train(cfg: TrainSettings) -> Path:
     """Train (or resume, or skip when finished) one run; returns its output folder."""
-    process = start_process(cfg.device)
+    process = start_process(cfg.device, cfg.group_timeout_s)
     try:
+        if cfg.compile and (missing := machine.compiler_problems()):
+            raise machine.MachineError("\n".join(missing))
+        shared = machine.loader_shared_memory(
+            ranks_on_node(dict(os.environ)), cfg.num_workers,
+            cfg.micro_batch or cfg.batch_size // process.world_size, cfg.data.image_size)
+        if cfg.num_workers and (short := machine.shm_problems(shared)):
+            raise machine.MachineError("\n".join(short))
         unwritable = writable_problems(resolve(cfg.output_dir))
         if unwritable:  # before the lock file is made there
             raise ParameterError("; ".join(unwritable))
@@ -234,6 +251,7 @@ class _Run:
         self.last_saved = self.at.step if save else self.last_saved
         if preempted and not final:
             self.progress.close()
+            barrier()  # no rank exits (and srun kills no rank) before rank 0 has saved
             raise Preempted(f"{self.out}: stopped by a preemption signal at step {self.at.step} "
                             f"after writing {self.out / CHECKPOINT}; run it again to resume")
 
@@ -340,12 +358,13 @@ def _resume(trainer: Trainer, checkpoint: Path) -> Position:
 
 
 def _ready_folder(cfg: TrainSettings, out: Path, step: int) -> None:
-    """Rank 0: the run folder made, dead writers' temporaries removed, config.yaml written,
-    metrics after the resumed step dropped."""
+    """Rank 0: the run folder made, dead writers' temporaries removed, config.yaml written, this
+    start's provenance appended, metrics after the resumed step dropped."""
     out.mkdir(parents=True, exist_ok=True)
     files.remove_stale_temporaries(out)
     with files.atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
         handle.write(yaml.safe_dump(cfg.model_dump(), sort_keys=False).encode())
+    provenance.append(out / PROVENANCE)
     keep_metrics_until(out / METRICS, step)
 
 
@@ -385,11 +404,12 @@ def exit_code(action: Callable[[], object]) -> int:
     try:
         action()
     except (ParameterError, DataError, models.CheckpointError,
-            locks.FolderLocked) as error:
+            locks.FolderLocked, machine.MachineError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Preempted as error:
         print(f"preempted: {error}", file=sys.stderr)
+        mark_preempted()
         return PREEMPTED_EXIT
     except (NonFiniteLossError, files.DiskFullError) as error:
         print(f"error: {error}", file=sys.stderr)

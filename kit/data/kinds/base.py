@@ -7,8 +7,11 @@ inside `open_split`, so that validating parameters (`python -m kit check`) stays
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
+
+from PIL import Image
 
 from kit.core.paths import resolve
 
@@ -18,6 +21,8 @@ if TYPE_CHECKING:
     from kit.data.settings import DataSettings
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+#: images of each split decoded by the pre-flight checks (from different classes where possible)
+SAMPLE_IMAGES = 4
 
 
 class DataError(ValueError):
@@ -48,6 +53,13 @@ class DatasetKind:
     num_classes: ClassVar[int | None] = None
     #: what a data root must hold, checked before anything starts
     layout: ClassVar[tuple[str, ...]] = ()
+    #: images in the training and evaluation splits of the dataset the kind usually holds, for
+    #: estimates made before the data is read (None: not known in advance)
+    split_sizes: ClassVar[tuple[int, int] | None] = None
+
+    def expected_sizes(self, data: DataSettings) -> tuple[int, int] | None:
+        """The images of the training and evaluation splits `data` is expected to hold."""
+        return self.split_sizes
 
     def open_split(self, data: DataSettings, split: str, num_classes: int) -> Dataset:
         """The 'train' or 'eval' split as a dataset of (image, label); DataError naming the path
@@ -55,8 +67,9 @@ class DatasetKind:
         raise NotImplementedError
 
     def layout_problems(self, root: Path) -> list[str]:
-        """Cheap checks of an existing, readable data root (no image is opened): each `layout`
-        entry, every problem found, each naming its path."""
+        """Cheap checks of an existing, readable data root: each `layout` entry, every problem
+        found, each naming its path (kinds add their own: class lists, index files, a few
+        images decoded)."""
         problems = []
         for entry in self.layout:
             path = root / entry
@@ -101,3 +114,23 @@ def empty_class_folders(split: Path) -> list[Path]:
     """Class folders of an ImageFolder split holding no image (at any depth)."""
     return [folder for folder in sorted(p for p in split.iterdir() if p.is_dir())
             if not _holds_an_image(str(folder))]
+
+
+def undecodable(paths: Sequence[str]) -> list[str]:
+    """The files among `paths` that do not decode, each with its error."""
+    bad = []
+    for path in paths:
+        try:
+            with Image.open(path) as image:
+                image.load()
+        except (OSError, SyntaxError, ValueError) as error:
+            bad.append(f"{path} ({error})")
+    return bad
+
+
+def sample_problems(paths: Sequence[str]) -> list[str]:
+    """A few of `paths` decoded (SAMPLE_IMAGES, spread over the list): one line per image that
+    does not decode, or that is missing."""
+    step = max(1, len(paths) // SAMPLE_IMAGES)
+    sample = list(paths)[::step][:SAMPLE_IMAGES]
+    return [f"{problem}: cannot decode this image" for problem in undecodable(sample)]

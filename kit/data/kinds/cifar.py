@@ -124,23 +124,32 @@ class CifarKind(DatasetKind):
     """A CIFAR dataset: its pickles' layout; evaluated on the test batches."""
 
     probe_grid = "cifar"
+    split_sizes = (50_000, 10_000)
     cifar_layout: ClassVar[CifarLayout]
 
     def open_split(self, data: DataSettings, split: str, num_classes: int) -> CifarImages:
         return cifar(self.cifar_layout, data_root(data), "train" if split == "train" else "test")
 
     def layout_problems(self, root: Path) -> list[str]:
-        """Every pickle present and read by CifarUnpickler (a crafted file is refused here,
-        before anything trains on it), and the meta file naming the classes."""
+        """Every pickle present, read by CifarUnpickler (a crafted file is refused here, before
+        anything trains on it) and holding images with as many labels, and the meta file naming
+        the classes."""
         problems = super().layout_problems(root)
         if problems:
             return problems
         folder = root / self.cifar_layout.folder
         for name in (*self.cifar_layout.train, *self.cifar_layout.test):
             try:
-                read_cifar_pickle(folder / name)
+                batch = read_cifar_pickle(folder / name)
             except DataError as error:
                 problems.append(str(error))
+                continue
+            rows = len(batch.get("data", []))
+            if rows == 0 or rows != len(batch.get(self.cifar_layout.labels_key, [])):
+                problems.append(f"{folder / name}: holds {rows} images and "
+                                f"{len(batch.get(self.cifar_layout.labels_key, []))} "
+                                f"'{self.cifar_layout.labels_key}'; a CIFAR batch holds as many "
+                                "of each, at least one")
         try:
             cifar_class_names(folder, self.cifar_layout)
         except DataError as error:

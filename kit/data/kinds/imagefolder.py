@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kit.data.kinds.base import (
     IMAGE_SUFFIXES,
+    SAMPLE_IMAGES,
     DataError,
     DatasetKind,
     data_root,
     empty_class_folders,
     existing_folder,
+    sample_problems,
 )
 
 if TYPE_CHECKING:
@@ -42,8 +45,42 @@ class ImageFolderKind(DatasetKind):
     name = "imagefolder"
     probe_grid = "imagenet"
     layout = ("train/", "val/")
+    #: ImageNet-1k's (ILSVRC-2012), the dataset the paper stores this way
+    split_sizes = (1_281_167, 50_000)
     #: the folder of each split under the root
     folders = {"train": "train", "eval": "val"}
 
     def open_split(self, data: DataSettings, split: str, num_classes: int) -> ImageList:
         return image_folder(data_root(data), self.folders[split])
+
+    def layout_problems(self, root: Path) -> list[str]:
+        """Besides the layout: each split holds class folders, not images directly (ImageNet's
+        val/ as distributed is flat), both splits the same classes, and a few images of each
+        decode."""
+        problems = super().layout_problems(root)
+        if problems:
+            return problems
+        classes = {}
+        for split in self.folders.values():
+            folder = root / split
+            classes[split] = {p.name for p in folder.iterdir() if p.is_dir()}
+            loose = [p for p in folder.iterdir() if p.name.lower().endswith(IMAGE_SUFFIXES)]
+            if loose or not classes[split]:
+                problems.append(f"{folder}: holds images directly; each class needs its own "
+                                f"folder ({split}/<class>/<image>; for ImageNet's val, sort it "
+                                "with the devkit's labels first)")
+            else:
+                problems += sample_problems([str(min(_images(root / split / name)))
+                                             for name in sorted(classes[split])[:SAMPLE_IMAGES]])
+        train, val = (classes[split] for split in self.folders.values())
+        if not problems and train != val:
+            only = sorted(train - val)[:3] or sorted(val - train)[:3]
+            problems.append(f"{root}: train/ has {len(train)} class folders and val/ {len(val)}; "
+                            f"they differ (e.g. {', '.join(only)}): both splits need the same "
+                            "classes")
+        return problems
+
+
+def _images(folder: Path) -> Iterator[Path]:
+    """The images under a class folder, at any depth."""
+    return (p for p in folder.rglob("*") if p.name.lower().endswith(IMAGE_SUFFIXES))

@@ -13,7 +13,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.io import ImageReadMode, decode_image
 
-from kit.data.kinds.base import DataError
+from kit.data.kinds.base import DataError, undecodable
 
 
 def open_image(path: str) -> torch.Tensor:
@@ -34,13 +34,7 @@ def open_image(path: str) -> torch.Tensor:
 
 def unreadable_images(paths: list[str]) -> list[str]:
     """The files that do not decode, each with its error (checked before any training)."""
-    bad = []
-    for path in paths:
-        try:
-            with Image.open(path) as image:
-                image.load()
-        except (OSError, SyntaxError, ValueError) as error:
-            bad.append(f"{path} ({error})")
+    bad = undecodable(paths)
     if not bad:
         return []
     more = f"\n  ... and {len(bad) - 10} more" if len(bad) > 10 else ""

@@ -19,6 +19,10 @@ class SyntheticKind(DatasetKind):
     section = "synthetic"
     probe_grid = "imagenet"
 
+    def expected_sizes(self, data: DataSettings) -> tuple[int, int] | None:
+        assert data.synthetic is not None
+        return data.synthetic.num_train, data.synthetic.num_eval
+
     def open_split(self, data: DataSettings, split: str, num_classes: int) -> SyntheticWorld:
         from kit.data.synthetic import SyntheticWorld
 

@@ -31,7 +31,7 @@ from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch import backends as kit_launch
 from kit.launch import sbatch
 from kit.launch.runs import Launched, is_finished
-from kit.launch.settings import LaunchSettings
+from kit.launch.settings import LaunchSettings, sized_for_loaders
 from kit.report import outputs
 from kit.train import trainer as train
 
@@ -149,13 +149,27 @@ def job_args(step: Step, profile: str, parameters_file: Path) -> list[str]:
     return ["kit", step, "--profile", profile, "-f", str(parameters_file)]
 
 
-def step_settings(step: Step, settings: LaunchSettings) -> LaunchSettings:
-    """The launch settings of a step: extraction uses all of them (every GPU of the node, or
-    several nodes); probing is one process on at most one GPU."""
+def probe_processes(params: TimecatSettings) -> int:
+    """The processes (GPUs) the probe step starts: the faithful probe's torchrun, else one."""
+    if params.probe_kind == "faithful" and params.faithful is not None:
+        return params.faithful.processes
+    return 1
+
+
+def step_settings(step: Step, settings: LaunchSettings, params: TimecatSettings
+                  ) -> LaunchSettings:
+    """The launch settings of a step, sized for its loaders: extraction uses all of them (every
+    GPU of the node, or several nodes); probing is one process given as many GPUs as the
+    processes it starts (probe_processes), which it runs under its own torchrun."""
+    cuda = params.device == "cuda"
     if step == "extract":
-        return settings
-    return settings.model_copy(update={"nproc_per_node": 1, "nodes": 1, "workers": 1,
-                                       "gpus_per_node": min(settings.gpus_per_node, 1)})
+        return sized_for_loaders(settings, params.feature_workers, 1, cuda=cuda)
+    gpus = probe_processes(params)
+    workers = params.faithful.workers if gpus > 1 and params.faithful else params.feature_workers
+    single = settings.model_copy(update={
+        "nproc_per_node": 1, "nodes": 1, "workers": 1, "gpus_per_worker": gpus,
+        "gpus_per_node": min(settings.gpus_per_node, gpus)})
+    return sized_for_loaders(single, workers, 1, processes=gpus, cuda=cuda)
 
 
 def launch_step(step: Step, params: TimecatSettings,
@@ -167,7 +181,8 @@ def launch_step(step: Step, params: TimecatSettings,
     folder = runs_dir(params)
     parameters_file = write_job_parameters(params, folder / "jobs" / f"{NOTEBOOK}.parameters.yaml")
     return kit_launch.launch_step(step, job_args(step, params.profile, parameters_file),
-                                  step_settings(step, settings or params.launch), folder, wait)
+                                  step_settings(step, settings or params.launch, params), folder,
+                                  wait)
 
 
 def launch_extraction(params: TimecatSettings, wait: bool = True) -> bool:
@@ -191,7 +206,7 @@ def export_jobs(params: TimecatSettings, settings: LaunchSettings, out: str | Pa
                ] if trainings else []
     parameters_file = write_job_parameters(params, out / f"{NOTEBOOK}.parameters.yaml")
     scripts += [sbatch.export_step(step, job_args(step, params.profile, parameters_file),
-                                       step_settings(step, settings), out)
+                                       step_settings(step, settings, params), out)
                 for step in ("extract", "probe")]
     return [*scripts, sbatch.export_chain(scripts, out)]
 

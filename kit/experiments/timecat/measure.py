@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from kit import features
-from kit.core.progress import KeptBar
+from kit.core.progress import KeptBar, Stage
 from kit.data import pipeline
 from kit.experiments.timecat.planning import Representation, runs_dir
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
@@ -92,9 +92,9 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
     on_features = isinstance(chosen, FeatureProbe)
     config = params.probe.model_copy(update={"device": params.device})
     rows, diagnosed = [], []
-    bar = KeptBar(total=sum(rep.task in (None, task.name) for task in params.tasks
-                         for rep in representations),
-               desc=f"{params.probe_kind} probes", unit="probe")
+    total = sum(rep.task in (None, task.name) for task in params.tasks for rep in representations)
+    bar = KeptBar(total=total, desc=f"{params.probe_kind} probes", unit="probe")
+    stage = Stage("probes", total, "probe", f"fitting {total} {params.probe_kind} probes")
     for task in params.tasks:
         extracted = task_features(task, representations, params)
         num_classes, single = extracted.num_classes, extracted.single
@@ -127,7 +127,9 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
                                          "lbfgs_top1": exact and exact.top1(selected["rule"])})
             diagnosed.append(described | _diagnose(concatenated, parts))
             bar.update()
+            stage.advance()
     bar.close()
+    stage.finish(f"reused 0, fitted {total} (probes are refitted from the cached features)")
     return Measurements(
         pl.DataFrame(rows, schema_overrides={"iterations_per_model": pl.Int64,
                                              "top5": pl.Float64, "lbfgs_top1": pl.Float64}),

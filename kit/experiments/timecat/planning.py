@@ -13,6 +13,7 @@ from kit import models
 from kit.core import files
 from kit.core.params import ParameterError
 from kit.core.paths import escapes, resolve
+from kit.core.progress import Stage
 from kit.data import kinds, pipeline
 from kit.data.kinds.base import DataError
 from kit.data.settings import DataSettings
@@ -158,9 +159,12 @@ def launch(trainings: list[TrainSettings], params: TimecatSettings, wait: bool =
     refuse_changed_runs(trainings)
     skipped = [str(t.output_dir) for t in trainings if is_finished(t)]
     pending = [t for t in trainings if not is_finished(t)]
+    stage = Stage("training", len(pending), "run",
+                  f"reused {len(skipped)} finished run(s), training {len(pending)}")
     if pending:
         check_task_data(params)
         kit_launch.launch(pending, params.launch, runs_dir(params), wait).check()
+    stage.finish(f"reused {len(skipped)}, trained {len(pending)}")
     return skipped
 
 

@@ -1,0 +1,54 @@
+"""`python -m kit lab`: JupyterLab at the repository root, saving the kit's notebooks the way
+they are committed.
+
+It starts `jupyter lab` with `strip_on_save` as the contents manager's pre-save hook. A notebook
+of the kit's `notebooks/` folder is then
+written without outputs, execution counts or kernel metadata (`language_info`, widget state),
+cell ids kept: the stripping of the git filter in the docs. Running notebooks in Lab therefore
+leaves `git status` clean and the test suite unaffected; what a run computes is written to
+`outputs/<profile>/` by the notebook itself. Other files are saved untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbstripout import strip_output
+
+from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
+
+#: metadata dropped besides outputs: the kernel's version details that Lab writes on save
+EXTRA_KEYS = ["metadata.language_info", "metadata.widgets"]
+
+
+def is_kit_notebook(root_dir: str | Path, path: str) -> bool:
+    """Whether `path` (relative to Lab's root folder) is a notebook of the kit's notebooks/."""
+    target = (Path(root_dir) / path.strip("/")).resolve()
+    return target.suffix == ".ipynb" and target.parent == NOTEBOOKS_DIR.resolve()
+
+
+def strip_on_save(model: dict[str, Any], path: str, contents_manager: Any,
+                  **kwargs: Any) -> None:
+    """FileContentsManager.pre_save_hook: strip a kit notebook before it is written."""
+    if model.get("type") != "notebook" or not is_kit_notebook(contents_manager.root_dir, path):
+        return
+    notebook = nbformat.from_dict(model["content"])
+    model["content"] = strip_output(notebook, keep_output=False, keep_count=False, keep_id=True,
+                                    extra_keys=EXTRA_KEYS)
+
+
+def arguments(extra: list[str]) -> list[str]:
+    """The `jupyter lab` command line: the repository as root, the hook, then `extra`."""
+    return [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={REPO_ROOT}",
+            f"--FileContentsManager.pre_save_hook={__name__}.strip_on_save", *extra]
+
+
+def command(extra: list[str]) -> int:
+    """Replace this process by JupyterLab (its own Ctrl-C and messages then apply)."""
+    line = arguments(extra)
+    os.execv(line[0], line)
+    return 0  # not reached: execv does not return

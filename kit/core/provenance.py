@@ -1,0 +1,72 @@
+"""What produced an output: the kit's commit, the resolved package versions, the machine.
+
+`python -m kit run` writes `<notebook>.provenance.json` beside each executed notebook and its
+`<notebook>.parameters.yaml`; the trainer appends one record per start (first start and every
+resume) to its run folder's `provenance.jsonl`, since a resumed run may continue under other code.
+Together with the parameters files this is what a reproduction needs later.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from kit.core.files import atomic_write
+from kit.core.paths import REPO_ROOT
+
+
+def commit() -> str:
+    """The kit's git commit, with ' + local changes' when tracked files differ from it, or
+    'unknown' outside a git checkout (an installed copy)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                              check=True, timeout=30).stdout.strip()
+    try:
+        head = git("rev-parse", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head} + local changes" if changed else head
+
+
+def packages() -> dict[str, str]:
+    """Every installed distribution's version, by name (sorted)."""
+    found = {dist.metadata["Name"]: dist.version for dist in metadata.distributions()
+             if dist.metadata["Name"]}
+    return dict(sorted(found.items(), key=lambda item: item[0].lower()))
+
+
+def record() -> dict[str, Any]:
+    """The provenance of what this process is about to write."""
+    return {"kit_commit": commit(), "kit_version": metadata.version("timecat-kit"),
+            "python": sys.version.split()[0], "platform": platform.platform(),
+            "host": socket.gethostname(), "command": sys.argv,
+            "written": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "packages": packages()}
+
+
+def write(path: Path) -> None:
+    """`record()` as the JSON file `path`, written atomically."""
+    with atomic_write(path) as handle:
+        handle.write(json.dumps(record(), indent=1).encode())
+
+
+def append(path: Path) -> None:
+    """`record()` as one more line of the JSON-lines file `path`."""
+    with open(path, "a") as handle:
+        handle.write(json.dumps(record()) + "\n")
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    """The records of a file `write` or `append` wrote (one for `write`)."""
+    text = path.read_text()
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [json.loads(text)]

@@ -1,0 +1,107 @@
+"""JPEG decoding and RandomResizedCrop + flip on whole batches, on the run's device
+(`data.decode: gpu`).
+
+Loader workers only read each file's bytes and draw the sample's random numbers from its seeded
+generator (so a resumed run sees the batches an uninterrupted one would); the device decodes
+the batch with torchvision's `decode_jpeg`, turns the draws into crop boxes for all images at
+once, crops and resizes each image (antialiased bilinear, as the CPU pipeline) and flips the
+batch. The same functions run on CPU tensors, which is how the tests check them. The crop
+follows torchvision's RandomResizedCrop: up to ten tries of an area share in [0.08, 1] and a
+log-uniform aspect ratio in [3/4, 4/3] that fit the image, else the central crop of the nearest
+allowed ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torchvision.io import ImageReadMode, decode_jpeg
+
+#: RandomResizedCrop's tries per image, as torchvision's
+TRIES = 10
+#: uniform draws per image: four per try (area, ratio, top, left) and one for the flip
+DRAWS = 4 * TRIES + 1
+SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
+JPEG_MAGIC = b"\xff\xd8"
+
+
+def sample_draws(generator: torch.Generator) -> torch.Tensor:
+    """One image's uniform draws in [0, 1), float64 so boxes do not depend on rounding."""
+    return torch.rand(DRAWS, generator=generator, dtype=torch.float64)
+
+
+def crop_boxes(heights: torch.Tensor, widths: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
+    """RandomResizedCrop's boxes [B, 4] as (top, left, height, width) for images of the given
+    sizes [B], from draws [B, DRAWS]: the first try that fits, else the central crop."""
+    heights, widths = heights.double()[:, None], widths.double()[:, None]
+    tries = draws[:, :4 * TRIES].view(-1, TRIES, 4)
+    area = heights * widths * (SCALE[0] + tries[..., 0] * (SCALE[1] - SCALE[0]))
+    low, high = math.log(RATIO[0]), math.log(RATIO[1])
+    aspect = torch.exp(low + tries[..., 1] * (high - low))
+    w = torch.round(torch.sqrt(area * aspect))
+    h = torch.round(torch.sqrt(area / aspect))
+    fits = (w > 0) & (w <= widths) & (h > 0) & (h <= heights)
+    top = torch.floor(tries[..., 2] * (heights - h + 1))
+    left = torch.floor(tries[..., 3] * (widths - w + 1))
+    first = torch.where(fits.any(1), fits.double().argmax(1), -1)
+    pick = first.clamp_min(0)[:, None]
+    chosen = torch.cat([top.gather(1, pick), left.gather(1, pick), h.gather(1, pick),
+                        w.gather(1, pick)], 1)
+    return torch.where((first >= 0)[:, None], chosen,
+                       central_boxes(heights[:, 0], widths[:, 0])).long()
+
+
+def central_boxes(heights: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
+    """The fallback crop: the whole image clipped to the allowed aspect ratios, centred."""
+    ratio = widths / heights
+    w = torch.where(ratio < RATIO[0], widths,
+                    torch.where(ratio > RATIO[1], torch.round(heights * RATIO[1]), widths))
+    h = torch.where(ratio < RATIO[0], torch.round(widths / RATIO[0]), heights)
+    return torch.stack([torch.div(heights - h, 2, rounding_mode="floor"),
+                        torch.div(widths - w, 2, rounding_mode="floor"), h, w], 1)
+
+
+def resized_crops(images: list[torch.Tensor], draws: torch.Tensor, size: int) -> torch.Tensor:
+    """uint8 images [3, H, W] (any sizes, one device) cropped by their draws, resized to
+    `size` x `size` (antialiased bilinear) and flipped where the last draw is below 1/2:
+    uint8 [B, 3, size, size]."""
+    sizes = torch.tensor([image.shape[1:] for image in images], dtype=torch.float64)
+    boxes = crop_boxes(sizes[:, 0], sizes[:, 1], draws.cpu()).tolist()
+    out = torch.stack([
+        F.interpolate(image[None, :, top:top + h, left:left + w].float(), size=(size, size),
+                      mode="bilinear", antialias=True, align_corners=False)[0]
+        for image, (top, left, h, w) in zip(images, boxes, strict=True)])
+    flip = (draws[:, -1] < 0.5).to(out.device)[:, None, None, None]
+    out = torch.where(flip, out.flip(-1), out)
+    return out.round_().clamp_(0, 255).to(torch.uint8)
+
+
+@dataclass
+class EncodedBatch:
+    """What a loader worker hands over with `data.decode: gpu`: each file's bytes (a 1-D uint8
+    tensor), or the decoded image [3, H, W] where the file is not a JPEG, and the draws."""
+
+    items: list[torch.Tensor]
+    draws: torch.Tensor
+    size: int
+
+    def on(self, device: torch.device) -> torch.Tensor:
+        """The batch decoded on `device` and augmented there: uint8 [B, 3, size, size]."""
+        jpegs = [index for index, item in enumerate(self.items) if item.dim() == 1]
+        images = [item.to(device) for item in self.items]
+        if jpegs:
+            decoded = decode_jpeg([self.items[index] for index in jpegs],
+                                  mode=ImageReadMode.RGB, device=device)
+            for index, image in zip(jpegs, decoded, strict=True):
+                images[index] = image
+        return resized_crops(images, self.draws.to(device), self.size)
+
+
+def collate(samples: list[tuple[torch.Tensor, torch.Tensor, int]], size: int
+            ) -> tuple[EncodedBatch, torch.Tensor]:
+    """(items, draws, label) samples as one EncodedBatch and a label tensor."""
+    items, draws, labels = zip(*samples, strict=True)
+    return EncodedBatch(list(items), torch.stack(draws), size), torch.tensor(labels)

@@ -1,0 +1,122 @@
+"""`data.decode: gpu`: JPEGs decoded and cropped on whole batches by the run's device, checked on
+CPU tensors through the same code: boxes with RandomResizedCrop's distribution, crops equal to
+the per-image transform, and the training loader path end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from pydantic import ValidationError
+from scipy import stats
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as TF
+
+from kit.data import batched
+from kit.data import pipeline as data
+from kit.data.prefetch import DeviceBatches
+from kit.data.settings import DataSettings
+
+
+def boxes_for(height: int, width: int, count: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    draws = torch.stack([batched.sample_draws(generator) for _ in range(count)])
+    return batched.crop_boxes(torch.full((count,), height), torch.full((count,), width), draws)
+
+
+def test_boxes_lie_inside_the_image_with_allowed_areas_and_ratios() -> None:
+    boxes = boxes_for(375, 500, 4000, 0)
+    top, left, h, w = boxes.T
+    assert (top >= 0).all() and (left >= 0).all()
+    assert (top + h <= 375).all() and (left + w <= 500).all()
+    share, ratio = (h * w).double() / (375 * 500), w.double() / h
+    assert share.min() >= 0.07 and share.max() <= 1.0
+    assert ratio.min() >= 0.74 and ratio.max() <= 1.35
+
+
+def test_boxes_follow_torchvisions_random_resized_crop_distribution() -> None:
+    ours = boxes_for(375, 500, 4000, 1).double()
+    torch.manual_seed(1)
+    image = torch.zeros(3, 375, 500, dtype=torch.uint8)
+    theirs = torch.tensor([v2.RandomResizedCrop.get_params(image, [0.08, 1.0], [3 / 4, 4 / 3])
+                           for _ in range(4000)]).double()
+    for a, b in zip(_features(ours), _features(theirs), strict=True):
+        assert stats.ks_2samp(a.numpy(), b.numpy()).pvalue > 1e-3
+
+
+def _features(boxes: torch.Tensor) -> list[torch.Tensor]:
+    """Area, aspect ratio, and the crop centre across and down."""
+    top, left, h, w = boxes.T
+    return [h * w, w / h, left + w / 2, top + h / 2]
+
+
+def test_an_image_no_try_fits_gets_the_central_crop_of_the_nearest_ratio() -> None:
+    # 10 x 1000: a crop of at least 8% of the area with ratio <= 4/3 never fits in 10 rows
+    assert boxes_for(10, 1000, 5, 2).tolist() == [[0, 493, 10, 13]] * 5
+
+
+def test_batched_crops_equal_the_per_image_transform() -> None:
+    generator = torch.Generator().manual_seed(3)
+    images = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=generator)
+              for h, w in ((60, 80), (90, 50), (40, 40))]
+    draws = torch.stack([batched.sample_draws(generator) for _ in images])
+    out = batched.resized_crops(images, draws, 24)
+    assert out.shape == (3, 3, 24, 24) and out.dtype == torch.uint8
+    sizes = torch.tensor([[60, 80], [90, 50], [40, 40]])
+    boxes = batched.crop_boxes(sizes[:, 0], sizes[:, 1], draws)
+    for image, box, row, result in zip(images, boxes.tolist(), draws, out, strict=True):
+        expected = TF.resized_crop(image, *box, [24, 24], antialias=True)
+        if row[-1] < 0.5:
+            expected = TF.horizontal_flip(expected)
+        assert (result.int() - expected.int()).abs().max() <= 1  # rounding of the last bit
+
+
+def test_about_half_the_batch_is_flipped() -> None:
+    generator = torch.Generator().manual_seed(4)
+    draws = torch.stack([batched.sample_draws(generator) for _ in range(2000)])
+    assert stats.binomtest(int((draws[:, -1] < 0.5).sum()), 2000).pvalue > 1e-3
+
+
+@pytest.fixture()
+def jpeg_folder(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 4), ("val", 2)):
+        for label in ("ant", "bee", "cat"):
+            for i in range(count):
+                pixels = rng.integers(0, 256, (70 + 7 * i, 90, 3), dtype=np.uint8)
+                folder = tmp_path / split / label
+                folder.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(pixels).save(folder / f"{label}{i}.JPEG", format="JPEG")
+    # a PNG under a .JPEG name, as ImageNet holds a few: decoded by the worker instead
+    Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(
+        tmp_path / "train" / "ant" / "ant0.JPEG", format="PNG")
+    return tmp_path
+
+
+def _batches(root: Path, decode: str) -> list[torch.Tensor]:
+    settings = DataSettings(kind="imagefolder", root=str(root), image_size=64, decode=decode)
+    run = data.build(settings, 3, seed=0, batch_size=6, rank=0, world_size=1, num_workers=0,
+                     recalibration_batches=1, pin_memory=False)
+    run.order.set_position(0, 0)
+    return [images for images, _ in DeviceBatches(run.train, torch.device("cpu"))]
+
+
+def test_the_loader_decodes_on_the_device_reproducibly(jpeg_folder: Path) -> None:
+    on_device, again = _batches(jpeg_folder, "gpu"), _batches(jpeg_folder, "gpu")
+    in_workers = _batches(jpeg_folder, "cpu")
+    assert [b.shape for b in on_device] == [b.shape for b in in_workers] == [(6, 3, 64, 64)] * 2
+    assert all(b.dtype == torch.float32 and torch.isfinite(b).all() for b in on_device)
+    assert all(torch.equal(a, b) for a, b in zip(on_device, again, strict=True))
+    # standardised pixels of random pictures: about zero mean, unit-order spread
+    assert abs(float(torch.cat(on_device).mean())) < 0.5
+
+
+def test_gpu_decode_is_refused_where_it_cannot_apply() -> None:
+    with pytest.raises(ValidationError, match="decode: gpu"):
+        DataSettings(kind="imagefolder", root="/data", image_size=32, decode="gpu")
+    with pytest.raises(ValidationError, match="decode: gpu"):
+        DataSettings(kind="imagefolder", root="/data", image_size=224, augment="crop_flip",
+                     decode="gpu")

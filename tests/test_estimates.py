@@ -1,0 +1,112 @@
+"""The plan's estimates: `kit launch plan --profile paper-8xh100` prints each step's images,
+expected wall time and disk, and the disk estimate is the hand computation on a small case."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import torch
+from test_data import write_cifar, write_image
+
+from kit import models
+from kit.cli.main import main as kit_main
+from kit.experiments.timecat import estimates, jobs
+
+shutil_usage = namedtuple("shutil_usage", "total used free")
+
+
+def _small_case(tmp_path: Path):
+    return jobs.load_settings("ci", [], [
+        f"output_dir={tmp_path}", "replicates=1", "baseline=cat1", "feature_dtype=float32",
+        "lbfgs_check=false", "probe_train_rows=null",
+        "variants=[{name: cat1, kind: time-concat, n: 1}, {name: cat2, kind: time-concat, n: 2}]",
+        "tasks=[{name: mixture, role: in-distribution, pretraining: true}]"])
+
+
+def test_disk_matches_a_hand_computation(tmp_path: Path) -> None:
+    params = _small_case(tmp_path)
+    train, extract, probe = estimates.estimate(params, "h100")
+    world = params.train.data.synthetic
+    rows = world.num_train + world.num_eval
+    network = models.build(params.train.model, params.train.num_classes, params.train.width)
+    width = network.feature_dim
+    # entries: three checkpoints (cat1's, cat2's two) and cat2's concatenation of two
+    assert extract.disk_bytes == rows * (3 * width + 2 * width) * 4
+    weights = sum(t.numel() * t.element_size() for t in network.state_dict().values())
+    assert train.disk_bytes == 3 * estimates.CHECKPOINT_COPIES * weights
+    assert train.images == (40 + 2 * 20) * params.train.batch_size
+    assert extract.images == rows * 3 and probe.images == 0
+
+
+def test_wall_time_is_images_over_the_slower_of_gpus_and_loaders(tmp_path: Path) -> None:
+    params = _small_case(tmp_path)
+    train = estimates.estimate(params, "a100")[0]
+    cost = params.train.width ** 2 * (params.train.data.image_size / 224) ** 2
+    launch = params.launch  # synthetic images: no JPEG decoding to wait for
+    gpus = launch.nproc_per_node * launch.nodes * launch.workers  # runs train side by side
+    expected = train.images / (gpus * estimates.TRAIN_RATES["a100"] / cost) / 3600
+    assert train.hours == pytest.approx(expected)
+    assert estimates.estimate(params, None)[0].hours is None
+
+
+@pytest.fixture()
+def paper_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """$TIMECAT_DATA in the layouts paper-8xh100 reads, a few images each."""
+    data = tmp_path / "data"
+    for split in ("train", "val"):
+        for index, label in enumerate(("n01", "n02")):
+            write_image(data / "imagenet" / split / label / f"{index}.JPEG", index)
+    write_image(data / "inat18" / "images" / "a.jpg", 5)
+    index = {"images": [{"id": 1, "file_name": "images/a.jpg"}],
+             "annotations": [{"image_id": 1, "category_id": 3}], "categories": [{"id": 3}]}
+    for split in ("train", "val"):
+        (data / "inat18" / f"{split}2018.json").write_text(json.dumps(index))
+    write_cifar(data / "cifar100", "cifar100", 2)
+    write_cifar(data / "cifar10", "cifar10", 2)
+    monkeypatch.setenv("TIMECAT_DATA", str(data))
+    return data
+
+
+def test_paper_plan_prints_wall_time_and_disk_per_step(paper_data: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    assert kit_main(["launch", "plan", "--profile", "paper-8xh100", "--out",
+                     str(tmp_path / "export"), "--set", f"output_dir={tmp_path / 'out'}"]) == 0
+    printed = capsys.readouterr().out
+    assert "expected cost on H100 GPUs" in printed
+    rows = {line.split()[0]: line.split()[1:] for line in printed.splitlines()
+            if re.match(r"\s+(train|extract|probe|total)\s", line)}
+    assert set(rows) == {"train", "extract", "probe", "total"}
+    # Table 3's budget: (450k + 2 x 200k + 4 x 100k + 5 x 80k) iterations of 1,024 images
+    assert rows["train"][0] == f"{1_650_000 * 1024:,}"
+    for step in ("train", "extract", "total"):
+        hours, unit, size, gigabytes = rows[step][1:]
+        assert (unit, gigabytes) == ("h", "GB") and float(hours) > 0 and float(size) > 0
+    for script in ("train", "extract"):
+        text = (tmp_path / "export" / f"{script}.sbatch").read_text().splitlines()
+        assert "#SBATCH --gpus-per-node=8" in text and "#SBATCH --cpus-per-task=13" in text
+
+
+def test_kit_check_names_a_full_disk_and_a_missing_gpu(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    params = _small_case(tmp_path).model_copy(update={"device": "cuda"})
+    params = params.model_copy(update={"launch": params.launch.model_copy(
+        update={"backend": "torchrun", "workers": 1})})
+    monkeypatch.setattr(estimates.machine.shutil, "disk_usage",
+                        lambda _path: shutil_usage(total=10 ** 12, used=10 ** 12, free=0))
+    monkeypatch.setattr(estimates.machine, "driver_cuda_version", lambda: None)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    problems = estimates.machine_problems(params)
+    assert problems[0].startswith(f"{tmp_path / params.run_root}: the plan's checkpoints")
+    assert "no NVIDIA driver" in problems[1]
+    slurm = params.model_copy(update={"launch": params.launch.model_copy(
+        update={"backend": "slurm"})})
+    assert len(estimates.machine_problems(slurm)) == 1  # compute nodes check the rest
+
+
+def test_kit_check_passes_the_ci_profile_on_this_machine(capsys: pytest.CaptureFixture) -> None:
+    assert kit_main(["check", "03", "--profile", "ci"]) == 0
+    assert "valid for profile ci" in capsys.readouterr().out

@@ -1,0 +1,213 @@
+"""The dress rehearsal: the shipped paper-8xh100 and paper-checkpoints parameter files run end to
+end on a CPU, shrunk by tests/rehearsal/ (sizes only), over `python -m kit fixtures` datasets.
+
+paper-8xh100 is checked, planned as Slurm jobs, then run as a user runs it (`kit run 03`): twelve
+ResNet-50 pretraining runs, each a torchrun of two gloo ranks, feature extraction as a torchrun
+job, the fast probe in the kernel, and the probe step once more as a launched job. Its trained
+runs, laid out as released checkpoints (cat<n>/seed<s>.pt), are then what paper-checkpoints
+probes with the authors' probe, each probe a torchrun of two ranks. Select with `-m rehearsal`.
+The two end-to-end runs take about 10 minutes on 2 cores (some 30 torchrun start-ups), more than
+the default suite can spend: they run with KIT_REHEARSAL=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+import yaml
+
+from kit.cli.main import main as kit_main
+from kit.core import params
+from kit.core.paths import REPO_ROOT, importable_environment
+from kit.data import pipeline
+from kit.data.fixtures import write_paper_data
+from kit.data.settings import DataSettings
+from kit.experiments.timecat import jobs
+from kit.probes.selection import RULES
+
+pytestmark = pytest.mark.rehearsal
+#: the end-to-end runs, on request only (see the module's docstring)
+end_to_end = pytest.mark.skipif(os.environ.get("KIT_REHEARSAL") != "1",
+                                reason="the end-to-end rehearsal runs with KIT_REHEARSAL=1")
+
+REHEARSAL = REPO_ROOT / "tests" / "rehearsal"
+SIZES, BUDGETS = REHEARSAL / "sizes.yaml", REHEARSAL / "budgets.yaml"
+#: the files shrinking each profile
+FILES = {"paper-8xh100": [SIZES, BUDGETS], "paper-checkpoints": [SIZES]}
+#: the keys the rehearsal may change: sizes, and what a machine without a GPU forces
+SIZE_KEYS = frozenset({"width", "batch_size", "micro_batch", "image_size", "iterations",
+                       "bn_recalibration_batches", "eval_every", "checkpoint_every", "log_every",
+                       "num_workers", "workers", "feature_workers", "feature_batch_size",
+                       "epochs", "processes", "bn_batch", "nproc_per_node"})
+MACHINE_KEYS = frozenset({"device", "compile"})
+VARIANTS = {"cat1": [2], "cat2": [2, 550], "cat4": [2, 550, 23, 477],
+            "cat5": [2, 550, 23, 477, 8529]}
+TASKS = ["ImageNet-1k", "iNat18", "CIFAR-100", "CIFAR-10"]
+
+
+def flat(values: Any, prefix: str = "") -> dict[str, Any]:
+    """Leaves of nested parameters by dotted path, list items by index."""
+    if isinstance(values, dict):
+        items = values.items()
+    elif isinstance(values, list):
+        items = enumerate(values)
+    else:
+        return {prefix: values}
+    return {path: leaf for key, value in items
+            for path, leaf in flat(value, f"{prefix}{key}.").items()} or {prefix: values}
+
+
+def changed_keys(profile: str, files: list[Path]) -> list[str]:
+    """The dotted paths whose values `files` change over the profile as shipped (the output
+    folder left out: the rehearsal sets it on the command line)."""
+    shipped, _ = params.resolve_layers(jobs.NOTEBOOK, profile)
+    shrunk, _ = params.resolve_layers(jobs.NOTEBOOK, profile, files)
+    before, after = flat(shipped), flat(shrunk)
+    return sorted(key.rstrip(".") for key in before.keys() | after.keys()
+                  if before.get(key, KeyError) != after.get(key, KeyError))
+
+
+def not_sizes(keys: list[str]) -> list[str]:
+    """The keys whose last name (list indices aside) is neither a size nor a machine setting."""
+    names = {key: [part for part in key.split(".") if not part.isdigit()][-1] for key in keys}
+    return [key for key, name in names.items() if name not in SIZE_KEYS | MACHINE_KEYS]
+
+
+def augmentations(values: dict[str, Any]) -> list[str]:
+    """The augmentation each data section of merged parameters resolves to (pretraining, tasks)."""
+    sections = [values["train"]["data"], *(task["data"] for task in values["tasks"])]
+    return [pipeline.resolved_augment(DataSettings(**data)) for data in sections]
+
+
+@pytest.mark.parametrize("profile", FILES)
+def test_the_rehearsal_changes_only_sizes(profile: str) -> None:
+    changed = changed_keys(profile, FILES[profile])
+    assert changed and not not_sizes(changed), not_sizes(changed)
+    assert "launch.nproc_per_node" in changed and "train.compile" in changed
+    # a size that switches a code path: below 64 px images would be augmented another way
+    shipped, _ = params.resolve_layers(jobs.NOTEBOOK, profile)
+    shrunk, _ = params.resolve_layers(jobs.NOTEBOOK, profile, FILES[profile])
+    assert augmentations(shrunk) == augmentations(shipped) == ["algoperf"] * 5
+
+
+def test_a_rehearsal_changing_more_than_sizes_is_caught(tmp_path: Path) -> None:
+    drifted = tmp_path / "drifted.yaml"
+    drifted.write_text(yaml.safe_dump(yaml.safe_load(SIZES.read_text()) | {
+        "probe_kind": "lbfgs", "launch": {"backend": "local", "nproc_per_node": 2}}))
+    assert not_sizes(changed_keys("paper-8xh100", [drifted])) == ["launch.backend", "probe_kind"]
+    dropped = tmp_path / "dropped.yaml"
+    dropped.write_text(yaml.safe_dump({"variants": yaml.safe_load(BUDGETS.read_text())
+                                       ["variants"][:3]}))
+    assert "variants.3.name" in not_sizes(changed_keys("paper-8xh100", [dropped]))
+
+
+def test_kit_fixtures_lets_paper_8xh100_be_checked_and_planned_anywhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    data, out = tmp_path / "data", ["--set", f"output_dir={tmp_path / 'out'}"]
+    monkeypatch.setenv("TIMECAT_DATA", str(data))
+    assert kit_main(["check", "03", "--profile", "paper-8xh100", *out]) == 2
+    assert f"{data / 'imagenet'}" in capsys.readouterr().err
+    assert kit_main(["fixtures", str(data)]) == 0
+    assert sorted(p.name for p in data.iterdir()) == ["cifar10", "cifar100", "imagenet", "inat18"]
+    assert len(list((data / "imagenet" / "val").iterdir())) == 1000
+    assert kit_main(["check", "03", "--profile", "paper-8xh100", *out]) == 0
+    assert kit_main(["launch", "plan", "--profile", "paper-8xh100", *out, "--out",
+                     str(tmp_path / "export")]) == 0
+    assert "#SBATCH --array=0-11" in (tmp_path / "export" / "train.sbatch").read_text()
+
+
+@pytest.fixture(scope="module")
+def environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """TIMECAT_DATA holding `kit fixtures` datasets, one thread per process (2 ranks, 2 cores)."""
+    data = write_paper_data(tmp_path_factory.mktemp("data"))
+    return importable_environment() | {"TIMECAT_DATA": str(data["imagenet"].parent),
+                                       "OMP_NUM_THREADS": "1"}
+
+
+def kit(environment: dict[str, str], *arguments: str) -> float:
+    """Run `python -m kit ARGUMENTS` as a user would; its wall time, after asserting it passed."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "kit", *map(str, arguments)], cwd=REPO_ROOT,
+                          env=environment, capture_output=True, text=True, timeout=1800,
+                          check=False)
+    assert done.returncode == 0, (arguments, done.stdout[-3000:], done.stderr[-3000:])
+    elapsed = time.perf_counter() - start
+    print(f"kit {' '.join(map(str, arguments[:2]))}: {elapsed:.0f} s")
+    return elapsed
+
+
+def profile_arguments(profile: str, out: Path) -> list[str]:
+    return ["--profile", profile, *[f"-f{file}" for file in FILES[profile]],
+            "--set", f"output_dir={out}"]
+
+
+def check_results(out: Path) -> pl.DataFrame:
+    """The results table: every variant on every task under every rule, accuracies in [0, 1]."""
+    results = pl.read_parquet(out / jobs.RESULTS)
+    assert results.height == len(VARIANTS) * len(TASKS) * len(RULES)
+    assert set(results["variant"]) == set(VARIANTS) and set(results["task"]) == set(TASKS)
+    assert results["top1"].is_between(0, 1).all()
+    return results
+
+
+@pytest.fixture(scope="module")
+def paper_8xh100(environment: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+                 ) -> Path:
+    """paper-8xh100 checked, planned and run as a user does; its output folder."""
+    out = tmp_path_factory.mktemp("paper-8xh100")
+    arguments = profile_arguments("paper-8xh100", out)
+    kit(environment, "check", "03", *arguments)
+    kit(environment, "launch", "plan", *arguments, "--out", out / "export")
+    kit(environment, "run", "03", *arguments)
+    return out
+
+
+@end_to_end
+def test_paper_8xh100_trains_extracts_and_probes_with_two_ranks(
+        paper_8xh100: Path, environment: dict[str, str]) -> None:
+    runs = paper_8xh100 / "time_concat"
+    for variant, seeds in VARIANTS.items():
+        iterations = {"cat1": 9, "cat2": 4}.get(variant, 2)
+        for seed in seeds:
+            done = yaml.safe_load((runs / "rep0" / variant / f"seed{seed}" / "DONE").read_text())
+            assert done == {"step": iterations, "ranks": 2}, (variant, seed)
+    extraction = (runs / "logs" / "extract.log").read_text()
+    assert "rank 0/2 on cpu" in extraction and "rank 1/2 on cpu" in extraction
+    first = check_results(paper_8xh100)
+    assert (paper_8xh100 / "time_concat_summary.json").exists()
+    # the probe step as the launched job of a cluster's chain reads the same cache
+    kit(environment, "launch", "probe", *profile_arguments("paper-8xh100", paper_8xh100))
+    again = check_results(paper_8xh100)
+    assert again.sort("variant", "task", "rule")["top1"].to_list() == \
+        first.sort("variant", "task", "rule")["top1"].to_list()
+    for script in ("train.sbatch", "extract.sbatch", "probe.sbatch", "submit.sh"):
+        assert (paper_8xh100 / "export" / script).exists(), script
+
+
+@end_to_end
+def test_paper_checkpoints_probes_released_files_with_the_authors_probe(
+        paper_8xh100: Path, environment: dict[str, str], tmp_path: Path) -> None:
+    released = tmp_path / "released"
+    for variant, seeds in VARIANTS.items():
+        for seed in seeds:
+            trained = paper_8xh100 / "time_concat" / "rep0" / variant / f"seed{seed}"
+            for name in ("checkpoint.pt", "checkpoint.pt.sha256"):
+                link = released / variant / name.replace("checkpoint", f"seed{seed}")
+                link.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(trained / name, link)
+    environment = environment | {"TIMECAT_CHECKPOINTS": str(released)}
+    out = tmp_path / "paper-checkpoints"
+    kit(environment, "check", "03", *profile_arguments("paper-checkpoints", out))
+    kit(environment, "run", "03", *profile_arguments("paper-checkpoints", out))
+    check_results(out)
+    probes = out / "time_concat" / "faithful"
+    logs = [json.loads(path.read_text()) for path in probes.rglob("finished.json")]
+    assert len(logs) == len(VARIANTS) * len(TASKS)

@@ -1,0 +1,75 @@
+"""The shared report page: built from what a run wrote, self-contained, refusing an empty folder."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import metadata
+from pathlib import Path
+
+import altair as alt
+import nbformat
+import polars as pl
+import pytest
+
+from kit.cli import main as cli
+from kit.core import provenance
+from kit.report import page
+from kit.report.charts import LAB_VEGALITE_MIME
+
+CLAIM = "cat4 transfers better than cat1 on 2 of 3 unseen tasks (a smoke test)"
+
+
+def fake_outputs(folder: Path) -> Path:
+    """An output folder as a run leaves it: an executed notebook showing one chart, a summary
+    with a claim, a Table 3 and the parameters file."""
+    folder.mkdir(parents=True)
+    spec = alt.Chart(pl.DataFrame({"variant": ["cat1", "cat4"], "top1": [61.5, 64.25]})) \
+        .mark_bar().encode(x="variant:N", y="top1:Q").to_dict()
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# 03 · time-concat"),
+        nbformat.v4.new_code_cell("show(chart)", outputs=[nbformat.v4.new_output(
+            "display_data", data={LAB_VEGALITE_MIME: spec, "text/plain": "<chart>"})])])
+    nbformat.write(notebook, folder / "03_time_concat.ipynb")
+    nbformat.write(notebook, folder / "03_time_concat.partial.ipynb")  # a failed re-run
+    (folder / "time_concat_summary.json").write_text(json.dumps(
+        {"claim": {"status": "reproduced", "line": CLAIM}, "runs": 12}))
+    (folder / "toy_summary.json").write_text(json.dumps({"runs": 48}))  # no claim
+    pl.DataFrame({"variant": ["cat1", "cat4"], "shape mean": [61.54321, 64.25],
+                  "shape std": [1.234, 1.5]}).write_parquet(folder / "time_concat_table3.parquet")
+    pl.DataFrame({"x": [1]}).write_parquet(folder / "time_concat_training.parquet")
+    (folder / "03_time_concat.parameters.yaml").write_text("profile: ci\nreplicates: 2\n")
+    provenance.write(folder / "03_time_concat.provenance.json")
+    return folder
+
+
+def test_the_page_gathers_verdicts_tables_charts_notebooks_and_parameters(tmp_path: Path
+                                                                          ) -> None:
+    folder = fake_outputs(tmp_path / "outputs" / "ci")
+    written = page.write_report("ci", folder)
+    assert written == folder / "index.html"
+    text = written.read_text()
+    assert CLAIM in text and 'class="claim good"' in text
+    assert "time_concat_table3" in text and "61.5" in text and "61.54321" not in text
+    assert "time_concat_training" not in text  # not a results table
+    assert text.count("vegaEmbed('#chart") == 1  # the partial copy is not reported
+    assert '"top1"' in text
+    assert 'href="03_time_concat.html"' in text and (folder / "03_time_concat.html").exists()
+    assert "03_time_concat.partial" not in text
+    assert "replicates: 2" in text and metadata.version("timecat-kit") in text
+    assert provenance.commit()[:12] in text and "03_time_concat.provenance.json" in text
+
+
+def test_the_page_fetches_nothing(tmp_path: Path) -> None:
+    text = page.write_report("ci", fake_outputs(tmp_path / "ci")).read_text()
+    assert not re.search(r"<script[^>]*\bsrc=", text)
+    assert not re.search(r"<link[^>]*\bhref=\"?https?:", text)
+    assert "function vegaEmbed" in text or "vegaEmbed" in text.split("vegaEmbed('#chart")[0]
+
+
+def test_a_folder_without_results_is_refused_naming_it(tmp_path: Path, capsys) -> None:
+    with pytest.raises(page.ReportError, match=re.escape(str(tmp_path))):
+        page.write_report("nothing", tmp_path)
+    assert not (tmp_path / "index.html").exists()
+    assert cli.main(["report", "--profile", "no-such-profile-anywhere"]) == 2
+    assert "no executed notebook" in capsys.readouterr().err

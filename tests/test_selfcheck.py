@@ -1,0 +1,60 @@
+"""`python -m kit selfcheck`: its pure choices, and its CPU subset end to end, passing and with
+planted failures that must make it exit non-zero naming the check."""
+
+from __future__ import annotations
+
+import pytest
+
+from kit.cli import main, selfcheck
+from kit.cli import selfcheck_checks as checks
+
+
+@pytest.mark.parametrize(("name", "rate", "estimated"),
+                         [("NVIDIA H100 80GB HBM3", 2 * 16_621 / 8, True),
+                          ("NVIDIA H200", 2 * 16_621 / 8, True),
+                          ("NVIDIA A100-SXM4-80GB", 16_621 / 8, False),
+                          ("Tesla V100-SXM2-16GB", 1200.0, False)])
+def test_expected_figures_are_found_by_gpu_name_with_a_source(name: str, rate: float,
+                                                               estimated: bool) -> None:
+    figure, source = selfcheck.expected_rate(name)
+    assert figure == pytest.approx(rate)
+    assert source.startswith("estimate") == estimated
+
+
+def test_an_unknown_gpu_has_no_expected_figure() -> None:
+    assert selfcheck.expected_rate("Tesla T4") is None
+
+
+def test_more_gpus_than_visible_are_refused() -> None:
+    assert selfcheck.gpus_to_use(None, 8) == 8
+    assert selfcheck.gpus_to_use(2, 8) == 2
+    with pytest.raises(ValueError, match="--gpus 4: only 2"):
+        selfcheck.gpus_to_use(4, 2)
+
+
+def test_feeding_says_how_many_cores_the_gpus_need() -> None:
+    assert checks.feeding(100.0, 64, 5000.0).status == "ok"
+    starved = checks.feeding(100.0, 16, 40_000.0)
+    assert starved.status == "warn"
+    assert "400 free cores" in starved.note and "data.decode: gpu" in starved.note
+
+
+def test_cpu_subset_passes_and_says_it_is_the_cpu_subset(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("COLUMNS", "250")  # rich wraps the table to the terminal's width
+    assert main.main(["selfcheck"]) == 0
+    out = capsys.readouterr().out
+    assert "CPU subset" in out and "selfcheck passed" in out
+    for check in ("kit trainer", "input pipeline", "preemption and resume",
+                  "bf16 extraction vs fp32", "fast probe"):
+        assert check in out
+
+
+def test_planted_failures_make_it_exit_non_zero_naming_each(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setattr(checks, "BF16_TOLERANCE", 0.0)  # no bf16 result is that exact
+    monkeypatch.setattr(checks, "PROBE_FLOOR", 1.01)  # no accuracy is that high
+    assert main.main(["selfcheck"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED bf16 extraction" in out and "FAILED fast probe" in out
+    assert "selfcheck passed" not in out
+    assert out.count("FAILED") == 2  # the other checks still ran and passed
