@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_data import write_cifar, write_image
 
 from kit import models
 from kit.cli.main import main as kit_main
+from kit.data.fixtures import write_cifar, write_image
 from kit.experiments.timecat import estimates, jobs
 
 shutil_usage = namedtuple("shutil_usage", "total used free")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_data import write_cifar, write_image
 
+from kit.data.fixtures import write_cifar, write_image
 from kit.data.preflight import preflight
 from kit.data.settings import DataSettings
 
