@@ -93,6 +93,10 @@ def test_gains_are_differences_of_the_rows() -> None:
 def test_missing_values_stay_missing() -> None:
     genomics = evidence.load("table1_genomics")
     assert genomics["value"].null_count() == genomics.height  # no source reached: nothing typed
+    said = evidence.printed_or_missing(genomics, ["method", "params_millions"])
+    assert isinstance(said, str) and "Caduceus" in said and "Xu et al. 2025" in said
+    dfr = evidence.load("table1_dfr")
+    assert isinstance(evidence.printed_or_missing(dfr, ["method", "metric"]), pl.DataFrame)
     gap = evidence.transfer_gap(evidence.load("table1_dfr"))
     civil = gap.filter((pl.col("eval_dataset") == "CivilComments")
                        & pl.col("metric").str.starts_with("worst"))

@@ -361,8 +361,11 @@ def test_the_summary_names_time_output_and_the_claims_written_by_the_run(
     (out / "time_concat_summary.json").write_text(
         json.dumps({"claim": {"status": "supported", "line": "cat2 transfers better"}}))
     (out / "toy_summary.json").write_text(json.dumps({"no": "claim"}))
+    (out / "sweep_summary.json").write_text(json.dumps({"claim": {"line": "a later notebook's"}}))
+    started = time.time() - 5
+    os.utime(out / "sweep_summary.json", (started + 60, started + 60))
     lines = terminal.summary([terminal.Finished("03_time_concat", out / "03_time_concat.ipynb",
-                                                out, 12.34, 1000.0)], "ci")
+                                                out, 12.34, started)], "ci")
     assert lines == ["summary: 1 notebook(s) in 12.3 s, profile ci, results in outputs/ci",
                      "  03_time_concat     12.3 s  outputs/ci/03_time_concat.ipynb",
                      "    claim: cat2 transfers better"]

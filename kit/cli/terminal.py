@@ -200,12 +200,13 @@ class Finished:
     started: float  # time.time() when it started: the summaries it wrote are newer
 
 
-def claim_lines(output_dir: Path, since: float) -> list[str]:
-    """The claim lines of the `*_summary.json` files written in `output_dir` since `since`."""
+def claim_lines(output_dir: Path, since: float, until: float) -> list[str]:
+    """The claim lines of the `*_summary.json` files written in `output_dir` between `since`
+    and `until` (one notebook's run: a later notebook's summaries are not its own)."""
     lines = []
     for path in sorted(output_dir.glob("*_summary.json")):
         try:
-            if path.stat().st_mtime < since:
+            if not since <= path.stat().st_mtime <= until:
                 continue
             claim = json.loads(path.read_text()).get("claim")
         except (OSError, ValueError, AttributeError):
@@ -231,5 +232,6 @@ def summary(finished: list[Finished], profile: str) -> list[str]:
     width = max((len(run.notebook) for run in finished), default=0)
     for run in finished:
         lines.append(f"  {run.notebook:<{width}}  {run.seconds:7.1f} s  {shown(run.output)}")
-        lines += [f"    claim: {line}" for line in claim_lines(run.output_dir, run.started)]
+        lines += [f"    claim: {line}" for line in claim_lines(run.output_dir, run.started,
+                                                                  run.started + run.seconds)]
     return lines

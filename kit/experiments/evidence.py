@@ -89,6 +89,17 @@ def as_printed(frame: pl.DataFrame, index: list[str], columns: str = "eval_datas
     return wide.select(index + list(dict.fromkeys(order)))
 
 
+def printed_or_missing(frame: pl.DataFrame, index: list[str]) -> pl.DataFrame | str:
+    """`as_printed(frame, index)`, or one sentence when no row of the source has a value (a
+    table of placeholders says less than the sentence)."""
+    if frame["value"].null_count() < frame.height:
+        return as_printed(frame, index)
+    methods = ", ".join(frame["method"].unique(maintain_order=True).to_list())
+    return (f"No value of {frame['study'][0]} ({frame['metric'][0]} on "
+            f"{frame['eval_dataset'][0]}) is in a source the kit holds, so none is shown; the "
+            f"rows kept for when one is: {methods}.")
+
+
 def ensemble_gains(table2: pl.DataFrame) -> pl.DataFrame:
     """Table 2's argument: cat4resnet50 against the width-matched resnet50w2 and the resnet50."""
     printed = table2.filter(pl.col("value_source") == "table")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+from IPython.display import Markdown
 
 
 def setup() -> None:
@@ -126,3 +127,9 @@ class Table:
 def table(frame: pl.DataFrame) -> Table:
     """`display(tables.table(frame))`: the frame formatted for reading (see `Table`)."""
     return Table(frame)
+
+
+def table_or_text(value: pl.DataFrame | str) -> Table | Markdown:
+    """A frame as `table` shows it; a sentence (what a table would only have held blanks for)
+    as Markdown."""
+    return Markdown(value) if isinstance(value, str) else table(value)
