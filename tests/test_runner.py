@@ -351,6 +351,18 @@ def test_a_stage_writes_nothing_without_the_runner(tmp_path: Path,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_notebook_step_without_progress_of_its_own_is_not_silent() -> None:
+    lines: list[str] = []
+    with terminal.watching([], lines.append, poll_s=0.01, heartbeat=lambda: "03 running",
+                           quiet_s=0.1):
+        time.sleep(0.55)
+    assert 3 <= lines.count("03 running") <= 6
+    lines.clear()
+    with terminal.watching([], lines.append, poll_s=0.01):  # no heartbeat asked: nothing
+        time.sleep(0.2)
+    assert lines == []
+
+
 def test_the_summary_names_time_output_and_the_claims_written_by_the_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -378,7 +390,8 @@ def test_kit_run_reports_its_stages_and_ends_with_a_summary(runner_output) -> No
     assert any(re.fullmatch(r"03 training: reused \d+, trained \d+ \(.*\)", t) for t in texts)
     assert any(re.fullmatch(r"03 features \w+ \(\d+ rows\): reused \d+ of \d+ cached "
                             r"representation\(s\), extracted \d+.*", t) for t in texts), texts
-    assert any(re.fullmatch(r"03 probes: reused 0, fitted \d+ .*probe/s\)", t) for t in texts)
+    assert any(re.fullmatch(r"03 probes: reused 0, fitted \d+ .*(probe/s|s/probe)\)", t)
+               for t in texts), texts
     summary = texts.index(next(t for t in texts if t.startswith("summary: 1 notebook(s)")))
     assert texts[summary + 1].split()[0] == "03_time_concat"
     assert any(t.startswith("    claim: ") for t in texts[summary:])

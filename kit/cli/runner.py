@@ -249,7 +249,10 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         os.environ[STAGE_FILE_ENV] = str(stages)  # the kernel inherits it
         try:
             with terminal.watching([terminal.TrainingProgress(watched, short, every_s),
-                                    terminal.StageProgress(stages, short, every_s)]):
+                                    terminal.StageProgress(stages, short, every_s)],
+                                   heartbeat=lambda short=short, start=start: f"{short} "
+                                   f"running ({time.perf_counter() - start:.0f} s)",
+                                   quiet_s=terminal.QUIET_S[sys.stdout.isatty()]):
                 execute(planned, notebooks_dir)
         except PapermillExecutionError as error:
             kept = (f"; the last good run's stays in {planned.output}"

@@ -26,6 +26,9 @@ from kit.launch.progress import last_record
 
 #: seconds between two progress lines of one training run or stage: on a terminal, in a log
 PROGRESS_EVERY_S = {True: 5.0, False: 30.0}
+#: seconds without a line after which the runner says the notebook is still running: on a
+#: terminal, in a log
+QUIET_S = {True: 8.0, False: 60.0}
 #: seconds between two looks at the output folder for files that grew
 PROGRESS_POLL_S = 1.0
 
@@ -37,19 +40,29 @@ class Poller(Protocol):
 @contextlib.contextmanager
 def watching(pollers: Sequence[Poller],
              write: Callable[[str], None] = lambda line: print(line, flush=True),
-             poll_s: float = PROGRESS_POLL_S) -> Iterator[None]:
+             poll_s: float = PROGRESS_POLL_S, heartbeat: Callable[[], str] | None = None,
+             quiet_s: float = QUIET_S[True]) -> Iterator[None]:
     """Poll in a background thread while the body runs; one last poll when it ends (what
-    finished since), and the thread stopped whether the body succeeds or raises."""
+    finished since), and the thread stopped whether the body succeeds or raises. With
+    `heartbeat`, its line is written whenever nothing was for `quiet_s` seconds (a step that
+    reports no progress of its own is not a silent minute)."""
     stop = threading.Event()
+    last = [time.monotonic()]
+
+    def emit(line: str) -> None:
+        write(line)
+        last[0] = time.monotonic()
 
     def poll_all() -> None:
         for poller in pollers:
             for line in poller.poll():
-                write(line)
+                emit(line)
 
     def loop() -> None:
         while not stop.wait(poll_s):
             poll_all()
+            if heartbeat is not None and time.monotonic() - last[0] >= quiet_s:
+                emit(heartbeat())
 
     thread = threading.Thread(target=loop, name="kit-run-progress", daemon=True)
     thread.start()
