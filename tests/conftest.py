@@ -9,8 +9,10 @@ strip them from the notebook itself. Tests that read a notebook's results back u
 `notebook_outputs`:
 the files the nbval run wrote, or a fresh papermill run when nbval was deselected.
 
-Notebook 03 (RUNNER_EXECUTED) is executed by `python -m kit run` instead of nbval, once per session
-(`runner_output`), so that the one long run also shows what the runner prints while it trains.
+Notebooks 03 and 04 (RUNNER_EXECUTED) are executed by `python -m kit run` instead of nbval, once
+per session and in that order (`runner_output`), so that the one long run also shows what the
+runner prints while it trains: 04 reuses 03's runs, and run first it would leave 03 nothing to
+train.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ NOTEBOOK_COPIES = TESTS_DIR / "_notebooks"
 OUTPUT_ROOT = NOTEBOOK_COPIES / "outputs"
 PROFILE = "ci"
 #: notebooks executed with `python -m kit run` (runner_output) rather than collected by nbval
-RUNNER_EXECUTED = ("03_time_concat",)
+RUNNER_EXECUTED = ("03_time_concat", "04_when_concat_helps")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -90,6 +92,8 @@ def runner_output() -> Callable[[str], RunnerOutput]:
     runs: dict[str, RunnerOutput] = {}
 
     def get(stem: str) -> RunnerOutput:
+        for earlier in RUNNER_EXECUTED[:RUNNER_EXECUTED.index(stem)]:
+            get(earlier)
         if stem not in runs:
             runs[stem] = kit_run(stem)
         return runs[stem]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from kit import models
 from kit.cli import runner
 from kit.core import params
 from kit.data import pipeline as data
+from kit.data.fixtures import write_paper_data
 from kit.data.kinds.imagefolder import image_folder
 from kit.experiments.timecat import comparisons, planning
 from kit.experiments.timecat.settings import SCALE_TRAIN_KEYS, TimecatSettings
@@ -41,29 +41,13 @@ def planned_params(profile: str, **overrides) -> TimecatSettings:
 
 @pytest.fixture()
 def fake_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The on-disk layout each kind expects (empty files: pre-flight opens no image; CIFAR
-    batches hold no image but are pickles, which pre-flight reads), and the released
+    """The datasets the paper and GPU profiles read, tiny (`kit fixtures`), and the released
     checkpoints' file names."""
-    for folder in ("imagenet/train/n01440764", "imagenet/val/n01440764", "inat18",
-                   "cifar100/cifar-100-python", "cifar10/cifar-10-batches-py"):
-        (tmp_path / folder).mkdir(parents=True)
-    for file in ("imagenet/train/n01440764/a.JPEG", "imagenet/val/n01440764/b.JPEG",
-                 "inat18/train2018.json", "inat18/val2018.json",
-                 "cifar100/cifar-100-python/train", "cifar100/cifar-100-python/test",
-                 "cifar10/cifar-10-batches-py/test_batch",
-                 *[f"cifar10/cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)]):
-        (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / file).write_bytes(pickle.dumps({"data": [], "labels": []})
-                                      if "cifar" in file else b"")
+    write_paper_data(tmp_path)
     for n, seeds in ((1, [2]), (2, [2, 550]), (4, [2, 550, 23, 477]),
                      (5, [2, 550, 23, 477, 8529])):
         for seed in seeds:
             tiny_checkpoint(tmp_path / "released" / f"cat{n}" / f"seed{seed}.pt")
-    # the meta files are read (their class names), in either key form
-    (tmp_path / "cifar100/cifar-100-python/meta").write_bytes(
-        pickle.dumps({"fine_label_names": ["apple"] * 100}))
-    (tmp_path / "cifar10/cifar-10-batches-py/batches.meta").write_bytes(
-        pickle.dumps({b"label_names": [b"airplane"] * 10}))
     monkeypatch.setenv("TIMECAT_DATA", str(tmp_path))
     monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(tmp_path / "released"))
     return tmp_path

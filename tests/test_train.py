@@ -95,7 +95,7 @@ def test_config_nested_unknown_key_and_override_are_named(tmp_path: Path) -> Non
     path = write_config(tmp_path / "run.yaml", values)
     with pytest.raises(ParameterError) as error:
         load_train_settings(path)
-    assert "unknown parameter 'data.imagesize'; did you mean 'image_size'" in str(error.value)
+    assert "unknown parameter 'data.imagesize'; did you mean 'data.image_size'" in str(error.value)
     path = write_config(tmp_path / "run.yaml", settings(tmp_path))
     with pytest.raises(ParameterError, match="the command line: parameter 'data.image_size'"):
         load_train_settings(path, ["data.image_size=4"])
