@@ -20,7 +20,7 @@ from kit.probes.faithful_training import faithful_probe
 from kit.probes.fast import converged_heads, fast_probe
 from kit.probes.lbfgs import convex_fit, lbfgs_probe
 from kit.probes.rows import ProbeError, Split, heldout_indices, standardiser
-from kit.probes.selection import RULES
+from kit.probes.selection import BOUNDED, RULES, select
 from kit.probes.settings import (
     LBFGS_MAX_ITER,
     PAPER_WEIGHT_DECAYS,
@@ -380,3 +380,46 @@ def test_lbfgs_runs_to_its_tolerance_and_refuses_a_fit_cut_short() -> None:
     with pytest.raises(ProbeError, match="did not converge in 3 iterations"):
         lbfgs_probe(train, evaluation, 4,
                           LbfgsProbeSettings(weight_decays=[1e-3], max_iter=3))
+
+
+def test_bounded_rule_keeps_the_heldout_choice_within_the_gap_and_says_when_none_is() -> None:
+    """A planted history: the best held-out head fits its rows 30 points above its held-out
+    rows; `bounded` takes the best head within 15 points, and with no head within the bound
+    the one that fits its rows least above its held-out rows."""
+    history = pl.DataFrame({"weight_decay": [1e-3, 1e-2, 1e-1], "epoch": [1, 1, 1],
+                            "train_top1": [0.70, 0.50, 0.40], "heldout_top1": [0.40, 0.38, 0.33],
+                            "eval_top1": [0.41, 0.37, 0.32], "eval_top5": [None] * 3})
+    chosen = {row["rule"]: row["weight_decay"]
+              for row in select(history, ["weight_decay"], 10, max_gap=15).iter_rows(named=True)}
+    assert chosen == {"paper": 1e-3, "heldout": 1e-3, "bounded": 1e-2}
+    assert set(select(history, ["weight_decay"], 10)["rule"]) == set(RULES)
+    tight = select(history, ["weight_decay"], 10, max_gap=5).filter(pl.col("rule") == BOUNDED)
+    assert tight["weight_decay"].to_list() == [1e-1]  # 7 points: the smallest gap, not within
+
+
+def test_bounded_rule_regularises_a_probe_with_few_rows_per_feature() -> None:
+    """128 features, 270 fit rows: the held-out choice fits its rows far above the evaluation
+    split; the bounded choice, from the same fits, stays within the bound on held-out rows."""
+    settings = LbfgsProbeSettings(weight_decays=[1e-3, 1e-1, 1.0, 10.0], max_gap=15)
+    result = lbfgs_probe(teacher(300, 128, 4, 2), teacher(1000, 128, 4, 3), 4, settings)
+    rows = {row["rule"]: row for row in result.selected.iter_rows(named=True)}
+    assert rows["heldout"]["train_top1"] - rows["heldout"]["top1"] > 0.15
+    bounded = result.history.filter(pl.col("weight_decay") == rows["bounded"]["weight_decay"])
+    assert (bounded["train_top1"] - bounded["heldout_top1"]).item() <= 0.15
+    assert rows["bounded"]["weight_decay"] > rows["heldout"]["weight_decay"]
+
+
+def test_lbfgs_regularisation_path_reaches_the_fits_from_zero() -> None:
+    """Warm starts from the next stronger weight decay change where L-BFGS stops only within
+    its tolerance: the objective of each fit from zero, and every evaluation prediction's
+    accuracy to the image."""
+    train, evaluation = skewed(1000, 0), skewed(2000, 1)
+    decays = [1e-3, 1e-2, 1e-1]
+    path = lbfgs_probe(train, evaluation, 10, LbfgsProbeSettings(weight_decays=decays))
+    for decay in decays:
+        alone = lbfgs_probe(train, evaluation, 10, LbfgsProbeSettings(weight_decays=[decay]))
+        fitted = path.history.filter(pl.col("weight_decay") == decay)
+        assert fitted["train_loss"].item() == pytest.approx(alone.history["train_loss"].item(),
+                                                            abs=1e-7)
+        assert fitted["eval_top1"].item() == alone.history["eval_top1"].item()
+    assert path.history["weight_decay"].to_list() == decays  # the settings' order

@@ -178,6 +178,7 @@ def test_balanced_subset_covers_every_class_of_a_class_ordered_folder(tmp_path: 
     ({"tasks": [{"name": "x", "role": "unseen"}]},
      "exactly one of data, components or pretraining"),
     ({"train": {"model": "resnet11"}}, "train.model"),
+    ({"probe_rule": "bounded", "probe_kind": "faithful"}, "probe_rule: bounded is reported by"),
 ])
 def test_bad_profiles_are_refused_before_anything_trains(overrides, message: str) -> None:
     with pytest.raises(params.ParameterError, match=message):

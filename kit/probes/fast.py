@@ -146,7 +146,8 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int,
     with precision(devices, config.tf32):
         history = pl.DataFrame(_train(heads, rows, config, progress))
     if config.select_from == "epochs":
-        return ProbeResult(history, select(history, ["lr", "weight_decay"], num_classes))
+        return ProbeResult(history, select(history, ["lr", "weight_decay"], num_classes,
+                                                    config.max_gap))
     chosen = list(converged_heads(history).iter_rows(named=True))
     fits = spread_fits(places, [(heads.linear(head["lr"], head["weight_decay"]),
                                  head["weight_decay"]) for head in chosen], LBFGS_MAX_ITER)
@@ -154,7 +155,7 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int,
         {"lr": head["lr"], "weight_decay": head["weight_decay"], "epoch": config.epochs, **fit}
         for head, fit in zip(chosen, fits, strict=True)])
     return ProbeResult(pl.concat([history, finished], how="diagonal"),
-                       select(finished, ["lr", "weight_decay"], num_classes))
+                       select(finished, ["lr", "weight_decay"], num_classes, config.max_gap))
 
 
 def _train(heads: SpreadHeads, rows: ConvexFit, config: FastProbeSettings, progress: bool

@@ -161,25 +161,41 @@ def spread_fits(places: Sequence[ConvexFit], starts: Sequence[tuple[nn.Linear, f
 
 def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
                 settings: LbfgsProbeSettings = LbfgsProbeSettings()) -> ProbeResult:
-    """Full-batch multinomial logistic regression by L-BFGS from zero weights, one fit per
-    weight decay, on the fast probe's held-out split and standardisation. Features are read as
-    the fast probe reads them (resident on the device when they fit, else a chunk at a time
-    from host memory or a memory map), so a converged fit needs no full-size copy. 200
-    iterations were too few: on the cpu profile's features they left the loss up to 1.4e-3
-    above its minimum and moved top-1 by up to 0.8 point; all stopped by tolerance within 500."""
+    """Full-batch multinomial logistic regression by L-BFGS, one fit per weight decay, on the
+    fast probe's held-out split and standardisation. Features are read as the fast probe reads
+    them (resident on the device when they fit, else a chunk at a time from host memory or a
+    memory map), so a converged fit needs no full-size copy. 200 iterations were too few: on
+    the cpu profile's features they left the loss up to 1.4e-3 above its minimum and moved
+    top-1 by up to 0.8 point; all stopped by tolerance within 500.
+
+    On one device the weight decays are fitted as a regularisation path: the strongest from
+    zero weights, each weaker one from the previous fit. Every objective is strictly convex, so
+    the start changes where L-BFGS stops only within its tolerance; a weak decay, whose fit
+    from zero takes the most iterations, starts near its minimum. Over several devices each
+    fit starts from zero on its own device."""
     devices = probe_devices(settings.device, settings.devices, visible_gpus())
     rows = convex_fit(train, evaluation, num_classes, settings.heldout_fraction, settings.seed,
                       devices[0])
-    starts = []
-    for decay in settings.weight_decays:
-        linear = nn.Linear(train.features.shape[1], num_classes).to(torch.float64)
-        nn.init.zeros_(linear.weight)
-        nn.init.zeros_(linear.bias)
-        starts.append((linear, decay))
-    fits = spread_fits(spread_rows(rows, devices), starts, settings.max_iter)
-    table = pl.DataFrame([{"weight_decay": decay, "epoch": 1, **fit}
-                          for (_, decay), fit in zip(starts, fits, strict=True)])
-    return ProbeResult(table, select(table, ["weight_decay"], num_classes))
+    decays = sorted(settings.weight_decays, reverse=True)
+    if len(devices) == 1:
+        fits, linear = {}, _zero_head(train.features.shape[1], num_classes)
+        for decay in decays:
+            fits[decay] = rows.fit(linear, decay, settings.max_iter)  # continues from the last
+    else:
+        starts = [(_zero_head(train.features.shape[1], num_classes), d) for d in decays]
+        fits = dict(zip(decays, spread_fits(spread_rows(rows, devices), starts,
+                                            settings.max_iter), strict=True))
+    table = pl.DataFrame([{"weight_decay": decay, "epoch": 1, **fits[decay]}
+                          for decay in settings.weight_decays])
+    return ProbeResult(table, select(table, ["weight_decay"], num_classes, settings.max_gap))
+
+
+def _zero_head(dim: int, num_classes: int) -> nn.Linear:
+    """A float64 linear head with zero weights and bias."""
+    linear = nn.Linear(dim, num_classes).to(torch.float64)
+    nn.init.zeros_(linear.weight)
+    nn.init.zeros_(linear.bias)
+    return linear
 
 
 class LbfgsProbe:

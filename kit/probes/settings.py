@@ -32,6 +32,10 @@ class LbfgsProbeSettings(Strict):
     heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
     #: only a cap: a fit that reaches it is refused, its accuracy being the optimiser's
     max_iter: int = Field(default=LBFGS_MAX_ITER, ge=1)
+    #: a third selection rule, `bounded`: the held-out choice among heads whose top-1 on their
+    #: fit rows exceeds their held-out top-1 by at most this many points (`kit.probes.selection`);
+    #: None reports only `paper` and `heldout`
+    max_gap: float | None = Field(default=None, gt=0.0)
     seed: int = Field(default=0, ge=0)
     device: str = Field(default="cpu", min_length=1)
     #: with device `cuda` (no index): the GPUs the weight decays' fits are spread over, None for
@@ -49,6 +53,10 @@ class FastProbeSettings(Strict):
     batch_size: int = Field(default=512, ge=1)
     momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
     heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
+    #: a third selection rule, `bounded`: the held-out choice among heads whose top-1 on their
+    #: fit rows exceeds their held-out top-1 by at most this many points (`kit.probes.selection`);
+    #: None reports only `paper` and `heldout`
+    max_gap: float | None = Field(default=None, gt=0.0)
     seed: int = Field(default=0, ge=0)
     device: str = Field(default="cpu", min_length=1)
     #: with device `cuda` (no index): the GPUs the heads (and the L-BFGS finishing fits) are
@@ -83,7 +91,8 @@ class FastProbeSettings(Strict):
         converged fit this probe is checked against."""
         return LbfgsProbeSettings(weight_decays=list(self.weight_decays),
                                   heldout_fraction=self.heldout_fraction, seed=self.seed,
-                                  device=self.device, devices=self.devices)
+                                  device=self.device, devices=self.devices,
+                                  max_gap=self.max_gap)
 
 
 class FaithfulProbeSettings(Strict):

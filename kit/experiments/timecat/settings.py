@@ -140,7 +140,9 @@ class TimecatSettings(NotebookSettings):
     #: training rows per task for the probes: None = every row; else a seeded, class-balanced
     #: subset of that size
     probe_train_rows: int | None = Field(default=None, ge=16)
-    probe_rule: Literal["paper", "heldout"] = "heldout"
+    #: the selection rule tables and claims read: `paper`, `heldout` or `bounded` (held-out
+    #: choice among heads within `probe.max_gap` of their fit rows; `kit.probes.selection`)
+    probe_rule: Literal["paper", "heldout", "bounded"] = "heldout"
     #: also fit the first replicate's probes by full-batch L-BFGS (converged, same weight
     #: decays and held-out rows) and record its top-1 beside the fast probe's: the check that
     #: the fast probe has converged
@@ -200,6 +202,10 @@ class TimecatSettings(NotebookSettings):
         return self
 
     def _check_faithful(self) -> None:
+        if self.probe_rule == "bounded" and (self.probe_kind == "faithful"
+                                             or self.probe.max_gap is None):
+            raise ValueError("probe_rule: bounded is reported by the fast and lbfgs probes "
+                             "given probe.max_gap; set probe.max_gap (points) or use heldout")
         if self.lbfgs_check and self.probe_kind != "fast":
             raise ValueError(f"lbfgs_check: checks the fast probe, but probe_kind is "
                              f"{self.probe_kind}")
