@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from kit.experiments import toy, toy_charts
+from kit.experiments import evidence, toy, toy_charts
 from kit.experiments.timecat import figures
 from kit.report import charts, palette, tables
 
@@ -72,6 +72,38 @@ def test_a_variant_has_one_colour_in_every_chart_of_every_notebook() -> None:
             assert seen.setdefault(name, colour) == colour, f"{name}: {colour} != {seen[name]}"
     assert {"cat1", "cat2", "wide1", "random2", "direct", "phi1"} <= set(seen)
     assert len({seen[v] for v in ("cat1", "cat2", "wide1", "random2", "direct")}) == 5
+
+
+def test_notebook_02s_charts_colour_each_concept_as_every_notebook_does() -> None:
+    """A published catN's gain is drawn in notebook 03's catN colour, a wider ResNet-50 in the
+    wide family's; value sources, pretrainings and metrics have colours of their own."""
+    sources = evidence.load_all()
+    charts_of_02 = {
+        "table1": evidence.difference_chart(evidence.table1_gap_frame(
+            evidence.transfer_gap(sources["table1_dfr"])), "comparison", "points", "1a"),
+        "table2": evidence.difference_chart(evidence.table2_gain_frame(
+            evidence.ensemble_gains(sources["table2"])), "comparison", "points", "2"),
+        "table3": evidence.difference_chart(evidence.table3_gain_frame(
+            evidence.time_concat_gains(sources["table3"])), "comparison", "points", "3"),
+        "series": evidence.series_chart(evidence.concat_series(sources["table2"],
+                                                               sources["figure4_ssl"])),
+        "dots": evidence.dot_plot(sources["table3"], "method", "3")}
+    found = {name: {k: v for k, v in colours(chart.to_dict()).items() if v.startswith("#")}
+             for name, chart in charts_of_02.items()}
+    assert found["table3"] and all(colour == palette.color(label.split(" − ")[0])
+                                   for label, colour in found["table3"].items())
+    assert set(found["table3"]) >= {"cat2 − cat1", "cat4 − cat1"}
+    assert found["table2"] == {"cat4resnet50 − resnet50w2 (same width)": palette.color("cat4"),
+                               "resnet50w2 − resnet50 (widening alone)": palette.color("wide2")}
+    assert found["series"] == {"supervised (ImageNet-1k)": palette.color("supervised"),
+                               "self-supervised (SwAV)": palette.color("self-supervised")}
+    assert found["dots"] == {"read_from_figure": palette.color("read_from_figure"),
+                             "table": palette.color("table")}
+    for name, named in found.items():
+        assert len(set(named.values())) == len(named) >= 2, f"{name}: {named}"
+    assert palette.color("cat4") == colours(figures.accuracy_chart(
+        results({"cat4": [0.5], "cat1": [0.4]}), "heldout", {"shape": 10, "texture": 10})
+        .to_dict())["cat4"]
 
 
 def test_palette_families_and_other_names() -> None:

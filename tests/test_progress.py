@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 import torch
 
+from kit.cli import terminal
 from kit.core import progress
 from kit.core.paths import REPO_ROOT
 from kit.experiments import toy
@@ -68,3 +71,30 @@ def test_a_kept_bar_in_a_log_draws_rarely(capsys) -> None:
     draws = [part for part in capsys.readouterr().err.replace("\r", "\n").splitlines()
              if part.startswith("probes")]
     assert 1 <= len(draws) <= 3, draws
+
+
+def stage_lines(path: Path, label: str) -> list[str]:
+    """What `python -m kit run` prints for the stage records in `path`: each stage's first
+    and last line (its counts, what it reuses, its duration)."""
+    return terminal.StageProgress(path, label, every_s=3600.0).poll()
+
+
+def test_the_toys_probing_says_what_it_probes_between_trainings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Notebook 01's probes (seconds at the cpu profile, between two toy trainings) each have
+    their stage lines: how many probes, on which representations."""
+    monkeypatch.setenv(progress.STAGE_FILE_ENV, str(tmp_path / "stages.jsonl"))
+    config = SparseTrainingSettings(steps=3, n_train=64, batch_size=16, probe_samples=32,
+                                    probe_steps=4)
+    runs, models = toy.mixture_sweep([0.7], 2, config, seed=0)  # 4 mixtures x 2 replicates
+    toy.concatenation_study(runs, models, [2], config, seed=1)  # 4 groups of 2
+    lines = stage_lines(tmp_path / "stages.jsonl", "01")
+    assert lines[0] == "01 training 8 toy models: 3 step(s)", lines
+    assert re.fullmatch(r"01 training 8 toy models: 3 step\(s\) done \(.*step/s\)", lines[1])
+    expected = [("32 probes", "8 trained models"), ("32 probes", "8 trained models, unpruned"),
+                ("16 probes", "4 concatenations of 2 trained models, reused")]
+    probing = [line for line in lines if line.startswith("01 probes")]
+    assert len(probing) == 2 * len(expected), lines
+    for (count, what), first, last in zip(expected, probing[::2], probing[1::2]):
+        assert first == f"01 probes: fitting {count} at once (4 components x {what})"
+        assert re.fullmatch(rf"01 probes: fitted {count} \({re.escape(what)}\) \(.* s.*\)", last)

@@ -4,11 +4,16 @@ the paper beside the kit with its regime."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pytest
 
+from kit.cli import terminal
 from kit.core import params
+from kit.core.progress import STAGE_FILE_ENV
 from kit.experiments.timecat import (
     comparisons,
     regime,
@@ -108,6 +113,33 @@ def test_the_overall_statement_from_mixed_worlds() -> None:
     assert "world 1: helps at no budget (none in range)" in found.line
     with pytest.raises(ValueError, match="once"):
         crossover.budget_claim(pl.concat([table({0: [yes]})] * 2))
+
+
+def test_the_sweeps_silent_steps_print_their_own_stage_lines(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m kit run` prints what notebook 04 judges and which cells it reads back
+    instead of probing them again (the steps that were silent for up to 21 s)."""
+    records = tmp_path / "stages.jsonl"
+    monkeypatch.setenv(STAGE_FILE_ENV, str(records))
+    sweep.judge_cells(sweep_results({}, worlds=1, replicates=2), "heldout", "cat1", 15.0)
+    loaded, _ = params.load("04_when_concat_helps", "ci",
+                            overrides={"world_seeds": [0, 1], "output_dir": str(tmp_path)})
+    cells = sweep_settings.cells(loaded)
+    for cell in cells:  # probed before: each cell's results file is there
+        stored = sweep._cell_file(loaded, cell)
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        pl.DataFrame({"variant": ["cat1"], "world_seed": [cell.world_seed],
+                      "budget": [cell.budget]}).write_parquet(stored)
+    assert sweep.probe_cells(loaded, cells).height == len(cells) == 4
+    lines = terminal.StageProgress(records, "04", every_s=3600.0).poll()
+    assert lines[0] == ("04 verdicts: judging 5 cell(s): gains with Holm-adjusted intervals, "
+                        "controls and probe gaps per cell")
+    assert re.fullmatch(r"04 verdicts: judged 5 cell\(s\) \(.* s, .*cell/s\)", lines[1]), lines
+    assert lines[2] == (f"04 cells: 4 cell(s): 4 probed before (read back from "
+                        f"{tmp_path}/sweep/results), probing 0")
+    assert re.fullmatch(r"04 cells: read back 4, probed 0 cell\(s\) \(0 of them with notebook "
+                        r"03's probe results for the variants it shares\) \(.*\)", lines[3])
+    assert len(lines) == 4
 
 
 def test_cells_are_notebook_03s_settings_and_its_own_cell_shares_its_runs() -> None:

@@ -15,7 +15,7 @@ from PIL import Image
 
 from kit import models
 from kit.cli import runner
-from kit.core import params
+from kit.core import params, paths
 from kit.data import pipeline as data
 from kit.data.fixtures import write_paper_data
 from kit.data.kinds.imagefolder import image_folder
@@ -70,6 +70,21 @@ def test_plan_splits_the_budget_and_names_folders_by_variant_and_seed() -> None:
     folders = [t.output_dir for t in experiment.trainings]
     assert len(set(folders)) == len(folders)  # one folder per run
     assert {t.seed for t in experiment.trainings} == {0, 1, 1000, 1001}
+
+
+def test_the_plan_table_names_runs_from_the_repository_root(tmp_path: Path) -> None:
+    """Run folders under the repository are listed from its root (short, the same on every
+    machine); a folder elsewhere keeps its absolute path."""
+    inside = planning.run_table(planning.plan(planned_params("ci")).trainings)
+    assert inside.height > 0 and inside["run"].str.starts_with("outputs/ci/time_concat/rep0/").any()
+    assert not inside["run"].str.starts_with("/").any()
+    outside = planning.run_table(planning.plan(planned_params("ci", output_dir=str(tmp_path)))
+                                 .trainings)
+    assert outside["run"].str.starts_with(f"{tmp_path}/time_concat/rep").all()
+    assert outside.drop("run").equals(inside.drop("run"))
+    assert paths.shown(paths.REPO_ROOT / "outputs" / ".." / "docs") == "docs"
+    assert paths.shown("outputs/ci") == "outputs/ci"  # relative: taken from the root
+    assert paths.shown(tmp_path / "x", start=tmp_path) == "x"
 
 
 def test_paper_budgets_and_seeds(fake_data: Path) -> None:

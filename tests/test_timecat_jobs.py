@@ -101,6 +101,17 @@ def test_extraction_refuses_unfinished_training_before_extracting(tmp_path: Path
     assert not (out / "time_concat" / "features").exists()
 
 
+def test_the_plan_prints_paths_as_typed_from_the_working_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert kit_main(["launch", "plan", "--profile", "ci", "--set", f"output_dir={tmp_path}",
+                     "--out", str(tmp_path / "export")]) == 0
+    printed = capsys.readouterr().out
+    assert ("wrote export/train.sbatch, export/extract.sbatch, export/probe.sbatch, "
+            "export/submit.sh; submit all with: bash export/submit.sh") in printed
+    assert str(tmp_path) not in printed
+
+
 def test_plan_with_a_profile_exports_training_extraction_and_probing_chained(
         tmp_path: Path) -> None:
     out, export = tmp_path / "out", tmp_path / "export"

@@ -48,6 +48,19 @@ def test_optimal_classifier_drops_lightest_point_and_uses_dominant_feature(domin
     assert optimum["features"] == toy.FEATURES[toy.COMPONENT_FEATURE[dominant]]
 
 
+def test_the_optimum_table_gives_each_mixtures_masses_and_lightest_drop() -> None:
+    table = toy.optimum_table([0.4, 0.7])
+    assert table["dominant"].to_list() == list(toy.COMPONENT_NAMES) * 2
+    assert table["share"].to_list() == [0.4] * 4 + [0.7] * 4
+    for row in table.iter_rows(named=True):
+        masses = {p: row[f"mass {p}"] for p in toy.POINT_NAMES}
+        assert sum(masses.values()) == pytest.approx(1.0)
+        assert row["dropped"] == min(masses, key=masses.get), row
+        assert row["error"] == pytest.approx(min(masses.values()), abs=1e-4)
+        assert row["features"] == toy.FEATURES[toy.COMPONENT_FEATURE[
+            toy.COMPONENT_NAMES.index(row["dominant"])]]
+
+
 def test_tied_mixture_reports_every_optimal_classifier() -> None:
     optimum = toy.optimal_mixture_classifier(torch.full((4,), 0.25))
     assert optimum["dropped"] == "A | B | C | D"

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
 from kit.core.params import ParameterError
+from kit.core.paths import shown
 from kit.launch.backends import launch
 from kit.launch.runs import Launched, is_finished
 from kit.launch.sbatch import export_plan
@@ -107,7 +109,7 @@ def launch_command(args: argparse.Namespace) -> int:
         return 2
     if args.launch_command == "plan":
         script = export_plan(configs, settings, args.out)
-        print(f"{len(configs)} runs; submit with: sbatch {script}")
+        print(f"{len(configs)} runs; submit with: sbatch {shlex.quote(_here(script))}")
         return 0
     pending = [config for config in configs if not is_finished(config)]
     print(f"{len(configs) - len(pending)} of {len(configs)} runs already finished")
@@ -115,11 +117,17 @@ def launch_command(args: argparse.Namespace) -> int:
     return _report(result)
 
 
+def _here(path: str | Path) -> str:
+    """A path as this command prints it: relative to the working directory (the repository
+    root, usually) when it lies under it, so it can be typed as printed; else absolute."""
+    return shown(path, Path.cwd())
+
+
 def _report(result: Launched) -> int:
     for name, job_id in result.submitted.items():
         print(f"{name}: job {job_id}")
     for name, log in result.failed.items():
-        print(f"{name}: failed, see {log}", file=sys.stderr)
+        print(f"{name}: failed, see {_here(log)}", file=sys.stderr)
     return 1 if result.failed else 0
 
 
@@ -137,12 +145,12 @@ def _profile_command(args: argparse.Namespace) -> int:
         scripts = jobs.export_jobs(loaded, settings, args.out)
         gpu = None if loaded.device == "cpu" else args.gpu
         print(estimates.describe(estimates.estimate(loaded, gpu), gpu))
-        print("wrote " + ", ".join(str(script) for script in scripts)
-              + f"; submit all with: bash {scripts[-1]}")
+        print("wrote " + ", ".join(_here(script) for script in scripts)
+              + f"; submit all with: bash {shlex.quote(_here(scripts[-1]))}")
         return 0
     settings = parse_settings(args.launch, loaded.launch)
     if args.launch_command == "extract" and jobs.extraction_finished(loaded):
-        print(f"features already extracted in {planning.runs_dir(loaded) / 'features'}")
+        print(f"features already extracted in {_here(planning.runs_dir(loaded) / 'features')}")
         return 0
     return _report(jobs.launch_step(args.launch_command, loaded, settings, wait=not args.no_wait))
 
@@ -170,8 +178,8 @@ def step_command(args: argparse.Namespace) -> int:
         if args.command == "extract":
             count = jobs.extract_step(loaded)
             if int(os.environ.get("RANK", "0")) == 0:
-                print(f"{count} cache entries in {planning.runs_dir(loaded) / 'features'}")
+                print(f"{count} cache entries in {_here(planning.runs_dir(loaded) / 'features')}")
         else:
-            print(f"wrote {jobs.probe_step(loaded)}")
+            print(f"wrote {_here(jobs.probe_step(loaded))}")
 
     return exit_code(step)

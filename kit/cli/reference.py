@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from kit.core import params
-from kit.core.paths import REPO_ROOT
+from kit.core.paths import REPO_ROOT, shown
 
 #: where the reference lives in the MkDocs site (docs/ is the site's source)
 REFERENCE_FILE = REPO_ROOT / "docs" / "reference" / "parameters.md"
@@ -290,14 +290,14 @@ def stale(path: Path = REFERENCE_FILE) -> bool:
 def command(check: bool, path: Path = REFERENCE_FILE) -> int:
     """`python -m kit reference [--check]`: write the reference, or only say whether it is
     stale (status 1, naming the file and the command that regenerates it)."""
-    shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    name = shown(path)
     if not check:
         write(path)
-        print(f"wrote {shown}")
+        print(f"wrote {name}")
         return 0
     if stale(path):
-        print(f"{shown} differs from the settings classes; regenerate it with: {REGENERATE}",
+        print(f"{name} differs from the settings classes; regenerate it with: {REGENERATE}",
               file=sys.stderr)
         return 1
-    print(f"{shown} is up to date")
+    print(f"{name} is up to date")
     return 0

@@ -32,6 +32,14 @@ def resolve(path: str | Path) -> Path:
     return path if path.is_absolute() else REPO_ROOT / path
 
 
+def shown(path: str | Path, start: Path = REPO_ROOT) -> str:
+    """A path as the kit prints it: relative to `start` (the repository root; an absolute
+    path) when it lies under it, so tables and messages stay short and the same on every machine; absolute
+    otherwise."""
+    absolute = Path(os.path.normpath(resolve(path)))  # `..` removed, links kept as named
+    return str(absolute.relative_to(start)) if absolute.is_relative_to(start) else str(absolute)
+
+
 def importable_environment() -> dict[str, str]:
     """This process's environment with the repository first on PYTHONPATH: a child started from
     any working directory imports this kit."""

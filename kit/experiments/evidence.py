@@ -8,10 +8,13 @@ is null, never guessed. Everything notebook 02 shows is computed from these rows
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import altair as alt
 import polars as pl
+
+from kit.report import palette
 
 DATA_DIR = Path(__file__).parent / "evidence_data"
 
@@ -224,6 +227,25 @@ def summary_lines(summary: dict[str, object]) -> list[str]:
 # Charts
 # ---------------------------------------------------------------------------------------------
 
+def concept(label: str) -> str:
+    """The name whose palette colour a label of these charts takes, so that a concept has one
+    colour in every notebook: a difference its first term's ('cat2 − cat1': cat2), a
+    concatenation of ResNet-50s its catN's, a wider ResNet-50 the wide family's
+    (resnet50w2: wide2), a pretraining its kind ('supervised (ImageNet-1k)': supervised)."""
+    first = label.split(" − ")[0].split(" (")[0]
+    if found := re.fullmatch(r"(cat\d+)resnet50", first):
+        return found[1]
+    if found := re.fullmatch(r"resnet50w(\d+)", first):
+        return f"wide{found[1]}"
+    return first
+
+
+def _colour(field: str, frame: pl.DataFrame, **kwargs: object) -> alt.Color:
+    """A colour channel on `field` with each of its values in its palette colour."""
+    values = sorted(frame[field].drop_nulls().unique().to_list())
+    return alt.Color(f"{field}:N", scale=palette.scale(values, concept), **kwargs)
+
+
 def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
     """Each method's accuracy per evaluation dataset, as dots on a zoomed axis (bars would
     claim a zero they do not show). Datasets sit 50 points apart (iNat18 near 40 %, CIFAR-10
@@ -234,7 +256,7 @@ def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
         y=alt.Y(f"{series}:N", title=None, sort=order),
         x=alt.X("value:Q", title="top-1 (%)", scale=alt.Scale(zero=False, padding=8)),
         color=alt.Color("value_source:N", title="value",
-                        scale=alt.Scale(domain=sorted(VALUE_SOURCES))),
+                        scale=palette.scale(sorted(VALUE_SOURCES))),
         tooltip=["study", "method", "architecture", "eval_dataset", "value", "value_source",
                  "uncertainty"],
     ).properties(width=150, height=alt.Step(18)).facet(
@@ -254,8 +276,8 @@ def difference_chart(frame: pl.DataFrame, comparison: str, value: str, title: st
         x=alt.X("eval_dataset:N", title=None, sort=list(dict.fromkeys(datasets)),
                 axis=alt.Axis(labelAngle=0)),
         xOffset=alt.XOffset(f"{comparison}:N"),
-        color=alt.Color(f"{comparison}:N", title=None, legend=alt.Legend(orient="bottom",
-                                                                           columns=1)),
+        color=_colour(comparison, data, title=None,
+                      legend=alt.Legend(orient="bottom", columns=1)),
         y=alt.Y(f"{value}:Q", title="difference (points)",
                 scale=alt.Scale(domain=_padded(data[value]))))
     bars = base.mark_bar().encode(tooltip=["eval_dataset", comparison, value])
@@ -306,7 +328,7 @@ def series_chart(series: pl.DataFrame) -> alt.FacetChart:
         x=alt.X("resnet50_equivalents:Q", title="size (ResNet-50 equivalents)"),
         y=alt.Y("value:Q", title="linear-probe top-1 (%), own axis per dataset",
                 scale=alt.Scale(zero=False)),
-        color=alt.Color("pretraining:N"),
+        color=_colour("pretraining", data, title="pretraining"),
         shape=alt.Shape("kind:N", title="model",
                         scale=alt.Scale(domain=["concatenation", "wider network"],
                                         range=["circle", "diamond"])),

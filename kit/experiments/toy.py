@@ -22,7 +22,7 @@ import polars as pl
 import torch
 from scipy.optimize import linprog
 
-from kit.core.progress import KeptBar
+from kit.core.progress import KeptBar, Stage
 from kit.experiments.toy_settings import SparseTrainingSettings
 
 FEATURES = ("phi1", "phi2")
@@ -129,6 +129,16 @@ def optimal_mixture_classifier(weights: torch.Tensor) -> dict[str, object]:
             "features": " | ".join(features)}
 
 
+def optimum_table(shares: list[float]) -> pl.DataFrame:
+    """`optimal_mixture_classifier` of every mixture with `share` on one component (the rest
+    split evenly), after the mixture's mass on each support point."""
+    rows = [(share, name, dominated_weights(d, share)) for share in shares
+            for d, name in enumerate(COMPONENT_NAMES)]
+    return pl.DataFrame([{"share": share, "dominant": name, **{
+        f"mass {p}": m for p, m in zip(POINT_NAMES, mixture_masses(w[None])[0].tolist())},
+        **optimal_mixture_classifier(w)} for share, name, w in rows])
+
+
 def mixture_is_linearly_separable() -> bool:
     return linearly_separable(POINTS.numpy(), LABELS.numpy())
 
@@ -196,7 +206,7 @@ def train_sparse(weights: torch.Tensor, config: SparseTrainingSettings, seed: in
     optimizer = torch.optim.SGD([u, v, b], lr=config.lr)
     rows = torch.arange(runs)[:, None]
     for _ in KeptBar(range(config.steps), desc=f"training {runs} toy models",
-                     stage=f"training {runs} toy models"):
+                     stage=f"training {runs} toy models", unit="step"):
         batch = torch.randint(0, config.n_train, (runs, config.batch_size), generator=generator)
         logits = (x[rows, batch] * (u * v)[:, None]).sum(-1) + b[:, None]
         # per-run mean loss, summed over runs so that runs do not share a learning rate scale
@@ -220,13 +230,13 @@ def kept_label(kept: torch.Tensor) -> list[str]:
 # Linear probes on learned representations
 # ---------------------------------------------------------------------------------------------
 
-def probe_components(maps: torch.Tensor, config: SparseTrainingSettings, seed: int) -> torch.Tensor:
-    """Linear-probe accuracy on each component for R frozen representations.
-
-    maps [R, F, 2] send phi(x) to an F-dimensional representation (a concatenation of several
-    models is a taller map). For every representation and component, a logistic-regression head
-    is fitted on fresh samples of the component and scored on other fresh samples.
-    Returns accuracies [R, 4].
+def probe_components(maps: torch.Tensor, config: SparseTrainingSettings, seed: int,
+                     what: str = "representations") -> torch.Tensor:
+    """Linear-probe accuracy on each component for R frozen representations (`what`, in the
+    stage line `python -m kit run` prints): maps [R, F, 2] send phi(x) to an F-dimensional
+    representation (a concatenation of several models is a taller map). For every
+    representation and component, a logistic-regression head is fitted on fresh samples of
+    the component and scored on other fresh samples. Returns accuracies [R, 4].
     """
     generator = torch.Generator().manual_seed(seed)
     runs, width = maps.shape[0], maps.shape[1]
@@ -243,6 +253,8 @@ def probe_components(maps: torch.Tensor, config: SparseTrainingSettings, seed: i
     head = torch.zeros(runs * len(COMPONENT_NAMES), width, requires_grad=True)
     bias = torch.zeros(runs * len(COMPONENT_NAMES), requires_grad=True)
     optimizer = torch.optim.Adam([head, bias], lr=0.1)
+    stage = Stage("probes", config.probe_steps, "step", f"fitting {len(weights)} probes at once "
+                  f"({len(COMPONENT_NAMES)} components x {runs} {what})")
     for _ in range(config.probe_steps):
         logits = (z_fit * head[:, None]).sum(-1) + bias[:, None]
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
@@ -250,6 +262,8 @@ def probe_components(maps: torch.Tensor, config: SparseTrainingSettings, seed: i
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        stage.advance()
+    stage.finish(f"fitted {len(weights)} probes ({runs} {what})")
     with torch.no_grad():
         predictions = ((z_test * head[:, None]).sum(-1) + bias[:, None]) > 0
         accuracy = (predictions.float() == y_test).float().mean(1)
@@ -287,8 +301,9 @@ def mixture_sweep(shares: list[float], replicates: int, config: SparseTrainingSe
     models = train_sparse(weights, config, seed, sample_seed=seed + 3 if shared_sample else None)
     x, y = sample(weights, config.n_train, config.noise, torch.Generator().manual_seed(seed + 1))
     train_accuracy = models.accuracy(x, y)
-    probe = probe_components(models.representation_maps(), config, seed + 2)
-    unpruned = probe_components(models.representation_maps(pruned=False), config, seed + 2)
+    probe = probe_components(models.representation_maps(), config, seed + 2, "trained models")
+    unpruned = probe_components(models.representation_maps(pruned=False), config, seed + 2,
+                                "trained models, unpruned")
     rows = []
     for r, label in enumerate(kept_label(models.kept)):
         dominant, share = settings[r // replicates]
@@ -310,7 +325,7 @@ def direct_training(replicates: int, config: SparseTrainingSettings, seed: int) 
     """Train the same sparse model on each component alone and probe it on that component."""
     weights = torch.eye(len(COMPONENT_NAMES)).repeat_interleave(replicates, dim=0)
     models = train_sparse(weights, config, seed)
-    probe = probe_components(models.representation_maps(), config, seed + 2)
+    probe = probe_components(models.representation_maps(), config, seed + 2, "direct models")
     rows = []
     for r, label in enumerate(kept_label(models.kept)):
         c = r // replicates
@@ -341,7 +356,8 @@ def concatenation_study(runs: pl.DataFrame, models: SparseModels, sizes: list[in
         index = [i for i, key in enumerate(keys) if key[2] == k]
         if index:
             accuracy[index] = probe_components(
-                concatenate(maps, [groups[i] for i in index]), config, seed + k)
+                concatenate(maps, [groups[i] for i in index]), config, seed + k,
+                f"concatenations of {k} trained models, reused")
     rows = []
     for (dominant, share, k), group, acc in zip(keys, groups, accuracy):
         kept = models.kept[group].any(0)
@@ -413,10 +429,6 @@ def summarize(runs: pl.DataFrame, direct: pl.DataFrame, concat: pl.DataFrame,
     }
 
 
-# ---------------------------------------------------------------------------------------------
-# Accuracy per component
-# ---------------------------------------------------------------------------------------------
-
 def accuracy_table(runs: pl.DataFrame, direct: pl.DataFrame) -> pl.DataFrame:
     """Probe accuracy per component: mixture-trained models by kept feature, and direct."""
     mixture = runs.unpivot(index=["kept"], on=[f"acc_{c}" for c in COMPONENT_NAMES],
@@ -426,10 +438,9 @@ def accuracy_table(runs: pl.DataFrame, direct: pl.DataFrame) -> pl.DataFrame:
     direct_rows = direct.select(pl.lit("direct on the component").alias("training"),
                                 "component", "accuracy")
     both = pl.concat([mixture.select("training", "component", "accuracy"), direct_rows])
-    table = both.group_by(["training", "component"]).agg(
+    return both.group_by(["training", "component"]).agg(
         pl.len().alias("n"), pl.col("accuracy").mean().alias("mean"),
         pl.col("accuracy").std().alias("std")).sort(["training", "component"])
-    return table
 
 
 def majority_accuracy() -> dict[str, float]:

@@ -4,7 +4,8 @@ A variant keeps its colour whichever chart shows it and whichever other variants
 chart: time-concat variants (`cat1`, `cat2`, ...) are shades of blue that darken with the number
 of models, wide ones oranges, untrained (`random…`) ones greys, `direct` green (and its runs
 per task, `direct-<task>`, too); the toy's kept
-features and labels have fixed colours too. Any other name gets a colour from a fixed list,
+features and labels, and notebook 02's value sources, pretrainings and metrics have fixed
+colours too. Any other name gets a colour from a fixed list,
 chosen by a hash of the name, so it is the same in every chart and every session.
 """
 
@@ -30,6 +31,11 @@ NAMED: dict[str, str] = {
     "positive": "#1b9e77", "negative": "#d95f02",
     # task roles (notebook 03)
     "in-distribution": "#2171b5", "in-mixture": "#8c6d31", "unseen": "#d6616b",
+    # the published numbers (notebook 02): how a value was read, the pretraining of a series,
+    # Table 1a's metrics
+    "table": "#252525", "read_from_figure": "#ce6dbd",
+    "supervised": "#393b79", "self-supervised": "#e7ba52",
+    "worst-group accuracy": "#843c39", "mean accuracy": "#6b6ecf",
 }
 #: every other name: chosen by a hash of the name (none of these is used above)
 OTHERS = ["#17becf", "#e377c2", "#bcbd22", "#7f7f7f", "#9467bd", "#8c564b", "#ff9896",

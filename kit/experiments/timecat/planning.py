@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
 import torch
 import yaml
 
 from kit import models
 from kit.core import files
 from kit.core.params import ParameterError
-from kit.core.paths import escapes, resolve
+from kit.core.paths import escapes, resolve, shown
 from kit.core.progress import Stage
 from kit.data import kinds, pipeline
 from kit.data.kinds.base import DataError
@@ -93,6 +94,15 @@ def plan(params: TimecatSettings) -> Plan:
     return Plan(list(runs.values()), initial, representations)
 
 
+def run_table(trainings: list[TrainSettings]) -> pl.DataFrame:
+    """The plan's runs as notebook 03 lists them: each run's folder (from the repository root
+    where it lies under it), seed, iterations, width and whether it has finished."""
+    return pl.DataFrame([{"run": shown(t.output_dir), "seed": t.seed, "iterations": t.iterations,
+                          "width": t.width, "finished": is_finished(t)} for t in trainings],
+                        schema={"run": pl.String, "seed": pl.Int64, "iterations": pl.Int64,
+                                "width": pl.Float64, "finished": pl.Boolean})
+
+
 #: the file holding an untrained network (random-init variants), in the kit's checkpoint format
 INITIAL = "initial.pt"
 
@@ -156,15 +166,24 @@ def launch(trainings: list[TrainSettings], params: TimecatSettings, wait: bool =
     """Train every unfinished run (finished ones are skipped) with kit.launch; returns what was
     skipped. A folder holding a run with other settings is refused before anything starts, never
     reused; runs that failed are named with their logs."""
+    return launch_for(trainings, [params], runs_dir(params), wait)
+
+
+def launch_for(trainings: list[TrainSettings], experiments: list[TimecatSettings], folder: Path,
+               wait: bool = True, scope: str = "") -> list[str]:
+    """`launch` for the runs of several experiments (notebook 04's cells, `scope` naming them
+    in the stage line) in one launch of the first one's launch settings, logs in `folder`: each
+    experiment's task data is checked before anything trains."""
     refuse_changed_runs(trainings)
     skipped = [str(t.output_dir) for t in trainings if is_finished(t)]
     pending = [t for t in trainings if not is_finished(t)]
     stage = Stage("training", len(pending), "run",
-                  f"reused {len(skipped)} finished run(s), training {len(pending)}")
+                  f"{scope}reused {len(skipped)} finished run(s), training {len(pending)}")
     if pending:
-        check_task_data(params)
-        kit_launch.launch(pending, params.launch, runs_dir(params), wait).check()
-    stage.finish(f"reused {len(skipped)}, trained {len(pending)}")
+        for params in experiments:
+            check_task_data(params)
+        kit_launch.launch(pending, experiments[0].launch, folder, wait).check()
+    stage.finish(f"{scope}reused {len(skipped)}, trained {len(pending)}")
     return skipped
 
 

@@ -16,7 +16,8 @@ import polars as pl
 import yaml
 
 from kit.core import files
-from kit.core.paths import resolve
+from kit.core.paths import resolve, shown
+from kit.core.progress import Stage
 from kit.experiments.timecat import comparisons, jobs, measure, planning
 from kit.experiments.timecat.sweep_settings import (
     SWEPT_NOTEBOOK,
@@ -24,8 +25,6 @@ from kit.experiments.timecat.sweep_settings import (
     SweepSettings,
     swept_notebook,
 )
-from kit.launch import backends as kit_launch
-from kit.launch.runs import is_finished
 from kit.report import crossover, verdicts
 from kit.train import metrics
 
@@ -45,15 +44,11 @@ def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tu
     untrained networks; returns (runs skipped, runs trained)."""
     plans = [planning.plan(cell.settings) for cell in cells]
     trainings = [t for found in plans for t in found.trainings]
-    planning.refuse_changed_runs(trainings)
-    pending = [t for t in trainings if not is_finished(t)]
-    if pending:
-        for cell in cells:
-            planning.check_task_data(cell.settings)
-        kit_launch.launch(pending, cells[0].settings.launch, sweep_dir(params), wait).check()
+    skipped = planning.launch_for(trainings, [cell.settings for cell in cells], sweep_dir(params),
+                                  wait, f"{len(cells)} cell(s): ")
     for found in plans:
         planning.initialise(found.initial)
-    return len(trainings) - len(pending), len(pending)
+    return len(skipped), len(trainings) - len(skipped)
 
 
 def _cell_file(params: SweepSettings, cell: Cell) -> Path:
@@ -81,8 +76,9 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
                                          & (pl.col("replicate") < cell.settings.replicates))
 
 
-def _probe_cell(params: SweepSettings, cell: Cell) -> pl.DataFrame:
-    """A cell's probe results: notebook 03's where they apply, the other variants probed."""
+def _probe_cell(params: SweepSettings, cell: Cell) -> tuple[pl.DataFrame, bool]:
+    """A cell's probe results: notebook 03's where they apply, the other variants probed; and
+    whether notebook 03's were reused."""
     reused = notebook03_results(params, cell)
     done = set() if reused is None else set(reused["variant"])
     pending = [rep for rep in planning.plan(cell.settings).representations
@@ -90,22 +86,31 @@ def _probe_cell(params: SweepSettings, cell: Cell) -> pl.DataFrame:
     frames = [] if reused is None else [reused]
     if pending:
         frames.append(measure.probe_all(pending, cell.settings).results)
-    return pl.concat(frames, how="diagonal_relaxed").with_columns(cell_columns(cell))
+    return (pl.concat(frames, how="diagonal_relaxed").with_columns(cell_columns(cell)),
+            reused is not None)
 
 
 def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
     """Every cell's probe results (notebook 03's table with `world_seed` and `budget`), read
     from the cell's results file when these settings were probed before, else probed now
     (reusing notebook 03's own results where they apply, `notebook03_results`)."""
-    frames = []
+    stored = sum(_cell_file(params, cell).exists() for cell in cells)
+    stage = Stage("cells", len(cells), "cell", f"{len(cells)} cell(s): {stored} probed before "
+                  f"(read back from {shown(sweep_dir(params) / 'results')}), probing "
+                  f"{len(cells) - stored}")
+    frames, reused = [], 0
     for cell in cells:
         path = _cell_file(params, cell)
         if not path.exists():
-            measured = _probe_cell(params, cell)
+            measured, from03 = _probe_cell(params, cell)
+            reused += from03
             path.parent.mkdir(parents=True, exist_ok=True)
             with files.atomic_write(path) as handle:
                 measured.write_parquet(handle)
         frames.append(pl.read_parquet(path))
+        stage.advance()
+    stage.finish(f"read back {stored}, probed {len(cells) - stored} cell(s) ({reused} of them "
+                 "with notebook 03's probe results for the variants it shares)")
     return pl.concat(frames, how="diagonal_relaxed")
 
 
@@ -164,6 +169,9 @@ def judge_cells(results: pl.DataFrame, rule: str, baseline: str, max_gap: float 
     """Notebook 03's verdicts and claim (comparisons.summarize) in every cell of `results`
     (one per distinct world_seed and budget)."""
     claims, gains, gaps = [], [], []
+    cells = results.select("world_seed", "budget").n_unique()
+    stage = Stage("verdicts", cells, "cell", f"judging {cells} cell(s): gains with "
+                  "Holm-adjusted intervals, controls and probe gaps per cell")
     for (world, budget), mine in results.sort("world_seed", "budget").group_by(
             "world_seed", "budget", maintain_order=True):
         summary = comparisons.summarize(mine, rule, baseline, max_gap)
@@ -174,6 +182,8 @@ def judge_cells(results: pl.DataFrame, rule: str, baseline: str, max_gap: float 
         where = [pl.lit(world).alias("world_seed"), pl.lit(budget).alias("budget")]
         gains.append(_cell_gains(summary).with_columns(where))
         gaps.append(comparisons.probe_gaps(mine, rule, max_gap).with_columns(where))
+        stage.advance()
+    stage.finish(f"judged {cells} cell(s)")
     return CellVerdicts(pl.DataFrame(claims), pl.concat(gains, how="diagonal_relaxed"),
                         pl.concat(gaps, how="diagonal_relaxed"))
 
