@@ -31,7 +31,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from kit.core import params
+from kit.core import files, params
 from kit.core.paths import REPO_ROOT, shown
 
 #: where the reference lives in the MkDocs site (docs/ is the site's source)
@@ -278,7 +278,7 @@ def markdown() -> str:
 
 def write(path: Path = REFERENCE_FILE) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(markdown())
+    files.write_text(path, markdown())
     return path
 
 

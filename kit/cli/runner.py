@@ -42,7 +42,7 @@ from papermill.exceptions import PapermillExecutionError
 
 from kit.cli import terminal
 from kit.core import locks, params, provenance
-from kit.core.files import atomic_write, remove_stale_temporaries
+from kit.core.files import atomic_write, remove_stale_temporaries, write_text
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.core.processes import signal_handlers
 from kit.core.progress import STAGE_FILE_ENV
@@ -290,7 +290,7 @@ def store_references(executed: Path, references_dir: Path = REFERENCES_DIR) -> P
                   for cell in nbformat.read(executed, as_version=4).cells if is_checked(cell)}
     references_dir.mkdir(parents=True, exist_ok=True)
     path = references_dir / f"{executed.stem}.json"
-    path.write_text(json.dumps(references, indent=1, sort_keys=True) + "\n")
+    write_text(path, json.dumps(references, indent=1, sort_keys=True) + "\n")
     return path
 
 

@@ -142,6 +142,12 @@ def atomic_write(path: Path) -> Iterator[IO[bytes]]:
     os.replace(temporary, path)
 
 
+def write_text(path: Path, text: str) -> None:
+    """`text` (UTF-8) replacing `path` only once written in full (`atomic_write`)."""
+    with atomic_write(path) as handle:
+        handle.write(text.encode())
+
+
 def sidecar(path: Path) -> Path:
     return path.with_name(path.name + SIDECAR_SUFFIX)
 

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kit.core import files
 from kit.core.paths import REPO_ROOT, resolve
 from kit.core.processes import PREEMPTED_EXIT, PREEMPTED_MARKER
 from kit.launch.runs import LOGS, write_configs
@@ -66,17 +67,17 @@ def _sbatch(name: str, settings: LaunchSettings, out: Path, command: str,
         'exit "$status"', ""])
 
 
-def sbatch_script(files: Sequence[Path], settings: LaunchSettings, out: Path) -> str:
+def sbatch_script(run_files: Sequence[Path], settings: LaunchSettings, out: Path) -> str:
     """A Slurm array, one run per task (its config read from out/runs.txt)."""
     limit = f"%{settings.max_concurrent}" if settings.max_concurrent else ""
     runs = shlex.quote(str(out / "runs.txt"))
     return _sbatch("train", settings, out,
                    f'-m kit.train --config "$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {runs})"',
-                   f"0-{len(files) - 1}{limit}")
+                   f"0-{len(run_files) - 1}{limit}")
 
 
 def _write_script(path: Path, text: str) -> Path:
-    path.write_text(text)
+    files.write_text(path, text)
     path.chmod(0o755)
     return path
 
@@ -86,10 +87,10 @@ def export_plan(configs: Sequence[TrainSettings], settings: LaunchSettings, out:
     (asking for the cores and memory the runs' loaders need)."""
     out = resolve(out)
     settings = sized_for_training(configs, settings)
-    files = list(write_configs(configs, out).values())
+    written = list(write_configs(configs, out).values())
     (out / LOGS).mkdir(parents=True, exist_ok=True)
-    (out / "runs.txt").write_text("".join(f"{path}\n" for path in files))
-    return _write_script(out / "train.sbatch", sbatch_script(files, settings, out))
+    files.write_text(out / "runs.txt", "".join(f"{path}\n" for path in written))
+    return _write_script(out / "train.sbatch", sbatch_script(written, settings, out))
 
 
 def export_step(name: str, module_args: Sequence[str], settings: LaunchSettings,

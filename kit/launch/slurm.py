@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kit.core import files
 from kit.core.paths import REPO_ROOT
 from kit.core.processes import (
     PREEMPTED_EXIT,
@@ -142,7 +143,7 @@ def submit(tasks: dict[str, SlurmTask], settings: LaunchSettings, work_dir: Path
             for name in to_submit:
                 jobs[name] = made.submit(tasks[name])
     launched.submitted = alive | {name: job.job_id for name, job in jobs.items()}
-    record_path.write_text(json.dumps(recorded | launched.submitted, indent=1))
+    files.write_text(record_path, json.dumps(recorded | launched.submitted, indent=1))
     if wait:
         _wait_for(jobs, finished, launched)
     return launched

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kit.core import files
 from kit.core.paths import resolve
 
 
@@ -19,7 +20,7 @@ def output_dir(path: str | Path) -> Path:
 
 def write_json(path: Path, content: dict[str, Any]) -> None:
     """`content` as indented JSON with sorted keys."""
-    path.write_text(json.dumps(content, indent=2, sort_keys=True))
+    files.write_text(path, json.dumps(content, indent=2, sort_keys=True))
 
 
 def read_json(path: Path) -> dict[str, Any]:

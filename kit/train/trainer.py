@@ -287,8 +287,8 @@ class _Run:
         if self.process.world_size > 1:
             self.trainer.check_replicas_identical()
         if self.process.main:
-            (self.out / DONE).write_text(
-                json.dumps({"step": self.at.step, "ranks": self.process.world_size}) + "\n")
+            done = {"step": self.at.step, "ranks": self.process.world_size}
+            files.write_text(self.out / DONE, json.dumps(done) + "\n")
 
 
 def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contextlib.ExitStack
