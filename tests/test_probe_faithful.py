@@ -132,7 +132,8 @@ def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None
                                             outputs[0].parent, progress=False)
                for outputs, processes in ((one, 1), (two, 2))]
     log = (tmp_path / "two" / "probe.log").read_text()
-    assert log.count("rule") >= 2 and not (tmp_path / "one" / "probe.log").exists()
+    assert f"probe 1/2: {two[0]}\n" in log and f"probe 2/2: {two[1]}\n" in log
+    assert not (tmp_path / "one" / "probe.log").exists()
     for single_output, double_output in zip(one, two, strict=True):
         single, double = (torch.load(o / "probe_state.pt", weights_only=True)
                           for o in (single_output, double_output))

@@ -325,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ParameterError("--jobs: probes run in turn in one process share its device")
         process = start_process(probes[0][0].device)
         try:
-            for args, data_config in probes:
+            for index, (args, data_config) in enumerate(probes, 1):
+                if process.main:  # which probe the log's lines below belong to
+                    print(f"probe {index}/{len(probes)}: {args.output}", flush=True)
                 grid = (list(args.weight_decays) if args.weight_decays else list(
                     PAPER_WEIGHT_DECAYS[args.grid or kinds.get(data_config.kind).probe_grid]))
                 result = run_faithful(args.checkpoints, data_config, args.num_classes,
