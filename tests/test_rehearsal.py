@@ -9,7 +9,7 @@ plan` exports it here; tests/test_timecat_jobs.py runs the step). Its trained ru
 released checkpoints (cat<n>/seed<s>.pt), are then what paper-checkpoints probes with the
 authors' probe: the diagnostics' features extracted by a torchrun job, and the sixteen probes run
 in turn by one torchrun of two ranks. Together about 11 minutes of CPU time, some 6 minutes on
-2 idle cores (14 measured on 2 shared cores at load 6.6); select them with `-m rehearsal`.
+2 idle cores (14 and 16 measured on 2 shared cores at load 6-7); select them with `-m rehearsal`.
 """
 
 from __future__ import annotations
