@@ -1,4 +1,4 @@
-"""kit.launch and the trainer's scale-out pieces: pinned local workers, one torchrun per run,
+"""kit.launch and the trainer's scale-out pieces: pinned local workers, one torchrun per worker,
 submitit arrays with preemption and requeue, srun's variables, locked run folders, the exported
 sbatch array. Tiny runs (resnet10 at width 0.125 on 16 px synthetic images), CPU and gloo.
 """
@@ -84,18 +84,36 @@ def test_local_workers_train_several_runs_in_turn_each_as_if_alone(tmp_path: Pat
         assert torch.equal(after_another["model"][key], value), key
 
 
-def test_several_runs_in_one_process_are_refused_under_several_ranks(tmp_path: Path,
-                                                                    monkeypatch) -> None:
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    configs = [tiny(tmp_path / f"run{i}", seed=i) for i in range(2)]
-    with pytest.raises(ParameterError, match="launch one torchrun"):
+def test_a_torchrun_trains_its_chain_in_one_group_each_run_as_if_alone(tmp_path: Path) -> None:
+    """One worker's three runs under one torchrun of two ranks: the ranks join their group once
+    (restarting it inside one torchrun met stale rendezvous keys), and the last run of the chain
+    ends where the same run launched by itself ends."""
+    settings_ = LaunchSettings(backend="torchrun", nproc_per_node=2)
+    configs = [tiny(tmp_path / "chain" / f"run{i}", seed=i, iterations=4) for i in range(3)]
+    launch.launch(configs, settings_, tmp_path / "chain").check()
+    chained = placements(tmp_path / "chain" / "logs" / "run0.log")
+    assert len(chained) == 6 and not (tmp_path / "chain" / "logs" / "run2.log").exists()
+    for config in configs:
+        done = yaml.safe_load((Path(config.output_dir) / train.DONE).read_text())
+        assert done == {"step": 4, "ranks": 2}
+    alone = tiny(tmp_path / "alone" / "run2", seed=2, iterations=4)
+    launch.launch([alone], settings_, tmp_path / "alone").check()
+    after_others, by_itself = final_state(tmp_path / "chain" / "run2"), final_state(
+        tmp_path / "alone" / "run2")
+    for key, value in by_itself["model"].items():
+        assert torch.equal(after_others["model"][key], value), key
+
+
+def test_runs_trained_in_turn_share_one_device(tmp_path: Path) -> None:
+    configs = [tiny(tmp_path / "run0"), tiny(tmp_path / "run1", seed=1, device="cuda")]
+    with pytest.raises(ParameterError, match="device: runs trained in turn share one process"):
         train.train_in_turn(configs)
     assert not (tmp_path / "run0").exists()
 
 
 def test_torchrun_backend_launches_back_to_back_without_failure(tmp_path: Path) -> None:
-    """One torchrun per run: the second run never meets the first one's rendezvous (two runs in
-    one torchrun failed 3 times in 6)."""
+    """Two workers, a torchrun each: the second launch never meets the first one's rendezvous
+    (two groups started in turn in one torchrun failed 3 times in 6)."""
     settings_ = LaunchSettings(backend="torchrun", nproc_per_node=2, workers=2)
     failures = {}
     for index in range(TORCHRUN_LAUNCHES):

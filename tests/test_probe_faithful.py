@@ -3,6 +3,7 @@ processes, resume."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import yaml
 from test_features import tiny_checkpoint
 
 from kit.probes import faithful
+from kit.probes.base import ImageProbeJob
 from kit.probes.faithful_training import ProbeHeads
 from kit.probes.rows import ProbeError
 from kit.probes.selection import RULES, ProbeResult
@@ -108,34 +110,69 @@ def command(checkpoints: list[Path], description: Path, output: Path) -> list[st
             "0.25", "--device", "cpu"]
 
 
-def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None:
-    """The notebook's driver: in this process for one process, a torchrun of the step for two;
-    the same heads and accuracies either way, and a finished probe is read back."""
-    checkpoints, description = step
-    one, two = tmp_path / "one", tmp_path / "two"
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def jobs(checkpoints: list[Path], description: Path, outputs: list[Path], processes: int
+         ) -> list[ImageProbeJob]:
+    """A probe of both backbones, then one of the first alone, into `outputs` (as many
+    probes as outputs)."""
+    config = FaithfulProbeSettings(**SHORT, processes=processes)
     data_config = faithful.load_data_config(description)
-    results = [faithful.launch_faithful(checkpoints, data_config, 3, output,
-                                        FaithfulProbeSettings(**SHORT, processes=processes),
-                                        GRID, progress=False)
-               for output, processes in ((one, 1), (two, 2))]
-    config = FaithfulProbeSettings(**SHORT, processes=2)
-    single, double = (torch.load(o / "probe_state.pt", weights_only=True) for o in (one, two))
-    for name, value in single["heads"].items():
-        torch.testing.assert_close(double["heads"][name], value, rtol=1e-4, atol=1e-5)
-    for column in ("train_top1", "heldout_top1", "eval_top1"):
-        assert (results[0].history[column] - results[1].history[column]).abs().max() <= 1e-6
+    return [ImageProbeJob(chosen, data_config, 3, output, config, GRID)
+            for chosen, output in zip((checkpoints, checkpoints[:1]), outputs)]
+
+
+def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None:
+    """The notebook's driver: in this process for one process, for two one torchrun of the step
+    running every probe in turn (one log; each probe's identity its own); the same heads and
+    accuracies either way, and a finished probe is read back."""
+    checkpoints, description = step
+    one, two = [tmp_path / "one" / "both", tmp_path / "one" / "first"], [
+        tmp_path / "two" / "both", tmp_path / "two" / "first"]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    results = [faithful.launch_faithful_all(jobs(checkpoints, description, outputs, processes),
+                                            outputs[0].parent, progress=False)
+               for outputs, processes in ((one, 1), (two, 2))]
+    log = (tmp_path / "two" / "probe.log").read_text()
+    assert f"probe 1/2: {two[0]}\n" in log and f"probe 2/2: {two[1]}\n" in log
+    assert not (tmp_path / "one" / "probe.log").exists()
+    for single_output, double_output in zip(one, two, strict=True):
+        single, double = (torch.load(o / "probe_state.pt", weights_only=True)
+                          for o in (single_output, double_output))
+        for name, value in single["heads"].items():
+            torch.testing.assert_close(double["heads"][name], value, rtol=1e-4, atol=1e-5)
+    for single_result, double_result in zip(*results, strict=True):
+        for column in ("train_top1", "heldout_top1", "eval_top1"):
+            assert (single_result.history[column]
+                    - double_result.history[column]).abs().max() <= 1e-6
+    assert results[1][0].history["eval_top1"].to_list() != \
+        results[1][1].history["eval_top1"].to_list()
     # finished: read back without starting anything (a mark left in the result comes back)
-    pl.read_csv(two / "selected.csv").with_columns(pl.lit(0.5).alias("top1")).write_csv(
-        two / "selected.csv")
-    again = faithful.launch_faithful(checkpoints, data_config, 3, two, config, GRID)
-    assert again.selected["top1"].to_list() == [0.5, 0.5]
+    pl.read_csv(two[0] / "selected.csv").with_columns(pl.lit(0.5).alias("top1")).write_csv(
+        two[0] / "selected.csv")
+    (tmp_path / "two" / "probe.log").unlink()
+    again = faithful.launch_faithful_all(jobs(checkpoints, description, two, 2), two[0].parent)
+    assert again[0].selected["top1"].to_list() == [0.5, 0.5]
+    assert not (tmp_path / "two" / "probe.log").exists()
     # a step that fails names its log
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"not a checkpoint")
+    broken = jobs([junk], description, [tmp_path / "broken" / "junk"], 2)
     with pytest.raises(ProbeError,
                        match=r"see .*probe\.log:\nerror: .*junk\.pt: not a readable"):
-        faithful.launch_faithful([junk], data_config, 3, tmp_path / "broken", config, GRID)
+        faithful.launch_faithful_all(broken, tmp_path / "broken")
+
+
+def test_a_list_of_probes_is_checked_before_any_runs(tmp_path: Path, step, capsys) -> None:
+    checkpoints, description = step
+    listing = tmp_path / "probes.json"
+    good = command(checkpoints, description, tmp_path / "good")[2:]
+    bad = command(checkpoints, tmp_path / "missing.yaml", tmp_path / "bad")[2:]
+    listing.write_text(json.dumps([good, bad]))
+    assert faithful.main(["--jobs", str(listing)]) == 2
+    assert "missing.yaml: dataset description not found" in capsys.readouterr().err
+    assert not (tmp_path / "good").exists()
+    listing.write_text("[]")
+    assert faithful.main(["--jobs", str(listing)]) == 2
+    assert "non-empty list of argument lists" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("change, message", [

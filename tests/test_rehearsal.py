@@ -2,12 +2,14 @@
 end on a CPU, shrunk by tests/rehearsal/ (sizes only), over `python -m kit fixtures` datasets.
 
 paper-8xh100 is checked, planned as Slurm jobs, then run as a user runs it (`kit run 03`): twelve
-ResNet-50 pretraining runs, each a torchrun of two gloo ranks, feature extraction as a torchrun
-job, the fast probe in the kernel, and the probe step once more as a launched job. Its trained
-runs, laid out as released checkpoints (cat<n>/seed<s>.pt), are then what paper-checkpoints
-probes with the authors' probe, each probe a torchrun of two ranks. Select with `-m rehearsal`.
-The two end-to-end runs take about 10 minutes on 2 cores (some 30 torchrun start-ups), more than
-the default suite can spend: they run with KIT_REHEARSAL=1.
+ResNet-50 pretraining runs trained in turn by a torchrun of two gloo ranks, feature extraction as
+a torchrun job, the fast probe in the kernel. These are the launched steps `kit run` takes for
+that profile; the probe step as a job of its own is what a cluster's chain submits (`kit launch
+plan` exports it here; tests/test_timecat_jobs.py runs the step). Its trained runs, laid out as
+released checkpoints (cat<n>/seed<s>.pt), are then what paper-checkpoints probes with the
+authors' probe: the diagnostics' features extracted by a torchrun job, and the sixteen probes run
+in turn by one torchrun of two ranks. Together about 11 minutes of CPU time, some 6 minutes on
+2 idle cores (14 and 16 measured on 2 shared cores at load 6-7); select them with `-m rehearsal`.
 """
 
 from __future__ import annotations
@@ -34,9 +36,6 @@ from kit.experiments.timecat import jobs
 from kit.probes.selection import RULES
 
 pytestmark = pytest.mark.rehearsal
-#: the end-to-end runs, on request only (see the module's docstring)
-end_to_end = pytest.mark.skipif(os.environ.get("KIT_REHEARSAL") != "1",
-                                reason="the end-to-end rehearsal runs with KIT_REHEARSAL=1")
 
 REHEARSAL = REPO_ROOT / "tests" / "rehearsal"
 SIZES, BUDGETS = REHEARSAL / "sizes.yaml", REHEARSAL / "budgets.yaml"
@@ -109,23 +108,42 @@ def test_a_rehearsal_changing_more_than_sizes_is_caught(tmp_path: Path) -> None:
     assert "variants.3.name" in not_sizes(changed_keys("paper-8xh100", [dropped]))
 
 
-def test_kit_fixtures_lets_paper_8xh100_be_checked_and_planned_anywhere(
+def test_kit_fixtures_lets_the_paper_profiles_be_checked_and_planned_anywhere(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     data, out = tmp_path / "data", ["--set", f"output_dir={tmp_path / 'out'}"]
     monkeypatch.setenv("TIMECAT_DATA", str(data))
     assert kit_main(["check", "03", "--profile", "paper-8xh100", *out]) == 2
     assert f"{data / 'imagenet'}" in capsys.readouterr().err
     assert kit_main(["fixtures", str(data)]) == 0
-    assert sorted(p.name for p in data.iterdir()) == ["cifar10", "cifar100", "imagenet", "inat18"]
+    assert sorted(p.name for p in data.iterdir()) == [
+        "checkpoints", "cifar10", "cifar100", "imagenet", "inat18"]
     assert len(list((data / "imagenet" / "val").iterdir())) == 1000
     capsys.readouterr()
-    # parameters and data now pass; what is left is this machine (no GPU, too little disk)
-    assert kit_main(["check", "03", "--profile", "paper-8xh100", *out]) == 2
-    problems = [line.removeprefix("error: ") for line in capsys.readouterr().err.splitlines()]
-    assert problems and all(line.startswith("this machine: ") for line in problems), problems
+    # parameters, data and checkpoints now pass; what is left is this machine (no GPU, too
+    # little disk)
+    monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(data / "checkpoints"))
+    for profile in FILES:
+        assert kit_main(["check", "03", "--profile", profile, *out]) == 2
+        problems = [line.removeprefix("error: ") for line in capsys.readouterr().err.splitlines()]
+        assert problems and all(line.startswith("this machine: ") for line in problems), problems
+    released = sorted(str(p.relative_to(data / "checkpoints"))
+                      for p in (data / "checkpoints").rglob("*.pt"))
+    assert released == sorted(f"{variant}/seed{seed}.pt"
+                              for variant, seeds in VARIANTS.items() for seed in seeds)
+    assert all(Path(f"{path}.sha256").exists() for path in (data / "checkpoints").rglob("*.pt"))
     assert kit_main(["launch", "plan", "--profile", "paper-8xh100", *out, "--out",
                      str(tmp_path / "export")]) == 0
     assert "#SBATCH --array=0-11" in (tmp_path / "export" / "train.sbatch").read_text()
+
+
+def test_the_command_line_starts_without_importing_torch() -> None:
+    """`python -m kit` starts five times here, and `kit run`'s own process needs no torch (its
+    kernel and the jobs it launches import it): importing torch and torchvision costs 5-10 s of
+    CPU."""
+    code = "import sys, kit.__main__; print(sorted({'torch', 'torchvision'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], env=importable_environment(),
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 @pytest.fixture(scope="module")
@@ -174,9 +192,7 @@ def paper_8xh100(environment: dict[str, str], tmp_path_factory: pytest.TempPathF
     return out
 
 
-@end_to_end
-def test_paper_8xh100_trains_extracts_and_probes_with_two_ranks(
-        paper_8xh100: Path, environment: dict[str, str]) -> None:
+def test_paper_8xh100_trains_extracts_and_probes_with_two_ranks(paper_8xh100: Path) -> None:
     runs = paper_8xh100 / "time_concat"
     for variant, seeds in VARIANTS.items():
         iterations = {"cat1": 9, "cat2": 4}.get(variant, 2)
@@ -185,18 +201,12 @@ def test_paper_8xh100_trains_extracts_and_probes_with_two_ranks(
             assert done == {"step": iterations, "ranks": 2}, (variant, seed)
     extraction = (runs / "logs" / "extract.log").read_text()
     assert "rank 0/2 on cpu" in extraction and "rank 1/2 on cpu" in extraction
-    first = check_results(paper_8xh100)
+    check_results(paper_8xh100)
     assert (paper_8xh100 / "time_concat_summary.json").exists()
-    # the probe step as the launched job of a cluster's chain reads the same cache
-    kit(environment, "launch", "probe", *profile_arguments("paper-8xh100", paper_8xh100))
-    again = check_results(paper_8xh100)
-    assert again.sort("variant", "task", "rule")["top1"].to_list() == \
-        first.sort("variant", "task", "rule")["top1"].to_list()
     for script in ("train.sbatch", "extract.sbatch", "probe.sbatch", "submit.sh"):
         assert (paper_8xh100 / "export" / script).exists(), script
 
 
-@end_to_end
 def test_paper_checkpoints_probes_released_files_with_the_authors_probe(
         paper_8xh100: Path, environment: dict[str, str], tmp_path: Path) -> None:
     released = tmp_path / "released"
@@ -215,3 +225,7 @@ def test_paper_checkpoints_probes_released_files_with_the_authors_probe(
     probes = out / "time_concat" / "faithful"
     logs = [json.loads(path.read_text()) for path in probes.rglob("finished.json")]
     assert len(logs) == len(VARIANTS) * len(TASKS)
+    # one torchrun of two ranks ran them all, its rank 0 naming each probe as it starts
+    log = (probes / "probe.log").read_text()
+    assert all(f"/{len(logs)}: {path.parent}\n" in log for path in probes.rglob("finished.json"))
+    assert [path.parent for path in probes.rglob("probe.log")] == [probes]

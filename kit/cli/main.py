@@ -5,7 +5,8 @@ notebooks; `check` validates their parameters, data and output folders; `launch`
 runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves;
 `selfcheck` measures and checks this node (kit.cli.selfcheck); `lab` starts JupyterLab saving the
 notebooks stripped (kit.cli.lab); `report --profile NAME` writes `outputs/NAME/index.html` from
-what a run wrote; `fixtures DIR` writes tiny datasets laid out as the paper profiles read them.
+what a run wrote; `fixtures DIR` writes tiny datasets laid out as the paper profiles read them,
+and stand-ins for the released checkpoints.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kit.cli import lab, launch, reference, runner, selfcheck
+from kit.cli import launch, reference, runner
 from kit.core import params
 from kit.report import page
 
@@ -41,7 +42,9 @@ def parser() -> argparse.ArgumentParser:
     store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")
     launch.add_commands(commands)
     commands.add_parser("fixtures", help="write tiny datasets in the layouts the paper profiles "
-                        "read, to try them with TIMECAT_DATA=DIR").add_argument("dir", type=Path)
+                        "read, to try them with TIMECAT_DATA=DIR, and stand-ins for the released "
+                        "checkpoints (TIMECAT_CHECKPOINTS=DIR/checkpoints)"
+                        ).add_argument("dir", type=Path)
     commands.add_parser("reference", help="write docs/reference/parameters.md from the settings "
                         "classes").add_argument("--check", action="store_true", help="only "
                         "compare: exit 1 naming the file if it differs")
@@ -62,9 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m kit`: the exit status of the command."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["lab"]:  # the rest is jupyter lab's, which argparse would refuse
+        from kit.cli import lab
+
         return lab.command(argv[1:])
     args = parser().parse_args(argv)
-    if args.command == "selfcheck":
+    if args.command == "selfcheck":  # torch and torchvision: imported only where needed, as
+        from kit.cli import selfcheck  # they take 5-10 s to import on a small CPU
+
         return selfcheck.command(args.gpus)
     if args.command == "report":
         return report_command(args.profile)
@@ -98,12 +105,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def fixtures_command(folder: Path) -> int:
-    """`python -m kit fixtures DIR`: the paper profiles' datasets, tiny, in their layouts."""
+    """`python -m kit fixtures DIR`: the paper profiles' datasets, tiny, in their layouts, and
+    stand-ins for the released checkpoints in DIR/checkpoints."""
     from kit.data.fixtures import write_paper_data
+    from kit.experiments.timecat.released import write_released
 
-    written = write_paper_data(folder)
-    print(f"wrote {', '.join(map(str, written.values()))}; try: TIMECAT_DATA={folder} "
-          "python -m kit check 03 --profile paper-8xh100")
+    written = [*write_paper_data(folder).values(), folder / "checkpoints"]
+    write_released(folder / "checkpoints")
+    print(f"wrote {', '.join(map(str, written))}; try: TIMECAT_DATA={folder} python -m kit "
+          f"check 03 --profile paper-8xh100, or with TIMECAT_CHECKPOINTS={folder}/checkpoints "
+          "--profile paper-checkpoints")
     return 0
 
 

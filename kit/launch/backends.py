@@ -4,8 +4,8 @@ Backends (LaunchSettings.backend):
 - `inline`: in this process, one run after another (debugging, tiny runs).
 - `local`: `workers` runs at a time, each in its own process(es) pinned to its own GPUs or CPU
   cores (kit.launch.local).
-- `torchrun`: like `local`, but every run under its own torchrun, on one node or the same launch
-  started on every node (kit.launch.local).
+- `torchrun`: like `local`, but each worker's runs under one torchrun, on one node or the same
+  launch started on every node (kit.launch.local).
 - `slurm`: an array of jobs through submitit, one run per job, requeued on preemption
   (kit.launch.slurm).
 

@@ -2,9 +2,10 @@
 
 `local` runs `workers` commands at a time, each in its own process(es) pinned to its own GPUs
 (CUDA_VISIBLE_DEVICES) or, without CUDA, its own CPU cores (affinity and OMP_NUM_THREADS).
-`torchrun` does the same with every command under its own torchrun (never two runs in one
-process group, whose stale rendezvous keys break the next); with `nodes` > 1 the same launch is
-started on every node and each run meets at `rdzv_endpoint` under its own rendezvous id.
+`torchrun` does the same with every command under its own torchrun, whose ranks form one process
+group for all the runs the command trains in turn (a group is never started twice in one
+torchrun: stale rendezvous keys broke the second); with `nodes` > 1 the same launch is started
+on every node and each command meets at `rdzv_endpoint` under its own rendezvous id.
 """
 
 from __future__ import annotations
@@ -198,13 +199,13 @@ def _ended(entry: _Running, runs: dict[str, TrainSettings], progress: Progress,
 
 def run_chains(runs: dict[str, TrainSettings], files: dict[str, Path], settings: LaunchSettings,
                log_dir: Path) -> Launched:
-    """Run `workers` processes at a time, each pinned to its slot, until all runs have ended.
-    Single-process runs are dealt into one chain per slot, trained in turn by one process:
-    starting Python and importing torch costs seconds a run, as much as a small CPU run trains.
-    Runs under torchrun get a process (group) each."""
+    """Run `workers` commands at a time, each pinned to its slot, until all runs have ended. The
+    runs are dealt into one chain per slot, trained in turn by one command (one process, or one
+    torchrun whose ranks keep their group from run to run): starting Python and importing torch
+    costs seconds a run, as much as a small CPU run trains."""
     log_dir.mkdir(parents=True, exist_ok=True)
     free = slots(settings)
-    queue = chains(runs, len(free)) if single_process(settings) else [[name] for name in runs]
+    queue = chains(runs, len(free))
     running: list[_Running] = []
     launched, progress = Launched(), Progress()
     try:

@@ -27,7 +27,7 @@ class LaunchSettings(Strict):
     nodes: int = Field(default=1, ge=1)
     #: host:port of the first node, for torchrun on several nodes
     rdzv_endpoint: str | None = None
-    #: prefix of the rendezvous ids (one per run); the same on every node
+    #: prefix of the rendezvous ids (one per torchrun); the same on every node
     rdzv_id: str = Field(default="kit", min_length=1)
     #: submitit executor: `slurm` (sbatch) or `local` (the same jobs on this machine)
     cluster: Literal["slurm", "local"] = "slurm"

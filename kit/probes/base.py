@@ -1,13 +1,15 @@
 """The interface every probe implements: its settings class, a description, and how it runs.
 
 A probe either fits on cached feature splits (`FeatureProbe`: the fast and the L-BFGS probe) or
-runs frozen backbones on images itself (`ImageProbe`: the authors' probe); both return a
-`ProbeResult` holding the two selection rules' choices. `kit.probes.registry` names them.
+runs frozen backbones on images itself (`ImageProbe`: the authors' probe, given its probes as
+`ImageProbeJob`s all at once); both return a `ProbeResult` holding the two selection rules'
+choices. `kit.probes.registry` names them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -35,11 +37,24 @@ class FeatureProbe(Probe, Protocol):
             progress: bool = True) -> ProbeResult: ...
 
 
+@dataclass(frozen=True)
+class ImageProbeJob:
+    """One probe of frozen backbones (checkpoints, concatenated) on a dataset's images, one head
+    per weight decay, writing its result and resumable state to `output`."""
+
+    checkpoints: Sequence[Path]
+    data_config: DataSettings
+    num_classes: int
+    output: Path
+    settings: Any
+    weight_decays: Sequence[float]
+
+
 @runtime_checkable
 class ImageProbe(Probe, Protocol):
-    """A probe that runs frozen backbones (checkpoints, concatenated) on a dataset's images,
-    one head per weight decay, writing its result and resumable state to `output`."""
+    """A probe that runs frozen backbones on images: every probe of a measurement is handed
+    over at once (`folder` holds what they share, such as one launch's log), so that a probe
+    launched as processes of its own starts them once for all."""
 
-    def run(self, checkpoints: Sequence[Path], data_config: DataSettings, num_classes: int,
-            output: Path, settings: Any, weight_decays: Sequence[float],
-            progress: bool = True) -> ProbeResult: ...
+    def run_all(self, jobs: Sequence[ImageProbeJob], folder: Path, progress: bool = True
+                ) -> list[ProbeResult]: ...

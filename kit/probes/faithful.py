@@ -6,6 +6,9 @@
 runs the probe of `kit.probes.faithful_training` on a dataset, one process per device under
 torchrun, and writes `history.csv`, `selected.csv` and `finished.json` to DIR; a finished probe
 is read back, not run again, and an interrupted one resumes from `DIR/probe_state.pt`.
+`python -m kit.probes.faithful --jobs probes.json` runs several probes in turn, each given by an
+argument list of that JSON list, in one process group: a notebook's probes start their
+processes once (`launch_faithful_all`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from kit.data.settings import DataSettings
 from kit.features import load_backbone
 from kit.launch.local import module_command
 from kit.launch.settings import LaunchSettings
+from kit.probes.base import ImageProbeJob
 from kit.probes.faithful_training import GlobalBatches, faithful_probe
 from kit.probes.rows import ProbeError, heldout_indices
 from kit.probes.selection import ProbeResult
@@ -152,52 +156,64 @@ def run_faithful(checkpoints: Sequence[Path], data_config: DataSettings, num_cla
     return result
 
 
-def faithful_command(checkpoints: Sequence[Path], data_file: Path, num_classes: int,
-                     output: Path, settings: FaithfulProbeSettings,
-                     weight_decays: Sequence[float]) -> list[str]:
-    """The command running `run_faithful` as a step of its own: under one standalone torchrun
-    with `settings.processes` processes (one per GPU), each reading its shard."""
-    arguments = ["kit.probes.faithful", "--checkpoints", *map(str, checkpoints),
-                 "--data", str(data_file), "--num-classes", str(num_classes),
-                 "--output", str(output), "--weight-decays", *map(str, weight_decays),
-                 "--milestones", *map(str, settings.milestones)]
-    for name in (*OPTIONS, "precision", "device"):
-        arguments += [f"--{name.replace('_', '-')}", str(getattr(settings, name))]
-    arguments += ["--bn-batch", str(settings.bn_batch or 0), "--workers", str(settings.workers)]
-    return module_command(arguments, LaunchSettings(backend="torchrun",
-                                                    nproc_per_node=settings.processes),
-                          rdzv_id="faithful")
-
-
-def launch_faithful(checkpoints: Sequence[Path], data_config: DataSettings, num_classes: int,
-                    output: Path, settings: FaithfulProbeSettings,
-                    weight_decays: Sequence[float], progress: bool = True) -> ProbeResult:
-    """`run_faithful` from a notebook: in this process for one process, else as a torchrun
-    of `python -m kit.probes.faithful` (DDP) logging to `output/probe.log`; a finished probe is
-    read back without starting anything. Interrupted, the torchrun is stopped (its state is
-    saved every epoch, so running again resumes)."""
-    if settings.processes == 1:
-        return run_faithful(checkpoints, data_config, num_classes, output, settings,
-                            weight_decays, progress)
-    output = Path(output)
-    identity = faithful_identity(checkpoints, data_config, num_classes, settings, weight_decays)
-    finished = finished_result(output, identity, settings.epochs)
-    if finished is not None:
-        return finished
+def _job_arguments(job: ImageProbeJob) -> list[str]:
+    """One probe's command line for `main`; its dataset description is written to
+    output/data.yaml."""
+    settings, output = job.settings, Path(job.output)
     output.mkdir(parents=True, exist_ok=True)
     data_file = output / "data.yaml"
     with atomic_write(data_file) as handle:
-        handle.write(data_config.model_dump_json().encode())  # JSON is YAML
-    log = output / "probe.log"
-    code = _run_logged(faithful_command(checkpoints, data_file, num_classes, output, settings,
-                                        weight_decays), log)
-    finished = finished_result(output, identity, settings.epochs)
-    if code != 0 or finished is None:
+        handle.write(job.data_config.model_dump_json().encode())  # JSON is YAML
+    arguments = ["--checkpoints", *map(str, job.checkpoints), "--data", str(data_file),
+                 "--num-classes", str(job.num_classes), "--output", str(output),
+                 "--weight-decays", *map(str, job.weight_decays),
+                 "--milestones", *map(str, settings.milestones)]
+    for name in (*OPTIONS, "precision", "device"):
+        arguments += [f"--{name.replace('_', '-')}", str(getattr(settings, name))]
+    return arguments + ["--bn-batch", str(settings.bn_batch or 0),
+                        "--workers", str(settings.workers)]
+
+
+def _finished_job(job: ImageProbeJob) -> ProbeResult | None:
+    identity = faithful_identity(job.checkpoints, job.data_config, job.num_classes,
+                                 job.settings, job.weight_decays)
+    return finished_result(Path(job.output), identity, job.settings.epochs)
+
+
+def launch_faithful_all(jobs: Sequence[ImageProbeJob], folder: Path, progress: bool = True
+                        ) -> list[ProbeResult]:
+    """`run_faithful` of every job, from a notebook: in this process when each has one process,
+    else every unfinished one in turn under one torchrun of `python -m kit.probes.faithful
+    --jobs folder/probes.json` (DDP; its processes start and join their group once for all the
+    probes), logging to `folder/probe.log`. Finished probes are read back without starting
+    anything. Interrupted, the torchrun is stopped (each probe's state is saved every epoch, so
+    running again resumes)."""
+    counts = {job.settings.processes for job in jobs}
+    if len(counts) > 1:
+        raise ProbeError(f"faithful probes launched together share their processes; these ask "
+                         f"for {sorted(counts)}")
+    if counts <= {1}:
+        return [run_faithful(job.checkpoints, job.data_config, job.num_classes, job.output,
+                             job.settings, job.weight_decays, progress) for job in jobs]
+    folder, code = Path(folder), 0
+    log = folder / "probe.log"
+    pending = [job for job in jobs if _finished_job(job) is None]
+    if pending:
+        folder.mkdir(parents=True, exist_ok=True)
+        listing = folder / "probes.json"
+        with atomic_write(listing) as handle:
+            handle.write(json.dumps([_job_arguments(job) for job in pending], indent=1).encode())
+        code = _run_logged(module_command(
+            ["kit.probes.faithful", "--jobs", str(listing)],
+            LaunchSettings(backend="torchrun", nproc_per_node=counts.pop()),
+            rdzv_id="faithful"), log)
+    results = [_finished_job(job) for job in jobs]
+    if code != 0 or any(result is None for result in results):
         lines = log.read_text().splitlines()
         errors = list(dict.fromkeys(line for line in lines if line.startswith("error:")))
-        raise ProbeError(f"the faithful probe in {output} failed (exit status {code}); see "
+        raise ProbeError(f"the faithful probes in {folder} failed (exit status {code}); see "
                          f"{log}:\n" + "\n".join(errors or lines[-15:]))
-    return finished
+    return [result for result in results if result is not None]
 
 
 def _run_logged(command: list[str], log: Path) -> int:
@@ -220,7 +236,7 @@ class FaithfulProbe:
     through frozen backbones, not on cached features."""
 
     settings = FaithfulProbeSettings
-    run = staticmethod(launch_faithful)
+    run_all = staticmethod(launch_faithful_all)
 
     @staticmethod
     def describe(settings: FaithfulProbeSettings) -> str:
@@ -240,7 +256,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kit.probes.faithful",
         description="The authors' probe as a step of its own (run it under torchrun for "
-                    "several processes).")
+                    "several processes).",
+        epilog="--jobs FILE alone instead: run in turn the probes of FILE, a JSON list of "
+               "argument lists.")
     parser.add_argument("--checkpoints", type=Path, nargs="+", required=True,
                         help="backbones (kit or AlgoPerf checkpoints), concatenated in order")
     parser.add_argument("--data", type=Path, required=True,
@@ -280,20 +298,42 @@ def _settings(args: argparse.Namespace, process: Process) -> FaithfulProbeSettin
                                              "the command line")) from None
 
 
+def _requested(argv: list[str]) -> list[argparse.Namespace]:
+    """The probes a command line asks for: its options, or with `--jobs FILE` each argument
+    list of that JSON file (as `launch_faithful_all` writes it)."""
+    if argv[:1] != ["--jobs"]:
+        return [_parser().parse_args(argv)]
+    listing = Path(argv[1]) if len(argv) == 2 else None
+    try:
+        lists = json.loads(listing.read_text()) if listing else None
+    except (OSError, ValueError) as error:
+        raise ParameterError(f"{listing}: not a readable list of probes ({error})") from None
+    if not lists or not all(isinstance(item, list) for item in lists):
+        raise ParameterError(f"--jobs: {listing or ' '.join(argv[1:])} must be one JSON file "
+                             "holding a non-empty list of argument lists")
+    return [_parser().parse_args([str(item) for item in arguments]) for arguments in lists]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the probe the command line describes; 2 (and a message) for bad input."""
-    args = _parser().parse_args(argv)
+    """Run the probes the command line describes, in turn in one process group; 2 (and a
+    message) for bad input, found in every probe's dataset description before any starts."""
+    arguments = sys.argv[1:] if argv is None else argv
 
     def run() -> None:
-        data_config = load_data_config(args.data)
-        grid = (list(args.weight_decays) if args.weight_decays else
-                list(PAPER_WEIGHT_DECAYS[args.grid or kinds.get(data_config.kind).probe_grid]))
-        process = start_process(args.device)
+        probes = [(args, load_data_config(args.data)) for args in _requested(arguments)]
+        if len({args.device for args, _ in probes}) > 1:
+            raise ParameterError("--jobs: probes run in turn in one process share its device")
+        process = start_process(probes[0][0].device)
         try:
-            result = run_faithful(args.checkpoints, data_config, args.num_classes, args.output,
-                                  _settings(args, process), grid, progress=True)
-            if process.main:
-                print(result.selected)
+            for index, (args, data_config) in enumerate(probes, 1):
+                if process.main:  # which probe the log's lines below belong to
+                    print(f"probe {index}/{len(probes)}: {args.output}", flush=True)
+                grid = (list(args.weight_decays) if args.weight_decays else list(
+                    PAPER_WEIGHT_DECAYS[args.grid or kinds.get(data_config.kind).probe_grid]))
+                result = run_faithful(args.checkpoints, data_config, args.num_classes,
+                                      args.output, _settings(args, process), grid, progress=True)
+                if process.main:
+                    print(result.selected)
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()

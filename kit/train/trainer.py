@@ -139,24 +139,42 @@ def holding_run_folder(out: Path, process: Process) -> Iterator[None]:
 
 def train(cfg: TrainSettings) -> Path:
     """Train (or resume, or skip when finished) one run; returns its output folder."""
-    process = start_process(cfg.device, cfg.group_timeout_s)
+    return train_in_turn([cfg])[0]
+
+
+def train_in_turn(configs: list[TrainSettings]) -> list[Path]:
+    """Train runs one after another in this process, each exactly as it would train alone (its
+    own seeds, folder, lock and checkpoints); every configuration is validated before the first
+    starts. Under torchrun or srun the ranks join one process group for all the runs: starting
+    Python and importing torch costs seconds per launch, and a group started once never meets a
+    previous group's rendezvous. Returns the runs' output folders."""
+    devices = {cfg.device for cfg in configs}
+    if len(devices) > 1:
+        raise ParameterError(f"device: runs trained in turn share one process and its device, "
+                             f"but these ask for {', '.join(sorted(devices))}")
+    process = start_process(configs[0].device, max(cfg.group_timeout_s for cfg in configs))
     try:
-        if cfg.compile and (missing := machine.compiler_problems()):
-            raise machine.MachineError("\n".join(missing))
-        shared = machine.loader_shared_memory(
-            ranks_on_node(dict(os.environ)), cfg.num_workers,
-            cfg.micro_batch or cfg.batch_size // process.world_size, cfg.data.image_size)
-        if cfg.num_workers and (short := machine.shm_problems(shared)):
-            raise machine.MachineError("\n".join(short))
-        unwritable = writable_problems(resolve(cfg.output_dir))
-        if unwritable:  # before the lock file is made there
-            raise ParameterError("; ".join(unwritable))
-        with holding_run_folder(resolve(cfg.output_dir), process), \
-                StopFlag().installed() as stop, contextlib.ExitStack() as closing:
-            return _train(cfg, process, stop, closing)
+        return [_train_on(cfg, process) for cfg in configs]
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _train_on(cfg: TrainSettings, process: Process) -> Path:
+    """One run on this rank, after the machine checks that run's settings call for."""
+    if cfg.compile and (missing := machine.compiler_problems()):
+        raise machine.MachineError("\n".join(missing))
+    shared = machine.loader_shared_memory(
+        ranks_on_node(dict(os.environ)), cfg.num_workers,
+        cfg.micro_batch or cfg.batch_size // process.world_size, cfg.data.image_size)
+    if cfg.num_workers and (short := machine.shm_problems(shared)):
+        raise machine.MachineError("\n".join(short))
+    unwritable = writable_problems(resolve(cfg.output_dir))
+    if unwritable:  # before the lock file is made there
+        raise ParameterError("; ".join(unwritable))
+    with holding_run_folder(resolve(cfg.output_dir), process), \
+            StopFlag().installed() as stop, contextlib.ExitStack() as closing:
+        return _train(cfg, process, stop, closing)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,18 +401,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     return exit_code(lambda: train_in_turn([load_train_settings(path, args.overrides)
                                             for path in args.config]))
-
-
-def train_in_turn(configs: list[TrainSettings]) -> None:
-    """Train runs one after another in this process, each exactly as it would train alone (its
-    own seeds, folder, lock and checkpoints); every configuration is validated before the first
-    starts. Several runs need a single process: a DDP group trains one run."""
-    ranks = max(int(os.environ.get(name, "1")) for name in ("WORLD_SIZE", "SLURM_NTASKS"))
-    if len(configs) > 1 and ranks > 1:
-        raise ParameterError(f"--config: {len(configs)} runs given to one of {ranks} ranks; "
-                             "launch one torchrun (or srun) per run")
-    for cfg in configs:
-        train(cfg)
 
 
 def exit_code(action: Callable[[], object]) -> int:

@@ -17,7 +17,7 @@ from kit.data import pipeline
 from kit.experiments.timecat.planning import Representation, runs_dir
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
 from kit.probes import registry
-from kit.probes.base import FeatureProbe
+from kit.probes.base import FeatureProbe, ImageProbe, ImageProbeJob
 from kit.probes.rows import Split
 from kit.probes.selection import ProbeResult
 from kit.report import diagnostics
@@ -85,9 +85,9 @@ def task_features(task: ProbeTask, representations: list[Representation],
 def probe_all(representations: list[Representation], params: TimecatSettings) -> Measurements:
     """Probe every representation on every task with the probe `probe_kind` names (one row per
     representation, task and rule): the fast probe on (cached) extracted features, or the
-    authors' probe on images (`faithful_result`). Also measure each representation's richness
-    (RankMe, alpha-ReQ) and how alike its n models are (mean pairwise linear CKA) on features of
-    the evaluation split, extracted for both probes."""
+    authors' probe on images (`faithful_results`, all launched at once). Also measure each
+    representation's richness (RankMe, alpha-ReQ) and how alike its n models are (mean pairwise
+    linear CKA) on features of the evaluation split, extracted for both probes."""
     chosen = registry.get(params.probe_kind)
     on_features = isinstance(chosen, FeatureProbe)
     config = params.probe.model_copy(update={"device": params.device})
@@ -95,6 +95,7 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
     total = sum(rep.task in (None, task.name) for task in params.tasks for rep in representations)
     bar = KeptBar(total=total, desc=f"{params.probe_kind} probes", unit="probe")
     stage = Stage("probes", total, "probe", f"fitting {total} {params.probe_kind} probes")
+    on_images = {} if on_features else faithful_results(representations, params)
     for task in params.tasks:
         extracted = task_features(task, representations, params)
         num_classes, single = extracted.num_classes, extracted.single
@@ -114,7 +115,7 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
                 result = chosen.fit(splits[0], splits[1], num_classes, settings, progress=False)
                 concatenated = splits[1].features[sample]
             else:
-                result = faithful_result(rep, task, params)
+                result = on_images[task.name, rep]
                 concatenated = torch.cat(parts, 1)
             described = {"variant": rep.variant, "kind": rep.kind, "n": rep.n,
                          "width": rep.width, "replicate": rep.replicate,
@@ -137,19 +138,29 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
                                                   "seed_cka": pl.Float64}))
 
 
-def faithful_result(rep: Representation, task: ProbeTask, params: TimecatSettings
-                    ) -> ProbeResult:
-    """The authors' probe of one representation on one task, in
-    run_root/faithful/<task>/rep<r>/<variant>: read back when it has finished, resumed when it
-    was interrupted, under torchrun with `faithful.processes` processes."""
+def faithful_results(representations: list[Representation], params: TimecatSettings
+                     ) -> dict[tuple[str, Representation], ProbeResult]:
+    """The authors' probe of every representation on every task, by task name and
+    representation, each in run_root/faithful/<task>/rep<r>/<variant>: read back when it has
+    finished, resumed when it was interrupted; the others run in turn under one torchrun of
+    `faithful.processes` processes, logging to run_root/faithful/probe.log."""
     settings = params.faithful
     assert settings is not None  # the schema requires it for probe_kind faithful
-    task_data, num_classes = params.task_data(task)
-    output = runs_dir(params) / "faithful" / task.name / f"rep{rep.replicate}" / rep.variant
-    return registry.get("faithful").run(
-        list(rep.checkpoints), task_data, num_classes, output,
-        settings.model_copy(update={"device": params.device}),
-        settings.grid(task.name, task_data.kind))
+    folder = runs_dir(params) / "faithful"
+    keys, jobs = [], []
+    for task in params.tasks:
+        task_data, num_classes = params.task_data(task)
+        for rep in representations:
+            if rep.task in (None, task.name):
+                keys.append((task.name, rep))
+                jobs.append(ImageProbeJob(
+                    list(rep.checkpoints), task_data, num_classes,
+                    folder / task.name / f"rep{rep.replicate}" / rep.variant,
+                    settings.model_copy(update={"device": params.device}),
+                    settings.grid(task.name, task_data.kind)))
+    chosen = registry.get(params.probe_kind)
+    assert isinstance(chosen, ImageProbe)
+    return dict(zip(keys, chosen.run_all(jobs, folder), strict=True))
 
 
 def probe_description(params: TimecatSettings) -> str:

@@ -1,0 +1,61 @@
+"""Tiny stand-ins for the paper's released checkpoints, at the paths the paper-checkpoints profile
+reads through `TIMECAT_CHECKPOINTS` (cat<n>/seed<s>.pt, each with its size and hash beside it),
+so that `kit check` and `kit run` of that profile can be tried on any machine
+(`python -m kit fixtures DIR` writes them to DIR/checkpoints).
+
+They are kit checkpoints of untrained ResNet-50s at width 1/16, not AlgoPerf files: a full-width
+ResNet-50 weighs 100 MB, and the numbers they give mean nothing either way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from kit import models
+from kit.core import files, params
+from kit.core.params import ParameterError
+from kit.experiments.timecat.jobs import NOTEBOOK
+from kit.train.settings import TrainSettings
+
+#: what the profile's checkpoint paths start with
+PREFIX = "${TIMECAT_CHECKPOINTS}/"
+#: the stand-ins' width: a ResNet-50 of 1/16 the channels, about 200 kB a file
+WIDTH = 0.0625
+
+
+def released_files(profile: str = "paper-checkpoints") -> dict[str, TrainSettings]:
+    """The checkpoint files a profile's variants read under `TIMECAT_CHECKPOINTS`, relative to
+    it, each with the settings of a stand-in: the profile's pretraining at WIDTH, the variant's
+    iterations and the file's seed (the number in its name, `seed<s>.pt`)."""
+    merged, _ = params.resolve_layers(NOTEBOOK, profile)
+    stand_ins = {}
+    for variant in merged["variants"]:
+        for group in variant.get("checkpoints") or []:
+            for path in group:
+                if not str(path).startswith(PREFIX):
+                    raise ParameterError(f"variants: {variant['name']} reads {path}, not a file "
+                                         f"under {PREFIX.rstrip('/')}")
+                relative = str(path).removeprefix(PREFIX)
+                seed = int("".join(filter(str.isdigit, Path(relative).stem)) or 0)
+                stand_ins[relative] = TrainSettings(**merged["train"] | {
+                    "width": WIDTH, "iterations": variant["iterations"], "seed": seed,
+                    "output_dir": str(Path(relative).parent)})
+    return stand_ins
+
+
+def write_released(root: Path, profile: str = "paper-checkpoints") -> list[Path]:
+    """An untrained stand-in (seeded by its file) at every path `released_files` names, under
+    root as `TIMECAT_CHECKPOINTS`, each written hashed and atomically; returns the files."""
+    written = []
+    for relative, settings in released_files(profile).items():
+        torch.manual_seed(settings.seed)
+        model = models.build(settings.model, settings.num_classes, settings.width,
+                             settings.stem, settings.data.image_size)
+        path = Path(root) / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with files.hashed_write(path) as handle:
+            torch.save({"model": model.state_dict(), "config": settings.model_dump()}, handle)
+        written.append(path)
+    return written
