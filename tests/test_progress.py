@@ -92,7 +92,7 @@ def test_the_toys_probing_says_what_it_probes_between_trainings(
     assert lines[0] == "01 training 8 toy models: 3 step(s)", lines
     assert re.fullmatch(r"01 training 8 toy models: 3 step\(s\) done \(.*step/s\)", lines[1])
     expected = [("32 probes", "8 trained models"), ("32 probes", "8 trained models, unpruned"),
-                ("16 probes", "4 concatenations of 2 trained models, reused")]
+                ("16 probes", "4 concatenations of 2 reused trained models")]
     probing = [line for line in lines if line.startswith("01 probes")]
     assert len(probing) == 2 * len(expected), lines
     for (count, what), first, last in zip(expected, probing[::2], probing[1::2]):

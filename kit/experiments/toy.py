@@ -357,7 +357,7 @@ def concatenation_study(runs: pl.DataFrame, models: SparseModels, sizes: list[in
         if index:
             accuracy[index] = probe_components(
                 concatenate(maps, [groups[i] for i in index]), config, seed + k,
-                f"concatenations of {k} trained models, reused")
+                f"concatenations of {k} reused trained model{'s' if k > 1 else ''}")
     rows = []
     for (dominant, share, k), group, acc in zip(keys, groups, accuracy):
         kept = models.kept[group].any(0)
