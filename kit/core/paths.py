@@ -33,9 +33,9 @@ def resolve(path: str | Path) -> Path:
 
 
 def shown(path: str | Path, start: Path = REPO_ROOT) -> str:
-    """A path as the kit prints it: relative to `start` (the repository root; an absolute
-    path) when it lies under it, so tables and messages stay short and the same on every machine; absolute
-    otherwise."""
+    """A path as the kit prints it: relative to `start` (an absolute path; default the
+    repository root) when it lies under it, so tables and messages stay short and the same on
+    every machine; absolute otherwise."""
     absolute = Path(os.path.normpath(resolve(path)))  # `..` removed, links kept as named
     return str(absolute.relative_to(start)) if absolute.is_relative_to(start) else str(absolute)
 

@@ -175,8 +175,9 @@ def launch_for(trainings: list[TrainSettings], experiments: list[TimecatSettings
     in the stage line) in one launch of the first one's launch settings, logs in `folder`: each
     experiment's task data is checked before anything trains."""
     refuse_changed_runs(trainings)
-    skipped = [str(t.output_dir) for t in trainings if is_finished(t)]
-    pending = [t for t in trainings if not is_finished(t)]
+    finished = [is_finished(t) for t in trainings]  # each DONE marker read once
+    skipped = [str(t.output_dir) for t, done in zip(trainings, finished, strict=True) if done]
+    pending = [t for t, done in zip(trainings, finished, strict=True) if not done]
     stage = Stage("training", len(pending), "run",
                   f"{scope}reused {len(skipped)} finished run(s), training {len(pending)}")
     if pending:
