@@ -157,9 +157,11 @@ def test_cells_are_notebook_03s_settings_and_its_own_cell_shares_its_runs() -> N
     assert other.variant("wide1").iterations is None  # ci: notebook 03's wide model
     full = params.load("04_when_concat_helps", "sweep")[0]
     assert full.wide_compute == "equal"
-    at_960 = sweep_settings.cells(full)[4].settings
-    assert at_960.total_iterations == 960 and at_960.iterations_for(at_960.variant("wide1-eq")) \
-        == 240  # twice the width: 960 iterations of cat1's compute
+    at_480 = sweep_settings.cells(full)[3].settings
+    assert at_480.total_iterations == 480 and at_480.iterations_for(at_480.variant("wide1-eq")) \
+        == 120  # twice the width: 480 iterations of cat1's compute
+    # one feature cache for every cell: the untrained networks' features are extracted once
+    assert {cell.settings.feature_cache for cell in sweep_settings.cells(full)} == {"sweep/features"}
     longer = params.load("04_when_concat_helps", "ci", overrides={"budgets": [80]})[0]
     pool = sweep_settings.cells(longer)[0].settings.train.data.synthetic.num_train
     assert pool == 80 * notebook.train.batch_size  # no image drawn twice at any budget

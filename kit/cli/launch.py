@@ -150,7 +150,7 @@ def _profile_command(args: argparse.Namespace) -> int:
         return 0
     settings = parse_settings(args.launch, loaded.launch)
     if args.launch_command == "extract" and jobs.extraction_finished(loaded):
-        print(f"features already extracted in {_here(planning.runs_dir(loaded) / 'features')}")
+        print(f"features already extracted in {_here(planning.features_dir(loaded))}")
         return 0
     return _report(jobs.launch_step(args.launch_command, loaded, settings, wait=not args.no_wait))
 
@@ -178,7 +178,7 @@ def step_command(args: argparse.Namespace) -> int:
         if args.command == "extract":
             count = jobs.extract_step(loaded)
             if int(os.environ.get("RANK", "0")) == 0:
-                print(f"{count} cache entries in {_here(planning.runs_dir(loaded) / 'features')}")
+                print(f"{count} cache entries in {_here(planning.features_dir(loaded))}")
         else:
             print(f"wrote {_here(jobs.probe_step(loaded))}")
 

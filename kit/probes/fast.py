@@ -150,7 +150,8 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int,
                                                     config.max_gap))
     chosen = list(converged_heads(history).iter_rows(named=True))
     fits = spread_fits(places, [(heads.linear(head["lr"], head["weight_decay"]),
-                                 head["weight_decay"]) for head in chosen], LBFGS_MAX_ITER)
+                                 head["weight_decay"]) for head in chosen], LBFGS_MAX_ITER,
+                        config.tolerance_change)
     finished = pl.DataFrame([
         {"lr": head["lr"], "weight_decay": head["weight_decay"], "epoch": config.epochs, **fit}
         for head, fit in zip(chosen, fits, strict=True)])

@@ -28,7 +28,7 @@ from kit.probes.rows import (
     standardiser,
 )
 from kit.probes.selection import ProbeResult, select
-from kit.probes.settings import LbfgsProbeSettings
+from kit.probes.settings import TOLERANCE_CHANGE, LbfgsProbeSettings
 
 #: fit rows whose standardised float64 copy takes at most this are copied once for L-BFGS;
 #: larger ones (ImageNet's 1.28M x 10,240) are read a chunk at a time in every evaluation
@@ -81,13 +81,16 @@ class ConvexFit:
             yield (self.standardised(self.train(part)),
                    self.train_labels[part.to(self.train.device)])
 
-    def fit(self, linear: nn.Linear, decay: float, max_iter: int) -> dict[str, float]:
+    def fit(self, linear: nn.Linear, decay: float, max_iter: int,
+            tolerance_change: float = TOLERANCE_CHANGE) -> dict[str, float]:
         """Minimise the mean cross-entropy plus decay / 2 ||W||^2 from `linear`'s weights
-        (float64) until torch's tolerances stop L-BFGS (gradient or change of loss); one
-        function evaluation is one pass over the fit rows. `max_iter` is only a cap: a fit that
-        hits it raises, since its accuracy would be the optimiser's, not the features'.
-        Returns the fit's row of scores."""
+        (float64) until L-BFGS's tolerances stop it (a gradient below 1e-7, or an iteration
+        changing the objective or the weights by less than `tolerance_change`); one function
+        evaluation is one pass over the fit rows. `max_iter` is only a cap: a fit that hits it
+        raises, since its accuracy would be the optimiser's, not the features'. Returns the
+        fit's row of scores."""
         optimizer = torch.optim.LBFGS(linear.parameters(), max_iter=max_iter,
+                                      tolerance_change=tolerance_change,
                                       line_search_fn="strong_wolfe", history_size=20)
 
         def closure() -> torch.Tensor:
@@ -144,12 +147,13 @@ def spread_rows(rows: ConvexFit, devices: Sequence[torch.device]) -> list[Convex
 
 
 def spread_fits(places: Sequence[ConvexFit], starts: Sequence[tuple[nn.Linear, float]],
-                max_iter: int) -> list[dict[str, float]]:
+                max_iter: int, tolerance_change: float = TOLERANCE_CHANGE
+                ) -> list[dict[str, float]]:
     """`ConvexFit.fit` of each (starting head, weight decay), in order; the fits shared out over
     the places' devices, one thread per device (CUDA kernels release the GIL)."""
     def fit_share(place: ConvexFit, share: range) -> list[dict[str, float]]:
-        return [place.fit(starts[i][0].to(place.train.device), starts[i][1], max_iter)
-                for i in share]
+        return [place.fit(starts[i][0].to(place.train.device), starts[i][1], max_iter,
+                          tolerance_change) for i in share]
 
     parts = list(zip(places, shares(len(starts), len(places)), strict=False))
     if len(parts) == 1:
@@ -180,11 +184,13 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
     if len(devices) == 1:
         fits, linear = {}, _zero_head(train.features.shape[1], num_classes)
         for decay in decays:
-            fits[decay] = rows.fit(linear, decay, settings.max_iter)  # continues from the last
+            fits[decay] = rows.fit(linear, decay, settings.max_iter,  # continues from the last
+                                   settings.tolerance_change)
     else:
         starts = [(_zero_head(train.features.shape[1], num_classes), d) for d in decays]
         fits = dict(zip(decays, spread_fits(spread_rows(rows, devices), starts,
-                                            settings.max_iter), strict=True))
+                                            settings.max_iter, settings.tolerance_change),
+                        strict=True))
     table = pl.DataFrame([{"weight_decay": decay, "epoch": 1, **fits[decay]}
                           for decay in settings.weight_decays])
     return ProbeResult(table, select(table, ["weight_decay"], num_classes, settings.max_gap))
@@ -207,7 +213,8 @@ class LbfgsProbe:
     def describe(settings: LbfgsProbeSettings) -> str:
         """What the probe does with `settings`, in one sentence."""
         return (f"full-batch L-BFGS on cached features (multinomial logistic regression, "
-                f"converged), one fit per weight decay {settings.weight_decays}, chosen on "
+                f"converged to a change below {settings.tolerance_change:g} per iteration), one fit "
+                f"per weight decay {settings.weight_decays}, chosen on "
                 f"{settings.heldout_fraction:.0%} held-out training rows or on the "
                 "evaluation split")
 

@@ -21,6 +21,10 @@ PAPER_WEIGHT_DECAYS: dict[str, tuple[float, ...]] = {
 #: a cap on L-BFGS iterations, not a stopping rule: every fit of the cpu profile's features
 #: stopped by tolerance within 500
 LBFGS_MAX_ITER = 2000
+#: L-BFGS stops once an iteration changes the objective or the weights by less than this
+#: (torch's default). On the cpu profile's features, 1e-7 takes about a third fewer iterations
+#: and moves no head's top-1 by more than 0.2 point (benchmarks/probe_tolerance.py)
+TOLERANCE_CHANGE = 1e-9
 
 
 class LbfgsProbeSettings(Strict):
@@ -32,6 +36,9 @@ class LbfgsProbeSettings(Strict):
     heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
     #: only a cap: a fit that reaches it is refused, its accuracy being the optimiser's
     max_iter: int = Field(default=LBFGS_MAX_ITER, ge=1)
+    #: the stopping tolerance on the change of objective or weights per iteration
+    #: (TOLERANCE_CHANGE's note says what a larger one costs)
+    tolerance_change: float = Field(default=TOLERANCE_CHANGE, gt=0.0, lt=1e-3)
     #: a third selection rule, `bounded`: the held-out choice among heads whose top-1 on their
     #: fit rows exceeds their held-out top-1 by at most this many points (`kit.probes.selection`);
     #: None reports only `paper` and `heldout`
@@ -77,6 +84,9 @@ class FastProbeSettings(Strict):
     #: the cpu profile's features; finishing 10 epochs' heads gave L-BFGS's fits within 0.2 point
     #: (benchmarks/probe_agreement.py), the SGD start saving 11-26% of L-BFGS's iterations
     select_from: Literal["epochs", "converged"] = "epochs"
+    #: L-BFGS's stopping tolerance on the change of objective or weights per iteration, for the
+    #: converged finish and for the L-BFGS probe of the same settings (`lbfgs`)
+    tolerance_change: float = Field(default=TOLERANCE_CHANGE, gt=0.0, lt=1e-3)
 
     @model_validator(mode="after")
     def _converges(self) -> FastProbeSettings:
@@ -92,7 +102,7 @@ class FastProbeSettings(Strict):
         return LbfgsProbeSettings(weight_decays=list(self.weight_decays),
                                   heldout_fraction=self.heldout_fraction, seed=self.seed,
                                   device=self.device, devices=self.devices,
-                                  max_gap=self.max_gap)
+                                  max_gap=self.max_gap, tolerance_change=self.tolerance_change)
 
 
 class FaithfulProbeSettings(Strict):

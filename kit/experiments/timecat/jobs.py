@@ -22,6 +22,7 @@ from kit.core.paths import resolve
 from kit.experiments.timecat.measure import probe_all, task_features
 from kit.experiments.timecat.planning import (
     Representation,
+    features_dir,
     initialise,
     plan,
     refuse_changed_runs,
@@ -70,7 +71,7 @@ def _extraction_record(params: TimecatSettings, representations: list[Representa
 def extraction_finished(params: TimecatSettings) -> bool:
     """Whether an extraction step completed for exactly these parameters and checkpoints."""
     record = _extraction_record(params, plan(params).representations)
-    marker = runs_dir(params) / "features" / EXTRACTED
+    marker = features_dir(params) / EXTRACTED
     return record is not None and marker.exists() and json.loads(marker.read_text()) == record
 
 
@@ -111,7 +112,7 @@ def extract_step(params: TimecatSettings) -> int:
             found = [task_features(task, experiment.representations, params,
                                    progress=process.main) for task in params.tasks]
         if process.main:
-            with files.atomic_write(runs_dir(params) / "features" / EXTRACTED) as handle:
+            with files.atomic_write(features_dir(params) / EXTRACTED) as handle:
                 handle.write(json.dumps(_extraction_record(params, experiment.representations),
                                         indent=1).encode())
         return len({entry.path for task in found

@@ -14,7 +14,7 @@ from torch.utils.data import Dataset, Subset
 from kit import features
 from kit.core.progress import KeptBar, Stage
 from kit.data import pipeline
-from kit.experiments.timecat.planning import Representation, runs_dir
+from kit.experiments.timecat.planning import Representation, features_dir
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
 from kit.probes import registry
 from kit.probes.base import FeatureProbe, ImageProbe, ImageProbeJob
@@ -54,7 +54,7 @@ def task_features(task: ProbeTask, representations: list[Representation],
     the cache, so that an extraction job and the notebook's probes meet the same entries.
     Under torchrun each rank extracts its shard. The authors' probe reads images, so for it
     only the diagnostics' features are extracted (`train` and `eval` stay empty)."""
-    cache = runs_dir(params) / "features"
+    cache = features_dir(params)
     on_features = isinstance(registry.get(params.probe_kind), FeatureProbe)
     task_data, num_classes = params.task_data(task)
     train_set, eval_set = pipeline.probe_datasets(task_data, num_classes)

@@ -40,8 +40,18 @@ class Representation:
 
 
 def runs_dir(params: TimecatSettings) -> Path:
-    """Where runs, logs and cached features go: run_root, relative to the output folder."""
+    """Where runs and logs go: run_root, relative to the output folder."""
     return resolve(params.output_dir) / params.run_root
+
+
+def features_dir(params: TimecatSettings) -> Path:
+    """The feature cache: `feature_cache` relative to the output folder, else
+    <run_root>/features. Entries are keyed by checkpoint contents, data and split, so runs
+    sharing a cache share the features of identical checkpoints (untrained networks of the
+    same seeds) and nothing else."""
+    if params.feature_cache is not None:
+        return resolve(params.output_dir) / params.feature_cache
+    return runs_dir(params) / "features"
 
 
 @dataclass(frozen=True)

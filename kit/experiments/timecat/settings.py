@@ -118,6 +118,9 @@ class TimecatSettings(NotebookSettings):
 
     #: runs, logs and feature caches: a folder inside output_dir
     run_root: str = Field(default="time_concat", min_length=1)
+    #: the feature cache's folder inside output_dir (default: <run_root>/features); entries are
+    #: keyed by checkpoint contents, data and split, so experiments may share one
+    feature_cache: str | None = Field(default=None, min_length=1)
     base_seed: int = Field(default=0, ge=0)
     replicates: int = Field(ge=1)
     seed_sets: list[list[int]] | None = None
@@ -169,9 +172,10 @@ class TimecatSettings(NotebookSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> TimecatSettings:
-        if escapes(resolve(self.output_dir), self.run_root):
-            raise ValueError(f"run_root: {self.run_root!r} lands outside output_dir "
-                             f"{self.output_dir}; give a folder inside it")
+        for key, folder in (("run_root", self.run_root), ("feature_cache", self.feature_cache)):
+            if folder is not None and escapes(resolve(self.output_dir), folder):
+                raise ValueError(f"{key}: {folder!r} lands outside output_dir "
+                                 f"{self.output_dir}; give a folder inside it")
         names = [variant.name for variant in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"variants: names must be unique, got {names}")
