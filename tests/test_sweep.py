@@ -10,12 +10,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+import torch
+from torch.utils.data import TensorDataset
 
+from kit import features
 from kit.cli import terminal
 from kit.core import params
 from kit.core.progress import STAGE_FILE_ENV
 from kit.experiments.timecat import (
     comparisons,
+    planning,
     regime,
     sweep,
     sweep_figures,
@@ -264,3 +268,27 @@ def test_the_gain_chart_draws_tested_and_untested_cells(replicates: int) -> None
     spec = sweep_figures.gain_chart(judged.gains, learned).to_dict()
     assert spec["facet"]["column"]["field"] == "task"
     assert set(judged.gains["against"]) == {"baseline", "best control"}
+
+
+def test_cells_of_one_world_share_their_untrained_networks_features(tmp_path: Path) -> None:
+    """Every copy of one untrained network is the same file, byte for byte, whatever cell wrote
+    it, so the sweep's one feature cache (keyed by contents) extracts it once per world."""
+    loaded = params.load("04_when_concat_helps", "ci", output_dir=str(tmp_path),
+                         overrides={"overrides": {"feature_cache": "sweep/features"}})[0]
+    small, large = (cell.settings for cell in sweep_settings.cells(loaded))
+    assert planning.features_dir(small) == planning.features_dir(large) \
+        == tmp_path / "sweep" / "features"
+    untrained = [planning.plan(cell).initial for cell in (small, large)]
+    assert [len(found) for found in untrained] == [4, 4]  # random2, 2 replicates, each cell
+    assert planning.initialise(untrained[0] + untrained[1]) == 8
+    assert {c.output_dir for c in untrained[0]}.isdisjoint(c.output_dir for c in untrained[1])
+    for one, other in zip(*untrained, strict=True):
+        mine, theirs = (Path(c.output_dir) / planning.INITIAL for c in (one, other))
+        assert mine.read_bytes() == theirs.read_bytes()
+    dataset = TensorDataset(torch.rand(6, 3, 16, 16), torch.arange(6) % 2)
+    first, second = ([Path(c.output_dir) / planning.INITIAL] for c in (untrained[0][0],
+                                                                      untrained[1][0]))
+    cache = planning.features_dir(small)
+    found = features.extract_many([first, second], dataset, "six images", "eval", "none", cache,
+                                  progress=False)
+    assert len({entry.path for entry in found}) == 1 and len(list(cache.iterdir())) == 1

@@ -211,11 +211,12 @@ def claim(results: pl.DataFrame, table: pl.DataFrame, controls: pl.DataFrame
       `gains`' verdicts); the paper claims transfer, not in-distribution gains;
     - controls, checked on the tasks where catN beats the baseline: catN must be `better` than
       `random-init` of the same n (untrained networks with as many features), and `not worse`
-      than each `wide` variant. Not worse rather than better: a wide model of width w trained for
-      the whole budget costs about w^2 times cat1's compute (a ResNet's multiply-adds grow with
-      the square of its width), so it is a feature-matched but not a budget-matched rival; catN
-      below it would say one model with as many features gets the gain, catN level with it says
-      the gain is not a width artefact. The label against `wide` is in the evidence either way.
+      than each `wide` variant. Not worse rather than better: a wide model of width w is a
+      feature-matched rival whose compute a profile chooses (w^2 times cat1's when it trains the
+      whole budget, a ResNet's multiply-adds growing with the square of its width; cat1's when
+      it trains budget / w^2 iterations, as in the cpu profile and the sweep); catN below it
+      would say one model with as many features gets the gain, catN level with it says the gain
+      is not a width artefact. The label against `wide` is in the evidence either way.
 
     `kit.report.verdicts.claim` gives the status: reproduced (better on a majority of the
     transfer tasks and every control holds), not reproduced (better on none), partly reproduced

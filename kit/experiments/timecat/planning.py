@@ -117,6 +117,10 @@ def run_table(trainings: list[TrainSettings]) -> pl.DataFrame:
 INITIAL = "initial.pt"
 
 
+#: the run folder an untrained network's file records (its own folder would differ per copy)
+UNTRAINED_FOLDER = "untrained"
+
+
 def initialise(configs: list[TrainSettings]) -> int:
     """Write the untrained networks of random-init variants as kit.train would start them (same
     seed, same architecture), in the kit's checkpoint format with their hash recorded; returns
@@ -131,8 +135,11 @@ def initialise(configs: list[TrainSettings]) -> int:
         network = models.build(config.model, config.num_classes, config.width, config.stem,
                                config.data.image_size)
         path.parent.mkdir(parents=True, exist_ok=True)
+        # the same bytes wherever it is written (no run folder inside), so that the feature
+        # cache, keyed by contents, shares the features of every copy of one untrained network
+        recorded = config.model_copy(update={"output_dir": UNTRAINED_FOLDER}).model_dump()
         with files.hashed_write(path) as handle:
-            torch.save({"model": network.state_dict(), "config": config.model_dump()}, handle)
+            torch.save({"model": network.state_dict(), "config": recorded}, handle)
         written += 1
     return written
 
