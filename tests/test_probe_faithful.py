@@ -3,6 +3,7 @@ processes, resume."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -187,3 +188,24 @@ def test_bad_input_is_refused_naming_the_file(tmp_path: Path, step, change, mess
     error = capsys.readouterr().err
     assert re.search(message, error, re.S), error
     assert not (tmp_path / "o" / "probe_state.pt").exists()
+
+
+def test_the_probes_process_group_waits_as_long_as_the_settings_say(tmp_path: Path, step,
+                                                                     monkeypatch) -> None:
+    """A launched list of probes joins its process group with the settings' timeout (opening
+    ImageNet's files on one rank can outlast torch's default), written on its command line."""
+    checkpoints, description = step
+    job = jobs(checkpoints, description, [tmp_path / "o"], 1)[0]
+    arguments = faithful._job_arguments(job)
+    assert arguments[arguments.index("--group-timeout-s") + 1] == "1800"
+    config = job.settings.model_copy(update={"group_timeout_s": 4321})
+    arguments = faithful._job_arguments(dataclasses.replace(job, settings=config))
+    joined = []
+
+    def start(device: str, timeout_s: int) -> None:
+        joined.append(timeout_s)
+        raise ProbeError("stopped once the group is joined")
+
+    monkeypatch.setattr(faithful, "start_process", start)
+    assert faithful.main(arguments) == 2
+    assert joined == [4321]

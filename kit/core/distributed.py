@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from kit.core import machine
-from kit.core.processes import rendezvous_port
+from kit.core.processes import DEFAULT_GROUP_TIMEOUT_S, rendezvous_port
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,6 @@ def slurm_environment(environ: dict[str, str]) -> dict[str, str]:
             "MASTER_PORT": environ.get("MASTER_PORT") or str(port)}
 
 
-#: how long a collective call waits for every rank before failing (torch's NCCL default is 10
-#: minutes; a rank saving a checkpoint or opening a large dataset can take longer)
-DEFAULT_GROUP_TIMEOUT_S = 1800
 
 
 def ranks_on_node(environ: dict[str, str]) -> int:

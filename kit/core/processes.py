@@ -23,6 +23,10 @@ from kit.core.paths import importable_environment
 #: the trainer's exit status after a preemption checkpoint (kit.train exits with it)
 PREEMPTED_EXIT = 75
 
+#: how long a collective call waits for every rank before failing (torch's NCCL default is 10
+#: minutes; a rank saving a checkpoint or opening a large dataset can take longer)
+DEFAULT_GROUP_TIMEOUT_S = 1800
+
 
 #: the marker a finished run leaves in its folder (kit.train writes it)
 DONE = "DONE"

@@ -54,7 +54,7 @@ FINISHED = "finished.json"
 IDENTITY = ("milestones", "lr", "momentum", "batch_size", "bn_batch", "heldout_fraction", "seed",
             "precision")
 #: settings the command line takes as --name value, beside the weight decays and milestones
-OPTIONS = ("epochs", "batch_size", "lr", "momentum", "heldout_fraction", "seed")
+OPTIONS = ("epochs", "batch_size", "lr", "momentum", "heldout_fraction", "seed", "group_timeout_s")
 
 
 def load_data_config(path: Path) -> DataSettings:
@@ -323,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         probes = [(args, load_data_config(args.data)) for args in _requested(arguments)]
         if len({args.device for args, _ in probes}) > 1:
             raise ParameterError("--jobs: probes run in turn in one process share its device")
-        process = start_process(probes[0][0].device)
+        process = start_process(probes[0][0].device,
+                                max(args.group_timeout_s for args, _ in probes))
         try:
             for index, (args, data_config) in enumerate(probes, 1):
                 if process.main:  # which probe the log's lines below belong to

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from kit.core.params import Strict
+from kit.core.processes import DEFAULT_GROUP_TIMEOUT_S
 from kit.data import kinds
 
 #: the authors' weight-decay grids per evaluation dataset, as their released linear-probe script
@@ -135,6 +136,10 @@ class FaithfulProbeSettings(Strict):
     precision: Literal["fp32", "bf16"]
     #: the device of each process (cuda: each process its own GPU); notebook 03 sets its own
     device: str = Field(default="cpu", min_length=1)
+    #: seconds a collective call (all-reduce, barrier) of the probes' process group waits for
+    #: every rank before failing (as the trainer's train.group_timeout_s; a rank opening
+    #: ImageNet's 1.28M files or iNat18's JSON can take minutes)
+    group_timeout_s: int = Field(default=DEFAULT_GROUP_TIMEOUT_S, ge=60)
 
     @model_validator(mode="after")
     def _consistent(self) -> FaithfulProbeSettings:

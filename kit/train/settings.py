@@ -22,6 +22,7 @@ from kit.core.params import (
     parse_overrides,
     read_yaml,
 )
+from kit.core.processes import DEFAULT_GROUP_TIMEOUT_S
 from kit.data.settings import DataSettings
 
 
@@ -57,7 +58,7 @@ class RunSettings(Strict):
     compile: bool = False
     num_workers: int = Field(default=4, ge=0)
     #: seconds a collective call (all-reduce, barrier) waits for every rank before the run fails
-    group_timeout_s: int = Field(default=1800, ge=60)
+    group_timeout_s: int = Field(default=DEFAULT_GROUP_TIMEOUT_S, ge=60)
     #: also log metrics.jsonl's scalars as TensorBoard events in the run folder (rank 0)
     tensorboard: bool = False
 
