@@ -1,7 +1,7 @@
 """Notebook 03's feature extraction and probing as jobs: a real `torchrun --nproc-per-node=2`
 (gloo) started by kit.launch fills the cache that the notebook's probes then read without
-extracting again, with the features of one process; the probe step writes the results table;
-`python -m kit launch plan --profile` exports the chained Slurm scripts. A small plan of
+extracting again, with the features of one process; the launched probe step writes the results
+table; `python -m kit launch plan --profile` exports the chained Slurm scripts. A small plan of
 untrained networks (random-init variants: nothing to train) on the ci profile's synthetic world.
 """
 
@@ -57,9 +57,10 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
     assert jobs.launch_extraction(loaded)  # torchrun, two gloo ranks, each its shard
     log = (planning.runs_dir(loaded) / "logs" / "extract.log").read_text()
     assert "rank 0/2 on cpu" in log and "rank 1/2 on cpu" in log, log[-2000:]
-    # 3 networks alone and r2 concatenated, on two tasks' training and evaluation splits
+    # 2 networks alone (r1's is r2's first: the same seed, the same file) and r2 concatenated,
+    # on two tasks' training and evaluation splits
     made = entries(cache)
-    assert len(made) == (3 + 1) * 2 * 2
+    assert len(made) == (2 + 1) * 2 * 2
     assert jobs.extraction_finished(loaded)
     assert not jobs.extraction_finished(
         jobs.load_settings("ci", [parameters], ["feature_dtype=float16"]))
@@ -70,7 +71,9 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
         found = measure.task_features(task, representations, loaded)
         sets = [*found.train, *found.eval, *found.single.values()]
         assert sets and all(entry.cache_hit for entry in sets), task.name
-    assert kit_main(["probe", "--profile", "ci", "-f", str(parameters)]) == 0
+    # probed as a launched job (`kit launch probe`, the profile's torchrun), as a user runs it
+    assert kit_main(["launch", "probe", "--profile", "ci", "-f", str(parameters)]) == 0
+    assert "wrote " in (planning.runs_dir(loaded) / "logs" / "probe.log").read_text()
     results = pl.read_parquet(Path(loaded.output_dir) / jobs.RESULTS)
     assert results.height == len(representations) * len(loaded.tasks) * 2  # two rules
     assert (Path(loaded.output_dir) / jobs.DIAGNOSTICS).exists()
