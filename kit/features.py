@@ -74,6 +74,24 @@ def load_backbone(path: Path) -> models.KitResNet:
     return model.eval()
 
 
+#: the backbones of the last extraction pass, by checkpoint file and SHA-256. Notebook 03 reads
+#: the same checkpoints in several passes (each task's training and evaluation splits), and
+#: reading a trainer's checkpoint (its optimizer state included) can cost more than a small
+#: pass: 0.3-0.4 s for each of a rehearsal's twelve ResNet-50s on a CPU, in every pass of every
+#: rank
+_LAST_PASS: dict[tuple[Path, str], models.KitResNet] = {}
+
+
+def _backbones(checkpoints: dict[Path, tuple[Path, str]]) -> dict[Path, models.KitResNet]:
+    """The backbone of each entry's (checkpoint, SHA-256): the last pass's when it read the same
+    file with the same contents, else loaded; only this pass's are kept for the next."""
+    found = {entry: _LAST_PASS.get(key) or load_backbone(key[0])
+             for entry, key in checkpoints.items()}
+    _LAST_PASS.clear()
+    _LAST_PASS.update({key: found[entry] for entry, key in checkpoints.items()})
+    return found
+
+
 @dataclass
 class FeatureSet:
     """Concatenated features [N, sum of widths] (memory-mapped) and labels [N]."""
@@ -235,7 +253,8 @@ def _extract_checkpoints(records: dict[Path, dict[str, Any]], checkpoints: dict[
                          progress: bool, stage: Stage) -> None:
     """One pass over this rank's shard: each batch is decoded and normalised once and fed to
     every backbone; entry `path` receives the features of `checkpoints[path]`."""
-    backbones = {path: load_backbone(checkpoints[path]) for path in records}
+    backbones = _backbones({path: (checkpoints[path], records[path]["checkpoints"][0]["sha256"])
+                            for path in records})
     records = {path: record | {"widths": [backbones[path].feature_dim]}
                for path, record in records.items()}
     rows = len(dataset)

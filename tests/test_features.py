@@ -268,3 +268,24 @@ def test_other_ranks_take_rank_0s_verdict_without_hashing(
 
     monkeypatch.setattr(features.time, "sleep", rank_0_meanwhile)
     assert features._verified(entry) is not None and len(waits) == 1
+
+
+
+def test_a_checkpoint_is_read_once_for_consecutive_passes_until_it_changes(
+        tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Notebook 03 extracts each task's splits in consecutive passes over the same checkpoints:
+    each file is loaded once for them, and again once its contents change."""
+    a, b = (tiny_checkpoint(tmp_path, name, seed) for seed, name in enumerate("ab"))
+    loads, load = [], features.load_backbone
+    monkeypatch.setattr(features, "load_backbone", lambda path: loads.append(path) or load(path))
+    kwargs = dict(dataset=images, dataset_id="noise", transform="none",
+                  cache_dir=tmp_path / "cache", batch_size=16, progress=False)
+    first = features.extract_many([[a], [b, a]], split="train", **kwargs)
+    features.extract_many([[a], [b, a]], split="eval", **kwargs)
+    assert sorted(loads) == sorted([a, b])
+    state = torch.load(a, weights_only=True)
+    state["model"]["conv1.weight"] *= 2.0  # other contents, other features
+    torch.save(state, a)
+    changed = features.extract_many([[a]], split="train", **kwargs)
+    assert loads[2:] == [a] and not changed[0].cache_hit
+    assert not np.array_equal(changed[0].features, first[0].features)

@@ -163,6 +163,16 @@ def test_layers_import_only_downwards() -> None:
     assert ", 0 broken." in result.stdout
 
 
+def test_no_undefined_or_unused_names() -> None:
+    """Pyflakes' rules over the code (ruff): a name used but never imported (a notebook cell
+    fails on it only when it runs) or an import left unused fails here, naming file and line."""
+    ruff = Path(sys.executable).with_name("ruff")
+    result = subprocess.run([str(ruff), "check", "--no-cache", "--select", "F,E9", "kit", "tests",
+                             "benchmarks"], cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
 def test_the_layers_contract_names_every_subpackage_of_kit() -> None:
     """A new subpackage joins the layers, so that its imports are checked too."""
     contract = (REPO_ROOT / ".importlinter").read_text()

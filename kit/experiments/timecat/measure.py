@@ -14,7 +14,7 @@ from torch.utils.data import Dataset, Subset
 from kit import features
 from kit.core.progress import KeptBar, Stage
 from kit.data import pipeline
-from kit.experiments.timecat.planning import Representation, features_dir
+from kit.experiments.timecat.planning import Representation, features_dir, runs_dir
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
 from kit.probes import registry
 from kit.probes.base import FeatureProbe, ImageProbe, ImageProbeJob
