@@ -8,8 +8,8 @@ that profile; the probe step as a job of its own is what a cluster's chain submi
 plan` exports it here; tests/test_timecat_jobs.py runs the step). Its trained runs, laid out as
 released checkpoints (cat<n>/seed<s>.pt), are then what paper-checkpoints probes with the
 authors' probe: the diagnostics' features extracted by a torchrun job, and the sixteen probes run
-in turn by one torchrun of two ranks. Together about 11 minutes of CPU time, some 6 minutes on
-2 idle cores (14 and 16 measured on 2 shared cores at load 6-7); select them with `-m rehearsal`.
+in turn by one torchrun of two ranks. Together 326 s on 2 idle cores in a
+fresh clone (162 s and 164 s); select them with `-m rehearsal`.
 """
 
 from __future__ import annotations
