@@ -8,6 +8,8 @@ head the held-out rule picks from the first `--choose-from` decays, which images
 counts over sets that differ say the replicates agree by coincidence, not by a seeding slip.
 
     .venv/bin/python benchmarks/random_init_replicates.py outputs/cpu --choose-from 2
+
+(an output folder relative to the repository root, or absolute)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kit.data.synthetic import SyntheticWorld
 from kit.experiments.timecat import measure, planning
 from kit.probes import lbfgs
 from kit.probes.rows import Split
+from kit.probes.settings import LBFGS_MAX_ITER
 from kit.report import diagnostics
 
 
@@ -46,13 +49,12 @@ def main() -> None:
     for index, rep in enumerate(found.probed):
         train, evaluation = (Split(*f.torch(), f.record["split"])
                              for f in (found.train[index], found.eval[index]))
-        rows = lbfgs.convex_fit(train, evaluation, classes, 0.1, 0, torch.device("cpu"))
-        head = torch.nn.Linear(train.features.shape[1], classes).double()
-        torch.nn.init.zeros_(head.weight)
-        torch.nn.init.zeros_(head.bias)
+        rows = lbfgs.convex_fit(train, evaluation, classes, settings.probe.heldout_fraction,
+                                settings.probe.seed, torch.device("cpu"))
+        head = lbfgs.zero_head(train.features.shape[1], classes)
         fits, predictions = [], []
         for decay in sorted(args.weight_decays, reverse=True):  # the probe's path
-            fits.append((decay, rows.fit(head, decay, 2000)))
+            fits.append((decay, rows.fit(head, decay, LBFGS_MAX_ITER)))
             with torch.no_grad():
                 predictions.append(head(rows.standardised(evaluation.features)).argmax(1))
         counts = {decay: int(round(fit["eval_top1"] * found.eval_rows)) for decay, fit in fits}

@@ -85,7 +85,7 @@ _LAST_PASS: dict[tuple[Path, str], models.KitResNet] = {}
 def _backbones(checkpoints: dict[Path, tuple[Path, str]]) -> dict[Path, models.KitResNet]:
     """The backbone of each entry's (checkpoint, SHA-256): the last pass's when it read the same
     file with the same contents, else loaded; only this pass's are kept for the next."""
-    found = {entry: _LAST_PASS.get(key) or load_backbone(key[0])
+    found = {entry: _LAST_PASS[key] if key in _LAST_PASS else load_backbone(key[0])
              for entry, key in checkpoints.items()}
     _LAST_PASS.clear()
     _LAST_PASS.update({key: found[entry] for entry, key in checkpoints.items()})

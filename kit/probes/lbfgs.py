@@ -182,12 +182,12 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
                       devices[0])
     decays = sorted(settings.weight_decays, reverse=True)
     if len(devices) == 1:
-        fits, linear = {}, _zero_head(train.features.shape[1], num_classes)
+        fits, linear = {}, zero_head(train.features.shape[1], num_classes)
         for decay in decays:
             fits[decay] = rows.fit(linear, decay, settings.max_iter,  # continues from the last
                                    settings.tolerance_change)
     else:
-        starts = [(_zero_head(train.features.shape[1], num_classes), d) for d in decays]
+        starts = [(zero_head(train.features.shape[1], num_classes), d) for d in decays]
         fits = dict(zip(decays, spread_fits(spread_rows(rows, devices), starts,
                                             settings.max_iter, settings.tolerance_change),
                         strict=True))
@@ -196,7 +196,7 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
     return ProbeResult(table, select(table, ["weight_decay"], num_classes, settings.max_gap))
 
 
-def _zero_head(dim: int, num_classes: int) -> nn.Linear:
+def zero_head(dim: int, num_classes: int) -> nn.Linear:
     """A float64 linear head with zero weights and bias."""
     linear = nn.Linear(dim, num_classes).to(torch.float64)
     nn.init.zeros_(linear.weight)
