@@ -13,6 +13,9 @@ Notebooks 03 and 04 (RUNNER_EXECUTED) are executed by `python -m kit run` instea
 per session and in that order (`runner_output`), so that the one long run also shows what the
 runner prints while it trains: 04 reuses 03's runs, and run first it would leave 03 nothing to
 train.
+
+Every process the tests start runs with the instruction-set caps of
+`kit.core.machine.REPRODUCIBLE_CPU`, so that the pinned results hold on any x86-64 processor.
 """
 
 from __future__ import annotations
@@ -33,8 +36,14 @@ import pytest
 from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 
-from kit.cli import runner
-from kit.core.paths import REPO_ROOT
+from kit.core import machine
+
+# before anything loads torch: the pinned results hold on any x86-64 processor only with the
+# instruction-set caps (kit.core.machine.REPRODUCIBLE_CPU); kernels and workers inherit them
+os.environ.update(machine.reproducible_cpu_environment())
+
+from kit.cli import runner  # noqa: E402
+from kit.core.paths import REPO_ROOT  # noqa: E402
 
 TESTS_DIR = Path(__file__).parent
 NOTEBOOK_COPIES = TESTS_DIR / "_notebooks"

@@ -99,3 +99,12 @@ def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     summary = outputs.read_json(folder / "time_concat_summary.json")
     controls = {(row["variant"], row["baseline"]) for row in summary["controls"]}
     assert controls == {("cat2", "wide1"), ("cat2", "random2")}
+    # each claim in one of three outcomes, with the effect the run could have detected, and
+    # intervals within the range of an accuracy difference
+    verdicts = pl.read_parquet(folder / "time_concat_verdicts.parquet")
+    assert verdicts["claim"].unique(maintain_order=True).to_list() == ["time-concat", "bottleneck"]
+    assert verdicts["low"].min() >= -100 and verdicts["high"].max() <= 100
+    assert {c["status"] for c in summary["claims"]} <= {"reproduced", "contradicted",
+                                                         "inconclusive"}
+    assert all("detectable at 80% power" in c["line"] for c in summary["claims"])
+    assert summary["ran"].startswith("What ran: profile ci;") and "2 replicates" in summary["ran"]

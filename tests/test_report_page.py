@@ -14,7 +14,7 @@ import pytest
 
 from kit.cli import main as cli
 from kit.core import provenance
-from kit.report import page
+from kit.report import outcomes, page
 from kit.report.charts import LAB_VEGALITE_MIME
 
 CLAIM = "cat4 transfers better than cat1 on 2 of 3 unseen tasks (a smoke test)"
@@ -73,3 +73,22 @@ def test_a_folder_without_results_is_refused_naming_it(tmp_path: Path, capsys) -
     assert not (tmp_path / "index.html").exists()
     assert cli.main(["report", "--profile", "no-such-profile-anywhere"]) == 2
     assert "no executed notebook" in capsys.readouterr().err
+
+
+def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_path: Path
+                                                                            ) -> None:
+    folder = fake_outputs(tmp_path / "ci")
+    condition = outcomes.Condition("cat4 vs cat1", "cat4", "cat1", ("shape", "position"),
+                                   outcomes.estimate([1.0, 9.0, -3.0]))
+    found = outcomes.outcome("time-concat", [condition], 2.9)
+    (folder / "time_concat_summary.json").write_text(json.dumps({
+        "claim": {"status": found.status, "line": "time-concat line"},
+        "claims": [{"status": found.status, "line": "time-concat line"},
+                   {"status": "reproduced", "line": "bottleneck line"}],
+        "ran": "What ran: profile ci; 3 replicates"}))
+    outcomes.table(found.rows).write_parquet(folder / "time_concat_verdicts.parquet")
+    text = page.write_report("ci", folder).read_text()
+    assert 'class="claim unsure"><span class="status">inconclusive' in text
+    assert 'class="claim good"><span class="status">reproduced</span>bottleneck line' in text
+    assert '<p class="ran">What ran: profile ci; 3 replicates</p>' in text
+    assert "1.0, 9.0, -3.0" in text and "95% interval" in text  # the stored verdict table

@@ -370,8 +370,11 @@ def test_the_summary_names_time_output_and_the_claims_written_by_the_run(
     out.mkdir(parents=True)
     (out / "old_summary.json").write_text(json.dumps({"claim": {"line": "stale claim"}}))
     os.utime(out / "old_summary.json", (1.0, 1.0))
-    (out / "time_concat_summary.json").write_text(
-        json.dumps({"claim": {"status": "supported", "line": "cat2 transfers better"}}))
+    (out / "time_concat_summary.json").write_text(json.dumps({
+        "claim": {"status": "inconclusive", "line": "cat2 transfers better"},
+        "claims": [{"status": "inconclusive", "line": "cat2 transfers better"},
+                   {"status": "reproduced", "line": "direct beats cat1"}],
+        "ran": "What ran: profile ci"}))
     (out / "toy_summary.json").write_text(json.dumps({"no": "claim"}))
     (out / "sweep_summary.json").write_text(json.dumps({"claim": {"line": "a later notebook's"}}))
     started = time.time() - 5
@@ -380,7 +383,8 @@ def test_the_summary_names_time_output_and_the_claims_written_by_the_run(
                                                 out, 12.34, started)], "ci")
     assert lines == ["summary: 1 notebook(s) in 12.3 s, profile ci, results in outputs/ci",
                      "  03_time_concat     12.3 s  outputs/ci/03_time_concat.ipynb",
-                     "    claim: cat2 transfers better"]
+                     "    claim: cat2 transfers better", "    claim: direct beats cat1",
+                     "    ran: What ran: profile ci"]
 
 
 def test_kit_run_reports_its_stages_and_ends_with_a_summary(runner_output) -> None:
@@ -395,6 +399,7 @@ def test_kit_run_reports_its_stages_and_ends_with_a_summary(runner_output) -> No
     summary = texts.index(next(t for t in texts if t.startswith("summary: 1 notebook(s)")))
     assert texts[summary + 1].split()[0] == "03_time_concat"
     assert any(t.startswith("    claim: ") for t in texts[summary:])
+    assert any(t.startswith("    ran: What ran: profile ci") for t in texts[summary:])
     assert "without encryption" not in output.stderr + "\n".join(texts)
 
 

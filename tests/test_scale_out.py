@@ -80,7 +80,15 @@ def test_exclusive_asks_for_whole_nodes(tmp_path: Path) -> None:
     assert not [line for line in script if line.startswith("#SBATCH --mem=") and "G" in line]
 
 
-def test_submitit_asks_for_the_nodes_cores_and_memory(tmp_path: Path) -> None:
+def test_submitit_asks_for_the_nodes_cores_and_memory(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The submission file submitit writes, on any machine: submitit refuses to build one where
+    no `srun` is on PATH, so a stand-in that is never run takes its place."""
+    stand_in = tmp_path / "bin"
+    stand_in.mkdir()
+    (stand_in / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (stand_in / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in}:{os.environ['PATH']}")
     sized = sized_for_training([SimpleNamespace(num_workers=12, device="cuda")], NODE)
     text = slurm.executor(sized, tmp_path)._make_submission_file_text("true", "0")
     assert "#SBATCH --cpus-per-task=104" in text and f"#SBATCH --mem={sized.mem_gb}GB" in text

@@ -23,6 +23,7 @@ from typing import Protocol
 import yaml
 
 from kit.launch.progress import last_record
+from kit.report import outputs
 
 #: seconds between two progress lines of one training run or stage: on a terminal, in a log
 PROGRESS_EVERY_S = {True: 5.0, False: 30.0}
@@ -214,18 +215,20 @@ class Finished:
 
 
 def claim_lines(output_dir: Path, since: float, until: float) -> list[str]:
-    """The claim lines of the `*_summary.json` files written in `output_dir` between `since`
-    and `until` (one notebook's run: a later notebook's summaries are not its own)."""
+    """The claim lines (`claim: ...`) and what-ran lines (`ran: ...`) of the `*_summary.json`
+    files written in `output_dir` between `since` and `until` (one notebook's run: a later
+    notebook's summaries are not its own)."""
     lines = []
     for path in sorted(output_dir.glob("*_summary.json")):
         try:
             if not since <= path.stat().st_mtime <= until:
                 continue
-            claim = json.loads(path.read_text()).get("claim")
-        except (OSError, ValueError, AttributeError):
+            summary = json.loads(path.read_text())
+        except (OSError, ValueError):
             continue
-        if isinstance(claim, dict) and claim.get("line"):
-            lines.append(f"{claim['line']}")
+        if isinstance(summary, dict):
+            lines += [f"{'claim' if status else 'ran'}: {line}"
+                      for status, line in outputs.statements(summary)]
     return lines
 
 
@@ -245,6 +248,6 @@ def summary(finished: list[Finished], profile: str) -> list[str]:
     width = max((len(run.notebook) for run in finished), default=0)
     for run in finished:
         lines.append(f"  {run.notebook:<{width}}  {run.seconds:7.1f} s  {shown(run.output)}")
-        lines += [f"    claim: {line}" for line in claim_lines(run.output_dir, run.started,
-                                                                  run.started + run.seconds)]
+        lines += [f"    {line}" for line in claim_lines(run.output_dir, run.started,
+                                                        run.started + run.seconds)]
     return lines

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import polars as pl
@@ -33,6 +34,26 @@ from kit.probes.settings import TOLERANCE_CHANGE, LbfgsProbeSettings
 #: fit rows whose standardised float64 copy takes at most this are copied once for L-BFGS;
 #: larger ones (ImageNet's 1.28M x 10,240) are read a chunk at a time in every evaluation
 LBFGS_COPY_BYTES = 1 << 30
+#: fits on the CPU with at most this many fit-row elements (rows x features) run on one
+#: intra-op thread: L-BFGS makes some forty small vector operations per iteration, and with
+#: several threads each one pays a synchronisation that costs more than the work (measured in
+#: docs/benchmarks.md, "L-BFGS probes on one thread")
+ONE_THREAD_ELEMENTS = 1 << 23
+
+
+@contextmanager
+def threads_for(elements: int, device: torch.device) -> Iterator[None]:
+    """Run the block on one intra-op thread when it fits `elements` fit-row elements on the CPU
+    and that is at most `ONE_THREAD_ELEMENTS`; otherwise as the process is set."""
+    if device.type != "cpu" or elements > ONE_THREAD_ELEMENTS:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @dataclass
@@ -104,7 +125,8 @@ class ConvexFit:
                 total = total + loss.detach()
             return total
 
-        optimizer.step(closure)
+        with threads_for(len(self.kept) * self.train.features.shape[1], self.train.device):
+            optimizer.step(closure)
         state = optimizer.state[linear.weight]
         if state["n_iter"] >= max_iter or state["func_evals"] >= optimizer.defaults["max_eval"]:
             raise ProbeError(f"L-BFGS at weight decay {decay} did not converge in {max_iter} "

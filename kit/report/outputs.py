@@ -26,3 +26,13 @@ def write_json(path: Path, content: dict[str, Any]) -> None:
 def read_json(path: Path) -> dict[str, Any]:
     """What write_json wrote."""
     return json.loads(path.read_text())
+
+
+def statements(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (status, line) of every claim a notebook's summary states ("claims" where it lists
+    several, else its one "claim"), each followed by its what-ran line where it records one."""
+    found = summary.get("claims") or [summary.get("claim")]
+    claims = [claim for claim in found if isinstance(claim, dict) and claim.get("line")]
+    ran = summary.get("ran") or next((c.get("ran") for c in claims if c.get("ran")), "")
+    return [(str(c.get("status", "")), str(c["line"])) for c in claims] + (
+        [("", ran)] if ran and claims else [])

@@ -22,14 +22,17 @@ import polars as pl
 from kit.core import provenance
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
-from kit.report import tables
+from kit.report import outcomes, outputs, tables
 from kit.report.charts import LAB_VEGALITE_MIME
 
 PAGE = "index.html"
 #: result tables the page shows (the kit's numbers beside the paper's), by file name ending
-TABLE_ENDINGS = ("_table3.parquet", "_gains.parquet", "_vs_paper.parquet")
+VERDICT_ENDING = "_verdicts.parquet"
+TABLE_ENDINGS = (VERDICT_ENDING, "_table3.parquet", "_gains.parquet", "_vs_paper.parquet")
 #: how the verdict statuses read
-STATUS_CLASS = {"reproduced": "good", "not reproduced": "bad"}
+STATUS_CLASS = {"reproduced": "good", "contradicted": "bad", "inconclusive": "unsure",
+                "untested (one budget)": "unsure", "depends on the budget": "unsure",
+                "depends on the world": "unsure"}
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem;
        color: #222; line-height: 1.45; }
@@ -38,6 +41,7 @@ table.dataframe th, table.dataframe td { border-bottom: 1px solid #ddd; padding:
 .claim { padding: 0.4rem 0.8rem; border-left: 4px solid #999; background: #f6f6f6;
          margin: 0.4rem 0; }
 .claim.good { border-color: #31a354; } .claim.bad { border-color: #d6616b; }
+.claim.unsure { border-color: #e6a23c; } .ran { color: #555; font-size: 0.85rem; margin: 0 0 1rem; }
 .status { font-weight: bold; text-transform: uppercase; font-size: 0.8rem; margin-right: 0.5rem; }
 .chart { margin: 0.5rem 0 1.5rem; } pre { background: #f6f6f6; padding: 0.6rem; overflow: auto; }
 """
@@ -100,16 +104,17 @@ def render_notebook(notebook: Path) -> Path:
 
 
 def verdicts(folder: Path) -> str:
-    """One line per notebook that recorded a claim: its status and its sentence."""
+    """Per notebook that recorded claims: each claim's outcome as a badge and its sentence, then
+    the line saying what ran."""
     lines = []
     for path in sorted(folder.glob("*_summary.json")):
-        claim = json.loads(path.read_text()).get("claim")
-        if not isinstance(claim, dict) or "line" not in claim:
-            continue
-        status = str(claim.get("status", ""))
-        lines.append(f'<div class="claim {STATUS_CLASS.get(status, "")}"><span class="status">'
-                     f"{html.escape(status)}</span>{html.escape(str(claim['line']))} "
-                     f"<small>({html.escape(path.name)})</small></div>")
+        for status, line in outputs.statements(json.loads(path.read_text())):
+            if not status:
+                lines.append(f'<p class="ran">{html.escape(line)}</p>')
+                continue
+            lines.append(f'<div class="claim {STATUS_CLASS.get(status, "")}"><span '
+                         f'class="status">{html.escape(status)}</span>{html.escape(line)} '
+                         f"<small>({html.escape(path.name)})</small></div>")
     return "".join(lines) or "<p>No notebook of this run recorded a verdict.</p>"
 
 
@@ -119,7 +124,13 @@ def result_tables(folder: Path) -> str:
     if not paths:
         return "<p>No results table in this run's outputs.</p>"
     return "".join(f"<h3>{html.escape(p.stem)}</h3>"
-                   f"{tables.table(pl.read_parquet(p))._repr_html_()}" for p in paths)
+                   f"{tables.table(_readable(p))._repr_html_()}" for p in paths)
+
+
+def _readable(path: Path) -> pl.DataFrame:
+    """A result table as the notebooks show it (a verdict table through `outcomes.view`)."""
+    frame = pl.read_parquet(path)
+    return outcomes.view(frame) if path.name.endswith(VERDICT_ENDING) else frame
 
 
 def charts_html(specs: list[tuple[str, dict[str, Any]]]) -> str:

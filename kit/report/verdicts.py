@@ -1,7 +1,8 @@
-"""Verdicts computed from paired differences, never typed: per comparison a mean difference, a
-two-sided one-sample t test, Holm's step-down adjustment over a family of comparisons, and the
-label the adjusted p-value supports; then one overall statement per family from rules the caller
-states (`claim`).
+"""Secondary, exploratory verdicts computed from paired differences, never typed: per comparison
+(one variant against one reference on one task) a mean difference, a two-sided one-sample t test,
+Holm's step-down adjustment over a family of comparisons, and the label the adjusted p-value
+supports. No claim rests on these labels: a claim is judged on its pre-stated primary endpoint
+(kit.report.outcomes); these say where, task by task, a difference shows.
 
 The input is one row per (comparison, replicate): the paired difference of a variant and its
 reference in one replicate (same seeds, same task), so that the test is exact under the usual
@@ -22,25 +23,26 @@ at confidence 1 - level / k, with k = m - i + 1 (the Bonferroni share Holm teste
 rank by p-value) for a comparison Holm rejects, and k = m (the full Bonferroni width) for one it
 keeps. So an interval excludes zero exactly when the label is `better` or `worse`. These are
 per-comparison intervals consistent with the labels, not simultaneous intervals for Holm's
-procedure (for those see Strassburger and Bretz, Statistics in Medicine 27(24), 2008).
+procedure (for those see Strassburger and Bretz, Statistics in Medicine 27(24), 2008). An
+accuracy difference lies in [-100, 100] points, so intervals are clipped to that range (which
+loses no coverage).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
 
 import polars as pl
 import scipy.stats
+
+from kit.report.outcomes import METRIC_RANGE
 
 LEVEL = 0.05
 BETTER, WORSE, UNCLEAR = "better", "worse", "no clear difference"
 UNTESTED = "untested (one replicate)"
 #: a comparison reading a cell whose probe fits its training rows far better than the task
-#: (set by the caller, e.g. kit.experiments.timecat.comparisons.without_flagged): like an
-#: untested one, it supports no claim and no control holds on it
+#: (set by the caller, e.g. kit.experiments.timecat.comparisons.without_flagged)
 FLAGGED = "flagged (probe train/eval gap)"
 
 _COLUMNS = {"mean": pl.Float64, "std": pl.Float64, "replicates": pl.Int64, "low": pl.Float64,
@@ -83,7 +85,8 @@ def _judge_family(stats: pl.DataFrame, level: float) -> pl.DataFrame:
         share = m - rank[i] if rejected else m
         half = (scipy.stats.t.ppf(1 - level / (2 * share), counts[i] - 1) * stds[i]
                 / math.sqrt(counts[i]))
-        low[i], high[i] = means[i] - half, means[i] + half
+        low[i] = max(means[i] - half, METRIC_RANGE[0])
+        high[i] = min(means[i] + half, METRIC_RANGE[1])
         verdict[i] = (UNCLEAR if not rejected else BETTER if means[i] > 0 else WORSE)
     return stats.with_columns(
         pl.Series("low", low, dtype=pl.Float64), pl.Series("high", high, dtype=pl.Float64),
@@ -115,76 +118,3 @@ def verdicts(differences: pl.DataFrame, by: Sequence[str], value: str = "differe
     parts = stats.partition_by(list(family), maintain_order=True) if family else [stats]
     judged = pl.concat([_judge_family(part, level) for part in parts])
     return judged.sort("_order").drop("_order").select(*by, *_COLUMNS)
-
-
-@dataclass(frozen=True)
-class Control:
-    """Rows of a verdicts table (comparisons against one control) and what their labels must
-    be for the claim: `better`, or `not worse` (better or no clear difference)."""
-
-    name: str
-    rows: pl.DataFrame
-    must_be: Literal["better", "not worse"] = "better"
-
-    def holds(self, verdict: str) -> bool:
-        """Whether one comparison's label meets the requirement (untested never does)."""
-        return verdict == BETTER or (self.must_be == "not worse" and verdict == UNCLEAR)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One overall statement for a family: `status` is `reproduced`, `partly reproduced`, `not
-    reproduced` or `untested`; `evidence` holds every row consulted (its columns, plus
-    `condition`: `support` or a control's name, `must_be` and `holds`); `reasons` says why, in
-    words."""
-
-    status: str
-    evidence: list[dict[str, Any]] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-
-
-def _rows(frame: pl.DataFrame, condition: str, must_be: str, holds: list[bool]
-          ) -> list[dict[str, Any]]:
-    return [{**row, "condition": condition, "must_be": must_be, "holds": ok}
-            for row, ok in zip(frame.iter_rows(named=True), holds)]
-
-
-def claim(supports: pl.DataFrame, controls: Sequence[Control] = (), on: str | None = None
-          ) -> Claim:
-    """The claim's status from labelled rows (outputs of `verdicts`). `supports` are the
-    comparisons the claim says come out `better`; each control's rows must meet its `must_be`.
-    With `on` (a column, e.g. the task), a control is checked only on the values of `on` where a
-    support row is better: a control can only explain a gain where there is one.
-
-    - `untested`: no support row was tested (no rows, one replicate each, or `FLAGGED`);
-    - `not reproduced`: no support row is better;
-    - `reproduced`: a strict majority of support rows are better and every control holds on
-      every row checked (a control with no row to check does not hold: it was not run);
-    - `partly reproduced`: anything else (some support, or a control that fails)."""
-    labels = supports["verdict"].to_list() if supports.height else []
-    better = [label == BETTER for label in labels]
-    evidence = _rows(supports, "support", BETTER, better)
-    if all(label in (UNTESTED, FLAGGED) for label in labels):
-        return Claim("untested", evidence,
-                     ["no support comparison was tested on cells that are not flagged"])
-    if not any(better):
-        return Claim("not reproduced", evidence,
-                     [f"better on none of {len(labels)} support comparisons"])
-    reasons = [f"better on {sum(better)} of {len(labels)} support comparisons"]
-    majority = 2 * sum(better) > len(labels)
-    if not majority:
-        reasons.append("not a majority")
-    where = set(supports.filter(pl.Series(better))[on].to_list()) if on else None
-    every_control_holds = True
-    for control in controls:
-        checked = (control.rows if where is None else
-                   control.rows.filter(pl.col(on).is_in(list(where))))
-        holds = [control.holds(v) for v in checked["verdict"].to_list()] if checked.height else []
-        evidence += _rows(checked, control.name, control.must_be, holds)
-        if not holds or not all(holds):
-            every_control_holds = False
-            reasons.append(f"{control.name}: {control.must_be} required, "
-                           f"{holds.count(False)} of {len(holds)} rows checked are not"
-                           if holds else f"{control.name}: no comparison to check")
-    status = "reproduced" if majority and every_control_holds else "partly reproduced"
-    return Claim(status, evidence, reasons)

@@ -3,15 +3,23 @@ the controls with their intervals, the paper beside the kit, and the verdict lin
 
 from __future__ import annotations
 
-from typing import Literal
-
 import polars as pl
 
 from kit.data import synthetic
 from kit.experiments import evidence
+from kit.experiments.timecat.claims import (
+    TITLES,
+    bottleneck_claim,
+    caveats,
+    claimed_variant,
+    concatenated_kinds,
+    controls_of,
+    outcome_line,
+    time_concat_claim,
+)
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS
-from kit.report import tables, verdicts
+from kit.report import outcomes, tables, verdicts
 
 
 def diagnostics_table(measured: pl.DataFrame) -> pl.DataFrame:
@@ -63,9 +71,10 @@ def paired_differences(results: pl.DataFrame, rule: str, baseline: str) -> pl.Da
 
 
 def _judged(paired: pl.DataFrame, results: pl.DataFrame, level: float) -> pl.DataFrame:
-    """`paired` judged as one family (kit.report.verdicts), in `gains`' layout and order."""
+    """`paired` judged task by task (kit.report.verdicts), Holm's adjustment over the tasks of
+    each (baseline, variant) comparison, in `gains`' layout and order."""
     judged = verdicts.verdicts(paired, by=["baseline", "variant", "kind", "n", "task", "role"],
-                               level=level)
+                               family=["baseline", "variant"], level=level)
     order = {v: i for i, v in enumerate(variant_order(results))}
     rank = pl.col("variant").replace_strict(order, default=len(order), return_dtype=pl.Int64)
     base = pl.col("baseline").replace_strict(order, default=len(order), return_dtype=pl.Int64)
@@ -78,12 +87,12 @@ def _judged(paired: pl.DataFrame, results: pl.DataFrame, level: float) -> pl.Dat
 
 def gains(results: pl.DataFrame, rule: str, baseline: str, level: float = verdicts.LEVEL
           ) -> pl.DataFrame:
-    """Per replicate, each variant's accuracy minus the baseline variant's on every task they
-    share (points); per variant and task the mean gain, its std, a two-sided one-sample t test
-    of the paired gains, and the verdict (`better`, `worse`, `no clear difference`, `untested
-    (one replicate)`) its p-value supports once adjusted by Holm's method over the family of all
-    comparisons in this table (kit.report.verdicts, at `level`; the interval `low`-`high` is
-    widened to match the adjusted test)."""
+    """Secondary, exploratory results: per replicate, each variant's accuracy minus the baseline
+    variant's on every task they share (points); per variant and task the mean gain, its std, a
+    two-sided one-sample t test of the paired gains, and the label (`better`, `worse`, `no clear
+    difference`, `untested (one replicate)`) its p-value supports once adjusted by Holm's method
+    over the tasks of the same comparison (kit.report.verdicts, at `level`; the interval
+    `low`-`high` is widened to match and clipped to [-100, 100]). No claim rests on them."""
     return _judged(paired_differences(results, rule, baseline), results, level)
 
 
@@ -168,137 +177,77 @@ def paper_side_by_side(results: pl.DataFrame, rule: str, paper_columns: dict[str
 
 def control_gains(results: pl.DataFrame, rule: str, level: float = verdicts.LEVEL
                   ) -> pl.DataFrame:
-    """Each time-concat variant of several models against the controls a reviewer asks for, in
-    `gains`' layout: every `wide` variant (one model with as many or more features) and the
-    `random-init` variant of the same n (the same architecture without learning). All these
-    comparisons form one family for Holm's adjustment, apart from `gains`' family."""
+    """Secondary, exploratory results: each time-concat variant of several models against the
+    controls a reviewer asks for, task by task, in `gains`' layout: every `wide` variant (one
+    model with as many or more features) and the `random-init` variant of the same n (the same
+    architecture without learning)."""
     variants = results.select("variant", "kind", "n").unique(maintain_order=True)
-    concatenated = [k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).concatenated]
-    concat = variants.filter(pl.col("kind").is_in(concatenated) & (pl.col("n") > 1))
+    concat = variants.filter(pl.col("kind").is_in(concatenated_kinds()) & (pl.col("n") > 1))
     frames = [paired_differences(results, rule, "").clear()]
-    for control in variants.filter(pl.col("kind").is_in(
-            [k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).controls])).iter_rows(named=True):
-        same_n = VARIANT_KINDS.get(control["kind"]).controls == "same_n"
-        against = concat.filter(pl.col("n") == control["n"]) if same_n else concat
+    for control in controls_of(results).iter_rows(named=True):
+        against = (concat.filter(pl.col("n") == control["n"])
+                   if VARIANT_KINDS.get(control["kind"]).controls == "same_n" else concat)
         frames.append(paired_differences(results, rule, control["variant"]).filter(
             pl.col("variant").is_in(against["variant"].to_list())))
     return _judged(pl.concat(frames), results, level)
 
 
-#: what the time-concat claim asks of catN against each control kind on the tasks where it beats
-#: the baseline (see `claim`)
-CLAIM_CONTROLS: dict[str, Literal["better", "not worse"]] = {
-    "wide": "not worse", "random-init": "better"}
-
-
-def claimed_variant(results: pl.DataFrame) -> str | None:
-    """The time-concat variant the claim is about: the concatenated kind's variant of largest
-    n > 1 (the first listed among equals); None when the run has none."""
-    concatenated = [k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).concatenated]
-    several = (results.select("variant", "kind", "n").unique(maintain_order=True)
-               .filter(pl.col("kind").is_in(concatenated) & (pl.col("n") > 1)))
-    if not several.height:
-        return None
-    return several.filter(pl.col("n") == several["n"].max())["variant"][0]
-
-
-def claim(results: pl.DataFrame, table: pl.DataFrame, controls: pl.DataFrame
-          ) -> tuple[str | None, verdicts.Claim]:
-    """Whether this run reproduces Section 5's claim (Table 3): at a fixed budget, catN (the
-    largest n, `claimed_variant`) transfers better than the baseline, beyond the controls.
-
-    - support: catN vs the baseline on every task whose role is not in-distribution (`table`,
-      `gains`' verdicts); the paper claims transfer, not in-distribution gains;
-    - controls, checked on the tasks where catN beats the baseline: catN must be `better` than
-      `random-init` of the same n (untrained networks with as many features), and `not worse`
-      than each `wide` variant. Not worse rather than better: a wide model of width w is a
-      feature-matched rival whose compute a profile chooses (w^2 times cat1's when it trains the
-      whole budget, a ResNet's multiply-adds growing with the square of its width; cat1's when
-      it trains budget / w^2 iterations, as in the cpu profile and the sweep); catN below it
-      would say one model with as many features gets the gain, catN level with it says the gain
-      is not a width artefact. The label against `wide` is in the evidence either way.
-
-    `kit.report.verdicts.claim` gives the status: reproduced (better on a majority of the
-    transfer tasks and every control holds), not reproduced (better on none), partly reproduced
-    (otherwise) or untested (one replicate, or no time-concat variant of n > 1)."""
-    variant = claimed_variant(results)
-    if variant is None:
-        return None, verdicts.Claim("untested", [], ["no time-concat variant of n > 1"])
-    kinds = dict(results.select("variant", "kind").unique().iter_rows())
-    supports = table.filter((pl.col("variant") == variant) & (pl.col("role") != "in-distribution"))
-    mine = controls.filter(pl.col("variant") == variant)
-    against = [b for b in mine["baseline"].unique(maintain_order=True) if kinds[b] in CLAIM_CONTROLS]
-    checks = [verdicts.Control(b, mine.filter(pl.col("baseline") == b), CLAIM_CONTROLS[kinds[b]])
-              for b in against]
-    checks += [verdicts.Control(kind, mine.clear(), must) for kind, must in CLAIM_CONTROLS.items()
-               if kind not in {kinds[b] for b in against}]  # not run: the claim cannot pass it
-    return variant, verdicts.claim(supports, checks, on="task")
-
-
 def _verdict_line(row: dict[str, object]) -> str:
     spread = ("" if row["low"] is None else
               f", Holm-adjusted interval [{row['low']:+.1f}, {row['high']:+.1f}], adjusted p "
-              f"{row['p_adjusted']:.3g} over {row['comparisons']} comparisons")
-    return (f"{row['variant']} vs {row['baseline']} on {row['task']} ({row['role']}): "
-            f"{row['gain_mean']:+.1f} points over {row['replicates']} replicate(s)"
-            f"{spread}: {row['verdict']}")
+              f"{row['p_adjusted']:.3g} over the {row['comparisons']} tasks of this comparison")
+    return (f"secondary (exploratory): {row['variant']} vs {row['baseline']} on {row['task']} "
+            f"({row['role']}): {row['gain_mean']:+.1f} points over {row['replicates']} "
+            f"replicate(s){spread}: {row['verdict']}")
 
 
-def _evidence(row: dict[str, object]) -> str:
-    numbers = f"{row['gain_mean']:+.1f}"
-    if row["p_adjusted"] is not None:
-        numbers += (f" [{row['low']:+.1f}, {row['high']:+.1f}], adjusted p "
-                    f"{row['p_adjusted']:.2g}")
-    return f"{row['task']} ({numbers})"
-
-
-def claim_line(variant: str | None, baseline: str, found: verdicts.Claim) -> str:
-    """The claim in one line: its status, then for each condition (catN against the baseline,
-    then each control) the tasks where it holds and those where it does not, with the mean
-    gain in points, its Holm-adjusted interval and adjusted p-value."""
-    head = (f"Claim (time-concat beats {baseline} beyond the controls, paper Section 5): "
-            f"{found.status}")
-    parts = []
-    for condition in dict.fromkeys(row["condition"] for row in found.evidence):
-        rows = [row for row in found.evidence if row["condition"] == condition]
-        target = baseline if condition == "support" else condition
-        text = f"{variant} {rows[0]['must_be']} than {target}: on "
-        text += ", ".join(_evidence(r) for r in rows if r["holds"]) or "no task"
-        missed = [f"{_evidence(r)}: {r['verdict']}" for r in rows if not r["holds"]]
-        parts.append(text + ("; not on " + ", ".join(missed) if missed else ""))
-    parts += [r for r in found.reasons if "no comparison" in r or not found.evidence]
-    return f"{head} — " + "; ".join(parts)
-
-
-def summarize(results: pl.DataFrame, rule: str, baseline: str, max_gap: float | None = None
-              ) -> dict[str, object]:
-    """Plain statements of what this run measured (also returned as numbers): first the claim
-    (`claim`, under "claim"; comparisons reading a cell whose probe train/eval gap exceeds
-    `max_gap` points are labelled flagged there and support nothing, `without_flagged`), then
-    every variant against the baseline, the tally, and catN against the controls on the same
-    tasks."""
-    table = gains(results, rule, baseline)
-    controls = control_gains(results, rule)
+def summarize(results: pl.DataFrame, rule: str, baseline: str, max_gap: float | None = None,
+              smallest: float = 2.9, ran: str = "") -> dict[str, object]:
+    """What this run measured, as plain statements and numbers: first each claim judged on its
+    primary endpoint (`time_concat_claim`, `bottleneck_claim`; a probe cell the endpoint reads
+    whose train/eval gap exceeds `max_gap` points is named beside it), then the secondary,
+    exploratory per-task comparisons against the baseline, their tally, and against the
+    controls. "claim" is the headline (time-concat) claim; "claims" lists every claim; "verdicts"
+    is the stored verdict table's rows (one per condition); `ran` is the what-ran line."""
     gaps = probe_gaps(results, rule, max_gap)
-    variant, found = claim(results, without_flagged(table, gaps),
-                           without_flagged(controls, gaps))
-    line = claim_line(variant, baseline, found)
-    lines = [line] + [_verdict_line(row) for row in table.iter_rows(named=True)]
+    judged = [time_concat_claim(results, rule, baseline, smallest)]
+    inside = bottleneck_claim(results, rule, baseline, smallest)
+    judged += [inside] if inside is not None else []
+    claims = []
+    for found in judged:
+        flagged = caveats(found, gaps)
+        claims.append({"claim": found.claim, "status": found.status,
+                       "line": outcome_line(found, baseline, flagged),
+                       "title": TITLES[found.claim].format(baseline=baseline),
+                       "conditions": [outcomes.condition_words(row) for row in found.rows]
+                       + (["probe cells flagged, read with care: " + ", ".join(flagged)]
+                          if flagged else []),
+                       "reasons": found.reasons, "smallest_effect": smallest, "ran": ran})
+    table = without_flagged(gains(results, rule, baseline), gaps)
+    controls = without_flagged(control_gains(results, rule), gaps)
+    lines = [c["line"] for c in claims] + [_verdict_line(row) for row in table.iter_rows(named=True)]
     tally = table.group_by("variant").agg(
         (pl.col("verdict") == "better").sum().alias("better"),
         (pl.col("verdict") == "worse").sum().alias("worse"), pl.len().alias("tasks"))
     order = {v: i for i, v in enumerate(variant_order(results))}
     tally = tally.sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
     for row in tally.iter_rows(named=True):
-        lines.append(f"{row['variant']}: better than {baseline} on {row['better']} of "
-                     f"{row['tasks']} tasks, worse on {row['worse']} (rule {rule})")
+        lines.append(f"secondary (exploratory): {row['variant']}: better than {baseline} on "
+                     f"{row['better']} of {row['tasks']} tasks, worse on {row['worse']} "
+                     f"(rule {rule})")
     lines += [_verdict_line(row) for row in controls.iter_rows(named=True)]
-    return {"rule": rule, "baseline": baseline, "gains": table.to_dicts(),
-            "tally": tally.to_dicts(), "controls": controls.to_dicts(), "lines": lines,
-            "claim": {"status": found.status, "variant": variant, "line": line,
-                      "reasons": found.reasons, "evidence": found.evidence,
+    return {"rule": rule, "baseline": baseline, "smallest_effect": smallest, "ran": ran,
+            "claim": {**claims[0], "variant": claimed_variant(results),
                       "flagged_cells": gaps.filter(pl.col("flagged")).to_dicts(),
-                      "max_probe_gap": max_gap}}
+                      "max_probe_gap": max_gap},
+            "claims": claims, "verdicts": [row for found in judged for row in found.rows],
+            "gains": table.to_dicts(), "tally": tally.to_dicts(), "controls": controls.to_dicts(),
+            "lines": lines}
+
+
+def verdict_table(summary: dict) -> pl.DataFrame:
+    """The stored verdict table (one row per claim condition) from a summary's "verdicts"."""
+    return outcomes.table(summary["verdicts"])
 
 
 def ceilings(params: TimecatSettings) -> dict[str, float]:

@@ -25,7 +25,7 @@ from kit.experiments.timecat.sweep_settings import (
     SweepSettings,
     swept_notebook,
 )
-from kit.report import crossover, verdicts
+from kit.report import crossover
 from kit.train import metrics
 
 
@@ -155,75 +155,78 @@ def learned_budgets(own: pl.DataFrame, baseline: str, share: float) -> pl.DataFr
 
 @dataclass(frozen=True)
 class CellVerdicts:
-    """Per cell: its claim (`cells`, one row each, the input of kit.report.crossover), catN's
-    gains over the baseline and over the best control per task (`gains`), and its probes'
-    train/eval gaps (`gaps`)."""
+    """Per cell: its claim's outcome (`cells`, one row each, the input of kit.report.crossover),
+    the claim's conditions as stored verdict rows (`verdicts`: catN against the baseline and each
+    control on the primary endpoint, with their intervals), and its probes' train/eval gaps
+    (`gaps`)."""
 
     cells: pl.DataFrame
-    gains: pl.DataFrame
+    verdicts: pl.DataFrame
     gaps: pl.DataFrame
 
 
-def judge_cells(results: pl.DataFrame, rule: str, baseline: str, max_gap: float | None
-                ) -> CellVerdicts:
-    """Notebook 03's verdicts and claim (comparisons.summarize) in every cell of `results`
-    (one per distinct world_seed and budget)."""
-    claims, gains, gaps = [], [], []
+def judge_cells(results: pl.DataFrame, rule: str, baseline: str, max_gap: float | None,
+                smallest: float) -> CellVerdicts:
+    """Notebook 03's time-concat claim (comparisons.summarize: the primary endpoint and its
+    controls, three outcomes) in every cell of `results` (one per distinct world_seed and
+    budget): the same computation as notebook 03's, so a cell both notebooks run has one set
+    of numbers."""
+    claims, rows, gaps = [], [], []
     cells = results.select("world_seed", "budget").n_unique()
-    stage = Stage("verdicts", cells, "cell", f"judging {cells} cell(s): gains with "
-                  "Holm-adjusted intervals, controls and probe gaps per cell")
+    stage = Stage("verdicts", cells, "cell", f"judging {cells} cell(s): the primary endpoint "
+                  "against the baseline and the controls, probe gaps per cell")
     for (world, budget), mine in results.sort("world_seed", "budget").group_by(
             "world_seed", "budget", maintain_order=True):
-        summary = comparisons.summarize(mine, rule, baseline, max_gap)
+        summary = comparisons.summarize(mine, rule, baseline, max_gap, smallest)
         found = summary["claim"]
         claims.append({"world_seed": world, "budget": budget, "variant": found["variant"],
                        "status": found["status"], "flagged_cells": len(found["flagged_cells"]),
                        "line": found["line"]})
         where = [pl.lit(world).alias("world_seed"), pl.lit(budget).alias("budget")]
-        gains.append(_cell_gains(summary).with_columns(where))
+        rows.append(comparisons.verdict_table(summary).filter(
+            pl.col("claim") == found["claim"]).with_columns(where))
         gaps.append(comparisons.probe_gaps(mine, rule, max_gap).with_columns(where))
         stage.advance()
     stage.finish(f"judged {cells} cell(s)")
-    return CellVerdicts(pl.DataFrame(claims), pl.concat(gains, how="diagonal_relaxed"),
+    return CellVerdicts(pl.DataFrame(claims), pl.concat(rows, how="diagonal_relaxed"),
                         pl.concat(gaps, how="diagonal_relaxed"))
 
 
-def _cell_gains(summary: dict) -> pl.DataFrame:
-    """catN (every time-concat variant of n > 1) minus the baseline, and minus its best control
-    (the control it gains least over), per task, with the Holm-adjusted intervals."""
-    columns = [pl.col("variant", "task", "role", "verdict", "baseline").cast(pl.String),
-               pl.col("gain_mean", "low", "high").cast(pl.Float64)]  # untested: all null
-    table = pl.DataFrame(summary["gains"]).filter(
-        (pl.col("n") > 1) & (pl.col("kind") == "time-concat")).select(columns)
-    controls = pl.DataFrame(summary["controls"])
-    if controls.height:
-        controls = (controls.sort("gain_mean").group_by("variant", "task", maintain_order=True)
-                    .first().select(columns))
-    frames = [table.with_columns(pl.lit("baseline").alias("against"))]
-    if controls.height:
-        frames.append(controls.with_columns(pl.lit("best control").alias("against")))
-    return pl.concat(frames, how="diagonal_relaxed")
-
-
 def overall(judged: CellVerdicts, baseline: str) -> crossover.BudgetClaim:
-    """The sweep's statement (kit.report.crossover) from the cells' claims."""
+    """The sweep's statement (kit.report.crossover) from the cells' outcomes."""
     variants = [v for v in judged.cells["variant"].unique(maintain_order=True) if v]
-    what = (f"{'/'.join(variants) or 'catN'} beats {baseline} beyond the controls "
-            "(paper Section 5)")
+    what = (f"{'/'.join(variants) or 'catN'} transfers better than {baseline} beyond the "
+            "controls (paper Section 5)")
     return crossover.budget_claim(judged.cells.select("world_seed", "budget", "status", "line"),
                                   what)
 
 
+def what_ran(params: SweepSettings, cells: list[Cell], wall_s: float, machine: str) -> str:
+    """The sweep's what-ran line: world seeds, budgets, model, replicates, machine, wall time."""
+    first = cells[0].settings
+    train = first.train
+    model = (f"{train.model} at width {train.width:g}, {train.data.image_size} px"
+             if train is not None else "no model")
+    worlds = sorted({c.world_seed for c in cells})
+    budgets = sorted({c.budget for c in cells})
+    return (f"What ran: profile {params.profile}; the kit's synthetic world, seeds "
+            f"{', '.join(map(str, worlds))}; {model}; budgets {', '.join(map(str, budgets))} "
+            f"iterations; {first.replicates} replicates per cell; {first.probe_kind} probe, rule "
+            f"{first.probe_rule}; {machine}; {wall_s / 60:.1f} min of wall time")
+
+
 def summary(params: SweepSettings, judged: CellVerdicts, found: crossover.BudgetClaim,
-            learned: pl.DataFrame) -> dict:
+            learned: pl.DataFrame, ran: str = "") -> dict:
     """What notebook 04 writes to its summary JSON; "claim" has notebook 03's shape (status,
-    line) plus the crossover per world seed and the cells it rests on."""
-    return {"claim": {"status": found.status, "line": found.line,
+    line) plus the crossover interval per world seed and the cells it rests on; "verdicts" is
+    the stored verdict table's rows."""
+    return {"claim": {"status": found.status, "line": found.line, "ran": ran,
                       "patterns": {str(k): v for k, v in found.patterns.items()},
-                      "crossovers": {str(k): v for k, v in found.crossovers.items()},
+                      "crossovers": {str(k): list(v) if v else None
+                                     for k, v in found.crossovers.items()},
                       "evidence": found.evidence},
             "budgets": params.budgets, "cells": judged.cells.to_dicts(),
-            "learned": learned.to_dicts(),
+            "verdicts": judged.verdicts.to_dicts(), "learned": learned.to_dicts(),
             "flagged_cells": judged.gaps.filter(pl.col("flagged")).height}
 
 
@@ -231,5 +234,4 @@ def not_swept(params: SweepSettings) -> dict:
     """The summary of a profile that sweeps nothing (no budgets): the claim is untested."""
     line = (f"Over the budget sweep: untested (profile {params.profile} sweeps no budget; "
             "see notebook 04 for why)")
-    return {"claim": {"status": verdicts.Claim("untested").status, "line": line},
-            "budgets": [], "cells": []}
+    return {"claim": {"status": "untested", "line": line}, "budgets": [], "cells": []}

@@ -1,0 +1,191 @@
+"""The claims notebooks 03 and 04 judge, each on its pre-stated primary endpoint (paper
+Section 5, Table 3 for time-concat; Sections 3-4 for the bottleneck): which variants and tasks
+an endpoint reads, the conditions each claim sets against the baseline and the controls, and the
+claim in words (kit.report.outcomes judges them)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kit.experiments.timecat.settings import TimecatSettings
+from kit.experiments.timecat.variants import VARIANT_KINDS
+from kit.report import outcomes
+
+
+def concatenated_kinds() -> list[str]:
+    return [k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).concatenated]
+
+
+def controls_of(results: pl.DataFrame) -> pl.DataFrame:
+    """The control variants of `results` (kinds with `controls`), one row each."""
+    controlling = [k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).controls]
+    return (results.select("variant", "kind", "n").unique(maintain_order=True)
+            .filter(pl.col("kind").is_in(controlling)))
+
+
+def claimed_variant(results: pl.DataFrame) -> str | None:
+    """The time-concat variant the claim is about: the concatenated kind's variant of largest
+    n > 1 (the first listed among equals); None when the run has none."""
+    several = (results.select("variant", "kind", "n").unique(maintain_order=True)
+               .filter(pl.col("kind").is_in(concatenated_kinds()) & (pl.col("n") > 1)))
+    if not several.height:
+        return None
+    return several.filter(pl.col("n") == several["n"].max())["variant"][0]
+
+
+def endpoint(results: pl.DataFrame, rule: str, variant: str, against: str,
+             tasks: list[str]) -> list[float]:
+    """The primary endpoint's paired values: per replicate (in order), `variant`'s top-1 minus
+    `against`'s averaged over `tasks` (points); a replicate missing either on any task is left
+    out."""
+    chosen = results.filter((pl.col("rule") == rule) & pl.col("task").is_in(tasks))
+    mine = chosen.filter(pl.col("variant") == variant).select("replicate", "task", "top1")
+    theirs = chosen.filter(pl.col("variant") == against).select(
+        "replicate", "task", pl.col("top1").alias("reference"))
+    per = (mine.join(theirs, on=["replicate", "task"])
+           .group_by("replicate").agg((100 * (pl.col("top1") - pl.col("reference"))).mean()
+                                      .alias("value"), pl.len().alias("tasks"))
+           .filter(pl.col("tasks") == len(tasks)).sort("replicate"))
+    return per["value"].to_list()
+
+
+def compute(results: pl.DataFrame, variant: str) -> float:
+    """A variant's training compute in single-model iterations at width 1: n x width^2 x
+    iterations per model (a ResNet's multiply-adds grow with the square of its width); 0 for
+    untrained networks."""
+    row = results.filter(pl.col("variant") == variant).row(0, named=True)
+    return row["n"] * row["width"] ** 2 * (row["iterations_per_model"] or 0)
+
+
+def _tasks(results: pl.DataFrame, variants: list[str], roles: list[str]) -> list[str]:
+    """Tasks of `roles` every one of `variants` was probed on, in the results' order."""
+    rows = results.filter(pl.col("role").is_in(roles))
+    return [t for t in rows["task"].unique(maintain_order=True).to_list()
+            if all(rows.filter((pl.col("task") == t) & (pl.col("variant") == v)).height
+                   for v in variants)]
+
+
+def condition(results: pl.DataFrame, rule: str, name: str, variant: str, against: str,
+              roles: list[str], margin: float = 0.0, must_be: str = "better"
+              ) -> outcomes.Condition:
+    """One condition of a claim: the endpoint of `variant` against `against` on every task of
+    `roles` both were probed on (fixed by the design, never by the data)."""
+    tasks = _tasks(results, [variant, against], roles)
+    values = endpoint(results, rule, variant, against, tasks) if tasks else []
+    return outcomes.Condition(name, variant, against, tuple(tasks), outcomes.estimate(values),
+                              margin, must_be, None if tasks else "no task shared")
+
+
+#: the roles of the tasks each claim's primary endpoint averages over
+TRANSFER_ROLES = ["in-mixture", "unseen"]
+INSIDE_ROLES = ["in-mixture"]
+
+
+def time_concat_claim(results: pl.DataFrame, rule: str, baseline: str, smallest: float
+                      ) -> outcomes.Outcome:
+    """Section 5's claim (Table 3): catN (`claimed_variant`) transfers better than the
+    baseline at the same budget, beyond the controls. Primary endpoint: catN minus the
+    baseline on the mean top-1 over the transfer tasks, paired by replicate. Controls, on the
+    same endpoint: catN must beat every control whose training compute is at most its own (the
+    width-matched model at equal compute, the untrained networks of the same n) and must not
+    lose by `smallest` points to one given more compute (a wide model trained for the whole
+    budget spends width^2 times cat1's). A control kind the run lacks makes the claim
+    inconclusive: a gain means little without it."""
+    variant = claimed_variant(results)
+    name = "time-concat"
+    if variant is None:
+        return outcomes.Outcome(name, outcomes.INCONCLUSIVE, smallest, [],
+                                ["no time-concat variant of n > 1 in this run"])
+    found = [condition(results, rule, f"{variant} vs {baseline}", variant, baseline,
+                       TRANSFER_ROLES)]
+    mine = compute(results, variant)
+    controls = controls_of(results)
+    for row in controls.iter_rows(named=True):
+        if VARIANT_KINDS.get(row["kind"]).controls == "same_n" and row["n"] != \
+                results.filter(pl.col("variant") == variant)["n"][0]:
+            continue
+        more = compute(results, row["variant"]) > 1.05 * mine
+        found.append(condition(results, rule, f"{variant} vs {row['variant']}", variant,
+                               row["variant"], TRANSFER_ROLES,
+                               margin=-smallest if more else 0.0,
+                               must_be="not worse" if more else "better"))
+    present = set(controls["kind"])
+    for kind in (k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).controls):
+        if kind not in present:
+            found.append(outcomes.Condition(f"{variant} vs {kind}", variant, kind, (),
+                                            outcomes.estimate([]),
+                                            missing=f"no {kind} control in this run"))
+    return outcomes.outcome(name, found, smallest)
+
+
+def bottleneck_claim(results: pl.DataFrame, rule: str, baseline: str, smallest: float
+                     ) -> outcomes.Outcome | None:
+    """Sections 3-4's claim: a model trained directly on a task the pretraining mixture contains
+    beats a linear probe of the baseline on it. Primary endpoint: the direct variant minus the
+    baseline on the mean top-1 over the in-mixture tasks it trains on, paired by replicate.
+    None when the run trains no direct variant."""
+    direct = [row["variant"] for row in results.select("variant", "kind").unique(
+        maintain_order=True).iter_rows(named=True) if VARIANT_KINDS.get(row["kind"]).per_task]
+    if not direct:
+        return None
+    found = [condition(results, rule, f"{d} vs {baseline}", d, baseline, INSIDE_ROLES)
+             for d in direct]
+    return outcomes.outcome("bottleneck", found, smallest)
+
+
+TITLES = {"time-concat": "time-concat transfers better than {baseline} at the same budget, "
+                         "beyond the controls (paper Section 5, Table 3)",
+          "bottleneck": "direct training on a task the mixture contains beats probing "
+                        "{baseline} (paper Sections 3-4)"}
+
+
+def caveats(found: outcomes.Outcome, gaps: pl.DataFrame) -> list[str]:
+    """The flagged probe cells (variant, task) a claim's endpoints read: named beside the claim,
+    since a flagged probe fits its own rows far better than the evaluation split."""
+    read = {(row[side], task) for row in found.rows for side in ("variant", "against")
+            for task in row["tasks"]}
+    return [f"{row['variant']} on {row['task']} (train/eval gap {row['gap']:.1f} points)"
+            for row in gaps.filter(pl.col("flagged")).iter_rows(named=True)
+            if (row["variant"], row["task"]) in read]
+
+
+def outcome_line(found: outcomes.Outcome, baseline: str, flagged: list[str] = ()) -> str:
+    """A claim in one line: its outcome, then each condition with its paired values, interval,
+    judgement and the effect the run could have detected, and the flagged cells it reads."""
+    head = f"Claim: {TITLES[found.claim].format(baseline=baseline)}: {found.status.upper()}"
+    parts = [outcomes.condition_words(row) for row in found.rows]
+    parts += [r for r in found.reasons if not found.rows]
+    if flagged:
+        parts.append("probe cells flagged, read with care: " + ", ".join(flagged))
+    return f"{head} (smallest effect of interest {found.smallest:g} points) — " + \
+        "; ".join(parts)
+
+
+def claims_markdown(summary: dict) -> str:
+    """The claims of a summary as Markdown: per claim its outcome and title, one bullet per
+    condition, then the what-ran line (notebook 03 shows it; the terminal prints the lines)."""
+    parts = []
+    for claim in summary["claims"]:
+        bullets = "\n".join(f"- {text}" for text in claim["conditions"] or claim["reasons"])
+        parts.append(f"**{claim['status'].upper()}**: {claim['title']} (smallest effect of "
+                     f"interest {claim['smallest_effect']:g} points)\n\n{bullets}")
+    return "\n\n".join(parts + [f"*{summary['ran']}*"] if summary["ran"] else parts)
+
+
+def what_ran(params: TimecatSettings, wall_s: float, machine: str) -> str:
+    """One line saying what the verdicts rest on: data, model and width, image size, budget,
+    replicates, probe, machine and wall time so far."""
+    train = params.train
+    if train is not None and train.data.synthetic is not None:
+        data = f"the kit's synthetic world (seed {train.data.synthetic.seed})"
+    elif train is not None:
+        data = f"{train.data.kind} data"
+    else:
+        data = "released checkpoints"
+    model = (f"{train.model} at width {train.width:g}, {train.data.image_size} px"
+             if train is not None else "the checkpoints' models")
+    budget = f"budget {params.total_iterations} iterations" if params.total_iterations else \
+        "no pretraining"
+    return (f"What ran: profile {params.profile}; {data}; {model}; {budget}; "
+            f"{params.replicates} replicates; {params.probe_kind} probe, rule "
+            f"{params.probe_rule}; {machine}; {wall_s / 60:.1f} min of wall time")

@@ -1,0 +1,275 @@
+"""A claim's pre-stated primary endpoint judged in one of three outcomes, with the power to tell.
+
+A claim names its endpoint before the data: one number per replicate, for example catN's top-1
+minus cat1's averaged over the transfer tasks (paper Section 5, Table 3's mean out-of-distribution
+gain), paired by replicate. Its conditions are that endpoint against the baseline and, for the
+controls, the same endpoint against each control. Each condition has a *margin* the effect must
+clear (0 for "better", minus the smallest effect of interest for "not worse") and is judged from
+the two-sided t interval of its paired values at confidence 1 - `LEVEL`:
+
+- `holds`: the interval lies above the margin (a one-sided test at LEVEL / 2);
+- `contradicted`: the interval lies below margin + `smallest` (the smallest effect of interest),
+  so an effect as large as the one of interest is excluded (a non-superiority reading, one side of
+  a TOST), a significant loss included;
+- `inconclusive`: anything else: the run cannot tell.
+
+The claim is `reproduced` when every condition holds, `contradicted` when any is contradicted,
+`inconclusive` otherwise (one replicate, a control not run, or intervals too wide). `reproduced`
+requires every condition at once (an intersection-union test, so no correction is needed for it:
+under no effect it comes out at most LEVEL / 2 of the time); `contradicted` is a union over the
+conditions, so with k conditions all sitting exactly at their margin plus `smallest` it may come
+out up to k x LEVEL / 2 of the time (tests/test_outcomes.py measures both rates by simulation).
+
+Every condition also reports the *minimum detectable effect*: the true effect above its margin
+that this run's replicate count and spread would find holding with probability `POWER` (from
+the noncentral t distribution), and how many replicates would detect the smallest effect of
+interest at the same spread. Accuracy differences live in [-100, 100] points: an interval is
+clipped to that range (`clipped` says when), which loses no coverage since the true difference
+lies in it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import polars as pl
+import scipy.optimize
+import scipy.stats
+
+#: two-sided level of every primary interval (a 95 % interval)
+LEVEL = 0.05
+#: the probability with which the minimum detectable effect is found holding
+POWER = 0.8
+#: the range a difference of two accuracies in points can take
+METRIC_RANGE = (-100.0, 100.0)
+#: the most replicates `replicates_needed` looks at
+MOST_REPLICATES = 1000
+
+REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
+HOLDS = "holds"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The paired values of one condition (one per replicate) and their t interval."""
+
+    values: tuple[float, ...]
+    mean: float | None
+    std: float | None
+    low: float | None
+    high: float | None
+    clipped: bool
+
+    @property
+    def replicates(self) -> int:
+        """How many paired values the interval rests on."""
+        return len(self.values)
+
+
+def estimate(values: Sequence[float], level: float = LEVEL,
+             bounds: tuple[float, float] = METRIC_RANGE) -> Estimate:
+    """Mean, sample std and the two-sided t interval at confidence 1 - `level` of `values`,
+    clipped to `bounds`; one value gives a mean without spread or interval."""
+    values = tuple(float(v) for v in values)
+    if not values:
+        return Estimate(values, None, None, None, None, False)
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return Estimate(values, mean, None, None, None, False)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    half = scipy.stats.t.ppf(1 - level / 2, len(values) - 1) * std / math.sqrt(len(values))
+    low, high = max(mean - half, bounds[0]), min(mean + half, bounds[1])
+    return Estimate(values, mean, std, low, high, (low, high) != (mean - half, mean + half))
+
+
+def power(effect: float, std: float, replicates: int, level: float = LEVEL) -> float:
+    """The probability that the interval of `replicates` paired values of spread `std` lies
+    above the margin when the true effect is `effect` above it (noncentral t)."""
+    if replicates < 2:
+        return 0.0
+    if std == 0:
+        return 1.0 if effect > 0 else 0.0
+    df = replicates - 1
+    critical = scipy.stats.t.ppf(1 - level / 2, df)
+    return float(scipy.stats.nct.sf(critical, df, effect * math.sqrt(replicates) / std))
+
+
+def detectable(std: float | None, replicates: int, level: float = LEVEL,
+               wanted: float = POWER) -> float | None:
+    """The minimum detectable effect: the true effect above the margin found holding with
+    probability `wanted`, at this spread and replicate count; None with fewer than two
+    replicates or no spread known."""
+    if std is None or replicates < 2 or not math.isfinite(std):
+        return None
+    if std == 0:
+        return 0.0
+    high = std
+    while power(high, std, replicates, level) < wanted:
+        high *= 2
+    return float(scipy.optimize.brentq(
+        lambda e: power(e, std, replicates, level) - wanted, 0.0, high, xtol=1e-6))
+
+
+def replicates_needed(std: float | None, effect: float, level: float = LEVEL,
+                      wanted: float = POWER) -> int | None:
+    """The fewest replicates (at least 2) whose minimum detectable effect at spread `std` is at
+    most `effect`; None when the spread is unknown or more than `MOST_REPLICATES` are needed."""
+    if std is None or effect <= 0:
+        return None
+    for count in range(2, MOST_REPLICATES + 1):
+        if power(effect, std, count, level) >= wanted:
+            return count
+    return None
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition of a claim: the endpoint of `variant` against `against` on `tasks` must
+    clear `margin`; `must_be` says it in words (`better` or `not worse`)."""
+
+    name: str
+    variant: str
+    against: str
+    tasks: tuple[str, ...]
+    estimate: Estimate
+    margin: float = 0.0
+    must_be: str = "better"
+    #: why the condition could not be computed (a control not run, every task flagged), if so
+    missing: str | None = None
+
+
+def judge(condition: Condition, smallest: float) -> str:
+    """`holds`, `contradicted` or `inconclusive` (see the module docstring)."""
+    found = condition.estimate
+    if condition.missing or found.low is None or found.high is None:
+        return INCONCLUSIVE
+    if found.low > condition.margin:
+        return HOLDS
+    if found.high < condition.margin + smallest:
+        return CONTRADICTED
+    return INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A claim judged: its `status` (reproduced, contradicted or inconclusive), one row per
+    condition (`rows`, the stored verdict table's rows) and the reasons in words."""
+
+    claim: str
+    status: str
+    smallest: float
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+def condition_row(claim: str, condition: Condition, smallest: float, level: float = LEVEL
+                  ) -> dict[str, Any]:
+    """One row of the verdict table: the condition, its paired values, interval, judgement,
+    minimum detectable effect and the replicates that would detect `smallest`."""
+    found = condition.estimate
+    return {"claim": claim, "condition": condition.name, "variant": condition.variant,
+            "against": condition.against, "tasks": list(condition.tasks),
+            "must_be": condition.must_be, "margin": condition.margin,
+            "smallest_effect": smallest, "values": list(found.values),
+            "replicates": found.replicates, "mean": found.mean, "std": found.std,
+            "low": found.low, "high": found.high, "clipped": found.clipped,
+            "confidence": 1 - level, "judgement": judge(condition, smallest),
+            "detectable": detectable(found.std, found.replicates, level),
+            "replicates_needed": replicates_needed(found.std, smallest, level),
+            "missing": condition.missing}
+
+
+def outcome(claim: str, conditions: Sequence[Condition], smallest: float, level: float = LEVEL
+            ) -> Outcome:
+    """The claim's status from its conditions: reproduced when all hold, contradicted when any
+    is contradicted, inconclusive otherwise; an empty list is inconclusive."""
+    rows = [condition_row(claim, c, smallest, level) for c in conditions]
+    judged = [row["judgement"] for row in rows]
+    reasons = [f"{row['condition']}: {row['missing']}" for row in rows if row["missing"]]
+    if not rows:
+        return Outcome(claim, INCONCLUSIVE, smallest, rows, ["no condition could be computed"])
+    if CONTRADICTED in judged:
+        status = CONTRADICTED
+        reasons += [f"{row['condition']}: the interval excludes an effect of {smallest:g} "
+                    f"points above its margin" for row in rows
+                    if row["judgement"] == CONTRADICTED]
+    elif all(j == HOLDS for j in judged):
+        status = REPRODUCED
+    else:
+        status = INCONCLUSIVE
+        reasons += [f"{row['condition']}: cannot tell at {row['replicates']} replicate(s)"
+                    for row in rows if row["judgement"] == INCONCLUSIVE and not row["missing"]]
+    return Outcome(claim, status, smallest, rows, reasons)
+
+
+def _points(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1f}"
+
+
+def condition_words(row: dict[str, Any]) -> str:
+    """One condition in words: the endpoint, its paired values, its interval and judgement, and
+    the effect the run could have detected."""
+    where = f"{row['variant']} minus {row['against']}, mean over {', '.join(row['tasks'])}"
+    if row["missing"]:
+        return f"{row['condition']} ({where}): {row['missing']}"
+    values = ", ".join(f"{v:+.1f}" for v in row["values"])
+    text = f"{row['condition']} ({where}): {_points(row['mean'])} points (replicates {values})"
+    if row["low"] is not None:
+        text += (f", {100 * row['confidence']:.0f}% interval [{row['low']:+.1f}, "
+                 f"{row['high']:+.1f}]" + (" clipped to [-100, 100]" if row["clipped"] else ""))
+    margin = f"above {row['margin']:+g}" if row["margin"] else "above 0"
+    text += f"; must lie {margin}: {row['judgement']}"
+    if row["detectable"] is not None:
+        text += (f"; detectable at {100 * POWER:.0f}% power: {row['detectable']:.1f} points "
+                 f"with {row['replicates']} replicates")
+    needed = row["replicates_needed"]
+    if row["judgement"] == INCONCLUSIVE:
+        text += (f"; about {needed} replicates would detect {row['smallest_effect']:g} points "
+                 "at this spread" if needed else "; too few replicates to estimate the spread")
+    return text
+
+
+def as_dict(found: Outcome) -> dict[str, Any]:
+    """The outcome as plain values (for a summary JSON)."""
+    return asdict(found)
+
+
+#: the stored verdict table's columns (one row per condition, `condition_row`'s keys)
+SCHEMA = {"claim": pl.String, "condition": pl.String, "variant": pl.String,
+          "against": pl.String, "tasks": pl.List(pl.String), "must_be": pl.String,
+          "margin": pl.Float64, "smallest_effect": pl.Float64, "values": pl.List(pl.Float64),
+          "replicates": pl.Int64, "mean": pl.Float64, "std": pl.Float64, "low": pl.Float64,
+          "high": pl.Float64, "clipped": pl.Boolean, "confidence": pl.Float64,
+          "judgement": pl.String, "detectable": pl.Float64, "replicates_needed": pl.Int64,
+          "missing": pl.String}
+
+
+def table(rows: Sequence[dict[str, Any]], extra: dict[str, Any] | None = None) -> pl.DataFrame:
+    """The stored verdict table from condition rows (with `extra` columns' types, such as a
+    sweep's world seed and budget)."""
+    schema = {**(extra or {}), **SCHEMA}
+    return pl.DataFrame([{k: row.get(k) for k in schema} for row in rows], schema=schema)
+
+
+def view(verdicts: pl.DataFrame) -> pl.DataFrame:
+    """The verdict table as a reader sees it: human headers, the replicates' values as text,
+    the interval as one column, and the effect the run could have detected."""
+    keys = [c for c in ("world_seed", "budget") if c in verdicts.columns]
+    return verdicts.select(
+        *[pl.col(k).alias(k.replace("_", " ")) for k in keys],
+        pl.col("claim"), pl.col("condition"),
+        pl.col("tasks").list.join(", ").alias("endpoint: mean over"),
+        pl.col("values").list.eval(pl.element().round(1).cast(pl.String)).list.join(", ")
+        .alias("per replicate (points)"),
+        pl.col("mean").round(1).alias("mean (points)"),
+        pl.when(pl.col("low").is_null()).then(pl.lit("–")).otherwise(pl.format(
+            "[{}, {}]", pl.col("low").round(1), pl.col("high").round(1)))
+        .alias("95% interval"),
+        pl.format("{} (above {})", pl.col("must_be"), pl.col("margin").round(1))
+        .alias("must be"),
+        pl.col("judgement"),
+        pl.col("detectable").round(1).alias("detectable at 80% power (points)"),
+        pl.col("replicates_needed").alias("replicates to detect the smallest effect"))
