@@ -79,16 +79,17 @@ def main() -> None:
             index=["replicates", "true effect"], on=[outcomes.HOLDS, outcomes.CONTRADICTED],
             variable_name="outcome", value_name="rate").with_columns(
             pl.col("outcome").replace({outcomes.HOLDS: "reproduced"}))
-        chart = alt.Chart(data).mark_line(point=True).encode(
+        base = alt.Chart().mark_line(point=True).encode(
             x=alt.X("true effect:Q", title="true gain on the endpoint (points)"),
             y=alt.Y("rate:Q", title="share of runs", scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color("replicates:O", title="replicates"),
-            strokeDash=alt.StrokeDash("outcome:N", title="outcome")).properties(
-            width=420, height=260,
-            title=f"Primary endpoint, spread {std:.1f} points, smallest effect {args.smallest:g}")
-        rule = alt.Chart(pl.DataFrame({"x": [args.smallest]})).mark_rule(
-            color="grey", strokeDash=[2, 2]).encode(x="x:Q")
-        (chart + rule).save(str(args.chart))
+            color=alt.Color("replicates:O", title="replicates"))
+        rule = alt.Chart().mark_rule(color="grey", strokeDash=[2, 2]).encode(
+            x=alt.datum(args.smallest))
+        chart = alt.layer(base, rule, data=data).properties(width=300, height=220).facet(
+            column=alt.Column("outcome:N", title=None)).properties(
+            title=f"Primary endpoint at a spread of {std:.1f} points; dotted: the smallest "
+                  f"effect of interest ({args.smallest:g})")
+        chart.save(str(args.chart))
         print(f"wrote {args.chart}")
 
 
