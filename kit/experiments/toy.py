@@ -23,6 +23,7 @@ import torch
 from scipy.optimize import linprog
 
 from kit.core.progress import KeptBar, Stage
+from kit.core.threads import one_thread
 from kit.experiments.toy_settings import SparseTrainingSettings
 
 FEATURES = ("phi1", "phi2")
@@ -205,17 +206,19 @@ def train_sparse(weights: torch.Tensor, config: SparseTrainingSettings, seed: in
     b = torch.zeros(runs, requires_grad=True)
     optimizer = torch.optim.SGD([u, v, b], lr=config.lr)
     rows = torch.arange(runs)[:, None]
-    for _ in KeptBar(range(config.steps), desc=f"training {runs} toy models",
-                     stage=f"training {runs} toy models", unit="step"):
-        batch = torch.randint(0, config.n_train, (runs, config.batch_size), generator=generator)
-        logits = (x[rows, batch] * (u * v)[:, None]).sum(-1) + b[:, None]
-        # per-run mean loss, summed over runs so that runs do not share a learning rate scale
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(
-            logits, y[rows, batch], reduction="none").mean(1).sum()
-        loss = loss + config.weight_decay / 2 * (u.square().sum() + v.square().sum())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    with one_thread():  # tensors of a few thousand elements: a thread join costs more
+        for _ in KeptBar(range(config.steps), desc=f"training {runs} toy models",
+                         stage=f"training {runs} toy models", unit="step"):
+            batch = torch.randint(0, config.n_train, (runs, config.batch_size),
+                                  generator=generator)
+            logits = (x[rows, batch] * (u * v)[:, None]).sum(-1) + b[:, None]
+            # per-run mean loss, summed over runs so that runs do not share a learning rate scale
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                logits, y[rows, batch], reduction="none").mean(1).sum()
+            loss = loss + config.weight_decay / 2 * (u.square().sum() + v.square().sum())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
     return SparseModels(u.detach(), v.detach(), b.detach(), config.keep_threshold)
 
 

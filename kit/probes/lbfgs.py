@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import polars as pl
@@ -16,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kit.core.threads import one_thread
 from kit.probes.devices import probe_devices, shares, visible_gpus
 from kit.probes.rows import (
     FeatureRows,
@@ -35,25 +35,9 @@ from kit.probes.settings import TOLERANCE_CHANGE, LbfgsProbeSettings
 #: larger ones (ImageNet's 1.28M x 10,240) are read a chunk at a time in every evaluation
 LBFGS_COPY_BYTES = 1 << 30
 #: fits on the CPU with at most this many fit-row elements (rows x features) run on one
-#: intra-op thread: L-BFGS makes some forty small vector operations per iteration, and with
-#: several threads each one pays a synchronisation that costs more than the work (measured in
-#: docs/benchmarks.md, "L-BFGS probes on one thread")
+#: intra-op thread (kit.core.threads): L-BFGS makes some forty small vector operations per
+#: iteration, each paying a join of the threads larger than its work
 ONE_THREAD_ELEMENTS = 1 << 23
-
-
-@contextmanager
-def threads_for(elements: int, device: torch.device) -> Iterator[None]:
-    """Run the block on one intra-op thread when it fits `elements` fit-row elements on the CPU
-    and that is at most `ONE_THREAD_ELEMENTS`; otherwise as the process is set."""
-    if device.type != "cpu" or elements > ONE_THREAD_ELEMENTS:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @dataclass
@@ -125,7 +109,8 @@ class ConvexFit:
                 total = total + loss.detach()
             return total
 
-        with threads_for(len(self.kept) * self.train.features.shape[1], self.train.device):
+        small = len(self.kept) * self.train.features.shape[1] <= ONE_THREAD_ELEMENTS
+        with one_thread(small and self.train.device.type == "cpu"):
             optimizer.step(closure)
         state = optimizer.state[linear.weight]
         if state["n_iter"] >= max_iter or state["func_evals"] >= optimizer.defaults["max_eval"]:
