@@ -1,12 +1,16 @@
-"""Feature-extraction throughput on CPU: images decoded per second and backbone images per second
+"""Feature-extraction throughput: images decoded per second and backbone images per second
 (images x backbones), extracting k small ResNets one pass each (as before) or all in one pass.
 
 Reads photo-like 500 x 375 JPEG fixtures (written once to benchmarks/.cache) with the kit's
 evaluation pipeline (decode, resize, centre crop to uint8; normalisation in the loop) into
-fresh caches, so every run extracts. The process pins itself to `--cores`.
+fresh caches, so every run extracts. The process pins itself to `--cores`. `--device cuda`
+runs the backbones on the GPU in bf16 autocast, as extraction does there (the decoding stays on
+the cores and workers given).
 
     .venv/bin/python benchmarks/extract_throughput.py                       # 4 x resnet10, 64 px
     .venv/bin/python benchmarks/extract_throughput.py --backbones 8 --workers 1 --cores 0 1
+    .venv/bin/python benchmarks/extract_throughput.py --arch resnet50 --width 1 --image-size 224 \
+        --batch 256 --backbones 1 --images 2048 --workers 15 --cores $(seq 0 15) --device cuda
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers")
     parser.add_argument("--cores", type=int, nargs="+", default=[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = parser.parse_args()
     os.sched_setaffinity(0, set(args.cores))
     torch.set_num_threads(len(args.cores))
@@ -61,7 +66,8 @@ def main() -> None:
         folder = Path(scratch)
         paths = [checkpoint(folder, seed, args) for seed in range(args.backbones)]
         kwargs = dict(dataset=dataset, dataset_id="fixtures", split="train", transform="eval",
-                      batch_size=args.batch, num_workers=args.workers, progress=False)
+                      batch_size=args.batch, num_workers=args.workers, progress=False,
+                      device=args.device)
         timings = {}
         for name, representations in (("one pass per backbone (before)", [[p] for p in paths]),
                                       ("all backbones in one pass", [paths])):
@@ -76,7 +82,7 @@ def main() -> None:
             shutil.rmtree(cache)
     print(f"{len(dataset)} JPEGs of 500x375 -> {args.image_size} px, {args.backbones} x "
           f"{args.arch} width {args.width}, batch {args.batch}, {args.workers} workers, "
-          f"cores {args.cores}")
+          f"cores {args.cores}, device {args.device}")
     for name, seconds in timings.items():
         decodes = len(dataset) * (args.backbones if "before" in name else 1)
         print(f"  {name:32s} decoded {decodes / seconds:6.0f} img/s, images through backbones "

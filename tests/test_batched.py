@@ -4,6 +4,7 @@ the per-image transform, and the training loader path end to end."""
 
 from __future__ import annotations
 
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +113,18 @@ def test_the_loader_decodes_on_the_device_reproducibly(jpeg_folder: Path) -> Non
     assert all(torch.equal(a, b) for a, b in zip(on_device, again, strict=True))
     # standardised pixels of random pictures: about zero mean, unit-order spread
     assert abs(float(torch.cat(on_device).mean())) < 0.5
+
+
+def test_a_loader_worker_can_hand_over_the_file_bytes(jpeg_folder: Path) -> None:
+    # a worker sends its batch through a queue that shares each tensor's memory by file
+    # descriptor; torchvision's read_file maps the file privately and keeps no descriptor, so its
+    # tensor cannot be sent (EBADF in the queue's feeder thread, and the run waits forever)
+    settings = DataSettings(kind="imagefolder", root=str(jpeg_folder), image_size=64,
+                            decode="gpu")
+    run = data.build(settings, 3, seed=0, batch_size=6, rank=0, world_size=1, num_workers=1,
+                     recalibration_batches=1, pin_memory=False)
+    samples = [run.train.dataset[(0, index)] for index in range(6)]
+    ForkingPickler.dumps(run.train.collate_fn(samples))
 
 
 def test_gpu_decode_is_refused_where_it_cannot_apply() -> None:

@@ -111,7 +111,9 @@ class EncodedSamples(Dataset):
     def __getitem__(self, key: Key) -> tuple[torch.Tensor, torch.Tensor, int]:
         epoch, index = key
         path, label = self.base.samples[index]
-        data = read_file(path)
+        # copied out of read_file's private mapping of the file, which keeps no file descriptor:
+        # a loader worker shares tensors with the main process by descriptor and cannot send it
+        data = read_file(path).clone()
         item = data if bytes(data[:2].tolist()) == batched.JPEG_MAGIC else open_image(path)
         generator = torch.Generator().manual_seed(_sample_generator(self.seed, epoch, index))
         return item, batched.sample_draws(generator), label
