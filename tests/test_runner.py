@@ -24,6 +24,7 @@ from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
 from kit.core.progress import STAGE_FILE_ENV, Stage
 from kit.experiments.timecat import planning
 from kit.launch.runs import run_name
+from kit.report import page
 
 
 def write_notebook(path: Path, *sources: str) -> None:
@@ -166,6 +167,62 @@ def test_a_signal_to_the_runner_stops_every_worker(workspace, signum) -> None:
     assert err.strip().splitlines()[-1] == runner.INTERRUPTED and "Traceback" not in err
     _, alive = psutil.wait_procs(workers, timeout=5)
     assert not alive, [p.cmdline() for p in alive]
+
+
+# A notebook writes its results in place: the folder says whether they belong together
+
+RESULT_WRITER = """
+from pathlib import Path
+Path(output_dir, "results.txt").write_text("new")
+"""
+
+
+def test_a_failed_run_leaves_no_parameters_record_and_a_folder_the_report_refuses(
+        workspace, capsys) -> None:
+    folder = workspace["output_root"] / "mini"
+    assert runner.run(["01"], "mini", **workspace) == 0
+    assert (folder / "01_ok.parameters.yaml").exists()
+    assert not list(folder.glob("*.incomplete"))
+    write_notebook(workspace["notebooks_dir"] / "01_ok.ipynb", RESULT_WRITER,
+                   "raise RuntimeError('after the results')")
+    assert runner.run(["01"], "mini", **workspace) == 1
+    assert (folder / "results.txt").read_text() == "new"
+    # nothing vouches for the new results: notebook 04 reuses notebook 03's only under a record
+    assert not (folder / "01_ok.parameters.yaml").exists()
+    assert not (folder / "01_ok.provenance.json").exists()
+    assert "01_ok started at" in (folder / "01_ok.incomplete").read_text()
+    with pytest.raises(page.ReportError, match=re.escape(f"{folder}: the last run of 01_ok did "
+                                                         "not finish")):
+        page.write_report("mini", folder)
+    write_notebook(workspace["notebooks_dir"] / "01_ok.ipynb", RESULT_WRITER)
+    assert runner.run(["01"], "mini", **workspace) == 0  # a finished run completes the folder
+    assert (folder / "01_ok.parameters.yaml").exists()
+    assert not (folder / "01_ok.incomplete").exists()
+
+
+def test_a_run_killed_right_after_writing_results_leaves_no_parameters_record(workspace
+                                                                              ) -> None:
+    root = workspace["notebooks_dir"].parent
+    folder = workspace["output_root"] / "mini"
+    (root / "run.py").write_text(RUNNER_SCRIPT.replace("01_workers", "01_ok"))
+    command = [sys.executable, str(root / "run.py"), str(root)]
+    env = os.environ | {"PYTHONPATH": str(REPO_ROOT)}
+    (workspace["notebooks_dir"] / "02_fails.ipynb").unlink()
+    assert subprocess.run(command, env=env, capture_output=True, timeout=300).returncode == 0
+    assert (folder / "01_ok.parameters.yaml").exists()
+    write_notebook(workspace["notebooks_dir"] / "01_ok.ipynb",
+                   RESULT_WRITER + "import time; time.sleep(600)")
+    process = subprocess.Popen(command, env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (folder / "results.txt").exists():
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # the kernel is in its own session: it follows
+    process.wait(timeout=30)
+    assert not (folder / "01_ok.parameters.yaml").exists()
+    assert (folder / "01_ok.incomplete").exists()
+    assert page.incomplete_notebooks(folder) == ["01_ok"]
 
 
 def test_bad_parameters_stop_everything_before_any_notebook_runs(workspace, capsys) -> None:

@@ -6,6 +6,14 @@ Python environment with `notebooks/` as working directory, and keeps the execute
 `outputs/<profile>/`. A run is written beside the previous one (`<name>.partial.ipynb`) and
 replaces it only on success, so a failed run keeps the last good executed notebook.
 
+A notebook writes its result files in place as it runs, so an output folder is only as good as
+its records: before a notebook starts, the runner writes `<name>.incomplete` and removes the
+notebook's parameters record (`<name>.parameters.yaml`) and provenance; it writes them back, and
+removes the marker, only once every cell succeeded. A run killed or failed at any of its writes
+therefore leaves no record saying which parameters the folder's results came from: notebook 04
+reuses notebook 03's results only under a record that matches, and the report refuses a folder
+that holds a marker (kit.report.page), naming it.
+
 While a notebook runs, the runner prints what its kernel does (kit.cli.terminal): a line per
 training run as its `metrics.jsonl` grows, and the stages the kernel reports through the file
 named by kit.core.progress.STAGE_FILE_ENV (extraction, probes: counts, rate, ETA, what was
@@ -143,19 +151,39 @@ def partial_output(run: PlannedRun) -> Path:
     return run.output.with_name(f"{run.output.stem}.partial.ipynb")
 
 
+def parameters_record(run: PlannedRun) -> Path:
+    """The parameters a notebook's results in its output folder came from; present only when
+    its last run finished."""
+    return run.output.with_suffix(".parameters.yaml")
+
+
+def start_record(run: PlannedRun) -> None:
+    """Mark the notebook's results as being rewritten (the marker first, so that no moment
+    leaves a record without it), then remove the records that vouch for them."""
+    run.output.parent.mkdir(parents=True, exist_ok=True)
+    write_text(page.incomplete_marker(run.output), (
+        f"{run.notebook.stem} started at {time.strftime('%Y-%m-%d %H:%M:%S %z')} (pid "
+        f"{os.getpid()}) and has not finished: the result files of this folder may mix its "
+        "files with an earlier run's. `python -m kit run` removes this file when the notebook "
+        "succeeds; re-run it to complete the folder.\n"))
+    for path in (parameters_record(run), run.output.with_suffix(".provenance.json")):
+        path.unlink(missing_ok=True)
+
+
 def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
     """Execute one notebook; its executed copy and parameters replace the previous ones only
-    when every cell succeeded."""
-    run.output.parent.mkdir(parents=True, exist_ok=True)
+    when every cell succeeded, and until then the folder says it is incomplete."""
+    start_record(run)
     partial = partial_output(run)
     papermill.execute_notebook(
         str(run.notebook), str(partial), parameters=run.parameters,
         kernel_name=KERNEL_NAME, cwd=str(notebooks_dir), progress_bar=False,
         extra_arguments=KERNEL_ARGUMENTS)
-    with atomic_write(run.output.with_suffix(".parameters.yaml")) as handle:
+    with atomic_write(parameters_record(run)) as handle:
         handle.write(yaml.safe_dump(run.parameters, sort_keys=False).encode())
     provenance.write(run.output.with_suffix(".provenance.json"))
     os.replace(partial, run.output)
+    page.incomplete_marker(run.output).unlink()  # last: the folder is complete
 
 
 def stop_workers(grace_s: float = STOP_GRACE_S) -> None:
@@ -269,8 +297,12 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         finished.append(terminal.Finished(planned.notebook.stem, planned.output, watched,
                                           seconds, started))
     print("\n".join(terminal.summary(finished, profile)), flush=True)
-    print(f"report: {terminal.shown(page.write_report(profile, runs[0].output.parent))}",
-          flush=True)
+    try:
+        print(f"report: {terminal.shown(page.write_report(profile, runs[0].output.parent))}",
+              flush=True)
+    except page.ReportError as error:
+        print(f"error: report not written: {error}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

@@ -6,6 +6,10 @@ It gathers what a run already wrote in its output folder: the verdicts (the `cla
 Vega-Lite specs, drawn by Vega's JavaScript, which the page carries inline: nothing is fetched
 when it is read), each executed notebook rendered as HTML beside it, and the parameters each
 notebook ran with (`<notebook>.parameters.yaml`) with the kit version and commit.
+
+A folder holding a notebook's `<notebook>.incomplete` marker (written by `python -m kit run`
+before the notebook starts, removed when it succeeds) is refused: a killed or failed run leaves
+its result files beside an earlier run's, and no page should present them as one run's.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from kit.report import tables
 from kit.report.charts import LAB_VEGALITE_MIME
 
 PAGE = "index.html"
+#: the marker of a notebook whose last run has not finished: `<notebook>.incomplete`
+INCOMPLETE_SUFFIX = ".incomplete"
 #: result tables the page shows (the kit's numbers beside the paper's), by file name ending
 TABLE_ENDINGS = ("_table3.parquet", "_gains.parquet", "_vs_paper.parquet")
 #: how the verdict statuses read
@@ -51,6 +57,13 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
     """Write the report of `profile`'s outputs (`folder`, default `outputs/<profile>`) and the
     HTML of each executed notebook it links to; returns the page's path."""
     folder = resolve(Path("outputs") / profile) if folder is None else folder
+    unfinished = incomplete_notebooks(folder)
+    if unfinished:
+        raise ReportError(
+            f"{folder}: the last run of {', '.join(unfinished)} did not finish (killed, failed "
+            "or still running), so this folder may mix its result files with an earlier run's; "
+            f"re-run `python -m kit run {' '.join(unfinished)} --profile {profile}` to complete "
+            "it, then the report")
     notebooks = executed_notebooks(folder)
     if not notebooks and not list(folder.glob("*_summary.json")):
         raise ReportError(f"{folder}: no executed notebook or *_summary.json to report on; "
@@ -71,6 +84,18 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
         handle.write(_page(f"timecat-kit report: profile {profile}", sections, bool(specs))
                      .encode())
     return page
+
+
+def incomplete_marker(executed: Path) -> Path:
+    """The marker saying that the notebook whose executed copy is `executed` is being run, or
+    that its last run did not finish."""
+    return executed.with_suffix(INCOMPLETE_SUFFIX)
+
+
+def incomplete_notebooks(folder: Path) -> list[str]:
+    """The notebooks whose last run in `folder` did not finish (their marker is there)."""
+    return sorted(p.name.removesuffix(INCOMPLETE_SUFFIX)
+                  for p in folder.glob(f"*{INCOMPLETE_SUFFIX}"))
 
 
 def executed_notebooks(folder: Path) -> list[Path]:
