@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kit.core import strict_yaml
 from kit.core.paths import PARAMETERS_DIR
 
 #: a profile file may name the profile it builds on
@@ -51,9 +51,10 @@ class ParameterError(ValueError):
 
 
 class Strict(BaseModel):
-    """No unknown keys, no string taken for a number, no mutation after validation."""
+    """No unknown keys, no string taken for a number, no NaN or infinity where a number is
+    meant, no mutation after validation."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class NotebookSettings(Strict):
@@ -84,14 +85,15 @@ def schema_for(notebook: str) -> type[NotebookSettings]:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    """A parameter file as a mapping; an empty file is an empty mapping."""
+    """A parameter file as a mapping; an empty file is an empty mapping. Anchors, aliases,
+    duplicate keys, tags and oversized files or lists are refused (kit.core.strict_yaml)."""
     path = Path(path)
     if not path.is_file():
         raise ParameterError(f"{path}: parameter file not found")
     try:
-        content = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ParameterError(f"{path}: not valid YAML: {error}") from None
+        content = strict_yaml.load_file(path)
+    except (strict_yaml.StrictYamlError, UnicodeDecodeError) as error:
+        raise ParameterError(f"{path}: {error}") from None
     if content is None:
         return {}
     if not isinstance(content, dict):
@@ -130,8 +132,16 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             if not isinstance(section, dict):
                 raise ParameterError(f"command line: '{dotted}': '{part}' is set as a value and "
                                      "as a section")
-        section[leaf] = yaml.safe_load(text)
+        section[leaf] = override_value(dotted.strip(), text)
     return nested
+
+
+def override_value(dotted: str, text: str) -> Any:
+    """A `--set` value, read as strict YAML (kit.core.strict_yaml)."""
+    try:
+        return strict_yaml.loads(text)
+    except strict_yaml.StrictYamlError as error:
+        raise ParameterError(f"command line: '{dotted}={text[:60]}': {error}") from None
 
 
 def profile_files(notebook: str, profile: str, parameters_dir: Path = PARAMETERS_DIR
@@ -180,10 +190,22 @@ def resolve_layers(notebook: str, profile: str, files: list[Path] | None = None,
     layers += profile_files(notebook, profile, parameters_dir)
     layers += [(Path(f), read_yaml(Path(f))) for f in files or []]
     for path, content in layers:
+        same_profile(content, profile, str(path))
         merge(values, sources, content, str(path))
     if overrides:
+        same_profile(overrides, profile, "the command line")
         merge(values, sources, overrides, "the command line")
     return values, sources
+
+
+def same_profile(layer: Mapping[str, Any], profile: str, source: str) -> None:
+    """Refuse a layer that sets `profile` to another profile than the one chosen: the profile
+    picks the files (and says whether the numbers are a smoke test's), so a value that only
+    relabels the results is no parameter."""
+    if "profile" in layer and layer["profile"] != profile:
+        raise ParameterError(f"{source}: 'profile' is {layer['profile']!r} but the profile used "
+                             f"is '{profile}'; choose the profile with --profile (papermill: "
+                             "-p profile), not as a parameter")
 
 
 def validate(notebook: str, values: Mapping[str, Any], sources: Sources) -> NotebookSettings:
