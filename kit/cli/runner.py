@@ -17,7 +17,8 @@ that holds a marker (kit.report.page), naming it.
 While a notebook runs, the runner prints what its kernel does (kit.cli.terminal): a line per
 training run as its `metrics.jsonl` grows, and the stages the kernel reports through the file
 named by kit.core.progress.STAGE_FILE_ENV (extraction, probes: counts, rate, ETA, what was
-reused); at the end, a summary per notebook. The kernel's own log is kept to errors (its
+reused); at the end, a summary per notebook, with every input its kernel or workers read
+unverified (kit.core.notices, kept as `<name>.notices.json`). The kernel's own log is kept to errors (its
 warning that local TCP is unencrypted says nothing about the run).
 
 One run per output folder at a time (kit.core.locks). SIGTERM or SIGINT (what `timeout`, `kill`,
@@ -49,7 +50,7 @@ import yaml
 from papermill.exceptions import PapermillExecutionError
 
 from kit.cli import terminal
-from kit.core import locks, params, provenance
+from kit.core import locks, notices, params, provenance
 from kit.core.files import atomic_write, remove_stale_temporaries, write_text
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.core.processes import signal_handlers
@@ -166,8 +167,14 @@ def start_record(run: PlannedRun) -> None:
         f"{os.getpid()}) and has not finished: the result files of this folder may mix its "
         "files with an earlier run's. `python -m kit run` removes this file when the notebook "
         "succeeds; re-run it to complete the folder.\n"))
-    for path in (parameters_record(run), run.output.with_suffix(".provenance.json")):
+    for path in (parameters_record(run), run.output.with_suffix(".provenance.json"),
+                 run.output.with_suffix(notices.SUFFIX), notices_file(run)):
         path.unlink(missing_ok=True)
+
+
+def notices_file(run: PlannedRun) -> Path:
+    """Where the kernel running `run` (and its workers) append their notices."""
+    return run.output.with_name(f".{run.output.stem}.notices.jsonl")
 
 
 def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
@@ -274,7 +281,8 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         stages = stage_file(planned)
         stages.parent.mkdir(parents=True, exist_ok=True)
         stages.write_text("")
-        os.environ[STAGE_FILE_ENV] = str(stages)  # the kernel inherits it
+        os.environ[STAGE_FILE_ENV] = str(stages)  # the kernel inherits them
+        os.environ[notices.NOTICES_FILE_ENV] = str(notices_file(planned))
         try:
             with terminal.watching([terminal.TrainingProgress(watched, short, every_s),
                                     terminal.StageProgress(stages, short, every_s)],
@@ -292,10 +300,15 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
             return 1
         finally:
             os.environ.pop(STAGE_FILE_ENV, None)
+            os.environ.pop(notices.NOTICES_FILE_ENV, None)
+            said = notices.publish(notices_file(planned),
+                                   planned.output.with_suffix(notices.SUFFIX))
+            for line in said:
+                print(f"{label} read unverified: {line}", file=sys.stderr, flush=True)
         seconds = time.perf_counter() - start
         print(f"{label} done in {seconds:.1f} s -> {terminal.shown(planned.output)}", flush=True)
         finished.append(terminal.Finished(planned.notebook.stem, planned.output, watched,
-                                          seconds, started))
+                                          seconds, started, tuple(said)))
     print("\n".join(terminal.summary(finished, profile)), flush=True)
     try:
         print(f"report: {terminal.shown(page.write_report(profile, runs[0].output.parent))}",

@@ -5,7 +5,9 @@ It gathers what a run already wrote in its output folder: the verdicts (the `cla
 `*_gains.parquet`, `*_vs_paper.parquet`), every chart the executed notebooks display (their
 Vega-Lite specs, drawn by Vega's JavaScript, which the page carries inline: nothing is fetched
 when it is read), each executed notebook rendered as HTML beside it, and the parameters each
-notebook ran with (`<notebook>.parameters.yaml`) with the kit version and commit.
+notebook ran with (`<notebook>.parameters.yaml`) with the kit version and commit. Inputs a
+notebook read unverified (`<notebook>.notices.json`, kit.core.notices) are listed right after the
+verdicts.
 
 A folder holding a notebook's `<notebook>.incomplete` marker (written by `python -m kit run`
 before the notebook starts, removed when it succeeds) is refused: a killed or failed run leaves
@@ -23,7 +25,7 @@ from typing import Any
 import nbformat
 import polars as pl
 
-from kit.core import provenance
+from kit.core import notices, provenance
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
 from kit.report import tables
@@ -72,6 +74,8 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
     specs = [(path.stem, spec) for path in notebooks for spec in chart_specs(path)]
     sections = [
         _section("Verdicts", verdicts(folder)),
+        *([_section("Read unverified", unverified_html(kept))]
+          if (kept := notices.kept_notices(folder)) else []),
         _section("The kit's results beside the paper's", result_tables(folder)),
         _section("Charts", charts_html(specs)),
         _section("Executed notebooks", "<ul>" + "".join(
@@ -136,6 +140,14 @@ def verdicts(folder: Path) -> str:
                      f"{html.escape(status)}</span>{html.escape(str(claim['line']))} "
                      f"<small>({html.escape(path.name)})</small></div>")
     return "".join(lines) or "<p>No notebook of this run recorded a verdict.</p>"
+
+
+def unverified_html(kept: dict[str, list[str]]) -> str:
+    """The inputs each notebook read without being able to check them (kit.core.notices)."""
+    return ("<p>These inputs were read without a way to check their content; the results "
+            "above rest on them.</p><ul>" + "".join(
+                f"<li>{html.escape(notebook)}: {html.escape(line)}</li>"
+                for notebook, lines in kept.items() for line in lines) + "</ul>")
 
 
 def result_tables(folder: Path) -> str:
