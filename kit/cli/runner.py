@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -49,13 +50,13 @@ import psutil
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
-from kit.cli import terminal
-from kit.core import locks, notices, params, provenance
+from kit.cli import launch, terminal
+from kit.core import files, locks, machine, notices, params, provenance
 from kit.core.files import atomic_write, remove_stale_temporaries, write_text
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.core.processes import signal_handlers
 from kit.core.progress import STAGE_FILE_ENV
-from kit.data.preflight import writable_problems
+from kit.data.preflight import folder_of_its_own, writable_problems
 from kit.report import page
 
 #: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
@@ -144,7 +145,14 @@ def output_problems(runs: list[PlannedRun]) -> list[str]:
     folders = {run.output.parent for run in runs}
     folders |= {resolve(run.parameters["output_dir"]) for run in runs
                 if run.parameters.get("output_dir")}
-    return [problem for folder in sorted(folders) for problem in writable_problems(folder)]
+    return [problem for folder in sorted(folders)
+            for problem in folder_of_its_own(folder) or writable_problems(folder)]
+
+
+def machine_problems(runs: list[PlannedRun]) -> list[str]:
+    """This machine against the runs' plans (free disk, GPUs, compiler, /dev/shm): the same
+    check as `kit check`, so that a run does not find a full disk hours in."""
+    return launch.machine_problems({run.notebook.stem: run.parameters for run in runs})
 
 
 def partial_output(run: PlannedRun) -> Path:
@@ -191,6 +199,28 @@ def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
     provenance.write(run.output.with_suffix(".provenance.json"))
     os.replace(partial, run.output)
     page.incomplete_marker(run.output).unlink()  # last: the folder is complete
+
+
+def disk_full_line(run: PlannedRun, error: BaseException) -> str | None:
+    """What to say when saving a notebook's outputs found the disk full (None for any other
+    error): one line naming the file and the free space. A partial copy torn by the full disk is
+    removed, so that nothing half-written is taken for the run's notebook."""
+    if isinstance(error, files.DiskFullError):  # an atomic write's: it names its file
+        return str(error)
+    partial = partial_output(run)
+    full = files.disk_full(error, partial)
+    if full is None:
+        return None
+    named = Path(getattr(error, "filename", None) or partial)
+    try:
+        free = machine.byte_size(shutil.disk_usage(run.output.parent).free)
+    except OSError:
+        free = "unknown"
+    partial.unlink(missing_ok=True)
+    kept = (f"; the last good run's stays in {run.output}" if run.output.exists() else "")
+    return (f"{named}: {os.strerror(full.errno).lower()} while saving the notebook's outputs "
+            f"({free} free in {run.output.parent}); the partial copy is removed{kept}. Free "
+            "space (or set output_dir to another disk) and re-run the same command to resume.")
 
 
 def stop_workers(grace_s: float = STOP_GRACE_S) -> None:
@@ -243,7 +273,7 @@ def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
     if not runs:
         print(f"error: no notebooks to run in {notebooks_dir}", file=sys.stderr)
         return 2
-    problems = output_problems(runs)
+    problems = output_problems(runs) + machine_problems(runs)
     if problems:
         print("error: " + "\n".join(problems), file=sys.stderr)
         return 2
@@ -297,6 +327,12 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
                   f"{error.exec_count}): {error.ename}: {error.evalue}\n"
                   f"  partial output kept in {partial_output(planned)}{kept}",
                   file=sys.stderr, flush=True)
+            return 1
+        except Exception as error:
+            said = disk_full_line(planned, error)
+            if said is None:
+                raise
+            print(f"{label} FAILED: {said}", file=sys.stderr, flush=True)
             return 1
         finally:
             os.environ.pop(STAGE_FILE_ENV, None)

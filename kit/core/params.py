@@ -21,6 +21,7 @@ import ast
 import copy
 import difflib
 import importlib
+import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -208,8 +209,38 @@ def same_profile(layer: Mapping[str, Any], profile: str, source: str) -> None:
                              "-p profile), not as a parameter")
 
 
+#: an environment variable in a value, as paths expand them (`${TIMECAT_DATA}`, `$HOME`)
+VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def unset_variables(value: Any, sources: Sources, key: str = "") -> list[str]:
+    """One line per value naming an environment variable that is not set (a path would keep it
+    as a literal folder name), with its file and dotted key."""
+    if isinstance(value, Mapping):
+        return [line for name, inner in value.items()
+                for line in unset_variables(inner, sources, f"{key}{name}.")]
+    if isinstance(value, list):
+        return [line for index, inner in enumerate(value)
+                for line in unset_variables(inner, sources, f"{key}{index}.")]
+    if not isinstance(value, str):
+        return []
+    unset = [a or b for a, b in VARIABLE.findall(value) if (a or b) not in os.environ]
+    if not unset:
+        return []
+    dotted = key.rstrip(".")
+    parts = dotted.split(".")
+    where = next((sources[".".join(parts[:n])] for n in range(len(parts), 0, -1)
+                  if ".".join(parts[:n]) in sources), "the merged parameters")
+    return [f"  {where}: parameter '{dotted}': environment variable {', '.join(unset)} is not "
+            f"set ({value!r}); set it, or write the path out"]
+
+
 def validate(notebook: str, values: Mapping[str, Any], sources: Sources) -> NotebookSettings:
-    """Validate merged values against the notebook's schema, naming file and key on error."""
+    """Validate merged values against the notebook's schema, naming file and key on error (an
+    unset environment variable in a value first: checks of paths would see a literal `$X`)."""
+    unset = unset_variables(values, sources)
+    if unset:
+        raise ParameterError("\n".join([f"invalid parameters for notebook {notebook}:", *unset]))
     schema = schema_for(notebook)
     try:
         return schema(**values)

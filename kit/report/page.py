@@ -28,7 +28,7 @@ import polars as pl
 from kit.core import notices, provenance
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
-from kit.report import tables
+from kit.report import outputs, tables
 from kit.report.charts import LAB_VEGALITE_MIME
 
 PAGE = "index.html"
@@ -156,7 +156,15 @@ def result_tables(folder: Path) -> str:
     if not paths:
         return "<p>No results table in this run's outputs.</p>"
     return "".join(f"<h3>{html.escape(p.stem)}</h3>"
-                   f"{tables.table(pl.read_parquet(p))._repr_html_()}" for p in paths)
+                   f"{tables.table(read_table(p))._repr_html_()}" for p in paths)
+
+
+def read_table(path: Path) -> pl.DataFrame:
+    """A result table the page shows; ReportError naming it when it cannot be read."""
+    try:
+        return outputs.read_parquet(path)
+    except outputs.ResultFileError as error:
+        raise ReportError(str(error)) from None
 
 
 def charts_html(specs: list[tuple[str, dict[str, Any]]]) -> str:
