@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import nbformat
+import polars as pl
 import psutil
 import pytest
 import yaml
@@ -22,7 +23,7 @@ from kit.cli import runner, terminal
 from kit.core import locks, params, provenance
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
 from kit.core.progress import STAGE_FILE_ENV, Stage
-from kit.experiments.timecat import planning
+from kit.experiments.timecat import jobs, planning, sweep, sweep_settings
 from kit.launch.runs import run_name
 from kit.report import page
 
@@ -223,6 +224,23 @@ def test_a_run_killed_right_after_writing_results_leaves_no_parameters_record(wo
     assert not (folder / "01_ok.parameters.yaml").exists()
     assert (folder / "01_ok.incomplete").exists()
     assert page.incomplete_notebooks(folder) == ["01_ok"]
+
+
+def test_notebook_04_reuses_notebook_03s_results_only_while_their_record_stands(
+        tmp_path: Path) -> None:
+    """What a new run of notebook 03 does first (runner.start_record) takes its earlier results
+    out of notebook 04's reach until the new run has finished."""
+    (planned,) = runner.plan(["03"], "ci", output_root=tmp_path)
+    loaded, _ = params.load("04_when_concat_helps", "ci", output_dir=str(tmp_path / "ci"))
+    (shared,) = [cell for cell in sweep_settings.cells(loaded) if cell.shared]
+    runner.parameters_record(planned).parent.mkdir(parents=True)
+    runner.parameters_record(planned).write_text(yaml.safe_dump(planned.parameters))
+    pl.DataFrame({"variant": ["cat1"], "replicate": [0]}).write_parquet(
+        tmp_path / "ci" / jobs.RESULTS)
+    assert sweep.notebook03_results(loaded, shared)["variant"].to_list() == ["cat1"]
+    runner.start_record(planned)
+    assert sweep.notebook03_results(loaded, shared) is None
+    assert page.incomplete_notebooks(tmp_path / "ci") == ["03_time_concat"]
 
 
 def test_bad_parameters_stop_everything_before_any_notebook_runs(workspace, capsys) -> None:
