@@ -18,8 +18,9 @@ While a notebook runs, the runner prints what its kernel does (kit.cli.terminal)
 training run as its `metrics.jsonl` grows, and the stages the kernel reports through the file
 named by kit.core.progress.STAGE_FILE_ENV (extraction, probes: counts, rate, ETA, what was
 reused); at the end, a summary per notebook, with every input its kernel or workers read
-unverified (kit.core.notices, kept as `<name>.notices.json`). The kernel's own log is kept to errors (its
-warning that local TCP is unencrypted says nothing about the run).
+unverified (kit.core.notices, kept as `<name>.notices.json`; said at once when the notebook
+fails, as no summary follows). The kernel's own log is kept to errors (its warning that local
+TCP is unencrypted says nothing about the run).
 
 One run per output folder at a time (kit.core.locks). SIGTERM or SIGINT (what `timeout`, `kill`,
 schedulers and Ctrl-C send) stops the kernel and every process it started (training workers
@@ -313,6 +314,7 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         stages.write_text("")
         os.environ[STAGE_FILE_ENV] = str(stages)  # the kernel inherits them
         os.environ[notices.NOTICES_FILE_ENV] = str(notices_file(planned))
+        succeeded = False
         try:
             with terminal.watching([terminal.TrainingProgress(watched, short, every_s),
                                     terminal.StageProgress(stages, short, every_s)],
@@ -320,6 +322,7 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
                                    f"running ({time.perf_counter() - start:.0f} s)",
                                    quiet_s=terminal.QUIET_S[sys.stdout.isatty()]):
                 execute(planned, notebooks_dir)
+            succeeded = True
         except PapermillExecutionError as error:
             kept = (f"; the last good run's stays in {planned.output}"
                     if planned.output.exists() else "")
@@ -329,17 +332,17 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
                   file=sys.stderr, flush=True)
             return 1
         except Exception as error:
-            said = disk_full_line(planned, error)
-            if said is None:
+            full = disk_full_line(planned, error)
+            if full is None:
                 raise
-            print(f"{label} FAILED: {said}", file=sys.stderr, flush=True)
+            print(f"{label} FAILED: {full}", file=sys.stderr, flush=True)
             return 1
         finally:
             os.environ.pop(STAGE_FILE_ENV, None)
             os.environ.pop(notices.NOTICES_FILE_ENV, None)
             said = notices.publish(notices_file(planned),
                                    planned.output.with_suffix(notices.SUFFIX))
-            for line in said:
+            for line in ([] if succeeded else said):  # no summary follows a failure
                 print(f"{label} read unverified: {line}", file=sys.stderr, flush=True)
         seconds = time.perf_counter() - start
         print(f"{label} done in {seconds:.1f} s -> {terminal.shown(planned.output)}", flush=True)
