@@ -279,6 +279,7 @@ ALIAS_BOMB = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
      "line 1: tag '!!python/object/apply:os.system' is not allowed"),
     ("shares: [" + ", ".join(["0.5"] * 10_001) + "]\n", "a list of 10,001 items"),
     ("steps: [1, 2\n", "line 2, column 1: not valid YAML: expected ',' or ']'"),
+    ("steps: 1\ntrain:\n  <<: {lr: 0.1}\n", "line 3: merge keys (<<) are not allowed"),
 ])
 def test_aliases_duplicates_tags_and_huge_lists_are_refused_in_one_line(
         parameters_dir: Path, text: str, message: str) -> None:

@@ -1,10 +1,10 @@
 """Parameter YAML that cannot exhaust memory or change its meaning in silence.
 
 PyYAML's safe loader still expands aliases (a few lines of nested `&a [*b, *b, ...]` grow to
-gigabytes), resolves duplicate keys last-wins and parses a file of any size. Parameters need none
-of that, so this loader refuses anchors and aliases, duplicate keys and explicit tags
-(`!!python/...`, `!!binary`, ...), lists longer than MAX_LIST_ITEMS and texts longer than
-MAX_TEXT_BYTES, each with one line naming the file and the line. Every YAML error becomes such a
+gigabytes), resolves duplicate keys last-wins and parses a file of any size. Parameters need
+none of that, so this loader refuses anchors, aliases and merge keys, duplicate keys, explicit
+tags (`!!python/...`, `!!binary`, ...), lists longer than MAX_LIST_ITEMS and texts longer than
+MAX_TEXT_BYTES, each with one line naming the line (the caller adds the file). Every YAML error becomes such a
 line (PyYAML's own message spans several, with the offending text drawn under it).
 """
 
@@ -59,8 +59,11 @@ class StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
             line = key_node.start_mark.line + 1
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise StrictYamlError(f"line {line}: merge keys (<<) are not allowed in "
+                                      "parameters; write the values out")
+            key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.setdefault(key, line)
             except TypeError:  # an unhashable key: SafeLoader names it
