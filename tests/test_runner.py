@@ -299,6 +299,21 @@ def test_a_saved_parameter_file_replays_where_its_profile_says(tmp_path: Path) -
     assert (tmp_path / "ci" / "evidence_summary.json").exists()
 
 
+def test_a_notebook_run_outside_kit_run_takes_back_kit_runs_parameters_record(
+        tmp_path: Path) -> None:
+    """Plain papermill rewrites the folder's results but records nothing, so the record a kit
+    run left there would vouch for results it no longer describes."""
+    assert runner.run(["02"], "ci", output_root=tmp_path) == 0
+    record = tmp_path / "ci" / "02_surveyed_evidence.parameters.yaml"
+    assert record.exists()
+    result = subprocess.run(
+        [sys.executable, "-m", "papermill", str(NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"),
+         str(tmp_path / "plain.ipynb"), "-p", "profile", "ci", "-p", "output_dir",
+         str(tmp_path / "ci"), "-k", "python3"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not record.exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # Progress lines while a notebook trains
 # ---------------------------------------------------------------------------------------------

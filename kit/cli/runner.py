@@ -164,7 +164,7 @@ def partial_output(run: PlannedRun) -> Path:
 def parameters_record(run: PlannedRun) -> Path:
     """The parameters a notebook's results in its output folder came from; present only when
     its last run finished."""
-    return run.output.with_suffix(".parameters.yaml")
+    return run.output.with_suffix(params.RECORD_SUFFIX)
 
 
 def start_record(run: PlannedRun) -> None:

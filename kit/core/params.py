@@ -23,14 +23,15 @@ import difflib
 import importlib
 import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kit.core import strict_yaml
-from kit.core.paths import PARAMETERS_DIR
+from kit.core import notices, strict_yaml
+from kit.core.paths import PARAMETERS_DIR, resolve
 
 #: a profile file may name the profile it builds on
 EXTENDS = "extends"
@@ -72,6 +73,9 @@ Sources = dict[str, str]  # dotted key -> the file or command line that set it
 PLAIN_VALUES = (str, int, float, bool, list, dict, type(None))
 #: IPython's input and output history, in every kernel's namespace
 KERNEL_HISTORY = ("In", "Out")
+#: `<output_dir>/<notebook><RECORD_SUFFIX>`: the parameters `python -m kit run` recorded for the
+#: notebook's results in that folder, written when the notebook succeeded (kit.cli.runner)
+RECORD_SUFFIX = ".parameters.yaml"
 #: the first line of the cell papermill injects (the notebook's own cell starts '# parameters:')
 PAPERMILL_CELL = "# Parameters"
 
@@ -265,7 +269,10 @@ def from_notebook(notebook: str, namespace: Mapping[str, Any],
     resolved from parameters/, with every other value papermill injected merged on top. A name
     the parameters cell leaves None is left to the profile, unless papermill's own cell sets it
     (to None too: a run's file may clear a value). An injected name the schema does not know is
-    refused (papermill itself only warns). The names are those assigned by the cells that start
+    refused (papermill itself only warns). Run in a kernel that `python -m kit run` did not start
+(plain papermill, JupyterLab), it removes the runner's parameters record of the notebook from
+the output folder: the results there are about to be rewritten, and notebook 04 must not take
+them for those of the recorded parameters. The names are those assigned by the cells that start
     with '# parameters' in the kernel's history, or, where the kernel keeps none, every plain
     value of the namespace (call this in the first cell after the parameters)."""
     names = parameter_names(namespace.get("In") or []) or [
@@ -283,10 +290,18 @@ def from_notebook(notebook: str, namespace: Mapping[str, Any],
     values, sources = resolve_layers(notebook, profile, parameters_dir=parameters_dir)
     merge(values, sources, injected, source)
     validated = validate(notebook, values, sources)
+    if in_a_kernel() and notices.NOTICES_FILE_ENV not in os.environ:  # not started by kit run
+        (resolve(validated.output_dir) / f"{notebook}{RECORD_SUFFIX}").unlink(missing_ok=True)
     label = smoke_test_label(profile, parameters_dir)
     if label:
         print(label)  # the notebook's first output says it
     return validated
+
+
+def in_a_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (papermill's, JupyterLab's)."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def smoke_test_label(profile: str, parameters_dir: Path = PARAMETERS_DIR) -> str | None:
