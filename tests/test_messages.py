@@ -101,3 +101,10 @@ def test_a_torn_result_table_is_named_by_the_report(tmp_path: Path,
     torn.write_bytes(b"PAR1\x15\x04\x15")
     with pytest.raises(page.ReportError, match=f"^{torn}: not a readable parquet table, torn"):
         page.write_report("mini", tmp_path)
+
+
+def test_the_machine_check_names_notebook_03_as_its_plan_does() -> None:
+    from kit.cli import launch
+    from kit.experiments.timecat import jobs
+
+    assert launch.TIMECAT_NOTEBOOK == jobs.NOTEBOOK

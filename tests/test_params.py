@@ -275,6 +275,7 @@ ALIAS_BOMB = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
 @pytest.mark.parametrize("text, message", [
     (ALIAS_BOMB, "line 1: anchors (&a) are not allowed"),
     ("seed: 1\nsteps: 2\nseed: 3\n", "line 3: key 'seed' is given twice (first on line 1)"),
+    ("train: {lr: 0.1, lr: 0.2}\n", "line 1: key 'lr' is given twice (first on line 1)"),
     ("seed: !!python/object/apply:os.system ['true']\n",
      "line 1: tag '!!python/object/apply:os.system' is not allowed"),
     ("shares: [" + ", ".join(["0.5"] * 10_001) + "]\n", "a list of 10,001 items"),

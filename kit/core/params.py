@@ -269,12 +269,13 @@ def from_notebook(notebook: str, namespace: Mapping[str, Any],
     resolved from parameters/, with every other value papermill injected merged on top. A name
     the parameters cell leaves None is left to the profile, unless papermill's own cell sets it
     (to None too: a run's file may clear a value). An injected name the schema does not know is
-    refused (papermill itself only warns). Run in a kernel that `python -m kit run` did not start
-(plain papermill, JupyterLab), it removes the runner's parameters record of the notebook from
-the output folder: the results there are about to be rewritten, and notebook 04 must not take
-them for those of the recorded parameters. The names are those assigned by the cells that start
-    with '# parameters' in the kernel's history, or, where the kernel keeps none, every plain
-    value of the namespace (call this in the first cell after the parameters)."""
+    refused (papermill itself only warns). Run in a kernel that `python -m kit run` did not
+    start (plain papermill, JupyterLab), it removes the runner's parameters record of the
+    notebook from the output folder: the results there are about to be rewritten, and notebook
+    04 must not take them for those of the recorded parameters. The names are those assigned by
+    the cells that start with '# parameters' in the kernel's history, or, where the kernel keeps
+    none, every plain value of the namespace (call this in the first cell after the
+    parameters)."""
     names = parameter_names(namespace.get("In") or []) or [
         name for name, value in namespace.items()  # a kernel that keeps no history (nbval)
         if not name.startswith("_") and name not in KERNEL_HISTORY

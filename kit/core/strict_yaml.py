@@ -4,8 +4,8 @@ PyYAML's safe loader still expands aliases (a few lines of nested `&a [*b, *b, .
 gigabytes), resolves duplicate keys last-wins and parses a file of any size. Parameters need
 none of that, so this loader refuses anchors, aliases and merge keys, duplicate keys, explicit
 tags (`!!python/...`, `!!binary`, ...), lists longer than MAX_LIST_ITEMS and texts longer than
-MAX_TEXT_BYTES, each with one line naming the line (the caller adds the file). Every YAML error becomes such a
-line (PyYAML's own message spans several, with the offending text drawn under it).
+MAX_TEXT_BYTES, each with one line naming the line (the caller adds the file). Every YAML error
+becomes such a line (PyYAML's own message spans several, with the offending text drawn under it).
 """
 
 from __future__ import annotations
@@ -65,12 +65,13 @@ class StrictLoader(yaml.SafeLoader):
                                       "parameters; write the values out")
             key = self.construct_object(key_node, deep=True)
             try:
-                first = seen.setdefault(key, line)
+                first = seen.get(key)
             except TypeError:  # an unhashable key: SafeLoader names it
                 break
-            if first != line:
+            if first is not None:
                 raise StrictYamlError(f"line {line}: key {key!r} is given twice (first on line "
                                       f"{first}); keep one")
+            seen[key] = line
         return super().construct_mapping(node, deep)
 
 
