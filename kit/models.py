@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pickle
 import re
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +20,7 @@ import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 
-from kit.core import files
+from kit.core import files, notices
 
 #: depth name -> (block, blocks per stage)
 ARCHITECTURES: dict[str, tuple[type[BasicBlock | Bottleneck], list[int]]] = {
@@ -44,9 +43,9 @@ REPLACE_CHECKPOINT = ("Replace it with a good copy; for a run the kit trained, d
 
 def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT) -> Any:
     """A checkpoint file's content (tensors on the CPU), checked against its recorded hash when
-    it has one (else a one-line notice on stderr names the file); a
-    missing, corrupt or unreadable file raises CheckpointError naming it and `rebuild` (how to
-    make it again)."""
+    it has one (else a notice names the file: on stderr, and in the run's summary and report,
+    kit.core.notices); a missing, corrupt or unreadable file raises CheckpointError naming it
+    and `rebuild` (how to make it again)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint file not found")
@@ -55,9 +54,9 @@ def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT) -> Any:
     except files.IntegrityError as error:
         raise CheckpointError(str(error)) from None
     if not verified:
-        print(f"notice: {path}: no recorded hash ({files.sidecar(path).name}), so it is loaded "
-              "unverified (a file the kit did not write, or one whose hash was removed)",
-              file=sys.stderr)
+        notices.notice(f"{path}: no recorded hash ({files.sidecar(path).name}), so it is "
+                       "loaded unverified (a file the kit did not write, or one whose hash was "
+                       "removed)")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError,

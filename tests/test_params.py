@@ -263,3 +263,70 @@ def test_smoke_test_profiles_say_so_first_and_every_profile_is_in_the_readme(
     for name in profiles:
         assert f"| `{name}` |" in readme, f"README's profile table lacks {name}"
         assert params.read_yaml(PARAMETERS_DIR / name / "profile.yaml").get(params.PURPOSE), name
+
+
+# Strict, bounded YAML: one line naming the file and line, before any memory is spent
+
+ALIAS_BOMB = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+    f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n"
+    for a, b in zip("abcdefgh", "bcdefghi")) + "lrs: *i\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    (ALIAS_BOMB, "line 1: anchors (&a) are not allowed"),
+    ("seed: 1\nsteps: 2\nseed: 3\n", "line 3: key 'seed' is given twice (first on line 1)"),
+    ("train: {lr: 0.1, lr: 0.2}\n", "line 1: key 'lr' is given twice (first on line 1)"),
+    ("seed: !!python/object/apply:os.system ['true']\n",
+     "line 1: tag '!!python/object/apply:os.system' is not allowed"),
+    ("shares: [" + ", ".join(["0.5"] * 10_001) + "]\n", "a list of 10,001 items"),
+    ("steps: [1, 2\n", "line 2, column 1: not valid YAML: expected ',' or ']'"),
+    ("steps: 1\ntrain:\n  <<: {lr: 0.1}\n", "line 3: merge keys (<<) are not allowed"),
+])
+def test_aliases_duplicates_tags_and_huge_lists_are_refused_in_one_line(
+        parameters_dir: Path, text: str, message: str) -> None:
+    with pytest.raises(params.ParameterError) as error:
+        load(parameters_dir, text)
+    assert str(error.value).startswith(str(parameters_dir / "mini" / f"{NOTEBOOK}.yaml"))
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_parameter_file_over_the_size_limit_is_refused_unread(parameters_dir: Path) -> None:
+    with pytest.raises(params.ParameterError, match=r"1,000,001 bytes; parameter files take "
+                                                    r"at most 1,000,000"):
+        load(parameters_dir, "#" * 1_000_000 + "\n")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("baseline=`x`", "command line: 'baseline=`x`': line 1, column 1: not valid YAML"),
+    ("seed=!!python/name:os.system", "tag '!!python/name:os.system' is not allowed"),
+    ("lr=&x 1", "anchors (&x) are not allowed"),
+])
+def test_command_line_values_are_read_as_strict_yaml(override: str, message: str) -> None:
+    with pytest.raises(params.ParameterError) as error:
+        params.parse_overrides([override])
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("override, key", [("probe.lrs=[.nan, 0.1]", "probe.lrs.0"),
+                                           ("train.lr=.inf", "train.lr")])
+def test_nan_and_infinity_are_refused_where_a_number_is_meant(override: str, key: str) -> None:
+    with pytest.raises(params.ParameterError, match=re.escape(f"parameter '{key}': Input should "
+                                                              "be a finite number")):
+        params.load("03_time_concat", "ci", overrides=params.parse_overrides([override]))
+
+
+def test_the_profile_is_chosen_by_name_not_set_as_a_value(parameters_dir: Path,
+                                                          tmp_path: Path) -> None:
+    with pytest.raises(params.ParameterError, match=re.escape(
+            "the command line: 'profile' is 'cpu' but the profile used is 'mini'")):
+        load(parameters_dir, "", overrides={"profile": "cpu"})
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("profile: ci\n")
+    with pytest.raises(params.ParameterError, match=re.escape(f"{mine}: 'profile' is 'ci'")):
+        load(parameters_dir, "", files=[mine])
+    mine.write_text("profile: mini\nseed: 4\n")  # a saved record replayed under its own profile
+    assert load(parameters_dir, "", files=[mine])[0].seed == 4
+    result = subprocess.run([sys.executable, "-m", "kit", "check", "02", "--profile", "ci",
+                             "--set", "profile=cpu"], capture_output=True, text=True,
+                            cwd=PARAMETERS_DIR.parent, timeout=120)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import nbformat
+import polars as pl
 import psutil
 import pytest
 import yaml
@@ -22,8 +23,9 @@ from kit.cli import runner, terminal
 from kit.core import locks, params, provenance
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
 from kit.core.progress import STAGE_FILE_ENV, Stage
-from kit.experiments.timecat import planning
+from kit.experiments.timecat import jobs, planning, sweep, sweep_settings
 from kit.launch.runs import run_name
+from kit.report import page
 
 
 def write_notebook(path: Path, *sources: str) -> None:
@@ -168,6 +170,79 @@ def test_a_signal_to_the_runner_stops_every_worker(workspace, signum) -> None:
     assert not alive, [p.cmdline() for p in alive]
 
 
+# A notebook writes its results in place: the folder says whether they belong together
+
+RESULT_WRITER = """
+from pathlib import Path
+Path(output_dir, "results.txt").write_text("new")
+"""
+
+
+def test_a_failed_run_leaves_no_parameters_record_and_a_folder_the_report_refuses(
+        workspace, capsys) -> None:
+    folder = workspace["output_root"] / "mini"
+    assert runner.run(["01"], "mini", **workspace) == 0
+    assert (folder / "01_ok.parameters.yaml").exists()
+    assert not list(folder.glob("*.incomplete"))
+    write_notebook(workspace["notebooks_dir"] / "01_ok.ipynb", RESULT_WRITER,
+                   "raise RuntimeError('after the results')")
+    assert runner.run(["01"], "mini", **workspace) == 1
+    assert (folder / "results.txt").read_text() == "new"
+    # nothing vouches for the new results: notebook 04 reuses notebook 03's only under a record
+    assert not (folder / "01_ok.parameters.yaml").exists()
+    assert not (folder / "01_ok.provenance.json").exists()
+    assert "01_ok started at" in (folder / "01_ok.incomplete").read_text()
+    with pytest.raises(page.ReportError, match=re.escape(f"{folder}: the last run of 01_ok did "
+                                                         "not finish")):
+        page.write_report("mini", folder)
+    write_notebook(workspace["notebooks_dir"] / "01_ok.ipynb", RESULT_WRITER)
+    assert runner.run(["01"], "mini", **workspace) == 0  # a finished run completes the folder
+    assert (folder / "01_ok.parameters.yaml").exists()
+    assert not (folder / "01_ok.incomplete").exists()
+
+
+def test_a_run_killed_right_after_writing_results_leaves_no_parameters_record(workspace
+                                                                              ) -> None:
+    root = workspace["notebooks_dir"].parent
+    folder = workspace["output_root"] / "mini"
+    (root / "run.py").write_text(RUNNER_SCRIPT.replace("01_workers", "01_ok"))
+    command = [sys.executable, str(root / "run.py"), str(root)]
+    env = os.environ | {"PYTHONPATH": str(REPO_ROOT)}
+    (workspace["notebooks_dir"] / "02_fails.ipynb").unlink()
+    assert subprocess.run(command, env=env, capture_output=True, timeout=300).returncode == 0
+    assert (folder / "01_ok.parameters.yaml").exists()
+    write_notebook(workspace["notebooks_dir"] / "01_ok.ipynb",
+                   RESULT_WRITER + "import time; time.sleep(600)")
+    process = subprocess.Popen(command, env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (folder / "results.txt").exists():
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # the kernel is in its own session: it follows
+    process.wait(timeout=30)
+    assert not (folder / "01_ok.parameters.yaml").exists()
+    assert (folder / "01_ok.incomplete").exists()
+    assert page.incomplete_notebooks(folder) == ["01_ok"]
+
+
+def test_notebook_04_reuses_notebook_03s_results_only_while_their_record_stands(
+        tmp_path: Path) -> None:
+    """What a new run of notebook 03 does first (runner.start_record) takes its earlier results
+    out of notebook 04's reach until the new run has finished."""
+    (planned,) = runner.plan(["03"], "ci", output_root=tmp_path)
+    loaded, _ = params.load("04_when_concat_helps", "ci", output_dir=str(tmp_path / "ci"))
+    (shared,) = [cell for cell in sweep_settings.cells(loaded) if cell.shared]
+    runner.parameters_record(planned).parent.mkdir(parents=True)
+    runner.parameters_record(planned).write_text(yaml.safe_dump(planned.parameters))
+    pl.DataFrame({"variant": ["cat1"], "replicate": [0]}).write_parquet(
+        tmp_path / "ci" / jobs.RESULTS)
+    assert sweep.notebook03_results(loaded, shared)["variant"].to_list() == ["cat1"]
+    runner.start_record(planned)
+    assert sweep.notebook03_results(loaded, shared) is None
+    assert page.incomplete_notebooks(tmp_path / "ci") == ["03_time_concat"]
+
+
 def test_bad_parameters_stop_everything_before_any_notebook_runs(workspace, capsys) -> None:
     (workspace["parameters_dir"] / "mini" / "02_fails.yaml").write_text("sed: 3\n")
     assert runner.run(None, "mini", **workspace) == 2
@@ -222,6 +297,21 @@ def test_a_saved_parameter_file_replays_where_its_profile_says(tmp_path: Path) -
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "ci" / "evidence_summary.json").exists()
+
+
+def test_a_notebook_run_outside_kit_run_takes_back_kit_runs_parameters_record(
+        tmp_path: Path) -> None:
+    """Plain papermill rewrites the folder's results but records nothing, so the record a kit
+    run left there would vouch for results it no longer describes."""
+    assert runner.run(["02"], "ci", output_root=tmp_path) == 0
+    record = tmp_path / "ci" / "02_surveyed_evidence.parameters.yaml"
+    assert record.exists()
+    result = subprocess.run(
+        [sys.executable, "-m", "papermill", str(NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"),
+         str(tmp_path / "plain.ipynb"), "-p", "profile", "ci", "-p", "output_dir",
+         str(tmp_path / "ci"), "-k", "python3"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not record.exists()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -156,15 +156,21 @@ def _profile_command(args: argparse.Namespace) -> int:
 
 
 
+#: the notebook whose plan the machine is checked against (kit.experiments.timecat.jobs.NOTEBOOK,
+#: which imports torch)
+TIMECAT_NOTEBOOK = "03_time_concat"
+
+
 def machine_problems(notebooks: dict[str, dict]) -> list[str]:
-    """`kit check`: this machine against notebook 03's plan (disk, CUDA, compiler, /dev/shm),
-    given each checked notebook's validated parameters by notebook name."""
-    from kit.experiments.timecat import estimates, jobs
+    """`kit check` and `kit run`: this machine against notebook 03's plan (disk, CUDA, compiler,
+    /dev/shm), given each checked notebook's validated parameters by notebook name (torch is
+    imported only when notebook 03 is among them)."""
+    if TIMECAT_NOTEBOOK not in notebooks:
+        return []
+    from kit.experiments.timecat import estimates
     from kit.experiments.timecat.settings import TimecatSettings
 
-    if jobs.NOTEBOOK not in notebooks:
-        return []
-    params = TimecatSettings.model_validate(notebooks[jobs.NOTEBOOK])
+    params = TimecatSettings.model_validate(notebooks[TIMECAT_NOTEBOOK])
     return [f"this machine: {problem}" for problem in estimates.machine_problems(params)]
 
 

@@ -90,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         overrides = params.parse_overrides(args.overrides)
         if args.command == "check":
             runs = runner.plan(args.notebooks, args.profile, args.files, overrides)
-            problems = runner.output_problems(runs) + launch.machine_problems(
-                {planned.notebook.stem: planned.parameters for planned in runs})
+            problems = runner.output_problems(runs) + runner.machine_problems(runs)
             if problems:
                 raise params.ParameterError("\n".join(problems))
             for planned in runs:

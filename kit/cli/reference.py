@@ -31,7 +31,7 @@ import yaml
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from kit.core import files, params
+from kit.core import files, params, strict_yaml
 from kit.core.paths import REPO_ROOT, shown
 
 #: where the reference lives in the MkDocs site (docs/ is the site's source)
@@ -262,7 +262,14 @@ def markdown() -> str:
         "*required* means the value has no default and a profile or your own file must give "
         "it. Unknown keys, values of the wrong type and values outside the constraints are "
         "refused before anything runs, naming the file and the key. YAML reads `1e-3` as a "
-        "string: write `1.0e-3`. Some checks span several fields (a variant's kind and its "
+        "string: write `1.0e-3`. Every number must be finite (`.nan` and `.inf` are refused). "
+        "Parameter files and `--set` values are read as plain YAML: anchors and aliases "
+        "(`&a`, `*a`), a key given twice in one mapping and tags (`!!python/...`, `!!binary`; "
+        "`!!float` and the other plain tags are allowed) are refused, naming the file and the "
+        f"line, as are a file (or value) over {strict_yaml.MAX_TEXT_BYTES:,} bytes and a list of "
+        f"more than {strict_yaml.MAX_LIST_ITEMS:,} items. `profile` is no value to set: it is "
+        "chosen by `--profile` (papermill: `-p profile`), and a file or `--set` naming another "
+        "profile is refused. Some checks span several fields (a variant's kind and its "
         "`n`, a profile's data roots); they are given in the descriptions and in the "
         "[concepts](../concepts.md) page.",
         "",

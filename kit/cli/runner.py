@@ -6,11 +6,21 @@ Python environment with `notebooks/` as working directory, and keeps the execute
 `outputs/<profile>/`. A run is written beside the previous one (`<name>.partial.ipynb`) and
 replaces it only on success, so a failed run keeps the last good executed notebook.
 
+A notebook writes its result files in place as it runs, so an output folder is only as good as
+its records: before a notebook starts, the runner writes `<name>.incomplete` and removes the
+notebook's parameters record (`<name>.parameters.yaml`) and provenance; it writes them back, and
+removes the marker, only once every cell succeeded. A run killed or failed at any of its writes
+therefore leaves no record saying which parameters the folder's results came from: notebook 04
+reuses notebook 03's results only under a record that matches, and the report refuses a folder
+that holds a marker (kit.report.page), naming it.
+
 While a notebook runs, the runner prints what its kernel does (kit.cli.terminal): a line per
 training run as its `metrics.jsonl` grows, and the stages the kernel reports through the file
 named by kit.core.progress.STAGE_FILE_ENV (extraction, probes: counts, rate, ETA, what was
-reused); at the end, a summary per notebook. The kernel's own log is kept to errors (its
-warning that local TCP is unencrypted says nothing about the run).
+reused); at the end, a summary per notebook, with every input its kernel or workers read
+unverified (kit.core.notices, kept as `<name>.notices.json`; said at once when the notebook
+fails, as no summary follows). The kernel's own log is kept to errors (its warning that local
+TCP is unencrypted says nothing about the run).
 
 One run per output folder at a time (kit.core.locks). SIGTERM or SIGINT (what `timeout`, `kill`,
 schedulers and Ctrl-C send) stops the kernel and every process it started (training workers
@@ -26,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -40,13 +51,13 @@ import psutil
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
-from kit.cli import terminal
-from kit.core import locks, params, provenance
+from kit.cli import launch, terminal
+from kit.core import files, locks, machine, notices, params, provenance
 from kit.core.files import atomic_write, remove_stale_temporaries, write_text
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.core.processes import signal_handlers
 from kit.core.progress import STAGE_FILE_ENV
-from kit.data.preflight import writable_problems
+from kit.data.preflight import folder_of_its_own, writable_problems
 from kit.report import page
 
 #: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
@@ -135,7 +146,14 @@ def output_problems(runs: list[PlannedRun]) -> list[str]:
     folders = {run.output.parent for run in runs}
     folders |= {resolve(run.parameters["output_dir"]) for run in runs
                 if run.parameters.get("output_dir")}
-    return [problem for folder in sorted(folders) for problem in writable_problems(folder)]
+    return [problem for folder in sorted(folders)
+            for problem in folder_of_its_own(folder) or writable_problems(folder)]
+
+
+def machine_problems(runs: list[PlannedRun]) -> list[str]:
+    """This machine against the runs' plans (free disk, GPUs, compiler, /dev/shm): the same
+    check as `kit check`, so that a run does not find a full disk hours in."""
+    return launch.machine_problems({run.notebook.stem: run.parameters for run in runs})
 
 
 def partial_output(run: PlannedRun) -> Path:
@@ -143,19 +161,67 @@ def partial_output(run: PlannedRun) -> Path:
     return run.output.with_name(f"{run.output.stem}.partial.ipynb")
 
 
+def parameters_record(run: PlannedRun) -> Path:
+    """The parameters a notebook's results in its output folder came from; present only when
+    its last run finished."""
+    return run.output.with_suffix(params.RECORD_SUFFIX)
+
+
+def start_record(run: PlannedRun) -> None:
+    """Mark the notebook's results as being rewritten (the marker first, so that no moment
+    leaves a record without it), then remove the records that vouch for them."""
+    run.output.parent.mkdir(parents=True, exist_ok=True)
+    write_text(page.incomplete_marker(run.output), (
+        f"{run.notebook.stem} started at {time.strftime('%Y-%m-%d %H:%M:%S %z')} (pid "
+        f"{os.getpid()}) and has not finished: the result files of this folder may mix its "
+        "files with an earlier run's. `python -m kit run` removes this file when the notebook "
+        "succeeds; re-run it to complete the folder.\n"))
+    for path in (parameters_record(run), run.output.with_suffix(".provenance.json"),
+                 run.output.with_suffix(notices.SUFFIX), notices_file(run)):
+        path.unlink(missing_ok=True)
+
+
+def notices_file(run: PlannedRun) -> Path:
+    """Where the kernel running `run` (and its workers) append their notices."""
+    return run.output.with_name(f".{run.output.stem}.notices.jsonl")
+
+
 def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
     """Execute one notebook; its executed copy and parameters replace the previous ones only
-    when every cell succeeded."""
-    run.output.parent.mkdir(parents=True, exist_ok=True)
+    when every cell succeeded, and until then the folder says it is incomplete."""
+    start_record(run)
     partial = partial_output(run)
     papermill.execute_notebook(
         str(run.notebook), str(partial), parameters=run.parameters,
         kernel_name=KERNEL_NAME, cwd=str(notebooks_dir), progress_bar=False,
         extra_arguments=KERNEL_ARGUMENTS)
-    with atomic_write(run.output.with_suffix(".parameters.yaml")) as handle:
+    with atomic_write(parameters_record(run)) as handle:
         handle.write(yaml.safe_dump(run.parameters, sort_keys=False).encode())
     provenance.write(run.output.with_suffix(".provenance.json"))
     os.replace(partial, run.output)
+    page.incomplete_marker(run.output).unlink()  # last: the folder is complete
+
+
+def disk_full_line(run: PlannedRun, error: BaseException) -> str | None:
+    """What to say when saving a notebook's outputs found the disk full (None for any other
+    error): one line naming the file and the free space. A partial copy torn by the full disk is
+    removed, so that nothing half-written is taken for the run's notebook."""
+    if isinstance(error, files.DiskFullError):  # an atomic write's: it names its file
+        return str(error)
+    partial = partial_output(run)
+    full = files.disk_full(error, partial)
+    if full is None:
+        return None
+    named = Path(getattr(error, "filename", None) or partial)
+    try:
+        free = machine.byte_size(shutil.disk_usage(run.output.parent).free)
+    except OSError:
+        free = "unknown"
+    partial.unlink(missing_ok=True)
+    kept = (f"; the last good run's stays in {run.output}" if run.output.exists() else "")
+    return (f"{named}: {os.strerror(full.errno).lower()} while saving the notebook's outputs "
+            f"({free} free in {run.output.parent}); the partial copy is removed{kept}. Free "
+            "space (or set output_dir to another disk) and re-run the same command to resume.")
 
 
 def stop_workers(grace_s: float = STOP_GRACE_S) -> None:
@@ -208,7 +274,7 @@ def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
     if not runs:
         print(f"error: no notebooks to run in {notebooks_dir}", file=sys.stderr)
         return 2
-    problems = output_problems(runs)
+    problems = output_problems(runs) + machine_problems(runs)
     if problems:
         print("error: " + "\n".join(problems), file=sys.stderr)
         return 2
@@ -246,7 +312,9 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         stages = stage_file(planned)
         stages.parent.mkdir(parents=True, exist_ok=True)
         stages.write_text("")
-        os.environ[STAGE_FILE_ENV] = str(stages)  # the kernel inherits it
+        os.environ[STAGE_FILE_ENV] = str(stages)  # the kernel inherits them
+        os.environ[notices.NOTICES_FILE_ENV] = str(notices_file(planned))
+        succeeded = False
         try:
             with terminal.watching([terminal.TrainingProgress(watched, short, every_s),
                                     terminal.StageProgress(stages, short, every_s)],
@@ -254,6 +322,7 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
                                    f"running ({time.perf_counter() - start:.0f} s)",
                                    quiet_s=terminal.QUIET_S[sys.stdout.isatty()]):
                 execute(planned, notebooks_dir)
+            succeeded = True
         except PapermillExecutionError as error:
             kept = (f"; the last good run's stays in {planned.output}"
                     if planned.output.exists() else "")
@@ -262,15 +331,30 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
                   f"  partial output kept in {partial_output(planned)}{kept}",
                   file=sys.stderr, flush=True)
             return 1
+        except Exception as error:
+            full = disk_full_line(planned, error)
+            if full is None:
+                raise
+            print(f"{label} FAILED: {full}", file=sys.stderr, flush=True)
+            return 1
         finally:
             os.environ.pop(STAGE_FILE_ENV, None)
+            os.environ.pop(notices.NOTICES_FILE_ENV, None)
+            said = notices.publish(notices_file(planned),
+                                   planned.output.with_suffix(notices.SUFFIX))
+            for line in ([] if succeeded else said):  # no summary follows a failure
+                print(f"{label} read unverified: {line}", file=sys.stderr, flush=True)
         seconds = time.perf_counter() - start
         print(f"{label} done in {seconds:.1f} s -> {terminal.shown(planned.output)}", flush=True)
         finished.append(terminal.Finished(planned.notebook.stem, planned.output, watched,
-                                          seconds, started))
+                                          seconds, started, tuple(said)))
     print("\n".join(terminal.summary(finished, profile)), flush=True)
-    print(f"report: {terminal.shown(page.write_report(profile, runs[0].output.parent))}",
-          flush=True)
+    try:
+        print(f"report: {terminal.shown(page.write_report(profile, runs[0].output.parent))}",
+              flush=True)
+    except page.ReportError as error:
+        print(f"error: report not written: {error}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

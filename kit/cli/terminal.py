@@ -6,7 +6,8 @@ loss, images/s) and the notebook's stage records (StageProgress, written by kit.
 feature extraction, probes, trainings as a whole, with counts, rate, ETA and what was reused).
 On a terminal a line of one run or stage is due every few seconds; in a log (not a tty), every
 30 s; first and last lines always. After the last notebook, `summary` says per notebook its wall
-time, where its executed copy is, and the claim line its `*_summary.json` states, if any.
+time, where its executed copy is, the claim line its `*_summary.json` states, if any, and every
+input it read unverified.
 """
 
 from __future__ import annotations
@@ -212,6 +213,7 @@ class Finished:
     output_dir: Path
     seconds: float
     started: float  # time.time() when it started: the summaries it wrote are newer
+    notices: tuple[str, ...] = ()  # inputs it read unverified (kit.core.notices)
 
 
 def claim_lines(output_dir: Path, since: float, until: float) -> list[str]:
@@ -241,7 +243,8 @@ def shown(path: Path) -> str:
 
 
 def summary(finished: list[Finished], profile: str) -> list[str]:
-    """The runner's last lines: per notebook its wall time, executed copy and claim lines."""
+    """The runner's last lines: per notebook its wall time, executed copy, claim lines and the
+    inputs it read unverified."""
     total = sum(run.seconds for run in finished)
     lines = [f"summary: {len(finished)} notebook(s) in {total:.1f} s, profile {profile}, "
              f"results in {shown(finished[0].output_dir)}" if finished else "summary: nothing ran"]
@@ -250,4 +253,5 @@ def summary(finished: list[Finished], profile: str) -> list[str]:
         lines.append(f"  {run.notebook:<{width}}  {run.seconds:7.1f} s  {shown(run.output)}")
         lines += [f"    {line}" for line in claim_lines(run.output_dir, run.started,
                                                         run.started + run.seconds)]
+        lines += [f"    read unverified: {line}" for line in run.notices]
     return lines

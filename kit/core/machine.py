@@ -97,7 +97,7 @@ def disk_problems(folder: Path, needed: int, what: str) -> list[str]:
     bytes free for `what`."""
     free = shutil.disk_usage(_existing(Path(folder))).free
     if free < needed:
-        return [f"{folder}: {what} needs about {gigabytes(needed)} but {gigabytes(free)} is free"]
+        return [f"{folder}: {what} needs about {byte_size(needed)} but {byte_size(free)} is free"]
     return []
 
 
@@ -115,14 +115,22 @@ def shm_problems(needed: int, shm: Path = Path("/dev/shm")) -> list[str]:
                 "avoids it)")]
     size = shutil.disk_usage(shm).total
     if size < needed:
-        return [(f"{shm}: {gigabytes(size)} but the loaders need about {gigabytes(needed)} "
+        return [(f"{shm}: {byte_size(size)} but the loaders need about {byte_size(needed)} "
                 "(docker: --shm-size; or lower num_workers)")]
     return []
 
 
-def gigabytes(count: float) -> str:
-    """A byte count in GB (10^9), in words."""
-    return f"{count / 1e9:.1f} GB"
+#: decimal units a byte count is said in, largest first
+BYTE_UNITS = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
+
+
+def byte_size(count: float) -> str:
+    """A byte count in the largest decimal unit it reaches (`3.4 MB`, `120 bytes`), so that a
+    small size never reads as `0.0 GB`."""
+    for unit, size in BYTE_UNITS:
+        if abs(count) >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count:.0f} bytes"
 
 
 def describe() -> str:

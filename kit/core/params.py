@@ -21,15 +21,17 @@ import ast
 import copy
 import difflib
 import importlib
+import os
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kit.core.paths import PARAMETERS_DIR
+from kit.core import notices, strict_yaml
+from kit.core.paths import PARAMETERS_DIR, resolve
 
 #: a profile file may name the profile it builds on
 EXTENDS = "extends"
@@ -51,9 +53,10 @@ class ParameterError(ValueError):
 
 
 class Strict(BaseModel):
-    """No unknown keys, no string taken for a number, no mutation after validation."""
+    """No unknown keys, no string taken for a number, no NaN or infinity where a number is
+    meant, no mutation after validation."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class NotebookSettings(Strict):
@@ -70,6 +73,9 @@ Sources = dict[str, str]  # dotted key -> the file or command line that set it
 PLAIN_VALUES = (str, int, float, bool, list, dict, type(None))
 #: IPython's input and output history, in every kernel's namespace
 KERNEL_HISTORY = ("In", "Out")
+#: `<output_dir>/<notebook><RECORD_SUFFIX>`: the parameters `python -m kit run` recorded for the
+#: notebook's results in that folder, written when the notebook succeeded (kit.cli.runner)
+RECORD_SUFFIX = ".parameters.yaml"
 #: the first line of the cell papermill injects (the notebook's own cell starts '# parameters:')
 PAPERMILL_CELL = "# Parameters"
 
@@ -84,14 +90,15 @@ def schema_for(notebook: str) -> type[NotebookSettings]:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    """A parameter file as a mapping; an empty file is an empty mapping."""
+    """A parameter file as a mapping; an empty file is an empty mapping. Anchors, aliases,
+    duplicate keys, tags and oversized files or lists are refused (kit.core.strict_yaml)."""
     path = Path(path)
     if not path.is_file():
         raise ParameterError(f"{path}: parameter file not found")
     try:
-        content = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ParameterError(f"{path}: not valid YAML: {error}") from None
+        content = strict_yaml.load_file(path)
+    except (strict_yaml.StrictYamlError, UnicodeDecodeError) as error:
+        raise ParameterError(f"{path}: {error}") from None
     if content is None:
         return {}
     if not isinstance(content, dict):
@@ -130,8 +137,16 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             if not isinstance(section, dict):
                 raise ParameterError(f"command line: '{dotted}': '{part}' is set as a value and "
                                      "as a section")
-        section[leaf] = yaml.safe_load(text)
+        section[leaf] = override_value(dotted.strip(), text)
     return nested
+
+
+def override_value(dotted: str, text: str) -> Any:
+    """A `--set` value, read as strict YAML (kit.core.strict_yaml)."""
+    try:
+        return strict_yaml.loads(text)
+    except strict_yaml.StrictYamlError as error:
+        raise ParameterError(f"command line: '{dotted}={text[:60]}': {error}") from None
 
 
 def profile_files(notebook: str, profile: str, parameters_dir: Path = PARAMETERS_DIR
@@ -180,14 +195,56 @@ def resolve_layers(notebook: str, profile: str, files: list[Path] | None = None,
     layers += profile_files(notebook, profile, parameters_dir)
     layers += [(Path(f), read_yaml(Path(f))) for f in files or []]
     for path, content in layers:
+        same_profile(content, profile, str(path))
         merge(values, sources, content, str(path))
     if overrides:
+        same_profile(overrides, profile, "the command line")
         merge(values, sources, overrides, "the command line")
     return values, sources
 
 
+def same_profile(layer: Mapping[str, Any], profile: str, source: str) -> None:
+    """Refuse a layer that sets `profile` to another profile than the one chosen: the profile
+    picks the files (and says whether the numbers are a smoke test's), so a value that only
+    relabels the results is no parameter."""
+    if "profile" in layer and layer["profile"] != profile:
+        raise ParameterError(f"{source}: 'profile' is {layer['profile']!r} but the profile used "
+                             f"is '{profile}'; choose the profile with --profile (papermill: "
+                             "-p profile), not as a parameter")
+
+
+#: an environment variable in a value, as paths expand them (`${TIMECAT_DATA}`, `$HOME`)
+VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def unset_variables(value: Any, sources: Sources, key: str = "") -> list[str]:
+    """One line per value naming an environment variable that is not set (a path would keep it
+    as a literal folder name), with its file and dotted key."""
+    if isinstance(value, Mapping):
+        return [line for name, inner in value.items()
+                for line in unset_variables(inner, sources, f"{key}{name}.")]
+    if isinstance(value, list):
+        return [line for index, inner in enumerate(value)
+                for line in unset_variables(inner, sources, f"{key}{index}.")]
+    if not isinstance(value, str):
+        return []
+    unset = [a or b for a, b in VARIABLE.findall(value) if (a or b) not in os.environ]
+    if not unset:
+        return []
+    dotted = key.rstrip(".")
+    parts = dotted.split(".")
+    where = next((sources[".".join(parts[:n])] for n in range(len(parts), 0, -1)
+                  if ".".join(parts[:n]) in sources), "the merged parameters")
+    return [f"  {where}: parameter '{dotted}': environment variable {', '.join(unset)} is not "
+            f"set ({value!r}); set it, or write the path out"]
+
+
 def validate(notebook: str, values: Mapping[str, Any], sources: Sources) -> NotebookSettings:
-    """Validate merged values against the notebook's schema, naming file and key on error."""
+    """Validate merged values against the notebook's schema, naming file and key on error (an
+    unset environment variable in a value first: checks of paths would see a literal `$X`)."""
+    unset = unset_variables(values, sources)
+    if unset:
+        raise ParameterError("\n".join([f"invalid parameters for notebook {notebook}:", *unset]))
     schema = schema_for(notebook)
     try:
         return schema(**values)
@@ -212,9 +269,13 @@ def from_notebook(notebook: str, namespace: Mapping[str, Any],
     resolved from parameters/, with every other value papermill injected merged on top. A name
     the parameters cell leaves None is left to the profile, unless papermill's own cell sets it
     (to None too: a run's file may clear a value). An injected name the schema does not know is
-    refused (papermill itself only warns). The names are those assigned by the cells that start
-    with '# parameters' in the kernel's history, or, where the kernel keeps none, every plain
-    value of the namespace (call this in the first cell after the parameters)."""
+    refused (papermill itself only warns). Run in a kernel that `python -m kit run` did not
+    start (plain papermill, JupyterLab), it removes the runner's parameters record of the
+    notebook from the output folder: the results there are about to be rewritten, and notebook
+    04 must not take them for those of the recorded parameters. The names are those assigned by
+    the cells that start with '# parameters' in the kernel's history, or, where the kernel keeps
+    none, every plain value of the namespace (call this in the first cell after the
+    parameters)."""
     names = parameter_names(namespace.get("In") or []) or [
         name for name, value in namespace.items()  # a kernel that keeps no history (nbval)
         if not name.startswith("_") and name not in KERNEL_HISTORY
@@ -230,10 +291,18 @@ def from_notebook(notebook: str, namespace: Mapping[str, Any],
     values, sources = resolve_layers(notebook, profile, parameters_dir=parameters_dir)
     merge(values, sources, injected, source)
     validated = validate(notebook, values, sources)
+    if in_a_kernel() and notices.NOTICES_FILE_ENV not in os.environ:  # not started by kit run
+        (resolve(validated.output_dir) / f"{notebook}{RECORD_SUFFIX}").unlink(missing_ok=True)
     label = smoke_test_label(profile, parameters_dir)
     if label:
         print(label)  # the notebook's first output says it
     return validated
+
+
+def in_a_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (papermill's, JupyterLab's)."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    return type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def smoke_test_label(profile: str, parameters_dir: Path = PARAMETERS_DIR) -> str | None:

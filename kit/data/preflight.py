@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from kit.core.paths import resolve
+from kit.core.paths import REPO_ROOT, resolve
 from kit.data import kinds
 from kit.data.settings import DataSettings
 
@@ -34,6 +34,16 @@ def preflight(data: DataSettings) -> list[str]:
     return kind.layout_problems(root)
 
 
+def folder_of_its_own(folder: Path) -> list[str]:
+    """Whether `folder` can hold a run's outputs without mixing them with anything else: not a
+    file system's root, the home folder, or the repository (or a folder above it)."""
+    real = folder.resolve()
+    if real == real.parent or real == Path.home().resolve() or REPO_ROOT.is_relative_to(real):
+        return [f"{folder}: not a folder of its own for outputs (a file system root, the home "
+                "folder or the repository or above); name a folder for the run (output_dir)"]
+    return []
+
+
 def writable_problems(folder: Path) -> list[str]:
     """Whether `folder` can be created and written, without creating it: a temporary file is
     created and removed in the nearest existing ancestor (or the folder itself), since
@@ -41,6 +51,9 @@ def writable_problems(folder: Path) -> list[str]:
     mount)."""
     existing = folder
     while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():  # exists() follows the link: a dangling one is no folder
+            return [f"{existing}: a symbolic link to {os.readlink(existing)}, which does not "
+                    f"exist, so {folder} cannot be created (output_dir)"]
         existing = existing.parent
     if not existing.is_dir():
         return [f"{existing}: not a folder, so {folder} cannot be created (output_dir)"]

@@ -42,9 +42,7 @@ COMPONENT_MASSES = torch.tensor(
 COMPONENT_FEATURE = (0, 0, 1, 1)
 
 
-# ---------------------------------------------------------------------------------------------
-# Exact analysis of the construction (no training)
-# ---------------------------------------------------------------------------------------------
+# ---- Exact analysis of the construction (no training) --------------------------------------
 
 def mixture_masses(weights: torch.Tensor) -> torch.Tensor:
     """Mass of A, B, C, D under mixtures with the given component weights (rows sum to 1)."""
@@ -144,9 +142,7 @@ def mixture_is_linearly_separable() -> bool:
     return linearly_separable(POINTS.numpy(), LABELS.numpy())
 
 
-# ---------------------------------------------------------------------------------------------
-# Sampling and training
-# ---------------------------------------------------------------------------------------------
+# ---- Sampling and training -----------------------------------------------------------------
 
 def sample(weights: torch.Tensor, n: int, noise: float, generator: torch.Generator
            ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -229,9 +225,7 @@ def kept_label(kept: torch.Tensor) -> list[str]:
     return [names[(bool(a), bool(b))] for a, b in kept.tolist()]
 
 
-# ---------------------------------------------------------------------------------------------
-# Linear probes on learned representations
-# ---------------------------------------------------------------------------------------------
+# ---- Linear probes on learned representations ----------------------------------------------
 
 def probe_components(maps: torch.Tensor, config: SparseTrainingSettings, seed: int,
                      what: str = "representations") -> torch.Tensor:
@@ -278,9 +272,7 @@ def concatenate(maps: torch.Tensor, groups: list[list[int]]) -> torch.Tensor:
     return torch.stack([torch.cat([maps[i] for i in group], dim=0) for group in groups])
 
 
-# ---------------------------------------------------------------------------------------------
-# The experiments of notebook 01
-# ---------------------------------------------------------------------------------------------
+# ---- The experiments of notebook 01 --------------------------------------------------------
 
 def dominated_weights(dominant: int, share: float) -> torch.Tensor:
     """Mixture weights with `share` on one component and the rest split evenly."""

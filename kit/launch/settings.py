@@ -6,10 +6,9 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-import yaml
 from pydantic import Field, model_validator
 
-from kit.core.params import ParameterError, Strict
+from kit.core.params import ParameterError, Strict, override_value
 
 if TYPE_CHECKING:
     from kit.train.settings import TrainSettings
@@ -106,7 +105,7 @@ def parse_settings(pairs: list[str], base: LaunchSettings | None = None) -> Laun
         key, separator, value = pair.partition("=")
         if not separator:
             raise ParameterError(f"the command line: --launch {pair!r} is not KEY=VALUE")
-        values[key.strip()] = yaml.safe_load(value)
+        values[key.strip()] = override_value(f"--launch {key.strip()}", value)
     try:
         return LaunchSettings(**values)
     except ValidationError as error:

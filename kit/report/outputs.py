@@ -7,8 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from kit.core import files
 from kit.core.paths import resolve
+
+
+class ResultFileError(ValueError):
+    """A result file that cannot be read; the message names it and what to do."""
 
 
 def output_dir(path: str | Path) -> Path:
@@ -36,3 +42,15 @@ def statements(summary: dict[str, Any]) -> list[tuple[str, str]]:
     ran = summary.get("ran") or next((c.get("ran") for c in claims if c.get("ran")), "")
     return [(str(c.get("status", "")), str(c["line"])) for c in claims] + (
         [("", ran)] if ran and claims else [])
+
+
+def read_parquet(path: Path) -> pl.DataFrame:
+    """A result table; a torn or corrupt file raises ResultFileError naming it (polars' own
+    error names no file)."""
+    try:
+        return pl.read_parquet(path)
+    except (pl.exceptions.PolarsError, OSError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise ResultFileError(f"{path}: not a readable parquet table, torn (by a kill or a full "
+                              f"disk) or corrupt ({reason}); run the notebook that writes it "
+                              "again") from None

@@ -5,7 +5,13 @@ It gathers what a run already wrote in its output folder: the verdicts (the `cla
 `*_gains.parquet`, `*_vs_paper.parquet`), every chart the executed notebooks display (their
 Vega-Lite specs, drawn by Vega's JavaScript, which the page carries inline: nothing is fetched
 when it is read), each executed notebook rendered as HTML beside it, and the parameters each
-notebook ran with (`<notebook>.parameters.yaml`) with the kit version and commit.
+notebook ran with (`<notebook>.parameters.yaml`) with the kit version and commit. Inputs a
+notebook read unverified (`<notebook>.notices.json`, kit.core.notices) are listed right after the
+verdicts.
+
+A folder holding a notebook's `<notebook>.incomplete` marker (written by `python -m kit run`
+before the notebook starts, removed when it succeeds) is refused: a killed or failed run leaves
+its result files beside an earlier run's, and no page should present them as one run's.
 """
 
 from __future__ import annotations
@@ -19,13 +25,15 @@ from typing import Any
 import nbformat
 import polars as pl
 
-from kit.core import provenance
+from kit.core import notices, provenance
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
 from kit.report import outcomes, outputs, tables
 from kit.report.charts import LAB_VEGALITE_MIME
 
 PAGE = "index.html"
+#: the marker of a notebook whose last run has not finished: `<notebook>.incomplete`
+INCOMPLETE_SUFFIX = ".incomplete"
 #: result tables the page shows (the kit's numbers beside the paper's), by file name ending
 VERDICT_ENDING = "_verdicts.parquet"
 TABLE_ENDINGS = (VERDICT_ENDING, "_table3.parquet", "_gains.parquet", "_vs_paper.parquet")
@@ -55,6 +63,13 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
     """Write the report of `profile`'s outputs (`folder`, default `outputs/<profile>`) and the
     HTML of each executed notebook it links to; returns the page's path."""
     folder = resolve(Path("outputs") / profile) if folder is None else folder
+    unfinished = incomplete_notebooks(folder)
+    if unfinished:
+        raise ReportError(
+            f"{folder}: the last run of {', '.join(unfinished)} did not finish (killed, failed "
+            "or still running), so this folder may mix its result files with an earlier run's; "
+            f"re-run `python -m kit run {' '.join(unfinished)} --profile {profile}` to complete "
+            "it, then the report")
     notebooks = executed_notebooks(folder)
     if not notebooks and not list(folder.glob("*_summary.json")):
         raise ReportError(f"{folder}: no executed notebook or *_summary.json to report on; "
@@ -63,6 +78,8 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
     specs = [(path.stem, spec) for path in notebooks for spec in chart_specs(path)]
     sections = [
         _section("Verdicts", verdicts(folder)),
+        *([_section("Read unverified", unverified_html(kept))]
+          if (kept := notices.kept_notices(folder)) else []),
         _section("The kit's results beside the paper's", result_tables(folder)),
         _section("Charts", charts_html(specs)),
         _section("Executed notebooks", "<ul>" + "".join(
@@ -75,6 +92,18 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
         handle.write(_page(f"timecat-kit report: profile {profile}", sections, bool(specs))
                      .encode())
     return page
+
+
+def incomplete_marker(executed: Path) -> Path:
+    """The marker saying that the notebook whose executed copy is `executed` is being run, or
+    that its last run did not finish."""
+    return executed.with_suffix(INCOMPLETE_SUFFIX)
+
+
+def incomplete_notebooks(folder: Path) -> list[str]:
+    """The notebooks whose last run in `folder` did not finish (their marker is there)."""
+    return sorted(p.name.removesuffix(INCOMPLETE_SUFFIX)
+                  for p in folder.glob(f"*{INCOMPLETE_SUFFIX}"))
 
 
 def executed_notebooks(folder: Path) -> list[Path]:
@@ -118,18 +147,30 @@ def verdicts(folder: Path) -> str:
     return "".join(lines) or "<p>No notebook of this run recorded a verdict.</p>"
 
 
+def unverified_html(kept: dict[str, list[str]]) -> str:
+    """The inputs each notebook read without being able to check them (kit.core.notices)."""
+    return ("<p>These inputs were read without a way to check their content; the results "
+            "above rest on them.</p><ul>" + "".join(
+                f"<li>{html.escape(notebook)}: {html.escape(line)}</li>"
+                for notebook, lines in kept.items() for line in lines) + "</ul>")
+
+
 def result_tables(folder: Path) -> str:
     """Each result table, formatted as the notebooks show it."""
     paths = sorted(p for p in folder.glob("*.parquet") if p.name.endswith(TABLE_ENDINGS))
     if not paths:
         return "<p>No results table in this run's outputs.</p>"
     return "".join(f"<h3>{html.escape(p.stem)}</h3>"
-                   f"{tables.table(_readable(p))._repr_html_()}" for p in paths)
+                   f"{tables.table(read_table(p))._repr_html_()}" for p in paths)
 
 
-def _readable(path: Path) -> pl.DataFrame:
-    """A result table as the notebooks show it (a verdict table through `outcomes.view`)."""
-    frame = pl.read_parquet(path)
+def read_table(path: Path) -> pl.DataFrame:
+    """A result table as the notebooks show it (a verdict table through `outcomes.view`);
+    ReportError naming it when it cannot be read."""
+    try:
+        frame = outputs.read_parquet(path)
+    except outputs.ResultFileError as error:
+        raise ReportError(str(error)) from None
     return outcomes.view(frame) if path.name.endswith(VERDICT_ENDING) else frame
 
 

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from kit.core import files
+from kit.core import files, notices
 from kit.core.paths import resolve
+from kit.core.processes import DONE
 from kit.train.settings import TrainSettings
 
 if TYPE_CHECKING:
@@ -32,8 +33,10 @@ class MetricsError(ValueError):
 
 def read_metrics(run_dir: str | Path) -> pl.DataFrame:
     """A run's metrics.jsonl as a table (eval columns are null between evaluations). A last line
-    torn by a kill (no newline, not JSON) is left out, as a resumed run drops it; any other bad
-    line raises MetricsError naming the file and the line."""
+    torn by a kill (no newline, not JSON) of a run that has not finished is left out, as a
+    resumed run drops it, and said as a notice (kit.core.notices: the run's summary and report
+    list it); in a finished run (its DONE marker) it would take the last rows with it, so it
+    raises MetricsError, as any other bad line does, naming the file and the line."""
     path = resolve(run_dir) / METRICS
     content = path.read_bytes()
     if content and not content.endswith(b"\n"):
@@ -41,7 +44,15 @@ def read_metrics(run_dir: str | Path) -> pl.DataFrame:
         try:
             json.loads(content[end:])
         except ValueError:
-            content = content[:end]  # torn by a kill mid-line
+            number = content.count(b"\n") + 1
+            if (path.parent / DONE).exists():
+                raise MetricsError(
+                    f"{path}: line {number}, the last, is torn ({content[end:][:60]!r}) although "
+                    f"the run finished ({DONE} present), so its last records are lost; delete "
+                    f"the run folder {path.parent} to train the run again") from None
+            notices.notice(f"{path}: line {number}, the last, is torn (the run has not "
+                           "finished: a kill mid-line); left out")
+            content = content[:end]
     try:
         return pl.read_ndjson(io.BytesIO(content), schema=METRICS_SCHEMA)
     except pl.exceptions.PolarsError as error:

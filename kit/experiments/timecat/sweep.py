@@ -25,7 +25,7 @@ from kit.experiments.timecat.sweep_settings import (
     SweepSettings,
     swept_notebook,
 )
-from kit.report import crossover
+from kit.report import crossover, outputs
 from kit.train import metrics
 
 
@@ -72,7 +72,7 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
                     "lbfgs_check": notebook.lbfgs_check}) != notebook:
         return None
     same = [v.name for v in cell.settings.variants if v in notebook.variants]
-    return pl.read_parquet(found).filter(pl.col("variant").is_in(same)
+    return outputs.read_parquet(found).filter(pl.col("variant").is_in(same)
                                          & (pl.col("replicate") < cell.settings.replicates))
 
 
@@ -107,7 +107,7 @@ def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
             path.parent.mkdir(parents=True, exist_ok=True)
             with files.atomic_write(path) as handle:
                 measured.write_parquet(handle)
-        frames.append(pl.read_parquet(path))
+        frames.append(outputs.read_parquet(path))
         stage.advance()
     stage.finish(f"read back {stored}, probed {len(cells) - stored} cell(s) ({reused} of them "
                  "with notebook 03's probe results for the variants it shares)")

@@ -1,0 +1,110 @@
+"""Bad input and full disks give one line naming the file and the key, never a traceback:
+output folders that cannot hold a run, unset environment variables in paths, `kit run`'s own
+machine check with sizes in sensible units, a disk filling at the notebook's final save, and a
+torn result table."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from collections import namedtuple
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from kit.cli import main, runner
+from kit.core import machine, params
+from kit.report import page
+
+usage = namedtuple("usage", "total used free")
+
+
+def check(capsys: pytest.CaptureFixture[str], *sets: str) -> tuple[int, str]:
+    arguments = ["check", "02", "--profile", "ci"]
+    for value in sets:
+        arguments += ["--set", value]
+    code = main.main(arguments)
+    return code, capsys.readouterr().err
+
+
+def test_an_output_folder_that_is_a_root_or_a_dangling_link_is_refused_at_check(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = check(capsys, "output_dir=/")
+    assert code == 2 and err == ("error: /: not a folder of its own for outputs (a file system "
+                                 "root, the home folder or the repository or above); name a "
+                                 "folder for the run (output_dir)\n")
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone")
+    code, err = check(capsys, f"output_dir={link}")
+    assert code == 2 and err == (f"error: {link}: a symbolic link to {tmp_path / 'gone'}, which "
+                                 f"does not exist, so {link} cannot be created (output_dir)\n")
+
+
+def test_an_unset_environment_variable_in_a_path_is_refused_naming_the_key(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KIT_NO_SUCH_VARIABLE", raising=False)
+    code, err = check(capsys, "output_dir=${KIT_NO_SUCH_VARIABLE}/out")
+    assert code == 2 and err.splitlines()[1] == (
+        "  the command line: parameter 'output_dir': environment variable KIT_NO_SUCH_VARIABLE "
+        "is not set ('${KIT_NO_SUCH_VARIABLE}/out'); set it, or write the path out")
+
+
+def test_sizes_are_said_in_units_that_show_them() -> None:
+    assert machine.byte_size(0) == "0 bytes"
+    assert machine.byte_size(1_500) == "1.5 kB"
+    assert machine.byte_size(12_300_000) == "12.3 MB"
+    assert machine.byte_size(4.2e9) == "4.2 GB"
+
+
+def test_kit_run_checks_the_machine_as_kit_check_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(machine.shutil, "disk_usage",
+                        lambda _path: usage(total=10 ** 6, used=10 ** 6 - 2_000, free=2_000))
+    monkeypatch.setattr(runner, "execute", lambda *_: pytest.fail("ran on a full disk"))
+    assert runner.run(["03"], "ci", output_root=tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "the plan's checkpoints and feature cache needs about " in err
+    assert "but 2.0 kB is free" in err and "0.0 GB" not in err
+
+
+def test_a_disk_filling_at_the_final_save_is_one_line_and_leaves_no_torn_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    notebooks, parameters = tmp_path / "nb", tmp_path / "params"
+    notebooks.mkdir()
+    (parameters / "mini").mkdir(parents=True)
+    monkeypatch.setitem(params.SCHEMAS, "01_ok", "kit.core.params:NotebookSettings")
+    nbformat.write(nbformat.v4.new_notebook(), notebooks / "01_ok.ipynb")
+
+    def full_at_save(_notebook: str, partial: str, **_: object) -> None:
+        Path(partial).write_text('{"cells": [{"cell_type": "co')  # torn by the full disk
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), partial)
+
+    monkeypatch.setattr(runner.papermill, "execute_notebook", full_at_save)
+    assert runner.run(None, "mini", notebooks_dir=notebooks, parameters_dir=parameters,
+                      output_root=tmp_path / "out") == 1
+    err = capsys.readouterr().err
+    partial = tmp_path / "out" / "mini" / "01_ok.partial.ipynb"
+    assert err.startswith(f"[1/1] 01_ok.ipynb (profile mini) FAILED: {partial}: no space left "
+                          "on device while saving the notebook's outputs (")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not partial.exists() and not (tmp_path / "out" / "mini" / "01_ok.ipynb").exists()
+
+
+def test_a_torn_result_table_is_named_by_the_report(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "x_summary.json").write_text(json.dumps({"claim": {"line": "a", "status": "b"}}))
+    torn = tmp_path / "x_table3.parquet"
+    torn.write_bytes(b"PAR1\x15\x04\x15")
+    with pytest.raises(page.ReportError, match=f"^{torn}: not a readable parquet table, torn"):
+        page.write_report("mini", tmp_path)
+
+
+def test_the_machine_check_names_notebook_03_as_its_plan_does() -> None:
+    from kit.cli import launch
+    from kit.experiments.timecat import jobs
+
+    assert launch.TIMECAT_NOTEBOOK == jobs.NOTEBOOK
