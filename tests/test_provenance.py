@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -30,3 +31,10 @@ def test_each_start_of_a_run_appends_a_record(tmp_path: Path) -> None:
     provenance.append(tmp_path / "provenance.jsonl")
     provenance.append(tmp_path / "provenance.jsonl")
     assert len(provenance.read(tmp_path / "provenance.jsonl")) == 2
+
+
+def test_the_cli_says_its_version() -> None:
+    done = subprocess.run([sys.executable, "-m", "kit", "--version"], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"timecat-kit {metadata.version('timecat-kit')}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from kit.cli import launch, reference, runner
@@ -23,6 +24,8 @@ from kit.report import page
 def parser() -> argparse.ArgumentParser:
     """Every command and its arguments."""
     parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__)
+    parser.add_argument("--version", action="version",
+                        version=f"timecat-kit {metadata.version('timecat-kit')}")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, text in [("run", "execute notebooks with papermill"),
                        ("check", "validate parameters without running anything")]:
