@@ -10,6 +10,7 @@ import errno
 import fcntl
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -246,3 +247,168 @@ def test_resuming_drops_a_corrupted_metrics_line_that_is_still_json(
     metrics.keep_metrics_until(path, 3)
     assert metrics.read_metrics(tmp_path)["step"].to_list() == [1, 3]
     assert f"{path}: line 2 is torn or corrupted, dropped" in capsys.readouterr().err
+
+
+#: a process that imports the trainer once and then, for each order on its input, forks a
+#: launcher in its own process group (what a test kills, as `kit run`'s group) whose child trains
+#: a chain of runs in its own session and gets the parent-death signal (as a kernel's warm
+#: worker): each cycle then costs a fork, not a Python start and a torch import
+ZYGOTE = """
+import json, os, sys, time, traceback
+from kit.core.processes import dying_with_parent
+from kit.train import trainer
+print("ready", flush=True)
+for line in sys.stdin:
+    while True:  # reap the launchers killed so far
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
+            break
+    order = json.loads(line)
+    if os.fork() == 0:
+        os.setsid()
+        with_launcher = dying_with_parent()
+        chain = os.fork()
+        if chain == 0:
+            code = 1
+            try:
+                os.setsid()
+                with_launcher()
+                log = os.open(order["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                code = trainer.main(order["argv"])
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        print(os.getpid(), chain, flush=True)
+        time.sleep(600)
+        os._exit(0)
+"""
+
+
+def _chain_configs(folder: Path, runs: int = 3) -> list[str]:
+    """`python -m kit.train` arguments training a chain of tiny runs into `folder`."""
+    argv = []
+    for seed in range(runs):
+        values = {"model": "resnet10", "width": 0.125, "num_classes": 4, "seed": seed,
+                  "data": {"kind": "synthetic", "image_size": 16, "synthetic": {
+                      "num_train": 64, "num_eval": 32, "noise": 0.1,
+                      "components": [{"weight": 1.0, "cues": ["colour"]}]}},
+                  "batch_size": 16, "iterations": 8, "lr": 0.01, "bn_recalibration_batches": 1,
+                  "eval_every": 8, "checkpoint_every": 4, "log_every": 2, "num_workers": 0,
+                  "output_dir": str(folder / f"run{seed}")}
+        config = folder / f"run{seed}.yaml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(values))  # YAML reads JSON
+        argv += ["--config", str(config)]
+    return argv
+
+
+class _Zygote:
+    """The forking process of ZYGOTE, and the chains it started."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, cwd=REPO_ROOT,
+            env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"})
+        assert self.process.stdout is not None and self.process.stdin is not None
+        assert self.process.stdout.readline() == "ready\n", self.process.communicate()
+        self.started: list[psutil.Process] = []
+
+    def chain(self, folder: Path) -> tuple[int, psutil.Process]:
+        """Start training the chain in `folder`: the launcher's pid (its group's id) and the
+        training process."""
+        order = {"argv": _chain_configs(folder), "log": str(folder / "chain.log")}
+        self.process.stdin.write(json.dumps(order) + "\n")
+        self.process.stdin.flush()
+        launcher, chain = map(int, self.process.stdout.readline().split())
+        self.started += [psutil.Process(launcher), psutil.Process(chain)]
+        return launcher, self.started[-1]
+
+    def close(self) -> None:
+        for process in self.started:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def _ended_within(process: psutil.Process, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(process) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not _alive(process)
+
+
+def _done(folder: Path) -> int:
+    return len(list(folder.glob(f"run*/{trainer.DONE}")))
+
+
+#: how long a stopped chain may take to end: its next logging step (two tiny steps) or the rest of
+#: a run, on a loaded machine
+STOP_BOUND_S = 20
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only")
+def test_repeated_group_kills_across_a_chain_stop_it_every_time_and_resume_bit_identical(
+        tmp_path: Path) -> None:
+    """At least 20 kills at random moments of a chain of three runs trained in turn (in a run,
+    at its last logging step, between runs): the launcher's group killed outright (the chain
+    gets its parent-death SIGTERM), or every fourth time SIGHUP to the chain's session (a closed
+    terminal). Each time the chain must end within STOP_BOUND_S having finished at most the run
+    it was in (a stop at a run's last logging step used to be forgotten by the next run, which
+    trained on, and SIGHUP killed the chain without a checkpoint), and every round of kills must
+    end with the weights and metrics of an uninterrupted chain."""
+    zygote = _Zygote()
+    try:
+        launcher, chain = zygote.chain(tmp_path / "straight")
+        began = time.monotonic()
+        assert _ended_within(chain, 120), (tmp_path / "straight" / "chain.log").read_text()
+        length = time.monotonic() - began
+        os.killpg(launcher, signal.SIGKILL)
+        assert _done(tmp_path / "straight") == 3, (tmp_path / "straight" / "chain.log").read_text()
+        rng, kills, hangups, rounds = random.Random(34), 0, 0, 0
+        while kills < 20:
+            folder = tmp_path / f"round{rounds}"
+            while _done(folder) < 3:
+                launcher, chain = zygote.chain(folder)
+                time.sleep(rng.uniform(0, length))
+                done, running = _done(folder), _alive(chain)
+                hangup = running and kills % 4 == 3
+                if hangup:
+                    os.killpg(chain.pid, signal.SIGHUP)
+                else:
+                    os.killpg(launcher, signal.SIGKILL)
+                kills, hangups = kills + running, hangups + hangup
+                assert _ended_within(chain, STOP_BOUND_S), f"kill {kills}: the chain trains on"
+                os.killpg(launcher, signal.SIGKILL)
+                assert _done(folder) <= done + 1, (
+                    f"kill {kills}: runs of the chain started after the stop "
+                    f"({done} finished before it, {_done(folder)} after)")
+            for name in ("run0", "run1", "run2"):
+                _assert_same_run(folder / name, tmp_path / "straight" / name)
+            rounds += 1
+        logs = "".join(path.read_text() for path in tmp_path.glob("round*/chain.log"))
+        assert hangups and "received SIGHUP" in logs, "SIGHUP is not taken as a stop"
+        assert "Traceback" not in logs, logs[-3000:]
+    finally:
+        zygote.close()
+    assert not [process for process in zygote.started if _alive(process)]
+
+
+def _assert_same_run(resumed: Path, straight: Path) -> None:
+    a, b = (torch.load(folder / checkpoint.CHECKPOINT, weights_only=True)
+            for folder in (resumed, straight))
+    assert a["step"] == b["step"]
+    for name, tensor in b["model"].items():
+        assert torch.equal(a["model"][name], tensor), f"{resumed}: {name}"
+    rows_a, rows_b = metrics.read_metrics(resumed), metrics.read_metrics(straight)
+    for column in ("step", "loss", "eval_accuracy", "eval_loss"):
+        assert rows_a[column].to_list() == rows_b[column].to_list(), f"{resumed}: {column}"

@@ -11,12 +11,15 @@ exactly where it stopped, and a finished run (its DONE marker) is never trained 
 are hashed and never hold NaN or infinity (kit.train.checkpoint). Resuming drops a metrics line
 torn by a kill and the temporary files of writers that died.
 
-SIGTERM, SIGUSR1 or SIGUSR2 (a scheduler's notice before preemption or the time limit) makes
-every rank stop at the next logging step, where the ranks already exchange the window's loss,
-so the flag costs no extra synchronisation: the checkpoint is written there, every rank waits
-until rank 0 has saved it, and the process leaves the launcher's preemption marker
-(kit.core.processes.PREEMPTED_MARKER) and exits with PREEMPTED_EXIT ("resume me"). Rank 0 holds the run folder's lock (kit.core.locks)
-while it trains, so a second launch into the same folder is refused naming the holder.
+SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 (a scheduler's notice before preemption or the time limit,
+a kill, a closed terminal) makes every rank stop at the next logging step, where the ranks
+already exchange the window's loss, so the flag costs no extra synchronisation: the checkpoint
+is written there, every rank waits until rank 0 has saved it, and the process leaves the
+launcher's preemption marker (kit.core.processes.PREEMPTED_MARKER) and exits with
+PREEMPTED_EXIT ("resume me"). The request holds for the whole chain of runs the process trains
+in turn: one that came at a run's last logging step, or between two runs, lets that run finish
+and starts no other. Rank 0 holds the run folder's lock (kit.core.locks) while it trains, so a
+second launch into the same folder is refused naming the holder.
 
 Distributed runs start under torchrun, or under plain `srun` (Slurm's variables are read when
 torchrun's are absent), so `srun --ntasks=N python -m kit.train ...` is one job of N ranks.
@@ -96,7 +99,8 @@ def placement(out: Path, process: Process) -> str:
 
 
 class StopFlag:
-    """Set by a preemption signal; the step loop reads it at its next logging step."""
+    """Set by a preemption signal; the step loop reads it at its next logging step, and a chain
+    of runs before each run (one flag for the whole chain: a request is never dropped)."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -113,8 +117,18 @@ class StopFlag:
 
     def _request(self, number: int, _frame: object) -> None:
         self.requested = True
-        print(f"received {signal.Signals(number).name}: checkpointing at the next logging step",
-              file=sys.stderr, flush=True)
+        print(f"received {signal.Signals(number).name}: checkpointing at the next logging step "
+              "and starting no further run", file=sys.stderr, flush=True)
+
+    def anywhere(self, process: Process) -> bool:
+        """Whether any rank was asked to stop (one small all-reduce: every rank then stops, or
+        none does, so that no rank waits alone in the next run's collectives)."""
+        if process.world_size == 1:
+            return self.requested
+        asked = torch.tensor(int(self.requested), device=process.device)
+        dist.all_reduce(asked, op=dist.ReduceOp.MAX)
+        self.requested = bool(asked.item())
+        return self.requested
 
 
 @contextlib.contextmanager
@@ -152,16 +166,24 @@ def train_in_turn(configs: list[TrainSettings]) -> list[Path]:
     if len(devices) > 1:
         raise ParameterError(f"device: runs trained in turn share one process and its device, "
                              f"but these ask for {', '.join(sorted(devices))}")
-    process = start_process(configs[0].device, max(cfg.group_timeout_s for cfg in configs))
-    try:
-        return [_train_on(cfg, process) for cfg in configs]
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    with StopFlag().installed() as stop:  # before the group starts: a stop then is kept too
+        process = start_process(configs[0].device, max(cfg.group_timeout_s for cfg in configs))
+        try:
+            return [_train_on(cfg, process, stop, configs[:index])
+                    for index, cfg in enumerate(configs)]
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
 
-def _train_on(cfg: TrainSettings, process: Process) -> Path:
-    """One run on this rank, after the machine checks that run's settings call for."""
+def _train_on(cfg: TrainSettings, process: Process, stop: StopFlag,
+              before: list[TrainSettings]) -> Path:
+    """One run on this rank, after the machine checks that run's settings call for; none when
+    a stop was asked for earlier in the chain (`before`: the runs trained before it)."""
+    if stop.anywhere(process):
+        after = f"after {resolve(before[-1].output_dir)} " if before else ""
+        raise Preempted(f"stopped by a preemption signal {after}before "
+                        f"{resolve(cfg.output_dir)} started; run it again to resume")
     if cfg.compile and (missing := machine.compiler_problems()):
         raise machine.MachineError("\n".join(missing))
     shared = machine.loader_shared_memory(
@@ -173,7 +195,7 @@ def _train_on(cfg: TrainSettings, process: Process) -> Path:
     if unwritable:  # before the lock file is made there
         raise ParameterError("; ".join(unwritable))
     with holding_run_folder(resolve(cfg.output_dir), process), \
-            StopFlag().installed() as stop, contextlib.ExitStack() as closing:
+            contextlib.ExitStack() as closing:
         return _train(cfg, process, stop, closing)
 
 
@@ -231,7 +253,8 @@ class _Run:
             evaluate = final or _every(self.at.step, self.cfg.eval_every)
             save = final or _every(self.at.step, self.cfg.checkpoint_every)
             if evaluate or save or self.at.step % self.cfg.log_every == 0:
-                self.logging_step(window, evaluate, save, final, stop.requested)
+                if self.logging_step(window, evaluate, save, final, stop.requested):
+                    stop.requested = True  # asked on another rank: this one's chain stops too
                 window = _Window()
 
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -242,9 +265,10 @@ class _Run:
             self.at.epoch, self.at.batch_in_epoch = self.at.epoch + 1, 0
 
     def logging_step(self, window: _Window, evaluate: bool, save: bool, final: bool,
-                     stop_requested: bool) -> None:
+                     stop_requested: bool) -> bool:
         """Log the window's mean loss (refusing a non-finite one), evaluate and save at x where
-        due; a preemption signal on any rank saves here and stops the run."""
+        due; a preemption signal on any rank saves here and stops the run (at the last step,
+        the run finishes and the chain stops after it). Whether any rank was asked to stop."""
         loss, bad_step, preempted = self.trainer.take_window(window.steps, stop_requested)
         kept = kept_message(self.out / CHECKPOINT, self.last_saved)
         # an uninterrupted run passes through x only where it evaluates or saves
@@ -272,6 +296,7 @@ class _Run:
             barrier()  # no rank exits (and srun kills no rank) before rank 0 has saved
             raise Preempted(f"{self.out}: stopped by a preemption signal at step {self.at.step} "
                             f"after writing {self.out / CHECKPOINT}; run it again to resume")
+        return preempted
 
     def record(self, loss: float, window: _Window) -> dict[str, Any]:
         """The metrics row of this logging step, before evaluation."""
