@@ -349,3 +349,15 @@ def test_a_warm_process_ends_on_closed_input_ignores_stop_signals_and_is_not_use
     (sources / "module.py").write_text("A = 22\n")
     assert edited.run(command, processes.child_environment(command), [], tmp_path / "log") is None
     assert stale.poll() is not None and not edited.idle
+
+
+def test_a_source_edit_with_its_times_put_back_still_makes_warm_processes_stale(
+        tmp_path: Path) -> None:
+    """An edit of the same size whose modification time was put back (`touch -r`, a copy that
+    keeps times) used to leave the stamp unchanged, and a warm process ran the old code."""
+    module = tmp_path / "module.py"
+    module.write_text("A = 1\n")
+    before, times = warm.source_stamp(tmp_path), module.stat()
+    module.write_text("A = 2\n")
+    os.utime(module, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert warm.source_stamp(tmp_path) != before
