@@ -47,6 +47,7 @@ from kit import models
 from kit.core import distributed, files
 from kit.core.paths import resolve
 from kit.core.progress import Stage
+from kit.data import workers
 from kit.data.prefetch import DeviceBatches
 from kit.train.settings import TrainSettings
 
@@ -271,7 +272,8 @@ def _extract_checkpoints(records: dict[Path, dict[str, Any]], checkpoints: dict[
                for path in backbones}
     shard = _shard(rows)
     loader = DataLoader(Subset(dataset, shard), batch_size=batch_size, num_workers=num_workers,
-                        pin_memory=target.type == "cuda")
+                        pin_memory=target.type == "cuda",
+                        multiprocessing_context=workers.context() if num_workers else None)
     labels = np.empty(len(shard), dtype=np.int64)
     row = 0
     for images, batch_labels in tqdm(DeviceBatches(loader, target, torch.channels_last),

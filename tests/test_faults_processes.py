@@ -25,6 +25,7 @@ import torch
 
 from kit.core import files
 from kit.core.paths import REPO_ROOT, importable_environment
+from kit.data.fixtures import write_image_folder
 from kit.launch import progress
 from kit.train import checkpoint, metrics, trainer
 
@@ -412,3 +413,52 @@ def _assert_same_run(resumed: Path, straight: Path) -> None:
     rows_a, rows_b = metrics.read_metrics(resumed), metrics.read_metrics(straight)
     for column in ("step", "loss", "eval_accuracy", "eval_loss"):
         assert rows_a[column].to_list() == rows_b[column].to_list(), f"{resumed}: {column}"
+
+
+@pytest.mark.parametrize("ends_it", ["loader_timeout_s", "stall_timeout_s"])
+def test_a_stuck_loader_worker_becomes_an_error_naming_the_run(tmp_path: Path,
+                                                               ends_it: str) -> None:
+    """A loader worker that never hands over a batch (here one blocked opening a FIFO planted
+    among the images; after a fork while another thread held a lock, one blocked in a futex and
+    ignored SIGTERM): the trainer waited for it forever. Now the loader's timeout, or else the
+    watchdog, ends the run within its limit (the first batch also starts the fork server) with
+    a message naming it, and no worker is left behind."""
+    root = write_image_folder(tmp_path / "images", ("ant", "bee", "cat", "dog"),
+                              {"train": 4, "val": 2})
+    os.mkfifo(root / "train" / "ant" / "stuck.png")  # in 16 of 17 first batches
+    out = tmp_path / "run"
+    limits = ({"loader_timeout_s": 15, "stall_timeout_s": 120} if ends_it == "loader_timeout_s"
+              else {"loader_timeout_s": 300, "stall_timeout_s": 15})
+    values = {"model": "resnet10", "width": 0.125, "num_classes": 4, "seed": 0,
+              "data": {"kind": "imagefolder", "root": str(root), "image_size": 16,
+                       "verify_images": False},
+              "batch_size": 16, "iterations": 40, "lr": 0.01, "bn_recalibration_batches": 1,
+              "log_every": 5, "num_workers": 1, "output_dir": str(out)} | limits
+    config = tmp_path / "run.yaml"
+    config.write_text(json.dumps(values))
+    with (tmp_path / "err.txt").open("w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kit.train", "--config", str(config)], stderr=err,
+            stdout=subprocess.DEVNULL, cwd=REPO_ROOT,
+            env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"})
+    trainer_process, below = psutil.Process(process.pid), []
+    try:
+        deadline = time.monotonic() + 120
+        while process.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(psutil.Error):
+                below += [p for p in trainer_process.children(recursive=True) if p not in below]
+            time.sleep(0.2)
+        message = (tmp_path / "err.txt").read_text()
+        assert process.poll() == 1, f"still waiting for its loader after 120 s: {message[-3000:]}"
+        assert f"error: {out}: " in message and ends_it in message, message[-3000:]
+        if ends_it == "loader_timeout_s":
+            assert "DataLoader timed out after 15 seconds at step 0" in message, message[-3000:]
+            assert "Traceback" not in message
+        else:
+            assert "made no progress for 15 s while at step 1" in message, message[-3000:]
+        _, alive = psutil.wait_procs(below, timeout=10)
+        assert not alive, _describe(alive)
+    finally:
+        for leftover in [trainer_process, *below]:
+            with contextlib.suppress(psutil.Error):
+                leftover.kill()

@@ -26,6 +26,11 @@ torchrun's are absent), so `srun --ntasks=N python -m kit.train ...` is one job 
 
 The step loop never waits for the device except every `log_every` steps, where the loss
 accumulated on the device is read, checked for NaN/inf and logged to `metrics.jsonl`.
+
+Nothing hangs in silence: loader workers start from a fork server (kit.data.workers), a loader
+that gives no batch for `loader_timeout_s` stops the run naming it (LoaderError), and under the
+command line a rank that makes no progress for `stall_timeout_s` ends its process long before
+the group timeout (kit.train.watchdog).
 """
 
 from __future__ import annotations
@@ -82,6 +87,12 @@ from kit.train.metrics import (
 )
 from kit.train.settings import TrainSettings, load_train_settings
 from kit.train.step import Trainer
+from kit.train.watchdog import Watchdog, kill_loader_workers
+
+#: no progress-bar monitor thread: a thread holding a lock while a process forks leaves that lock
+#: held forever in the child (loader workers start from a fork server, kit.data.workers, but other
+#: libraries may still fork)
+tqdm.monitor_interval = 0
 
 #: one provenance record per start of the run (kit.core.provenance)
 PROVENANCE = "provenance.jsonl"
@@ -89,6 +100,11 @@ PROVENANCE = "provenance.jsonl"
 
 class Preempted(RuntimeError):
     """A preemption signal stopped the run after its checkpoint was written; run it again."""
+
+
+class LoaderError(RuntimeError):
+    """A data loader gave no batch within loader_timeout_s, or lost a worker; its message names
+    the run and the step."""
 
 
 def placement(out: Path, process: Process) -> str:
@@ -156,12 +172,14 @@ def train(cfg: TrainSettings) -> Path:
     return train_in_turn([cfg])[0]
 
 
-def train_in_turn(configs: list[TrainSettings]) -> list[Path]:
+def train_in_turn(configs: list[TrainSettings], watch: bool = False) -> list[Path]:
     """Train runs one after another in this process, each exactly as it would train alone (its
     own seeds, folder, lock and checkpoints); every configuration is validated before the first
     starts. Under torchrun or srun the ranks join one process group for all the runs: starting
     Python and importing torch costs seconds per launch, and a group started once never meets a
-    previous group's rendezvous. Returns the runs' output folders."""
+    previous group's rendezvous. With `watch` (the command line's trainers), a rank that makes no
+    progress for stall_timeout_s ends its process (kit.train.watchdog). Returns the runs' output
+    folders."""
     devices = {cfg.device for cfg in configs}
     if len(devices) > 1:
         raise ParameterError(f"device: runs trained in turn share one process and its device, "
@@ -169,7 +187,8 @@ def train_in_turn(configs: list[TrainSettings]) -> list[Path]:
     with StopFlag().installed() as stop:  # before the group starts: a stop then is kept too
         process = start_process(configs[0].device, max(cfg.group_timeout_s for cfg in configs))
         try:
-            return [_train_on(cfg, process, stop, configs[:index])
+            watchdog = Watchdog(enabled=watch)
+            return [_train_on(cfg, process, stop, configs[:index], watchdog)
                     for index, cfg in enumerate(configs)]
         finally:
             if dist.is_initialized():
@@ -177,7 +196,7 @@ def train_in_turn(configs: list[TrainSettings]) -> list[Path]:
 
 
 def _train_on(cfg: TrainSettings, process: Process, stop: StopFlag,
-              before: list[TrainSettings]) -> Path:
+              before: list[TrainSettings], watchdog: Watchdog) -> Path:
     """One run on this rank, after the machine checks that run's settings call for; none when
     a stop was asked for earlier in the chain (`before`: the runs trained before it)."""
     if stop.anywhere(process):
@@ -196,7 +215,7 @@ def _train_on(cfg: TrainSettings, process: Process, stop: StopFlag,
         raise ParameterError("; ".join(unwritable))
     with holding_run_folder(resolve(cfg.output_dir), process), \
             contextlib.ExitStack() as closing:
-        return _train(cfg, process, stop, closing)
+        return _train(cfg, process, stop, closing, watchdog)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,6 +258,7 @@ class _Run:
     last_saved: int | None
     progress: tqdm
     log_scalars: Callable[[dict[str, Any]], None]
+    watchdog: Watchdog = field(default_factory=lambda: Watchdog(enabled=False))
 
     def train_steps(self, stop: StopFlag) -> None:
         """Step to the last iteration; every logging step, log the window's loss, evaluate and
@@ -246,6 +266,7 @@ class _Run:
         batches = self.batches()
         window = _Window()
         while self.at.step < self.cfg.iterations:
+            self.watchdog.beat(f"at step {self.at.step + 1} (its batch, forward and backward)")
             self.trainer.step(*next(batches))
             self.at.step, self.at.batch_in_epoch = self.at.step + 1, self.at.batch_in_epoch + 1
             window.steps += 1
@@ -269,6 +290,7 @@ class _Run:
         """Log the window's mean loss (refusing a non-finite one), evaluate and save at x where
         due; a preemption signal on any rank saves here and stops the run (at the last step,
         the run finishes and the chain stops after it). Whether any rank was asked to stop."""
+        self.watchdog.beat(f"exchanging the loss at step {self.at.step}")
         loss, bad_step, preempted = self.trainer.take_window(window.steps, stop_requested)
         kept = kept_message(self.out / CHECKPOINT, self.last_saved)
         # an uninterrupted run passes through x only where it evaluates or saves
@@ -281,18 +303,22 @@ class _Run:
         record = self.record(loss, window)
         # the metrics row goes first: a run killed before its checkpoint replaces it drops the
         # row on resumption and logs it again
-        with (self.trainer.evaluation_point(self.data.recalibration) if evaluate or save
+        recalibration = self.watchdog.beating(
+            self.data.recalibration, f"recalibrating BatchNorm at step {self.at.step}")
+        with (self.trainer.evaluation_point(recalibration) if evaluate or save
               else contextlib.nullcontext()):
             if evaluate:
                 record["eval_accuracy"], record["eval_loss"] = self.trainer.evaluate(
-                    self.data.eval)
+                    self.watchdog.beating(self.data.eval, f"evaluating at step {self.at.step}"))
             if self.process.main:
                 self.log(record)
             if save:
+                self.watchdog.beat(f"saving the checkpoint of step {self.at.step}")
                 self.save(at_y, kept)
         self.last_saved = self.at.step if save else self.last_saved
         if preempted and not final:
             self.progress.close()
+            self.watchdog.beat(f"waiting for rank 0's checkpoint of step {self.at.step}")
             barrier()  # no rank exits (and srun kills no rank) before rank 0 has saved
             raise Preempted(f"{self.out}: stopped by a preemption signal at step {self.at.step} "
                             f"after writing {self.out / CHECKPOINT}; run it again to resume")
@@ -328,14 +354,15 @@ class _Run:
         """After the last step: replicas checked identical, the DONE marker written."""
         self.progress.close()
         if self.process.world_size > 1:
+            self.watchdog.beat("comparing the replicas after the last step")
             self.trainer.check_replicas_identical()
         if self.process.main:
             done = {"step": self.at.step, "ranks": self.process.world_size}
             files.write_text(self.out / DONE, json.dumps(done) + "\n")
 
 
-def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contextlib.ExitStack
-           ) -> Path:
+def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contextlib.ExitStack,
+           watchdog: Watchdog | None = None) -> Path:
     """Train one run on this rank, from its checkpoint when it has one."""
     out = resolve(cfg.output_dir)
     if _finished(cfg, out, process):
@@ -343,9 +370,29 @@ def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contex
     _check_batch_split(cfg, process)
     print(placement(out, process), flush=True)
     run = _start_run(cfg, process, out, closing)
-    run.train_steps(stop)
-    run.finish()
+    run.watchdog = watchdog or run.watchdog
+    # a first step that compiles takes minutes: watched from the first beat after it
+    with run.watchdog.watching(out, process.rank, cfg.stall_timeout_s, armed=not cfg.compile), \
+            loader_failures(run):
+        run.train_steps(stop)
+        run.finish()
     return out
+
+
+@contextlib.contextmanager
+def loader_failures(run: _Run) -> Iterator[None]:
+    """A loader that timed out or lost a worker (torch's RuntimeError names neither the run nor
+    the step) becomes a LoaderError naming both; its workers are killed, not left stuck."""
+    try:
+        yield
+    except RuntimeError as error:
+        if not str(error).startswith("DataLoader"):
+            raise
+        kill_loader_workers()
+        raise LoaderError(
+            f"{run.out}: {error} at step {run.at.step} (loader_timeout_s: "
+            f"{run.cfg.loader_timeout_s}): a loader worker is stuck or died. The last checkpoint "
+            "is kept; run it again to resume") from None
 
 
 def _finished(cfg: TrainSettings, out: Path, process: Process) -> bool:
@@ -377,7 +424,7 @@ def _start_run(cfg: TrainSettings, process: Process, out: Path, closing: context
     run_data = kit_data.build(
         cfg.data, cfg.num_classes, cfg.seed, cfg.batch_size, process.rank, process.world_size,
         cfg.num_workers, cfg.bn_recalibration_batches, pin_memory=process.device.type == "cuda",
-        micro_batch=cfg.micro_batch)
+        micro_batch=cfg.micro_batch, timeout_s=cfg.loader_timeout_s)
     trainer = Trainer(cfg, process)
     at = _resume(trainer, out / CHECKPOINT)
     if process.main:
@@ -425,13 +472,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="override a setting, dotted for sections (data.image_size=32)")
     args = parser.parse_args(argv)
     return exit_code(lambda: train_in_turn([load_train_settings(path, args.overrides)
-                                            for path in args.config]))
+                                            for path in args.config], watch=True))
 
 
 def exit_code(action: Callable[[], object]) -> int:
     """Run a command-line action: 0 on success, 2 for bad input or a run folder held by another
-    process, 1 for a diverged run or a full disk, PREEMPTED_EXIT for a run to resume; the message
-    (which names the file, key, step or holder) goes to stderr without a traceback."""
+    process, 1 for a diverged run, a full disk or a stuck loader, PREEMPTED_EXIT for a run to
+    resume; the message (which names the file, key, step or holder) goes to stderr without a
+    traceback."""
     try:
         action()
     except (ParameterError, DataError, models.CheckpointError,
@@ -442,7 +490,7 @@ def exit_code(action: Callable[[], object]) -> int:
         print(f"preempted: {error}", file=sys.stderr)
         mark_preempted()
         return PREEMPTED_EXIT
-    except (NonFiniteLossError, files.DiskFullError) as error:
+    except (NonFiniteLossError, files.DiskFullError, LoaderError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
