@@ -266,7 +266,8 @@ class _Run:
         batches = self.batches()
         window = _Window()
         while self.at.step < self.cfg.iterations:
-            self.watchdog.beat(f"at step {self.at.step + 1} (its batch, forward and backward)")
+            self.watchdog.beat(f"at step {self.at.step + 1} (its batch, forward and backward)",
+                               arm=not self.cfg.compile or window.steps > 0)
             self.trainer.step(*next(batches))
             self.at.step, self.at.batch_in_epoch = self.at.step + 1, self.at.batch_in_epoch + 1
             window.steps += 1
@@ -371,7 +372,7 @@ def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contex
     print(placement(out, process), flush=True)
     run = _start_run(cfg, process, out, closing)
     run.watchdog = watchdog or run.watchdog
-    # a first step that compiles takes minutes: watched from the first beat after it
+    # a first step that compiles takes minutes: watched from the beat after it
     with run.watchdog.watching(out, process.rank, cfg.stall_timeout_s, armed=not cfg.compile), \
             loader_failures(run):
         run.train_steps(stop)

@@ -61,8 +61,9 @@ class Watchdog:
     inline backend, in a notebook's kernel) must not end the process it runs in."""
 
     def __init__(self, enabled: bool = True,
-                 exit_process: Callable[[int], object] = os._exit) -> None:
-        self.enabled, self.exit_process = enabled, exit_process
+                 exit_process: Callable[[int], object] = os._exit,
+                 end_children: Callable[[], None] = kill_children) -> None:
+        self.enabled, self.exit_process, self.end_children = enabled, exit_process, end_children
         self.limit_s: float = 0.0
         self.run: Path | None = None
         self.rank = 0
@@ -72,9 +73,11 @@ class Watchdog:
         self.fired = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def beat(self, what: str) -> None:
-        """Progress: the rank is now doing `what` (cheap enough for every step)."""
-        self.last, self.what, self.armed = time.monotonic(), what, self.enabled
+    def beat(self, what: str, arm: bool = True) -> None:
+        """Progress: the rank is now doing `what` (cheap enough for every step); `arm=False`
+        leaves a watchdog that is not armed yet unarmed (a step that compiles the model)."""
+        self.last, self.what = time.monotonic(), what
+        self.armed = self.enabled and (arm or self.armed)
 
     @contextlib.contextmanager
     def watching(self, run: Path, rank: int, limit_s: float, armed: bool = True
@@ -118,5 +121,5 @@ class Watchdog:
               file=sys.stderr, flush=True)
         with contextlib.suppress(Exception):
             faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        kill_children()
+        self.end_children()
         self.exit_process(STALLED_EXIT)
