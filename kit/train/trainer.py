@@ -18,8 +18,8 @@ is written there, every rank waits until rank 0 has saved it, and the process le
 launcher's preemption marker (kit.core.processes.PREEMPTED_MARKER) and exits with
 PREEMPTED_EXIT ("resume me"). The request holds for the whole chain of runs the process trains
 in turn: one that came at a run's last logging step, or between two runs, lets that run finish
-and starts no other. Rank 0 holds the run folder's lock (kit.core.locks) while it trains, so a
-second launch into the same folder is refused naming the holder.
+and starts no other (kit.train.stopping). Rank 0 holds the run folder's lock (kit.core.locks)
+while it trains, so a second launch into the same folder is refused naming the holder.
 
 Distributed runs start under torchrun, or under plain `srun` (Slurm's variables are read when
 torchrun's are absent), so `srun --ntasks=N python -m kit.train ...` is one job of N ranks.
@@ -39,9 +39,7 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -61,9 +59,7 @@ from kit.core.paths import resolve
 from kit.core.processes import (
     DONE,
     PREEMPTED_EXIT,
-    PREEMPTION_SIGNALS,
     mark_preempted,
-    signal_handlers,
 )
 from kit.data import pipeline as kit_data
 from kit.data.kinds.base import DataError
@@ -87,7 +83,8 @@ from kit.train.metrics import (
 )
 from kit.train.settings import TrainSettings, load_train_settings
 from kit.train.step import Trainer
-from kit.train.watchdog import Watchdog, kill_loader_workers
+from kit.train.stopping import LoaderError, Preempted, StopFlag, loader_failures
+from kit.train.watchdog import Watchdog
 
 #: no progress-bar monitor thread: a thread holding a lock while a process forks leaves that lock
 #: held forever in the child (loader workers start from a fork server, kit.data.workers, but other
@@ -98,53 +95,11 @@ tqdm.monitor_interval = 0
 PROVENANCE = "provenance.jsonl"
 
 
-class Preempted(RuntimeError):
-    """A preemption signal stopped the run after its checkpoint was written; run it again."""
-
-
-class LoaderError(RuntimeError):
-    """A data loader gave no batch within loader_timeout_s, or lost a worker; its message names
-    the run and the step."""
-
-
 def placement(out: Path, process: Process) -> str:
     """Where this rank runs, for its log: a launcher's pinning can be checked there."""
     return (f"{out.name}: rank {process.rank}/{process.world_size} on {process.device}, "
             f"cpus {sorted(os.sched_getaffinity(0))}, {torch.get_num_threads()} threads, "
             f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
-
-
-class StopFlag:
-    """Set by a preemption signal; the step loop reads it at its next logging step, and a chain
-    of runs before each run (one flag for the whole chain: a request is never dropped)."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[StopFlag]:
-        """Catch the preemption signals for the block (main thread only: elsewhere Python
-        cannot install handlers, and the caller keeps its own)."""
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
-        with signal_handlers(PREEMPTION_SIGNALS, self._request):
-            yield self
-
-    def _request(self, number: int, _frame: object) -> None:
-        self.requested = True
-        print(f"received {signal.Signals(number).name}: checkpointing at the next logging step "
-              "and starting no further run", file=sys.stderr, flush=True)
-
-    def anywhere(self, process: Process) -> bool:
-        """Whether any rank was asked to stop (one small all-reduce: every rank then stops, or
-        none does, so that no rank waits alone in the next run's collectives)."""
-        if process.world_size == 1:
-            return self.requested
-        asked = torch.tensor(int(self.requested), device=process.device)
-        dist.all_reduce(asked, op=dist.ReduceOp.MAX)
-        self.requested = bool(asked.item())
-        return self.requested
 
 
 @contextlib.contextmanager
@@ -374,26 +329,10 @@ def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contex
     run.watchdog = watchdog or run.watchdog
     # a first step that compiles takes minutes: watched from the beat after it
     with run.watchdog.watching(out, process.rank, cfg.stall_timeout_s, armed=not cfg.compile), \
-            loader_failures(run):
+            loader_failures(out, lambda: run.at.step, cfg.loader_timeout_s):
         run.train_steps(stop)
         run.finish()
     return out
-
-
-@contextlib.contextmanager
-def loader_failures(run: _Run) -> Iterator[None]:
-    """A loader that timed out or lost a worker (torch's RuntimeError names neither the run nor
-    the step) becomes a LoaderError naming both; its workers are killed, not left stuck."""
-    try:
-        yield
-    except RuntimeError as error:
-        if not str(error).startswith("DataLoader"):
-            raise
-        kill_loader_workers()
-        raise LoaderError(
-            f"{run.out}: {error} at step {run.at.step} (loader_timeout_s: "
-            f"{run.cfg.loader_timeout_s}): a loader worker is stuck or died. The last checkpoint "
-            "is kept; run it again to resume") from None
 
 
 def _finished(cfg: TrainSettings, out: Path, process: Process) -> bool:
