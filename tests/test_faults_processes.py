@@ -360,10 +360,10 @@ STOP_BOUND_S = 20
                     reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only")
 def test_repeated_group_kills_across_a_chain_stop_it_every_time_and_resume_bit_identical(
         tmp_path: Path) -> None:
-    """At least 20 kills at random moments of a chain of three runs trained in turn (in a run,
-    at its last logging step, between runs): the launcher's group killed outright (the chain
-    gets its parent-death SIGTERM), or every fourth time SIGHUP to the chain's session (a closed
-    terminal). Each time the chain must end within STOP_BOUND_S having finished at most the run
+    """20 group kills at random moments of a chain of three runs trained in turn (in a run, at
+    its last logging step, between runs): the launcher's group killed outright (the chain gets
+    its parent-death SIGTERM); and, every fourth stop, SIGHUP to the chain's session instead (a
+    closed terminal). Each time the chain must end within STOP_BOUND_S having finished at most the run
     it was in (a stop at a run's last logging step used to be forgotten by the next run, which
     trained on, and SIGHUP killed the chain without a checkpoint), and every round of kills must
     end with the weights and metrics of an uninterrupted chain."""
@@ -376,18 +376,18 @@ def test_repeated_group_kills_across_a_chain_stop_it_every_time_and_resume_bit_i
         os.killpg(launcher, signal.SIGKILL)
         assert _done(tmp_path / "straight") == 3, (tmp_path / "straight" / "chain.log").read_text()
         rng, kills, hangups, rounds = random.Random(34), 0, 0, 0
-        while kills < 20:
+        while kills < 20:  # group kills of a running chain; the hangups come on top
             folder = tmp_path / f"round{rounds}"
             while _done(folder) < 3:
                 launcher, chain = zygote.chain(folder)
                 time.sleep(rng.uniform(0, length))
                 done, running = _done(folder), _alive(chain)
-                hangup = running and kills % 4 == 3
+                hangup = running and (kills + hangups) % 4 == 3
                 if hangup:
                     os.killpg(chain.pid, signal.SIGHUP)
                 else:
                     os.killpg(launcher, signal.SIGKILL)
-                kills, hangups = kills + running, hangups + hangup
+                kills, hangups = kills + (running and not hangup), hangups + hangup
                 assert _ended_within(chain, STOP_BOUND_S), f"kill {kills}: the chain trains on"
                 os.killpg(launcher, signal.SIGKILL)
                 assert _done(folder) <= done + 1, (
