@@ -23,7 +23,7 @@ import psutil
 import pytest
 import torch
 
-from kit.core import files
+from kit.core import files, processes
 from kit.core.paths import REPO_ROOT, importable_environment
 from kit.data.fixtures import write_image_folder
 from kit.launch import progress
@@ -462,3 +462,45 @@ def test_a_stuck_loader_worker_becomes_an_error_naming_the_run(tmp_path: Path,
         for leftover in [trainer_process, *below]:
             with contextlib.suppress(psutil.Error):
                 leftover.kill()
+
+
+def test_a_stop_sent_to_every_process_of_a_trainer_with_loader_workers_checkpoints_it(
+        tmp_path: Path) -> None:
+    """The runner's stop (and a scheduler's) signals every process of a run: the loader workers
+    died of it first, and the trainer failed on its lost workers with a traceback instead of
+    saving. The fork server and its workers now never act on the stop: the trainer checkpoints,
+    exits with status 75, and they end after it."""
+    out = tmp_path / "run"
+    values = {"model": "resnet10", "width": 0.125, "num_classes": 4, "seed": 0,
+              "data": {"kind": "synthetic", "image_size": 16, "synthetic": {
+                  "num_train": 64, "num_eval": 32, "noise": 0.1,
+                  "components": [{"weight": 1.0, "cues": ["colour"]}]}},
+              "batch_size": 16, "iterations": 20000, "lr": 0.01, "bn_recalibration_batches": 1,
+              "log_every": 5, "num_workers": 1, "output_dir": str(out)}
+    config = tmp_path / "run.yaml"
+    config.write_text(json.dumps(values))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kit.train", "--config", str(config)], stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, text=True, cwd=REPO_ROOT,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"})
+    tree = [psutil.Process(process.pid)]
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / metrics.METRICS).exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.1)
+        tree += tree[0].children(recursive=True)
+        assert len(tree) > 1, _describe(tree)  # the loader's worker(s) among them
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                member.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == processes.PREEMPTED_EXIT, err[-3000:]
+        assert f"preempted: {out}: stopped by a preemption signal" in err and "Traceback" not in err
+        _, alive = psutil.wait_procs(tree[1:], timeout=15)
+        assert not alive, _describe(alive)
+    finally:
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                member.kill()

@@ -12,11 +12,18 @@ per run, is measured by benchmarks/loader_start.py (docs/decisions.md).
 
 A worker gets its dataset pickled instead of inherited: in-memory datasets (CIFAR's arrays) are
 copied to each worker once per loader, which the same benchmark measures.
+
+The server starts with the stop signals blocked, and so do the workers it forks: a stop sent to
+every process of a run (the runner's stop, a scheduler's) reaches the trainer, which checkpoints
+and ends; its fork server and workers then end with it. Had they died of the signal first, the
+trainer would have failed on its lost workers instead of saving.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import signal
+from multiprocessing import forkserver, resource_tracker
 from multiprocessing.context import BaseContext
 
 #: how every loader's workers start (benchmarks/loader_start.py compares "fork" and "spawn")
@@ -24,6 +31,9 @@ START_METHOD = "forkserver"
 #: what the fork server imports once, before it forks any worker: torch, torchvision and the
 #: kit's datasets and transforms
 PRELOAD = ["kit.data.pipeline"]
+#: the signals the fork server and its workers never act on (blocked, as the trainer's handlers
+#: cannot be inherited through exec): they end with the trainer instead
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def context(method: str | None = None) -> BaseContext:
@@ -31,4 +41,17 @@ def context(method: str | None = None) -> BaseContext:
     chosen = multiprocessing.get_context(method or START_METHOD)
     if chosen.get_start_method() == "forkserver":
         chosen.set_forkserver_preload(PRELOAD)  # read when the server starts, once per process
+        _start_server()
     return chosen
+
+
+def _start_server() -> None:
+    """Start this process's fork server now (a no-op once it runs), with STOP_SIGNALS blocked
+    in it: a signal that comes meanwhile stays pending for this process, never lost. The
+    resource tracker starts first: starting it unblocks SIGINT and SIGTERM in the caller."""
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
