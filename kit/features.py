@@ -7,9 +7,13 @@ of what produced them: the checkpoints' content hashes, dataset, split, transfor
 call with the same record is a cache hit; a changed checkpoint file is a miss. Files are written
 under temporary names and renamed, the record last, so a killed extraction leaves no cache entry.
 The record also holds each array file's size and SHA-256, checked by rank 0 on the first hit
-and vouched for afterwards by a marker holding the files' sizes and modification times: a zeroed,
-shuffled or truncated cache is extracted again rather than trusted (hashing costs about 1.5 s per
-GB read, small next to extraction, and happens outside collective calls).
+and vouched for afterwards by a marker holding the files' change stamps (kit.core.files:
+size, modification and status-change times, inode): a zeroed, shuffled or truncated cache is
+extracted again rather than trusted, also when its modification times were put back (`touch -r`
+restores those, never the status-change time). Hashing costs about 1.5 s per GB read, small next
+to extraction but a minute and a half for the paper's 63 GB of features, so it happens once
+per change of the files (and outside collective calls), and a hit costs three stat calls
+(benchmarks/file_hash.py --features-gb).
 
 Decoding is the other expensive part, so each checkpoint is cached on its own and all checkpoints
 missing from the cache are extracted in one pass over the images; a representation of several
@@ -43,6 +47,7 @@ from kit import models
 from kit.core import distributed, files
 from kit.core.paths import resolve
 from kit.core.progress import Stage
+from kit.data import workers
 from kit.data.prefetch import DeviceBatches
 from kit.train.settings import TrainSettings
 
@@ -126,9 +131,9 @@ def _content(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _signature(path: Path) -> dict[str, list[int]]:
-    """Size and modification time of an entry's files: what a verification marker vouches for."""
-    return {name: [(path / name).stat().st_size, (path / name).stat().st_mtime_ns]
-            for name in (*ARRAYS, "record.json")}
+    """The change stamps of an entry's files (kit.core.files.change_stamp): what a verification
+    marker vouches for. The size comes first."""
+    return {name: list(files.change_stamp(path / name)) for name in (*ARRAYS, "record.json")}
 
 
 def _marker(path: Path, signature: dict[str, list[int]]) -> dict[str, Any] | None:
@@ -164,8 +169,8 @@ def _verified(path: Path) -> dict[str, Any] | None:
     None when there is none, or when it is corrupt (said on stderr: it will be rebuilt).
 
     The arrays are hashed once, by rank 0, which leaves its verdict in the entry's marker
-    (verified.json) with the files' sizes and modification times: later hits trust a marker
-    that still matches them, and the other ranks wait for the marker on the file system, not in
+    (verified.json) with the files' change stamps: later hits trust a marker that still matches
+    them (any change through the file system, times put back or not, alters a stamp), and the other ranks wait for the marker on the file system, not in
     a collective call that a long hash would time out."""
     if not (path / "record.json").exists():
         return None
@@ -267,7 +272,8 @@ def _extract_checkpoints(records: dict[Path, dict[str, Any]], checkpoints: dict[
                for path in backbones}
     shard = _shard(rows)
     loader = DataLoader(Subset(dataset, shard), batch_size=batch_size, num_workers=num_workers,
-                        pin_memory=target.type == "cuda")
+                        pin_memory=target.type == "cuda",
+                        multiprocessing_context=workers.context() if num_workers else None)
     labels = np.empty(len(shard), dtype=np.int64)
     row = 0
     for images, batch_labels in tqdm(DeviceBatches(loader, target, torch.channels_last),

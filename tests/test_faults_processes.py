@@ -10,6 +10,7 @@ import errno
 import fcntl
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -22,8 +23,9 @@ import psutil
 import pytest
 import torch
 
-from kit.core import files
+from kit.core import files, processes
 from kit.core.paths import REPO_ROOT, importable_environment
+from kit.data.fixtures import write_image_folder
 from kit.launch import progress
 from kit.train import checkpoint, metrics, trainer
 
@@ -246,3 +248,259 @@ def test_resuming_drops_a_corrupted_metrics_line_that_is_still_json(
     metrics.keep_metrics_until(path, 3)
     assert metrics.read_metrics(tmp_path)["step"].to_list() == [1, 3]
     assert f"{path}: line 2 is torn or corrupted, dropped" in capsys.readouterr().err
+
+
+#: a process that imports the trainer once and then, for each order on its input, forks a
+#: launcher in its own process group (what a test kills, as `kit run`'s group) whose child trains
+#: a chain of runs in its own session and gets the parent-death signal (as a kernel's warm
+#: worker): each cycle then costs a fork, not a Python start and a torch import
+ZYGOTE = """
+import json, os, sys, time, traceback
+from kit.core.processes import dying_with_parent
+from kit.train import trainer
+print("ready", flush=True)
+for line in sys.stdin:
+    while True:  # reap the launchers killed so far
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
+            break
+    order = json.loads(line)
+    if os.fork() == 0:
+        os.setsid()
+        with_launcher = dying_with_parent()
+        chain = os.fork()
+        if chain == 0:
+            code = 1
+            try:
+                os.setsid()
+                with_launcher()
+                log = os.open(order["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                os.dup2(log, 1)
+                os.dup2(log, 2)
+                code = trainer.main(order["argv"])
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        print(os.getpid(), chain, flush=True)
+        time.sleep(600)
+        os._exit(0)
+"""
+
+
+def _chain_configs(folder: Path, runs: int = 3) -> list[str]:
+    """`python -m kit.train` arguments training a chain of tiny runs into `folder`."""
+    argv = []
+    for seed in range(runs):
+        values = {"model": "resnet10", "width": 0.125, "num_classes": 4, "seed": seed,
+                  "data": {"kind": "synthetic", "image_size": 16, "synthetic": {
+                      "num_train": 64, "num_eval": 32, "noise": 0.1,
+                      "components": [{"weight": 1.0, "cues": ["colour"]}]}},
+                  "batch_size": 16, "iterations": 8, "lr": 0.01, "bn_recalibration_batches": 1,
+                  "eval_every": 8, "checkpoint_every": 4, "log_every": 2, "num_workers": 0,
+                  "output_dir": str(folder / f"run{seed}")}
+        config = folder / f"run{seed}.yaml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(values))  # YAML reads JSON
+        argv += ["--config", str(config)]
+    return argv
+
+
+class _Zygote:
+    """The forking process of ZYGOTE, and the chains it started."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, cwd=REPO_ROOT,
+            env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"})
+        assert self.process.stdout is not None and self.process.stdin is not None
+        assert self.process.stdout.readline() == "ready\n", self.process.communicate()
+        self.started: list[psutil.Process] = []
+
+    def chain(self, folder: Path) -> tuple[int, psutil.Process]:
+        """Start training the chain in `folder`: the launcher's pid (its group's id) and the
+        training process."""
+        order = {"argv": _chain_configs(folder), "log": str(folder / "chain.log")}
+        self.process.stdin.write(json.dumps(order) + "\n")
+        self.process.stdin.flush()
+        launcher, chain = map(int, self.process.stdout.readline().split())
+        self.started += [psutil.Process(launcher), psutil.Process(chain)]
+        return launcher, self.started[-1]
+
+    def close(self) -> None:
+        for process in self.started:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def _ended_within(process: psutil.Process, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(process) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not _alive(process)
+
+
+def _done(folder: Path) -> int:
+    return len(list(folder.glob(f"run*/{trainer.DONE}")))
+
+
+#: how long a stopped chain may take to end: its next logging step (two tiny steps) or the rest of
+#: a run, on a loaded machine
+STOP_BOUND_S = 20
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only")
+def test_repeated_group_kills_across_a_chain_stop_it_every_time_and_resume_bit_identical(
+        tmp_path: Path) -> None:
+    """20 group kills at random moments of a chain of three runs trained in turn (in a run, at
+    its last logging step, between runs): the launcher's group killed outright (the chain gets
+    its parent-death SIGTERM); and, every fourth stop, SIGHUP to the chain's session instead (a
+    closed terminal). Each time the chain must end within STOP_BOUND_S having finished at most the run
+    it was in (a stop at a run's last logging step used to be forgotten by the next run, which
+    trained on, and SIGHUP killed the chain without a checkpoint), and every round of kills must
+    end with the weights and metrics of an uninterrupted chain."""
+    zygote = _Zygote()
+    try:
+        launcher, chain = zygote.chain(tmp_path / "straight")
+        began = time.monotonic()
+        assert _ended_within(chain, 120), (tmp_path / "straight" / "chain.log").read_text()
+        length = time.monotonic() - began
+        os.killpg(launcher, signal.SIGKILL)
+        assert _done(tmp_path / "straight") == 3, (tmp_path / "straight" / "chain.log").read_text()
+        rng, kills, hangups, rounds = random.Random(34), 0, 0, 0
+        while kills < 20:  # group kills of a running chain; the hangups come on top
+            folder = tmp_path / f"round{rounds}"
+            while _done(folder) < 3:
+                launcher, chain = zygote.chain(folder)
+                time.sleep(rng.uniform(0, length))
+                done, running = _done(folder), _alive(chain)
+                hangup = running and (kills + hangups) % 4 == 3
+                if hangup:
+                    os.killpg(chain.pid, signal.SIGHUP)
+                else:
+                    os.killpg(launcher, signal.SIGKILL)
+                kills, hangups = kills + (running and not hangup), hangups + hangup
+                assert _ended_within(chain, STOP_BOUND_S), f"kill {kills}: the chain trains on"
+                os.killpg(launcher, signal.SIGKILL)
+                assert _done(folder) <= done + 1, (
+                    f"kill {kills}: runs of the chain started after the stop "
+                    f"({done} finished before it, {_done(folder)} after)")
+            for name in ("run0", "run1", "run2"):
+                _assert_same_run(folder / name, tmp_path / "straight" / name)
+            rounds += 1
+        logs = "".join(path.read_text() for path in tmp_path.glob("round*/chain.log"))
+        assert hangups and "received SIGHUP" in logs, "SIGHUP is not taken as a stop"
+        assert "Traceback" not in logs, logs[-3000:]
+    finally:
+        zygote.close()
+    assert not [process for process in zygote.started if _alive(process)]
+
+
+def _assert_same_run(resumed: Path, straight: Path) -> None:
+    a, b = (torch.load(folder / checkpoint.CHECKPOINT, weights_only=True)
+            for folder in (resumed, straight))
+    assert a["step"] == b["step"]
+    for name, tensor in b["model"].items():
+        assert torch.equal(a["model"][name], tensor), f"{resumed}: {name}"
+    rows_a, rows_b = metrics.read_metrics(resumed), metrics.read_metrics(straight)
+    for column in ("step", "loss", "eval_accuracy", "eval_loss"):
+        assert rows_a[column].to_list() == rows_b[column].to_list(), f"{resumed}: {column}"
+
+
+@pytest.mark.parametrize("ends_it", ["loader_timeout_s", "stall_timeout_s"])
+def test_a_stuck_loader_worker_becomes_an_error_naming_the_run(tmp_path: Path,
+                                                               ends_it: str) -> None:
+    """A loader worker that never hands over a batch (here one blocked opening a FIFO planted
+    among the images; after a fork while another thread held a lock, one blocked in a futex and
+    ignored SIGTERM): the trainer waited for it forever. Now the loader's timeout, or else the
+    watchdog, ends the run within its limit (the first batch also starts the fork server) with
+    a message naming it, and no worker is left behind."""
+    root = write_image_folder(tmp_path / "images", ("ant", "bee", "cat", "dog"),
+                              {"train": 4, "val": 2})
+    os.mkfifo(root / "train" / "ant" / "stuck.png")  # in 16 of 17 first batches
+    out = tmp_path / "run"
+    limits = ({"loader_timeout_s": 15, "stall_timeout_s": 120} if ends_it == "loader_timeout_s"
+              else {"loader_timeout_s": 300, "stall_timeout_s": 15})
+    values = {"model": "resnet10", "width": 0.125, "num_classes": 4, "seed": 0,
+              "data": {"kind": "imagefolder", "root": str(root), "image_size": 16,
+                       "verify_images": False},
+              "batch_size": 16, "iterations": 40, "lr": 0.01, "bn_recalibration_batches": 1,
+              "log_every": 5, "num_workers": 1, "output_dir": str(out)} | limits
+    config = tmp_path / "run.yaml"
+    config.write_text(json.dumps(values))
+    with (tmp_path / "err.txt").open("w") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kit.train", "--config", str(config)], stderr=err,
+            stdout=subprocess.DEVNULL, cwd=REPO_ROOT,
+            env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"})
+    trainer_process, below = psutil.Process(process.pid), []
+    try:
+        deadline = time.monotonic() + 120
+        while process.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(psutil.Error):
+                below += [p for p in trainer_process.children(recursive=True) if p not in below]
+            time.sleep(0.2)
+        message = (tmp_path / "err.txt").read_text()
+        assert process.poll() == 1, f"still waiting for its loader after 120 s: {message[-3000:]}"
+        assert f"error: {out}: " in message and ends_it in message, message[-3000:]
+        if ends_it == "loader_timeout_s":
+            assert "DataLoader timed out after 15 seconds at step 0" in message, message[-3000:]
+            assert "Traceback" not in message
+        else:
+            assert "made no progress for 15 s while at step 1" in message, message[-3000:]
+        _, alive = psutil.wait_procs(below, timeout=10)
+        assert not alive, _describe(alive)
+    finally:
+        for leftover in [trainer_process, *below]:
+            with contextlib.suppress(psutil.Error):
+                leftover.kill()
+
+
+def test_a_stop_sent_to_every_process_of_a_trainer_with_loader_workers_checkpoints_it(
+        tmp_path: Path) -> None:
+    """The runner's stop (and a scheduler's) signals every process of a run: the loader workers
+    died of it first, and the trainer failed on its lost workers with a traceback instead of
+    saving. The fork server and its workers now never act on the stop: the trainer checkpoints,
+    exits with status 75, and they end after it."""
+    out = tmp_path / "run"
+    values = {"model": "resnet10", "width": 0.125, "num_classes": 4, "seed": 0,
+              "data": {"kind": "synthetic", "image_size": 16, "synthetic": {
+                  "num_train": 64, "num_eval": 32, "noise": 0.1,
+                  "components": [{"weight": 1.0, "cues": ["colour"]}]}},
+              "batch_size": 16, "iterations": 20000, "lr": 0.01, "bn_recalibration_batches": 1,
+              "log_every": 5, "num_workers": 1, "output_dir": str(out)}
+    config = tmp_path / "run.yaml"
+    config.write_text(json.dumps(values))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kit.train", "--config", str(config)], stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, text=True, cwd=REPO_ROOT,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"})
+    tree = [psutil.Process(process.pid)]
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / metrics.METRICS).exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "training did not start"
+            time.sleep(0.1)
+        tree += tree[0].children(recursive=True)
+        assert len(tree) > 1, _describe(tree)  # the loader's worker(s) among them
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                member.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == processes.PREEMPTED_EXIT, err[-3000:]
+        assert f"preempted: {out}: stopped by a preemption signal" in err and "Traceback" not in err
+        _, alive = psutil.wait_procs(tree[1:], timeout=15)
+        assert not alive, _describe(alive)
+    finally:
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                member.kill()

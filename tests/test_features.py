@@ -251,6 +251,34 @@ def test_a_cache_hit_is_hashed_once_then_vouched_for_by_its_marker(
     assert json.loads((first.path / features.VERIFIED).read_text())["ok"] is True
 
 
+@pytest.mark.parametrize("damage", ["zeroed", "one value"])
+def test_a_vouched_for_entry_changed_with_its_times_put_back_is_extracted_again(
+        tmp_path: Path, images, damage: str, capsys) -> None:
+    """A marker used to vouch for sizes and modification times, which `touch -r` restores:
+    zeroed features were then trusted, and the results changed in silence."""
+    path = tiny_checkpoint(tmp_path, "a", 1)
+    kwargs = {"dataset": images, "dataset_id": "noise", "split": "test", "transform": "none",
+              "cache_dir": tmp_path / "cache", "batch_size": 16, "progress": False}
+    expected = np.array(features.extract([path], **kwargs).features)
+    entry = features.extract([path], **kwargs).path  # hashed: the marker vouches from here on
+    assert json.loads((entry / features.VERIFIED).read_text())["ok"] is True
+    stored = entry / "features.npy"
+    times = stored.stat()
+    array = np.load(stored, mmap_mode="r+")
+    if damage == "zeroed":
+        array[:] = 0
+    else:
+        array[0, 0] += 1.0
+    array.flush()
+    del array
+    os.utime(stored, ns=(times.st_atime_ns, times.st_mtime_ns))  # as `touch -r`
+    assert stored.stat().st_mtime_ns == times.st_mtime_ns
+    again = features.extract([path], **kwargs)
+    assert not again.cache_hit
+    assert f"{entry}: cached features are corrupt" in capsys.readouterr().err
+    np.testing.assert_array_equal(again.features, expected)
+
+
 def test_other_ranks_take_rank_0s_verdict_without_hashing(
         tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tiny_checkpoint(tmp_path, "a", 1)

@@ -349,3 +349,58 @@ def test_a_warm_process_ends_on_closed_input_ignores_stop_signals_and_is_not_use
     (sources / "module.py").write_text("A = 22\n")
     assert edited.run(command, processes.child_environment(command), [], tmp_path / "log") is None
     assert stale.poll() is not None and not edited.idle
+
+
+def test_a_source_edit_with_its_times_put_back_still_makes_warm_processes_stale(
+        tmp_path: Path) -> None:
+    """An edit of the same size whose modification time was put back (`touch -r`, a copy that
+    keeps times) used to leave the stamp unchanged, and a warm process ran the old code."""
+    module = tmp_path / "module.py"
+    module.write_text("A = 1\n")
+    before, times = warm.source_stamp(tmp_path), module.stat()
+    module.write_text("A = 2\n")
+    os.utime(module, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert warm.source_stamp(tmp_path) != before
+
+
+#: runs in the chain below: the hang struck the ninth run of a chain of twelve
+CHAINED_RUNS = int(os.environ.get("KIT_TEST_CHAINED_RUNS", "10"))
+
+
+def test_a_torchrun_chain_with_loader_workers_recalibrates_every_run_without_hanging(
+        tmp_path: Path) -> None:
+    """Many short runs under one torchrun of two ranks, two loader workers per loader and a
+    BatchNorm recalibration in every run: workers forked from the trainer while its other
+    threads (a progress-bar monitor, the training loader's queue feeders) held locks deadlocked
+    at a recalibration, and the other rank waited out the group timeout. The workers now start
+    from a fork server; a hang fails the launch within the watchdog's limit, which the
+    subprocess time limit below leaves room for."""
+    settings_ = LaunchSettings(backend="torchrun", nproc_per_node=2)
+    configs = [tiny(tmp_path / f"run{i}", seed=i, iterations=4, eval_every=2, num_workers=2,
+                    stall_timeout_s=120) for i in range(CHAINED_RUNS)]
+    started = time.monotonic()
+    launched = launch.launch(configs, settings_, tmp_path)
+    log = (tmp_path / "logs" / "run0.log").read_text()
+    assert not launched.failed, log[-3000:]
+    assert time.monotonic() - started < 240, "the chain took as long as a hang"
+    for config in configs:
+        assert read_metrics(Path(config.output_dir))["eval_accuracy"].drop_nulls().len() == 2
+
+
+def test_loader_workers_start_from_a_fork_server_and_no_monitor_thread_runs(
+        tmp_path: Path) -> None:
+    """What keeps a held lock out of every worker: no worker is forked from the trainer (whose
+    threads may hold locks), and tqdm starts no monitor thread."""
+    from tqdm import tqdm
+
+    from kit.data import pipeline
+
+    cfg = tiny(tmp_path / "run", num_workers=2)
+    run = pipeline.build(cfg.data, cfg.num_classes, cfg.seed, cfg.batch_size, 0, 1, 2, 1,
+                         pin_memory=False, timeout_s=cfg.loader_timeout_s)
+    for loader in (run.train, run.recalibration, run.eval):
+        assert loader.multiprocessing_context.get_start_method() == "forkserver"
+        assert loader.timeout == cfg.loader_timeout_s
+    assert tqdm.monitor_interval == 0
+    with tqdm(total=1, disable=False, file=open(os.devnull, "w")):  # noqa: SIM115
+        assert tqdm.monitor is None

@@ -144,7 +144,7 @@ time.sleep(600)
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_to_the_runner_stops_every_worker(workspace, signum) -> None:
     root = workspace["notebooks_dir"].parent
     pids_file = root / "pids.txt"

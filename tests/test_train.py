@@ -433,3 +433,35 @@ def test_launch_run_inline_trains_each_run_once(tmp_path: Path) -> None:
     assert not torch.equal(first[5]["model"]["fc.weight"], first[6]["model"]["fc.weight"])
     assert kit_main(arguments) == 0  # both finished: nothing trains
     assert kit_main(arguments[:-3] + ["--seeds", "5"]) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# The watchdog
+# ---------------------------------------------------------------------------------------------
+
+def test_the_watchdog_ends_a_rank_without_progress_naming_the_run_and_what_it_waited_in(
+        tmp_path: Path, capsys) -> None:
+    """A rank waiting for a hung peer sat out the 30-minute group timeout; the watchdog ends it
+    after stall_timeout_s, except before the first beat of a compiling run and when disabled."""
+    from kit.train import watchdog as watch
+
+    def run(enabled: bool, arm_first: bool) -> list[int]:
+        exits: list[int] = []
+        dog = watch.Watchdog(enabled=enabled, exit_process=exits.append,
+                             end_children=lambda: None)  # this process's children are pytest's
+        with dog.watching(tmp_path / "run", 1, 0.3, armed=arm_first):
+            dog.beat("at step 1 (its batch, forward and backward)", arm=arm_first)
+            time.sleep(1.0)
+            if not arm_first:  # the compiling step is over: watched from the next beat
+                assert not exits
+                dog.beat("exchanging the loss at step 1")
+                dog.fired.wait(5)
+        return exits
+
+    assert run(enabled=False, arm_first=True) == []
+    assert run(enabled=True, arm_first=True) == [watch.STALLED_EXIT]
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'run'}: rank 1 made no progress for 0 s while at "
+                          "step 1 (its batch, forward and backward) (stall_timeout_s)")
+    assert run(enabled=True, arm_first=False) == [watch.STALLED_EXIT]
+    assert "while exchanging the loss at step 1" in capsys.readouterr().err

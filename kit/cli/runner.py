@@ -22,9 +22,10 @@ unverified (kit.core.notices, kept as `<name>.notices.json`; said at once when t
 fails, as no summary follows). The kernel's own log is kept to errors (its warning that local
 TCP is unencrypted says nothing about the run).
 
-One run per output folder at a time (kit.core.locks). SIGTERM or SIGINT (what `timeout`, `kill`,
-schedulers and Ctrl-C send) stops the kernel and every process it started (training workers
-included, whatever process group they are in) and says how to resume, without a traceback.
+One run per output folder at a time (kit.core.locks). SIGTERM, SIGINT or SIGHUP (what `timeout`,
+`kill`, schedulers, Ctrl-C and a closed terminal send) stops the kernel and every process it
+started (training workers included, whatever process group they are in) and says how to resume,
+without a traceback.
 SIGKILL (which no handler sees) ends the kernel too: jupyter_client starts it in its own session
 with JPY_PARENT_PID naming the runner, and ipykernel's parent poller (ipykernel/parentpoller.py)
 exits within a second of the runner's death; the kernel's workers then get their parent-death
@@ -69,8 +70,12 @@ INTERRUPTED = "interrupted; re-run the same command to resume"
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
 
 
+#: the signals that stop a run: a kill or a scheduler, Ctrl-C, a closed terminal
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
 class Interrupted(Exception):
-    """The runner received SIGTERM or SIGINT; its workers have been stopped."""
+    """The runner received one of STOP_SIGNALS; its workers have been stopped."""
 
 
 @dataclass(frozen=True)
@@ -255,7 +260,7 @@ _stopped_by: list[int] = []
 
 
 def _stop(signum: int, frame: object) -> None:
-    for each in (signal.SIGTERM, signal.SIGINT):  # a second signal does not cut the stop short
+    for each in STOP_SIGNALS:  # a second signal does not cut the stop short
         signal.signal(each, signal.SIG_IGN)
     _stopped_by.append(signum)
     stop_workers()
@@ -282,7 +287,7 @@ def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
     _stopped_by.clear()
     try:
         with locks.hold(output_dir, f"kit run --profile {profile}"), \
-                signal_handlers((signal.SIGTERM, signal.SIGINT), _stop):
+                signal_handlers(STOP_SIGNALS, _stop):
             remove_stale_temporaries(output_dir)
             return _run_all(runs, profile, notebooks_dir)
     except locks.FolderLocked as error:

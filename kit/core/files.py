@@ -199,6 +199,18 @@ def hashed_write(path: Path) -> Iterator[IO[bytes]]:
     _write_sidecar(path, [new])
 
 
+def change_stamp(path: Path) -> tuple[int, int, int, int]:
+    """A file's size, modification time, status-change time and inode number: what every change
+    made through the file system alters. The kernel sets the status-change time (ctime) to the
+    current time on every write, truncation, rename or change of times, and nothing in user
+    space can set it back (`touch -r` and utime(2) restore only the access and modification
+    times, which copies and archives also carry over), so an unchanged stamp means a file not
+    changed since, at no more cost than a stat. Writes below the file system (a raw device, bit
+    rot) change no stamp; only a hash sees those."""
+    status = path.stat()
+    return status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino
+
+
 def file_hash(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:

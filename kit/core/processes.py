@@ -144,7 +144,9 @@ def ignoring_signals(numbers: Sequence[int], cpus: Sequence[int] = ()) -> Callab
     return prepare
 
 
-PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+#: the signals that stop a trainer or a launched step (checkpointed, "resume me"): a
+#: scheduler's notices (USR1, USR2), a plain stop (TERM) and a closed terminal (HUP)
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 

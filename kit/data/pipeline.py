@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.io import read_file
 from torchvision.transforms import v2
 
-from kit.data import batched, kinds
+from kit.data import batched, kinds, workers
 from kit.data.kinds.base import DataError, data_root, existing_folder
 from kit.data.kinds.images import CifarImages, ImageList, open_image, unreadable_images
 from kit.data.settings import DataSettings
@@ -203,9 +203,11 @@ def datasets_for(data: DataSettings, num_classes: int) -> tuple[Dataset, Dataset
 
 def build(data: DataSettings, num_classes: int, seed: int, batch_size: int, rank: int,
           world_size: int, num_workers: int, recalibration_batches: int, pin_memory: bool,
-          micro_batch: int | None = None) -> RunData:
+          micro_batch: int | None = None, timeout_s: float = 0) -> RunData:
     """Loaders for one rank of a run whose global batch is `batch_size`, each training batch
-    ordered as its micro-batches; recalibration and evaluation read micro-batches."""
+    ordered as its micro-batches; recalibration and evaluation read micro-batches. Workers
+    start from a fork server (kit.data.workers); a batch that takes longer than `timeout_s`
+    (0: no limit) raises RuntimeError in the loader."""
     train_base, eval_base = datasets_for(data, num_classes)
     local_batch = batch_size // world_size
     micro_batch = micro_batch or local_batch
@@ -230,7 +232,9 @@ def build(data: DataSettings, num_classes: int, seed: int, batch_size: int, rank
         return DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=drop_last,
                           num_workers=num_workers, pin_memory=pin_memory,
                           persistent_workers=num_workers > 0, collate_fn=collate_fn,
-                          prefetch_factor=4 if num_workers > 0 else None)
+                          prefetch_factor=4 if num_workers > 0 else None,
+                          multiprocessing_context=workers.context() if num_workers else None,
+                          timeout=timeout_s if num_workers else 0)
 
     return RunData(
         train=loader(train, order, local_batch, drop_last=True, collate_fn=collate),

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kit.core.files import change_stamp
 from kit.core.paths import REPO_ROOT, importable_environment
 from kit.core.processes import ignoring_signals, module_main
 
@@ -34,10 +35,11 @@ KIT_SOURCES = Path(__file__).parents[1]
 IDLE_IGNORED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT)
 
 
-def source_stamp(folder: Path) -> tuple[tuple[str, int, int], ...]:
+def source_stamp(folder: Path) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """Modules as they are on disk: a warm process imported the code of its stamp, so it is
-    used only while the stamp is unchanged (an edit made in JupyterLab takes effect)."""
-    return tuple((str(path.relative_to(folder)), path.stat().st_mtime_ns, path.stat().st_size)
+    used only while the stamp is unchanged (an edit made in JupyterLab takes effect, and so does
+    one whose modification time was put back: the change stamp holds the status-change time)."""
+    return tuple((str(path.relative_to(folder)), change_stamp(path))
                  for path in sorted(folder.rglob("*.py")))
 
 

@@ -36,6 +36,7 @@ from kit.core.params import ParameterError, describe_errors, read_yaml
 from kit.core.paths import REPO_ROOT
 from kit.core.processes import child_environment, dying_with_parent, signal_tree
 from kit.data import kinds, pipeline
+from kit.data import workers as worker_start
 from kit.data.settings import DataSettings
 from kit.features import load_backbone
 from kit.launch.local import module_command
@@ -108,7 +109,9 @@ def _loaders(data_config: DataSettings, num_classes: int, settings: FaithfulProb
 
     def loader(dataset: Dataset, **how: Any) -> DataLoader:
         return DataLoader(dataset, num_workers=workers, pin_memory=pin,
-                          persistent_workers=workers > 0, **how)
+                          persistent_workers=workers > 0,
+                          multiprocessing_context=worker_start.context() if workers else None,
+                          **how)
 
     local = settings.batch_size // world
     if settings.bn_batch is not None and (settings.batch_size % world or local % settings.bn_batch):

@@ -59,6 +59,13 @@ class RunSettings(Strict):
     num_workers: int = Field(default=4, ge=0)
     #: seconds a collective call (all-reduce, barrier) waits for every rank before the run fails
     group_timeout_s: int = Field(default=DEFAULT_GROUP_TIMEOUT_S, ge=60)
+    #: seconds a data loader may take for one batch (its first includes starting the workers)
+    #: before the run fails naming its folder: a stuck or dead loader worker
+    loader_timeout_s: int = Field(default=300, ge=1)
+    #: seconds a rank may go without finishing a training step, an evaluation batch or a save
+    #: before it fails naming the run and what it was waiting in; below group_timeout_s, so a
+    #: rank left waiting for a hung one fails long before the collective call would
+    stall_timeout_s: int = Field(default=600, ge=1)
     #: also log metrics.jsonl's scalars as TensorBoard events in the run folder (rank 0)
     tensorboard: bool = False
 
@@ -70,6 +77,10 @@ class RunSettings(Strict):
             raise ValueError("tensorboard: the tensorboard package is not installed; install it "
                              "with `pip install -e '.[tensorboard]'` (or `pip install "
                              "tensorboard`), or set tensorboard: false")
+        if self.stall_timeout_s >= self.group_timeout_s:
+            raise ValueError(f"stall_timeout_s: {self.stall_timeout_s} must be below "
+                             f"group_timeout_s ({self.group_timeout_s}), or a hung rank's peers "
+                             "fail in a collective call first, without saying why")
         if self.micro_batch is not None and self.batch_size % self.micro_batch:
             raise ValueError(f"micro_batch: {self.micro_batch} does not divide batch_size "
                              f"{self.batch_size}")
@@ -78,7 +89,8 @@ class RunSettings(Strict):
 
 #: settings that may change between a run and its resumption without changing what it computes
 OPERATIONAL_KEYS = frozenset({"num_workers", "log_every", "device", "compile", "output_dir",
-                              "tensorboard", "group_timeout_s"})
+                              "tensorboard", "group_timeout_s", "loader_timeout_s",
+                              "stall_timeout_s"})
 
 
 #: the most images one run may train on: 1e11 is about 29 days at 40,000 images/s, eight GPUs

@@ -11,11 +11,14 @@ exactly where it stopped, and a finished run (its DONE marker) is never trained 
 are hashed and never hold NaN or infinity (kit.train.checkpoint). Resuming drops a metrics line
 torn by a kill and the temporary files of writers that died.
 
-SIGTERM, SIGUSR1 or SIGUSR2 (a scheduler's notice before preemption or the time limit) makes
-every rank stop at the next logging step, where the ranks already exchange the window's loss,
-so the flag costs no extra synchronisation: the checkpoint is written there, every rank waits
-until rank 0 has saved it, and the process leaves the launcher's preemption marker
-(kit.core.processes.PREEMPTED_MARKER) and exits with PREEMPTED_EXIT ("resume me"). Rank 0 holds the run folder's lock (kit.core.locks)
+SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 (a scheduler's notice before preemption or the time limit,
+a kill, a closed terminal) makes every rank stop at the next logging step, where the ranks
+already exchange the window's loss, so the flag costs no extra synchronisation: the checkpoint
+is written there, every rank waits until rank 0 has saved it, and the process leaves the
+launcher's preemption marker (kit.core.processes.PREEMPTED_MARKER) and exits with
+PREEMPTED_EXIT ("resume me"). The request holds for the whole chain of runs the process trains
+in turn: one that came at a run's last logging step, or between two runs, lets that run finish
+and starts no other (kit.train.stopping). Rank 0 holds the run folder's lock (kit.core.locks)
 while it trains, so a second launch into the same folder is refused naming the holder.
 
 Distributed runs start under torchrun, or under plain `srun` (Slurm's variables are read when
@@ -23,6 +26,11 @@ torchrun's are absent), so `srun --ntasks=N python -m kit.train ...` is one job 
 
 The step loop never waits for the device except every `log_every` steps, where the loss
 accumulated on the device is read, checked for NaN/inf and logged to `metrics.jsonl`.
+
+Nothing hangs in silence: loader workers start from a fork server (kit.data.workers), a loader
+that gives no batch for `loader_timeout_s` stops the run naming it (LoaderError), and under the
+command line a rank that makes no progress for `stall_timeout_s` ends its process long before
+the group timeout (kit.train.watchdog).
 """
 
 from __future__ import annotations
@@ -31,9 +39,7 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -53,9 +59,7 @@ from kit.core.paths import resolve
 from kit.core.processes import (
     DONE,
     PREEMPTED_EXIT,
-    PREEMPTION_SIGNALS,
     mark_preempted,
-    signal_handlers,
 )
 from kit.data import pipeline as kit_data
 from kit.data.kinds.base import DataError
@@ -79,13 +83,16 @@ from kit.train.metrics import (
 )
 from kit.train.settings import TrainSettings, load_train_settings
 from kit.train.step import Trainer
+from kit.train.stopping import LoaderError, Preempted, StopFlag, loader_failures
+from kit.train.watchdog import Watchdog
+
+#: no progress-bar monitor thread: a thread holding a lock while a process forks leaves that lock
+#: held forever in the child (loader workers start from a fork server, kit.data.workers, but other
+#: libraries may still fork)
+tqdm.monitor_interval = 0
 
 #: one provenance record per start of the run (kit.core.provenance)
 PROVENANCE = "provenance.jsonl"
-
-
-class Preempted(RuntimeError):
-    """A preemption signal stopped the run after its checkpoint was written; run it again."""
 
 
 def placement(out: Path, process: Process) -> str:
@@ -93,28 +100,6 @@ def placement(out: Path, process: Process) -> str:
     return (f"{out.name}: rank {process.rank}/{process.world_size} on {process.device}, "
             f"cpus {sorted(os.sched_getaffinity(0))}, {torch.get_num_threads()} threads, "
             f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
-
-
-class StopFlag:
-    """Set by a preemption signal; the step loop reads it at its next logging step."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[StopFlag]:
-        """Catch the preemption signals for the block (main thread only: elsewhere Python
-        cannot install handlers, and the caller keeps its own)."""
-        if threading.current_thread() is not threading.main_thread():
-            yield self
-            return
-        with signal_handlers(PREEMPTION_SIGNALS, self._request):
-            yield self
-
-    def _request(self, number: int, _frame: object) -> None:
-        self.requested = True
-        print(f"received {signal.Signals(number).name}: checkpointing at the next logging step",
-              file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -142,26 +127,37 @@ def train(cfg: TrainSettings) -> Path:
     return train_in_turn([cfg])[0]
 
 
-def train_in_turn(configs: list[TrainSettings]) -> list[Path]:
+def train_in_turn(configs: list[TrainSettings], watch: bool = False) -> list[Path]:
     """Train runs one after another in this process, each exactly as it would train alone (its
     own seeds, folder, lock and checkpoints); every configuration is validated before the first
     starts. Under torchrun or srun the ranks join one process group for all the runs: starting
     Python and importing torch costs seconds per launch, and a group started once never meets a
-    previous group's rendezvous. Returns the runs' output folders."""
+    previous group's rendezvous. With `watch` (the command line's trainers), a rank that makes no
+    progress for stall_timeout_s ends its process (kit.train.watchdog). Returns the runs' output
+    folders."""
     devices = {cfg.device for cfg in configs}
     if len(devices) > 1:
         raise ParameterError(f"device: runs trained in turn share one process and its device, "
                              f"but these ask for {', '.join(sorted(devices))}")
-    process = start_process(configs[0].device, max(cfg.group_timeout_s for cfg in configs))
-    try:
-        return [_train_on(cfg, process) for cfg in configs]
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    with StopFlag().installed() as stop:  # before the group starts: a stop then is kept too
+        process = start_process(configs[0].device, max(cfg.group_timeout_s for cfg in configs))
+        try:
+            watchdog = Watchdog(enabled=watch)
+            return [_train_on(cfg, process, stop, configs[:index], watchdog)
+                    for index, cfg in enumerate(configs)]
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
 
-def _train_on(cfg: TrainSettings, process: Process) -> Path:
-    """One run on this rank, after the machine checks that run's settings call for."""
+def _train_on(cfg: TrainSettings, process: Process, stop: StopFlag,
+              before: list[TrainSettings], watchdog: Watchdog) -> Path:
+    """One run on this rank, after the machine checks that run's settings call for; none when
+    a stop was asked for earlier in the chain (`before`: the runs trained before it)."""
+    if stop.anywhere(process):
+        after = f"after {resolve(before[-1].output_dir)} " if before else ""
+        raise Preempted(f"stopped by a preemption signal {after}before "
+                        f"{resolve(cfg.output_dir)} started; run it again to resume")
     if cfg.compile and (missing := machine.compiler_problems()):
         raise machine.MachineError("\n".join(missing))
     shared = machine.loader_shared_memory(
@@ -173,8 +169,8 @@ def _train_on(cfg: TrainSettings, process: Process) -> Path:
     if unwritable:  # before the lock file is made there
         raise ParameterError("; ".join(unwritable))
     with holding_run_folder(resolve(cfg.output_dir), process), \
-            StopFlag().installed() as stop, contextlib.ExitStack() as closing:
-        return _train(cfg, process, stop, closing)
+            contextlib.ExitStack() as closing:
+        return _train(cfg, process, stop, closing, watchdog)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,6 +213,7 @@ class _Run:
     last_saved: int | None
     progress: tqdm
     log_scalars: Callable[[dict[str, Any]], None]
+    watchdog: Watchdog = field(default_factory=lambda: Watchdog(enabled=False))
 
     def train_steps(self, stop: StopFlag) -> None:
         """Step to the last iteration; every logging step, log the window's loss, evaluate and
@@ -224,6 +221,8 @@ class _Run:
         batches = self.batches()
         window = _Window()
         while self.at.step < self.cfg.iterations:
+            self.watchdog.beat(f"at step {self.at.step + 1} (its batch, forward and backward)",
+                               arm=not self.cfg.compile or window.steps > 0)
             self.trainer.step(*next(batches))
             self.at.step, self.at.batch_in_epoch = self.at.step + 1, self.at.batch_in_epoch + 1
             window.steps += 1
@@ -231,7 +230,8 @@ class _Run:
             evaluate = final or _every(self.at.step, self.cfg.eval_every)
             save = final or _every(self.at.step, self.cfg.checkpoint_every)
             if evaluate or save or self.at.step % self.cfg.log_every == 0:
-                self.logging_step(window, evaluate, save, final, stop.requested)
+                if self.logging_step(window, evaluate, save, final, stop.requested):
+                    stop.requested = True  # asked on another rank: this one's chain stops too
                 window = _Window()
 
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -242,9 +242,11 @@ class _Run:
             self.at.epoch, self.at.batch_in_epoch = self.at.epoch + 1, 0
 
     def logging_step(self, window: _Window, evaluate: bool, save: bool, final: bool,
-                     stop_requested: bool) -> None:
+                     stop_requested: bool) -> bool:
         """Log the window's mean loss (refusing a non-finite one), evaluate and save at x where
-        due; a preemption signal on any rank saves here and stops the run."""
+        due; a preemption signal on any rank saves here and stops the run (at the last step,
+        the run finishes and the chain stops after it). Whether any rank was asked to stop."""
+        self.watchdog.beat(f"exchanging the loss at step {self.at.step}")
         loss, bad_step, preempted = self.trainer.take_window(window.steps, stop_requested)
         kept = kept_message(self.out / CHECKPOINT, self.last_saved)
         # an uninterrupted run passes through x only where it evaluates or saves
@@ -257,21 +259,26 @@ class _Run:
         record = self.record(loss, window)
         # the metrics row goes first: a run killed before its checkpoint replaces it drops the
         # row on resumption and logs it again
-        with (self.trainer.evaluation_point(self.data.recalibration) if evaluate or save
+        recalibration = self.watchdog.beating(
+            self.data.recalibration, f"recalibrating BatchNorm at step {self.at.step}")
+        with (self.trainer.evaluation_point(recalibration) if evaluate or save
               else contextlib.nullcontext()):
             if evaluate:
                 record["eval_accuracy"], record["eval_loss"] = self.trainer.evaluate(
-                    self.data.eval)
+                    self.watchdog.beating(self.data.eval, f"evaluating at step {self.at.step}"))
             if self.process.main:
                 self.log(record)
             if save:
+                self.watchdog.beat(f"saving the checkpoint of step {self.at.step}")
                 self.save(at_y, kept)
         self.last_saved = self.at.step if save else self.last_saved
         if preempted and not final:
             self.progress.close()
+            self.watchdog.beat(f"waiting for rank 0's checkpoint of step {self.at.step}")
             barrier()  # no rank exits (and srun kills no rank) before rank 0 has saved
             raise Preempted(f"{self.out}: stopped by a preemption signal at step {self.at.step} "
                             f"after writing {self.out / CHECKPOINT}; run it again to resume")
+        return preempted
 
     def record(self, loss: float, window: _Window) -> dict[str, Any]:
         """The metrics row of this logging step, before evaluation."""
@@ -303,14 +310,15 @@ class _Run:
         """After the last step: replicas checked identical, the DONE marker written."""
         self.progress.close()
         if self.process.world_size > 1:
+            self.watchdog.beat("comparing the replicas after the last step")
             self.trainer.check_replicas_identical()
         if self.process.main:
             done = {"step": self.at.step, "ranks": self.process.world_size}
             files.write_text(self.out / DONE, json.dumps(done) + "\n")
 
 
-def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contextlib.ExitStack
-           ) -> Path:
+def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contextlib.ExitStack,
+           watchdog: Watchdog | None = None) -> Path:
     """Train one run on this rank, from its checkpoint when it has one."""
     out = resolve(cfg.output_dir)
     if _finished(cfg, out, process):
@@ -318,8 +326,12 @@ def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contex
     _check_batch_split(cfg, process)
     print(placement(out, process), flush=True)
     run = _start_run(cfg, process, out, closing)
-    run.train_steps(stop)
-    run.finish()
+    run.watchdog = watchdog or run.watchdog
+    # a first step that compiles takes minutes: watched from the beat after it
+    with run.watchdog.watching(out, process.rank, cfg.stall_timeout_s, armed=not cfg.compile), \
+            loader_failures(out, lambda: run.at.step, cfg.loader_timeout_s):
+        run.train_steps(stop)
+        run.finish()
     return out
 
 
@@ -352,7 +364,7 @@ def _start_run(cfg: TrainSettings, process: Process, out: Path, closing: context
     run_data = kit_data.build(
         cfg.data, cfg.num_classes, cfg.seed, cfg.batch_size, process.rank, process.world_size,
         cfg.num_workers, cfg.bn_recalibration_batches, pin_memory=process.device.type == "cuda",
-        micro_batch=cfg.micro_batch)
+        micro_batch=cfg.micro_batch, timeout_s=cfg.loader_timeout_s)
     trainer = Trainer(cfg, process)
     at = _resume(trainer, out / CHECKPOINT)
     if process.main:
@@ -400,13 +412,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="override a setting, dotted for sections (data.image_size=32)")
     args = parser.parse_args(argv)
     return exit_code(lambda: train_in_turn([load_train_settings(path, args.overrides)
-                                            for path in args.config]))
+                                            for path in args.config], watch=True))
 
 
 def exit_code(action: Callable[[], object]) -> int:
     """Run a command-line action: 0 on success, 2 for bad input or a run folder held by another
-    process, 1 for a diverged run or a full disk, PREEMPTED_EXIT for a run to resume; the message
-    (which names the file, key, step or holder) goes to stderr without a traceback."""
+    process, 1 for a diverged run, a full disk or a stuck loader, PREEMPTED_EXIT for a run to
+    resume; the message (which names the file, key, step or holder) goes to stderr without a
+    traceback."""
     try:
         action()
     except (ParameterError, DataError, models.CheckpointError,
@@ -417,7 +430,7 @@ def exit_code(action: Callable[[], object]) -> int:
         print(f"preempted: {error}", file=sys.stderr)
         mark_preempted()
         return PREEMPTED_EXIT
-    except (NonFiniteLossError, files.DiskFullError) as error:
+    except (NonFiniteLossError, files.DiskFullError, LoaderError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kit.core.files import change_stamp
 from kit.data.kinds.base import (
     DataError,
     DatasetKind,
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 
 @functools.lru_cache(maxsize=4)
-def _read_index(index_file: Path, _size: int, _mtime_ns: int
+def _read_index(index_file: Path, _stamp: tuple[int, ...]
                 ) -> tuple[list[tuple[str, int]], list[int]]:
     try:
         index = json.loads(index_file.read_text())
@@ -43,8 +44,7 @@ def read_index(index_file: Path) -> tuple[list[tuple[str, int]], list[int]]:
     """An iNat18 index file's (image path relative to the root, label) pairs and category ids;
     DataError naming the file when it is not a COCO-style index or annotates no image. Parsed
     once per process while the file is unchanged (the training index is about 200 MB)."""
-    status = index_file.stat()
-    return _read_index(index_file, status.st_size, status.st_mtime_ns)
+    return _read_index(index_file, change_stamp(index_file))
 
 
 def inat18(root: Path, split: str) -> ImageList:
