@@ -79,21 +79,87 @@ def resized_crops(images: list[torch.Tensor], draws: torch.Tensor, size: int) ->
     return out.round_().clamp_(0, 255).to(torch.uint8)
 
 
+def gpu_decodable(data: torch.Tensor) -> bool:
+    """Whether the device's decoder takes these file bytes: a baseline or extended sequential
+    (Huffman) JPEG of three components. torchvision's CUDA decode (nvJPEG) is only checked on
+    such files upstream; its hardware decoder on A100/H100 takes baseline files only and other
+    kinds fall back to a slower hybrid path, and it has no CMYK conversion. Greyscale (one
+    component), CMYK or YCCK (four), progressive, lossless and arithmetic-coded JPEGs are
+    decoded to RGB by the loader worker instead (libjpeg-turbo), as is anything that is not a
+    JPEG."""
+    frame = jpeg_frame(data.numpy())
+    return frame is not None and frame[0] in SEQUENTIAL and frame[1] == 3
+
+
+#: start-of-frame markers of Huffman-coded sequential JPEGs: baseline and extended
+SEQUENTIAL = (0xC0, 0xC1)
+#: markers that carry no length (restart markers, TEM)
+_STANDALONE = {0x01, *range(0xD0, 0xD8)}
+
+
+def jpeg_frame(data) -> tuple[int, int] | None:
+    """A JPEG's (start-of-frame marker, number of components), read from its header; None when
+    the bytes are not a JPEG or end before a frame header."""
+    if len(data) < 4 or bytes(data[:2]) != JPEG_MAGIC:
+        return None
+    position = 2
+    while position + 4 <= len(data):
+        if data[position] != 0xFF:
+            return None
+        marker = int(data[position + 1])
+        if marker == 0xFF:  # fill byte
+            position += 1
+            continue
+        if marker in _STANDALONE:
+            position += 2
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return (marker, int(data[position + 9])) if position + 10 <= len(data) else None
+        if marker in (0xD9, 0xDA):  # end of image, or scan data before any frame
+            return None
+        position += 2 + (int(data[position + 2]) << 8 | int(data[position + 3]))
+    return None
+
+
 @dataclass
 class EncodedBatch:
-    """What a loader worker hands over with `data.decode: gpu`: each file's bytes (a 1-D uint8
-    tensor), or the decoded image [3, H, W] where the file is not a JPEG, and the draws."""
+    """What a loader worker hands over with `data.decode: gpu`: every item's bytes end to end in
+    one flat uint8 tensor, so a batch crosses from the worker with a constant number of shared
+    memory file descriptors (one per tensor: a tensor per image would hold one per image, and
+    thousands across workers x prefetch). An item is a JPEG's file bytes (shape row all zero) or
+    an image the worker decoded [3, H, W] (shape row (3, H, W))."""
 
-    items: list[torch.Tensor]
+    data: torch.Tensor
+    #: [B + 1] int64: item i is data[offsets[i]:offsets[i + 1]]
+    offsets: torch.Tensor
+    #: [B, 3] int64: the shape of a decoded item, zeros for file bytes
+    shapes: torch.Tensor
     draws: torch.Tensor
     size: int
 
+    @classmethod
+    def pack(cls, items: list[torch.Tensor], draws: torch.Tensor, size: int) -> EncodedBatch:
+        """Items (1-D file bytes or uint8 images [3, H, W]) packed into one tensor."""
+        lengths = torch.tensor([0] + [item.numel() for item in items], dtype=torch.int64)
+        shapes = torch.tensor([list(item.shape) if item.dim() == 3 else [0, 0, 0]
+                               for item in items], dtype=torch.int64).view(-1, 3)
+        data = torch.cat([item.reshape(-1) for item in items]) if items else torch.empty(
+            0, dtype=torch.uint8)
+        return cls(data, lengths.cumsum(0), shapes, draws, size)
+
+    def items(self) -> list[torch.Tensor]:
+        """The items unpacked: views of `data`, file bytes 1-D, decoded images [3, H, W]."""
+        bounds, shapes = self.offsets.tolist(), self.shapes.tolist()
+        return [self.data[start:end] if shape[0] == 0 else self.data[start:end].view(shape)
+                for start, end, shape in zip(bounds[:-1], bounds[1:], shapes, strict=True)]
+
     def on(self, device: torch.device) -> torch.Tensor:
         """The batch decoded on `device` and augmented there: uint8 [B, 3, size, size]."""
-        jpegs = [index for index, item in enumerate(self.items) if item.dim() == 1]
-        images = [item.to(device) for item in self.items]
+        items = self.items()
+        jpegs = [index for index, item in enumerate(items) if item.dim() == 1]
+        images = [item.to(device) for item in items]
         if jpegs:
-            decoded = decode_jpeg([self.items[index] for index in jpegs],
+            decoded = decode_jpeg([items[index] for index in jpegs],
                                   mode=ImageReadMode.RGB, device=device)
             for index, image in zip(jpegs, decoded, strict=True):
                 images[index] = image
@@ -102,6 +168,6 @@ class EncodedBatch:
 
 def collate(samples: list[tuple[torch.Tensor, torch.Tensor, int]], size: int
             ) -> tuple[EncodedBatch, torch.Tensor]:
-    """(items, draws, label) samples as one EncodedBatch and a label tensor."""
+    """(item, draws, label) samples as one packed EncodedBatch and a label tensor."""
     items, draws, labels = zip(*samples, strict=True)
-    return EncodedBatch(list(items), torch.stack(draws), size), torch.tensor(labels)
+    return EncodedBatch.pack(list(items), torch.stack(draws), size), torch.tensor(labels)
