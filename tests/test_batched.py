@@ -4,6 +4,7 @@ the per-image transform, and the training loader path end to end."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -216,3 +217,58 @@ def test_jpegs_the_device_does_not_take_are_decoded_to_rgb_by_the_worker(
 def test_a_file_too_short_for_a_frame_header_is_not_sent_to_the_device() -> None:
     assert batched.jpeg_frame(np.frombuffer(b"\xff\xd8\xff\xe0\x00\x10JFIF", np.uint8)) is None
     assert not batched.gpu_decodable(torch.tensor([0x89, 0x50, 0x4E, 0x47], dtype=torch.uint8))
+
+
+def test_the_device_decoder_starts_after_the_current_stream_drains(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # torchvision's CUDA decoder writes, from a stream of its own, blocks the caching allocator
+    # hands out while kernels queued on the current stream may still read them
+    calls: list[str] = []
+
+    class Stream:
+        def synchronize(self) -> None:
+            calls.append("synchronize")
+
+    def decode(encoded: list[torch.Tensor], mode: ImageReadMode, device: torch.device
+               ) -> list[torch.Tensor]:
+        calls.append(f"decode on {device}")
+        return [torch.zeros(3, 2, 2, dtype=torch.uint8) for _ in encoded]
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(batched, "decode_jpeg", decode)
+    batched.decoded_jpegs([torch.zeros(4, dtype=torch.uint8)], torch.device("cuda", 0))
+    assert calls == ["synchronize", "decode on cuda:0"]
+    calls.clear()
+    batched.decoded_jpegs([torch.zeros(4, dtype=torch.uint8)], torch.device("cpu"))
+    assert calls == ["decode on cpu"]
+
+
+def test_prepared_batches_are_held_for_the_compute_stream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # made on the side stream, used on the compute stream: the compute stream waits for the
+    # side one, and each tensor is recorded on it so its memory is not reused too early
+    log: list[str] = []
+
+    class Stream:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def wait_stream(self, other: Stream) -> None:
+            log.append(f"{self.name} waits for {other.name}")
+
+    class Tensor:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def record_stream(self, stream: Stream) -> None:
+            log.append(f"{self.name} recorded on {stream.name}")
+
+    compute = Stream("compute")
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: Stream("side"))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: compute)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    batches = DeviceBatches([(Tensor("images"), Tensor("labels"))], torch.device("cuda", 0))
+    monkeypatch.setattr(batches, "_prepare", lambda batch: batch)
+    assert len(list(batches)) == 1
+    assert log == ["compute waits for side", "images recorded on compute",
+                   "labels recorded on compute"]

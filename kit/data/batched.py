@@ -159,11 +159,24 @@ class EncodedBatch:
         jpegs = [index for index, item in enumerate(items) if item.dim() == 1]
         images = [item.to(device) for item in items]
         if jpegs:
-            decoded = decode_jpeg([items[index] for index in jpegs],
-                                  mode=ImageReadMode.RGB, device=device)
+            decoded = decoded_jpegs([items[index] for index in jpegs], device)
             for index, image in zip(jpegs, decoded, strict=True):
                 images[index] = image
         return resized_crops(images, self.draws.to(device), self.size)
+
+
+def decoded_jpegs(encoded: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """JPEG file bytes decoded to RGB on `device`. On CUDA the current stream is drained first:
+    torchvision allocates the decoder's outputs on the current stream, and nvJPEG writes them
+    from a stream of its own (its hardware engine even ahead of work queued there) that does not
+    wait for the current one, while the caching allocator hands out a block as soon as it is
+    freed on that stream. Kernels still queued there could then read a block the decoder has
+    overwritten (reproduced on an H100 upstream, torchvision pull request 9606). Blocks freed on
+    other streams are safe: the allocator keeps them per stream, and tensors used on another
+    stream are held by record_stream (kit.data.prefetch)."""
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+    return decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
 
 
 def collate(samples: list[tuple[torch.Tensor, torch.Tensor, int]], size: int
