@@ -433,3 +433,10 @@ def test_launch_run_inline_trains_each_run_once(tmp_path: Path) -> None:
     assert not torch.equal(first[5]["model"]["fc.weight"], first[6]["model"]["fc.weight"])
     assert kit_main(arguments) == 0  # both finished: nothing trains
     assert kit_main(arguments[:-3] + ["--seeds", "5"]) == 2
+
+
+def test_the_trainer_refuses_no_bn_recalibration_on_several_ranks(tmp_path: Path) -> None:
+    cfg = TrainSettings(**settings(tmp_path / "out", bn_recalibration_batches=0))
+    process = distributed.Process(rank=0, world_size=2, device=torch.device("cpu"))
+    with pytest.raises(ParameterError, match="^bn_recalibration_batches: 0 with 2 ranks"):
+        train._train(cfg, process, None, contextlib.ExitStack())

@@ -77,7 +77,7 @@ from kit.train.metrics import (
     keep_metrics_until,
     tensorboard_scalars,
 )
-from kit.train.settings import TrainSettings, load_train_settings
+from kit.train.settings import TrainSettings, load_train_settings, replica_problem
 from kit.train.step import Trainer
 
 #: one provenance record per start of the run (kit.core.provenance)
@@ -316,6 +316,8 @@ def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contex
     if _finished(cfg, out, process):
         return out
     _check_batch_split(cfg, process)
+    if problem := replica_problem(cfg.bn_recalibration_batches, process.world_size):
+        raise ParameterError(problem)
     print(placement(out, process), flush=True)
     run = _start_run(cfg, process, out, closing)
     run.train_steps(stop)

@@ -26,6 +26,7 @@ from kit.data.settings import DataSettings
 from kit.experiments.timecat.planning import plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.train.rates import EXPECTED_TRAIN_RATES
+from kit.train.settings import replica_problem
 
 #: ResNet-50 training images per second per GPU at 224 px, bf16 (kit.train.rates), by --gpu name
 TRAIN_RATES = {name.lower(): rate for name, (rate, _) in EXPECTED_TRAIN_RATES.items()}
@@ -169,6 +170,16 @@ def describe(estimates: list[StepEstimate], gpu: str | None) -> str:
         lines.append(f"  {row.step:<8}{row.images:>16,}{hours:>12}"
                      f"{row.disk_bytes / 1e9:>9.1f} GB")
     return "\n".join(lines)
+
+
+def replica_problems(params: TimecatSettings) -> list[str]:
+    """Settings the plan's trainings cannot finish with on the launch's ranks (`kit check`):
+    `train.bn_recalibration_batches: 0` on more than one process."""
+    train, launch = params.train, params.launch
+    if train is None or not plan(params).trainings:
+        return []
+    problem = replica_problem(train.bn_recalibration_batches, launch.nproc_per_node * launch.nodes)
+    return [f"train.{problem}"] if problem else []
 
 
 def machine_problems(params: TimecatSettings) -> list[str]:
