@@ -135,8 +135,9 @@ def _extraction(params: TimecatSettings, gpu: str | None) -> StepEstimate:
 
 
 def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
-    """The faithful probe reads images every epoch through the frozen backbones; the fast
-    probe reads cached features (minutes, not estimated)."""
+    """The faithful probe reads images every epoch through the frozen backbones, each probe on
+    its target's processes (`faithful.setups`); the fast probe reads cached features (minutes,
+    not estimated)."""
     if params.probe_kind != "faithful" or params.faithful is None:
         return StepEstimate("probe", 0, None if gpu is None else 0.0, 0)
     _, cost, representations = _representations(params)
@@ -145,8 +146,9 @@ def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
     for task in params.tasks:
         data, (rows, _) = params.task_data(task)[0], task_rows(params)[task.name]
         for n, _width in representations:
+            own = faithful.for_probe(kinds.get(data.kind).probe_grid, n > 1)
             images += faithful.epochs * rows * n
-            rate = _rate(gpu, faithful.processes, cost * n, faithful.workers, data, False)
+            rate = _rate(gpu, own.processes, cost * n, faithful.workers, data, False)
             hours = None if rate is None else hours + _hours(faithful.epochs * rows, rate)
     return StepEstimate("probe", images, hours, 0)
 
