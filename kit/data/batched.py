@@ -9,6 +9,11 @@ batch. The same functions run on CPU tensors, which is how the tests check them.
 follows torchvision's RandomResizedCrop: up to ten tries of an area share in [0.08, 1] and a
 log-uniform aspect ratio in [3/4, 4/3] that fit the image, else the central crop of the nearest
 allowed ratio.
+
+A worker packs its batch into one flat tensor (`EncodedBatch`), so that the batch crosses to the
+main process with a few shared-memory file descriptors whatever its size; only baseline
+three-component JPEGs go to the device's decoder, the others are decoded to RGB in the worker
+(`gpu_decodable`); on CUDA the decoder starts after its stream has drained (`decoded_jpegs`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torchvision.io import ImageReadMode, decode_jpeg
@@ -97,7 +103,7 @@ SEQUENTIAL = (0xC0, 0xC1)
 _STANDALONE = {0x01, *range(0xD0, 0xD8)}
 
 
-def jpeg_frame(data) -> tuple[int, int] | None:
+def jpeg_frame(data: np.ndarray) -> tuple[int, int] | None:
     """A JPEG's (start-of-frame marker, number of components), read from its header; None when
     the bytes are not a JPEG or end before a frame header."""
     if len(data) < 4 or bytes(data[:2]) != JPEG_MAGIC:
@@ -157,7 +163,7 @@ class EncodedBatch:
         """The batch decoded on `device` and augmented there: uint8 [B, 3, size, size]."""
         items = self.items()
         jpegs = [index for index, item in enumerate(items) if item.dim() == 1]
-        images = [item.to(device) for item in items]
+        images = [item.to(device) if item.dim() == 3 else item for item in items]  # not bytes
         if jpegs:
             decoded = decoded_jpegs([items[index] for index in jpegs], device)
             for index, image in zip(jpegs, decoded, strict=True):
