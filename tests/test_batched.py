@@ -4,6 +4,8 @@ the per-image transform, and the training loader path end to end."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
@@ -13,11 +15,13 @@ import torch
 from PIL import Image
 from pydantic import ValidationError
 from scipy import stats
+from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
 from kit.data import batched
 from kit.data import pipeline as data
+from kit.data.kinds.images import ImageList
 from kit.data.prefetch import DeviceBatches
 from kit.data.settings import DataSettings
 
@@ -133,3 +137,140 @@ def test_gpu_decode_is_refused_where_it_cannot_apply() -> None:
     with pytest.raises(ValidationError, match="decode: gpu"):
         DataSettings(kind="imagefolder", root="/data", image_size=224, augment="crop_flip",
                      decode="gpu")
+
+
+@pytest.fixture()
+def many_jpegs(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(5)
+    for split, count in (("train", 48), ("val", 1)):
+        for label in ("ant", "bee"):
+            folder = tmp_path / split / label
+            folder.mkdir(parents=True)
+            for i in range(count):
+                Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(
+                    folder / f"{label}{i}.JPEG", format="JPEG")
+    return tmp_path
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts /proc/self/fd")
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 12 workers on fewer cores
+def test_a_batch_crosses_from_a_worker_with_a_constant_number_of_descriptors(
+        many_jpegs: Path) -> None:
+    # each tensor a worker sends is shared by a file descriptor that stays open in this process
+    # while the tensor lives; one tensor per JPEG held thousands open (workers x prefetch x
+    # batch) and ended in "Too many open files". Twelve workers, as the paper profile's loaders
+    # use, each with its prefetch of 4
+    settings = DataSettings(kind="imagefolder", root=str(many_jpegs), image_size=64,
+                            decode="gpu")
+    run = data.build(settings, 2, seed=0, batch_size=16, rank=0, world_size=1, num_workers=12,
+                     recalibration_batches=1, pin_memory=False)
+    run.order.set_position(0, 0)
+    batches = iter(run.train)
+    held = [next(batches)]  # the workers have started
+    before = _open_descriptors()
+    held += [next(batches) for _ in range(5)]
+    grown = _open_descriptors() - before
+    assert grown <= 5 * 6, f"{grown} descriptors for 5 batches of 16 images"
+    first = held[0][0]
+    assert len(first.items()) == 16 and all(item.dim() == 1 for item in first.items())
+    del batches
+
+
+def test_a_packed_batch_unpacks_to_its_items() -> None:
+    items = [torch.arange(5, dtype=torch.uint8),
+             torch.arange(3 * 2 * 4, dtype=torch.uint8).view(3, 2, 4),
+             torch.tensor([7], dtype=torch.uint8)]
+    packed = batched.EncodedBatch.pack(items, torch.zeros(3, batched.DRAWS), 8)
+    assert packed.data.dim() == 1 and packed.offsets.tolist() == [0, 5, 29, 30]
+    assert all(torch.equal(a, b) for a, b in zip(packed.items(), items, strict=True))
+
+
+def _save(path: Path, mode: str, **options: object) -> Path:
+    rng = np.random.default_rng(6)
+    pixels = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    Image.fromarray(pixels).convert(mode).save(path, format="JPEG", quality=95, **options)
+    return path
+
+
+@pytest.mark.parametrize(("mode", "options", "on_device"), [
+    ("RGB", {}, True), ("L", {}, False), ("CMYK", {}, False),
+    ("RGB", {"progressive": True}, False)], ids=["baseline", "greyscale", "cmyk", "progressive"])
+def test_jpegs_the_device_does_not_take_are_decoded_to_rgb_by_the_worker(
+        tmp_path: Path, mode: str, options: dict, on_device: bool) -> None:
+    path = _save(tmp_path / "x.JPEG", mode, **options)
+    bytes_ = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+    assert batched.gpu_decodable(bytes_) is on_device
+    base = ImageList([(str(path), 0)], ["x"])
+    item, _, _ = data.EncodedSamples(base, seed=0)[(0, 0)]
+    assert item.dim() == (1 if on_device else 3)
+    image = batched.EncodedBatch.pack([item], torch.zeros(1, batched.DRAWS), 8).items()[0]
+    if on_device:
+        image = decode_jpeg(image, mode=ImageReadMode.RGB)
+    with Image.open(path) as opened:
+        expected = torch.from_numpy(np.array(opened.convert("RGB"))).permute(2, 0, 1)
+    assert image.shape == expected.shape == (3, 48, 64)
+    assert (image.float() - expected.float()).abs().mean() < 3  # decoders round differently
+
+
+def test_a_file_too_short_for_a_frame_header_is_not_sent_to_the_device() -> None:
+    assert batched.jpeg_frame(np.frombuffer(b"\xff\xd8\xff\xe0\x00\x10JFIF", np.uint8)) is None
+    assert not batched.gpu_decodable(torch.tensor([0x89, 0x50, 0x4E, 0x47], dtype=torch.uint8))
+
+
+def test_the_device_decoder_starts_after_the_current_stream_drains(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # torchvision's CUDA decoder writes, from a stream of its own, blocks the caching allocator
+    # hands out while kernels queued on the current stream may still read them
+    calls: list[str] = []
+
+    class Stream:
+        def synchronize(self) -> None:
+            calls.append("synchronize")
+
+    def decode(encoded: list[torch.Tensor], mode: ImageReadMode, device: torch.device
+               ) -> list[torch.Tensor]:
+        calls.append(f"decode on {device}")
+        return [torch.zeros(3, 2, 2, dtype=torch.uint8) for _ in encoded]
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(batched, "decode_jpeg", decode)
+    batched.decoded_jpegs([torch.zeros(4, dtype=torch.uint8)], torch.device("cuda", 0))
+    assert calls == ["synchronize", "decode on cuda:0"]
+    calls.clear()
+    batched.decoded_jpegs([torch.zeros(4, dtype=torch.uint8)], torch.device("cpu"))
+    assert calls == ["decode on cpu"]
+
+
+def test_prepared_batches_are_held_for_the_compute_stream(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # made on the side stream, used on the compute stream: the compute stream waits for the
+    # side one, and each tensor is recorded on it so its memory is not reused too early
+    log: list[str] = []
+
+    class Stream:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def wait_stream(self, other: Stream) -> None:
+            log.append(f"{self.name} waits for {other.name}")
+
+    class Tensor:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def record_stream(self, stream: Stream) -> None:
+            log.append(f"{self.name} recorded on {stream.name}")
+
+    compute = Stream("compute")
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: Stream("side"))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: compute)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    batches = DeviceBatches([(Tensor("images"), Tensor("labels"))], torch.device("cuda", 0))
+    monkeypatch.setattr(batches, "_prepare", lambda batch: batch)
+    assert len(list(batches)) == 1
+    assert log == ["compute waits for side", "images recorded on compute",
+                   "labels recorded on compute"]

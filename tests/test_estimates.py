@@ -110,3 +110,18 @@ def test_kit_check_names_a_full_disk_and_a_missing_gpu(tmp_path: Path,
 def test_kit_check_passes_the_ci_profile_on_this_machine(capsys: pytest.CaptureFixture) -> None:
     assert kit_main(["check", "03", "--profile", "ci"]) == 0
     assert "valid for profile ci" in capsys.readouterr().out
+
+
+def test_kit_check_refuses_no_bn_recalibration_on_several_ranks(
+        capsys: pytest.CaptureFixture) -> None:
+    # each rank would keep its own BatchNorm statistics; the bit-exact replica check at the end
+    # would fail at every finish and resume, and the run never finish
+    assert kit_main(["check", "03", "--profile", "ci", "--set",
+                     "train.bn_recalibration_batches=0", "--set",
+                     "launch.nproc_per_node=2"]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert [line for line in errors if "bn_recalibration_batches" in line] == [
+        "error: train.bn_recalibration_batches: 0 with 2 ranks never finishes (each rank keeps "
+        "its own BatchNorm statistics); set it to 1 or more, or train on one process"]
+    assert kit_main(["check", "03", "--profile", "ci", "--set",
+                     "train.bn_recalibration_batches=0"]) == 0  # one process: its own statistics

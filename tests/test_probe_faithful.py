@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 import torch
 import yaml
+from pydantic import ValidationError
 from test_features import tiny_checkpoint
 
 from kit.probes import faithful
@@ -122,19 +123,22 @@ def jobs(checkpoints: list[Path], description: Path, outputs: list[Path], proces
 
 
 def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None:
-    """The notebook's driver: in this process for one process, for two one torchrun of the step
-    running every probe in turn (one log; each probe's identity its own); the same heads and
-    accuracies either way, and a finished probe is read back."""
+    """The notebook's driver, given probes of one process and of two at once (the authors ran
+    each kind of target on its own number of GPUs): those of one in this process, those of two
+    under one torchrun of the step running them in turn (one log; each probe's identity its
+    own); the same heads and accuracies either way, results in the jobs' order, and a finished
+    probe is read back."""
     checkpoints, description = step
     one, two = [tmp_path / "one" / "both", tmp_path / "one" / "first"], [
         tmp_path / "two" / "both", tmp_path / "two" / "first"]
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    results = [faithful.launch_faithful_all(jobs(checkpoints, description, outputs, processes),
-                                            outputs[0].parent, progress=False)
-               for outputs, processes in ((one, 1), (two, 2))]
-    log = (tmp_path / "two" / "probe.log").read_text()
+    mixed = faithful.launch_faithful_all(
+        jobs(checkpoints, description, two, 2) + jobs(checkpoints, description, one, 1),
+        tmp_path / "two", progress=False)
+    results = [mixed[2:], mixed[:2]]
+    log = (tmp_path / "two" / "probe-2.log").read_text()
     assert f"probe 1/2: {two[0]}\n" in log and f"probe 2/2: {two[1]}\n" in log
-    assert not (tmp_path / "one" / "probe.log").exists()
+    assert str(one[0]) not in log and not (tmp_path / "two" / "probe-1.log").exists()
     for single_output, double_output in zip(one, two, strict=True):
         single, double = (torch.load(o / "probe_state.pt", weights_only=True)
                           for o in (single_output, double_output))
@@ -149,16 +153,16 @@ def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None
     # finished: read back without starting anything (a mark left in the result comes back)
     pl.read_csv(two[0] / "selected.csv").with_columns(pl.lit(0.5).alias("top1")).write_csv(
         two[0] / "selected.csv")
-    (tmp_path / "two" / "probe.log").unlink()
+    (tmp_path / "two" / "probe-2.log").unlink()
     again = faithful.launch_faithful_all(jobs(checkpoints, description, two, 2), two[0].parent)
     assert again[0].selected["top1"].to_list() == [0.5, 0.5]
-    assert not (tmp_path / "two" / "probe.log").exists()
+    assert not (tmp_path / "two" / "probe-2.log").exists()
     # a step that fails names its log
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"not a checkpoint")
     broken = jobs([junk], description, [tmp_path / "broken" / "junk"], 2)
     with pytest.raises(ProbeError,
-                       match=r"see .*probe\.log:\nerror: .*junk\.pt: not a readable"):
+                       match=r"see .*probe-2\.log:\nerror: .*junk\.pt: not a readable"):
         faithful.launch_faithful_all(broken, tmp_path / "broken")
 
 
@@ -209,3 +213,63 @@ def test_the_probes_process_group_waits_as_long_as_the_settings_say(tmp_path: Pa
     monkeypatch.setattr(faithful, "start_process", start)
     assert faithful.main(arguments) == 2
     assert joined == [4321]
+
+
+#: transcribed by hand from facebookresearch/richreps-timecat: the srun tasks (#SBATCH
+#: --ntasks-per-node, one GPU each), --batch_size, --sync_bn and --wd loops of
+#: scripts/supervised_transfer/imagenet/to_{imagenet1k,inat18,cifar}/linear_probing/
+#: {run,cat}_*_sf.sh, and supervised.py's defaults for what they leave out (--epochs 28, --lr
+#: 0.01, --decay_epochs 8 16 24)
+TRANSCRIBED = {
+    "imagenet-cat1": ("to_imagenet1k/linear_probing/run_imagenet_sf.sh", 5, 32, False,
+                      {1e-4, 5e-4}),
+    "imagenet-catN": ("to_imagenet1k/linear_probing/cat_imagenet_sf.sh", 6, 32, False,
+                      {5e-4, 1e-4}),
+    "inat18-cat1": ("to_inat18/linear_probing/run_inat_sf.sh", 8, 32, True, {1e-6, 1e-5, 1e-4}),
+    "inat18-catN": ("to_inat18/linear_probing/cat_inat_sf.sh", 8, 32, True, {1e-6, 1e-5, 1e-4}),
+    "cifar-cat1": ("to_cifar/linear_probing/run_cifar_sf.sh", 1, 256, False,
+                   {1e-2, 5e-2, 1e-4, 5e-4, 1e-3, 5e-3}),
+    "cifar-catN": ("to_cifar/linear_probing/cat_cifar_sf.sh", 1, 256, False,
+                   {1e-2, 5e-2, 1e-4, 5e-4, 1e-3, 5e-3}),
+}
+
+
+def test_the_authors_setups_are_their_scripts() -> None:
+    from kit.probes.settings import AUTHORS_PROBE_SETUPS, PAPER_WEIGHT_DECAYS
+
+    assert set(AUTHORS_PROBE_SETUPS) == set(TRANSCRIBED)
+    for name, (script, processes, batch, sync_bn, decays) in TRANSCRIBED.items():
+        setup = AUTHORS_PROBE_SETUPS[name]
+        assert setup.script == f"scripts/supervised_transfer/imagenet/{script}"
+        assert (setup.processes, setup.per_process_batch, setup.sync_bn) == (
+            processes, batch, sync_bn), name
+        assert (setup.epochs, setup.lr, setup.milestones) == (28, 0.01, (8, 16, 24)), name
+        assert set(setup.weight_decays) == decays == set(PAPER_WEIGHT_DECAYS[name.split("-")[0]])
+    recipe = FaithfulProbeSettings(processes=1, workers=0, precision="fp32")
+    assert (recipe.epochs, recipe.lr, tuple(recipe.milestones)) == (28, 0.01, (8, 16, 24))
+
+
+@pytest.mark.parametrize("profile", ["paper-8xh100", "paper-checkpoints"])
+def test_the_paper_profiles_probe_each_target_as_the_authors_did(profile: str) -> None:
+    from kit.core import params
+    from kit.experiments.timecat import jobs as timecat_jobs
+    from kit.probes.settings import AUTHORS_PROBE_SETUPS
+
+    merged, _ = params.resolve_layers(timecat_jobs.NOTEBOOK, profile)
+    settings = FaithfulProbeSettings(**merged["faithful"])
+    for name, authors in AUTHORS_PROBE_SETUPS.items():
+        grid, representation = name.split("-")
+        own = settings.for_probe(grid, representation == "catN")
+        assert (own.processes, own.batch_size, own.bn_batch) == (
+            authors.processes, authors.processes * authors.per_process_batch,
+            None if authors.sync_bn else authors.per_process_batch), name
+
+
+def test_a_setup_asking_for_more_processes_than_given_is_refused() -> None:
+    with pytest.raises(ValidationError, match="setups: inat18-cat1 asks for 8 processes, more "
+                                              "than processes 5"):
+        FaithfulProbeSettings(processes=5, workers=0, precision="fp32", setups={
+            "inat18-cat1": {"processes": 8, "batch_size": 32, "sync_bn": True}})
+    with pytest.raises(ValidationError, match="setups: inat is none of"):
+        FaithfulProbeSettings(processes=5, workers=0, precision="fp32", setups={
+            "inat": {"processes": 1, "batch_size": 32}})

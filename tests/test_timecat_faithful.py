@@ -32,10 +32,12 @@ TASKS = [
     {"name": "CIFAR-10", "role": "unseen", "num_classes": 10,
      "data": {"kind": "cifar10", "root": "${TIMECAT_DATA}/cifar10", "image_size": 16}},
 ]
-#: the scale of this machine, and one epoch
+#: the scale of this machine, and one epoch: every target's setup in one process
 SMALL = {"device": "cpu", "feature_workers": 0, "feature_batch_size": 64,
          "faithful": {"epochs": 1, "processes": 1, "workers": 0, "batch_size": 8,
-                      "bn_batch": 4}}
+                      "bn_batch": 4, "setups": {
+                          f"{grid}-{representation}": {"processes": 1, "batch_size": 8}
+                          for grid in PAPER_WEIGHT_DECAYS for representation in ("cat1", "catN")}}}
 
 
 @pytest.fixture()

@@ -435,6 +435,13 @@ def test_launch_run_inline_trains_each_run_once(tmp_path: Path) -> None:
     assert kit_main(arguments[:-3] + ["--seeds", "5"]) == 2
 
 
+def test_the_trainer_refuses_no_bn_recalibration_on_several_ranks(tmp_path: Path) -> None:
+    cfg = TrainSettings(**settings(tmp_path / "out", bn_recalibration_batches=0))
+    process = distributed.Process(rank=0, world_size=2, device=torch.device("cpu"))
+    with pytest.raises(ParameterError, match="^bn_recalibration_batches: 0 with 2 ranks"):
+        train._train(cfg, process, None, contextlib.ExitStack())
+
+
 # ---------------------------------------------------------------------------------------------
 # The watchdog
 # ---------------------------------------------------------------------------------------------

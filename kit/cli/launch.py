@@ -163,7 +163,7 @@ TIMECAT_NOTEBOOK = "03_time_concat"
 
 def machine_problems(notebooks: dict[str, dict]) -> list[str]:
     """`kit check` and `kit run`: this machine against notebook 03's plan (disk, CUDA, compiler,
-    /dev/shm), given each checked notebook's validated parameters by notebook name (torch is
+    /dev/shm), and settings its trainings cannot finish with on the launch's ranks, given each checked notebook's validated parameters by notebook name (torch is
     imported only when notebook 03 is among them)."""
     if TIMECAT_NOTEBOOK not in notebooks:
         return []
@@ -171,7 +171,8 @@ def machine_problems(notebooks: dict[str, dict]) -> list[str]:
     from kit.experiments.timecat.settings import TimecatSettings
 
     params = TimecatSettings.model_validate(notebooks[TIMECAT_NOTEBOOK])
-    return [f"this machine: {problem}" for problem in estimates.machine_problems(params)]
+    return estimates.replica_problems(params) + [
+        f"this machine: {problem}" for problem in estimates.machine_problems(params)]
 
 
 def step_command(args: argparse.Namespace) -> int:

@@ -100,7 +100,8 @@ def _sample_generator(seed: int, epoch: int, index: int) -> int:
 
 class EncodedSamples(Dataset):
     """`data.decode: gpu`: (file bytes, draws, label) by (epoch, index) keys, the draws from the
-    sample's seeded generator; a file that is not a JPEG is decoded here instead."""
+    sample's seeded generator; a file the device's decoder does not take (not a JPEG, or a
+    greyscale, CMYK or progressive one: batched.gpu_decodable) is decoded to RGB here instead."""
 
     def __init__(self, base: ImageList, seed: int) -> None:
         self.base, self.seed = base, seed
@@ -114,7 +115,7 @@ class EncodedSamples(Dataset):
         # copied out of read_file's private mapping of the file, which keeps no file descriptor:
         # a loader worker shares tensors with the main process by descriptor and cannot send it
         data = read_file(path).clone()
-        item = data if bytes(data[:2].tolist()) == batched.JPEG_MAGIC else open_image(path)
+        item = data if batched.gpu_decodable(data) else open_image(path)
         generator = torch.Generator().manual_seed(_sample_generator(self.seed, epoch, index))
         return item, batched.sample_draws(generator), label
 

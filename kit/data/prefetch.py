@@ -4,6 +4,11 @@ A uint8 image is a quarter of its float32 size, so workers collate and the host 
 times fewer bytes; conversion to float, ImageNet standardisation and the channels-last layout
 happen on the device. On CUDA the next batch is copied and normalised on a side stream while the
 current one computes; on other devices the same steps run inline, so CPU runs stay exact.
+Stream order: the compute stream waits for the side stream before it uses a prepared batch, and
+the batch's tensors are recorded on the compute stream, so the caching allocator does not hand
+their blocks to the side stream while the step still reads them; the side stream does not wait
+for the compute stream (that would queue each copy behind the step it should overlap). The
+`data.decode: gpu` decoder drains its own stream before it writes (kit.data.batched).
 """
 
 from __future__ import annotations

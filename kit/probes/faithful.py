@@ -7,8 +7,8 @@ runs the probe of `kit.probes.faithful_training` on a dataset, one process per d
 torchrun, and writes `history.csv`, `selected.csv` and `finished.json` to DIR; a finished probe
 is read back, not run again, and an interrupted one resumes from `DIR/probe_state.pt`.
 `python -m kit.probes.faithful --jobs probes.json` runs several probes in turn, each given by an
-argument list of that JSON list, in one process group: a notebook's probes start their
-processes once (`launch_faithful_all`).
+argument list of that JSON list, in one process group: a notebook's probes of the same process
+count start their processes once (`launch_faithful_all`).
 """
 
 from __future__ import annotations
@@ -185,37 +185,49 @@ def _finished_job(job: ImageProbeJob) -> ProbeResult | None:
 
 def launch_faithful_all(jobs: Sequence[ImageProbeJob], folder: Path, progress: bool = True
                         ) -> list[ProbeResult]:
-    """`run_faithful` of every job, from a notebook: in this process when each has one process,
-    else every unfinished one in turn under one torchrun of `python -m kit.probes.faithful
-    --jobs folder/probes.json` (DDP; its processes start and join their group once for all the
-    probes), logging to `folder/probe.log`. Finished probes are read back without starting
-    anything. Interrupted, the torchrun is stopped (each probe's state is saved every epoch, so
-    running again resumes)."""
-    counts = {job.settings.processes for job in jobs}
-    if len(counts) > 1:
-        raise ProbeError(f"faithful probes launched together share their processes; these ask "
-                         f"for {sorted(counts)}")
-    if counts <= {1}:
-        return [run_faithful(job.checkpoints, job.data_config, job.num_classes, job.output,
-                             job.settings, job.weight_decays, progress) for job in jobs]
-    folder, code = Path(folder), 0
-    log = folder / "probe.log"
+    """`run_faithful` of every job, from a notebook, in groups of the same process count (the
+    authors ran each kind of target on its own number of GPUs: `setups`): a group of one
+    process in this process, a larger one as every unfinished probe of it in turn under one
+    torchrun of `python -m kit.probes.faithful --jobs folder/probes-<n>.json` (DDP; its
+    processes start and join their group once for all its probes), logging to
+    `folder/probe-<n>.log`. Finished probes are read back without starting anything.
+    Interrupted, the torchrun is stopped (each probe's state is saved every epoch, so running
+    again resumes). Results come in the jobs' order."""
+    groups: dict[int, list[int]] = {}
+    for index, job in enumerate(jobs):
+        groups.setdefault(job.settings.processes, []).append(index)
+    results: dict[int, ProbeResult] = {}
+    for count, indices in sorted(groups.items()):
+        group = [jobs[index] for index in indices]
+        done = (_launch_group(group, count, Path(folder)) if count > 1 else
+                [run_faithful(job.checkpoints, job.data_config, job.num_classes, job.output,
+                              job.settings, job.weight_decays, progress) for job in group])
+        results.update(zip(indices, done, strict=True))
+    return [results[index] for index in range(len(jobs))]
+
+
+def _launch_group(jobs: Sequence[ImageProbeJob], processes: int, folder: Path
+                  ) -> list[ProbeResult]:
+    """The unfinished probes of `jobs` in turn under one torchrun of `processes` processes, then
+    every probe's result read back; a failed torchrun is reported with its log's errors."""
+    code = 0
+    log = folder / f"probe-{processes}.log"
     pending = [job for job in jobs if _finished_job(job) is None]
     if pending:
         folder.mkdir(parents=True, exist_ok=True)
-        listing = folder / "probes.json"
+        listing = folder / f"probes-{processes}.json"
         with atomic_write(listing) as handle:
             handle.write(json.dumps([_job_arguments(job) for job in pending], indent=1).encode())
         code = _run_logged(module_command(
             ["kit.probes.faithful", "--jobs", str(listing)],
-            LaunchSettings(backend="torchrun", nproc_per_node=counts.pop()),
-            rdzv_id="faithful"), log)
+            LaunchSettings(backend="torchrun", nproc_per_node=processes),
+            rdzv_id=f"faithful{processes}"), log)
     results = [_finished_job(job) for job in jobs]
     if code != 0 or any(result is None for result in results):
         lines = log.read_text().splitlines()
         errors = list(dict.fromkeys(line for line in lines if line.startswith("error:")))
-        raise ProbeError(f"the faithful probes in {folder} failed (exit status {code}); see "
-                         f"{log}:\n" + "\n".join(errors or lines[-15:]))
+        raise ProbeError(f"the faithful probes of {processes} processes in {folder} failed "
+                         f"(exit status {code}); see {log}:\n" + "\n".join(errors or lines[-15:]))
     return [result for result in results if result is not None]
 
 
@@ -247,8 +259,16 @@ class FaithfulProbe:
         task's: `FaithfulProbeSettings.grid`)."""
         return (f"the authors' probe on images: BatchNorm1d + linear heads on the frozen "
                 f"backbones ({settings.precision}), SGD lr {settings.lr} Nesterov, "
-                f"{settings.epochs} epochs (x0.1 after epochs {settings.milestones}), global "
-                f"batch {settings.batch_size} over {settings.processes} process(es)")
+                f"{settings.epochs} epochs (x0.1 after epochs {settings.milestones}), "
+                + (_setups(settings) if settings.setups else
+                   f"global batch {settings.batch_size} over {settings.processes} process(es)"))
+
+
+def _setups(settings: FaithfulProbeSettings) -> str:
+    """Each named target's processes x batch and BatchNorm handling, in a few words."""
+    return "per target " + ", ".join(
+        f"{name} {setup.processes} x {setup.batch_size}{' SyncBN' if setup.sync_bn else ''}"
+        for name, setup in settings.setups.items())
 
 
 def _default(name: str) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -18,6 +19,67 @@ PAPER_WEIGHT_DECAYS: dict[str, tuple[float, ...]] = {
     "inat18": (1e-6, 1e-5, 1e-4),
     "cifar": (1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
 }
+
+
+
+@dataclass(frozen=True)
+class AuthorsProbeSetup:
+    """How the authors ran their linear probe on one kind of target, from their release's
+    scripts (facebookresearch/richreps-timecat, `scripts/supervised_transfer/imagenet/to_*/
+    linear_probing/*_sf.sh`, `run_*` for one model, `cat_*` for concatenations) and the defaults
+    of the `supervised.py` they call: processes (one per GPU, srun tasks), the batch of each,
+    SyncBatchNorm of the head's BN1d over all processes (`--sync_bn True`) or BN statistics per
+    process, epochs, learning rate, its x0.1 milestones and the weight-decay grid."""
+
+    processes: int
+    per_process_batch: int
+    sync_bn: bool
+    epochs: int
+    lr: float
+    milestones: tuple[int, ...]
+    weight_decays: tuple[float, ...]
+    script: str
+
+
+_TO = "scripts/supervised_transfer/imagenet/to_"
+_RECIPE = {"epochs": 28, "lr": 0.01, "milestones": (8, 16, 24)}  # supervised.py's defaults
+
+#: the authors' setup per target, by `setups` key of FaithfulProbeSettings: ImageNet-1k probes
+#: of one model on 5 GPUs and of concatenations on 6, iNat18 on 8 with SyncBatchNorm, CIFAR-10
+#: and CIFAR-100 on one GPU with a batch of 256
+AUTHORS_PROBE_SETUPS: dict[str, AuthorsProbeSetup] = {
+    "imagenet-cat1": AuthorsProbeSetup(5, 32, False, **_RECIPE, weight_decays=(1e-4, 5e-4),
+                                       script=f"{_TO}imagenet1k/linear_probing/run_imagenet_sf.sh"),
+    "imagenet-catN": AuthorsProbeSetup(6, 32, False, **_RECIPE, weight_decays=(1e-4, 5e-4),
+                                       script=f"{_TO}imagenet1k/linear_probing/cat_imagenet_sf.sh"),
+    "inat18-cat1": AuthorsProbeSetup(8, 32, True, **_RECIPE, weight_decays=(1e-6, 1e-5, 1e-4),
+                                     script=f"{_TO}inat18/linear_probing/run_inat_sf.sh"),
+    "inat18-catN": AuthorsProbeSetup(8, 32, True, **_RECIPE, weight_decays=(1e-6, 1e-5, 1e-4),
+                                     script=f"{_TO}inat18/linear_probing/cat_inat_sf.sh"),
+    "cifar-cat1": AuthorsProbeSetup(1, 256, False, **_RECIPE,
+                                    weight_decays=(1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
+                                    script=f"{_TO}cifar/linear_probing/run_cifar_sf.sh"),
+    "cifar-catN": AuthorsProbeSetup(1, 256, False, **_RECIPE,
+                                    weight_decays=(1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
+                                    script=f"{_TO}cifar/linear_probing/cat_cifar_sf.sh"),
+}
+
+
+def setup_key(grid: str, concatenated: bool) -> str:
+    """The `setups` key of a probe: its grid, and whether it probes several models."""
+    return f"{grid}-{'catN' if concatenated else 'cat1'}"
+
+
+class ProbeSetup(Strict):
+    """One kind of target's processes, batch per process and BatchNorm handling."""
+
+    #: processes (GPUs) of each probe of this kind
+    processes: int = Field(ge=1)
+    #: images per process; the global batch is processes x batch_size
+    batch_size: int = Field(ge=1)
+    #: BN statistics over the whole global batch (SyncBatchNorm), else over each process's
+    sync_bn: bool = False
+
 
 #: a cap on L-BFGS iterations, not a stopping rule: every fit of the cpu profile's features
 #: stopped by tolerance within 500
@@ -128,7 +190,8 @@ class FaithfulProbeSettings(Strict):
     bn_batch: int | None = Field(default=32, ge=1)
     heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
     seed: int = Field(default=0, ge=0)
-    #: processes (GPUs) of one probe: more than one runs it under torchrun
+    #: processes (GPUs) of one probe: more than one runs it under torchrun; with `setups`, the
+    #: most a probe of a target they name may take
     processes: int = Field(ge=1)
     #: DataLoader workers decoding images, per process
     workers: int = Field(ge=0)
@@ -136,6 +199,12 @@ class FaithfulProbeSettings(Strict):
     precision: Literal["fp32", "bf16"]
     #: the device of each process (cuda: each process its own GPU); notebook 03 sets its own
     device: str = Field(default="cpu", min_length=1)
+    #: per kind of target, by grid and representation (imagenet-cat1, imagenet-catN, inat18-cat1,
+    #: inat18-catN, cifar-cat1, cifar-catN; AUTHORS_PROBE_SETUPS holds the authors'): the
+    #: processes, batch per process and BatchNorm handling of its probes, replacing processes,
+    #: batch_size and bn_batch, which remain for targets not named. Probes are launched in
+    #: groups of the same process count; `processes` is then the most any group may take
+    setups: dict[str, ProbeSetup] = Field(default_factory=dict)
     #: seconds a collective call (all-reduce, barrier) of the probes' process group waits for
     #: every rank before failing (as the trainer's train.group_timeout_s; a rank opening
     #: ImageNet's 1.28M files or iNat18's JSON can take minutes)
@@ -151,12 +220,29 @@ class FaithfulProbeSettings(Strict):
                 m < 1 for m in self.milestones):
             raise ValueError(f"milestones: expected increasing epochs >= 1, got "
                              f"{self.milestones}")
+        known = {setup_key(grid, many) for grid in PAPER_WEIGHT_DECAYS for many in (False, True)}
+        for name, setup in self.setups.items():
+            if name not in known:
+                raise ValueError(f"setups: {name} is none of {', '.join(sorted(known))}")
+            if setup.processes > self.processes:
+                raise ValueError(f"setups: {name} asks for {setup.processes} processes, more "
+                                 f"than processes {self.processes}")
         local, left = divmod(self.batch_size, self.processes)
         if left or (self.bn_batch is not None and local % self.bn_batch):
             raise ValueError(f"batch_size: the global batch {self.batch_size} over "
                              f"{self.processes} process(es) must give each a multiple of bn_batch "
                              f"{self.bn_batch}")
         return self
+
+    def for_probe(self, grid: str, concatenated: bool) -> FaithfulProbeSettings:
+        """The settings one probe runs with: its target's setup where `setups` names it (its
+        processes, global batch and BN groups), else these."""
+        setup = self.setups.get(setup_key(grid, concatenated))
+        if setup is None:
+            return self
+        return self.model_copy(update={
+            "processes": setup.processes, "batch_size": setup.processes * setup.batch_size,
+            "bn_batch": None if setup.sync_bn else setup.batch_size})
 
     def grid(self, task: str, kind: str) -> list[float]:
         """The weight decays a task is probed with: its own grid, else its data kind's (the

@@ -109,6 +109,18 @@ def budget_problem(iterations: int, batch_size: int) -> str | None:
             f"{MOST_IMAGES:.0e} images per run")
 
 
+def replica_problem(bn_recalibration_batches: int, ranks: int) -> str | None:
+    """Why a run of `ranks` processes cannot finish with these settings (None if it can): with
+    no BatchNorm recalibration each rank keeps the statistics of its own images (DDP does not
+    broadcast buffers), so the check that every replica ends bit-identical fails at every finish
+    and resume. A check of the plan (`kit check`, and the trainer before it starts), not of the
+    values alone."""
+    if bn_recalibration_batches == 0 and ranks > 1:
+        return (f"bn_recalibration_batches: 0 with {ranks} ranks never finishes (each rank keeps "
+                f"its own BatchNorm statistics); set it to 1 or more, or train on one process")
+    return None
+
+
 class TrainSettings(RunSettings):
     """One pretraining run; the budget is in iterations, the paper's unit."""
 

@@ -81,7 +81,7 @@ from kit.train.metrics import (
     keep_metrics_until,
     tensorboard_scalars,
 )
-from kit.train.settings import TrainSettings, load_train_settings
+from kit.train.settings import TrainSettings, load_train_settings, replica_problem
 from kit.train.step import Trainer
 from kit.train.stopping import LoaderError, Preempted, StopFlag, loader_failures
 from kit.train.watchdog import Watchdog
@@ -324,6 +324,8 @@ def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contex
     if _finished(cfg, out, process):
         return out
     _check_batch_split(cfg, process)
+    if problem := replica_problem(cfg.bn_recalibration_batches, process.world_size):
+        raise ParameterError(problem)
     print(placement(out, process), flush=True)
     run = _start_run(cfg, process, out, closing)
     run.watchdog = watchdog or run.watchdog

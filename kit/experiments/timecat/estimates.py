@@ -26,6 +26,7 @@ from kit.data.settings import DataSettings
 from kit.experiments.timecat.planning import plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.train.rates import EXPECTED_TRAIN_RATES
+from kit.train.settings import replica_problem
 
 #: ResNet-50 training images per second per GPU at 224 px, bf16 (kit.train.rates), by --gpu name
 TRAIN_RATES = {name.lower(): rate for name, (rate, _) in EXPECTED_TRAIN_RATES.items()}
@@ -134,8 +135,9 @@ def _extraction(params: TimecatSettings, gpu: str | None) -> StepEstimate:
 
 
 def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
-    """The faithful probe reads images every epoch through the frozen backbones; the fast
-    probe reads cached features (minutes, not estimated)."""
+    """The faithful probe reads images every epoch through the frozen backbones, each probe on
+    its target's processes (`faithful.setups`); the fast probe reads cached features (minutes,
+    not estimated)."""
     if params.probe_kind != "faithful" or params.faithful is None:
         return StepEstimate("probe", 0, None if gpu is None else 0.0, 0)
     _, cost, representations = _representations(params)
@@ -144,8 +146,9 @@ def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
     for task in params.tasks:
         data, (rows, _) = params.task_data(task)[0], task_rows(params)[task.name]
         for n, _width in representations:
+            own = faithful.for_probe(kinds.get(data.kind).probe_grid, n > 1)
             images += faithful.epochs * rows * n
-            rate = _rate(gpu, faithful.processes, cost * n, faithful.workers, data, False)
+            rate = _rate(gpu, own.processes, cost * n, faithful.workers, data, False)
             hours = None if rate is None else hours + _hours(faithful.epochs * rows, rate)
     return StepEstimate("probe", images, hours, 0)
 
@@ -169,6 +172,16 @@ def describe(estimates: list[StepEstimate], gpu: str | None) -> str:
         lines.append(f"  {row.step:<8}{row.images:>16,}{hours:>12}"
                      f"{row.disk_bytes / 1e9:>9.1f} GB")
     return "\n".join(lines)
+
+
+def replica_problems(params: TimecatSettings) -> list[str]:
+    """Settings the plan's trainings cannot finish with on the launch's ranks (`kit check`):
+    `train.bn_recalibration_batches: 0` on more than one process."""
+    train, launch = params.train, params.launch
+    if train is None or not plan(params).trainings:
+        return []
+    problem = replica_problem(train.bn_recalibration_batches, launch.nproc_per_node * launch.nodes)
+    return [f"train.{problem}"] if problem else []
 
 
 def machine_problems(params: TimecatSettings) -> list[str]:

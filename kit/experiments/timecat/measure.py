@@ -13,7 +13,7 @@ from torch.utils.data import Dataset, Subset
 
 from kit import features
 from kit.core.progress import KeptBar, Stage
-from kit.data import pipeline
+from kit.data import kinds, pipeline
 from kit.experiments.timecat.planning import Representation, features_dir, runs_dir
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
 from kit.probes import registry
@@ -142,8 +142,9 @@ def faithful_results(representations: list[Representation], params: TimecatSetti
                      ) -> dict[tuple[str, Representation], ProbeResult]:
     """The authors' probe of every representation on every task, by task name and
     representation, each in run_root/faithful/<task>/rep<r>/<variant>: read back when it has
-    finished, resumed when it was interrupted; the others run in turn under one torchrun of
-    `faithful.processes` processes, logging to run_root/faithful/probe.log."""
+    finished, resumed when it was interrupted; the others run in groups of the same process
+    count (`faithful.setups`, by target), a group of several in turn under one torchrun logging
+    to run_root/faithful/probe-<processes>.log."""
     settings = params.faithful
     assert settings is not None  # the schema requires it for probe_kind faithful
     folder = runs_dir(params) / "faithful"
@@ -153,10 +154,12 @@ def faithful_results(representations: list[Representation], params: TimecatSetti
         for rep in representations:
             if rep.task in (None, task.name):
                 keys.append((task.name, rep))
+                own = settings.for_probe(kinds.get(task_data.kind).probe_grid,
+                                         len(rep.checkpoints) > 1)
                 jobs.append(ImageProbeJob(
                     list(rep.checkpoints), task_data, num_classes,
                     folder / task.name / f"rep{rep.replicate}" / rep.variant,
-                    settings.model_copy(update={"device": params.device}),
+                    own.model_copy(update={"device": params.device}),
                     settings.grid(task.name, task_data.kind)))
     chosen = registry.get(params.probe_kind)
     assert isinstance(chosen, ImageProbe)
