@@ -284,6 +284,9 @@ def test_the_gain_chart_draws_tested_and_untested_cells(replicates: int) -> None
     assert spec["facet"]["row"]["field"] == "world_seed"
     assert set(judged.verdicts["against"]) == {"cat1", "wide1", "random4"}
     assert judged.verdicts.height == 3 * len(BUDGETS)
+    one = sweep.judge_cells(results.filter(pl.col("budget") == 240), "heldout", "cat1", 15.0, 2.9)
+    chart = sweep_figures.gain_chart(one.verdicts, learned, 2.9)  # the default job's one budget
+    assert chart.to_dict()["spec"]["layer"][0]["encoding"]["x"]["scale"]["domain"] == [120, 480]
 
 
 def test_cells_of_one_world_share_their_untrained_networks_features(tmp_path: Path) -> None:

@@ -28,8 +28,9 @@ def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -
                      pl.col("learned_at").alias("budget"), pl.lit("learned").alias("layer")))
     data = pl.concat([gains, rules], how="diagonal_relaxed")
     budgets = sorted(set(verdicts["budget"].to_list()))
-    x = alt.X("budget:Q", scale=alt.Scale(type="log", domain=[budgets[0], budgets[-1]]
-                                          if len(budgets) > 1 else None, zero=False),
+    # one budget (the default job's) has no range to span: a log axis around it
+    span = [budgets[0], budgets[-1]] if len(budgets) > 1 else [budgets[0] / 2, budgets[0] * 2]
+    x = alt.X("budget:Q", scale=alt.Scale(type="log", domain=span, zero=False),
               axis=alt.Axis(values=budgets), title="total budget (iterations)")
     names = sorted(set(data["against"].drop_nulls().to_list()))
     colour = alt.Color("against:N", title="gain over", scale=palette.scale(names))
