@@ -68,6 +68,26 @@ def pytest_configure(config: pytest.Config) -> None:
         nbformat.write(notebook, NOTEBOOK_COPIES / planned.notebook.name)
 
 
+#: what the fast lane (`pytest -m "not slow"`) leaves out, each a minute or more of the full
+#: suite on 2 cores: whole modules (the dress rehearsal, the browser, process faults), tests
+#: that run a notebook (nbval's items and every test reading a notebook's outputs), and tests
+#: whose name says they start torchrun, Slurm, submitit, gloo groups or warm workers
+SLOW_MODULES = ("test_rehearsal.py", "test_browser.py", "test_faults_processes.py", "test_lab.py")
+SLOW_FIXTURES = ("runner_output", "notebook_outputs")
+SLOW_NAMES = ("torchrun", "slurm", "submitit", "gloo", "warm_process", "two_process",
+              "signal_to_the_runner", "plain_papermill", "outside_kit_run", "killed_right_after")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests the fast lane leaves out `slow` (see SLOW_MODULES)."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if (item.path.name in SLOW_MODULES or item.path.suffix == ".ipynb"
+                or any(name in fixtures for name in SLOW_FIXTURES)
+                or any(name in item.name for name in SLOW_NAMES)):
+            item.add_marker(pytest.mark.slow)
+
+
 @dataclass(frozen=True)
 class RunnerOutput:
     """What `python -m kit run` printed: each stdout line with whether the runner was still
