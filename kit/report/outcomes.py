@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -230,11 +230,6 @@ def condition_words(row: dict[str, Any]) -> str:
         text += (f"; about {needed} replicates would detect {row['smallest_effect']:g} points "
                  "at this spread" if needed else "; too few replicates to estimate the spread")
     return text
-
-
-def as_dict(found: Outcome) -> dict[str, Any]:
-    """The outcome as plain values (for a summary JSON)."""
-    return asdict(found)
 
 
 #: the stored verdict table's columns (one row per condition, `condition_row`'s keys)
