@@ -67,6 +67,9 @@ def test_training_scripts_size_cores_and_memory_from_the_loaders(tmp_path: Path)
     assert (sized.cpus_per_node, sized.mem_gb, sized.gpus_per_node) == (8 * 13, memory, 8)
     script = sbatch.sbatch_script([tmp_path / "a.yaml"], sized, tmp_path).splitlines()
     assert "#SBATCH --cpus-per-task=13" in script and f"#SBATCH --mem={memory}G" in script
+    # srun is told too: from Slurm 22.05 it no longer takes the job's --cpus-per-task
+    (srun,) = [line for line in script if line.startswith("srun ")]
+    assert srun.startswith("srun --kill-on-bad-exit=1 --cpus-per-task=13 ")
     chosen = sized_for_training([SimpleNamespace(num_workers=12, device="cuda")],
                                 NODE.model_copy(update={"cpus_per_node": 96, "mem_gb": 500}))
     assert (chosen.cpus_per_node, chosen.mem_gb) == (96, 500)

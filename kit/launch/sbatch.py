@@ -28,10 +28,25 @@ def resource_options(settings: LaunchSettings, tasks_per_node: int) -> list[str]
     if settings.exclusive:
         options += ["--exclusive", "--mem=0"]
     if settings.cpus_per_node:
-        options.append(f"--cpus-per-task={max(1, settings.cpus_per_node // tasks_per_node)}")
+        options.append(f"--cpus-per-task={cpus_per_task(settings, tasks_per_node)}")
     if settings.mem_gb and not settings.exclusive:
         options.append(f"--mem={settings.mem_gb}G")
     return options
+
+
+def cpus_per_task(settings: LaunchSettings, tasks_per_node: int) -> int:
+    """The cores each task gets: the node's cores (LaunchSettings.cpus_per_node) split over its
+    tasks."""
+    return max(1, settings.cpus_per_node // tasks_per_node)
+
+
+def srun_options(settings: LaunchSettings) -> list[str]:
+    """srun's own options: the cores of each task again, since srun no longer takes sbatch's
+    --cpus-per-task from the job (Slurm 22.05 to 23.11), where each task's loader workers would
+    share one core."""
+    if not settings.cpus_per_node:
+        return []
+    return [f"--cpus-per-task={cpus_per_task(settings, settings.nproc_per_node)}"]
 
 
 def _sbatch(name: str, settings: LaunchSettings, out: Path, command: str,
@@ -58,7 +73,8 @@ def _sbatch(name: str, settings: LaunchSettings, out: Path, command: str,
         'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
         f"export {PREEMPTED_MARKER}={marker}",
         f'rm -f "${PREEMPTED_MARKER}"',
-        f"srun --kill-on-bad-exit=1 {shlex.quote(sys.executable)} {command}",
+        " ".join(["srun", "--kill-on-bad-exit=1", *srun_options(settings),
+                  shlex.quote(sys.executable), command]),
         "status=$?",
         (f'if [ -e "${PREEMPTED_MARKER}" ] || [ "$status" -eq {PREEMPTED_EXIT} ]; then'
          "  # checkpointed on the signal: run again"),
