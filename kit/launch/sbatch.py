@@ -41,9 +41,9 @@ def cpus_per_task(settings: LaunchSettings, tasks_per_node: int) -> int:
 
 
 def srun_options(settings: LaunchSettings) -> list[str]:
-    """srun's own options: the cores of each task again, since srun no longer takes sbatch's
-    --cpus-per-task from the job (Slurm 22.05 to 23.11), where each task's loader workers would
-    share one core."""
+    """srun's own options: the cores of each task again, since some Slurm versions (22.05 among
+    them) do not pass sbatch's --cpus-per-task on to srun, and each task's loader workers would
+    then share one core."""
     if not settings.cpus_per_node:
         return []
     return [f"--cpus-per-task={cpus_per_task(settings, settings.nproc_per_node)}"]
