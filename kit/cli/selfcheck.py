@@ -10,7 +10,6 @@ on the CPU (well under a minute) and says so. It exits 1 naming every failed che
 
 from __future__ import annotations
 
-import os
 import platform
 import shutil
 import subprocess
@@ -23,17 +22,13 @@ from rich.table import Table
 
 from kit.cli import selfcheck_checks as checks
 from kit.cli.selfcheck_checks import CheckFailed, Row, Sizes
+from kit.core import machine
 from kit.train.rates import expected_rate
 
 #: the kit's training step must reach this share of the bare loop's rate
 TRAINER_FLOOR = 0.85
 #: below this share of the expected figure the node is reported as slow (a warning)
 EXPECTED_SHARE = 0.7
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity, as Slurm and cgroups restrict it)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def driver_version() -> str:
@@ -48,7 +43,7 @@ def driver_version() -> str:
 def environment(gpus: int) -> list[Row]:
     """The software stack and the devices the checks use."""
     rows = [Row("torch", torch.__version__, "", "info", f"Python {platform.python_version()}"),
-            Row("CPU cores usable", str(usable_cores()), "", "info")]
+            Row("CPU cores usable", str(machine.usable_cores()), "", "info")]
     if not gpus:
         return rows + [Row("GPU", "none", "", "info", "CPU subset: small sizes, no GPU rows")]
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.distributed.is_nccl_available() \
@@ -107,7 +102,7 @@ def run_checks(gpus: int, console: Console) -> list[Row]:
             return found
 
         def pipeline() -> list[Row]:
-            return [checks.feeding(checks.decode_rate_per_core(sizes, folder), usable_cores(),
+            return [checks.feeding(checks.decode_rate_per_core(sizes, folder), machine.usable_cores(),
                                    rate[0] * max(gpus, 1))]
 
         steps: list[tuple[str, Callable[[], list[Row]]]] = [

@@ -133,6 +133,11 @@ def byte_size(count: float) -> str:
     return f"{count:.0f} bytes"
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity, as Slurm and cgroups restrict it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def describe() -> str:
     """This machine in a few words: CPU model and usable cores, and the GPU when torch is loaded
     and sees one (torch is not imported here: the kit's lower layers stay torch-free)."""
@@ -142,8 +147,7 @@ def describe() -> str:
         names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
                  if line.startswith("model name")]
         model = names[0] if names else model
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    text = f"{cores} cores of {model}"
+    text = f"{usable_cores()} cores of {model}"
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         text += f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"

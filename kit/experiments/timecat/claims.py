@@ -9,6 +9,7 @@ import polars as pl
 
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS
+from kit.train.settings import RunSettings
 from kit.report import outcomes
 
 
@@ -151,6 +152,11 @@ def caveats(found: outcomes.Outcome, gaps: pl.DataFrame) -> list[str]:
             if (row["variant"], row["task"]) in read]
 
 
+def flagged_words(flagged: list[str]) -> str:
+    """The flagged cells a claim reads, in one clause (`caveats` lists them)."""
+    return "probe cells flagged, read with care: " + ", ".join(flagged)
+
+
 def outcome_line(found: outcomes.Outcome, baseline: str, flagged: list[str] = ()) -> str:
     """A claim in one line: its outcome, then each condition with its paired values, interval,
     judgement and the effect the run could have detected, and the flagged cells it reads."""
@@ -158,7 +164,7 @@ def outcome_line(found: outcomes.Outcome, baseline: str, flagged: list[str] = ()
     parts = [outcomes.condition_words(row) for row in found.rows]
     parts += [r for r in found.reasons if not found.rows]
     if flagged:
-        parts.append("probe cells flagged, read with care: " + ", ".join(flagged))
+        parts.append(flagged_words(flagged))
     return f"{head} (smallest effect of interest {found.smallest:g} points) — " + \
         "; ".join(parts)
 
@@ -174,6 +180,11 @@ def claims_markdown(summary: dict) -> str:
     return "\n\n".join(parts + [f"*{summary['ran']}*"] if summary["ran"] else parts)
 
 
+def model_words(train: RunSettings) -> str:
+    """A pretraining run's model in words: architecture, width and image size."""
+    return f"{train.model} at width {train.width:g}, {train.data.image_size} px"
+
+
 def what_ran(params: TimecatSettings, wall_s: float, machine: str) -> str:
     """One line saying what the verdicts rest on: data, model and width, image size, budget,
     replicates, probe, machine and wall time so far."""
@@ -184,8 +195,7 @@ def what_ran(params: TimecatSettings, wall_s: float, machine: str) -> str:
         data = f"{train.data.kind} data"
     else:
         data = "released checkpoints"
-    model = (f"{train.model} at width {train.width:g}, {train.data.image_size} px"
-             if train is not None else "the checkpoints' models")
+    model = model_words(train) if train is not None else "the checkpoints' models"
     budget = f"budget {params.total_iterations} iterations" if params.total_iterations else \
         "no pretraining"
     return (f"What ran: profile {params.profile}; {data}; {model}; {budget}; "

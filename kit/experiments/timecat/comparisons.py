@@ -14,6 +14,7 @@ from kit.experiments.timecat.claims import (
     claimed_variant,
     concatenated_kinds,
     controls_of,
+    flagged_words,
     outcome_line,
     time_concat_claim,
 )
@@ -220,7 +221,7 @@ def summarize(results: pl.DataFrame, rule: str, baseline: str, max_gap: float | 
                        "line": outcome_line(found, baseline, flagged),
                        "title": TITLES[found.claim].format(baseline=baseline),
                        "conditions": [outcomes.condition_words(row) for row in found.rows]
-                       + (["probe cells flagged, read with care: " + ", ".join(flagged)]
+                       + ([flagged_words(flagged)]
                           if flagged else []),
                        "reasons": found.reasons, "smallest_effect": smallest, "ran": ran})
     table = without_flagged(gains(results, rule, baseline), gaps)

@@ -18,7 +18,7 @@ import yaml
 from kit.core import files
 from kit.core.paths import resolve, shown
 from kit.core.progress import Stage
-from kit.experiments.timecat import comparisons, jobs, measure, planning
+from kit.experiments.timecat import claims, comparisons, jobs, measure, planning
 from kit.experiments.timecat.sweep_settings import (
     SWEPT_NOTEBOOK,
     Cell,
@@ -205,8 +205,7 @@ def what_ran(params: SweepSettings, cells: list[Cell], wall_s: float, machine: s
     """The sweep's what-ran line: world seeds, budgets, model, replicates, machine, wall time."""
     first = cells[0].settings
     train = first.train
-    model = (f"{train.model} at width {train.width:g}, {train.data.image_size} px"
-             if train is not None else "no model")
+    model = claims.model_words(train) if train is not None else "no model"
     worlds = sorted({c.world_seed for c in cells})
     budgets = sorted({c.budget for c in cells})
     return (f"What ran: profile {params.profile}; the kit's synthetic world, seeds "
