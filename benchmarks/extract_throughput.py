@@ -34,10 +34,16 @@ CACHE = Path(__file__).parent / ".cache" / "jpeg_photos"
 
 
 def checkpoint(folder: Path, seed: int, args: argparse.Namespace) -> Path:
-    cfg = TrainSettings(model=args.arch, width=args.width, num_classes=10, seed=seed,
-                      data={"kind": "imagefolder", "root": str(CACHE),
-                            "image_size": args.image_size},
-                      batch_size=8, iterations=1, output_dir=str(folder))
+    cfg = TrainSettings(
+        model=args.arch,
+        width=args.width,
+        num_classes=10,
+        seed=seed,
+        data={"kind": "imagefolder", "root": str(CACHE), "image_size": args.image_size},
+        batch_size=8,
+        iterations=1,
+        output_dir=str(folder),
+    )
     torch.manual_seed(seed)
     model = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem, cfg.data.image_size)
     path = folder / f"seed{seed}.pt"
@@ -60,17 +66,28 @@ def main() -> None:
     os.sched_setaffinity(0, set(args.cores))
     torch.set_num_threads(len(args.cores))
     root = image_folder(CACHE, classes=4, per_class=args.images // 4)
-    dataset = data.Transformed(imagefolder.image_folder(root, "train"),
-                               data.augmentation("algoperf", args.image_size, False, True))
+    dataset = data.Transformed(
+        imagefolder.image_folder(root, "train"),
+        data.augmentation("algoperf", args.image_size, False, True),
+    )
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         paths = [checkpoint(folder, seed, args) for seed in range(args.backbones)]
-        kwargs = dict(dataset=dataset, dataset_id="fixtures", split="train", transform="eval",
-                      batch_size=args.batch, num_workers=args.workers, progress=False,
-                      device=args.device)
+        kwargs = dict(
+            dataset=dataset,
+            dataset_id="fixtures",
+            split="train",
+            transform="eval",
+            batch_size=args.batch,
+            num_workers=args.workers,
+            progress=False,
+            device=args.device,
+        )
         timings = {}
-        for name, representations in (("one pass per backbone (before)", [[p] for p in paths]),
-                                      ("all backbones in one pass", [paths])):
+        for name, representations in (
+            ("one pass per backbone (before)", [[p] for p in paths]),
+            ("all backbones in one pass", [paths]),
+        ):
             cache = folder / "cache"
             start = time.perf_counter()
             if len(representations) > 1:
@@ -80,13 +97,17 @@ def main() -> None:
                 features.extract_many(representations, cache_dir=cache, **kwargs)
             timings[name] = time.perf_counter() - start
             shutil.rmtree(cache)
-    print(f"{len(dataset)} JPEGs of 500x375 -> {args.image_size} px, {args.backbones} x "
-          f"{args.arch} width {args.width}, batch {args.batch}, {args.workers} workers, "
-          f"cores {args.cores}, device {args.device}")
+    print(
+        f"{len(dataset)} JPEGs of 500x375 -> {args.image_size} px, {args.backbones} x "
+        f"{args.arch} width {args.width}, batch {args.batch}, {args.workers} workers, "
+        f"cores {args.cores}, device {args.device}"
+    )
     for name, seconds in timings.items():
         decodes = len(dataset) * (args.backbones if "before" in name else 1)
-        print(f"  {name:32s} decoded {decodes / seconds:6.0f} img/s, images through backbones "
-              f"{len(dataset) * args.backbones / seconds:6.0f} img/s  ({seconds:.1f} s)")
+        print(
+            f"  {name:32s} decoded {decodes / seconds:6.0f} img/s, images through backbones "
+            f"{len(dataset) * args.backbones / seconds:6.0f} img/s  ({seconds:.1f} s)"
+        )
 
 
 if __name__ == "__main__":

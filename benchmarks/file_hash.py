@@ -40,8 +40,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--width", type=float, default=1.0)
-    parser.add_argument("--features-gb", type=float, default=0.0,
-                        help="also time a feature-cache hit on an entry of this size")
+    parser.add_argument(
+        "--features-gb",
+        type=float,
+        default=0.0,
+        help="also time a feature-cache hit on an entry of this size",
+    )
     args = parser.parse_args()
     checkpoint_costs(args)
     if args.features_gb > 0:
@@ -73,8 +77,10 @@ def checkpoint_costs(args: argparse.Namespace) -> None:
         load_s = timed(lambda: torch.load(path, map_location="cpu", weights_only=True))
     print(f"{args.model} width {args.width}: checkpoint {size_gb:.3f} GB")
     print(f"save without hash {plain_s:.2f} s, with hash while writing {hashed_s:.2f} s")
-    print(f"verify on load {verify_s:.2f} s ({size_gb / verify_s:.2f} GB/s), "
-          f"torch.load {load_s:.2f} s")
+    print(
+        f"verify on load {verify_s:.2f} s ({size_gb / verify_s:.2f} GB/s), "
+        f"torch.load {load_s:.2f} s"
+    )
 
 
 def cache_hit_costs(size_gb: float) -> None:
@@ -85,12 +91,14 @@ def cache_hit_costs(size_gb: float) -> None:
     with tempfile.TemporaryDirectory() as folder:
         entry = Path(folder) / "entry"
         entry.mkdir()
-        array = np.lib.format.open_memmap(entry / "features.npy", mode="w+", dtype=np.float16,
-                                          shape=(rows, columns))
+        array = np.lib.format.open_memmap(
+            entry / "features.npy", mode="w+", dtype=np.float16, shape=(rows, columns)
+        )
         for start in range(0, rows, 4096):
             stop = min(start + 4096, rows)
             array[start:stop] = np.random.default_rng(start).standard_normal(
-                (stop - start, columns), dtype=np.float32)
+                (stop - start, columns), dtype=np.float32
+            )
         array.flush()
         del array
         np.save(entry / "labels.npy", np.zeros(rows, dtype=np.int64))
@@ -101,9 +109,11 @@ def cache_hit_costs(size_gb: float) -> None:
         first_s = timed(lambda: features._verified(entry))  # hashes, writes the marker
         repeats = 100
         stamp_s = timed(lambda: [features._verified(entry) for _ in range(repeats)]) / repeats
-    print(f"feature-cache entry {read_gb:.2f} GB: hash on every hit {hash_s:.2f} s "
-          f"({read_gb / hash_s:.2f} GB/s); first hit (hash, marker) {first_s:.2f} s; "
-          f"later hits (change stamps) {stamp_s * 1e3:.2f} ms")
+    print(
+        f"feature-cache entry {read_gb:.2f} GB: hash on every hit {hash_s:.2f} s "
+        f"({read_gb / hash_s:.2f} GB/s); first hit (hash, marker) {first_s:.2f} s; "
+        f"later hits (change stamps) {stamp_s * 1e3:.2f} ms"
+    )
 
 
 if __name__ == "__main__":

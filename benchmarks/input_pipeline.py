@@ -35,11 +35,21 @@ CACHE = Path(__file__).parent / ".cache" / "jpeg_photos"
 
 def pil_float_transform(image_size: int, train: bool) -> Callable:
     """The former worker pipeline: PIL resizing, then float32 ToTensor and Normalize."""
-    steps = ([transforms.RandomResizedCrop(image_size, scale=(0.08, 1.0)),
-              transforms.RandomHorizontalFlip()] if train else
-             [transforms.Resize(round(image_size * 256 / 224)), transforms.CenterCrop(image_size)])
-    return transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(
-        prefetch.IMAGENET_MEAN, prefetch.IMAGENET_STD)])
+    steps = (
+        [
+            transforms.RandomResizedCrop(image_size, scale=(0.08, 1.0)),
+            transforms.RandomHorizontalFlip(),
+        ]
+        if train
+        else [transforms.Resize(round(image_size * 256 / 224)), transforms.CenterCrop(image_size)]
+    )
+    return transforms.Compose(
+        steps
+        + [
+            transforms.ToTensor(),
+            transforms.Normalize(prefetch.IMAGENET_MEAN, prefetch.IMAGENET_STD),
+        ]
+    )
 
 
 class PilImages(ImageList):
@@ -77,10 +87,13 @@ def main() -> None:
     train = not args.eval
     pipelines = {
         "PIL + ToTensor + Normalize (former)": data.Samples(
-            PilImages(listed.samples, listed.classes), pil_float_transform(args.image_size, train),
-            seed=0),
+            PilImages(listed.samples, listed.classes),
+            pil_float_transform(args.image_size, train),
+            seed=0,
+        ),
         "torchvision decode + v2, uint8 (kit)": data.Samples(
-            listed, data.augmentation("algoperf", args.image_size, train, True), seed=0),
+            listed, data.augmentation("algoperf", args.image_size, train, True), seed=0
+        ),
     }
     timings: dict[str, list[float]] = {name: [] for name in pipelines}
     timings["kit, plus normalising on this core"] = []
@@ -88,12 +101,17 @@ def main() -> None:
         for name, samples in pipelines.items():
             timings[name].append(images_per_s(samples, args.batch, normalise=False))
         timings["kit, plus normalising on this core"].append(
-            images_per_s(pipelines["torchvision decode + v2, uint8 (kit)"], args.batch, True))
-    print(f"{len(listed)} JPEGs of 500x375, {'eval' if args.eval else 'train'} transform to "
-          f"{args.image_size} px, batch {args.batch}, core {args.core}, {args.repeats} repeats")
+            images_per_s(pipelines["torchvision decode + v2, uint8 (kit)"], args.batch, True)
+        )
+    print(
+        f"{len(listed)} JPEGs of 500x375, {'eval' if args.eval else 'train'} transform to "
+        f"{args.image_size} px, batch {args.batch}, core {args.core}, {args.repeats} repeats"
+    )
     for name, values in timings.items():
-        print(f"  {name:40s} median {statistics.median(values):6.0f} img/s per core  "
-              f"(runs: {', '.join(f'{v:.0f}' for v in values)})")
+        print(
+            f"  {name:40s} median {statistics.median(values):6.0f} img/s per core  "
+            f"(runs: {', '.join(f'{v:.0f}' for v in values)})"
+        )
 
 
 if __name__ == "__main__":

@@ -40,9 +40,16 @@ class Carrying(torch.utils.data.Dataset):
 
 def run_start_s(method: str, count: int, cifar_mb: int) -> float:
     """Seconds from building a run's loaders to the first batch of each."""
-    data = DataSettings(kind="synthetic", image_size=16, synthetic={
-        "num_train": 512, "num_eval": 256, "noise": 0.1,
-        "components": [{"weight": 1.0, "cues": ["colour"]}]})
+    data = DataSettings(
+        kind="synthetic",
+        image_size=16,
+        synthetic={
+            "num_train": 512,
+            "num_eval": 256,
+            "noise": 0.1,
+            "components": [{"weight": 1.0, "cues": ["colour"]}],
+        },
+    )
     start = time.perf_counter()
     run = pipeline.build(data, 4, 0, 32, 0, 1, count, 2, pin_memory=False)
     for loader in (run.train, run.recalibration, run.eval):
@@ -65,9 +72,12 @@ def main() -> None:
     torch.set_num_threads(1)
     for method in args.methods:
         times = [run_start_s(method, args.workers, args.cifar_mb) for _ in range(args.runs)]
-        print(f"{method:>10}: first run {times[0]:.2f} s, later runs median "
-              f"{statistics.median(times[1:]):.2f} s (3 loaders x {args.workers} workers"
-              f"{f', {args.cifar_mb} MB in memory' if args.cifar_mb else ''})", flush=True)
+        print(
+            f"{method:>10}: first run {times[0]:.2f} s, later runs median "
+            f"{statistics.median(times[1:]):.2f} s (3 loaders x {args.workers} workers"
+            f"{f', {args.cifar_mb} MB in memory' if args.cifar_mb else ''})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ The notebook's figure is every image its runs train on divided by the wall-clock
 `planning.launch` (workers starting, synthetic images rendered, evaluation, checkpoints: all of
 it), for the time-concat runs of every replicate of a profile (default cpu: cat1, cat2, cat4 on
 the synthetic world, 21 runs; `--replicates 1` for the first replicate's only). As in the
-notebook, the worker processes are warmed (kit.launch.warm) before this process imports torch, so their
+notebook, the worker processes are warmed (kit.launch.warm) before this process imports torch, so
+their
 imports overlap it; `--cold` starts them when training starts instead. The trainer's figure is its
 step alone on one fixed batch of the same net,
 in as many processes as the launcher has workers, each pinned to its worker's cores and threads
@@ -30,8 +31,7 @@ from kit.launch import local as launch
 from kit.train.settings import TrainSettings
 
 
-def step_rate(config: TrainSettings, threads: int, steps: int = 20, repeats: int = 5
-              ) -> float:
+def step_rate(config: TrainSettings, threads: int, steps: int = 20, repeats: int = 5) -> float:
     """The trainer's img/s on one device-resident batch, with `threads` torch threads."""
     import torch
 
@@ -42,7 +42,8 @@ def step_rate(config: TrainSettings, threads: int, steps: int = 20, repeats: int
     size = config.data.image_size
     pixels = torch.randint(0, 256, (config.batch_size, 3, size, size), dtype=torch.uint8)
     ((images, labels),) = trainer.on_device(
-        [(pixels, torch.randint(0, config.num_classes, (config.batch_size,)))])
+        [(pixels, torch.randint(0, config.num_classes, (config.batch_size,)))]
+    )
     rates = []
     for repeat in range(repeats + 1):  # the first is warm-up
         start = time.perf_counter()
@@ -54,8 +55,12 @@ def step_rate(config: TrainSettings, threads: int, steps: int = 20, repeats: int
     return statistics.median(rates)
 
 
-def pinned_step_rate(config: TrainSettings, slot: launch.Slot, start: multiprocessing.Event,
-                     rates: multiprocessing.Queue) -> None:
+def pinned_step_rate(
+    config: TrainSettings,
+    slot: launch.Slot,
+    start: multiprocessing.Event,
+    rates: multiprocessing.Queue,
+) -> None:
     os.sched_setaffinity(0, slot.cpus)
     start.wait()
     rates.put(step_rate(config, slot.threads))
@@ -65,8 +70,10 @@ def concurrent_step_rate(config: TrainSettings, slots: list[launch.Slot]) -> flo
     """The sum of the step rates of one process per slot, all stepping at once."""
     context = multiprocessing.get_context("spawn")
     start, rates = context.Event(), context.Queue()
-    processes = [context.Process(target=pinned_step_rate, args=(config, slot, start, rates))
-                 for slot in slots]
+    processes = [
+        context.Process(target=pinned_step_rate, args=(config, slot, start, rates))
+        for slot in slots
+    ]
     for process in processes:
         process.start()
     start.set()
@@ -80,8 +87,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--replicates", type=int, help="the first N replicates (default: all)")
-    parser.add_argument("--cold", action="store_true",
-                        help="no warm workers: each imports torch once training has started")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="no warm workers: each imports torch once training has started",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         profile, _ = params.load("03_time_concat", args.profile, output_dir=folder)
@@ -91,9 +101,12 @@ def main() -> None:
 
         concat = {v.name for v in profile.variants if v.kind == "time-concat"}
         replicates = range(args.replicates or profile.replicates)
-        trainings = [t for t in planning.plan(profile).trainings  # folders rep<r>/<variant>/seed<s>
-                     if t.output_dir.split("/")[-3:-1] in
-                     [[f"rep{r}", name] for r in replicates for name in concat]]
+        trainings = [
+            t
+            for t in planning.plan(profile).trainings  # folders rep<r>/<variant>/seed<s>
+            if t.output_dir.split("/")[-3:-1]
+            in [[f"rep{r}", name] for r in replicates for name in concat]
+        ]
         images = sum(t.iterations * t.batch_size for t in trainings)
         start = time.perf_counter()
         planning.launch(trainings, profile)
@@ -101,8 +114,10 @@ def main() -> None:
     workers = launch.slots(profile.launch)
     stepping = concurrent_step_rate(trainings[0], workers)
     alone = step_rate(trainings[0], workers[0].threads) * len(workers)
-    print(f"profile {args.profile}: {len(trainings)} runs, {images} images, {len(workers)} "
-          f"workers x {workers[0].threads} thread(s)")
+    print(
+        f"profile {args.profile}: {len(trainings)} runs, {images} images, {len(workers)} "
+        f"workers x {workers[0].threads} thread(s)"
+    )
     print(f"notebook training, end to end:          {notebook:8.1f} img/s")
     print(f"trainer step, all workers at once:      {stepping:8.1f} img/s")
     print(f"trainer step, one worker alone x {len(workers)}:    {alone:8.1f} img/s")

@@ -17,13 +17,15 @@ def photo_like(height: int, width: int, seed: int) -> np.ndarray:
         for _ in range(6):
             fy, fx = rng.uniform(1, 12, 2)
             image[..., channel] += rng.uniform(0.2, 1) * np.sin(
-                2 * np.pi * (fy * y + fx * x) + rng.uniform(0, 2 * np.pi))
+                2 * np.pi * (fy * y + fx * x) + rng.uniform(0, 2 * np.pi)
+            )
     image = (image - image.min()) / (image.max() - image.min()) * 255
     return np.clip(image + rng.normal(0, 8, image.shape), 0, 255).astype(np.uint8)
 
 
-def image_folder(root: Path, classes: int, per_class: int, size: tuple[int, int] = (375, 500)
-                 ) -> Path:
+def image_folder(
+    root: Path, classes: int, per_class: int, size: tuple[int, int] = (375, 500)
+) -> Path:
     """root/{train,val}/<class>/<n>.JPEG, written once (kept between runs)."""
     for split in ("train", "val"):
         for label in range(classes):

@@ -44,15 +44,22 @@ def cached_pairs(cache: Path) -> list[tuple[Path, Path]]:
 
 
 def split(folder: Path, name: str) -> Split:
-    return Split(torch.from_numpy(np.load(folder / "features.npy")).float(),
-                       torch.from_numpy(np.load(folder / "labels.npy")).long(), name)
+    return Split(
+        torch.from_numpy(np.load(folder / "features.npy")).float(),
+        torch.from_numpy(np.load(folder / "labels.npy")).long(),
+        name,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("cache", type=Path, help="a feature cache folder (<run_root>/features)")
-    parser.add_argument("--config", action="append", default=[],
-                        help="a FastProbeSettings as JSON (repeatable); default: the kit's defaults")
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help="a FastProbeSettings as JSON (repeatable); default: the kit's defaults",
+    )
     parser.add_argument("--weight-decays", type=float, nargs="+", default=[1e-3, 1e-2])
     parser.add_argument("--pairs", type=int, default=24, help="pairs drawn (seeded) from the cache")
     parser.add_argument("--heldout-fraction", type=float, default=0.1)
@@ -61,22 +68,26 @@ def main() -> None:
     if not pairs:
         raise SystemExit(f"{args.cache}: no representation has both splits cached")
     random.Random(0).shuffle(pairs)
-    pairs = pairs[:args.pairs]
+    pairs = pairs[: args.pairs]
     shared = {"weight_decays": args.weight_decays, "heldout_fraction": args.heldout_fraction}
     configs = [FastProbeSettings(**(json.loads(text) | shared)) for text in args.config or ["{}"]]
     reference = LbfgsProbeSettings(**shared)
-    loaded = [(train, evaluation, int(max(train.labels.max(), evaluation.labels.max())) + 1)
-              for train, evaluation in ((split(t, "train"), split(e, "eval")) for t, e in pairs)]
+    loaded = [
+        (train, evaluation, int(max(train.labels.max(), evaluation.labels.max())) + 1)
+        for train, evaluation in ((split(t, "train"), split(e, "eval")) for t, e in pairs)
+    ]
     exact, lbfgs_s = [], 0.0
     for train, evaluation, classes in loaded:
         start = time.perf_counter()
         exact.append(lbfgs_probe(train, evaluation, classes, reference))
         lbfgs_s += time.perf_counter() - start
-    print(f"{len(pairs)} cached representations from {args.cache}; L-BFGS "
-          f"{lbfgs_s / len(pairs):.2f} s a probe")
+    print(
+        f"{len(pairs)} cached representations from {args.cache}; L-BFGS "
+        f"{lbfgs_s / len(pairs):.2f} s a probe"
+    )
     for config in configs:
         rows, fast_s = [], 0.0
-        for (train, evaluation, classes), reference in zip(loaded, exact):
+        for (train, evaluation, classes), reference in zip(loaded, exact, strict=True):
             start = time.perf_counter()
             fast = fast_probe(train, evaluation, classes, config, progress=False)
             fast_s += time.perf_counter() - start
@@ -84,27 +95,52 @@ def main() -> None:
             for decay in args.weight_decays:
                 head = heads.filter(pl.col("weight_decay") == decay).row(0, named=True)
                 fit = reference.history.filter(pl.col("weight_decay") == decay).row(0, named=True)
-                rows.append({"weight_decay": decay,
-                             "difference": 100 * (head["eval_top1"] - fit["eval_top1"]),
-                             "objective_gap": head["train_loss"] - fit["train_loss"],
-                             "iterations": head.get("iterations"),
-                             "cold_iterations": fit["iterations"]})
-            rows.append({"weight_decay": None, "objective_gap": None,
-                         "difference": 100 * (fast.top1("heldout") - reference.top1("heldout"))})
-        table = pl.DataFrame(rows).group_by("weight_decay", maintain_order=True).agg(
-            pl.col("difference").abs().max().alias("max |fast - L-BFGS| (points)"),
-            pl.col("objective_gap").max().alias("max objective gap"),
-            pl.col("iterations").mean(), pl.col("cold_iterations").mean())
-        print(f"\nfast probe {config.model_dump(exclude={'device', 'seed'})}: "
-              f"{fast_s / len(pairs):.2f} s a probe")
+                rows.append(
+                    {
+                        "weight_decay": decay,
+                        "difference": 100 * (head["eval_top1"] - fit["eval_top1"]),
+                        "objective_gap": head["train_loss"] - fit["train_loss"],
+                        "iterations": head.get("iterations"),
+                        "cold_iterations": fit["iterations"],
+                    }
+                )
+            rows.append(
+                {
+                    "weight_decay": None,
+                    "objective_gap": None,
+                    "difference": 100 * (fast.top1("heldout") - reference.top1("heldout")),
+                }
+            )
+        table = (
+            pl.DataFrame(rows)
+            .group_by("weight_decay", maintain_order=True)
+            .agg(
+                pl.col("difference").abs().max().alias("max |fast - L-BFGS| (points)"),
+                pl.col("objective_gap").max().alias("max objective gap"),
+                pl.col("iterations").mean(),
+                pl.col("cold_iterations").mean(),
+            )
+        )
+        print(
+            f"\nfast probe {config.model_dump(exclude={'device', 'seed'})}: "
+            f"{fast_s / len(pairs):.2f} s a probe"
+        )
         for row in table.iter_rows(named=True):
-            which = (f"weight decay {row['weight_decay']:g}" if row["weight_decay"]
-                     else "held-out rule")
+            which = (
+                f"weight decay {row['weight_decay']:g}" if row["weight_decay"] else "held-out rule"
+            )
             gap, finished = row["max objective gap"], row["iterations"]
-            print(f"  {which}: max |fast - L-BFGS| {row['max |fast - L-BFGS| (points)']:.2f} "
-                  f"points" + ("" if gap is None else f", max objective gap {gap:.2e}")
-                  + ("" if finished is None else f"; L-BFGS iterations {finished:.0f} finishing"
-                     f" the fast probe, {row['cold_iterations']:.0f} from zero"))
+            print(
+                f"  {which}: max |fast - L-BFGS| {row['max |fast - L-BFGS| (points)']:.2f} "
+                f"points"
+                + ("" if gap is None else f", max objective gap {gap:.2e}")
+                + (
+                    ""
+                    if finished is None
+                    else f"; L-BFGS iterations {finished:.0f} finishing"
+                    f" the fast probe, {row['cold_iterations']:.0f} from zero"
+                )
+            )
 
 
 if __name__ == "__main__":

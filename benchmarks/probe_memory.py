@@ -45,21 +45,27 @@ def write_proxy(folder: Path, rows: int, eval_rows: int, dim: int, classes: int)
     rng = np.random.default_rng(0)
     means = rng.standard_normal((classes, dim)).astype(np.float32) * 0.04
     for name, count in (("train", rows), ("eval", eval_rows)):
-        features = np.lib.format.open_memmap(folder / f"{name}.npy", mode="w+",
-                                             dtype=np.float16, shape=(count, dim))
+        features = np.lib.format.open_memmap(
+            folder / f"{name}.npy", mode="w+", dtype=np.float16, shape=(count, dim)
+        )
         labels = rng.integers(0, classes, count)
         for start in range(0, count, 8192):
-            part = labels[start:start + 8192]
+            part = labels[start : start + 8192]
             noise = rng.standard_normal((len(part), dim), dtype=np.float32)
-            features[start:start + 8192] = means[part] + noise
+            features[start : start + 8192] = means[part] + noise
         features.flush()
         np.save(folder / f"{name}_labels.npy", labels)
 
 
 def old_probe_module(revision: str) -> Path:
     """The probe module as it was at `revision`, as a file a child process can import."""
-    source = subprocess.run(["git", "show", f"{revision}:kit/probe.py"], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{revision}:kit/probe.py"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     path = Path(tempfile.mkdtemp()) / "probe_at_revision.py"
     path.write_text(source)
     return path
@@ -73,8 +79,9 @@ def child(folder: Path, module: str, settings: dict) -> None:
         from kit.probes.fast import fast_probe
         from kit.probes.rows import Split
 
-        probe = types.SimpleNamespace(Split=Split, FastProbeSettings=FastProbeSettings,
-                                      fast_probe=fast_probe)
+        probe = types.SimpleNamespace(
+            Split=Split, FastProbeSettings=FastProbeSettings, fast_probe=fast_probe
+        )
     else:
         spec = importlib.util.spec_from_file_location("probe_at_revision", module)
         probe = importlib.util.module_from_spec(spec)
@@ -87,16 +94,29 @@ def child(folder: Path, module: str, settings: dict) -> None:
         if module != "kit":  # the old probe takes tensors: FeatureSet.torch()'s zero-copy view
             features = torch.from_numpy(np.load(folder / f"{name}.npy", mmap_mode="c"))
         splits.append(probe.Split(features, labels, name))
-    config = probe.FastProbeSettings(lrs=settings["lrs"], weight_decays=settings["weight_decays"],
-                             epochs=settings["epochs"], device=settings["device"])
+    config = probe.FastProbeSettings(
+        lrs=settings["lrs"],
+        weight_decays=settings["weight_decays"],
+        epochs=settings["epochs"],
+        device=settings["device"],
+    )
     baseline = psutil.Process().memory_info().rss
     start = time.perf_counter()
     result = probe.fast_probe(*splits, settings["classes"], config, progress=False)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
     gpu = torch.cuda.max_memory_allocated() if settings["device"] == "cuda" else None
-    print(json.dumps({"extra_bytes": peak - baseline, "seconds": seconds, "gpu_bytes": gpu,
-                      "paper": result.top1("paper"), "heldout": result.top1("heldout")}))
+    print(
+        json.dumps(
+            {
+                "extra_bytes": peak - baseline,
+                "seconds": seconds,
+                "gpu_bytes": gpu,
+                "paper": result.top1("paper"),
+                "heldout": result.top1("heldout"),
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -107,15 +127,24 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--lrs", type=float, nargs="+", default=list(FastProbeSettings().lrs))
-    parser.add_argument("--weight-decays", type=float, nargs="+",
-                        default=list(FastProbeSettings().weight_decays))
+    parser.add_argument(
+        "--weight-decays", type=float, nargs="+", default=list(FastProbeSettings().weight_decays)
+    )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--baseline-rev", default="ce8a1e6",
-                        help="git revision whose kit/probe.py is the old probe ('' to skip)")
+    parser.add_argument(
+        "--baseline-rev",
+        default="ce8a1e6",
+        help="git revision whose kit/probe.py is the old probe ('' to skip)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("FOLDER", "MODULE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    settings = {"classes": args.classes, "epochs": args.epochs, "lrs": args.lrs,
-                "weight_decays": args.weight_decays, "device": args.device}
+    settings = {
+        "classes": args.classes,
+        "epochs": args.epochs,
+        "lrs": args.lrs,
+        "weight_decays": args.weight_decays,
+        "device": args.device,
+    }
     if args.child:
         child(Path(args.child[0]), args.child[1], settings)
         return
@@ -123,10 +152,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         write_proxy(Path(folder), args.rows, args.eval, args.dim, args.classes)
         size = (args.rows + args.eval) * args.dim * 2
-        print(f"proxy features: train {args.rows} x {args.dim}, eval {args.eval} x {args.dim}, "
-              f"fp16 {size / 2**20:.0f} MiB; {args.classes} classes, "
-              f"{len(args.lrs) * len(args.weight_decays)} heads, {args.epochs} epoch(s), "
-              f"{args.device}")
+        print(
+            f"proxy features: train {args.rows} x {args.dim}, eval {args.eval} x {args.dim}, "
+            f"fp16 {size / 2**20:.0f} MiB; {args.classes} classes, "
+            f"{len(args.lrs) * len(args.weight_decays)} heads, {args.epochs} epoch(s), "
+            f"{args.device}"
+        )
         probes = [("new (this tree)", "kit")]
         if args.baseline_rev:
             old = old_probe_module(args.baseline_rev)
@@ -135,13 +166,17 @@ def main() -> None:
             command = [sys.executable, *sys.argv, "--child", folder, module]
             out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             figures = json.loads(out.strip().splitlines()[-1])
-            print(f"{label:>20}: peak extra memory {figures['extra_bytes'] / 2**20:7.0f} MiB = "
-                  f"{figures['extra_bytes'] / size:.2f} x fp16 features; {figures['seconds']:6.1f}"
-                  f" s; top-1 paper {100 * figures['paper']:.2f}%, heldout "
-                  f"{100 * figures['heldout']:.2f}%")
+            print(
+                f"{label:>20}: peak extra memory {figures['extra_bytes'] / 2**20:7.0f} MiB = "
+                f"{figures['extra_bytes'] / size:.2f} x fp16 features; {figures['seconds']:6.1f}"
+                f" s; top-1 paper {100 * figures['paper']:.2f}%, heldout "
+                f"{100 * figures['heldout']:.2f}%"
+            )
             if figures["gpu_bytes"] is not None:
-                print(f"{'':>20}  peak GPU memory {figures['gpu_bytes'] / 2**30:.1f} GiB = "
-                      f"{figures['gpu_bytes'] / size:.2f} x fp16 features")
+                print(
+                    f"{'':>20}  peak GPU memory {figures['gpu_bytes'] / 2**30:.1f} GiB = "
+                    f"{figures['gpu_bytes'] / size:.2f} x fp16 features"
+                )
 
 
 if __name__ == "__main__":

@@ -38,9 +38,15 @@ CACHE = Path(__file__).parent / ".cache"
 
 
 def kit_features(n: int, n_eval: int, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    world = SyntheticSettings(num_train=n, num_eval=n_eval, noise=0.3, components=[
-        ComponentSettings(weight=1.0, cues=["colour", "shape"]),
-        ComponentSettings(weight=1.0, cues=["texture", "position"])])
+    world = SyntheticSettings(
+        num_train=n,
+        num_eval=n_eval,
+        noise=0.3,
+        components=[
+            ComponentSettings(weight=1.0, cues=["colour", "shape"]),
+            ComponentSettings(weight=1.0, cues=["texture", "position"]),
+        ],
+    )
     CACHE.mkdir(exist_ok=True)
     checkpoint = CACHE / "resnet50_init_seed0.pt"
     if not checkpoint.exists():
@@ -49,21 +55,29 @@ def kit_features(n: int, n_eval: int, classes: int) -> tuple[torch.Tensor, torch
     splits = []
     for split in ("train", "eval"):
         extracted = features.extract(
-            [checkpoint], SyntheticWorld(world, classes, 32, split),
-            dataset_id=f"synthetic {world.model_dump_json()} classes={classes}", split=split,
-            transform="none (32 px renders)", cache_dir=CACHE, batch_size=500)
+            [checkpoint],
+            SyntheticWorld(world, classes, 32, split),
+            dataset_id=f"synthetic {world.model_dump_json()} classes={classes}",
+            split=split,
+            transform="none (32 px renders)",
+            cache_dir=CACHE,
+            batch_size=500,
+        )
         splits.append(extracted.torch()[0].float())
     return splits[0], splits[1]
 
 
-def planted_labels(train: torch.Tensor, evaluation: torch.Tensor, classes: int, noise: float
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def planted_labels(
+    train: torch.Tensor, evaluation: torch.Tensor, classes: int, noise: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Labels of a random low-rank linear teacher on standardised features, with Gumbel noise."""
     generator = torch.Generator().manual_seed(1)
     mean, std = train.mean(0), train.std(0).clamp_min(1e-6)
     rank = 32  # a low-rank teacher: learnable from 50k samples, as real class structure is
-    teacher = (torch.randn(train.shape[1], rank, generator=generator)
-               @ torch.randn(rank, classes, generator=generator)) / (train.shape[1] * rank) ** 0.5
+    teacher = (
+        torch.randn(train.shape[1], rank, generator=generator)
+        @ torch.randn(rank, classes, generator=generator)
+    ) / (train.shape[1] * rank) ** 0.5
 
     def label(x: torch.Tensor) -> torch.Tensor:
         gumbel = -torch.log(-torch.log(torch.rand(len(x), classes, generator=generator)))
@@ -77,26 +91,46 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument("--eval", type=int, default=10_000)
     parser.add_argument("--classes", type=int, default=100)
-    parser.add_argument("--C", type=float, default=0.01,
-                        help="scikit-learn's inverse penalty (0.01 was its best here)")
+    parser.add_argument(
+        "--C",
+        type=float,
+        default=0.01,
+        help="scikit-learn's inverse penalty (0.01 was its best here)",
+    )
     parser.add_argument("--epochs", type=int, default=5, help="fast probe epochs")
     parser.add_argument("--noise", type=float, default=0.3, help="teacher's Gumbel noise")
-    parser.add_argument("--weight-decays", type=float, nargs="+", default=[3e-3],
-                        help="the fast probe's grid (one head per value)")
-    parser.add_argument("--heldout", type=float, default=0.1,
-                        help="share of the training split the fast probe selects on")
+    parser.add_argument(
+        "--weight-decays",
+        type=float,
+        nargs="+",
+        default=[3e-3],
+        help="the fast probe's grid (one head per value)",
+    )
+    parser.add_argument(
+        "--heldout",
+        type=float,
+        default=0.1,
+        help="share of the training split the fast probe selects on",
+    )
     args = parser.parse_args()
 
     start = time.perf_counter()
     x_fit, x_test = kit_features(args.n, args.eval, args.classes)
     y_fit, y_test = planted_labels(x_fit, x_test, args.classes, args.noise)
     train, evaluation = Split(x_fit, y_fit, "train"), Split(x_test, y_test, "eval")
-    print(f"features: train {tuple(train.features.shape)}, eval {tuple(evaluation.features.shape)}"
-          f", {args.classes} classes ({time.perf_counter() - start:.0f} s to extract or load); "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"features: train {tuple(train.features.shape)}, eval {tuple(evaluation.features.shape)}"
+        f", {args.classes} classes ({time.perf_counter() - start:.0f} s to extract or load); "
+        f"torch threads {torch.get_num_threads()}"
+    )
 
-    config = FastProbeSettings(lrs=[0.1], weight_decays=list(args.weight_decays),
-                               epochs=args.epochs, batch_size=1024, heldout_fraction=args.heldout)
+    config = FastProbeSettings(
+        lrs=[0.1],
+        weight_decays=list(args.weight_decays),
+        epochs=args.epochs,
+        batch_size=1024,
+        heldout_fraction=args.heldout,
+    )
     start = time.perf_counter()
     result = fast_probe(train, evaluation, args.classes, config, progress=False)
     fast_seconds = time.perf_counter() - start
@@ -112,13 +146,19 @@ def main() -> None:
     sklearn_seconds = time.perf_counter() - start
     sklearn_accuracy = float((sklearn_probe.predict(x_eval) == evaluation.labels.numpy()).mean())
 
-    print(f"fast probe ({len(config.lrs) * len(config.weight_decays)} heads, {config.epochs} "
-          f"epochs): {fast_seconds:8.1f} s  top-1 {100 * fast_accuracy:.2f}%")
-    print(f"scikit-learn lbfgs (C={args.C}, {sklearn_probe.n_iter_[0]} iterations): "
-          f"{sklearn_seconds:8.1f} s  top-1 {100 * sklearn_accuracy:.2f}%")
-    print(f"speed ratio (sklearn / fast): {sklearn_seconds / fast_seconds:.1f}x; "
-          f"accuracy difference (fast - sklearn): {100 * (fast_accuracy - sklearn_accuracy):+.2f} "
-          "points")
+    print(
+        f"fast probe ({len(config.lrs) * len(config.weight_decays)} heads, {config.epochs} "
+        f"epochs): {fast_seconds:8.1f} s  top-1 {100 * fast_accuracy:.2f}%"
+    )
+    print(
+        f"scikit-learn lbfgs (C={args.C}, {sklearn_probe.n_iter_[0]} iterations): "
+        f"{sklearn_seconds:8.1f} s  top-1 {100 * sklearn_accuracy:.2f}%"
+    )
+    print(
+        f"speed ratio (sklearn / fast): {sklearn_seconds / fast_seconds:.1f}x; "
+        f"accuracy difference (fast - sklearn): {100 * (fast_accuracy - sklearn_accuracy):+.2f} "
+        "points"
+    )
 
 
 if __name__ == "__main__":

@@ -26,11 +26,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("cache", type=Path, help="a feature cache folder (<run_root>/features)")
     parser.add_argument("--loose", type=float, default=1e-7, help="the looser tolerance")
-    parser.add_argument("--weight-decays", type=float, nargs="+",
-                        default=[1e-3, 1e-2, 0.1, 1.0, 10.0])
+    parser.add_argument(
+        "--weight-decays", type=float, nargs="+", default=[1e-3, 1e-2, 0.1, 1.0, 10.0]
+    )
     parser.add_argument("--pairs", type=int, default=40, help="the first pairs of the cache")
     args = parser.parse_args()
-    pairs = cached_pairs(args.cache)[:args.pairs]
+    pairs = cached_pairs(args.cache)[: args.pairs]
     if not pairs:
         raise SystemExit(f"{args.cache}: no representation cached with both splits")
     seconds = {TOLERANCE_CHANGE: 0.0, args.loose: 0.0}
@@ -41,8 +42,9 @@ def main() -> None:
         classes = int(max(train.labels.max(), evaluation.labels.max())) + 1
         found = {}
         for tolerance in seconds:
-            settings = LbfgsProbeSettings(weight_decays=args.weight_decays,
-                                          tolerance_change=tolerance)
+            settings = LbfgsProbeSettings(
+                weight_decays=args.weight_decays, tolerance_change=tolerance
+            )
             start = time.perf_counter()
             found[tolerance] = lbfgs_probe(train, evaluation, classes, settings)
             seconds[tolerance] += time.perf_counter() - start
@@ -53,11 +55,15 @@ def main() -> None:
         worst_rule = max(worst_rule, 100 * abs(tight.top1("heldout") - loose.top1("heldout")))
     fits = len(pairs) * len(args.weight_decays)
     for tolerance, spent in seconds.items():
-        print(f"tolerance {tolerance:g}: {spent:.1f} s, "
-              f"{iterations[tolerance] / fits:.0f} iterations per fit ({len(pairs)} pairs)")
-    print(f"time ratio {seconds[args.loose] / seconds[TOLERANCE_CHANGE]:.2f}; largest |top-1 "
-          f"difference|: {worst_head:.2f} point over every head, {worst_rule:.2f} under the "
-          "held-out rule")
+        print(
+            f"tolerance {tolerance:g}: {spent:.1f} s, "
+            f"{iterations[tolerance] / fits:.0f} iterations per fit ({len(pairs)} pairs)"
+        )
+    print(
+        f"time ratio {seconds[args.loose] / seconds[TOLERANCE_CHANGE]:.2f}; largest |top-1 "
+        f"difference|: {worst_head:.2f} point over every head, {worst_rule:.2f} under the "
+        "held-out rule"
+    )
 
 
 if __name__ == "__main__":

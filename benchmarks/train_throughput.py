@@ -28,29 +28,52 @@ from kit.train.step import Trainer, warmup_steps
 
 def kit_config(args: argparse.Namespace) -> TrainSettings:
     return TrainSettings(
-        model=args.arch, width=args.width, num_classes=args.classes, seed=0,
-        data={"kind": "synthetic", "image_size": args.image_size,
-              "synthetic": {"num_train": 1, "num_eval": 1,
-                            "components": [{"weight": 1.0, "cues": ["colour"]}]}},
-        batch_size=args.batch, iterations=10**6, output_dir="unused", device=args.device,
-        precision=args.precision, channels_last=not args.no_channels_last,
-        compile=args.compile, log_every=args.log_every)
+        model=args.arch,
+        width=args.width,
+        num_classes=args.classes,
+        seed=0,
+        data={
+            "kind": "synthetic",
+            "image_size": args.image_size,
+            "synthetic": {
+                "num_train": 1,
+                "num_eval": 1,
+                "components": [{"weight": 1.0, "cues": ["colour"]}],
+            },
+        },
+        batch_size=args.batch,
+        iterations=10**6,
+        output_dir="unused",
+        device=args.device,
+        precision=args.precision,
+        channels_last=not args.no_channels_last,
+        compile=args.compile,
+        log_every=args.log_every,
+    )
 
 
 class BareLoop:
     """The textbook loop: zero_grad, forward, loss, backward, step."""
 
-    def __init__(self, cfg: TrainSettings, device: torch.device, autocast_dtype: torch.dtype | None
-                 ) -> None:
+    def __init__(
+        self, cfg: TrainSettings, device: torch.device, autocast_dtype: torch.dtype | None
+    ) -> None:
         torch.manual_seed(cfg.seed)
         memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
-        self.model = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem,
-                                  cfg.data.image_size).to(device, memory_format=memory_format)
+        self.model = models.build(
+            cfg.model, cfg.num_classes, cfg.width, cfg.stem, cfg.data.image_size
+        ).to(device, memory_format=memory_format)
         self.forward = torch.compile(self.model) if cfg.compile else self.model
         self.optimizer = schedulefree.AdamWScheduleFree(
-            self.model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
-            weight_decay=cfg.weight_decay, warmup_steps=warmup_steps(cfg), r=cfg.r,
-            weight_lr_power=cfg.weight_lr_power)
+            self.model.parameters(),
+            lr=cfg.lr,
+            betas=tuple(cfg.betas),
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+            warmup_steps=warmup_steps(cfg),
+            r=cfg.r,
+            weight_lr_power=cfg.weight_lr_power,
+        )
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
         self.device, self.autocast_dtype = device, autocast_dtype
         self.model.train()
@@ -58,15 +81,17 @@ class BareLoop:
 
     def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(self.device.type, dtype=self.autocast_dtype,
-                            enabled=self.autocast_dtype is not None):
+        with torch.autocast(
+            self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
+        ):
             loss = self.criterion(self.forward(images), labels)
         loss.backward()
         self.optimizer.step()
 
 
-def images_per_second(step, images: torch.Tensor, labels: torch.Tensor, steps: int,
-                      finish) -> float:
+def images_per_second(
+    step, images: torch.Tensor, labels: torch.Tensor, steps: int, finish
+) -> float:
     start = time.perf_counter()
     for _ in range(steps):
         step(images, labels)
@@ -84,8 +109,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="steps per timed repeat")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--log-every", type=int, default=10,
-                        help="the kit's loss read-out interval (one host sync each)")
+    parser.add_argument(
+        "--log-every",
+        type=int,
+        default=10,
+        help="the kit's loss read-out interval (one host sync each)",
+    )
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     parser.add_argument("--no-channels-last", action="store_true")
@@ -99,8 +128,9 @@ def main() -> None:
     process = distributed.start_process(cfg.device)
     kit = Trainer(cfg, process)
     bare = BareLoop(cfg, process.device, kit.autocast_dtype)
-    pixels = torch.randint(0, 256, (args.batch, 3, args.image_size, args.image_size),
-                           dtype=torch.uint8)
+    pixels = torch.randint(
+        0, 256, (args.batch, 3, args.image_size, args.image_size), dtype=torch.uint8
+    )
     ((images, labels),) = kit.on_device([(pixels, torch.randint(0, args.classes, (args.batch,)))])
     synchronize = torch.cuda.synchronize if process.device.type == "cuda" else (lambda: None)
     kit_steps_since_read = 0
@@ -121,14 +151,20 @@ def main() -> None:
         for step, rates in pairs if repeat % 2 == 0 else pairs[::-1]:
             rates.append(images_per_second(step, images, labels, args.steps, synchronize))
     kit_median, bare_median = statistics.median(kit_rates), statistics.median(bare_rates)
-    print(f"device {process.device}, threads {torch.get_num_threads()}, {args.arch} width "
-          f"{args.width}, {args.image_size} px, batch {args.batch}, precision "
-          f"{'bf16' if kit.autocast_dtype else 'fp32'}, channels_last {cfg.channels_last}, "
-          f"compile {cfg.compile}; {args.repeats} repeats x {args.steps} steps")
-    print(f"kit trainer: {kit_median:8.1f} img/s  (repeats: "
-          f"{', '.join(f'{r:.0f}' for r in kit_rates)})")
-    print(f"bare loop:   {bare_median:8.1f} img/s  (repeats: "
-          f"{', '.join(f'{r:.0f}' for r in bare_rates)})")
+    print(
+        f"device {process.device}, threads {torch.get_num_threads()}, {args.arch} width "
+        f"{args.width}, {args.image_size} px, batch {args.batch}, precision "
+        f"{'bf16' if kit.autocast_dtype else 'fp32'}, channels_last {cfg.channels_last}, "
+        f"compile {cfg.compile}; {args.repeats} repeats x {args.steps} steps"
+    )
+    print(
+        f"kit trainer: {kit_median:8.1f} img/s  (repeats: "
+        f"{', '.join(f'{r:.0f}' for r in kit_rates)})"
+    )
+    print(
+        f"bare loop:   {bare_median:8.1f} img/s  (repeats: "
+        f"{', '.join(f'{r:.0f}' for r in bare_rates)})"
+    )
     print(f"ratio kit/bare: {kit_median / bare_median:.3f}")
 
 

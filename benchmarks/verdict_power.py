@@ -37,24 +37,41 @@ def measured_std(folder: Path) -> float:
     return float(primary["std"])
 
 
-def rates(effect: float, std: float, replicates: int, smallest: float, draws: int,
-          rng: np.random.Generator) -> dict[str, float]:
+def rates(
+    effect: float,
+    std: float,
+    replicates: int,
+    smallest: float,
+    draws: int,
+    rng: np.random.Generator,
+) -> dict[str, float]:
     """Share of draws whose primary condition holds, is contradicted, or cannot tell."""
-    found = [outcomes.judge(outcomes.Condition("c", "a", "b", ("t",), outcomes.estimate(
-        rng.normal(effect, std, replicates))), smallest) for _ in range(draws)]
-    return {name: float(np.mean([f == name for f in found]))
-            for name in (outcomes.HOLDS, outcomes.CONTRADICTED, outcomes.INCONCLUSIVE)}
+    found = [
+        outcomes.judge(
+            outcomes.Condition(
+                "c", "a", "b", ("t",), outcomes.estimate(rng.normal(effect, std, replicates))
+            ),
+            smallest,
+        )
+        for _ in range(draws)
+    ]
+    return {
+        name: float(np.mean([f == name for f in found]))
+        for name in (outcomes.HOLDS, outcomes.CONTRADICTED, outcomes.INCONCLUSIVE)
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("folder", type=Path, nargs="?", help="an output folder of notebook 03")
     parser.add_argument("--std", type=float, help="spread of the endpoint (points)")
-    parser.add_argument("--smallest", type=float, default=2.9,
-                        help="smallest effect of interest (points)")
+    parser.add_argument(
+        "--smallest", type=float, default=2.9, help="smallest effect of interest (points)"
+    )
     parser.add_argument("--replicates", type=int, nargs="+", default=[3, 5, 8, 12])
-    parser.add_argument("--effects", type=float, nargs="+",
-                        default=[0.0, 1.0, 2.0, 2.9, 4.0, 5.8, 8.0])
+    parser.add_argument(
+        "--effects", type=float, nargs="+", default=[0.0, 1.0, 2.0, 2.9, 4.0, 5.8, 8.0]
+    )
     parser.add_argument("--draws", type=int, default=2000)
     parser.add_argument("--chart", type=Path, help="write the curve here (.svg or .png)")
     args = parser.parse_args()
@@ -62,8 +79,10 @@ def main() -> None:
         raise SystemExit("give an output folder of notebook 03 or --std")
     std = args.std if args.std is not None else measured_std(args.folder)
     rng = np.random.default_rng(0)
-    print(f"spread of the endpoint {std:.2f} points, smallest effect of interest "
-          f"{args.smallest:g}, {args.draws} draws per point")
+    print(
+        f"spread of the endpoint {std:.2f} points, smallest effect of interest "
+        f"{args.smallest:g}, {args.draws} draws per point"
+    )
     rows = []
     for count in args.replicates:
         mde = outcomes.detectable(std, count)
@@ -71,24 +90,45 @@ def main() -> None:
         for effect in args.effects:
             found = rates(effect, std, count, args.smallest, args.draws, rng)
             rows.append({"replicates": count, "true effect": effect, **found})
-            print(f"  true effect {effect:4.1f}: reproduced {found[outcomes.HOLDS]:.3f}, "
-                  f"contradicted {found[outcomes.CONTRADICTED]:.3f}, inconclusive "
-                  f"{found[outcomes.INCONCLUSIVE]:.3f}")
+            print(
+                f"  true effect {effect:4.1f}: reproduced {found[outcomes.HOLDS]:.3f}, "
+                f"contradicted {found[outcomes.CONTRADICTED]:.3f}, inconclusive "
+                f"{found[outcomes.INCONCLUSIVE]:.3f}"
+            )
     if args.chart:
-        data = pl.DataFrame(rows).unpivot(
-            index=["replicates", "true effect"], on=[outcomes.HOLDS, outcomes.CONTRADICTED],
-            variable_name="outcome", value_name="rate").with_columns(
-            pl.col("outcome").replace({outcomes.HOLDS: "reproduced"}))
-        base = alt.Chart().mark_line(point=True).encode(
-            x=alt.X("true effect:Q", title="true gain on the endpoint (points)"),
-            y=alt.Y("rate:Q", title="share of runs", scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color("replicates:O", title="replicates"))
-        rule = alt.Chart().mark_rule(color="grey", strokeDash=[2, 2]).encode(
-            x=alt.datum(args.smallest))
-        chart = alt.layer(base, rule, data=data).properties(width=300, height=220).facet(
-            column=alt.Column("outcome:N", title=None)).properties(
-            title=f"Primary endpoint at a spread of {std:.1f} points; dotted: the smallest "
-                  f"effect of interest ({args.smallest:g})")
+        data = (
+            pl.DataFrame(rows)
+            .unpivot(
+                index=["replicates", "true effect"],
+                on=[outcomes.HOLDS, outcomes.CONTRADICTED],
+                variable_name="outcome",
+                value_name="rate",
+            )
+            .with_columns(pl.col("outcome").replace({outcomes.HOLDS: "reproduced"}))
+        )
+        base = (
+            alt.Chart()
+            .mark_line(point=True)
+            .encode(
+                x=alt.X("true effect:Q", title="true gain on the endpoint (points)"),
+                y=alt.Y("rate:Q", title="share of runs", scale=alt.Scale(domain=[0, 1])),
+                color=alt.Color("replicates:O", title="replicates"),
+            )
+        )
+        rule = (
+            alt.Chart()
+            .mark_rule(color="grey", strokeDash=[2, 2])
+            .encode(x=alt.datum(args.smallest))
+        )
+        chart = (
+            alt.layer(base, rule, data=data)
+            .properties(width=300, height=220)
+            .facet(column=alt.Column("outcome:N", title=None))
+            .properties(
+                title=f"Primary endpoint at a spread of {std:.1f} points; dotted: the smallest "
+                f"effect of interest ({args.smallest:g})"
+            )
+        )
         chart.save(str(args.chart))
         print(f"wrote {args.chart}")
 

@@ -69,13 +69,14 @@ def load_backbone(path: Path) -> models.KitResNet:
         models.load_algoperf_checkpoint(model, path, state)
     elif isinstance(state, dict) and "model" in state and "config" in state:
         cfg = TrainSettings(**state["config"])
-        model = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem,
-                             cfg.data.image_size)
+        model = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem, cfg.data.image_size)
         models.load_state(model, state["model"], str(path))
     else:
         keys = ", ".join(list(state)[:5]) if isinstance(state, dict) else type(state).__name__
-        raise models.CheckpointError(f"{path}: neither a kit checkpoint ('model' and 'config') "
-                                     f"nor an AlgoPerf one ('model_params'); has {keys}")
+        raise models.CheckpointError(
+            f"{path}: neither a kit checkpoint ('model' and 'config') "
+            f"nor an AlgoPerf one ('model_params'); has {keys}"
+        )
     return model.eval()
 
 
@@ -90,8 +91,10 @@ _LAST_PASS: dict[tuple[Path, str], models.KitResNet] = {}
 def _backbones(checkpoints: dict[Path, tuple[Path, str]]) -> dict[Path, models.KitResNet]:
     """The backbone of each entry's (checkpoint, SHA-256): the last pass's when it read the same
     file with the same contents, else loaded; only this pass's are kept for the next."""
-    found = {entry: _LAST_PASS[key] if key in _LAST_PASS else load_backbone(key[0])
-             for entry, key in checkpoints.items()}
+    found = {
+        entry: _LAST_PASS[key] if key in _LAST_PASS else load_backbone(key[0])
+        for entry, key in checkpoints.items()
+    }
     _LAST_PASS.clear()
     _LAST_PASS.update({key: found[entry] for entry, key in checkpoints.items()})
     return found
@@ -112,12 +115,23 @@ class FeatureSet:
         return torch.from_numpy(self.features), torch.from_numpy(self.labels)
 
 
-def _record(checkpoints: Sequence[Path], hashes: dict[Path, str], dataset_id: str, split: str,
-            transform: str, dtype: str, rows: int) -> dict[str, Any]:
-    return {"checkpoints": [{"name": Path(p).name, "sha256": hashes[Path(p)]}
-                            for p in checkpoints],
-            "dataset": dataset_id, "split": split, "transform": transform, "dtype": dtype,
-            "rows": rows}
+def _record(
+    checkpoints: Sequence[Path],
+    hashes: dict[Path, str],
+    dataset_id: str,
+    split: str,
+    transform: str,
+    dtype: str,
+    rows: int,
+) -> dict[str, Any]:
+    return {
+        "checkpoints": [{"name": Path(p).name, "sha256": hashes[Path(p)]} for p in checkpoints],
+        "dataset": dataset_id,
+        "split": split,
+        "transform": transform,
+        "dtype": dtype,
+        "rows": rows,
+    }
 
 
 def _key(record: dict[str, Any]) -> str:
@@ -126,8 +140,10 @@ def _key(record: dict[str, Any]) -> str:
 
 def _content(path: Path) -> dict[str, dict[str, Any]]:
     """Size and SHA-256 of each array file of a cache entry (about 1.5 s per GB)."""
-    return {name: {"size": (path / name).stat().st_size, "sha256": files.file_hash(path / name)}
-            for name in ARRAYS}
+    return {
+        name: {"size": (path / name).stat().st_size, "sha256": files.file_hash(path / name)}
+        for name in ARRAYS
+    }
 
 
 def _signature(path: Path) -> dict[str, list[int]]:
@@ -151,14 +167,17 @@ def _check_content(path: Path, signature: dict[str, list[int]]) -> dict[str, Any
         recorded = json.loads((path / "record.json").read_text())["content"]
         for name in ARRAYS:
             if signature[name][0] != recorded[name]["size"]:
-                raise ValueError(f"{name} has {signature[name][0]} bytes, "
-                                 f"{recorded[name]['size']} recorded")
+                raise ValueError(
+                    f"{name} has {signature[name][0]} bytes, {recorded[name]['size']} recorded"
+                )
         if _content(path) != recorded:
             raise ValueError("an array's content differs from its recorded hash")
         verdict: dict[str, Any] = {"ok": True}
     except (OSError, ValueError, KeyError, TypeError) as error:
-        verdict = {"ok": False, "problem": str(error) if isinstance(error, ValueError)
-                   else repr(error)}
+        verdict = {
+            "ok": False,
+            "problem": str(error) if isinstance(error, ValueError) else repr(error),
+        }
     with files.atomic_write(path / VERIFIED) as handle:
         handle.write(json.dumps(verdict | {"signature": signature}).encode())
     return verdict
@@ -170,7 +189,8 @@ def _verified(path: Path) -> dict[str, Any] | None:
 
     The arrays are hashed once, by rank 0, which leaves its verdict in the entry's marker
     (verified.json) with the files' change stamps: later hits trust a marker that still matches
-    them (any change through the file system, times put back or not, alters a stamp), and the other ranks wait for the marker on the file system, not in
+    them (any change through the file system, times put back or not, alters a stamp), and the other
+    ranks wait for the marker on the file system, not in
     a collective call that a long hash would time out."""
     if not (path / "record.json").exists():
         return None
@@ -187,8 +207,11 @@ def _verified(path: Path) -> dict[str, Any] | None:
             verdict = _marker(path, signature)
     if not verdict["ok"]:
         if distributed.rank_and_world()[0] == 0:
-            print(f"{path}: cached features are corrupt or incomplete ({verdict['problem']}); "
-                  "extracting them again", file=sys.stderr)
+            print(
+                f"{path}: cached features are corrupt or incomplete ({verdict['problem']}); "
+                "extracting them again",
+                file=sys.stderr,
+            )
         return None
     return json.loads((path / "record.json").read_text())
 
@@ -213,8 +236,9 @@ def _start_entries(entries: dict[Path, tuple[int, str]], rows: int) -> None:
             if path.exists():
                 shutil.rmtree(path)
             _partial(path).mkdir(parents=True, exist_ok=True)
-            np.lib.format.open_memmap(_partial(path) / "features.npy", mode="w+",
-                                      dtype=DTYPES[dtype], shape=(rows, width)).flush()
+            np.lib.format.open_memmap(
+                _partial(path) / "features.npy", mode="w+", dtype=DTYPES[dtype], shape=(rows, width)
+            ).flush()
     distributed.barrier()
 
 
@@ -253,39 +277,58 @@ def _gather_labels(labels: np.ndarray, folder: Path) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def _extract_checkpoints(records: dict[Path, dict[str, Any]], checkpoints: dict[Path, Path],
-                         dataset: Dataset, batch_size: int, device: str, num_workers: int,
-                         progress: bool, stage: Stage) -> None:
+def _extract_checkpoints(
+    records: dict[Path, dict[str, Any]],
+    checkpoints: dict[Path, Path],
+    dataset: Dataset,
+    batch_size: int,
+    device: str,
+    num_workers: int,
+    progress: bool,
+    stage: Stage,
+) -> None:
     """One pass over this rank's shard: each batch is decoded and normalised once and fed to
     every backbone; entry `path` receives the features of `checkpoints[path]`."""
-    backbones = _backbones({path: (checkpoints[path], records[path]["checkpoints"][0]["sha256"])
-                            for path in records})
-    records = {path: record | {"widths": [backbones[path].feature_dim]}
-               for path, record in records.items()}
+    backbones = _backbones(
+        {path: (checkpoints[path], records[path]["checkpoints"][0]["sha256"]) for path in records}
+    )
+    records = {
+        path: record | {"widths": [backbones[path].feature_dim]} for path, record in records.items()
+    }
     rows = len(dataset)
-    _start_entries({path: (model.feature_dim, records[path]["dtype"])
-                    for path, model in backbones.items()}, rows)
+    _start_entries(
+        {path: (model.feature_dim, records[path]["dtype"]) for path, model in backbones.items()},
+        rows,
+    )
     target = torch.device(device)
     for model in backbones.values():
         model.to(target, memory_format=torch.channels_last)
-    outputs = {path: np.load(_partial(path) / "features.npy", mmap_mode="r+")
-               for path in backbones}
+    outputs = {path: np.load(_partial(path) / "features.npy", mmap_mode="r+") for path in backbones}
     shard = _shard(rows)
-    loader = DataLoader(Subset(dataset, shard), batch_size=batch_size, num_workers=num_workers,
-                        pin_memory=target.type == "cuda",
-                        multiprocessing_context=workers.context() if num_workers else None)
+    loader = DataLoader(
+        Subset(dataset, shard),
+        batch_size=batch_size,
+        num_workers=num_workers,
+        pin_memory=target.type == "cuda",
+        multiprocessing_context=workers.context() if num_workers else None,
+    )
     labels = np.empty(len(shard), dtype=np.int64)
     row = 0
-    for images, batch_labels in tqdm(DeviceBatches(loader, target, torch.channels_last),
-                                     desc=f"features of {len(backbones)} backbone(s)",
-                                     total=len(loader),
-                                     disable=not progress or distributed.rank_and_world()[0] != 0):
+    for images, batch_labels in tqdm(
+        DeviceBatches(loader, target, torch.channels_last),
+        desc=f"features of {len(backbones)} backbone(s)",
+        total=len(loader),
+        disable=not progress or distributed.rank_and_world()[0] != 0,
+    ):
         end = row + len(batch_labels)
-        with torch.no_grad(), torch.autocast(target.type, torch.bfloat16,
-                                             enabled=target.type == "cuda"):
+        with (
+            torch.no_grad(),
+            torch.autocast(target.type, torch.bfloat16, enabled=target.type == "cuda"),
+        ):
             for path, model in backbones.items():
-                outputs[path][shard.start + row:shard.start + end] = (
-                    model.features(images).float().cpu().numpy())
+                outputs[path][shard.start + row : shard.start + end] = (
+                    model.features(images).float().cpu().numpy()
+                )
         labels[row:end] = batch_labels.cpu().numpy()
         row = end
         stage.advance()
@@ -296,8 +339,9 @@ def _extract_checkpoints(records: dict[Path, dict[str, Any]], checkpoints: dict[
     _finish_entries(records, _gather_labels(labels, _partial(first)))
 
 
-def _concatenate(path: Path, record: dict[str, Any], parts: list[FeatureSet],
-                 chunk_rows: int = 1 << 16) -> None:
+def _concatenate(
+    path: Path, record: dict[str, Any], parts: list[FeatureSet], chunk_rows: int = 1 << 16
+) -> None:
     """A representation's entry from its checkpoints' entries, each rank copying its shard of
     rows in chunks (an ImageNet-sized file never has to fit in RAM)."""
     record = record | {"widths": [part.features.shape[1] for part in parts]}
@@ -313,10 +357,19 @@ def _concatenate(path: Path, record: dict[str, Any], parts: list[FeatureSet],
     _finish_entries({path: record}, parts[0].labels)
 
 
-def extract_many(representations: Sequence[Sequence[Path]], dataset: Dataset, dataset_id: str,
-                 split: str, transform: str, cache_dir: Path, batch_size: int = 256,
-                 dtype: str = "float32", device: str = "cpu", num_workers: int = 0,
-                 progress: bool = True) -> list[FeatureSet]:
+def extract_many(
+    representations: Sequence[Sequence[Path]],
+    dataset: Dataset,
+    dataset_id: str,
+    split: str,
+    transform: str,
+    cache_dir: Path,
+    batch_size: int = 256,
+    dtype: str = "float32",
+    device: str = "cpu",
+    num_workers: int = 0,
+    progress: bool = True,
+) -> list[FeatureSet]:
     """Features of several representations (lists of checkpoints) on one split, each
     concatenated in the order given.
 
@@ -352,36 +405,73 @@ def extract_many(representations: Sequence[Sequence[Path]], dataset: Dataset, da
 
     wanted = [entry(rep) for rep in representations]
     hits = [cached(path) for path, _ in wanted]
-    needed = dict.fromkeys(Path(p) for rep, hit in zip(representations, hits) if not hit
-                           for p in rep)  # ordered, without repeats
-    missing = {path: (checkpoint, record) for checkpoint in needed
-               for path, record in [entry([checkpoint])] if not cached(path)}
+    needed = dict.fromkeys(
+        Path(p) for rep, hit in zip(representations, hits, strict=True) if not hit for p in rep
+    )  # ordered, without repeats
+    missing = {
+        path: (checkpoint, record)
+        for checkpoint in needed
+        for path, record in [entry([checkpoint])]
+        if not cached(path)
+    }
     name = f"features {split.split('[')[0]} ({rows} rows)"
     reused = f"reused {sum(hits)} of {len(hits)} cached representation(s)"
     if missing:
-        stage = Stage(name, math.ceil(len(_shard(rows)) / batch_size), "batch",
-                      f"{reused}, extracting {len(missing)} checkpoint(s)")
-        _extract_checkpoints({path: record for path, (_, record) in missing.items()},
-                             {path: checkpoint for path, (checkpoint, _) in missing.items()},
-                             dataset, batch_size, device, num_workers, progress, stage)
+        stage = Stage(
+            name,
+            math.ceil(len(_shard(rows)) / batch_size),
+            "batch",
+            f"{reused}, extracting {len(missing)} checkpoint(s)",
+        )
+        _extract_checkpoints(
+            {path: record for path, (_, record) in missing.items()},
+            {path: checkpoint for path, (checkpoint, _) in missing.items()},
+            dataset,
+            batch_size,
+            device,
+            num_workers,
+            progress,
+            stage,
+        )
         verdicts.update(dict.fromkeys(missing, True))
         stage.finish(f"{reused}, extracted {len(missing)} checkpoint(s)")
     else:
         Stage(name, 0, "batch", "").finish(f"{reused}, extracted 0")
-    for rep, (path, record) in zip(representations, wanted):
+    for rep, (path, record) in zip(representations, wanted, strict=True):
         if not cached(path):
             _concatenate(path, record, [_open(entry([p])[0], hit=True) for p in rep])
             verdicts[path] = True
-    return [_open(path, hit) for (path, _), hit in zip(wanted, hits)]
+    return [_open(path, hit) for (path, _), hit in zip(wanted, hits, strict=True)]
 
 
-def extract(checkpoints: Sequence[Path], dataset: Dataset, dataset_id: str, split: str,
-            transform: str, cache_dir: Path, batch_size: int = 256, dtype: str = "float32",
-            device: str = "cpu", num_workers: int = 0, progress: bool = True) -> FeatureSet:
+def extract(
+    checkpoints: Sequence[Path],
+    dataset: Dataset,
+    dataset_id: str,
+    split: str,
+    transform: str,
+    cache_dir: Path,
+    batch_size: int = 256,
+    dtype: str = "float32",
+    device: str = "cpu",
+    num_workers: int = 0,
+    progress: bool = True,
+) -> FeatureSet:
     """Features of `dataset` under each checkpoint, concatenated in the order given (one
     representation of `extract_many`)."""
-    return extract_many([checkpoints], dataset, dataset_id, split, transform, cache_dir,
-                        batch_size, dtype, device, num_workers, progress)[0]
+    return extract_many(
+        [checkpoints],
+        dataset,
+        dataset_id,
+        split,
+        transform,
+        cache_dir,
+        batch_size,
+        dtype,
+        device,
+        num_workers,
+        progress,
+    )[0]
 
 
 def checkpoint_problems(paths: list[str]) -> list[str]:

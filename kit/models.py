@@ -37,8 +37,10 @@ class CheckpointError(ValueError):
 
 
 #: how to get a good copy of a checkpoint, for error messages
-REPLACE_CHECKPOINT = ("Replace it with a good copy; for a run the kit trained, delete the run's "
-                      "folder and run again to retrain it.")
+REPLACE_CHECKPOINT = (
+    "Replace it with a good copy; for a run the kit trained, delete the run's "
+    "folder and run again to retrain it."
+)
 
 
 def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT) -> Any:
@@ -54,29 +56,47 @@ def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT) -> Any:
     except files.IntegrityError as error:
         raise CheckpointError(str(error)) from None
     if not verified:
-        notices.notice(f"{path}: no recorded hash ({files.sidecar(path).name}), so it is "
-                       "loaded unverified (a file the kit did not write, or one whose hash was "
-                       "removed)")
+        notices.notice(
+            f"{path}: no recorded hash ({files.sidecar(path).name}), so it is "
+            "loaded unverified (a file the kit did not write, or one whose hash was "
+            "removed)"
+        )
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError,
-            zipfile.BadZipFile) as error:
+    except (
+        RuntimeError,
+        EOFError,
+        OSError,
+        ValueError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+    ) as error:
         reason = (str(error).strip().splitlines() or [""])[0][:200]
-        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint, truncated or corrupt "
-                              f"({type(error).__name__}: {reason}). {rebuild}") from None
+        raise CheckpointError(
+            f"{path}: not a readable PyTorch checkpoint, truncated or corrupt "
+            f"({type(error).__name__}: {reason}). {rebuild}"
+        ) from None
 
 
 def non_finite(state: dict[str, torch.Tensor]) -> list[str]:
     """Names of the floating-point tensors of a state dict holding NaN or infinity."""
-    return [name for name, tensor in state.items()
-            if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
+    return [
+        name
+        for name, tensor in state.items()
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all()
+    ]
 
 
 class KitResNet(ResNet):
     """torchvision's ResNet with a width multiplier, a small-input stem and `features()`."""
 
-    def __init__(self, arch: str, num_classes: int, width: float = 1.0,
-                 stem: Literal["imagenet", "small"] = "imagenet") -> None:
+    def __init__(
+        self,
+        arch: str,
+        num_classes: int,
+        width: float = 1.0,
+        stem: Literal["imagenet", "small"] = "imagenet",
+    ) -> None:
         nn.Module.__init__(self)  # ResNet.__init__ hard-codes 64 channels; build the same layout
         block, layers = ARCHITECTURES[arch]
         widths = [max(1, round(64 * width * 2**stage)) for stage in range(4)]
@@ -125,8 +145,9 @@ class KitResNet(ResNet):
         return self.fc(self.features(x))
 
 
-def build(arch: str, num_classes: int, width: float = 1.0, stem: str = "auto",
-          image_size: int = 224) -> KitResNet:
+def build(
+    arch: str, num_classes: int, width: float = 1.0, stem: str = "auto", image_size: int = 224
+) -> KitResNet:
     """A freshly initialised network; stem 'auto' is 'small' below 64 px."""
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture '{arch}' (known: {', '.join(ARCHITECTURES)})")
@@ -177,15 +198,22 @@ def load_state(model: nn.Module, state: dict[str, torch.Tensor], source: str) ->
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
-    mismatched = [f"{name} {tuple(state[name].shape)} vs {tuple(expected[name].shape)}"
-                  for name in sorted(set(state) & set(expected))
-                  if state[name].shape != expected[name].shape]
+    mismatched = [
+        f"{name} {tuple(state[name].shape)} vs {tuple(expected[name].shape)}"
+        for name in sorted(set(state) & set(expected))
+        if state[name].shape != expected[name].shape
+    ]
     if missing or unexpected or mismatched:
         described = getattr(model, "arch", type(model).__name__)
-        problems = [f"{source}: does not fit the model ({described}, "
-                    f"width {getattr(model, 'width', '?')}); is it another architecture?"]
-        for label, names in (("missing", missing), ("unexpected", unexpected),
-                             ("shape mismatch (checkpoint vs model)", mismatched)):
+        problems = [
+            f"{source}: does not fit the model ({described}, "
+            f"width {getattr(model, 'width', '?')}); is it another architecture?"
+        ]
+        for label, names in (
+            ("missing", missing),
+            ("unexpected", unexpected),
+            ("shape mismatch (checkpoint vs model)", mismatched),
+        ):
             if names:
                 more = f" ... and {len(names) - 5} more" if len(names) > 5 else ""
                 problems.append(f"  {len(names)} {label}: {', '.join(names[:5])}{more}")

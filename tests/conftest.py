@@ -63,8 +63,9 @@ def pytest_configure(config: pytest.Config) -> None:
         for cell in notebook.cells:
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
-        notebook = runner.with_references(parameterize_notebook(notebook, planned.parameters),
-                                          planned.notebook.stem)
+        notebook = runner.with_references(
+            parameterize_notebook(notebook, planned.parameters), planned.notebook.stem
+        )
         nbformat.write(notebook, NOTEBOOK_COPIES / planned.notebook.name)
 
 
@@ -74,17 +75,30 @@ def pytest_configure(config: pytest.Config) -> None:
 #: whose name says they start torchrun, Slurm, submitit, gloo groups or warm workers
 SLOW_MODULES = ("test_rehearsal.py", "test_browser.py", "test_faults_processes.py", "test_lab.py")
 SLOW_FIXTURES = ("runner_output", "notebook_outputs")
-SLOW_NAMES = ("torchrun", "slurm", "submitit", "gloo", "warm_process", "two_process",
-              "signal_to_the_runner", "plain_papermill", "outside_kit_run", "killed_right_after")
+SLOW_NAMES = (
+    "torchrun",
+    "slurm",
+    "submitit",
+    "gloo",
+    "warm_process",
+    "two_process",
+    "signal_to_the_runner",
+    "plain_papermill",
+    "outside_kit_run",
+    "killed_right_after",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tests the fast lane leaves out `slow` (see SLOW_MODULES)."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if (item.path.name in SLOW_MODULES or item.path.suffix == ".ipynb"
-                or any(name in fixtures for name in SLOW_FIXTURES)
-                or any(name in item.name for name in SLOW_NAMES)):
+        if (
+            item.path.name in SLOW_MODULES
+            or item.path.suffix == ".ipynb"
+            or any(name in fixtures for name in SLOW_FIXTURES)
+            or any(name in item.name for name in SLOW_NAMES)
+        ):
             item.add_marker(pytest.mark.slow)
 
 
@@ -103,11 +117,26 @@ def kit_run(stem: str) -> RunnerOutput:
     """Run one notebook with the ci profile through the runner's command line, into the
     folder the other notebook tests read."""
     output_dir = OUTPUT_ROOT / PROFILE
-    command = [sys.executable, "-m", "kit", "run", stem, "--profile", PROFILE,
-               "--set", f"output_dir={output_dir}"]
+    command = [
+        sys.executable,
+        "-m",
+        "kit",
+        "run",
+        stem,
+        "--profile",
+        PROFILE,
+        "--set",
+        f"output_dir={output_dir}",
+    ]
     with tempfile.TemporaryFile("w+") as stderr:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                   cwd=REPO_ROOT, env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            cwd=REPO_ROOT,
+            env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+        )
         assert process.stdout is not None
         lines = [(line.rstrip("\n"), process.poll() is None) for line in process.stdout]
         returncode = process.wait(timeout=60)
@@ -121,7 +150,7 @@ def runner_output() -> Callable[[str], RunnerOutput]:
     runs: dict[str, RunnerOutput] = {}
 
     def get(stem: str) -> RunnerOutput:
-        for earlier in RUNNER_EXECUTED[:RUNNER_EXECUTED.index(stem)]:
+        for earlier in RUNNER_EXECUTED[: RUNNER_EXECUTED.index(stem)]:
             get(earlier)
         if stem not in runs:
             runs[stem] = kit_run(stem)
@@ -153,7 +182,8 @@ def chart_texts() -> Callable[[Path], list[str]]:
     """chart_texts(svg) -> every piece of text a saved chart shows (legends, titles, labels)."""
 
     def read(path: Path) -> list[str]:
-        return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>",
-                                                      path.read_text())]
+        return [
+            html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", path.read_text())
+        ]
 
     return read

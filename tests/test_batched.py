@@ -46,8 +46,9 @@ def test_boxes_follow_torchvisions_random_resized_crop_distribution() -> None:
     ours = boxes_for(375, 500, 4000, 1).double()
     torch.manual_seed(1)
     image = torch.zeros(3, 375, 500, dtype=torch.uint8)
-    theirs = torch.tensor([v2.RandomResizedCrop.get_params(image, [0.08, 1.0], [3 / 4, 4 / 3])
-                           for _ in range(4000)]).double()
+    theirs = torch.tensor(
+        [v2.RandomResizedCrop.get_params(image, [0.08, 1.0], [3 / 4, 4 / 3]) for _ in range(4000)]
+    ).double()
     for a, b in zip(_features(ours), _features(theirs), strict=True):
         assert stats.ks_2samp(a.numpy(), b.numpy()).pvalue > 1e-3
 
@@ -65,8 +66,10 @@ def test_an_image_no_try_fits_gets_the_central_crop_of_the_nearest_ratio() -> No
 
 def test_batched_crops_equal_the_per_image_transform() -> None:
     generator = torch.Generator().manual_seed(3)
-    images = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=generator)
-              for h, w in ((60, 80), (90, 50), (40, 40))]
+    images = [
+        torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=generator)
+        for h, w in ((60, 80), (90, 50), (40, 40))
+    ]
     draws = torch.stack([batched.sample_draws(generator) for _ in images])
     out = batched.resized_crops(images, draws, 24)
     assert out.shape == (3, 3, 24, 24) and out.dtype == torch.uint8
@@ -97,14 +100,24 @@ def jpeg_folder(tmp_path: Path) -> Path:
                 Image.fromarray(pixels).save(folder / f"{label}{i}.JPEG", format="JPEG")
     # a PNG under a .JPEG name, as ImageNet holds a few: decoded by the worker instead
     Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(
-        tmp_path / "train" / "ant" / "ant0.JPEG", format="PNG")
+        tmp_path / "train" / "ant" / "ant0.JPEG", format="PNG"
+    )
     return tmp_path
 
 
 def _batches(root: Path, decode: str) -> list[torch.Tensor]:
     settings = DataSettings(kind="imagefolder", root=str(root), image_size=64, decode=decode)
-    run = data.build(settings, 3, seed=0, batch_size=6, rank=0, world_size=1, num_workers=0,
-                     recalibration_batches=1, pin_memory=False)
+    run = data.build(
+        settings,
+        3,
+        seed=0,
+        batch_size=6,
+        rank=0,
+        world_size=1,
+        num_workers=0,
+        recalibration_batches=1,
+        pin_memory=False,
+    )
     run.order.set_position(0, 0)
     return [images for images, _ in DeviceBatches(run.train, torch.device("cpu"))]
 
@@ -123,10 +136,18 @@ def test_a_loader_worker_can_hand_over_the_file_bytes(jpeg_folder: Path) -> None
     # a worker sends its batch through a queue that shares each tensor's memory by file
     # descriptor; torchvision's read_file maps the file privately and keeps no descriptor, so its
     # tensor cannot be sent (EBADF in the queue's feeder thread, and the run waits forever)
-    settings = DataSettings(kind="imagefolder", root=str(jpeg_folder), image_size=64,
-                            decode="gpu")
-    run = data.build(settings, 3, seed=0, batch_size=6, rank=0, world_size=1, num_workers=1,
-                     recalibration_batches=1, pin_memory=False)
+    settings = DataSettings(kind="imagefolder", root=str(jpeg_folder), image_size=64, decode="gpu")
+    run = data.build(
+        settings,
+        3,
+        seed=0,
+        batch_size=6,
+        rank=0,
+        world_size=1,
+        num_workers=1,
+        recalibration_batches=1,
+        pin_memory=False,
+    )
     samples = [run.train.dataset[(0, index)] for index in range(6)]
     ForkingPickler.dumps(run.train.collate_fn(samples))
 
@@ -135,8 +156,9 @@ def test_gpu_decode_is_refused_where_it_cannot_apply() -> None:
     with pytest.raises(ValidationError, match="decode: gpu"):
         DataSettings(kind="imagefolder", root="/data", image_size=32, decode="gpu")
     with pytest.raises(ValidationError, match="decode: gpu"):
-        DataSettings(kind="imagefolder", root="/data", image_size=224, augment="crop_flip",
-                     decode="gpu")
+        DataSettings(
+            kind="imagefolder", root="/data", image_size=224, augment="crop_flip", decode="gpu"
+        )
 
 
 @pytest.fixture()
@@ -148,7 +170,8 @@ def many_jpegs(tmp_path: Path) -> Path:
             folder.mkdir(parents=True)
             for i in range(count):
                 Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(
-                    folder / f"{label}{i}.JPEG", format="JPEG")
+                    folder / f"{label}{i}.JPEG", format="JPEG"
+                )
     return tmp_path
 
 
@@ -159,15 +182,24 @@ def _open_descriptors() -> int:
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts /proc/self/fd")
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 12 workers on fewer cores
 def test_a_batch_crosses_from_a_worker_with_a_constant_number_of_descriptors(
-        many_jpegs: Path) -> None:
+    many_jpegs: Path,
+) -> None:
     # each tensor a worker sends is shared by a file descriptor that stays open in this process
     # while the tensor lives; one tensor per JPEG held thousands open (workers x prefetch x
     # batch) and ended in "Too many open files". Twelve workers, as the paper profile's loaders
     # use, each with its prefetch of 4
-    settings = DataSettings(kind="imagefolder", root=str(many_jpegs), image_size=64,
-                            decode="gpu")
-    run = data.build(settings, 2, seed=0, batch_size=16, rank=0, world_size=1, num_workers=12,
-                     recalibration_batches=1, pin_memory=False)
+    settings = DataSettings(kind="imagefolder", root=str(many_jpegs), image_size=64, decode="gpu")
+    run = data.build(
+        settings,
+        2,
+        seed=0,
+        batch_size=16,
+        rank=0,
+        world_size=1,
+        num_workers=12,
+        recalibration_batches=1,
+        pin_memory=False,
+    )
     run.order.set_position(0, 0)
     batches = iter(run.train)
     held = [next(batches)]  # the workers have started
@@ -181,9 +213,11 @@ def test_a_batch_crosses_from_a_worker_with_a_constant_number_of_descriptors(
 
 
 def test_a_packed_batch_unpacks_to_its_items() -> None:
-    items = [torch.arange(5, dtype=torch.uint8),
-             torch.arange(3 * 2 * 4, dtype=torch.uint8).view(3, 2, 4),
-             torch.tensor([7], dtype=torch.uint8)]
+    items = [
+        torch.arange(5, dtype=torch.uint8),
+        torch.arange(3 * 2 * 4, dtype=torch.uint8).view(3, 2, 4),
+        torch.tensor([7], dtype=torch.uint8),
+    ]
     packed = batched.EncodedBatch.pack(items, torch.zeros(3, batched.DRAWS), 8)
     assert packed.data.dim() == 1 and packed.offsets.tolist() == [0, 5, 29, 30]
     assert all(torch.equal(a, b) for a, b in zip(packed.items(), items, strict=True))
@@ -196,11 +230,19 @@ def _save(path: Path, mode: str, **options: object) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("mode", "options", "on_device"), [
-    ("RGB", {}, True), ("L", {}, False), ("CMYK", {}, False),
-    ("RGB", {"progressive": True}, False)], ids=["baseline", "greyscale", "cmyk", "progressive"])
+@pytest.mark.parametrize(
+    ("mode", "options", "on_device"),
+    [
+        ("RGB", {}, True),
+        ("L", {}, False),
+        ("CMYK", {}, False),
+        ("RGB", {"progressive": True}, False),
+    ],
+    ids=["baseline", "greyscale", "cmyk", "progressive"],
+)
 def test_jpegs_the_device_does_not_take_are_decoded_to_rgb_by_the_worker(
-        tmp_path: Path, mode: str, options: dict, on_device: bool) -> None:
+    tmp_path: Path, mode: str, options: dict, on_device: bool
+) -> None:
     path = _save(tmp_path / "x.JPEG", mode, **options)
     bytes_ = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
     assert batched.gpu_decodable(bytes_) is on_device
@@ -222,7 +264,8 @@ def test_a_file_too_short_for_a_frame_header_is_not_sent_to_the_device() -> None
 
 
 def test_the_device_decoder_starts_after_the_current_stream_drains(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # torchvision's CUDA decoder writes, from a stream of its own, blocks the caching allocator
     # hands out while kernels queued on the current stream may still read them
     calls: list[str] = []
@@ -231,8 +274,9 @@ def test_the_device_decoder_starts_after_the_current_stream_drains(
         def synchronize(self) -> None:
             calls.append("synchronize")
 
-    def decode(encoded: list[torch.Tensor], mode: ImageReadMode, device: torch.device
-               ) -> list[torch.Tensor]:
+    def decode(
+        encoded: list[torch.Tensor], mode: ImageReadMode, device: torch.device
+    ) -> list[torch.Tensor]:
         calls.append(f"decode on {device}")
         return [torch.zeros(3, 2, 2, dtype=torch.uint8) for _ in encoded]
 
@@ -245,8 +289,7 @@ def test_the_device_decoder_starts_after_the_current_stream_drains(
     assert calls == ["decode on cpu"]
 
 
-def test_prepared_batches_are_held_for_the_compute_stream(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prepared_batches_are_held_for_the_compute_stream(monkeypatch: pytest.MonkeyPatch) -> None:
     # made on the side stream, used on the compute stream: the compute stream waits for the
     # side one, and each tensor is recorded on it so its memory is not reused too early
     log: list[str] = []
@@ -272,5 +315,8 @@ def test_prepared_batches_are_held_for_the_compute_stream(
     batches = DeviceBatches([(Tensor("images"), Tensor("labels"))], torch.device("cuda", 0))
     monkeypatch.setattr(batches, "_prepare", lambda batch: batch)
     assert len(list(batches)) == 1
-    assert log == ["compute waits for side", "images recorded on compute",
-                   "labels recorded on compute"]
+    assert log == [
+        "compute waits for side",
+        "images recorded on compute",
+        "labels recorded on compute",
+    ]

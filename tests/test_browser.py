@@ -32,21 +32,28 @@ from test_report_page import fake_outputs
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 from kit.report import page as report_page
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed "
-                               "(pip install -e '.[dev]')")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="Playwright is not installed (pip install -e '.[dev]')"
+)
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 CHROMIUM = os.environ.get("TIMECAT_CHROMIUM") or next(
-    (found for name in CHROMIUM_NAMES if (found := shutil.which(name))), None)
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium found (apt-get install "
-                                "chromium, or set TIMECAT_CHROMIUM to a Chromium executable)")
+    (found for name in CHROMIUM_NAMES if (found := shutil.which(name))), None
+)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="no Chromium found (apt-get install "
+    "chromium, or set TIMECAT_CHROMIUM to a Chromium executable)",
+)
 NOTEBOOK = NOTEBOOKS_DIR / "01_toy_counterexample.ipynb"
 #: seconds Lab gets to start, and the notebook to run to its end
 START_S, RUN_S = 60, 240
 #: Lab's settings for the test: no autosave (nothing written into notebooks/), every cell drawn
 #: (not only those in view), no news pop-up over the page
-LAB_SETTINGS = {"docmanager-extension/plugin": {"autosave": False},
-                "notebook-extension/tracker": {"windowingMode": "none"},
-                "apputils-extension/notification": {"fetchNews": "false"}}
+LAB_SETTINGS = {
+    "docmanager-extension/plugin": {"autosave": False},
+    "notebook-extension/tracker": {"windowingMode": "none"},
+    "apputils-extension/notification": {"fetchNews": "false"},
+}
 #: browser console errors that say nothing about the kit (none known today)
 IGNORED_CONSOLE: tuple[str, ...] = ()
 
@@ -66,21 +73,29 @@ def lab(tmp_path: Path) -> Iterator[str]:
         path = home / "settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(value))
-    env = os.environ | {"JUPYTER_CONFIG_DIR": str(home / "config"),
-                        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-                        "IPYTHONDIR": str(home / "ipython"),
-                        "PYTHONPATH": os.pathsep.join(filter(None, [
-                            str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}",
-               "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
-               f"--ServerApp.root_dir={REPO_ROOT}",
-               f"--LabApp.user_settings_dir={home / 'settings'}",
-               f"--LabApp.workspaces_dir={home / 'workspaces'}",
-               f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}",
-               *(["--allow-root"] if os.geteuid() == 0 else [])]  # CI containers run as root
+    env = os.environ | {
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "IPYTHONDIR": str(home / "ipython"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        f"--port={port}",
+        "--ServerApp.ip=127.0.0.1",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={REPO_ROOT}",
+        f"--LabApp.user_settings_dir={home / 'settings'}",
+        f"--LabApp.workspaces_dir={home / 'workspaces'}",
+        f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}",
+        *(["--allow-root"] if os.geteuid() == 0 else []),
+    ]  # CI containers run as root
     log = (tmp_path / "lab.log").open("w")
-    server = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log,
-                              stderr=subprocess.STDOUT)
+    server = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for(f"http://127.0.0.1:{port}/api/status?token={token}", server, tmp_path)
         yield f"http://127.0.0.1:{port}", token
@@ -109,8 +124,9 @@ def wait_for(url: str, server: subprocess.Popen, tmp_path: Path) -> None:
 @pytest.fixture
 def browser() -> Iterator[object]:
     with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                              args=["--no-sandbox"])
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
+        )
         try:
             yield launched
         finally:
@@ -119,6 +135,7 @@ def browser() -> Iterator[object]:
 
 def screenshot_on_failure(page: object, path: Path):
     """A context: on any failure inside, a screenshot at `path`, its path printed."""
+
     class Shot:
         def __enter__(self) -> None:
             return None
@@ -132,8 +149,9 @@ def screenshot_on_failure(page: object, path: Path):
     return Shot()
 
 
-def test_notebook_01_runs_in_lab_with_widgets_charts_and_tooltips(lab, browser, tmp_path: Path
-                                                                  ) -> None:
+def test_notebook_01_runs_in_lab_with_widgets_charts_and_tooltips(
+    lab, browser, tmp_path: Path
+) -> None:
     url, token = lab
     before = NOTEBOOK.read_bytes()
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -147,13 +165,15 @@ def test_notebook_01_runs_in_lab_with_widgets_charts_and_tooltips(lab, browser, 
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
         page.locator(".jupyter-widgets .widget-hprogress, .widget-hprogress").first.wait_for(
-            timeout=RUN_S * 1000)
+            timeout=RUN_S * 1000
+        )
         wait_until_every_cell_ran(page)
         assert_no_error_outputs(page)
         bars = page.locator(".widget-hprogress")
         assert bars.count() >= 1
-        assert page.locator(".widget-hprogress .progress-bar-success").count() == bars.count(),\
+        assert page.locator(".widget-hprogress .progress-bar-success").count() == bars.count(), (
             "a progress bar did not complete"
+        )
         drawn = page.locator(".vega-embed svg, .vega-embed canvas")
         assert drawn.count() >= 5, f"{drawn.count()} charts drawn by Vega"
         assert_a_tooltip_appears(page)

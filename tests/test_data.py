@@ -25,13 +25,30 @@ from kit.data.settings import CUES, DataSettings, SyntheticSettings
 from kit.data.synthetic import SyntheticWorld, bayes_ceiling
 from kit.probes.settings import PAPER_WEIGHT_DECAYS
 
-WORLD = SyntheticSettings(num_train=64, num_eval=32, noise=0.05, components=[
-    {"weight": 3.0, "cues": ["colour"]}, {"weight": 1.0, "cues": ["shape", "position"]}])
+WORLD = SyntheticSettings(
+    num_train=64,
+    num_eval=32,
+    noise=0.05,
+    components=[
+        {"weight": 3.0, "cues": ["colour"]},
+        {"weight": 1.0, "cues": ["shape", "position"]},
+    ],
+)
 
 
 def build(config: dict, num_classes: int, **kwargs) -> data.RunData:
-    options = dict(seed=0, batch_size=4, rank=0, world_size=1, num_workers=0,
-                   recalibration_batches=1, pin_memory=False) | kwargs
+    options = (
+        dict(
+            seed=0,
+            batch_size=4,
+            rank=0,
+            world_size=1,
+            num_workers=0,
+            recalibration_batches=1,
+            pin_memory=False,
+        )
+        | kwargs
+    )
     return data.build(DataSettings(**config), num_classes, **options)
 
 
@@ -66,11 +83,18 @@ def test_augmentation_depends_on_epoch_and_index_not_on_workers(image_folder: Pa
     assert not torch.equal(samples[(0, 3)][0], samples[(1, 3)][0])
 
 
-@pytest.mark.parametrize("kind, classes, train_size, test_size, bytes_keys", [
-    ("cifar10", 10, 5 * 6, 6, False), ("cifar100", 100, 6, 6, False),
-    ("cifar10", 10, 5 * 6, 6, True), ("cifar100", 100, 6, 6, True)])
-def test_cifar_in_torchvision_format(tmp_path: Path, kind: str, classes: int, train_size: int,
-                                     test_size: int, bytes_keys: bool) -> None:
+@pytest.mark.parametrize(
+    "kind, classes, train_size, test_size, bytes_keys",
+    [
+        ("cifar10", 10, 5 * 6, 6, False),
+        ("cifar100", 100, 6, 6, False),
+        ("cifar10", 10, 5 * 6, 6, True),
+        ("cifar100", 100, 6, 6, True),
+    ],
+)
+def test_cifar_in_torchvision_format(
+    tmp_path: Path, kind: str, classes: int, train_size: int, test_size: int, bytes_keys: bool
+) -> None:
     write_cifar(tmp_path, kind, 6, bytes_keys)
     assert not preflight(DataSettings(kind=kind, root=str(tmp_path), image_size=32))
     run = build({"kind": kind, "root": str(tmp_path), "image_size": 32}, classes)
@@ -159,8 +183,11 @@ def test_class_count_mismatch_is_refused(image_folder: Path) -> None:
 
 
 def test_an_unknown_kind_is_refused_naming_the_known_ones() -> None:
-    with pytest.raises(ValidationError, match=r"(?s)kind.*unknown dataset kind 'cifar10x'; did "
-                       r"you mean 'cifar10'\? \(known: .*cifar10.*inat18"):
+    with pytest.raises(
+        ValidationError,
+        match=r"(?s)kind.*unknown dataset kind 'cifar10x'; did "
+        r"you mean 'cifar10'\? \(known: .*cifar10.*inat18",
+    ):
         DataSettings(kind="cifar10x", root="/data", image_size=32)
     with pytest.raises(ParameterError, match="unknown dataset kind 'inat'.*did you mean 'inat18'"):
         kinds.get("inat")
@@ -174,8 +201,9 @@ def test_every_kind_names_a_probe_grid_and_cifar_its_class_count(tmp_path: Path)
     assert len(cifar100.open_split(data, "eval", 100).classes) == cifar100.num_classes == 100
 
 
-def test_a_new_kind_is_one_class_and_one_registration(image_folder: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_kind_is_one_class_and_one_registration(
+    image_folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     class Places(ImageFolderKind):
         name = "places_test"
 
@@ -222,13 +250,23 @@ def test_synthetic_images_show_their_colour() -> None:
 
 
 def test_absent_cues_are_not_shown() -> None:
-    world = SyntheticSettings(num_train=200, num_eval=8, noise=0.0, components=[
-        {"weight": 1.0, "cues": ["texture"], "absent": ["colour", "shape", "position"]}])
+    world = SyntheticSettings(
+        num_train=200,
+        num_eval=8,
+        noise=0.0,
+        components=[
+            {"weight": 1.0, "cues": ["texture"], "absent": ["colour", "shape", "position"]}
+        ],
+    )
     rendered = SyntheticWorld(world, 10, 24, "train")
     draws = [rendered.draw(i) for i in range(200)]
-    assert all(d.cue_values["colour"] is None and d.cue_values["position"] is None
-               and d.cue_values["shape"] is None
-               and d.cue_values["texture"] == d.label for d in draws)
+    assert all(
+        d.cue_values["colour"] is None
+        and d.cue_values["position"] is None
+        and d.cue_values["shape"] is None
+        and d.cue_values["texture"] == d.label
+        for d in draws
+    )
     pixels = torch.stack([rendered[i][0] for i in range(20)]) * 0.25 + 0.5
     assert (pixels[:, 0] - pixels[:, 1]).abs().max() < 1e-6  # grey: red = green everywhere
     middle = pixels[:, :, 12, 12]  # a centred disc covers the middle pixel
@@ -236,9 +274,15 @@ def test_absent_cues_are_not_shown() -> None:
 
 
 def test_every_shape_class_renders_a_different_figure() -> None:
-    world = SyntheticSettings(num_train=400, num_eval=8, noise=0.0, strength={"shape": 1.0},
-                            components=[{"weight": 1.0, "cues": ["shape"],
-                                         "absent": ["colour", "texture", "position"]}])
+    world = SyntheticSettings(
+        num_train=400,
+        num_eval=8,
+        noise=0.0,
+        strength={"shape": 1.0},
+        components=[
+            {"weight": 1.0, "cues": ["shape"], "absent": ["colour", "texture", "position"]}
+        ],
+    )
     rendered = SyntheticWorld(world, 10, 24, "train")
     masks: dict[int, torch.Tensor] = {}
     for index in range(400):
@@ -250,33 +294,52 @@ def test_every_shape_class_renders_a_different_figure() -> None:
             assert (masks[a] != masks[b]).sum() >= 10, (a, b)
 
 
-@pytest.mark.parametrize("components, strength, ceiling", [
-    ([{"weight": 1.0, "cues": ["colour"]}], 1.0, 1.0),
-    ([{"weight": 1.0, "cues": ["colour"]}], 0.9, 0.91),  # 0.9 + 0.1 x a lucky random class
-    # one cue each, the others random: the classifier cannot tell which cue to read
-    ([{"weight": 1.0, "cues": ["colour"]}, {"weight": 1.0, "cues": ["shape"]}], 1.0, 0.55),
-    # absent colour marks the second component: both can be read
-    ([{"weight": 0.6, "cues": ["colour", "shape"]},
-      {"weight": 0.4, "cues": ["texture"], "absent": ["colour"]}], 1.0, 1.0),
-])
+@pytest.mark.parametrize(
+    "components, strength, ceiling",
+    [
+        ([{"weight": 1.0, "cues": ["colour"]}], 1.0, 1.0),
+        ([{"weight": 1.0, "cues": ["colour"]}], 0.9, 0.91),  # 0.9 + 0.1 x a lucky random class
+        # one cue each, the others random: the classifier cannot tell which cue to read
+        ([{"weight": 1.0, "cues": ["colour"]}, {"weight": 1.0, "cues": ["shape"]}], 1.0, 0.55),
+        # absent colour marks the second component: both can be read
+        (
+            [
+                {"weight": 0.6, "cues": ["colour", "shape"]},
+                {"weight": 0.4, "cues": ["texture"], "absent": ["colour"]},
+            ],
+            1.0,
+            1.0,
+        ),
+    ],
+)
 def test_bayes_ceiling(components: list[dict], strength: float, ceiling: float) -> None:
-    world = SyntheticSettings(num_train=1, num_eval=1, components=components,
-                            strength=dict.fromkeys(["colour", "shape", "texture"], strength))
+    world = SyntheticSettings(
+        num_train=1,
+        num_eval=1,
+        components=components,
+        strength=dict.fromkeys(["colour", "shape", "texture"], strength),
+    )
     assert bayes_ceiling(world, 10) == pytest.approx(ceiling, abs=1e-3)
 
 
 def test_bayes_ceiling_matches_the_best_lookup_table_learned_from_samples() -> None:
-    world = SyntheticSettings(num_train=40000, num_eval=1, components=[
-        {"weight": 0.5, "cues": ["colour"]}, {"weight": 0.3, "cues": ["shape"]},
-        {"weight": 0.2, "cues": ["texture"]}], strength=dict.fromkeys(CUES, 0.9))
+    world = SyntheticSettings(
+        num_train=40000,
+        num_eval=1,
+        components=[
+            {"weight": 0.5, "cues": ["colour"]},
+            {"weight": 0.3, "cues": ["shape"]},
+            {"weight": 0.2, "cues": ["texture"]},
+        ],
+        strength=dict.fromkeys(CUES, 0.9),
+    )
     drawn = SyntheticWorld(world, 4, 8, "train")
     draws = [drawn.draw(i) for i in range(40000)]
     seen = [(tuple(d.cue_values[c] for c in CUES), d.label) for d in draws]
     counts: dict[tuple, np.ndarray] = {}
     for values, label in seen[:20000]:  # learn the most frequent label of each combination
         counts.setdefault(values, np.zeros(4))[label] += 1
-    right = [counts[values].argmax() == label for values, label in seen[20000:]
-             if values in counts]
+    right = [counts[values].argmax() == label for values, label in seen[20000:] if values in counts]
     assert bayes_ceiling(world, 4) == pytest.approx(np.mean(right), abs=0.015)
 
 
@@ -289,23 +352,35 @@ def photo_like(height: int, width: int, seed: int) -> np.ndarray:
         for _ in range(6):
             fy, fx = rng.uniform(1, 12, 2)
             image[..., channel] += rng.uniform(0.2, 1) * np.sin(
-                2 * np.pi * (fy * y + fx * x) + rng.uniform(0, 2 * np.pi))
+                2 * np.pi * (fy * y + fx * x) + rng.uniform(0, 2 * np.pi)
+            )
     image = (image - image.min()) / (image.max() - image.min()) * 255
     return np.clip(image + rng.normal(0, 8, image.shape), 0, 255).astype(np.uint8)
 
 
 def former_float_pipeline(image_size: int, train: bool) -> Callable:
     """What workers ran before: PIL resizing, ToTensor and Normalize in float32."""
-    steps = ([transforms.RandomResizedCrop(image_size, scale=(0.08, 1.0)),
-              transforms.RandomHorizontalFlip()] if train else
-             [transforms.Resize(round(image_size * 256 / 224)), transforms.CenterCrop(image_size)])
-    return transforms.Compose(steps + [transforms.ToTensor(), transforms.Normalize(
-        prefetch.IMAGENET_MEAN, prefetch.IMAGENET_STD)])
+    steps = (
+        [
+            transforms.RandomResizedCrop(image_size, scale=(0.08, 1.0)),
+            transforms.RandomHorizontalFlip(),
+        ]
+        if train
+        else [transforms.Resize(round(image_size * 256 / 224)), transforms.CenterCrop(image_size)]
+    )
+    return transforms.Compose(
+        steps
+        + [
+            transforms.ToTensor(),
+            transforms.Normalize(prefetch.IMAGENET_MEAN, prefetch.IMAGENET_STD),
+        ]
+    )
 
 
 @pytest.mark.parametrize("train", [False, True])
-def test_uint8_tensor_pipeline_matches_the_former_pil_float_pipeline(tmp_path: Path,
-                                                                     train: bool) -> None:
+def test_uint8_tensor_pipeline_matches_the_former_pil_float_pipeline(
+    tmp_path: Path, train: bool
+) -> None:
     """Same decode, same crops from the same seed; tensor resizing rounds differently from PIL
     by at most one grey level on a few pixels."""
     one_level = 1 / 255 / min(prefetch.IMAGENET_STD)
@@ -325,8 +400,9 @@ def test_uint8_tensor_pipeline_matches_the_former_pil_float_pipeline(tmp_path: P
 def test_device_batches_normalise_uint8_on_the_device_and_keep_floats() -> None:
     pixels = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
     labels = torch.arange(4)
-    ((images, same_labels),) = prefetch.DeviceBatches([(pixels, labels)], torch.device("cpu"),
-                                                      torch.channels_last)
+    ((images, same_labels),) = prefetch.DeviceBatches(
+        [(pixels, labels)], torch.device("cpu"), torch.channels_last
+    )
     assert images.dtype == torch.float32 and images.is_contiguous(memory_format=torch.channels_last)
     mean = torch.tensor(prefetch.IMAGENET_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(prefetch.IMAGENET_STD).view(1, 3, 1, 1)

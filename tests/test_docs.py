@@ -23,15 +23,20 @@ PRIVATE = re.compile(r"REFERENCE.md|issue [0-9]")
 
 
 def user_facing_files() -> list[Path]:
-    return [REPO_ROOT / "README.md",
-            *sorted(p for p in (REPO_ROOT / "docs").rglob("*") if p.is_file())]
+    return [
+        REPO_ROOT / "README.md",
+        *sorted(p for p in (REPO_ROOT / "docs").rglob("*") if p.is_file()),
+    ]
 
 
 def test_parameter_reference_matches_the_settings() -> None:
     if reference.stale():
         shown = reference.REFERENCE_FILE.relative_to(REPO_ROOT)
-        pytest.fail(f"{shown} differs from the settings classes. Regenerate and commit it:\n"
-                    f"  .venv/bin/{reference.REGENERATE}", pytrace=False)
+        pytest.fail(
+            f"{shown} differs from the settings classes. Regenerate and commit it:\n"
+            f"  .venv/bin/{reference.REGENERATE}",
+            pytrace=False,
+        )
 
 
 def test_reference_check_names_a_stale_file(tmp_path: Path, capsys) -> None:
@@ -45,8 +50,13 @@ def test_reference_check_names_a_stale_file(tmp_path: Path, capsys) -> None:
 
 def test_reference_covers_every_schema_and_the_run_and_launch_settings() -> None:
     text = reference.markdown()
-    for name in ("ToySettings", "NotebookSettings", "TimecatSettings", "TrainSettings",
-                 "LaunchSettings"):
+    for name in (
+        "ToySettings",
+        "NotebookSettings",
+        "TimecatSettings",
+        "TrainSettings",
+        "LaunchSettings",
+    ):
         assert f"`{name}`" in text, name
     assert "| `train.data.synthetic.components[].cues` |" in text
     assert "| `launch.backend` |" in text
@@ -54,26 +64,44 @@ def test_reference_covers_every_schema_and_the_run_and_launch_settings() -> None
 
 def test_readme_fits() -> None:
     size = len((REPO_ROOT / "README.md").read_text())
-    assert size <= README_LIMIT, (f"README.md is {size} characters, over {README_LIMIT}: move "
-                                  "detail into docs/")
+    assert size <= README_LIMIT, (
+        f"README.md is {size} characters, over {README_LIMIT}: move detail into docs/"
+    )
 
 
 def test_user_facing_text_cites_public_sources() -> None:
-    found = [f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()}"
-             for path in user_facing_files()
-             for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
-             if PRIVATE.search(line)]
-    assert not found, ("cite the paper (section, table, figure) or a public source instead:\n"
-                       + "\n".join(found))
+    found = [
+        f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()}"
+        for path in user_facing_files()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if PRIVATE.search(line)
+    ]
+    assert not found, (
+        "cite the paper (section, table, figure) or a public source instead:\n" + "\n".join(found)
+    )
 
 
 def test_site_builds_strictly(tmp_path: Path) -> None:
     missing = [name for name in ("mkdocs", "material") if importlib.util.find_spec(name) is None]
     if missing:
         pytest.skip(f"{' and '.join(missing)} not installed (pip install -e '.[dev]')")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file",
-                           str(REPO_ROOT / "mkdocs.yml"), "--site-dir", str(tmp_path / "site")],
-                          cwd=REPO_ROOT, capture_output=True, text=True, check=False,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(REPO_ROOT / "mkdocs.yml"),
+            "--site-dir",
+            str(tmp_path / "site"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
     assert (tmp_path / "site" / "reference" / "parameters" / "index.html").is_file()

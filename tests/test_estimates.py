@@ -20,11 +20,21 @@ shutil_usage = namedtuple("shutil_usage", "total used free")
 
 
 def _small_case(tmp_path: Path):
-    return jobs.load_settings("ci", [], [
-        f"output_dir={tmp_path}", "replicates=1", "baseline=cat1", "feature_dtype=float32",
-        "lbfgs_check=false", "probe_train_rows=null",
-        "variants=[{name: cat1, kind: time-concat, n: 1}, {name: cat2, kind: time-concat, n: 2}]",
-        "tasks=[{name: mixture, role: in-distribution, pretraining: true}]"])
+    return jobs.load_settings(
+        "ci",
+        [],
+        [
+            f"output_dir={tmp_path}",
+            "replicates=1",
+            "baseline=cat1",
+            "feature_dtype=float32",
+            "lbfgs_check=false",
+            "probe_train_rows=null",
+            "variants=[{name: cat1, kind: time-concat, n: 1},"
+            " {name: cat2, kind: time-concat, n: 2}]",
+            "tasks=[{name: mixture, role: in-distribution, pretraining: true}]",
+        ],
+    )
 
 
 def test_disk_matches_a_hand_computation(tmp_path: Path) -> None:
@@ -45,7 +55,7 @@ def test_disk_matches_a_hand_computation(tmp_path: Path) -> None:
 def test_wall_time_is_images_over_the_slower_of_gpus_and_loaders(tmp_path: Path) -> None:
     params = _small_case(tmp_path)
     train = estimates.estimate(params, "a100")[0]
-    cost = params.train.width ** 2 * (params.train.data.image_size / 224) ** 2
+    cost = params.train.width**2 * (params.train.data.image_size / 224) ** 2
     launch = params.launch  # synthetic images: no JPEG decoding to wait for
     gpus = launch.nproc_per_node * launch.nodes * launch.workers  # runs train side by side
     expected = train.images / (gpus * estimates.TRAIN_RATES["a100"] / cost) / 3600
@@ -61,8 +71,11 @@ def paper_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         for index, label in enumerate(("n01", "n02")):
             write_image(data / "imagenet" / split / label / f"{index}.JPEG", index)
     write_image(data / "inat18" / "images" / "a.jpg", 5)
-    index = {"images": [{"id": 1, "file_name": "images/a.jpg"}],
-             "annotations": [{"image_id": 1, "category_id": 3}], "categories": [{"id": 3}]}
+    index = {
+        "images": [{"id": 1, "file_name": "images/a.jpg"}],
+        "annotations": [{"image_id": 1, "category_id": 3}],
+        "categories": [{"id": 3}],
+    }
     for split in ("train", "val"):
         (data / "inat18" / f"{split}2018.json").write_text(json.dumps(index))
     write_cifar(data / "cifar100", "cifar100", 2)
@@ -71,14 +84,31 @@ def paper_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return data
 
 
-def test_paper_plan_prints_wall_time_and_disk_per_step(paper_data: Path, tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture) -> None:
-    assert kit_main(["launch", "plan", "--profile", "paper-8xh100", "--out",
-                     str(tmp_path / "export"), "--set", f"output_dir={tmp_path / 'out'}"]) == 0
+def test_paper_plan_prints_wall_time_and_disk_per_step(
+    paper_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert (
+        kit_main(
+            [
+                "launch",
+                "plan",
+                "--profile",
+                "paper-8xh100",
+                "--out",
+                str(tmp_path / "export"),
+                "--set",
+                f"output_dir={tmp_path / 'out'}",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "expected cost on H100 GPUs" in printed
-    rows = {line.split()[0]: line.split()[1:] for line in printed.splitlines()
-            if re.match(r"\s+(train|extract|probe|total)\s", line)}
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in printed.splitlines()
+        if re.match(r"\s+(train|extract|probe|total)\s", line)
+    }
     assert set(rows) == {"train", "extract", "probe", "total"}
     # Table 3's budget: (450k + 2 x 200k + 4 x 100k + 5 x 80k) iterations of 1,024 images
     assert rows["train"][0] == f"{1_650_000 * 1024:,}"
@@ -90,20 +120,26 @@ def test_paper_plan_prints_wall_time_and_disk_per_step(paper_data: Path, tmp_pat
         assert "#SBATCH --gpus-per-node=8" in text and "#SBATCH --cpus-per-task=13" in text
 
 
-def test_kit_check_names_a_full_disk_and_a_missing_gpu(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kit_check_names_a_full_disk_and_a_missing_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     params = _small_case(tmp_path).model_copy(update={"device": "cuda"})
-    params = params.model_copy(update={"launch": params.launch.model_copy(
-        update={"backend": "torchrun", "workers": 1})})
-    monkeypatch.setattr(estimates.machine.shutil, "disk_usage",
-                        lambda _path: shutil_usage(total=10 ** 12, used=10 ** 12, free=0))
+    params = params.model_copy(
+        update={"launch": params.launch.model_copy(update={"backend": "torchrun", "workers": 1})}
+    )
+    monkeypatch.setattr(
+        estimates.machine.shutil,
+        "disk_usage",
+        lambda _path: shutil_usage(total=10**12, used=10**12, free=0),
+    )
     monkeypatch.setattr(estimates.machine, "driver_cuda_version", lambda: None)
     monkeypatch.setattr(torch.version, "cuda", "13.0")
     problems = estimates.machine_problems(params)
     assert problems[0].startswith(f"{tmp_path / params.run_root}: the plan's checkpoints")
     assert "no NVIDIA driver" in problems[1]
-    slurm = params.model_copy(update={"launch": params.launch.model_copy(
-        update={"backend": "slurm"})})
+    slurm = params.model_copy(
+        update={"launch": params.launch.model_copy(update={"backend": "slurm"})}
+    )
     assert len(estimates.machine_problems(slurm)) == 1  # compute nodes check the rest
 
 
@@ -113,15 +149,31 @@ def test_kit_check_passes_the_ci_profile_on_this_machine(capsys: pytest.CaptureF
 
 
 def test_kit_check_refuses_no_bn_recalibration_on_several_ranks(
-        capsys: pytest.CaptureFixture) -> None:
+    capsys: pytest.CaptureFixture,
+) -> None:
     # each rank would keep its own BatchNorm statistics; the bit-exact replica check at the end
     # would fail at every finish and resume, and the run never finish
-    assert kit_main(["check", "03", "--profile", "ci", "--set",
-                     "train.bn_recalibration_batches=0", "--set",
-                     "launch.nproc_per_node=2"]) == 2
+    assert (
+        kit_main(
+            [
+                "check",
+                "03",
+                "--profile",
+                "ci",
+                "--set",
+                "train.bn_recalibration_batches=0",
+                "--set",
+                "launch.nproc_per_node=2",
+            ]
+        )
+        == 2
+    )
     errors = capsys.readouterr().err.splitlines()
     assert [line for line in errors if "bn_recalibration_batches" in line] == [
         "error: train.bn_recalibration_batches: 0 with 2 ranks never finishes (each rank keeps "
-        "its own BatchNorm statistics); set it to 1 or more, or train on one process"]
-    assert kit_main(["check", "03", "--profile", "ci", "--set",
-                     "train.bn_recalibration_batches=0"]) == 0  # one process: its own statistics
+        "its own BatchNorm statistics); set it to 1 or more, or train on one process"
+    ]
+    assert (
+        kit_main(["check", "03", "--profile", "ci", "--set", "train.bn_recalibration_batches=0"])
+        == 0
+    )  # one process: its own statistics

@@ -48,14 +48,22 @@ def edit(data_copy: Path, name: str, change) -> None:
     change(pl.read_csv(path, schema=evidence.SCHEMA)).write_csv(path)
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda f: pl.concat([f, f.head(1)]), "duplicate rows"),
-    (lambda f: f.with_columns(pl.lit(None, pl.String).alias("source_ref")), "source_ref"),
-    (lambda f: f.with_columns(pl.lit("guess").alias("value_source")), "value_source"),
-    (lambda f: f.with_columns(pl.lit("read_from_figure").alias("value_source"),
-                              pl.lit(None, pl.Float64).alias("uncertainty")), "uncertainty"),
-    (lambda f: f.with_columns(pl.lit(120.0).alias("value")), "outside"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda f: pl.concat([f, f.head(1)]), "duplicate rows"),
+        (lambda f: f.with_columns(pl.lit(None, pl.String).alias("source_ref")), "source_ref"),
+        (lambda f: f.with_columns(pl.lit("guess").alias("value_source")), "value_source"),
+        (
+            lambda f: f.with_columns(
+                pl.lit("read_from_figure").alias("value_source"),
+                pl.lit(None, pl.Float64).alias("uncertainty"),
+            ),
+            "uncertainty",
+        ),
+        (lambda f: f.with_columns(pl.lit(120.0).alias("value")), "outside"),
+    ],
+)
 def test_bad_data_files_are_refused(data_copy: Path, change, message: str) -> None:
     edit(data_copy, "table3", change)
     with pytest.raises(evidence.EvidenceError, match=message):
@@ -77,17 +85,22 @@ def test_table3_matches_the_paper() -> None:
 
 
 def test_gains_are_differences_of_the_rows() -> None:
-    gains = {r["eval_dataset"]: r for r in
-             evidence.ensemble_gains(evidence.load("table2")).iter_rows(named=True)}
+    gains = {
+        r["eval_dataset"]: r
+        for r in evidence.ensemble_gains(evidence.load("table2")).iter_rows(named=True)
+    }
     for i, dataset in enumerate(evidence.TRANSFER_DATASETS):
         expected = PAPER_TABLE2["cat4resnet50"][i] - PAPER_TABLE2["resnet50w2"][i]
         assert gains[dataset]["cat4resnet50_minus_resnet50w2"] == pytest.approx(expected, abs=1e-9)
-    time_gains = {r["method"]: r for r in
-                  evidence.time_concat_gains(evidence.load("table3")).iter_rows(named=True)}
+    time_gains = {
+        r["method"]: r
+        for r in evidence.time_concat_gains(evidence.load("table3")).iter_rows(named=True)
+    }
     cat5, cat1 = PAPER_TABLE3["cat5"], PAPER_TABLE3["cat1 (baseline)"]
     assert time_gains["cat5"]["ID gain"] == pytest.approx(cat5[0] - cat1[0])
     assert time_gains["cat5"]["mean OOD gain"] == pytest.approx(
-        sum(cat5[1:]) / 3 - sum(cat1[1:]) / 3, abs=0.01)
+        sum(cat5[1:]) / 3 - sum(cat1[1:]) / 3, abs=0.01
+    )
 
 
 def test_missing_values_stay_missing() -> None:
@@ -98,16 +111,19 @@ def test_missing_values_stay_missing() -> None:
     dfr = evidence.load("table1_dfr")
     assert isinstance(evidence.printed_or_missing(dfr, ["method", "metric"]), pl.DataFrame)
     gap = evidence.transfer_gap(evidence.load("table1_dfr"))
-    civil = gap.filter((pl.col("eval_dataset") == "CivilComments")
-                       & pl.col("metric").str.starts_with("worst"))
+    civil = gap.filter(
+        (pl.col("eval_dataset") == "CivilComments") & pl.col("metric").str.starts_with("worst")
+    )
     assert civil["direct minus transfer"].to_list() == [None]
 
 
 def test_concat_series_places_concatenations_and_wider_networks() -> None:
     series = evidence.concat_series(evidence.load("table2"), evidence.load("figure4_ssl"))
-    sizes = dict(series.filter(pl.col("eval_dataset") == "iNat18").select(
-        pl.concat_str("pretraining", "architecture", separator="/"), "resnet50_equivalents")
-        .iter_rows())
+    sizes = dict(
+        series.filter(pl.col("eval_dataset") == "iNat18")
+        .select(pl.concat_str("pretraining", "architecture", separator="/"), "resnet50_equivalents")
+        .iter_rows()
+    )
     assert sizes["supervised (ImageNet-1k)/cat10resnet50"] == 10
     assert sizes["supervised (ImageNet-1k)/resnet50w2"] == pytest.approx(93.9 / 23.5, abs=0.01)
     assert sizes["supervised (ImageNet-1k)/resnet50w4"] is None  # no parameter count sourced
@@ -119,9 +135,11 @@ def test_notebook_02_shows_what_the_data_give(notebook_outputs) -> None:
     sources = evidence.load_all()
     assert outputs.read_json(folder / "evidence_summary.json") == evidence.summarize(sources)
     assert pl.read_parquet(folder / "table2_gains.parquet").equals(
-        evidence.ensemble_gains(sources["table2"]))
+        evidence.ensemble_gains(sources["table2"])
+    )
     assert pl.read_parquet(folder / "table3_gains.parquet").equals(
-        evidence.time_concat_gains(sources["table3"]))
+        evidence.time_concat_gains(sources["table3"])
+    )
     for chart in ("table1_dfr", "table2", "table3", "figure4_concat_vs_scale"):
         assert (folder / f"{chart}.png").stat().st_size > 0
 

@@ -31,12 +31,20 @@ def kit_check(*sets: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "kit", "check", "03", "--profile", "ci"]
     for value in sets:
         command += ["--set", value]
-    return subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
-                          env=importable_environment())
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+        env=importable_environment(),
+    )
 
 
 def initial_weights(config: TrainSettings) -> torch.Tensor:
-    return models.read_checkpoint(Path(config.output_dir) / planning.INITIAL)["model"]["conv1.weight"]
+    return models.read_checkpoint(Path(config.output_dir) / planning.INITIAL)["model"][
+        "conv1.weight"
+    ]
 
 
 def test_untrained_networks_made_with_other_settings_are_written_again(tmp_path: Path) -> None:
@@ -69,7 +77,8 @@ def test_an_untrained_network_corrupted_on_disk_is_written_again(tmp_path: Path)
 
 
 def test_a_checkpoint_without_a_recorded_hash_loads_with_a_notice_naming_it(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     configs = planning.plan(ci_settings(tmp_path)).initial
     planning.initialise(configs)
     path = Path(configs[0].output_dir) / planning.INITIAL
@@ -81,16 +90,24 @@ def test_a_checkpoint_without_a_recorded_hash_loads_with_a_notice_naming_it(
     assert str(path) in notice and "unverified" in notice and notice.count("\n") == 1
 
 
-@pytest.mark.parametrize("value, key", [
-    ("tasks=[{name: ../../../../tmp/escape_task, role: unseen, pretraining: true}]",
-     "tasks.0.name"),
-    ("variants=[{name: cat1, kind: time-concat}, {name: ../x, kind: time-concat, n: 2}]",
-     "variants.1.name"),
-    ("run_root=../../elsewhere", "run_root"),
-    ("total_iterations=1000000000000", "total_iterations"),
-])
+@pytest.mark.parametrize(
+    "value, key",
+    [
+        (
+            "tasks=[{name: ../../../../tmp/escape_task, role: unseen, pretraining: true}]",
+            "tasks.0.name",
+        ),
+        (
+            "variants=[{name: cat1, kind: time-concat}, {name: ../x, kind: time-concat, n: 2}]",
+            "variants.1.name",
+        ),
+        ("run_root=../../elsewhere", "run_root"),
+        ("total_iterations=1000000000000", "total_iterations"),
+    ],
+)
 def test_paths_outside_the_output_folder_and_absurd_budgets_are_refused_at_check(
-        value: str, key: str) -> None:
+    value: str, key: str
+) -> None:
     result = kit_check(value)
     assert result.returncode == 2, result.stdout
     lines = [line for line in result.stderr.splitlines() if key in line]
@@ -101,5 +118,11 @@ def test_an_absurd_budget_says_what_it_would_cost() -> None:
     result = kit_check("total_iterations=1000000000000")
     assert "images" in result.stderr and "days" in result.stderr
     with pytest.raises(ValueError, match="days at 40,000 images/s"):
-        TrainSettings(**{**ci_settings(Path("/tmp")).train.model_dump(), "seed": 0,
-                         "iterations": 10**12, "output_dir": "x"})
+        TrainSettings(
+            **{
+                **ci_settings(Path("/tmp")).train.model_dump(),
+                "seed": 0,
+                "iterations": 10**12,
+                "output_dir": "x",
+            }
+        )

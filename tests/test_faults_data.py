@@ -27,14 +27,20 @@ from kit.experiments.timecat.settings import TimecatSettings
 
 
 def kit_check(notebook: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kit", "check", notebook, "--profile", "ci",
-                           *args], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
-                          env=importable_environment())
+    return subprocess.run(
+        [sys.executable, "-m", "kit", "check", notebook, "--profile", "ci", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+        env=importable_environment(),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # A CIFAR pickle that runs a command when read
 # ---------------------------------------------------------------------------------------------
+
 
 class RunsCommand:
     """What a crafted pickle holds: unpickling it calls os.system."""
@@ -57,8 +63,9 @@ def crafted_cifar(root: Path, name: str = "data_batch_1") -> Path:
 
 
 @pytest.mark.parametrize("name", ["data_batch_1", "batches.meta"])
-def test_a_cifar_pickle_naming_other_code_is_refused_by_the_check(tmp_path: Path,
-                                                                  name: str) -> None:
+def test_a_cifar_pickle_naming_other_code_is_refused_by_the_check(
+    tmp_path: Path, name: str
+) -> None:
     marker = crafted_cifar(tmp_path, name)
     problems = preflight(DataSettings(kind="cifar10", root=str(tmp_path), image_size=32))
     crafted = tmp_path / "cifar-10-batches-py" / name
@@ -77,7 +84,8 @@ def test_kit_check_refuses_a_crafted_cifar_batch_of_a_task(tmp_path: Path) -> No
         "  - {name: mixture, role: in-distribution, pretraining: true}\n"
         "  - {name: shape, role: in-mixture, components: [[shape]]}\n"
         f"  - {{name: cifar, role: unseen, num_classes: 10, data: {{kind: cifar10, "
-        f"root: {tmp_path / 'cifar'}, image_size: 32}}}}\n")
+        f"root: {tmp_path / 'cifar'}, image_size: 32}}}}\n"
+    )
     checked = kit_check("03", "-f", str(parameters))
     assert checked.returncode == 2, checked.stdout + checked.stderr
     crafted = tmp_path / "cifar" / "cifar-10-batches-py" / "data_batch_1"
@@ -96,15 +104,20 @@ def test_reading_a_crafted_cifar_pickle_runs_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("protocol", [2, 4, 5])
 @pytest.mark.parametrize("bytes_keys", [False, True])
-def test_cifar_in_the_real_format_still_loads(tmp_path: Path, protocol: int,
-                                              bytes_keys: bool) -> None:
+def test_cifar_in_the_real_format_still_loads(
+    tmp_path: Path, protocol: int, bytes_keys: bool
+) -> None:
     """Arrays, labels and class names, at the protocols Python 2 and 3 write, with text or
     bytes keys, and numpy scalars among the labels."""
     folder = tmp_path / "cifar-10-batches-py"
     write_cifar(tmp_path, "cifar10", 4, bytes_keys)
     pixels = np.arange(4 * 3072, dtype=np.uint8).reshape(4, 3072) % 251
-    batch = {"batch_label": "training batch 1 of 5", "data": pixels,
-             "labels": [np.int64(3), 1, 2, 0], "filenames": [f"f{i}.png" for i in range(4)]}
+    batch = {
+        "batch_label": "training batch 1 of 5",
+        "data": pixels,
+        "labels": [np.int64(3), 1, 2, 0],
+        "filenames": [f"f{i}.png" for i in range(4)],
+    }
     (folder / "data_batch_1").write_bytes(pickle.dumps(batch, protocol=protocol))
     assert not preflight(DataSettings(kind="cifar10", root=str(tmp_path), image_size=32))
     read = read_cifar_pickle(folder / "data_batch_1")
@@ -120,6 +133,7 @@ def test_cifar_in_the_real_format_still_loads(tmp_path: Path, protocol: int,
 # A corrupt image in a probe task
 # ---------------------------------------------------------------------------------------------
 
+
 def task_folder(root: Path) -> Path:
     """A two-class image folder of real JPEGs, one of them truncated; returns that one."""
     write_image_folder(root, ("ant", "bee"), {"train": 3, "val": 2})
@@ -128,16 +142,29 @@ def task_folder(root: Path) -> Path:
     return corrupt
 
 
-def test_a_corrupt_image_of_a_probe_task_is_refused_before_anything_trains(
-        tmp_path: Path) -> None:
+def test_a_corrupt_image_of_a_probe_task_is_refused_before_anything_trains(tmp_path: Path) -> None:
     corrupt = task_folder(tmp_path / "ants")
-    loaded, _ = params.load("03_time_concat", "ci", overrides={
-        "output_dir": str(tmp_path / "out"),
-        "tasks": [{"name": "mixture", "role": "in-distribution", "pretraining": True},
-                  {"name": "shape", "role": "in-mixture", "components": [["shape"]]},
-                  {"name": "ants", "role": "unseen", "num_classes": 2,
-                   "data": {"kind": "imagefolder", "root": str(tmp_path / "ants"),
-                            "image_size": 16}}]})
+    loaded, _ = params.load(
+        "03_time_concat",
+        "ci",
+        overrides={
+            "output_dir": str(tmp_path / "out"),
+            "tasks": [
+                {"name": "mixture", "role": "in-distribution", "pretraining": True},
+                {"name": "shape", "role": "in-mixture", "components": [["shape"]]},
+                {
+                    "name": "ants",
+                    "role": "unseen",
+                    "num_classes": 2,
+                    "data": {
+                        "kind": "imagefolder",
+                        "root": str(tmp_path / "ants"),
+                        "image_size": 16,
+                    },
+                },
+            ],
+        },
+    )
     assert isinstance(loaded, TimecatSettings)  # the pre-flight sample (bee0) decodes
     with pytest.raises(DataError, match="tasks: ants") as refused:
         planning.launch(planning.plan(loaded).trainings, loaded)
@@ -149,6 +176,7 @@ def test_a_corrupt_image_of_a_probe_task_is_refused_before_anything_trains(
 # ---------------------------------------------------------------------------------------------
 # An output folder that cannot be written
 # ---------------------------------------------------------------------------------------------
+
 
 def test_an_output_folder_the_file_system_refuses_is_named() -> None:
     """/proc refuses new files even for root, for whom os.access says yes."""

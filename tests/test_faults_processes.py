@@ -83,13 +83,21 @@ time.sleep(600)
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"),
-                    reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only",
+)
 def test_a_child_started_by_the_kit_dies_when_its_parent_is_killed() -> None:
     """The preexec_fn of every launched process (local, warm, slurm) makes the child die with
     the process that started it, even when that one is killed outright."""
-    middle = subprocess.Popen([sys.executable, "-c", MIDDLE], stdout=subprocess.PIPE, text=True,
-                              stderr=subprocess.PIPE, cwd=REPO_ROOT, env=importable_environment())
+    middle = subprocess.Popen(
+        [sys.executable, "-c", MIDDLE],
+        stdout=subprocess.PIPE,
+        text=True,
+        stderr=subprocess.PIPE,
+        cwd=REPO_ROOT,
+        env=importable_environment(),
+    )
     assert middle.stdout is not None
     line = middle.stdout.readline()
     assert line.strip().isdigit(), middle.communicate()
@@ -106,8 +114,10 @@ def test_a_child_started_by_the_kit_dies_when_its_parent_is_killed() -> None:
             child.kill()
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"),
-                    reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only",
+)
 def test_killing_the_kit_run_group_ends_its_kernel_and_workers(tmp_path: Path) -> None:
     """SIGKILL to `kit run`'s process group (a scheduler, a closed terminal) reaches neither the
     kernel nor the warm workers (each in its own session): they must end with it and release the
@@ -116,10 +126,23 @@ def test_killing_the_kit_run_group_ends_its_kernel_and_workers(tmp_path: Path) -
     log = tmp_path / "kit-run.log"
     with log.open("w") as output:
         runner = subprocess.Popen(
-            [sys.executable, "-m", "kit", "run", "03", "--profile", "ci",
-             "--set", f"output_dir={tmp_path}"], cwd=REPO_ROOT, stdout=output,
-            stderr=subprocess.STDOUT, start_new_session=True,
-            env=os.environ | {"PYTHONPATH": str(REPO_ROOT), MARKER: tmp})
+            [
+                sys.executable,
+                "-m",
+                "kit",
+                "run",
+                "03",
+                "--profile",
+                "ci",
+                "--set",
+                f"output_dir={tmp_path}",
+            ],
+            cwd=REPO_ROOT,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=os.environ | {"PYTHONPATH": str(REPO_ROOT), MARKER: tmp},
+        )
     remembered: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 150
@@ -156,8 +179,12 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     folder = tmp_path / "small-disk"
     folder.mkdir()
     try:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)],
-                                 capture_output=True, text=True, check=False)
+        mounted = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(folder)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     except OSError as error:
         pytest.skip(f"cannot mount a small tmpfs: {error}")
     if mounted.returncode != 0:
@@ -196,7 +223,8 @@ def test_a_full_disk_is_named_with_the_file_and_its_free_space(small_disk: Path)
 
 
 def test_a_checkpoint_on_a_full_disk_stops_the_trainer_with_a_message(
-        small_disk: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    small_disk: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = small_disk / checkpoint.CHECKPOINT
     state = {"model": {"weight": torch.zeros(1_000_000)}}  # 4 MB on a 2 MB disk
     assert trainer.exit_code(lambda: checkpoint.write_checkpoint(path, state)) == 1
@@ -206,8 +234,11 @@ def test_a_checkpoint_on_a_full_disk_stops_the_trainer_with_a_message(
 
 
 def _records(steps: range) -> str:
-    return "".join(json.dumps({"step": step, "epoch": 0, "loss": 1.0 / step, "lr": 0.1,
-                               "images_per_s": 100.0}) + "\n" for step in steps)
+    return "".join(
+        json.dumps({"step": step, "epoch": 0, "loss": 1.0 / step, "lr": 0.1, "images_per_s": 100.0})
+        + "\n"
+        for step in steps
+    )
 
 
 def test_a_metrics_line_torn_by_a_kill_is_left_out_of_the_curves(tmp_path: Path) -> None:
@@ -224,14 +255,17 @@ def test_a_metrics_line_torn_by_a_kill_is_left_out_of_the_curves(tmp_path: Path)
 
 @pytest.mark.parametrize("bad", ['{"step": 2, "epoch": 0, "lo', "\0\0\0\0", "[1, 2]"])
 def test_a_corrupted_metrics_line_is_refused_naming_the_file_and_line(
-        tmp_path: Path, bad: str) -> None:
+    tmp_path: Path, bad: str
+) -> None:
     """A bad line before the last (or a last one ended by a newline) is no kill's doing: polars
     said `error parsing line` with neither file nor line; it must say both and what to do."""
     path = tmp_path / metrics.METRICS
     lines = _records(range(1, 5)).splitlines(keepends=True)
     path.write_text("".join(lines[:1]) + bad + "\n" + "".join(lines[2:]))
-    with pytest.raises(metrics.MetricsError, match=f"^{re.escape(str(path))}: line 2 is not a "
-                                                   "JSON record.*delete that line.*run folder"):
+    with pytest.raises(
+        metrics.MetricsError,
+        match=f"^{re.escape(str(path))}: line 2 is not a JSON record.*delete that line.*run folder",
+    ):
         metrics.read_metrics(tmp_path)
     path.write_text(_records(range(1, 4)) + bad + "\n")
     with pytest.raises(metrics.MetricsError, match=f"^{re.escape(str(path))}: line 4 "):
@@ -239,7 +273,8 @@ def test_a_corrupted_metrics_line_is_refused_naming_the_file_and_line(
 
 
 def test_resuming_drops_a_corrupted_metrics_line_that_is_still_json(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """What the refusal above promises: a resumed run drops the bad line (it used to stop on a
     line that parses as JSON but is no record)."""
     path = tmp_path / metrics.METRICS
@@ -296,13 +331,31 @@ def _chain_configs(folder: Path, runs: int = 3) -> list[str]:
     """`python -m kit.train` arguments training a chain of tiny runs into `folder`."""
     argv = []
     for seed in range(runs):
-        values = {"model": "resnet10", "width": 0.125, "num_classes": 4, "seed": seed,
-                  "data": {"kind": "synthetic", "image_size": 16, "synthetic": {
-                      "num_train": 64, "num_eval": 32, "noise": 0.1,
-                      "components": [{"weight": 1.0, "cues": ["colour"]}]}},
-                  "batch_size": 16, "iterations": 8, "lr": 0.01, "bn_recalibration_batches": 1,
-                  "eval_every": 8, "checkpoint_every": 4, "log_every": 2, "num_workers": 0,
-                  "output_dir": str(folder / f"run{seed}")}
+        values = {
+            "model": "resnet10",
+            "width": 0.125,
+            "num_classes": 4,
+            "seed": seed,
+            "data": {
+                "kind": "synthetic",
+                "image_size": 16,
+                "synthetic": {
+                    "num_train": 64,
+                    "num_eval": 32,
+                    "noise": 0.1,
+                    "components": [{"weight": 1.0, "cues": ["colour"]}],
+                },
+            },
+            "batch_size": 16,
+            "iterations": 8,
+            "lr": 0.01,
+            "bn_recalibration_batches": 1,
+            "eval_every": 8,
+            "checkpoint_every": 4,
+            "log_every": 2,
+            "num_workers": 0,
+            "output_dir": str(folder / f"run{seed}"),
+        }
         config = folder / f"run{seed}.yaml"
         config.parent.mkdir(parents=True, exist_ok=True)
         config.write_text(json.dumps(values))  # YAML reads JSON
@@ -315,9 +368,13 @@ class _Zygote:
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True, cwd=REPO_ROOT,
-            env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"})
+            [sys.executable, "-c", ZYGOTE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT,
+            env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"},
+        )
         assert self.process.stdout is not None and self.process.stdin is not None
         assert self.process.stdout.readline() == "ready\n", self.process.communicate()
         self.started: list[psutil.Process] = []
@@ -356,15 +413,18 @@ def _done(folder: Path) -> int:
 STOP_BOUND_S = 20
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"),
-                    reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only",
+)
 def test_repeated_group_kills_across_a_chain_stop_it_every_time_and_resume_bit_identical(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """20 group kills at random moments of a chain of three runs trained in turn (in a run, at
     its last logging step, between runs): the launcher's group killed outright (the chain gets
     its parent-death SIGTERM); and, every fourth stop, SIGHUP to the chain's session instead (a
-    closed terminal). Each time the chain must end within STOP_BOUND_S having finished at most the run
-    it was in (a stop at a run's last logging step used to be forgotten by the next run, which
+    closed terminal). Each time the chain must end within STOP_BOUND_S having finished at most the
+    run it was in (a stop at a run's last logging step used to be forgotten by the next run, which
     trained on, and SIGHUP killed the chain without a checkpoint), and every round of kills must
     end with the weights and metrics of an uninterrupted chain."""
     zygote = _Zygote()
@@ -392,7 +452,8 @@ def test_repeated_group_kills_across_a_chain_stop_it_every_time_and_resume_bit_i
                 os.killpg(launcher, signal.SIGKILL)
                 assert _done(folder) <= done + 1, (
                     f"kill {kills}: runs of the chain started after the stop "
-                    f"({done} finished before it, {_done(folder)} after)")
+                    f"({done} finished before it, {_done(folder)} after)"
+                )
             for name in ("run0", "run1", "run2"):
                 _assert_same_run(folder / name, tmp_path / "straight" / name)
             rounds += 1
@@ -405,8 +466,10 @@ def test_repeated_group_kills_across_a_chain_stop_it_every_time_and_resume_bit_i
 
 
 def _assert_same_run(resumed: Path, straight: Path) -> None:
-    a, b = (torch.load(folder / checkpoint.CHECKPOINT, weights_only=True)
-            for folder in (resumed, straight))
+    a, b = (
+        torch.load(folder / checkpoint.CHECKPOINT, weights_only=True)
+        for folder in (resumed, straight)
+    )
     assert a["step"] == b["step"]
     for name, tensor in b["model"].items():
         assert torch.equal(a["model"][name], tensor), f"{resumed}: {name}"
@@ -416,31 +479,53 @@ def _assert_same_run(resumed: Path, straight: Path) -> None:
 
 
 @pytest.mark.parametrize("ends_it", ["loader_timeout_s", "stall_timeout_s"])
-def test_a_stuck_loader_worker_becomes_an_error_naming_the_run(tmp_path: Path,
-                                                               ends_it: str) -> None:
+def test_a_stuck_loader_worker_becomes_an_error_naming_the_run(
+    tmp_path: Path, ends_it: str
+) -> None:
     """A loader worker that never hands over a batch (here one blocked opening a FIFO planted
     among the images; after a fork while another thread held a lock, one blocked in a futex and
     ignored SIGTERM): the trainer waited for it forever. Now the loader's timeout, or else the
     watchdog, ends the run within its limit (the first batch also starts the fork server) with
     a message naming it, and no worker is left behind."""
-    root = write_image_folder(tmp_path / "images", ("ant", "bee", "cat", "dog"),
-                              {"train": 4, "val": 2})
+    root = write_image_folder(
+        tmp_path / "images", ("ant", "bee", "cat", "dog"), {"train": 4, "val": 2}
+    )
     os.mkfifo(root / "train" / "ant" / "stuck.png")  # in 16 of 17 first batches
     out = tmp_path / "run"
-    limits = ({"loader_timeout_s": 15, "stall_timeout_s": 120} if ends_it == "loader_timeout_s"
-              else {"loader_timeout_s": 300, "stall_timeout_s": 15})
-    values = {"model": "resnet10", "width": 0.125, "num_classes": 4, "seed": 0,
-              "data": {"kind": "imagefolder", "root": str(root), "image_size": 16,
-                       "verify_images": False},
-              "batch_size": 16, "iterations": 40, "lr": 0.01, "bn_recalibration_batches": 1,
-              "log_every": 5, "num_workers": 1, "output_dir": str(out)} | limits
+    limits = (
+        {"loader_timeout_s": 15, "stall_timeout_s": 120}
+        if ends_it == "loader_timeout_s"
+        else {"loader_timeout_s": 300, "stall_timeout_s": 15}
+    )
+    values = {
+        "model": "resnet10",
+        "width": 0.125,
+        "num_classes": 4,
+        "seed": 0,
+        "data": {
+            "kind": "imagefolder",
+            "root": str(root),
+            "image_size": 16,
+            "verify_images": False,
+        },
+        "batch_size": 16,
+        "iterations": 40,
+        "lr": 0.01,
+        "bn_recalibration_batches": 1,
+        "log_every": 5,
+        "num_workers": 1,
+        "output_dir": str(out),
+    } | limits
     config = tmp_path / "run.yaml"
     config.write_text(json.dumps(values))
     with (tmp_path / "err.txt").open("w") as err:
         process = subprocess.Popen(
-            [sys.executable, "-m", "kit.train", "--config", str(config)], stderr=err,
-            stdout=subprocess.DEVNULL, cwd=REPO_ROOT,
-            env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"})
+            [sys.executable, "-m", "kit.train", "--config", str(config)],
+            stderr=err,
+            stdout=subprocess.DEVNULL,
+            cwd=REPO_ROOT,
+            env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"},
+        )
     trainer_process, below = psutil.Process(process.pid), []
     try:
         deadline = time.monotonic() + 120
@@ -465,24 +550,46 @@ def test_a_stuck_loader_worker_becomes_an_error_naming_the_run(tmp_path: Path,
 
 
 def test_a_stop_sent_to_every_process_of_a_trainer_with_loader_workers_checkpoints_it(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The runner's stop (and a scheduler's) signals every process of a run: the loader workers
     died of it first, and the trainer failed on its lost workers with a traceback instead of
     saving. The fork server and its workers now never act on the stop: the trainer checkpoints,
     exits with status 75, and they end after it."""
     out = tmp_path / "run"
-    values = {"model": "resnet10", "width": 0.125, "num_classes": 4, "seed": 0,
-              "data": {"kind": "synthetic", "image_size": 16, "synthetic": {
-                  "num_train": 64, "num_eval": 32, "noise": 0.1,
-                  "components": [{"weight": 1.0, "cues": ["colour"]}]}},
-              "batch_size": 16, "iterations": 20000, "lr": 0.01, "bn_recalibration_batches": 1,
-              "log_every": 5, "num_workers": 1, "output_dir": str(out)}
+    values = {
+        "model": "resnet10",
+        "width": 0.125,
+        "num_classes": 4,
+        "seed": 0,
+        "data": {
+            "kind": "synthetic",
+            "image_size": 16,
+            "synthetic": {
+                "num_train": 64,
+                "num_eval": 32,
+                "noise": 0.1,
+                "components": [{"weight": 1.0, "cues": ["colour"]}],
+            },
+        },
+        "batch_size": 16,
+        "iterations": 20000,
+        "lr": 0.01,
+        "bn_recalibration_batches": 1,
+        "log_every": 5,
+        "num_workers": 1,
+        "output_dir": str(out),
+    }
     config = tmp_path / "run.yaml"
     config.write_text(json.dumps(values))
     process = subprocess.Popen(
-        [sys.executable, "-m", "kit.train", "--config", str(config)], stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL, text=True, cwd=REPO_ROOT,
-        env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"})
+        [sys.executable, "-m", "kit.train", "--config", str(config)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO_ROOT,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"},
+    )
     tree = [psutil.Process(process.pid)]
     try:
         deadline = time.monotonic() + 120

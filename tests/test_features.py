@@ -21,12 +21,24 @@ from kit.train.settings import load_train_settings
 
 def tiny_checkpoint(folder: Path, name: str, seed: int, width: float = 0.125) -> Path:
     """A kit-format checkpoint ('model' + 'config') of a freshly initialised tiny ResNet."""
-    settings = {"model": "resnet10", "width": width, "num_classes": 3, "seed": seed,
-                "data": {"kind": "synthetic", "image_size": 16, "synthetic": {
-                    "num_train": 8, "num_eval": 8,
-                    "components": [{"weight": 1.0, "cues": ["colour"]}]}},
-                "batch_size": 8,
-                "iterations": 1, "output_dir": str(folder / name)}
+    settings = {
+        "model": "resnet10",
+        "width": width,
+        "num_classes": 3,
+        "seed": seed,
+        "data": {
+            "kind": "synthetic",
+            "image_size": 16,
+            "synthetic": {
+                "num_train": 8,
+                "num_eval": 8,
+                "components": [{"weight": 1.0, "cues": ["colour"]}],
+            },
+        },
+        "batch_size": 8,
+        "iterations": 1,
+        "output_dir": str(folder / name),
+    }
     cfg = load_train_settings(_yaml(folder / f"{name}.yaml", settings))
     torch.manual_seed(seed)
     model = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem, cfg.data.image_size)
@@ -48,18 +60,23 @@ def _yaml(path: Path, values: dict) -> Path:
 @pytest.fixture()
 def images() -> TensorDataset:
     generator = torch.Generator().manual_seed(0)
-    return TensorDataset(torch.randn(37, 3, 16, 16, generator=generator),
-                         torch.randint(0, 3, (37,), generator=generator))
+    return TensorDataset(
+        torch.randn(37, 3, 16, 16, generator=generator),
+        torch.randint(0, 3, (37,), generator=generator),
+    )
 
 
 def test_concatenation_follows_the_order_given(tmp_path: Path, images) -> None:
     a, b = tiny_checkpoint(tmp_path, "a", 1), tiny_checkpoint(tmp_path, "b", 2, width=0.25)
-    both = features.extract([a, b], images, "noise", "test", "none", tmp_path / "cache",
-                            batch_size=8, progress=False)
-    alone_a = features.extract([a], images, "noise", "test", "none", tmp_path / "cache",
-                               batch_size=8, progress=False)
-    alone_b = features.extract([b], images, "noise", "test", "none", tmp_path / "cache",
-                               batch_size=8, progress=False)
+    both = features.extract(
+        [a, b], images, "noise", "test", "none", tmp_path / "cache", batch_size=8, progress=False
+    )
+    alone_a = features.extract(
+        [a], images, "noise", "test", "none", tmp_path / "cache", batch_size=8, progress=False
+    )
+    alone_b = features.extract(
+        [b], images, "noise", "test", "none", tmp_path / "cache", batch_size=8, progress=False
+    )
     assert both.features.shape == (37, 64 + 128)
     assert both.record["widths"] == [64, 128]
     np.testing.assert_array_equal(both.features[:, :64], alone_a.features)
@@ -71,11 +88,17 @@ def test_concatenation_follows_the_order_given(tmp_path: Path, images) -> None:
     np.testing.assert_allclose(alone_a.features, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_second_call_is_a_cache_hit_and_a_changed_checkpoint_a_miss(tmp_path: Path,
-                                                                      images) -> None:
+def test_second_call_is_a_cache_hit_and_a_changed_checkpoint_a_miss(tmp_path: Path, images) -> None:
     path = tiny_checkpoint(tmp_path, "a", 1)
-    kwargs = dict(dataset=images, dataset_id="noise", split="test", transform="none",
-                  cache_dir=tmp_path / "cache", batch_size=16, progress=False)
+    kwargs = dict(
+        dataset=images,
+        dataset_id="noise",
+        split="test",
+        transform="none",
+        cache_dir=tmp_path / "cache",
+        batch_size=16,
+        progress=False,
+    )
     first = features.extract([path], **kwargs)
     second = features.extract([path], **kwargs)
     assert not first.cache_hit and second.cache_hit
@@ -91,11 +114,19 @@ def test_second_call_is_a_cache_hit_and_a_changed_checkpoint_a_miss(tmp_path: Pa
 
 
 @pytest.mark.parametrize("damage", ["zeroed", "shuffled", "truncated", "labels"])
-def test_a_corrupt_cache_is_extracted_again_not_trusted(tmp_path: Path, images, damage: str,
-                                                        capsys) -> None:
+def test_a_corrupt_cache_is_extracted_again_not_trusted(
+    tmp_path: Path, images, damage: str, capsys
+) -> None:
     path = tiny_checkpoint(tmp_path, "a", 1)
-    kwargs = dict(dataset=images, dataset_id="noise", split="test", transform="none",
-                  cache_dir=tmp_path / "cache", batch_size=16, progress=False)
+    kwargs = dict(
+        dataset=images,
+        dataset_id="noise",
+        split="test",
+        transform="none",
+        cache_dir=tmp_path / "cache",
+        batch_size=16,
+        progress=False,
+    )
     good = features.extract([path], **kwargs)
     expected = np.array(good.features)
     stored = good.path / "features.npy"
@@ -126,9 +157,9 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file(tmp_path: Path, damage:
     content = bytearray(path.read_bytes())
     if damage == "overwritten":  # same size, 4 KB of random bytes in the middle
         middle = len(content) // 2
-        content[middle:middle + 4096] = np.random.default_rng(0).bytes(4096)
+        content[middle : middle + 4096] = np.random.default_rng(0).bytes(4096)
     elif damage == "truncated":
-        content = content[:len(content) // 2]
+        content = content[: len(content) // 2]
     elif damage == "empty":
         content = bytearray()
     else:
@@ -146,7 +177,9 @@ def test_algoperf_checkpoints_are_read(tmp_path: Path) -> None:
     models.save_algoperf_checkpoint(model, path)
     loaded = features.load_backbone(path)
     assert loaded.feature_dim == 2048
-    for (name, mine), theirs in zip(model.state_dict().items(), loaded.state_dict().values()):
+    for (name, mine), theirs in zip(
+        model.state_dict().items(), loaded.state_dict().values(), strict=True
+    ):
         assert torch.equal(mine, theirs), name
 
 
@@ -156,8 +189,15 @@ def test_unknown_checkpoint_and_empty_split_are_refused(tmp_path: Path, images) 
         features.load_backbone(tmp_path / "odd.pt")
     empty = TensorDataset(torch.zeros(0, 3, 16, 16), torch.zeros(0, dtype=torch.long))
     with pytest.raises(ValueError, match="empty"):
-        features.extract([tiny_checkpoint(tmp_path, "a", 1)], empty, "none", "test", "none",
-                         tmp_path / "cache", progress=False)
+        features.extract(
+            [tiny_checkpoint(tmp_path, "a", 1)],
+            empty,
+            "none",
+            "test",
+            "none",
+            tmp_path / "cache",
+            progress=False,
+        )
 
 
 SHARDED_SCRIPT = """
@@ -181,15 +221,28 @@ def test_torchrun_shards_write_the_same_features(tmp_path: Path, images) -> None
     script = tmp_path / "shard.py"
     script.write_text(SHARDED_SCRIPT)
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(script),
-         str(tmp_path / "sharded"), str(a), str(b)],
-        capture_output=True, text=True, timeout=300,
-        env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)})
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            str(script),
+            str(tmp_path / "sharded"),
+            str(a),
+            str(b),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    single = features.extract([a, b], images, "noise", "test", "none", tmp_path / "single",
-                              batch_size=8, progress=False)
-    sharded = features.extract([a, b], images, "noise", "test", "none", tmp_path / "sharded",
-                               batch_size=8, progress=False)
+    single = features.extract(
+        [a, b], images, "noise", "test", "none", tmp_path / "single", batch_size=8, progress=False
+    )
+    sharded = features.extract(
+        [a, b], images, "noise", "test", "none", tmp_path / "sharded", batch_size=8, progress=False
+    )
     assert sharded.cache_hit
     np.testing.assert_allclose(sharded.features, single.features, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(sharded.labels, single.labels)
@@ -209,12 +262,20 @@ class CountingReads(torch.utils.data.Dataset):
         return self.base[index]
 
 
-def test_each_image_is_read_once_for_every_backbone_and_representation(tmp_path: Path,
-                                                                        images) -> None:
+def test_each_image_is_read_once_for_every_backbone_and_representation(
+    tmp_path: Path, images
+) -> None:
     a, b, c = (tiny_checkpoint(tmp_path, name, seed) for seed, name in enumerate("abc"))
     counted = CountingReads(images)
-    kwargs = dict(dataset=counted, dataset_id="noise", split="test", transform="none",
-                  cache_dir=tmp_path / "cache", batch_size=8, progress=False)
+    kwargs = dict(
+        dataset=counted,
+        dataset_id="noise",
+        split="test",
+        transform="none",
+        cache_dir=tmp_path / "cache",
+        batch_size=8,
+        progress=False,
+    )
     three = features.extract([a, b, c], **kwargs)
     assert counted.reads == len(images)  # not 3 x 37
     assert not three.cache_hit and three.record["widths"] == [64, 64, 64]
@@ -222,28 +283,35 @@ def test_each_image_is_read_once_for_every_backbone_and_representation(tmp_path:
     cat1, cat2, other = features.extract_many([[a], [c, a], [b, c, a]], **kwargs)
     assert counted.reads == 0  # every checkpoint is cached: representations are assembled
     assert cat1.cache_hit and not cat2.cache_hit and not other.cache_hit
-    np.testing.assert_array_equal(cat2.features, three.features[:, [*range(128, 192),
-                                                                    *range(64)]])
+    np.testing.assert_array_equal(cat2.features, three.features[:, [*range(128, 192), *range(64)]])
     np.testing.assert_array_equal(other.labels, images.tensors[1].numpy())
     again = features.extract_many([[c, a], [a, b]], **kwargs)
     assert [s.cache_hit for s in again] == [True, False] and counted.reads == 0
     fresh = CountingReads(images)
     d = tiny_checkpoint(tmp_path, "d", 7)
-    features.extract_many([[d], [a, d], [d, tiny_checkpoint(tmp_path, "e", 8)]],
-                          **kwargs | {"dataset": fresh})
+    features.extract_many(
+        [[d], [a, d], [d, tiny_checkpoint(tmp_path, "e", 8)]], **kwargs | {"dataset": fresh}
+    )
     assert fresh.reads == len(images)  # d and e, new, share one read
 
 
 def test_a_cache_hit_is_hashed_once_then_vouched_for_by_its_marker(
-        tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tiny_checkpoint(tmp_path, "a", 1)
-    kwargs = {"dataset": images, "dataset_id": "noise", "split": "test", "transform": "none",
-              "cache_dir": tmp_path / "cache", "batch_size": 16, "progress": False}
+    kwargs = {
+        "dataset": images,
+        "dataset_id": "noise",
+        "split": "test",
+        "transform": "none",
+        "cache_dir": tmp_path / "cache",
+        "batch_size": 16,
+        "progress": False,
+    }
     first = features.extract([path], **kwargs)
     hashed: list[Path] = []
     real = features.files.file_hash
-    monkeypatch.setattr(features.files, "file_hash",
-                        lambda file: hashed.append(file) or real(file))
+    monkeypatch.setattr(features.files, "file_hash", lambda file: hashed.append(file) or real(file))
     for _ in range(3):
         assert features.extract([path], **kwargs).cache_hit
     in_cache = [file for file in hashed if first.path in file.parents]
@@ -253,12 +321,20 @@ def test_a_cache_hit_is_hashed_once_then_vouched_for_by_its_marker(
 
 @pytest.mark.parametrize("damage", ["zeroed", "one value"])
 def test_a_vouched_for_entry_changed_with_its_times_put_back_is_extracted_again(
-        tmp_path: Path, images, damage: str, capsys) -> None:
+    tmp_path: Path, images, damage: str, capsys
+) -> None:
     """A marker used to vouch for sizes and modification times, which `touch -r` restores:
     zeroed features were then trusted, and the results changed in silence."""
     path = tiny_checkpoint(tmp_path, "a", 1)
-    kwargs = {"dataset": images, "dataset_id": "noise", "split": "test", "transform": "none",
-              "cache_dir": tmp_path / "cache", "batch_size": 16, "progress": False}
+    kwargs = {
+        "dataset": images,
+        "dataset_id": "noise",
+        "split": "test",
+        "transform": "none",
+        "cache_dir": tmp_path / "cache",
+        "batch_size": 16,
+        "progress": False,
+    }
     expected = np.array(features.extract([path], **kwargs).features)
     entry = features.extract([path], **kwargs).path  # hashed: the marker vouches from here on
     assert json.loads((entry / features.VERIFIED).read_text())["ok"] is True
@@ -280,10 +356,18 @@ def test_a_vouched_for_entry_changed_with_its_times_put_back_is_extracted_again(
 
 
 def test_other_ranks_take_rank_0s_verdict_without_hashing(
-        tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tiny_checkpoint(tmp_path, "a", 1)
-    kwargs = {"dataset": images, "dataset_id": "noise", "split": "test", "transform": "none",
-              "cache_dir": tmp_path / "cache", "batch_size": 16, "progress": False}
+    kwargs = {
+        "dataset": images,
+        "dataset_id": "noise",
+        "split": "test",
+        "transform": "none",
+        "cache_dir": tmp_path / "cache",
+        "batch_size": 16,
+        "progress": False,
+    }
     entry = features.extract([path], **kwargs).path
     monkeypatch.setattr(features.distributed, "rank_and_world", lambda: (1, 2))
     monkeypatch.setattr(features, "_content", lambda _path: pytest.fail("rank 1 hashed"))
@@ -291,23 +375,30 @@ def test_other_ranks_take_rank_0s_verdict_without_hashing(
 
     def rank_0_meanwhile(seconds: float) -> None:  # rank 0 hashes and leaves its verdict
         waits.append(seconds)
-        (entry / features.VERIFIED).write_text(json.dumps(
-            {"ok": True, "signature": features._signature(entry)}))
+        (entry / features.VERIFIED).write_text(
+            json.dumps({"ok": True, "signature": features._signature(entry)})
+        )
 
     monkeypatch.setattr(features.time, "sleep", rank_0_meanwhile)
     assert features._verified(entry) is not None and len(waits) == 1
 
 
-
 def test_a_checkpoint_is_read_once_for_consecutive_passes_until_it_changes(
-        tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Notebook 03 extracts each task's splits in consecutive passes over the same checkpoints:
     each file is loaded once for them, and again once its contents change."""
     a, b = (tiny_checkpoint(tmp_path, name, seed) for seed, name in enumerate("ab"))
     loads, load = [], features.load_backbone
     monkeypatch.setattr(features, "load_backbone", lambda path: loads.append(path) or load(path))
-    kwargs = dict(dataset=images, dataset_id="noise", transform="none",
-                  cache_dir=tmp_path / "cache", batch_size=16, progress=False)
+    kwargs = dict(
+        dataset=images,
+        dataset_id="noise",
+        transform="none",
+        cache_dir=tmp_path / "cache",
+        batch_size=16,
+        progress=False,
+    )
     first = features.extract_many([[a], [b, a]], split="train", **kwargs)
     features.extract_many([[a], [b, a]], split="eval", **kwargs)
     assert sorted(loads) == sorted([a, b])

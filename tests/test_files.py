@@ -29,7 +29,8 @@ def test_a_changed_byte_is_detected_and_names_the_file(tmp_path: Path) -> None:
 
 
 def test_a_kill_before_or_after_the_rename_leaves_an_accepted_file(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "state.bin"
     write(path, b"old" * 1000)
     rename = os.replace

@@ -21,10 +21,9 @@ def lab_contents_manager(root: Path) -> FileContentsManager:
 
 
 @pytest.mark.parametrize("notebook", runner.find_notebooks(None), ids=lambda p: p.stem)
-def test_a_notebook_run_and_saved_in_lab_is_written_as_committed(notebook: Path,
-                                                                 tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch
-                                                                 ) -> None:
+def test_a_notebook_run_and_saved_in_lab_is_written_as_committed(
+    notebook: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "notebooks").mkdir()
     monkeypatch.setattr(lab, "NOTEBOOKS_DIR", tmp_path / "notebooks")
     relative = f"notebooks/{notebook.name}"
@@ -33,8 +32,12 @@ def test_a_notebook_run_and_saved_in_lab_is_written_as_committed(notebook: Path,
     for count, cell in enumerate(code, start=1):  # what a Lab session leaves in the notebook
         cell.execution_count = count
         cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"ran {count}\n")]
-    executed.metadata["language_info"] = {"name": "python", "version": "3.11.9",
-                                          "mimetype": "text/x-python", "file_extension": ".py"}
+    executed.metadata["language_info"] = {
+        "name": "python",
+        "version": "3.11.9",
+        "mimetype": "text/x-python",
+        "file_extension": ".py",
+    }
     manager = lab_contents_manager(tmp_path)
     manager.save({"type": "notebook", "format": "json", "content": executed}, relative)
     assert (tmp_path / relative).read_bytes() == notebook.read_bytes()
@@ -42,11 +45,17 @@ def test_a_notebook_run_and_saved_in_lab_is_written_as_committed(notebook: Path,
 
 def test_files_outside_notebooks_are_saved_as_they_are(tmp_path: Path) -> None:
     notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell("1 + 1", execution_count=1,
-                                                outputs=[nbformat.v4.new_output(
-                                                    "execute_result", {"text/plain": "2"},
-                                                    execution_count=1)])]
+    notebook.cells = [
+        nbformat.v4.new_code_cell(
+            "1 + 1",
+            execution_count=1,
+            outputs=[
+                nbformat.v4.new_output("execute_result", {"text/plain": "2"}, execution_count=1)
+            ],
+        )
+    ]
     lab_contents_manager(tmp_path).save(
-        {"type": "notebook", "format": "json", "content": notebook}, "scratch.ipynb")
+        {"type": "notebook", "format": "json", "content": notebook}, "scratch.ipynb"
+    )
     saved = nbformat.read(tmp_path / "scratch.ipynb", as_version=4)
     assert saved.cells[0].outputs and saved.cells[0].execution_count == 1

@@ -39,8 +39,9 @@ TORCHRUN_LAUNCHES = int(os.environ.get("KIT_TEST_TORCHRUN_LAUNCHES", "6"))
 
 def tiny(out: Path, **changes) -> TrainSettings:
     """A run that is mostly process start-up: a few steps, no evaluation."""
-    values = dict(iterations=2, log_every=2, eval_every=0, checkpoint_every=0,
-                  bn_recalibration_batches=1)  # without, DDP replicas keep their own BN stats
+    values = dict(
+        iterations=2, log_every=2, eval_every=0, checkpoint_every=0, bn_recalibration_batches=1
+    )  # without, DDP replicas keep their own BN stats
     return TrainSettings(**settings(out, **(values | changes)))
 
 
@@ -67,13 +68,17 @@ def test_local_workers_are_pinned_to_disjoint_cores(tmp_path: Path) -> None:
         local.slots(LaunchSettings(backend="local", workers=99))
 
 
-def test_local_workers_train_several_runs_in_turn_each_as_if_alone(tmp_path: Path,
-                                                                   one_thread) -> None:  # noqa: F811
+def test_local_workers_train_several_runs_in_turn_each_as_if_alone(
+    tmp_path: Path,
+    one_thread,  # noqa: F811
+) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPU cores")
     configs = [tiny(tmp_path / f"run{i}", seed=i, iterations=4) for i in range(3)]
-    assert local.chains(dict(zip(["run0", "run1", "run2"], configs)), 2) == [
-        ["run0", "run2"], ["run1"]]
+    assert local.chains(dict(zip(["run0", "run1", "run2"], configs, strict=True)), 2) == [
+        ["run0", "run2"],
+        ["run1"],
+    ]
     launch.launch(configs, LaunchSettings(backend="local", workers=2), tmp_path).check()
     chained = placements(tmp_path / "logs" / "run0.log")
     assert len(chained) == 2 and not (tmp_path / "logs" / "run2.log").exists()  # one process
@@ -98,8 +103,10 @@ def test_a_torchrun_trains_its_chain_in_one_group_each_run_as_if_alone(tmp_path:
         assert done == {"step": 4, "ranks": 2}
     alone = tiny(tmp_path / "alone" / "run2", seed=2, iterations=4)
     launch.launch([alone], settings_, tmp_path / "alone").check()
-    after_others, by_itself = final_state(tmp_path / "chain" / "run2"), final_state(
-        tmp_path / "alone" / "run2")
+    after_others, by_itself = (
+        final_state(tmp_path / "chain" / "run2"),
+        final_state(tmp_path / "alone" / "run2"),
+    )
     for key, value in by_itself["model"].items():
         assert torch.equal(after_others["model"][key], value), key
 
@@ -129,15 +136,33 @@ def test_torchrun_backend_launches_back_to_back_without_failure(tmp_path: Path) 
 def test_slurm_variables_alone_make_one_ddp_job(tmp_path: Path) -> None:
     """What `srun --ntasks=2 python -m kit.train` starts: two processes that only have Slurm's
     variables. They must form one group of two ranks, not two runs writing one folder."""
-    config = write_config(tmp_path / "run.yaml", settings(
-        tmp_path / "srun", iterations=4, log_every=2, eval_every=0, checkpoint_every=0))
-    base = {k: v for k, v in SUBPROCESS_ENV.items()
-            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    tasks = [subprocess.Popen(
-        [sys.executable, "-m", "kit.train", "--config", str(config)], cwd=REPO_ROOT,
-        env=base | {"SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_NTASKS": "2",
-                    "SLURM_NODELIST": "localhost", "SLURM_JOB_ID": str(4000 + os.getpid())},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    config = write_config(
+        tmp_path / "run.yaml",
+        settings(tmp_path / "srun", iterations=4, log_every=2, eval_every=0, checkpoint_every=0),
+    )
+    base = {
+        k: v
+        for k, v in SUBPROCESS_ENV.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
+    tasks = [
+        subprocess.Popen(
+            [sys.executable, "-m", "kit.train", "--config", str(config)],
+            cwd=REPO_ROOT,
+            env=base
+            | {
+                "SLURM_PROCID": str(rank),
+                "SLURM_LOCALID": str(rank),
+                "SLURM_NTASKS": "2",
+                "SLURM_NODELIST": "localhost",
+                "SLURM_JOB_ID": str(4000 + os.getpid()),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
     outputs = [task.communicate(timeout=300)[0] for task in tasks]
     assert [task.returncode for task in tasks] == [0, 0], outputs
     assert yaml.safe_load((tmp_path / "srun" / train.DONE).read_text()) == {"step": 4, "ranks": 2}
@@ -148,24 +173,38 @@ def test_slurm_environment_translation() -> None:
     assert distributed.first_host("gpu[003-006,9],cpu1") == "gpu003"
     assert distributed.first_host("a1,b[1-2]") == "a1"
     assert distributed.first_host("node7") == "node7"
-    env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "123",
-           "SLURM_JOB_NODELIST": "n[10-11]"}
-    assert distributed.slurm_environment(env) == {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1",
-                                            "MASTER_ADDR": "n10", "MASTER_PORT": "20123"}
+    env = {
+        "SLURM_PROCID": "3",
+        "SLURM_NTASKS": "8",
+        "SLURM_LOCALID": "1",
+        "SLURM_JOB_ID": "123",
+        "SLURM_JOB_NODELIST": "n[10-11]",
+    }
+    assert distributed.slurm_environment(env) == {
+        "RANK": "3",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "n10",
+        "MASTER_PORT": "20123",
+    }
     assert distributed.slurm_environment(env | {"WORLD_SIZE": "2"}) == {}  # torchrun's win
     assert distributed.slurm_environment(env | {"SLURM_NTASKS": "1"}) == {}  # one task: no group
 
 
-def test_second_launch_into_a_held_run_folder_is_refused_naming_the_holder(
-        tmp_path: Path) -> None:
+def test_second_launch_into_a_held_run_folder_is_refused_naming_the_holder(tmp_path: Path) -> None:
     config = tiny(tmp_path / "run")
     with locks.hold(tmp_path / "run", "training"):
         with pytest.raises(locks.FolderLocked, match=f"in use by pid {os.getpid()}"):
             train.train(config)
         path = write_config(tmp_path / "run.yaml", config.model_dump())
-        result = subprocess.run([sys.executable, "-m", "kit.train", "--config", str(path)],
-                                env=SUBPROCESS_ENV, cwd=REPO_ROOT, capture_output=True,
-                                text=True, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-m", "kit.train", "--config", str(path)],
+            env=SUBPROCESS_ENV,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert result.returncode == 2
     assert f"in use by pid {os.getpid()}" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "run" / train.DONE).exists()
@@ -186,18 +225,24 @@ def _parent(pid: int) -> int:
 
 
 def test_submitit_array_preempted_job_requeues_and_ends_bit_identical(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """submitit's LocalExecutor (the real library) runs three runs as an array; one job's task
     gets SIGUSR1 mid-run: the trainer checkpoints, the job is requeued and resumes, and its
     weights and logged losses equal those of the same run trained without interruption."""
-    long = dict(iterations=60, log_every=4, checkpoint_every=20, eval_every=0,
-                bn_recalibration_batches=1)
-    configs = [TrainSettings(**settings(tmp_path / "array" / "run0", seed=7, **long)),
-               tiny(tmp_path / "array" / "run1", seed=8), tiny(tmp_path / "array" / "run2", seed=9)]
+    long = dict(
+        iterations=60, log_every=4, checkpoint_every=20, eval_every=0, bn_recalibration_batches=1
+    )
+    configs = [
+        TrainSettings(**settings(tmp_path / "array" / "run0", seed=7, **long)),
+        tiny(tmp_path / "array" / "run1", seed=8),
+        tiny(tmp_path / "array" / "run2", seed=9),
+    ]
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
-    settings_ = LaunchSettings(backend="slurm", cluster="local", timeout_min=60,
-                                    signal="USR1", signal_delay_s=10)
+    settings_ = LaunchSettings(
+        backend="slurm", cluster="local", timeout_min=60, signal="USR1", signal_delay_s=10
+    )
     submitted = launch.launch(configs, settings_, tmp_path / "array", wait=False)
     assert sorted(submitted.submitted) == ["run0", "run1", "run2"]
     run = tmp_path / "array" / "run0"
@@ -209,7 +254,8 @@ def test_submitit_array_preempted_job_requeues_and_ends_bit_identical(
         time.sleep(0.2)
     for name in ("run1", "run2"):
         assert (tmp_path / "array" / name / train.DONE).exists() or _wait_done(
-            tmp_path / "array" / name, deadline)
+            tmp_path / "array" / name, deadline
+        )
     logs = "".join(p.read_text() for p in (tmp_path / "array" / "submitit").glob("*_log.*"))
     assert "this job is preempted" in logs and "Requeued job" in logs
     resumed_from = int(re.search(r"preemption signal at step (\d+)", logs).group(1))
@@ -219,8 +265,7 @@ def test_submitit_array_preempted_job_requeues_and_ends_bit_identical(
     a, b = final_state(run), final_state(straight)
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
-    assert (read_metrics(run)["loss"].to_list()
-            == read_metrics(straight)["loss"].to_list())
+    assert read_metrics(run)["loss"].to_list() == read_metrics(straight)["loss"].to_list()
 
 
 def _wait_done(run: Path, deadline: float) -> bool:
@@ -233,35 +278,92 @@ def _wait_done(run: Path, deadline: float) -> bool:
 def test_plan_export_writes_configs_and_an_sbatch_array(tmp_path: Path) -> None:
     base = write_config(tmp_path / "base.yaml", settings(tmp_path / "runs"))
     out = tmp_path / "export"
-    code = kit_main(["launch", "plan", "--config", str(base), "--runs", "1", "2", "--iterations", "8",
-                        "4", "--seeds", "5", "6", "--out", str(out), "--launch", "nodes=2",
-                        "--launch", "nproc_per_node=4", "--launch", "gpus_per_node=4",
-                        "--launch", "partition=gpu", "log_every=2"])
+    code = kit_main(
+        [
+            "launch",
+            "plan",
+            "--config",
+            str(base),
+            "--runs",
+            "1",
+            "2",
+            "--iterations",
+            "8",
+            "4",
+            "--seeds",
+            "5",
+            "6",
+            "--out",
+            str(out),
+            "--launch",
+            "nodes=2",
+            "--launch",
+            "nproc_per_node=4",
+            "--launch",
+            "gpus_per_node=4",
+            "--launch",
+            "partition=gpu",
+            "log_every=2",
+        ]
+    )
     assert code == 0
     listed = (out / "runs.txt").read_text().split()
     assert len(listed) == 3
     runs = {Path(p).name: yaml.safe_load(Path(p).read_text()) for p in listed}
     assert {(r["seed"], r["iterations"], r["log_every"]) for r in runs.values()} == {
-        (5, 8, 2), (5, 4, 2), (6, 4, 2)}
+        (5, 8, 2),
+        (5, 4, 2),
+        (6, 4, 2),
+    }
     assert {r["output_dir"] for r in runs.values()} == {
-        str(tmp_path / "runs" / f"cat{n}" / f"seed{s}") for n, s in ((1, 5), (2, 5), (2, 6))}
+        str(tmp_path / "runs" / f"cat{n}" / f"seed{s}") for n, s in ((1, 5), (2, 5), (2, 6))
+    }
     script = (out / "train.sbatch").read_text()
-    for line in ("#SBATCH --array=0-2", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4",
-                 "#SBATCH --gpus-per-node=4", "#SBATCH --partition=gpu",
-                 "#SBATCH --signal=USR1@120", "-m kit.train --config"):
+    for line in (
+        "#SBATCH --array=0-2",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --signal=USR1@120",
+        "-m kit.train --config",
+    ):
         assert line in script
     assert subprocess.run(["bash", "-n", str(out / "train.sbatch")]).returncode == 0
-    assert kit_main(["launch", "plan", "--config", str(base), "--runs", "1", "--seeds", "5", "--total",
-                        "8", "--out", str(out), "--launch", "nodes=zero"]) == 2
+    assert (
+        kit_main(
+            [
+                "launch",
+                "plan",
+                "--config",
+                str(base),
+                "--runs",
+                "1",
+                "--seeds",
+                "5",
+                "--total",
+                "8",
+                "--out",
+                str(out),
+                "--launch",
+                "nodes=zero",
+            ]
+        )
+        == 2
+    )
 
 
 def test_exported_sbatch_array_runs_on_a_real_single_node_slurm(tmp_path: Path) -> None:
     """tests/slurm_single_node.sh starts munged, slurmctld and slurmd on localhost, submits
     the array `python -m kit launch plan` exports and waits for its runs; it skips (status 77,
     reason printed) where the packages are missing or the daemons cannot start."""
-    result = subprocess.run(["bash", str(REPO_ROOT / "tests" / "slurm_single_node.sh"),
-                             sys.executable, str(tmp_path)], capture_output=True, text=True,
-                            timeout=480, env=SUBPROCESS_ENV)
+    result = subprocess.run(
+        ["bash", str(REPO_ROOT / "tests" / "slurm_single_node.sh"), sys.executable, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=480,
+        env=SUBPROCESS_ENV,
+    )
     output = result.stdout + result.stderr
     print(output[-3000:])
     if result.returncode == 77:
@@ -271,7 +373,8 @@ def test_exported_sbatch_array_runs_on_a_real_single_node_slurm(tmp_path: Path) 
 
 
 def test_a_runs_bar_counts_its_time_from_when_it_began_not_from_its_chains_start(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A run queued in a chain gets its bar when the chain starts; its clock starts at its own
     first record, back-dated by that record's rate (20 steps of 32 images at 320 img/s: 2 s)."""
     config = TrainSettings(**settings(tmp_path / "run"))
@@ -279,8 +382,9 @@ def test_a_runs_bar_counts_its_time_from_when_it_began_not_from_its_chains_start
     progress.start("run", config)
     time.sleep(1.5)  # the chain's earlier runs train
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps(
-        {"step": 20, "loss": 1.0, "images_per_s": 320.0}) + "\n")
+    (tmp_path / "run" / "metrics.jsonl").write_text(
+        json.dumps({"step": 20, "loss": 1.0, "images_per_s": 320.0}) + "\n"
+    )
     progress.update("run", config)
     elapsed = progress.bars["run"].format_dict["elapsed"]
     progress.finish("run", config)
@@ -301,16 +405,20 @@ def warm_processes(monkeypatch: pytest.MonkeyPatch) -> warm.WarmProcesses:
 def test_warm_processes_train_as_cold_ones_do(tmp_path: Path, warm_processes) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPU cores")
-    configs = {how: [tiny(tmp_path / how / f"run{i}", seed=i, iterations=4) for i in range(2)]
-               for how in ("warm", "cold")}
+    configs = {
+        how: [tiny(tmp_path / how / f"run{i}", seed=i, iterations=4) for i in range(2)]
+        for how in ("warm", "cold")
+    }
     settings_ = LaunchSettings(backend="local", workers=2)
     local.warm(settings_, "cpu")
     waiting = {process.pid for process in warm_processes.idle}
     assert len(waiting) == 2
     launch.launch(configs["warm"], settings_, tmp_path / "warm").check()
-    assert not warm_processes.idle and all(pid not in {p.pid for p in psutil.process_iter()}
-                                           or psutil.Process(pid).status() == "zombie"
-                                           for pid in waiting)
+    assert not warm_processes.idle and all(
+        pid not in {p.pid for p in psutil.process_iter()}
+        or psutil.Process(pid).status() == "zombie"
+        for pid in waiting
+    )
     launch.launch(configs["cold"], settings_, tmp_path / "cold").check()
     for name in ("run0", "run1"):
         log = (tmp_path / "warm" / "logs" / f"{name}.log").read_text()
@@ -323,7 +431,8 @@ def test_warm_processes_train_as_cold_ones_do(tmp_path: Path, warm_processes) ->
 
 
 def test_a_warm_process_ends_on_closed_input_ignores_stop_signals_and_is_not_used_stale(
-        tmp_path: Path, warm_processes) -> None:
+    tmp_path: Path, warm_processes
+) -> None:
     warm_processes.start(1)
     (idle,) = warm_processes.idle
     for number in (signal.SIGUSR1, signal.SIGINT):  # a stop sent to the kernel's whole tree
@@ -352,7 +461,8 @@ def test_a_warm_process_ends_on_closed_input_ignores_stop_signals_and_is_not_use
 
 
 def test_a_source_edit_with_its_times_put_back_still_makes_warm_processes_stale(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """An edit of the same size whose modification time was put back (`touch -r`, a copy that
     keeps times) used to leave the stamp unchanged, and a warm process ran the old code."""
     module = tmp_path / "module.py"
@@ -368,7 +478,8 @@ CHAINED_RUNS = int(os.environ.get("KIT_TEST_CHAINED_RUNS", "10"))
 
 
 def test_a_torchrun_chain_with_loader_workers_recalibrates_every_run_without_hanging(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Many short runs under one torchrun of two ranks, two loader workers per loader and a
     BatchNorm recalibration in every run: workers forked from the trainer while its other
     threads (a progress-bar monitor, the training loader's queue feeders) held locks deadlocked
@@ -376,8 +487,17 @@ def test_a_torchrun_chain_with_loader_workers_recalibrates_every_run_without_han
     from a fork server; a hang fails the launch within the watchdog's limit, which the
     subprocess time limit below leaves room for."""
     settings_ = LaunchSettings(backend="torchrun", nproc_per_node=2)
-    configs = [tiny(tmp_path / f"run{i}", seed=i, iterations=4, eval_every=2, num_workers=2,
-                    stall_timeout_s=120) for i in range(CHAINED_RUNS)]
+    configs = [
+        tiny(
+            tmp_path / f"run{i}",
+            seed=i,
+            iterations=4,
+            eval_every=2,
+            num_workers=2,
+            stall_timeout_s=120,
+        )
+        for i in range(CHAINED_RUNS)
+    ]
     started = time.monotonic()
     launched = launch.launch(configs, settings_, tmp_path)
     log = (tmp_path / "logs" / "run0.log").read_text()
@@ -387,8 +507,7 @@ def test_a_torchrun_chain_with_loader_workers_recalibrates_every_run_without_han
         assert read_metrics(Path(config.output_dir))["eval_accuracy"].drop_nulls().len() == 2
 
 
-def test_loader_workers_start_from_a_fork_server_and_no_monitor_thread_runs(
-        tmp_path: Path) -> None:
+def test_loader_workers_start_from_a_fork_server_and_no_monitor_thread_runs(tmp_path: Path) -> None:
     """What keeps a held lock out of every worker: no worker is forked from the trainer (whose
     threads may hold locks), and tqdm starts no monitor thread."""
     from tqdm import tqdm
@@ -396,8 +515,18 @@ def test_loader_workers_start_from_a_fork_server_and_no_monitor_thread_runs(
     from kit.data import pipeline
 
     cfg = tiny(tmp_path / "run", num_workers=2)
-    run = pipeline.build(cfg.data, cfg.num_classes, cfg.seed, cfg.batch_size, 0, 1, 2, 1,
-                         pin_memory=False, timeout_s=cfg.loader_timeout_s)
+    run = pipeline.build(
+        cfg.data,
+        cfg.num_classes,
+        cfg.seed,
+        cfg.batch_size,
+        0,
+        1,
+        2,
+        1,
+        pin_memory=False,
+        timeout_s=cfg.loader_timeout_s,
+    )
     for loader in (run.train, run.recalibration, run.eval):
         assert loader.multiprocessing_context.get_start_method() == "forkserver"
         assert loader.timeout == cfg.loader_timeout_s

@@ -13,14 +13,17 @@ import pytest
 
 from kit.core import locks
 
-HOLD_FOREVER = ("import sys, time; from kit.core import locks\n"
-                "with locks.hold(sys.argv[1], 'test holder'):\n"
-                "    print('held', flush=True); time.sleep(600)\n")
+HOLD_FOREVER = (
+    "import sys, time; from kit.core import locks\n"
+    "with locks.hold(sys.argv[1], 'test holder'):\n"
+    "    print('held', flush=True); time.sleep(600)\n"
+)
 
 
 def _holder_process(folder: Path) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-c", HOLD_FOREVER, str(folder)],
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLD_FOREVER, str(folder)], stdout=subprocess.PIPE, text=True
+    )
     assert process.stdout is not None and process.stdout.readline().strip() == "held"
     return process
 
@@ -28,9 +31,11 @@ def _holder_process(folder: Path) -> subprocess.Popen:
 def test_second_holder_is_refused_naming_the_first(tmp_path: Path) -> None:
     process = _holder_process(tmp_path)
     try:
-        with pytest.raises(locks.FolderLocked, match=rf"pid {process.pid} .*test holder"):
-            with locks.hold(tmp_path, "second"):
-                pass
+        with (
+            pytest.raises(locks.FolderLocked, match=rf"pid {process.pid} .*test holder"),
+            locks.hold(tmp_path, "second"),
+        ):
+            pass
     finally:
         process.kill()
         process.wait()
@@ -56,18 +61,22 @@ def test_released_on_exit_of_the_block(tmp_path: Path) -> None:
 def _no_flock(monkeypatch: pytest.MonkeyPatch, number: int) -> None:
     def refuse(_descriptor: int, _operation: int) -> None:
         raise OSError(number, os.strerror(number))
+
     monkeypatch.setattr(locks.fcntl, "flock", refuse)
 
 
 @pytest.mark.parametrize("number", locks.UNSUPPORTED)
-def test_without_flock_the_exclusive_file_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 number: int) -> None:
+def test_without_flock_the_exclusive_file_locks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, number: int
+) -> None:
     _no_flock(monkeypatch, number)
     with locks.hold(tmp_path, "first"):
         assert (tmp_path / locks.EXCLUSIVE_FILE).exists()
         assert f"pid {os.getpid()}" in locks.holder(tmp_path)
-        with pytest.raises(locks.FolderLocked, match=r"delete that file"), \
-                locks.hold(tmp_path, "second"):
+        with (
+            pytest.raises(locks.FolderLocked, match=r"delete that file"),
+            locks.hold(tmp_path, "second"),
+        ):
             pass
     assert not (tmp_path / locks.EXCLUSIVE_FILE).exists()
     with locks.hold(tmp_path, "again"):
@@ -75,19 +84,24 @@ def test_without_flock_the_exclusive_file_locks(tmp_path: Path, monkeypatch: pyt
 
 
 def test_without_flock_a_dead_holder_on_this_host_is_replaced(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _no_flock(monkeypatch, locks.errno.ENOSYS)
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
     (tmp_path / locks.EXCLUSIVE_FILE).write_text(
-        f'{{"pid": {process.pid}, "host": "{locks.socket.gethostname()}"}}')
+        f'{{"pid": {process.pid}, "host": "{locks.socket.gethostname()}"}}'
+    )
     with locks.hold(tmp_path, "after a dead holder"):
         assert "after a dead holder" in locks.holder(tmp_path)
 
 
-def test_another_flock_error_names_the_lock_file(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_another_flock_error_names_the_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _no_flock(monkeypatch, locks.errno.EIO)
-    with pytest.raises(OSError, match=rf"{tmp_path / locks.LOCK_FILE}: cannot lock"), \
-            locks.hold(tmp_path, "first"):
+    with (
+        pytest.raises(OSError, match=rf"{tmp_path / locks.LOCK_FILE}: cannot lock"),
+        locks.hold(tmp_path, "first"),
+    ):
         pass

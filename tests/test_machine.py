@@ -14,8 +14,12 @@ import torch
 from kit.core import distributed, machine, processes
 
 
-def _gpus(monkeypatch: pytest.MonkeyPatch, count: int, driver: tuple[int, int] | None = (13, 0),
-          built: str | None = "13.0") -> None:
+def _gpus(
+    monkeypatch: pytest.MonkeyPatch,
+    count: int,
+    driver: tuple[int, int] | None = (13, 0),
+    built: str | None = "13.0",
+) -> None:
     monkeypatch.setattr(torch.version, "cuda", built)
     monkeypatch.setattr(machine, "driver_cuda_version", lambda: driver)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
@@ -24,20 +28,25 @@ def _gpus(monkeypatch: pytest.MonkeyPatch, count: int, driver: tuple[int, int] |
 
 
 def test_cuda_without_a_gpu_is_a_sentence_not_a_zero_division(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _gpus(monkeypatch, 0)
     monkeypatch.setenv("LOCAL_RANK", "0")
     with pytest.raises(machine.MachineError, match=r"device: cuda, but CUDA is not usable"):
         distributed.start_process("cuda")
 
 
-@pytest.mark.parametrize(("driver", "built", "words"), [
-    (None, "13.0", "no NVIDIA driver"),
-    ((12, 4), "13.0", "supports CUDA 12.4 while torch .* is built for CUDA 13.0"),
-    ((13, 0), None, "CPU build"),
-])
-def test_driver_and_build_are_checked(monkeypatch: pytest.MonkeyPatch, driver: tuple | None,
-                                      built: str | None, words: str) -> None:
+@pytest.mark.parametrize(
+    ("driver", "built", "words"),
+    [
+        (None, "13.0", "no NVIDIA driver"),
+        ((12, 4), "13.0", "supports CUDA 12.4 while torch .* is built for CUDA 13.0"),
+        ((13, 0), None, "CPU build"),
+    ],
+)
+def test_driver_and_build_are_checked(
+    monkeypatch: pytest.MonkeyPatch, driver: tuple | None, built: str | None, words: str
+) -> None:
     _gpus(monkeypatch, 8, driver, built)
     assert len(problems := machine.cuda_problems(1)) == 1
     assert re.search(words, problems[0])
@@ -82,8 +91,9 @@ def test_ranks_on_node_reads_torchrun_then_slurm() -> None:
     assert distributed.ranks_on_node({}) == 1
 
 
-def test_missing_compiler_and_headers_are_named(monkeypatch: pytest.MonkeyPatch,
-                                                tmp_path: Path) -> None:
+def test_missing_compiler_and_headers_are_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(shutil, "which", lambda _name: None)
     monkeypatch.setattr(machine.sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
     problems = machine.compiler_problems()
@@ -96,7 +106,7 @@ def test_disk_and_shm_compare_with_the_need(tmp_path: Path) -> None:
     assert machine.disk_problems(tmp_path / "not" / "yet", free // 2, "cache") == []
     assert str(tmp_path / "x") in machine.disk_problems(tmp_path / "x", free * 2, "cache")[0]
     assert machine.shm_problems(1, tmp_path) == []
-    assert "docker: --shm-size" in machine.shm_problems(10 ** 18, tmp_path)[0]
+    assert "docker: --shm-size" in machine.shm_problems(10**18, tmp_path)[0]
     assert "missing" in machine.shm_problems(1, tmp_path / "absent")[0]
 
 
@@ -106,7 +116,8 @@ def test_loader_shared_memory_by_hand() -> None:
 
 
 def test_preempted_marker_is_written_where_the_launcher_says(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     processes.mark_preempted()  # unset: nothing
     marker = tmp_path / "job.preempted"
     monkeypatch.setenv(processes.PREEMPTED_MARKER, str(marker))

@@ -30,25 +30,32 @@ def check(capsys: pytest.CaptureFixture[str], *sets: str) -> tuple[int, str]:
 
 
 def test_an_output_folder_that_is_a_root_or_a_dangling_link_is_refused_at_check(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, err = check(capsys, "output_dir=/")
-    assert code == 2 and err == ("error: /: not a folder of its own for outputs (a file system "
-                                 "root, the home folder or the repository or above); name a "
-                                 "folder for the run (output_dir)\n")
+    assert code == 2 and err == (
+        "error: /: not a folder of its own for outputs (a file system "
+        "root, the home folder or the repository or above); name a "
+        "folder for the run (output_dir)\n"
+    )
     link = tmp_path / "out"
     link.symlink_to(tmp_path / "gone")
     code, err = check(capsys, f"output_dir={link}")
-    assert code == 2 and err == (f"error: {link}: a symbolic link to {tmp_path / 'gone'}, which "
-                                 f"does not exist, so {link} cannot be created (output_dir)\n")
+    assert code == 2 and err == (
+        f"error: {link}: a symbolic link to {tmp_path / 'gone'}, which "
+        f"does not exist, so {link} cannot be created (output_dir)\n"
+    )
 
 
 def test_an_unset_environment_variable_in_a_path_is_refused_naming_the_key(
-        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("KIT_NO_SUCH_VARIABLE", raising=False)
     code, err = check(capsys, "output_dir=${KIT_NO_SUCH_VARIABLE}/out")
     assert code == 2 and err.splitlines()[1] == (
         "  the command line: parameter 'output_dir': environment variable KIT_NO_SUCH_VARIABLE "
-        "is not set ('${KIT_NO_SUCH_VARIABLE}/out'); set it, or write the path out")
+        "is not set ('${KIT_NO_SUCH_VARIABLE}/out'); set it, or write the path out"
+    )
 
 
 def test_sizes_are_said_in_units_that_show_them() -> None:
@@ -59,10 +66,13 @@ def test_sizes_are_said_in_units_that_show_them() -> None:
 
 
 def test_kit_run_checks_the_machine_as_kit_check_does(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(machine.shutil, "disk_usage",
-                        lambda _path: usage(total=10 ** 6, used=10 ** 6 - 2_000, free=2_000))
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        machine.shutil,
+        "disk_usage",
+        lambda _path: usage(total=10**6, used=10**6 - 2_000, free=2_000),
+    )
     monkeypatch.setattr(runner, "execute", lambda *_: pytest.fail("ran on a full disk"))
     assert runner.run(["03"], "ci", output_root=tmp_path) == 2
     err = capsys.readouterr().err
@@ -71,8 +81,8 @@ def test_kit_run_checks_the_machine_as_kit_check_does(
 
 
 def test_a_disk_filling_at_the_final_save_is_one_line_and_leaves_no_torn_copy(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     notebooks, parameters = tmp_path / "nb", tmp_path / "params"
     notebooks.mkdir()
     (parameters / "mini").mkdir(parents=True)
@@ -84,18 +94,29 @@ def test_a_disk_filling_at_the_final_save_is_one_line_and_leaves_no_torn_copy(
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), partial)
 
     monkeypatch.setattr(runner.papermill, "execute_notebook", full_at_save)
-    assert runner.run(None, "mini", notebooks_dir=notebooks, parameters_dir=parameters,
-                      output_root=tmp_path / "out") == 1
+    assert (
+        runner.run(
+            None,
+            "mini",
+            notebooks_dir=notebooks,
+            parameters_dir=parameters,
+            output_root=tmp_path / "out",
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     partial = tmp_path / "out" / "mini" / "01_ok.partial.ipynb"
-    assert err.startswith(f"[1/1] 01_ok.ipynb (profile mini) FAILED: {partial}: no space left "
-                          "on device while saving the notebook's outputs (")
+    assert err.startswith(
+        f"[1/1] 01_ok.ipynb (profile mini) FAILED: {partial}: no space left "
+        "on device while saving the notebook's outputs ("
+    )
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not partial.exists() and not (tmp_path / "out" / "mini" / "01_ok.ipynb").exists()
 
 
-def test_a_torn_result_table_is_named_by_the_report(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_torn_result_table_is_named_by_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "x_summary.json").write_text(json.dumps({"claim": {"line": "a", "status": "b"}}))
     torn = tmp_path / "x_table3.parquet"
     torn.write_bytes(b"PAR1\x15\x04\x15")

@@ -16,7 +16,8 @@ def test_resnet50_has_torchvision_names_and_resnet50w2_is_widened_everywhere() -
     plain, wide = models.build("resnet50", 1000), models.build("resnet50", 1000, width=2.0)
     reference = torchvision.models.resnet50().state_dict()
     assert {k: v.shape for k, v in plain.state_dict().items()} == {
-        k: v.shape for k, v in reference.items()}
+        k: v.shape for k, v in reference.items()
+    }
     backbone = sum(p.numel() for n, p in wide.named_parameters() if not n.startswith("fc."))
     assert backbone == pytest.approx(93.9e6, rel=0.001)  # Table 2's resnet50w2
     assert wide.feature_dim == 4096
@@ -70,12 +71,16 @@ def test_algoperf_checkpoint_round_trip_gives_identical_outputs(tmp_path: Path) 
     assert torch.equal(source.features(x), target.features(x))
 
 
-@pytest.mark.parametrize("arch, width, expected", [
-    ("resnet18", 0.25, "missing"),
-    ("resnet50", 0.5, "shape mismatch"),
-])
-def test_checkpoint_of_another_architecture_is_refused(tmp_path: Path, arch: str, width: float,
-                                                      expected: str) -> None:
+@pytest.mark.parametrize(
+    "arch, width, expected",
+    [
+        ("resnet18", 0.25, "missing"),
+        ("resnet50", 0.5, "shape mismatch"),
+    ],
+)
+def test_checkpoint_of_another_architecture_is_refused(
+    tmp_path: Path, arch: str, width: float, expected: str
+) -> None:
     path = tmp_path / "other.pt"
     models.save_algoperf_checkpoint(models.build(arch, 11, width=width), path)
     target = models.build("resnet50", 11, width=0.25)

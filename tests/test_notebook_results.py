@@ -13,14 +13,14 @@ from kit.report import outputs
 def test_notebook_01_summary_is_what_its_tables_say(notebook_outputs) -> None:
     folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
     recorded = outputs.read_json(folder / "toy_summary.json")
-    tables = [pl.read_parquet(folder / f"toy_{name}.parquet")
-              for name in ("runs", "direct", "concat", "concat_shared_sample")]
+    tables = [
+        pl.read_parquet(folder / f"toy_{name}.parquet")
+        for name in ("runs", "direct", "concat", "concat_shared_sample")
+    ]
     recomputed = toy.summarize(*tables)
     assert recorded.keys() == recomputed.keys()
     for key, value in recomputed.items():
-        if isinstance(value, float):
-            assert recorded[key] == pytest.approx(value), key
-        elif isinstance(value, dict):
+        if isinstance(value, float | dict):
             assert recorded[key] == pytest.approx(value), key
         else:
             assert recorded[key] == value, key
@@ -64,8 +64,13 @@ def test_notebook_01_key_results(notebook_outputs) -> None:
     accuracy = runs.select(pl.col("^acc_.*$")).to_numpy()
     assert ((accuracy >= 0) & (accuracy <= 1)).all()
     (planned,) = runner.plan(["01"], "ci")
-    for name in ("construction", "kept_features", "component_accuracy", "concatenation",
-                 "sparsity"):
+    for name in (
+        "construction",
+        "kept_features",
+        "component_accuracy",
+        "concatenation",
+        "sparsity",
+    ):
         for fmt in planned.parameters["chart_formats"]:
             assert (folder / f"toy_{name}.{fmt}").stat().st_size > 0
 
@@ -73,10 +78,18 @@ def test_notebook_01_key_results(notebook_outputs) -> None:
 #: notebook 03's ci-profile Table 3 (top-1 %, mean over 2 replicates, held-out rule) as measured
 #: when the experiment was last changed; seeded CPU runs reproduce them up to floating-point noise
 PINNED_03 = {
-    ("cat1", "mixture"): 62.3, ("cat1", "shape"): 17.0, ("cat1", "position"): 34.8,
-    ("cat2", "mixture"): 42.4, ("cat2", "shape"): 14.3, ("cat2", "position"): 26.6,
-    ("wide1", "mixture"): 67.0, ("wide1", "shape"): 18.6, ("wide1", "position"): 43.2,
-    ("random2", "mixture"): 14.5, ("random2", "shape"): 10.0, ("random2", "position"): 11.1,
+    ("cat1", "mixture"): 62.3,
+    ("cat1", "shape"): 17.0,
+    ("cat1", "position"): 34.8,
+    ("cat2", "mixture"): 42.4,
+    ("cat2", "shape"): 14.3,
+    ("cat2", "position"): 26.6,
+    ("wide1", "mixture"): 67.0,
+    ("wide1", "shape"): 18.6,
+    ("wide1", "position"): 43.2,
+    ("random2", "mixture"): 14.5,
+    ("random2", "shape"): 10.0,
+    ("random2", "position"): 11.1,
     ("direct", "shape"): 18.4,
 }
 
@@ -84,8 +97,12 @@ PINNED_03 = {
 def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     folder = notebook_outputs("03_time_concat", "time_concat_table3.parquet")
     table = pl.read_parquet(folder / "time_concat_table3.parquet")
-    measured = {(row["variant"], task): row[f"{task} mean"] for row in table.iter_rows(named=True)
-                for task in ("mixture", "shape", "position") if row[f"{task} mean"] is not None}
+    measured = {
+        (row["variant"], task): row[f"{task} mean"]
+        for row in table.iter_rows(named=True)
+        for task in ("mixture", "shape", "position")
+        if row[f"{task} mean"] is not None
+    }
     assert measured.keys() == PINNED_03.keys()
     for key, value in PINNED_03.items():
         assert measured[key] == pytest.approx(value, abs=1.0), key
@@ -104,7 +121,10 @@ def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     verdicts = pl.read_parquet(folder / "time_concat_verdicts.parquet")
     assert verdicts["claim"].unique(maintain_order=True).to_list() == ["time-concat", "bottleneck"]
     assert verdicts["low"].min() >= -100 and verdicts["high"].max() <= 100
-    assert {c["status"] for c in summary["claims"]} <= {"reproduced", "contradicted",
-                                                         "inconclusive"}
+    assert {c["status"] for c in summary["claims"]} <= {
+        "reproduced",
+        "contradicted",
+        "inconclusive",
+    }
     assert all("detectable at 80% power" in c["line"] for c in summary["claims"])
     assert summary["ran"].startswith("What ran: profile ci;") and "2 replicates" in summary["ran"]

@@ -20,28 +20,35 @@ from kit.train import metrics
 
 
 def _records(steps: range) -> str:
-    return "".join(json.dumps({"step": step, "epoch": 0, "loss": 1.0 / step, "lr": 0.1,
-                               "images_per_s": 100.0}) + "\n" for step in steps)
+    return "".join(
+        json.dumps({"step": step, "epoch": 0, "loss": 1.0 / step, "lr": 0.1, "images_per_s": 100.0})
+        + "\n"
+        for step in steps
+    )
 
 
 def test_a_torn_last_metrics_line_of_a_finished_run_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / metrics.METRICS
     path.write_text(_records(range(1, 4)) + '{"step": 4, "epoch": 0, "lo')
     (tmp_path / DONE).write_text("{}\n")
-    with pytest.raises(metrics.MetricsError, match=f"^{re.escape(str(path))}: line 4, the last, "
-                                                   "is torn .* although the run finished"):
+    with pytest.raises(
+        metrics.MetricsError,
+        match=f"^{re.escape(str(path))}: line 4, the last, is torn .* although the run finished",
+    ):
         metrics.read_metrics(tmp_path)
 
 
 def test_a_torn_metrics_line_of_an_unfinished_run_is_left_out_and_recorded(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     collecting = tmp_path / "notices.jsonl"
     monkeypatch.setenv(notices.NOTICES_FILE_ENV, str(collecting))
     path = tmp_path / metrics.METRICS
     path.write_text(_records(range(1, 4)) + '{"step": 4, "epoch": 0, "lo')
     assert metrics.read_metrics(tmp_path)["step"].to_list() == [1, 2, 3]
     assert notices.collected(collecting) == [
-        f"{path}: line 4, the last, is torn (the run has not finished: a kill mid-line); left out"]
+        f"{path}: line 4, the last, is torn (the run has not finished: a kill mid-line); left out"
+    ]
 
 
 def test_notices_are_kept_once_each_and_a_torn_line_is_skipped(tmp_path: Path) -> None:
@@ -62,7 +69,8 @@ Path(output_dir, "x_summary.json").write_text('{"claim": {"line": "a claim", "st
 
 
 def test_a_checkpoint_read_without_its_hash_is_listed_in_the_summary_and_the_report(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
     notebooks, parameters, outputs = tmp_path / "nb", tmp_path / "params", tmp_path / "out"
     notebooks.mkdir()
     (parameters / "mini").mkdir(parents=True)
@@ -72,20 +80,32 @@ def test_a_checkpoint_read_without_its_hash_is_listed_in_the_summary_and_the_rep
     notebook = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell('profile = "x"\noutput_dir = "y"\nchart_formats = ["png"]')
     cell.metadata["tags"] = ["parameters"]
-    notebook.cells = [cell, nbformat.v4.new_code_cell(
-        CHECKPOINT_CELL.replace("CHECKPOINT", repr(str(checkpoint))))]
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                       "language": "python"}
+    notebook.cells = [
+        cell,
+        nbformat.v4.new_code_cell(CHECKPOINT_CELL.replace("CHECKPOINT", repr(str(checkpoint)))),
+    ]
+    notebook.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(notebook, notebooks / "01_ok.ipynb")
-    assert runner.run(None, "mini", notebooks_dir=notebooks, parameters_dir=parameters,
-                      output_root=outputs) == 0
+    assert (
+        runner.run(
+            None, "mini", notebooks_dir=notebooks, parameters_dir=parameters, output_root=outputs
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    summary = out[out.index("summary:"):]
+    summary = out[out.index("summary:") :]
     assert f"    read unverified: {checkpoint}: no recorded hash" in summary
     folder = outputs / "mini"
-    assert notices.kept_notices(folder) == {"01_ok": [
-        f"{checkpoint}: no recorded hash (checkpoint.pt.sha256), so it is loaded unverified "
-        "(a file the kit did not write, or one whose hash was removed)"]}
+    assert notices.kept_notices(folder) == {
+        "01_ok": [
+            f"{checkpoint}: no recorded hash (checkpoint.pt.sha256), so it is loaded unverified "
+            "(a file the kit did not write, or one whose hash was removed)"
+        ]
+    }
     report = (folder / page.PAGE).read_text()
     assert report.index("Verdicts") < report.index("Read unverified") < report.index("Charts")
     assert f"01_ok: {checkpoint}: no recorded hash" in report

@@ -36,10 +36,16 @@ def test_layers_later_wins_and_sources_are_tracked(parameters_dir: Path, tmp_pat
     (parameters_dir / "mini" / "profile.yaml").write_text("seed: 3\nsteps: 10\nnoise: 0.2\n")
     mine = tmp_path / "mine.yaml"
     mine.write_text("noise: 0.3\nreplicates: 5\n")
-    loaded, sources = load(parameters_dir, "steps: 20\n", params.parse_overrides(["lr=0.25"]),
-                           [mine])
+    loaded, sources = load(
+        parameters_dir, "steps: 20\n", params.parse_overrides(["lr=0.25"]), [mine]
+    )
     assert (loaded.seed, loaded.steps, loaded.noise, loaded.replicates, loaded.lr) == (
-        3, 20, 0.3, 5, 0.25)
+        3,
+        20,
+        0.3,
+        5,
+        0.25,
+    )
     assert sources["seed"].endswith("mini/profile.yaml")
     assert sources["steps"].endswith(f"mini/{NOTEBOOK}.yaml")
     assert sources["noise"] == str(mine)
@@ -58,20 +64,29 @@ def test_user_files_apply_in_order_after_the_profile(parameters_dir: Path, tmp_p
 
 
 def test_deep_merge_replaces_leaves_and_lists_keeps_the_rest() -> None:
-    values: dict = {"train": {"lr": 0.1, "data": {"kind": "synthetic", "image_size": 24}},
-                    "ns": [1, 2]}
+    values: dict = {
+        "train": {"lr": 0.1, "data": {"kind": "synthetic", "image_size": 24}},
+        "ns": [1, 2],
+    }
     sources: dict = {}
     params.merge(values, sources, {"train": {"data": {"image_size": 16}}, "ns": [4]}, "f.yaml")
-    assert values == {"train": {"lr": 0.1, "data": {"kind": "synthetic", "image_size": 16}},
-                      "ns": [4]}
-    assert sources == {"train": "f.yaml", "train.data": "f.yaml",
-                       "train.data.image_size": "f.yaml", "ns": "f.yaml"}
+    assert values == {
+        "train": {"lr": 0.1, "data": {"kind": "synthetic", "image_size": 16}},
+        "ns": [4],
+    }
+    assert sources == {
+        "train": "f.yaml",
+        "train.data": "f.yaml",
+        "train.data.image_size": "f.yaml",
+        "ns": "f.yaml",
+    }
 
 
 def test_dotted_overrides_nest_and_read_values_as_yaml() -> None:
-    assert params.parse_overrides(["train.lr=0.25", "train.data.image_size=32",
-                                   "ns=[1, 2]"]) == {
-        "train": {"lr": 0.25, "data": {"image_size": 32}}, "ns": [1, 2]}
+    assert params.parse_overrides(["train.lr=0.25", "train.data.image_size=32", "ns=[1, 2]"]) == {
+        "train": {"lr": 0.25, "data": {"image_size": 32}},
+        "ns": [1, 2],
+    }
     with pytest.raises(params.ParameterError, match="key=value"):
         params.parse_overrides(["lr"])
     with pytest.raises(params.ParameterError, match="as a value and as a section"):
@@ -113,23 +128,29 @@ def test_yaml_string_number_is_refused_with_hint(parameters_dir: Path) -> None:
 
 def test_nested_typos_and_strings_name_the_dotted_key() -> None:
     with pytest.raises(params.ParameterError) as error:
-        runner.plan(["03"], "ci", overrides=params.parse_overrides(
-            ["train.lrr=0.1", "train.data.synthetic.noise=1e-3"]))
+        runner.plan(
+            ["03"],
+            "ci",
+            overrides=params.parse_overrides(["train.lrr=0.1", "train.data.synthetic.noise=1e-3"]),
+        )
     message = str(error.value)
     assert "the command line: unknown parameter 'train.lrr'; did you mean 'train.lr'?" in message
     assert "'train.data.synthetic.noise'" in message and "1.0e-3" in message
 
 
-@pytest.mark.parametrize("text, key", [
-    ("steps: 0\n", "steps"),
-    ("noise: -0.1\n", "noise"),
-    ("replicates: 2.5\n", "replicates"),
-    ("shares: [0.1, 0.7]\n", "shares"),
-    ("concat_sizes: [1, 64]\n", "concat_sizes"),
-    ("batch_size: 100000\n", "batch_size"),
-    ("seed: true\n", "seed"),
-    ("chart_formats: [jpg]\n", "chart_formats"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("steps: 0\n", "steps"),
+        ("noise: -0.1\n", "noise"),
+        ("replicates: 2.5\n", "replicates"),
+        ("shares: [0.1, 0.7]\n", "shares"),
+        ("concat_sizes: [1, 64]\n", "concat_sizes"),
+        ("batch_size: 100000\n", "batch_size"),
+        ("seed: true\n", "seed"),
+        ("chart_formats: [jpg]\n", "chart_formats"),
+    ],
+)
 def test_wrong_types_and_ranges_are_refused(parameters_dir: Path, text: str, key: str) -> None:
     with pytest.raises(params.ParameterError) as error:
         load(parameters_dir, text)
@@ -141,8 +162,9 @@ def test_unknown_profile_lists_known_ones(parameters_dir: Path) -> None:
         params.load(NOTEBOOK, "gpu", parameters_dir=parameters_dir)
 
 
-def test_non_mapping_broken_and_missing_files_are_refused(parameters_dir: Path,
-                                                          tmp_path: Path) -> None:
+def test_non_mapping_broken_and_missing_files_are_refused(
+    parameters_dir: Path, tmp_path: Path
+) -> None:
     with pytest.raises(params.ParameterError, match="expected a mapping"):
         load(parameters_dir, "- 1\n- 2\n")
     with pytest.raises(params.ParameterError, match="not valid YAML"):
@@ -152,10 +174,14 @@ def test_non_mapping_broken_and_missing_files_are_refused(parameters_dir: Path,
 
 
 def test_a_notebook_resolves_its_profile_and_refuses_unknown_injected_names(
-        parameters_dir: Path) -> None:
+    parameters_dir: Path,
+) -> None:
     (parameters_dir / "mini" / f"{NOTEBOOK}.yaml").write_text("steps: 20\n")
-    history = ['# parameters\nprofile = "mini"', "x = 1",
-               '# Parameters\nlr = 0.25\nno_such_key_qq = 1\n']
+    history = [
+        '# parameters\nprofile = "mini"',
+        "x = 1",
+        "# Parameters\nlr = 0.25\nno_such_key_qq = 1\n",
+    ]
     namespace = {"In": history, "profile": "mini", "lr": 0.25, "no_such_key_qq": 1, "x": 1}
     with pytest.raises(params.ParameterError) as error:
         params.from_notebook(NOTEBOOK, namespace, parameters_dir)
@@ -163,18 +189,27 @@ def test_a_notebook_resolves_its_profile_and_refuses_unknown_injected_names(
     history[2] = "# Parameters\nlr = 0.25\n"
     loaded = params.from_notebook(NOTEBOOK, namespace, parameters_dir)
     assert (loaded.steps, loaded.lr, loaded.profile) == (20, 0.25, "mini")  # x is no parameter
-    without_history = {"profile": "mini", "lr": 0.5, "params": params, "_private": 3,
-                       "In": [], "Out": {}}
+    without_history = {
+        "profile": "mini",
+        "lr": 0.5,
+        "params": params,
+        "_private": 3,
+        "In": [],
+        "Out": {},
+    }
     assert params.from_notebook(NOTEBOOK, without_history, parameters_dir).lr == 0.5
     with pytest.raises(params.ParameterError, match="unknown parameter 'x'"):
         params.from_notebook(NOTEBOOK, without_history | {"x": 1}, parameters_dir)
 
 
 def test_a_name_the_parameters_cell_leaves_none_takes_the_profiles_value(
-        parameters_dir: Path) -> None:
+    parameters_dir: Path,
+) -> None:
     (parameters_dir / "mini" / f"{NOTEBOOK}.yaml").write_text("steps: 20\nlr: 0.25\n")
-    history = ['# parameters\nprofile = "mini"\nsteps = None\nlr = None\n',
-               "# Parameters\nlr = 0.5\n"]
+    history = [
+        '# parameters\nprofile = "mini"\nsteps = None\nlr = None\n',
+        "# Parameters\nlr = 0.5\n",
+    ]
     namespace = {"In": history, "profile": "mini", "steps": None, "lr": 0.5}
     loaded = params.from_notebook(NOTEBOOK, namespace, parameters_dir)
     assert (loaded.steps, loaded.lr) == (20, 0.5)  # steps from the profile, lr injected
@@ -185,8 +220,11 @@ def test_a_name_the_parameters_cell_leaves_none_takes_the_profiles_value(
 
 def declared_parameters(notebook: Path) -> list[str]:
     """Names the notebook's parameters cell assigns, in order."""
-    cell = next(c for c in nbformat.read(notebook, as_version=4).cells
-                if "parameters" in c.metadata.get("tags", []))
+    cell = next(
+        c
+        for c in nbformat.read(notebook, as_version=4).cells
+        if "parameters" in c.metadata.get("tags", [])
+    )
     return params.parameter_names(["# parameters\n" + cell.source])
 
 
@@ -194,9 +232,15 @@ def declared_parameters(notebook: Path) -> list[str]:
 def test_each_notebook_declares_its_schemas_top_level_keys_for_papermill(notebook: Path) -> None:
     declared = declared_parameters(notebook)
     assert sorted(declared) == sorted(params.schema_for(notebook.stem).model_fields), (
-        f"{notebook}: its parameters cell must declare every top-level key of its schema")
-    listed = subprocess.run([sys.executable, "-m", "papermill", "--help-notebook", str(notebook)],
-                            check=False, capture_output=True, text=True, timeout=120)
+        f"{notebook}: its parameters cell must declare every top-level key of its schema"
+    )
+    listed = subprocess.run(
+        [sys.executable, "-m", "papermill", "--help-notebook", str(notebook)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert listed.returncode == 0, listed.stderr
     shown = re.findall(r"^  (\w+): ", listed.stdout, flags=re.MULTILINE)
     assert sorted(shown) == sorted(declared), listed.stdout
@@ -214,33 +258,50 @@ def test_notebook_without_schema_is_refused() -> None:
 
 def test_checking_parameters_does_not_import_torch() -> None:
     """`python -m kit check` stays fast: the engine and every schema are free of torch."""
-    code = ("import sys; from kit.cli import runner; runner.plan(None, 'ci'); "
-            "assert 'torch' not in sys.modules, 'torch was imported'")
+    code = (
+        "import sys; from kit.cli import runner; runner.plan(None, 'ci'); "
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
 
 
-@pytest.mark.parametrize("shipped", sorted(PARAMETERS_DIR.glob("*/[0-9]*.yaml")),
-                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize(
+    "shipped",
+    sorted(PARAMETERS_DIR.glob("*/[0-9]*.yaml")),
+    ids=lambda p: f"{p.parent.name}/{p.stem}",
+)
 def test_papermill_knows_every_key_of_a_shipped_parameter_file(
-        shipped: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    shipped: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     notebook = NOTEBOOKS_DIR / f"{shipped.stem}.ipynb"
-    papermill.execute_notebook(str(notebook), str(tmp_path / "prepared.ipynb"),
-                               parameters=params.read_yaml(shipped), prepare_only=True,
-                               kernel_name="python3")
+    papermill.execute_notebook(
+        str(notebook),
+        str(tmp_path / "prepared.ipynb"),
+        parameters=params.read_yaml(shipped),
+        prepare_only=True,
+        kernel_name="python3",
+    )
     assert params.read_yaml(shipped)  # the file gives parameters for papermill to check
     assert not [r.getMessage() for r in caplog.records if "unknown parameter" in r.getMessage()]
 
 
 def test_a_section_override_without_notebook_names_goes_where_the_section_is() -> None:
-    runs = {r.notebook.stem: r for r in runner.plan(None, "ci", overrides=params.parse_overrides(
-        ["train.lr=0.125", "chart_formats=[png]"]))}
+    runs = {
+        r.notebook.stem: r
+        for r in runner.plan(
+            None, "ci", overrides=params.parse_overrides(["train.lr=0.125", "chart_formats=[png]"])
+        )
+    }
     assert runs["03_time_concat"].parameters["train"]["lr"] == 0.125
     assert all(r.parameters["chart_formats"] == ["png"] for r in runs.values())
-    with pytest.raises(params.ParameterError, match="unknown parameter 'train'"):  # named: must take it
+    with pytest.raises(
+        params.ParameterError, match="unknown parameter 'train'"
+    ):  # named: must take it
         runner.plan(["01"], "ci", overrides=params.parse_overrides(["train.lr=0.125"]))
-    with pytest.raises(params.ParameterError,
-                       match="no notebook takes parameter 'trian'; did you mean 'train'"):
+    with pytest.raises(
+        params.ParameterError, match="no notebook takes parameter 'trian'; did you mean 'train'"
+    ):
         runner.plan(None, "ci", overrides=params.parse_overrides(["trian.lr=0.125"]))
 
 
@@ -251,7 +312,8 @@ def test_an_unknown_profile_is_said_once_for_every_notebook() -> None:
 
 
 def test_smoke_test_profiles_say_so_first_and_every_profile_is_in_the_readme(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     profiles = sorted(p.name for p in PARAMETERS_DIR.iterdir() if p.is_dir())
     smoke = [name for name in profiles if params.smoke_test_label(name)]
     assert smoke == ["ci", "interactive"]
@@ -267,23 +329,34 @@ def test_smoke_test_profiles_say_so_first_and_every_profile_is_in_the_readme(
 
 # Strict, bounded YAML: one line naming the file and line, before any memory is spent
 
-ALIAS_BOMB = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
-    f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n"
-    for a, b in zip("abcdefgh", "bcdefghi")) + "lrs: *i\n"
+ALIAS_BOMB = (
+    "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+    + "".join(
+        f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n"
+        for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    + "lrs: *i\n"
+)
 
 
-@pytest.mark.parametrize("text, message", [
-    (ALIAS_BOMB, "line 1: anchors (&a) are not allowed"),
-    ("seed: 1\nsteps: 2\nseed: 3\n", "line 3: key 'seed' is given twice (first on line 1)"),
-    ("train: {lr: 0.1, lr: 0.2}\n", "line 1: key 'lr' is given twice (first on line 1)"),
-    ("seed: !!python/object/apply:os.system ['true']\n",
-     "line 1: tag '!!python/object/apply:os.system' is not allowed"),
-    ("shares: [" + ", ".join(["0.5"] * 10_001) + "]\n", "a list of 10,001 items"),
-    ("steps: [1, 2\n", "line 2, column 1: not valid YAML: expected ',' or ']'"),
-    ("steps: 1\ntrain:\n  <<: {lr: 0.1}\n", "line 3: merge keys (<<) are not allowed"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (ALIAS_BOMB, "line 1: anchors (&a) are not allowed"),
+        ("seed: 1\nsteps: 2\nseed: 3\n", "line 3: key 'seed' is given twice (first on line 1)"),
+        ("train: {lr: 0.1, lr: 0.2}\n", "line 1: key 'lr' is given twice (first on line 1)"),
+        (
+            "seed: !!python/object/apply:os.system ['true']\n",
+            "line 1: tag '!!python/object/apply:os.system' is not allowed",
+        ),
+        ("shares: [" + ", ".join(["0.5"] * 10_001) + "]\n", "a list of 10,001 items"),
+        ("steps: [1, 2\n", "line 2, column 1: not valid YAML: expected ',' or ']'"),
+        ("steps: 1\ntrain:\n  <<: {lr: 0.1}\n", "line 3: merge keys (<<) are not allowed"),
+    ],
+)
 def test_aliases_duplicates_tags_and_huge_lists_are_refused_in_one_line(
-        parameters_dir: Path, text: str, message: str) -> None:
+    parameters_dir: Path, text: str, message: str
+) -> None:
     with pytest.raises(params.ParameterError) as error:
         load(parameters_dir, text)
     assert str(error.value).startswith(str(parameters_dir / "mini" / f"{NOTEBOOK}.yaml"))
@@ -291,34 +364,46 @@ def test_aliases_duplicates_tags_and_huge_lists_are_refused_in_one_line(
 
 
 def test_a_parameter_file_over_the_size_limit_is_refused_unread(parameters_dir: Path) -> None:
-    with pytest.raises(params.ParameterError, match=r"1,000,001 bytes; parameter files take "
-                                                    r"at most 1,000,000"):
+    with pytest.raises(
+        params.ParameterError,
+        match=r"1,000,001 bytes; parameter files take "
+        r"at most 1,000,000",
+    ):
         load(parameters_dir, "#" * 1_000_000 + "\n")
 
 
-@pytest.mark.parametrize("override, message", [
-    ("baseline=`x`", "command line: 'baseline=`x`': line 1, column 1: not valid YAML"),
-    ("seed=!!python/name:os.system", "tag '!!python/name:os.system' is not allowed"),
-    ("lr=&x 1", "anchors (&x) are not allowed"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("baseline=`x`", "command line: 'baseline=`x`': line 1, column 1: not valid YAML"),
+        ("seed=!!python/name:os.system", "tag '!!python/name:os.system' is not allowed"),
+        ("lr=&x 1", "anchors (&x) are not allowed"),
+    ],
+)
 def test_command_line_values_are_read_as_strict_yaml(override: str, message: str) -> None:
     with pytest.raises(params.ParameterError) as error:
         params.parse_overrides([override])
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("override, key", [("probe.lrs=[.nan, 0.1]", "probe.lrs.0"),
-                                           ("train.lr=.inf", "train.lr")])
+@pytest.mark.parametrize(
+    "override, key", [("probe.lrs=[.nan, 0.1]", "probe.lrs.0"), ("train.lr=.inf", "train.lr")]
+)
 def test_nan_and_infinity_are_refused_where_a_number_is_meant(override: str, key: str) -> None:
-    with pytest.raises(params.ParameterError, match=re.escape(f"parameter '{key}': Input should "
-                                                              "be a finite number")):
+    with pytest.raises(
+        params.ParameterError,
+        match=re.escape(f"parameter '{key}': Input should be a finite number"),
+    ):
         params.load("03_time_concat", "ci", overrides=params.parse_overrides([override]))
 
 
-def test_the_profile_is_chosen_by_name_not_set_as_a_value(parameters_dir: Path,
-                                                          tmp_path: Path) -> None:
-    with pytest.raises(params.ParameterError, match=re.escape(
-            "the command line: 'profile' is 'cpu' but the profile used is 'mini'")):
+def test_the_profile_is_chosen_by_name_not_set_as_a_value(
+    parameters_dir: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(
+        params.ParameterError,
+        match=re.escape("the command line: 'profile' is 'cpu' but the profile used is 'mini'"),
+    ):
         load(parameters_dir, "", overrides={"profile": "cpu"})
     mine = tmp_path / "mine.yaml"
     mine.write_text("profile: ci\n")
@@ -326,7 +411,11 @@ def test_the_profile_is_chosen_by_name_not_set_as_a_value(parameters_dir: Path,
         load(parameters_dir, "", files=[mine])
     mine.write_text("profile: mini\nseed: 4\n")  # a saved record replayed under its own profile
     assert load(parameters_dir, "", files=[mine])[0].seed == 4
-    result = subprocess.run([sys.executable, "-m", "kit", "check", "02", "--profile", "ci",
-                             "--set", "profile=cpu"], capture_output=True, text=True,
-                            cwd=PARAMETERS_DIR.parent, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "kit", "check", "02", "--profile", "ci", "--set", "profile=cpu"],
+        capture_output=True,
+        text=True,
+        cwd=PARAMETERS_DIR.parent,
+        timeout=120,
+    )
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr

@@ -62,18 +62,23 @@ def _inat(root: Path, index: dict | str) -> None:
 
 def test_inat_index_files_are_parsed_and_must_annotate_images(tmp_path: Path) -> None:
     write_image(tmp_path / "images" / "a.jpg", 1)
-    good = {"images": [{"id": 1, "file_name": "images/a.jpg"}],
-            "annotations": [{"image_id": 1, "category_id": 7}], "categories": [{"id": 7}]}
+    good = {
+        "images": [{"id": 1, "file_name": "images/a.jpg"}],
+        "annotations": [{"image_id": 1, "category_id": 7}],
+        "categories": [{"id": 7}],
+    }
     _inat(tmp_path, good)
     assert _check("inat18", tmp_path) == []
     _inat(tmp_path, {"images": [], "annotations": [], "categories": []})
     assert _check("inat18", tmp_path) == [
-        f"{tmp_path / f'{split}2018.json'}: no annotated images" for split in ("train", "val")]
+        f"{tmp_path / f'{split}2018.json'}: no annotated images" for split in ("train", "val")
+    ]
     _inat(tmp_path, "")
     assert all("not a COCO-style index" in p for p in _check("inat18", tmp_path))
     _inat(tmp_path, good | {"images": [{"id": 1, "file_name": "images/missing.jpg"}]})
-    assert all(p.startswith(str(tmp_path / "images" / "missing.jpg"))
-               for p in _check("inat18", tmp_path))
+    assert all(
+        p.startswith(str(tmp_path / "images" / "missing.jpg")) for p in _check("inat18", tmp_path)
+    )
 
 
 def test_an_empty_cifar_pickle_is_named(tmp_path: Path) -> None:

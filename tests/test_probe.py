@@ -50,8 +50,7 @@ FAST = FastProbeSettings(epochs=6, batch_size=256)
 
 
 def test_fast_probe_recovers_a_planted_linear_rule() -> None:
-    result = fast_probe(planted(3000, 32, 5, 0), planted(1000, 32, 5, 1), 5, FAST,
-                              progress=False)
+    result = fast_probe(planted(3000, 32, 5, 0), planted(1000, 32, 5, 1), 5, FAST, progress=False)
     assert result.top1("paper") >= 0.97
     assert result.top1("heldout") >= 0.97
     assert set(result.selected["rule"]) == set(RULES)
@@ -61,12 +60,16 @@ def test_fast_probe_recovers_a_planted_linear_rule() -> None:
 def test_linear_probes_fail_on_xor() -> None:
     train, evaluation = xor(2000, 0), xor(1000, 1)
     assert fast_probe(train, evaluation, 2, FAST, progress=False).top1("paper") <= 0.8
-    assert lbfgs_probe(train, evaluation, 2, LbfgsProbeSettings(weight_decays=[1e-4])).top1("paper") <= 0.8
+    assert (
+        lbfgs_probe(train, evaluation, 2, LbfgsProbeSettings(weight_decays=[1e-4])).top1("paper")
+        <= 0.8
+    )
 
 
 def test_paper_rule_is_never_below_heldout_rule() -> None:
-    result = fast_probe(planted(1500, 16, 12, 2, 0.4), planted(600, 16, 12, 3, 0.4), 12,
-                              FAST, progress=False)
+    result = fast_probe(
+        planted(1500, 16, 12, 2, 0.4), planted(600, 16, 12, 3, 0.4), 12, FAST, progress=False
+    )
     assert result.top1("paper") >= result.top1("heldout")
     assert result.history.height == FAST.epochs * len(FAST.lrs) * len(FAST.weight_decays)
     assert result.selected["top5"].null_count() == 0  # twelve classes: top-5 reported
@@ -75,15 +78,16 @@ def test_paper_rule_is_never_below_heldout_rule() -> None:
 def test_fast_and_lbfgs_agree_where_both_converge() -> None:
     train, evaluation = planted(3000, 20, 4, 4, 0.35), planted(1500, 20, 4, 5, 0.35)
     fast = fast_probe(train, evaluation, 4, FAST, progress=False).top1("heldout")
-    exact = lbfgs_probe(train, evaluation, 4,
-                              LbfgsProbeSettings(weight_decays=[1e-4, 1e-3])).top1("heldout")
+    exact = lbfgs_probe(train, evaluation, 4, LbfgsProbeSettings(weight_decays=[1e-4, 1e-3])).top1(
+        "heldout"
+    )
     assert fast == pytest.approx(exact, abs=0.03)
 
 
 def teacher(n: int, dim: int, classes: int, seed: int, noise: float = 0.5) -> Split:
     """Labels of a planted linear rule with Gumbel noise: well conditioned, not separable."""
     generator = torch.Generator().manual_seed(seed)
-    rule = torch.randn(dim, classes, generator=torch.Generator().manual_seed(7)) * 3 / dim ** 0.5
+    rule = torch.randn(dim, classes, generator=torch.Generator().manual_seed(7)) * 3 / dim**0.5
     x = torch.randn(n, dim, generator=generator)
     gumbel = -torch.log(-torch.log(torch.rand(n, classes, generator=generator)))
     return Split(x, (x @ rule + noise * gumbel).argmax(1), "s")
@@ -95,22 +99,31 @@ def test_fast_probe_run_long_enough_converges_to_lbfgs(dim: int) -> None:
     point, per weight decay at its last epoch and under the held-out rule."""
     train, evaluation = teacher(4000, dim, 4, 0), teacher(4000, dim, 4, 1)
     decays = [1e-3, 1e-2]  # lists: the settings are strict pydantic models
-    fast = fast_probe(train, evaluation, 4, FastProbeSettings(
-        lrs=[0.1], weight_decays=decays, epochs=40, batch_size=256, heldout_fraction=0.25),
-        progress=False)
-    exact = lbfgs_probe(train, evaluation, 4, LbfgsProbeSettings(
-        weight_decays=decays, max_iter=500, heldout_fraction=0.25))
+    fast = fast_probe(
+        train,
+        evaluation,
+        4,
+        FastProbeSettings(
+            lrs=[0.1], weight_decays=decays, epochs=40, batch_size=256, heldout_fraction=0.25
+        ),
+        progress=False,
+    )
+    exact = lbfgs_probe(
+        train,
+        evaluation,
+        4,
+        LbfgsProbeSettings(weight_decays=decays, max_iter=500, heldout_fraction=0.25),
+    )
     last = fast.history.filter(fast.history["epoch"] == 40).sort("weight_decay")
     reference = exact.history.sort("weight_decay")
-    assert last["train_loss"].to_list() == pytest.approx(reference["train_loss"].to_list(),
-                                                         rel=0.01)
-    assert last["eval_top1"].to_list() == pytest.approx(reference["eval_top1"].to_list(),
-                                                        abs=0.005)
+    assert last["train_loss"].to_list() == pytest.approx(
+        reference["train_loss"].to_list(), rel=0.01
+    )
+    assert last["eval_top1"].to_list() == pytest.approx(reference["eval_top1"].to_list(), abs=0.005)
     assert fast.top1("heldout") == pytest.approx(exact.top1("heldout"), abs=0.005)
 
 
-def skewed(n: int, seed: int, dim: int = 64, latent: int = 16, classes: int = 10
-           ) -> Split:
+def skewed(n: int, seed: int, dim: int = 64, latent: int = 16, classes: int = 10) -> Split:
     """Features as a trained network's: few directions carry variance, spread over three
     decades (the cpu profile's standardised features have condition numbers near 10^4)."""
     generator = torch.Generator().manual_seed(seed)
@@ -118,12 +131,14 @@ def skewed(n: int, seed: int, dim: int = 64, latent: int = 16, classes: int = 10
     rule = torch.randn(latent, classes, generator=torch.Generator().manual_seed(12))
     z = torch.randn(n, latent, generator=generator)
     gumbel = -torch.log(-torch.log(torch.rand(n, classes, generator=generator)))
-    return Split((z * 10 ** torch.linspace(0, -1.5, latent)) @ mix,
-                       (z @ rule + gumbel).argmax(1), "s")
+    return Split(
+        (z * 10 ** torch.linspace(0, -1.5, latent)) @ mix, (z @ rule + gumbel).argmax(1), "s"
+    )
 
 
-def test_fast_probe_selecting_converged_fits_agrees_with_lbfgs_on_ill_conditioned_features(
-        ) -> None:
+def test_fast_probe_selecting_converged_fits_agrees_with_lbfgs_on_ill_conditioned_features() -> (
+    None
+):
     """With `select_from: converged` the fast probe finishes each weight decay's
     lowest-objective head by L-BFGS and reports what L-BFGS from zero does, per weight decay and
     under both rules; its SGD heads alone, after the same 5 epochs, are far off, so the check
@@ -131,9 +146,19 @@ def test_fast_probe_selecting_converged_fits_agrees_with_lbfgs_on_ill_conditione
     train, evaluation = skewed(1000, 0), skewed(2000, 1)
     decays = [1e-3, 1e-2]
     exact = lbfgs_probe(train, evaluation, 10, LbfgsProbeSettings(weight_decays=decays))
-    result = fast_probe(train, evaluation, 10, FastProbeSettings(
-        lrs=[0.03, 0.1, 0.3], weight_decays=decays, epochs=5, batch_size=64,
-        select_from="converged"), progress=False)
+    result = fast_probe(
+        train,
+        evaluation,
+        10,
+        FastProbeSettings(
+            lrs=[0.03, 0.1, 0.3],
+            weight_decays=decays,
+            epochs=5,
+            batch_size=64,
+            select_from="converged",
+        ),
+        progress=False,
+    )
     sgd = result.history.filter(pl.col("iterations").is_null())
     assert sgd.height == 3 * 2 * 5  # every head, every epoch
     finished, reference = converged_heads(result.history), exact.history
@@ -175,16 +200,17 @@ def test_lbfgs_fits_from_different_starts_agree_to_the_image() -> None:
         fits.append((rows.fit(linear, 1e-3, LBFGS_MAX_ITER), linear))
     (zero, zero_linear), (random, random_linear) = fits
     assert random["train_loss"] == pytest.approx(zero["train_loss"], abs=1e-7)
-    predict = [linear(rows.standardised(evaluation.features)).argmax(1)
-               for linear in (zero_linear, random_linear)]
+    predict = [
+        linear(rows.standardised(evaluation.features)).argmax(1)
+        for linear in (zero_linear, random_linear)
+    ]
     assert torch.equal(*predict)
 
 
 def test_fast_probe_reports_the_train_eval_gap() -> None:
     """Few rows, many features: the chosen head fits its training rows far better than it
     generalises, and the result says so."""
-    result = fast_probe(teacher(300, 128, 4, 2), teacher(1000, 128, 4, 3), 4, FAST,
-                              progress=False)
+    result = fast_probe(teacher(300, 128, 4, 2), teacher(1000, 128, 4, 3), 4, FAST, progress=False)
     for row in result.selected.iter_rows(named=True):
         assert row["train_top1"] > row["top1"] + 0.1
     assert result.history["train_top1"].null_count() == 0
@@ -196,17 +222,25 @@ def test_memory_mapped_fp16_features_give_the_in_memory_result(tmp_path) -> None
     train, evaluation = planted(1500, 16, 12, 2, 0.4), planted(600, 16, 12, 3, 0.4)
     for name, split in (("train", train), ("eval", evaluation)):
         np.save(tmp_path / f"{name}.npy", split.features.half().numpy())
-    mapped = [Split(np.load(tmp_path / f"{name}.npy", mmap_mode="r"),
-                          split.labels.numpy(), name)
-              for name, split in (("train", train), ("eval", evaluation))]
-    in_memory = [Split(torch.from_numpy(np.array(split.features)).float(),
-                             torch.from_numpy(split.labels), split.name) for split in mapped]
+    mapped = [
+        Split(np.load(tmp_path / f"{name}.npy", mmap_mode="r"), split.labels.numpy(), name)
+        for name, split in (("train", train), ("eval", evaluation))
+    ]
+    in_memory = [
+        Split(
+            torch.from_numpy(np.array(split.features)).float(),
+            torch.from_numpy(split.labels),
+            split.name,
+        )
+        for split in mapped
+    ]
     streamed = fast_probe(*mapped, 12, FAST, progress=False)
     reference = fast_probe(*in_memory, 12, FAST, progress=False)
     assert streamed.selected.equals(reference.selected)
     assert streamed.history.drop("train_loss").equals(reference.history.drop("train_loss"))
     assert streamed.history["train_loss"].to_list() == pytest.approx(
-        reference.history["train_loss"].to_list(), rel=1e-6)
+        reference.history["train_loss"].to_list(), rel=1e-6
+    )
 
 
 class CountedRows(np.ndarray):
@@ -227,41 +261,69 @@ def test_fast_probe_reads_features_a_chunk_at_a_time(tmp_path) -> None:
     np.save(tmp_path / "train.npy", train.features.half().numpy())
     mapped = np.load(tmp_path / "train.npy", mmap_mode="r").view(CountedRows)
     CountedRows.reads = []
-    fast_probe(Split(mapped, train.labels, "train"), evaluation, 5,
-                     FastProbeSettings(epochs=1, batch_size=256), progress=False)
+    fast_probe(
+        Split(mapped, train.labels, "train"),
+        evaluation,
+        5,
+        FastProbeSettings(epochs=1, batch_size=256),
+        progress=False,
+    )
     assert len(CountedRows.reads) > 10
     assert max(CountedRows.reads) <= 1024 < len(train.labels) // 3
 
 
 def test_lbfgs_streams_features_too_large_to_copy_with_the_in_memory_result(
-        tmp_path, monkeypatch) -> None:
+    tmp_path, monkeypatch
+) -> None:
     """Above LBFGS_COPY_BYTES every evaluation reads the memory map a chunk at a time (as at
     ImageNet size); the converged fit is the one made from a float32 copy."""
     train, evaluation = planted(4000, 1024, 5, 0, 0.1), planted(500, 1024, 5, 1, 0.1)
     np.save(tmp_path / "train.npy", train.features.half().numpy())
     mapped = np.load(tmp_path / "train.npy", mmap_mode="r").view(CountedRows)
     settings = LbfgsProbeSettings(weight_decays=[1e-2])
-    copied = lbfgs_probe(Split(torch.from_numpy(np.array(mapped)).float(), train.labels,
-                               "train"), evaluation, 5, settings)
+    copied = lbfgs_probe(
+        Split(torch.from_numpy(np.array(mapped)).float(), train.labels, "train"),
+        evaluation,
+        5,
+        settings,
+    )
     monkeypatch.setattr(lbfgs, "LBFGS_COPY_BYTES", 0)
     CountedRows.reads = []
     streamed = lbfgs_probe(Split(mapped, train.labels, "train"), evaluation, 5, settings)
     assert len(CountedRows.reads) > 10
     assert max(CountedRows.reads) <= 1024 < len(train.labels) // 3
-    assert streamed.history["train_loss"][0] == pytest.approx(copied.history["train_loss"][0],
-                                                              rel=1e-5)
+    assert streamed.history["train_loss"][0] == pytest.approx(
+        copied.history["train_loss"][0], rel=1e-5
+    )
     assert streamed.top1("heldout") == pytest.approx(copied.top1("heldout"), abs=0.002)
 
 
 def test_memory_benchmark_prints_the_ratio_on_a_small_proxy() -> None:
     script = REPO_ROOT / "benchmarks" / "probe_memory.py"
-    result = subprocess.run([sys.executable, str(script), "--rows", "3000", "--eval", "500",
-                             "--dim", "64", "--classes", "5", "--baseline-rev", ""],
-                            capture_output=True, text=True, timeout=300,
-                            env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--rows",
+            "3000",
+            "--eval",
+            "500",
+            "--dim",
+            "64",
+            "--classes",
+            "5",
+            "--baseline-rev",
+            "",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
-    ratio = re.search(r"new \(this tree\): peak extra memory +\d+ MiB = ([\d.]+) x fp16",
-                      result.stdout)
+    ratio = re.search(
+        r"new \(this tree\): peak extra memory +\d+ MiB = ([\d.]+) x fp16", result.stdout
+    )
     assert ratio and float(ratio.group(1)) > 0, result.stdout
 
 
@@ -274,30 +336,57 @@ def test_agreement_benchmark_reads_a_feature_cache_and_prints_each_difference(tm
             folder.mkdir()
             np.save(folder / "features.npy", planted_split.features.half().numpy())
             np.save(folder / "labels.npy", planted_split.labels.numpy())
-            (folder / "record.json").write_text(json.dumps(
-                {"checkpoints": [{"name": "checkpoint.pt", "sha256": str(rep)}],
-                 "dataset": "{}", "split": split_name}))
+            (folder / "record.json").write_text(
+                json.dumps(
+                    {
+                        "checkpoints": [{"name": "checkpoint.pt", "sha256": str(rep)}],
+                        "dataset": "{}",
+                        "split": split_name,
+                    }
+                )
+            )
     result = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "benchmarks" / "probe_agreement.py"), str(tmp_path),
-         "--config", '{"epochs": 2, "batch_size": 64}',
-         "--config", '{"epochs": 2, "batch_size": 64, "select_from": "converged"}'],
-        capture_output=True, text=True, timeout=300,
-        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+        [
+            sys.executable,
+            str(REPO_ROOT / "benchmarks" / "probe_agreement.py"),
+            str(tmp_path),
+            "--config",
+            '{"epochs": 2, "batch_size": 64}',
+            "--config",
+            '{"epochs": 2, "batch_size": 64, "select_from": "converged"}',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "2 cached representations" in result.stdout, result.stdout
-    found = re.findall(r"(weight decay [\d.e-]+|held-out rule): max \|fast - L-BFGS\| "
-                       r"([\d.]+) points", result.stdout)
-    assert [which for which, _ in found] == ["weight decay 0.001", "weight decay 0.01",
-                                             "held-out rule"] * 2
+    found = re.findall(
+        r"(weight decay [\d.e-]+|held-out rule): max \|fast - L-BFGS\| "
+        r"([\d.]+) points",
+        result.stdout,
+    )
+    assert [which for which, _ in found] == [
+        "weight decay 0.001",
+        "weight decay 0.01",
+        "held-out rule",
+    ] * 2
     # the converged configuration's fits were finished by L-BFGS, and say so
-    assert len(re.findall(r"L-BFGS iterations \d+ finishing the fast probe, \d+ from zero",
-                          result.stdout)) == 2
+    assert (
+        len(
+            re.findall(
+                r"L-BFGS iterations \d+ finishing the fast probe, \d+ from zero", result.stdout
+            )
+        )
+        == 2
+    )
     assert all(float(points) <= 0.5 for _, points in found[3:])
 
 
 def test_standardiser_in_chunks_matches_the_exact_statistics() -> None:
     generator = torch.Generator().manual_seed(4)  # 2000 wide: several chunks of rows
-    features = (torch.randn(3000, 2000, generator=generator, dtype=torch.float64) * 3 + 100)
+    features = torch.randn(3000, 2000, generator=generator, dtype=torch.float64) * 3 + 100
     rows = torch.arange(0, 3000, 2)
     mean, std = standardiser(features.half().numpy(), rows)
     exact = features.half().double()[rows]
@@ -315,31 +404,54 @@ class Flatten(torch.nn.Module):
 def test_faithful_and_fast_agree_where_both_converge() -> None:
     train, evaluation = planted(2000, 20, 4, 6, 0.35), planted(1000, 20, 4, 7, 0.35)
     kept, held_out = heldout_indices(len(train.labels), 0.1, seed=0)  # the fast probe's
-    fit, held = (Split(train.features[rows], train.labels[rows], name)
-                 for rows, name in ((kept, "train"), (held_out, "heldout")))
+    fit, held = (
+        Split(train.features[rows], train.labels[rows], name)
+        for rows, name in ((kept, "train"), (held_out, "heldout"))
+    )
 
     def loader(split: Split, shuffle: bool) -> DataLoader:
-        return DataLoader(TensorDataset(split.features, split.labels), batch_size=128,
-                          shuffle=shuffle)
+        return DataLoader(
+            TensorDataset(split.features, split.labels), batch_size=128, shuffle=shuffle
+        )
 
-    settings = FaithfulProbeSettings(epochs=6, milestones=[4], lr=0.05, bn_batch=None,
-                                     processes=1, workers=0, precision="fp32")
+    settings = FaithfulProbeSettings(
+        epochs=6, milestones=[4], lr=0.05, bn_batch=None, processes=1, workers=0, precision="fp32"
+    )
     faithful = faithful_probe(
-        [Flatten()], loader(fit, True), loader(held, False), loader(evaluation, False), 4,
-        settings, PAPER_WEIGHT_DECAYS["imagenet"], progress=False)
+        [Flatten()],
+        loader(fit, True),
+        loader(held, False),
+        loader(evaluation, False),
+        4,
+        settings,
+        PAPER_WEIGHT_DECAYS["imagenet"],
+        progress=False,
+    )
     fast = fast_probe(train, evaluation, 4, FAST, progress=False)
     assert faithful.top1("heldout") == pytest.approx(fast.top1("heldout"), abs=0.03)
     assert faithful.history["weight_decay"].unique().sort().to_list() == [1e-4, 5e-4]
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda t, e: (Split(t.features.clone().index_fill_(0, torch.tensor([3]), float("nan")),
-                               t.labels, "train"), e), "NaN"),
-    (lambda t, e: (t, Split(e.features[:, :-1], e.labels, "eval")), "dimension"),
-    (lambda t, e: (Split(t.features, t.labels + 10, "train"), e), "outside"),
-    (lambda t, e: (t, Split(e.features[:0], e.labels[:0], "eval")), "non-empty"),
-    (lambda t, e: (Split(t.features, t.labels[:-1], "train"), e), "labels of shape"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (
+            lambda t, e: (
+                Split(
+                    t.features.clone().index_fill_(0, torch.tensor([3]), float("nan")),
+                    t.labels,
+                    "train",
+                ),
+                e,
+            ),
+            "NaN",
+        ),
+        (lambda t, e: (t, Split(e.features[:, :-1], e.labels, "eval")), "dimension"),
+        (lambda t, e: (Split(t.features, t.labels + 10, "train"), e), "outside"),
+        (lambda t, e: (t, Split(e.features[:0], e.labels[:0], "eval")), "non-empty"),
+        (lambda t, e: (Split(t.features, t.labels[:-1], "train"), e), "labels of shape"),
+    ],
+)
 def test_bad_features_are_refused_before_training(make, message: str) -> None:
     train, evaluation = make(planted(200, 8, 3, 0), planted(100, 8, 3, 1))
     with pytest.raises(ProbeError, match=message):
@@ -378,19 +490,27 @@ def test_lbfgs_runs_to_its_tolerance_and_refuses_a_fit_cut_short() -> None:
     result = lbfgs_probe(train, evaluation, 4, LbfgsProbeSettings(weight_decays=[1e-3]))
     assert 0 < result.history["iterations"][0] < 2000
     with pytest.raises(ProbeError, match="did not converge in 3 iterations"):
-        lbfgs_probe(train, evaluation, 4,
-                          LbfgsProbeSettings(weight_decays=[1e-3], max_iter=3))
+        lbfgs_probe(train, evaluation, 4, LbfgsProbeSettings(weight_decays=[1e-3], max_iter=3))
 
 
 def test_bounded_rule_keeps_the_heldout_choice_within_the_gap_and_says_when_none_is() -> None:
     """A planted history: the best held-out head fits its rows 30 points above its held-out
     rows; `bounded` takes the best head within 15 points, and with no head within the bound
     the one that fits its rows least above its held-out rows."""
-    history = pl.DataFrame({"weight_decay": [1e-3, 1e-2, 1e-1], "epoch": [1, 1, 1],
-                            "train_top1": [0.70, 0.50, 0.40], "heldout_top1": [0.40, 0.38, 0.33],
-                            "eval_top1": [0.41, 0.37, 0.32], "eval_top5": [None] * 3})
-    chosen = {row["rule"]: row["weight_decay"]
-              for row in select(history, ["weight_decay"], 10, max_gap=15).iter_rows(named=True)}
+    history = pl.DataFrame(
+        {
+            "weight_decay": [1e-3, 1e-2, 1e-1],
+            "epoch": [1, 1, 1],
+            "train_top1": [0.70, 0.50, 0.40],
+            "heldout_top1": [0.40, 0.38, 0.33],
+            "eval_top1": [0.41, 0.37, 0.32],
+            "eval_top5": [None] * 3,
+        }
+    )
+    chosen = {
+        row["rule"]: row["weight_decay"]
+        for row in select(history, ["weight_decay"], 10, max_gap=15).iter_rows(named=True)
+    }
     assert chosen == {"paper": 1e-3, "heldout": 1e-3, "bounded": 1e-2}
     assert set(select(history, ["weight_decay"], 10)["rule"]) == set(RULES)
     tight = select(history, ["weight_decay"], 10, max_gap=5).filter(pl.col("rule") == BOUNDED)
@@ -419,7 +539,8 @@ def test_lbfgs_regularisation_path_reaches_the_fits_from_zero() -> None:
     for decay in decays:
         alone = lbfgs_probe(train, evaluation, 10, LbfgsProbeSettings(weight_decays=[decay]))
         fitted = path.history.filter(pl.col("weight_decay") == decay)
-        assert fitted["train_loss"].item() == pytest.approx(alone.history["train_loss"].item(),
-                                                            abs=1e-7)
+        assert fitted["train_loss"].item() == pytest.approx(
+            alone.history["train_loss"].item(), abs=1e-7
+        )
         assert fitted["eval_top1"].item() == alone.history["eval_top1"].item()
     assert path.history["weight_decay"].to_list() == decays  # the settings' order

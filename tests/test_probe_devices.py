@@ -21,22 +21,28 @@ def planted(n: int, seed: int) -> Split:
     return Split(means[labels] + torch.randn(n, 12, generator=generator), labels, "s")
 
 
-@pytest.mark.parametrize(("device", "devices", "visible", "expected"), [
-    ("cuda", None, 8, [f"cuda:{i}" for i in range(8)]),
-    ("cuda", 2, 8, ["cuda:0", "cuda:1"]),
-    ("cuda:3", None, 8, ["cuda:3"]),
-    ("cpu", None, 0, ["cpu"]),
-    ("cpu", 3, 0, ["cpu", "cpu", "cpu"]),
-])
+@pytest.mark.parametrize(
+    ("device", "devices", "visible", "expected"),
+    [
+        ("cuda", None, 8, [f"cuda:{i}" for i in range(8)]),
+        ("cuda", 2, 8, ["cuda:0", "cuda:1"]),
+        ("cuda:3", None, 8, ["cuda:3"]),
+        ("cpu", None, 0, ["cpu"]),
+        ("cpu", 3, 0, ["cpu", "cpu", "cpu"]),
+    ],
+)
 def test_probe_devices_follow_the_settings_and_the_visible_gpus(
-        device: str, devices: int | None, visible: int, expected: list[str]) -> None:
+    device: str, devices: int | None, visible: int, expected: list[str]
+) -> None:
     assert [str(d) for d in probe_devices(device, devices, visible)] == expected
 
 
-@pytest.mark.parametrize(("device", "devices", "visible"), [("cuda", 4, 2), ("cuda", None, 0),
-                                                            ("cuda:1", 2, 8)])
+@pytest.mark.parametrize(
+    ("device", "devices", "visible"), [("cuda", 4, 2), ("cuda", None, 0), ("cuda:1", 2, 8)]
+)
 def test_impossible_device_counts_are_refused_naming_the_setting(
-        device: str, devices: int | None, visible: int) -> None:
+    device: str, devices: int | None, visible: int
+) -> None:
     with pytest.raises(ProbeError, match="devices"):
         probe_devices(device, devices, visible)
 
@@ -64,16 +70,23 @@ def test_tf32_only_on_cuda_and_only_when_allowed() -> None:
 @pytest.mark.parametrize("select_from", ["epochs", "converged"])
 def test_fast_probe_split_over_groups_gives_the_one_group_result(select_from: str) -> None:
     train, evaluation = planted(1200, 0), planted(400, 1)
-    settings = {"lrs": [0.03, 0.1, 0.3], "weight_decays": [1e-4, 1e-3], "epochs": 3,
-                "batch_size": 128, "select_from": select_from}
+    settings = {
+        "lrs": [0.03, 0.1, 0.3],
+        "weight_decays": [1e-4, 1e-3],
+        "epochs": 3,
+        "batch_size": 128,
+        "select_from": select_from,
+    }
     one = fast_probe(train, evaluation, 4, FastProbeSettings(**settings), progress=False)
-    three = fast_probe(train, evaluation, 4, FastProbeSettings(**settings, devices=3),
-                       progress=False)
+    three = fast_probe(
+        train, evaluation, 4, FastProbeSettings(**settings, devices=3), progress=False
+    )
     # the same heads in the same order; float32 products of narrower weights round differently
     # in the last bits, so the objective agrees to float32 precision and accuracies exactly
     assert three.history.drop("train_loss").equals(one.history.drop("train_loss"))
     assert three.history["train_loss"].to_list() == pytest.approx(
-        one.history["train_loss"].to_list(), rel=1e-5)
+        one.history["train_loss"].to_list(), rel=1e-5
+    )
     assert three.selected.equals(one.selected)
 
 
@@ -83,9 +96,12 @@ def test_lbfgs_fits_shared_over_threads_give_the_sequential_result() -> None:
     decays form a warm-started path, which agrees within L-BFGS's tolerance: test_probe.)"""
     train, evaluation = planted(600, 2), planted(200, 3)
     decays = [1e-4, 1e-3, 1e-2]
-    alone = [lbfgs_probe(train, evaluation, 4, LbfgsProbeSettings(weight_decays=[decay]))
-             for decay in decays]
+    alone = [
+        lbfgs_probe(train, evaluation, 4, LbfgsProbeSettings(weight_decays=[decay]))
+        for decay in decays
+    ]
     two = lbfgs_probe(train, evaluation, 4, LbfgsProbeSettings(weight_decays=decays, devices=2))
     assert two.history["weight_decay"].to_list() == decays
     assert pl.Series(two.history["train_loss"]).to_list() == pytest.approx(
-        [fit.history["train_loss"].item() for fit in alone], rel=1e-12)
+        [fit.history["train_loss"].item() for fit in alone], rel=1e-12
+    )

@@ -22,11 +22,26 @@ from kit.probes.rows import ProbeError
 from kit.probes.selection import RULES, ProbeResult
 from kit.probes.settings import PAPER_WEIGHT_DECAYS, FaithfulProbeSettings
 
-DATA = {"kind": "synthetic", "image_size": 16, "augment": "crop_flip",
-        "synthetic": {"num_train": 64, "num_eval": 24,
-                      "components": [{"weight": 1.0, "cues": ["colour"]}]}}
-SHORT = dict(epochs=2, milestones=[1], lr=0.05, batch_size=16, bn_batch=8,
-             heldout_fraction=0.25, workers=0, precision="fp32")
+DATA = {
+    "kind": "synthetic",
+    "image_size": 16,
+    "augment": "crop_flip",
+    "synthetic": {
+        "num_train": 64,
+        "num_eval": 24,
+        "components": [{"weight": 1.0, "cues": ["colour"]}],
+    },
+}
+SHORT = dict(
+    epochs=2,
+    milestones=[1],
+    lr=0.05,
+    batch_size=16,
+    bn_batch=8,
+    heldout_fraction=0.25,
+    workers=0,
+    precision="fp32",
+)
 GRID = PAPER_WEIGHT_DECAYS["imagenet"]
 
 
@@ -47,8 +62,9 @@ def test_heads_normalise_as_one_batchnorm1d_per_group(bn_batch: int | None) -> N
     generator = torch.Generator().manual_seed(0)
     features = torch.randn(32, 6, generator=generator) * 3 + 1
     heads = ProbeHeads(6, 4, 2, bn_batch=bn_batch)
-    reference = [torch.nn.Sequential(torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 4))
-                 for _ in range(2)]
+    reference = [
+        torch.nn.Sequential(torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 4)) for _ in range(2)
+    ]
     for h, module in enumerate(reference):
         module[0].load_state_dict(heads.norms[h].state_dict())
         module[1].load_state_dict(heads.linears[h].state_dict())
@@ -59,13 +75,25 @@ def test_heads_normalise_as_one_batchnorm1d_per_group(bn_batch: int | None) -> N
         for module in reference:
             module.train(mode == "train")
             first = module(groups[0])  # updates the running statistics, as rank 0 did
-            rest = [module[1](torch.nn.functional.batch_norm(
-                        group, None, None, module[0].weight, module[0].bias, True, 0.0,
-                        module[0].eps)) if mode == "train" else module(group)
-                    for group in groups[1:]]
+            rest = [
+                module[1](
+                    torch.nn.functional.batch_norm(
+                        group,
+                        None,
+                        None,
+                        module[0].weight,
+                        module[0].bias,
+                        True,
+                        0.0,
+                        module[0].eps,
+                    )
+                )
+                if mode == "train"
+                else module(group)
+                for group in groups[1:]
+            ]
             expected.append(torch.cat([first, *rest]))
-        torch.testing.assert_close(heads(features), torch.stack(expected, 1), rtol=1e-5,
-                                   atol=1e-5)
+        torch.testing.assert_close(heads(features), torch.stack(expected, 1), rtol=1e-5, atol=1e-5)
     for h, module in enumerate(reference):
         torch.testing.assert_close(heads.norms[h].running_var, module[0].running_var)
         torch.testing.assert_close(heads.norms[h].running_mean, module[0].running_mean)
@@ -73,8 +101,9 @@ def test_heads_normalise_as_one_batchnorm1d_per_group(bn_batch: int | None) -> N
 
 def run(checkpoints: list[Path], description: Path, output: Path, **settings) -> ProbeResult:
     config = FaithfulProbeSettings(**{**SHORT, "processes": 1, **settings})
-    return faithful.run_faithful(checkpoints, faithful.load_data_config(description), 3, output,
-                                 config, GRID, progress=False)
+    return faithful.run_faithful(
+        checkpoints, faithful.load_data_config(description), 3, output, config, GRID, progress=False
+    )
 
 
 def test_faithful_step_writes_both_rules_and_resumes_exactly(tmp_path: Path, step) -> None:
@@ -106,20 +135,43 @@ def test_bf16_backbones_give_about_the_fp32_result(tmp_path: Path, step) -> None
 
 
 def command(checkpoints: list[Path], description: Path, output: Path) -> list[str]:
-    return ["-m", "kit.probes.faithful", "--checkpoints", *map(str, checkpoints), "--data",
-            str(description), "--num-classes", "3", "--output", str(output), "--epochs", "2",
-            "--batch-size", "16", "--bn-batch", "8", "--lr", "0.05", "--heldout-fraction",
-            "0.25", "--device", "cpu"]
+    return [
+        "-m",
+        "kit.probes.faithful",
+        "--checkpoints",
+        *map(str, checkpoints),
+        "--data",
+        str(description),
+        "--num-classes",
+        "3",
+        "--output",
+        str(output),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--bn-batch",
+        "8",
+        "--lr",
+        "0.05",
+        "--heldout-fraction",
+        "0.25",
+        "--device",
+        "cpu",
+    ]
 
 
-def jobs(checkpoints: list[Path], description: Path, outputs: list[Path], processes: int
-         ) -> list[ImageProbeJob]:
+def jobs(
+    checkpoints: list[Path], description: Path, outputs: list[Path], processes: int
+) -> list[ImageProbeJob]:
     """A probe of both backbones, then one of the first alone, into `outputs` (as many
     probes as outputs)."""
     config = FaithfulProbeSettings(**SHORT, processes=processes)
     data_config = faithful.load_data_config(description)
-    return [ImageProbeJob(chosen, data_config, 3, output, config, GRID)
-            for chosen, output in zip((checkpoints, checkpoints[:1]), outputs)]
+    return [
+        ImageProbeJob(chosen, data_config, 3, output, config, GRID)
+        for chosen, output in zip((checkpoints, checkpoints[:1]), outputs, strict=False)
+    ]
 
 
 def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None:
@@ -129,30 +181,39 @@ def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None
     own); the same heads and accuracies either way, results in the jobs' order, and a finished
     probe is read back."""
     checkpoints, description = step
-    one, two = [tmp_path / "one" / "both", tmp_path / "one" / "first"], [
-        tmp_path / "two" / "both", tmp_path / "two" / "first"]
+    one, two = (
+        [tmp_path / "one" / "both", tmp_path / "one" / "first"],
+        [tmp_path / "two" / "both", tmp_path / "two" / "first"],
+    )
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     mixed = faithful.launch_faithful_all(
         jobs(checkpoints, description, two, 2) + jobs(checkpoints, description, one, 1),
-        tmp_path / "two", progress=False)
+        tmp_path / "two",
+        progress=False,
+    )
     results = [mixed[2:], mixed[:2]]
     log = (tmp_path / "two" / "probe-2.log").read_text()
     assert f"probe 1/2: {two[0]}\n" in log and f"probe 2/2: {two[1]}\n" in log
     assert str(one[0]) not in log and not (tmp_path / "two" / "probe-1.log").exists()
     for single_output, double_output in zip(one, two, strict=True):
-        single, double = (torch.load(o / "probe_state.pt", weights_only=True)
-                          for o in (single_output, double_output))
+        single, double = (
+            torch.load(o / "probe_state.pt", weights_only=True)
+            for o in (single_output, double_output)
+        )
         for name, value in single["heads"].items():
             torch.testing.assert_close(double["heads"][name], value, rtol=1e-4, atol=1e-5)
     for single_result, double_result in zip(*results, strict=True):
         for column in ("train_top1", "heldout_top1", "eval_top1"):
-            assert (single_result.history[column]
-                    - double_result.history[column]).abs().max() <= 1e-6
-    assert results[1][0].history["eval_top1"].to_list() != \
-        results[1][1].history["eval_top1"].to_list()
+            assert (
+                single_result.history[column] - double_result.history[column]
+            ).abs().max() <= 1e-6
+    assert (
+        results[1][0].history["eval_top1"].to_list() != results[1][1].history["eval_top1"].to_list()
+    )
     # finished: read back without starting anything (a mark left in the result comes back)
     pl.read_csv(two[0] / "selected.csv").with_columns(pl.lit(0.5).alias("top1")).write_csv(
-        two[0] / "selected.csv")
+        two[0] / "selected.csv"
+    )
     (tmp_path / "two" / "probe-2.log").unlink()
     again = faithful.launch_faithful_all(jobs(checkpoints, description, two, 2), two[0].parent)
     assert again[0].selected["top1"].to_list() == [0.5, 0.5]
@@ -161,8 +222,7 @@ def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"not a checkpoint")
     broken = jobs([junk], description, [tmp_path / "broken" / "junk"], 2)
-    with pytest.raises(ProbeError,
-                       match=r"see .*probe-2\.log:\nerror: .*junk\.pt: not a readable"):
+    with pytest.raises(ProbeError, match=r"see .*probe-2\.log:\nerror: .*junk\.pt: not a readable"):
         faithful.launch_faithful_all(broken, tmp_path / "broken")
 
 
@@ -180,13 +240,19 @@ def test_a_list_of_probes_is_checked_before_any_runs(tmp_path: Path, step, capsy
     assert "non-empty list of argument lists" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda c, d: ([c[0], c[0].with_name("missing.pt")], d), "missing.pt"),
-    (lambda c, d: (c, d.write_text("kind: synthetic\nimage_size: 4\n") and d),
-     "data.yaml.*image_size"),
-])
-def test_bad_input_is_refused_naming_the_file(tmp_path: Path, step, change, message,
-                                              capsys) -> None:
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c, d: ([c[0], c[0].with_name("missing.pt")], d), "missing.pt"),
+        (
+            lambda c, d: (c, d.write_text("kind: synthetic\nimage_size: 4\n") and d),
+            "data.yaml.*image_size",
+        ),
+    ],
+)
+def test_bad_input_is_refused_naming_the_file(
+    tmp_path: Path, step, change, message, capsys
+) -> None:
     checkpoints, description = change(*step)
     assert faithful.main(command(checkpoints, description, tmp_path / "o")[2:]) == 2
     error = capsys.readouterr().err
@@ -194,8 +260,9 @@ def test_bad_input_is_refused_naming_the_file(tmp_path: Path, step, change, mess
     assert not (tmp_path / "o" / "probe_state.pt").exists()
 
 
-def test_the_probes_process_group_waits_as_long_as_the_settings_say(tmp_path: Path, step,
-                                                                     monkeypatch) -> None:
+def test_the_probes_process_group_waits_as_long_as_the_settings_say(
+    tmp_path: Path, step, monkeypatch
+) -> None:
     """A launched list of probes joins its process group with the settings' timeout (opening
     ImageNet's files on one rank can outlast torch's default), written on its command line."""
     checkpoints, description = step
@@ -221,16 +288,36 @@ def test_the_probes_process_group_waits_as_long_as_the_settings_say(tmp_path: Pa
 #: {run,cat}_*_sf.sh, and supervised.py's defaults for what they leave out (--epochs 28, --lr
 #: 0.01, --decay_epochs 8 16 24)
 TRANSCRIBED = {
-    "imagenet-cat1": ("to_imagenet1k/linear_probing/run_imagenet_sf.sh", 5, 32, False,
-                      {1e-4, 5e-4}),
-    "imagenet-catN": ("to_imagenet1k/linear_probing/cat_imagenet_sf.sh", 6, 32, False,
-                      {5e-4, 1e-4}),
+    "imagenet-cat1": (
+        "to_imagenet1k/linear_probing/run_imagenet_sf.sh",
+        5,
+        32,
+        False,
+        {1e-4, 5e-4},
+    ),
+    "imagenet-catN": (
+        "to_imagenet1k/linear_probing/cat_imagenet_sf.sh",
+        6,
+        32,
+        False,
+        {5e-4, 1e-4},
+    ),
     "inat18-cat1": ("to_inat18/linear_probing/run_inat_sf.sh", 8, 32, True, {1e-6, 1e-5, 1e-4}),
     "inat18-catN": ("to_inat18/linear_probing/cat_inat_sf.sh", 8, 32, True, {1e-6, 1e-5, 1e-4}),
-    "cifar-cat1": ("to_cifar/linear_probing/run_cifar_sf.sh", 1, 256, False,
-                   {1e-2, 5e-2, 1e-4, 5e-4, 1e-3, 5e-3}),
-    "cifar-catN": ("to_cifar/linear_probing/cat_cifar_sf.sh", 1, 256, False,
-                   {1e-2, 5e-2, 1e-4, 5e-4, 1e-3, 5e-3}),
+    "cifar-cat1": (
+        "to_cifar/linear_probing/run_cifar_sf.sh",
+        1,
+        256,
+        False,
+        {1e-2, 5e-2, 1e-4, 5e-4, 1e-3, 5e-3},
+    ),
+    "cifar-catN": (
+        "to_cifar/linear_probing/cat_cifar_sf.sh",
+        1,
+        256,
+        False,
+        {1e-2, 5e-2, 1e-4, 5e-4, 1e-3, 5e-3},
+    ),
 }
 
 
@@ -242,7 +329,10 @@ def test_the_authors_setups_are_their_scripts() -> None:
         setup = AUTHORS_PROBE_SETUPS[name]
         assert setup.script == f"scripts/supervised_transfer/imagenet/{script}"
         assert (setup.processes, setup.per_process_batch, setup.sync_bn) == (
-            processes, batch, sync_bn), name
+            processes,
+            batch,
+            sync_bn,
+        ), name
         assert (setup.epochs, setup.lr, setup.milestones) == (28, 0.01, (8, 16, 24)), name
         assert set(setup.weight_decays) == decays == set(PAPER_WEIGHT_DECAYS[name.split("-")[0]])
     recipe = FaithfulProbeSettings(processes=1, workers=0, precision="fp32")
@@ -261,15 +351,26 @@ def test_the_paper_profiles_probe_each_target_as_the_authors_did(profile: str) -
         grid, representation = name.split("-")
         own = settings.for_probe(grid, representation == "catN")
         assert (own.processes, own.batch_size, own.bn_batch) == (
-            authors.processes, authors.processes * authors.per_process_batch,
-            None if authors.sync_bn else authors.per_process_batch), name
+            authors.processes,
+            authors.processes * authors.per_process_batch,
+            None if authors.sync_bn else authors.per_process_batch,
+        ), name
 
 
 def test_a_setup_asking_for_more_processes_than_given_is_refused() -> None:
-    with pytest.raises(ValidationError, match="setups: inat18-cat1 asks for 8 processes, more "
-                                              "than processes 5"):
-        FaithfulProbeSettings(processes=5, workers=0, precision="fp32", setups={
-            "inat18-cat1": {"processes": 8, "batch_size": 32, "sync_bn": True}})
+    with pytest.raises(
+        ValidationError, match="setups: inat18-cat1 asks for 8 processes, more than processes 5"
+    ):
+        FaithfulProbeSettings(
+            processes=5,
+            workers=0,
+            precision="fp32",
+            setups={"inat18-cat1": {"processes": 8, "batch_size": 32, "sync_bn": True}},
+        )
     with pytest.raises(ValidationError, match="setups: inat is none of"):
-        FaithfulProbeSettings(processes=5, workers=0, precision="fp32", setups={
-            "inat": {"processes": 1, "batch_size": 32}})
+        FaithfulProbeSettings(
+            processes=5,
+            workers=0,
+            precision="fp32",
+            setups={"inat": {"processes": 1, "batch_size": 32}},
+        )

@@ -29,19 +29,30 @@ def test_a_kept_bar_stays_at_its_end_in_the_saved_notebook(tmp_path: Path) -> No
     """tqdm.auto's widget alone is saved as it was first displayed (0%); a KeptBar is saved
     as it ended, and nothing of it is written as lines of text."""
     source, executed = tmp_path / "bar.ipynb", tmp_path / "bar.out.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CELL)],
-                                            metadata={"kernelspec": {"name": "python3",
-                                                                     "language": "python",
-                                                                     "display_name": "Python 3"}}),
-                   source)
-    result = subprocess.run([sys.executable, "-m", "papermill", str(source), str(executed),
-                             "--kernel", "python3"], capture_output=True, text=True,
-                            timeout=300, cwd=REPO_ROOT,
-                            env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    nbformat.write(
+        nbformat.v4.new_notebook(
+            cells=[nbformat.v4.new_code_cell(CELL)],
+            metadata={
+                "kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}
+            },
+        ),
+        source,
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "papermill", str(source), str(executed), "--kernel", "python3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     outputs = nbformat.read(executed, as_version=4).cells[0].outputs
-    bars = [output.data["text/plain"] for output in outputs
-            if "application/vnd.jupyter.widget-view+json" in output.get("data", {})]
+    bars = [
+        output.data["text/plain"]
+        for output in outputs
+        if "application/vnd.jupyter.widget-view+json" in output.get("data", {})
+    ]
     assert len(bars) == 1 and bars[0].startswith("counting: 100%") and " 500/500 " in bars[0]
     assert not [output for output in outputs if output.output_type == "stream"]
 
@@ -68,8 +79,11 @@ def test_a_kept_bar_in_a_log_draws_rarely(capsys) -> None:
         bar.set_postfix_str(f"probe {step}", refresh=False)
         bar.update()
     bar.close()
-    draws = [part for part in capsys.readouterr().err.replace("\r", "\n").splitlines()
-             if part.startswith("probes")]
+    draws = [
+        part
+        for part in capsys.readouterr().err.replace("\r", "\n").splitlines()
+        if part.startswith("probes")
+    ]
     assert 1 <= len(draws) <= 3, draws
 
 
@@ -80,21 +94,26 @@ def stage_lines(path: Path, label: str) -> list[str]:
 
 
 def test_the_toys_probing_says_what_it_probes_between_trainings(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Notebook 01's probes (seconds at the cpu profile, between two toy trainings) each have
     their stage lines: how many probes, on which representations."""
     monkeypatch.setenv(progress.STAGE_FILE_ENV, str(tmp_path / "stages.jsonl"))
-    config = SparseTrainingSettings(steps=3, n_train=64, batch_size=16, probe_samples=32,
-                                    probe_steps=4)
+    config = SparseTrainingSettings(
+        steps=3, n_train=64, batch_size=16, probe_samples=32, probe_steps=4
+    )
     runs, models = toy.mixture_sweep([0.7], 2, config, seed=0)  # 4 mixtures x 2 replicates
     toy.concatenation_study(runs, models, [2], config, seed=1)  # 4 groups of 2
     lines = stage_lines(tmp_path / "stages.jsonl", "01")
     assert lines[0] == "01 training 8 toy models: 3 step(s)", lines
     assert re.fullmatch(r"01 training 8 toy models: 3 step\(s\) done \(.*step/s\)", lines[1])
-    expected = [("32 probes", "8 trained models"), ("32 probes", "8 trained models, unpruned"),
-                ("16 probes", "4 concatenations of 2 reused trained models")]
+    expected = [
+        ("32 probes", "8 trained models"),
+        ("32 probes", "8 trained models, unpruned"),
+        ("16 probes", "4 concatenations of 2 reused trained models"),
+    ]
     probing = [line for line in lines if line.startswith("01 probes")]
     assert len(probing) == 2 * len(expected), lines
-    for (count, what), first, last in zip(expected, probing[::2], probing[1::2]):
+    for (count, what), first, last in zip(expected, probing[::2], probing[1::2], strict=True):
         assert first == f"01 probes: fitting {count} at once (4 components x {what})"
         assert re.fullmatch(rf"01 probes: fitted {count} \({re.escape(what)}\) \(.* s.*\)", last)

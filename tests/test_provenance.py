@@ -14,8 +14,9 @@ from kit.core.paths import REPO_ROOT
 def test_a_record_names_the_commit_and_the_resolved_versions(tmp_path: Path) -> None:
     provenance.write(tmp_path / "x.provenance.json")
     (made,) = provenance.read(tmp_path / "x.provenance.json")
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                          text=True, check=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert made["kit_commit"].split()[0] == head
     assert made["packages"]["torch"] == metadata.version("torch")
     assert made["packages"]["polars"] == metadata.version("polars")
@@ -34,7 +35,8 @@ def test_each_start_of_a_run_appends_a_record(tmp_path: Path) -> None:
 
 
 def test_the_cli_says_its_version() -> None:
-    done = subprocess.run([sys.executable, "-m", "kit", "--version"], capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "kit", "--version"], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0
     assert done.stdout.strip() == f"timecat-kit {metadata.version('timecat-kit')}"

@@ -42,13 +42,34 @@ SIZES, BUDGETS = REHEARSAL / "sizes.yaml", REHEARSAL / "budgets.yaml"
 #: the files shrinking each profile
 FILES = {"paper-8xh100": [SIZES, BUDGETS], "paper-checkpoints": [SIZES]}
 #: the keys the rehearsal may change: sizes, and what a machine without a GPU forces
-SIZE_KEYS = frozenset({"width", "batch_size", "micro_batch", "image_size", "iterations",
-                       "bn_recalibration_batches", "eval_every", "checkpoint_every", "log_every",
-                       "num_workers", "workers", "feature_workers", "feature_batch_size",
-                       "epochs", "processes", "bn_batch", "nproc_per_node"})
+SIZE_KEYS = frozenset(
+    {
+        "width",
+        "batch_size",
+        "micro_batch",
+        "image_size",
+        "iterations",
+        "bn_recalibration_batches",
+        "eval_every",
+        "checkpoint_every",
+        "log_every",
+        "num_workers",
+        "workers",
+        "feature_workers",
+        "feature_batch_size",
+        "epochs",
+        "processes",
+        "bn_batch",
+        "nproc_per_node",
+    }
+)
 MACHINE_KEYS = frozenset({"device", "compile"})
-VARIANTS = {"cat1": [2], "cat2": [2, 550], "cat4": [2, 550, 23, 477],
-            "cat5": [2, 550, 23, 477, 8529]}
+VARIANTS = {
+    "cat1": [2],
+    "cat2": [2, 550],
+    "cat4": [2, 550, 23, 477],
+    "cat5": [2, 550, 23, 477, 8529],
+}
 TASKS = ["ImageNet-1k", "iNat18", "CIFAR-100", "CIFAR-10"]
 
 
@@ -60,8 +81,9 @@ def flat(values: Any, prefix: str = "") -> dict[str, Any]:
         items = enumerate(values)
     else:
         return {prefix: values}
-    return {path: leaf for key, value in items
-            for path, leaf in flat(value, f"{prefix}{key}.").items()} or {prefix: values}
+    return {
+        path: leaf for key, value in items for path, leaf in flat(value, f"{prefix}{key}.").items()
+    } or {prefix: values}
 
 
 def changed_keys(profile: str, files: list[Path]) -> list[str]:
@@ -70,8 +92,11 @@ def changed_keys(profile: str, files: list[Path]) -> list[str]:
     shipped, _ = params.resolve_layers(jobs.NOTEBOOK, profile)
     shrunk, _ = params.resolve_layers(jobs.NOTEBOOK, profile, files)
     before, after = flat(shipped), flat(shrunk)
-    return sorted(key.rstrip(".") for key in before.keys() | after.keys()
-                  if before.get(key, KeyError) != after.get(key, KeyError))
+    return sorted(
+        key.rstrip(".")
+        for key in before.keys() | after.keys()
+        if before.get(key, KeyError) != after.get(key, KeyError)
+    )
 
 
 def not_sizes(keys: list[str]) -> list[str]:
@@ -99,24 +124,35 @@ def test_the_rehearsal_changes_only_sizes(profile: str) -> None:
 
 def test_a_rehearsal_changing_more_than_sizes_is_caught(tmp_path: Path) -> None:
     drifted = tmp_path / "drifted.yaml"
-    drifted.write_text(yaml.safe_dump(yaml.safe_load(SIZES.read_text()) | {
-        "probe_kind": "lbfgs", "launch": {"backend": "local", "nproc_per_node": 2}}))
+    drifted.write_text(
+        yaml.safe_dump(
+            yaml.safe_load(SIZES.read_text())
+            | {"probe_kind": "lbfgs", "launch": {"backend": "local", "nproc_per_node": 2}}
+        )
+    )
     assert not_sizes(changed_keys("paper-8xh100", [drifted])) == ["launch.backend", "probe_kind"]
     dropped = tmp_path / "dropped.yaml"
-    dropped.write_text(yaml.safe_dump({"variants": yaml.safe_load(BUDGETS.read_text())
-                                       ["variants"][:3]}))
+    dropped.write_text(
+        yaml.safe_dump({"variants": yaml.safe_load(BUDGETS.read_text())["variants"][:3]})
+    )
     assert "variants.3.name" in not_sizes(changed_keys("paper-8xh100", [dropped]))
 
 
 def test_kit_fixtures_lets_the_paper_profiles_be_checked_and_planned_anywhere(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     data, out = tmp_path / "data", ["--set", f"output_dir={tmp_path / 'out'}"]
     monkeypatch.setenv("TIMECAT_DATA", str(data))
     assert kit_main(["check", "03", "--profile", "paper-8xh100", *out]) == 2
     assert f"{data / 'imagenet'}" in capsys.readouterr().err
     assert kit_main(["fixtures", str(data)]) == 0
     assert sorted(p.name for p in data.iterdir()) == [
-        "checkpoints", "cifar10", "cifar100", "imagenet", "inat18"]
+        "checkpoints",
+        "cifar10",
+        "cifar100",
+        "imagenet",
+        "inat18",
+    ]
     assert len(list((data / "imagenet" / "val").iterdir())) == 1000
     capsys.readouterr()
     # parameters, data and checkpoints now pass; what is left is this machine (no GPU, too
@@ -126,13 +162,19 @@ def test_kit_fixtures_lets_the_paper_profiles_be_checked_and_planned_anywhere(
         assert kit_main(["check", "03", "--profile", profile, *out]) == 2
         problems = [line.removeprefix("error: ") for line in capsys.readouterr().err.splitlines()]
         assert problems and all(line.startswith("this machine: ") for line in problems), problems
-    released = sorted(str(p.relative_to(data / "checkpoints"))
-                      for p in (data / "checkpoints").rglob("*.pt"))
-    assert released == sorted(f"{variant}/seed{seed}.pt"
-                              for variant, seeds in VARIANTS.items() for seed in seeds)
+    released = sorted(
+        str(p.relative_to(data / "checkpoints")) for p in (data / "checkpoints").rglob("*.pt")
+    )
+    assert released == sorted(
+        f"{variant}/seed{seed}.pt" for variant, seeds in VARIANTS.items() for seed in seeds
+    )
     assert all(Path(f"{path}.sha256").exists() for path in (data / "checkpoints").rglob("*.pt"))
-    assert kit_main(["launch", "plan", "--profile", "paper-8xh100", *out, "--out",
-                     str(tmp_path / "export")]) == 0
+    assert (
+        kit_main(
+            ["launch", "plan", "--profile", "paper-8xh100", *out, "--out", str(tmp_path / "export")]
+        )
+        == 0
+    )
     assert "#SBATCH --array=0-11" in (tmp_path / "export" / "train.sbatch").read_text()
 
 
@@ -141,8 +183,13 @@ def test_the_command_line_starts_without_importing_torch() -> None:
     kernel and the jobs it launches import it): importing torch and torchvision costs 5-10 s of
     CPU."""
     code = "import sys, kit.__main__; print(sorted({'torch', 'torchvision'} & set(sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", code], env=importable_environment(),
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=importable_environment(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert done.stdout.strip() == "[]"
 
 
@@ -150,16 +197,24 @@ def test_the_command_line_starts_without_importing_torch() -> None:
 def environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """TIMECAT_DATA holding `kit fixtures` datasets, one thread per process (2 ranks, 2 cores)."""
     data = write_paper_data(tmp_path_factory.mktemp("data"))
-    return importable_environment() | {"TIMECAT_DATA": str(data["imagenet"].parent),
-                                       "OMP_NUM_THREADS": "1"}
+    return importable_environment() | {
+        "TIMECAT_DATA": str(data["imagenet"].parent),
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 def kit(environment: dict[str, str], *arguments: str) -> float:
     """Run `python -m kit ARGUMENTS` as a user would; its wall time, after asserting it passed."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "kit", *map(str, arguments)], cwd=REPO_ROOT,
-                          env=environment, capture_output=True, text=True, timeout=1800,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "kit", *map(str, arguments)],
+        cwd=REPO_ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     assert done.returncode == 0, (arguments, done.stdout[-3000:], done.stderr[-3000:])
     elapsed = time.perf_counter() - start
     print(f"kit {' '.join(map(str, arguments[:2]))}: {elapsed:.0f} s")
@@ -167,8 +222,13 @@ def kit(environment: dict[str, str], *arguments: str) -> float:
 
 
 def profile_arguments(profile: str, out: Path) -> list[str]:
-    return ["--profile", profile, *[f"-f{file}" for file in FILES[profile]],
-            "--set", f"output_dir={out}"]
+    return [
+        "--profile",
+        profile,
+        *[f"-f{file}" for file in FILES[profile]],
+        "--set",
+        f"output_dir={out}",
+    ]
 
 
 def check_results(out: Path) -> pl.DataFrame:
@@ -181,8 +241,7 @@ def check_results(out: Path) -> pl.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def paper_8xh100(environment: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-                 ) -> Path:
+def paper_8xh100(environment: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """paper-8xh100 checked, planned and run as a user does; its output folder."""
     out = tmp_path_factory.mktemp("paper-8xh100")
     arguments = profile_arguments("paper-8xh100", out)
@@ -208,7 +267,8 @@ def test_paper_8xh100_trains_extracts_and_probes_with_two_ranks(paper_8xh100: Pa
 
 
 def test_paper_checkpoints_probes_released_files_with_the_authors_probe(
-        paper_8xh100: Path, environment: dict[str, str], tmp_path: Path) -> None:
+    paper_8xh100: Path, environment: dict[str, str], tmp_path: Path
+) -> None:
     released = tmp_path / "released"
     for variant, seeds in VARIANTS.items():
         for seed in seeds:
@@ -228,8 +288,11 @@ def test_paper_checkpoints_probes_released_files_with_the_authors_probe(
     # grouped by process count: probes of one process ran in the kernel, the others under one
     # torchrun of two ranks, its rank 0 naming each probe as it starts
     log = (probes / "probe-2.log").read_text()
-    shared = [path.parent for path in probes.rglob("finished.json")
-              if not (path.parent.parts[-3] == "ImageNet-1k" and path.parent.name == "cat1")
-              and path.parent.parts[-3] not in ("CIFAR-100", "CIFAR-10")]
+    shared = [
+        path.parent
+        for path in probes.rglob("finished.json")
+        if not (path.parent.parts[-3] == "ImageNet-1k" and path.parent.name == "cat1")
+        and path.parent.parts[-3] not in ("CIFAR-100", "CIFAR-10")
+    ]
     assert all(f"/{len(shared)}: {path}\n" in log for path in shared)
     assert [path.parent for path in probes.rglob("probe-*.log")] == [probes]

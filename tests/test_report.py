@@ -15,18 +15,23 @@ LONG_RUN = "rep0/direct-shape/seed0 (a run name longer than Vega's default label
 
 
 def curves() -> pl.DataFrame:
-    rows = [{"run": run, "method": method, "step": step, "loss": loss + step / 10}
-            for run, method, loss in [("rep0/cat1/seed0", "cat1", 1.0),
-                                      ("rep0/cat2/seed0", "cat2", 2.0),
-                                      ("rep0/cat2/seed1", "cat2", 3.0),
-                                      (LONG_RUN, "direct-shape", 4.0)]
-            for step in (0, 10)]
+    rows = [
+        {"run": run, "method": method, "step": step, "loss": loss + step / 10}
+        for run, method, loss in [
+            ("rep0/cat1/seed0", "cat1", 1.0),
+            ("rep0/cat2/seed0", "cat2", 2.0),
+            ("rep0/cat2/seed1", "cat2", 3.0),
+            (LONG_RUN, "direct-shape", 4.0),
+        ]
+        for step in (0, 10)
+    ]
     return pl.DataFrame(rows)
 
 
 def test_every_line_of_a_faceted_chart_is_named_in_full(tmp_path: Path, chart_texts) -> None:
-    chart = charts.series_lines(curves(), "step", "loss", series="run", facet="method",
-                                x_title="step", y_title="loss")
+    chart = charts.series_lines(
+        curves(), "step", "loss", series="run", facet="method", x_title="step", y_title="loss"
+    )
     (svg,) = charts.save_chart(chart, tmp_path, "curves", ["svg"])
     texts = chart_texts(svg)
     for run in curves()["run"].unique():
@@ -36,14 +41,23 @@ def test_every_line_of_a_faceted_chart_is_named_in_full(tmp_path: Path, chart_te
 
 
 def test_reference_and_chance_lines_say_what_they_are(tmp_path: Path, chart_texts) -> None:
-    stats = pl.DataFrame({"task": ["colour", "colour", "shape", "shape"], "n": [1, 2, 1, 2],
-                          "mean": [60.0, 65.0, 40.0, 45.0], "direct": [70.0, 70.0, 55.0, 55.0],
-                          "chance": [50.0, 50.0, 25.0, 25.0]})
+    stats = pl.DataFrame(
+        {
+            "task": ["colour", "colour", "shape", "shape"],
+            "n": [1, 2, 1, 2],
+            "mean": [60.0, 65.0, 40.0, 45.0],
+            "direct": [70.0, 70.0, 55.0, 55.0],
+            "chance": [50.0, 50.0, 25.0, 25.0],
+        }
+    )
     title = "top-1 (%)"
-    lines = alt.Chart().mark_line(point=True).encode(
-        x="n:O", y=alt.Y("mean:Q", title=title))
-    chart = alt.layer(lines, charts.reference_lines("direct", "direct training"),
-                      charts.chance_lines(), data=stats).facet(column="task:N")
+    lines = alt.Chart().mark_line(point=True).encode(x="n:O", y=alt.Y("mean:Q", title=title))
+    chart = alt.layer(
+        lines,
+        charts.reference_lines("direct", "direct training"),
+        charts.chance_lines(),
+        data=stats,
+    ).facet(column="task:N")
     (svg,) = charts.save_chart(chart, tmp_path, "accuracy", ["svg"])
     texts = chart_texts(svg)
     for label in ("direct training 70.0", "direct training 55.0", "chance 50.0", "chance 25.0"):
@@ -61,42 +75,56 @@ def test_displayed_chart_is_interactive_in_lab_and_an_image_elsewhere() -> None:
 
 
 def test_wide_mean_std_keeps_numbers() -> None:
-    stats = pl.DataFrame({"method": ["cat1", "cat1", "cat2", "cat2"],
-                          "task": ["colour", "shape", "colour", "shape"],
-                          "mean": [61.23, 40.0, 65.5, 45.25], "std": [1.5, None, 0.25, 2.0]})
+    stats = pl.DataFrame(
+        {
+            "method": ["cat1", "cat1", "cat2", "cat2"],
+            "task": ["colour", "shape", "colour", "shape"],
+            "mean": [61.23, 40.0, 65.5, 45.25],
+            "std": [1.5, None, 0.25, 2.0],
+        }
+    )
     wide = tables.wide_mean_std(stats, ["method"], "task")
     assert wide.columns == ["method", "colour mean", "colour std", "shape mean", "shape std"]
     assert all(wide[c].dtype == pl.Float64 for c in wide.columns[1:])
     assert wide.filter(pl.col("method") == "cat2")["shape std"].item() == 2.0
 
 
-@pytest.mark.parametrize(("values", "places"), [
-    ([75.58, 37.91, 90.5], 2),  # published numbers print as published
-    ([0.6666667, 1.0, 0.5], 3),  # computed accuracies: three significant digits
-    ([0.0478123, 0.0123456, 0.0], 4),  # their spreads too
-    ([0.001, 0.003, 0.0], 3),  # small settings are not rounded away
-    ([450000.0, 400000.0], 0),
-    ([None, 12.345678], 1),
-    ([None, None], 0),
-])
+@pytest.mark.parametrize(
+    ("values", "places"),
+    [
+        ([75.58, 37.91, 90.5], 2),  # published numbers print as published
+        ([0.6666667, 1.0, 0.5], 3),  # computed accuracies: three significant digits
+        ([0.0478123, 0.0123456, 0.0], 4),  # their spreads too
+        ([0.001, 0.003, 0.0], 3),  # small settings are not rounded away
+        ([450000.0, 400000.0], 0),
+        ([None, 12.345678], 1),
+        ([None, None], 0),
+    ],
+)
 def test_float_columns_get_sensible_decimals(values: list, places: int) -> None:
     assert tables.decimals(pl.Series(values, dtype=pl.Float64)) == places
 
 
 def test_table_reads_without_quotes_or_long_floats() -> None:
-    frame = pl.DataFrame({"training": ["mixture, kept phi1", "direct"], "n": [3, 2],
-                          "mean": [0.6666667, 1.0], "std": [0.0478123, None]})
+    frame = pl.DataFrame(
+        {
+            "training": ["mixture, kept phi1", "direct"],
+            "n": [3, 2],
+            "mean": [0.6666667, 1.0],
+            "std": [0.0478123, None],
+        }
+    )
     shown = tables.table(frame)
     text, page = repr(shown), shown._repr_html_()
     # the mean to the precision its std supports (two significant digits of the std)
     assert "0.667" in text and "0.6666667" not in text and "0.048" in text and "0.0478" not in text
     assert '"' not in text and "&quot;" not in page
-    assert "<td style=\"text-align:left\">mixture, kept phi1</td>" in page
+    assert '<td style="text-align:left">mixture, kept phi1</td>' in page
     assert shown.frame["mean"].dtype == pl.Float64  # the numbers stay numbers
 
 
 def test_short_names_drop_the_shared_folders() -> None:
-    assert charts.short_names(["/o/ci/time_concat/rep0/cat2/seed550",
-                               "/o/ci/time_concat/rep1/cat1/seed0"]) == [
-        "rep0/cat2/seed550", "rep1/cat1/seed0"]
+    assert charts.short_names(
+        ["/o/ci/time_concat/rep0/cat2/seed550", "/o/ci/time_concat/rep1/cat1/seed0"]
+    ) == ["rep0/cat2/seed550", "rep1/cat1/seed0"]
     assert charts.short_names(["/o/a/seed0"]) == ["seed0"]

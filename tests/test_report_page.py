@@ -24,27 +24,41 @@ def fake_outputs(folder: Path) -> Path:
     """An output folder as a run leaves it: an executed notebook showing one chart, a summary
     with a claim, a Table 3 and the parameters file."""
     folder.mkdir(parents=True)
-    spec = alt.Chart(pl.DataFrame({"variant": ["cat1", "cat4"], "top1": [61.5, 64.25]})) \
-        .mark_bar().encode(x="variant:N", y="top1:Q").to_dict()
-    notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# 03 · time-concat"),
-        nbformat.v4.new_code_cell("show(chart)", outputs=[nbformat.v4.new_output(
-            "display_data", data={LAB_VEGALITE_MIME: spec, "text/plain": "<chart>"})])])
+    spec = (
+        alt.Chart(pl.DataFrame({"variant": ["cat1", "cat4"], "top1": [61.5, 64.25]}))
+        .mark_bar()
+        .encode(x="variant:N", y="top1:Q")
+        .to_dict()
+    )
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# 03 · time-concat"),
+            nbformat.v4.new_code_cell(
+                "show(chart)",
+                outputs=[
+                    nbformat.v4.new_output(
+                        "display_data", data={LAB_VEGALITE_MIME: spec, "text/plain": "<chart>"}
+                    )
+                ],
+            ),
+        ]
+    )
     nbformat.write(notebook, folder / "03_time_concat.ipynb")
     nbformat.write(notebook, folder / "03_time_concat.partial.ipynb")  # a failed re-run
-    (folder / "time_concat_summary.json").write_text(json.dumps(
-        {"claim": {"status": "reproduced", "line": CLAIM}, "runs": 12}))
+    (folder / "time_concat_summary.json").write_text(
+        json.dumps({"claim": {"status": "reproduced", "line": CLAIM}, "runs": 12})
+    )
     (folder / "toy_summary.json").write_text(json.dumps({"runs": 48}))  # no claim
-    pl.DataFrame({"variant": ["cat1", "cat4"], "shape mean": [61.54321, 64.25],
-                  "shape std": [1.234, 1.5]}).write_parquet(folder / "time_concat_table3.parquet")
+    pl.DataFrame(
+        {"variant": ["cat1", "cat4"], "shape mean": [61.54321, 64.25], "shape std": [1.234, 1.5]}
+    ).write_parquet(folder / "time_concat_table3.parquet")
     pl.DataFrame({"x": [1]}).write_parquet(folder / "time_concat_training.parquet")
     (folder / "03_time_concat.parameters.yaml").write_text("profile: ci\nreplicates: 2\n")
     provenance.write(folder / "03_time_concat.provenance.json")
     return folder
 
 
-def test_the_page_gathers_verdicts_tables_charts_notebooks_and_parameters(tmp_path: Path
-                                                                          ) -> None:
+def test_the_page_gathers_verdicts_tables_charts_notebooks_and_parameters(tmp_path: Path) -> None:
     folder = fake_outputs(tmp_path / "outputs" / "ci")
     written = page.write_report("ci", folder)
     assert written == folder / "index.html"
@@ -75,17 +89,24 @@ def test_a_folder_without_results_is_refused_naming_it(tmp_path: Path, capsys) -
     assert "no executed notebook" in capsys.readouterr().err
 
 
-def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_path: Path
-                                                                            ) -> None:
+def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_path: Path) -> None:
     folder = fake_outputs(tmp_path / "ci")
-    condition = outcomes.Condition("cat4 vs cat1", "cat4", "cat1", ("shape", "position"),
-                                   outcomes.estimate([1.0, 9.0, -3.0]))
+    condition = outcomes.Condition(
+        "cat4 vs cat1", "cat4", "cat1", ("shape", "position"), outcomes.estimate([1.0, 9.0, -3.0])
+    )
     found = outcomes.outcome("time-concat", [condition], 2.9)
-    (folder / "time_concat_summary.json").write_text(json.dumps({
-        "claim": {"status": found.status, "line": "time-concat line"},
-        "claims": [{"status": found.status, "line": "time-concat line"},
-                   {"status": "reproduced", "line": "bottleneck line"}],
-        "ran": "What ran: profile ci; 3 replicates"}))
+    (folder / "time_concat_summary.json").write_text(
+        json.dumps(
+            {
+                "claim": {"status": found.status, "line": "time-concat line"},
+                "claims": [
+                    {"status": found.status, "line": "time-concat line"},
+                    {"status": "reproduced", "line": "bottleneck line"},
+                ],
+                "ran": "What ran: profile ci; 3 replicates",
+            }
+        )
+    )
     outcomes.table(found.rows).write_parquet(folder / "time_concat_verdicts.parquet")
     text = page.write_report("ci", folder).read_text()
     assert 'class="claim unsure"><span class="status">inconclusive' in text

@@ -31,11 +31,15 @@ from kit.report import page
 def write_notebook(path: Path, *sources: str) -> None:
     notebook = nbformat.v4.new_notebook()
     parameters = nbformat.v4.new_code_cell(
-        'profile = "x"\noutput_dir = "y"\nchart_formats = ["png"]')
+        'profile = "x"\noutput_dir = "y"\nchart_formats = ["png"]'
+    )
     parameters.metadata["tags"] = ["parameters"]
     notebook.cells = [parameters] + [nbformat.v4.new_code_cell(s) for s in sources]
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                       "language": "python"}
+    notebook.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(notebook, path)
 
 
@@ -48,8 +52,12 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path
     monkeypatch.setitem(params.SCHEMAS, "01_ok", "kit.core.params:NotebookSettings")
     monkeypatch.setitem(params.SCHEMAS, "02_fails", "kit.core.params:NotebookSettings")
     write_notebook(notebooks / "01_ok.ipynb", "print('formats are', chart_formats)")
-    write_notebook(notebooks / "02_fails.ipynb", "x = 1", "raise RuntimeError('boom in cell')",
-                   "print('never reached')")
+    write_notebook(
+        notebooks / "02_fails.ipynb",
+        "x = 1",
+        "raise RuntimeError('boom in cell')",
+        "print('never reached')",
+    )
     return {"notebooks_dir": notebooks, "parameters_dir": parameters, "output_root": outputs}
 
 
@@ -64,8 +72,9 @@ def test_failing_cell_gives_nonzero_exit_and_keeps_partial_output(workspace, cap
     (made,) = provenance.read(workspace["output_root"] / "mini" / "01_ok.provenance.json")
     assert made["packages"]["papermill"] and made["kit_commit"]
     assert not (workspace["output_root"] / "mini" / "02_fails.provenance.json").exists()
-    partial = nbformat.read(workspace["output_root"] / "mini" / "02_fails.partial.ipynb",
-                            as_version=4)
+    partial = nbformat.read(
+        workspace["output_root"] / "mini" / "02_fails.partial.ipynb", as_version=4
+    )
     errors = [o for c in partial.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert errors and errors[0].evalue == "boom in cell"
     assert not (workspace["output_root"] / "mini" / "02_fails.ipynb").exists()
@@ -103,11 +112,26 @@ def test_an_unwritable_output_folder_is_refused_before_anything_runs(workspace, 
     blocker.write_text("")
     assert runner.run(["01"], "mini", **workspace | {"output_root": blocker / "out"}) == 2
     assert f"{blocker}: not a folder, so {blocker / 'out' / 'mini'} cannot be created" in (
-        capsys.readouterr().err)
-    result = subprocess.run([sys.executable, "-m", "kit", "check", "01", "--profile", "ci",
-                             "--set", f"output_dir={blocker / 'x'}"], capture_output=True,
-                            text=True, cwd=REPO_ROOT, timeout=300,
-                            env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+        capsys.readouterr().err
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kit",
+            "check",
+            "01",
+            "--profile",
+            "ci",
+            "--set",
+            f"output_dir={blocker / 'x'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=300,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+    )
     assert result.returncode == 2 and f"{blocker}: not a folder" in result.stderr
 
 
@@ -148,14 +172,20 @@ time.sleep(600)
 def test_a_signal_to_the_runner_stops_every_worker(workspace, signum) -> None:
     root = workspace["notebooks_dir"].parent
     pids_file = root / "pids.txt"
-    write_notebook(workspace["notebooks_dir"] / "01_workers.ipynb",
-                   WORKERS_CELL.replace("PIDS", repr(str(pids_file))))
+    write_notebook(
+        workspace["notebooks_dir"] / "01_workers.ipynb",
+        WORKERS_CELL.replace("PIDS", repr(str(pids_file))),
+    )
     for other in ("01_ok", "02_fails"):
         (workspace["notebooks_dir"] / f"{other}.ipynb").unlink()
     (root / "run.py").write_text(RUNNER_SCRIPT)
-    process = subprocess.Popen([sys.executable, str(root / "run.py"), str(root)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=os.environ | {"PYTHONPATH": str(REPO_ROOT)})
+    process = subprocess.Popen(
+        [sys.executable, str(root / "run.py"), str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+    )
     deadline = time.monotonic() + 120
     while not pids_file.exists() or len(pids_file.read_text().split()) < 3:
         assert process.poll() is None, process.communicate()
@@ -179,21 +209,26 @@ Path(output_dir, "results.txt").write_text("new")
 
 
 def test_a_failed_run_leaves_no_parameters_record_and_a_folder_the_report_refuses(
-        workspace, capsys) -> None:
+    workspace, capsys
+) -> None:
     folder = workspace["output_root"] / "mini"
     assert runner.run(["01"], "mini", **workspace) == 0
     assert (folder / "01_ok.parameters.yaml").exists()
     assert not list(folder.glob("*.incomplete"))
-    write_notebook(workspace["notebooks_dir"] / "01_ok.ipynb", RESULT_WRITER,
-                   "raise RuntimeError('after the results')")
+    write_notebook(
+        workspace["notebooks_dir"] / "01_ok.ipynb",
+        RESULT_WRITER,
+        "raise RuntimeError('after the results')",
+    )
     assert runner.run(["01"], "mini", **workspace) == 1
     assert (folder / "results.txt").read_text() == "new"
     # nothing vouches for the new results: notebook 04 reuses notebook 03's only under a record
     assert not (folder / "01_ok.parameters.yaml").exists()
     assert not (folder / "01_ok.provenance.json").exists()
     assert "01_ok started at" in (folder / "01_ok.incomplete").read_text()
-    with pytest.raises(page.ReportError, match=re.escape(f"{folder}: the last run of 01_ok did "
-                                                         "not finish")):
+    with pytest.raises(
+        page.ReportError, match=re.escape(f"{folder}: the last run of 01_ok did not finish")
+    ):
         page.write_report("mini", folder)
     write_notebook(workspace["notebooks_dir"] / "01_ok.ipynb", RESULT_WRITER)
     assert runner.run(["01"], "mini", **workspace) == 0  # a finished run completes the folder
@@ -201,8 +236,7 @@ def test_a_failed_run_leaves_no_parameters_record_and_a_folder_the_report_refuse
     assert not (folder / "01_ok.incomplete").exists()
 
 
-def test_a_run_killed_right_after_writing_results_leaves_no_parameters_record(workspace
-                                                                              ) -> None:
+def test_a_run_killed_right_after_writing_results_leaves_no_parameters_record(workspace) -> None:
     root = workspace["notebooks_dir"].parent
     folder = workspace["output_root"] / "mini"
     (root / "run.py").write_text(RUNNER_SCRIPT.replace("01_workers", "01_ok"))
@@ -211,10 +245,16 @@ def test_a_run_killed_right_after_writing_results_leaves_no_parameters_record(wo
     (workspace["notebooks_dir"] / "02_fails.ipynb").unlink()
     assert subprocess.run(command, env=env, capture_output=True, timeout=300).returncode == 0
     assert (folder / "01_ok.parameters.yaml").exists()
-    write_notebook(workspace["notebooks_dir"] / "01_ok.ipynb",
-                   RESULT_WRITER + "import time; time.sleep(600)")
-    process = subprocess.Popen(command, env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    write_notebook(
+        workspace["notebooks_dir"] / "01_ok.ipynb", RESULT_WRITER + "import time; time.sleep(600)"
+    )
+    process = subprocess.Popen(
+        command,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     while not (folder / "results.txt").exists():
         assert process.poll() is None and time.monotonic() < deadline
@@ -227,7 +267,8 @@ def test_a_run_killed_right_after_writing_results_leaves_no_parameters_record(wo
 
 
 def test_notebook_04_reuses_notebook_03s_results_only_while_their_record_stands(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """What a new run of notebook 03 does first (runner.start_record) takes its earlier results
     out of notebook 04's reach until the new run has finished."""
     (planned,) = runner.plan(["03"], "ci", output_root=tmp_path)
@@ -236,7 +277,8 @@ def test_notebook_04_reuses_notebook_03s_results_only_while_their_record_stands(
     runner.parameters_record(planned).parent.mkdir(parents=True)
     runner.parameters_record(planned).write_text(yaml.safe_dump(planned.parameters))
     pl.DataFrame({"variant": ["cat1"], "replicate": [0]}).write_parquet(
-        tmp_path / "ci" / jobs.RESULTS)
+        tmp_path / "ci" / jobs.RESULTS
+    )
     assert sweep.notebook03_results(loaded, shared)["variant"].to_list() == ["cat1"]
     runner.start_record(planned)
     assert sweep.notebook03_results(loaded, shared) is None
@@ -261,26 +303,43 @@ def test_notebooks_are_found_by_prefix_stem_or_name(workspace) -> None:
 
 def papermill_cli(output: Path, yaml_text: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "papermill", str(NOTEBOOKS_DIR / "01_toy_counterexample.ipynb"),
-         str(output), "-f", str(PARAMETERS_DIR / "ci" / "01_toy_counterexample.yaml"),
-         "-y", yaml_text, "-k", "python3"],
-        capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "papermill",
+            str(NOTEBOOKS_DIR / "01_toy_counterexample.ipynb"),
+            str(output),
+            "-f",
+            str(PARAMETERS_DIR / "ci" / "01_toy_counterexample.yaml"),
+            "-y",
+            yaml_text,
+            "-k",
+            "python3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_plain_papermill_with_a_parameter_file_runs(tmp_path: Path) -> None:
-    small = (f"output_dir: {tmp_path / 'out'}\nshares: [0.7]\nreplicates: 2\nconcat_sizes: [1, 2]\n"
-             "direct_replicates: 1\nweight_decays: [0.01]\nsteps: 100\nprobe_steps: 20\n"
-             "chart_formats: [png]\n")
+    small = (
+        f"output_dir: {tmp_path / 'out'}\nshares: [0.7]\nreplicates: 2\nconcat_sizes: [1, 2]\n"
+        "direct_replicates: 1\nweight_decays: [0.01]\nsteps: 100\nprobe_steps: 20\n"
+        "chart_formats: [png]\n"
+    )
     result = papermill_cli(tmp_path / "ok.ipynb", small)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Passed unknown parameter" not in result.stderr  # the cell declares every key
     assert (tmp_path / "out" / "toy_summary.json").exists()
 
 
-@pytest.mark.parametrize("bad, named", [("lr: '0.1'", "'lr'"),
-                                        ("no_such_key_qq: 1", "'no_such_key_qq'")])
+@pytest.mark.parametrize(
+    "bad, named", [("lr: '0.1'", "'lr'"), ("no_such_key_qq: 1", "'no_such_key_qq'")]
+)
 def test_plain_papermill_refuses_bad_or_unknown_parameters_in_the_notebook(
-        tmp_path: Path, bad: str, named: str) -> None:
+    tmp_path: Path, bad: str, named: str
+) -> None:
     result = papermill_cli(tmp_path / "bad.ipynb", f"output_dir: {tmp_path}\n{bad}\n")
     assert result.returncode != 0
     assert "ParameterError" in result.stderr and named in result.stderr
@@ -292,24 +351,53 @@ def test_a_saved_parameter_file_replays_where_its_profile_says(tmp_path: Path) -
     saved = tmp_path / "02.parameters.yaml"
     saved.write_text(yaml.safe_dump(planned.parameters))
     result = subprocess.run(
-        [sys.executable, "-m", "papermill", str(NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"),
-         str(tmp_path / "replayed.ipynb"), "-f", str(saved), "-k", "python3"],
-        capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "papermill",
+            str(NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"),
+            str(tmp_path / "replayed.ipynb"),
+            "-f",
+            str(saved),
+            "-k",
+            "python3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "ci" / "evidence_summary.json").exists()
 
 
 def test_a_notebook_run_outside_kit_run_takes_back_kit_runs_parameters_record(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Plain papermill rewrites the folder's results but records nothing, so the record a kit
     run left there would vouch for results it no longer describes."""
     assert runner.run(["02"], "ci", output_root=tmp_path) == 0
     record = tmp_path / "ci" / "02_surveyed_evidence.parameters.yaml"
     assert record.exists()
     result = subprocess.run(
-        [sys.executable, "-m", "papermill", str(NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"),
-         str(tmp_path / "plain.ipynb"), "-p", "profile", "ci", "-p", "output_dir",
-         str(tmp_path / "ci"), "-k", "python3"], capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "papermill",
+            str(NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"),
+            str(tmp_path / "plain.ipynb"),
+            "-p",
+            "profile",
+            "ci",
+            "-p",
+            "output_dir",
+            str(tmp_path / "ci"),
+            "-k",
+            "python3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert not record.exists()
 
@@ -318,15 +406,27 @@ def test_a_notebook_run_outside_kit_run_takes_back_kit_runs_parameters_record(
 # Progress lines while a notebook trains
 # ---------------------------------------------------------------------------------------------
 
+
 def append_record(run: Path, step: int, loss: float) -> None:
     """One row as kit.train logs it (after writing the run's config.yaml)."""
     run.mkdir(parents=True, exist_ok=True)
     if not (run / "config.yaml").exists():
         (run / "config.yaml").write_text(yaml.safe_dump({"iterations": 40, "seed": 0}))
     with (run / "metrics.jsonl").open("a") as handle:
-        handle.write(json.dumps({"step": step, "epoch": 0, "loss": loss, "lr": 0.01,
-                                 "images_per_s": 512.4, "eval_accuracy": None,
-                                 "eval_loss": None}) + "\n")
+        handle.write(
+            json.dumps(
+                {
+                    "step": step,
+                    "epoch": 0,
+                    "loss": loss,
+                    "lr": 0.01,
+                    "images_per_s": 512.4,
+                    "eval_accuracy": None,
+                    "eval_loss": None,
+                }
+            )
+            + "\n"
+        )
 
 
 def test_progress_lines_are_rate_limited_per_run_and_name_the_last_step(tmp_path: Path) -> None:
@@ -349,34 +449,45 @@ def test_progress_lines_are_rate_limited_per_run_and_name_the_last_step(tmp_path
 def test_progress_watch_stops_its_thread_when_the_notebook_fails(tmp_path: Path) -> None:
     lines: list[str] = []
     progress = terminal.TrainingProgress(tmp_path, "03", every_s=30)
-    with pytest.raises(RuntimeError, match="cell failed"):
-        with progress.watching(lines.append, poll_s=0.05):
-            append_record(tmp_path / "run", 10, 2.0)
-            deadline = time.monotonic() + 30
-            while not lines:
-                assert time.monotonic() < deadline, "no progress line within 30 s"
-                time.sleep(0.05)
-            append_record(tmp_path / "run", 40, 1.0)
-            raise RuntimeError("cell failed")
-    assert lines == ["03 run  step 10/40  loss 2.000  512 img/s",
-                     "03 run  step 40/40  loss 1.000  512 img/s  done"]  # the last poll
+    with (
+        pytest.raises(RuntimeError, match="cell failed"),
+        progress.watching(lines.append, poll_s=0.05),
+    ):
+        append_record(tmp_path / "run", 10, 2.0)
+        deadline = time.monotonic() + 30
+        while not lines:
+            assert time.monotonic() < deadline, "no progress line within 30 s"
+            time.sleep(0.05)
+        append_record(tmp_path / "run", 40, 1.0)
+        raise RuntimeError("cell failed")
+    assert lines == [
+        "03 run  step 10/40  loss 2.000  512 img/s",
+        "03 run  step 40/40  loss 1.000  512 img/s  done",
+    ]  # the last poll
     assert "kit-run-progress" not in [thread.name for thread in threading.enumerate()]
 
 
-PROGRESS_LINE = re.compile(r"03 (?P<run>\S+)  step (?P<step>\d+)/(?P<total>\d+)  "
-                           r"loss (?P<loss>\S+)  (?P<rate>\d+) img/s(?P<done>  done)?")
+PROGRESS_LINE = re.compile(
+    r"03 (?P<run>\S+)  step (?P<step>\d+)/(?P<total>\d+)  "
+    r"loss (?P<loss>\S+)  (?P<rate>\d+) img/s(?P<done>  done)?"
+)
 
 
 def test_kit_run_prints_training_progress_while_notebook_03_trains(runner_output) -> None:
     output = runner_output("03_time_concat")
     assert output.returncode == 0, output.stderr[-3000:]
     loaded, _ = params.load("03_time_concat", "ci", output_dir=str(output.output_dir))
-    budgets = {Path(t.output_dir).relative_to(output.output_dir).as_posix():
-               t.iterations for t in planning.plan(loaded).trainings}
+    budgets = {
+        Path(t.output_dir).relative_to(output.output_dir).as_posix(): t.iterations
+        for t in planning.plan(loaded).trainings
+    }
     texts = [line for line, _ in output.lines]
     ended = next(i for i, line in enumerate(texts) if " done in " in line)
-    progress = [(i, PROGRESS_LINE.fullmatch(line), running)
-                for i, (line, running) in enumerate(output.lines) if PROGRESS_LINE.fullmatch(line)]
+    progress = [
+        (i, PROGRESS_LINE.fullmatch(line), running)
+        for i, (line, running) in enumerate(output.lines)
+        if PROGRESS_LINE.fullmatch(line)
+    ]
     assert progress, texts
     assert all(running and i < ended for i, _, running in progress)  # read while it ran
     steps: dict[str, list[int]] = {}
@@ -393,13 +504,15 @@ def test_the_saved_notebook_03_keeps_each_runs_final_bar(notebook_outputs) -> No
     folder = notebook_outputs("03_time_concat", "time_concat_summary.json")
     loaded, _ = params.load("03_time_concat", "ci", output_dir=str(folder))
     work = planning.runs_dir(loaded)
-    budgets = {run_name(t, work): t.iterations
-               for t in planning.plan(loaded).trainings}
+    budgets = {run_name(t, work): t.iterations for t in planning.plan(loaded).trainings}
     executed = nbformat.read(folder / "03_time_concat.ipynb", as_version=4)
-    bars = {text.split(":")[0]: text for cell in executed.cells
-            for output in cell.get("outputs", [])
-            if "application/vnd.jupyter.widget-view+json" in output.get("data", {})
-            for text in [output.data["text/plain"]]}
+    bars = {
+        text.split(":")[0]: text
+        for cell in executed.cells
+        for output in cell.get("outputs", [])
+        if "application/vnd.jupyter.widget-view+json" in output.get("data", {})
+        for text in [output.data["text/plain"]]
+    }
     probing = bars.pop(f"{loaded.probe_kind} probes")  # the probing step's own bar, at its end
     assert "100%" in probing, probing
     assert bars.keys() == budgets.keys()
@@ -408,13 +521,14 @@ def test_the_saved_notebook_03_keeps_each_runs_final_bar(notebook_outputs) -> No
         assert "loss=" in bars[name], bars[name]
 
 
-
 # ---------------------------------------------------------------------------------------------
 # Stage lines (extraction, probes) and the summary
 # ---------------------------------------------------------------------------------------------
 
+
 def test_stage_records_become_lines_with_counts_rate_eta_and_what_was_reused(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / ".stages.jsonl"
     monkeypatch.setenv(STAGE_FILE_ENV, str(path))
     clock = iter([100.0, 106.0, 110.0])
@@ -428,13 +542,15 @@ def test_stage_records_become_lines_with_counts_rate_eta_and_what_was_reused(
     assert watch.poll() == ["03 features train  10/20 batch  1.7 batch/s  ETA 6 s"]
     stage.done = 20
     stage.finish("reused 2, extracted 3 checkpoint(s)")
-    assert watch.poll() == ["03 features train: reused 2, extracted 3 checkpoint(s) "
-                            "(10.0 s, 2.0 batch/s)"]
+    assert watch.poll() == [
+        "03 features train: reused 2, extracted 3 checkpoint(s) (10.0 s, 2.0 batch/s)"
+    ]
     assert watch.poll() == []  # each record read once
 
 
-def test_a_stage_writes_nothing_without_the_runner(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stage_writes_nothing_without_the_runner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(STAGE_FILE_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     Stage("probes", 3, "probe", "fitting 3").finish("fitted 3")
@@ -443,8 +559,9 @@ def test_a_stage_writes_nothing_without_the_runner(tmp_path: Path,
 
 def test_a_notebook_step_without_progress_of_its_own_is_not_silent() -> None:
     lines: list[str] = []
-    with terminal.watching([], lines.append, poll_s=0.01, heartbeat=lambda: "03 running",
-                           quiet_s=0.1):
+    with terminal.watching(
+        [], lines.append, poll_s=0.01, heartbeat=lambda: "03 running", quiet_s=0.1
+    ):
         time.sleep(0.55)
     assert 3 <= lines.count("03 running") <= 6
     lines.clear()
@@ -454,27 +571,40 @@ def test_a_notebook_step_without_progress_of_its_own_is_not_silent() -> None:
 
 
 def test_the_summary_names_time_output_and_the_claims_written_by_the_run(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "outputs" / "ci"
     out.mkdir(parents=True)
     (out / "old_summary.json").write_text(json.dumps({"claim": {"line": "stale claim"}}))
     os.utime(out / "old_summary.json", (1.0, 1.0))
-    (out / "time_concat_summary.json").write_text(json.dumps({
-        "claim": {"status": "inconclusive", "line": "cat2 transfers better"},
-        "claims": [{"status": "inconclusive", "line": "cat2 transfers better"},
-                   {"status": "reproduced", "line": "direct beats cat1"}],
-        "ran": "What ran: profile ci"}))
+    (out / "time_concat_summary.json").write_text(
+        json.dumps(
+            {
+                "claim": {"status": "inconclusive", "line": "cat2 transfers better"},
+                "claims": [
+                    {"status": "inconclusive", "line": "cat2 transfers better"},
+                    {"status": "reproduced", "line": "direct beats cat1"},
+                ],
+                "ran": "What ran: profile ci",
+            }
+        )
+    )
     (out / "toy_summary.json").write_text(json.dumps({"no": "claim"}))
     (out / "sweep_summary.json").write_text(json.dumps({"claim": {"line": "a later notebook's"}}))
     started = time.time() - 5
     os.utime(out / "sweep_summary.json", (started + 60, started + 60))
-    lines = terminal.summary([terminal.Finished("03_time_concat", out / "03_time_concat.ipynb",
-                                                out, 12.34, started)], "ci")
-    assert lines == ["summary: 1 notebook(s) in 12.3 s, profile ci, results in outputs/ci",
-                     "  03_time_concat     12.3 s  outputs/ci/03_time_concat.ipynb",
-                     "    claim: cat2 transfers better", "    claim: direct beats cat1",
-                     "    ran: What ran: profile ci"]
+    lines = terminal.summary(
+        [terminal.Finished("03_time_concat", out / "03_time_concat.ipynb", out, 12.34, started)],
+        "ci",
+    )
+    assert lines == [
+        "summary: 1 notebook(s) in 12.3 s, profile ci, results in outputs/ci",
+        "  03_time_concat     12.3 s  outputs/ci/03_time_concat.ipynb",
+        "    claim: cat2 transfers better",
+        "    claim: direct beats cat1",
+        "    ran: What ran: profile ci",
+    ]
 
 
 def test_kit_run_reports_its_stages_and_ends_with_a_summary(runner_output) -> None:
@@ -482,10 +612,17 @@ def test_kit_run_reports_its_stages_and_ends_with_a_summary(runner_output) -> No
     assert output.returncode == 0, output.stderr[-3000:]
     texts = [line for line, _ in output.lines]
     assert any(re.fullmatch(r"03 training: reused \d+, trained \d+ \(.*\)", t) for t in texts)
-    assert any(re.fullmatch(r"03 features \w+ \(\d+ rows\): reused \d+ of \d+ cached "
-                            r"representation\(s\), extracted \d+.*", t) for t in texts), texts
-    assert any(re.fullmatch(r"03 probes: reused 0, fitted \d+ .*(probe/s|s/probe)\)", t)
-               for t in texts), texts
+    assert any(
+        re.fullmatch(
+            r"03 features \w+ \(\d+ rows\): reused \d+ of \d+ cached "
+            r"representation\(s\), extracted \d+.*",
+            t,
+        )
+        for t in texts
+    ), texts
+    assert any(
+        re.fullmatch(r"03 probes: reused 0, fitted \d+ .*(probe/s|s/probe)\)", t) for t in texts
+    ), texts
     summary = texts.index(next(t for t in texts if t.startswith("summary: 1 notebook(s)")))
     assert texts[summary + 1].split()[0] == "03_time_concat"
     assert any(t.startswith("    claim: ") for t in texts[summary:])

@@ -29,8 +29,12 @@ NODE = LaunchSettings(backend="slurm", nproc_per_node=8)
 
 def _timecat(probe_kind: str) -> SimpleNamespace:
     """What step_settings reads of TimecatSettings, as paper-8xh100 and paper-checkpoints set it."""
-    return SimpleNamespace(probe_kind=probe_kind, feature_workers=12, device="cuda",
-                           faithful=SimpleNamespace(processes=5, workers=12))
+    return SimpleNamespace(
+        probe_kind=probe_kind,
+        feature_workers=12,
+        device="cuda",
+        faithful=SimpleNamespace(processes=5, workers=12),
+    )
 
 
 def test_the_faithful_probe_step_gets_a_gpu_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,17 +51,31 @@ def test_the_faithful_probe_step_gets_a_gpu_per_process(monkeypatch: pytest.Monk
 
 
 def test_exported_step_scripts_ask_for_gpus_cores_and_memory(tmp_path: Path) -> None:
-    probe = sbatch.export_step("probe", ["kit", "probe"], jobs.step_settings(
-        "probe", NODE, _timecat("faithful")), tmp_path).read_text()
+    probe = sbatch.export_step(
+        "probe", ["kit", "probe"], jobs.step_settings("probe", NODE, _timecat("faithful")), tmp_path
+    ).read_text()
     memory = math.ceil(5 * (PROCESS_MEMORY_GB + WORKER_MEMORY_GB * 12))
-    for line in ("#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=5",
-                 "#SBATCH --cpus-per-task=65", f"#SBATCH --mem={memory}G"):
+    for line in (
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=5",
+        "#SBATCH --cpus-per-task=65",
+        f"#SBATCH --mem={memory}G",
+    ):
         assert line in probe.splitlines()
-    extract = sbatch.export_step("extract", ["kit", "extract"], jobs.step_settings(
-        "extract", NODE, _timecat("fast")), tmp_path).read_text().splitlines()
+    extract = (
+        sbatch.export_step(
+            "extract",
+            ["kit", "extract"],
+            jobs.step_settings("extract", NODE, _timecat("fast")),
+            tmp_path,
+        )
+        .read_text()
+        .splitlines()
+    )
     assert "#SBATCH --cpus-per-task=13" in extract and "#SBATCH --gpus-per-node=8" in extract
-    on_cpu = jobs.step_settings("extract", NODE, SimpleNamespace(**vars(_timecat("fast")) | {
-        "device": "cpu"}))
+    on_cpu = jobs.step_settings(
+        "extract", NODE, SimpleNamespace(**vars(_timecat("fast")) | {"device": "cpu"})
+    )
     assert on_cpu.gpus_per_node == 0
 
 
@@ -70,21 +88,26 @@ def test_training_scripts_size_cores_and_memory_from_the_loaders(tmp_path: Path)
     # srun is told too: from Slurm 22.05 it no longer takes the job's --cpus-per-task
     (srun,) = [line for line in script if line.startswith("srun ")]
     assert srun.startswith("srun --kill-on-bad-exit=1 --cpus-per-task=13 ")
-    chosen = sized_for_training([SimpleNamespace(num_workers=12, device="cuda")],
-                                NODE.model_copy(update={"cpus_per_node": 96, "mem_gb": 500}))
+    chosen = sized_for_training(
+        [SimpleNamespace(num_workers=12, device="cuda")],
+        NODE.model_copy(update={"cpus_per_node": 96, "mem_gb": 500}),
+    )
     assert (chosen.cpus_per_node, chosen.mem_gb) == (96, 500)
 
 
 def test_exclusive_asks_for_whole_nodes(tmp_path: Path) -> None:
-    whole = sized_for_training([SimpleNamespace(num_workers=12, device="cuda")],
-                               NODE.model_copy(update={"exclusive": True}))
+    whole = sized_for_training(
+        [SimpleNamespace(num_workers=12, device="cuda")],
+        NODE.model_copy(update={"exclusive": True}),
+    )
     script = sbatch.sbatch_script([tmp_path / "a.yaml"], whole, tmp_path).splitlines()
     assert "#SBATCH --exclusive" in script and "#SBATCH --mem=0" in script
     assert not [line for line in script if line.startswith("#SBATCH --mem=") and "G" in line]
 
 
-def test_submitit_asks_for_the_nodes_cores_and_memory(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_submitit_asks_for_the_nodes_cores_and_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The submission file submitit writes, on any machine: submitit refuses to build one where
     no `srun` is on PATH, so a stand-in that is never run takes its place."""
     stand_in = tmp_path / "bin"
@@ -106,12 +129,15 @@ def _run_exported(tmp_path: Path, srun_body: str) -> tuple[int, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
-    for name, body in (("srun", srun_body), ("scontrol", 'echo localhost')):
+    for name, body in (("srun", srun_body), ("scontrol", "echo localhost")):
         (bin_dir / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\n{body}\n')
         (bin_dir / name).chmod(0o755)
     script = sbatch.export_step("train", ["kit", "probe"], NODE, tmp_path / "out")
-    env = os.environ | {"PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "42",
-                        "SLURM_JOB_NODELIST": "node1"}
+    env = os.environ | {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": "42",
+        "SLURM_JOB_NODELIST": "node1",
+    }
     code = subprocess.run(["bash", str(script)], env=env, check=False).returncode
     return code, calls.read_text()
 

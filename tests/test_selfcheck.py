@@ -9,13 +9,18 @@ from kit.cli import main, selfcheck
 from kit.cli import selfcheck_checks as checks
 
 
-@pytest.mark.parametrize(("name", "rate", "estimated"),
-                         [("NVIDIA H100 80GB HBM3", 2 * 16_621 / 8, True),
-                          ("NVIDIA H200", 2 * 16_621 / 8, True),
-                          ("NVIDIA A100-SXM4-80GB", 16_621 / 8, False),
-                          ("Tesla V100-SXM2-16GB", 1200.0, False)])
-def test_expected_figures_are_found_by_gpu_name_with_a_source(name: str, rate: float,
-                                                               estimated: bool) -> None:
+@pytest.mark.parametrize(
+    ("name", "rate", "estimated"),
+    [
+        ("NVIDIA H100 80GB HBM3", 2 * 16_621 / 8, True),
+        ("NVIDIA H200", 2 * 16_621 / 8, True),
+        ("NVIDIA A100-SXM4-80GB", 16_621 / 8, False),
+        ("Tesla V100-SXM2-16GB", 1200.0, False),
+    ],
+)
+def test_expected_figures_are_found_by_gpu_name_with_a_source(
+    name: str, rate: float, estimated: bool
+) -> None:
     figure, source = selfcheck.expected_rate(name)
     assert figure == pytest.approx(rate)
     assert source.startswith("estimate") == estimated
@@ -44,8 +49,13 @@ def test_cpu_subset_passes_and_says_it_is_the_cpu_subset(monkeypatch, capsys) ->
     assert main.main(["selfcheck"]) == 0
     out = capsys.readouterr().out
     assert "CPU subset" in out and "selfcheck passed" in out
-    for check in ("kit trainer", "input pipeline", "preemption and resume",
-                  "bf16 extraction vs fp32", "fast probe"):
+    for check in (
+        "kit trainer",
+        "input pipeline",
+        "preemption and resume",
+        "bf16 extraction vs fp32",
+        "fast probe",
+    ):
         assert check in out
 
 

@@ -26,15 +26,28 @@ from kit.experiments.timecat import (
 )
 from kit.report import crossover, outputs
 
-KINDS = {"cat1": ("time-concat", 1), "cat4": ("time-concat", 4), "wide1": ("wide", 1),
-         "random4": ("random-init", 4)}
-ROLES = {"mixture": "in-distribution", "shape": "in-mixture", "texture": "in-mixture",
-         "position": "unseen"}
+KINDS = {
+    "cat1": ("time-concat", 1),
+    "cat4": ("time-concat", 4),
+    "wide1": ("wide", 1),
+    "random4": ("random-init", 4),
+}
+ROLES = {
+    "mixture": "in-distribution",
+    "shape": "in-mixture",
+    "texture": "in-mixture",
+    "position": "unseen",
+}
 BUDGETS = [60, 120, 240, 480, 960]
 
 
-def sweep_results(cat4_gain: dict[int, float], worlds: int = 3, replicates: int = 4,
-                  gap: float = 0.0, seed: int = 0) -> pl.DataFrame:
+def sweep_results(
+    cat4_gain: dict[int, float],
+    worlds: int = 3,
+    replicates: int = 4,
+    gap: float = 0.0,
+    seed: int = 0,
+) -> pl.DataFrame:
     """Probe results of a sweep: every variant at 50% plus noise of std 1 point (seeded); cat4
     gains `cat4_gain[budget]` points on every transfer task, random4 sits 20 points lower;
     every probe's train accuracy is its eval accuracy plus `gap` points for cat4."""
@@ -49,12 +62,24 @@ def sweep_results(cat4_gain: dict[int, float], worlds: int = 3, replicates: int 
                         if name == "cat4" and role != "in-distribution":
                             level += cat4_gain.get(budget, 0.0)
                         level -= 20 * (name == "random4")
-                        rows.append({"world_seed": world, "budget": budget, "variant": name,
-                                     "kind": kind, "n": n, "width": 1.0, "replicate": r,
-                                     "iterations_per_model": budget // n, "task": task,
-                                     "role": role, "rule": "heldout", "top1": level / 100,
-                                     "top5": None,
-                                     "train_top1": (level + gap * (name == "cat4")) / 100})
+                        rows.append(
+                            {
+                                "world_seed": world,
+                                "budget": budget,
+                                "variant": name,
+                                "kind": kind,
+                                "n": n,
+                                "width": 1.0,
+                                "replicate": r,
+                                "iterations_per_model": budget // n,
+                                "task": task,
+                                "role": role,
+                                "rule": "heldout",
+                                "top1": level / 100,
+                                "top5": None,
+                                "train_top1": (level + gap * (name == "cat4")) / 100,
+                            }
+                        )
     return pl.DataFrame(rows)
 
 
@@ -67,7 +92,8 @@ def test_a_planted_crossover_is_found_between_two_budgets_on_every_world() -> No
     assert found.status == "depends on the budget"
     assert found.crossovers == {0: (120, 240), 1: (120, 240), 2: (120, 240)}
     assert "crossover between 120 and 240 iterations" in found.line and found.line.startswith(
-        "Over the budget sweep, cat4 transfers better than cat1")
+        "Over the budget sweep, cat4 transfers better than cat1"
+    )
     cells = {(row["world_seed"], row["budget"]): row["status"] for row in found.evidence}
     assert cells[(0, 120)] == "contradicted" and cells[(0, 240)] == "reproduced"
 
@@ -94,24 +120,40 @@ def test_a_gain_the_probe_may_owe_to_its_rows_is_named_beside_each_cell() -> Non
 Y, N, U = "reproduced", "contradicted", "inconclusive"
 
 
-@pytest.mark.parametrize("statuses, pattern, at", [
-    ([N, N, Y, Y], "crossover", (2, 3)), ([N, U, Y, Y], "crossover", (1, 3)),
-    ([U, U, Y, Y], "from", (None, 3)), ([Y] * 4, "always", None), ([N] * 4, "never", None),
-    ([N, Y, N, Y], "mixed", None), ([N, N, U, U], "inconclusive", None),
-    ([N, Y, Y, U], "inconclusive", None), ([Y], "one budget", None)])
+@pytest.mark.parametrize(
+    "statuses, pattern, at",
+    [
+        ([N, N, Y, Y], "crossover", (2, 3)),
+        ([N, U, Y, Y], "crossover", (1, 3)),
+        ([U, U, Y, Y], "from", (None, 3)),
+        ([Y] * 4, "always", None),
+        ([N] * 4, "never", None),
+        ([N, Y, N, Y], "mixed", None),
+        ([N, N, U, U], "inconclusive", None),
+        ([N, Y, Y, U], "inconclusive", None),
+        ([Y], "one budget", None),
+    ],
+)
 def test_world_patterns(statuses: list[str], pattern: str, at) -> None:
-    assert crossover.world_pattern([1, 2, 3, 4][:len(statuses)], statuses) == (pattern, at)
+    assert crossover.world_pattern([1, 2, 3, 4][: len(statuses)], statuses) == (pattern, at)
 
 
 def test_the_overall_statement_from_mixed_worlds() -> None:
     def table(statuses: dict[int, list[str]]) -> pl.DataFrame:
-        return pl.DataFrame([{"world_seed": w, "budget": b, "status": s}
-                             for w, row in statuses.items() for b, s in zip(BUDGETS, row)])
-    assert crossover.budget_claim(table({0: [Y] * 3, 1: [N] * 3})).status == \
-        "depends on the world"
+        return pl.DataFrame(
+            [
+                {"world_seed": w, "budget": b, "status": s}
+                for w, row in statuses.items()
+                for b, s in zip(BUDGETS, row, strict=False)
+            ]
+        )
+
+    assert crossover.budget_claim(table({0: [Y] * 3, 1: [N] * 3})).status == "depends on the world"
     assert crossover.budget_claim(table({0: [N, Y, N]})).status == "inconclusive"
-    assert crossover.budget_claim(table({0: [N, U, Y], 1: [N, N, N]})).status == \
-        "depends on the budget"
+    assert (
+        crossover.budget_claim(table({0: [N, U, Y], 1: [N, N, N]})).status
+        == "depends on the budget"
+    )
     assert crossover.budget_claim(table({0: [N, U, Y], 1: [N, U, U]})).status == "inconclusive"
     # one budget states neither a crossover nor "never", whatever its cell found
     for status in (Y, N, U):
@@ -125,29 +167,38 @@ def test_the_overall_statement_from_mixed_worlds() -> None:
 
 
 def test_the_sweeps_silent_steps_print_their_own_stage_lines(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`python -m kit run` prints what notebook 04 judges and which cells it reads back
     instead of probing them again (the steps that were silent for up to 21 s)."""
     records = tmp_path / "stages.jsonl"
     monkeypatch.setenv(STAGE_FILE_ENV, str(records))
     sweep.judge_cells(sweep_results({}, worlds=1, replicates=2), "heldout", "cat1", 15.0, 2.9)
-    loaded, _ = params.load("04_when_concat_helps", "ci",
-                            overrides={"world_seeds": [0, 1], "output_dir": str(tmp_path)})
+    loaded, _ = params.load(
+        "04_when_concat_helps", "ci", overrides={"world_seeds": [0, 1], "output_dir": str(tmp_path)}
+    )
     cells = sweep_settings.cells(loaded)
     for cell in cells:  # probed before: each cell's results file is there
         stored = sweep._cell_file(loaded, cell)
         stored.parent.mkdir(parents=True, exist_ok=True)
-        pl.DataFrame({"variant": ["cat1"], "world_seed": [cell.world_seed],
-                      "budget": [cell.budget]}).write_parquet(stored)
+        pl.DataFrame(
+            {"variant": ["cat1"], "world_seed": [cell.world_seed], "budget": [cell.budget]}
+        ).write_parquet(stored)
     assert sweep.probe_cells(loaded, cells).height == len(cells) == 4
     lines = terminal.StageProgress(records, "04", every_s=3600.0).poll()
-    assert lines[0] == ("04 verdicts: judging 5 cell(s): the primary endpoint against the "
-                        "baseline and the controls, probe gaps per cell")
+    assert lines[0] == (
+        "04 verdicts: judging 5 cell(s): the primary endpoint against the "
+        "baseline and the controls, probe gaps per cell"
+    )
     assert re.fullmatch(r"04 verdicts: judged 5 cell\(s\) \(.* s, .*cell/s\)", lines[1]), lines
-    assert lines[2] == (f"04 cells: 4 cell(s): 4 probed before (read back from "
-                        f"{tmp_path}/sweep/results), probing 0")
-    assert re.fullmatch(r"04 cells: read back 4, probed 0 cell\(s\) \(0 of them with notebook "
-                        r"03's probe results for the variants it shares\) \(.*\)", lines[3])
+    assert lines[2] == (
+        f"04 cells: 4 cell(s): 4 probed before (read back from {tmp_path}/sweep/results), probing 0"
+    )
+    assert re.fullmatch(
+        r"04 cells: read back 4, probed 0 cell\(s\) \(0 of them with notebook "
+        r"03's probe results for the variants it shares\) \(.*\)",
+        lines[3],
+    )
     assert len(lines) == 4
 
 
@@ -167,21 +218,32 @@ def test_cells_are_notebook_03s_settings_and_its_own_cell_shares_its_runs() -> N
     full = params.load("04_when_concat_helps", "sweep")[0]
     assert full.wide_compute == "equal"
     at_480 = sweep_settings.cells(full)[3].settings
-    assert at_480.total_iterations == 480 and at_480.iterations_for(at_480.variant("wide1-eq")) \
-        == 120  # twice the width: 480 iterations of cat1's compute
+    assert (
+        at_480.total_iterations == 480 and at_480.iterations_for(at_480.variant("wide1-eq")) == 120
+    )  # twice the width: 480 iterations of cat1's compute
     # one feature cache for every cell: the untrained networks' features are extracted once
-    assert {cell.settings.feature_cache for cell in sweep_settings.cells(full)} == {"sweep/features"}
+    assert {cell.settings.feature_cache for cell in sweep_settings.cells(full)} == {
+        "sweep/features"
+    }
     longer = params.load("04_when_concat_helps", "ci", overrides={"budgets": [80]})[0]
     pool = sweep_settings.cells(longer)[0].settings.train.data.synthetic.num_train
     assert pool == 80 * notebook.train.batch_size  # no image drawn twice at any budget
 
 
-@pytest.mark.parametrize("override, message", [
-    ({"budgets": [40, 20]}, "budgets: give distinct positive budgets in ascending order"),
-    ({"variants": ["cat1", "cat9"]}, "variants: cat9 not among notebook 03's variants"),
-    ({"budgets": [41]}, ("budgets: the cell world 0, budget 41 is not a valid notebook 03 "
-                         "experiment: total_iterations: 41 does not split")),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"budgets": [40, 20]}, "budgets: give distinct positive budgets in ascending order"),
+        ({"variants": ["cat1", "cat9"]}, "variants: cat9 not among notebook 03's variants"),
+        (
+            {"budgets": [41]},
+            (
+                "budgets: the cell world 0, budget 41 is not a valid notebook 03 "
+                "experiment: total_iterations: 41 does not split"
+            ),
+        ),
+    ],
+)
 def test_bad_sweep_parameters_are_refused_by_key(override: dict, message: str) -> None:
     with pytest.raises(params.ParameterError, match=message):
         params.load("04_when_concat_helps", "ci", overrides=override)
@@ -202,12 +264,19 @@ def test_the_paper_and_the_kit_side_by_side_with_their_regime() -> None:
     assert cat5["regime"] == pytest.approx(80_000 / 450_000)
     assert cat5["in-distribution top-1 %"] == pytest.approx(77.8)
     kit = table.filter(pl.col("source") == "kit, profile test")
-    row = kit.filter((pl.col("world_seed") == 1) & (pl.col("budget") == 960)
-                     & (pl.col("variant") == "cat4")).row(0, named=True)
+    row = kit.filter(
+        (pl.col("world_seed") == 1) & (pl.col("budget") == 960) & (pl.col("variant") == "cat4")
+    ).row(0, named=True)
     assert row["regime"] == pytest.approx(240 / 480)
     assert row["transfer tasks"] == "position, shape, texture"
-    one_budget = regime.paper_beside_kit(results.drop("world_seed", "budget").filter(
-        pl.col("iterations_per_model").is_in([240, 60])), "heldout", None, "kit")
+    one_budget = regime.paper_beside_kit(
+        results.drop("world_seed", "budget").filter(
+            pl.col("iterations_per_model").is_in([240, 60])
+        ),
+        "heldout",
+        None,
+        "kit",
+    )
     mine = one_budget.filter(pl.col("source") == "kit")
     assert mine.height and mine["regime"].null_count() == mine.height
 
@@ -216,15 +285,29 @@ def test_the_paper_and_the_kit_side_by_side_with_their_regime() -> None:
 #: measured when the sweep was last changed; seeded CPU runs reproduce them up to floating-point
 #: noise. A change to the sweep or its parameters that moves them must update them here, on purpose
 PINNED_04 = {
-    (20, "cat1", "mixture"): 36.5, (20, "cat1", "shape"): 13.7, (20, "cat1", "position"): 23.0,
-    (20, "cat2", "mixture"): 21.7, (20, "cat2", "shape"): 13.9, (20, "cat2", "position"): 21.1,
-    (20, "wide1", "mixture"): 37.3, (20, "wide1", "shape"): 13.3, (20, "wide1", "position"): 26.0,
-    (20, "random2", "mixture"): 14.5, (20, "random2", "shape"): 10.0,
+    (20, "cat1", "mixture"): 36.5,
+    (20, "cat1", "shape"): 13.7,
+    (20, "cat1", "position"): 23.0,
+    (20, "cat2", "mixture"): 21.7,
+    (20, "cat2", "shape"): 13.9,
+    (20, "cat2", "position"): 21.1,
+    (20, "wide1", "mixture"): 37.3,
+    (20, "wide1", "shape"): 13.3,
+    (20, "wide1", "position"): 26.0,
+    (20, "random2", "mixture"): 14.5,
+    (20, "random2", "shape"): 10.0,
     (20, "random2", "position"): 11.1,
-    (40, "cat1", "mixture"): 62.3, (40, "cat1", "shape"): 17.0, (40, "cat1", "position"): 34.8,
-    (40, "cat2", "mixture"): 42.4, (40, "cat2", "shape"): 14.3, (40, "cat2", "position"): 26.6,
-    (40, "wide1", "mixture"): 67.0, (40, "wide1", "shape"): 18.6, (40, "wide1", "position"): 43.2,
-    (40, "random2", "mixture"): 14.5, (40, "random2", "shape"): 10.0,
+    (40, "cat1", "mixture"): 62.3,
+    (40, "cat1", "shape"): 17.0,
+    (40, "cat1", "position"): 34.8,
+    (40, "cat2", "mixture"): 42.4,
+    (40, "cat2", "shape"): 14.3,
+    (40, "cat2", "position"): 26.6,
+    (40, "wide1", "mixture"): 67.0,
+    (40, "wide1", "shape"): 18.6,
+    (40, "wide1", "position"): 43.2,
+    (40, "random2", "mixture"): 14.5,
+    (40, "random2", "shape"): 10.0,
     (40, "random2", "position"): 11.1,
 }
 #: each ci cell's claim outcome, and the statement over the budget: two replicates of 40
@@ -238,9 +321,12 @@ def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     shared = notebook_outputs("03_time_concat", "time_concat_results.parquet")
     folder = notebook_outputs("04_when_concat_helps", "sweep_summary.json")
     results = pl.read_parquet(folder / "sweep_results.parquet").filter(pl.col("rule") == "heldout")
-    measured = {(row["budget"], row["variant"], row["task"]): 100 * row["top1"]
-                for row in results.group_by("budget", "variant", "task").agg(
-                    pl.col("top1").mean()).iter_rows(named=True)}
+    measured = {
+        (row["budget"], row["variant"], row["task"]): 100 * row["top1"]
+        for row in results.group_by("budget", "variant", "task")
+        .agg(pl.col("top1").mean())
+        .iter_rows(named=True)
+    }
     assert measured.keys() == PINNED_04.keys()
     for key, value in PINNED_04.items():
         assert measured[key] == pytest.approx(value, abs=1.0), key
@@ -249,12 +335,14 @@ def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     assert summary["claim"]["status"] == PINNED_04_STATUS
     assert summary["claim"]["line"].startswith(
         f"Over the budget sweep, cat2 transfers better than cat1 beyond the controls (paper "
-        f"Section 5): {PINNED_04_STATUS}")
+        f"Section 5): {PINNED_04_STATUS}"
+    )
     assert summary["claim"]["ran"].startswith("What ran: profile ci; the kit's synthetic world")
     # notebook 03's own cell has one set of numbers: the same verdict rows in both notebooks
     mine = pl.read_parquet(folder / "sweep_verdicts.parquet").filter(pl.col("budget") == 40)
     theirs = pl.read_parquet(shared / "time_concat_verdicts.parquet").filter(
-        pl.col("claim") == "time-concat")
+        pl.col("claim") == "time-concat"
+    )
     assert mine["condition"].to_list() == theirs["condition"].to_list()
     for column in ("mean", "low", "high", "detectable"):
         assert mine[column].to_list() == pytest.approx(theirs[column].to_list(), abs=1e-4)
@@ -263,7 +351,8 @@ def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     # features, whether read back from notebook 03 or probed again)
     own = results.filter(pl.col("budget") == 40)
     theirs = pl.read_parquet(shared / "time_concat_results.parquet").filter(
-        pl.col("rule") == "heldout")
+        pl.col("rule") == "heldout"
+    )
     joined = own.join(theirs, on=["variant", "replicate", "task"], suffix="_03")
     assert set(joined["variant"]) == {"cat1", "cat2", "wide1", "random2"}
     assert joined.height == own.height
@@ -278,8 +367,9 @@ def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
 def test_the_gain_chart_draws_tested_and_untested_cells(replicates: int) -> None:
     results = sweep_results({240: 8}, worlds=1, replicates=replicates)
     judged = sweep.judge_cells(results, "heldout", "cat1", 15.0, 2.9)
-    learned = pl.DataFrame({"world_seed": [0, 0], "variant": ["cat1", "cat4"], "n": [1, 4],
-                            "learned_at": [120, None]})
+    learned = pl.DataFrame(
+        {"world_seed": [0, 0], "variant": ["cat1", "cat4"], "n": [1, 4], "learned_at": [120, None]}
+    )
     spec = sweep_figures.gain_chart(judged.verdicts, learned, 2.9).to_dict()
     assert spec["facet"]["row"]["field"] == "world_seed"
     assert set(judged.verdicts["against"]) == {"cat1", "wide1", "random4"}
@@ -292,11 +382,18 @@ def test_the_gain_chart_draws_tested_and_untested_cells(replicates: int) -> None
 def test_cells_of_one_world_share_their_untrained_networks_features(tmp_path: Path) -> None:
     """Every copy of one untrained network is the same file, byte for byte, whatever cell wrote
     it, so the sweep's one feature cache (keyed by contents) extracts it once per world."""
-    loaded = params.load("04_when_concat_helps", "ci", output_dir=str(tmp_path),
-                         overrides={"overrides": {"feature_cache": "sweep/features"}})[0]
+    loaded = params.load(
+        "04_when_concat_helps",
+        "ci",
+        output_dir=str(tmp_path),
+        overrides={"overrides": {"feature_cache": "sweep/features"}},
+    )[0]
     small, large = (cell.settings for cell in sweep_settings.cells(loaded))
-    assert planning.features_dir(small) == planning.features_dir(large) \
+    assert (
+        planning.features_dir(small)
+        == planning.features_dir(large)
         == tmp_path / "sweep" / "features"
+    )
     untrained = [planning.plan(cell).initial for cell in (small, large)]
     assert [len(found) for found in untrained] == [4, 4]  # random2, 2 replicates, each cell
     assert planning.initialise(untrained[0] + untrained[1]) == 8
@@ -305,9 +402,11 @@ def test_cells_of_one_world_share_their_untrained_networks_features(tmp_path: Pa
         mine, theirs = (Path(c.output_dir) / planning.INITIAL for c in (one, other))
         assert mine.read_bytes() == theirs.read_bytes()
     dataset = TensorDataset(torch.rand(6, 3, 16, 16), torch.arange(6) % 2)
-    first, second = ([Path(c.output_dir) / planning.INITIAL] for c in (untrained[0][0],
-                                                                      untrained[1][0]))
+    first, second = (
+        [Path(c.output_dir) / planning.INITIAL] for c in (untrained[0][0], untrained[1][0])
+    )
     cache = planning.features_dir(small)
-    found = features.extract_many([first, second], dataset, "six images", "eval", "none", cache,
-                                  progress=False)
+    found = features.extract_many(
+        [first, second], dataset, "six images", "eval", "none", cache, progress=False
+    )
     assert len({entry.path for entry in found}) == 1 and len(list(cache.iterdir())) == 1

@@ -44,8 +44,7 @@ def fake_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The datasets the paper and GPU profiles read, tiny (`kit fixtures`), and the released
     checkpoints' file names."""
     write_paper_data(tmp_path)
-    for n, seeds in ((1, [2]), (2, [2, 550]), (4, [2, 550, 23, 477]),
-                     (5, [2, 550, 23, 477, 8529])):
+    for n, seeds in ((1, [2]), (2, [2, 550]), (4, [2, 550, 23, 477]), (5, [2, 550, 23, 477, 8529])):
         for seed in seeds:
             tiny_checkpoint(tmp_path / "released" / f"cat{n}" / f"seed{seed}.pt")
     monkeypatch.setenv("TIMECAT_DATA", str(tmp_path))
@@ -78,8 +77,9 @@ def test_the_plan_table_names_runs_from_the_repository_root(tmp_path: Path) -> N
     inside = planning.run_table(planning.plan(planned_params("ci")).trainings)
     assert inside.height > 0 and inside["run"].str.starts_with("outputs/ci/time_concat/rep0/").any()
     assert not inside["run"].str.starts_with("/").any()
-    outside = planning.run_table(planning.plan(planned_params("ci", output_dir=str(tmp_path)))
-                                 .trainings)
+    outside = planning.run_table(
+        planning.plan(planned_params("ci", output_dir=str(tmp_path))).trainings
+    )
     assert outside["run"].str.starts_with(f"{tmp_path}/time_concat/rep").all()
     assert outside.drop("run").equals(inside.drop("run"))
     assert paths.shown(paths.REPO_ROOT / "outputs" / ".." / "docs") == "docs"
@@ -89,23 +89,35 @@ def test_the_plan_table_names_runs_from_the_repository_root(tmp_path: Path) -> N
 
 def test_paper_budgets_and_seeds(fake_data: Path) -> None:
     experiment = planning.plan(planned_params("paper-8xh100"))
-    budgets = {r.variant: (r.iterations_per_model, len(r.checkpoints))
-               for r in experiment.representations}
-    assert budgets == {"cat1": (450_000, 1), "cat2": (200_000, 2), "cat4": (100_000, 4),
-                       "cat5": (80_000, 5)}
+    budgets = {
+        r.variant: (r.iterations_per_model, len(r.checkpoints)) for r in experiment.representations
+    }
+    assert budgets == {
+        "cat1": (450_000, 1),
+        "cat2": (200_000, 2),
+        "cat4": (100_000, 4),
+        "cat5": (80_000, 5),
+    }
     assert sorted({t.seed for t in experiment.trainings}) == [2, 23, 477, 550, 8529]
 
 
 @pytest.mark.parametrize("profile", GPU_PROFILES)
-def test_gpu_profiles_resolve_to_full_data_and_their_own_scale(fake_data: Path,
-                                                               profile: str) -> None:
+def test_gpu_profiles_resolve_to_full_data_and_their_own_scale(
+    fake_data: Path, profile: str
+) -> None:
     """No value sized for a 2-core CPU reaches a GPU profile: probes read every training row
     (so every class), and every scale-dependent value comes from a GPU profile's own files."""
     loaded, sources = planned(profile)
     assert loaded.probe_train_rows is None
     assert loaded.device == "cuda" and loaded.feature_dtype == "float16"
-    scale_keys = ["feature_batch_size", "feature_workers", "feature_dtype", "device", "probe",
-                  "launch"]
+    scale_keys = [
+        "feature_batch_size",
+        "feature_workers",
+        "feature_dtype",
+        "device",
+        "probe",
+        "launch",
+    ]
     if any(v.trained for v in loaded.variants):
         assert loaded.train is not None and loaded.train.device == "cuda"
         scale_keys += [f"train.{key}" for key in SCALE_TRAIN_KEYS]
@@ -135,19 +147,33 @@ def test_paper_checkpoints_probes_the_released_files(fake_data: Path) -> None:
 
 def tiny_checkpoint(path: Path, state_width: float = 0.125) -> None:
     """A kit checkpoint of a tiny network (its config says width 0.125)."""
-    cfg = TrainSettings(model="resnet10", width=0.125, num_classes=3, seed=0, batch_size=8,
-                      iterations=1, output_dir="-", data={
-                          "kind": "synthetic", "image_size": 16, "synthetic": {
-                              "num_train": 8, "num_eval": 8,
-                              "components": [{"weight": 1.0, "cues": ["colour"]}]}})
+    cfg = TrainSettings(
+        model="resnet10",
+        width=0.125,
+        num_classes=3,
+        seed=0,
+        batch_size=8,
+        iterations=1,
+        output_dir="-",
+        data={
+            "kind": "synthetic",
+            "image_size": 16,
+            "synthetic": {
+                "num_train": 8,
+                "num_eval": 8,
+                "components": [{"weight": 1.0, "cues": ["colour"]}],
+            },
+        },
+    )
     model = models.build(cfg.model, cfg.num_classes, state_width, image_size=16)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"model": model.state_dict(), "config": cfg.model_dump()}, path)
 
 
 @pytest.mark.parametrize("profile", ["gpu-1x", "paper-8xh100"])
-def test_missing_data_is_refused_naming_the_file_and_path(tmp_path: Path, monkeypatch,
-                                                          profile: str) -> None:
+def test_missing_data_is_refused_naming_the_file_and_path(
+    tmp_path: Path, monkeypatch, profile: str
+) -> None:
     monkeypatch.setenv("TIMECAT_DATA", str(tmp_path / "nowhere"))
     with pytest.raises(params.ParameterError) as error:
         planned_params(profile)
@@ -160,7 +186,8 @@ def test_a_profile_must_set_its_scale_keys(tmp_path: Path) -> None:
     (tmp_path / "mine").mkdir()
     cpu = (Path(runner.PARAMETERS_DIR) / "cpu" / f"{NOTEBOOK}.yaml").read_text()
     (tmp_path / "mine" / f"{NOTEBOOK}.yaml").write_text(
-        cpu.replace("  num_workers: 0\n", "").replace("  checkpoint_every: 120\n", ""))
+        cpu.replace("  num_workers: 0\n", "").replace("  checkpoint_every: 120\n", "")
+    )
     with pytest.raises(params.ParameterError, match="train: set num_workers, checkpoint_every"):
         params.load(NOTEBOOK, "mine", parameters_dir=tmp_path)
 
@@ -183,18 +210,25 @@ def test_balanced_subset_covers_every_class_of_a_class_ordered_folder(tmp_path: 
     assert np.bincount(labels[scarce]).tolist()[0] == 6 and len(scarce) == 40
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"total_iterations": 41}, "total_iterations: 41 does not split into 2 equal runs"),
-    ({"replicats": 3}, "unknown parameter 'replicats'"),
-    ({"baseline": "cat9"}, "baseline: 'cat9' is not a variant"),
-    ({"variants": [{"name": "w", "kind": "wide", "n": 2}]}, "one model"),
-    ({"variants": [{"name": "d", "kind": "direct", "tasks": ["nope"]}], "baseline": "d"},
-     "unknown task"),
-    ({"tasks": [{"name": "x", "role": "unseen"}]},
-     "exactly one of data, components or pretraining"),
-    ({"train": {"model": "resnet11"}}, "train.model"),
-    ({"probe_rule": "bounded", "probe_kind": "faithful"}, "probe_rule: bounded is reported by"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"total_iterations": 41}, "total_iterations: 41 does not split into 2 equal runs"),
+        ({"replicats": 3}, "unknown parameter 'replicats'"),
+        ({"baseline": "cat9"}, "baseline: 'cat9' is not a variant"),
+        ({"variants": [{"name": "w", "kind": "wide", "n": 2}]}, "one model"),
+        (
+            {"variants": [{"name": "d", "kind": "direct", "tasks": ["nope"]}], "baseline": "d"},
+            "unknown task",
+        ),
+        (
+            {"tasks": [{"name": "x", "role": "unseen"}]},
+            "exactly one of data, components or pretraining",
+        ),
+        ({"train": {"model": "resnet11"}}, "train.model"),
+        ({"probe_rule": "bounded", "probe_kind": "faithful"}, "probe_rule: bounded is reported by"),
+    ],
+)
 def test_bad_profiles_are_refused_before_anything_trains(overrides, message: str) -> None:
     with pytest.raises(params.ParameterError, match=message):
         planned_params("ci", **overrides)
@@ -202,11 +236,25 @@ def test_bad_profiles_are_refused_before_anything_trains(overrides, message: str
 
 def fake_results(variants: dict[str, list[float]]) -> pl.DataFrame:
     """Results of several variants over replicates on one task (top-1 per replicate)."""
-    return pl.DataFrame([
-        {"variant": name, "kind": "time-concat", "n": 1 if name != "cat4" else 4, "width": 1.0,
-         "replicate": r, "iterations_per_model": 100, "task": "t", "role": "unseen",
-         "rule": "heldout", "top1": top1, "top5": None}
-        for name, values in variants.items() for r, top1 in enumerate(values)])
+    return pl.DataFrame(
+        [
+            {
+                "variant": name,
+                "kind": "time-concat",
+                "n": 1 if name != "cat4" else 4,
+                "width": 1.0,
+                "replicate": r,
+                "iterations_per_model": 100,
+                "task": "t",
+                "role": "unseen",
+                "rule": "heldout",
+                "top1": top1,
+                "top5": None,
+            }
+            for name, values in variants.items()
+            for r, top1 in enumerate(values)
+        ]
+    )
 
 
 def test_a_control_with_n_1_does_not_change_the_baseline_or_its_gains() -> None:
@@ -215,10 +263,21 @@ def test_a_control_with_n_1_does_not_change_the_baseline_or_its_gains() -> None:
     gain = comparisons.gains(plain, "heldout", "cat1")
     gain_with_control = comparisons.gains(controlled, "heldout", "cat1")
     # the gain itself is the same, and so is its family (Holm over the tasks of one comparison)
-    paired = ["variant", "task", "gain_mean", "gain_std", "replicates", "baseline", "p_value",
-              "p_adjusted", "low", "high"]
+    paired = [
+        "variant",
+        "task",
+        "gain_mean",
+        "gain_std",
+        "replicates",
+        "baseline",
+        "p_value",
+        "p_adjusted",
+        "low",
+        "high",
+    ]
     assert gain.select(paired).row(0) == gain_with_control.filter(
-        pl.col("variant") == "cat4").select(paired).row(0)
+        pl.col("variant") == "cat4"
+    ).select(paired).row(0)
     assert gain_with_control["comparisons"].to_list() == [1, 1]
     assert gain["gain_mean"][0] == pytest.approx(10.0)
     table = comparisons.table3(controlled, "heldout")
@@ -235,15 +294,21 @@ def test_verdict_needs_an_interval_that_excludes_zero() -> None:
     assert comparisons.gains(single, "heldout", "cat1")["verdict"][0].startswith("untested")
 
 
-def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook_outputs
-                                                                         ) -> None:
+def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook_outputs) -> None:
     folder = notebook_outputs(NOTEBOOK, "time_concat_summary.json")
     loaded = planned_params("ci", output_dir=str(folder))
     table = pl.read_parquet(folder / "time_concat_table3.parquet")
     tasks = [task.name for task in loaded.tasks]
     assert table["variant"].to_list() == [v.name for v in loaded.variants]
-    assert table.columns[:7] == ["variant", "kind", "n", "width", "iterations_per_model",
-                                 "total_iterations", "replicates"]
+    assert table.columns[:7] == [
+        "variant",
+        "kind",
+        "n",
+        "width",
+        "iterations_per_model",
+        "total_iterations",
+        "replicates",
+    ]
     assert table.columns[7:] == [f"{task} {kind}" for task in tasks for kind in ("mean", "std")]
     assert table["mixture mean"].dtype == pl.Float64
     assert (table["replicates"] == loaded.replicates).all()
@@ -257,46 +322,83 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
     assert (diagnosed["rankme"] >= 1).all() and (diagnosed["rankme"] <= diagnosed["features"]).all()
     several = diagnosed.filter(pl.col("n") > 1)
     assert several["seed_cka"].is_between(0, 1.0 + 1e-9).all() and several.height
-    assert diagnosed.filter(pl.col("n") == 1)["seed_cka"].null_count() == \
-        diagnosed.filter(pl.col("n") == 1).height
+    assert (
+        diagnosed.filter(pl.col("n") == 1)["seed_cka"].null_count()
+        == diagnosed.filter(pl.col("n") == 1).height
+    )
     summary = json.loads((folder / "time_concat_summary.json").read_text())
     assert summary["rule"] == loaded.probe_rule and summary["baseline"] == loaded.baseline
     assert summary["lines"]
 
     experiment = planning.plan(loaded)
     assert all(is_finished(t) for t in experiment.trainings)
-    stamps = {t.output_dir: os.stat(Path(t.output_dir) / CHECKPOINT)
-              .st_mtime_ns for t in experiment.trainings}
+    stamps = {
+        t.output_dir: os.stat(Path(t.output_dir) / CHECKPOINT).st_mtime_ns
+        for t in experiment.trainings
+    }
     skipped = planning.launch(experiment.trainings, loaded)
     assert len(skipped) == len(experiment.trainings)
-    assert stamps == {t.output_dir: os.stat(Path(t.output_dir) /
-                                                   CHECKPOINT).st_mtime_ns
-                      for t in experiment.trainings}
-    for changed, key in (({"total_iterations": 80}, "iterations"),
-                         ({"train": {"lr": 0.01}}, "lr")):
+    assert stamps == {
+        t.output_dir: os.stat(Path(t.output_dir) / CHECKPOINT).st_mtime_ns
+        for t in experiment.trainings
+    }
+    for changed, key in (({"total_iterations": 80}, "iterations"), ({"train": {"lr": 0.01}}, "lr")):
         other = planned_params("ci", output_dir=str(folder), **changed)
-        with pytest.raises(params.ParameterError, match=rf"hold runs with other settings.*"
-                                                        rf"seed0 \({key}\)"):
+        with pytest.raises(
+            params.ParameterError,
+            match=rf"hold runs with other settings.*"
+            rf"seed0 \({key}\)",
+        ):
             planning.launch(planning.plan(other).trainings, other)
 
 
 def test_catn_is_compared_with_the_wide_control_and_random_init_of_the_same_n() -> None:
-    kinds = {"cat1": ("time-concat", 1), "cat4": ("time-concat", 4), "wide1": ("wide", 1),
-             "random4": ("random-init", 4), "random2": ("random-init", 2)}
-    top1 = {"cat1": [0.5, 0.6, 0.55], "cat4": [0.6, 0.7, 0.65], "wide1": [0.7, 0.8, 0.75],
-            "random4": [0.2, 0.3, 0.25], "random2": [0.1, 0.2, 0.15]}
-    results = pl.DataFrame([
-        {"variant": name, "kind": kinds[name][0], "n": kinds[name][1], "width": 1.0,
-         "replicate": r, "iterations_per_model": 100, "task": "t", "role": "unseen",
-         "rule": "heldout", "top1": value, "top5": None}
-        for name, values in top1.items() for r, value in enumerate(values)])
+    kinds = {
+        "cat1": ("time-concat", 1),
+        "cat4": ("time-concat", 4),
+        "wide1": ("wide", 1),
+        "random4": ("random-init", 4),
+        "random2": ("random-init", 2),
+    }
+    top1 = {
+        "cat1": [0.5, 0.6, 0.55],
+        "cat4": [0.6, 0.7, 0.65],
+        "wide1": [0.7, 0.8, 0.75],
+        "random4": [0.2, 0.3, 0.25],
+        "random2": [0.1, 0.2, 0.15],
+    }
+    results = pl.DataFrame(
+        [
+            {
+                "variant": name,
+                "kind": kinds[name][0],
+                "n": kinds[name][1],
+                "width": 1.0,
+                "replicate": r,
+                "iterations_per_model": 100,
+                "task": "t",
+                "role": "unseen",
+                "rule": "heldout",
+                "top1": value,
+                "top5": None,
+            }
+            for name, values in top1.items()
+            for r, value in enumerate(values)
+        ]
+    )
     controls = comparisons.control_gains(results, "heldout")
-    assert sorted(zip(controls["variant"], controls["baseline"], controls["verdict"])) == [
-        ("cat4", "random4", "better"), ("cat4", "wide1", "worse")]
+    assert sorted(
+        zip(controls["variant"], controls["baseline"], controls["verdict"], strict=True)
+    ) == [
+        ("cat4", "random4", "better"),
+        ("cat4", "wide1", "worse"),
+    ]
     assert controls.filter(pl.col("baseline") == "wide1")["gain_mean"][0] == pytest.approx(-10)
     summary = comparisons.summarize(results, "heldout", "cat1")
-    assert "secondary (exploratory): cat4 vs wide1 on t (unseen): -10.0 points over 3 " \
+    assert (
+        "secondary (exploratory): cat4 vs wide1 on t (unseen): -10.0 points over 3 "
         "replicate(s)" in "\n".join(summary["lines"])
+    )
     # better than cat1 on the transfer endpoint, but 10 points below a wide control that
     # trained with less compute: the gain is not beyond the controls
     assert summary["claim"]["status"] == "contradicted"
@@ -304,43 +406,74 @@ def test_catn_is_compared_with_the_wide_control_and_random_init_of_the_same_n() 
     assert rows["cat4 vs cat1"]["judgement"] == "holds"
     assert rows["cat4 vs wide1"]["judgement"] == "contradicted"
     assert rows["cat4 vs random4"]["judgement"] == "holds" and "cat4 vs random2" not in rows
-    assert summary["lines"][0].startswith("Claim: time-concat transfers better than cat1 at the "
-                                          "same budget, beyond the controls (paper Section 5, "
-                                          "Table 3): CONTRADICTED")
+    assert summary["lines"][0].startswith(
+        "Claim: time-concat transfers better than cat1 at the "
+        "same budget, beyond the controls (paper Section 5, "
+        "Table 3): CONTRADICTED"
+    )
 
 
 def planted_results(gains: dict[str, dict[str, float]], replicates: int = 5) -> pl.DataFrame:
     """Results of a run where each variant's top-1 % is a task's level plus a planted gain and
     noise of std 1 point (seeded); the wide model (width 2) spends cat4's compute."""
-    kinds = {"cat1": ("time-concat", 1, 1.0, 400), "cat2": ("time-concat", 2, 1.0, 200),
-             "cat4": ("time-concat", 4, 1.0, 100), "wide1": ("wide", 1, 2.0, 100),
-             "random4": ("random-init", 4, 1.0, None)}
+    kinds = {
+        "cat1": ("time-concat", 1, 1.0, 400),
+        "cat2": ("time-concat", 2, 1.0, 200),
+        "cat4": ("time-concat", 4, 1.0, 100),
+        "wide1": ("wide", 1, 2.0, 100),
+        "random4": ("random-init", 4, 1.0, None),
+    }
     roles = {"mixture": "in-distribution", "shape": "in-mixture", "position": "unseen"}
     rng = np.random.default_rng(0)
-    return pl.DataFrame([
-        {"variant": name, "kind": kind, "n": n, "width": width, "replicate": r,
-         "iterations_per_model": iterations, "task": task, "role": role, "rule": "heldout",
-         "top1": (40 + gains.get(name, {}).get(task, 0.0) + rng.normal()) / 100, "top5": None}
-        for r in range(replicates) for task, role in roles.items()
-        for name, (kind, n, width, iterations) in kinds.items()])
+    return pl.DataFrame(
+        [
+            {
+                "variant": name,
+                "kind": kind,
+                "n": n,
+                "width": width,
+                "replicate": r,
+                "iterations_per_model": iterations,
+                "task": task,
+                "role": role,
+                "rule": "heldout",
+                "top1": (40 + gains.get(name, {}).get(task, 0.0) + rng.normal()) / 100,
+                "top5": None,
+            }
+            for r in range(replicates)
+            for task, role in roles.items()
+            for name, (kind, n, width, iterations) in kinds.items()
+        ]
+    )
 
 
-@pytest.mark.parametrize("cat4, wide1, replicates, status", [
-    ({"shape": 5, "position": 5, "mixture": -5}, {"shape": 1, "position": 0}, 5, "reproduced"),
-    ({"shape": 5, "position": 5}, {"shape": 12, "position": 12}, 5, "contradicted"),
-    ({}, {}, 5, "contradicted"),  # no gain: a gain of 2.9 points is excluded
-    ({"shape": -5, "mixture": 10}, {}, 5, "contradicted"),  # in-distribution gains do not count
-    ({"shape": 2, "position": 2}, {}, 3, "inconclusive"),  # a small gain, three replicates
-])
+@pytest.mark.parametrize(
+    "cat4, wide1, replicates, status",
+    [
+        ({"shape": 5, "position": 5, "mixture": -5}, {"shape": 1, "position": 0}, 5, "reproduced"),
+        ({"shape": 5, "position": 5}, {"shape": 12, "position": 12}, 5, "contradicted"),
+        ({}, {}, 5, "contradicted"),  # no gain: a gain of 2.9 points is excluded
+        ({"shape": -5, "mixture": 10}, {}, 5, "contradicted"),  # in-distribution gains do not count
+        ({"shape": 2, "position": 2}, {}, 3, "inconclusive"),  # a small gain, three replicates
+    ],
+)
 def test_the_claim_is_about_the_largest_n_on_the_mean_transfer_endpoint(
-        cat4, wide1, replicates: int, status: str) -> None:
-    results = planted_results({"cat2": {"shape": 9, "position": 9}, "cat4": cat4,
-                               "wide1": wide1, "random4": {"shape": -20, "position": -20}},
-                              replicates)
+    cat4, wide1, replicates: int, status: str
+) -> None:
+    results = planted_results(
+        {
+            "cat2": {"shape": 9, "position": 9},
+            "cat4": cat4,
+            "wide1": wide1,
+            "random4": {"shape": -20, "position": -20},
+        },
+        replicates,
+    )
     summary = comparisons.summarize(results, "heldout", "cat1", smallest=2.9)
     assert summary["claim"]["variant"] == "cat4" and summary["claim"]["status"] == status
-    assert summary["lines"][0].startswith("Claim: time-concat") and \
-        summary["lines"][0].split(" (smallest")[0].endswith(status.upper())
+    assert summary["lines"][0].startswith("Claim: time-concat") and summary["lines"][0].split(
+        " (smallest"
+    )[0].endswith(status.upper())
     primary = summary["verdicts"][0]
     assert primary["condition"] == "cat4 vs cat1" and primary["tasks"] == ["shape", "position"]
     assert len(primary["values"]) == replicates and json.dumps(summary)
@@ -350,30 +483,42 @@ def test_the_claim_is_about_the_largest_n_on_the_mean_transfer_endpoint(
 
 def test_the_bottleneck_claim_reads_direct_against_cat1_on_the_tasks_it_trains_on() -> None:
     results = planted_results({"cat4": {"shape": 5, "position": 5}})
-    direct = results.filter((pl.col("variant") == "cat1") & (pl.col("task") == "shape")).with_columns(
-        pl.lit("direct").alias("variant"), pl.lit("direct").alias("kind"),
-        pl.col("top1") + 0.08)
+    direct = results.filter(
+        (pl.col("variant") == "cat1") & (pl.col("task") == "shape")
+    ).with_columns(
+        pl.lit("direct").alias("variant"), pl.lit("direct").alias("kind"), pl.col("top1") + 0.08
+    )
     summary = comparisons.summarize(pl.concat([results, direct]), "heldout", "cat1")
     bottleneck = next(c for c in summary["claims"] if c["claim"] == "bottleneck")
-    assert bottleneck["status"] == "reproduced" and "direct minus cat1, mean over shape" in \
-        bottleneck["line"]
-    assert [c["claim"] for c in comparisons.summarize(results, "heldout", "cat1")["claims"]] \
-        == ["time-concat"]
+    assert (
+        bottleneck["status"] == "reproduced"
+        and "direct minus cat1, mean over shape" in bottleneck["line"]
+    )
+    assert [c["claim"] for c in comparisons.summarize(results, "heldout", "cat1")["claims"]] == [
+        "time-concat"
+    ]
 
 
 def test_the_endpoint_is_fixed_by_the_design_and_flagged_cells_are_named_beside_it() -> None:
     results = planted_results({"cat4": {"shape": 5, "position": 5}}).with_columns(
-        train_top1=pl.col("top1") + pl.when((pl.col("variant") == "cat4")
-                                            & (pl.col("task") == "shape")).then(0.3).otherwise(0))
+        train_top1=pl.col("top1")
+        + pl.when((pl.col("variant") == "cat4") & (pl.col("task") == "shape"))
+        .then(0.3)
+        .otherwise(0)
+    )
     summary = comparisons.summarize(results, "heldout", "cat1", max_gap=15.0)
     primary = summary["verdicts"][0]
     assert primary["tasks"] == ["shape", "position"]  # never chosen by the data
-    assert "probe cells flagged, read with care: cat4 on shape (train/eval gap 30.0 points)" in \
-        summary["claim"]["line"]
-    assert {(c["variant"], c["task"]) for c in summary["claim"]["flagged_cells"]} == \
-        {("cat4", "shape")}
-    secondary = [row for row in summary["gains"] if row["variant"] == "cat4"
-                 and row["task"] == "shape"]
+    assert (
+        "probe cells flagged, read with care: cat4 on shape (train/eval gap 30.0 points)"
+        in summary["claim"]["line"]
+    )
+    assert {(c["variant"], c["task"]) for c in summary["claim"]["flagged_cells"]} == {
+        ("cat4", "shape")
+    }
+    secondary = [
+        row for row in summary["gains"] if row["variant"] == "cat4" and row["task"] == "shape"
+    ]
     assert secondary[0]["verdict"].startswith("flagged")
 
 

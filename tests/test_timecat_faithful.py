@@ -23,21 +23,49 @@ PROFILE = "paper-checkpoints"
 RELEASED = {1: [2], 2: [2, 550], 4: [2, 550, 23, 477], 5: [2, 550, 23, 477, 8529]}
 #: the profile's tasks, with as many classes as the fixtures hold and 16 px images
 TASKS = [
-    {"name": "ImageNet-1k", "role": "in-distribution", "num_classes": 3,
-     "data": {"kind": "imagefolder", "root": "${TIMECAT_DATA}/imagenet", "image_size": 16}},
-    {"name": "iNat18", "role": "unseen", "num_classes": 3,
-     "data": {"kind": "inat18", "root": "${TIMECAT_DATA}/inat18", "image_size": 16}},
-    {"name": "CIFAR-100", "role": "unseen", "num_classes": 100,
-     "data": {"kind": "cifar100", "root": "${TIMECAT_DATA}/cifar100", "image_size": 16}},
-    {"name": "CIFAR-10", "role": "unseen", "num_classes": 10,
-     "data": {"kind": "cifar10", "root": "${TIMECAT_DATA}/cifar10", "image_size": 16}},
+    {
+        "name": "ImageNet-1k",
+        "role": "in-distribution",
+        "num_classes": 3,
+        "data": {"kind": "imagefolder", "root": "${TIMECAT_DATA}/imagenet", "image_size": 16},
+    },
+    {
+        "name": "iNat18",
+        "role": "unseen",
+        "num_classes": 3,
+        "data": {"kind": "inat18", "root": "${TIMECAT_DATA}/inat18", "image_size": 16},
+    },
+    {
+        "name": "CIFAR-100",
+        "role": "unseen",
+        "num_classes": 100,
+        "data": {"kind": "cifar100", "root": "${TIMECAT_DATA}/cifar100", "image_size": 16},
+    },
+    {
+        "name": "CIFAR-10",
+        "role": "unseen",
+        "num_classes": 10,
+        "data": {"kind": "cifar10", "root": "${TIMECAT_DATA}/cifar10", "image_size": 16},
+    },
 ]
 #: the scale of this machine, and one epoch: every target's setup in one process
-SMALL = {"device": "cpu", "feature_workers": 0, "feature_batch_size": 64,
-         "faithful": {"epochs": 1, "processes": 1, "workers": 0, "batch_size": 8,
-                      "bn_batch": 4, "setups": {
-                          f"{grid}-{representation}": {"processes": 1, "batch_size": 8}
-                          for grid in PAPER_WEIGHT_DECAYS for representation in ("cat1", "catN")}}}
+SMALL = {
+    "device": "cpu",
+    "feature_workers": 0,
+    "feature_batch_size": 64,
+    "faithful": {
+        "epochs": 1,
+        "processes": 1,
+        "workers": 0,
+        "batch_size": 8,
+        "bn_batch": 4,
+        "setups": {
+            f"{grid}-{representation}": {"processes": 1, "batch_size": 8}
+            for grid in PAPER_WEIGHT_DECAYS
+            for representation in ("cat1", "catN")
+        },
+    },
+}
 
 
 @pytest.fixture()
@@ -62,14 +90,16 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def resolved(settings: Path, output: Path, **overrides) -> TimecatSettings:
-    loaded, _ = params.load(NOTEBOOK, PROFILE, files=[settings], overrides=overrides or None,
-                            output_dir=str(output))
+    loaded, _ = params.load(
+        NOTEBOOK, PROFILE, files=[settings], overrides=overrides or None, output_dir=str(output)
+    )
     assert isinstance(loaded, TimecatSettings)
     return loaded
 
 
-def test_paper_checkpoints_runs_the_authors_probe_end_to_end(settings: Path,
-                                                             tmp_path: Path) -> None:
+def test_paper_checkpoints_runs_the_authors_probe_end_to_end(
+    settings: Path, tmp_path: Path
+) -> None:
     loaded = resolved(settings, tmp_path / "out")
     assert loaded.probe_kind == "faithful"  # the profile's default, not the test's
     assert "the authors' probe" in measure.probe_description(loaded)
@@ -99,9 +129,11 @@ def test_paper_checkpoints_runs_the_authors_probe_end_to_end(settings: Path,
         side = comparisons.paper_side_by_side(results, rule, loaded.paper_columns)
         assert side["kit_top1_mean"].is_not_null().sum() == len(variants) * len(tasks)
     assert measured.diagnostics.height == len(variants) * len(tasks)
-    assert measured.diagnostics.filter(pl.col("variant") == "cat5")["features"].unique()\
-        .to_list() == [5 * measured.diagnostics.filter(pl.col("variant") == "cat1")
-                       ["features"][0]]
+    assert measured.diagnostics.filter(pl.col("variant") == "cat5")[
+        "features"
+    ].unique().to_list() == [
+        5 * measured.diagnostics.filter(pl.col("variant") == "cat1")["features"][0]
+    ]
 
     # a finished probe is read back, not run again: a mark left in one result comes back
     marked = root / "CIFAR-10" / "rep0" / "cat4" / "selected.csv"
@@ -117,14 +149,18 @@ def test_paper_checkpoints_runs_the_authors_probe_end_to_end(settings: Path,
     print(f"re-run with every probe finished: {rerun_s:.1f} s")
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"probe_train_rows": 64}, "probe_train_rows: the faithful probe trains on every"),
-    ({"faithful": {"weight_decays": {"ImageNet": [0.1]}}}, "weight_decays names ImageNet"),
-    ({"faithful": {"batch_size": 10}}, "batch_size: the global batch 10 over 1"),
-    ({"faithful": {"milestone": [3]}}, "unknown parameter 'faithful.milestone'.*milestones"),
-])
-def test_bad_faithful_settings_are_refused_naming_the_key(settings: Path, tmp_path: Path,
-                                                          change: dict, message: str) -> None:
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"probe_train_rows": 64}, "probe_train_rows: the faithful probe trains on every"),
+        ({"faithful": {"weight_decays": {"ImageNet": [0.1]}}}, "weight_decays names ImageNet"),
+        ({"faithful": {"batch_size": 10}}, "batch_size: the global batch 10 over 1"),
+        ({"faithful": {"milestone": [3]}}, "unknown parameter 'faithful.milestone'.*milestones"),
+    ],
+)
+def test_bad_faithful_settings_are_refused_naming_the_key(
+    settings: Path, tmp_path: Path, change: dict, message: str
+) -> None:
     with pytest.raises(params.ParameterError, match=message):
         resolved(settings, tmp_path / "out", **change)
 

@@ -26,14 +26,20 @@ from kit.experiments.timecat.settings import TimecatSettings
 
 def small_plan(folder: Path, **changes) -> Path:
     """ci's world with three untrained networks (r1, and r2 of two) probed on two tasks."""
-    values = {"output_dir": str(folder / "out"), "replicates": 1,
-              "variants": [{"name": "r1", "kind": "random-init", "n": 1},
-                           {"name": "r2", "kind": "random-init", "n": 2}],
-              "baseline": "r1",
-              "tasks": [{"name": "mixture", "role": "in-distribution",
-                         "components": [["colour"], ["shape"]]},
-                        {"name": "position", "role": "unseen", "components": [["position"]]}],
-              "launch": {"backend": "torchrun", "nproc_per_node": 2}} | changes
+    values = {
+        "output_dir": str(folder / "out"),
+        "replicates": 1,
+        "variants": [
+            {"name": "r1", "kind": "random-init", "n": 1},
+            {"name": "r2", "kind": "random-init", "n": 2},
+        ],
+        "baseline": "r1",
+        "tasks": [
+            {"name": "mixture", "role": "in-distribution", "components": [["colour"], ["shape"]]},
+            {"name": "position", "role": "unseen", "components": [["position"]]},
+        ],
+        "launch": {"backend": "torchrun", "nproc_per_node": 2},
+    } | changes
     path = folder / "small.yaml"
     path.write_text(yaml.safe_dump(values))
     return path
@@ -41,13 +47,19 @@ def small_plan(folder: Path, **changes) -> Path:
 
 def entries(cache: Path) -> dict[str, tuple[int, int]]:
     """Each cache entry's features and record files, by modification time (rewritten: changed)."""
-    return {entry.name: ((entry / "features.npy").stat().st_mtime_ns,
-                         (entry / "record.json").stat().st_mtime_ns)
-            for entry in cache.iterdir() if (entry / "record.json").exists()}
+    return {
+        entry.name: (
+            (entry / "features.npy").stat().st_mtime_ns,
+            (entry / "record.json").stat().st_mtime_ns,
+        )
+        for entry in cache.iterdir()
+        if (entry / "record.json").exists()
+    }
 
 
 def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     parameters = small_plan(tmp_path)
     loaded = jobs.load_settings("ci", [parameters], [])
@@ -63,7 +75,8 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
     assert len(made) == (2 + 1) * 2 * 2
     assert jobs.extraction_finished(loaded)
     assert not jobs.extraction_finished(
-        jobs.load_settings("ci", [parameters], ["feature_dtype=float16"]))
+        jobs.load_settings("ci", [parameters], ["feature_dtype=float16"])
+    )
 
     # what probe_all reads: every feature set found in the cache (no image decoded again)
     representations = planning.plan(loaded).representations
@@ -85,17 +98,22 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
     assert set(entries(cache)) == set(made)
     for name in made:
         sharded, single = tmp_path / "sharded" / name, cache / name
-        np.testing.assert_allclose(np.load(sharded / "features.npy"),
-                                   np.load(single / "features.npy"), rtol=1e-5, atol=1e-6)
-        np.testing.assert_array_equal(np.load(sharded / "labels.npy"),
-                                      np.load(single / "labels.npy"))
-        recorded = [json.loads((folder / "record.json").read_text())
-                    for folder in (sharded, single)]
+        np.testing.assert_allclose(
+            np.load(sharded / "features.npy"),
+            np.load(single / "features.npy"),
+            rtol=1e-5,
+            atol=1e-6,
+        )
+        np.testing.assert_array_equal(
+            np.load(sharded / "labels.npy"), np.load(single / "labels.npy")
+        )
+        recorded = [
+            json.loads((folder / "record.json").read_text()) for folder in (sharded, single)
+        ]
         assert [r["checkpoints"] for r in recorded][0] == recorded[1]["checkpoints"]
 
 
-def test_extraction_refuses_unfinished_training_before_extracting(tmp_path: Path, capsys
-                                                                  ) -> None:
+def test_extraction_refuses_unfinished_training_before_extracting(tmp_path: Path, capsys) -> None:
     out = tmp_path / "out"
     assert kit_main(["extract", "--profile", "ci", "--set", f"output_dir={out}"]) == 2
     error = capsys.readouterr().err
@@ -105,22 +123,54 @@ def test_extraction_refuses_unfinished_training_before_extracting(tmp_path: Path
 
 
 def test_the_plan_prints_paths_as_typed_from_the_working_directory(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     monkeypatch.chdir(tmp_path)
-    assert kit_main(["launch", "plan", "--profile", "ci", "--set", f"output_dir={tmp_path}",
-                     "--out", str(tmp_path / "export")]) == 0
+    assert (
+        kit_main(
+            [
+                "launch",
+                "plan",
+                "--profile",
+                "ci",
+                "--set",
+                f"output_dir={tmp_path}",
+                "--out",
+                str(tmp_path / "export"),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
-    assert ("wrote export/train.sbatch, export/extract.sbatch, export/probe.sbatch, "
-            "export/submit.sh; submit all with: bash export/submit.sh") in printed
+    assert (
+        "wrote export/train.sbatch, export/extract.sbatch, export/probe.sbatch, "
+        "export/submit.sh; submit all with: bash export/submit.sh"
+    ) in printed
     assert str(tmp_path) not in printed
 
 
 def test_plan_with_a_profile_exports_training_extraction_and_probing_chained(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     out, export = tmp_path / "out", tmp_path / "export"
-    code = kit_main(["launch", "plan", "--profile", "ci", "--set", f"output_dir={out}", "--out",
-                        str(export), "--launch", "gpus_per_node=8", "--launch",
-                        "nproc_per_node=8", "--launch", "partition=gpu"])
+    code = kit_main(
+        [
+            "launch",
+            "plan",
+            "--profile",
+            "ci",
+            "--set",
+            f"output_dir={out}",
+            "--out",
+            str(export),
+            "--launch",
+            "gpus_per_node=8",
+            "--launch",
+            "nproc_per_node=8",
+            "--launch",
+            "partition=gpu",
+        ]
+    )
     assert code == 0
     loaded = jobs.load_settings("ci", [], [f"output_dir={out}"])
     trainings = planning.plan(loaded).trainings
@@ -132,14 +182,22 @@ def test_plan_with_a_profile_exports_training_extraction_and_probing_chained(
     assert f"#SBATCH --array=0-{len(trainings) - 1}" in train
     listed = (export / "runs.txt").read_text().split()
     assert {yaml.safe_load(Path(p).read_text())["output_dir"] for p in listed} == {
-        t.output_dir for t in trainings}
+        t.output_dir for t in trainings
+    }
     extract, probe = ((export / f"{step}.sbatch").read_text() for step in ("extract", "probe"))
-    for line in ("#SBATCH --ntasks-per-node=8", "#SBATCH --gpus-per-node=8",
-                 "#SBATCH --partition=gpu", "#SBATCH --requeue",
-                 f"-m kit extract --profile ci -f {parameters}"):
+    for line in (
+        "#SBATCH --ntasks-per-node=8",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --requeue",
+        f"-m kit extract --profile ci -f {parameters}",
+    ):
         assert line in extract
-    for line in ("#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=1",
-                 f"-m kit probe --profile ci -f {parameters}"):
+    for line in (
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=1",
+        f"-m kit probe --profile ci -f {parameters}",
+    ):
         assert line in probe
     submit = (export / "submit.sh").read_text()
     order = re.findall(r"--dependency=afterok:\$job\} ([^\s)]+)", submit)

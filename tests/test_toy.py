@@ -28,7 +28,7 @@ def test_separability_check_accepts_a_separable_set() -> None:
 
 def test_each_component_is_solved_by_its_named_feature_only() -> None:
     table = toy.component_table()
-    for row, feature in zip(table.iter_rows(named=True), toy.COMPONENT_FEATURE):
+    for row, feature in zip(table.iter_rows(named=True), toy.COMPONENT_FEATURE, strict=True):
         assert row["solved_by_phi1_alone"] == (feature == 0), row
         assert row["solved_by_phi2_alone"] == (feature == 1), row
 
@@ -57,8 +57,10 @@ def test_the_optimum_table_gives_each_mixtures_masses_and_lightest_drop() -> Non
         assert sum(masses.values()) == pytest.approx(1.0)
         assert row["dropped"] == min(masses, key=masses.get), row
         assert row["error"] == pytest.approx(min(masses.values()), abs=1e-4)
-        assert row["features"] == toy.FEATURES[toy.COMPONENT_FEATURE[
-            toy.COMPONENT_NAMES.index(row["dominant"])]]
+        assert (
+            row["features"]
+            == toy.FEATURES[toy.COMPONENT_FEATURE[toy.COMPONENT_NAMES.index(row["dominant"])]]
+        )
 
 
 def test_tied_mixture_reports_every_optimal_classifier() -> None:
@@ -94,15 +96,17 @@ def test_where_both_features_carry_signal_weight_decay_drops_one() -> None:
     keeps both and a larger one keeps a single feature."""
     sweep = toy.sparsity_sweep([0.003, 0.03], [0.45, 0.10, 0.30, 0.15], 12, FAST, seed=7)
     both = dict(sweep.group_by("weight_decay").agg((pl.col("kept") == "both").mean()).iter_rows())
-    one = dict(sweep.group_by("weight_decay").agg(
-        pl.col("kept").is_in(["phi1", "phi2"]).mean()).iter_rows())
+    one = dict(
+        sweep.group_by("weight_decay")
+        .agg(pl.col("kept").is_in(["phi1", "phi2"]).mean())
+        .iter_rows()
+    )
     assert both[0.003] >= 0.5 and one[0.03] >= one[0.003] + 0.25, (both, one)
 
 
 def test_a_shared_sample_differs_only_by_initialisation_and_order() -> None:
     weights = toy.dominated_weights(0, 0.4).repeat(3, 1)
-    shared = toy.train_sparse(weights, FAST.model_copy(update={"steps": 5}), seed=3,
-                              sample_seed=9)
+    shared = toy.train_sparse(weights, FAST.model_copy(update={"steps": 5}), seed=3, sample_seed=9)
     fresh = toy.train_sparse(weights, FAST.model_copy(update={"steps": 5}), seed=3)
     generator = torch.Generator().manual_seed(9)
     x, _ = toy.sample(weights[:1], FAST.n_train, FAST.noise, generator)
@@ -134,22 +138,30 @@ def test_concatenation_study_shapes() -> None:
 
 def test_one_feature_proportion_matches_what_notebook_01_reports(notebook_outputs) -> None:
     folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
-    reported = toy.summarize(*(pl.read_parquet(folder / f"toy_{name}.parquet")
-                               for name in ("runs", "direct", "concat",
-                                                "concat_shared_sample")))
+    reported = toy.summarize(
+        *(
+            pl.read_parquet(folder / f"toy_{name}.parquet")
+            for name in ("runs", "direct", "concat", "concat_shared_sample")
+        )
+    )
     (planned,) = runner.plan(["01"], "ci")
     params = ToySettings(**planned.parameters)
-    runs, _ = toy.mixture_sweep(params.shares, params.replicates, params,
-                                params.seed)
+    runs, _ = toy.mixture_sweep(params.shares, params.replicates, params, params.seed)
     measured = runs["kept"].is_in(["phi1", "phi2"]).mean()
     assert measured == pytest.approx(reported["one_feature_fraction"], abs=0.1)
 
 
-def test_accuracy_chart_names_every_representation_and_the_chance_level(tmp_path,
-                                                                        chart_texts) -> None:
+def test_accuracy_chart_names_every_representation_and_the_chance_level(
+    tmp_path, chart_texts
+) -> None:
     trainings = ["direct on the component", "mixture, kept both", "mixture, kept phi1"]
-    table = pl.DataFrame([{"training": t, "component": c, "n": 3, "mean": 0.9, "std": 0.05}
-                          for t in trainings for c in toy.COMPONENT_NAMES])
+    table = pl.DataFrame(
+        [
+            {"training": t, "component": c, "n": 3, "mean": 0.9, "std": 0.05}
+            for t in trainings
+            for c in toy.COMPONENT_NAMES
+        ]
+    )
     (svg,) = charts.save_chart(toy_charts.accuracy_chart(table), tmp_path, "accuracy", ["svg"])
     texts = chart_texts(svg)
     assert set(trainings) <= set(texts)  # in full, not shortened with '…'

@@ -47,14 +47,33 @@ def one_thread():
 
 def settings(out: Path, **changes) -> dict:
     values = {
-        "model": "resnet10", "width": 0.125, "num_classes": 4, "seed": 3,
-        "data": {"kind": "synthetic", "image_size": 16, "synthetic": {
-            "num_train": 256, "num_eval": 128, "noise": 0.1,
-            "components": [{"weight": 1.0, "cues": ["colour"]},
-                           {"weight": 1.0, "cues": ["position"]}]}},
-        "batch_size": 32, "iterations": 24, "lr": 0.01, "bn_recalibration_batches": 2,
-        "eval_every": 12, "checkpoint_every": 6, "log_every": 3, "num_workers": 0,
-        "output_dir": str(out)}
+        "model": "resnet10",
+        "width": 0.125,
+        "num_classes": 4,
+        "seed": 3,
+        "data": {
+            "kind": "synthetic",
+            "image_size": 16,
+            "synthetic": {
+                "num_train": 256,
+                "num_eval": 128,
+                "noise": 0.1,
+                "components": [
+                    {"weight": 1.0, "cues": ["colour"]},
+                    {"weight": 1.0, "cues": ["position"]},
+                ],
+            },
+        },
+        "batch_size": 32,
+        "iterations": 24,
+        "lr": 0.01,
+        "bn_recalibration_batches": 2,
+        "eval_every": 12,
+        "checkpoint_every": 6,
+        "log_every": 3,
+        "num_workers": 0,
+        "output_dir": str(out),
+    }
     return values | changes
 
 
@@ -71,10 +90,15 @@ def final_state(run_dir: Path) -> dict:
 # Configuration
 # ---------------------------------------------------------------------------------------------
 
+
 def test_config_defaults_are_the_algoperf_schedule_free_recipe(tmp_path: Path) -> None:
     cfg = load_train_settings(write_config(tmp_path / "run.yaml", settings(tmp_path / "out")))
     assert (cfg.lr, cfg.betas, cfg.weight_decay, cfg.label_smoothing) == (
-        0.01, [0.9, 0.99552], 0.08122, 0.2)
+        0.01,
+        [0.9, 0.99552],
+        0.08122,
+        0.2,
+    )
     assert (cfg.weight_lr_power, cfg.r, cfg.warmup_fraction) == (2.0, 0.75, 0.02)
     hinted = cfg.model_copy(update={"step_hint": 195_999})
     assert warmup_steps(hinted) == round(0.02 * 0.75 * 195_999) == 2940
@@ -108,6 +132,7 @@ def test_config_nested_unknown_key_and_override_are_named(tmp_path: Path) -> Non
 # Schedule-free AdamW: optimizer state round trip and BatchNorm at the evaluation point
 # ---------------------------------------------------------------------------------------------
 
+
 def test_optimizer_state_round_trip_continues_identically(tmp_path: Path) -> None:
     """schedule_free issue #32: state_dict round trips failed; the trainer saves in eval mode
     (weights at x) and returns to y after loading. A frozen layer (no state) is included."""
@@ -135,8 +160,9 @@ def test_optimizer_state_round_trip_continues_identically(tmp_path: Path) -> Non
     resumed.load(torch.load(io.BytesIO(buffer.getvalue()), weights_only=True))
     for images, labels in batches[3:]:
         resumed.step(images, labels)
-    for (name, a), b in zip(original.module.state_dict().items(),
-                            resumed.module.state_dict().values()):
+    for (name, a), b in zip(
+        original.module.state_dict().items(), resumed.module.state_dict().values(), strict=False
+    ):
         assert torch.equal(a, b), name
     assert resumed.optimizer.param_groups[0]["k"] == 6
 
@@ -146,9 +172,17 @@ def test_batchnorm_recalibration_at_x_is_needed_and_sufficient(tmp_path: Path) -
     one evaluates as well as the weights deserve (BN with the eval data's own statistics)."""
     runs = {}
     for batches in (0, 4):
-        values = settings(tmp_path / f"recal{batches}", lr=1.0, width=0.25, iterations=60,
-                          eval_every=0, checkpoint_every=0, log_every=60, label_smoothing=0.0,
-                          bn_recalibration_batches=batches)
+        values = settings(
+            tmp_path / f"recal{batches}",
+            lr=1.0,
+            width=0.25,
+            iterations=60,
+            eval_every=0,
+            checkpoint_every=0,
+            log_every=60,
+            label_smoothing=0.0,
+            bn_recalibration_batches=batches,
+        )
         runs[batches] = train.train(TrainSettings(**values))
     stale, fresh = (final_state(runs[b]) for b in (0, 4))
     for name, tensor in stale["model"].items():
@@ -163,8 +197,10 @@ def test_batchnorm_recalibration_at_x_is_needed_and_sufficient(tmp_path: Path) -
     model.load_state_dict(fresh["model"])
     run_data = data.build(cfg.data, cfg.num_classes, cfg.seed, 128, 0, 1, 0, 0, False)
     with torch.no_grad():
-        correct = sum((model.train()(x).argmax(1) == y).sum().item()
-                      for x, y in prefetch.DeviceBatches(run_data.eval, torch.device("cpu")))
+        correct = sum(
+            (model.train()(x).argmax(1) == y).sum().item()
+            for x, y in prefetch.DeviceBatches(run_data.eval, torch.device("cpu"))
+        )
     assert fresh_eval["eval_accuracy"] == pytest.approx(correct / run_data.num_eval, abs=0.03)
 
 
@@ -172,14 +208,20 @@ def test_batchnorm_recalibration_at_x_is_needed_and_sufficient(tmp_path: Path) -
 # Checkpoints: exact resume, finished runs, non-finite loss
 # ---------------------------------------------------------------------------------------------
 
+
 def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path) -> None:
-    values = settings(tmp_path / "killed", iterations=80, checkpoint_every=10, eval_every=40,
-                      log_every=5)
+    values = settings(
+        tmp_path / "killed", iterations=80, checkpoint_every=10, eval_every=40, log_every=5
+    )
     config = write_config(tmp_path / "killed.yaml", values)
     checkpoint = tmp_path / "killed" / CHECKPOINT
-    process = subprocess.Popen([sys.executable, "-m", "kit.train", "--config", str(config)],
-                               env=SUBPROCESS_ENV, cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kit.train", "--config", str(config)],
+        env=SUBPROCESS_ENV,
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while not checkpoint.exists():
         assert process.poll() is None, process.stderr.read().decode()
@@ -191,8 +233,17 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path
     assert 10 <= killed_at < 80 and not (tmp_path / "killed" / train.DONE).exists()
 
     resumed = train.train(TrainSettings(**values))
-    uninterrupted = train.train(TrainSettings(**settings(
-        tmp_path / "straight", iterations=80, checkpoint_every=10, eval_every=40, log_every=5)))
+    uninterrupted = train.train(
+        TrainSettings(
+            **settings(
+                tmp_path / "straight",
+                iterations=80,
+                checkpoint_every=10,
+                eval_every=40,
+                log_every=5,
+            )
+        )
+    )
     a, b = final_state(resumed), final_state(uninterrupted)
     assert a["step"] == b["step"] == 80 and a["epoch"] == b["epoch"]
     assert len(provenance.read(tmp_path / "killed" / train.PROVENANCE)) == 2  # start + resume
@@ -235,17 +286,22 @@ def test_tensorboard_scalars_are_the_metrics_and_do_not_change_the_run(tmp_path:
 
 
 def test_tensorboard_without_the_package_says_how_to_install_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # what an environment without it finds
     path = write_config(tmp_path / "run.yaml", settings(tmp_path / "out", tensorboard=True))
-    with pytest.raises(ParameterError, match=r"tensorboard: the tensorboard package is not "
-                                             r"installed; install it with `pip install -e "):
+    with pytest.raises(
+        ParameterError,
+        match=r"tensorboard: the tensorboard package is not "
+        r"installed; install it with `pip install -e ",
+    ):
         load_train_settings(path)
     assert not load_train_settings(path, ["tensorboard=false"]).tensorboard
 
 
 def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Images of the second epoch are NaN: 256 images / 32 per batch = 8 steps per epoch."""
     read = data.Samples.__getitem__
 
@@ -254,8 +310,9 @@ def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint
         return (image * float("nan") if key[0] == 1 else image), label
 
     monkeypatch.setattr(data.Samples, "__getitem__", poisoned)
-    cfg = TrainSettings(**settings(tmp_path / "run", iterations=30, checkpoint_every=4,
-                                 log_every=5, eval_every=0))
+    cfg = TrainSettings(
+        **settings(tmp_path / "run", iterations=30, checkpoint_every=4, log_every=5, eval_every=0)
+    )
     with pytest.raises(NonFiniteLossError) as error:
         train.train(cfg)
     message = str(error.value)
@@ -268,8 +325,11 @@ def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint
 
 def test_non_finite_batchnorm_statistics_are_never_saved_as_good(tmp_path: Path) -> None:
     """At lr 1e3 the loss is still finite at step 6 but the recalibrated BN variances are not."""
-    cfg = TrainSettings(**settings(tmp_path / "run", lr=1e3, iterations=30, checkpoint_every=2,
-                                 log_every=2, eval_every=0))
+    cfg = TrainSettings(
+        **settings(
+            tmp_path / "run", lr=1e3, iterations=30, checkpoint_every=2, log_every=2, eval_every=0
+        )
+    )
     with pytest.raises(NonFiniteLossError, match="non-finite") as error:
         train.train(cfg)
     kept = final_state(tmp_path / "run")
@@ -289,7 +349,7 @@ def test_a_changed_checkpoint_is_refused_on_resume_naming_it(tmp_path: Path) -> 
     cfg, out = damaged_run(tmp_path)
     checkpoint = out / CHECKPOINT
     content = bytearray(checkpoint.read_bytes())
-    content[len(content) // 2:len(content) // 2 + 4096] = os.urandom(4096)  # same size
+    content[len(content) // 2 : len(content) // 2 + 4096] = os.urandom(4096)  # same size
     checkpoint.write_bytes(bytes(content))
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump()))
     with pytest.raises(models.CheckpointError) as error:
@@ -303,7 +363,7 @@ def test_an_unreadable_checkpoint_is_refused_naming_it(tmp_path: Path, content) 
     cfg, out = damaged_run(tmp_path)
     checkpoint = out / CHECKPOINT
     whole = checkpoint.read_bytes()
-    checkpoint.write_bytes(whole[:len(whole) // 2] if content == "half" else content)
+    checkpoint.write_bytes(whole[: len(whole) // 2] if content == "half" else content)
     checkpoint.with_name(checkpoint.name + ".sha256").unlink(missing_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump()))
     with pytest.raises(models.CheckpointError, match=f"^{checkpoint}: not a readable PyTorch"):
@@ -331,12 +391,19 @@ def test_an_unwritable_output_dir_is_refused_before_training(tmp_path: Path) -> 
 
 
 def test_command_line_reports_bad_input_without_traceback(tmp_path: Path) -> None:
-    values = settings(tmp_path / "run", data={"kind": "imagefolder", "root": str(tmp_path / "no"),
-                                              "image_size": 16})
+    values = settings(
+        tmp_path / "run",
+        data={"kind": "imagefolder", "root": str(tmp_path / "no"), "image_size": 16},
+    )
     config = write_config(tmp_path / "run.yaml", values)
-    result = subprocess.run([sys.executable, "-m", "kit.train", "--config", str(config)],
-                            env=SUBPROCESS_ENV, cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "kit.train", "--config", str(config)],
+        env=SUBPROCESS_ENV,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert f"error: {tmp_path / 'no'}: data folder does not exist" in result.stderr
     assert "Traceback" not in result.stderr
@@ -346,13 +413,28 @@ def test_command_line_reports_bad_input_without_traceback(tmp_path: Path) -> Non
 # Distributed data parallel, two processes on CPU
 # ---------------------------------------------------------------------------------------------
 
+
 def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path: Path) -> None:
     values = settings(tmp_path / "ddp", iterations=24, log_every=3, tensorboard=True)
     config = write_config(tmp_path / "ddp.yaml", values)
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "-m", "kit.train", "--config", str(config)],
-        env=SUBPROCESS_ENV, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "kit.train",
+            "--config",
+            str(config),
+        ],
+        env=SUBPROCESS_ENV,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     # the trainer broadcasts rank 0's final state and raises if any rank differs bit for bit
     assert yaml.safe_load((tmp_path / "ddp" / train.DONE).read_text()) == {"step": 24, "ranks": 2}
@@ -369,13 +451,28 @@ def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path
 def test_micro_batches_make_one_process_match_two_processes(tmp_path: Path) -> None:
     """1 process x 2 micro-batches of 16 and 2 processes x 1 micro-batch of 16: the same BN
     groups of the same images, the same averaged gradients, so the same losses."""
-    short = dict(iterations=12, log_every=2, eval_every=0, checkpoint_every=0,
-                 bn_recalibration_batches=1)
+    short = dict(
+        iterations=12, log_every=2, eval_every=0, checkpoint_every=0, bn_recalibration_batches=1
+    )
     config = write_config(tmp_path / "ddp.yaml", settings(tmp_path / "ddp", **short))
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "-m", "kit.train", "--config", str(config)],
-        env=SUBPROCESS_ENV, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "kit.train",
+            "--config",
+            str(config),
+        ],
+        env=SUBPROCESS_ENV,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     micro = train.train(TrainSettings(**settings(tmp_path / "micro", micro_batch=16, **short)))
     whole = train.train(TrainSettings(**settings(tmp_path / "whole", **short)))
@@ -389,25 +486,34 @@ def test_micro_batches_make_one_process_match_two_processes(tmp_path: Path) -> N
 
 def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path) -> None:
     path = write_config(tmp_path / "run.yaml", settings(tmp_path / "run", micro_batch=12))
-    with pytest.raises(ParameterError, match=f"{path}: .*micro_batch.*12 does not divide "
-                                             "batch_size 32"):
+    with pytest.raises(
+        ParameterError, match=f"{path}: .*micro_batch.*12 does not divide batch_size 32"
+    ):
         load_train_settings(path)
     cfg = TrainSettings(**settings(tmp_path / "run", micro_batch=16))
-    with pytest.raises(ParameterError, match="micro_batch: batch_size 32 is not divisible by 4 "
-                                             "ranks x micro_batch 16"):
-        train._train(cfg, distributed.Process(0, 4, torch.device("cpu")), train.StopFlag(),
-                     contextlib.ExitStack())
+    with pytest.raises(
+        ParameterError,
+        match="micro_batch: batch_size 32 is not divisible by 4 ranks x micro_batch 16",
+    ):
+        train._train(
+            cfg,
+            distributed.Process(0, 4, torch.device("cpu")),
+            train.StopFlag(),
+            contextlib.ExitStack(),
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # Time-concat plans
 # ---------------------------------------------------------------------------------------------
 
+
 def test_time_concat_plan_splits_the_budget_and_names_folders(tmp_path: Path) -> None:
     runs = budget.split(4, [2, 550, 23, 477, 8529], tmp_path, total=400_000)
     assert [r.iterations for r in runs] == [100_000] * 4
     assert [r.output_dir for r in runs] == [
-        tmp_path / "cat4" / f"seed{s}" for s in (2, 550, 23, 477)]
+        tmp_path / "cat4" / f"seed{s}" for s in (2, 550, 23, 477)
+    ]
     paper = budget.split(5, [2, 550, 23, 477, 8529], tmp_path, total=400_000, iterations=80_000)
     assert {r.iterations for r in paper} == {80_000}
     with pytest.raises(ParameterError, match="do not split into 3 equal runs"):
@@ -422,11 +528,26 @@ def test_time_concat_plan_splits_the_budget_and_names_folders(tmp_path: Path) ->
 
 
 def test_launch_run_inline_trains_each_run_once(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "base.yaml", settings(tmp_path / "plan", checkpoint_every=0,
-                                                           eval_every=0))
-    arguments = ["launch", "run", "--config", str(config), "--runs", "2", "--total", "8",
-                 "--out", str(tmp_path / "work"), "--launch", "backend=inline",
-                 "--seeds", "5", "6"]
+    config = write_config(
+        tmp_path / "base.yaml", settings(tmp_path / "plan", checkpoint_every=0, eval_every=0)
+    )
+    arguments = [
+        "launch",
+        "run",
+        "--config",
+        str(config),
+        "--runs",
+        "2",
+        "--total",
+        "8",
+        "--out",
+        str(tmp_path / "work"),
+        "--launch",
+        "backend=inline",
+        "--seeds",
+        "5",
+        "6",
+    ]
     assert kit_main(arguments) == 0
     first = {s: final_state(tmp_path / "plan" / "cat2" / f"seed{s}") for s in (5, 6)}
     assert {s: state["step"] for s, state in first.items()} == {5: 4, 6: 4}
@@ -446,16 +567,19 @@ def test_the_trainer_refuses_no_bn_recalibration_on_several_ranks(tmp_path: Path
 # The watchdog
 # ---------------------------------------------------------------------------------------------
 
+
 def test_the_watchdog_ends_a_rank_without_progress_naming_the_run_and_what_it_waited_in(
-        tmp_path: Path, capsys) -> None:
+    tmp_path: Path, capsys
+) -> None:
     """A rank waiting for a hung peer sat out the 30-minute group timeout; the watchdog ends it
     after stall_timeout_s, except before the first beat of a compiling run and when disabled."""
     from kit.train import watchdog as watch
 
     def run(enabled: bool, arm_first: bool) -> list[int]:
         exits: list[int] = []
-        dog = watch.Watchdog(enabled=enabled, exit_process=exits.append,
-                             end_children=lambda: None)  # this process's children are pytest's
+        dog = watch.Watchdog(
+            enabled=enabled, exit_process=exits.append, end_children=lambda: None
+        )  # this process's children are pytest's
         with dog.watching(tmp_path / "run", 1, 0.3, armed=arm_first):
             dog.beat("at step 1 (its batch, forward and backward)", arm=arm_first)
             time.sleep(1.0)
@@ -468,7 +592,9 @@ def test_the_watchdog_ends_a_rank_without_progress_naming_the_run_and_what_it_wa
     assert run(enabled=False, arm_first=True) == []
     assert run(enabled=True, arm_first=True) == [watch.STALLED_EXIT]
     err = capsys.readouterr().err
-    assert err.startswith(f"error: {tmp_path / 'run'}: rank 1 made no progress for 0 s while at "
-                          "step 1 (its batch, forward and backward) (stall_timeout_s)")
+    assert err.startswith(
+        f"error: {tmp_path / 'run'}: rank 1 made no progress for 0 s while at "
+        "step 1 (its batch, forward and backward) (stall_timeout_s)"
+    )
     assert run(enabled=True, arm_first=False) == [watch.STALLED_EXIT]
     assert "while exchanging the loss at step 1" in capsys.readouterr().err

@@ -11,14 +11,23 @@ import pytest
 from kit.report import verdicts as v
 
 
-def family(effects: list[float], replicates: int = 5, noise: float = 1.0, seed: int = 0,
-           name: str = "f") -> pl.DataFrame:
+def family(
+    effects: list[float], replicates: int = 5, noise: float = 1.0, seed: int = 0, name: str = "f"
+) -> pl.DataFrame:
     """Per-replicate differences of one family: comparison c<i> has mean effects[i]."""
     rng = np.random.default_rng(seed)
-    return pl.DataFrame([
-        {"family": name, "comparison": f"c{i}", "replicate": r,
-         "difference": float(effect + noise * rng.normal())}
-        for i, effect in enumerate(effects) for r in range(replicates)])
+    return pl.DataFrame(
+        [
+            {
+                "family": name,
+                "comparison": f"c{i}",
+                "replicate": r,
+                "difference": float(effect + noise * rng.normal()),
+            }
+            for i, effect in enumerate(effects)
+            for r in range(replicates)
+        ]
+    )
 
 
 def test_holm_matches_a_hand_computed_example_and_is_monotone() -> None:
@@ -44,8 +53,10 @@ def test_a_planted_effect_is_found_better_after_holm_over_ten_comparisons() -> N
     assert planted["p_adjusted"] >= planted["p_value"]
     assert (judged["verdict"][1:] == v.UNCLEAR).all()
     # over seeds, the planted effect is found most of the time (power about 0.7 at 5 replicates)
-    found = [v.verdicts(family([3.0] + [0.0] * 9, seed=s), by=["comparison"])["verdict"][0]
-             == v.BETTER for s in range(60)]
+    found = [
+        v.verdicts(family([3.0] + [0.0] * 9, seed=s), by=["comparison"])["verdict"][0] == v.BETTER
+        for s in range(60)
+    ]
     assert np.mean(found) >= 0.5
 
 
@@ -56,8 +67,7 @@ def test_a_negative_planted_effect_is_worse() -> None:
 
 def test_null_families_are_labelled_in_at_most_five_percent_plus_a_margin() -> None:
     families = 400
-    frames = pl.concat([family([0.0] * 10, seed=1000 + s, name=f"f{s}")
-                        for s in range(families)])
+    frames = pl.concat([family([0.0] * 10, seed=1000 + s, name=f"f{s}") for s in range(families)])
     judged = v.verdicts(frames, by=["family", "comparison"], family=["family"])
     assert (judged["comparisons"] == 10).all()
     labelled = judged.group_by("family").agg((pl.col("verdict") != v.UNCLEAR).any())
@@ -70,8 +80,9 @@ def test_null_families_are_labelled_in_at_most_five_percent_plus_a_margin() -> N
 
 def test_one_replicate_is_untested_and_left_out_of_the_family() -> None:
     rows = family([5.0, 3.0], replicates=5)
-    single = pl.DataFrame({"family": ["f"], "comparison": ["alone"], "replicate": [0],
-                           "difference": [9.0]})
+    single = pl.DataFrame(
+        {"family": ["f"], "comparison": ["alone"], "replicate": [0], "difference": [9.0]}
+    )
     judged = v.verdicts(pl.concat([rows, single]), by=["comparison"])
     alone = judged.filter(pl.col("comparison") == "alone").row(0, named=True)
     assert alone["verdict"] == v.UNTESTED and alone["p_value"] is None
@@ -81,16 +92,24 @@ def test_one_replicate_is_untested_and_left_out_of_the_family() -> None:
 
 def test_intervals_exclude_zero_exactly_when_labelled() -> None:
     effects = [0.0, 0.5, 1.0, 1.5, 2.0, -1.0, -2.0, 3.0]
-    judged = v.verdicts(pl.concat([family(effects, seed=s, name=f"f{s}") for s in range(30)]),
-                        by=["family", "comparison"], family=["family"])
+    judged = v.verdicts(
+        pl.concat([family(effects, seed=s, name=f"f{s}") for s in range(30)]),
+        by=["family", "comparison"],
+        family=["family"],
+    )
     excludes = (judged["low"] > 0) | (judged["high"] < 0)
     assert (excludes == (judged["verdict"] != v.UNCLEAR)).all()
     assert set(judged["verdict"]) == {v.BETTER, v.WORSE, v.UNCLEAR}
 
 
 def test_equal_differences_and_an_empty_table() -> None:
-    steady = pl.DataFrame({"comparison": ["a"] * 3 + ["b"] * 3, "replicate": [0, 1, 2] * 2,
-                           "difference": [2.0] * 3 + [0.0] * 3})
+    steady = pl.DataFrame(
+        {
+            "comparison": ["a"] * 3 + ["b"] * 3,
+            "replicate": [0, 1, 2] * 2,
+            "difference": [2.0] * 3 + [0.0] * 3,
+        }
+    )
     judged = v.verdicts(steady, by=["comparison"])
     assert judged["verdict"].to_list() == [v.BETTER, v.UNCLEAR]
     empty = v.verdicts(steady.clear(), by=["comparison"])
@@ -98,7 +117,8 @@ def test_equal_differences_and_an_empty_table() -> None:
 
 
 def test_intervals_stay_within_the_range_of_an_accuracy_difference() -> None:
-    wild = pl.DataFrame({"comparison": ["a"] * 3, "replicate": [0, 1, 2],
-                         "difference": [90.0, -70.0, 95.0]})
+    wild = pl.DataFrame(
+        {"comparison": ["a"] * 3, "replicate": [0, 1, 2], "difference": [90.0, -70.0, 95.0]}
+    )
     judged = v.verdicts(wild, by=["comparison"]).row(0, named=True)
     assert judged["low"] == -100.0 and judged["high"] == 100.0

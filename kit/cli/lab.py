@@ -31,20 +31,27 @@ def is_kit_notebook(root_dir: str | Path, path: str) -> bool:
     return target.suffix == ".ipynb" and target.parent == NOTEBOOKS_DIR.resolve()
 
 
-def strip_on_save(model: dict[str, Any], path: str, contents_manager: Any,
-                  **kwargs: Any) -> None:
+def strip_on_save(model: dict[str, Any], path: str, contents_manager: Any, **kwargs: Any) -> None:
     """FileContentsManager.pre_save_hook: strip a kit notebook before it is written."""
     if model.get("type") != "notebook" or not is_kit_notebook(contents_manager.root_dir, path):
         return
     notebook = nbformat.from_dict(model["content"])
-    model["content"] = strip_output(notebook, keep_output=False, keep_count=False, keep_id=True,
-                                    extra_keys=EXTRA_KEYS)
+    model["content"] = strip_output(
+        notebook, keep_output=False, keep_count=False, keep_id=True, extra_keys=EXTRA_KEYS
+    )
 
 
 def arguments(extra: list[str]) -> list[str]:
     """The `jupyter lab` command line: the repository as root, the hook, then `extra`."""
-    return [sys.executable, "-m", "jupyter", "lab", f"--ServerApp.root_dir={REPO_ROOT}",
-            f"--FileContentsManager.pre_save_hook={__name__}.strip_on_save", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        f"--ServerApp.root_dir={REPO_ROOT}",
+        f"--FileContentsManager.pre_save_hook={__name__}.strip_on_save",
+        *extra,
+    ]
 
 
 def command(extra: list[str]) -> int:

@@ -19,9 +19,15 @@ from kit.train.rates import EXPECTED_TRAIN_RATES
 from kit.train.settings import TrainSettings, load_train_settings
 
 
-def planned_configs(base_file: Path, overrides: list[str], runs: list[int], seeds: list[int],
-                    total: int | None, iterations: list[int] | None, root: str | None
-                    ) -> list[TrainSettings]:
+def planned_configs(
+    base_file: Path,
+    overrides: list[str],
+    runs: list[int],
+    seeds: list[int],
+    total: int | None,
+    iterations: list[int] | None,
+    root: str | None,
+) -> list[TrainSettings]:
     """The time-concat runs for every n of `runs` (one iterations value per n, or the
     total split n ways), from one base configuration."""
     from kit.experiments.timecat import budget
@@ -29,35 +35,60 @@ def planned_configs(base_file: Path, overrides: list[str], runs: list[int], seed
     base = load_train_settings(base_file, overrides)
     if iterations is not None and len(iterations) != len(runs):
         raise ParameterError(f"--iterations: give one value per n of --runs {runs}")
-    return [budget.configure(planned, base)
-            for index, n in enumerate(runs)
-            for planned in budget.split(n, seeds, root or base.output_dir, total,
-                                                  iterations[index] if iterations else None)]
+    return [
+        budget.configure(planned, base)
+        for index, n in enumerate(runs)
+        for planned in budget.split(
+            n, seeds, root or base.output_dir, total, iterations[index] if iterations else None
+        )
+    ]
 
 
 def add_profile_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """--profile, -f FILE and --set KEY=VALUE for notebook 03's parameters, layered as
     `python -m kit run` layers them."""
-    parser.add_argument("--profile", required=required,
-                        help="a folder of parameters/ (notebook 03's parameters)")
-    parser.add_argument("-f", "--file", dest="files", action="append", default=[], type=Path,
-                        metavar="FILE", help="YAML parameters layered after the profile "
-                        "(repeatable, later wins)")
-    parser.add_argument("--set", dest="sets", action="append", default=[],
-                        metavar="KEY=VALUE", help="override one parameter (applied last)")
+    parser.add_argument(
+        "--profile", required=required, help="a folder of parameters/ (notebook 03's parameters)"
+    )
+    parser.add_argument(
+        "-f",
+        "--file",
+        dest="files",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="YAML parameters layered after the profile (repeatable, later wins)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one parameter (applied last)",
+    )
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """`launch plan|run|extract|probe` (start work with a backend) and `extract`, `probe` (do
     notebook 03's steps in this process, as a launched job does)."""
-    group = commands.add_parser("launch", help="train runs, or notebook 03's extraction and "
-                                "probing, with a launch backend (local, torchrun, Slurm)")
+    group = commands.add_parser(
+        "launch",
+        help="train runs, or notebook 03's extraction and "
+        "probing, with a launch backend (local, torchrun, Slurm)",
+    )
     launched = group.add_subparsers(dest="launch_command", required=True)
     launch_help = "a LaunchSettings setting (repeatable)"
-    for name, text in [("plan", "write every run's config and an sbatch array script; with "
-                        "--profile, notebook 03's runs, extract.sbatch, probe.sbatch and "
-                        "submit.sh, which chains them"),
-                       ("run", "train the unfinished runs with a backend")]:
+    for name, text in [
+        (
+            "plan",
+            "write every run's config and an sbatch array script; with "
+            "--profile, notebook 03's runs, extract.sbatch, probe.sbatch and "
+            "submit.sh, which chains them",
+        ),
+        ("run", "train the unfinished runs with a backend"),
+    ]:
         sub = launched.add_parser(name, help=text)
         sub.add_argument("--config", type=Path, help="the base run's YAML file")
         sub.add_argument("--runs", type=int, nargs="+", help="values of n")
@@ -65,28 +96,55 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         sub.add_argument("--iterations", type=int, nargs="+", help="iterations per run, per n")
         sub.add_argument("--seeds", type=int, nargs="+")
         sub.add_argument("--root", help="folder holding cat<n>/seed<s> (default: output_dir)")
-        sub.add_argument("--out", type=Path, required=True,
-                         help="where configs, logs and the sbatch scripts go")
-        sub.add_argument("--launch", dest="launch", action="append", default=[],
-                         metavar="KEY=VALUE", help=launch_help)
+        sub.add_argument(
+            "--out", type=Path, required=True, help="where configs, logs and the sbatch scripts go"
+        )
+        sub.add_argument(
+            "--launch",
+            dest="launch",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help=launch_help,
+        )
         sub.add_argument("--no-wait", action="store_true", help="slurm: return once submitted")
-        sub.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                         help="override a setting of the base run")
+        sub.add_argument(
+            "overrides", nargs="*", metavar="KEY=VALUE", help="override a setting of the base run"
+        )
         if name == "plan":
             add_profile_arguments(sub, required=False)
-            sub.add_argument("--gpu", choices=sorted(name.lower() for name in EXPECTED_TRAIN_RATES), default="h100",
-                             help="the GPU the expected wall times are for (default h100)")
-    for name, text in [("extract", "extract the features notebook 03 probes, as a job with the "
-                        "profile's launch settings"),
-                       ("probe", "probe them as a job and write the notebook's results tables")]:
+            sub.add_argument(
+                "--gpu",
+                choices=sorted(name.lower() for name in EXPECTED_TRAIN_RATES),
+                default="h100",
+                help="the GPU the expected wall times are for (default h100)",
+            )
+    for name, text in [
+        (
+            "extract",
+            "extract the features notebook 03 probes, as a job with the profile's launch settings",
+        ),
+        ("probe", "probe them as a job and write the notebook's results tables"),
+    ]:
         sub = launched.add_parser(name, help=text)
         add_profile_arguments(sub)
-        sub.add_argument("--launch", dest="launch", action="append", default=[],
-                         metavar="KEY=VALUE", help=launch_help + ", over the profile's launch")
+        sub.add_argument(
+            "--launch",
+            dest="launch",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help=launch_help + ", over the profile's launch",
+        )
         sub.add_argument("--no-wait", action="store_true", help="slurm: return once submitted")
-    for name, text in [("extract", "extract every feature notebook 03 probes into the cache "
-                        "(one process, or each rank of torchrun/srun its shard)"),
-                       ("probe", "probe from the cache and write the results tables")]:
+    for name, text in [
+        (
+            "extract",
+            "extract every feature notebook 03 probes into the cache "
+            "(one process, or each rank of torchrun/srun its shard)",
+        ),
+        ("probe", "probe from the cache and write the results tables"),
+    ]:
         add_profile_arguments(commands.add_parser(name, help=text))
 
 
@@ -97,13 +155,24 @@ def launch_command(args: argparse.Namespace) -> int:
             return _profile_command(args)
         missing = [f"--{key}" for key in ("config", "runs", "seeds") if not getattr(args, key)]
         if missing:
-            raise ParameterError(f"the command line: give {', '.join(missing)} (or, for plan, "
-                                 "--profile)")
-        pairs = args.launch if any(p.startswith("backend=") for p in args.launch) else [
-            "backend=slurm", *args.launch]
+            raise ParameterError(
+                f"the command line: give {', '.join(missing)} (or, for plan, --profile)"
+            )
+        pairs = (
+            args.launch
+            if any(p.startswith("backend=") for p in args.launch)
+            else ["backend=slurm", *args.launch]
+        )
         settings = parse_settings(pairs)
-        configs = planned_configs(args.config, args.overrides, args.runs, args.seeds, args.total,
-                                  args.iterations, args.root)
+        configs = planned_configs(
+            args.config,
+            args.overrides,
+            args.runs,
+            args.seeds,
+            args.total,
+            args.iterations,
+            args.root,
+        )
     except ParameterError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -136,24 +205,29 @@ def _profile_command(args: argparse.Namespace) -> int:
     from kit.experiments.timecat import estimates, jobs, planning
 
     if args.launch_command == "plan" and (args.config or args.runs or args.seeds or args.overrides):
-        raise ParameterError("the command line: --profile plans notebook 03's runs; leave out "
-                             "--config, --runs, --seeds and run overrides (use --set)")
+        raise ParameterError(
+            "the command line: --profile plans notebook 03's runs; leave out "
+            "--config, --runs, --seeds and run overrides (use --set)"
+        )
     loaded = jobs.load_settings(args.profile, args.files, args.sets)
     if args.launch_command == "plan":
-        settings = parse_settings(args.launch, loaded.launch.model_copy(
-            update={"backend": "slurm"}))
+        settings = parse_settings(
+            args.launch, loaded.launch.model_copy(update={"backend": "slurm"})
+        )
         scripts = jobs.export_jobs(loaded, settings, args.out)
         gpu = None if loaded.device == "cpu" else args.gpu
         print(estimates.describe(estimates.estimate(loaded, gpu), gpu))
-        print("wrote " + ", ".join(_here(script) for script in scripts)
-              + f"; submit all with: bash {shlex.quote(_here(scripts[-1]))}")
+        print(
+            "wrote "
+            + ", ".join(_here(script) for script in scripts)
+            + f"; submit all with: bash {shlex.quote(_here(scripts[-1]))}"
+        )
         return 0
     settings = parse_settings(args.launch, loaded.launch)
     if args.launch_command == "extract" and jobs.extraction_finished(loaded):
         print(f"features already extracted in {_here(planning.features_dir(loaded))}")
         return 0
     return _report(jobs.launch_step(args.launch_command, loaded, settings, wait=not args.no_wait))
-
 
 
 #: the notebook whose plan the machine is checked against (kit.experiments.timecat.jobs.NOTEBOOK,
@@ -163,7 +237,8 @@ TIMECAT_NOTEBOOK = "03_time_concat"
 
 def machine_problems(notebooks: dict[str, dict]) -> list[str]:
     """`kit check` and `kit run`: this machine against notebook 03's plan (disk, CUDA, compiler,
-    /dev/shm), and settings its trainings cannot finish with on the launch's ranks, given each checked notebook's validated parameters by notebook name (torch is
+    /dev/shm), and settings its trainings cannot finish with on the launch's ranks, given each
+    checked notebook's validated parameters by notebook name (torch is
     imported only when notebook 03 is among them)."""
     if TIMECAT_NOTEBOOK not in notebooks:
         return []
@@ -172,7 +247,8 @@ def machine_problems(notebooks: dict[str, dict]) -> list[str]:
 
     params = TimecatSettings.model_validate(notebooks[TIMECAT_NOTEBOOK])
     return estimates.replica_problems(params) + [
-        f"this machine: {problem}" for problem in estimates.machine_problems(params)]
+        f"this machine: {problem}" for problem in estimates.machine_problems(params)
+    ]
 
 
 def step_command(args: argparse.Namespace) -> int:

@@ -24,43 +24,74 @@ from kit.report import page
 def parser() -> argparse.ArgumentParser:
     """Every command and its arguments."""
     parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__)
-    parser.add_argument("--version", action="version",
-                        version=f"timecat-kit {metadata.version('timecat-kit')}")
+    parser.add_argument(
+        "--version", action="version", version=f"timecat-kit {metadata.version('timecat-kit')}"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, text in [("run", "execute notebooks with papermill"),
-                       ("check", "validate parameters without running anything")]:
+    for name, text in [
+        ("run", "execute notebooks with papermill"),
+        ("check", "validate parameters without running anything"),
+    ]:
         sub = commands.add_parser(name, help=text)
-        sub.add_argument("notebooks", nargs="*",
-                         help="file names, stems or prefixes such as 01 (default: all)")
+        sub.add_argument(
+            "notebooks", nargs="*", help="file names, stems or prefixes such as 01 (default: all)"
+        )
         sub.add_argument("--profile", default="cpu", help="a folder of parameters/ (default cpu)")
-        sub.add_argument("-f", "--file", dest="files", action="append", default=[], type=Path,
-                         metavar="FILE", help="your own YAML parameters, layered after the "
-                         "profile (repeatable, later wins)")
-        sub.add_argument("--set", dest="overrides", action="append", default=[],
-                         metavar="KEY=VALUE", help="override one parameter, dotted for sections "
-                         "(train.lr=0.01; repeatable, applied last)")
+        sub.add_argument(
+            "-f",
+            "--file",
+            dest="files",
+            action="append",
+            default=[],
+            type=Path,
+            metavar="FILE",
+            help="your own YAML parameters, layered after the profile (repeatable, later wins)",
+        )
+        sub.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override one parameter, dotted for sections "
+            "(train.lr=0.01; repeatable, applied last)",
+        )
     store = commands.add_parser(
-        "store-checks", help="keep the outputs of '# NBVAL_CHECK_OUTPUT' cells of an executed "
-        "copy as the references nbval compares with (tests/nbval_references/)")
+        "store-checks",
+        help="keep the outputs of '# NBVAL_CHECK_OUTPUT' cells of an executed "
+        "copy as the references nbval compares with (tests/nbval_references/)",
+    )
     store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")
     launch.add_commands(commands)
-    commands.add_parser("fixtures", help="write tiny datasets in the layouts the paper profiles "
-                        "read, to try them with TIMECAT_DATA=DIR, and stand-ins for the released "
-                        "checkpoints (TIMECAT_CHECKPOINTS=DIR/checkpoints)"
-                        ).add_argument("dir", type=Path)
-    commands.add_parser("reference", help="write docs/reference/parameters.md from the settings "
-                        "classes").add_argument("--check", action="store_true", help="only "
-                        "compare: exit 1 naming the file if it differs")
-    commands.add_parser("selfcheck", help="check this node before a real run: GPU training "
-                        "rate, input pipeline, preemption, bf16 extraction, probe (a CPU subset "
-                        "without a GPU)").add_argument("--gpus", type=int, default=None,
-                                                        metavar="N", help="GPUs to use "
-                                                        "(default: all visible)")
-    commands.add_parser("lab", help="JupyterLab on the repository, saving the notebooks of "
-                        "notebooks/ without outputs, as committed; any jupyter lab option follows")
-    commands.add_parser("report", help="write outputs/PROFILE/index.html: verdicts, tables, "
-                        "charts, notebooks and parameters of a run, one page that opens offline"
-                        ).add_argument("--profile", default="cpu", help="whose outputs (default cpu)")
+    commands.add_parser(
+        "fixtures",
+        help="write tiny datasets in the layouts the paper profiles "
+        "read, to try them with TIMECAT_DATA=DIR, and stand-ins for the released "
+        "checkpoints (TIMECAT_CHECKPOINTS=DIR/checkpoints)",
+    ).add_argument("dir", type=Path)
+    commands.add_parser(
+        "reference", help="write docs/reference/parameters.md from the settings classes"
+    ).add_argument(
+        "--check", action="store_true", help="only compare: exit 1 naming the file if it differs"
+    )
+    commands.add_parser(
+        "selfcheck",
+        help="check this node before a real run: GPU training "
+        "rate, input pipeline, preemption, bf16 extraction, probe (a CPU subset "
+        "without a GPU)",
+    ).add_argument(
+        "--gpus", type=int, default=None, metavar="N", help="GPUs to use (default: all visible)"
+    )
+    commands.add_parser(
+        "lab",
+        help="JupyterLab on the repository, saving the notebooks of "
+        "notebooks/ without outputs, as committed; any jupyter lab option follows",
+    )
+    commands.add_parser(
+        "report",
+        help="write outputs/PROFILE/index.html: verdicts, tables, "
+        "charts, notebooks and parameters of a run, one page that opens offline",
+    ).add_argument("--profile", default="cpu", help="whose outputs (default cpu)")
     return parser
 
 
@@ -97,8 +128,10 @@ def main(argv: list[str] | None = None) -> int:
             if problems:
                 raise params.ParameterError("\n".join(problems))
             for planned in runs:
-                print(f"{planned.notebook.name}: parameters, data, checkpoints and output "
-                      f"folders valid for profile {args.profile}")
+                print(
+                    f"{planned.notebook.name}: parameters, data, checkpoints and output "
+                    f"folders valid for profile {args.profile}"
+                )
             return 0
     except params.ParameterError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -114,9 +147,11 @@ def fixtures_command(folder: Path) -> int:
 
     written = [*write_paper_data(folder).values(), folder / "checkpoints"]
     write_released(folder / "checkpoints")
-    print(f"wrote {', '.join(map(str, written))}; try: TIMECAT_DATA={folder} python -m kit "
-          f"check 03 --profile paper-8xh100, or with TIMECAT_CHECKPOINTS={folder}/checkpoints "
-          "--profile paper-checkpoints")
+    print(
+        f"wrote {', '.join(map(str, written))}; try: TIMECAT_DATA={folder} python -m kit "
+        f"check 03 --profile paper-8xh100, or with TIMECAT_CHECKPOINTS={folder}/checkpoints "
+        "--profile paper-checkpoints"
+    )
     return 0
 
 

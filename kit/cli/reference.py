@@ -65,23 +65,49 @@ def sections() -> list[tuple[str, str, type[BaseModel]]]:
     """(heading, how the values are given, settings class), in the reference's order."""
     found: list[tuple[str, str, type[BaseModel]]] = []
     for stem, spec in params.SCHEMAS.items():
-        found.append((f"Notebook {stem}", f"`parameters/<profile>/{stem}.yaml` (and the "
-                      f"profile's `profile.yaml`), `python -m kit run {stem[:2]} -f FILE "
-                      "--set key=value`", load(spec)))
+        found.append(
+            (
+                f"Notebook {stem}",
+                f"`parameters/<profile>/{stem}.yaml` (and the "
+                f"profile's `profile.yaml`), `python -m kit run {stem[:2]} -f FILE "
+                "--set key=value`",
+                load(spec),
+            )
+        )
     train = load(TRAIN_SETTINGS)
-    found.append(("Training run", "`python -m kit.train --config run.yaml [key=value ...]`; "
-                  "notebook 03's `train` section holds the same fields but `iterations`, "
-                  "`seed` and `output_dir`", train))
-    launch = next((cls for _, _, schema in found for cls in nested_classes(schema)
-                   if cls.__name__ == LAUNCH_SETTINGS), None)
+    found.append(
+        (
+            "Training run",
+            "`python -m kit.train --config run.yaml [key=value ...]`; "
+            "notebook 03's `train` section holds the same fields but `iterations`, "
+            "`seed` and `output_dir`",
+            train,
+        )
+    )
+    launch = next(
+        (
+            cls
+            for _, _, schema in found
+            for cls in nested_classes(schema)
+            if cls.__name__ == LAUNCH_SETTINGS
+        ),
+        None,
+    )
     if launch is None:
         raise RuntimeError(f"no {LAUNCH_SETTINGS} among the fields of {list(params.SCHEMAS)}")
-    found.append(("Launch", "notebook 03's `launch` section; `python -m kit launch ... "
-                  "--launch key=value`", launch))
+    found.append(
+        (
+            "Launch",
+            "notebook 03's `launch` section; `python -m kit launch ... --launch key=value`",
+            launch,
+        )
+    )
     return found
 
 
-def nested_classes(cls: type[BaseModel], seen: set[type] | None = None) -> Iterator[type[BaseModel]]:
+def nested_classes(
+    cls: type[BaseModel], seen: set[type] | None = None
+) -> Iterator[type[BaseModel]]:
     """Every settings class reachable from `cls`'s fields, depth first."""
     seen = set() if seen is None else seen
     for field in cls.model_fields.values():
@@ -137,10 +163,14 @@ def default_of(field: Any) -> str:
 
 
 #: annotated_types constraints as text
-BOUNDS = {annotated_types.Ge: (">=", "ge"), annotated_types.Gt: (">", "gt"),
-          annotated_types.Le: ("<=", "le"), annotated_types.Lt: ("<", "lt"),
-          annotated_types.MinLen: ("length >=", "min_length"),
-          annotated_types.MaxLen: ("length <=", "max_length")}
+BOUNDS = {
+    annotated_types.Ge: (">=", "ge"),
+    annotated_types.Gt: (">", "gt"),
+    annotated_types.Le: ("<=", "le"),
+    annotated_types.Lt: ("<", "lt"),
+    annotated_types.MinLen: ("length >=", "min_length"),
+    annotated_types.MaxLen: ("length <=", "max_length"),
+}
 
 
 def constraints_of(field: Any) -> str:
@@ -155,7 +185,8 @@ def constraints_of(field: Any) -> str:
     if choices:
         listed = ", ".join(f"`{choice}`" for choice in choices)
         inside = typing.get_origin(field.annotation) is not Literal and not models_in(
-            field.annotation)
+            field.annotation
+        )
         parts.append(f"{'each ' if inside else ''}one of {listed}")
     return "; ".join(parts)
 
@@ -217,8 +248,13 @@ def rows(cls: type[BaseModel], prefix: str = "", stack: tuple[type, ...] = ()) -
     """Every field of `cls`, nested settings expanded under dotted names."""
     for name, field in cls.model_fields.items():
         dotted = f"{prefix}{name}"
-        yield Row(dotted, type_name(field.annotation), default_of(field), constraints_of(field),
-                  description_of(cls, name, field))
+        yield Row(
+            dotted,
+            type_name(field.annotation),
+            default_of(field),
+            constraints_of(field),
+            description_of(cls, name, field),
+        )
         for inner in models_in(field.annotation):
             if inner in stack:
                 continue
@@ -238,12 +274,25 @@ def cell(text: str) -> str:
 
 
 def table(cls: type[BaseModel]) -> list[str]:
-    lines = ["| field | type | default | constraints | description |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "| field | type | default | constraints | description |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for row in rows(cls):
-        lines.append("| " + " | ".join(cell(text) for text in (
-            f"`{row.name}`", f"`{row.type}`", row.default, row.constraints, row.description))
-            + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                cell(text)
+                for text in (
+                    f"`{row.name}`",
+                    f"`{row.type}`",
+                    row.default,
+                    row.constraints,
+                    row.description,
+                )
+            )
+            + " |"
+        )
     return lines
 
 
@@ -277,8 +326,9 @@ def markdown() -> str:
     for heading, given, cls in sections():
         out += [f"## {heading}: `{cls.__name__}`", "", f"Given in: {given}.", ""]
         if cls.__doc__:
-            out += [" ".join(paragraph.split()) + "\n" for paragraph in
-                    docstring(cls).split("\n\n")]
+            out += [
+                " ".join(paragraph.split()) + "\n" for paragraph in docstring(cls).split("\n\n")
+            ]
         out += table(cls) + [""]
     return "\n".join(out)
 
@@ -303,8 +353,10 @@ def command(check: bool, path: Path = REFERENCE_FILE) -> int:
         print(f"wrote {name}")
         return 0
     if stale(path):
-        print(f"{name} differs from the settings classes; regenerate it with: {REGENERATE}",
-              file=sys.stderr)
+        print(
+            f"{name} differs from the settings classes; regenerate it with: {REGENERATE}",
+            file=sys.stderr,
+        )
         return 1
     print(f"{name} is up to date")
     return 0

@@ -92,20 +92,29 @@ def find_notebooks(names: list[str] | None, notebooks_dir: Path = NOTEBOOKS_DIR)
         return available
     chosen = []
     for name in names:
-        matches = [p for p in available if p.name == name or p.stem == name
-                   or p.stem.startswith(Path(name).stem)]
+        matches = [
+            p
+            for p in available
+            if p.name == name or p.stem == name or p.stem.startswith(Path(name).stem)
+        ]
         if len(matches) != 1:
             found = ", ".join(p.name for p in matches) or "none"
             raise params.ParameterError(
-                f"notebook '{name}': expected one match in {notebooks_dir}, found {found}")
+                f"notebook '{name}': expected one match in {notebooks_dir}, found {found}"
+            )
         chosen.append(matches[0])
     return chosen
 
 
-def plan(names: list[str] | None, profile: str, files: list[Path] | None = None,
-         overrides: Mapping[str, Any] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
-         parameters_dir: Path = PARAMETERS_DIR, output_root: Path | None = None
-         ) -> list[PlannedRun]:
+def plan(
+    names: list[str] | None,
+    profile: str,
+    files: list[Path] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    notebooks_dir: Path = NOTEBOOKS_DIR,
+    parameters_dir: Path = PARAMETERS_DIR,
+    output_root: Path | None = None,
+) -> list[PlannedRun]:
     """Resolve and validate every notebook's parameters; raises ParameterError before any run
     (a problem several notebooks share, such as an unknown profile, said once). Without notebook
     names, each notebook takes the overrides its schema has (`train.lr` goes to the notebooks
@@ -114,45 +123,63 @@ def plan(names: list[str] | None, profile: str, files: list[Path] | None = None,
     runs, problems = [], []
     output_dir = None if output_root is None else str(output_root / profile)
     notebooks = find_notebooks(names, notebooks_dir)
-    shared = (shared_overrides(notebooks, overrides) if overrides and not names
-              else dict.fromkeys((n.stem for n in notebooks), overrides))
+    shared = (
+        shared_overrides(notebooks, overrides)
+        if overrides and not names
+        else dict.fromkeys((n.stem for n in notebooks), overrides)
+    )
     for notebook in notebooks:
         try:
-            validated, _ = params.load(notebook.stem, profile, files, shared[notebook.stem],
-                                       parameters_dir, output_dir)
+            validated, _ = params.load(
+                notebook.stem, profile, files, shared[notebook.stem], parameters_dir, output_dir
+            )
         except params.ParameterError as error:
             problems.append(str(error))
             continue
-        runs.append(PlannedRun(notebook, resolve(validated.output_dir) / notebook.name,
-                               validated.model_dump()))
+        runs.append(
+            PlannedRun(
+                notebook, resolve(validated.output_dir) / notebook.name, validated.model_dump()
+            )
+        )
     if problems:
         raise params.ParameterError("\n".join(dict.fromkeys(problems)))
     return runs
 
 
-def shared_overrides(notebooks: list[Path], overrides: Mapping[str, Any]
-                     ) -> dict[str, Mapping[str, Any]]:
+def shared_overrides(
+    notebooks: list[Path], overrides: Mapping[str, Any]
+) -> dict[str, Mapping[str, Any]]:
     """Per notebook, the command line's overrides whose top-level key its schema has; a key no
     notebook takes is refused."""
     takes = {n.stem: set(params.schema_for(n.stem).model_fields) for n in notebooks}
     known = set().union(*takes.values())
     unknown = [key for key in overrides if key not in known]
     if unknown:
-        raise params.ParameterError("\n".join(
-            f"the command line: no notebook takes parameter '{key}'"
-            f"{params.did_you_mean(key, known)}" for key in unknown))
-    return {stem: {key: value for key, value in overrides.items() if key in keys}
-            for stem, keys in takes.items()}
+        raise params.ParameterError(
+            "\n".join(
+                f"the command line: no notebook takes parameter '{key}'"
+                f"{params.did_you_mean(key, known)}"
+                for key in unknown
+            )
+        )
+    return {
+        stem: {key: value for key, value in overrides.items() if key in keys}
+        for stem, keys in takes.items()
+    }
 
 
 def output_problems(runs: list[PlannedRun]) -> list[str]:
     """Output folders (the executed copies' and each notebook's output_dir) that cannot be
     written, found before anything runs."""
     folders = {run.output.parent for run in runs}
-    folders |= {resolve(run.parameters["output_dir"]) for run in runs
-                if run.parameters.get("output_dir")}
-    return [problem for folder in sorted(folders)
-            for problem in folder_of_its_own(folder) or writable_problems(folder)]
+    folders |= {
+        resolve(run.parameters["output_dir"]) for run in runs if run.parameters.get("output_dir")
+    }
+    return [
+        problem
+        for folder in sorted(folders)
+        for problem in folder_of_its_own(folder) or writable_problems(folder)
+    ]
 
 
 def machine_problems(runs: list[PlannedRun]) -> list[str]:
@@ -176,13 +203,21 @@ def start_record(run: PlannedRun) -> None:
     """Mark the notebook's results as being rewritten (the marker first, so that no moment
     leaves a record without it), then remove the records that vouch for them."""
     run.output.parent.mkdir(parents=True, exist_ok=True)
-    write_text(page.incomplete_marker(run.output), (
-        f"{run.notebook.stem} started at {time.strftime('%Y-%m-%d %H:%M:%S %z')} (pid "
-        f"{os.getpid()}) and has not finished: the result files of this folder may mix its "
-        "files with an earlier run's. `python -m kit run` removes this file when the notebook "
-        "succeeds; re-run it to complete the folder.\n"))
-    for path in (parameters_record(run), run.output.with_suffix(".provenance.json"),
-                 run.output.with_suffix(notices.SUFFIX), notices_file(run)):
+    write_text(
+        page.incomplete_marker(run.output),
+        (
+            f"{run.notebook.stem} started at {time.strftime('%Y-%m-%d %H:%M:%S %z')} (pid "
+            f"{os.getpid()}) and has not finished: the result files of this folder may mix its "
+            "files with an earlier run's. `python -m kit run` removes this file when the notebook "
+            "succeeds; re-run it to complete the folder.\n"
+        ),
+    )
+    for path in (
+        parameters_record(run),
+        run.output.with_suffix(".provenance.json"),
+        run.output.with_suffix(notices.SUFFIX),
+        notices_file(run),
+    ):
         path.unlink(missing_ok=True)
 
 
@@ -197,9 +232,14 @@ def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
     start_record(run)
     partial = partial_output(run)
     papermill.execute_notebook(
-        str(run.notebook), str(partial), parameters=run.parameters,
-        kernel_name=KERNEL_NAME, cwd=str(notebooks_dir), progress_bar=False,
-        extra_arguments=KERNEL_ARGUMENTS)
+        str(run.notebook),
+        str(partial),
+        parameters=run.parameters,
+        kernel_name=KERNEL_NAME,
+        cwd=str(notebooks_dir),
+        progress_bar=False,
+        extra_arguments=KERNEL_ARGUMENTS,
+    )
     with atomic_write(parameters_record(run)) as handle:
         handle.write(yaml.safe_dump(run.parameters, sort_keys=False).encode())
     provenance.write(run.output.with_suffix(".provenance.json"))
@@ -223,10 +263,12 @@ def disk_full_line(run: PlannedRun, error: BaseException) -> str | None:
     except OSError:
         free = "unknown"
     partial.unlink(missing_ok=True)
-    kept = (f"; the last good run's stays in {run.output}" if run.output.exists() else "")
-    return (f"{named}: {os.strerror(full.errno).lower()} while saving the notebook's outputs "
-            f"({free} free in {run.output.parent}); the partial copy is removed{kept}. Free "
-            "space (or set output_dir to another disk) and re-run the same command to resume.")
+    kept = f"; the last good run's stays in {run.output}" if run.output.exists() else ""
+    return (
+        f"{named}: {os.strerror(full.errno).lower()} while saving the notebook's outputs "
+        f"({free} free in {run.output.parent}); the partial copy is removed{kept}. Free "
+        "space (or set output_dir to another disk) and re-run the same command to resume."
+    )
 
 
 def stop_workers(grace_s: float = STOP_GRACE_S) -> None:
@@ -267,9 +309,15 @@ def _stop(signum: int, frame: object) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
 
-def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
-        overrides: Mapping[str, Any] | None = None, notebooks_dir: Path = NOTEBOOKS_DIR,
-        parameters_dir: Path = PARAMETERS_DIR, output_root: Path | None = None) -> int:
+def run(
+    names: list[str] | None,
+    profile: str,
+    files: list[Path] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    notebooks_dir: Path = NOTEBOOKS_DIR,
+    parameters_dir: Path = PARAMETERS_DIR,
+    output_root: Path | None = None,
+) -> int:
     """Run notebooks in order; returns a process exit code (0 when every notebook succeeded)."""
     try:
         runs = plan(names, profile, files, overrides, notebooks_dir, parameters_dir, output_root)
@@ -286,8 +334,10 @@ def run(names: list[str] | None, profile: str, files: list[Path] | None = None,
     output_dir = runs[0].output.parent  # every notebook of a profile writes there
     _stopped_by.clear()
     try:
-        with locks.hold(output_dir, f"kit run --profile {profile}"), \
-                signal_handlers(STOP_SIGNALS, _stop):
+        with (
+            locks.hold(output_dir, f"kit run --profile {profile}"),
+            signal_handlers(STOP_SIGNALS, _stop),
+        ):
             remove_stale_temporaries(output_dir)
             return _run_all(runs, profile, notebooks_dir)
     except locks.FolderLocked as error:
@@ -321,20 +371,31 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         os.environ[notices.NOTICES_FILE_ENV] = str(notices_file(planned))
         succeeded = False
         try:
-            with terminal.watching([terminal.TrainingProgress(watched, short, every_s),
-                                    terminal.StageProgress(stages, short, every_s)],
-                                   heartbeat=lambda short=short, start=start: f"{short} "
-                                   f"running ({time.perf_counter() - start:.0f} s)",
-                                   quiet_s=terminal.QUIET_S[sys.stdout.isatty()]):
+            with terminal.watching(
+                [
+                    terminal.TrainingProgress(watched, short, every_s),
+                    terminal.StageProgress(stages, short, every_s),
+                ],
+                heartbeat=lambda short=short, start=start: (
+                    f"{short} running ({time.perf_counter() - start:.0f} s)"
+                ),
+                quiet_s=terminal.QUIET_S[sys.stdout.isatty()],
+            ):
                 execute(planned, notebooks_dir)
             succeeded = True
         except PapermillExecutionError as error:
-            kept = (f"; the last good run's stays in {planned.output}"
-                    if planned.output.exists() else "")
-            print(f"{label} FAILED in cell {error.cell_index} (execution count "
-                  f"{error.exec_count}): {error.ename}: {error.evalue}\n"
-                  f"  partial output kept in {partial_output(planned)}{kept}",
-                  file=sys.stderr, flush=True)
+            kept = (
+                f"; the last good run's stays in {planned.output}"
+                if planned.output.exists()
+                else ""
+            )
+            print(
+                f"{label} FAILED in cell {error.cell_index} (execution count "
+                f"{error.exec_count}): {error.ename}: {error.evalue}\n"
+                f"  partial output kept in {partial_output(planned)}{kept}",
+                file=sys.stderr,
+                flush=True,
+            )
             return 1
         except Exception as error:
             full = disk_full_line(planned, error)
@@ -345,18 +406,24 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         finally:
             os.environ.pop(STAGE_FILE_ENV, None)
             os.environ.pop(notices.NOTICES_FILE_ENV, None)
-            said = notices.publish(notices_file(planned),
-                                   planned.output.with_suffix(notices.SUFFIX))
-            for line in ([] if succeeded else said):  # no summary follows a failure
+            said = notices.publish(
+                notices_file(planned), planned.output.with_suffix(notices.SUFFIX)
+            )
+            for line in [] if succeeded else said:  # no summary follows a failure
                 print(f"{label} read unverified: {line}", file=sys.stderr, flush=True)
         seconds = time.perf_counter() - start
         print(f"{label} done in {seconds:.1f} s -> {terminal.shown(planned.output)}", flush=True)
-        finished.append(terminal.Finished(planned.notebook.stem, planned.output, watched,
-                                          seconds, started, tuple(said)))
+        finished.append(
+            terminal.Finished(
+                planned.notebook.stem, planned.output, watched, seconds, started, tuple(said)
+            )
+        )
     print("\n".join(terminal.summary(finished, profile)), flush=True)
     try:
-        print(f"report: {terminal.shown(page.write_report(profile, runs[0].output.parent))}",
-              flush=True)
+        print(
+            f"report: {terminal.shown(page.write_report(profile, runs[0].output.parent))}",
+            flush=True,
+        )
     except page.ReportError as error:
         print(f"error: report not written: {error}", file=sys.stderr, flush=True)
         return 1
@@ -375,16 +442,20 @@ def is_checked(cell: nbformat.NotebookNode) -> bool:
 def store_references(executed: Path, references_dir: Path = REFERENCES_DIR) -> Path:
     """Keep the outputs of an executed notebook's `# NBVAL_CHECK_OUTPUT` cells as the
     references nbval compares with (by cell id); the committed notebooks carry no outputs."""
-    references = {cell["id"]: {"execution_count": cell.execution_count, "outputs": cell.outputs}
-                  for cell in nbformat.read(executed, as_version=4).cells if is_checked(cell)}
+    references = {
+        cell["id"]: {"execution_count": cell.execution_count, "outputs": cell.outputs}
+        for cell in nbformat.read(executed, as_version=4).cells
+        if is_checked(cell)
+    }
     references_dir.mkdir(parents=True, exist_ok=True)
     path = references_dir / f"{executed.stem}.json"
     write_text(path, json.dumps(references, indent=1, sort_keys=True) + "\n")
     return path
 
 
-def with_references(notebook: nbformat.NotebookNode, stem: str,
-                    references_dir: Path = REFERENCES_DIR) -> nbformat.NotebookNode:
+def with_references(
+    notebook: nbformat.NotebookNode, stem: str, references_dir: Path = REFERENCES_DIR
+) -> nbformat.NotebookNode:
     """A notebook whose checked cells carry their stored reference outputs, for nbval (which
     skips the outputs of cells without an execution count)."""
     path = references_dir / f"{stem}.json"

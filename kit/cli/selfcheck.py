@@ -35,56 +35,93 @@ def driver_version() -> str:
     """The NVIDIA driver's version from nvidia-smi, or why it is unknown."""
     if shutil.which("nvidia-smi") is None:
         return "no nvidia-smi on PATH"
-    done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     return done.stdout.split("\n")[0].strip() or f"nvidia-smi failed: {done.stderr.strip()}"
 
 
 def environment(gpus: int) -> list[Row]:
     """The software stack and the devices the checks use."""
-    rows = [Row("torch", torch.__version__, "", "info", f"Python {platform.python_version()}"),
-            Row("CPU cores usable", str(machine.usable_cores()), "", "info")]
+    rows = [
+        Row("torch", torch.__version__, "", "info", f"Python {platform.python_version()}"),
+        Row("CPU cores usable", str(machine.usable_cores()), "", "info"),
+    ]
     if not gpus:
         return rows + [Row("GPU", "none", "", "info", "CPU subset: small sizes, no GPU rows")]
-    nccl = ".".join(map(str, torch.cuda.nccl.version())) if torch.distributed.is_nccl_available() \
+    nccl = (
+        ".".join(map(str, torch.cuda.nccl.version()))
+        if torch.distributed.is_nccl_available()
         else "not built"
-    return rows + [Row("NVIDIA driver", driver_version(), "", "info"),
-                   Row("CUDA (torch build)", str(torch.version.cuda), "", "info"),
-                   Row("NCCL", nccl, "", "info"),
-                   Row("GPUs", f"{gpus} x {torch.cuda.get_device_name(0)}",
-                       f"{torch.cuda.device_count()} visible", "info")]
+    )
+    return rows + [
+        Row("NVIDIA driver", driver_version(), "", "info"),
+        Row("CUDA (torch build)", str(torch.version.cuda), "", "info"),
+        Row("NCCL", nccl, "", "info"),
+        Row(
+            "GPUs",
+            f"{gpus} x {torch.cuda.get_device_name(0)}",
+            f"{torch.cuda.device_count()} visible",
+            "info",
+        ),
+    ]
 
 
-def training_rows(sizes: Sizes, device: torch.device, gpus: int, folder: Path
-                  ) -> tuple[list[Row], float]:
+def training_rows(
+    sizes: Sizes, device: torch.device, gpus: int, folder: Path
+) -> tuple[list[Row], float]:
     """The bare loop, the kit's step eager and compiled (GPU only), and the expected figure;
     also the best per-GPU rate found (what the input pipeline must feed)."""
     bare = checks.bare_rate(sizes, device)
-    label = (f"{sizes.model} {'bf16' if device.type == 'cuda' else 'fp32'} {sizes.image_size} "
-             f"px, batch {sizes.batch}")
+    label = (
+        f"{sizes.model} {'bf16' if device.type == 'cuda' else 'fp32'} {sizes.image_size} "
+        f"px, batch {sizes.batch}"
+    )
     rows = [Row("bare loop", f"{bare:,.0f} img/s", "", "info", label)]
     best = 0.0
-    for compiled in ([False, True] if device.type == "cuda" else [False]):
+    for compiled in [False, True] if device.type == "cuda" else [False]:
         rate = checks.trainer_rate(sizes, device, compiled, folder / f"compiled-{compiled}")
         best, ratio = max(best, rate), rate / bare
         slow = device.type == "cuda" and not compiled and ratio < TRAINER_FLOOR
-        rows.append(Row(f"kit trainer{' + compile' if compiled else ''}", f"{rate:,.0f} img/s",
-                        f"{ratio:.2f} x bare", "FAIL" if slow else "ok" if device.type == "cuda"
-                        else "info", "CPU: timings only, not judged" if device.type == "cpu"
-                        else f"eager must reach {TRAINER_FLOOR} x bare"))
+        rows.append(
+            Row(
+                f"kit trainer{' + compile' if compiled else ''}",
+                f"{rate:,.0f} img/s",
+                f"{ratio:.2f} x bare",
+                "FAIL" if slow else "ok" if device.type == "cuda" else "info",
+                "CPU: timings only, not judged"
+                if device.type == "cpu"
+                else f"eager must reach {TRAINER_FLOOR} x bare",
+            )
+        )
         if slow:
-            raise CheckFailed(f"the kit's training step runs at {ratio:.2f} x the bare loop, "
-                              f"below {TRAINER_FLOOR}", rows)
+            raise CheckFailed(
+                f"the kit's training step runs at {ratio:.2f} x the bare loop, "
+                f"below {TRAINER_FLOOR}",
+                rows,
+            )
     if device.type == "cpu":
         return rows + [Row("compile", "skipped", "", "skip", "CPU subset")], best
     expected = expected_rate(torch.cuda.get_device_name(device))
     if expected is None:
-        rows.append(Row("expected figure", "unknown GPU", "", "skip",
-                        torch.cuda.get_device_name(device)))
+        rows.append(
+            Row("expected figure", "unknown GPU", "", "skip", torch.cuda.get_device_name(device))
+        )
     else:
         share = best / expected[0]
-        rows.append(Row("vs expected figure", f"{share:.0%}", f"{expected[0]:,.0f} img/s",
-                        "ok" if share >= EXPECTED_SHARE else "warn", expected[1]))
+        rows.append(
+            Row(
+                "vs expected figure",
+                f"{share:.0%}",
+                f"{expected[0]:,.0f} img/s",
+                "ok" if share >= EXPECTED_SHARE else "warn",
+                expected[1],
+            )
+        )
     return rows, best
 
 
@@ -102,16 +139,27 @@ def run_checks(gpus: int, console: Console) -> list[Row]:
             return found
 
         def pipeline() -> list[Row]:
-            return [checks.feeding(checks.decode_rate_per_core(sizes, folder), machine.usable_cores(),
-                                   rate[0] * max(gpus, 1))]
+            return [
+                checks.feeding(
+                    checks.decode_rate_per_core(sizes, folder),
+                    machine.usable_cores(),
+                    rate[0] * max(gpus, 1),
+                )
+            ]
 
         steps: list[tuple[str, Callable[[], list[Row]]]] = [
-            ("training rate", training), ("input pipeline", pipeline),
-            ("preemption and resume",
-             lambda: [checks.preemption_resume(sizes, device.type, folder)]),
+            ("training rate", training),
+            ("input pipeline", pipeline),
+            (
+                "preemption and resume",
+                lambda: [checks.preemption_resume(sizes, device.type, folder)],
+            ),
             ("bf16 extraction", lambda: [checks.bf16_extraction(sizes, device)]),
-            ("fast probe", lambda: [checks.probe_check(sizes, "cuda" if gpus else "cpu",
-                                                          max(gpus, 1))])]
+            (
+                "fast probe",
+                lambda: [checks.probe_check(sizes, "cuda" if gpus else "cpu", max(gpus, 1))],
+            ),
+        ]
         for name, step in steps:
             with console.status(f"selfcheck: {name}"):
                 rows += _attempt(name, step)
@@ -143,8 +191,10 @@ def report(rows: list[Row], console: Console, gpus: int) -> int:
     for row in failed:
         console.print(f"FAILED {row.check}: {row.note}", markup=False, highlight=False)
     if not failed:
-        console.print("selfcheck passed" + ("" if gpus else " (CPU subset only: run it again on "
-                                             "a GPU node for the GPU checks)"))
+        console.print(
+            "selfcheck passed"
+            + ("" if gpus else " (CPU subset only: run it again on a GPU node for the GPU checks)")
+        )
     return 1 if failed else 0
 
 

@@ -106,7 +106,8 @@ def bare_rate(sizes: Sizes, device: torch.device) -> float:
     CUDA (float32 on the CPU, as the kit's `precision: auto`), none of the kit's machinery
     (micro-batches, loss window, schedule bookkeeping)."""
     model = models.build(sizes.model, 1000, sizes.width, image_size=sizes.image_size).to(
-        device, memory_format=torch.channels_last)
+        device, memory_format=torch.channels_last
+    )
     optimizer = schedulefree.AdamWScheduleFree(model.parameters(), lr=1e-3)
     optimizer.train()
     images, labels = _batch(sizes, device)
@@ -124,11 +125,17 @@ def bare_rate(sizes: Sizes, device: torch.device) -> float:
 
 def trainer_rate(sizes: Sizes, device: torch.device, compiled: bool, folder: Path) -> float:
     """Images/s of the kit's training step (`kit.train.step.Trainer`), bf16 on CUDA."""
-    cfg = TrainSettings(model=sizes.model, width=sizes.width, num_classes=1000,
-                        data={"kind": "synthetic", "image_size": sizes.image_size,
-                              "synthetic": _world()},
-                        batch_size=sizes.batch, iterations=sizes.steps, seed=0,
-                        output_dir=str(folder), compile=compiled)
+    cfg = TrainSettings(
+        model=sizes.model,
+        width=sizes.width,
+        num_classes=1000,
+        data={"kind": "synthetic", "image_size": sizes.image_size, "synthetic": _world()},
+        batch_size=sizes.batch,
+        iterations=sizes.steps,
+        seed=0,
+        output_dir=str(folder),
+        compile=compiled,
+    )
     trainer = Trainer(cfg, Process(0, 1, device))
     images, labels = _batch(sizes, device)
     return sizes.batch / _timed(lambda: trainer.step(images, labels), sizes.steps, device)
@@ -136,9 +143,11 @@ def trainer_rate(sizes: Sizes, device: torch.device, compiled: bool, folder: Pat
 
 def _world() -> dict:
     """A small synthetic world: the preempted run's data (no files to read)."""
-    return {"num_train": 512, "num_eval": 64,
-            "components": [{"weight": 1.0, "cues": ["colour"]},
-                           {"weight": 1.0, "cues": ["position"]}]}
+    return {
+        "num_train": 512,
+        "num_eval": 64,
+        "components": [{"weight": 1.0, "cues": ["colour"]}, {"weight": 1.0, "cues": ["position"]}],
+    }
 
 
 def _jpegs(folder: Path, count: int) -> list[str]:
@@ -178,19 +187,29 @@ def feeding(per_core: float, cores: int, training: float) -> Row:
     images/s (all GPUs of the node)."""
     supply = per_core * cores
     enough = supply >= training
-    note = ("the CPUs can feed training" if enough else
-            f"the CPUs cannot feed the GPUs: about {training / per_core:.0f} free cores needed; "
-            "set data.decode: gpu to decode JPEGs on the GPUs")
-    return Row("input pipeline (CPU decode)", f"{per_core:,.0f} img/s/core x {cores} = "
-               f"{supply:,.0f} img/s", f"training {training:,.0f} img/s",
-               "ok" if enough else "warn", note)
+    note = (
+        "the CPUs can feed training"
+        if enough
+        else f"the CPUs cannot feed the GPUs: about {training / per_core:.0f} free cores needed; "
+        "set data.decode: gpu to decode JPEGs on the GPUs"
+    )
+    return Row(
+        "input pipeline (CPU decode)",
+        f"{per_core:,.0f} img/s/core x {cores} = {supply:,.0f} img/s",
+        f"training {training:,.0f} img/s",
+        "ok" if enough else "warn",
+        note,
+    )
 
 
 def bf16_extraction(sizes: Sizes, device: torch.device) -> Row:
     """Features of one batch in bf16 autocast (as `kit.features` extracts) against float32."""
     torch.manual_seed(0)
-    model = models.build(sizes.model, 1000, sizes.width, image_size=sizes.image_size).to(
-        device, memory_format=torch.channels_last).eval()
+    model = (
+        models.build(sizes.model, 1000, sizes.width, image_size=sizes.image_size)
+        .to(device, memory_format=torch.channels_last)
+        .eval()
+    )
     images, _ = _batch(sizes, device)
     with torch.no_grad():
         exact = model.features(images).float()
@@ -198,10 +217,13 @@ def bf16_extraction(sizes: Sizes, device: torch.device) -> Row:
             low = model.features(images).float()
     error = float((low - exact).norm() / exact.norm())
     if not error <= BF16_TOLERANCE:  # NaN fails too
-        raise CheckFailed(f"bf16 features differ from float32 by {error:.3g} (relative L2), "
-                          f"more than {BF16_TOLERANCE}: bf16 extraction is broken on {device}")
-    return Row("bf16 extraction vs fp32", f"relative error {error:.2e}",
-               f"<= {BF16_TOLERANCE}", "ok")
+        raise CheckFailed(
+            f"bf16 features differ from float32 by {error:.3g} (relative L2), "
+            f"more than {BF16_TOLERANCE}: bf16 extraction is broken on {device}"
+        )
+    return Row(
+        "bf16 extraction vs fp32", f"relative error {error:.2e}", f"<= {BF16_TOLERANCE}", "ok"
+    )
 
 
 def probe_check(sizes: Sizes, device: str, devices: int) -> Row:
@@ -211,21 +233,32 @@ def probe_check(sizes: Sizes, device: str, devices: int) -> Row:
 
     def split(rows: int, name: str) -> Split:
         labels = torch.randint(0, 10, (rows,), generator=generator)
-        return Split(means[labels] + torch.randn(rows, sizes.probe_dim, generator=generator),
-                     labels, name)
+        return Split(
+            means[labels] + torch.randn(rows, sizes.probe_dim, generator=generator), labels, name
+        )
 
     start = time.perf_counter()
-    result = fast_probe(split(sizes.probe_rows, "train"), split(sizes.probe_rows // 5, "eval"),
-                        10, FastProbeSettings(epochs=2, device=device, devices=devices),
-                        progress=False)
+    result = fast_probe(
+        split(sizes.probe_rows, "train"),
+        split(sizes.probe_rows // 5, "eval"),
+        10,
+        FastProbeSettings(epochs=2, device=device, devices=devices),
+        progress=False,
+    )
     seconds = time.perf_counter() - start
     top1 = result.top1("heldout")
     if not top1 >= PROBE_FLOOR:
-        raise CheckFailed(f"the fast probe reached top-1 {top1:.3f} on separable features, "
-                          f"below {PROBE_FLOOR}: the probe is wrong on {device}")
-    return Row("fast probe", f"top-1 {top1:.3f} in {seconds:.1f} s", f">= {PROBE_FLOOR}", "ok",
-               f"{sizes.probe_rows:,} x {sizes.probe_dim} features on {devices} {device} "
-               "device(s)")
+        raise CheckFailed(
+            f"the fast probe reached top-1 {top1:.3f} on separable features, "
+            f"below {PROBE_FLOOR}: the probe is wrong on {device}"
+        )
+    return Row(
+        "fast probe",
+        f"top-1 {top1:.3f} in {seconds:.1f} s",
+        f">= {PROBE_FLOOR}",
+        "ok",
+        f"{sizes.probe_rows:,} x {sizes.probe_dim} features on {devices} {device} device(s)",
+    )
 
 
 def preemption_resume(sizes: Sizes, device: str, folder: Path) -> Row:
@@ -233,12 +266,26 @@ def preemption_resume(sizes: Sizes, device: str, folder: Path) -> Row:
     with PREEMPTED_EXIT; run again, it resumes there and finishes."""
     run, steps = folder / "run", sizes.train_steps
     config, log = folder / "run.yaml", folder / "run.log"
-    config.write_text(yaml.safe_dump({
-        "model": "resnet10", "width": 0.125, "num_classes": 4, "seed": 0,
-        "data": {"kind": "synthetic", "image_size": 16, "synthetic": _world()},
-        "batch_size": 8, "iterations": steps, "log_every": 1, "eval_every": 0,
-        "checkpoint_every": 0, "bn_recalibration_batches": 1, "num_workers": 0,
-        "device": device, "output_dir": str(run)}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": "resnet10",
+                "width": 0.125,
+                "num_classes": 4,
+                "seed": 0,
+                "data": {"kind": "synthetic", "image_size": 16, "synthetic": _world()},
+                "batch_size": 8,
+                "iterations": steps,
+                "log_every": 1,
+                "eval_every": 0,
+                "checkpoint_every": 0,
+                "bn_recalibration_batches": 1,
+                "num_workers": 0,
+                "device": device,
+                "output_dir": str(run),
+            }
+        )
+    )
     command = [sys.executable, "-m", "kit.train", "--config", str(config)]
     with log.open("w") as output:  # a file, not a pipe: a full pipe would block the run
         first = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
@@ -247,28 +294,38 @@ def preemption_resume(sizes: Sizes, device: str, folder: Path) -> Row:
             if first.poll() is not None or time.monotonic() > deadline:
                 first.kill()
                 first.wait()
-                raise CheckFailed(f"the training run never logged a step: "
-                                  f"{log.read_text()[-500:]}")
+                raise CheckFailed(f"the training run never logged a step: {log.read_text()[-500:]}")
             time.sleep(0.1)
         first.send_signal(signal.SIGUSR1)
         first.wait(timeout=TRAIN_TIMEOUT)
     if first.returncode != PREEMPTED_EXIT or not (run / CHECKPOINT).exists():
-        raise CheckFailed(f"after SIGUSR1 the run exited {first.returncode} (expected "
-                          f"{PREEMPTED_EXIT} with {run / CHECKPOINT} written): "
-                          f"{log.read_text()[-500:]}")
+        raise CheckFailed(
+            f"after SIGUSR1 the run exited {first.returncode} (expected "
+            f"{PREEMPTED_EXIT} with {run / CHECKPOINT} written): "
+            f"{log.read_text()[-500:]}"
+        )
     stopped = int(read_metrics(run)["step"].max())
-    second = subprocess.run(command, capture_output=True, text=True, timeout=TRAIN_TIMEOUT,
-                            check=False)
+    second = subprocess.run(
+        command, capture_output=True, text=True, timeout=TRAIN_TIMEOUT, check=False
+    )
     logged = read_metrics(run)["step"].to_list()
     if second.returncode != 0 or logged != list(range(1, steps + 1)):
-        raise CheckFailed(f"the resumed run exited {second.returncode} with logged steps ending "
-                          f"{logged[-3:]} (expected one row per step up to {steps}): "
-                          f"{second.stderr[-500:]}")
-    return Row("preemption and resume", f"stopped at step {stopped}, resumed to {steps}",
-               f"exit {PREEMPTED_EXIT}, then 0", "ok", f"python -m kit.train on {device}")
+        raise CheckFailed(
+            f"the resumed run exited {second.returncode} with logged steps ending "
+            f"{logged[-3:]} (expected one row per step up to {steps}): "
+            f"{second.stderr[-500:]}"
+        )
+    return Row(
+        "preemption and resume",
+        f"stopped at step {stopped}, resumed to {steps}",
+        f"exit {PREEMPTED_EXIT}, then 0",
+        "ok",
+        f"python -m kit.train on {device}",
+    )
 
 
 def scratch() -> tempfile.TemporaryDirectory:
     """A temporary folder for the checks' files, removed afterwards."""
-    return tempfile.TemporaryDirectory(prefix="kit-selfcheck-",
-                                       dir=os.environ.get("TMPDIR") or None)
+    return tempfile.TemporaryDirectory(
+        prefix="kit-selfcheck-", dir=os.environ.get("TMPDIR") or None
+    )

@@ -40,10 +40,13 @@ class Poller(Protocol):
 
 
 @contextlib.contextmanager
-def watching(pollers: Sequence[Poller],
-             write: Callable[[str], None] = lambda line: print(line, flush=True),
-             poll_s: float = PROGRESS_POLL_S, heartbeat: Callable[[], str] | None = None,
-             quiet_s: float = QUIET_S[True]) -> Iterator[None]:
+def watching(
+    pollers: Sequence[Poller],
+    write: Callable[[str], None] = lambda line: print(line, flush=True),
+    poll_s: float = PROGRESS_POLL_S,
+    heartbeat: Callable[[], str] | None = None,
+    quiet_s: float = QUIET_S[True],
+) -> Iterator[None]:
     """Poll in a background thread while the body runs; one last poll when it ends (what
     finished since), and the thread stopped whether the body succeeds or raises. With
     `heartbeat`, its line is written whenever nothing was for `quiet_s` seconds (a step that
@@ -106,8 +109,9 @@ class TrainingProgress:
         """The run's budget, from the config.yaml its trainer writes before any metrics."""
         if run not in self._totals:
             try:
-                self._totals[run] = int(yaml.safe_load((run / "config.yaml").read_text())
-                                        ["iterations"])
+                self._totals[run] = int(
+                    yaml.safe_load((run / "config.yaml").read_text())["iterations"]
+                )
             except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
                 return None
         return self._totals[run]
@@ -129,12 +133,17 @@ class TrainingProgress:
             self._seen[path], self._printed[path] = stamp, now
             name = path.parent.relative_to(self.folder).as_posix()
             steps = f"{record['step']}/{total}" if total else str(record["step"])
-            lines.append(f"{self.label} {name}  step {steps}  loss {record['loss']:.3f}  "
-                         f"{record['images_per_s']:.0f} img/s" + ("  done" if finished else ""))
+            lines.append(
+                f"{self.label} {name}  step {steps}  loss {record['loss']:.3f}  "
+                f"{record['images_per_s']:.0f} img/s" + ("  done" if finished else "")
+            )
         return lines
 
-    def watching(self, write: Callable[[str], None] = lambda line: print(line, flush=True),
-                 poll_s: float = PROGRESS_POLL_S) -> contextlib.AbstractContextManager[None]:
+    def watching(
+        self,
+        write: Callable[[str], None] = lambda line: print(line, flush=True),
+        poll_s: float = PROGRESS_POLL_S,
+    ) -> contextlib.AbstractContextManager[None]:
         """This progress alone, polled while the body runs (see `watching`)."""
         return watching([self], write, poll_s)
 
@@ -164,7 +173,7 @@ class StageProgress:
                 data = handle.read()
         except OSError:
             return []
-        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits
         self._offset += len(complete)
         records = []
         for line in complete.splitlines():
@@ -194,8 +203,10 @@ class StageProgress:
             elif record["done"] > seen.done and at - seen.printed >= self.every_s:
                 seen.done, seen.printed = record["done"], at
                 left = (record["total"] - record["done"]) / rate if rate else float("nan")
-                lines.append(f"{name}  {record['done']}/{record['total']} {unit}  "
-                             f"{speed_text(rate, unit)}  ETA {left:.0f} s")
+                lines.append(
+                    f"{name}  {record['done']}/{record['total']} {unit}  "
+                    f"{speed_text(rate, unit)}  ETA {left:.0f} s"
+                )
         return lines
 
 
@@ -229,8 +240,10 @@ def claim_lines(output_dir: Path, since: float, until: float) -> list[str]:
         except (OSError, ValueError):
             continue
         if isinstance(summary, dict):
-            lines += [f"{'claim' if status else 'ran'}: {line}"
-                      for status, line in outputs.statements(summary)]
+            lines += [
+                f"{'claim' if status else 'ran'}: {line}"
+                for status, line in outputs.statements(summary)
+            ]
     return lines
 
 
@@ -246,12 +259,18 @@ def summary(finished: list[Finished], profile: str) -> list[str]:
     """The runner's last lines: per notebook its wall time, executed copy, claim lines and the
     inputs it read unverified."""
     total = sum(run.seconds for run in finished)
-    lines = [f"summary: {len(finished)} notebook(s) in {total:.1f} s, profile {profile}, "
-             f"results in {shown(finished[0].output_dir)}" if finished else "summary: nothing ran"]
+    lines = [
+        f"summary: {len(finished)} notebook(s) in {total:.1f} s, profile {profile}, "
+        f"results in {shown(finished[0].output_dir)}"
+        if finished
+        else "summary: nothing ran"
+    ]
     width = max((len(run.notebook) for run in finished), default=0)
     for run in finished:
         lines.append(f"  {run.notebook:<{width}}  {run.seconds:7.1f} s  {shown(run.output)}")
-        lines += [f"    {line}" for line in claim_lines(run.output_dir, run.started,
-                                                        run.started + run.seconds)]
+        lines += [
+            f"    {line}"
+            for line in claim_lines(run.output_dir, run.started, run.started + run.seconds)
+        ]
         lines += [f"    read unverified: {line}" for line in run.notices]
     return lines

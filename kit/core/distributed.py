@@ -50,15 +50,19 @@ def slurm_environment(environ: dict[str, str]) -> dict[str, str]:
     tasks = int(environ.get("SLURM_STEP_NUM_TASKS", environ.get("SLURM_NTASKS", "1")))
     if "WORLD_SIZE" in environ or "SLURM_PROCID" not in environ or tasks < 2:
         return {}
-    nodelist = (environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
-                or environ.get("SLURM_NODELIST", "localhost"))
+    nodelist = (
+        environ.get("SLURM_STEP_NODELIST")
+        or environ.get("SLURM_JOB_NODELIST")
+        or environ.get("SLURM_NODELIST", "localhost")
+    )
     port = rendezvous_port(int(environ.get("SLURM_JOB_ID", "0")))
-    return {"RANK": environ["SLURM_PROCID"], "WORLD_SIZE": str(tasks),
-            "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
-            "MASTER_ADDR": environ.get("MASTER_ADDR") or first_host(nodelist),
-            "MASTER_PORT": environ.get("MASTER_PORT") or str(port)}
-
-
+    return {
+        "RANK": environ["SLURM_PROCID"],
+        "WORLD_SIZE": str(tasks),
+        "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
+        "MASTER_ADDR": environ.get("MASTER_ADDR") or first_host(nodelist),
+        "MASTER_PORT": environ.get("MASTER_PORT") or str(port),
+    }
 
 
 def ranks_on_node(environ: dict[str, str]) -> int:
@@ -90,14 +94,17 @@ def start_process(device: str, timeout_s: int = DEFAULT_GROUP_TIMEOUT_S) -> Proc
             if 1 < count < local_ranks:
                 raise machine.MachineError(
                     f"device: {local_ranks} Slurm tasks on this node see {count} GPUs each; "
-                    "request one GPU per task or at least as many GPUs as tasks")
+                    "request one GPU per task or at least as many GPUs as tasks"
+                )
             local_rank %= count
         torch.cuda.set_device(local_rank)
     chosen = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if world_size > 1:
-        dist.init_process_group("nccl" if use_cuda else "gloo",
-                                device_id=chosen if use_cuda else None,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        dist.init_process_group(
+            "nccl" if use_cuda else "gloo",
+            device_id=chosen if use_cuda else None,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
     return Process(rank, world_size, chosen)
 
 

@@ -14,7 +14,8 @@ so about 0.4 s per ResNet-50 training checkpoint (0.3 GB) at save and again on l
 A write that runs out of space (ENOSPC, or EDQUOT for a quota) removes its temporary file and
 raises DiskFullError, naming the file and the free space of its file system: otherwise the error
 can name neither, as torch.save's zip writer reports a short write as `unexpected pos`
-(caffe2/serialize/inline_container.cc). Kept free of torch so that `python -m kit check` and the runner stay light.
+(caffe2/serialize/inline_container.cc). Kept free of torch so that `python -m kit check` and the
+runner stay light.
 """
 
 from __future__ import annotations
@@ -76,8 +77,9 @@ def _full_errno(error: BaseException, folder: Path) -> int | None:
     return None
 
 
-def disk_full(error: BaseException, path: Path, temporary: Path | None = None
-              ) -> DiskFullError | None:
+def disk_full(
+    error: BaseException, path: Path, temporary: Path | None = None
+) -> DiskFullError | None:
     """The DiskFullError naming `path` that `error` amounts to (None when it is no full disk),
     with `temporary` (the partial file of an atomic write) removed either way; without one,
     `path` was appended to."""
@@ -95,12 +97,20 @@ def disk_full(error: BaseException, path: Path, temporary: Path | None = None
         temporary.unlink(missing_ok=True)
     if number is None:
         return None
-    kept = (f"The partial file is removed and the previous {path.name}, if any, is kept"
-            if temporary is not None else "Its last line may be torn (a resumed run drops it)")
-    return DiskFullError(number, (
-        f"{path}: {os.strerror(number).lower()} while writing it ({written}{space} on the "
-        f"file system of {path.parent}). {kept}: free space there (or "
-        "write to another disk) and re-run the same command to resume."), str(path))
+    kept = (
+        f"The partial file is removed and the previous {path.name}, if any, is kept"
+        if temporary is not None
+        else "Its last line may be torn (a resumed run drops it)"
+    )
+    return DiskFullError(
+        number,
+        (
+            f"{path}: {os.strerror(number).lower()} while writing it ({written}{space} on the "
+            f"file system of {path.parent}). {kept}: free space there (or "
+            "write to another disk) and re-run the same command to resume."
+        ),
+        str(path),
+    )
 
 
 class _HashingWriter:
@@ -166,8 +176,10 @@ def _recorded(path: Path) -> list[dict[str, Any]] | None:
         accepted = json.loads(record_path.read_text())["accepted"]
         return [{"size": int(a["size"]), "sha256": str(a["sha256"])} for a in accepted]
     except (ValueError, KeyError, TypeError) as error:
-        raise IntegrityError(f"{record_path}: unreadable hash record ({error!r}); delete it "
-                             f"to accept {path.name} unverified") from None
+        raise IntegrityError(
+            f"{record_path}: unreadable hash record ({error!r}); delete it "
+            f"to accept {path.name} unverified"
+        ) from None
 
 
 def _current(path: Path) -> list[dict[str, Any]]:
@@ -227,11 +239,12 @@ def verify(path: Path, rebuild: str) -> bool:
     if accepted is None:
         return False
     size = path.stat().st_size
-    if size in {a["size"] for a in accepted} and file_hash(path) in {a["sha256"]
-                                                                     for a in accepted}:
+    if size in {a["size"] for a in accepted} and file_hash(path) in {a["sha256"] for a in accepted}:
         return True
-    raise IntegrityError(f"{path}: content differs from the hash recorded when it was written "
-                         f"({sidecar(path).name}); the file is corrupt. {rebuild}")
+    raise IntegrityError(
+        f"{path}: content differs from the hash recorded when it was written "
+        f"({sidecar(path).name}); the file is corrupt. {rebuild}"
+    )
 
 
 def remove_stale_temporaries(folder: Path, everything: bool = False) -> list[Path]:

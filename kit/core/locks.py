@@ -39,8 +39,15 @@ class FolderLocked(RuntimeError):
 
 
 def _record(purpose: str) -> bytes:
-    return json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
-                       "purpose": purpose, "command": " ".join(sys.argv)}).encode()
+    return json.dumps(
+        {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.time(),
+            "purpose": purpose,
+            "command": " ".join(sys.argv),
+        }
+    ).encode()
 
 
 def _describe(file: Path) -> str:
@@ -49,8 +56,10 @@ def _describe(file: Path) -> str:
     except (OSError, ValueError):
         return "an unknown process"
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("since", 0)))
-    return (f"pid {info.get('pid')} on {info.get('host')} since {started} "
-            f"({info.get('purpose')}: {info.get('command')})")
+    return (
+        f"pid {info.get('pid')} on {info.get('host')} since {started} "
+        f"({info.get('purpose')}: {info.get('command')})"
+    )
 
 
 def holder(folder: Path) -> str:
@@ -70,14 +79,20 @@ def hold(folder: str | Path, purpose: str) -> Iterator[None]:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise FolderLocked(f"{folder}: in use by {holder(folder)}; wait for it to finish or "
-                               "stop that process first") from None
+            raise FolderLocked(
+                f"{folder}: in use by {holder(folder)}; wait for it to finish or "
+                "stop that process first"
+            ) from None
         except OSError as error:
             if error.errno not in UNSUPPORTED:
-                raise OSError(error.errno, f"{folder / LOCK_FILE}: cannot lock the folder "
-                              f"({error.strerror})") from None
-            print(f"note: {folder / LOCK_FILE}: the file system does not support flock "
-                  f"({error.strerror}); locking with {EXCLUSIVE_FILE} instead", file=sys.stderr)
+                raise OSError(
+                    error.errno, f"{folder / LOCK_FILE}: cannot lock the folder ({error.strerror})"
+                ) from None
+            print(
+                f"note: {folder / LOCK_FILE}: the file system does not support flock "
+                f"({error.strerror}); locking with {EXCLUSIVE_FILE} instead",
+                file=sys.stderr,
+            )
             with _exclusive(folder, purpose):
                 yield
             return
@@ -119,7 +134,8 @@ def _exclusive(folder: Path, purpose: str) -> Iterator[None]:
                 raise FolderLocked(
                     f"{folder}: in use by {_describe(file)} (lock file {file}, flock being "
                     "unsupported here); wait for it to finish, or delete that file once that "
-                    "process is gone") from None
+                    "process is gone"
+                ) from None
             file.unlink(missing_ok=True)  # its holder on this host died
     else:
         raise FolderLocked(f"{folder}: {file} keeps reappearing; another process is starting")

@@ -51,23 +51,39 @@ def cuda_problems(ranks_per_node: int, where: str = "device") -> list[str]:
 
     built = torch.version.cuda
     if built is None:
-        return [(f"{where}: cuda, but torch {torch.__version__} is a CPU build; install a CUDA "
-                "wheel (docs/scale-out.md)")]
+        return [
+            (
+                f"{where}: cuda, but torch {torch.__version__} is a CPU build; install a CUDA "
+                "wheel (docs/scale-out.md)"
+            )
+        ]
     driver = driver_cuda_version()
     if driver is None:
         return [f"{where}: cuda, but no NVIDIA driver was found (libcuda.so.1)"]
     major = int(built.split(".")[0])
     if driver[0] < major:
-        return [(f"{where}: cuda, but the NVIDIA driver supports CUDA {driver[0]}.{driver[1]} "
+        return [
+            (
+                f"{where}: cuda, but the NVIDIA driver supports CUDA {driver[0]}.{driver[1]} "
                 f"while torch {torch.__version__} is built for CUDA {built}; update the driver "
-                "or install torch from an older CUDA's wheel index (docs/scale-out.md)")]
+                "or install torch from an older CUDA's wheel index (docs/scale-out.md)"
+            )
+        ]
     if not torch.cuda.is_available():
-        return [(f"{where}: cuda, but CUDA is not usable (torch.cuda.is_available() is False; "
-                f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")]
+        return [
+            (
+                f"{where}: cuda, but CUDA is not usable (torch.cuda.is_available() is False; "
+                f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})"
+            )
+        ]
     count = torch.cuda.device_count()
     if count < ranks_per_node:
-        return [(f"{where}: {ranks_per_node} processes on this node but {count} visible GPU(s); "
-                "two processes on one GPU fail in NCCL (lower nproc_per_node or processes)")]
+        return [
+            (
+                f"{where}: {ranks_per_node} processes on this node but {count} visible GPU(s); "
+                "two processes on one GPU fail in NCCL (lower nproc_per_node or processes)"
+            )
+        ]
     return []
 
 
@@ -77,12 +93,16 @@ def compiler_problems(where: str = "compile") -> list[str]:
     problems = []
     compilers = [os.environ.get("CC"), "cc", "gcc", "clang"]
     if not any(name and shutil.which(name) for name in compilers):
-        problems.append(f"{where}: true needs a C compiler (cc, gcc or clang, or CC); none is on "
-                        "PATH (install one, or set compile: false)")
+        problems.append(
+            f"{where}: true needs a C compiler (cc, gcc or clang, or CC); none is on "
+            "PATH (install one, or set compile: false)"
+        )
     headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
     if not headers.is_file():
-        problems.append(f"{where}: true needs the Python headers; {headers} is missing (install "
-                        "the python3-dev package of this Python, or set compile: false)")
+        problems.append(
+            f"{where}: true needs the Python headers; {headers} is missing (install "
+            "the python3-dev package of this Python, or set compile: false)"
+        )
     return problems
 
 
@@ -104,19 +124,28 @@ def disk_problems(folder: Path, needed: int, what: str) -> list[str]:
 def loader_shared_memory(ranks: int, workers: int, batch: int, image_size: int) -> int:
     """Bytes of /dev/shm a node's training loaders hold at once: each worker of each persistent
     loader keeps PREFETCH_FACTOR batches of uint8 images ready."""
-    return (ranks * PERSISTENT_LOADERS * workers * PREFETCH_FACTOR * batch
-            * 3 * image_size * image_size)
+    return (
+        ranks * PERSISTENT_LOADERS * workers * PREFETCH_FACTOR * batch * 3 * image_size * image_size
+    )
 
 
 def shm_problems(needed: int, shm: Path = Path("/dev/shm")) -> list[str]:
     """Whether /dev/shm (where loader workers hand batches over) holds `needed` bytes."""
     if not shm.is_dir():
-        return [(f"{shm}: missing; loader workers hand batches over through it (num_workers: 0 "
-                "avoids it)")]
+        return [
+            (
+                f"{shm}: missing; loader workers hand batches over through it (num_workers: 0 "
+                "avoids it)"
+            )
+        ]
     size = shutil.disk_usage(shm).total
     if size < needed:
-        return [(f"{shm}: {byte_size(size)} but the loaders need about {byte_size(needed)} "
-                "(docker: --shm-size; or lower num_workers)")]
+        return [
+            (
+                f"{shm}: {byte_size(size)} but the loaders need about {byte_size(needed)} "
+                "(docker: --shm-size; or lower num_workers)"
+            )
+        ]
     return []
 
 
@@ -144,8 +173,11 @@ def describe() -> str:
     model = "unknown CPU"
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                 if line.startswith("model name")]
+        names = [
+            line.split(":", 1)[1].strip()
+            for line in cpuinfo.read_text().splitlines()
+            if line.startswith("model name")
+        ]
         model = names[0] if names else model
     text = f"{usable_cores()} cores of {model}"
     torch = sys.modules.get("torch")
@@ -165,8 +197,7 @@ def wall_seconds() -> float:
 #: (the ci profile's wide model on the mixture: 67.0 % capped at AVX2 on an AVX-512 machine and on
 #: an AVX2 one, 69.3 % uncapped on the AVX-512 one). Read when torch loads, so they must be in a
 #: process's environment before it starts.
-REPRODUCIBLE_CPU = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
-                    "MKL_CBWR": "AVX2"}
+REPRODUCIBLE_CPU = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
 
 
 def reproducible_cpu_environment() -> dict[str, str]:

@@ -41,8 +41,11 @@ def notice(message: str) -> None:
         finally:
             os.close(descriptor)
     except OSError as error:
-        print(f"notice: {target}: could not record the notice above ({error.strerror})",
-              file=sys.stderr, flush=True)
+        print(
+            f"notice: {target}: could not record the notice above ({error.strerror})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def collected(path: Path) -> list[str]:

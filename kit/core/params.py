@@ -65,7 +65,8 @@ class NotebookSettings(Strict):
     profile: str = Field(min_length=1)
     output_dir: str = Field(min_length=1)
     chart_formats: list[Literal["png", "svg", "html"]] = Field(
-        default_factory=lambda: ["png", "svg", "html"])
+        default_factory=lambda: ["png", "svg", "html"]
+    )
 
 
 Sources = dict[str, str]  # dotted key -> the file or command line that set it
@@ -84,8 +85,10 @@ def schema_for(notebook: str) -> type[NotebookSettings]:
     try:
         module, name = SCHEMAS[notebook].split(":")
     except KeyError:
-        raise ParameterError(f"notebook '{notebook}' has no parameter schema in "
-                             f"kit.core.params.SCHEMAS (known: {', '.join(sorted(SCHEMAS))})") from None
+        raise ParameterError(
+            f"notebook '{notebook}' has no parameter schema in "
+            f"kit.core.params.SCHEMAS (known: {', '.join(sorted(SCHEMAS))})"
+        ) from None
     return getattr(importlib.import_module(module), name)
 
 
@@ -102,13 +105,19 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if content is None:
         return {}
     if not isinstance(content, dict):
-        raise ParameterError(f"{path}: expected a mapping of parameter names to values, "
-                             f"got {type(content).__name__}")
+        raise ParameterError(
+            f"{path}: expected a mapping of parameter names to values, got {type(content).__name__}"
+        )
     return content
 
 
-def merge(values: dict[str, Any], sources: Sources, layer: Mapping[str, Any], source: str,
-          prefix: str = "") -> None:
+def merge(
+    values: dict[str, Any],
+    sources: Sources,
+    layer: Mapping[str, Any],
+    source: str,
+    prefix: str = "",
+) -> None:
     """Deep-merge `layer` into `values` in place, dict by dict (lists and scalars are replaced
     whole), recording `source` for every key it sets."""
     for key, value in layer.items():
@@ -135,8 +144,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         for part in parents:
             section = section.setdefault(part, {})
             if not isinstance(section, dict):
-                raise ParameterError(f"command line: '{dotted}': '{part}' is set as a value and "
-                                     "as a section")
+                raise ParameterError(
+                    f"command line: '{dotted}': '{part}' is set as a value and as a section"
+                )
         section[leaf] = override_value(dotted.strip(), text)
     return nested
 
@@ -149,8 +159,9 @@ def override_value(dotted: str, text: str) -> Any:
         raise ParameterError(f"command line: '{dotted}={text[:60]}': {error}") from None
 
 
-def profile_files(notebook: str, profile: str, parameters_dir: Path = PARAMETERS_DIR
-                  ) -> list[tuple[Path, dict[str, Any]]]:
+def profile_files(
+    notebook: str, profile: str, parameters_dir: Path = PARAMETERS_DIR
+) -> list[tuple[Path, dict[str, Any]]]:
     """The files of a profile (after those of the profile it extends), read, in layering order."""
     chain: list[str] = []
     name: str | None = profile
@@ -159,18 +170,22 @@ def profile_files(notebook: str, profile: str, parameters_dir: Path = PARAMETERS
         if not folder.is_dir():
             known = sorted(p.name for p in parameters_dir.iterdir() if p.is_dir())
             asked = f" (extended by profile '{chain[-1]}')" if chain else ""
-            raise ParameterError(f"{folder}: unknown profile '{name}'{asked} "
-                                 f"(known: {', '.join(known)})")
+            raise ParameterError(
+                f"{folder}: unknown profile '{name}'{asked} (known: {', '.join(known)})"
+            )
         if name in chain:
-            raise ParameterError(f"{folder}: profiles extend each other in a loop: "
-                                 f"{' -> '.join(chain + [name])}")
+            raise ParameterError(
+                f"{folder}: profiles extend each other in a loop: {' -> '.join(chain + [name])}"
+            )
         chain.append(name)
         head = folder / "profile.yaml"
         name = read_yaml(head).get(EXTENDS) if head.exists() else None
     layers = []
     for name in reversed(chain):
-        for path in (parameters_dir / name / "profile.yaml",
-                     parameters_dir / name / f"{notebook}.yaml"):
+        for path in (
+            parameters_dir / name / "profile.yaml",
+            parameters_dir / name / f"{notebook}.yaml",
+        ):
             if path.exists():
                 content = read_yaml(path)
                 for key in PROFILE_KEYS:
@@ -179,19 +194,26 @@ def profile_files(notebook: str, profile: str, parameters_dir: Path = PARAMETERS
     return layers
 
 
-def resolve_layers(notebook: str, profile: str, files: list[Path] | None = None,
-                   overrides: Mapping[str, Any] | None = None,
-                   parameters_dir: Path = PARAMETERS_DIR, output_dir: str | None = None
-                   ) -> tuple[dict[str, Any], Sources]:
+def resolve_layers(
+    notebook: str,
+    profile: str,
+    files: list[Path] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    parameters_dir: Path = PARAMETERS_DIR,
+    output_dir: str | None = None,
+) -> tuple[dict[str, Any], Sources]:
     """The merged (not yet validated) values of a notebook under a profile, and their sources;
     the output folder defaults to `output_dir`, else outputs/<profile>."""
     values: dict[str, Any] = {}
     sources: Sources = {}
-    merge(values, sources, {"profile": profile,
-                            "output_dir": output_dir or f"outputs/{profile}"},
-          f"the profile name '{profile}'")
+    merge(
+        values,
+        sources,
+        {"profile": profile, "output_dir": output_dir or f"outputs/{profile}"},
+        f"the profile name '{profile}'",
+    )
     base = parameters_dir / "base.yaml"
-    layers = ([(base, read_yaml(base))] if base.exists() else [])
+    layers = [(base, read_yaml(base))] if base.exists() else []
     layers += profile_files(notebook, profile, parameters_dir)
     layers += [(Path(f), read_yaml(Path(f))) for f in files or []]
     for path, content in layers:
@@ -208,9 +230,11 @@ def same_profile(layer: Mapping[str, Any], profile: str, source: str) -> None:
     picks the files (and says whether the numbers are a smoke test's), so a value that only
     relabels the results is no parameter."""
     if "profile" in layer and layer["profile"] != profile:
-        raise ParameterError(f"{source}: 'profile' is {layer['profile']!r} but the profile used "
-                             f"is '{profile}'; choose the profile with --profile (papermill: "
-                             "-p profile), not as a parameter")
+        raise ParameterError(
+            f"{source}: 'profile' is {layer['profile']!r} but the profile used "
+            f"is '{profile}'; choose the profile with --profile (papermill: "
+            "-p profile), not as a parameter"
+        )
 
 
 #: an environment variable in a value, as paths expand them (`${TIMECAT_DATA}`, `$HOME`)
@@ -221,11 +245,17 @@ def unset_variables(value: Any, sources: Sources, key: str = "") -> list[str]:
     """One line per value naming an environment variable that is not set (a path would keep it
     as a literal folder name), with its file and dotted key."""
     if isinstance(value, Mapping):
-        return [line for name, inner in value.items()
-                for line in unset_variables(inner, sources, f"{key}{name}.")]
+        return [
+            line
+            for name, inner in value.items()
+            for line in unset_variables(inner, sources, f"{key}{name}.")
+        ]
     if isinstance(value, list):
-        return [line for index, inner in enumerate(value)
-                for line in unset_variables(inner, sources, f"{key}{index}.")]
+        return [
+            line
+            for index, inner in enumerate(value)
+            for line in unset_variables(inner, sources, f"{key}{index}.")
+        ]
     if not isinstance(value, str):
         return []
     unset = [a or b for a, b in VARIABLE.findall(value) if (a or b) not in os.environ]
@@ -233,10 +263,18 @@ def unset_variables(value: Any, sources: Sources, key: str = "") -> list[str]:
         return []
     dotted = key.rstrip(".")
     parts = dotted.split(".")
-    where = next((sources[".".join(parts[:n])] for n in range(len(parts), 0, -1)
-                  if ".".join(parts[:n]) in sources), "the merged parameters")
-    return [f"  {where}: parameter '{dotted}': environment variable {', '.join(unset)} is not "
-            f"set ({value!r}); set it, or write the path out"]
+    where = next(
+        (
+            sources[".".join(parts[:n])]
+            for n in range(len(parts), 0, -1)
+            if ".".join(parts[:n]) in sources
+        ),
+        "the merged parameters",
+    )
+    return [
+        f"  {where}: parameter '{dotted}': environment variable {', '.join(unset)} is not "
+        f"set ({value!r}); set it, or write the path out"
+    ]
 
 
 def validate(notebook: str, values: Mapping[str, Any], sources: Sources) -> NotebookSettings:
@@ -249,22 +287,35 @@ def validate(notebook: str, values: Mapping[str, Any], sources: Sources) -> Note
     try:
         return schema(**values)
     except ValidationError as error:
-        raise ParameterError(describe_errors(f"invalid parameters for notebook {notebook}:",
-                                             schema, error, sources, "the merged parameters")
-                             ) from None
+        raise ParameterError(
+            describe_errors(
+                f"invalid parameters for notebook {notebook}:",
+                schema,
+                error,
+                sources,
+                "the merged parameters",
+            )
+        ) from None
 
 
-def load(notebook: str, profile: str, files: list[Path] | None = None,
-         overrides: Mapping[str, Any] | None = None, parameters_dir: Path = PARAMETERS_DIR,
-         output_dir: str | None = None) -> tuple[NotebookSettings, Sources]:
+def load(
+    notebook: str,
+    profile: str,
+    files: list[Path] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    parameters_dir: Path = PARAMETERS_DIR,
+    output_dir: str | None = None,
+) -> tuple[NotebookSettings, Sources]:
     """Layer and validate a notebook's parameters for a profile. Returns them and their sources."""
-    values, sources = resolve_layers(notebook, profile, files, overrides, parameters_dir,
-                                     output_dir)
+    values, sources = resolve_layers(
+        notebook, profile, files, overrides, parameters_dir, output_dir
+    )
     return validate(notebook, values, sources), sources
 
 
-def from_notebook(notebook: str, namespace: Mapping[str, Any],
-                  parameters_dir: Path = PARAMETERS_DIR) -> NotebookSettings:
+def from_notebook(
+    notebook: str, namespace: Mapping[str, Any], parameters_dir: Path = PARAMETERS_DIR
+) -> NotebookSettings:
     """The parameters of a running notebook: its profile (from the parameters cell or injected)
     resolved from parameters/, with every other value papermill injected merged on top. A name
     the parameters cell leaves None is left to the profile, unless papermill's own cell sets it
@@ -277,17 +328,24 @@ def from_notebook(notebook: str, namespace: Mapping[str, Any],
     none, every plain value of the namespace (call this in the first cell after the
     parameters)."""
     names = parameter_names(namespace.get("In") or []) or [
-        name for name, value in namespace.items()  # a kernel that keeps no history (nbval)
-        if not name.startswith("_") and name not in KERNEL_HISTORY
-        and isinstance(value, PLAIN_VALUES)]
+        name
+        for name, value in namespace.items()  # a kernel that keeps no history (nbval)
+        if not name.startswith("_")
+        and name not in KERNEL_HISTORY
+        and isinstance(value, PLAIN_VALUES)
+    ]
     by_papermill = set(parameter_names(namespace.get("In") or [], PAPERMILL_CELL))
-    injected = {name: namespace[name] for name in names if name in namespace
-                and (namespace[name] is not None or name in by_papermill)}
+    injected = {
+        name: namespace[name]
+        for name in names
+        if name in namespace and (namespace[name] is not None or name in by_papermill)
+    }
     source = "the notebook's parameters (its parameters cell or papermill's injected cell)"
     profile = injected.pop("profile", None)
     if not isinstance(profile, str) or not profile:
-        raise ParameterError(f"{source}: 'profile' must name a folder of parameters/, "
-                             f"got {profile!r}")
+        raise ParameterError(
+            f"{source}: 'profile' must name a folder of parameters/, got {profile!r}"
+        )
     values, sources = resolve_layers(notebook, profile, parameters_dir=parameters_dir)
     merge(values, sources, injected, source)
     validated = validate(notebook, values, sources)
@@ -313,9 +371,11 @@ def smoke_test_label(profile: str, parameters_dir: Path = PARAMETERS_DIR) -> str
     if about.get(SMOKE_TEST) is not True:
         return None
     purpose = about.get(PURPOSE) or "small settings that check the code runs"
-    return (f"SMOKE TEST (profile {profile}: {purpose}): the numbers below only show that the "
-            "code runs; they say nothing about the paper's claims. Run the cpu profile (or a "
-            "GPU profile) for results.")
+    return (
+        f"SMOKE TEST (profile {profile}: {purpose}): the numbers below only show that the "
+        "code runs; they say nothing about the paper's claims. Run the cpu profile (or a "
+        "GPU profile) for results."
+    )
 
 
 def parameter_names(history: list[str], first_line: str = "# parameters") -> list[str]:
@@ -325,15 +385,23 @@ def parameter_names(history: list[str], first_line: str = "# parameters") -> lis
     names: list[str] = []
     for source in history:
         head = source.lstrip().split("\n", 1)[0]
-        if not (head == first_line if first_line == PAPERMILL_CELL
-                else head.lower().startswith(first_line)):
+        if not (
+            head == first_line
+            if first_line == PAPERMILL_CELL
+            else head.lower().startswith(first_line)
+        ):
             continue
         try:
             tree = ast.parse(source)
         except SyntaxError:
             continue
-        names += [target.id for node in tree.body if isinstance(node, ast.Assign)
-                  for target in node.targets if isinstance(target, ast.Name)]
+        names += [
+            target.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        ]
     return list(dict.fromkeys(names))
 
 
@@ -352,15 +420,26 @@ def did_you_mean(name: str, known: Iterable[str], section: str = "") -> str:
     return f"; did you mean '{section}{close[0]}'?" if close else ""
 
 
-def describe_errors(header: str, schema: type[BaseModel], error: ValidationError,
-                    sources: Mapping[str, str], default_source: str) -> str:
+def describe_errors(
+    header: str,
+    schema: type[BaseModel],
+    error: ValidationError,
+    sources: Mapping[str, str],
+    default_source: str,
+) -> str:
     """One line per problem naming its source and dotted key (nested sections included)."""
     lines = [header]
     for problem in error.errors():
         loc = [str(part) for part in problem["loc"]]
         key = ".".join(loc)
-        where = next((sources[".".join(loc[:n])] for n in range(len(loc), 0, -1)
-                      if ".".join(loc[:n]) in sources), default_source)
+        where = next(
+            (
+                sources[".".join(loc[:n])]
+                for n in range(len(loc), 0, -1)
+                if ".".join(loc[:n]) in sources
+            ),
+            default_source,
+        )
         value = problem.get("input")
         if problem["type"] == "extra_forbidden":
             known = sorted(_section_schema(schema, loc[:-1]).model_fields)
@@ -380,8 +459,9 @@ def describe_errors(header: str, schema: type[BaseModel], error: ValidationError
         else:
             hint = ""
             if isinstance(value, str) and _looks_numeric(value):
-                hint = (" (YAML reads numbers like 1e-3 as strings: write 1.0e-3, "
-                        "or drop the quotes)")
+                hint = (
+                    " (YAML reads numbers like 1e-3 as strings: write 1.0e-3, or drop the quotes)"
+                )
             lines.append(f"  {where}: parameter '{key}': {problem['msg']}, got {value!r}{hint}")
     return "\n".join(lines)
 
@@ -395,8 +475,9 @@ def _section_schema(schema: type[BaseModel], loc: list[str]) -> type[BaseModel]:
         candidates = [annotation, *getattr(annotation, "__args__", ())]
         for candidate in candidates:
             inner = getattr(candidate, "__args__", (candidate,))
-            found = next((c for c in inner if isinstance(c, type) and issubclass(c, BaseModel)),
-                         None)
+            found = next(
+                (c for c in inner if isinstance(c, type) and issubclass(c, BaseModel)), None
+            )
             if found is not None:
                 schema = found
                 break

@@ -43,5 +43,6 @@ def shown(path: str | Path, start: Path = REPO_ROOT) -> str:
 def importable_environment() -> dict[str, str]:
     """This process's environment with the repository first on PYTHONPATH: a child started from
     any working directory imports this kit."""
-    return os.environ | {"PYTHONPATH": os.pathsep.join(
-        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    return os.environ | {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    }

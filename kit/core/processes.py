@@ -53,8 +53,7 @@ def rendezvous_port(job_id: int) -> int:
 
 
 @contextlib.contextmanager
-def signal_handlers(numbers: Iterable[int], handler: Callable[[int, Any], Any]
-                    ) -> Iterator[None]:
+def signal_handlers(numbers: Iterable[int], handler: Callable[[int, Any], Any]) -> Iterator[None]:
     """`handler` catches the signals `numbers` during the block; their previous handlers are
     restored after it (main thread only, as for signal.signal)."""
     previous = {number: signal.signal(number, handler) for number in numbers}
@@ -73,14 +72,13 @@ def signal_tree(process: subprocess.Popen, number: int) -> None:
     except psutil.NoSuchProcess:
         below = []
     for pid in [process.pid, *below]:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, number)
-        except ProcessLookupError:
-            pass
 
 
-def child_environment(command: Sequence[str], extra: dict[str, str] | None = None
-                      ) -> dict[str, str]:
+def child_environment(
+    command: Sequence[str], extra: dict[str, str] | None = None
+) -> dict[str, str]:
     """The environment of a launched command: the repository importable, `extra` (a slot's
     devices), and for a single process torchrun's variables saying so (a process started
     inside a Slurm allocation then does not take Slurm's for a group)."""
@@ -124,6 +122,7 @@ def dying_with_parent(number: int = PARENT_DEATH_SIGNAL) -> Callable[[], None]:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
         if os.getppid() != parent:  # the parent died before prctl: nobody to outlive
             os._exit(128 + int(number))
+
     return prepare
 
 
@@ -132,8 +131,9 @@ def ignoring_signals(numbers: Sequence[int], cpus: Sequence[int] = ()) -> Callab
     before exec; ignored signals stay ignored through exec, so there is no moment at which the
     new program could be killed by one before it sets its own handlers. The child also dies with
     its parent (`dying_with_parent`; SIGKILL when PARENT_DEATH_SIGNAL is among those ignored)."""
-    dying = dying_with_parent(signal.SIGKILL if PARENT_DEATH_SIGNAL in numbers
-                              else PARENT_DEATH_SIGNAL)
+    dying = dying_with_parent(
+        signal.SIGKILL if PARENT_DEATH_SIGNAL in numbers else PARENT_DEATH_SIGNAL
+    )
 
     def prepare() -> None:
         if cpus:
@@ -141,13 +141,13 @@ def ignoring_signals(numbers: Sequence[int], cpus: Sequence[int] = ()) -> Callab
         for number in numbers:
             signal.signal(number, signal.SIG_IGN)
         dying()
+
     return prepare
 
 
 #: the signals that stop a trainer or a launched step (checkpointed, "resume me"): a
 #: scheduler's notices (USR1, USR2), a plain stop (TERM) and a closed terminal (HUP)
 PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-
 
 
 def module_main(module: str) -> Callable[[list[str]], int]:

@@ -91,8 +91,15 @@ class Stage:
         self._written = time.monotonic()
         if not self.path:
             return
-        record = {"stage": self.name, "done": self.done, "total": self.total, "unit": self.unit,
-                  "note": note, "final": final, "time": time.time()}
+        record = {
+            "stage": self.name,
+            "done": self.done,
+            "total": self.total,
+            "unit": self.unit,
+            "note": note,
+            "final": final,
+            "time": time.time(),
+        }
         with open(self.path, "a") as handle:  # one short line: appended whole
             handle.write(json.dumps(record) + "\n")
 

@@ -25,9 +25,12 @@ from kit.core.paths import REPO_ROOT
 def commit() -> str:
     """The kit's git commit, with ' + local changes' when tracked files differ from it, or
     'unknown' outside a git checkout (an installed copy)."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                              check=True, timeout=30).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+
     try:
         head = git("rev-parse", "HEAD")
         changed = git("status", "--porcelain", "--untracked-files=no")
@@ -38,18 +41,26 @@ def commit() -> str:
 
 def packages() -> dict[str, str]:
     """Every installed distribution's version, by name (sorted)."""
-    found = {dist.metadata["Name"]: dist.version for dist in metadata.distributions()
-             if dist.metadata["Name"]}
+    found = {
+        dist.metadata["Name"]: dist.version
+        for dist in metadata.distributions()
+        if dist.metadata["Name"]
+    }
     return dict(sorted(found.items(), key=lambda item: item[0].lower()))
 
 
 def record() -> dict[str, Any]:
     """The provenance of what this process is about to write."""
-    return {"kit_commit": commit(), "kit_version": metadata.version("timecat-kit"),
-            "python": sys.version.split()[0], "platform": platform.platform(),
-            "host": socket.gethostname(), "command": sys.argv,
-            "written": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "packages": packages()}
+    return {
+        "kit_commit": commit(),
+        "kit_version": metadata.version("timecat-kit"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "command": sys.argv,
+        "written": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "packages": packages(),
+    }
 
 
 def write(path: Path) -> None:

@@ -41,8 +41,10 @@ class Registry(Generic[T]):
 
     def unknown(self, name: str) -> str:
         """The message refusing an unknown name."""
-        return (f"unknown {self.what} '{name}'{did_you_mean(name, self._entries)} "
-                f"(known: {', '.join(sorted(self._entries))})")
+        return (
+            f"unknown {self.what} '{name}'{did_you_mean(name, self._entries)} "
+            f"(known: {', '.join(sorted(self._entries))})"
+        )
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

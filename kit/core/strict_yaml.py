@@ -22,8 +22,10 @@ MAX_TEXT_BYTES = 1_000_000
 MAX_LIST_ITEMS = 10_000
 #: the tags of plain values, which a file may also write out (`!!float 1e-3`); any other tag
 #: (`!!python/...`, `!!binary`, `!!set`) is refused
-PLAIN_TAGS = {f"tag:yaml.org,2002:{name}" for name in
-              ("str", "int", "float", "bool", "null", "seq", "map", "timestamp")}
+PLAIN_TAGS = {
+    f"tag:yaml.org,2002:{name}"
+    for name in ("str", "int", "float", "bool", "null", "seq", "map", "timestamp")
+}
 
 
 class StrictYamlError(ValueError):
@@ -37,23 +39,31 @@ class StrictLoader(yaml.SafeLoader):
         event = self.peek_event()
         line = event.start_mark.line + 1
         if isinstance(event, yaml.AliasEvent):
-            raise StrictYamlError(f"line {line}: aliases (*{event.anchor}) are not allowed in "
-                                  "parameters; write the value out")
+            raise StrictYamlError(
+                f"line {line}: aliases (*{event.anchor}) are not allowed in "
+                "parameters; write the value out"
+            )
         if getattr(event, "anchor", None) is not None:
-            raise StrictYamlError(f"line {line}: anchors (&{event.anchor}) are not allowed in "
-                                  "parameters; write the value out")
+            raise StrictYamlError(
+                f"line {line}: anchors (&{event.anchor}) are not allowed in "
+                "parameters; write the value out"
+            )
         tag = getattr(event, "tag", None)  # None unless written in the text
         if tag not in (None, "!") and tag not in PLAIN_TAGS:
             shown = tag.replace("tag:yaml.org,2002:", "!!")
-            raise StrictYamlError(f"line {line}: tag '{shown}' is not allowed in parameters "
-                                  "(only plain values, lists and mappings)")
+            raise StrictYamlError(
+                f"line {line}: tag '{shown}' is not allowed in parameters "
+                "(only plain values, lists and mappings)"
+            )
         return super().compose_node(parent, index)
 
     def construct_sequence(self, node: Any, deep: bool = False) -> Any:
         if len(node.value) > MAX_LIST_ITEMS:
-            raise StrictYamlError(f"line {node.start_mark.line + 1}: a list of "
-                                  f"{len(node.value):,} items; parameters take at most "
-                                  f"{MAX_LIST_ITEMS:,}")
+            raise StrictYamlError(
+                f"line {node.start_mark.line + 1}: a list of "
+                f"{len(node.value):,} items; parameters take at most "
+                f"{MAX_LIST_ITEMS:,}"
+            )
         return super().construct_sequence(node, deep)
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
@@ -61,16 +71,19 @@ class StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             line = key_node.start_mark.line + 1
             if key_node.tag == "tag:yaml.org,2002:merge":
-                raise StrictYamlError(f"line {line}: merge keys (<<) are not allowed in "
-                                      "parameters; write the values out")
+                raise StrictYamlError(
+                    f"line {line}: merge keys (<<) are not allowed in "
+                    "parameters; write the values out"
+                )
             key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.get(key)
             except TypeError:  # an unhashable key: SafeLoader names it
                 break
             if first is not None:
-                raise StrictYamlError(f"line {line}: key {key!r} is given twice (first on line "
-                                      f"{first}); keep one")
+                raise StrictYamlError(
+                    f"line {line}: key {key!r} is given twice (first on line {first}); keep one"
+                )
             seen[key] = line
         return super().construct_mapping(node, deep)
 
@@ -78,8 +91,9 @@ class StrictLoader(yaml.SafeLoader):
 def loads(text: str) -> Any:
     """The value of a YAML text (StrictYamlError, one line naming the line, if refused)."""
     if len(text.encode()) > MAX_TEXT_BYTES:
-        raise StrictYamlError(f"{len(text.encode()):,} bytes; parameters take at most "
-                              f"{MAX_TEXT_BYTES:,}")
+        raise StrictYamlError(
+            f"{len(text.encode()):,} bytes; parameters take at most {MAX_TEXT_BYTES:,}"
+        )
     try:
         return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (StrictLoader is a SafeLoader)
     except yaml.MarkedYAMLError as error:
@@ -95,6 +109,5 @@ def load_file(path: Path) -> Any:
     """The value of a YAML file, its size checked before it is read."""
     size = path.stat().st_size
     if size > MAX_TEXT_BYTES:
-        raise StrictYamlError(f"{size:,} bytes; parameter files take at most "
-                              f"{MAX_TEXT_BYTES:,}")
+        raise StrictYamlError(f"{size:,} bytes; parameter files take at most {MAX_TEXT_BYTES:,}")
     return loads(path.read_text())

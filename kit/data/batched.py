@@ -43,7 +43,7 @@ def crop_boxes(heights: torch.Tensor, widths: torch.Tensor, draws: torch.Tensor)
     """RandomResizedCrop's boxes [B, 4] as (top, left, height, width) for images of the given
     sizes [B], from draws [B, DRAWS]: the first try that fits, else the central crop."""
     heights, widths = heights.double()[:, None], widths.double()[:, None]
-    tries = draws[:, :4 * TRIES].view(-1, TRIES, 4)
+    tries = draws[:, : 4 * TRIES].view(-1, TRIES, 4)
     area = heights * widths * (SCALE[0] + tries[..., 0] * (SCALE[1] - SCALE[0]))
     low, high = math.log(RATIO[0]), math.log(RATIO[1])
     aspect = torch.exp(low + tries[..., 1] * (high - low))
@@ -54,20 +54,32 @@ def crop_boxes(heights: torch.Tensor, widths: torch.Tensor, draws: torch.Tensor)
     left = torch.floor(tries[..., 3] * (widths - w + 1))
     first = torch.where(fits.any(1), fits.double().argmax(1), -1)
     pick = first.clamp_min(0)[:, None]
-    chosen = torch.cat([top.gather(1, pick), left.gather(1, pick), h.gather(1, pick),
-                        w.gather(1, pick)], 1)
-    return torch.where((first >= 0)[:, None], chosen,
-                       central_boxes(heights[:, 0], widths[:, 0])).long()
+    chosen = torch.cat(
+        [top.gather(1, pick), left.gather(1, pick), h.gather(1, pick), w.gather(1, pick)], 1
+    )
+    return torch.where(
+        (first >= 0)[:, None], chosen, central_boxes(heights[:, 0], widths[:, 0])
+    ).long()
 
 
 def central_boxes(heights: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
     """The fallback crop: the whole image clipped to the allowed aspect ratios, centred."""
     ratio = widths / heights
-    w = torch.where(ratio < RATIO[0], widths,
-                    torch.where(ratio > RATIO[1], torch.round(heights * RATIO[1]), widths))
+    w = torch.where(
+        ratio < RATIO[0],
+        widths,
+        torch.where(ratio > RATIO[1], torch.round(heights * RATIO[1]), widths),
+    )
     h = torch.where(ratio < RATIO[0], torch.round(widths / RATIO[0]), heights)
-    return torch.stack([torch.div(heights - h, 2, rounding_mode="floor"),
-                        torch.div(widths - w, 2, rounding_mode="floor"), h, w], 1)
+    return torch.stack(
+        [
+            torch.div(heights - h, 2, rounding_mode="floor"),
+            torch.div(widths - w, 2, rounding_mode="floor"),
+            h,
+            w,
+        ],
+        1,
+    )
 
 
 def resized_crops(images: list[torch.Tensor], draws: torch.Tensor, size: int) -> torch.Tensor:
@@ -76,10 +88,18 @@ def resized_crops(images: list[torch.Tensor], draws: torch.Tensor, size: int) ->
     uint8 [B, 3, size, size]."""
     sizes = torch.tensor([image.shape[1:] for image in images], dtype=torch.float64)
     boxes = crop_boxes(sizes[:, 0], sizes[:, 1], draws.cpu()).tolist()
-    out = torch.stack([
-        F.interpolate(image[None, :, top:top + h, left:left + w].float(), size=(size, size),
-                      mode="bilinear", antialias=True, align_corners=False)[0]
-        for image, (top, left, h, w) in zip(images, boxes, strict=True)])
+    out = torch.stack(
+        [
+            F.interpolate(
+                image[None, :, top : top + h, left : left + w].float(),
+                size=(size, size),
+                mode="bilinear",
+                antialias=True,
+                align_corners=False,
+            )[0]
+            for image, (top, left, h, w) in zip(images, boxes, strict=True)
+        ]
+    )
     flip = (draws[:, -1] < 0.5).to(out.device)[:, None, None, None]
     out = torch.where(flip, out.flip(-1), out)
     return out.round_().clamp_(0, 255).to(torch.uint8)
@@ -147,17 +167,24 @@ class EncodedBatch:
     def pack(cls, items: list[torch.Tensor], draws: torch.Tensor, size: int) -> EncodedBatch:
         """Items (1-D file bytes or uint8 images [3, H, W]) packed into one tensor."""
         lengths = torch.tensor([0] + [item.numel() for item in items], dtype=torch.int64)
-        shapes = torch.tensor([list(item.shape) if item.dim() == 3 else [0, 0, 0]
-                               for item in items], dtype=torch.int64).view(-1, 3)
-        data = torch.cat([item.reshape(-1) for item in items]) if items else torch.empty(
-            0, dtype=torch.uint8)
+        shapes = torch.tensor(
+            [list(item.shape) if item.dim() == 3 else [0, 0, 0] for item in items],
+            dtype=torch.int64,
+        ).view(-1, 3)
+        data = (
+            torch.cat([item.reshape(-1) for item in items])
+            if items
+            else torch.empty(0, dtype=torch.uint8)
+        )
         return cls(data, lengths.cumsum(0), shapes, draws, size)
 
     def items(self) -> list[torch.Tensor]:
         """The items unpacked: views of `data`, file bytes 1-D, decoded images [3, H, W]."""
         bounds, shapes = self.offsets.tolist(), self.shapes.tolist()
-        return [self.data[start:end] if shape[0] == 0 else self.data[start:end].view(shape)
-                for start, end, shape in zip(bounds[:-1], bounds[1:], shapes, strict=True)]
+        return [
+            self.data[start:end] if shape[0] == 0 else self.data[start:end].view(shape)
+            for start, end, shape in zip(bounds[:-1], bounds[1:], shapes, strict=True)
+        ]
 
     def on(self, device: torch.device) -> torch.Tensor:
         """The batch decoded on `device` and augmented there: uint8 [B, 3, size, size]."""
@@ -185,8 +212,9 @@ def decoded_jpegs(encoded: list[torch.Tensor], device: torch.device) -> list[tor
     return decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
 
 
-def collate(samples: list[tuple[torch.Tensor, torch.Tensor, int]], size: int
-            ) -> tuple[EncodedBatch, torch.Tensor]:
+def collate(
+    samples: list[tuple[torch.Tensor, torch.Tensor, int]], size: int
+) -> tuple[EncodedBatch, torch.Tensor]:
     """(item, draws, label) samples as one packed EncodedBatch and a label tensor."""
     items, draws, labels = zip(*samples, strict=True)
     return EncodedBatch.pack(list(items), torch.stack(draws), size), torch.tensor(labels)

@@ -28,8 +28,12 @@ from kit.data.kinds.cifar import Cifar10Kind, Cifar100Kind, CifarKind
 IMAGENET_CLASSES = 1000
 INAT18_CLASSES = 8142
 #: the folders under TIMECAT_DATA the paper profiles read, by dataset
-PAPER_FOLDERS = {"imagenet": "imagenet", "inat18": "inat18", "cifar100": "cifar100",
-                 "cifar10": "cifar10"}
+PAPER_FOLDERS = {
+    "imagenet": "imagenet",
+    "inat18": "inat18",
+    "cifar100": "cifar100",
+    "cifar10": "cifar10",
+}
 
 
 def _write_bytes(path: Path, content: bytes) -> None:
@@ -62,8 +66,9 @@ def write_image(path: Path, seed: int, size: int = 20) -> None:
     Image.fromarray(pixels).save(path)
 
 
-def write_image_folder(root: Path, classes: Sequence[str], counts: Mapping[str, int],
-                       size: int = 20) -> Path:
+def write_image_folder(
+    root: Path, classes: Sequence[str], counts: Mapping[str, int], size: int = 20
+) -> Path:
     """ImageNet's layout, root/<split>/<class>/<class><i>.JPEG, with counts[split] images per
     class (seeded 1, 2, ... in split, class, index order); returns root."""
     seed = 0
@@ -75,8 +80,9 @@ def write_image_folder(root: Path, classes: Sequence[str], counts: Mapping[str, 
     return root
 
 
-def write_inat18(root: Path, categories: Sequence[int], counts: Mapping[str, int],
-                 size: int = 20) -> Path:
+def write_inat18(
+    root: Path, categories: Sequence[int], counts: Mapping[str, int], size: int = 20
+) -> Path:
     """iNaturalist 2018's layout: root/{train,val}2018.json (COCO-like, listing every category)
     and the counts[split] images they name, their categories taken in turn; returns root."""
     listed = [{"id": category, "name": f"species{category}"} for category in categories]
@@ -87,17 +93,22 @@ def write_inat18(root: Path, categories: Sequence[int], counts: Mapping[str, int
             name = f"train_val2018/Plantae/{category}/{split}{i}.jpg"
             write_image(root / name, 1000 + i, size)
             images.append({"id": 100 * len(split) + i, "file_name": name})
-            annotations.append({"id": i, "image_id": 100 * len(split) + i,
-                                "category_id": category})
-        _write_bytes(root / f"{split}2018.json", json.dumps(
-            {"images": images, "annotations": annotations, "categories": listed}).encode())
+            annotations.append({"id": i, "image_id": 100 * len(split) + i, "category_id": category})
+        _write_bytes(
+            root / f"{split}2018.json",
+            json.dumps(
+                {"images": images, "annotations": annotations, "categories": listed}
+            ).encode(),
+        )
     return root
 
 
 def _as_bytes(content: dict) -> dict:
     """What Python 3 writes after reading a CIFAR file with encoding='bytes'."""
-    return {key.encode(): [v.encode() for v in value] if key.endswith("names") else value
-            for key, value in content.items()}
+    return {
+        key.encode(): [v.encode() for v in value] if key.endswith("names") else value
+        for key, value in content.items()
+    }
 
 
 def write_cifar(root: Path, kind: str, per_file: int, bytes_keys: bool = False) -> Path:
@@ -111,12 +122,16 @@ def write_cifar(root: Path, kind: str, per_file: int, bytes_keys: bool = False) 
         meta["coarse_label_names"] = [f"s{i}" for i in range(20)]
     rng = np.random.default_rng(0)
     for name in (*layout.train, *layout.test):
-        batch = {"data": rng.integers(0, 256, (per_file, 3072), dtype=np.uint8),
-                 layout.labels_key: rng.integers(0, classes, per_file).tolist()}
-        _write_bytes(root / layout.folder / name,
-                     pickle.dumps(_as_bytes(batch) if bytes_keys else batch))
-    _write_bytes(root / layout.folder / layout.meta,
-                 pickle.dumps(_as_bytes(meta) if bytes_keys else meta))
+        batch = {
+            "data": rng.integers(0, 256, (per_file, 3072), dtype=np.uint8),
+            layout.labels_key: rng.integers(0, classes, per_file).tolist(),
+        }
+        _write_bytes(
+            root / layout.folder / name, pickle.dumps(_as_bytes(batch) if bytes_keys else batch)
+        )
+    _write_bytes(
+        root / layout.folder / layout.meta, pickle.dumps(_as_bytes(meta) if bytes_keys else meta)
+    )
     return root
 
 
@@ -127,8 +142,9 @@ def write_paper_data(root: Path) -> dict[str, Path]:
     keeps a row). Returns each dataset's folder."""
     folders = {name: root / folder for name, folder in PAPER_FOLDERS.items()}
     with _staged(folders["imagenet"]) as staged:
-        write_image_folder(staged, [f"n{i:08d}" for i in range(IMAGENET_CLASSES)],
-                           {"train": 1, "val": 1})
+        write_image_folder(
+            staged, [f"n{i:08d}" for i in range(IMAGENET_CLASSES)], {"train": 1, "val": 1}
+        )
     with _staged(folders["inat18"]) as staged:
         write_inat18(staged, range(INAT18_CLASSES), {"train": 50, "val": 10})
     for kind, per_file in (("cifar100", 50), ("cifar10", 10)):

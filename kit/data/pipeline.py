@@ -34,8 +34,9 @@ from kit.data.synthetic import SyntheticWorld
 Key = tuple[int, int]  # (epoch, index)
 
 
-def augmentation(augment: str, image_size: int, train: bool, from_images: bool
-                 ) -> Callable[[torch.Tensor], torch.Tensor]:
+def augmentation(
+    augment: str, image_size: int, train: bool, from_images: bool
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """AlgoPerf's ImageNet pipeline (RandomResizedCrop 0.08-1 + flip; eval resize by 256/224 and
     centre crop), pad-crop + flip for small images, or none; uint8 tensors in and out.
 
@@ -45,15 +46,24 @@ def augmentation(augment: str, image_size: int, train: bool, from_images: bool
     1e-4 in standardised units on photo-like JPEGs; tests/test_data.py measures it)."""
     steps: list[Callable] = []
     if augment == "algoperf":
-        steps = ([v2.RandomResizedCrop(image_size, scale=(0.08, 1.0), antialias=True),
-                  v2.RandomHorizontalFlip()] if train else
-                 [v2.Resize(round(image_size * 256 / 224), antialias=True),
-                  v2.CenterCrop(image_size)])
+        steps = (
+            [
+                v2.RandomResizedCrop(image_size, scale=(0.08, 1.0), antialias=True),
+                v2.RandomHorizontalFlip(),
+            ]
+            if train
+            else [
+                v2.Resize(round(image_size * 256 / 224), antialias=True),
+                v2.CenterCrop(image_size),
+            ]
+        )
     elif augment == "crop_flip":
         steps = [v2.Resize(image_size, antialias=True), v2.CenterCrop(image_size)]
         if train:
-            steps += [v2.RandomCrop(image_size, padding=image_size // 8, padding_mode="reflect"),
-                      v2.RandomHorizontalFlip()]
+            steps += [
+                v2.RandomCrop(image_size, padding=image_size // 8, padding_mode="reflect"),
+                v2.RandomHorizontalFlip(),
+            ]
     elif from_images:
         steps = [v2.Resize(image_size, antialias=True), v2.CenterCrop(image_size)]
     return v2.Compose(steps) if steps else v2.Identity()
@@ -121,7 +131,6 @@ class EncodedSamples(Dataset):
 
 
 class ResumableOrder(Sampler[Key]):
-
     """This rank's share of each epoch's shuffled order (DistributedSampler's), as keys, starting
     after the batches a resumed run has already consumed.
 
@@ -130,13 +139,22 @@ class ResumableOrder(Sampler[Key]):
     the global positions congruent to j W + r modulo W M: the global batch splits into the same
     BatchNorm groups for any number of ranks with the same number of groups W M."""
 
-    def __init__(self, size: int, rank: int, world_size: int, seed: int, local_batch: int,
-                 micro_batches: int = 1) -> None:
-        self.shard = DistributedSampler(range(size), num_replicas=world_size, rank=rank,
-                                        shuffle=True, seed=seed, drop_last=True)
+    def __init__(
+        self,
+        size: int,
+        rank: int,
+        world_size: int,
+        seed: int,
+        local_batch: int,
+        micro_batches: int = 1,
+    ) -> None:
+        self.shard = DistributedSampler(
+            range(size), num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
+        )
         self.local_batch = local_batch
-        self.micro_order = [k for j in range(micro_batches)
-                            for k in range(j, local_batch, micro_batches)]
+        self.micro_order = [
+            k for j in range(micro_batches) for k in range(j, local_batch, micro_batches)
+        ]
         self.epoch, self.skip = 0, 0
 
     def set_position(self, epoch: int, batches_done: int) -> None:
@@ -161,6 +179,7 @@ class ResumableOrder(Sampler[Key]):
 # Everything a run reads
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclass
 class RunData:
     """Loaders of one rank: training batches, BN-recalibration batches and evaluation batches."""
@@ -177,8 +196,10 @@ def datasets_for(data: DataSettings, num_classes: int) -> tuple[Dataset, Dataset
     """The (train, eval) base datasets of the data's kind, checked against the configuration."""
     kind = kinds.get(data.kind)
     if not kind.reads_disk:
-        return (kind.open_split(data, "train", num_classes),
-                kind.open_split(data, "eval", num_classes))
+        return (
+            kind.open_split(data, "train", num_classes),
+            kind.open_split(data, "eval", num_classes),
+        )
     root = data_root(data)
     existing_folder(root, "data")
     found, problems = {}, []
@@ -189,22 +210,39 @@ def datasets_for(data: DataSettings, num_classes: int) -> tuple[Dataset, Dataset
             problems.append(str(error))
     for split, dataset in found.items():
         if len(dataset.classes) != num_classes:
-            problems.append(f"{root}: the {split} split has {len(dataset.classes)} classes but "
-                            f"the configuration says num_classes: {num_classes}")
+            problems.append(
+                f"{root}: the {split} split has {len(dataset.classes)} classes but "
+                f"the configuration says num_classes: {num_classes}"
+            )
         if len(dataset) == 0:
             problems.append(f"{root}: the {split} split is empty")
     if data.verify_images:
-        problems += unreadable_images([path for dataset in found.values()
-                                       if isinstance(dataset, ImageList)
-                                       for path, _ in dataset.samples])
+        problems += unreadable_images(
+            [
+                path
+                for dataset in found.values()
+                if isinstance(dataset, ImageList)
+                for path, _ in dataset.samples
+            ]
+        )
     if problems:
         raise DataError("\n".join(problems))
     return found["train"], found["eval"]
 
 
-def build(data: DataSettings, num_classes: int, seed: int, batch_size: int, rank: int,
-          world_size: int, num_workers: int, recalibration_batches: int, pin_memory: bool,
-          micro_batch: int | None = None, timeout_s: float = 0) -> RunData:
+def build(
+    data: DataSettings,
+    num_classes: int,
+    seed: int,
+    batch_size: int,
+    rank: int,
+    world_size: int,
+    num_workers: int,
+    recalibration_batches: int,
+    pin_memory: bool,
+    micro_batch: int | None = None,
+    timeout_s: float = 0,
+) -> RunData:
     """Loaders for one rank of a run whose global batch is `batch_size`, each training batch
     ordered as its micro-batches; recalibration and evaluation read micro-batches. Workers
     start from a fork server (kit.data.workers); a batch that takes longer than `timeout_s`
@@ -213,54 +251,80 @@ def build(data: DataSettings, num_classes: int, seed: int, batch_size: int, rank
     local_batch = batch_size // world_size
     micro_batch = micro_batch or local_batch
     if len(train_base) < batch_size:
-        raise DataError(f"the training split has {len(train_base)} images, fewer than one global "
-                        f"batch ({batch_size})")
+        raise DataError(
+            f"the training split has {len(train_base)} images, fewer than one global "
+            f"batch ({batch_size})"
+        )
     from_images = kinds.get(data.kind).reads_disk
     augment = resolved_augment(data)
     train, collate = training_samples(data, train_base, seed), None
     if data.decode == "gpu":
         collate = functools.partial(batched.collate, size=data.image_size)
     plain = augmentation(augment, data.image_size, False, from_images)
-    order = ResumableOrder(len(train_base), rank, world_size, seed, local_batch,
-                           local_batch // micro_batch)
+    order = ResumableOrder(
+        len(train_base), rank, world_size, seed, local_batch, local_batch // micro_batch
+    )
     # BN recalibration reads fixed training images with eval preprocessing, the same every time
     chosen = torch.randperm(len(train_base), generator=torch.Generator().manual_seed(seed))
-    recalibration_keys = [(0, int(i)) for i in chosen[:recalibration_batches * batch_size]]
+    recalibration_keys = [(0, int(i)) for i in chosen[: recalibration_batches * batch_size]]
     eval_keys = [(0, i) for i in range(len(eval_base))]
 
-    def loader(dataset: Dataset, sampler: Any, batch: int = micro_batch, drop_last: bool = False,
-               collate_fn: Callable | None = None) -> DataLoader:
-        return DataLoader(dataset, batch_size=batch, sampler=sampler, drop_last=drop_last,
-                          num_workers=num_workers, pin_memory=pin_memory,
-                          persistent_workers=num_workers > 0, collate_fn=collate_fn,
-                          prefetch_factor=4 if num_workers > 0 else None,
-                          multiprocessing_context=workers.context() if num_workers else None,
-                          timeout=timeout_s if num_workers else 0)
+    def loader(
+        dataset: Dataset,
+        sampler: Any,
+        batch: int = micro_batch,
+        drop_last: bool = False,
+        collate_fn: Callable | None = None,
+    ) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=batch,
+            sampler=sampler,
+            drop_last=drop_last,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            persistent_workers=num_workers > 0,
+            collate_fn=collate_fn,
+            prefetch_factor=4 if num_workers > 0 else None,
+            multiprocessing_context=workers.context() if num_workers else None,
+            timeout=timeout_s if num_workers else 0,
+        )
 
     return RunData(
         train=loader(train, order, local_batch, drop_last=True, collate_fn=collate),
         order=order,
-        recalibration=loader(Samples(train_base, plain, seed),
-                             recalibration_keys[rank::world_size]),
+        recalibration=loader(
+            Samples(train_base, plain, seed), recalibration_keys[rank::world_size]
+        ),
         eval=loader(Samples(eval_base, plain, seed), eval_keys[rank::world_size]),
-        num_train=len(train_base), num_eval=len(eval_base))
+        num_train=len(train_base),
+        num_eval=len(eval_base),
+    )
 
 
 def training_samples(data: DataSettings, base: Dataset, seed: int) -> Dataset:
     """The training split as its loader reads it: augmented images (`decode: cpu`) or file
     bytes and draws for the device to decode and augment (`decode: gpu`)."""
     if data.decode == "cpu":
-        return Samples(base, augmentation(resolved_augment(data), data.image_size, True,
-                                          kinds.get(data.kind).reads_disk), seed)
+        return Samples(
+            base,
+            augmentation(
+                resolved_augment(data), data.image_size, True, kinds.get(data.kind).reads_disk
+            ),
+            seed,
+        )
     if not isinstance(base, ImageList):
-        raise DataError(f"data.decode: gpu reads image files, but kind {data.kind} holds "
-                        "decoded images; set decode: cpu")
+        raise DataError(
+            f"data.decode: gpu reads image files, but kind {data.kind} holds "
+            "decoded images; set decode: cpu"
+        )
     return EncodedSamples(base, seed)
 
 
 # ---------------------------------------------------------------------------------------------
 # Probe inputs
 # ---------------------------------------------------------------------------------------------
+
 
 class Transformed(Dataset):
     """A base dataset with a fixed (evaluation) transform: what feature extraction reads (uint8
@@ -289,6 +353,7 @@ def probe_datasets(data: DataSettings, num_classes: int) -> tuple[Dataset, Datas
 # ---------------------------------------------------------------------------------------------
 # Probe subsets
 # ---------------------------------------------------------------------------------------------
+
 
 def labels_of(dataset: Dataset) -> np.ndarray:
     """Every label of a dataset without decoding an image (folders and CIFAR list them; the
@@ -320,4 +385,4 @@ def balanced_subset(labels: np.ndarray, rows: int, seed: int) -> np.ndarray:
             grant = min(share + (c in lucky), len(pools[c]) - take[c])
             take[c] += grant
             left -= grant
-    return np.sort(np.concatenate([pools[c][:take[c]] for c in classes]))
+    return np.sort(np.concatenate([pools[c][: take[c]] for c in classes]))

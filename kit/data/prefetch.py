@@ -37,8 +37,9 @@ def _standardisation(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return mean, scale
 
 
-def normalise(images: torch.Tensor, memory_format: torch.memory_format = torch.contiguous_format
-              ) -> torch.Tensor:
+def normalise(
+    images: torch.Tensor, memory_format: torch.memory_format = torch.contiguous_format
+) -> torch.Tensor:
     """uint8 pixels [B, 3, H, W] as float32 standardised with ImageNet's mean and std. Images
     that are already floating point are taken as standardised (inputs prepared by the caller)."""
     images = images.contiguous(memory_format=memory_format)
@@ -51,14 +52,21 @@ def normalise(images: torch.Tensor, memory_format: torch.memory_format = torch.c
 class DeviceBatches:
     """A loader's (uint8 images, labels) batches as (standardised images, labels) on `device`."""
 
-    def __init__(self, loader: Iterable[Batch], device: torch.device,
-                 memory_format: torch.memory_format = torch.contiguous_format) -> None:
+    def __init__(
+        self,
+        loader: Iterable[Batch],
+        device: torch.device,
+        memory_format: torch.memory_format = torch.contiguous_format,
+    ) -> None:
         self.loader, self.device, self.memory_format = loader, device, memory_format
 
     def _prepare(self, batch: Batch) -> Batch:
         images, labels = batch
-        images = (images.on(self.device) if isinstance(images, EncodedBatch)  # data.decode: gpu
-                  else images.to(self.device, non_blocking=True))
+        images = (
+            images.on(self.device)
+            if isinstance(images, EncodedBatch)  # data.decode: gpu
+            else images.to(self.device, non_blocking=True)
+        )
         return normalise(images, self.memory_format), labels.to(self.device, non_blocking=True)
 
     def __iter__(self) -> Iterator[Batch]:

@@ -39,8 +39,10 @@ def folder_of_its_own(folder: Path) -> list[str]:
     file system's root, the home folder, or the repository (or a folder above it)."""
     real = folder.resolve()
     if real == real.parent or real == Path.home().resolve() or REPO_ROOT.is_relative_to(real):
-        return [f"{folder}: not a folder of its own for outputs (a file system root, the home "
-                "folder or the repository or above); name a folder for the run (output_dir)"]
+        return [
+            f"{folder}: not a folder of its own for outputs (a file system root, the home "
+            "folder or the repository or above); name a folder for the run (output_dir)"
+        ]
     return []
 
 
@@ -52,8 +54,10 @@ def writable_problems(folder: Path) -> list[str]:
     existing = folder
     while not existing.exists() and existing != existing.parent:
         if existing.is_symlink():  # exists() follows the link: a dangling one is no folder
-            return [f"{existing}: a symbolic link to {os.readlink(existing)}, which does not "
-                    f"exist, so {folder} cannot be created (output_dir)"]
+            return [
+                f"{existing}: a symbolic link to {os.readlink(existing)}, which does not "
+                f"exist, so {folder} cannot be created (output_dir)"
+            ]
         existing = existing.parent
     if not existing.is_dir():
         return [f"{existing}: not a folder, so {folder} cannot be created (output_dir)"]
@@ -63,6 +67,5 @@ def writable_problems(folder: Path) -> list[str]:
         os.unlink(probe)
     except OSError as error:
         verb = "written" if existing == folder else f"created (in {existing})"
-        return [f"{folder}: output folder cannot be {verb}: "
-                f"{error.strerror or error} (output_dir)"]
+        return [f"{folder}: output folder cannot be {verb}: {error.strerror or error} (output_dir)"]
     return []

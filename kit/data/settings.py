@@ -33,8 +33,9 @@ class ComponentSettings(Strict):
         for key, named in (("cues", self.cues), ("absent", self.absent)):
             unknown = sorted(set(named) - set(CUES))
             if unknown:
-                raise ValueError(f"{key}: unknown cue(s) {', '.join(unknown)} "
-                                 f"(known: {', '.join(CUES)})")
+                raise ValueError(
+                    f"{key}: unknown cue(s) {', '.join(unknown)} (known: {', '.join(CUES)})"
+                )
         both = sorted(set(self.cues) & set(self.absent))
         if both:
             raise ValueError(f"absent: {', '.join(both)} cannot both carry the label and be absent")
@@ -93,15 +94,19 @@ class DataSettings(Strict):
     def _consistent(self) -> DataSettings:
         owners = [name for name in kinds.KINDS if kinds.get(name).section == "synthetic"]
         if (self.kind in owners) != (self.synthetic is not None):
-            raise ValueError(f"synthetic: give this section exactly when kind is "
-                             f"{' or '.join(owners)}")
+            raise ValueError(
+                f"synthetic: give this section exactly when kind is {' or '.join(owners)}"
+            )
         if kinds.get(self.kind).reads_disk and not self.root:
             raise ValueError(f"root: kind {self.kind} reads images from disk and needs a root")
-        if self.decode == "gpu" and (not kinds.get(self.kind).reads_disk
-                                     or self.augment not in ("auto", "algoperf")
-                                     or (self.augment == "auto" and self.image_size < 64)):
-            raise ValueError(f"decode: gpu decodes JPEG files with RandomResizedCrop (augment "
-                             f"algoperf, or auto from 64 px); kind {self.kind} with augment "
-                             f"{self.augment} at {self.image_size} px needs decode: cpu")
+        if self.decode == "gpu" and (
+            not kinds.get(self.kind).reads_disk
+            or self.augment not in ("auto", "algoperf")
+            or (self.augment == "auto" and self.image_size < 64)
+        ):
+            raise ValueError(
+                f"decode: gpu decodes JPEG files with RandomResizedCrop (augment "
+                f"algoperf, or auto from 64 px); kind {self.kind} with augment "
+                f"{self.augment} at {self.image_size} px needs decode: cpu"
+            )
         return self
-

@@ -32,16 +32,16 @@ def _figure(u: np.ndarray, v: np.ndarray, shape: int) -> np.ndarray:
     r = np.hypot(u, v)
     p, q = (u + v) / np.sqrt(2), (u - v) / np.sqrt(2)
     figures = (
-        lambda: r <= 1.0,                                                     # disc
-        lambda: np.maximum(abs(u), abs(v)) <= 0.8,                            # square
-        lambda: abs(u) + abs(v) <= 1.1,                                       # diamond
-        lambda: (v <= 0.6) & (abs(u) <= 0.6 * (v + 1.0)),                     # triangle, up
-        lambda: (v >= -0.6) & (abs(u) <= 0.6 * (1.0 - v)),                    # triangle, down
-        lambda: (r >= 0.55) & (r <= 1.0),                                     # ring
+        lambda: r <= 1.0,  # disc
+        lambda: np.maximum(abs(u), abs(v)) <= 0.8,  # square
+        lambda: abs(u) + abs(v) <= 1.1,  # diamond
+        lambda: (v <= 0.6) & (abs(u) <= 0.6 * (v + 1.0)),  # triangle, up
+        lambda: (v >= -0.6) & (abs(u) <= 0.6 * (1.0 - v)),  # triangle, down
+        lambda: (r >= 0.55) & (r <= 1.0),  # ring
         lambda: (np.minimum(abs(u), abs(v)) <= 0.33) & (np.maximum(abs(u), abs(v)) <= 1.0),
         lambda: (np.minimum(abs(p), abs(q)) <= 0.33) & (np.maximum(abs(p), abs(q)) <= 1.0),
-        lambda: (abs(u) <= 1.0) & (abs(v) <= 0.4),                            # bar, lying
-        lambda: (abs(u) <= 0.4) & (abs(v) <= 1.0),                            # bar, standing
+        lambda: (abs(u) <= 1.0) & (abs(v) <= 0.4),  # bar, lying
+        lambda: (abs(u) <= 0.4) & (abs(v) <= 1.0),  # bar, standing
     )
     return figures[shape % len(figures)]()
 
@@ -65,8 +65,9 @@ class SyntheticWorld(Dataset):
     #: the object's radius, in units of half the image side
     RADIUS = 0.5
 
-    def __init__(self, world: SyntheticSettings, num_classes: int, image_size: int,
-                 split: str) -> None:
+    def __init__(
+        self, world: SyntheticSettings, num_classes: int, image_size: int, split: str
+    ) -> None:
         self.world, self.num_classes, self.image_size = world, num_classes, image_size
         self.split = self.SPLITS[split]
         self.size = world.num_train if split == "train" else world.num_eval
@@ -92,9 +93,13 @@ class SyntheticWorld(Dataset):
         for cue in CUES:  # two draws per cue whatever the branch, so streams stay aligned
             shows_label, other = rng.random(), int(rng.integers(self.num_classes))
             strength = self.world.strength.get(cue, 1.0)
-            values[cue] = (None if cue in chosen.absent
-                           else label if cue in chosen.cues and shows_label < strength
-                           else other)
+            values[cue] = (
+                None
+                if cue in chosen.absent
+                else label
+                if cue in chosen.cues and shows_label < strength
+                else other
+            )
         return SyntheticDraw(label, component, values)
 
     def draw(self, index: int) -> SyntheticDraw:
@@ -123,16 +128,20 @@ class SyntheticWorld(Dataset):
         radius = self.RADIUS * rng.uniform(0.9, 1.1)
         shape = values["shape"]
         level = 0 if shape is None else shape // 10  # classes beyond ten: smaller figures
-        inside = _figure(dx / radius * (1 + 0.3 * level), dy / radius * (1 + 0.3 * level),
-                         0 if shape is None else shape)
+        inside = _figure(
+            dx / radius * (1 + 0.3 * level),
+            dy / radius * (1 + 0.3 * level),
+            0 if shape is None else shape,
+        )
         if values["texture"] is None:
             shade = np.full_like(dx, 0.85)
         else:
             stripe_angle = np.pi * values["texture"] / classes
             phase = (dx * np.cos(stripe_angle) + dy * np.sin(stripe_angle)) * (np.pi * 6)
             shade = 0.65 + 0.35 * np.sign(np.sin(phase))
-        hue, saturation = (0.0, 0.0) if values["colour"] is None else (values["colour"] / classes,
-                                                                        0.85)
+        hue, saturation = (
+            (0.0, 0.0) if values["colour"] is None else (values["colour"] / classes, 0.85)
+        )
         rgb = np.array(colorsys.hsv_to_rgb(hue, saturation, 1.0), dtype=np.float32)
         image = np.where(inside, shade * rgb[:, None, None], 0.5).astype(np.float32)
         image += rng.normal(0, self.world.noise, image.shape).astype(np.float32)
@@ -149,7 +158,7 @@ def bayes_ceiling(world: SyntheticSettings, num_classes: int) -> float:
     shape = (num_classes,) + (num_classes + 1,) * len(CUES)  # label, then each cue (+ absent)
     joint = np.zeros(shape)
     eye = np.eye(num_classes)
-    for weight, component in zip(weights, world.components):
+    for weight, component in zip(weights, world.components, strict=True):
         term = np.full(shape, weight / num_classes)
         for axis, cue in enumerate(CUES, start=1):
             given = np.zeros((num_classes, num_classes + 1))  # P(cue value | label)

@@ -19,16 +19,35 @@ from kit.report import palette
 DATA_DIR = Path(__file__).parent / "evidence_data"
 
 SCHEMA: dict[str, pl.DataType] = {
-    "study": pl.String, "arxiv_id": pl.String, "source_ref": pl.String, "method": pl.String,
-    "architecture": pl.String, "params_millions": pl.Float64, "n_models": pl.Int64,
-    "iters_per_model": pl.Int64, "total_iters": pl.Int64, "pretraining_data": pl.String,
-    "eval_dataset": pl.String, "metric": pl.String, "value": pl.Float64,
-    "value_source": pl.String, "uncertainty": pl.Float64, "verified_in_primary": pl.Boolean,
+    "study": pl.String,
+    "arxiv_id": pl.String,
+    "source_ref": pl.String,
+    "method": pl.String,
+    "architecture": pl.String,
+    "params_millions": pl.Float64,
+    "n_models": pl.Int64,
+    "iters_per_model": pl.Int64,
+    "total_iters": pl.Int64,
+    "pretraining_data": pl.String,
+    "eval_dataset": pl.String,
+    "metric": pl.String,
+    "value": pl.Float64,
+    "value_source": pl.String,
+    "uncertainty": pl.Float64,
+    "verified_in_primary": pl.Boolean,
     "note": pl.String,
 }
 KEY = ["study", "method", "architecture", "eval_dataset", "metric"]
-REQUIRED = ["study", "arxiv_id", "source_ref", "method", "eval_dataset", "metric",
-            "value_source", "verified_in_primary"]
+REQUIRED = [
+    "study",
+    "arxiv_id",
+    "source_ref",
+    "method",
+    "eval_dataset",
+    "metric",
+    "value_source",
+    "verified_in_primary",
+]
 VALUE_SOURCES = {"table", "read_from_figure"}
 TRANSFER_DATASETS = ["ImageNet-1k", "iNat18", "CIFAR-100", "CIFAR-10"]
 OOD_DATASETS = ["iNat18", "CIFAR-100", "CIFAR-10"]
@@ -70,24 +89,35 @@ def check(frame: pl.DataFrame, path: Path) -> None:
         raise EvidenceError(f"{path}: duplicate rows for {duplicates.select(KEY).row(0)}")
     unknown = set(frame["value_source"].unique()) - VALUE_SOURCES
     if unknown:
-        raise EvidenceError(f"{path}: value_source must be one of {sorted(VALUE_SOURCES)}, "
-                            f"got {sorted(unknown)}")
-    unsure = frame.filter((pl.col("value_source") == "read_from_figure")
-                          & pl.col("uncertainty").is_null())
+        raise EvidenceError(
+            f"{path}: value_source must be one of {sorted(VALUE_SOURCES)}, got {sorted(unknown)}"
+        )
+    unsure = frame.filter(
+        (pl.col("value_source") == "read_from_figure") & pl.col("uncertainty").is_null()
+    )
     if unsure.height:
-        raise EvidenceError(f"{path}: values read from a figure need an uncertainty "
-                            f"({unsure.height} row(s) without)")
-    percent = frame.filter(pl.col("metric").str.ends_with("(%)") & pl.col("value").is_not_null()
-                           & ((pl.col("value") < 0) | (pl.col("value") > 100)))
+        raise EvidenceError(
+            f"{path}: values read from a figure need an uncertainty "
+            f"({unsure.height} row(s) without)"
+        )
+    percent = frame.filter(
+        pl.col("metric").str.ends_with("(%)")
+        & pl.col("value").is_not_null()
+        & ((pl.col("value") < 0) | (pl.col("value") > 100))
+    )
     if percent.height:
         raise EvidenceError(f"{path}: percentages outside [0, 100]: {percent['value'].to_list()}")
 
 
-def as_printed(frame: pl.DataFrame, index: list[str], columns: str = "eval_dataset"
-               ) -> pl.DataFrame:
+def as_printed(
+    frame: pl.DataFrame, index: list[str], columns: str = "eval_dataset"
+) -> pl.DataFrame:
     """A source laid out like the paper's table: one row per method, one column per dataset."""
-    order = [c for c in TRANSFER_DATASETS + frame[columns].unique(maintain_order=True).to_list()
-             if c in frame[columns].to_list()]
+    order = [
+        c
+        for c in TRANSFER_DATASETS + frame[columns].unique(maintain_order=True).to_list()
+        if c in frame[columns].to_list()
+    ]
     wide = frame.pivot(on=columns, index=index, values="value", aggregate_function=None)
     return wide.select(index + list(dict.fromkeys(order)))
 
@@ -98,38 +128,49 @@ def printed_or_missing(frame: pl.DataFrame, index: list[str]) -> pl.DataFrame | 
     if frame["value"].null_count() < frame.height:
         return as_printed(frame, index)
     methods = ", ".join(frame["method"].unique(maintain_order=True).to_list())
-    return (f"No value of {frame['study'][0]} ({frame['metric'][0]} on "
-            f"{frame['eval_dataset'][0]}) is in a source the kit holds, so none is shown; the "
-            f"rows kept for when one is: {methods}.")
+    return (
+        f"No value of {frame['study'][0]} ({frame['metric'][0]} on "
+        f"{frame['eval_dataset'][0]}) is in a source the kit holds, so none is shown; the "
+        f"rows kept for when one is: {methods}."
+    )
 
 
 def ensemble_gains(table2: pl.DataFrame) -> pl.DataFrame:
     """Table 2's argument: cat4resnet50 against the width-matched resnet50w2 and the resnet50."""
     printed = table2.filter(pl.col("value_source") == "table")
-    value = {(r["architecture"], r["eval_dataset"]): r["value"]
-             for r in printed.iter_rows(named=True)}
+    value = {
+        (r["architecture"], r["eval_dataset"]): r["value"] for r in printed.iter_rows(named=True)
+    }
     rows = []
     for dataset in TRANSFER_DATASETS:
         ensemble = value[("cat4resnet50", dataset)]
-        rows.append({
-            "eval_dataset": dataset,
-            "role": "in-distribution" if dataset == "ImageNet-1k" else "transfer",
-            "cat4resnet50_minus_resnet50w2": round(ensemble - value[("resnet50w2", dataset)], 2),
-            "cat4resnet50_minus_resnet50": round(ensemble - value[("resnet50", dataset)], 2),
-            "resnet50w2_minus_resnet50": round(value[("resnet50w2", dataset)]
-                                               - value[("resnet50", dataset)], 2),
-        })
+        rows.append(
+            {
+                "eval_dataset": dataset,
+                "role": "in-distribution" if dataset == "ImageNet-1k" else "transfer",
+                "cat4resnet50_minus_resnet50w2": round(
+                    ensemble - value[("resnet50w2", dataset)], 2
+                ),
+                "cat4resnet50_minus_resnet50": round(ensemble - value[("resnet50", dataset)], 2),
+                "resnet50w2_minus_resnet50": round(
+                    value[("resnet50w2", dataset)] - value[("resnet50", dataset)], 2
+                ),
+            }
+        )
     return pl.DataFrame(rows)
 
 
 def time_concat_gains(table3: pl.DataFrame) -> pl.DataFrame:
     """Table 3's argument: each catN minus cat1, in distribution and averaged out of it."""
-    baseline = table3.filter(pl.col("n_models") == 1).select("eval_dataset",
-                                                             pl.col("value").alias("cat1"))
+    baseline = table3.filter(pl.col("n_models") == 1).select(
+        "eval_dataset", pl.col("value").alias("cat1")
+    )
     gains = table3.join(baseline, on="eval_dataset").with_columns(
-        (pl.col("value") - pl.col("cat1")).round(2).alias("gain"))
-    wide = gains.pivot(on="eval_dataset", index=["method", "n_models", "total_iters"],
-                       values="gain").sort("n_models")
+        (pl.col("value") - pl.col("cat1")).round(2).alias("gain")
+    )
+    wide = gains.pivot(
+        on="eval_dataset", index=["method", "n_models", "total_iters"], values="gain"
+    ).sort("n_models")
     return wide.with_columns(
         pl.col("ImageNet-1k").alias("ID gain"),
         pl.mean_horizontal(OOD_DATASETS).round(2).alias("mean OOD gain"),
@@ -140,12 +181,16 @@ def transfer_gap(dfr: pl.DataFrame) -> pl.DataFrame:
     """Table 1 (DFR): direct robust training minus last-layer transfer, per dataset and metric."""
     method = pl.col("method")
     wide = dfr.with_columns(
-        pl.when(method.str.starts_with("DFR")).then(pl.lit("transfer (DFR)"))
-        .when(method.str.starts_with("Group DRO")).then(pl.lit("direct (Group DRO)"))
-        .otherwise(pl.lit("ERM")).alias("training")
+        pl.when(method.str.starts_with("DFR"))
+        .then(pl.lit("transfer (DFR)"))
+        .when(method.str.starts_with("Group DRO"))
+        .then(pl.lit("direct (Group DRO)"))
+        .otherwise(pl.lit("ERM"))
+        .alias("training")
     ).pivot(on="training", index=["eval_dataset", "metric"], values="value")
     return wide.with_columns(
-        (pl.col("direct (Group DRO)") - pl.col("transfer (DFR)")).round(2)
+        (pl.col("direct (Group DRO)") - pl.col("transfer (DFR)"))
+        .round(2)
         .alias("direct minus transfer"),
         (pl.col("transfer (DFR)") - pl.col("ERM")).round(2).alias("transfer minus ERM"),
     )
@@ -155,19 +200,33 @@ def concat_series(table2: pl.DataFrame, ssl: pl.DataFrame) -> pl.DataFrame:
     """Accuracy against size, in ResNet-50 equivalents: concatenations of n models (n) and wider
     single models (their parameter count over a ResNet-50's, where a source gives it)."""
     supervised = table2.filter(pl.col("method") != "distill5").with_columns(
-        pl.lit("supervised (ImageNet-1k)").alias("pretraining"))
+        pl.lit("supervised (ImageNet-1k)").alias("pretraining")
+    )
     self_supervised = ssl.with_columns(pl.lit("self-supervised (SwAV)").alias("pretraining"))
     both = pl.concat([supervised, self_supervised])
-    is_concat = pl.col("architecture").str.starts_with("cat") | (pl.col("architecture")
-                                                                 == "resnet50")
+    is_concat = pl.col("architecture").str.starts_with("cat") | (
+        pl.col("architecture") == "resnet50"
+    )
     return both.with_columns(
-        pl.when(is_concat).then(pl.lit("concatenation")).otherwise(pl.lit("wider network"))
+        pl.when(is_concat)
+        .then(pl.lit("concatenation"))
+        .otherwise(pl.lit("wider network"))
         .alias("kind"),
-        pl.when(is_concat).then(pl.col("n_models").cast(pl.Float64))
-        .otherwise(pl.col("params_millions") / RESNET50_PARAMS_MILLIONS).round(2)
+        pl.when(is_concat)
+        .then(pl.col("n_models").cast(pl.Float64))
+        .otherwise(pl.col("params_millions") / RESNET50_PARAMS_MILLIONS)
+        .round(2)
         .alias("resnet50_equivalents"),
-    ).select("pretraining", "kind", "architecture", "resnet50_equivalents", "eval_dataset",
-             "value", "value_source", "uncertainty")
+    ).select(
+        "pretraining",
+        "kind",
+        "architecture",
+        "resnet50_equivalents",
+        "eval_dataset",
+        "value",
+        "value_source",
+        "uncertainty",
+    )
 
 
 def summarize(sources: dict[str, pl.DataFrame]) -> dict[str, object]:
@@ -178,7 +237,7 @@ def summarize(sources: dict[str, pl.DataFrame]) -> dict[str, object]:
     everything = pl.concat(list(sources.values()))
 
     def by(frame: pl.DataFrame, key: str, column: str) -> dict[str, float | None]:
-        return dict(zip(frame[key].to_list(), frame[column].to_list()))
+        return dict(zip(frame[key].to_list(), frame[column].to_list(), strict=True))
 
     return {
         "table2_cat4_minus_w2": by(gains, "eval_dataset", "cat4resnet50_minus_resnet50w2"),
@@ -186,21 +245,27 @@ def summarize(sources: dict[str, pl.DataFrame]) -> dict[str, object]:
         "table3_id_gain": by(time_gains, "method", "ID gain"),
         "table3_mean_ood_gain": by(time_gains, "method", "mean OOD gain"),
         "table1_direct_minus_transfer_worst_group": by(
-            gap.filter(pl.col("metric").str.starts_with("worst")), "eval_dataset",
-            "direct minus transfer"),
+            gap.filter(pl.col("metric").str.starts_with("worst")),
+            "eval_dataset",
+            "direct minus transfer",
+        ),
         "values": everything.height,
         "values_from_tables": everything.filter(pl.col("value_source") == "table")
-        .filter(pl.col("value").is_not_null()).height,
+        .filter(pl.col("value").is_not_null())
+        .height,
         "values_read_from_figures": everything.filter(
-            pl.col("value_source") == "read_from_figure").height,
+            pl.col("value_source") == "read_from_figure"
+        ).height,
         "values_not_verified_in_primary": everything.filter(~pl.col("verified_in_primary"))
-        .filter(pl.col("value").is_not_null()).height,
+        .filter(pl.col("value").is_not_null())
+        .height,
         "values_missing": everything["value"].null_count(),
     }
 
 
 def summary_lines(summary: dict[str, object]) -> list[str]:
     """Sentences stating the computed numbers, for the notebook's closing cell."""
+
     def signed(values: object) -> str:
         assert isinstance(values, dict)
         return ", ".join(f"{k} {'n/a' if v is None else f'{v:+.2f}'}" for k, v in values.items())
@@ -227,6 +292,7 @@ def summary_lines(summary: dict[str, object]) -> list[str]:
 # Charts
 # ---------------------------------------------------------------------------------------------
 
+
 def concept(label: str) -> str:
     """The name whose palette colour a label of these charts takes, so that a concept has one
     colour in every notebook: a difference its first term's ('cat2 − cat1': cat2), a
@@ -252,40 +318,70 @@ def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
     near 93 %), so each gets its own axis; the gaps are charted on a shared scale by
     `difference_chart`."""
     order = frame[series].unique(maintain_order=True).to_list()
-    return alt.Chart(frame).mark_point(filled=True, size=70).encode(
-        y=alt.Y(f"{series}:N", title=None, sort=order),
-        x=alt.X("value:Q", title="top-1 (%)", scale=alt.Scale(zero=False, padding=8)),
-        color=alt.Color("value_source:N", title="value",
-                        scale=palette.scale(sorted(VALUE_SOURCES))),
-        tooltip=["study", "method", "architecture", "eval_dataset", "value", "value_source",
-                 "uncertainty"],
-    ).properties(width=150, height=alt.Step(18)).facet(
-        column=alt.Column("eval_dataset:N", sort=TRANSFER_DATASETS, title=None),
-        title=alt.Title(title, subtitle="zoomed: each dataset on its own axis, not from 0")
-    ).resolve_scale(x="independent")
+    return (
+        alt.Chart(frame)
+        .mark_point(filled=True, size=70)
+        .encode(
+            y=alt.Y(f"{series}:N", title=None, sort=order),
+            x=alt.X("value:Q", title="top-1 (%)", scale=alt.Scale(zero=False, padding=8)),
+            color=alt.Color(
+                "value_source:N", title="value", scale=palette.scale(sorted(VALUE_SOURCES))
+            ),
+            tooltip=[
+                "study",
+                "method",
+                "architecture",
+                "eval_dataset",
+                "value",
+                "value_source",
+                "uncertainty",
+            ],
+        )
+        .properties(width=150, height=alt.Step(18))
+        .facet(
+            column=alt.Column("eval_dataset:N", sort=TRANSFER_DATASETS, title=None),
+            title=alt.Title(title, subtitle="zoomed: each dataset on its own axis, not from 0"),
+        )
+        .resolve_scale(x="independent")
+    )
 
 
-def difference_chart(frame: pl.DataFrame, comparison: str, value: str, title: str
-                     ) -> alt.LayerChart:
+def difference_chart(
+    frame: pl.DataFrame, comparison: str, value: str, title: str
+) -> alt.LayerChart:
     """Differences per evaluation dataset as bars from zero on one shared scale, each bar
     with its value written on it, so gaps of a point or two stay visible and comparable."""
     data = frame.filter(pl.col(value).is_not_null())
-    datasets = [d for d in TRANSFER_DATASETS + data["eval_dataset"].unique(maintain_order=True)
-                .to_list() if d in data["eval_dataset"].to_list()]
+    datasets = [
+        d
+        for d in TRANSFER_DATASETS + data["eval_dataset"].unique(maintain_order=True).to_list()
+        if d in data["eval_dataset"].to_list()
+    ]
     base = alt.Chart(data, title=title).encode(
-        x=alt.X("eval_dataset:N", title=None, sort=list(dict.fromkeys(datasets)),
-                axis=alt.Axis(labelAngle=0)),
+        x=alt.X(
+            "eval_dataset:N",
+            title=None,
+            sort=list(dict.fromkeys(datasets)),
+            axis=alt.Axis(labelAngle=0),
+        ),
         xOffset=alt.XOffset(f"{comparison}:N"),
-        color=_colour(comparison, data, title=None,
-                      legend=alt.Legend(orient="bottom", columns=1)),
-        y=alt.Y(f"{value}:Q", title="difference (points)",
-                scale=alt.Scale(domain=_padded(data[value]))))
+        color=_colour(comparison, data, title=None, legend=alt.Legend(orient="bottom", columns=1)),
+        y=alt.Y(
+            f"{value}:Q", title="difference (points)", scale=alt.Scale(domain=_padded(data[value]))
+        ),
+    )
     bars = base.mark_bar().encode(tooltip=["eval_dataset", comparison, value])
     text = alt.Text(f"{value}:Q", format="+.1f")
-    above = base.transform_filter(f"datum['{value}'] >= 0").mark_text(
-        baseline="bottom", dy=-2, fontSize=9).encode(text=text)
-    below = base.transform_filter(f"datum['{value}'] < 0").mark_text(
-        baseline="top", dy=2, fontSize=9).encode(text=text)
+    above = (
+        base.transform_filter(f"datum['{value}'] >= 0")
+        .mark_text(baseline="bottom", dy=-2, fontSize=9)
+        .encode(text=text)
+    )
+    below = (
+        base.transform_filter(f"datum['{value}'] < 0")
+        .mark_text(baseline="top", dy=2, fontSize=9)
+        .encode(text=text)
+    )
     zero = alt.Chart().mark_rule(color="black").encode(y=alt.datum(0))
     return alt.layer(bars, above, below, zero).properties(width=alt.Step(30), height=220)
 
@@ -299,43 +395,62 @@ def _padded(values: pl.Series) -> list[float]:
 
 def table1_gap_frame(gap: pl.DataFrame) -> pl.DataFrame:
     """`transfer_gap` rows as the differences Table 1a's text talks about."""
-    return gap.select("eval_dataset", pl.col("metric").str.replace(r" \(%\)$", "")
-                      .alias("comparison"), pl.col("direct minus transfer").alias("points"))
+    return gap.select(
+        "eval_dataset",
+        pl.col("metric").str.replace(r" \(%\)$", "").alias("comparison"),
+        pl.col("direct minus transfer").alias("points"),
+    )
 
 
 def table2_gain_frame(gains: pl.DataFrame) -> pl.DataFrame:
     """`ensemble_gains` as long rows: one per dataset and comparison."""
-    names = {"cat4resnet50_minus_resnet50w2": "cat4resnet50 − resnet50w2 (same width)",
-             "resnet50w2_minus_resnet50": "resnet50w2 − resnet50 (widening alone)"}
-    return gains.unpivot(index="eval_dataset", on=list(names), variable_name="comparison",
-                         value_name="points").with_columns(
-        pl.col("comparison").replace_strict(names))
+    names = {
+        "cat4resnet50_minus_resnet50w2": "cat4resnet50 − resnet50w2 (same width)",
+        "resnet50w2_minus_resnet50": "resnet50w2 − resnet50 (widening alone)",
+    }
+    return gains.unpivot(
+        index="eval_dataset", on=list(names), variable_name="comparison", value_name="points"
+    ).with_columns(pl.col("comparison").replace_strict(names))
 
 
 def table3_gain_frame(gains: pl.DataFrame) -> pl.DataFrame:
     """`time_concat_gains` as long rows: catN − cat1 per dataset (cat1 itself left out)."""
-    return gains.filter(pl.col("n_models") > 1).unpivot(
-        index="method", on=TRANSFER_DATASETS, variable_name="eval_dataset",
-        value_name="points").select("eval_dataset", pl.format("{} − cat1", "method")
-                                    .alias("comparison"), "points")
+    return (
+        gains.filter(pl.col("n_models") > 1)
+        .unpivot(
+            index="method", on=TRANSFER_DATASETS, variable_name="eval_dataset", value_name="points"
+        )
+        .select("eval_dataset", pl.format("{} − cat1", "method").alias("comparison"), "points")
+    )
 
 
 def series_chart(series: pl.DataFrame) -> alt.FacetChart:
     """Accuracy against size; datasets sit 50 points apart, so each panel has its own axis."""
-    data = series.filter(pl.col("resnet50_equivalents").is_not_null()
-                         & pl.col("value").is_not_null())
+    data = series.filter(
+        pl.col("resnet50_equivalents").is_not_null() & pl.col("value").is_not_null()
+    )
     base = alt.Chart().encode(
         x=alt.X("resnet50_equivalents:Q", title="size (ResNet-50 equivalents)"),
-        y=alt.Y("value:Q", title="linear-probe top-1 (%), own axis per dataset",
-                scale=alt.Scale(zero=False)),
+        y=alt.Y(
+            "value:Q",
+            title="linear-probe top-1 (%), own axis per dataset",
+            scale=alt.Scale(zero=False),
+        ),
         color=_colour("pretraining", data, title="pretraining"),
-        shape=alt.Shape("kind:N", title="model",
-                        scale=alt.Scale(domain=["concatenation", "wider network"],
-                                        range=["circle", "diamond"])),
-        tooltip=["pretraining", "architecture", "eval_dataset", "value", "value_source"])
+        shape=alt.Shape(
+            "kind:N",
+            title="model",
+            scale=alt.Scale(domain=["concatenation", "wider network"], range=["circle", "diamond"]),
+        ),
+        tooltip=["pretraining", "architecture", "eval_dataset", "value", "value_source"],
+    )
     lines = base.transform_filter(alt.datum.kind == "concatenation").mark_line(point=True)
     wide = base.transform_filter(alt.datum.kind == "wider network").mark_point(
-        size=120, filled=True)
-    return alt.layer(lines, wide, data=data).properties(width=170, height=170).facet(
-        column=alt.Column("eval_dataset:N", sort=TRANSFER_DATASETS, title=None)
-    ).resolve_scale(y="independent")
+        size=120, filled=True
+    )
+    return (
+        alt.layer(lines, wide, data=data)
+        .properties(width=170, height=170)
+        .facet(column=alt.Column("eval_dataset:N", sort=TRANSFER_DATASETS, title=None))
+        .resolve_scale(y="independent")
+    )

@@ -35,14 +35,15 @@ POINTS = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
 LABELS = torch.tensor([1.0, 1.0, 0.0, 0.0])
 COMPONENT_NAMES = ("P1", "P2", "P3", "P4")
 #: mass each component puts on A, B, C, D: a third on each of three points
-COMPONENT_MASSES = torch.tensor(
-    [[1, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.float32
-) / 3
+COMPONENT_MASSES = (
+    torch.tensor([[1, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.float32) / 3
+)
 #: the feature that solves each component alone (index into FEATURES)
 COMPONENT_FEATURE = (0, 0, 1, 1)
 
 
 # ---- Exact analysis of the construction (no training) --------------------------------------
+
 
 def mixture_masses(weights: torch.Tensor) -> torch.Tensor:
     """Mass of A, B, C, D under mixtures with the given component weights (rows sum to 1)."""
@@ -95,13 +96,19 @@ def component_table() -> pl.DataFrame:
     points, labels = POINTS.numpy(), LABELS.numpy()
     for c, name in enumerate(COMPONENT_NAMES):
         on = COMPONENT_MASSES[c].numpy() > 0
-        rows.append({
-            "component": name,
-            "positives": ", ".join(p for p, s, y in zip(POINT_NAMES, on, labels) if s and y == 1),
-            "negatives": ", ".join(p for p, s, y in zip(POINT_NAMES, on, labels) if s and y == 0),
-            "solved_by_phi1_alone": separable_by_feature(points[on], labels[on], 0),
-            "solved_by_phi2_alone": separable_by_feature(points[on], labels[on], 1),
-        })
+        rows.append(
+            {
+                "component": name,
+                "positives": ", ".join(
+                    p for p, s, y in zip(POINT_NAMES, on, labels, strict=True) if s and y == 1
+                ),
+                "negatives": ", ".join(
+                    p for p, s, y in zip(POINT_NAMES, on, labels, strict=True) if s and y == 0
+                ),
+                "solved_by_phi1_alone": separable_by_feature(points[on], labels[on], 0),
+                "solved_by_phi2_alone": separable_by_feature(points[on], labels[on], 1),
+            }
+        )
     return pl.DataFrame(rows)
 
 
@@ -124,18 +131,35 @@ def optimal_mixture_classifier(weights: torch.Tensor) -> dict[str, object]:
     best = [c for c in candidates if c[0] <= error + 1e-9]
     dropped = [", ".join(POINT_NAMES[i] for i in c[1]) or "-" for c in best]
     features = sorted({features_needed(points[c[2]], labels[c[2]]) for c in best})
-    return {"dropped": " | ".join(dropped), "error": round(error, 4),
-            "features": " | ".join(features)}
+    return {
+        "dropped": " | ".join(dropped),
+        "error": round(error, 4),
+        "features": " | ".join(features),
+    }
 
 
 def optimum_table(shares: list[float]) -> pl.DataFrame:
     """`optimal_mixture_classifier` of every mixture with `share` on one component (the rest
     split evenly), after the mixture's mass on each support point."""
-    rows = [(share, name, dominated_weights(d, share)) for share in shares
-            for d, name in enumerate(COMPONENT_NAMES)]
-    return pl.DataFrame([{"share": share, "dominant": name, **{
-        f"mass {p}": m for p, m in zip(POINT_NAMES, mixture_masses(w[None])[0].tolist())},
-        **optimal_mixture_classifier(w)} for share, name, w in rows])
+    rows = [
+        (share, name, dominated_weights(d, share))
+        for share in shares
+        for d, name in enumerate(COMPONENT_NAMES)
+    ]
+    return pl.DataFrame(
+        [
+            {
+                "share": share,
+                "dominant": name,
+                **{
+                    f"mass {p}": m
+                    for p, m in zip(POINT_NAMES, mixture_masses(w[None])[0].tolist(), strict=True)
+                },
+                **optimal_mixture_classifier(w),
+            }
+            for share, name, w in rows
+        ]
+    )
 
 
 def mixture_is_linearly_separable() -> bool:
@@ -144,8 +168,10 @@ def mixture_is_linearly_separable() -> bool:
 
 # ---- Sampling and training -----------------------------------------------------------------
 
-def sample(weights: torch.Tensor, n: int, noise: float, generator: torch.Generator
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+
+def sample(
+    weights: torch.Tensor, n: int, noise: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """n noisy samples from each of R mixtures: inputs [R, n, 2] and labels [R, n]."""
     point = torch.multinomial(mixture_masses(weights), n, replacement=True, generator=generator)
     x = POINTS[point] + noise * torch.randn(*point.shape, 2, generator=generator)
@@ -179,8 +205,9 @@ class SparseModels:
         return ((logits > 0).float() == y).float().mean(1)
 
 
-def train_sparse(weights: torch.Tensor, config: SparseTrainingSettings, seed: int,
-                 sample_seed: int | None = None) -> SparseModels:
+def train_sparse(
+    weights: torch.Tensor, config: SparseTrainingSettings, seed: int, sample_seed: int | None = None
+) -> SparseModels:
     """Train one diagonal network per row of `weights` (component weights), all at once.
 
     Each row gets its own sample, initialisation and minibatch order, all drawn from one
@@ -194,8 +221,9 @@ def train_sparse(weights: torch.Tensor, config: SparseTrainingSettings, seed: in
         x, y = sample(weights, config.n_train, config.noise, generator)
     else:
         mixtures, row_mixture = torch.unique(weights, dim=0, return_inverse=True)
-        x, y = sample(mixtures, config.n_train, config.noise,
-                      torch.Generator().manual_seed(sample_seed))
+        x, y = sample(
+            mixtures, config.n_train, config.noise, torch.Generator().manual_seed(sample_seed)
+        )
         x, y = x[row_mixture], y[row_mixture]
     u = torch.full((runs, 2), config.init_scale).requires_grad_()
     v = (config.init_scale * torch.randn(runs, 2, generator=generator)).requires_grad_()
@@ -203,14 +231,22 @@ def train_sparse(weights: torch.Tensor, config: SparseTrainingSettings, seed: in
     optimizer = torch.optim.SGD([u, v, b], lr=config.lr)
     rows = torch.arange(runs)[:, None]
     with one_thread():  # tensors of a few thousand elements: a thread join costs more
-        for _ in KeptBar(range(config.steps), desc=f"training {runs} toy models",
-                         stage=f"training {runs} toy models", unit="step"):
-            batch = torch.randint(0, config.n_train, (runs, config.batch_size),
-                                  generator=generator)
+        for _ in KeptBar(
+            range(config.steps),
+            desc=f"training {runs} toy models",
+            stage=f"training {runs} toy models",
+            unit="step",
+        ):
+            batch = torch.randint(0, config.n_train, (runs, config.batch_size), generator=generator)
             logits = (x[rows, batch] * (u * v)[:, None]).sum(-1) + b[:, None]
             # per-run mean loss, summed over runs so that runs do not share a learning rate scale
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(
-                logits, y[rows, batch], reduction="none").mean(1).sum()
+            loss = (
+                torch.nn.functional.binary_cross_entropy_with_logits(
+                    logits, y[rows, batch], reduction="none"
+                )
+                .mean(1)
+                .sum()
+            )
             loss = loss + config.weight_decay / 2 * (u.square().sum() + v.square().sum())
             optimizer.zero_grad()
             loss.backward()
@@ -220,15 +256,21 @@ def train_sparse(weights: torch.Tensor, config: SparseTrainingSettings, seed: in
 
 def kept_label(kept: torch.Tensor) -> list[str]:
     """'phi1', 'phi2', 'both' or 'none' for each row of a [R, 2] boolean tensor."""
-    names = {(True, False): "phi1", (False, True): "phi2", (True, True): "both",
-             (False, False): "none"}
+    names = {
+        (True, False): "phi1",
+        (False, True): "phi2",
+        (True, True): "both",
+        (False, False): "none",
+    }
     return [names[(bool(a), bool(b))] for a, b in kept.tolist()]
 
 
 # ---- Linear probes on learned representations ----------------------------------------------
 
-def probe_components(maps: torch.Tensor, config: SparseTrainingSettings, seed: int,
-                     what: str = "representations") -> torch.Tensor:
+
+def probe_components(
+    maps: torch.Tensor, config: SparseTrainingSettings, seed: int, what: str = "representations"
+) -> torch.Tensor:
     """Linear-probe accuracy on each component for R frozen representations (`what`, in the
     stage line `python -m kit run` prints): maps [R, F, 2] send phi(x) to an F-dimensional
     representation (a concatenation of several models is a taller map). For every
@@ -250,12 +292,21 @@ def probe_components(maps: torch.Tensor, config: SparseTrainingSettings, seed: i
     head = torch.zeros(runs * len(COMPONENT_NAMES), width, requires_grad=True)
     bias = torch.zeros(runs * len(COMPONENT_NAMES), requires_grad=True)
     optimizer = torch.optim.Adam([head, bias], lr=0.1)
-    stage = Stage("probes", config.probe_steps, "step", f"fitting {len(weights)} probes at once "
-                  f"({len(COMPONENT_NAMES)} components x {runs} {what})")
+    stage = Stage(
+        "probes",
+        config.probe_steps,
+        "step",
+        f"fitting {len(weights)} probes at once "
+        f"({len(COMPONENT_NAMES)} components x {runs} {what})",
+    )
     for _ in range(config.probe_steps):
         logits = (z_fit * head[:, None]).sum(-1) + bias[:, None]
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(
-            logits, y_fit, reduction="none").mean(1).sum() + 1e-4 * head.square().sum()
+        loss = (
+            torch.nn.functional.binary_cross_entropy_with_logits(logits, y_fit, reduction="none")
+            .mean(1)
+            .sum()
+            + 1e-4 * head.square().sum()
+        )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -274,6 +325,7 @@ def concatenate(maps: torch.Tensor, groups: list[list[int]]) -> torch.Tensor:
 
 # ---- The experiments of notebook 01 --------------------------------------------------------
 
+
 def dominated_weights(dominant: int, share: float) -> torch.Tensor:
     """Mixture weights with `share` on one component and the rest split evenly."""
     weights = torch.full((len(COMPONENT_NAMES),), (1 - share) / (len(COMPONENT_NAMES) - 1))
@@ -281,8 +333,13 @@ def dominated_weights(dominant: int, share: float) -> torch.Tensor:
     return weights
 
 
-def mixture_sweep(shares: list[float], replicates: int, config: SparseTrainingSettings, seed: int,
-                  shared_sample: bool = False) -> tuple[pl.DataFrame, SparseModels]:
+def mixture_sweep(
+    shares: list[float],
+    replicates: int,
+    config: SparseTrainingSettings,
+    seed: int,
+    shared_sample: bool = False,
+) -> tuple[pl.DataFrame, SparseModels]:
     """Train `replicates` sparse models on every dominated mixture and probe each component.
 
     One row per trained model: its mixture, the features that survived, its training accuracy
@@ -297,22 +354,28 @@ def mixture_sweep(shares: list[float], replicates: int, config: SparseTrainingSe
     x, y = sample(weights, config.n_train, config.noise, torch.Generator().manual_seed(seed + 1))
     train_accuracy = models.accuracy(x, y)
     probe = probe_components(models.representation_maps(), config, seed + 2, "trained models")
-    unpruned = probe_components(models.representation_maps(pruned=False), config, seed + 2,
-                                "trained models, unpruned")
+    unpruned = probe_components(
+        models.representation_maps(pruned=False), config, seed + 2, "trained models, unpruned"
+    )
     rows = []
     for r, label in enumerate(kept_label(models.kept)):
         dominant, share = settings[r // replicates]
-        rows.append({
-            "run": r, "replicate": r % replicates,
-            "dominant": COMPONENT_NAMES[dominant], "share": share,
-            **{f"pi_{c}": float(weights[r, i]) for i, c in enumerate(COMPONENT_NAMES)},
-            "w_phi1": float(models.effective[r, 0]), "w_phi2": float(models.effective[r, 1]),
-            "kept": label,
-            "predicted_by_optimum": optimal_mixture_classifier(weights[r])["features"],
-            "mixture_train_accuracy": float(train_accuracy[r]),
-            **{f"acc_{c}": float(probe[r, i]) for i, c in enumerate(COMPONENT_NAMES)},
-            "unpruned_solves_all": bool((unpruned[r] >= SOLVED).all()),
-        })
+        rows.append(
+            {
+                "run": r,
+                "replicate": r % replicates,
+                "dominant": COMPONENT_NAMES[dominant],
+                "share": share,
+                **{f"pi_{c}": float(weights[r, i]) for i, c in enumerate(COMPONENT_NAMES)},
+                "w_phi1": float(models.effective[r, 0]),
+                "w_phi2": float(models.effective[r, 1]),
+                "kept": label,
+                "predicted_by_optimum": optimal_mixture_classifier(weights[r])["features"],
+                "mixture_train_accuracy": float(train_accuracy[r]),
+                **{f"acc_{c}": float(probe[r, i]) for i, c in enumerate(COMPONENT_NAMES)},
+                "unpruned_solves_all": bool((unpruned[r] >= SOLVED).all()),
+            }
+        )
     return pl.DataFrame(rows), models
 
 
@@ -324,14 +387,25 @@ def direct_training(replicates: int, config: SparseTrainingSettings, seed: int) 
     rows = []
     for r, label in enumerate(kept_label(models.kept)):
         c = r // replicates
-        rows.append({"component": COMPONENT_NAMES[c], "replicate": r % replicates,
-                     "kept": label, "accuracy": float(probe[r, c])})
+        rows.append(
+            {
+                "component": COMPONENT_NAMES[c],
+                "replicate": r % replicates,
+                "kept": label,
+                "accuracy": float(probe[r, c]),
+            }
+        )
     return pl.DataFrame(rows)
 
 
-def concatenation_study(runs: pl.DataFrame, models: SparseModels, sizes: list[int],
-                        config: SparseTrainingSettings, seed: int, solved: float = SOLVED
-                        ) -> pl.DataFrame:
+def concatenation_study(
+    runs: pl.DataFrame,
+    models: SparseModels,
+    sizes: list[int],
+    config: SparseTrainingSettings,
+    seed: int,
+    solved: float = SOLVED,
+) -> pl.DataFrame:
     """Concatenate the representations of differently seeded runs trained on the same mixture.
 
     For every mixture in `runs` and every k in `sizes`, the replicates are split into disjoint
@@ -344,57 +418,86 @@ def concatenation_study(runs: pl.DataFrame, models: SparseModels, sizes: list[in
         members = block.sort("replicate")["run"].to_list()
         for k in sizes:
             for start in range(0, len(members) - k + 1, k):
-                groups.append(members[start:start + k])
+                groups.append(members[start : start + k])
                 keys.append((dominant, share, k))
     accuracy = torch.empty(len(groups), len(COMPONENT_NAMES))
     for k in sizes:  # one batched probe per width
         index = [i for i, key in enumerate(keys) if key[2] == k]
         if index:
             accuracy[index] = probe_components(
-                concatenate(maps, [groups[i] for i in index]), config, seed + k,
-                f"concatenations of {k} reused trained model{'s' if k > 1 else ''}")
+                concatenate(maps, [groups[i] for i in index]),
+                config,
+                seed + k,
+                f"concatenations of {k} reused trained model{'s' if k > 1 else ''}",
+            )
     rows = []
-    for (dominant, share, k), group, acc in zip(keys, groups, accuracy):
+    for (dominant, share, k), group, acc in zip(keys, groups, accuracy, strict=True):
         kept = models.kept[group].any(0)
-        rows.append({
-            "dominant": dominant, "share": share, "k": k,
-            "features_in_union": kept_label(kept[None])[0],
-            **{f"acc_{c}": float(acc[i]) for i, c in enumerate(COMPONENT_NAMES)},
-            "components_solved": int((acc >= solved).sum()),
-        })
+        rows.append(
+            {
+                "dominant": dominant,
+                "share": share,
+                "k": k,
+                "features_in_union": kept_label(kept[None])[0],
+                **{f"acc_{c}": float(acc[i]) for i, c in enumerate(COMPONENT_NAMES)},
+                "components_solved": int((acc >= solved).sum()),
+            }
+        )
     return pl.DataFrame(rows)
 
 
-def sparsity_sweep(weight_decays: list[float], weights: list[float], runs: int,
-                   config: SparseTrainingSettings, seed: int) -> pl.DataFrame:
+def sparsity_sweep(
+    weight_decays: list[float],
+    weights: list[float],
+    runs: int,
+    config: SparseTrainingSettings,
+    seed: int,
+) -> pl.DataFrame:
     """Which features survive on one mixture in which both features carry signal, as the
     weight decay (the sparsity bias) grows: `runs` models per weight decay."""
     mixture = torch.tensor(weights) / sum(weights)
     rows = []
     for weight_decay in weight_decays:
-        models = train_sparse(mixture.repeat(runs, 1),
-                              config.model_copy(update={"weight_decay": weight_decay}), seed)
-        rows += [{"weight_decay": weight_decay, "kept": label}
-                 for label in kept_label(models.kept)]
+        models = train_sparse(
+            mixture.repeat(runs, 1), config.model_copy(update={"weight_decay": weight_decay}), seed
+        )
+        rows += [{"weight_decay": weight_decay, "kept": label} for label in kept_label(models.kept)]
     return pl.DataFrame(rows)
 
 
 def _all_solved_fraction(concat: pl.DataFrame) -> dict[str, float]:
     """Per group size k, the share of concatenated groups that solve every component."""
-    return {str(k): frac for k, frac in concat.group_by("k").agg(
-        (pl.col("components_solved") == len(COMPONENT_NAMES)).mean()).sort("k").iter_rows()}
+    return {
+        str(k): frac
+        for k, frac in concat.group_by("k")
+        .agg((pl.col("components_solved") == len(COMPONENT_NAMES)).mean())
+        .sort("k")
+        .iter_rows()
+    }
 
 
 def all_solved_by_k(fresh: pl.DataFrame, shared: pl.DataFrame) -> pl.DataFrame:
     """Groups solving every component, by k: replicates with their own samples against
     replicates sharing one sample."""
-    return pl.DataFrame([{"k": int(k), "own samples": fresh_value,
-                          "one shared sample": _all_solved_fraction(shared).get(k)}
-                         for k, fresh_value in _all_solved_fraction(fresh).items()])
+    return pl.DataFrame(
+        [
+            {
+                "k": int(k),
+                "own samples": fresh_value,
+                "one shared sample": _all_solved_fraction(shared).get(k),
+            }
+            for k, fresh_value in _all_solved_fraction(fresh).items()
+        ]
+    )
 
 
-def summarize(runs: pl.DataFrame, direct: pl.DataFrame, concat: pl.DataFrame,
-              shared_concat: pl.DataFrame, solved: float = SOLVED) -> dict[str, object]:
+def summarize(
+    runs: pl.DataFrame,
+    direct: pl.DataFrame,
+    concat: pl.DataFrame,
+    shared_concat: pl.DataFrame,
+    solved: float = SOLVED,
+) -> dict[str, object]:
     """The key measured results of notebook 01, as plain numbers (written to JSON)."""
     single = runs.filter(pl.col("kept").is_in(["phi1", "phi2"]))
     own, other = [], []
@@ -408,15 +511,23 @@ def summarize(runs: pl.DataFrame, direct: pl.DataFrame, concat: pl.DataFrame,
         "kept_counts": dict(runs.group_by("kept").len().sort("kept").iter_rows()),
         "one_feature_fraction": single.height / runs.height,
         "one_feature_fraction_by_share": {
-            str(share): frac for share, frac in runs.group_by("share").agg(
-                pl.col("kept").is_in(["phi1", "phi2"]).mean()).sort("share").iter_rows()},
+            str(share): frac
+            for share, frac in runs.group_by("share")
+            .agg(pl.col("kept").is_in(["phi1", "phi2"]).mean())
+            .sort("share")
+            .iter_rows()
+        },
         "kept_matches_optimum_fraction": (
-            (decided["kept"] == decided["predicted_by_optimum"]).mean()
-            if decided.height else None),
+            (decided["kept"] == decided["predicted_by_optimum"]).mean() if decided.height else None
+        ),
         "single_feature_accuracy_own_components": float(np.mean(own)) if own else None,
         "single_feature_accuracy_other_components": float(np.mean(other)) if other else None,
-        "direct_accuracy": dict(direct.group_by("component").agg(pl.col("accuracy").mean())
-                                .sort("component").iter_rows()),
+        "direct_accuracy": dict(
+            direct.group_by("component")
+            .agg(pl.col("accuracy").mean())
+            .sort("component")
+            .iter_rows()
+        ),
         "concat_all_solved_fraction": _all_solved_fraction(concat),
         "concat_all_solved_fraction_shared_sample": _all_solved_fraction(shared_concat),
         "unpruned_solves_all_fraction": float(runs["unpruned_solves_all"].mean()),
@@ -426,19 +537,34 @@ def summarize(runs: pl.DataFrame, direct: pl.DataFrame, concat: pl.DataFrame,
 
 def accuracy_table(runs: pl.DataFrame, direct: pl.DataFrame) -> pl.DataFrame:
     """Probe accuracy per component: mixture-trained models by kept feature, and direct."""
-    mixture = runs.unpivot(index=["kept"], on=[f"acc_{c}" for c in COMPONENT_NAMES],
-                           variable_name="component", value_name="accuracy").with_columns(
+    mixture = runs.unpivot(
+        index=["kept"],
+        on=[f"acc_{c}" for c in COMPONENT_NAMES],
+        variable_name="component",
+        value_name="accuracy",
+    ).with_columns(
         pl.col("component").str.strip_prefix("acc_"),
-        pl.format("mixture, kept {}", pl.col("kept")).alias("training"))
-    direct_rows = direct.select(pl.lit("direct on the component").alias("training"),
-                                "component", "accuracy")
+        pl.format("mixture, kept {}", pl.col("kept")).alias("training"),
+    )
+    direct_rows = direct.select(
+        pl.lit("direct on the component").alias("training"), "component", "accuracy"
+    )
     both = pl.concat([mixture.select("training", "component", "accuracy"), direct_rows])
-    return both.group_by(["training", "component"]).agg(
-        pl.len().alias("n"), pl.col("accuracy").mean().alias("mean"),
-        pl.col("accuracy").std().alias("std")).sort(["training", "component"])
+    return (
+        both.group_by(["training", "component"])
+        .agg(
+            pl.len().alias("n"),
+            pl.col("accuracy").mean().alias("mean"),
+            pl.col("accuracy").std().alias("std"),
+        )
+        .sort(["training", "component"])
+    )
 
 
 def majority_accuracy() -> dict[str, float]:
     """What predicting each component's more frequent label scores: its chance level."""
     positive = COMPONENT_MASSES @ LABELS
-    return {name: round(float(max(p, 1 - p)), 6) for name, p in zip(COMPONENT_NAMES, positive)}
+    return {
+        name: round(float(max(p, 1 - p)), 6)
+        for name, p in zip(COMPONENT_NAMES, positive, strict=True)
+    }

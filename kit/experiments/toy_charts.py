@@ -27,52 +27,75 @@ def construction_chart() -> alt.FacetChart:
         needs = toy.FEATURES[toy.COMPONENT_FEATURE[c]]
         for p, point in enumerate(toy.POINT_NAMES):
             if toy.COMPONENT_MASSES[c, p] > 0:
-                rows.append({"component": f"{name} (needs {needs})",
-                             "point": point, "phi1": float(toy.POINTS[p, 0]),
-                             "phi2": float(toy.POINTS[p, 1]),
-                             "label": "positive" if toy.LABELS[p] == 1 else "negative"})
+                rows.append(
+                    {
+                        "component": f"{name} (needs {needs})",
+                        "point": point,
+                        "phi1": float(toy.POINTS[p, 0]),
+                        "phi2": float(toy.POINTS[p, 1]),
+                        "label": "positive" if toy.LABELS[p] == 1 else "negative",
+                    }
+                )
     base = alt.Chart(pl.DataFrame(rows)).encode(
         x=alt.X("phi1:Q", title="feature phi1", scale=alt.Scale(domain=[-1.5, 1.5])),
-        y=alt.Y("phi2:Q", title="feature phi2", scale=alt.Scale(domain=[-1.5, 1.5])))
+        y=alt.Y("phi2:Q", title="feature phi2", scale=alt.Scale(domain=[-1.5, 1.5])),
+    )
     labels = ["positive", "negative"]
     points = base.mark_point(filled=True, size=160).encode(
         color=alt.Color("label:N", scale=palette.scale(labels), title="label"),
         shape=alt.Shape("label:N", scale=alt.Scale(domain=labels), title="label"),
-        tooltip=["component", "point", "label", "phi1", "phi2"])
+        tooltip=["component", "point", "label", "phi1", "phi2"],
+    )
     text = base.mark_text(dx=12, dy=-10).encode(text="point:N")
-    return (points + text).properties(width=150, height=150).facet(
-        column=alt.Column("component:N", title="component"))
+    return (
+        (points + text)
+        .properties(width=150, height=150)
+        .facet(column=alt.Column("component:N", title="component"))
+    )
 
 
 def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
     """How many mixture-trained models kept each feature, by dominant component and weight."""
     counts = runs.group_by(["dominant", "share", "kept"]).len()
-    return alt.Chart(counts).mark_bar().encode(
-        x=alt.X("share:O", title="weight of the dominant component"),
-        y=alt.Y("len:Q", title="trained models"),
-        color=alt.Color("kept:N", scale=palette.scale(KEPT_ORDER), title="features kept"),
-        order=alt.Order("kept:N"),
-        tooltip=["dominant", "share", "kept", alt.Tooltip("len:Q", title="trained models")],
-    ).properties(width=170, height=160).facet(column=alt.Column("dominant:N",
-                                                                title="dominant component"))
+    return (
+        alt.Chart(counts)
+        .mark_bar()
+        .encode(
+            x=alt.X("share:O", title="weight of the dominant component"),
+            y=alt.Y("len:Q", title="trained models"),
+            color=alt.Color("kept:N", scale=palette.scale(KEPT_ORDER), title="features kept"),
+            order=alt.Order("kept:N"),
+            tooltip=["dominant", "share", "kept", alt.Tooltip("len:Q", title="trained models")],
+        )
+        .properties(width=170, height=160)
+        .facet(column=alt.Column("dominant:N", title="dominant component"))
+    )
 
 
 def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart:
     """Probe accuracy per component and representation (toy.accuracy_table), with chance."""
     chance = toy.majority_accuracy()
     data = charts.error_bounds(table, (0, 1)).with_columns(
-        pl.col("component").replace_strict(chance).alias("chance"))
+        pl.col("component").replace_strict(chance).alias("chance")
+    )
     title = "linear-probe accuracy (mean ± std)"
     base = alt.Chart(data).encode(
-        x=alt.X("component:N", title="component"), xOffset="training:N",
-        color=alt.Color("training:N", title="representation",
-                        scale=palette.scale(sorted(data["training"]), key=_kept_name)))
+        x=alt.X("component:N", title="component"),
+        xOffset="training:N",
+        color=alt.Color(
+            "training:N",
+            title="representation",
+            scale=palette.scale(sorted(data["training"]), key=_kept_name),
+        ),
+    )
     bars = base.mark_bar().encode(
         y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=[0, 1])),
-        tooltip=charts.tooltips(data, ["training", "component", "n", "mean", "std"]))
+        tooltip=charts.tooltips(data, ["training", "component", "n", "mean", "std"]),
+    )
     rules = base.mark_rule(color="black").encode(y=alt.Y("low:Q", title=title), y2="high:Q")
-    return alt.layer(bars, rules, charts.chance_lines(number_format=".2f"),
-                     data=data).properties(width=420, height=220)
+    return alt.layer(bars, rules, charts.chance_lines(number_format=".2f"), data=data).properties(
+        width=420, height=220
+    )
 
 
 def _kept_name(training: str) -> str:
@@ -85,15 +108,19 @@ def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
     """Components solved by concatenations of k models, by dominant weight."""
     data = concat.group_by(["share", "k"]).agg(
         pl.col("components_solved").mean().alias("mean"),
-        pl.col("components_solved").std().fill_null(0).alias("std"), pl.len().alias("groups"))
+        pl.col("components_solved").std().fill_null(0).alias("std"),
+        pl.len().alias("groups"),
+    )
     data = charts.error_bounds(data, (0, len(toy.COMPONENT_NAMES)))
-    base = alt.Chart(data).encode(x=alt.X("k:O", title="models concatenated"),
-                                  color=alt.Color("share:O", title="dominant weight"))
+    base = alt.Chart(data).encode(
+        x=alt.X("k:O", title="models concatenated"),
+        color=alt.Color("share:O", title="dominant weight"),
+    )
     title = "components solved (of 4, mean ± std)"
     line = base.mark_line(point=True).encode(
-        y=alt.Y("mean:Q", title=title,
-                scale=alt.Scale(domain=[0, 4])),
-        tooltip=charts.tooltips(data, ["share", "k", "groups", "mean", "std"]))
+        y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=[0, 4])),
+        tooltip=charts.tooltips(data, ["share", "k", "groups", "mean", "std"]),
+    )
     band = base.mark_errorbar().encode(y=alt.Y("low:Q", title=title), y2="high:Q")
     return (line + band).properties(width=320, height=220)
 
@@ -101,28 +128,37 @@ def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
 def sparsity_chart(sweep: pl.DataFrame) -> alt.Chart:
     """The share of models keeping each feature as the sparsity bias grows."""
     counts = sweep.group_by(["weight_decay", "kept"]).len()
-    return alt.Chart(counts).mark_bar().encode(
-        x=alt.X("weight_decay:O", title="weight decay (sparsity bias)"),
-        y=alt.Y("len:Q", stack="normalize", title="share of trained models"),
-        color=alt.Color("kept:N", scale=palette.scale(KEPT_ORDER), title="features kept"),
-        tooltip=["weight_decay", "kept", alt.Tooltip("len:Q", title="trained models")],
-    ).properties(width=320, height=200)
+    return (
+        alt.Chart(counts)
+        .mark_bar()
+        .encode(
+            x=alt.X("weight_decay:O", title="weight decay (sparsity bias)"),
+            y=alt.Y("len:Q", stack="normalize", title="share of trained models"),
+            color=alt.Color("kept:N", scale=palette.scale(KEPT_ORDER), title="features kept"),
+            tooltip=["weight_decay", "kept", alt.Tooltip("len:Q", title="trained models")],
+        )
+        .properties(width=320, height=200)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Interactive exploration (JupyterLab); nothing runs until the button is pressed
 # ---------------------------------------------------------------------------------------------
 
-def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int = 8
-                      ) -> Described:
+
+def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int = 8) -> Described:
     """Sliders for the four mixture weights and a button that trains and probes `replicates`
     sparse models on that mixture. Headless runs only display the (inert) widgets, which read
     as a sentence where no frontend draws them."""
     import ipywidgets as widgets
     from IPython.display import display
 
-    sliders = [widgets.FloatSlider(value=0.25, min=0.0, max=1.0, step=0.05, description=name,
-                                   continuous_update=False) for name in toy.COMPONENT_NAMES]
+    sliders = [
+        widgets.FloatSlider(
+            value=0.25, min=0.0, max=1.0, step=0.05, description=name, continuous_update=False
+        )
+        for name in toy.COMPONENT_NAMES
+    ]
     button = widgets.Button(description=f"train {replicates} models")
     output = widgets.Output()
 
@@ -137,20 +173,39 @@ def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int
         models = toy.train_sparse(weights, config, seed)
         probe = toy.probe_components(models.representation_maps(), config, seed + 2)
         labels = toy.kept_label(models.kept)
-        table = pl.DataFrame({"kept": labels, **{f"acc_{c}": probe[:, i].tolist()
-                                                 for i, c in enumerate(toy.COMPONENT_NAMES)}})
+        table = pl.DataFrame(
+            {
+                "kept": labels,
+                **{f"acc_{c}": probe[:, i].tolist() for i, c in enumerate(toy.COMPONENT_NAMES)},
+            }
+        )
         optimum = toy.optimal_mixture_classifier(weights[0])
         with output:
             output.clear_output()
-            print("normalised weights:", ", ".join(
-                f"{name} {w:.2f}" for name, w in zip(toy.COMPONENT_NAMES, weights[0].tolist())))
-            print(f"least-error linear classifier: gives up point(s) {optimum['dropped']} "
-                  f"(error {optimum['error']:.3f}), uses {optimum['features']}")
-            display(tables.table(table.group_by("kept").agg(
-                pl.len().alias("models"), pl.col("^acc_.*$").mean()).sort("kept")))
+            print(
+                "normalised weights:",
+                ", ".join(
+                    f"{name} {w:.2f}"
+                    for name, w in zip(toy.COMPONENT_NAMES, weights[0].tolist(), strict=True)
+                ),
+            )
+            print(
+                f"least-error linear classifier: gives up point(s) {optimum['dropped']} "
+                f"(error {optimum['error']:.3f}), uses {optimum['features']}"
+            )
+            display(
+                tables.table(
+                    table.group_by("kept")
+                    .agg(pl.len().alias("models"), pl.col("^acc_.*$").mean())
+                    .sort("kept")
+                )
+            )
 
     button.on_click(train_clicked)
     panel = widgets.VBox([widgets.HBox(sliders[:2]), widgets.HBox(sliders[2:]), button, output])
-    return Described(panel, "(an interactive panel: sliders for the four mixture weights and a "
-                     "button that trains models on them; open the notebook in JupyterLab to use "
-                     "it)")
+    return Described(
+        panel,
+        "(an interactive panel: sliders for the four mixture weights and a "
+        "button that trains models on them; open the notebook in JupyterLab to use "
+        "it)",
+    )

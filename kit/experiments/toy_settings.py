@@ -1,7 +1,7 @@
 """Notebook 01's parameters: the XOR counterexample's mixtures, replicates and sparse training.
 
-`SparseTrainingSettings` is what `kit.experiments.toy` trains with; the notebook's schema is the same settings plus
-the experiment around them, so there is one set of defaults. Free of torch.
+`SparseTrainingSettings` is what `kit.experiments.toy` trains with; the notebook's schema is the
+same settings plus the experiment around them, so there is one set of defaults. Free of torch.
 """
 
 from __future__ import annotations
@@ -37,24 +37,29 @@ class ToySettings(NotebookSettings, SparseTrainingSettings):
 
     seed: int = Field(default=0, ge=0)
     #: weight of the dominant component
-    shares: list[float] = Field(default_factory=lambda: [0.25, 0.3, 0.4, 0.55, 0.7, 0.85],
-                                min_length=1)
+    shares: list[float] = Field(
+        default_factory=lambda: [0.25, 0.3, 0.4, 0.55, 0.7, 0.85], min_length=1
+    )
     #: trained models per mixture (each: own sample, init and batch order)
     replicates: int = Field(default=16, ge=2, le=200)
     concat_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4], min_length=1)
     direct_replicates: int = Field(default=8, ge=1, le=200)
-    weight_decays: list[float] = Field(default_factory=lambda: [0.0, 0.001, 0.003, 0.01, 0.03],
-                                       min_length=1)
+    weight_decays: list[float] = Field(
+        default_factory=lambda: [0.0, 0.001, 0.003, 0.01, 0.03], min_length=1
+    )
     #: a mixture in which both features carry signal, for the weight-decay sweep
-    sparsity_weights: list[float] = Field(default_factory=lambda: [0.45, 0.10, 0.30, 0.15],
-                                          min_length=4, max_length=4)
+    sparsity_weights: list[float] = Field(
+        default_factory=lambda: [0.45, 0.10, 0.30, 0.15], min_length=4, max_length=4
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ToySettings:
         for share in self.shares:
             if not 0.25 <= share <= 1.0:
-                raise ValueError(f"shares: {share} is not in [0.25, 1] (the dominant component's "
-                                 "weight cannot be below the uniform 1/4)")
+                raise ValueError(
+                    f"shares: {share} is not in [0.25, 1] (the dominant component's "
+                    "weight cannot be below the uniform 1/4)"
+                )
         for k in self.concat_sizes:
             if not 1 <= k <= self.replicates:
                 raise ValueError(f"concat_sizes: {k} is not in [1, replicates={self.replicates}]")

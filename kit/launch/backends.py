@@ -30,24 +30,30 @@ from kit.launch.settings import LaunchSettings, sized_for_training
 from kit.train.settings import TrainSettings
 
 
-def launch(configs: list[TrainSettings], settings: LaunchSettings, work_dir: str | Path,
-           wait: bool = True) -> Launched:
+def launch(
+    configs: list[TrainSettings], settings: LaunchSettings, work_dir: str | Path, wait: bool = True
+) -> Launched:
     """Train the given runs with the chosen backend (all of them: the caller leaves out the
     finished ones). For slurm, `wait=False` returns once the array is submitted; calling again
     later reports the jobs still queued or running and submits only runs without a live job."""
     work_dir = resolve(work_dir)
     files = write_configs(configs, work_dir)
-    runs = dict(zip(files, configs))
+    runs = dict(zip(files, configs, strict=True))
     if settings.backend == "inline":
         return _inline(runs)
     if settings.backend == "slurm":
         settings = sized_for_training(configs, settings)
         return slurm.submit(
             {name: slurm.SlurmTask(train_args(files[name]), settings) for name in runs},
-            settings, work_dir, wait, lambda name, _: is_finished(runs[name]))
+            settings,
+            work_dir,
+            wait,
+            lambda name, _: is_finished(runs[name]),
+        )
     if not wait:
-        raise ParameterError(f"backend: {settings.backend} trains while this process waits; "
-                             "wait=False is for slurm")
+        raise ParameterError(
+            f"backend: {settings.backend} trains while this process waits; wait=False is for slurm"
+        )
     return local.run_chains(runs, files, settings, work_dir / LOGS)
 
 
@@ -61,8 +67,13 @@ def _inline(runs: dict[str, TrainSettings]) -> Launched:
     return launched
 
 
-def launch_step(name: str, module_args: Sequence[str], settings: LaunchSettings,
-                work_dir: str | Path, wait: bool = True) -> Launched:
+def launch_step(
+    name: str,
+    module_args: Sequence[str],
+    settings: LaunchSettings,
+    work_dir: str | Path,
+    wait: bool = True,
+) -> Launched:
     """Run one command, `python -m <module_args>`, as one job with the chosen backend: in this
     process (inline: the module's `main`), as one process or one torchrun on this node's
     devices (local, torchrun; its log is work_dir/logs/<name>.log), or as a Slurm job through
@@ -78,11 +89,18 @@ def launch_step(name: str, module_args: Sequence[str], settings: LaunchSettings,
         launched.finished.append(name)
         return launched
     if settings.backend == "slurm":
-        return slurm.submit({name: slurm.SlurmTask(module_args, settings)}, settings, work_dir,
-                            wait, lambda _, succeeded: succeeded)
+        return slurm.submit(
+            {name: slurm.SlurmTask(module_args, settings)},
+            settings,
+            work_dir,
+            wait,
+            lambda _, succeeded: succeeded,
+        )
     if not wait:
-        raise ParameterError(f"backend: {settings.backend} runs {name} while this process "
-                             "waits; wait=False is for slurm")
+        raise ParameterError(
+            f"backend: {settings.backend} runs {name} while this process "
+            "waits; wait=False is for slurm"
+        )
     log = work_dir / LOGS / f"{name}.log"
     if local.run_command(name, module_args, settings, log) == 0:
         launched.finished.append(name)

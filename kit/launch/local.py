@@ -34,22 +34,30 @@ def single_process(settings: LaunchSettings) -> bool:
     return settings.backend != "torchrun" and settings.nproc_per_node * settings.nodes == 1
 
 
-def module_command(module_args: Sequence[str], settings: LaunchSettings, rdzv_id: str,
-                   endpoint: str | None = None) -> list[str]:
+def module_command(
+    module_args: Sequence[str], settings: LaunchSettings, rdzv_id: str, endpoint: str | None = None
+) -> list[str]:
     """The command running `python -m <module_args>` (a trainer, an extraction): the module
     itself for one process (except under the torchrun backend), else under one torchrun
     (standalone on one node, a rendezvous across nodes)."""
     program = ["-m", *module_args]
     if single_process(settings):
         return [sys.executable, *program]
-    command = [sys.executable, "-m", "torch.distributed.run",
-               f"--nproc-per-node={settings.nproc_per_node}"]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={settings.nproc_per_node}",
+    ]
     if settings.nodes == 1:
         command.append("--standalone")
     else:
-        command += [f"--nnodes={settings.nodes}", "--rdzv-backend=c10d",
-                    f"--rdzv-endpoint={endpoint or settings.rdzv_endpoint}",
-                    f"--rdzv-id={rdzv_id}"]
+        command += [
+            f"--nnodes={settings.nodes}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint or settings.rdzv_endpoint}",
+            f"--rdzv-id={rdzv_id}",
+        ]
     return command + program
 
 
@@ -77,21 +85,34 @@ def slots(settings: LaunchSettings) -> list[Slot]:
     cpus = sorted(os.sched_getaffinity(0))
     if torch.cuda.is_available():
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        gpus = ([int(g) for g in visible.split(",") if g.strip()] if visible
-                else list(range(torch.cuda.device_count())))
+        gpus = (
+            [int(g) for g in visible.split(",") if g.strip()]
+            if visible
+            else list(range(torch.cuda.device_count()))
+        )
         if workers * per_run > len(gpus):
-            raise ParameterError(f"workers x GPUs per worker: {workers} x {per_run} GPUs exceed "
-                                 f"the {len(gpus)} visible GPUs")
+            raise ParameterError(
+                f"workers x GPUs per worker: {workers} x {per_run} GPUs exceed "
+                f"the {len(gpus)} visible GPUs"
+            )
         share = len(cpus) // workers
-        return [Slot(tuple(gpus[w * per_run:(w + 1) * per_run]),
-                     tuple(cpus[w * share:(w + 1) * share]) or tuple(cpus),
-                     max(1, share // settings.nproc_per_node)) for w in range(workers)]
+        return [
+            Slot(
+                tuple(gpus[w * per_run : (w + 1) * per_run]),
+                tuple(cpus[w * share : (w + 1) * share]) or tuple(cpus),
+                max(1, share // settings.nproc_per_node),
+            )
+            for w in range(workers)
+        ]
     if workers > len(cpus):
-        raise ParameterError(f"workers: {workers} workers exceed the {len(cpus)} CPU cores this "
-                             "process may use")
+        raise ParameterError(
+            f"workers: {workers} workers exceed the {len(cpus)} CPU cores this process may use"
+        )
     share = len(cpus) // workers
-    return [Slot((), tuple(cpus[w * share:(w + 1) * share]), max(1, share // per_run))
-            for w in range(workers)]
+    return [
+        Slot((), tuple(cpus[w * share : (w + 1) * share]), max(1, share // per_run))
+        for w in range(workers)
+    ]
 
 
 def ignore_preemption_signals(cpus: tuple[int, ...] = ()) -> Callable[[], None]:
@@ -120,9 +141,14 @@ def _start(command: Sequence[str], slot: Slot, log: Path) -> subprocess.Popen:
     if not slot.gpus and (process := WARM.run(command, env, slot.cpus, log)) is not None:
         return process
     with log.open("w") as output:
-        return subprocess.Popen(command, env=env,
-                                cwd=REPO_ROOT, stdout=output, stderr=subprocess.STDOUT,
-                                preexec_fn=ignore_preemption_signals(slot.cpus))
+        return subprocess.Popen(
+            command,
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            preexec_fn=ignore_preemption_signals(slot.cpus),
+        )
 
 
 def _stop(processes: Sequence[subprocess.Popen]) -> None:
@@ -135,14 +161,12 @@ def _stop(processes: Sequence[subprocess.Popen]) -> None:
         process.wait()
 
 
-def run_command(name: str, module_args: Sequence[str], settings: LaunchSettings, log: Path
-                ) -> int:
+def run_command(name: str, module_args: Sequence[str], settings: LaunchSettings, log: Path) -> int:
     """Run `python -m <module_args>` as one process or one torchrun on one slot of this node's
     devices, its output into `log`; its exit status."""
     log.parent.mkdir(parents=True, exist_ok=True)
     (slot,) = slots(settings.model_copy(update={"workers": 1}))
-    process = _start(module_command(module_args, settings, f"{settings.rdzv_id}-{name}"), slot,
-                     log)
+    process = _start(module_command(module_args, settings, f"{settings.rdzv_id}-{name}"), slot, log)
     try:
         return process.wait()
     finally:
@@ -151,7 +175,7 @@ def run_command(name: str, module_args: Sequence[str], settings: LaunchSettings,
 
 def run_cost(config: TrainSettings) -> float:
     """A run's relative compute: images seen times the width's square (a convolution's cost)."""
-    return config.iterations * config.batch_size * config.width ** 2
+    return config.iterations * config.batch_size * config.width**2
 
 
 def chains(runs: dict[str, TrainSettings], count: int) -> list[list[str]]:
@@ -175,19 +199,23 @@ class _Running:
     chain: list[str]
 
 
-def _start_chain(chain: list[str], slot: Slot, files: dict[str, Path], settings: LaunchSettings,
-                 log_dir: Path) -> _Running:
+def _start_chain(
+    chain: list[str], slot: Slot, files: dict[str, Path], settings: LaunchSettings, log_dir: Path
+) -> _Running:
     """One command training the chain's runs in turn (`--config` repeated), on the slot."""
     log = log_dir / f"{chain[0]}.log"
     command = module_command(
-        train_args(files[chain[0]]) + [arg for name in chain[1:]
-                                       for arg in ("--config", str(files[name]))],
-        settings, f"{settings.rdzv_id}-{chain[0]}")
+        train_args(files[chain[0]])
+        + [arg for name in chain[1:] for arg in ("--config", str(files[name]))],
+        settings,
+        f"{settings.rdzv_id}-{chain[0]}",
+    )
     return _Running(_start(command, slot, log), slot, log, chain)
 
 
-def _ended(entry: _Running, runs: dict[str, TrainSettings], progress: Progress,
-           launched: Launched) -> None:
+def _ended(
+    entry: _Running, runs: dict[str, TrainSettings], progress: Progress, launched: Launched
+) -> None:
     """Close a finished command's bars and record each run of its chain as finished or failed."""
     for name in entry.chain:
         progress.finish(name, runs[name])
@@ -197,8 +225,9 @@ def _ended(entry: _Running, runs: dict[str, TrainSettings], progress: Progress,
             launched.failed[name] = entry.log
 
 
-def run_chains(runs: dict[str, TrainSettings], files: dict[str, Path], settings: LaunchSettings,
-               log_dir: Path) -> Launched:
+def run_chains(
+    runs: dict[str, TrainSettings], files: dict[str, Path], settings: LaunchSettings, log_dir: Path
+) -> Launched:
     """Run `workers` commands at a time, each pinned to its slot, until all runs have ended. The
     runs are dealt into one chain per slot, trained in turn by one command (one process, or one
     torchrun whose ranks keep their group from run to run): starting Python and importing torch

@@ -38,8 +38,9 @@ class Progress:
         self.bars: dict[str, KeptBar] = {}
 
     def start(self, name: str, config: TrainSettings) -> None:
-        self.bars[name] = KeptBar(total=config.iterations, desc=name, unit="step",
-                                  position=len(self.bars), leave=True)
+        self.bars[name] = KeptBar(
+            total=config.iterations, desc=name, unit="step", position=len(self.bars), leave=True
+        )
 
     def update(self, name: str, config: TrainSettings) -> None:
         record = last_record(resolve(config.output_dir) / "metrics.jsonl")
@@ -47,10 +48,12 @@ class Progress:
         if record and record["step"] > bar.n:
             if bar.n == 0:  # a run that waited its turn in a chain: its clock starts when it did,
                 bar.reset(total=bar.total)  # as its first record's rate dates it
-                bar.start_t -= record["step"] * config.batch_size / max(record["images_per_s"],
-                                                                        1e-9)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", img_s=f"{record['images_per_s']:.0f}",
-                            refresh=False)
+                bar.start_t -= (
+                    record["step"] * config.batch_size / max(record["images_per_s"], 1e-9)
+                )
+            bar.set_postfix(
+                loss=f"{record['loss']:.3f}", img_s=f"{record['images_per_s']:.0f}", refresh=False
+            )
             bar.update(record["step"] - bar.n)
 
     def finish(self, name: str, config: TrainSettings) -> None:

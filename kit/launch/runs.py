@@ -30,8 +30,10 @@ class Launched:
     def check(self) -> Launched:
         """Raise naming the log of every run that failed."""
         if self.failed:
-            raise RuntimeError("training failed: " + "; ".join(
-                f"{name} (see {log})" for name, log in self.failed.items()))
+            raise RuntimeError(
+                "training failed: "
+                + "; ".join(f"{name} (see {log})" for name, log in self.failed.items())
+            )
         return self
 
 

@@ -49,47 +49,72 @@ def srun_options(settings: LaunchSettings) -> list[str]:
     return [f"--cpus-per-task={cpus_per_task(settings, settings.nproc_per_node)}"]
 
 
-def _sbatch(name: str, settings: LaunchSettings, out: Path, command: str,
-            array: str | None = None) -> str:
+def _sbatch(
+    name: str, settings: LaunchSettings, out: Path, command: str, array: str | None = None
+) -> str:
     """An sbatch script (out/<name>.sbatch) whose `srun` starts nproc_per_node processes of
     `command` on each node, which form one job from Slurm's variables. A command stopped by the
     signal creates the marker KIT_PREEMPTED_MARKER names (kit.core.processes) after saving, and
     the job requeues itself when the marker exists (or srun passed on exit status 75)."""
-    options = [f"--job-name=kit-{name}", *[f"--array={array}"] * bool(array),
-               f"--nodes={settings.nodes}", f"--ntasks-per-node={settings.nproc_per_node}",
-               f"--time={settings.timeout_min}",
-               f"--signal={settings.signal}@{settings.signal_delay_s}", "--requeue",
-               f"--output={out / LOGS}/{name}_" + ("%A_%a.log" if array else "%j.log"),
-               *resource_options(settings, settings.nproc_per_node)]
+    options = [
+        f"--job-name=kit-{name}",
+        *[f"--array={array}"] * bool(array),
+        f"--nodes={settings.nodes}",
+        f"--ntasks-per-node={settings.nproc_per_node}",
+        f"--time={settings.timeout_min}",
+        f"--signal={settings.signal}@{settings.signal_delay_s}",
+        "--requeue",
+        f"--output={out / LOGS}/{name}_" + ("%A_%a.log" if array else "%j.log"),
+        *resource_options(settings, settings.nproc_per_node),
+    ]
     options += [f"--partition={settings.partition}"] * bool(settings.partition)
     options += [f"--account={settings.account}"] * bool(settings.account)
     marker = shlex.quote(str(out / LOGS)) + f'/{name}_"$SLURM_JOB_ID".preempted'
-    return "\n".join([
-        "#!/bin/bash", *(f"#SBATCH {option}" for option in options), "",
-        f"# written by `python -m kit launch plan`; submit with: sbatch {out / name}.sbatch",
-        *settings.setup,
-        f"cd {shlex.quote(str(REPO_ROOT))}",
-        f'export PYTHONPATH={shlex.quote(str(REPO_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
-        'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-        f"export {PREEMPTED_MARKER}={marker}",
-        f'rm -f "${PREEMPTED_MARKER}"',
-        " ".join(["srun", "--kill-on-bad-exit=1", *srun_options(settings),
-                  shlex.quote(sys.executable), command]),
-        "status=$?",
-        (f'if [ -e "${PREEMPTED_MARKER}" ] || [ "$status" -eq {PREEMPTED_EXIT} ]; then'
-         "  # checkpointed on the signal: run again"),
-        '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
-        "fi",
-        'exit "$status"', ""])
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            *(f"#SBATCH {option}" for option in options),
+            "",
+            f"# written by `python -m kit launch plan`; submit with: sbatch {out / name}.sbatch",
+            *settings.setup,
+            f"cd {shlex.quote(str(REPO_ROOT))}",
+            f'export PYTHONPATH={shlex.quote(str(REPO_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+            'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+            f"export {PREEMPTED_MARKER}={marker}",
+            f'rm -f "${PREEMPTED_MARKER}"',
+            " ".join(
+                [
+                    "srun",
+                    "--kill-on-bad-exit=1",
+                    *srun_options(settings),
+                    shlex.quote(sys.executable),
+                    command,
+                ]
+            ),
+            "status=$?",
+            (
+                f'if [ -e "${PREEMPTED_MARKER}" ] || [ "$status" -eq {PREEMPTED_EXIT} ]; then'
+                "  # checkpointed on the signal: run again"
+            ),
+            '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
+            "fi",
+            'exit "$status"',
+            "",
+        ]
+    )
 
 
 def sbatch_script(run_files: Sequence[Path], settings: LaunchSettings, out: Path) -> str:
     """A Slurm array, one run per task (its config read from out/runs.txt)."""
     limit = f"%{settings.max_concurrent}" if settings.max_concurrent else ""
     runs = shlex.quote(str(out / "runs.txt"))
-    return _sbatch("train", settings, out,
-                   f'-m kit.train --config "$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {runs})"',
-                   f"0-{len(run_files) - 1}{limit}")
+    return _sbatch(
+        "train",
+        settings,
+        out,
+        f'-m kit.train --config "$(sed -n "$((SLURM_ARRAY_TASK_ID + 1))p" {runs})"',
+        f"0-{len(run_files) - 1}{limit}",
+    )
 
 
 def _write_script(path: Path, text: str) -> Path:
@@ -98,7 +123,9 @@ def _write_script(path: Path, text: str) -> Path:
     return path
 
 
-def export_plan(configs: Sequence[TrainSettings], settings: LaunchSettings, out: str | Path) -> Path:
+def export_plan(
+    configs: Sequence[TrainSettings], settings: LaunchSettings, out: str | Path
+) -> Path:
     """Every run's config under out/configs, their list in out/runs.txt and out/train.sbatch
     (asking for the cores and memory the runs' loaders need)."""
     out = resolve(out)
@@ -109,22 +136,31 @@ def export_plan(configs: Sequence[TrainSettings], settings: LaunchSettings, out:
     return _write_script(out / "train.sbatch", sbatch_script(written, settings, out))
 
 
-def export_step(name: str, module_args: Sequence[str], settings: LaunchSettings,
-                out: str | Path) -> Path:
+def export_step(
+    name: str, module_args: Sequence[str], settings: LaunchSettings, out: str | Path
+) -> Path:
     """out/<name>.sbatch: one job running `python -m <module_args>` (see launch_step)."""
     out = resolve(out)
     (out / LOGS).mkdir(parents=True, exist_ok=True)
-    return _write_script(out / f"{name}.sbatch",
-                         _sbatch(name, settings, out, f"-m {shlex.join(module_args)}"))
+    return _write_script(
+        out / f"{name}.sbatch", _sbatch(name, settings, out, f"-m {shlex.join(module_args)}")
+    )
 
 
 def export_chain(scripts: Sequence[Path], out: str | Path) -> Path:
     """out/submit.sh: submits the scripts in order, each once the previous one has succeeded
     (`--dependency=afterok`: for an array, once every task has)."""
-    lines = ["#!/bin/bash", "# written by `python -m kit launch plan`: each job starts once the "
-             "previous one succeeded", "set -euo pipefail", "job="]
+    lines = [
+        "#!/bin/bash",
+        "# written by `python -m kit launch plan`: each job starts once the previous one succeeded",
+        "set -euo pipefail",
+        "job=",
+    ]
     for script in scripts:
-        lines += [f'job="$(sbatch --parsable ${{job:+--dependency=afterok:$job}} '
-                  f'{shlex.quote(str(script))})"', 'job="${job%%;*}"',
-                  f'echo "{script.name}: job $job"']
+        lines += [
+            f'job="$(sbatch --parsable ${{job:+--dependency=afterok:$job}} '
+            f'{shlex.quote(str(script))})"',
+            'job="${job%%;*}"',
+            f'echo "{script.name}: job $job"',
+        ]
     return _write_script(resolve(out) / "submit.sh", "\n".join(lines) + "\n")

@@ -54,14 +54,18 @@ class LaunchSettings(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> LaunchSettings:
         if self.backend == "torchrun" and self.nodes > 1 and not self.rdzv_endpoint:
-            raise ValueError("rdzv_endpoint: torchrun on several nodes needs the first node's "
-                             "host:port")
+            raise ValueError(
+                "rdzv_endpoint: torchrun on several nodes needs the first node's host:port"
+            )
         if self.backend in ("inline", "local") and self.nodes > 1:
-            raise ValueError(f"nodes: the {self.backend} backend runs on one node; use torchrun "
-                             "or slurm")
+            raise ValueError(
+                f"nodes: the {self.backend} backend runs on one node; use torchrun or slurm"
+            )
         if self.backend == "inline" and (self.workers > 1 or self.nproc_per_node > 1):
-            raise ValueError("workers, nproc_per_node: the inline backend trains in this "
-                             "process; use local or torchrun")
+            raise ValueError(
+                "workers, nproc_per_node: the inline backend trains in this "
+                "process; use local or torchrun"
+            )
         return self
 
 
@@ -73,26 +77,39 @@ PROCESS_MEMORY_GB = 8.0
 WORKER_MEMORY_GB = 0.5
 
 
-def sized_for_loaders(settings: LaunchSettings, workers: int, loaders: int,
-                      processes: int | None = None, cuda: bool = False) -> LaunchSettings:
+def sized_for_loaders(
+    settings: LaunchSettings,
+    workers: int,
+    loaders: int,
+    processes: int | None = None,
+    cuda: bool = False,
+) -> LaunchSettings:
     """`settings` with what a Slurm job asks for per node filled in where unset: each of the
     node's `processes` (default nproc_per_node) gets its loaders' `workers` + 1 cores,
     PROCESS_MEMORY_GB + WORKER_MEMORY_GB per worker of each of its `loaders`, and with `cuda`
     a GPU; without them Slurm grants one core per task (the loaders starve) and no GPU."""
     processes = processes or settings.nproc_per_node
     memory = processes * (PROCESS_MEMORY_GB + WORKER_MEMORY_GB * workers * loaders)
-    return settings.model_copy(update={
-        "cpus_per_node": settings.cpus_per_node or processes * (workers + 1),
-        "mem_gb": settings.mem_gb or math.ceil(memory),
-        "gpus_per_node": settings.gpus_per_node or (processes if cuda else 0)})
+    return settings.model_copy(
+        update={
+            "cpus_per_node": settings.cpus_per_node or processes * (workers + 1),
+            "mem_gb": settings.mem_gb or math.ceil(memory),
+            "gpus_per_node": settings.gpus_per_node or (processes if cuda else 0),
+        }
+    )
 
 
-def sized_for_training(configs: Sequence[TrainSettings], settings: LaunchSettings
-                       ) -> LaunchSettings:
+def sized_for_training(
+    configs: Sequence[TrainSettings], settings: LaunchSettings
+) -> LaunchSettings:
     """`sized_for_loaders` for training runs: their most loader workers, three persistent loaders
     each (training, BN recalibration, evaluation), a GPU per process when they train on cuda."""
-    return sized_for_loaders(settings, max((c.num_workers for c in configs), default=0), 3,
-                             cuda=any(c.device == "cuda" for c in configs))
+    return sized_for_loaders(
+        settings,
+        max((c.num_workers for c in configs), default=0),
+        3,
+        cuda=any(c.device == "cuda" for c in configs),
+    )
 
 
 def parse_settings(pairs: list[str], base: LaunchSettings | None = None) -> LaunchSettings:
@@ -109,6 +126,7 @@ def parse_settings(pairs: list[str], base: LaunchSettings | None = None) -> Laun
     try:
         return LaunchSettings(**values)
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'launch'}: {e['msg']}"
-                             for e in error.errors())
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'launch'}: {e['msg']}" for e in error.errors()
+        )
         raise ParameterError(f"the command line: launch settings: {problems}") from None

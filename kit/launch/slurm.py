@@ -33,8 +33,17 @@ from kit.launch.settings import LaunchSettings
 
 JOBS = "slurm_jobs.json"
 #: Slurm job states of a job still queued or running
-LIVE_STATES = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING",
-               "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED")
+LIVE_STATES = (
+    "PENDING",
+    "RUNNING",
+    "REQUEUED",
+    "CONFIGURING",
+    "COMPLETING",
+    "RESIZING",
+    "SUSPENDED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+)
 
 
 class SlurmTask:
@@ -57,20 +66,28 @@ class SlurmTask:
 
         job = submitit.JobEnvironment()
         port = rendezvous_port(int(str(job.job_id).split("_")[0]))
-        command = module_command(self.module_args, self.settings, f"{self.settings.rdzv_id}-"
-                                 f"{job.job_id}", f"{job.hostnames[0]}:{port}")
+        command = module_command(
+            self.module_args,
+            self.settings,
+            f"{self.settings.rdzv_id}-{job.job_id}",
+            f"{job.hostnames[0]}:{port}",
+        )
         marker = Path(job.paths.folder) / f"{job.job_id}.preempted"
         marker.unlink(missing_ok=True)
         self.process = subprocess.Popen(
-            command, env=child_environment(command) | {PREEMPTED_MARKER: str(marker)},
-            cwd=REPO_ROOT, preexec_fn=ignore_preemption_signals())
+            command,
+            env=child_environment(command) | {PREEMPTED_MARKER: str(marker)},
+            cwd=REPO_ROOT,
+            preexec_fn=ignore_preemption_signals(),
+        )
         code = self._wait()
         if code == PREEMPTED_EXIT or marker.exists():  # a signal submitit did not see: requeue
             os.kill(os.getpid(), job._usr_sig())  # as if submitit had seen it
             time.sleep(60)  # submitit's handler exits from here
         if code != 0:
-            raise RuntimeError(f"python -m {shlex.join(self.module_args)}: exited with status "
-                               f"{code}")
+            raise RuntimeError(
+                f"python -m {shlex.join(self.module_args)}: exited with status {code}"
+            )
         return shlex.join(self.module_args)
 
     def _wait(self) -> int:
@@ -100,9 +117,13 @@ def executor(settings: LaunchSettings, folder: Path) -> Any:
     setup = [*settings.setup, f"export SUBMITIT_PREEMPT_SIGNAL={settings.signal}"]
     if settings.cluster == "local":
         made = submitit.LocalExecutor(folder=folder)
-        made.update_parameters(timeout_min=settings.timeout_min, tasks_per_node=1,
-                               gpus_per_node=settings.gpus_per_node,
-                               signal_delay_s=settings.signal_delay_s, setup=setup)
+        made.update_parameters(
+            timeout_min=settings.timeout_min,
+            tasks_per_node=1,
+            gpus_per_node=settings.gpus_per_node,
+            signal_delay_s=settings.signal_delay_s,
+            setup=setup,
+        )
         return made
     made = submitit.SlurmExecutor(folder=folder, max_num_timeout=100)
     made.update_parameters(**slurm_parameters(settings), setup=setup)
@@ -116,25 +137,38 @@ def slurm_parameters(settings: LaunchSettings) -> dict[str, Any]:
         extra["account"] = settings.account
     if settings.exclusive:
         extra["exclusive"] = True
-    return {"time": settings.timeout_min, "nodes": settings.nodes, "ntasks_per_node": 1,
-            "gpus_per_node": settings.gpus_per_node or None, "partition": settings.partition,
-            "cpus_per_task": settings.cpus_per_node,
-            "mem": "0" if settings.exclusive else (f"{settings.mem_gb}GB" if settings.mem_gb
-                                                    else None),
-            "array_parallelism": settings.max_concurrent or 256,
-            "signal_delay_s": settings.signal_delay_s, "additional_parameters": extra}
+    return {
+        "time": settings.timeout_min,
+        "nodes": settings.nodes,
+        "ntasks_per_node": 1,
+        "gpus_per_node": settings.gpus_per_node or None,
+        "partition": settings.partition,
+        "cpus_per_task": settings.cpus_per_node,
+        "mem": "0" if settings.exclusive else (f"{settings.mem_gb}GB" if settings.mem_gb else None),
+        "array_parallelism": settings.max_concurrent or 256,
+        "signal_delay_s": settings.signal_delay_s,
+        "additional_parameters": extra,
+    }
 
 
-def submit(tasks: dict[str, SlurmTask], settings: LaunchSettings, work_dir: Path, wait: bool,
-           finished: Callable[[str, bool], bool]) -> Launched:
+def submit(
+    tasks: dict[str, SlurmTask],
+    settings: LaunchSettings,
+    work_dir: Path,
+    wait: bool,
+    finished: Callable[[str, bool], bool],
+) -> Launched:
     """Submit the tasks as one array, except those with a live job recorded in work_dir; when
     waiting, `finished(name, job succeeded)` says which ended well."""
     folder = work_dir / "submitit"
     record_path = work_dir / JOBS
     recorded = json.loads(record_path.read_text()) if record_path.exists() else {}
     launched = Launched()
-    alive = {name: job_id for name, job_id in recorded.items()
-             if name in tasks and _job_alive(settings, folder, job_id)}
+    alive = {
+        name: job_id
+        for name, job_id in recorded.items()
+        if name in tasks and _job_alive(settings, folder, job_id)
+    }
     to_submit = [name for name in tasks if name not in alive]
     jobs = {}
     if to_submit:
@@ -149,8 +183,9 @@ def submit(tasks: dict[str, SlurmTask], settings: LaunchSettings, work_dir: Path
     return launched
 
 
-def _wait_for(jobs: dict[str, Any], finished: Callable[[str, bool], bool],
-              launched: Launched) -> None:
+def _wait_for(
+    jobs: dict[str, Any], finished: Callable[[str, bool], bool], launched: Launched
+) -> None:
     """Wait for every submitted job; record each as finished or failed (with its error log)."""
     for name, job in jobs.items():
         try:

@@ -1,7 +1,8 @@
 """Worker processes started before their command, so that importing torch and torchvision (about
 5 s on a CPU node, as long as a small run trains) overlaps what the kernel does meanwhile.
 
-A warm process (`python -m kit.launch.warm`) imports the trainer's modules, then waits for one command
+A warm process (`python -m kit.launch.warm`) imports the trainer's modules, then waits for one
+command
 on its standard input: the module and arguments of `python -m`, the environment, working folder,
 CPU cores and log file it would have had if started cold. It then calls the module's `main` with
 those arguments (every launched module has one) and exits with its status; it exits quietly when
@@ -39,8 +40,9 @@ def source_stamp(folder: Path) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """Modules as they are on disk: a warm process imported the code of its stamp, so it is
     used only while the stamp is unchanged (an edit made in JupyterLab takes effect, and so does
     one whose modification time was put back: the change stamp holds the status-change time)."""
-    return tuple((str(path.relative_to(folder)), change_stamp(path))
-                 for path in sorted(folder.rglob("*.py")))
+    return tuple(
+        (str(path.relative_to(folder)), change_stamp(path)) for path in sorted(folder.rglob("*.py"))
+    )
 
 
 class WarmProcesses:
@@ -56,19 +58,31 @@ class WarmProcesses:
         self._drop_stale()
         self.idle = [process for process in self.idle if process.poll() is None]
         for _ in range(count - len(self.idle)):
-            self.idle.append(subprocess.Popen(
-                [sys.executable, "-m", "kit.launch.warm"], stdin=subprocess.PIPE, cwd=REPO_ROOT,
-                env=importable_environment(), preexec_fn=ignoring_signals(IDLE_IGNORED)))
+            self.idle.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "kit.launch.warm"],
+                    stdin=subprocess.PIPE,
+                    cwd=REPO_ROOT,
+                    env=importable_environment(),
+                    preexec_fn=ignoring_signals(IDLE_IGNORED),
+                )
+            )
 
-    def run(self, command: Sequence[str], env: dict[str, str], cpus: Sequence[int], log: Path
-            ) -> subprocess.Popen | None:
+    def run(
+        self, command: Sequence[str], env: dict[str, str], cpus: Sequence[int], log: Path
+    ) -> subprocess.Popen | None:
         """Hand `command` (`python -m module ...`) to an idle warm process; None when none is
         idle, alive and current."""
         self._drop_stale()
         if list(command[:2]) != [sys.executable, "-m"]:
             return None
-        order = {"argv": list(command[2:]), "env": env, "cwd": str(REPO_ROOT),
-                 "cpus": list(cpus), "log": str(log)}
+        order = {
+            "argv": list(command[2:]),
+            "env": env,
+            "cwd": str(REPO_ROOT),
+            "cpus": list(cpus),
+            "log": str(log),
+        }
         while self.idle:
             process = self.idle.pop(0)
             try:

@@ -33,8 +33,14 @@ class Probe(Protocol):
 class FeatureProbe(Probe, Protocol):
     """A probe of cached features: fitted on a training split, scored on an evaluation split."""
 
-    def fit(self, train: Split, evaluation: Split, num_classes: int, settings: Any,
-            progress: bool = True) -> ProbeResult: ...
+    def fit(
+        self,
+        train: Split,
+        evaluation: Split,
+        num_classes: int,
+        settings: Any,
+        progress: bool = True,
+    ) -> ProbeResult: ...
 
 
 @dataclass(frozen=True)
@@ -56,5 +62,6 @@ class ImageProbe(Probe, Protocol):
     over at once (`folder` holds what they share, such as one launch's log), so that a probe
     launched as processes of its own starts them once for all."""
 
-    def run_all(self, jobs: Sequence[ImageProbeJob], folder: Path, progress: bool = True
-                ) -> list[ProbeResult]: ...
+    def run_all(
+        self, jobs: Sequence[ImageProbeJob], folder: Path, progress: bool = True
+    ) -> list[ProbeResult]: ...

@@ -26,13 +26,17 @@ def probe_devices(device: str, devices: int | None, visible: int) -> list[torch.
     if place.type == "cuda" and place.index is None:
         wanted = visible if devices is None else devices
         if wanted < 1 or wanted > visible:
-            raise ProbeError(f"devices: {devices} GPU(s) asked for, {visible} visible "
-                             "(CUDA_VISIBLE_DEVICES); set devices to at most that, or leave it "
-                             "unset for all")
+            raise ProbeError(
+                f"devices: {devices} GPU(s) asked for, {visible} visible "
+                "(CUDA_VISIBLE_DEVICES); set devices to at most that, or leave it "
+                "unset for all"
+            )
         return [torch.device("cuda", index) for index in range(wanted)]
     if place.type != "cpu" and devices not in (None, 1):
-        raise ProbeError(f"devices: {devices} needs device 'cuda' without an index (or 'cpu'), "
-                         f"got device '{device}'")
+        raise ProbeError(
+            f"devices: {devices} needs device 'cuda' without an index (or 'cpu'), "
+            f"got device '{device}'"
+        )
     return [place] * (devices or 1)
 
 

@@ -52,8 +52,16 @@ from kit.train.trainer import exit_code
 FINISHED = "finished.json"
 #: the settings that make two probes the same, beside checkpoints, data and weight decays;
 #: epochs, device, processes and workers are left out, so more epochs extend a finished probe
-IDENTITY = ("milestones", "lr", "momentum", "batch_size", "bn_batch", "heldout_fraction", "seed",
-            "precision")
+IDENTITY = (
+    "milestones",
+    "lr",
+    "momentum",
+    "batch_size",
+    "bn_batch",
+    "heldout_fraction",
+    "seed",
+    "precision",
+)
 #: settings the command line takes as --name value, beside the weight decays and milestones
 OPTIONS = ("epochs", "batch_size", "lr", "momentum", "heldout_fraction", "seed", "group_timeout_s")
 
@@ -65,23 +73,36 @@ def load_data_config(path: Path) -> DataSettings:
     try:
         return DataSettings(**read_yaml(path))
     except ValidationError as error:
-        raise ParameterError(describe_errors(f"invalid dataset description {path}:", DataSettings,
-                                             error, {}, str(path))) from None
+        raise ParameterError(
+            describe_errors(
+                f"invalid dataset description {path}:", DataSettings, error, {}, str(path)
+            )
+        ) from None
 
 
-def faithful_identity(checkpoints: Sequence[Path], data_config: DataSettings, num_classes: int,
-                      settings: FaithfulProbeSettings, weight_decays: Sequence[float]
-                      ) -> dict[str, Any]:
+def faithful_identity(
+    checkpoints: Sequence[Path],
+    data_config: DataSettings,
+    num_classes: int,
+    settings: FaithfulProbeSettings,
+    weight_decays: Sequence[float],
+) -> dict[str, Any]:
     """What makes two probes the same (their checkpoints by content): a saved state or a
     finished result is reused only for the same identity."""
-    return json.loads(json.dumps({
-        "checkpoints": [file_hash(Path(p)) for p in checkpoints], "num_classes": num_classes,
-        "data": data_config.model_dump(mode="json"), "weight_decays": list(weight_decays),
-        **{key: getattr(settings, key) for key in IDENTITY}}))
+    return json.loads(
+        json.dumps(
+            {
+                "checkpoints": [file_hash(Path(p)) for p in checkpoints],
+                "num_classes": num_classes,
+                "data": data_config.model_dump(mode="json"),
+                "weight_decays": list(weight_decays),
+                **{key: getattr(settings, key) for key in IDENTITY},
+            }
+        )
+    )
 
 
-def finished_result(output: Path, identity: Mapping[str, Any], epochs: int
-                    ) -> ProbeResult | None:
+def finished_result(output: Path, identity: Mapping[str, Any], epochs: int) -> ProbeResult | None:
     """The result a previous run of this very probe wrote to `output`, or None."""
     record = Path(output) / FINISHED
     if not record.is_file():
@@ -94,8 +115,9 @@ def finished_result(output: Path, identity: Mapping[str, Any], epochs: int
     return ProbeResult(history, selected)
 
 
-def _loaders(data_config: DataSettings, num_classes: int, settings: FaithfulProbeSettings
-             ) -> tuple[DataLoader, DataLoader, DataLoader]:
+def _loaders(
+    data_config: DataSettings, num_classes: int, settings: FaithfulProbeSettings
+) -> tuple[DataLoader, DataLoader, DataLoader]:
     """This process's training (augmented), held-out and evaluation loaders (evaluation
     transforms); the held-out images are a seeded part of the training split."""
     train_base, eval_base = pipeline.datasets_for(data_config, num_classes)
@@ -108,26 +130,48 @@ def _loaders(data_config: DataSettings, num_classes: int, settings: FaithfulProb
     workers, pin = settings.workers, torch.device(settings.device).type == "cuda"
 
     def loader(dataset: Dataset, **how: Any) -> DataLoader:
-        return DataLoader(dataset, num_workers=workers, pin_memory=pin,
-                          persistent_workers=workers > 0,
-                          multiprocessing_context=worker_start.context() if workers else None,
-                          **how)
+        return DataLoader(
+            dataset,
+            num_workers=workers,
+            pin_memory=pin,
+            persistent_workers=workers > 0,
+            multiprocessing_context=worker_start.context() if workers else None,
+            **how,
+        )
 
     local = settings.batch_size // world
     if settings.bn_batch is not None and (settings.batch_size % world or local % settings.bn_batch):
-        raise ProbeError(f"the global batch {settings.batch_size} over {world} process(es) must "
-                         f"give each a multiple of bn_batch {settings.bn_batch}")
-    return (loader(pipeline.Samples(train_base, augmented, settings.seed),
-                   batch_sampler=GlobalBatches(kept, settings.batch_size, settings.seed)),
-            loader(pipeline.Samples(train_base, plain, settings.seed), batch_size=local,
-                   sampler=[(0, int(i)) for i in held[rank::world]]),
-            loader(pipeline.Samples(eval_base, plain, settings.seed), batch_size=local,
-                   sampler=[(0, i) for i in range(rank, len(eval_base), world)]))
+        raise ProbeError(
+            f"the global batch {settings.batch_size} over {world} process(es) must "
+            f"give each a multiple of bn_batch {settings.bn_batch}"
+        )
+    return (
+        loader(
+            pipeline.Samples(train_base, augmented, settings.seed),
+            batch_sampler=GlobalBatches(kept, settings.batch_size, settings.seed),
+        ),
+        loader(
+            pipeline.Samples(train_base, plain, settings.seed),
+            batch_size=local,
+            sampler=[(0, int(i)) for i in held[rank::world]],
+        ),
+        loader(
+            pipeline.Samples(eval_base, plain, settings.seed),
+            batch_size=local,
+            sampler=[(0, i) for i in range(rank, len(eval_base), world)],
+        ),
+    )
 
 
-def run_faithful(checkpoints: Sequence[Path], data_config: DataSettings, num_classes: int,
-                 output: Path, settings: FaithfulProbeSettings, weight_decays: Sequence[float],
-                 progress: bool = True) -> ProbeResult:
+def run_faithful(
+    checkpoints: Sequence[Path],
+    data_config: DataSettings,
+    num_classes: int,
+    output: Path,
+    settings: FaithfulProbeSettings,
+    weight_decays: Sequence[float],
+    progress: bool = True,
+) -> ProbeResult:
     """The authors' probe of the concatenated backbones on a dataset, one head per weight
     decay: augmented training images (the kit's pipeline for the dataset kind), held-out part
     of train and evaluation split with evaluation transforms. Writes `history.csv`,
@@ -146,16 +190,26 @@ def run_faithful(checkpoints: Sequence[Path], data_config: DataSettings, num_cla
     train_loader, held_loader, eval_loader = _loaders(data_config, num_classes, settings)
     main_process = distributed.rank_and_world()[0] == 0
     with locks.hold(output, "faithful probe") if main_process else contextlib.nullcontext():
-        result = faithful_probe(backbones, train_loader, held_loader, eval_loader, num_classes,
-                                settings, weight_decays, progress, output / "probe_state.pt",
-                                identity)
+        result = faithful_probe(
+            backbones,
+            train_loader,
+            held_loader,
+            eval_loader,
+            num_classes,
+            settings,
+            weight_decays,
+            progress,
+            output / "probe_state.pt",
+            identity,
+        )
         if main_process:
             for name, table in (("history", result.history), ("selected", result.selected)):
                 with atomic_write(output / f"{name}.csv") as handle:
                     table.write_csv(handle)
             with atomic_write(output / FINISHED) as handle:
-                handle.write(json.dumps({"identity": identity, "epochs": settings.epochs},
-                                        indent=1).encode())
+                handle.write(
+                    json.dumps({"identity": identity, "epochs": settings.epochs}, indent=1).encode()
+                )
     return result
 
 
@@ -167,24 +221,40 @@ def _job_arguments(job: ImageProbeJob) -> list[str]:
     data_file = output / "data.yaml"
     with atomic_write(data_file) as handle:
         handle.write(job.data_config.model_dump_json().encode())  # JSON is YAML
-    arguments = ["--checkpoints", *map(str, job.checkpoints), "--data", str(data_file),
-                 "--num-classes", str(job.num_classes), "--output", str(output),
-                 "--weight-decays", *map(str, job.weight_decays),
-                 "--milestones", *map(str, settings.milestones)]
+    arguments = [
+        "--checkpoints",
+        *map(str, job.checkpoints),
+        "--data",
+        str(data_file),
+        "--num-classes",
+        str(job.num_classes),
+        "--output",
+        str(output),
+        "--weight-decays",
+        *map(str, job.weight_decays),
+        "--milestones",
+        *map(str, settings.milestones),
+    ]
     for name in (*OPTIONS, "precision", "device"):
         arguments += [f"--{name.replace('_', '-')}", str(getattr(settings, name))]
-    return arguments + ["--bn-batch", str(settings.bn_batch or 0),
-                        "--workers", str(settings.workers)]
+    return arguments + [
+        "--bn-batch",
+        str(settings.bn_batch or 0),
+        "--workers",
+        str(settings.workers),
+    ]
 
 
 def _finished_job(job: ImageProbeJob) -> ProbeResult | None:
-    identity = faithful_identity(job.checkpoints, job.data_config, job.num_classes,
-                                 job.settings, job.weight_decays)
+    identity = faithful_identity(
+        job.checkpoints, job.data_config, job.num_classes, job.settings, job.weight_decays
+    )
     return finished_result(Path(job.output), identity, job.settings.epochs)
 
 
-def launch_faithful_all(jobs: Sequence[ImageProbeJob], folder: Path, progress: bool = True
-                        ) -> list[ProbeResult]:
+def launch_faithful_all(
+    jobs: Sequence[ImageProbeJob], folder: Path, progress: bool = True
+) -> list[ProbeResult]:
     """`run_faithful` of every job, from a notebook, in groups of the same process count (the
     authors ran each kind of target on its own number of GPUs: `setups`): a group of one
     process in this process, a larger one as every unfinished probe of it in turn under one
@@ -199,15 +269,27 @@ def launch_faithful_all(jobs: Sequence[ImageProbeJob], folder: Path, progress: b
     results: dict[int, ProbeResult] = {}
     for count, indices in sorted(groups.items()):
         group = [jobs[index] for index in indices]
-        done = (_launch_group(group, count, Path(folder)) if count > 1 else
-                [run_faithful(job.checkpoints, job.data_config, job.num_classes, job.output,
-                              job.settings, job.weight_decays, progress) for job in group])
+        done = (
+            _launch_group(group, count, Path(folder))
+            if count > 1
+            else [
+                run_faithful(
+                    job.checkpoints,
+                    job.data_config,
+                    job.num_classes,
+                    job.output,
+                    job.settings,
+                    job.weight_decays,
+                    progress,
+                )
+                for job in group
+            ]
+        )
         results.update(zip(indices, done, strict=True))
     return [results[index] for index in range(len(jobs))]
 
 
-def _launch_group(jobs: Sequence[ImageProbeJob], processes: int, folder: Path
-                  ) -> list[ProbeResult]:
+def _launch_group(jobs: Sequence[ImageProbeJob], processes: int, folder: Path) -> list[ProbeResult]:
     """The unfinished probes of `jobs` in turn under one torchrun of `processes` processes, then
     every probe's result read back; a failed torchrun is reported with its log's errors."""
     code = 0
@@ -218,16 +300,22 @@ def _launch_group(jobs: Sequence[ImageProbeJob], processes: int, folder: Path
         listing = folder / f"probes-{processes}.json"
         with atomic_write(listing) as handle:
             handle.write(json.dumps([_job_arguments(job) for job in pending], indent=1).encode())
-        code = _run_logged(module_command(
-            ["kit.probes.faithful", "--jobs", str(listing)],
-            LaunchSettings(backend="torchrun", nproc_per_node=processes),
-            rdzv_id=f"faithful{processes}"), log)
+        code = _run_logged(
+            module_command(
+                ["kit.probes.faithful", "--jobs", str(listing)],
+                LaunchSettings(backend="torchrun", nproc_per_node=processes),
+                rdzv_id=f"faithful{processes}",
+            ),
+            log,
+        )
     results = [_finished_job(job) for job in jobs]
     if code != 0 or any(result is None for result in results):
         lines = log.read_text().splitlines()
         errors = list(dict.fromkeys(line for line in lines if line.startswith("error:")))
-        raise ProbeError(f"the faithful probes of {processes} processes in {folder} failed "
-                         f"(exit status {code}); see {log}:\n" + "\n".join(errors or lines[-15:]))
+        raise ProbeError(
+            f"the faithful probes of {processes} processes in {folder} failed "
+            f"(exit status {code}); see {log}:\n" + "\n".join(errors or lines[-15:])
+        )
     return [result for result in results if result is not None]
 
 
@@ -235,9 +323,14 @@ def _run_logged(command: list[str], log: Path) -> int:
     """Run `command` from the repository, its output to `log`; stopped with this process, and
     ended by the kernel when this process is killed outright (dying_with_parent)."""
     with log.open("w") as handle:
-        process = subprocess.Popen(command, env=child_environment(command), cwd=REPO_ROOT,
-                                   stdout=handle, stderr=subprocess.STDOUT,
-                                   preexec_fn=dying_with_parent())
+        process = subprocess.Popen(
+            command,
+            env=child_environment(command),
+            cwd=REPO_ROOT,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            preexec_fn=dying_with_parent(),
+        )
         try:
             return process.wait()
         except BaseException:
@@ -257,18 +350,24 @@ class FaithfulProbe:
     def describe(settings: FaithfulProbeSettings) -> str:
         """What the probe does with `settings`, in one sentence (the weight decays are each
         task's: `FaithfulProbeSettings.grid`)."""
-        return (f"the authors' probe on images: BatchNorm1d + linear heads on the frozen "
-                f"backbones ({settings.precision}), SGD lr {settings.lr} Nesterov, "
-                f"{settings.epochs} epochs (x0.1 after epochs {settings.milestones}), "
-                + (_setups(settings) if settings.setups else
-                   f"global batch {settings.batch_size} over {settings.processes} process(es)"))
+        return (
+            f"the authors' probe on images: BatchNorm1d + linear heads on the frozen "
+            f"backbones ({settings.precision}), SGD lr {settings.lr} Nesterov, "
+            f"{settings.epochs} epochs (x0.1 after epochs {settings.milestones}), "
+            + (
+                _setups(settings)
+                if settings.setups
+                else f"global batch {settings.batch_size} over {settings.processes} process(es)"
+            )
+        )
 
 
 def _setups(settings: FaithfulProbeSettings) -> str:
     """Each named target's processes x batch and BatchNorm handling, in a few words."""
     return "per target " + ", ".join(
         f"{name} {setup.processes} x {setup.batch_size}{' SyncBN' if setup.sync_bn else ''}"
-        for name, setup in settings.setups.items())
+        for name, setup in settings.setups.items()
+    )
 
 
 def _default(name: str) -> Any:
@@ -279,30 +378,62 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m kit.probes.faithful",
         description="The authors' probe as a step of its own (run it under torchrun for "
-                    "several processes).",
+        "several processes).",
         epilog="--jobs FILE alone instead: run in turn the probes of FILE, a JSON list of "
-               "argument lists.")
-    parser.add_argument("--checkpoints", type=Path, nargs="+", required=True,
-                        help="backbones (kit or AlgoPerf checkpoints), concatenated in order")
-    parser.add_argument("--data", type=Path, required=True,
-                        help="YAML dataset description: kind, root, image_size (a data: section)")
+        "argument lists.",
+    )
+    parser.add_argument(
+        "--checkpoints",
+        type=Path,
+        nargs="+",
+        required=True,
+        help="backbones (kit or AlgoPerf checkpoints), concatenated in order",
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help="YAML dataset description: kind, root, image_size (a data: section)",
+    )
     parser.add_argument("--num-classes", type=int, required=True)
-    parser.add_argument("--output", type=Path, required=True,
-                        help="folder for history.csv, selected.csv and the resumable state")
-    parser.add_argument("--grid", choices=sorted(PAPER_WEIGHT_DECAYS),
-                        help="the authors' weight-decay grid (default: by the data kind)")
-    parser.add_argument("--weight-decays", type=float, nargs="+",
-                        help="a grid of your own instead of the authors'")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        required=True,
+        help="folder for history.csv, selected.csv and the resumable state",
+    )
+    parser.add_argument(
+        "--grid",
+        choices=sorted(PAPER_WEIGHT_DECAYS),
+        help="the authors' weight-decay grid (default: by the data kind)",
+    )
+    parser.add_argument(
+        "--weight-decays", type=float, nargs="+", help="a grid of your own instead of the authors'"
+    )
     for name in OPTIONS:
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(_default(name)),
-                            default=_default(name))
-    parser.add_argument("--milestones", type=int, nargs="*", default=_default("milestones"),
-                        help="epochs after which the learning rate is multiplied by 0.1")
-    parser.add_argument("--bn-batch", type=int, default=_default("bn_batch"),
-                        help="rows per BN statistics group, as the authors' per-GPU batch "
-                        "(0: the whole global batch)")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                        help="bf16 runs the frozen backbones under autocast")
+        parser.add_argument(
+            f"--{name.replace('_', '-')}", type=type(_default(name)), default=_default(name)
+        )
+    parser.add_argument(
+        "--milestones",
+        type=int,
+        nargs="*",
+        default=_default("milestones"),
+        help="epochs after which the learning rate is multiplied by 0.1",
+    )
+    parser.add_argument(
+        "--bn-batch",
+        type=int,
+        default=_default("bn_batch"),
+        help="rows per BN statistics group, as the authors' per-GPU batch "
+        "(0: the whole global batch)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="bf16 runs the frozen backbones under autocast",
+    )
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader workers per process")
     return parser
@@ -312,13 +443,24 @@ def _settings(args: argparse.Namespace, process: Process) -> FaithfulProbeSettin
     """The command line's settings for this process, its world size the processes."""
     try:
         return FaithfulProbeSettings(
-            **{name: getattr(args, name) for name in OPTIONS}, milestones=list(args.milestones),
-            bn_batch=args.bn_batch or None, processes=process.world_size, workers=args.workers,
-            precision=args.precision, device=str(process.device))
+            **{name: getattr(args, name) for name in OPTIONS},
+            milestones=list(args.milestones),
+            bn_batch=args.bn_batch or None,
+            processes=process.world_size,
+            workers=args.workers,
+            precision=args.precision,
+            device=str(process.device),
+        )
     except ValidationError as error:
-        raise ParameterError(describe_errors("invalid faithful probe settings:",
-                                             FaithfulProbeSettings, error, {},
-                                             "the command line")) from None
+        raise ParameterError(
+            describe_errors(
+                "invalid faithful probe settings:",
+                FaithfulProbeSettings,
+                error,
+                {},
+                "the command line",
+            )
+        ) from None
 
 
 def _requested(argv: list[str]) -> list[argparse.Namespace]:
@@ -332,8 +474,10 @@ def _requested(argv: list[str]) -> list[argparse.Namespace]:
     except (OSError, ValueError) as error:
         raise ParameterError(f"{listing}: not a readable list of probes ({error})") from None
     if not lists or not all(isinstance(item, list) for item in lists):
-        raise ParameterError(f"--jobs: {listing or ' '.join(argv[1:])} must be one JSON file "
-                             "holding a non-empty list of argument lists")
+        raise ParameterError(
+            f"--jobs: {listing or ' '.join(argv[1:])} must be one JSON file "
+            "holding a non-empty list of argument lists"
+        )
     return [_parser().parse_args([str(item) for item in arguments]) for arguments in lists]
 
 
@@ -346,16 +490,29 @@ def main(argv: list[str] | None = None) -> int:
         probes = [(args, load_data_config(args.data)) for args in _requested(arguments)]
         if len({args.device for args, _ in probes}) > 1:
             raise ParameterError("--jobs: probes run in turn in one process share its device")
-        process = start_process(probes[0][0].device,
-                                max(args.group_timeout_s for args, _ in probes))
+        process = start_process(
+            probes[0][0].device, max(args.group_timeout_s for args, _ in probes)
+        )
         try:
             for index, (args, data_config) in enumerate(probes, 1):
                 if process.main:  # which probe the log's lines below belong to
                     print(f"probe {index}/{len(probes)}: {args.output}", flush=True)
-                grid = (list(args.weight_decays) if args.weight_decays else list(
-                    PAPER_WEIGHT_DECAYS[args.grid or kinds.get(data_config.kind).probe_grid]))
-                result = run_faithful(args.checkpoints, data_config, args.num_classes,
-                                      args.output, _settings(args, process), grid, progress=True)
+                grid = (
+                    list(args.weight_decays)
+                    if args.weight_decays
+                    else list(
+                        PAPER_WEIGHT_DECAYS[args.grid or kinds.get(data_config.kind).probe_grid]
+                    )
+                )
+                result = run_faithful(
+                    args.checkpoints,
+                    data_config,
+                    args.num_classes,
+                    args.output,
+                    _settings(args, process),
+                    grid,
+                    progress=True,
+                )
                 if process.main:
                     print(result.selected)
         finally:

@@ -45,8 +45,9 @@ class ProbeHeads(nn.Module):
     processes.
     """
 
-    def __init__(self, width: int, num_classes: int, count: int, seed: int = 0,
-                 bn_batch: int | None = None) -> None:
+    def __init__(
+        self, width: int, num_classes: int, count: int, seed: int = 0, bn_batch: int | None = None
+    ) -> None:
         super().__init__()
         self.bn_batch = bn_batch
         self.norms = nn.ModuleList(nn.BatchNorm1d(width) for _ in range(count))
@@ -56,25 +57,39 @@ class ProbeHeads(nn.Module):
             nn.init.normal_(linear.weight, std=0.01, generator=generator)
             nn.init.zeros_(linear.bias)
 
-    def batch_statistics(self, features: torch.Tensor
-                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def batch_statistics(
+        self, features: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Mean and variance to normalise the rows with (per row or shared), and the mean and
         unbiased variance the running statistics move towards."""
         width = features.shape[1]
         if self.bn_batch is None:
-            moments = distributed.all_sum(torch.cat([features.sum(0), features.square().sum(0),
-                                          features.new_tensor([len(features)])]).double())
+            moments = distributed.all_sum(
+                torch.cat(
+                    [
+                        features.sum(0),
+                        features.square().sum(0),
+                        features.new_tensor([len(features)]),
+                    ]
+                ).double()
+            )
             count = float(moments[-1])
             mean = moments[:width] / count
-            variance = (moments[width:2 * width] / count - mean.square()).clamp_min(0.0)
-            return (mean.float(), variance.float(), mean.float(),
-                    (variance * count / max(count - 1, 1)).float())
+            variance = (moments[width : 2 * width] / count - mean.square()).clamp_min(0.0)
+            return (
+                mean.float(),
+                variance.float(),
+                mean.float(),
+                (variance * count / max(count - 1, 1)).float(),
+            )
         group = torch.arange(len(features), device=features.device) // self.bn_batch
         count = torch.bincount(group).double()[:, None]  # a last, shorter group is its own
         rows = features.double()
         mean = rows.new_zeros(len(count), width).index_add_(0, group, rows) / count
-        variance = (rows.new_zeros(len(count), width).index_add_(0, group, rows.square())
-                    / count - mean.square()).clamp_min(0.0)
+        variance = (
+            rows.new_zeros(len(count), width).index_add_(0, group, rows.square()) / count
+            - mean.square()
+        ).clamp_min(0.0)
         first = torch.stack([mean[0], variance[0] * count[0] / (count[0] - 1).clamp_min(1)])
         first = first.float()
         if distributed.rank_and_world()[1] > 1:
@@ -92,10 +107,11 @@ class ProbeHeads(nn.Module):
                     norm.running_var.lerp_(running_var, norm.momentum)
                     norm.num_batches_tracked += 1
         outputs = []
-        for norm, linear in zip(self.norms, self.linears):
+        for norm, linear in zip(self.norms, self.linears, strict=True):
             if not self.training:
-                normalised = ((features - norm.running_mean)
-                              * torch.rsqrt(norm.running_var + norm.eps))
+                normalised = (features - norm.running_mean) * torch.rsqrt(
+                    norm.running_var + norm.eps
+                )
             outputs.append(linear(normalised * norm.weight + norm.bias))
         return torch.stack(outputs, dim=1)
 
@@ -107,24 +123,29 @@ def concatenated_features(backbones: Sequence[nn.Module], precision: str = "fp32
         backbone.eval().requires_grad_(False)
 
     def features(images: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad(), torch.autocast(images.device.type, torch.bfloat16,
-                                             enabled=precision == "bf16"):
-            return torch.cat([backbone.features(images).flatten(1).float()
-                              for backbone in backbones], 1)
+        with (
+            torch.no_grad(),
+            torch.autocast(images.device.type, torch.bfloat16, enabled=precision == "bf16"),
+        ):
+            return torch.cat(
+                [backbone.features(images).flatten(1).float() for backbone in backbones], 1
+            )
 
     return features
 
 
 class GlobalBatches(Sampler[list[tuple[int, int]]]):
     """This process's share of each global batch of a per-epoch seeded shuffle of `indices`, as
-    (epoch, index) keys for `kit.data.pipeline.Samples`: the same global batches, augmented the same way,
-    whatever the number of processes. An incomplete last global batch is dropped."""
+    (epoch, index) keys for `kit.data.pipeline.Samples`: the same global batches, augmented the
+    same way, whatever the number of processes. An incomplete last global batch is dropped."""
 
     def __init__(self, indices: torch.Tensor, batch_size: int, seed: int) -> None:
         self.rank, self.world = distributed.rank_and_world()
         if batch_size % self.world or batch_size > len(indices):
-            raise ProbeError(f"global batch {batch_size} must be a multiple of the {self.world} "
-                             f"process(es) and at most the {len(indices)} training images")
+            raise ProbeError(
+                f"global batch {batch_size} must be a multiple of the {self.world} "
+                f"process(es) and at most the {len(indices)} training images"
+            )
         self.indices, self.batch_size, self.seed, self.epoch = indices, batch_size, seed, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -137,9 +158,9 @@ class GlobalBatches(Sampler[list[tuple[int, int]]]):
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
         order = self.indices[torch.randperm(len(self.indices), generator=generator)]
         for start in range(0, len(self) * self.batch_size, self.batch_size):
-            batch = order[start:start + self.batch_size]
+            batch = order[start : start + self.batch_size]
             share = self.batch_size // self.world  # contiguous, so BN groups stay whole
-            yield [(self.epoch, int(i)) for i in batch[self.rank * share:(self.rank + 1) * share]]
+            yield [(self.epoch, int(i)) for i in batch[self.rank * share : (self.rank + 1) * share]]
 
 
 class HeadTraining:
@@ -147,8 +168,13 @@ class HeadTraining:
     their width; restored from `saved`, a previous run's state), one epoch of training and the
     accuracy counts of a loader."""
 
-    def __init__(self, num_classes: int, settings: FaithfulProbeSettings,
-                 weight_decays: Sequence[float], saved: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self,
+        num_classes: int,
+        settings: FaithfulProbeSettings,
+        weight_decays: Sequence[float],
+        saved: Mapping[str, Any] | None,
+    ) -> None:
         self.num_classes, self.settings, self.saved = num_classes, settings, saved
         self.weight_decays, self.count = list(weight_decays), len(weight_decays)
         self.device = torch.device(settings.device)
@@ -160,25 +186,43 @@ class HeadTraining:
     def build(self, width: int) -> None:
         """Heads of this width, their SGD (no weight decay on BN) and step schedules."""
         settings = self.settings
-        heads = ProbeHeads(width, self.num_classes, self.count, settings.seed,
-                           settings.bn_batch).to(self.device)
-        for norm, linear, decay in zip(heads.norms, heads.linears, self.weight_decays):
-            self.optimizers.append(torch.optim.SGD(
-                [{"params": linear.parameters(), "weight_decay": decay},
-                 {"params": norm.parameters(), "weight_decay": 0.0}],
-                lr=settings.lr, momentum=settings.momentum, nesterov=True))
-        self.schedulers.extend(torch.optim.lr_scheduler.MultiStepLR(
-            o, list(settings.milestones), gamma=0.1) for o in self.optimizers)
+        heads = ProbeHeads(
+            width, self.num_classes, self.count, settings.seed, settings.bn_batch
+        ).to(self.device)
+        for norm, linear, decay in zip(heads.norms, heads.linears, self.weight_decays, strict=True):
+            self.optimizers.append(
+                torch.optim.SGD(
+                    [
+                        {"params": linear.parameters(), "weight_decay": decay},
+                        {"params": norm.parameters(), "weight_decay": 0.0},
+                    ],
+                    lr=settings.lr,
+                    momentum=settings.momentum,
+                    nesterov=True,
+                )
+            )
+        self.schedulers.extend(
+            torch.optim.lr_scheduler.MultiStepLR(o, list(settings.milestones), gamma=0.1)
+            for o in self.optimizers
+        )
         if self.saved:
             heads.load_state_dict(self.saved["heads"])
-            for part, states in ((self.optimizers, self.saved["optimizers"]),
-                                 (self.schedulers, self.saved["schedulers"])):
-                for item, state in zip(part, states):
+            for part, states in (
+                (self.optimizers, self.saved["optimizers"]),
+                (self.schedulers, self.saved["schedulers"]),
+            ):
+                for item, state in zip(part, states, strict=True):
                     item.load_state_dict(state)
         self.heads = heads
-        self.model = heads if distributed.rank_and_world()[1] == 1 else DistributedDataParallel(
-            heads, device_ids=[self.device.index] if self.device.type == "cuda" else None,
-            broadcast_buffers=False)
+        self.model = (
+            heads
+            if distributed.rank_and_world()[1] == 1
+            else DistributedDataParallel(
+                heads,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                broadcast_buffers=False,
+            )
+        )
 
     def epoch(self, loader: Iterable, extract: Extract) -> torch.Tensor:
         """Train every head one epoch; the top-1 counts per head and the sample count, summed
@@ -206,8 +250,9 @@ class HeadTraining:
             scheduler.step()
         return distributed.all_sum(sums).cpu()
 
-    def accuracies(self, loader: Iterable, extract: Extract
-                   ) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def accuracies(
+        self, loader: Iterable, extract: Extract
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Top-1 and top-5 counts per head and the sample count over a loader, summed over the
         processes, with the heads in eval mode."""
         assert self.heads is not None
@@ -219,27 +264,39 @@ class HeadTraining:
                 logits = heads(extract(_on(device, images)))
                 labels = labels.to(device)
                 sums[:count] += topk_correct(logits, labels, 1)
-                sums[count:2 * count] += topk_correct(logits, labels, 5)
+                sums[count : 2 * count] += topk_correct(logits, labels, 5)
                 sums[-1] += len(labels)
         heads.train()
         sums = distributed.all_sum(sums).cpu()
-        return sums[:count], sums[count:2 * count], int(sums[-1])
+        return sums[:count], sums[count : 2 * count], int(sums[-1])
 
-    def state(self, epoch: int, identity: Mapping[str, Any] | None,
-              rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def state(
+        self, epoch: int, identity: Mapping[str, Any] | None, rows: list[dict[str, Any]]
+    ) -> dict[str, Any]:
         """What a rerun resumes from after `epoch`."""
         assert self.heads is not None
-        return {"epoch": epoch, "identity": dict(identity or {}), "rows": rows,
-                "heads": self.heads.state_dict(),
-                "optimizers": [o.state_dict() for o in self.optimizers],
-                "schedulers": [s.state_dict() for s in self.schedulers]}
+        return {
+            "epoch": epoch,
+            "identity": dict(identity or {}),
+            "rows": rows,
+            "heads": self.heads.state_dict(),
+            "optimizers": [o.state_dict() for o in self.optimizers],
+            "schedulers": [s.state_dict() for s in self.schedulers],
+        }
 
 
-def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
-                   heldout_loader: Iterable, eval_loader: Iterable, num_classes: int,
-                   settings: FaithfulProbeSettings, weight_decays: Sequence[float],
-                   progress: bool = True, state_file: Path | None = None,
-                   identity: Mapping[str, Any] | None = None) -> ProbeResult:
+def faithful_probe(
+    backbones: Sequence[nn.Module],
+    train_loader: Iterable,
+    heldout_loader: Iterable,
+    eval_loader: Iterable,
+    num_classes: int,
+    settings: FaithfulProbeSettings,
+    weight_decays: Sequence[float],
+    progress: bool = True,
+    state_file: Path | None = None,
+    identity: Mapping[str, Any] | None = None,
+) -> ProbeResult:
     """Train one head per weight decay on the (augmented) train loader; evaluate every epoch on
     both splits.
 
@@ -261,8 +318,11 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
     rows: list[dict[str, Any]] = saved["rows"] if saved else []
     first = saved["epoch"] + 1 if saved else 1
     main_process = distributed.rank_and_world()[0] == 0
-    for epoch in tqdm(range(first, settings.epochs + 1), desc="faithful probe",
-                      disable=not progress or not main_process):
+    for epoch in tqdm(
+        range(first, settings.epochs + 1),
+        desc="faithful probe",
+        disable=not progress or not main_process,
+    ):
         sampler = getattr(train_loader, "batch_sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
@@ -271,11 +331,17 @@ def faithful_probe(backbones: Sequence[nn.Module], train_loader: Iterable,
         eval1, eval5, eval_n = training.accuracies(eval_loader, extract)
         if held_n == 0 or eval_n == 0:
             raise ProbeError("the held-out or evaluation loader yielded no sample")
-        rows += [{"weight_decay": decay, "epoch": epoch,
-                  "train_top1": float(train_sums[h] / train_sums[-1]),
-                  "heldout_top1": float(held1[h] / held_n),
-                  "eval_top1": float(eval1[h] / eval_n), "eval_top5": float(eval5[h] / eval_n)}
-                 for h, decay in enumerate(weight_decays)]
+        rows += [
+            {
+                "weight_decay": decay,
+                "epoch": epoch,
+                "train_top1": float(train_sums[h] / train_sums[-1]),
+                "heldout_top1": float(held1[h] / held_n),
+                "eval_top1": float(eval1[h] / eval_n),
+                "eval_top5": float(eval5[h] / eval_n),
+            }
+            for h, decay in enumerate(weight_decays)
+        ]
         if state_file is not None and main_process:
             with atomic_write(state_file) as handle:
                 torch.save(training.state(epoch, identity, rows), handle)
@@ -293,15 +359,21 @@ def _on(device: torch.device, images: torch.Tensor) -> torch.Tensor:
     return images.to(device, non_blocking=True)
 
 
-def _saved_state(state_file: Path | None, identity: Mapping[str, Any] | None
-                 ) -> dict[str, Any] | None:
+def _saved_state(
+    state_file: Path | None, identity: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
     """A previous run's state to resume from, refused when it belongs to another probe."""
     if state_file is None or not state_file.exists():
         return None
     saved = torch.load(state_file, map_location="cpu", weights_only=True)
     if saved["identity"] != dict(identity or {}):
-        differing = sorted(key for key in saved["identity"].keys() | dict(identity or {}).keys()
-                           if saved["identity"].get(key) != (identity or {}).get(key))
-        raise ProbeError(f"{state_file}: holds a probe with different settings "
-                         f"({', '.join(differing)}); use another output folder or restore them")
+        differing = sorted(
+            key
+            for key in saved["identity"].keys() | dict(identity or {}).keys()
+            if saved["identity"].get(key) != (identity or {}).get(key)
+        )
+        raise ProbeError(
+            f"{state_file}: holds a probe with different settings "
+            f"({', '.join(differing)}); use another output folder or restore them"
+        )
     return saved

@@ -37,8 +37,13 @@ class SgdHeads:
     """One linear head per (lr, weight decay) of `grid`, as one [H, D, C] weight read by one
     product with the standardised features; SGD with Nesterov momentum and a per-head step."""
 
-    def __init__(self, rows: ConvexFit, config: FastProbeSettings, num_classes: int,
-                 grid: list[tuple[float, float]]) -> None:
+    def __init__(
+        self,
+        rows: ConvexFit,
+        config: FastProbeSettings,
+        num_classes: int,
+        grid: list[tuple[float, float]],
+    ) -> None:
         self.device, self.classes = rows.train.device, num_classes
         self.mean, self.scale = rows.mean.float(), 1 / rows.std.float()
         self.grid = grid
@@ -46,49 +51,61 @@ class SgdHeads:
         self.lr = torch.tensor([g[0] for g in self.grid], device=self.device)[:, None, None]
         self.wd = torch.tensor([g[1] for g in self.grid], device=self.device)[:, None, None]
         self.momentum = config.momentum
-        self.weight = torch.zeros(self.count, self.dim, num_classes, device=self.device,
-                                  requires_grad=True)
+        self.weight = torch.zeros(
+            self.count, self.dim, num_classes, device=self.device, requires_grad=True
+        )
         self.bias = torch.zeros(self.count, num_classes, device=self.device, requires_grad=True)
         self.velocity = [torch.zeros_like(self.weight), torch.zeros_like(self.bias)]
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """Every head's logits [B, H, C] of raw feature rows [B, D]."""
         standardised = (features - self.mean) * self.scale
-        flat = standardised @ self.weight.permute(1, 0, 2).reshape(self.dim,
-                                                                   self.count * self.classes)
+        flat = standardised @ self.weight.permute(1, 0, 2).reshape(
+            self.dim, self.count * self.classes
+        )
         return flat.view(-1, self.count, self.classes) + self.bias
 
     def step(self, features: torch.Tensor, labels: torch.Tensor, decay: float) -> None:
         """One SGD step of every head on a minibatch, its learning rate times `decay`."""
-        loss = F.cross_entropy(self.logits(features).permute(0, 2, 1),
-                               labels[:, None].expand(-1, self.count), reduction="none")
+        loss = F.cross_entropy(
+            self.logits(features).permute(0, 2, 1),
+            labels[:, None].expand(-1, self.count),
+            reduction="none",
+        )
         loss.mean(0).sum().backward()
         with torch.no_grad():
-            for param, buffer, penalty in ((self.weight, self.velocity[0], self.wd),
-                                           (self.bias, self.velocity[1], 0.0)):
+            for param, buffer, penalty in (
+                (self.weight, self.velocity[0], self.wd),
+                (self.bias, self.velocity[1], 0.0),
+            ):
                 grad = param.grad + penalty * param
                 buffer.mul_(self.momentum).add_(grad)
-                step_lr = (self.lr * decay if param is self.weight
-                           else (self.lr * decay)[:, :, 0])
+                step_lr = self.lr * decay if param is self.weight else (self.lr * decay)[:, :, 0]
                 param -= step_lr * (grad + self.momentum * buffer)
                 param.grad = None
 
-    def scored(self, rows: ConvexFit, fit_sample: torch.Tensor, epoch: int
-               ) -> list[dict[str, Any]]:
+    def scored(self, rows: ConvexFit, fit_sample: torch.Tensor, epoch: int) -> list[dict[str, Any]]:
         """Every head's objective on the sampled fit rows and accuracies on the sampled fit,
         held-out and evaluation rows: one history row per head."""
         fit = scores(self.logits, rows.train, fit_sample, rows.train_labels)
         heldout = scores(self.logits, rows.train, rows.held, rows.train_labels)
-        evaluated = scores(self.logits, rows.evaluation, torch.arange(len(rows.eval_labels)),
-                           rows.eval_labels)
+        evaluated = scores(
+            self.logits, rows.evaluation, torch.arange(len(rows.eval_labels)), rows.eval_labels
+        )
         penalty = (self.wd[:, 0, 0] / 2 * self.weight.detach().square().sum((1, 2))).cpu()
-        return [{"lr": head_lr, "weight_decay": head_wd, "epoch": epoch,
-                 "train_loss": float(fit["loss"][h] + penalty[h]),
-                 "train_top1": float(fit["top1"][h]),
-                 "heldout_top1": float(heldout["top1"][h]),
-                 "eval_top1": float(evaluated["top1"][h]),
-                 "eval_top5": float(evaluated["top5"][h])}
-                for h, (head_lr, head_wd) in enumerate(self.grid)]
+        return [
+            {
+                "lr": head_lr,
+                "weight_decay": head_wd,
+                "epoch": epoch,
+                "train_loss": float(fit["loss"][h] + penalty[h]),
+                "train_top1": float(fit["top1"][h]),
+                "heldout_top1": float(heldout["top1"][h]),
+                "eval_top1": float(evaluated["top1"][h]),
+                "eval_top5": float(evaluated["top5"][h]),
+            }
+            for h, (head_lr, head_wd) in enumerate(self.grid)
+        ]
 
     def linear(self, lr: float, weight_decay: float) -> nn.Linear:
         """The head of (lr, weight decay) as a float64 nn.Linear on standardised features."""
@@ -104,23 +121,25 @@ class SpreadHeads:
     """The whole grid as groups of `SgdHeads`, one group per device, each with the rows it reads
     there. Kernels launch asynchronously, so the devices compute side by side."""
 
-    def __init__(self, places: list[ConvexFit], config: FastProbeSettings,
-                 num_classes: int) -> None:
+    def __init__(
+        self, places: list[ConvexFit], config: FastProbeSettings, num_classes: int
+    ) -> None:
         grid = list(itertools.product(config.lrs, config.weight_decays))
-        self.groups = [(SgdHeads(place, config, num_classes, [grid[i] for i in share]), place)
-                       for place, share in zip(places, shares(len(grid), len(places)),
-                                               strict=False)]
+        self.groups = [
+            (SgdHeads(place, config, num_classes, [grid[i] for i in share]), place)
+            for place, share in zip(places, shares(len(grid), len(places)), strict=True)
+        ]
 
     def step(self, batch: torch.Tensor, decay: float) -> None:
         """One SGD step of every group on the fit rows `batch` (host indices)."""
         for heads, place in self.groups:
-            heads.step(place.train(batch), place.train_labels[batch.to(place.train.device)],
-                       decay)
+            heads.step(place.train(batch), place.train_labels[batch.to(place.train.device)], decay)
 
     def scored(self, fit_sample: torch.Tensor, epoch: int) -> list[dict[str, Any]]:
         """Every head's history row (`SgdHeads.scored`), in grid order."""
-        return [row for heads, place in self.groups
-                for row in heads.scored(place, fit_sample, epoch)]
+        return [
+            row for heads, place in self.groups for row in heads.scored(place, fit_sample, epoch)
+        ]
 
     def linear(self, lr: float, weight_decay: float) -> nn.Linear:
         """The head of (lr, weight decay), on the device of its group."""
@@ -128,9 +147,13 @@ class SpreadHeads:
         return heads.linear(lr, weight_decay)
 
 
-def fast_probe(train: Split, evaluation: Split, num_classes: int,
-               config: FastProbeSettings = FastProbeSettings(), progress: bool = True
-               ) -> ProbeResult:
+def fast_probe(
+    train: Split,
+    evaluation: Split,
+    num_classes: int,
+    config: FastProbeSettings = FastProbeSettings(),
+    progress: bool = True,
+) -> ProbeResult:
     """Train one head per (lr, weight decay) in one pass over the fit rows; score every head on
     the held-out and evaluation rows after each epoch, and on as many fit rows (a fixed random
     sample, all of them when there are few) for the training loss and accuracy, which cost no
@@ -139,40 +162,51 @@ def fast_probe(train: Split, evaluation: Split, num_classes: int,
     weight decay's lowest-objective head is then finished by L-BFGS to its tolerance (see
     `FastProbeSettings`), and the rules choose among those fits."""
     devices = probe_devices(config.device, config.devices, visible_gpus())
-    rows = convex_fit(train, evaluation, num_classes, config.heldout_fraction, config.seed,
-                      devices[0])
+    rows = convex_fit(
+        train, evaluation, num_classes, config.heldout_fraction, config.seed, devices[0]
+    )
     places = spread_rows(rows, devices)
     heads = SpreadHeads(places, config, num_classes)
     with precision(devices, config.tf32):
         history = pl.DataFrame(_train(heads, rows, config, progress))
     if config.select_from == "epochs":
-        return ProbeResult(history, select(history, ["lr", "weight_decay"], num_classes,
-                                                    config.max_gap))
+        return ProbeResult(
+            history, select(history, ["lr", "weight_decay"], num_classes, config.max_gap)
+        )
     chosen = list(converged_heads(history).iter_rows(named=True))
-    fits = spread_fits(places, [(heads.linear(head["lr"], head["weight_decay"]),
-                                 head["weight_decay"]) for head in chosen], LBFGS_MAX_ITER,
-                        config.tolerance_change)
-    finished = pl.DataFrame([
-        {"lr": head["lr"], "weight_decay": head["weight_decay"], "epoch": config.epochs, **fit}
-        for head, fit in zip(chosen, fits, strict=True)])
-    return ProbeResult(pl.concat([history, finished], how="diagonal"),
-                       select(finished, ["lr", "weight_decay"], num_classes, config.max_gap))
+    fits = spread_fits(
+        places,
+        [(heads.linear(head["lr"], head["weight_decay"]), head["weight_decay"]) for head in chosen],
+        LBFGS_MAX_ITER,
+        config.tolerance_change,
+    )
+    finished = pl.DataFrame(
+        [
+            {"lr": head["lr"], "weight_decay": head["weight_decay"], "epoch": config.epochs, **fit}
+            for head, fit in zip(chosen, fits, strict=True)
+        ]
+    )
+    return ProbeResult(
+        pl.concat([history, finished], how="diagonal"),
+        select(finished, ["lr", "weight_decay"], num_classes, config.max_gap),
+    )
 
 
-def _train(heads: SpreadHeads, rows: ConvexFit, config: FastProbeSettings, progress: bool
-           ) -> list[dict[str, Any]]:
+def _train(
+    heads: SpreadHeads, rows: ConvexFit, config: FastProbeSettings, progress: bool
+) -> list[dict[str, Any]]:
     """The epochs of SGD over seeded shuffles of the fit rows, with a cosine decay of the
     learning rates over all steps; every head's history row after each epoch."""
     kept = rows.kept
     generator = torch.Generator().manual_seed(config.seed)
     total = config.epochs * math.ceil(len(kept) / config.batch_size)
     sampled = torch.randperm(len(kept), generator=torch.Generator().manual_seed(config.seed + 1))
-    fit_sample = kept[sampled[:max(len(rows.held), TRAIN_SCORE_ROWS)]].sort().values
+    fit_sample = kept[sampled[: max(len(rows.held), TRAIN_SCORE_ROWS)]].sort().values
     step, history = 0, []
     for epoch in tqdm(range(1, config.epochs + 1), desc="fast probe", disable=not progress):
         order = kept[torch.randperm(len(kept), generator=generator)]
         for start in range(0, len(kept), config.batch_size):
-            batch = order[start:start + config.batch_size].sort().values  # memory-map locality
+            batch = order[start : start + config.batch_size].sort().values  # memory-map locality
             heads.step(batch, 0.5 * (1 + math.cos(math.pi * step / total)))
             step += 1
         history += heads.scored(fit_sample, epoch)
@@ -183,13 +217,20 @@ def converged_heads(history: pl.DataFrame) -> pl.DataFrame:
     """Per weight decay, the fast probe's fit closest to convergence: the L-BFGS-finished one
     where the history holds it (rows with `iterations`), else the head with the lowest
     training objective at the last epoch."""
-    finished = (history.filter(pl.col("iterations").is_not_null())
-                if "iterations" in history.columns else history.clear())
+    finished = (
+        history.filter(pl.col("iterations").is_not_null())
+        if "iterations" in history.columns
+        else history.clear()
+    )
     if finished.height:
         return finished.sort("weight_decay")
     last = history.filter(pl.col("epoch") == history["epoch"].max())
-    return (last.sort("train_loss").group_by("weight_decay", maintain_order=True).first()
-            .sort("weight_decay"))
+    return (
+        last.sort("train_loss")
+        .group_by("weight_decay", maintain_order=True)
+        .first()
+        .sort("weight_decay")
+    )
 
 
 class FastProbe:
@@ -201,8 +242,14 @@ class FastProbe:
     @staticmethod
     def describe(settings: FastProbeSettings) -> str:
         """What the probe does with `settings`, in one sentence."""
-        finish = ("; each weight decay's lowest-objective head then finished by float64 "
-                  "L-BFGS to its tolerance" if settings.select_from == "converged" else "")
-        return (f"the kit's fast probe on cached features: one head per learning rate "
-                f"{settings.lrs} x weight decay {settings.weight_decays}, {settings.epochs} "
-                f"epochs (SGD, Nesterov, cosine decay, standardised features){finish}")
+        finish = (
+            "; each weight decay's lowest-objective head then finished by float64 "
+            "L-BFGS to its tolerance"
+            if settings.select_from == "converged"
+            else ""
+        )
+        return (
+            f"the kit's fast probe on cached features: one head per learning rate "
+            f"{settings.lrs} x weight decay {settings.weight_decays}, {settings.epochs} "
+            f"epochs (SGD, Nesterov, cosine decay, standardised features){finish}"
+        )

@@ -61,11 +61,15 @@ class ConvexFit:
 
     def moved(self, device: torch.device) -> ConvexFit:
         """The same rows read on `device` (its own resident copy where the features fit)."""
-        return replace(self, train=FeatureRows(self.train.features, device),
-                       evaluation=FeatureRows(self.evaluation.features, device),
-                       train_labels=self.train_labels.to(device),
-                       eval_labels=self.eval_labels.to(device), mean=self.mean.to(device),
-                       std=self.std.to(device))
+        return replace(
+            self,
+            train=FeatureRows(self.train.features, device),
+            evaluation=FeatureRows(self.evaluation.features, device),
+            train_labels=self.train_labels.to(device),
+            eval_labels=self.eval_labels.to(device),
+            mean=self.mean.to(device),
+            std=self.std.to(device),
+        )
 
     def standardised(self, features: torch.Tensor) -> torch.Tensor:
         """Rows standardised in float64 with the fit rows' statistics."""
@@ -75,28 +79,41 @@ class ConvexFit:
         """The standardised fit rows and their labels: the copy when it fits, else chunks."""
         dim = self.train.features.shape[1]
         if self.copy is None and len(self.kept) * dim * 8 <= LBFGS_COPY_BYTES:
-            self.copy = (self.standardised(self.train(self.kept)),  # once, not in every pass
-                         self.train_labels[self.kept.to(self.train.device)])
+            self.copy = (
+                self.standardised(self.train(self.kept)),  # once, not in every pass
+                self.train_labels[self.kept.to(self.train.device)],
+            )
         if self.copy is not None:
             yield self.copy
             return
         step = chunk_rows(dim, self.train.device)
         for start in range(0, len(self.kept), step):
-            part = self.kept[start:start + step]
-            yield (self.standardised(self.train(part)),
-                   self.train_labels[part.to(self.train.device)])
+            part = self.kept[start : start + step]
+            yield (
+                self.standardised(self.train(part)),
+                self.train_labels[part.to(self.train.device)],
+            )
 
-    def fit(self, linear: nn.Linear, decay: float, max_iter: int,
-            tolerance_change: float = TOLERANCE_CHANGE) -> dict[str, float]:
+    def fit(
+        self,
+        linear: nn.Linear,
+        decay: float,
+        max_iter: int,
+        tolerance_change: float = TOLERANCE_CHANGE,
+    ) -> dict[str, float]:
         """Minimise the mean cross-entropy plus decay / 2 ||W||^2 from `linear`'s weights
         (float64) until L-BFGS's tolerances stop it (a gradient below 1e-7, or an iteration
         changing the objective or the weights by less than `tolerance_change`); one function
         evaluation is one pass over the fit rows. `max_iter` is only a cap: a fit that hits it
         raises, since its accuracy would be the optimiser's, not the features'. Returns the
         fit's row of scores."""
-        optimizer = torch.optim.LBFGS(linear.parameters(), max_iter=max_iter,
-                                      tolerance_change=tolerance_change,
-                                      line_search_fn="strong_wolfe", history_size=20)
+        optimizer = torch.optim.LBFGS(
+            linear.parameters(),
+            max_iter=max_iter,
+            tolerance_change=tolerance_change,
+            line_search_fn="strong_wolfe",
+            history_size=20,
+        )
 
         def closure() -> torch.Tensor:
             optimizer.zero_grad()
@@ -114,38 +131,57 @@ class ConvexFit:
             optimizer.step(closure)
         state = optimizer.state[linear.weight]
         if state["n_iter"] >= max_iter or state["func_evals"] >= optimizer.defaults["max_eval"]:
-            raise ProbeError(f"L-BFGS at weight decay {decay} did not converge in {max_iter} "
-                             "iterations; raise max_iter")
+            raise ProbeError(
+                f"L-BFGS at weight decay {decay} did not converge in {max_iter} "
+                "iterations; raise max_iter"
+            )
         return {"iterations": state["n_iter"], **self.scored(linear, decay)}
 
     def scored(self, linear: nn.Linear, decay: float) -> dict[str, float]:
         """The objective and accuracies of a fitted head on the fit, held-out and evaluation
         rows."""
+
         def logits_of(features: torch.Tensor) -> torch.Tensor:
             return linear(self.standardised(features))[:, None]
 
         fit = scores(logits_of, self.train, self.kept, self.train_labels)
-        evaluated = scores(logits_of, self.evaluation, torch.arange(len(self.eval_labels)),
-                           self.eval_labels)
-        return {"train_loss": float(fit["loss"][0]
-                                    + decay / 2 * linear.weight.detach().square().sum()),
-                "train_top1": float(fit["top1"][0]),
-                "heldout_top1": float(scores(logits_of, self.train, self.held,
-                                             self.train_labels)["top1"][0]),
-                "eval_top1": float(evaluated["top1"][0]),
-                "eval_top5": float(evaluated["top5"][0])}
+        evaluated = scores(
+            logits_of, self.evaluation, torch.arange(len(self.eval_labels)), self.eval_labels
+        )
+        return {
+            "train_loss": float(fit["loss"][0] + decay / 2 * linear.weight.detach().square().sum()),
+            "train_top1": float(fit["top1"][0]),
+            "heldout_top1": float(
+                scores(logits_of, self.train, self.held, self.train_labels)["top1"][0]
+            ),
+            "eval_top1": float(evaluated["top1"][0]),
+            "eval_top5": float(evaluated["top5"][0]),
+        }
 
 
-def convex_fit(train: Split, evaluation: Split, num_classes: int, heldout_fraction: float,
-               seed: int, device: torch.device) -> ConvexFit:
+def convex_fit(
+    train: Split,
+    evaluation: Split,
+    num_classes: int,
+    heldout_fraction: float,
+    seed: int,
+    device: torch.device,
+) -> ConvexFit:
     """Check the splits, hold out rows and standardise: what both feature probes start from."""
     check_splits([train, evaluation], num_classes)
     kept, held = heldout_indices(len(labels_of(train)), heldout_fraction, seed)
     train_rows = FeatureRows(train.features, device)
     mean, std = standardiser(train_rows.features, kept, device)
-    return ConvexFit(train_rows, FeatureRows(evaluation.features, device),
-                     labels_of(train).to(device), labels_of(evaluation).to(device), kept, held,
-                     mean.double(), std.double())
+    return ConvexFit(
+        train_rows,
+        FeatureRows(evaluation.features, device),
+        labels_of(train).to(device),
+        labels_of(evaluation).to(device),
+        kept,
+        held,
+        mean.double(),
+        std.double(),
+    )
 
 
 def spread_rows(rows: ConvexFit, devices: Sequence[torch.device]) -> list[ConvexFit]:
@@ -153,14 +189,20 @@ def spread_rows(rows: ConvexFit, devices: Sequence[torch.device]) -> list[Convex
     return [rows] + [rows.moved(device) for device in devices[1:]]
 
 
-def spread_fits(places: Sequence[ConvexFit], starts: Sequence[tuple[nn.Linear, float]],
-                max_iter: int, tolerance_change: float = TOLERANCE_CHANGE
-                ) -> list[dict[str, float]]:
+def spread_fits(
+    places: Sequence[ConvexFit],
+    starts: Sequence[tuple[nn.Linear, float]],
+    max_iter: int,
+    tolerance_change: float = TOLERANCE_CHANGE,
+) -> list[dict[str, float]]:
     """`ConvexFit.fit` of each (starting head, weight decay), in order; the fits shared out over
     the places' devices, one thread per device (CUDA kernels release the GIL)."""
+
     def fit_share(place: ConvexFit, share: range) -> list[dict[str, float]]:
-        return [place.fit(starts[i][0].to(place.train.device), starts[i][1], max_iter,
-                          tolerance_change) for i in share]
+        return [
+            place.fit(starts[i][0].to(place.train.device), starts[i][1], max_iter, tolerance_change)
+            for i in share
+        ]
 
     parts = list(zip(places, shares(len(starts), len(places)), strict=False))
     if len(parts) == 1:
@@ -170,8 +212,12 @@ def spread_fits(places: Sequence[ConvexFit], starts: Sequence[tuple[nn.Linear, f
         return [row for future in done for row in future.result()]
 
 
-def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
-                settings: LbfgsProbeSettings = LbfgsProbeSettings()) -> ProbeResult:
+def lbfgs_probe(
+    train: Split,
+    evaluation: Split,
+    num_classes: int,
+    settings: LbfgsProbeSettings = LbfgsProbeSettings(),
+) -> ProbeResult:
     """Full-batch multinomial logistic regression by L-BFGS, one fit per weight decay, on the
     fast probe's held-out split and standardisation. Features are read as the fast probe reads
     them (resident on the device when they fit, else a chunk at a time from host memory or a
@@ -185,21 +231,33 @@ def lbfgs_probe(train: Split, evaluation: Split, num_classes: int,
     from zero takes the most iterations, starts near its minimum. Over several devices each
     fit starts from zero on its own device."""
     devices = probe_devices(settings.device, settings.devices, visible_gpus())
-    rows = convex_fit(train, evaluation, num_classes, settings.heldout_fraction, settings.seed,
-                      devices[0])
+    rows = convex_fit(
+        train, evaluation, num_classes, settings.heldout_fraction, settings.seed, devices[0]
+    )
     decays = sorted(settings.weight_decays, reverse=True)
     if len(devices) == 1:
         fits, linear = {}, zero_head(train.features.shape[1], num_classes)
         for decay in decays:
-            fits[decay] = rows.fit(linear, decay, settings.max_iter,  # continues from the last
-                                   settings.tolerance_change)
+            fits[decay] = rows.fit(
+                linear,
+                decay,
+                settings.max_iter,  # continues from the last
+                settings.tolerance_change,
+            )
     else:
         starts = [(zero_head(train.features.shape[1], num_classes), d) for d in decays]
-        fits = dict(zip(decays, spread_fits(spread_rows(rows, devices), starts,
-                                            settings.max_iter, settings.tolerance_change),
-                        strict=True))
-    table = pl.DataFrame([{"weight_decay": decay, "epoch": 1, **fits[decay]}
-                          for decay in settings.weight_decays])
+        fits = dict(
+            zip(
+                decays,
+                spread_fits(
+                    spread_rows(rows, devices), starts, settings.max_iter, settings.tolerance_change
+                ),
+                strict=True,
+            )
+        )
+    table = pl.DataFrame(
+        [{"weight_decay": decay, "epoch": 1, **fits[decay]} for decay in settings.weight_decays]
+    )
     return ProbeResult(table, select(table, ["weight_decay"], num_classes, settings.max_gap))
 
 
@@ -219,14 +277,21 @@ class LbfgsProbe:
     @staticmethod
     def describe(settings: LbfgsProbeSettings) -> str:
         """What the probe does with `settings`, in one sentence."""
-        return (f"full-batch L-BFGS on cached features (multinomial logistic regression, "
-                f"converged to a change below {settings.tolerance_change:g} per iteration), one fit "
-                f"per weight decay {settings.weight_decays}, chosen on "
-                f"{settings.heldout_fraction:.0%} held-out training rows or on the "
-                "evaluation split")
+        return (
+            f"full-batch L-BFGS on cached features (multinomial logistic regression, "
+            f"converged to a change below {settings.tolerance_change:g} per iteration), one fit "
+            f"per weight decay {settings.weight_decays}, chosen on "
+            f"{settings.heldout_fraction:.0%} held-out training rows or on the "
+            "evaluation split"
+        )
 
     @staticmethod
-    def fit(train: Split, evaluation: Split, num_classes: int, settings: LbfgsProbeSettings,
-            progress: bool = True) -> ProbeResult:
+    def fit(
+        train: Split,
+        evaluation: Split,
+        num_classes: int,
+        settings: LbfgsProbeSettings,
+        progress: bool = True,
+    ) -> ProbeResult:
         """`lbfgs_probe`; it shows no progress bar (one fit per weight decay)."""
         return lbfgs_probe(train, evaluation, num_classes, settings)

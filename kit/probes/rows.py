@@ -27,8 +27,9 @@ class Split:
 
 def labels_of(split: Split) -> torch.Tensor:
     """A split's labels as an int64 tensor."""
-    return torch.as_tensor(np.asarray(split.labels) if isinstance(split.labels, np.ndarray)
-                           else split.labels).long()
+    return torch.as_tensor(
+        np.asarray(split.labels) if isinstance(split.labels, np.ndarray) else split.labels
+    ).long()
 
 
 def chunk_rows(width: int, device: torch.device) -> int:
@@ -51,19 +52,26 @@ def check_splits(splits: Sequence[Split], num_classes: int) -> None:
     for split in splits:
         labels = labels_of(split)
         if split.features.ndim != 2 or split.features.shape[0] == 0:
-            raise ProbeError(f"split '{split.name}': expected a non-empty [N, D] feature matrix, "
-                             f"got shape {tuple(split.features.shape)}")
+            raise ProbeError(
+                f"split '{split.name}': expected a non-empty [N, D] feature matrix, "
+                f"got shape {tuple(split.features.shape)}"
+            )
         if labels.shape != (split.features.shape[0],):
-            raise ProbeError(f"split '{split.name}': {split.features.shape[0]} feature rows but "
-                             f"labels of shape {tuple(labels.shape)}")
+            raise ProbeError(
+                f"split '{split.name}': {split.features.shape[0]} feature rows but "
+                f"labels of shape {tuple(labels.shape)}"
+            )
         if width is not None and split.features.shape[1] != width:
-            raise ProbeError(f"split '{split.name}': feature dimension {split.features.shape[1]} "
-                             f"differs from {width} in the other splits")
+            raise ProbeError(
+                f"split '{split.name}': feature dimension {split.features.shape[1]} "
+                f"differs from {width} in the other splits"
+            )
         width = split.features.shape[1]
         low, high = int(labels.min()), int(labels.max())
         if low < 0 or high >= num_classes:
-            raise ProbeError(f"split '{split.name}': labels span [{low}, {high}], outside "
-                             f"[0, {num_classes - 1}]")
+            raise ProbeError(
+                f"split '{split.name}': labels span [{low}, {high}], outside [0, {num_classes - 1}]"
+            )
         bad = _non_finite_rows(split.features)
         if bad:
             raise ProbeError(f"split '{split.name}': {bad} feature row(s) hold NaN or inf")
@@ -90,8 +98,11 @@ def heldout_indices(rows: int, fraction: float, seed: int) -> tuple[torch.Tensor
     return order[cut:].sort().values, order[:cut].sort().values
 
 
-def standardiser(features: torch.Tensor | np.ndarray, index: torch.Tensor | None = None,
-                 device: torch.device = torch.device("cpu")) -> tuple[torch.Tensor, torch.Tensor]:
+def standardiser(
+    features: torch.Tensor | np.ndarray,
+    index: torch.Tensor | None = None,
+    device: torch.device = torch.device("cpu"),
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-feature mean and standard deviation over the rows `index` (default all), read in
     chunks with float64 accumulators: one pass, and no full-size temporary."""
     index = torch.arange(features.shape[0]) if index is None else index
@@ -99,7 +110,7 @@ def standardiser(features: torch.Tensor | np.ndarray, index: torch.Tensor | None
     squares = torch.zeros_like(total)
     step = chunk_rows(features.shape[1], device)
     for start in range(0, len(index), step):
-        chunk = read_rows(features, index[start:start + step]).to(device, torch.float64)
+        chunk = read_rows(features, index[start : start + step]).to(device, torch.float64)
         total += chunk.sum(0)
         squares += chunk.square().sum(0)
     mean = total / len(index)
@@ -118,12 +129,13 @@ class FeatureRows:
         if device.type == "cuda":
             size = features.shape[0] * features.shape[1] * features.dtype.itemsize
             if size <= 0.7 * torch.cuda.mem_get_info(device)[0]:
-                resident = torch.empty(features.shape, device=device,
-                                       dtype=read_rows(features, torch.arange(1)).dtype)
+                resident = torch.empty(
+                    features.shape, device=device, dtype=read_rows(features, torch.arange(1)).dtype
+                )
                 step = chunk_rows(features.shape[1], device)
                 for start in range(0, features.shape[0], step):
                     index = torch.arange(start, min(start + step, features.shape[0]))
-                    resident[start:start + len(index)] = read_rows(features, index).to(device)
+                    resident[start : start + len(index)] = read_rows(features, index).to(device)
                 self.features = resident
 
     def __call__(self, index: torch.Tensor) -> torch.Tensor:
@@ -138,21 +150,32 @@ def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Te
     return (top == labels[:, None, None]).any(-1).sum(0)
 
 
-def scores(logits_of: Callable[[torch.Tensor], torch.Tensor], read: FeatureRows,
-           index: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+def scores(
+    logits_of: Callable[[torch.Tensor], torch.Tensor],
+    read: FeatureRows,
+    index: torch.Tensor,
+    labels: torch.Tensor,
+) -> dict[str, torch.Tensor]:
     """Top-1, top-5 and mean cross-entropy per head (logits [B, H, C]) over the rows `index`,
     read in chunks, without gradients."""
     sums = None
     with torch.no_grad():
         chunk = chunk_rows(read.features.shape[1], read.device)
         for start in range(0, len(index), chunk):
-            part = index[start:start + chunk]
+            part = index[start : start + chunk]
             logits, target = logits_of(read(part)), labels[part.to(read.device)]
             heads = logits.shape[1]
-            counts = torch.stack([
-                topk_correct(logits, target, 1).double(), topk_correct(logits, target, 5).double(),
-                F.cross_entropy(logits.permute(0, 2, 1), target[:, None].expand(-1, heads),
-                                reduction="none").sum(0).double()])
+            counts = torch.stack(
+                [
+                    topk_correct(logits, target, 1).double(),
+                    topk_correct(logits, target, 5).double(),
+                    F.cross_entropy(
+                        logits.permute(0, 2, 1), target[:, None].expand(-1, heads), reduction="none"
+                    )
+                    .sum(0)
+                    .double(),
+                ]
+            )
             sums = counts if sums is None else sums + counts
     top1, top5, loss = (sums / len(index)).cpu()
     return {"top1": top1, "top5": top5, "loss": loss}

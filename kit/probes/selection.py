@@ -30,32 +30,51 @@ RULES = ("paper", "heldout")
 BOUNDED = "bounded"
 
 
-def select(history: pl.DataFrame, group: list[str], num_classes: int,
-           max_gap: float | None = None) -> pl.DataFrame:
+def select(
+    history: pl.DataFrame, group: list[str], num_classes: int, max_gap: float | None = None
+) -> pl.DataFrame:
     """Apply the selection rules to a table of (grid point, epoch) evaluations: `paper` and
     `heldout`, and `bounded` when `max_gap` (points) is given. Top-5 is reported only with more
     than 10 classes, as in the paper; the chosen head's training accuracy is reported beside
     its evaluation accuracy, so the train/eval gap is visible."""
-    chosen = [(rule, _best(history, column))
-              for rule, column in zip(RULES, ("eval_top1", "heldout_top1"))]
+    chosen = [
+        (rule, _best(history, column))
+        for rule, column in zip(RULES, ("eval_top1", "heldout_top1"), strict=True)
+    ]
     if max_gap is not None:
         gap = (pl.col("train_top1") - pl.col("heldout_top1")) * 100
         within = history.filter(gap <= max_gap)
-        chosen.append((BOUNDED, _best(within if within.height else
-                                      history.sort(gap, maintain_order=True).head(1),
-                                      "heldout_top1")))
-    return pl.DataFrame([{"rule": rule, **{k: best[k] for k in group}, "epoch": best["epoch"],
-                          "top1": best["eval_top1"],
-                          "top5": best["eval_top5"] if num_classes > 10 else None,
-                          "train_top1": best["train_top1"]} for rule, best in chosen],
-                        schema_overrides={"top5": pl.Float64})
+        chosen.append(
+            (
+                BOUNDED,
+                _best(
+                    within if within.height else history.sort(gap, maintain_order=True).head(1),
+                    "heldout_top1",
+                ),
+            )
+        )
+    return pl.DataFrame(
+        [
+            {
+                "rule": rule,
+                **{k: best[k] for k in group},
+                "epoch": best["epoch"],
+                "top1": best["eval_top1"],
+                "top5": best["eval_top5"] if num_classes > 10 else None,
+                "train_top1": best["train_top1"],
+            }
+            for rule, best in chosen
+        ],
+        schema_overrides={"top5": pl.Float64},
+    )
 
 
 def _best(history: pl.DataFrame, column: str) -> dict[str, Any]:
     """The row with the highest `column`; ties go to the earlier epoch, then the first grid
     point."""
-    return history.sort([column, "epoch"], descending=[True, False],
-                        maintain_order=True).row(0, named=True)
+    return history.sort([column, "epoch"], descending=[True, False], maintain_order=True).row(
+        0, named=True
+    )
 
 
 @dataclass

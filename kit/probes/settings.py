@@ -21,7 +21,6 @@ PAPER_WEIGHT_DECAYS: dict[str, tuple[float, ...]] = {
 }
 
 
-
 @dataclass(frozen=True)
 class AuthorsProbeSetup:
     """How the authors ran their linear probe on one kind of target, from their release's
@@ -48,20 +47,54 @@ _RECIPE = {"epochs": 28, "lr": 0.01, "milestones": (8, 16, 24)}  # supervised.py
 #: of one model on 5 GPUs and of concatenations on 6, iNat18 on 8 with SyncBatchNorm, CIFAR-10
 #: and CIFAR-100 on one GPU with a batch of 256
 AUTHORS_PROBE_SETUPS: dict[str, AuthorsProbeSetup] = {
-    "imagenet-cat1": AuthorsProbeSetup(5, 32, False, **_RECIPE, weight_decays=(1e-4, 5e-4),
-                                       script=f"{_TO}imagenet1k/linear_probing/run_imagenet_sf.sh"),
-    "imagenet-catN": AuthorsProbeSetup(6, 32, False, **_RECIPE, weight_decays=(1e-4, 5e-4),
-                                       script=f"{_TO}imagenet1k/linear_probing/cat_imagenet_sf.sh"),
-    "inat18-cat1": AuthorsProbeSetup(8, 32, True, **_RECIPE, weight_decays=(1e-6, 1e-5, 1e-4),
-                                     script=f"{_TO}inat18/linear_probing/run_inat_sf.sh"),
-    "inat18-catN": AuthorsProbeSetup(8, 32, True, **_RECIPE, weight_decays=(1e-6, 1e-5, 1e-4),
-                                     script=f"{_TO}inat18/linear_probing/cat_inat_sf.sh"),
-    "cifar-cat1": AuthorsProbeSetup(1, 256, False, **_RECIPE,
-                                    weight_decays=(1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
-                                    script=f"{_TO}cifar/linear_probing/run_cifar_sf.sh"),
-    "cifar-catN": AuthorsProbeSetup(1, 256, False, **_RECIPE,
-                                    weight_decays=(1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
-                                    script=f"{_TO}cifar/linear_probing/cat_cifar_sf.sh"),
+    "imagenet-cat1": AuthorsProbeSetup(
+        5,
+        32,
+        False,
+        **_RECIPE,
+        weight_decays=(1e-4, 5e-4),
+        script=f"{_TO}imagenet1k/linear_probing/run_imagenet_sf.sh",
+    ),
+    "imagenet-catN": AuthorsProbeSetup(
+        6,
+        32,
+        False,
+        **_RECIPE,
+        weight_decays=(1e-4, 5e-4),
+        script=f"{_TO}imagenet1k/linear_probing/cat_imagenet_sf.sh",
+    ),
+    "inat18-cat1": AuthorsProbeSetup(
+        8,
+        32,
+        True,
+        **_RECIPE,
+        weight_decays=(1e-6, 1e-5, 1e-4),
+        script=f"{_TO}inat18/linear_probing/run_inat_sf.sh",
+    ),
+    "inat18-catN": AuthorsProbeSetup(
+        8,
+        32,
+        True,
+        **_RECIPE,
+        weight_decays=(1e-6, 1e-5, 1e-4),
+        script=f"{_TO}inat18/linear_probing/cat_inat_sf.sh",
+    ),
+    "cifar-cat1": AuthorsProbeSetup(
+        1,
+        256,
+        False,
+        **_RECIPE,
+        weight_decays=(1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
+        script=f"{_TO}cifar/linear_probing/run_cifar_sf.sh",
+    ),
+    "cifar-catN": AuthorsProbeSetup(
+        1,
+        256,
+        False,
+        **_RECIPE,
+        weight_decays=(1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2),
+        script=f"{_TO}cifar/linear_probing/cat_cifar_sf.sh",
+    ),
 }
 
 
@@ -94,8 +127,9 @@ class LbfgsProbeSettings(Strict):
     """Full-batch multinomial logistic regression by float64 L-BFGS, one fit per weight decay,
     run until torch's tolerances stop it (`kit.probes.lbfgs`)."""
 
-    weight_decays: list[float] = Field(default_factory=lambda: [1e-6, 1e-5, 1e-4, 1e-3],
-                                       min_length=1)
+    weight_decays: list[float] = Field(
+        default_factory=lambda: [1e-6, 1e-5, 1e-4, 1e-3], min_length=1
+    )
     heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
     #: only a cap: a fit that reaches it is refused, its accuracy being the optimiser's
     max_iter: int = Field(default=LBFGS_MAX_ITER, ge=1)
@@ -154,18 +188,25 @@ class FastProbeSettings(Strict):
     @model_validator(mode="after")
     def _converges(self) -> FastProbeSettings:
         if self.select_from == "converged" and min(self.weight_decays) <= 0:
-            raise ValueError(f"weight_decays: select_from converged needs every weight decay > 0 "
-                             f"(an unpenalised fit of separable features has no minimum), got "
-                             f"{self.weight_decays}")
+            raise ValueError(
+                f"weight_decays: select_from converged needs every weight decay > 0 "
+                f"(an unpenalised fit of separable features has no minimum), got "
+                f"{self.weight_decays}"
+            )
         return self
 
     def lbfgs(self) -> LbfgsProbeSettings:
         """The L-BFGS probe of the same weight decays, held-out rows, seed and device: the
         converged fit this probe is checked against."""
-        return LbfgsProbeSettings(weight_decays=list(self.weight_decays),
-                                  heldout_fraction=self.heldout_fraction, seed=self.seed,
-                                  device=self.device, devices=self.devices,
-                                  max_gap=self.max_gap, tolerance_change=self.tolerance_change)
+        return LbfgsProbeSettings(
+            weight_decays=list(self.weight_decays),
+            heldout_fraction=self.heldout_fraction,
+            seed=self.seed,
+            device=self.device,
+            devices=self.devices,
+            max_gap=self.max_gap,
+            tolerance_change=self.tolerance_change,
+        )
 
 
 class FaithfulProbeSettings(Strict):
@@ -214,24 +255,29 @@ class FaithfulProbeSettings(Strict):
     def _consistent(self) -> FaithfulProbeSettings:
         for name, grid in self.weight_decays.items():
             if not grid or any(decay < 0 for decay in grid):
-                raise ValueError(f"weight_decays: {name} needs one or more weight decays >= 0, "
-                                 f"got {grid}")
+                raise ValueError(
+                    f"weight_decays: {name} needs one or more weight decays >= 0, got {grid}"
+                )
         if list(self.milestones) != sorted(set(self.milestones)) or any(
-                m < 1 for m in self.milestones):
-            raise ValueError(f"milestones: expected increasing epochs >= 1, got "
-                             f"{self.milestones}")
+            m < 1 for m in self.milestones
+        ):
+            raise ValueError(f"milestones: expected increasing epochs >= 1, got {self.milestones}")
         known = {setup_key(grid, many) for grid in PAPER_WEIGHT_DECAYS for many in (False, True)}
         for name, setup in self.setups.items():
             if name not in known:
                 raise ValueError(f"setups: {name} is none of {', '.join(sorted(known))}")
             if setup.processes > self.processes:
-                raise ValueError(f"setups: {name} asks for {setup.processes} processes, more "
-                                 f"than processes {self.processes}")
+                raise ValueError(
+                    f"setups: {name} asks for {setup.processes} processes, more "
+                    f"than processes {self.processes}"
+                )
         local, left = divmod(self.batch_size, self.processes)
         if left or (self.bn_batch is not None and local % self.bn_batch):
-            raise ValueError(f"batch_size: the global batch {self.batch_size} over "
-                             f"{self.processes} process(es) must give each a multiple of bn_batch "
-                             f"{self.bn_batch}")
+            raise ValueError(
+                f"batch_size: the global batch {self.batch_size} over "
+                f"{self.processes} process(es) must give each a multiple of bn_batch "
+                f"{self.bn_batch}"
+            )
         return self
 
     def for_probe(self, grid: str, concatenated: bool) -> FaithfulProbeSettings:
@@ -240,9 +286,13 @@ class FaithfulProbeSettings(Strict):
         setup = self.setups.get(setup_key(grid, concatenated))
         if setup is None:
             return self
-        return self.model_copy(update={
-            "processes": setup.processes, "batch_size": setup.processes * setup.batch_size,
-            "bn_batch": None if setup.sync_bn else setup.batch_size})
+        return self.model_copy(
+            update={
+                "processes": setup.processes,
+                "batch_size": setup.processes * setup.batch_size,
+                "bn_batch": None if setup.sync_bn else setup.batch_size,
+            }
+        )
 
     def grid(self, task: str, kind: str) -> list[float]:
         """The weight decays a task is probed with: its own grid, else its data kind's (the

@@ -37,9 +37,13 @@ def _render(spec: dict[str, Any], **metadata: Any) -> tuple[dict[str, Any], dict
 @alt.theme.register(THEME, enable=False)
 def _theme() -> alt.theme.ThemeConfig:
     """Altair's defaults, with legend and facet labels never shortened to '…'."""
-    return {"config": {"view": {"continuousWidth": 300, "continuousHeight": 300},
-                       "legend": {"labelLimit": 0, "titleLimit": 0},
-                       "header": {"labelLimit": 0, "titleLimit": 0}}}
+    return {
+        "config": {
+            "view": {"continuousWidth": 300, "continuousHeight": 300},
+            "legend": {"labelLimit": 0, "titleLimit": 0},
+            "header": {"labelLimit": 0, "titleLimit": 0},
+        }
+    }
 
 
 def setup() -> None:
@@ -51,8 +55,9 @@ def setup() -> None:
     alt.data_transformers.disable_max_rows()
 
 
-def save_chart(chart: alt.TopLevelMixin, folder: Path, name: str,
-               formats: Iterable[str] = CHART_FORMATS) -> list[Path]:
+def save_chart(
+    chart: alt.TopLevelMixin, folder: Path, name: str, formats: Iterable[str] = CHART_FORMATS
+) -> list[Path]:
     """Write the chart in each format (with the kit's theme, whether or not `setup` ran); HTML
     inlines its JavaScript so it opens offline."""
     paths = []
@@ -67,8 +72,9 @@ def save_chart(chart: alt.TopLevelMixin, folder: Path, name: str,
     return paths
 
 
-def chart_saver(folder: Path, formats: Iterable[str]
-                ) -> Callable[[alt.TopLevelMixin, str], alt.TopLevelMixin]:
+def chart_saver(
+    folder: Path, formats: Iterable[str]
+) -> Callable[[alt.TopLevelMixin, str], alt.TopLevelMixin]:
     """`show = chart_saver(out, formats)`; `show(chart, name)` saves and returns the chart, so a
     notebook cell ending with it both saves and displays."""
     formats = list(formats)
@@ -84,55 +90,84 @@ def chart_saver(folder: Path, formats: Iterable[str]
 # Chart pieces
 # ---------------------------------------------------------------------------------------------
 
-def reference_lines(value: str, label: str, *, number_format: str = ".1f",
-                    dash: Sequence[int] = (6, 3), color: str = REFERENCE_COLOR) -> alt.LayerChart:
+
+def reference_lines(
+    value: str,
+    label: str,
+    *,
+    number_format: str = ".1f",
+    dash: Sequence[int] = (6, 3),
+    color: str = REFERENCE_COLOR,
+) -> alt.LayerChart:
     """Horizontal lines at the field `value`, each with "<label> <value>" written on it, so the
     reader needs no legend to know what the line is.
 
     The layer takes its data from the chart it is layered into (also inside a facet: one line
     per panel, at that panel's value). The lines take the y-axis title of the layers they join.
     """
-    base = alt.Chart().transform_filter(
-        f"isValid(datum[{json.dumps(value)}])"
-    ).transform_aggregate(count="count()", groupby=[value]).transform_calculate(
-        reference_text=f"{json.dumps(label + ' ')} + format(datum[{json.dumps(value)}], "
-                       f"{json.dumps(number_format)})")
+    base = (
+        alt.Chart()
+        .transform_filter(f"isValid(datum[{json.dumps(value)}])")
+        .transform_aggregate(count="count()", groupby=[value])
+        .transform_calculate(
+            reference_text=f"{json.dumps(label + ' ')} + format(datum[{json.dumps(value)}], "
+            f"{json.dumps(number_format)})"
+        )
+    )
     y = alt.Y(f"{value}:Q")
     rule = base.mark_rule(strokeDash=list(dash), color=color).encode(y=y)
-    text = base.mark_text(align="left", baseline="bottom", dx=3, dy=-2, color=color,
-                          fontSize=10, fontWeight="bold").encode(
-        y=y, x=alt.value(0), text="reference_text:N")
+    text = base.mark_text(
+        align="left", baseline="bottom", dx=3, dy=-2, color=color, fontSize=10, fontWeight="bold"
+    ).encode(y=y, x=alt.value(0), text="reference_text:N")
     return alt.layer(rule, text)
 
 
 def chance_lines(value: str = "chance", *, number_format: str = ".1f") -> alt.LayerChart:
     """Dotted lines labelled 'chance <value>': what guessing the majority class scores."""
-    return reference_lines(value, "chance", number_format=number_format, dash=(2, 2),
-                           color="#b22222")
+    return reference_lines(
+        value, "chance", number_format=number_format, dash=(2, 2), color="#b22222"
+    )
 
 
-def series_lines(frame: pl.DataFrame, x: str, y: str, series: str, facet: str | None = None,
-                 *, x_title: str, y_title: str, color_by: str | None = None
-                 ) -> alt.Chart | alt.FacetChart:
+def series_lines(
+    frame: pl.DataFrame,
+    x: str,
+    y: str,
+    series: str,
+    facet: str | None = None,
+    *,
+    x_title: str,
+    y_title: str,
+    color_by: str | None = None,
+) -> alt.Chart | alt.FacetChart:
     """One line per value of `series`, coloured by the shared palette (kit.report.palette) by
     `series` itself, named in a legend, or by `color_by` (a variant: the same colour it has in
     every other chart), which the panels name instead of a legend. Faceted: two panels a row
     (one when there is only one), one shared y scale across panels."""
     color_by = color_by or series
     legend = alt.Legend(columns=1, symbolLimit=0) if color_by == series else None
-    chart = alt.Chart(frame).mark_line().encode(
-        x=alt.X(f"{x}:Q", title=x_title), y=alt.Y(f"{y}:Q", title=y_title),
-        color=alt.Color(f"{color_by}:N", scale=palette.scale(frame[color_by]), legend=legend),
-        detail=f"{series}:N", tooltip=tooltips(frame, [series, x, y]))
+    chart = (
+        alt.Chart(frame)
+        .mark_line()
+        .encode(
+            x=alt.X(f"{x}:Q", title=x_title),
+            y=alt.Y(f"{y}:Q", title=y_title),
+            color=alt.Color(f"{color_by}:N", scale=palette.scale(frame[color_by]), legend=legend),
+            detail=f"{series}:N",
+            tooltip=tooltips(frame, [series, x, y]),
+        )
+    )
     if facet is None:
         return chart.properties(width=420, height=220)
     columns = min(2, frame[facet].n_unique())
     return chart.properties(width=260, height=180).facet(
-        facet=alt.Facet(f"{facet}:N", title=None), columns=columns)
+        facet=alt.Facet(f"{facet}:N", title=None), columns=columns
+    )
 
 
-def tooltips(frame: pl.DataFrame, fields: Sequence[str],
-             formats: dict[str, str] | None = None) -> list[alt.Tooltip]:
+def tooltips(
+    frame: pl.DataFrame, fields: Sequence[str], formats: dict[str, str] | None = None
+) -> list[alt.Tooltip]:
     """Tooltips for `fields` of `frame`, floats rounded: to three significant digits, or to the
     d3 format `formats` gives a field ('.1f' for a percentage)."""
     formats = formats or {}
@@ -141,18 +176,24 @@ def tooltips(frame: pl.DataFrame, fields: Sequence[str],
         if frame.schema[field].is_float():
             shown.append(alt.Tooltip(f"{field}:Q", format=formats.get(field, ".3~r")))
         else:
-            shown.append(alt.Tooltip(field, type="quantitative"
-                                     if frame.schema[field].is_numeric() else "nominal"))
+            shown.append(
+                alt.Tooltip(
+                    field, type="quantitative" if frame.schema[field].is_numeric() else "nominal"
+                )
+            )
     return shown
 
 
-def error_bounds(frame: pl.DataFrame, domain: tuple[float, float], mean: str = "mean",
-                 std: str = "std") -> pl.DataFrame:
+def error_bounds(
+    frame: pl.DataFrame, domain: tuple[float, float], mean: str = "mean", std: str = "std"
+) -> pl.DataFrame:
     """`frame` with `low` and `high`, mean ∓ std clipped to the metric's `domain` (accuracy can
     not pass 100 %), a missing std counted as 0."""
     spread = pl.col(std).fill_null(0)
-    return frame.with_columns((pl.col(mean) - spread).clip(*domain).alias("low"),
-                              (pl.col(mean) + spread).clip(*domain).alias("high"))
+    return frame.with_columns(
+        (pl.col(mean) - spread).clip(*domain).alias("low"),
+        (pl.col(mean) + spread).clip(*domain).alias("high"),
+    )
 
 
 def short_names(names: Iterable[str]) -> list[str]:

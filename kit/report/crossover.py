@@ -47,8 +47,9 @@ class BudgetClaim:
     line: str = ""
 
 
-def world_pattern(budgets: list[int], statuses: list[str]
-                  ) -> tuple[str, tuple[int | None, int] | None]:
+def world_pattern(
+    budgets: list[int], statuses: list[str]
+) -> tuple[str, tuple[int | None, int] | None]:
     """A world's pattern over its budgets (ascending) and its crossover interval."""
     if len(budgets) < 2:
         return "one budget", None
@@ -89,21 +90,28 @@ def _overall(patterns: dict[int, str]) -> str:
     return "depends on the world"
 
 
-def _world_words(world: int, pattern: str, crossover: tuple[int | None, int] | None,
-                 cells: list[dict[str, Any]]) -> str:
+def _world_words(
+    world: int, pattern: str, crossover: tuple[int | None, int] | None, cells: list[dict[str, Any]]
+) -> str:
     listed = ", ".join(f"{c['budget']} {c['status']}" for c in cells)
     if pattern == "crossover" and crossover is not None:
-        text = (f"crossover between {crossover[0]} and {crossover[1]} iterations "
-                f"(contradicted at {crossover[0]}, reproduced from {crossover[1]} on)")
+        text = (
+            f"crossover between {crossover[0]} and {crossover[1]} iterations "
+            f"(contradicted at {crossover[0]}, reproduced from {crossover[1]} on)"
+        )
     elif pattern == "from" and crossover is not None:
-        text = (f"reproduced from {crossover[1]} iterations on, inconclusive below (the "
-                f"crossover is at or below {crossover[1]})")
+        text = (
+            f"reproduced from {crossover[1]} iterations on, inconclusive below (the "
+            f"crossover is at or below {crossover[1]})"
+        )
     else:
-        text = {"one budget": f"one budget ({listed}): a crossover needs two",
-                "always": "reproduced at every budget",
-                "never": "contradicted at every budget (no crossover in range)",
-                "mixed": f"reproduced, then contradicted at a larger budget ({listed})",
-                "inconclusive": f"inconclusive ({listed})"}[pattern]
+        text = {
+            "one budget": f"one budget ({listed}): a crossover needs two",
+            "always": "reproduced at every budget",
+            "never": "contradicted at every budget (no crossover in range)",
+            "mixed": f"reproduced, then contradicted at a larger budget ({listed})",
+            "inconclusive": f"inconclusive ({listed})",
+        }[pattern]
     return f"world {world}: {text}"
 
 
@@ -118,10 +126,17 @@ def budget_claim(cells: pl.DataFrame, what: str = "the claim") -> BudgetClaim:
     crossovers: dict[int, tuple[int | None, int] | None] = {}
     words = []
     for (world,), part in ordered.group_by("world_seed", maintain_order=True):
-        patterns[world], crossovers[world] = world_pattern(part["budget"].to_list(),
-                                                           part["status"].to_list())
-        words.append(_world_words(world, patterns[world], crossovers[world],
-                                  part.select("budget", "status").to_dicts()))
+        patterns[world], crossovers[world] = world_pattern(
+            part["budget"].to_list(), part["status"].to_list()
+        )
+        words.append(
+            _world_words(
+                world,
+                patterns[world],
+                crossovers[world],
+                part.select("budget", "status").to_dicts(),
+            )
+        )
     status = _overall(patterns)
     line = f"Over the budget sweep, {what}: {status} ({'; '.join(words)})"
     return BudgetClaim(status, patterns, crossovers, ordered.to_dicts(), line)

@@ -69,8 +69,9 @@ class Estimate:
         return len(self.values)
 
 
-def estimate(values: Sequence[float], level: float = LEVEL,
-             bounds: tuple[float, float] = METRIC_RANGE) -> Estimate:
+def estimate(
+    values: Sequence[float], level: float = LEVEL, bounds: tuple[float, float] = METRIC_RANGE
+) -> Estimate:
     """Mean, sample std and the two-sided t interval at confidence 1 - `level` of `values`,
     clipped to `bounds`; one value gives a mean without spread or interval."""
     values = tuple(float(v) for v in values)
@@ -97,8 +98,9 @@ def power(effect: float, std: float, replicates: int, level: float = LEVEL) -> f
     return float(scipy.stats.nct.sf(critical, df, effect * math.sqrt(replicates) / std))
 
 
-def detectable(std: float | None, replicates: int, level: float = LEVEL,
-               wanted: float = POWER) -> float | None:
+def detectable(
+    std: float | None, replicates: int, level: float = LEVEL, wanted: float = POWER
+) -> float | None:
     """The minimum detectable effect: the true effect above the margin found holding with
     probability `wanted`, at this spread and replicate count; None with fewer than two
     replicates or no spread known."""
@@ -109,12 +111,16 @@ def detectable(std: float | None, replicates: int, level: float = LEVEL,
     high = std
     while power(high, std, replicates, level) < wanted:
         high *= 2
-    return float(scipy.optimize.brentq(
-        lambda e: power(e, std, replicates, level) - wanted, 0.0, high, xtol=1e-6))
+    return float(
+        scipy.optimize.brentq(
+            lambda e: power(e, std, replicates, level) - wanted, 0.0, high, xtol=1e-6
+        )
+    )
 
 
-def replicates_needed(std: float | None, effect: float, level: float = LEVEL,
-                      wanted: float = POWER) -> int | None:
+def replicates_needed(
+    std: float | None, effect: float, level: float = LEVEL, wanted: float = POWER
+) -> int | None:
     """The fewest replicates (at least 2) whose minimum detectable effect at spread `std` is at
     most `effect`; None when the spread is unknown or more than `MOST_REPLICATES` are needed."""
     if std is None or effect <= 0:
@@ -165,25 +171,39 @@ class Outcome:
     reasons: list[str] = field(default_factory=list)
 
 
-def condition_row(claim: str, condition: Condition, smallest: float, level: float = LEVEL
-                  ) -> dict[str, Any]:
+def condition_row(
+    claim: str, condition: Condition, smallest: float, level: float = LEVEL
+) -> dict[str, Any]:
     """One row of the verdict table: the condition, its paired values, interval, judgement,
     minimum detectable effect and the replicates that would detect `smallest`."""
     found = condition.estimate
-    return {"claim": claim, "condition": condition.name, "variant": condition.variant,
-            "against": condition.against, "tasks": list(condition.tasks),
-            "must_be": condition.must_be, "margin": condition.margin,
-            "smallest_effect": smallest, "values": list(found.values),
-            "replicates": found.replicates, "mean": found.mean, "std": found.std,
-            "low": found.low, "high": found.high, "clipped": found.clipped,
-            "confidence": 1 - level, "judgement": judge(condition, smallest),
-            "detectable": detectable(found.std, found.replicates, level),
-            "replicates_needed": replicates_needed(found.std, smallest, level),
-            "missing": condition.missing}
+    return {
+        "claim": claim,
+        "condition": condition.name,
+        "variant": condition.variant,
+        "against": condition.against,
+        "tasks": list(condition.tasks),
+        "must_be": condition.must_be,
+        "margin": condition.margin,
+        "smallest_effect": smallest,
+        "values": list(found.values),
+        "replicates": found.replicates,
+        "mean": found.mean,
+        "std": found.std,
+        "low": found.low,
+        "high": found.high,
+        "clipped": found.clipped,
+        "confidence": 1 - level,
+        "judgement": judge(condition, smallest),
+        "detectable": detectable(found.std, found.replicates, level),
+        "replicates_needed": replicates_needed(found.std, smallest, level),
+        "missing": condition.missing,
+    }
 
 
-def outcome(claim: str, conditions: Sequence[Condition], smallest: float, level: float = LEVEL
-            ) -> Outcome:
+def outcome(
+    claim: str, conditions: Sequence[Condition], smallest: float, level: float = LEVEL
+) -> Outcome:
     """The claim's status from its conditions: reproduced when all hold, contradicted when any
     is contradicted, inconclusive otherwise; an empty list is inconclusive."""
     rows = [condition_row(claim, c, smallest, level) for c in conditions]
@@ -193,15 +213,21 @@ def outcome(claim: str, conditions: Sequence[Condition], smallest: float, level:
         return Outcome(claim, INCONCLUSIVE, smallest, rows, ["no condition could be computed"])
     if CONTRADICTED in judged:
         status = CONTRADICTED
-        reasons += [f"{row['condition']}: the interval excludes an effect of {smallest:g} "
-                    f"points above its margin" for row in rows
-                    if row["judgement"] == CONTRADICTED]
+        reasons += [
+            f"{row['condition']}: the interval excludes an effect of {smallest:g} "
+            f"points above its margin"
+            for row in rows
+            if row["judgement"] == CONTRADICTED
+        ]
     elif all(j == HOLDS for j in judged):
         status = REPRODUCED
     else:
         status = INCONCLUSIVE
-        reasons += [f"{row['condition']}: cannot tell at {row['replicates']} replicate(s)"
-                    for row in rows if row["judgement"] == INCONCLUSIVE and not row["missing"]]
+        reasons += [
+            f"{row['condition']}: cannot tell at {row['replicates']} replicate(s)"
+            for row in rows
+            if row["judgement"] == INCONCLUSIVE and not row["missing"]
+        ]
     return Outcome(claim, status, smallest, rows, reasons)
 
 
@@ -218,28 +244,51 @@ def condition_words(row: dict[str, Any]) -> str:
     values = ", ".join(f"{v:+.1f}" for v in row["values"])
     text = f"{row['condition']} ({where}): {_points(row['mean'])} points (replicates {values})"
     if row["low"] is not None:
-        text += (f", {100 * row['confidence']:.0f}% interval [{row['low']:+.1f}, "
-                 f"{row['high']:+.1f}]" + (" clipped to [-100, 100]" if row["clipped"] else ""))
+        text += (
+            f", {100 * row['confidence']:.0f}% interval [{row['low']:+.1f}, "
+            f"{row['high']:+.1f}]" + (" clipped to [-100, 100]" if row["clipped"] else "")
+        )
     margin = f"above {row['margin']:+g}" if row["margin"] else "above 0"
     text += f"; must lie {margin}: {row['judgement']}"
     if row["detectable"] is not None:
-        text += (f"; detectable at {100 * POWER:.0f}% power: {row['detectable']:.1f} points "
-                 f"with {row['replicates']} replicates")
+        text += (
+            f"; detectable at {100 * POWER:.0f}% power: {row['detectable']:.1f} points "
+            f"with {row['replicates']} replicates"
+        )
     needed = row["replicates_needed"]
     if row["judgement"] == INCONCLUSIVE:
-        text += (f"; about {needed} replicates would detect {row['smallest_effect']:g} points "
-                 "at this spread" if needed else "; too few replicates to estimate the spread")
+        text += (
+            f"; about {needed} replicates would detect {row['smallest_effect']:g} points "
+            "at this spread"
+            if needed
+            else "; too few replicates to estimate the spread"
+        )
     return text
 
 
 #: the stored verdict table's columns (one row per condition, `condition_row`'s keys)
-SCHEMA = {"claim": pl.String, "condition": pl.String, "variant": pl.String,
-          "against": pl.String, "tasks": pl.List(pl.String), "must_be": pl.String,
-          "margin": pl.Float64, "smallest_effect": pl.Float64, "values": pl.List(pl.Float64),
-          "replicates": pl.Int64, "mean": pl.Float64, "std": pl.Float64, "low": pl.Float64,
-          "high": pl.Float64, "clipped": pl.Boolean, "confidence": pl.Float64,
-          "judgement": pl.String, "detectable": pl.Float64, "replicates_needed": pl.Int64,
-          "missing": pl.String}
+SCHEMA = {
+    "claim": pl.String,
+    "condition": pl.String,
+    "variant": pl.String,
+    "against": pl.String,
+    "tasks": pl.List(pl.String),
+    "must_be": pl.String,
+    "margin": pl.Float64,
+    "smallest_effect": pl.Float64,
+    "values": pl.List(pl.Float64),
+    "replicates": pl.Int64,
+    "mean": pl.Float64,
+    "std": pl.Float64,
+    "low": pl.Float64,
+    "high": pl.Float64,
+    "clipped": pl.Boolean,
+    "confidence": pl.Float64,
+    "judgement": pl.String,
+    "detectable": pl.Float64,
+    "replicates_needed": pl.Int64,
+    "missing": pl.String,
+}
 
 
 def table(rows: Sequence[dict[str, Any]], extra: dict[str, Any] | None = None) -> pl.DataFrame:
@@ -255,16 +304,20 @@ def view(verdicts: pl.DataFrame) -> pl.DataFrame:
     keys = [c for c in ("world_seed", "budget") if c in verdicts.columns]
     return verdicts.select(
         *[pl.col(k).alias(k.replace("_", " ")) for k in keys],
-        pl.col("claim"), pl.col("condition"),
+        pl.col("claim"),
+        pl.col("condition"),
         pl.col("tasks").list.join(", ").alias("endpoint: mean over"),
-        pl.col("values").list.eval(pl.element().round(1).cast(pl.String)).list.join(", ")
+        pl.col("values")
+        .list.eval(pl.element().round(1).cast(pl.String))
+        .list.join(", ")
         .alias("per replicate (points)"),
         pl.col("mean").round(1).alias("mean (points)"),
-        pl.when(pl.col("low").is_null()).then(pl.lit("–")).otherwise(pl.format(
-            "[{}, {}]", pl.col("low").round(1), pl.col("high").round(1)))
+        pl.when(pl.col("low").is_null())
+        .then(pl.lit("–"))
+        .otherwise(pl.format("[{}, {}]", pl.col("low").round(1), pl.col("high").round(1)))
         .alias("95% interval"),
-        pl.format("{} (above {})", pl.col("must_be"), pl.col("margin").round(1))
-        .alias("must be"),
+        pl.format("{} (above {})", pl.col("must_be"), pl.col("margin").round(1)).alias("must be"),
         pl.col("judgement"),
         pl.col("detectable").round(1).alias("detectable at 80% power (points)"),
-        pl.col("replicates_needed").alias("replicates to detect the smallest effect"))
+        pl.col("replicates_needed").alias("replicates to detect the smallest effect"),
+    )

@@ -41,7 +41,8 @@ def statements(summary: dict[str, Any]) -> list[tuple[str, str]]:
     claims = [claim for claim in found if isinstance(claim, dict) and claim.get("line")]
     ran = summary.get("ran") or next((c.get("ran") for c in claims if c.get("ran")), "")
     return [(str(c.get("status", "")), str(c["line"])) for c in claims] + (
-        [("", ran)] if ran and claims else [])
+        [("", ran)] if ran and claims else []
+    )
 
 
 def read_parquet(path: Path) -> pl.DataFrame:
@@ -51,6 +52,8 @@ def read_parquet(path: Path) -> pl.DataFrame:
         return pl.read_parquet(path)
     except (pl.exceptions.PolarsError, OSError) as error:
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        raise ResultFileError(f"{path}: not a readable parquet table, torn (by a kill or a full "
-                              f"disk) or corrupt ({reason}); run the notebook that writes it "
-                              "again") from None
+        raise ResultFileError(
+            f"{path}: not a readable parquet table, torn (by a kill or a full "
+            f"disk) or corrupt ({reason}); run the notebook that writes it "
+            "again"
+        ) from None

@@ -38,9 +38,14 @@ INCOMPLETE_SUFFIX = ".incomplete"
 VERDICT_ENDING = "_verdicts.parquet"
 TABLE_ENDINGS = (VERDICT_ENDING, "_table3.parquet", "_gains.parquet", "_vs_paper.parquet")
 #: how the verdict statuses read
-STATUS_CLASS = {"reproduced": "good", "contradicted": "bad", "inconclusive": "unsure",
-                "untested (one budget)": "unsure", "depends on the budget": "unsure",
-                "depends on the world": "unsure"}
+STATUS_CLASS = {
+    "reproduced": "good",
+    "contradicted": "bad",
+    "inconclusive": "unsure",
+    "untested (one budget)": "unsure",
+    "depends on the budget": "unsure",
+    "depends on the world": "unsure",
+}
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem;
        color: #222; line-height: 1.45; }
@@ -69,28 +74,43 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
             f"{folder}: the last run of {', '.join(unfinished)} did not finish (killed, failed "
             "or still running), so this folder may mix its result files with an earlier run's; "
             f"re-run `python -m kit run {' '.join(unfinished)} --profile {profile}` to complete "
-            "it, then the report")
+            "it, then the report"
+        )
     notebooks = executed_notebooks(folder)
     if not notebooks and not list(folder.glob("*_summary.json")):
-        raise ReportError(f"{folder}: no executed notebook or *_summary.json to report on; "
-                          f"run `python -m kit run --profile {profile}` first")
+        raise ReportError(
+            f"{folder}: no executed notebook or *_summary.json to report on; "
+            f"run `python -m kit run --profile {profile}` first"
+        )
     links = [render_notebook(path) for path in notebooks]
     specs = [(path.stem, spec) for path in notebooks for spec in chart_specs(path)]
     sections = [
         _section("Verdicts", verdicts(folder)),
-        *([_section("Read unverified", unverified_html(kept))]
-          if (kept := notices.kept_notices(folder)) else []),
+        *(
+            [_section("Read unverified", unverified_html(kept))]
+            if (kept := notices.kept_notices(folder))
+            else []
+        ),
         _section("The kit's results beside the paper's", result_tables(folder)),
         _section("Charts", charts_html(specs)),
-        _section("Executed notebooks", "<ul>" + "".join(
-            f'<li><a href="{html.escape(link.name)}">{html.escape(link.stem)}</a></li>'
-            for link in links) + "</ul>" if links else "<p>No executed notebook.</p>"),
+        _section(
+            "Executed notebooks",
+            "<ul>"
+            + "".join(
+                f'<li><a href="{html.escape(link.name)}">{html.escape(link.stem)}</a></li>'
+                for link in links
+            )
+            + "</ul>"
+            if links
+            else "<p>No executed notebook.</p>",
+        ),
         _section("Parameters and version", provenance_html(folder)),
     ]
     page = folder / PAGE
     with atomic_write(page) as handle:
-        handle.write(_page(f"timecat-kit report: profile {profile}", sections, bool(specs))
-                     .encode())
+        handle.write(
+            _page(f"timecat-kit report: profile {profile}", sections, bool(specs)).encode()
+        )
     return page
 
 
@@ -102,8 +122,9 @@ def incomplete_marker(executed: Path) -> Path:
 
 def incomplete_notebooks(folder: Path) -> list[str]:
     """The notebooks whose last run in `folder` did not finish (their marker is there)."""
-    return sorted(p.name.removesuffix(INCOMPLETE_SUFFIX)
-                  for p in folder.glob(f"*{INCOMPLETE_SUFFIX}"))
+    return sorted(
+        p.name.removesuffix(INCOMPLETE_SUFFIX) for p in folder.glob(f"*{INCOMPLETE_SUFFIX}")
+    )
 
 
 def executed_notebooks(folder: Path) -> list[Path]:
@@ -125,7 +146,8 @@ def render_notebook(notebook: Path) -> Path:
     from nbconvert import HTMLExporter
 
     body, _ = HTMLExporter(embed_images=True).from_notebook_node(
-        nbformat.read(notebook, as_version=4))
+        nbformat.read(notebook, as_version=4)
+    )
     target = notebook.with_suffix(".html")
     with atomic_write(target) as handle:
         handle.write(body.encode())
@@ -141,18 +163,26 @@ def verdicts(folder: Path) -> str:
             if not status:
                 lines.append(f'<p class="ran">{html.escape(line)}</p>')
                 continue
-            lines.append(f'<div class="claim {STATUS_CLASS.get(status, "")}"><span '
-                         f'class="status">{html.escape(status)}</span>{html.escape(line)} '
-                         f"<small>({html.escape(path.name)})</small></div>")
+            lines.append(
+                f'<div class="claim {STATUS_CLASS.get(status, "")}"><span '
+                f'class="status">{html.escape(status)}</span>{html.escape(line)} '
+                f"<small>({html.escape(path.name)})</small></div>"
+            )
     return "".join(lines) or "<p>No notebook of this run recorded a verdict.</p>"
 
 
 def unverified_html(kept: dict[str, list[str]]) -> str:
     """The inputs each notebook read without being able to check them (kit.core.notices)."""
-    return ("<p>These inputs were read without a way to check their content; the results "
-            "above rest on them.</p><ul>" + "".join(
-                f"<li>{html.escape(notebook)}: {html.escape(line)}</li>"
-                for notebook, lines in kept.items() for line in lines) + "</ul>")
+    return (
+        "<p>These inputs were read without a way to check their content; the results "
+        "above rest on them.</p><ul>"
+        + "".join(
+            f"<li>{html.escape(notebook)}: {html.escape(line)}</li>"
+            for notebook, lines in kept.items()
+            for line in lines
+        )
+        + "</ul>"
+    )
 
 
 def result_tables(folder: Path) -> str:
@@ -160,8 +190,9 @@ def result_tables(folder: Path) -> str:
     paths = sorted(p for p in folder.glob("*.parquet") if p.name.endswith(TABLE_ENDINGS))
     if not paths:
         return "<p>No results table in this run's outputs.</p>"
-    return "".join(f"<h3>{html.escape(p.stem)}</h3>"
-                   f"{tables.table(read_table(p))._repr_html_()}" for p in paths)
+    return "".join(
+        f"<h3>{html.escape(p.stem)}</h3>{tables.table(read_table(p))._repr_html_()}" for p in paths
+    )
 
 
 def read_table(path: Path) -> pl.DataFrame:
@@ -180,13 +211,17 @@ def charts_html(specs: list[tuple[str, dict[str, Any]]]) -> str:
         return "<p>No chart in the executed notebooks.</p>"
     divs, calls = [], []
     for i, (notebook, spec) in enumerate(specs):
-        divs.append(f'<div class="chart"><small>{html.escape(notebook)}</small>'
-                    f'<div id="chart{i}"></div></div>')
+        divs.append(
+            f'<div class="chart"><small>{html.escape(notebook)}</small>'
+            f'<div id="chart{i}"></div></div>'
+        )
         # "</" must not end the script element early, whatever a spec's strings contain
         inline = json.dumps(spec).replace("</", "<\\/")
-        calls.append(f"vegaEmbed('#chart{i}', {inline}, "
-                     "{actions: false}).catch(e => { document.getElementById("
-                     f"'chart{i}').textContent = 'chart could not be drawn: ' + e; }});")
+        calls.append(
+            f"vegaEmbed('#chart{i}', {inline}, "
+            "{actions: false}).catch(e => { document.getElementById("
+            f"'chart{i}').textContent = 'chart could not be drawn: ' + e; }});"
+        )
     return "".join(divs) + "<script>\n" + "\n".join(calls) + "\n</script>"
 
 
@@ -199,14 +234,15 @@ def provenance_html(folder: Path) -> str:
         recorded = folder / f"{stem}.provenance.json"
         if recorded.exists():
             (made,) = provenance.read(recorded)
-            parts.append(f"<p>{html.escape(stem)}: timecat-kit {html.escape(made['kit_version'])}"
-                         f", commit {html.escape(made['kit_commit'])}, Python "
-                         f"{html.escape(made['python'])}, torch "
-                         f"{html.escape(made['packages'].get('torch', '?'))}, run "
-                         f"{html.escape(made['written'])} (all package versions in "
-                         f"<code>{html.escape(recorded.name)}</code>).</p>")
-        parts.append(f"<h3>{html.escape(path.name)}</h3><pre>"
-                     f"{html.escape(path.read_text())}</pre>")
+            parts.append(
+                f"<p>{html.escape(stem)}: timecat-kit {html.escape(made['kit_version'])}"
+                f", commit {html.escape(made['kit_commit'])}, Python "
+                f"{html.escape(made['python'])}, torch "
+                f"{html.escape(made['packages'].get('torch', '?'))}, run "
+                f"{html.escape(made['written'])} (all package versions in "
+                f"<code>{html.escape(recorded.name)}</code>).</p>"
+            )
+        parts.append(f"<h3>{html.escape(path.name)}</h3><pre>{html.escape(path.read_text())}</pre>")
     return "".join(parts)
 
 
@@ -221,6 +257,8 @@ def _page(title: str, sections: list[str], with_charts: bool) -> str:
         import vl_convert
 
         script = f"<script>{vl_convert.javascript_bundle()}</script>"
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>'
-            f"{html.escape(title)}</title><style>{STYLE}</style>{script}</head><body>"
-            f"<h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>")
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>'
+        f"{html.escape(title)}</title><style>{STYLE}</style>{script}</head><body>"
+        f"<h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>"
+    )

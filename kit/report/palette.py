@@ -27,19 +27,38 @@ FAMILIES: dict[str, list[str]] = {
 NAMED: dict[str, str] = {
     "direct": "#31a354",
     # the toy's kept features (notebook 01) and its labels
-    "phi1": "#756bb1", "phi2": "#d6616b", "both": "#8c6d31", "none": "#cccccc",
-    "positive": "#1b9e77", "negative": "#d95f02",
+    "phi1": "#756bb1",
+    "phi2": "#d6616b",
+    "both": "#8c6d31",
+    "none": "#cccccc",
+    "positive": "#1b9e77",
+    "negative": "#d95f02",
     # task roles (notebook 03)
-    "in-distribution": "#2171b5", "in-mixture": "#8c6d31", "unseen": "#d6616b",
+    "in-distribution": "#2171b5",
+    "in-mixture": "#8c6d31",
+    "unseen": "#d6616b",
     # the published numbers (notebook 02): how a value was read, the pretraining of a series,
     # Table 1a's metrics
-    "table": "#252525", "read_from_figure": "#ce6dbd",
-    "supervised": "#393b79", "self-supervised": "#e7ba52",
-    "worst-group accuracy": "#843c39", "mean accuracy": "#6b6ecf",
+    "table": "#252525",
+    "read_from_figure": "#ce6dbd",
+    "supervised": "#393b79",
+    "self-supervised": "#e7ba52",
+    "worst-group accuracy": "#843c39",
+    "mean accuracy": "#6b6ecf",
 }
 #: every other name: chosen by a hash of the name (none of these is used above)
-OTHERS = ["#17becf", "#e377c2", "#bcbd22", "#7f7f7f", "#9467bd", "#8c564b", "#ff9896",
-          "#c49c94", "#dbdb8d", "#9edae5"]
+OTHERS = [
+    "#17becf",
+    "#e377c2",
+    "#bcbd22",
+    "#7f7f7f",
+    "#9467bd",
+    "#8c564b",
+    "#ff9896",
+    "#c49c94",
+    "#dbdb8d",
+    "#9edae5",
+]
 #: 'cat4', 'wide2', 'random-init4', 'cat2_long' (a family, a number, a suffix after - or _)
 _FAMILY = re.compile(r"(?P<family>cat|wide|random)(?:-init)?[-_]?(?P<n>\d*)(?:[-_].*)?")
 

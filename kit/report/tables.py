@@ -25,19 +25,24 @@ def mean_std(frame: pl.DataFrame, by: list[str], columns: list[str]) -> pl.DataF
     """Mean, standard deviation and count of `columns` per group, sorted by the group keys."""
     aggregations = [pl.len().alias("n")]
     for column in columns:
-        aggregations += [pl.col(column).mean().alias(f"{column}_mean"),
-                         pl.col(column).std().alias(f"{column}_std")]
+        aggregations += [
+            pl.col(column).mean().alias(f"{column}_mean"),
+            pl.col(column).std().alias(f"{column}_std"),
+        ]
     return frame.group_by(by).agg(aggregations).sort(by)
 
 
-def wide_mean_std(stats: pl.DataFrame, index: list[str], on: str, mean: str = "mean",
-                  std: str = "std") -> pl.DataFrame:
+def wide_mean_std(
+    stats: pl.DataFrame, index: list[str], on: str, mean: str = "mean", std: str = "std"
+) -> pl.DataFrame:
     """Long mean/std rows to one row per `index`, with '<x> mean' and '<x> std' number
     columns side by side for every value x of `on` (in order of appearance)."""
     keys = stats[on].unique(maintain_order=True).to_list()
     wide = stats.pivot(on=on, index=index, values=[mean, std], separator="\t")
-    return wide.select(*index, *[pl.col(f"{kind}\t{key}").alias(f"{key} {kind}")
-                                 for key in keys for kind in (mean, std)])
+    return wide.select(
+        *index,
+        *[pl.col(f"{kind}\t{key}").alias(f"{key} {kind}") for key in keys for kind in (mean, std)],
+    )
 
 
 def decimals(values: pl.Series, published: int = 3) -> int:
@@ -70,13 +75,16 @@ _SPREAD_SUFFIXES = ((" mean", " std"), ("_mean", "_std"), ("mean", "std"))
 def _places(frame: pl.DataFrame) -> dict[str, int | None]:
     """Decimals per float column: a mean and its std to what the std supports, other floats as
     `decimals` says."""
-    places = {c: decimals(frame[c]) if frame[c].dtype.is_float() else None
-              for c in frame.columns}
+    places = {c: decimals(frame[c]) if frame[c].dtype.is_float() else None for c in frame.columns}
     for column in frame.columns:
         for mean, std in _SPREAD_SUFFIXES:
-            sibling = column[:-len(std)] + mean
-            if column.endswith(std) and sibling in frame.columns and frame[column].dtype\
-                    .is_float() and frame[sibling].dtype.is_float():
+            sibling = column[: -len(std)] + mean
+            if (
+                column.endswith(std)
+                and sibling in frame.columns
+                and frame[column].dtype.is_float()
+                and frame[sibling].dtype.is_float()
+            ):
                 supported = spread_decimals(frame[column])
                 if supported is not None:
                     places[column] = places[sibling] = supported
@@ -102,25 +110,37 @@ class Table:
 
     def cells(self) -> list[list[str]]:
         places = _places(self.frame)
-        return [[_cell(v, places[c]) for c, v in zip(self.frame.columns, row)]
-                for row in self.frame.iter_rows()]
+        return [
+            [_cell(v, places[c]) for c, v in zip(self.frame.columns, row, strict=True)]
+            for row in self.frame.iter_rows()
+        ]
 
     def _repr_html_(self) -> str:
         numeric = [self.frame[c].dtype.is_numeric() for c in self.frame.columns]
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self.frame.columns)
         body = "".join(
-            "<tr>" + "".join(f'<td style="text-align:{"right" if n else "left"}">'
-                             f"{html.escape(v)}</td>" for v, n in zip(row, numeric)) + "</tr>"
-            for row in self.cells())
-        return (f'<table class="dataframe"><thead><tr>{head}</tr></thead>'
-                f"<tbody>{body}</tbody></table>")
+            "<tr>"
+            + "".join(
+                f'<td style="text-align:{"right" if n else "left"}">{html.escape(v)}</td>'
+                for v, n in zip(row, numeric, strict=True)
+            )
+            + "</tr>"
+            for row in self.cells()
+        )
+        return (
+            f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+        )
 
     def __repr__(self) -> str:
         rows = [list(self.frame.columns)] + self.cells()
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         numeric = [self.frame[c].dtype.is_numeric() for c in self.frame.columns]
-        lines = ["  ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(r, widths, numeric))
-                 .rstrip() for r in rows]
+        lines = [
+            "  ".join(
+                v.rjust(w) if n else v.ljust(w) for v, w, n in zip(r, widths, numeric, strict=True)
+            ).rstrip()
+            for r in rows
+        ]
         return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
 
 

@@ -45,9 +45,17 @@ UNTESTED = "untested (one replicate)"
 #: (set by the caller, e.g. kit.experiments.timecat.comparisons.without_flagged)
 FLAGGED = "flagged (probe train/eval gap)"
 
-_COLUMNS = {"mean": pl.Float64, "std": pl.Float64, "replicates": pl.Int64, "low": pl.Float64,
-            "high": pl.Float64, "p_value": pl.Float64, "p_adjusted": pl.Float64,
-            "comparisons": pl.Int64, "verdict": pl.String}
+_COLUMNS = {
+    "mean": pl.Float64,
+    "std": pl.Float64,
+    "replicates": pl.Int64,
+    "low": pl.Float64,
+    "high": pl.Float64,
+    "p_value": pl.Float64,
+    "p_adjusted": pl.Float64,
+    "comparisons": pl.Int64,
+    "verdict": pl.String,
+}
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -76,29 +84,38 @@ def _judge_family(stats: pl.DataFrame, level: float) -> pl.DataFrame:
     counts = stats["replicates"].to_list()
     tested = [i for i, count in enumerate(counts) if count >= 2]
     p = {i: t_test(means[i], stds[i], counts[i]) for i in tested}
-    adjusted = dict(zip(tested, holm([p[i] for i in tested])))
+    adjusted = dict(zip(tested, holm([p[i] for i in tested]), strict=True))
     rank = {index: r for r, index in enumerate(sorted(tested, key=lambda i: p[i]))}
     m = len(tested)
     low, high, verdict = [None] * len(counts), [None] * len(counts), [UNTESTED] * len(counts)
     for i in tested:
         rejected = adjusted[i] <= level
         share = m - rank[i] if rejected else m
-        half = (scipy.stats.t.ppf(1 - level / (2 * share), counts[i] - 1) * stds[i]
-                / math.sqrt(counts[i]))
+        half = (
+            scipy.stats.t.ppf(1 - level / (2 * share), counts[i] - 1)
+            * stds[i]
+            / math.sqrt(counts[i])
+        )
         low[i] = max(means[i] - half, METRIC_RANGE[0])
         high[i] = min(means[i] + half, METRIC_RANGE[1])
-        verdict[i] = (UNCLEAR if not rejected else BETTER if means[i] > 0 else WORSE)
+        verdict[i] = UNCLEAR if not rejected else BETTER if means[i] > 0 else WORSE
     return stats.with_columns(
-        pl.Series("low", low, dtype=pl.Float64), pl.Series("high", high, dtype=pl.Float64),
+        pl.Series("low", low, dtype=pl.Float64),
+        pl.Series("high", high, dtype=pl.Float64),
         pl.Series("p_value", [p.get(i) for i in range(len(counts))], dtype=pl.Float64),
-        pl.Series("p_adjusted", [adjusted.get(i) for i in range(len(counts))],
-                  dtype=pl.Float64),
+        pl.Series("p_adjusted", [adjusted.get(i) for i in range(len(counts))], dtype=pl.Float64),
         pl.lit(m, dtype=pl.Int64).alias("comparisons"),
-        pl.Series("verdict", verdict, dtype=pl.String))
+        pl.Series("verdict", verdict, dtype=pl.String),
+    )
 
 
-def verdicts(differences: pl.DataFrame, by: Sequence[str], value: str = "difference",
-             family: Sequence[str] = (), level: float = LEVEL) -> pl.DataFrame:
+def verdicts(
+    differences: pl.DataFrame,
+    by: Sequence[str],
+    value: str = "difference",
+    family: Sequence[str] = (),
+    level: float = LEVEL,
+) -> pl.DataFrame:
     """One row per comparison (the distinct values of `by`, in order of appearance) from one row
     per (comparison, replicate) paired difference in `value` (nulls ignored): `mean`, `std`,
     `replicates`, the label-consistent interval `low`-`high`, `p_value`, `p_adjusted` (Holm over
@@ -106,15 +123,24 @@ def verdicts(differences: pl.DataFrame, by: Sequence[str], value: str = "differe
     Families are the distinct values of the `family` columns (all of `by`'s rows are one family
     when it is empty); see the module docstring for how labels and intervals are decided."""
     by = list(by)
-    stats = (differences.filter(pl.col(value).is_not_null())
-             .group_by(by, maintain_order=True)
-             .agg(pl.col(value).mean().alias("mean"), pl.col(value).std().alias("std"),
-                  pl.len().cast(pl.Int64).alias("replicates"))
-             .with_row_index("_order"))
+    stats = (
+        differences.filter(pl.col(value).is_not_null())
+        .group_by(by, maintain_order=True)
+        .agg(
+            pl.col(value).mean().alias("mean"),
+            pl.col(value).std().alias("std"),
+            pl.len().cast(pl.Int64).alias("replicates"),
+        )
+        .with_row_index("_order")
+    )
     if not stats.height:
-        return stats.drop("_order").with_columns(
-            *[pl.lit(None, dtype=dtype).alias(name) for name, dtype in _COLUMNS.items()]
-        ).select(*by, *_COLUMNS)
+        return (
+            stats.drop("_order")
+            .with_columns(
+                *[pl.lit(None, dtype=dtype).alias(name) for name, dtype in _COLUMNS.items()]
+            )
+            .select(*by, *_COLUMNS)
+        )
     parts = stats.partition_by(list(family), maintain_order=True) if family else [stats]
     judged = pl.concat([_judge_family(part, level) for part in parts])
     return judged.sort("_order").drop("_order").select(*by, *_COLUMNS)

@@ -45,9 +45,13 @@ def restore_rng_states(states: dict[str, Any]) -> None:
 def read_checkpoint(path: Path) -> dict[str, Any]:
     """A run's checkpoint, checked against its hash (said on stderr when it has none); a damaged
     one is refused naming it."""
-    return models.read_checkpoint(path, rebuild=(
-        f"Delete {path.name} and {files.sidecar(path).name} in {path.parent} to train this run "
-        "again from the start."))
+    return models.read_checkpoint(
+        path,
+        rebuild=(
+            f"Delete {path.name} and {files.sidecar(path).name} in {path.parent} to train this run "
+            "again from the start."
+        ),
+    )
 
 
 def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
@@ -58,8 +62,11 @@ def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
 def kept_message(path: Path, last_saved: int | None) -> str:
     """What a run that stops on a non-finite value keeps, for its message."""
-    return (f"the last good checkpoint (step {last_saved}) is kept in {path}"
-            if last_saved is not None else "no checkpoint had been written yet")
+    return (
+        f"the last good checkpoint (step {last_saved}) is kept in {path}"
+        if last_saved is not None
+        else "no checkpoint had been written yet"
+    )
 
 
 def check_finite(state: dict[str, Any], where: Path, kept: str) -> None:
@@ -67,15 +74,19 @@ def check_finite(state: dict[str, Any], where: Path, kept: str) -> None:
     bad = models.non_finite(state["model"])
     if bad:
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        raise NonFiniteLossError(f"{where}: non-finite weights or BatchNorm statistics at step "
-                                 f"{state['step']} ({', '.join(bad[:5])}{more}); training "
-                                 f"stopped and {kept}")
+        raise NonFiniteLossError(
+            f"{where}: non-finite weights or BatchNorm statistics at step "
+            f"{state['step']} ({', '.join(bad[:5])}{more}); training "
+            f"stopped and {kept}"
+        )
 
 
 def check_same_run(saved: dict[str, Any], cfg: TrainSettings, where: Path) -> None:
     """Refuse to resume a run folder whose saved settings differ from `cfg`'s."""
     differing = cfg.differing_settings(saved)
     if differing:
-        raise ParameterError(f"{where}: holds a run with different settings "
-                             f"({', '.join(differing)}); use another output_dir or restore "
-                             "those settings to resume it")
+        raise ParameterError(
+            f"{where}: holds a run with different settings "
+            f"({', '.join(differing)}); use another output_dir or restore "
+            "those settings to resume it"
+        )

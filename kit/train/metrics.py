@@ -21,9 +21,15 @@ if TYPE_CHECKING:
     from kit.core.distributed import Process
 
 METRICS = "metrics.jsonl"
-METRICS_SCHEMA = {"step": pl.Int64, "epoch": pl.Int64, "loss": pl.Float64, "lr": pl.Float64,
-                  "images_per_s": pl.Float64, "eval_accuracy": pl.Float64,
-                  "eval_loss": pl.Float64}
+METRICS_SCHEMA = {
+    "step": pl.Int64,
+    "epoch": pl.Int64,
+    "loss": pl.Float64,
+    "lr": pl.Float64,
+    "images_per_s": pl.Float64,
+    "eval_accuracy": pl.Float64,
+    "eval_loss": pl.Float64,
+}
 
 
 class MetricsError(ValueError):
@@ -49,9 +55,12 @@ def read_metrics(run_dir: str | Path) -> pl.DataFrame:
                 raise MetricsError(
                     f"{path}: line {number}, the last, is torn ({content[end:][:60]!r}) although "
                     f"the run finished ({DONE} present), so its last records are lost; delete "
-                    f"the run folder {path.parent} to train the run again") from None
-            notices.notice(f"{path}: line {number}, the last, is torn (the run has not "
-                           "finished: a kill mid-line); left out")
+                    f"the run folder {path.parent} to train the run again"
+                ) from None
+            notices.notice(
+                f"{path}: line {number}, the last, is torn (the run has not "
+                "finished: a kill mid-line); left out"
+            )
             content = content[:end]
     try:
         return pl.read_ndjson(io.BytesIO(content), schema=METRICS_SCHEMA)
@@ -61,9 +70,11 @@ def read_metrics(run_dir: str | Path) -> pl.DataFrame:
 
 def _bad_line(path: Path, content: bytes, error: Exception) -> str:
     """What is wrong with metrics.jsonl, naming the first line that is not a record."""
-    recover = (f"delete that line (the run keeps its other records), or the run folder "
-               f"{path.parent} to train the run again; re-running an unfinished run also drops "
-               "it when the run resumes")
+    recover = (
+        f"delete that line (the run keeps its other records), or the run folder "
+        f"{path.parent} to train the run again; re-running an unfinished run also drops "
+        "it when the run resumes"
+    )
     for number, line in enumerate(content.split(b"\n"), start=1):
         if not line.strip():
             continue
@@ -72,8 +83,10 @@ def _bad_line(path: Path, content: bytes, error: Exception) -> str:
         except ValueError:
             row = None
         if not isinstance(row, dict):
-            return (f"{path}: line {number} is not a JSON record (torn by a kill or corrupted: "
-                    f"{line[:60]!r}); {recover}")
+            return (
+                f"{path}: line {number} is not a JSON record (torn by a kill or corrupted: "
+                f"{line[:60]!r}); {recover}"
+            )
     return f"{path}: unreadable as metrics ({error}); {recover}"
 
 
@@ -111,8 +124,9 @@ def keep_metrics_until(path: Path, step: int) -> None:
 
 
 @contextlib.contextmanager
-def tensorboard_scalars(cfg: TrainSettings, out: Path, step: int, process: Process
-                        ) -> Iterator[Callable[[dict[str, Any]], None]]:
+def tensorboard_scalars(
+    cfg: TrainSettings, out: Path, step: int, process: Process
+) -> Iterator[Callable[[dict[str, Any]], None]]:
     """A function logging a metrics record's numbers as TensorBoard scalars in the run folder
     (`tensorboard --logdir` over the runs' parent folder), flushed at every record so that a
     run can be watched live; it does nothing unless `tensorboard` is set, and on ranks but 0.
@@ -125,6 +139,7 @@ def tensorboard_scalars(cfg: TrainSettings, out: Path, step: int, process: Proce
     )
 
     with SummaryWriter(log_dir=str(out), purge_step=step or None) as writer:
+
         def log(record: dict[str, Any]) -> None:
             for key, value in record.items():
                 if key != "step" and value is not None:

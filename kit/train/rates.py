@@ -19,12 +19,20 @@ _A100 = 16_621 / 8
 #: GPU name fragment (matched case-insensitively, first match wins) -> (img/s, source)
 EXPECTED_TRAIN_RATES: dict[str, tuple[float, str]] = {
     "H200": (2 * _A100, "estimate: twice the A100 figure, as the H100"),
-    "H100": (2 * _A100, "estimate: twice the A100 figure (NVIDIA's ResNet-50 README has no "
-                        "H100 row)"),
-    "A100": (_A100, "NVIDIA DeepLearningExamples ResNet-50 v1.5 (PyTorch), DGX A100 8x A100 "
-                    "80GB, mixed precision, 16,621 img/s / 8"),
-    "V100": (1200.0, "NVIDIA DeepLearningExamples ResNet-50 v1.5 (PyTorch), DGX-1 V100 16GB, "
-                     "one GPU, mixed precision"),
+    "H100": (
+        2 * _A100,
+        "estimate: twice the A100 figure (NVIDIA's ResNet-50 README has no H100 row)",
+    ),
+    "A100": (
+        _A100,
+        "NVIDIA DeepLearningExamples ResNet-50 v1.5 (PyTorch), DGX A100 8x A100 "
+        "80GB, mixed precision, 16,621 img/s / 8",
+    ),
+    "V100": (
+        1200.0,
+        "NVIDIA DeepLearningExamples ResNet-50 v1.5 (PyTorch), DGX-1 V100 16GB, "
+        "one GPU, mixed precision",
+    ),
 }
 
 

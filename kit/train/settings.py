@@ -74,23 +74,38 @@ class RunSettings(Strict):
         if not all(0.0 <= beta < 1.0 for beta in self.betas):
             raise ValueError(f"betas: {self.betas} must lie in [0, 1)")
         if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
-            raise ValueError("tensorboard: the tensorboard package is not installed; install it "
-                             "with `pip install -e '.[tensorboard]'` (or `pip install "
-                             "tensorboard`), or set tensorboard: false")
+            raise ValueError(
+                "tensorboard: the tensorboard package is not installed; install it "
+                "with `pip install -e '.[tensorboard]'` (or `pip install "
+                "tensorboard`), or set tensorboard: false"
+            )
         if self.stall_timeout_s >= self.group_timeout_s:
-            raise ValueError(f"stall_timeout_s: {self.stall_timeout_s} must be below "
-                             f"group_timeout_s ({self.group_timeout_s}), or a hung rank's peers "
-                             "fail in a collective call first, without saying why")
+            raise ValueError(
+                f"stall_timeout_s: {self.stall_timeout_s} must be below "
+                f"group_timeout_s ({self.group_timeout_s}), or a hung rank's peers "
+                "fail in a collective call first, without saying why"
+            )
         if self.micro_batch is not None and self.batch_size % self.micro_batch:
-            raise ValueError(f"micro_batch: {self.micro_batch} does not divide batch_size "
-                             f"{self.batch_size}")
+            raise ValueError(
+                f"micro_batch: {self.micro_batch} does not divide batch_size {self.batch_size}"
+            )
         return self
 
 
 #: settings that may change between a run and its resumption without changing what it computes
-OPERATIONAL_KEYS = frozenset({"num_workers", "log_every", "device", "compile", "output_dir",
-                              "tensorboard", "group_timeout_s", "loader_timeout_s",
-                              "stall_timeout_s"})
+OPERATIONAL_KEYS = frozenset(
+    {
+        "num_workers",
+        "log_every",
+        "device",
+        "compile",
+        "output_dir",
+        "tensorboard",
+        "group_timeout_s",
+        "loader_timeout_s",
+        "stall_timeout_s",
+    }
+)
 
 
 #: the most images one run may train on: 1e11 is about 29 days at 40,000 images/s, eight GPUs
@@ -104,9 +119,11 @@ def budget_problem(iterations: int, batch_size: int) -> str | None:
     if images <= MOST_IMAGES:
         return None
     days = images / 40_000 / 86_400
-    return (f"{iterations} x batch_size {batch_size} = {images:.1e} images, about {days:,.0f} "
-            f"days at 40,000 images/s (eight GPUs at ~5,000 images/s each); at most "
-            f"{MOST_IMAGES:.0e} images per run")
+    return (
+        f"{iterations} x batch_size {batch_size} = {images:.1e} images, about {days:,.0f} "
+        f"days at 40,000 images/s (eight GPUs at ~5,000 images/s each); at most "
+        f"{MOST_IMAGES:.0e} images per run"
+    )
 
 
 def replica_problem(bn_recalibration_batches: int, ranks: int) -> str | None:
@@ -116,8 +133,10 @@ def replica_problem(bn_recalibration_batches: int, ranks: int) -> str | None:
     and resume. A check of the plan (`kit check`, and the trainer before it starts), not of the
     values alone."""
     if bn_recalibration_batches == 0 and ranks > 1:
-        return (f"bn_recalibration_batches: 0 with {ranks} ranks never finishes (each rank keeps "
-                f"its own BatchNorm statistics); set it to 1 or more, or train on one process")
+        return (
+            f"bn_recalibration_batches: 0 with {ranks} ranks never finishes (each rank keeps "
+            f"its own BatchNorm statistics); set it to 1 or more, or train on one process"
+        )
     return None
 
 
@@ -138,8 +157,11 @@ class TrainSettings(RunSettings):
     def differing_settings(self, saved: dict[str, Any]) -> list[str]:
         """The settings in which a run saved as `saved` computes something else than this one."""
         current = self.model_dump()
-        return sorted(key for key in current.keys() | saved.keys()
-                      if key not in OPERATIONAL_KEYS and current.get(key) != saved.get(key))
+        return sorted(
+            key
+            for key in current.keys() | saved.keys()
+            if key not in OPERATIONAL_KEYS and current.get(key) != saved.get(key)
+        )
 
 
 def load_train_settings(path: Path, overrides: list[str] | None = None) -> TrainSettings:
@@ -155,5 +177,8 @@ def load_train_settings(path: Path, overrides: list[str] | None = None) -> Train
     try:
         return TrainSettings(**values)
     except ValidationError as error:
-        raise ParameterError(describe_errors(f"invalid training configuration {path}:", TrainSettings,
-                                             error, sources, str(path))) from None
+        raise ParameterError(
+            describe_errors(
+                f"invalid training configuration {path}:", TrainSettings, error, sources, str(path)
+            )
+        ) from None

@@ -42,19 +42,29 @@ class Trainer:
         device = process.device
         torch.manual_seed(cfg.seed)
         self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
-        self.module = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem,
-                                   cfg.data.image_size).to(device, memory_format=self.memory_format)
+        self.module = models.build(
+            cfg.model, cfg.num_classes, cfg.width, cfg.stem, cfg.data.image_size
+        ).to(device, memory_format=self.memory_format)
         model: nn.Module = self.module
         self.ddp: DistributedDataParallel | None = None
         if process.world_size > 1:
             model = self.ddp = DistributedDataParallel(
-                model, device_ids=[device.index] if device.type == "cuda" else None,
-                broadcast_buffers=False, gradient_as_bucket_view=True)
+                model,
+                device_ids=[device.index] if device.type == "cuda" else None,
+                broadcast_buffers=False,
+                gradient_as_bucket_view=True,
+            )
         self.model = torch.compile(model) if cfg.compile else model
         self.optimizer = schedulefree.AdamWScheduleFree(
-            self.module.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
-            weight_decay=cfg.weight_decay, warmup_steps=warmup_steps(cfg), r=cfg.r,
-            weight_lr_power=cfg.weight_lr_power)
+            self.module.parameters(),
+            lr=cfg.lr,
+            betas=tuple(cfg.betas),
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+            warmup_steps=warmup_steps(cfg),
+            r=cfg.r,
+            weight_lr_power=cfg.weight_lr_power,
+        )
         self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
         bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
         self.autocast_dtype = torch.bfloat16 if bf16 else None
@@ -82,7 +92,7 @@ class Trainer:
         size = self.cfg.micro_batch or len(images)
         parts = len(images) // size
         loss = torch.zeros((), device=images.device)
-        for part, (x, y) in enumerate(zip(images.split(size), labels.split(size))):
+        for part, (x, y) in enumerate(zip(images.split(size), labels.split(size), strict=True)):
             accumulate = self.ddp is not None and part < parts - 1
             with self.ddp.no_sync() if accumulate else contextlib.nullcontext():
                 with self.autocast():
@@ -95,20 +105,25 @@ class Trainer:
         torch.minimum(self.first_bad_step, bad_now, out=self.first_bad_step)
         self.loss_sum += loss
 
-    def take_window(self, steps: int, stop_requested: bool = False
-                    ) -> tuple[float, int | None, bool]:
+    def take_window(
+        self, steps: int, stop_requested: bool = False
+    ) -> tuple[float, int | None, bool]:
         """Mean loss over the last `steps` steps (all ranks), the first non-finite step, and
         whether any rank was asked to stop (carried, negated, in the same MIN reduction)."""
         totals = self.loss_sum.clone()
-        first_bad = torch.stack([self.first_bad_step,
-                                 torch.tensor(-int(stop_requested), device=totals.device)])
+        first_bad = torch.stack(
+            [self.first_bad_step, torch.tensor(-int(stop_requested), device=totals.device)]
+        )
         if self.process.world_size > 1:
             dist.all_reduce(totals)
             dist.all_reduce(first_bad, op=dist.ReduceOp.MIN)
         self.loss_sum.zero_()
         bad, stop = first_bad.tolist()
-        return (float(totals) / (steps * self.process.world_size),
-                None if bad == torch.iinfo(torch.int64).max else bad, stop < 0)
+        return (
+            float(totals) / (steps * self.process.world_size),
+            None if bad == torch.iinfo(torch.int64).max else bad,
+            stop < 0,
+        )
 
     @contextlib.contextmanager
     def evaluation_point(self, recalibration: Iterable) -> Iterator[None]:
@@ -136,7 +151,7 @@ class Trainer:
         with self.autocast():
             for images, _ in self.on_device(batches):
                 self.module(images)
-        for norm, momentum in zip(norms, momenta):
+        for norm, momentum in zip(norms, momenta, strict=True):
             norm.momentum = momentum
             if self.process.world_size > 1:
                 for statistic in (norm.running_mean, norm.running_var):
@@ -177,7 +192,9 @@ class Trainer:
         self.optimizer.train()
         if "parameters_at_y" in state:
             with torch.no_grad():
-                for parameter, saved in zip(self.module.parameters(), state["parameters_at_y"]):
+                for parameter, saved in zip(
+                    self.module.parameters(), state["parameters_at_y"], strict=True
+                ):
                     parameter.copy_(saved)
 
     def check_replicas_identical(self) -> None:

@@ -58,8 +58,12 @@ class StopFlag:
 
     def _request(self, number: int, _frame: object) -> None:
         self.requested = True
-        print(f"received {signal.Signals(number).name}: checkpointing at the next logging step "
-              "and starting no further run", file=sys.stderr, flush=True)
+        print(
+            f"received {signal.Signals(number).name}: checkpointing at the next logging step "
+            "and starting no further run",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def anywhere(self, process: Process) -> bool:
         """Whether any rank was asked to stop (one small all-reduce: every rank then stops, or
@@ -85,4 +89,5 @@ def loader_failures(out: Path, step: Callable[[], int], timeout_s: float) -> Ite
         kill_loader_workers()
         raise LoaderError(
             f"{out}: {error} at step {step()} (loader_timeout_s: {timeout_s:g}): a loader worker "
-            "is stuck or died. The last checkpoint is kept; run it again to resume") from None
+            "is stuck or died. The last checkpoint is kept; run it again to resume"
+        ) from None

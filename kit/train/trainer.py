@@ -97,9 +97,11 @@ PROVENANCE = "provenance.jsonl"
 
 def placement(out: Path, process: Process) -> str:
     """Where this rank runs, for its log: a launcher's pinning can be checked there."""
-    return (f"{out.name}: rank {process.rank}/{process.world_size} on {process.device}, "
-            f"cpus {sorted(os.sched_getaffinity(0))}, {torch.get_num_threads()} threads, "
-            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}")
+    return (
+        f"{out.name}: rank {process.rank}/{process.world_size} on {process.device}, "
+        f"cpus {sorted(os.sched_getaffinity(0))}, {torch.get_num_threads()} threads, "
+        f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}"
+    )
 
 
 @contextlib.contextmanager
@@ -137,45 +139,59 @@ def train_in_turn(configs: list[TrainSettings], watch: bool = False) -> list[Pat
     folders."""
     devices = {cfg.device for cfg in configs}
     if len(devices) > 1:
-        raise ParameterError(f"device: runs trained in turn share one process and its device, "
-                             f"but these ask for {', '.join(sorted(devices))}")
+        raise ParameterError(
+            f"device: runs trained in turn share one process and its device, "
+            f"but these ask for {', '.join(sorted(devices))}"
+        )
     with StopFlag().installed() as stop:  # before the group starts: a stop then is kept too
         process = start_process(configs[0].device, max(cfg.group_timeout_s for cfg in configs))
         try:
             watchdog = Watchdog(enabled=watch)
-            return [_train_on(cfg, process, stop, configs[:index], watchdog)
-                    for index, cfg in enumerate(configs)]
+            return [
+                _train_on(cfg, process, stop, configs[:index], watchdog)
+                for index, cfg in enumerate(configs)
+            ]
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
 
 
-def _train_on(cfg: TrainSettings, process: Process, stop: StopFlag,
-              before: list[TrainSettings], watchdog: Watchdog) -> Path:
+def _train_on(
+    cfg: TrainSettings,
+    process: Process,
+    stop: StopFlag,
+    before: list[TrainSettings],
+    watchdog: Watchdog,
+) -> Path:
     """One run on this rank, after the machine checks that run's settings call for; none when
     a stop was asked for earlier in the chain (`before`: the runs trained before it)."""
     if stop.anywhere(process):
         after = f"after {resolve(before[-1].output_dir)} " if before else ""
-        raise Preempted(f"stopped by a preemption signal {after}before "
-                        f"{resolve(cfg.output_dir)} started; run it again to resume")
+        raise Preempted(
+            f"stopped by a preemption signal {after}before "
+            f"{resolve(cfg.output_dir)} started; run it again to resume"
+        )
     if cfg.compile and (missing := machine.compiler_problems()):
         raise machine.MachineError("\n".join(missing))
     shared = machine.loader_shared_memory(
-        ranks_on_node(dict(os.environ)), cfg.num_workers,
-        cfg.micro_batch or cfg.batch_size // process.world_size, cfg.data.image_size)
+        ranks_on_node(dict(os.environ)),
+        cfg.num_workers,
+        cfg.micro_batch or cfg.batch_size // process.world_size,
+        cfg.data.image_size,
+    )
     if cfg.num_workers and (short := machine.shm_problems(shared)):
         raise machine.MachineError("\n".join(short))
     unwritable = writable_problems(resolve(cfg.output_dir))
     if unwritable:  # before the lock file is made there
         raise ParameterError("; ".join(unwritable))
-    with holding_run_folder(resolve(cfg.output_dir), process), \
-            contextlib.ExitStack() as closing:
+    with holding_run_folder(resolve(cfg.output_dir), process), contextlib.ExitStack() as closing:
         return _train(cfg, process, stop, closing, watchdog)
 
 
 # ---------------------------------------------------------------------------------------------
 # The run on this rank
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Position:
@@ -221,8 +237,10 @@ class _Run:
         batches = self.batches()
         window = _Window()
         while self.at.step < self.cfg.iterations:
-            self.watchdog.beat(f"at step {self.at.step + 1} (its batch, forward and backward)",
-                               arm=not self.cfg.compile or window.steps > 0)
+            self.watchdog.beat(
+                f"at step {self.at.step + 1} (its batch, forward and backward)",
+                arm=not self.cfg.compile or window.steps > 0,
+            )
             self.trainer.step(*next(batches))
             self.at.step, self.at.batch_in_epoch = self.at.step + 1, self.at.batch_in_epoch + 1
             window.steps += 1
@@ -241,8 +259,9 @@ class _Run:
             yield from self.trainer.on_device(self.data.train)
             self.at.epoch, self.at.batch_in_epoch = self.at.epoch + 1, 0
 
-    def logging_step(self, window: _Window, evaluate: bool, save: bool, final: bool,
-                     stop_requested: bool) -> bool:
+    def logging_step(
+        self, window: _Window, evaluate: bool, save: bool, final: bool, stop_requested: bool
+    ) -> bool:
         """Log the window's mean loss (refusing a non-finite one), evaluate and save at x where
         due; a preemption signal on any rank saves here and stops the run (at the last step,
         the run finishes and the chain stops after it). Whether any rank was asked to stop."""
@@ -250,22 +269,32 @@ class _Run:
         loss, bad_step, preempted = self.trainer.take_window(window.steps, stop_requested)
         kept = kept_message(self.out / CHECKPOINT, self.last_saved)
         # an uninterrupted run passes through x only where it evaluates or saves
-        at_y = ({"parameters_at_y": self.trainer.parameters_at_y()}
-                if preempted and not (evaluate or save) else {})
+        at_y = (
+            {"parameters_at_y": self.trainer.parameters_at_y()}
+            if preempted and not (evaluate or save)
+            else {}
+        )
         save = save or preempted
         if bad_step is not None:
-            raise NonFiniteLossError(f"{self.out}: the training loss became non-finite at step "
-                                     f"{bad_step}; training stopped and {kept}")
+            raise NonFiniteLossError(
+                f"{self.out}: the training loss became non-finite at step "
+                f"{bad_step}; training stopped and {kept}"
+            )
         record = self.record(loss, window)
         # the metrics row goes first: a run killed before its checkpoint replaces it drops the
         # row on resumption and logs it again
         recalibration = self.watchdog.beating(
-            self.data.recalibration, f"recalibrating BatchNorm at step {self.at.step}")
-        with (self.trainer.evaluation_point(recalibration) if evaluate or save
-              else contextlib.nullcontext()):
+            self.data.recalibration, f"recalibrating BatchNorm at step {self.at.step}"
+        )
+        with (
+            self.trainer.evaluation_point(recalibration)
+            if evaluate or save
+            else contextlib.nullcontext()
+        ):
             if evaluate:
                 record["eval_accuracy"], record["eval_loss"] = self.trainer.evaluate(
-                    self.watchdog.beating(self.data.eval, f"evaluating at step {self.at.step}"))
+                    self.watchdog.beating(self.data.eval, f"evaluating at step {self.at.step}")
+                )
             if self.process.main:
                 self.log(record)
             if save:
@@ -276,32 +305,46 @@ class _Run:
             self.progress.close()
             self.watchdog.beat(f"waiting for rank 0's checkpoint of step {self.at.step}")
             barrier()  # no rank exits (and srun kills no rank) before rank 0 has saved
-            raise Preempted(f"{self.out}: stopped by a preemption signal at step {self.at.step} "
-                            f"after writing {self.out / CHECKPOINT}; run it again to resume")
+            raise Preempted(
+                f"{self.out}: stopped by a preemption signal at step {self.at.step} "
+                f"after writing {self.out / CHECKPOINT}; run it again to resume"
+            )
         return preempted
 
     def record(self, loss: float, window: _Window) -> dict[str, Any]:
         """The metrics row of this logging step, before evaluation."""
-        return {"step": self.at.step, "epoch": self.at.epoch, "loss": loss,
-                "lr": self.trainer.optimizer.param_groups[0]["scheduled_lr"],
-                "images_per_s": window.steps * self.cfg.batch_size
-                / (time.perf_counter() - window.start),
-                "eval_accuracy": None, "eval_loss": None}
+        return {
+            "step": self.at.step,
+            "epoch": self.at.epoch,
+            "loss": loss,
+            "lr": self.trainer.optimizer.param_groups[0]["scheduled_lr"],
+            "images_per_s": window.steps
+            * self.cfg.batch_size
+            / (time.perf_counter() - window.start),
+            "eval_accuracy": None,
+            "eval_loss": None,
+        }
 
     def log(self, record: dict[str, Any]) -> None:
         """Rank 0: the row into metrics.jsonl and TensorBoard, and the progress bar on."""
         append_record(self.out / METRICS, record)
         self.log_scalars(record)
-        self.progress.set_postfix(loss=f"{record['loss']:.3f}",
-                                  img_s=f"{record['images_per_s']:.0f}",
-                                  refresh=False)  # update() redraws, at most every mininterval
+        self.progress.set_postfix(
+            loss=f"{record['loss']:.3f}", img_s=f"{record['images_per_s']:.0f}", refresh=False
+        )  # update() redraws, at most every mininterval
         self.progress.update(self.at.step - self.progress.n)
 
     def save(self, at_y: dict[str, Any], kept: str) -> None:
         """The checkpoint at this step (rank 0 writes it), refused when not finite."""
-        state = {**self.trainer.state(), "rng": rng_states(), "step": self.at.step,
-                 "epoch": self.at.epoch, "batch_in_epoch": self.at.batch_in_epoch,
-                 "config": self.cfg.model_dump(), **at_y}
+        state = {
+            **self.trainer.state(),
+            "rng": rng_states(),
+            "step": self.at.step,
+            "epoch": self.at.epoch,
+            "batch_in_epoch": self.at.batch_in_epoch,
+            "config": self.cfg.model_dump(),
+            **at_y,
+        }
         check_finite(state, self.out, kept)  # replicas are identical: every rank stops
         if self.process.main:
             write_checkpoint(self.out / CHECKPOINT, state)
@@ -317,8 +360,13 @@ class _Run:
             files.write_text(self.out / DONE, json.dumps(done) + "\n")
 
 
-def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contextlib.ExitStack,
-           watchdog: Watchdog | None = None) -> Path:
+def _train(
+    cfg: TrainSettings,
+    process: Process,
+    stop: StopFlag,
+    closing: contextlib.ExitStack,
+    watchdog: Watchdog | None = None,
+) -> Path:
     """Train one run on this rank, from its checkpoint when it has one."""
     out = resolve(cfg.output_dir)
     if _finished(cfg, out, process):
@@ -330,8 +378,10 @@ def _train(cfg: TrainSettings, process: Process, stop: StopFlag, closing: contex
     run = _start_run(cfg, process, out, closing)
     run.watchdog = watchdog or run.watchdog
     # a first step that compiles takes minutes: watched from the beat after it
-    with run.watchdog.watching(out, process.rank, cfg.stall_timeout_s, armed=not cfg.compile), \
-            loader_failures(out, lambda: run.at.step, cfg.loader_timeout_s):
+    with (
+        run.watchdog.watching(out, process.rank, cfg.stall_timeout_s, armed=not cfg.compile),
+        loader_failures(out, lambda: run.at.step, cfg.loader_timeout_s),
+    ):
         run.train_steps(stop)
         run.finish()
     return out
@@ -352,31 +402,56 @@ def _finished(cfg: TrainSettings, out: Path, process: Process) -> bool:
 def _check_batch_split(cfg: TrainSettings, process: Process) -> None:
     """Refuse a batch (or micro-batch) that does not split evenly across the ranks."""
     if cfg.batch_size % process.world_size:
-        raise ParameterError(f"batch_size: {cfg.batch_size} is not divisible by the "
-                             f"{process.world_size} ranks")
+        raise ParameterError(
+            f"batch_size: {cfg.batch_size} is not divisible by the {process.world_size} ranks"
+        )
     if cfg.micro_batch and cfg.batch_size % (process.world_size * cfg.micro_batch):
-        raise ParameterError(f"micro_batch: batch_size {cfg.batch_size} is not divisible by "
-                             f"{process.world_size} ranks x micro_batch {cfg.micro_batch}")
+        raise ParameterError(
+            f"micro_batch: batch_size {cfg.batch_size} is not divisible by "
+            f"{process.world_size} ranks x micro_batch {cfg.micro_batch}"
+        )
 
 
-def _start_run(cfg: TrainSettings, process: Process, out: Path, closing: contextlib.ExitStack
-               ) -> _Run:
+def _start_run(
+    cfg: TrainSettings, process: Process, out: Path, closing: contextlib.ExitStack
+) -> _Run:
     """This rank's data, trainer and position (from the checkpoint, if any); rank 0 readies
     the run folder."""
     run_data = kit_data.build(
-        cfg.data, cfg.num_classes, cfg.seed, cfg.batch_size, process.rank, process.world_size,
-        cfg.num_workers, cfg.bn_recalibration_batches, pin_memory=process.device.type == "cuda",
-        micro_batch=cfg.micro_batch, timeout_s=cfg.loader_timeout_s)
+        cfg.data,
+        cfg.num_classes,
+        cfg.seed,
+        cfg.batch_size,
+        process.rank,
+        process.world_size,
+        cfg.num_workers,
+        cfg.bn_recalibration_batches,
+        pin_memory=process.device.type == "cuda",
+        micro_batch=cfg.micro_batch,
+        timeout_s=cfg.loader_timeout_s,
+    )
     trainer = Trainer(cfg, process)
     at = _resume(trainer, out / CHECKPOINT)
     if process.main:
         _ready_folder(cfg, out, at.step)
-    progress = tqdm(total=cfg.iterations, initial=at.step, desc=out.name, unit="step",
-                    disable=None if process.main else True)  # None: only on a terminal
-    return _Run(cfg, process, out, trainer, run_data, at,
-                last_saved=at.step if (out / CHECKPOINT).exists() else None, progress=progress,
-                log_scalars=closing.enter_context(tensorboard_scalars(cfg, out, at.step,
-                                                                      process)))
+    progress = tqdm(
+        total=cfg.iterations,
+        initial=at.step,
+        desc=out.name,
+        unit="step",
+        disable=None if process.main else True,
+    )  # None: only on a terminal
+    return _Run(
+        cfg,
+        process,
+        out,
+        trainer,
+        run_data,
+        at,
+        last_saved=at.step if (out / CHECKPOINT).exists() else None,
+        progress=progress,
+        log_scalars=closing.enter_context(tensorboard_scalars(cfg, out, at.step, process)),
+    )
 
 
 def _resume(trainer: Trainer, checkpoint: Path) -> Position:
@@ -404,17 +479,30 @@ def _ready_folder(cfg: TrainSettings, out: Path, step: int) -> None:
 # The command line
 # ---------------------------------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m kit.train`: train the runs of the --config files in turn; the exit status."""
     parser = argparse.ArgumentParser(prog="python -m kit.train", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", type=Path, required=True, action="append",
-                        help="a run's YAML file; repeated, the runs train one after another in "
-                             "this one process (start-up and imports are paid once)")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="override a setting, dotted for sections (data.image_size=32)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        required=True,
+        action="append",
+        help="a run's YAML file; repeated, the runs train one after another in "
+        "this one process (start-up and imports are paid once)",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="override a setting, dotted for sections (data.image_size=32)",
+    )
     args = parser.parse_args(argv)
-    return exit_code(lambda: train_in_turn([load_train_settings(path, args.overrides)
-                                            for path in args.config], watch=True))
+    return exit_code(
+        lambda: train_in_turn(
+            [load_train_settings(path, args.overrides) for path in args.config], watch=True
+        )
+    )
 
 
 def exit_code(action: Callable[[], object]) -> int:
@@ -424,8 +512,13 @@ def exit_code(action: Callable[[], object]) -> int:
     traceback."""
     try:
         action()
-    except (ParameterError, DataError, models.CheckpointError,
-            locks.FolderLocked, machine.MachineError) as error:
+    except (
+        ParameterError,
+        DataError,
+        models.CheckpointError,
+        locks.FolderLocked,
+        machine.MachineError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Preempted as error:

@@ -60,9 +60,12 @@ class Watchdog:
     Disabled (`enabled=False`), it only takes the beats: a trainer called as a library (the
     inline backend, in a notebook's kernel) must not end the process it runs in."""
 
-    def __init__(self, enabled: bool = True,
-                 exit_process: Callable[[int], object] = os._exit,
-                 end_children: Callable[[], None] = kill_children) -> None:
+    def __init__(
+        self,
+        enabled: bool = True,
+        exit_process: Callable[[int], object] = os._exit,
+        end_children: Callable[[], None] = kill_children,
+    ) -> None:
         self.enabled, self.exit_process, self.end_children = enabled, exit_process, end_children
         self.limit_s: float = 0.0
         self.run: Path | None = None
@@ -80,8 +83,9 @@ class Watchdog:
         self.armed = self.enabled and (arm or self.armed)
 
     @contextlib.contextmanager
-    def watching(self, run: Path, rank: int, limit_s: float, armed: bool = True
-                 ) -> Iterator[Watchdog]:
+    def watching(
+        self, run: Path, rank: int, limit_s: float, armed: bool = True
+    ) -> Iterator[Watchdog]:
         """Watch one run (beats older than `limit_s` end the process); `armed=False` waits for
         the first beat (a first step that compiles the model takes as long as it takes)."""
         self.run, self.rank, self.limit_s = run, rank, limit_s
@@ -114,11 +118,14 @@ class Watchdog:
 
     def _fire(self) -> None:
         self.fired.set()
-        print(f"error: {self.run}: rank {self.rank} made no progress for {self.limit_s:.0f} s "
-              f"while {self.what} (stall_timeout_s): a loader worker or another rank is hung. "
-              "Ending this process rather than waiting out group_timeout_s; the last checkpoint "
-              "is kept, run it again to resume. Every thread's stack follows.",
-              file=sys.stderr, flush=True)
+        print(
+            f"error: {self.run}: rank {self.rank} made no progress for {self.limit_s:.0f} s "
+            f"while {self.what} (stall_timeout_s): a loader worker or another rank is hung. "
+            "Ending this process rather than waiting out group_timeout_s; the last checkpoint "
+            "is kept, run it again to resume. Every thread's stack follows.",
+            file=sys.stderr,
+            flush=True,
+        )
         with contextlib.suppress(Exception):
             faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         self.end_children()

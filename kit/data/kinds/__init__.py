@@ -19,6 +19,11 @@ def get(name: str) -> DatasetKind:
     return KINDS.get(name)
 
 
-for kind in (synthetic.SyntheticKind(), imagefolder.ImageFolderKind(), cifar.Cifar10Kind(),
-             cifar.Cifar100Kind(), inat18.INat18Kind()):
+for kind in (
+    synthetic.SyntheticKind(),
+    imagefolder.ImageFolderKind(),
+    cifar.Cifar10Kind(),
+    cifar.Cifar100Kind(),
+    inat18.INat18Kind(),
+):
     KINDS.register(kind.name, kind)

@@ -77,8 +77,10 @@ class DatasetKind:
                 if not path.is_dir() or not any(path.iterdir()):
                     problems.append(f"{path}: expected a non-empty folder for kind {self.name}")
                 else:
-                    problems += [f"{folder}: class folder without images"
-                                 for folder in empty_class_folders(path)]
+                    problems += [
+                        f"{folder}: class folder without images"
+                        for folder in empty_class_folders(path)
+                    ]
             elif not path.is_file():
                 problems.append(f"{path}: expected file missing for kind {self.name}")
             elif not os.access(path, os.R_OK):
@@ -112,8 +114,11 @@ def _holds_an_image(folder: str) -> bool:
 
 def empty_class_folders(split: Path) -> list[Path]:
     """Class folders of an ImageFolder split holding no image (at any depth)."""
-    return [folder for folder in sorted(p for p in split.iterdir() if p.is_dir())
-            if not _holds_an_image(str(folder))]
+    return [
+        folder
+        for folder in sorted(p for p in split.iterdir() if p.is_dir())
+        if not _holds_an_image(str(folder))
+    ]
 
 
 def undecodable(paths: Sequence[str]) -> list[str]:

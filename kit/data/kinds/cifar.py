@@ -40,11 +40,19 @@ class CifarLayout:
 #: else (https://www.cs.toronto.edu/~kriz/cifar.html: dicts of a uint8 array, label lists and
 #: names), and any other global could run code while the file is read
 #: (https://docs.python.org/3/library/pickle.html#restricting-globals).
-CIFAR_GLOBALS = frozenset({
-    *(f"numpy.{core}.multiarray.{name}" for core in ("core", "_core")
-      for name in ("_reconstruct", "scalar")),
-    *(f"numpy.{core}.numeric._frombuffer" for core in ("core", "_core")),
-    "numpy.ndarray", "numpy.dtype", "_codecs.encode"})
+CIFAR_GLOBALS = frozenset(
+    {
+        *(
+            f"numpy.{core}.multiarray.{name}"
+            for core in ("core", "_core")
+            for name in ("_reconstruct", "scalar")
+        ),
+        *(f"numpy.{core}.numeric._frombuffer" for core in ("core", "_core")),
+        "numpy.ndarray",
+        "numpy.dtype",
+        "_codecs.encode",
+    }
+)
 
 
 class CifarUnpickler(pickle.Unpickler):
@@ -57,8 +65,10 @@ class CifarUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         if f"{module}.{name}" not in CIFAR_GLOBALS:
-            raise DataError(f"{self.path}: refuses to load {module}.{name}: not CIFAR data (a "
-                            "CIFAR pickle holds only numpy arrays, lists and strings)")
+            raise DataError(
+                f"{self.path}: refuses to load {module}.{name}: not CIFAR data (a "
+                "CIFAR pickle holds only numpy arrays, lists and strings)"
+            )
         return super().find_class(module, name)
 
 
@@ -71,14 +81,22 @@ def read_cifar_pickle(path: Path) -> dict[str, Any]:
             content = CifarUnpickler(handle, path).load()
     except DataError:
         raise
-    except (OSError, EOFError, ValueError, pickle.UnpicklingError, AttributeError,
-            ImportError, IndexError) as error:
+    except (
+        OSError,
+        EOFError,
+        ValueError,
+        pickle.UnpicklingError,
+        AttributeError,
+        ImportError,
+        IndexError,
+    ) as error:
         raise DataError(f"{path}: not a readable CIFAR pickle ({error!r})") from None
     if not isinstance(content, dict):
-        raise DataError(f"{path}: a CIFAR pickle holds a dict, this one a "
-                        f"{type(content).__name__}")
-    text = {key.decode("latin1") if isinstance(key, bytes) else key: value
-            for key, value in content.items()}
+        raise DataError(f"{path}: a CIFAR pickle holds a dict, this one a {type(content).__name__}")
+    text = {
+        key.decode("latin1") if isinstance(key, bytes) else key: value
+        for key, value in content.items()
+    }
     for key, value in text.items():
         if key.endswith("label_names"):
             text[key] = [v.decode("latin1") if isinstance(v, bytes) else v for v in value]
@@ -91,8 +109,10 @@ def cifar_class_names(folder: Path, layout: CifarLayout) -> list[str]:
     meta_path = folder / layout.meta
     meta = read_cifar_pickle(meta_path)
     if layout.names_key not in meta:
-        raise DataError(f"{meta_path}: no '{layout.names_key}' (a CIFAR meta file has it; this "
-                        f"one has {', '.join(meta) or 'no keys'})")
+        raise DataError(
+            f"{meta_path}: no '{layout.names_key}' (a CIFAR meta file has it; this "
+            f"one has {', '.join(meta) or 'no keys'})"
+        )
     return meta[layout.names_key]
 
 
@@ -106,15 +126,19 @@ def cifar(layout: CifarLayout, root: Path, split: str) -> CifarImages:
     names = layout.train if split == "train" else layout.test
     missing = [name for name in (*names, layout.meta) if not (folder / name).is_file()]
     if missing:
-        raise DataError(f"{folder}: missing {', '.join(missing)} (expected "
-                        f"{', '.join(layout.files())} in torchvision's format)")
+        raise DataError(
+            f"{folder}: missing {', '.join(missing)} (expected "
+            f"{', '.join(layout.files())} in torchvision's format)"
+        )
     classes = cifar_class_names(folder, layout)
     images, labels = [], []
     for name in names:
         batch = read_cifar_pickle(folder / name)
         if "data" not in batch or layout.labels_key not in batch:
-            raise DataError(f"{folder / name}: expected 'data' and '{layout.labels_key}' "
-                            f"(has {', '.join(batch)})")
+            raise DataError(
+                f"{folder / name}: expected 'data' and '{layout.labels_key}' "
+                f"(has {', '.join(batch)})"
+            )
         images.append(np.asarray(batch["data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
         labels += [int(label) for label in batch[layout.labels_key]]
     return CifarImages(np.concatenate(images).transpose(0, 2, 3, 1), labels, classes)
@@ -146,10 +170,12 @@ class CifarKind(DatasetKind):
                 continue
             rows = len(batch.get("data", []))
             if rows == 0 or rows != len(batch.get(self.cifar_layout.labels_key, [])):
-                problems.append(f"{folder / name}: holds {rows} images and "
-                                f"{len(batch.get(self.cifar_layout.labels_key, []))} "
-                                f"'{self.cifar_layout.labels_key}'; a CIFAR batch holds as many "
-                                "of each, at least one")
+                problems.append(
+                    f"{folder / name}: holds {rows} images and "
+                    f"{len(batch.get(self.cifar_layout.labels_key, []))} "
+                    f"'{self.cifar_layout.labels_key}'; a CIFAR batch holds as many "
+                    "of each, at least one"
+                )
         try:
             cifar_class_names(folder, self.cifar_layout)
         except DataError as error:
@@ -162,9 +188,14 @@ class Cifar10Kind(CifarKind):
 
     name = "cifar10"
     num_classes = 10
-    cifar_layout = CifarLayout("cifar-10-batches-py",
-                               tuple(f"data_batch_{i}" for i in range(1, 6)), ("test_batch",),
-                               "batches.meta", "label_names", "labels")
+    cifar_layout = CifarLayout(
+        "cifar-10-batches-py",
+        tuple(f"data_batch_{i}" for i in range(1, 6)),
+        ("test_batch",),
+        "batches.meta",
+        "label_names",
+        "labels",
+    )
     layout = cifar_layout.entries()
 
 
@@ -173,6 +204,7 @@ class Cifar100Kind(CifarKind):
 
     name = "cifar100"
     num_classes = 100
-    cifar_layout = CifarLayout("cifar-100-python", ("train",), ("test",), "meta",
-                               "fine_label_names", "fine_labels")
+    cifar_layout = CifarLayout(
+        "cifar-100-python", ("train",), ("test",), "meta", "fine_label_names", "fine_labels"
+    )
     layout = cifar_layout.entries()

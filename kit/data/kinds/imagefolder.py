@@ -34,8 +34,9 @@ def image_folder(root: Path, split: str) -> ImageList:
     empty = empty_class_folders(folder)
     if empty:
         raise DataError("\n".join(f"{path}: class folder without images" for path in empty))
-    found = datasets.ImageFolder(str(folder), loader=open_image,
-                                 is_valid_file=lambda p: p.lower().endswith(IMAGE_SUFFIXES))
+    found = datasets.ImageFolder(
+        str(folder), loader=open_image, is_valid_file=lambda p: p.lower().endswith(IMAGE_SUFFIXES)
+    )
     return ImageList(found.samples, found.classes)
 
 
@@ -66,18 +67,26 @@ class ImageFolderKind(DatasetKind):
             classes[split] = {p.name for p in folder.iterdir() if p.is_dir()}
             loose = [p for p in folder.iterdir() if p.name.lower().endswith(IMAGE_SUFFIXES)]
             if loose or not classes[split]:
-                problems.append(f"{folder}: holds images directly; each class needs its own "
-                                f"folder ({split}/<class>/<image>; for ImageNet's val, sort it "
-                                "with the devkit's labels first)")
+                problems.append(
+                    f"{folder}: holds images directly; each class needs its own "
+                    f"folder ({split}/<class>/<image>; for ImageNet's val, sort it "
+                    "with the devkit's labels first)"
+                )
             else:
-                problems += sample_problems([str(min(_images(root / split / name)))
-                                             for name in sorted(classes[split])[:SAMPLE_IMAGES]])
+                problems += sample_problems(
+                    [
+                        str(min(_images(root / split / name)))
+                        for name in sorted(classes[split])[:SAMPLE_IMAGES]
+                    ]
+                )
         train, val = (classes[split] for split in self.folders.values())
         if not problems and train != val:
             only = sorted(train - val)[:3] or sorted(val - train)[:3]
-            problems.append(f"{root}: train/ has {len(train)} class folders and val/ {len(val)}; "
-                            f"they differ (e.g. {', '.join(only)}): both splits need the same "
-                            "classes")
+            problems.append(
+                f"{root}: train/ has {len(train)} class folders and val/ {len(val)}; "
+                f"they differ (e.g. {', '.join(only)}): both splits need the same "
+                "classes"
+            )
         return problems
 
 

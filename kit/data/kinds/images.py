@@ -27,9 +27,11 @@ def open_image(path: str) -> torch.Tensor:
         with Image.open(path) as image:
             return torch.from_numpy(np.asarray(image.convert("RGB"))).permute(2, 0, 1)
     except (OSError, SyntaxError, ValueError) as error:
-        raise DataError(f"{path}: cannot read image ({error}); replace or remove the file, then "
-                        "re-run to resume (data.verify_images: true lists every unreadable "
-                        "image before training)") from None
+        raise DataError(
+            f"{path}: cannot read image ({error}); replace or remove the file, then "
+            "re-run to resume (data.verify_images: true lists every unreadable "
+            "image before training)"
+        ) from None
 
 
 def unreadable_images(paths: list[str]) -> list[str]:

@@ -22,19 +22,22 @@ if TYPE_CHECKING:
 
 
 @functools.lru_cache(maxsize=4)
-def _read_index(index_file: Path, _stamp: tuple[int, ...]
-                ) -> tuple[list[tuple[str, int]], list[int]]:
+def _read_index(
+    index_file: Path, _stamp: tuple[int, ...]
+) -> tuple[list[tuple[str, int]], list[int]]:
     try:
         index = json.loads(index_file.read_text())
         files = {image["id"]: image["file_name"] for image in index["images"]}
         labels = {a["image_id"]: a["category_id"] for a in index["annotations"]}
-        category_ids = sorted({c["id"] for c in index.get("categories", [])}
-                              or set(labels.values()))
+        category_ids = sorted(
+            {c["id"] for c in index.get("categories", [])} or set(labels.values())
+        )
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
         raise DataError(f"{index_file}: not a COCO-style index ({error!r})") from None
     class_of = {category: position for position, category in enumerate(category_ids)}
-    samples = [(files[image_id], class_of[labels[image_id]]) for image_id in files
-               if image_id in labels]
+    samples = [
+        (files[image_id], class_of[labels[image_id]]) for image_id in files if image_id in labels
+    ]
     if not samples:
         raise DataError(f"{index_file}: no annotated images")
     return samples, category_ids
@@ -75,7 +78,7 @@ class INat18Kind(DatasetKind):
         """Besides the layout: each index file parsed and annotating images, and a few of the
         images it names decoded."""
         problems = super().layout_problems(root)
-        for prefix in ([] if problems else self.index_names.values()):
+        for prefix in [] if problems else self.index_names.values():
             try:
                 samples, _ = read_index(root / f"{prefix}2018.json")
             except DataError as error:

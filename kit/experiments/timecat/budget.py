@@ -23,8 +23,13 @@ class PlannedRun:
     output_dir: Path
 
 
-def split(runs: int, seeds: list[int], root: str | Path, total: int | None = None,
-                iterations: int | None = None) -> list[PlannedRun]:
+def split(
+    runs: int,
+    seeds: list[int],
+    root: str | Path,
+    total: int | None = None,
+    iterations: int | None = None,
+) -> list[PlannedRun]:
     """n runs of total/n iterations (total must divide), or of explicit `iterations` each (the
     paper's 200k/100k/80k), which then must fit in the total when one is given."""
     if runs < 1:
@@ -33,19 +38,30 @@ def split(runs: int, seeds: list[int], root: str | Path, total: int | None = Non
         if total is None:
             raise ParameterError("give the total budget or the iterations per run")
         if total % runs:
-            raise ParameterError(f"total: {total} iterations do not split into {runs} equal runs; "
-                                 "give iterations per run explicitly")
+            raise ParameterError(
+                f"total: {total} iterations do not split into {runs} equal runs; "
+                "give iterations per run explicitly"
+            )
         iterations = total // runs
     elif total is not None and iterations * runs > total:
         raise ParameterError(f"iterations: {runs} runs of {iterations} exceed the total {total}")
     if len(set(seeds)) != len(seeds) or len(seeds) < runs:
         raise ParameterError(f"seeds: need {runs} distinct seeds, got {seeds}")
-    return [PlannedRun(seed, iterations, Path(root) / f"cat{runs}" / f"seed{seed}")
-            for seed in seeds[:runs]]
+    return [
+        PlannedRun(seed, iterations, Path(root) / f"cat{runs}" / f"seed{seed}")
+        for seed in seeds[:runs]
+    ]
 
 
 def configure(planned: PlannedRun, base: TrainSettings) -> TrainSettings:
     """The base configuration with the run's seed, budget and folder (validated again)."""
-    return TrainSettings(**(base.model_dump() | {"seed": planned.seed,
-                                               "iterations": planned.iterations,
-                                               "output_dir": str(planned.output_dir)}))
+    return TrainSettings(
+        **(
+            base.model_dump()
+            | {
+                "seed": planned.seed,
+                "iterations": planned.iterations,
+                "output_dir": str(planned.output_dir),
+            }
+        )
+    )

@@ -9,8 +9,8 @@ import polars as pl
 
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS
-from kit.train.settings import RunSettings
 from kit.report import outcomes
+from kit.train.settings import RunSettings
 
 
 def concatenated_kinds() -> list[str]:
@@ -21,33 +21,47 @@ def concatenated_kinds() -> list[str]:
 def controls_of(results: pl.DataFrame) -> pl.DataFrame:
     """The control variants of `results` (kinds with `controls`), one row each."""
     controlling = [k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).controls]
-    return (results.select("variant", "kind", "n").unique(maintain_order=True)
-            .filter(pl.col("kind").is_in(controlling)))
+    return (
+        results.select("variant", "kind", "n")
+        .unique(maintain_order=True)
+        .filter(pl.col("kind").is_in(controlling))
+    )
 
 
 def claimed_variant(results: pl.DataFrame) -> str | None:
     """The time-concat variant the claim is about: the concatenated kind's variant of largest
     n > 1 (the first listed among equals); None when the run has none."""
-    several = (results.select("variant", "kind", "n").unique(maintain_order=True)
-               .filter(pl.col("kind").is_in(concatenated_kinds()) & (pl.col("n") > 1)))
+    several = (
+        results.select("variant", "kind", "n")
+        .unique(maintain_order=True)
+        .filter(pl.col("kind").is_in(concatenated_kinds()) & (pl.col("n") > 1))
+    )
     if not several.height:
         return None
     return several.filter(pl.col("n") == several["n"].max())["variant"][0]
 
 
-def endpoint(results: pl.DataFrame, rule: str, variant: str, against: str,
-             tasks: list[str]) -> list[float]:
+def endpoint(
+    results: pl.DataFrame, rule: str, variant: str, against: str, tasks: list[str]
+) -> list[float]:
     """The primary endpoint's paired values: per replicate (in order), `variant`'s top-1 minus
     `against`'s averaged over `tasks` (points); a replicate missing either on any task is left
     out."""
     chosen = results.filter((pl.col("rule") == rule) & pl.col("task").is_in(tasks))
     mine = chosen.filter(pl.col("variant") == variant).select("replicate", "task", "top1")
     theirs = chosen.filter(pl.col("variant") == against).select(
-        "replicate", "task", pl.col("top1").alias("reference"))
-    per = (mine.join(theirs, on=["replicate", "task"])
-           .group_by("replicate").agg((100 * (pl.col("top1") - pl.col("reference"))).mean()
-                                      .alias("value"), pl.len().alias("tasks"))
-           .filter(pl.col("tasks") == len(tasks)).sort("replicate"))
+        "replicate", "task", pl.col("top1").alias("reference")
+    )
+    per = (
+        mine.join(theirs, on=["replicate", "task"])
+        .group_by("replicate")
+        .agg(
+            (100 * (pl.col("top1") - pl.col("reference"))).mean().alias("value"),
+            pl.len().alias("tasks"),
+        )
+        .filter(pl.col("tasks") == len(tasks))
+        .sort("replicate")
+    )
     return per["value"].to_list()
 
 
@@ -62,20 +76,39 @@ def compute(results: pl.DataFrame, variant: str) -> float:
 def _tasks(results: pl.DataFrame, variants: list[str], roles: list[str]) -> list[str]:
     """Tasks of `roles` every one of `variants` was probed on, in the results' order."""
     rows = results.filter(pl.col("role").is_in(roles))
-    return [t for t in rows["task"].unique(maintain_order=True).to_list()
-            if all(rows.filter((pl.col("task") == t) & (pl.col("variant") == v)).height
-                   for v in variants)]
+    return [
+        t
+        for t in rows["task"].unique(maintain_order=True).to_list()
+        if all(
+            rows.filter((pl.col("task") == t) & (pl.col("variant") == v)).height for v in variants
+        )
+    ]
 
 
-def condition(results: pl.DataFrame, rule: str, name: str, variant: str, against: str,
-              roles: list[str], margin: float = 0.0, must_be: str = "better"
-              ) -> outcomes.Condition:
+def condition(
+    results: pl.DataFrame,
+    rule: str,
+    name: str,
+    variant: str,
+    against: str,
+    roles: list[str],
+    margin: float = 0.0,
+    must_be: str = "better",
+) -> outcomes.Condition:
     """One condition of a claim: the endpoint of `variant` against `against` on every task of
     `roles` both were probed on (fixed by the design, never by the data)."""
     tasks = _tasks(results, [variant, against], roles)
     values = endpoint(results, rule, variant, against, tasks) if tasks else []
-    return outcomes.Condition(name, variant, against, tuple(tasks), outcomes.estimate(values),
-                              margin, must_be, None if tasks else "no task shared")
+    return outcomes.Condition(
+        name,
+        variant,
+        against,
+        tuple(tasks),
+        outcomes.estimate(values),
+        margin,
+        must_be,
+        None if tasks else "no task shared",
+    )
 
 
 #: the roles of the tasks the primary endpoints average over: every task but the pretraining
@@ -83,8 +116,9 @@ def condition(results: pl.DataFrame, rule: str, name: str, variant: str, against
 TRANSFER_ROLES = ["in-mixture", "unseen"]
 
 
-def time_concat_claim(results: pl.DataFrame, rule: str, baseline: str, smallest: float
-                      ) -> outcomes.Outcome:
+def time_concat_claim(
+    results: pl.DataFrame, rule: str, baseline: str, smallest: float
+) -> outcomes.Outcome:
     """Section 5's claim (Table 3): catN (`claimed_variant`) transfers better than the
     baseline at the same budget, beyond the controls. Primary endpoint: catN minus the
     baseline on the mean top-1 over the transfer tasks, paired by replicate. Controls, on the
@@ -96,60 +130,98 @@ def time_concat_claim(results: pl.DataFrame, rule: str, baseline: str, smallest:
     variant = claimed_variant(results)
     name = "time-concat"
     if variant is None:
-        return outcomes.Outcome(name, outcomes.INCONCLUSIVE, smallest, [],
-                                ["no time-concat variant of n > 1 in this run"])
-    found = [condition(results, rule, f"{variant} vs {baseline}", variant, baseline,
-                       TRANSFER_ROLES)]
+        return outcomes.Outcome(
+            name,
+            outcomes.INCONCLUSIVE,
+            smallest,
+            [],
+            ["no time-concat variant of n > 1 in this run"],
+        )
+    found = [
+        condition(results, rule, f"{variant} vs {baseline}", variant, baseline, TRANSFER_ROLES)
+    ]
     mine = compute(results, variant)
     controls = controls_of(results)
     for row in controls.iter_rows(named=True):
-        if VARIANT_KINDS.get(row["kind"]).controls == "same_n" and row["n"] != \
-                results.filter(pl.col("variant") == variant)["n"][0]:
+        if (
+            VARIANT_KINDS.get(row["kind"]).controls == "same_n"
+            and row["n"] != results.filter(pl.col("variant") == variant)["n"][0]
+        ):
             continue
         more = compute(results, row["variant"]) > 1.05 * mine
-        found.append(condition(results, rule, f"{variant} vs {row['variant']}", variant,
-                               row["variant"], TRANSFER_ROLES,
-                               margin=-smallest if more else 0.0,
-                               must_be="not worse" if more else "better"))
+        found.append(
+            condition(
+                results,
+                rule,
+                f"{variant} vs {row['variant']}",
+                variant,
+                row["variant"],
+                TRANSFER_ROLES,
+                margin=-smallest if more else 0.0,
+                must_be="not worse" if more else "better",
+            )
+        )
     present = set(controls["kind"])
     for kind in (k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).controls):
         if kind not in present:
-            found.append(outcomes.Condition(f"{variant} vs {kind}", variant, kind, (),
-                                            outcomes.estimate([]),
-                                            missing=f"no {kind} control in this run"))
+            found.append(
+                outcomes.Condition(
+                    f"{variant} vs {kind}",
+                    variant,
+                    kind,
+                    (),
+                    outcomes.estimate([]),
+                    missing=f"no {kind} control in this run",
+                )
+            )
     return outcomes.outcome(name, found, smallest)
 
 
-def bottleneck_claim(results: pl.DataFrame, rule: str, baseline: str, smallest: float
-                     ) -> outcomes.Outcome | None:
+def bottleneck_claim(
+    results: pl.DataFrame, rule: str, baseline: str, smallest: float
+) -> outcomes.Outcome | None:
     """Sections 3-4's claim: a model trained directly on a task beats a linear probe of the
     baseline on it, even where the pretraining mixture contains the task (the cpu profile's
     shape and texture). Primary endpoint: the direct variant minus the baseline on the mean
     top-1 over the tasks it trains on, paired by replicate. None when the run trains no direct
     variant."""
-    direct = [row["variant"] for row in results.select("variant", "kind").unique(
-        maintain_order=True).iter_rows(named=True) if VARIANT_KINDS.get(row["kind"]).per_task]
+    direct = [
+        row["variant"]
+        for row in results.select("variant", "kind")
+        .unique(maintain_order=True)
+        .iter_rows(named=True)
+        if VARIANT_KINDS.get(row["kind"]).per_task
+    ]
     if not direct:
         return None
-    found = [condition(results, rule, f"{d} vs {baseline}", d, baseline, TRANSFER_ROLES)
-             for d in direct]
+    found = [
+        condition(results, rule, f"{d} vs {baseline}", d, baseline, TRANSFER_ROLES) for d in direct
+    ]
     return outcomes.outcome("bottleneck", found, smallest)
 
 
-TITLES = {"time-concat": "time-concat transfers better than {baseline} at the same budget, "
-                         "beyond the controls (paper Section 5, Table 3)",
-          "bottleneck": "training directly on a task beats a linear probe of {baseline} on it "
-                        "(paper Sections 3-4)"}
+TITLES = {
+    "time-concat": "time-concat transfers better than {baseline} at the same budget, "
+    "beyond the controls (paper Section 5, Table 3)",
+    "bottleneck": "training directly on a task beats a linear probe of {baseline} on it "
+    "(paper Sections 3-4)",
+}
 
 
 def caveats(found: outcomes.Outcome, gaps: pl.DataFrame) -> list[str]:
     """The flagged probe cells (variant, task) a claim's endpoints read: named beside the claim,
     since a flagged probe fits its own rows far better than the evaluation split."""
-    read = {(row[side], task) for row in found.rows for side in ("variant", "against")
-            for task in row["tasks"]}
-    return [f"{row['variant']} on {row['task']} (train/eval gap {row['gap']:.1f} points)"
-            for row in gaps.filter(pl.col("flagged")).iter_rows(named=True)
-            if (row["variant"], row["task"]) in read]
+    read = {
+        (row[side], task)
+        for row in found.rows
+        for side in ("variant", "against")
+        for task in row["tasks"]
+    }
+    return [
+        f"{row['variant']} on {row['task']} (train/eval gap {row['gap']:.1f} points)"
+        for row in gaps.filter(pl.col("flagged")).iter_rows(named=True)
+        if (row["variant"], row["task"]) in read
+    ]
 
 
 def flagged_words(flagged: list[str]) -> str:
@@ -165,8 +237,7 @@ def outcome_line(found: outcomes.Outcome, baseline: str, flagged: list[str] = ()
     parts += [r for r in found.reasons if not found.rows]
     if flagged:
         parts.append(flagged_words(flagged))
-    return f"{head} (smallest effect of interest {found.smallest:g} points) — " + \
-        "; ".join(parts)
+    return f"{head} (smallest effect of interest {found.smallest:g} points) — " + "; ".join(parts)
 
 
 def claims_markdown(summary: dict) -> str:
@@ -175,8 +246,10 @@ def claims_markdown(summary: dict) -> str:
     parts = []
     for claim in summary["claims"]:
         bullets = "\n".join(f"- {text}" for text in claim["conditions"] or claim["reasons"])
-        parts.append(f"**{claim['status'].upper()}**: {claim['title']} (smallest effect of "
-                     f"interest {claim['smallest_effect']:g} points)\n\n{bullets}")
+        parts.append(
+            f"**{claim['status'].upper()}**: {claim['title']} (smallest effect of "
+            f"interest {claim['smallest_effect']:g} points)\n\n{bullets}"
+        )
     return "\n\n".join(parts + [f"*{summary['ran']}*"] if summary["ran"] else parts)
 
 
@@ -196,8 +269,13 @@ def what_ran(params: TimecatSettings, wall_s: float, machine: str) -> str:
     else:
         data = "released checkpoints"
     model = model_words(train) if train is not None else "the checkpoints' models"
-    budget = f"budget {params.total_iterations} iterations" if params.total_iterations else \
-        "no pretraining"
-    return (f"What ran: profile {params.profile}; {data}; {model}; {budget}; "
-            f"{params.replicates} replicates; {params.probe_kind} probe, rule "
-            f"{params.probe_rule}; {machine}; {wall_s / 60:.1f} min of wall time")
+    budget = (
+        f"budget {params.total_iterations} iterations"
+        if params.total_iterations
+        else "no pretraining"
+    )
+    return (
+        f"What ran: profile {params.profile}; {data}; {model}; {budget}; "
+        f"{params.replicates} replicates; {params.probe_kind} probe, rule "
+        f"{params.probe_rule}; {machine}; {wall_s / 60:.1f} min of wall time"
+    )

@@ -28,10 +28,16 @@ def diagnostics_table(measured: pl.DataFrame) -> pl.DataFrame:
     order = {v: i for i, v in enumerate(variant_order(measured))}
     stats = measured.group_by("task", "variant").agg(
         pl.col("features").first(),
-        *[aggregate for column in ("rankme", "alpha_req", "seed_cka")
-          for aggregate in (pl.col(column).mean().alias(f"{column}_mean"),
-                            pl.col(column).std().alias(f"{column}_std"))],
-        pl.len().alias("replicates"))
+        *[
+            aggregate
+            for column in ("rankme", "alpha_req", "seed_cka")
+            for aggregate in (
+                pl.col(column).mean().alias(f"{column}_mean"),
+                pl.col(column).std().alias(f"{column}_std"),
+            )
+        ],
+        pl.len().alias("replicates"),
+    )
     return stats.sort("task", pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
 
 
@@ -45,18 +51,32 @@ def table3(results: pl.DataFrame, rule: str) -> pl.DataFrame:
     replicates (number columns '<task> mean', '<task> std'), and the number of replicates."""
     chosen = results.filter(pl.col("rule") == rule)
     stats = chosen.group_by("variant", "task", maintain_order=True).agg(
-        (100 * pl.col("top1").mean()).alias("mean"), (100 * pl.col("top1").std()).alias("std"))
+        (100 * pl.col("top1").mean()).alias("mean"), (100 * pl.col("top1").std()).alias("std")
+    )
     wide = tables.wide_mean_std(stats, ["variant"], "task")
     budget = chosen.group_by("variant").agg(
-        pl.col("kind").first(), pl.col("n").first(), pl.col("width").first(),
+        pl.col("kind").first(),
+        pl.col("n").first(),
+        pl.col("width").first(),
         pl.col("iterations_per_model").first(),
-        pl.col("replicate").n_unique().alias("replicates"))
+        pl.col("replicate").n_unique().alias("replicates"),
+    )
     order = {v: i for i, v in enumerate(variant_order(results))}
-    return (budget.join(wide, on="variant")
-            .with_columns((pl.col("n") * pl.col("iterations_per_model")).alias("total_iterations"))
-            .sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
-            .select("variant", "kind", "n", "width", "iterations_per_model", "total_iterations",
-                    "replicates", *[c for c in wide.columns if c != "variant"]))
+    return (
+        budget.join(wide, on="variant")
+        .with_columns((pl.col("n") * pl.col("iterations_per_model")).alias("total_iterations"))
+        .sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
+        .select(
+            "variant",
+            "kind",
+            "n",
+            "width",
+            "iterations_per_model",
+            "total_iterations",
+            "replicates",
+            *[c for c in wide.columns if c != "variant"],
+        )
+    )
 
 
 def paired_differences(results: pl.DataFrame, rule: str, baseline: str) -> pl.DataFrame:
@@ -64,30 +84,62 @@ def paired_differences(results: pl.DataFrame, rule: str, baseline: str) -> pl.Da
     points (column `difference`): the paired rows `gains` judges."""
     chosen = results.filter(pl.col("rule") == rule)
     reference = chosen.filter(pl.col("variant") == baseline).select(
-        "replicate", "task", pl.col("top1").alias("baseline_top1"))
-    return (chosen.filter(pl.col("variant") != baseline).join(reference, on=["replicate", "task"])
-            .select(pl.lit(baseline).alias("baseline"), "variant", "kind", "n", "task", "role",
-                    "replicate",
-                    (100 * (pl.col("top1") - pl.col("baseline_top1"))).alias("difference")))
+        "replicate", "task", pl.col("top1").alias("baseline_top1")
+    )
+    return (
+        chosen.filter(pl.col("variant") != baseline)
+        .join(reference, on=["replicate", "task"])
+        .select(
+            pl.lit(baseline).alias("baseline"),
+            "variant",
+            "kind",
+            "n",
+            "task",
+            "role",
+            "replicate",
+            (100 * (pl.col("top1") - pl.col("baseline_top1"))).alias("difference"),
+        )
+    )
 
 
 def _judged(paired: pl.DataFrame, results: pl.DataFrame, level: float) -> pl.DataFrame:
     """`paired` judged task by task (kit.report.verdicts), Holm's adjustment over the tasks of
     each (baseline, variant) comparison, in `gains`' layout and order."""
-    judged = verdicts.verdicts(paired, by=["baseline", "variant", "kind", "n", "task", "role"],
-                               family=["baseline", "variant"], level=level)
+    judged = verdicts.verdicts(
+        paired,
+        by=["baseline", "variant", "kind", "n", "task", "role"],
+        family=["baseline", "variant"],
+        level=level,
+    )
     order = {v: i for i, v in enumerate(variant_order(results))}
     rank = pl.col("variant").replace_strict(order, default=len(order), return_dtype=pl.Int64)
     base = pl.col("baseline").replace_strict(order, default=len(order), return_dtype=pl.Int64)
-    return (judged.rename({"mean": "gain_mean", "std": "gain_std"})
-            .sort(base, rank, "task")
-            .select("variant", "kind", "n", "task", "role", "gain_mean", "gain_std",
-                    "replicates", "low", "high", "baseline", "p_value", "p_adjusted",
-                    "comparisons", "verdict"))
+    return (
+        judged.rename({"mean": "gain_mean", "std": "gain_std"})
+        .sort(base, rank, "task")
+        .select(
+            "variant",
+            "kind",
+            "n",
+            "task",
+            "role",
+            "gain_mean",
+            "gain_std",
+            "replicates",
+            "low",
+            "high",
+            "baseline",
+            "p_value",
+            "p_adjusted",
+            "comparisons",
+            "verdict",
+        )
+    )
 
 
-def gains(results: pl.DataFrame, rule: str, baseline: str, level: float = verdicts.LEVEL
-          ) -> pl.DataFrame:
+def gains(
+    results: pl.DataFrame, rule: str, baseline: str, level: float = verdicts.LEVEL
+) -> pl.DataFrame:
     """Secondary, exploratory results: per replicate, each variant's accuracy minus the baseline
     variant's on every task they share (points); per variant and task the mean gain, its std, a
     two-sided one-sample t test of the paired gains, and the label (`better`, `worse`, `no clear
@@ -100,22 +152,33 @@ def gains(results: pl.DataFrame, rule: str, baseline: str, level: float = verdic
 def probe_agreement(results: pl.DataFrame, rule: str) -> pl.DataFrame:
     """The fast probe beside a converged L-BFGS fit of the same features (where `lbfgs_check`
     recorded one): top-1 % of both and their difference, largest first."""
-    return (results.filter((pl.col("rule") == rule) & pl.col("lbfgs_top1").is_not_null())
-            .select("variant", "replicate", "task", (100 * pl.col("top1")).alias("fast %"),
-                    (100 * pl.col("lbfgs_top1")).alias("L-BFGS %"))
-            .with_columns((pl.col("fast %") - pl.col("L-BFGS %")).alias("difference"))
-            .sort(pl.col("difference").abs(), descending=True))
+    return (
+        results.filter((pl.col("rule") == rule) & pl.col("lbfgs_top1").is_not_null())
+        .select(
+            "variant",
+            "replicate",
+            "task",
+            (100 * pl.col("top1")).alias("fast %"),
+            (100 * pl.col("lbfgs_top1")).alias("L-BFGS %"),
+        )
+        .with_columns((pl.col("fast %") - pl.col("L-BFGS %")).alias("difference"))
+        .sort(pl.col("difference").abs(), descending=True)
+    )
 
 
 def train_eval_gap(results: pl.DataFrame, rule: str) -> pl.DataFrame:
     """Each variant's probe top-1 % on its training rows and on the evaluation split (means
     over replicates): a large gap says the probe fits its rows more than the task, which more
     features make easier."""
-    return (results.filter(pl.col("rule") == rule)
-            .group_by("variant", "task", maintain_order=True)
-            .agg((100 * pl.col("train_top1").mean()).alias("train %"),
-                 (100 * pl.col("top1").mean()).alias("eval %"))
-            .with_columns((pl.col("train %") - pl.col("eval %")).alias("gap")))
+    return (
+        results.filter(pl.col("rule") == rule)
+        .group_by("variant", "task", maintain_order=True)
+        .agg(
+            (100 * pl.col("train_top1").mean()).alias("train %"),
+            (100 * pl.col("top1").mean()).alias("eval %"),
+        )
+        .with_columns((pl.col("train %") - pl.col("eval %")).alias("gap"))
+    )
 
 
 def probe_gaps(results: pl.DataFrame, rule: str, max_gap: float | None) -> pl.DataFrame:
@@ -124,9 +187,16 @@ def probe_gaps(results: pl.DataFrame, rule: str, max_gap: float | None) -> pl.Da
     where the row count rather than the representation may set the accuracy (never flagged when
     `max_gap` is None or the results record no training accuracy)."""
     if "train_top1" not in results.columns:
-        return pl.DataFrame(schema={"variant": pl.String, "task": pl.String, "train %": pl.Float64,
-                                    "eval %": pl.Float64, "gap": pl.Float64,
-                                    "flagged": pl.Boolean})
+        return pl.DataFrame(
+            schema={
+                "variant": pl.String,
+                "task": pl.String,
+                "train %": pl.Float64,
+                "eval %": pl.Float64,
+                "gap": pl.Float64,
+                "flagged": pl.Boolean,
+            }
+        )
     gaps = train_eval_gap(results, rule)
     limit = float("inf") if max_gap is None else max_gap
     return gaps.with_columns((pl.col("gap") > limit).fill_null(False).alias("flagged"))
@@ -140,9 +210,11 @@ def without_flagged(table: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
     if not flagged.height or not table.height:
         return table
     marks = flagged.with_columns(pl.lit(True).alias("_flag"))
-    marked = (table.join(marks, on=["variant", "task"], how="left")
-              .join(marks.rename({"variant": "baseline", "_flag": "_base_flag"}),
-                    on=["baseline", "task"], how="left"))
+    marked = table.join(marks, on=["variant", "task"], how="left").join(
+        marks.rename({"variant": "baseline", "_flag": "_base_flag"}),
+        on=["baseline", "task"],
+        how="left",
+    )
     hit = pl.col("_flag").fill_null(False) | pl.col("_base_flag").fill_null(False)
     return marked.with_columns(
         pl.when(hit).then(pl.lit(verdicts.FLAGGED)).otherwise(pl.col("verdict")).alias("verdict")
@@ -159,25 +231,37 @@ def pretraining_passes(params: TimecatSettings) -> float | None:
     return most * params.train.batch_size / params.train.data.synthetic.num_train
 
 
-def paper_side_by_side(results: pl.DataFrame, rule: str, paper_columns: dict[str, str]
-                       ) -> pl.DataFrame:
+def paper_side_by_side(
+    results: pl.DataFrame, rule: str, paper_columns: dict[str, str]
+) -> pl.DataFrame:
     """The paper's Table 3 next to this run's numbers, for tasks mapped to the paper's datasets
     and variants named as the paper's methods."""
     paper = evidence.load("table3").select(
         pl.col("method").str.replace(r" \(baseline\)", "").alias("variant"),
-        pl.col("eval_dataset").alias("paper_dataset"), pl.col("value").alias("paper_top1"))
-    mine = results.filter(pl.col("rule") == rule).group_by("variant", "task").agg(
-        (100 * pl.col("top1").mean()).round(2).alias("kit_top1_mean"),
-        (100 * pl.col("top1").std()).round(2).alias("kit_top1_std"), pl.len().alias("replicates"))
-    mapping = pl.DataFrame({"task": list(paper_columns), "paper_dataset":
-                            list(paper_columns.values())}, schema={"task": pl.String,
-                                                                   "paper_dataset": pl.String})
-    return paper.join(mapping, on="paper_dataset", how="left").join(
-        mine, on=["variant", "task"], how="left").sort("paper_dataset", "variant")
+        pl.col("eval_dataset").alias("paper_dataset"),
+        pl.col("value").alias("paper_top1"),
+    )
+    mine = (
+        results.filter(pl.col("rule") == rule)
+        .group_by("variant", "task")
+        .agg(
+            (100 * pl.col("top1").mean()).round(2).alias("kit_top1_mean"),
+            (100 * pl.col("top1").std()).round(2).alias("kit_top1_std"),
+            pl.len().alias("replicates"),
+        )
+    )
+    mapping = pl.DataFrame(
+        {"task": list(paper_columns), "paper_dataset": list(paper_columns.values())},
+        schema={"task": pl.String, "paper_dataset": pl.String},
+    )
+    return (
+        paper.join(mapping, on="paper_dataset", how="left")
+        .join(mine, on=["variant", "task"], how="left")
+        .sort("paper_dataset", "variant")
+    )
 
 
-def control_gains(results: pl.DataFrame, rule: str, level: float = verdicts.LEVEL
-                  ) -> pl.DataFrame:
+def control_gains(results: pl.DataFrame, rule: str, level: float = verdicts.LEVEL) -> pl.DataFrame:
     """Secondary, exploratory results: each time-concat variant of several models against the
     controls a reviewer asks for, task by task, in `gains`' layout: every `wide` variant (one
     model with as many or more features) and the `random-init` variant of the same n (the same
@@ -186,24 +270,41 @@ def control_gains(results: pl.DataFrame, rule: str, level: float = verdicts.LEVE
     concat = variants.filter(pl.col("kind").is_in(concatenated_kinds()) & (pl.col("n") > 1))
     frames = [paired_differences(results, rule, "").clear()]
     for control in controls_of(results).iter_rows(named=True):
-        against = (concat.filter(pl.col("n") == control["n"])
-                   if VARIANT_KINDS.get(control["kind"]).controls == "same_n" else concat)
-        frames.append(paired_differences(results, rule, control["variant"]).filter(
-            pl.col("variant").is_in(against["variant"].to_list())))
+        against = (
+            concat.filter(pl.col("n") == control["n"])
+            if VARIANT_KINDS.get(control["kind"]).controls == "same_n"
+            else concat
+        )
+        frames.append(
+            paired_differences(results, rule, control["variant"]).filter(
+                pl.col("variant").is_in(against["variant"].to_list())
+            )
+        )
     return _judged(pl.concat(frames), results, level)
 
 
 def _verdict_line(row: dict[str, object]) -> str:
-    spread = ("" if row["low"] is None else
-              f", Holm-adjusted interval [{row['low']:+.1f}, {row['high']:+.1f}], adjusted p "
-              f"{row['p_adjusted']:.3g} over the {row['comparisons']} tasks of this comparison")
-    return (f"secondary (exploratory): {row['variant']} vs {row['baseline']} on {row['task']} "
-            f"({row['role']}): {row['gain_mean']:+.1f} points over {row['replicates']} "
-            f"replicate(s){spread}: {row['verdict']}")
+    spread = (
+        ""
+        if row["low"] is None
+        else f", Holm-adjusted interval [{row['low']:+.1f}, {row['high']:+.1f}], adjusted p "
+        f"{row['p_adjusted']:.3g} over the {row['comparisons']} tasks of this comparison"
+    )
+    return (
+        f"secondary (exploratory): {row['variant']} vs {row['baseline']} on {row['task']} "
+        f"({row['role']}): {row['gain_mean']:+.1f} points over {row['replicates']} "
+        f"replicate(s){spread}: {row['verdict']}"
+    )
 
 
-def summarize(results: pl.DataFrame, rule: str, baseline: str, max_gap: float | None = None,
-              smallest: float = 2.9, ran: str = "") -> dict[str, object]:
+def summarize(
+    results: pl.DataFrame,
+    rule: str,
+    baseline: str,
+    max_gap: float | None = None,
+    smallest: float = 2.9,
+    ran: str = "",
+) -> dict[str, object]:
     """What this run measured, as plain statements and numbers: first each claim judged on its
     primary endpoint (`time_concat_claim`, `bottleneck_claim`; a probe cell the endpoint reads
     whose train/eval gap exceeds `max_gap` points is named beside it), then the secondary,
@@ -217,33 +318,56 @@ def summarize(results: pl.DataFrame, rule: str, baseline: str, max_gap: float | 
     claims = []
     for found in judged:
         flagged = caveats(found, gaps)
-        claims.append({"claim": found.claim, "status": found.status,
-                       "line": outcome_line(found, baseline, flagged),
-                       "title": TITLES[found.claim].format(baseline=baseline),
-                       "conditions": [outcomes.condition_words(row) for row in found.rows]
-                       + ([flagged_words(flagged)]
-                          if flagged else []),
-                       "reasons": found.reasons, "smallest_effect": smallest, "ran": ran})
+        claims.append(
+            {
+                "claim": found.claim,
+                "status": found.status,
+                "line": outcome_line(found, baseline, flagged),
+                "title": TITLES[found.claim].format(baseline=baseline),
+                "conditions": [outcomes.condition_words(row) for row in found.rows]
+                + ([flagged_words(flagged)] if flagged else []),
+                "reasons": found.reasons,
+                "smallest_effect": smallest,
+                "ran": ran,
+            }
+        )
     table = without_flagged(gains(results, rule, baseline), gaps)
     controls = without_flagged(control_gains(results, rule), gaps)
-    lines = [c["line"] for c in claims] + [_verdict_line(row) for row in table.iter_rows(named=True)]
+    lines = [c["line"] for c in claims] + [
+        _verdict_line(row) for row in table.iter_rows(named=True)
+    ]
     tally = table.group_by("variant").agg(
         (pl.col("verdict") == "better").sum().alias("better"),
-        (pl.col("verdict") == "worse").sum().alias("worse"), pl.len().alias("tasks"))
+        (pl.col("verdict") == "worse").sum().alias("worse"),
+        pl.len().alias("tasks"),
+    )
     order = {v: i for i, v in enumerate(variant_order(results))}
     tally = tally.sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
     for row in tally.iter_rows(named=True):
-        lines.append(f"secondary (exploratory): {row['variant']}: better than {baseline} on "
-                     f"{row['better']} of {row['tasks']} tasks, worse on {row['worse']} "
-                     f"(rule {rule})")
+        lines.append(
+            f"secondary (exploratory): {row['variant']}: better than {baseline} on "
+            f"{row['better']} of {row['tasks']} tasks, worse on {row['worse']} "
+            f"(rule {rule})"
+        )
     lines += [_verdict_line(row) for row in controls.iter_rows(named=True)]
-    return {"rule": rule, "baseline": baseline, "smallest_effect": smallest, "ran": ran,
-            "claim": {**claims[0], "variant": claimed_variant(results),
-                      "flagged_cells": gaps.filter(pl.col("flagged")).to_dicts(),
-                      "max_probe_gap": max_gap},
-            "claims": claims, "verdicts": [row for found in judged for row in found.rows],
-            "gains": table.to_dicts(), "tally": tally.to_dicts(), "controls": controls.to_dicts(),
-            "lines": lines}
+    return {
+        "rule": rule,
+        "baseline": baseline,
+        "smallest_effect": smallest,
+        "ran": ran,
+        "claim": {
+            **claims[0],
+            "variant": claimed_variant(results),
+            "flagged_cells": gaps.filter(pl.col("flagged")).to_dicts(),
+            "max_probe_gap": max_gap,
+        },
+        "claims": claims,
+        "verdicts": [row for found in judged for row in found.rows],
+        "gains": table.to_dicts(),
+        "tally": tally.to_dicts(),
+        "controls": controls.to_dicts(),
+        "lines": lines,
+    }
 
 
 def verdict_table(summary: dict) -> pl.DataFrame:
@@ -276,11 +400,24 @@ def task_table(params: TimecatSettings) -> pl.DataFrame:
     for task in params.tasks:
         task_data, classes = params.task_data(task)
         every = task_data.synthetic.num_train if task_data.synthetic else None
-        rows.append({"task": task.name, "role": task.role, "classes": classes,
-                     "chance %": chance[task.name], "Bayes ceiling %": ceiling.get(task.name),
-                     "probe train rows": params.probe_train_rows or every})
-    return pl.DataFrame(rows, schema={
-        "task": pl.String, "role": pl.String, "classes": pl.Int64, "chance %": pl.Float64,
-        "Bayes ceiling %": pl.Float64, "probe train rows": pl.Int64})
-
-
+        rows.append(
+            {
+                "task": task.name,
+                "role": task.role,
+                "classes": classes,
+                "chance %": chance[task.name],
+                "Bayes ceiling %": ceiling.get(task.name),
+                "probe train rows": params.probe_train_rows or every,
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "task": pl.String,
+            "role": pl.String,
+            "classes": pl.Int64,
+            "chance %": pl.Float64,
+            "Bayes ceiling %": pl.Float64,
+            "probe train rows": pl.Int64,
+        },
+    )

@@ -58,8 +58,9 @@ def _network(arch: str, num_classes: int, width: float) -> tuple[int, int]:
     return network.feature_dim, weights
 
 
-def _rate(gpu: str | None, ranks: int, cost: float, workers: int, data: DataSettings,
-          train: bool) -> float | None:
+def _rate(
+    gpu: str | None, ranks: int, cost: float, workers: int, data: DataSettings, train: bool
+) -> float | None:
     """Images per second of `ranks` GPUs fed by `workers` loader workers each."""
     if gpu is None:
         return None
@@ -70,7 +71,7 @@ def _rate(gpu: str | None, ranks: int, cost: float, workers: int, data: DataSett
 
 
 def _cost(width: float, image_size: int) -> float:
-    return width ** 2 * (image_size / 224) ** 2
+    return width**2 * (image_size / 224) ** 2
 
 
 def _hours(images: float, rate: float | None) -> float | None:
@@ -80,18 +81,21 @@ def _hours(images: float, rate: float | None) -> float | None:
 def _training(params: TimecatSettings, gpu: str | None) -> StepEstimate:
     runs = plan(params).trainings
     settings = params.launch
-    concurrent = (settings.max_concurrent or len(runs) if settings.backend == "slurm"
-                  else settings.workers)
+    concurrent = (
+        settings.max_concurrent or len(runs) if settings.backend == "slurm" else settings.workers
+    )
     ranks = settings.nproc_per_node * settings.nodes
     images = hours = disk = 0
     for run in runs:
         images += run.iterations * run.batch_size
-        rate = _rate(gpu, ranks, _cost(run.width, run.data.image_size), run.num_workers,
-                     run.data, True)
+        rate = _rate(
+            gpu, ranks, _cost(run.width, run.data.image_size), run.num_workers, run.data, True
+        )
         hours = None if rate is None else hours + _hours(run.iterations * run.batch_size, rate)
         disk += CHECKPOINT_COPIES * _network(run.model, run.num_classes, run.width)[1]
-    return StepEstimate("train", images, None if hours is None else hours / max(concurrent, 1),
-                        disk)
+    return StepEstimate(
+        "train", images, None if hours is None else hours / max(concurrent, 1), disk
+    )
 
 
 def task_rows(params: TimecatSettings) -> dict[str, tuple[int, int]]:
@@ -111,8 +115,10 @@ def _representations(params: TimecatSettings) -> tuple[str, float, list[tuple[in
     arch = params.train.model if params.train else "resnet50"
     base = params.train.width if params.train else 1.0
     size = params.train.data.image_size if params.train else 224
-    found = [(rep.n, rep.n * _network(arch, 1000, base * rep.width)[0])
-             for rep in plan(params).representations]
+    found = [
+        (rep.n, rep.n * _network(arch, 1000, base * rep.width)[0])
+        for rep in plan(params).representations
+    ]
     return arch, _cost(base, size), found
 
 
@@ -122,7 +128,8 @@ def _extraction(params: TimecatSettings, gpu: str | None) -> StepEstimate:
     _, cost, representations = _representations(params)
     checkpoints = sum(n for n, _ in representations)
     entry_width = sum(width for _, width in representations) + sum(
-        width for n, width in representations if n > 1)
+        width for n, width in representations if n > 1
+    )
     ranks = params.launch.nproc_per_node * params.launch.nodes
     images = hours = disk = 0
     for task in params.tasks:
@@ -161,16 +168,23 @@ def estimate(params: TimecatSettings, gpu: str | None) -> list[StepEstimate]:
 def describe(estimates: list[StepEstimate], gpu: str | None) -> str:
     """The estimates as a table, with the total, for the plan's output."""
     where = f"on {gpu.upper()} GPUs" if gpu else "(on CPU: wall times not estimated)"
-    lines = [f"expected cost {where}, from the rates in kit/experiments/timecat/estimates.py:",
-             f"  {'step':<8}{'images':>16}{'wall time':>12}{'disk':>12}"]
-    for row in [*estimates, StepEstimate(
-            "total", sum(e.images for e in estimates),
-            None if any(e.hours is None for e in estimates)
+    lines = [
+        f"expected cost {where}, from the rates in kit/experiments/timecat/estimates.py:",
+        f"  {'step':<8}{'images':>16}{'wall time':>12}{'disk':>12}",
+    ]
+    for row in [
+        *estimates,
+        StepEstimate(
+            "total",
+            sum(e.images for e in estimates),
+            None
+            if any(e.hours is None for e in estimates)
             else sum(e.hours or 0.0 for e in estimates),
-            sum(e.disk_bytes for e in estimates))]:
+            sum(e.disk_bytes for e in estimates),
+        ),
+    ]:
         hours = "-" if row.hours is None else f"{row.hours:.1f} h"
-        lines.append(f"  {row.step:<8}{row.images:>16,}{hours:>12}"
-                     f"{row.disk_bytes / 1e9:>9.1f} GB")
+        lines.append(f"  {row.step:<8}{row.images:>16,}{hours:>12}{row.disk_bytes / 1e9:>9.1f} GB")
     return "\n".join(lines)
 
 
@@ -189,8 +203,9 @@ def machine_problems(params: TimecatSettings) -> list[str]:
     and feature cache; and where the launch runs here (not slurm), CUDA and a GPU per process,
     the compiler for `compile`, and /dev/shm for the training loaders."""
     needed = sum(step.disk_bytes for step in estimate(params, None))
-    problems = machine.disk_problems(runs_dir(params), needed,
-                                     "the plan's checkpoints and feature cache")
+    problems = machine.disk_problems(
+        runs_dir(params), needed, "the plan's checkpoints and feature cache"
+    )
     launch, train = params.launch, params.train
     if launch.backend == "slurm":
         return problems  # the compute nodes check themselves when the processes start
@@ -200,7 +215,12 @@ def machine_problems(params: TimecatSettings) -> list[str]:
         if train.compile:
             problems += machine.compiler_problems("train.compile")
         batch = train.micro_batch or train.batch_size // launch.nproc_per_node
-        problems += machine.shm_problems(machine.loader_shared_memory(
-            launch.nproc_per_node * launch.workers, train.num_workers, batch,
-            train.data.image_size))
+        problems += machine.shm_problems(
+            machine.loader_shared_memory(
+                launch.nproc_per_node * launch.workers,
+                train.num_workers,
+                batch,
+                train.data.image_size,
+            )
+        )
     return problems

@@ -18,63 +18,97 @@ def training_chart(curves: pl.DataFrame) -> alt.FacetChart:
     variant, its lines in the variant's colour, each run named by its tooltip."""
     trained = curves.filter(pl.col("loss").is_not_null())
     named = trained.with_columns(
-        pl.col("run").str.replace_all("\\", "/", literal=True).str.extract(r"/rep\d+/([^/]+)/")
-        .alias("variant"), pl.Series("run", charts.short_names(trained["run"])))
-    return charts.series_lines(named, "step", "loss", "run", facet="variant",
-                               x_title="training step", y_title="training loss",
-                               color_by="variant")
+        pl.col("run")
+        .str.replace_all("\\", "/", literal=True)
+        .str.extract(r"/rep\d+/([^/]+)/")
+        .alias("variant"),
+        pl.Series("run", charts.short_names(trained["run"])),
+    )
+    return charts.series_lines(
+        named,
+        "step",
+        "loss",
+        "run",
+        facet="variant",
+        x_title="training step",
+        y_title="training loss",
+        color_by="variant",
+    )
 
 
-def accuracy_chart(results: pl.DataFrame, rule: str, chance: dict[str, float],
-                   ceiling: dict[str, float] | None = None) -> alt.FacetChart:
+def accuracy_chart(
+    results: pl.DataFrame,
+    rule: str,
+    chance: dict[str, float],
+    ceiling: dict[str, float] | None = None,
+) -> alt.FacetChart:
     """Top-1 of every variant on every task (mean ± std over replicates), on one 0-100 scale
     for all panels, with each task's chance level (`chance`: task -> top-1 % of guessing) and,
     where known, its Bayes ceiling (`ceiling`) drawn and labelled."""
     ceiling = ceiling or {}
     stats = _mean_std(results, rule, ["task", "variant"]).with_columns(
         pl.col("task").replace_strict(chance, return_dtype=pl.Float64).alias("chance"),
-        pl.col("task").replace_strict(ceiling, default=None, return_dtype=pl.Float64)
-        .alias("ceiling"))
+        pl.col("task")
+        .replace_strict(ceiling, default=None, return_dtype=pl.Float64)
+        .alias("ceiling"),
+    )
     order = variant_order(results)
     y = alt.Y("mean:Q", title="top-1 (%)", scale=alt.Scale(domain=[0, 100]))
     base = alt.Chart().encode(x=alt.X("variant:N", sort=order, title="variant"))
-    layers = [base.mark_point(filled=True, size=50).encode(
-                  y=y, color=alt.Color("variant:N", scale=palette.scale(order), legend=None),
-                  tooltip=charts.tooltips(stats, ["task", "variant", "mean", "std", "count"],
-                                          PERCENT)),
-              base.mark_errorbar().encode(y=alt.Y("low:Q", title="top-1 (%)"), y2="high:Q"),
-              charts.chance_lines("chance"),
-              charts.reference_lines("ceiling", "Bayes ceiling", dash=(1, 0))]
-    return alt.layer(*layers, data=stats).properties(width=150, height=160).facet(
-        column=alt.Column("task:N", title=None))
+    layers = [
+        base.mark_point(filled=True, size=50).encode(
+            y=y,
+            color=alt.Color("variant:N", scale=palette.scale(order), legend=None),
+            tooltip=charts.tooltips(stats, ["task", "variant", "mean", "std", "count"], PERCENT),
+        ),
+        base.mark_errorbar().encode(y=alt.Y("low:Q", title="top-1 (%)"), y2="high:Q"),
+        charts.chance_lines("chance"),
+        charts.reference_lines("ceiling", "Bayes ceiling", dash=(1, 0)),
+    ]
+    return (
+        alt.layer(*layers, data=stats)
+        .properties(width=150, height=160)
+        .facet(column=alt.Column("task:N", title=None))
+    )
 
 
 def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
     """In distribution vs in the mixture vs unseen: mean over the tasks of each role, for the
     variants probed on every task."""
     tasks = results["task"].n_unique()
-    everywhere = results.group_by("variant").agg(pl.col("task").n_unique().alias("tasks"))\
+    everywhere = (
+        results.group_by("variant")
+        .agg(pl.col("task").n_unique().alias("tasks"))
         .filter(pl.col("tasks") == tasks)["variant"]
-    per_task = results.filter((pl.col("rule") == rule)
-                              & pl.col("variant").is_in(everywhere.implode()))
+    )
+    per_task = results.filter(
+        (pl.col("rule") == rule) & pl.col("variant").is_in(everywhere.implode())
+    )
     per_role = per_task.group_by("role", "variant", "replicate").agg(pl.col("top1").mean())
-    stats = _mean_std(per_role.with_columns(pl.lit(rule).alias("rule")), rule,
-                      ["role", "variant"])
+    stats = _mean_std(per_role.with_columns(pl.lit(rule).alias("rule")), rule, ["role", "variant"])
     title = "mean top-1 over the role's tasks (%)"
     order = [v for v in variant_order(results) if v in set(everywhere)]
-    base = alt.Chart(stats).encode(x=alt.X("variant:N", sort=order, title="variant"),
-                                   color=alt.Color("role:N", title="task role",
-                                                   scale=palette.scale(sorted(stats["role"]))))
+    base = alt.Chart(stats).encode(
+        x=alt.X("variant:N", sort=order, title="variant"),
+        color=alt.Color("role:N", title="task role", scale=palette.scale(sorted(stats["role"]))),
+    )
     line = base.mark_line(point=True).encode(
-        y=alt.Y("mean:Q", title=title, scale=alt.Scale(zero=False)), detail="role:N",
-        tooltip=charts.tooltips(stats, ["role", "variant", "mean", "std"], PERCENT))
+        y=alt.Y("mean:Q", title=title, scale=alt.Scale(zero=False)),
+        detail="role:N",
+        tooltip=charts.tooltips(stats, ["role", "variant", "mean", "std"], PERCENT),
+    )
     bars = base.mark_errorbar().encode(y=alt.Y("low:Q", title=title), y2="high:Q")
     return (line + bars).properties(width=320, height=220)
 
 
 def _mean_std(results: pl.DataFrame, rule: str, by: list[str]) -> pl.DataFrame:
-    stats = results.filter(pl.col("rule") == rule).group_by(by).agg(
-        (100 * pl.col("top1").mean()).alias("mean"),
-        (100 * pl.col("top1").std()).fill_null(0).alias("std"), pl.len().alias("count"))
+    stats = (
+        results.filter(pl.col("rule") == rule)
+        .group_by(by)
+        .agg(
+            (100 * pl.col("top1").mean()).alias("mean"),
+            (100 * pl.col("top1").std()).fill_null(0).alias("std"),
+            pl.len().alias("count"),
+        )
+    )
     return charts.error_bounds(stats, (0, 100))
-

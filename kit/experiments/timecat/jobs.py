@@ -53,8 +53,9 @@ EXTRACTED = "extracted.json"
 Step = Literal["extract", "probe"]
 
 
-def _extraction_record(params: TimecatSettings, representations: list[Representation]
-                       ) -> dict[str, object] | None:
+def _extraction_record(
+    params: TimecatSettings, representations: list[Representation]
+) -> dict[str, object] | None:
     """What the cached features depend on, cheap to compare: tasks, probe rows, seed, dtype,
     training settings, and each checkpoint's path, size and modification time (None while one
     is missing). The cache itself still checks content on every read."""
@@ -63,9 +64,9 @@ def _extraction_record(params: TimecatSettings, representations: list[Representa
         stats = [[c, os.stat(c).st_size, os.stat(c).st_mtime_ns] for c in checkpoints]
     except FileNotFoundError:
         return None
-    return params.model_dump(mode="json", include={"tasks", "train", "probe_train_rows",
-                                                   "base_seed", "feature_dtype"}) | {
-        "checkpoints": stats}
+    return params.model_dump(
+        mode="json", include={"tasks", "train", "probe_train_rows", "base_seed", "feature_dtype"}
+    ) | {"checkpoints": stats}
 
 
 def extraction_finished(params: TimecatSettings) -> bool:
@@ -80,9 +81,12 @@ def _stopped_by_preemption() -> Iterator[None]:
     """A preemption signal (Slurm's notice, SIGTERM) stops the step with train.Preempted, exit
     status 75, on which a Slurm job requeues itself: finished cache entries are kept (each is
     renamed into place complete), the others are extracted by the next run."""
+
     def stop(number: int, _frame: object) -> None:
-        raise train.Preempted(f"{signal.Signals(number).name}: stopped; cache entries finished "
-                              "so far are kept, run it again to extract the rest")
+        raise train.Preempted(
+            f"{signal.Signals(number).name}: stopped; cache entries finished "
+            "so far are kept, run it again to extract the rest"
+        )
 
     with processes.signal_handlers(processes.PREEMPTION_SIGNALS, stop):
         yield
@@ -94,29 +98,44 @@ def extract_step(params: TimecatSettings) -> int:
     changed training runs are refused before anything is extracted. Returns the number of
     cache entries the probes read (extracted now or found)."""
     process = distributed.start_process(params.device)
-    print(f"extracting features: rank {process.rank}/{process.world_size} on {process.device}",
-          flush=True)
+    print(
+        f"extracting features: rank {process.rank}/{process.world_size} on {process.device}",
+        flush=True,
+    )
     try:
         experiment = plan(params)
         refuse_changed_runs(experiment.trainings)
-        unfinished = [str(resolve(t.output_dir)) for t in experiment.trainings
-                      if not is_finished(t)]
+        unfinished = [
+            str(resolve(t.output_dir)) for t in experiment.trainings if not is_finished(t)
+        ]
         if unfinished:
-            raise ParameterError(f"{len(unfinished)} training run(s) have not finished, so there "
-                                 f"is nothing to extract from yet: {', '.join(unfinished[:5])}")
+            raise ParameterError(
+                f"{len(unfinished)} training run(s) have not finished, so there "
+                f"is nothing to extract from yet: {', '.join(unfinished[:5])}"
+            )
         if process.main:
             initialise(experiment.initial)
         if dist.is_initialized():
             dist.barrier()
         with _stopped_by_preemption():
-            found = [task_features(task, experiment.representations, params,
-                                   progress=process.main) for task in params.tasks]
+            found = [
+                task_features(task, experiment.representations, params, progress=process.main)
+                for task in params.tasks
+            ]
         if process.main:
             with files.atomic_write(features_dir(params) / EXTRACTED) as handle:
-                handle.write(json.dumps(_extraction_record(params, experiment.representations),
-                                        indent=1).encode())
-        return len({entry.path for task in found
-                    for entry in [*task.train, *task.eval, *task.single.values()]})
+                handle.write(
+                    json.dumps(
+                        _extraction_record(params, experiment.representations), indent=1
+                    ).encode()
+                )
+        return len(
+            {
+                entry.path
+                for task in found
+                for entry in [*task.train, *task.eval, *task.single.values()]
+            }
+        )
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -127,8 +146,9 @@ def probe_step(params: TimecatSettings) -> Path:
     and write the results and diagnostics tables notebook 03 writes; returns the results file.
     One process: probing reads cached features and needs no group."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ParameterError("the probe step runs as one process, not under torchrun or srun "
-                             "with several tasks")
+        raise ParameterError(
+            "the probe step runs as one process, not under torchrun or srun with several tasks"
+        )
     measured = probe_all(plan(params).representations, params)
     out = outputs.output_dir(params.output_dir)
     measured.diagnostics.write_parquet(out / DIAGNOSTICS)
@@ -157,8 +177,7 @@ def probe_processes(params: TimecatSettings) -> int:
     return 1
 
 
-def step_settings(step: Step, settings: LaunchSettings, params: TimecatSettings
-                  ) -> LaunchSettings:
+def step_settings(step: Step, settings: LaunchSettings, params: TimecatSettings) -> LaunchSettings:
     """The launch settings of a step, sized for its loaders: extraction uses all of them (every
     GPU of the node, or several nodes); probing is one process given as many GPUs as the
     processes it starts (probe_processes), which it runs under its own torchrun."""
@@ -167,23 +186,33 @@ def step_settings(step: Step, settings: LaunchSettings, params: TimecatSettings
         return sized_for_loaders(settings, params.feature_workers, 1, cuda=cuda)
     gpus = probe_processes(params)
     workers = params.faithful.workers if gpus > 1 and params.faithful else params.feature_workers
-    single = settings.model_copy(update={
-        "nproc_per_node": 1, "nodes": 1, "workers": 1, "gpus_per_worker": gpus,
-        "gpus_per_node": min(settings.gpus_per_node, gpus)})
+    single = settings.model_copy(
+        update={
+            "nproc_per_node": 1,
+            "nodes": 1,
+            "workers": 1,
+            "gpus_per_worker": gpus,
+            "gpus_per_node": min(settings.gpus_per_node, gpus),
+        }
+    )
     return sized_for_loaders(single, workers, 1, processes=gpus, cuda=cuda)
 
 
-def launch_step(step: Step, params: TimecatSettings,
-                settings: LaunchSettings | None = None, wait: bool = True
-                ) -> Launched:
+def launch_step(
+    step: Step, params: TimecatSettings, settings: LaunchSettings | None = None, wait: bool = True
+) -> Launched:
     """Run a step as a job with the profile's launch settings (or `settings`): in this process
     (inline), as one process or one torchrun on this node (local, torchrun; log in
     <run_root>/logs/<step>.log), or as a Slurm job (`wait=False` returns once submitted)."""
     folder = runs_dir(params)
     parameters_file = write_job_parameters(params, folder / "jobs" / f"{NOTEBOOK}.parameters.yaml")
-    return kit_launch.launch_step(step, job_args(step, params.profile, parameters_file),
-                                  step_settings(step, settings or params.launch, params), folder,
-                                  wait)
+    return kit_launch.launch_step(
+        step,
+        job_args(step, params.profile, parameters_file),
+        step_settings(step, settings or params.launch, params),
+        folder,
+        wait,
+    )
 
 
 def launch_extraction(params: TimecatSettings, wait: bool = True) -> bool:
@@ -196,27 +225,32 @@ def launch_extraction(params: TimecatSettings, wait: bool = True) -> bool:
     return extraction_finished(params)
 
 
-def export_jobs(params: TimecatSettings, settings: LaunchSettings, out: str | Path
-                ) -> list[Path]:
+def export_jobs(params: TimecatSettings, settings: LaunchSettings, out: str | Path) -> list[Path]:
     """Ready-to-submit Slurm scripts in `out`: train.sbatch (the notebook's training runs, an
     array; absent when nothing is trained), extract.sbatch, probe.sbatch, and submit.sh, which
     submits them in that order, each after the previous one succeeded."""
     out = resolve(out)
     trainings = plan(params).trainings
-    scripts = [sbatch.export_plan(trainings, settings, out)
-               ] if trainings else []
+    scripts = [sbatch.export_plan(trainings, settings, out)] if trainings else []
     parameters_file = write_job_parameters(params, out / f"{NOTEBOOK}.parameters.yaml")
-    scripts += [sbatch.export_step(step, job_args(step, params.profile, parameters_file),
-                                       step_settings(step, settings, params), out)
-                for step in ("extract", "probe")]
+    scripts += [
+        sbatch.export_step(
+            step,
+            job_args(step, params.profile, parameters_file),
+            step_settings(step, settings, params),
+            out,
+        )
+        for step in ("extract", "probe")
+    ]
     return [*scripts, sbatch.export_chain(scripts, out)]
 
 
-def load_settings(profile: str, parameter_files: list[Path], overrides: list[str]
-                ) -> TimecatSettings:
+def load_settings(
+    profile: str, parameter_files: list[Path], overrides: list[str]
+) -> TimecatSettings:
     """Notebook 03's parameters for a profile, files and KEY=VALUE overrides."""
-    loaded, _ = kit_params.load(NOTEBOOK, profile, parameter_files,
-                                kit_params.parse_overrides(overrides))
+    loaded, _ = kit_params.load(
+        NOTEBOOK, profile, parameter_files, kit_params.parse_overrides(overrides)
+    )
     assert isinstance(loaded, TimecatSettings)
     return loaded
-

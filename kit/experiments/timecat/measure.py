@@ -48,8 +48,12 @@ class TaskFeatures:
     eval_rows: int
 
 
-def task_features(task: ProbeTask, representations: list[Representation],
-                  params: TimecatSettings, progress: bool = False) -> TaskFeatures:
+def task_features(
+    task: ProbeTask,
+    representations: list[Representation],
+    params: TimecatSettings,
+    progress: bool = False,
+) -> TaskFeatures:
     """Extract (or find cached) every feature probe_all reads for one task: the one path to
     the cache, so that an extraction job and the notebook's probes meet the same entries.
     Under torchrun each rank extracts its shard. The authors' probe reads images, so for it
@@ -60,26 +64,40 @@ def task_features(task: ProbeTask, representations: list[Representation],
     train_set, eval_set = pipeline.probe_datasets(task_data, num_classes)
     split_name = "train"
     if params.probe_train_rows is not None and params.probe_train_rows < len(train_set):
-        chosen = pipeline.balanced_subset(pipeline.labels_of(train_set), params.probe_train_rows,
-                                      seed=params.base_seed)
+        chosen = pipeline.balanced_subset(
+            pipeline.labels_of(train_set), params.probe_train_rows, seed=params.base_seed
+        )
         train_set = Subset(train_set, chosen.tolist())
         split_name = f"train[balanced {len(chosen)}, seed {params.base_seed}]"
     probed = [rep for rep in representations if rep.task in (None, task.name)]
     members = list(dict.fromkeys(c for rep in probed for c in rep.checkpoints))
 
-    def extract(groups: list[list[Path]], split: str, dataset: Dataset
-                ) -> list[features.FeatureSet]:
+    def extract(
+        groups: list[list[Path]], split: str, dataset: Dataset
+    ) -> list[features.FeatureSet]:
         return features.extract_many(
-            groups, dataset, task_data.model_dump_json(), split,
-            transform=pipeline.resolved_augment(task_data), cache_dir=cache,
-            batch_size=params.feature_batch_size, dtype=params.feature_dtype,
-            device=params.device, num_workers=params.feature_workers, progress=progress)
+            groups,
+            dataset,
+            task_data.model_dump_json(),
+            split,
+            transform=pipeline.resolved_augment(task_data),
+            cache_dir=cache,
+            batch_size=params.feature_batch_size,
+            dtype=params.feature_dtype,
+            device=params.device,
+            num_workers=params.feature_workers,
+            progress=progress,
+        )
 
     groups = [list(rep.checkpoints) for rep in probed]
     return TaskFeatures(
-        num_classes, probed, extract(groups, split_name, train_set) if on_features else [],
+        num_classes,
+        probed,
+        extract(groups, split_name, train_set) if on_features else [],
         extract(groups, "eval", eval_set) if on_features else [],
-        dict(zip(members, extract([[c] for c in members], "eval", eval_set))), len(eval_set))
+        dict(zip(members, extract([[c] for c in members], "eval", eval_set), strict=True)),
+        len(eval_set),
+    )
 
 
 def probe_all(representations: list[Representation], params: TimecatSettings) -> Measurements:
@@ -101,45 +119,70 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
         num_classes, single = extracted.num_classes, extracted.single
         sample = _diagnostic_sample(extracted.eval_rows, params.base_seed)
         for index, rep in enumerate(extracted.probed):
-            bar.set_postfix_str(f"{task.name}: {rep.variant} (replicate {rep.replicate})",
-                                refresh=False)  # update() redraws, at most every mininterval
+            bar.set_postfix_str(
+                f"{task.name}: {rep.variant} (replicate {rep.replicate})", refresh=False
+            )  # update() redraws, at most every mininterval
             parts = [single[c].torch()[0][sample] for c in rep.checkpoints]
             exact = None
             if on_features:
-                splits = [Split(*found.torch(), found.record["split"])
-                          for found in (extracted.train[index], extracted.eval[index])]
+                splits = [
+                    Split(*found.torch(), found.record["split"])
+                    for found in (extracted.train[index], extracted.eval[index])
+                ]
                 if params.lbfgs_check and rep.replicate == 0:  # a check of the fast probe
-                    exact = registry.get("lbfgs").fit(splits[0], splits[1], num_classes,
-                                                      config.lbfgs(), progress=False)
+                    exact = registry.get("lbfgs").fit(
+                        splits[0], splits[1], num_classes, config.lbfgs(), progress=False
+                    )
                 settings = config.lbfgs() if params.probe_kind == "lbfgs" else config
                 result = chosen.fit(splits[0], splits[1], num_classes, settings, progress=False)
                 concatenated = splits[1].features[sample]
             else:
                 result = on_images[task.name, rep]
                 concatenated = torch.cat(parts, 1)
-            described = {"variant": rep.variant, "kind": rep.kind, "n": rep.n,
-                         "width": rep.width, "replicate": rep.replicate,
-                         "iterations_per_model": rep.iterations_per_model,
-                         "task": task.name, "role": task.role}
+            described = {
+                "variant": rep.variant,
+                "kind": rep.kind,
+                "n": rep.n,
+                "width": rep.width,
+                "replicate": rep.replicate,
+                "iterations_per_model": rep.iterations_per_model,
+                "task": task.name,
+                "role": task.role,
+            }
             for selected in result.selected.iter_rows(named=True):
-                rows.append(described | {"rule": selected["rule"], "top1": selected["top1"],
-                                         "top5": selected["top5"],
-                                         "train_top1": selected["train_top1"],
-                                         "lbfgs_top1": exact and exact.top1(selected["rule"])})
+                rows.append(
+                    described
+                    | {
+                        "rule": selected["rule"],
+                        "top1": selected["top1"],
+                        "top5": selected["top5"],
+                        "train_top1": selected["train_top1"],
+                        "lbfgs_top1": exact and exact.top1(selected["rule"]),
+                    }
+                )
             diagnosed.append(described | _diagnose(concatenated, parts))
             bar.update()
             stage.advance()
     bar.close()
     stage.finish(f"reused 0, fitted {total} (probes are refitted from the cached features)")
     return Measurements(
-        pl.DataFrame(rows, schema_overrides={"iterations_per_model": pl.Int64,
-                                             "top5": pl.Float64, "lbfgs_top1": pl.Float64}),
-        pl.DataFrame(diagnosed, schema_overrides={"iterations_per_model": pl.Int64,
-                                                  "seed_cka": pl.Float64}))
+        pl.DataFrame(
+            rows,
+            schema_overrides={
+                "iterations_per_model": pl.Int64,
+                "top5": pl.Float64,
+                "lbfgs_top1": pl.Float64,
+            },
+        ),
+        pl.DataFrame(
+            diagnosed, schema_overrides={"iterations_per_model": pl.Int64, "seed_cka": pl.Float64}
+        ),
+    )
 
 
-def faithful_results(representations: list[Representation], params: TimecatSettings
-                     ) -> dict[tuple[str, Representation], ProbeResult]:
+def faithful_results(
+    representations: list[Representation], params: TimecatSettings
+) -> dict[tuple[str, Representation], ProbeResult]:
     """The authors' probe of every representation on every task, by task name and
     representation, each in run_root/faithful/<task>/rep<r>/<variant>: read back when it has
     finished, resumed when it was interrupted; the others run in groups of the same process
@@ -154,13 +197,19 @@ def faithful_results(representations: list[Representation], params: TimecatSetti
         for rep in representations:
             if rep.task in (None, task.name):
                 keys.append((task.name, rep))
-                own = settings.for_probe(kinds.get(task_data.kind).probe_grid,
-                                         len(rep.checkpoints) > 1)
-                jobs.append(ImageProbeJob(
-                    list(rep.checkpoints), task_data, num_classes,
-                    folder / task.name / f"rep{rep.replicate}" / rep.variant,
-                    own.model_copy(update={"device": params.device}),
-                    settings.grid(task.name, task_data.kind)))
+                own = settings.for_probe(
+                    kinds.get(task_data.kind).probe_grid, len(rep.checkpoints) > 1
+                )
+                jobs.append(
+                    ImageProbeJob(
+                        list(rep.checkpoints),
+                        task_data,
+                        num_classes,
+                        folder / task.name / f"rep{rep.replicate}" / rep.variant,
+                        own.model_copy(update={"device": params.device}),
+                        settings.grid(task.name, task_data.kind),
+                    )
+                )
     chosen = registry.get(params.probe_kind)
     assert isinstance(chosen, ImageProbe)
     return dict(zip(keys, chosen.run_all(jobs, folder), strict=True))
@@ -175,8 +224,10 @@ def probe_description(params: TimecatSettings) -> str:
         return chosen.describe(params.probe)
     settings = params.faithful
     assert settings is not None
-    grids = "; ".join(f"{task.name} {settings.grid(task.name, params.task_data(task)[0].kind)}"
-                      for task in params.tasks)
+    grids = "; ".join(
+        f"{task.name} {settings.grid(task.name, params.task_data(task)[0].kind)}"
+        for task in params.tasks
+    )
     return f"{chosen.describe(settings)}; weight decays {grids}"
 
 
@@ -190,8 +241,9 @@ def _diagnostic_sample(rows: int, seed: int) -> torch.Tensor:
 def _diagnose(concatenated: torch.Tensor, models: list[torch.Tensor]) -> dict[str, float | None]:
     """Richness of a representation and the similarity of its models' features."""
     pairs = [diagnostics.linear_cka(a, b) for a, b in itertools.combinations(models, 2)]
-    return {"features": int(concatenated.shape[1]),
-            "rankme": diagnostics.rankme(concatenated.float()),
-            "alpha_req": diagnostics.alpha_req(concatenated.float()),
-            "seed_cka": sum(pairs) / len(pairs) if pairs else None}
-
+    return {
+        "features": int(concatenated.shape[1]),
+        "rankme": diagnostics.rankme(concatenated.float()),
+        "alpha_req": diagnostics.alpha_req(concatenated.float()),
+        "seed_cka": sum(pairs) / len(pairs) if pairs else None,
+    }

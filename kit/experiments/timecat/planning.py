@@ -75,42 +75,79 @@ def plan(params: TimecatSettings) -> Plan:
         seeds = params.seeds(replicate)
         for variant in params.variants:
             if variant.checkpoints is not None:
-                representations.append(Representation(
-                    variant.name, variant.kind, variant.n, variant.width, replicate,
-                    variant.iterations, tuple(resolve(f) for f in
-                                              variant.checkpoints[replicate])))
+                representations.append(
+                    Representation(
+                        variant.name,
+                        variant.kind,
+                        variant.n,
+                        variant.width,
+                        replicate,
+                        variant.iterations,
+                        tuple(resolve(f) for f in variant.checkpoints[replicate]),
+                    )
+                )
                 continue
-            tasks = ([params.tasks[[t.name for t in params.tasks].index(name)]
-                      for name in variant.tasks] if variant.tasks else [None])
+            tasks = (
+                [params.tasks[[t.name for t in params.tasks].index(name)] for name in variant.tasks]
+                if variant.tasks
+                else [None]
+            )
             for task in tasks:
                 label = variant.name if task is None else f"{variant.name}-{task.name}"
-                folders = [root / f"rep{replicate}" / label / f"seed{seed}"
-                           for seed in seeds[:variant.n]]
+                folders = [
+                    root / f"rep{replicate}" / label / f"seed{seed}" for seed in seeds[: variant.n]
+                ]
                 if any(escapes(root, folder) for folder in folders):
                     raise ParameterError(f"variants: {label} would write outside {root}")
-                configs = [params.run_config(variant, seed, str(folder), task)
-                           for seed, folder in zip(seeds, folders)]
+                configs = [
+                    params.run_config(variant, seed, str(folder), task)
+                    for seed, folder in zip(seeds[: variant.n], folders, strict=True)
+                ]
                 if variant.initialised:
                     initial += configs
                     files = tuple(folder / INITIAL for folder in folders)
                     iterations = None
                 else:
-                    runs.update(zip(folders, configs))
+                    runs.update(zip(folders, configs, strict=True))
                     files = tuple(folder / CHECKPOINT for folder in folders)
                     iterations = configs[0].iterations
-                representations.append(Representation(
-                    variant.name, variant.kind, variant.n, variant.width, replicate, iterations,
-                    files, None if task is None else task.name))
+                representations.append(
+                    Representation(
+                        variant.name,
+                        variant.kind,
+                        variant.n,
+                        variant.width,
+                        replicate,
+                        iterations,
+                        files,
+                        None if task is None else task.name,
+                    )
+                )
     return Plan(list(runs.values()), initial, representations)
 
 
 def run_table(trainings: list[TrainSettings]) -> pl.DataFrame:
     """The plan's runs as notebook 03 lists them: each run's folder (from the repository root
     where it lies under it), seed, iterations, width and whether it has finished."""
-    return pl.DataFrame([{"run": shown(t.output_dir), "seed": t.seed, "iterations": t.iterations,
-                          "width": t.width, "finished": is_finished(t)} for t in trainings],
-                        schema={"run": pl.String, "seed": pl.Int64, "iterations": pl.Int64,
-                                "width": pl.Float64, "finished": pl.Boolean})
+    return pl.DataFrame(
+        [
+            {
+                "run": shown(t.output_dir),
+                "seed": t.seed,
+                "iterations": t.iterations,
+                "width": t.width,
+                "finished": is_finished(t),
+            }
+            for t in trainings
+        ],
+        schema={
+            "run": pl.String,
+            "seed": pl.Int64,
+            "iterations": pl.Int64,
+            "width": pl.Float64,
+            "finished": pl.Boolean,
+        },
+    )
 
 
 #: the file holding an untrained network (random-init variants), in the kit's checkpoint format
@@ -132,8 +169,9 @@ def initialise(configs: list[TrainSettings]) -> int:
         if _initial_is_current(path, config):
             continue
         torch.manual_seed(config.seed)
-        network = models.build(config.model, config.num_classes, config.width, config.stem,
-                               config.data.image_size)
+        network = models.build(
+            config.model, config.num_classes, config.width, config.stem, config.data.image_size
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         # the same bytes wherever it is written (no run folder inside), so that the feature
         # cache, keyed by contents, shares the features of every copy of one untrained network
@@ -173,21 +211,27 @@ def refuse_changed_runs(trainings: list[TrainSettings]) -> None:
     if changed:
         raise ParameterError(
             f"{len(changed)} run folder(s) hold runs with other settings than these parameters: "
-            + "; ".join(changed[:5]) + ("; ..." if len(changed) > 5 else "")
+            + "; ".join(changed[:5])
+            + ("; ..." if len(changed) > 5 else "")
             + ". Keep them by choosing another run_root (e.g. --set run_root=time_concat_v2), "
-            "or delete those folders to retrain them.")
+            "or delete those folders to retrain them."
+        )
 
 
-def launch(trainings: list[TrainSettings], params: TimecatSettings, wait: bool = True
-           ) -> list[str]:
+def launch(trainings: list[TrainSettings], params: TimecatSettings, wait: bool = True) -> list[str]:
     """Train every unfinished run (finished ones are skipped) with kit.launch; returns what was
     skipped. A folder holding a run with other settings is refused before anything starts, never
     reused; runs that failed are named with their logs."""
     return launch_for(trainings, [params], runs_dir(params), wait)
 
 
-def launch_for(trainings: list[TrainSettings], experiments: list[TimecatSettings], folder: Path,
-               wait: bool = True, scope: str = "") -> list[str]:
+def launch_for(
+    trainings: list[TrainSettings],
+    experiments: list[TimecatSettings],
+    folder: Path,
+    wait: bool = True,
+    scope: str = "",
+) -> list[str]:
     """`launch` for the runs of several experiments (notebook 04's cells, `scope` naming them
     in the stage line) in one launch of the first one's launch settings, logs in `folder`: each
     experiment's task data is checked before anything trains."""
@@ -195,8 +239,12 @@ def launch_for(trainings: list[TrainSettings], experiments: list[TimecatSettings
     finished = [is_finished(t) for t in trainings]  # each DONE marker read once
     skipped = [str(t.output_dir) for t, done in zip(trainings, finished, strict=True) if done]
     pending = [t for t, done in zip(trainings, finished, strict=True) if not done]
-    stage = Stage("training", len(pending), "run",
-                  f"{scope}reused {len(skipped)} finished run(s), training {len(pending)}")
+    stage = Stage(
+        "training",
+        len(pending),
+        "run",
+        f"{scope}reused {len(skipped)} finished run(s), training {len(pending)}",
+    )
     if pending:
         for params in experiments:
             check_task_data(params)
@@ -217,8 +265,11 @@ def check_task_data(params: TimecatSettings) -> None:
     problems = []
     for task in params.tasks:
         task_data = params.task_data(task)
-        if (not kinds.get(task_data[0].kind).reads_disk or task_data == trained
-                or task_data in checked):
+        if (
+            not kinds.get(task_data[0].kind).reads_disk
+            or task_data == trained
+            or task_data in checked
+        ):
             continue
         checked.append(task_data)
         try:
@@ -227,4 +278,3 @@ def check_task_data(params: TimecatSettings) -> None:
             problems.append(f"tasks: {task.name}: {error}")
     if problems:
         raise DataError("\n".join(problems))
-

@@ -24,63 +24,97 @@ PAPER_IN_DISTRIBUTION = "ImageNet-1k"
 
 def _paper_rows() -> pl.DataFrame:
     table = evidence.load("table3").with_columns(
-        pl.col("method").str.replace(r" \(baseline\)", "").alias("variant"))
-    transfer = (table.filter(pl.col("eval_dataset") != PAPER_IN_DISTRIBUTION)
-                .group_by("variant").agg(pl.col("value").mean().alias("transfer top-1 %"),
-                                         pl.col("eval_dataset").sort().str.join(", ")
-                                         .alias("transfer tasks")))
+        pl.col("method").str.replace(r" \(baseline\)", "").alias("variant")
+    )
+    transfer = (
+        table.filter(pl.col("eval_dataset") != PAPER_IN_DISTRIBUTION)
+        .group_by("variant")
+        .agg(
+            pl.col("value").mean().alias("transfer top-1 %"),
+            pl.col("eval_dataset").sort().str.join(", ").alias("transfer tasks"),
+        )
+    )
     inside = table.filter(pl.col("eval_dataset") == PAPER_IN_DISTRIBUTION).select(
-        "variant", pl.col("n_models").cast(pl.Int64).alias("n"),
+        "variant",
+        pl.col("n_models").cast(pl.Int64).alias("n"),
         pl.col("iters_per_model").cast(pl.Int64).alias("iterations per model"),
-        pl.col("value").alias("in-distribution top-1 %"))
+        pl.col("value").alias("in-distribution top-1 %"),
+    )
     return inside.join(transfer, on="variant").with_columns(
         pl.lit("paper, Section 5, Table 3 (ResNet-50, ImageNet-1k)").alias("source"),
         (pl.col("iterations per model") / PAPER_CAT1_ITERATIONS).alias("regime"),
-        pl.lit(f"share of cat1's {PAPER_CAT1_ITERATIONS:,} iterations").alias("regime of"))
+        pl.lit(f"share of cat1's {PAPER_CAT1_ITERATIONS:,} iterations").alias("regime of"),
+    )
 
 
-def _kit_rows(results: pl.DataFrame, rule: str, saturated_at: dict[int, int] | int | None,
-              label: str) -> pl.DataFrame:
+def _kit_rows(
+    results: pl.DataFrame, rule: str, saturated_at: dict[int, int] | int | None, label: str
+) -> pl.DataFrame:
     concat = results.filter((pl.col("rule") == rule) & (pl.col("kind") == "time-concat"))
     keys = [c for c in ("world_seed", "budget") if c in concat.columns]
-    per_task = concat.group_by(*keys, "variant", "n", "iterations_per_model", "task", "role"
-                               ).agg((100 * pl.col("top1").mean()).alias("top1"))
+    per_task = concat.group_by(*keys, "variant", "n", "iterations_per_model", "task", "role").agg(
+        (100 * pl.col("top1").mean()).alias("top1")
+    )
     group = [*keys, "variant", "n", "iterations_per_model"]
-    inside = per_task.filter(pl.col("role") == "in-distribution").group_by(group).agg(
-        pl.col("top1").mean().alias("in-distribution top-1 %"))
-    transfer = per_task.filter(pl.col("role") != "in-distribution").group_by(group).agg(
-        pl.col("top1").mean().alias("transfer top-1 %"),
-        pl.col("task").sort().str.join(", ").alias("transfer tasks"))
+    inside = (
+        per_task.filter(pl.col("role") == "in-distribution")
+        .group_by(group)
+        .agg(pl.col("top1").mean().alias("in-distribution top-1 %"))
+    )
+    transfer = (
+        per_task.filter(pl.col("role") != "in-distribution")
+        .group_by(group)
+        .agg(
+            pl.col("top1").mean().alias("transfer top-1 %"),
+            pl.col("task").sort().str.join(", ").alias("transfer tasks"),
+        )
+    )
     if isinstance(saturated_at, dict):
-        saturation = pl.col("world_seed").replace_strict(saturated_at, default=None,
-                                                         return_dtype=pl.Int64)
+        saturation = pl.col("world_seed").replace_strict(
+            saturated_at, default=None, return_dtype=pl.Int64
+        )
     else:
         saturation = pl.lit(saturated_at, dtype=pl.Int64)
-    return (inside.join(transfer, on=group, how="full", coalesce=True)
-            .with_columns(saturation.alias("saturated_at"))
-            .with_columns(pl.lit(label).alias("source"),
-                          pl.col("iterations_per_model").alias("iterations per model"),
-                          (pl.col("iterations_per_model") / pl.col("saturated_at")).alias("regime"),
-                          pl.when(pl.col("saturated_at").is_null())
-                          .then(pl.lit("not measured (notebook 04 locates cat1's saturation)"))
-                          .otherwise(pl.format("share of {} iterations (where cat1 saturates)",
-                                               "saturated_at")).alias("regime of"))
-            .sort(*keys, "n"))
+    return (
+        inside.join(transfer, on=group, how="full", coalesce=True)
+        .with_columns(saturation.alias("saturated_at"))
+        .with_columns(
+            pl.lit(label).alias("source"),
+            pl.col("iterations_per_model").alias("iterations per model"),
+            (pl.col("iterations_per_model") / pl.col("saturated_at")).alias("regime"),
+            pl.when(pl.col("saturated_at").is_null())
+            .then(pl.lit("not measured (notebook 04 locates cat1's saturation)"))
+            .otherwise(pl.format("share of {} iterations (where cat1 saturates)", "saturated_at"))
+            .alias("regime of"),
+        )
+        .sort(*keys, "n")
+    )
 
 
-def paper_beside_kit(results: pl.DataFrame, rule: str,
-                     saturated_at: dict[int, int] | int | None, label: str) -> pl.DataFrame:
+def paper_beside_kit(
+    results: pl.DataFrame, rule: str, saturated_at: dict[int, int] | int | None, label: str
+) -> pl.DataFrame:
     """One table: the paper's Table 3 rows, then the kit's time-concat rows (mean top-1 % in
     distribution and over the transfer tasks, under `rule`), each with its regime (iterations
     per model / the budget where cat1 saturates: `saturated_at`, per world seed for a sweep's
     results, one budget for notebook 03's, None where it is not measured). `label` names the
     kit's rows (the profile that ran)."""
-    columns = ["source", "variant", "n", "iterations per model", "regime", "regime of",
-               "in-distribution top-1 %", "transfer top-1 %", "transfer tasks"]
+    columns = [
+        "source",
+        "variant",
+        "n",
+        "iterations per model",
+        "regime",
+        "regime of",
+        "in-distribution top-1 %",
+        "transfer top-1 %",
+        "transfer tasks",
+    ]
     kit = _kit_rows(results, rule, saturated_at, label)
     extra = [c for c in ("world_seed", "budget") if c in kit.columns]
-    return pl.concat([_paper_rows().select(columns), kit.select(*columns, *extra)],
-                     how="diagonal_relaxed")
+    return pl.concat(
+        [_paper_rows().select(columns), kit.select(*columns, *extra)], how="diagonal_relaxed"
+    )
 
 
 def recorded_saturation(summary_file: Path, world_seed: int | None, baseline: str) -> int | None:
@@ -90,6 +124,9 @@ def recorded_saturation(summary_file: Path, world_seed: int | None, baseline: st
     if world_seed is None or not summary_file.exists():
         return None
     rows = outputs.read_json(summary_file).get("learned", [])
-    found = [row["learned_at"] for row in rows if row["variant"] == baseline
-             and row["world_seed"] == world_seed and row.get("located")]
+    found = [
+        row["learned_at"]
+        for row in rows
+        if row["variant"] == baseline and row["world_seed"] == world_seed and row.get("located")
+    ]
     return found[0] if found else None

@@ -35,13 +35,21 @@ def released_files(profile: str = "paper-checkpoints") -> dict[str, TrainSetting
         for group in variant.get("checkpoints") or []:
             for path in group:
                 if not str(path).startswith(PREFIX):
-                    raise ParameterError(f"variants: {variant['name']} reads {path}, not a file "
-                                         f"under {PREFIX.rstrip('/')}")
+                    raise ParameterError(
+                        f"variants: {variant['name']} reads {path}, not a file "
+                        f"under {PREFIX.rstrip('/')}"
+                    )
                 relative = str(path).removeprefix(PREFIX)
                 seed = int("".join(filter(str.isdigit, Path(relative).stem)) or 0)
-                stand_ins[relative] = TrainSettings(**merged["train"] | {
-                    "width": WIDTH, "iterations": variant["iterations"], "seed": seed,
-                    "output_dir": str(Path(relative).parent)})
+                stand_ins[relative] = TrainSettings(
+                    **merged["train"]
+                    | {
+                        "width": WIDTH,
+                        "iterations": variant["iterations"],
+                        "seed": seed,
+                        "output_dir": str(Path(relative).parent),
+                    }
+                )
     return stand_ins
 
 
@@ -51,8 +59,13 @@ def write_released(root: Path, profile: str = "paper-checkpoints") -> list[Path]
     written = []
     for relative, settings in released_files(profile).items():
         torch.manual_seed(settings.seed)
-        model = models.build(settings.model, settings.num_classes, settings.width,
-                             settings.stem, settings.data.image_size)
+        model = models.build(
+            settings.model,
+            settings.num_classes,
+            settings.width,
+            settings.stem,
+            settings.data.image_size,
+        )
         path = Path(root) / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         with files.hashed_write(path) as handle:

@@ -50,8 +50,9 @@ class ProbeTask(Strict):
     @model_validator(mode="after")
     def _one_source(self) -> ProbeTask:
         if [self.data is not None, self.components is not None, self.pretraining].count(True) != 1:
-            raise ValueError(f"tasks: {self.name} needs exactly one of data, components or "
-                             "pretraining: true")
+            raise ValueError(
+                f"tasks: {self.name} needs exactly one of data, components or pretraining: true"
+            )
         if self.data is not None and self.num_classes is None:
             raise ValueError(f"tasks: {self.name} has its own data and needs num_classes")
         for cues in self.components or []:
@@ -179,8 +180,10 @@ class TimecatSettings(NotebookSettings):
     def _consistent(self) -> TimecatSettings:
         for key, folder in (("run_root", self.run_root), ("feature_cache", self.feature_cache)):
             if folder is not None and escapes(resolve(self.output_dir), folder):
-                raise ValueError(f"{key}: {folder!r} lands outside output_dir "
-                                 f"{self.output_dir}; give a folder inside it")
+                raise ValueError(
+                    f"{key}: {folder!r} lands outside output_dir "
+                    f"{self.output_dir}; give a folder inside it"
+                )
         names = [variant.name for variant in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"variants: names must be unique, got {names}")
@@ -192,16 +195,21 @@ class TimecatSettings(NotebookSettings):
         for variant in self.variants:
             unknown = sorted(set(variant.tasks or []) - set(task_names))
             if unknown:
-                raise ValueError(f"variants: {variant.name} trains on unknown task(s) "
-                                 f"{', '.join(unknown)} (tasks: {', '.join(task_names)})")
+                raise ValueError(
+                    f"variants: {variant.name} trains on unknown task(s) "
+                    f"{', '.join(unknown)} (tasks: {', '.join(task_names)})"
+                )
             if variant.checkpoints is not None and len(variant.checkpoints) < self.replicates:
-                raise ValueError(f"variants: {variant.name} lists checkpoints for "
-                                 f"{len(variant.checkpoints)} of {self.replicates} replicates")
+                raise ValueError(
+                    f"variants: {variant.name} lists checkpoints for "
+                    f"{len(variant.checkpoints)} of {self.replicates} replicates"
+                )
         most = max(variant.n for variant in self.variants)
         if self.seed_sets is not None:
             if len(self.seed_sets) < self.replicates:
-                raise ValueError(f"seed_sets: {len(self.seed_sets)} sets for "
-                                 f"{self.replicates} replicates")
+                raise ValueError(
+                    f"seed_sets: {len(self.seed_sets)} sets for {self.replicates} replicates"
+                )
             for seeds in self.seed_sets:
                 if len(set(seeds)) < most:
                     raise ValueError(f"seed_sets: {seeds} has fewer than {most} distinct seeds")
@@ -211,72 +219,102 @@ class TimecatSettings(NotebookSettings):
         return self
 
     def _check_faithful(self) -> None:
-        if self.probe_rule == "bounded" and (self.probe_kind == "faithful"
-                                             or self.probe.max_gap is None):
-            raise ValueError("probe_rule: bounded is reported by the fast and lbfgs probes "
-                             "given probe.max_gap; set probe.max_gap (points) or use heldout")
+        if self.probe_rule == "bounded" and (
+            self.probe_kind == "faithful" or self.probe.max_gap is None
+        ):
+            raise ValueError(
+                "probe_rule: bounded is reported by the fast and lbfgs probes "
+                "given probe.max_gap; set probe.max_gap (points) or use heldout"
+            )
         if self.lbfgs_check and self.probe_kind != "fast":
-            raise ValueError(f"lbfgs_check: checks the fast probe, but probe_kind is "
-                             f"{self.probe_kind}")
+            raise ValueError(
+                f"lbfgs_check: checks the fast probe, but probe_kind is {self.probe_kind}"
+            )
         if self.probe_kind != "faithful":
             return
         if self.faithful is None:
-            raise ValueError("faithful: probe_kind faithful needs the faithful section (at "
-                             "least processes, workers and precision, which depend on the "
-                             "machine)")
+            raise ValueError(
+                "faithful: probe_kind faithful needs the faithful section (at "
+                "least processes, workers and precision, which depend on the "
+                "machine)"
+            )
         if self.probe_train_rows is not None:
-            raise ValueError("probe_train_rows: the faithful probe trains on every training "
-                             "image; unset it, or use probe_kind: fast")
+            raise ValueError(
+                "probe_train_rows: the faithful probe trains on every training "
+                "image; unset it, or use probe_kind: fast"
+            )
         grids = set(self.faithful.weight_decays) - set(PAPER_WEIGHT_DECAYS)
         unknown = sorted(grids - {task.name for task in self.tasks})
         if unknown:
-            raise ValueError(f"faithful: weight_decays names {', '.join(unknown)}, neither a "
-                             f"grid ({', '.join(PAPER_WEIGHT_DECAYS)}) nor a task "
-                             f"({', '.join(task.name for task in self.tasks)})")
+            raise ValueError(
+                f"faithful: weight_decays names {', '.join(unknown)}, neither a "
+                f"grid ({', '.join(PAPER_WEIGHT_DECAYS)}) nor a task "
+                f"({', '.join(task.name for task in self.tasks)})"
+            )
         if self.faithful.processes > 1 and self.device not in ("cpu", "cuda"):
-            raise ValueError(f"device: several processes of the faithful probe each take their "
-                             f"own device; give cuda or cpu, not {self.device}")
+            raise ValueError(
+                f"device: several processes of the faithful probe each take their "
+                f"own device; give cuda or cpu, not {self.device}"
+            )
 
     def _check_training(self) -> None:
-        trained = [variant for variant in self.variants if variant.trained
-                   or variant.initialised]
+        trained = [variant for variant in self.variants if variant.trained or variant.initialised]
         if not trained:
             return
         if self.train is None:
-            raise ValueError(f"train: variant(s) {', '.join(v.name for v in trained)} are "
-                             "trained here and need the training settings")
+            raise ValueError(
+                f"train: variant(s) {', '.join(v.name for v in trained)} are "
+                "trained here and need the training settings"
+            )
         unset = [key for key in SCALE_TRAIN_KEYS if key not in self.train.model_fields_set]
         if unset:
-            raise ValueError(f"train: set {', '.join(unset)} for this profile (their right "
-                             "value depends on the machine and the data, so there is no default)")
+            raise ValueError(
+                f"train: set {', '.join(unset)} for this profile (their right "
+                "value depends on the machine and the data, so there is no default)"
+            )
         for variant in trained:
             if variant.trained:  # iterations_for raises when the budget does not split
                 problem = budget_problem(self.iterations_for(variant), self.train.batch_size)
                 if problem:
                     raise ValueError(f"total_iterations: variant {variant.name} trains {problem}")
         if self.train.data.kind != "synthetic" and any(t.components for t in self.tasks):
-            raise ValueError("tasks: components describe the synthetic world, but pretraining "
-                             f"reads {self.train.data.kind}")
+            raise ValueError(
+                "tasks: components describe the synthetic world, but pretraining "
+                f"reads {self.train.data.kind}"
+            )
         self._check_data({"train": [self.train.data]})
 
     def _check_inputs(self) -> None:
         loaded = [variant for variant in self.variants if variant.checkpoints is not None]
-        missing = [f for variant in loaded for files in variant.checkpoints[:self.replicates]
-                   for f in files if not resolve(f).is_file()]
+        missing = [
+            f
+            for variant in loaded
+            for files in variant.checkpoints[: self.replicates]
+            for f in files
+            if not resolve(f).is_file()
+        ]
         if missing:
-            raise ValueError(f"variants: {len(missing)} checkpoint file(s) not found: "
-                             f"{', '.join(missing[:5])}")
+            raise ValueError(
+                f"variants: {len(missing)} checkpoint file(s) not found: {', '.join(missing[:5])}"
+            )
         if loaded:
             from kit.features import checkpoint_problems  # opens them: imports torch
 
-            unusable = checkpoint_problems([f for variant in loaded
-                                            for files in variant.checkpoints[:self.replicates]
-                                            for f in files])
+            unusable = checkpoint_problems(
+                [
+                    f
+                    for variant in loaded
+                    for files in variant.checkpoints[: self.replicates]
+                    for f in files
+                ]
+            )
             if unusable:
                 raise ValueError("variants: " + "; ".join(unusable))
         if any(task.components for task in self.tasks) and self.train is None:
-            raise ValueError("tasks: components describe the synthetic world of the train "
-                             "section, which is not given")
+            raise ValueError(
+                "tasks: components describe the synthetic world of the train "
+                "section, which is not given"
+            )
         self._check_data({"tasks": [self.task_data(task)[0] for task in self.tasks]})
 
     def budget(self) -> int:
@@ -285,8 +323,10 @@ class TimecatSettings(NotebookSettings):
             return self.total_iterations
         baseline = self.variant(self.baseline)
         if baseline.iterations is None:
-            raise ValueError("total_iterations: give the budget, or iterations for the baseline "
-                             f"variant {baseline.name}")
+            raise ValueError(
+                "total_iterations: give the budget, or iterations for the baseline "
+                f"variant {baseline.name}"
+            )
         return baseline.n * baseline.iterations
 
     def iterations_for(self, variant: Variant) -> int:
@@ -295,15 +335,18 @@ class TimecatSettings(NotebookSettings):
             return variant.iterations
         budget = self.budget()
         if budget % variant.n:
-            raise ValueError(f"total_iterations: {budget} does not split into {variant.n} equal "
-                             f"runs for variant {variant.name}; give its iterations explicitly")
+            raise ValueError(
+                f"total_iterations: {budget} does not split into {variant.n} equal "
+                f"runs for variant {variant.name}; give its iterations explicitly"
+            )
         return budget // variant.n
 
     def variant(self, name: str) -> Variant:
         return next(variant for variant in self.variants if variant.name == name)
 
-    def run_config(self, variant: Variant, seed: int, output_dir: str,
-                   task: ProbeTask | None = None) -> TrainSettings:
+    def run_config(
+        self, variant: Variant, seed: int, output_dir: str, task: ProbeTask | None = None
+    ) -> TrainSettings:
         """The full configuration of one model of a variant (trained or initialised)."""
         assert self.train is not None
         settings = self.train.model_dump()
@@ -322,13 +365,17 @@ class TimecatSettings(NotebookSettings):
             return task.data, task.num_classes
         if task.pretraining:
             if self.train is None:
-                raise ValueError(f"tasks: {task.name} probes the pretraining data, but no train "
-                                 "section gives it")
+                raise ValueError(
+                    f"tasks: {task.name} probes the pretraining data, but no train section gives it"
+                )
             return self.train.data, self.train.num_classes
         assert self.train is not None and self.train.data.synthetic is not None
         assert task.components is not None
-        world = self.train.data.synthetic.model_copy(update={"components": [
-            ComponentSettings(weight=1.0, cues=cues) for cues in task.components]})
+        world = self.train.data.synthetic.model_copy(
+            update={
+                "components": [ComponentSettings(weight=1.0, cues=cues) for cues in task.components]
+            }
+        )
         return self.train.data.model_copy(update={"synthetic": world}), self.train.num_classes
 
     def seeds(self, replicate: int) -> list[int]:

@@ -44,8 +44,13 @@ def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tu
     untrained networks; returns (runs skipped, runs trained)."""
     plans = [planning.plan(cell.settings) for cell in cells]
     trainings = [t for found in plans for t in found.trainings]
-    skipped = planning.launch_for(trainings, [cell.settings for cell in cells], sweep_dir(params),
-                                  wait, f"{len(cells)} cell(s): ")
+    skipped = planning.launch_for(
+        trainings,
+        [cell.settings for cell in cells],
+        sweep_dir(params),
+        wait,
+        f"{len(cells)} cell(s): ",
+    )
     for found in plans:
         planning.initialise(found.initial)
     return len(skipped), len(trainings) - len(skipped)
@@ -53,7 +58,11 @@ def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tu
 
 def _cell_file(params: SweepSettings, cell: Cell) -> Path:
     digest = hashlib.sha256(cell.settings.model_dump_json().encode()).hexdigest()[:16]
-    return sweep_dir(params) / "results" / f"world{cell.world_seed}-budget{cell.budget}-{digest}.parquet"
+    return (
+        sweep_dir(params)
+        / "results"
+        / f"world{cell.world_seed}-budget{cell.budget}-{digest}.parquet"
+    )
 
 
 def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None:
@@ -66,14 +75,23 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
     if not (cell.shared and recorded.exists() and found.exists()):
         return None
     notebook = swept_notebook(params)
-    if yaml.safe_load(recorded.read_text()) != notebook.model_dump() or cell.settings.model_copy(
-            update={"variants": notebook.variants, "replicates": notebook.replicates,
-                    "total_iterations": notebook.total_iterations,
-                    "lbfgs_check": notebook.lbfgs_check}) != notebook:
+    if (
+        yaml.safe_load(recorded.read_text()) != notebook.model_dump()
+        or cell.settings.model_copy(
+            update={
+                "variants": notebook.variants,
+                "replicates": notebook.replicates,
+                "total_iterations": notebook.total_iterations,
+                "lbfgs_check": notebook.lbfgs_check,
+            }
+        )
+        != notebook
+    ):
         return None
     same = [v.name for v in cell.settings.variants if v in notebook.variants]
-    return outputs.read_parquet(found).filter(pl.col("variant").is_in(same)
-                                         & (pl.col("replicate") < cell.settings.replicates))
+    return outputs.read_parquet(found).filter(
+        pl.col("variant").is_in(same) & (pl.col("replicate") < cell.settings.replicates)
+    )
 
 
 def _probe_cell(params: SweepSettings, cell: Cell) -> tuple[pl.DataFrame, bool]:
@@ -81,13 +99,16 @@ def _probe_cell(params: SweepSettings, cell: Cell) -> tuple[pl.DataFrame, bool]:
     whether notebook 03's were reused."""
     reused = notebook03_results(params, cell)
     done = set() if reused is None else set(reused["variant"])
-    pending = [rep for rep in planning.plan(cell.settings).representations
-               if rep.variant not in done]
+    pending = [
+        rep for rep in planning.plan(cell.settings).representations if rep.variant not in done
+    ]
     frames = [] if reused is None else [reused]
     if pending:
         frames.append(measure.probe_all(pending, cell.settings).results)
-    return (pl.concat(frames, how="diagonal_relaxed").with_columns(cell_columns(cell)),
-            reused is not None)
+    return (
+        pl.concat(frames, how="diagonal_relaxed").with_columns(cell_columns(cell)),
+        reused is not None,
+    )
 
 
 def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
@@ -95,9 +116,14 @@ def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
     from the cell's results file when these settings were probed before, else probed now
     (reusing notebook 03's own results where they apply, `notebook03_results`)."""
     stored = sum(_cell_file(params, cell).exists() for cell in cells)
-    stage = Stage("cells", len(cells), "cell", f"{len(cells)} cell(s): {stored} probed before "
-                  f"(read back from {shown(sweep_dir(params) / 'results')}), probing "
-                  f"{len(cells) - stored}")
+    stage = Stage(
+        "cells",
+        len(cells),
+        "cell",
+        f"{len(cells)} cell(s): {stored} probed before "
+        f"(read back from {shown(sweep_dir(params) / 'results')}), probing "
+        f"{len(cells) - stored}",
+    )
     frames, reused = [], 0
     for cell in cells:
         path = _cell_file(params, cell)
@@ -109,8 +135,10 @@ def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
                 measured.write_parquet(handle)
         frames.append(outputs.read_parquet(path))
         stage.advance()
-    stage.finish(f"read back {stored}, probed {len(cells) - stored} cell(s) ({reused} of them "
-                 "with notebook 03's probe results for the variants it shares)")
+    stage.finish(
+        f"read back {stored}, probed {len(cells) - stored} cell(s) ({reused} of them "
+        "with notebook 03's probe results for the variants it shares)"
+    )
     return pl.concat(frames, how="diagonal_relaxed")
 
 
@@ -124,12 +152,20 @@ def own_accuracy(cells: list[Cell]) -> pl.DataFrame:
                 continue
             for checkpoint in rep.checkpoints:
                 evaluated = metrics.read_metrics(checkpoint.parent).filter(
-                    pl.col("eval_accuracy").is_not_null())
-                rows.append({"world_seed": cell.world_seed, "budget": cell.budget,
-                             "variant": rep.variant, "kind": rep.kind, "n": rep.n,
-                             "replicate": rep.replicate,
-                             "iterations_per_model": rep.iterations_per_model,
-                             "own_accuracy": 100 * float(evaluated["eval_accuracy"][-1])})
+                    pl.col("eval_accuracy").is_not_null()
+                )
+                rows.append(
+                    {
+                        "world_seed": cell.world_seed,
+                        "budget": cell.budget,
+                        "variant": rep.variant,
+                        "kind": rep.kind,
+                        "n": rep.n,
+                        "replicate": rep.replicate,
+                        "iterations_per_model": rep.iterations_per_model,
+                        "own_accuracy": 100 * float(evaluated["eval_accuracy"][-1]),
+                    }
+                )
     return pl.DataFrame(rows)
 
 
@@ -140,17 +176,27 @@ def learned_budgets(own: pl.DataFrame, baseline: str, share: float) -> pl.DataFr
     swept: reached there, it is only an upper bound). For the baseline this is where it
     saturates."""
     means = own.group_by("world_seed", "budget", "variant", "n").agg(
-        pl.col("own_accuracy").mean(), pl.col("iterations_per_model").first())
-    best = means.filter(pl.col("variant") == baseline).group_by("world_seed").agg(
-        pl.col("own_accuracy").max().alias("baseline_best"))
+        pl.col("own_accuracy").mean(), pl.col("iterations_per_model").first()
+    )
+    best = (
+        means.filter(pl.col("variant") == baseline)
+        .group_by("world_seed")
+        .agg(pl.col("own_accuracy").max().alias("baseline_best"))
+    )
     reached = means.join(best, on="world_seed").with_columns(
-        (pl.col("own_accuracy") >= share * pl.col("baseline_best")).alias("reached"))
-    return (reached.group_by("world_seed", "variant", "n").agg(
-                pl.col("budget").filter(pl.col("reached")).min().alias("learned_at"),
-                pl.col("budget").min().alias("smallest"), pl.col("baseline_best").first())
-            .with_columns((pl.col("learned_at") > pl.col("smallest")).fill_null(False)
-                          .alias("located"))
-            .drop("smallest").sort("world_seed", "n", "variant"))
+        (pl.col("own_accuracy") >= share * pl.col("baseline_best")).alias("reached")
+    )
+    return (
+        reached.group_by("world_seed", "variant", "n")
+        .agg(
+            pl.col("budget").filter(pl.col("reached")).min().alias("learned_at"),
+            pl.col("budget").min().alias("smallest"),
+            pl.col("baseline_best").first(),
+        )
+        .with_columns((pl.col("learned_at") > pl.col("smallest")).fill_null(False).alias("located"))
+        .drop("smallest")
+        .sort("world_seed", "n", "variant")
+    )
 
 
 @dataclass(frozen=True)
@@ -165,40 +211,63 @@ class CellVerdicts:
     gaps: pl.DataFrame
 
 
-def judge_cells(results: pl.DataFrame, rule: str, baseline: str, max_gap: float | None,
-                smallest: float) -> CellVerdicts:
+def judge_cells(
+    results: pl.DataFrame, rule: str, baseline: str, max_gap: float | None, smallest: float
+) -> CellVerdicts:
     """Notebook 03's time-concat claim (comparisons.summarize: the primary endpoint and its
     controls, three outcomes) in every cell of `results` (one per distinct world_seed and
     budget): the same computation as notebook 03's, so a cell both notebooks run has one set
     of numbers."""
     claims, rows, gaps = [], [], []
     cells = results.select("world_seed", "budget").n_unique()
-    stage = Stage("verdicts", cells, "cell", f"judging {cells} cell(s): the primary endpoint "
-                  "against the baseline and the controls, probe gaps per cell")
+    stage = Stage(
+        "verdicts",
+        cells,
+        "cell",
+        f"judging {cells} cell(s): the primary endpoint "
+        "against the baseline and the controls, probe gaps per cell",
+    )
     for (world, budget), mine in results.sort("world_seed", "budget").group_by(
-            "world_seed", "budget", maintain_order=True):
+        "world_seed", "budget", maintain_order=True
+    ):
         summary = comparisons.summarize(mine, rule, baseline, max_gap, smallest)
         found = summary["claim"]
-        claims.append({"world_seed": world, "budget": budget, "variant": found["variant"],
-                       "status": found["status"], "flagged_cells": len(found["flagged_cells"]),
-                       "line": found["line"]})
+        claims.append(
+            {
+                "world_seed": world,
+                "budget": budget,
+                "variant": found["variant"],
+                "status": found["status"],
+                "flagged_cells": len(found["flagged_cells"]),
+                "line": found["line"],
+            }
+        )
         where = [pl.lit(world).alias("world_seed"), pl.lit(budget).alias("budget")]
-        rows.append(comparisons.verdict_table(summary).filter(
-            pl.col("claim") == found["claim"]).with_columns(where))
+        rows.append(
+            comparisons.verdict_table(summary)
+            .filter(pl.col("claim") == found["claim"])
+            .with_columns(where)
+        )
         gaps.append(comparisons.probe_gaps(mine, rule, max_gap).with_columns(where))
         stage.advance()
     stage.finish(f"judged {cells} cell(s)")
-    return CellVerdicts(pl.DataFrame(claims), pl.concat(rows, how="diagonal_relaxed"),
-                        pl.concat(gaps, how="diagonal_relaxed"))
+    return CellVerdicts(
+        pl.DataFrame(claims),
+        pl.concat(rows, how="diagonal_relaxed"),
+        pl.concat(gaps, how="diagonal_relaxed"),
+    )
 
 
 def overall(judged: CellVerdicts, baseline: str) -> crossover.BudgetClaim:
     """The sweep's statement (kit.report.crossover) from the cells' outcomes."""
     variants = [v for v in judged.cells["variant"].unique(maintain_order=True) if v]
-    what = (f"{'/'.join(variants) or 'catN'} transfers better than {baseline} beyond the "
-            "controls (paper Section 5)")
-    return crossover.budget_claim(judged.cells.select("world_seed", "budget", "status", "line"),
-                                  what)
+    what = (
+        f"{'/'.join(variants) or 'catN'} transfers better than {baseline} beyond the "
+        "controls (paper Section 5)"
+    )
+    return crossover.budget_claim(
+        judged.cells.select("world_seed", "budget", "status", "line"), what
+    )
 
 
 def what_ran(params: SweepSettings, cells: list[Cell], wall_s: float, machine: str) -> str:
@@ -208,29 +277,45 @@ def what_ran(params: SweepSettings, cells: list[Cell], wall_s: float, machine: s
     model = claims.model_words(train) if train is not None else "no model"
     worlds = sorted({c.world_seed for c in cells})
     budgets = sorted({c.budget for c in cells})
-    return (f"What ran: profile {params.profile}; the kit's synthetic world, seeds "
-            f"{', '.join(map(str, worlds))}; {model}; budgets {', '.join(map(str, budgets))} "
-            f"iterations; {first.replicates} replicates per cell; {first.probe_kind} probe, rule "
-            f"{first.probe_rule}; {machine}; {wall_s / 60:.1f} min of wall time")
+    return (
+        f"What ran: profile {params.profile}; the kit's synthetic world, seeds "
+        f"{', '.join(map(str, worlds))}; {model}; budgets {', '.join(map(str, budgets))} "
+        f"iterations; {first.replicates} replicates per cell; {first.probe_kind} probe, rule "
+        f"{first.probe_rule}; {machine}; {wall_s / 60:.1f} min of wall time"
+    )
 
 
-def summary(params: SweepSettings, judged: CellVerdicts, found: crossover.BudgetClaim,
-            learned: pl.DataFrame, ran: str = "") -> dict:
+def summary(
+    params: SweepSettings,
+    judged: CellVerdicts,
+    found: crossover.BudgetClaim,
+    learned: pl.DataFrame,
+    ran: str = "",
+) -> dict:
     """What notebook 04 writes to its summary JSON; "claim" has notebook 03's shape (status,
     line) plus the crossover interval per world seed and the cells it rests on; "verdicts" is
     the stored verdict table's rows."""
-    return {"claim": {"status": found.status, "line": found.line, "ran": ran,
-                      "patterns": {str(k): v for k, v in found.patterns.items()},
-                      "crossovers": {str(k): list(v) if v else None
-                                     for k, v in found.crossovers.items()},
-                      "evidence": found.evidence},
-            "budgets": params.budgets, "cells": judged.cells.to_dicts(),
-            "verdicts": judged.verdicts.to_dicts(), "learned": learned.to_dicts(),
-            "flagged_cells": judged.gaps.filter(pl.col("flagged")).height}
+    return {
+        "claim": {
+            "status": found.status,
+            "line": found.line,
+            "ran": ran,
+            "patterns": {str(k): v for k, v in found.patterns.items()},
+            "crossovers": {str(k): list(v) if v else None for k, v in found.crossovers.items()},
+            "evidence": found.evidence,
+        },
+        "budgets": params.budgets,
+        "cells": judged.cells.to_dicts(),
+        "verdicts": judged.verdicts.to_dicts(),
+        "learned": learned.to_dicts(),
+        "flagged_cells": judged.gaps.filter(pl.col("flagged")).height,
+    }
 
 
 def not_swept(params: SweepSettings) -> dict:
     """The summary of a profile that sweeps nothing (no budgets): the claim is untested."""
-    line = (f"Over the budget sweep: untested (profile {params.profile} sweeps no budget; "
-            "see notebook 04 for why)")
+    line = (
+        f"Over the budget sweep: untested (profile {params.profile} sweeps no budget; "
+        "see notebook 04 for why)"
+    )
     return {"claim": {"status": "untested", "line": line}, "budgets": [], "cells": []}

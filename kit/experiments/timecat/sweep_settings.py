@@ -69,10 +69,12 @@ class SweepSettings(NotebookSettings):
     @model_validator(mode="after")
     def _consistent(self) -> SweepSettings:
         if self.budgets != sorted(set(self.budgets)) or any(b < 1 for b in self.budgets):
-            raise ValueError(f"budgets: give distinct positive budgets in ascending order, got "
-                             f"{self.budgets}")
+            raise ValueError(
+                f"budgets: give distinct positive budgets in ascending order, got {self.budgets}"
+            )
         if len(set(self.world_seeds)) != len(self.world_seeds) or any(
-                s < 0 for s in self.world_seeds):
+            s < 0 for s in self.world_seeds
+        ):
             raise ValueError(f"world_seeds: give distinct seeds >= 0, got {self.world_seeds}")
         if self.budgets:
             cells(self)  # every cell validates as notebook 03's parameters, before any compute
@@ -95,8 +97,9 @@ def _base_values(params: SweepSettings, notebook: TimecatSettings) -> dict[str, 
     kept = params.variants or [v["name"] for v in values["variants"] if v["kind"] != "direct"]
     unknown = sorted(set(kept) - set(names))
     if unknown:
-        raise ValueError(f"variants: {', '.join(unknown)} not among notebook 03's variants "
-                         f"({', '.join(names)})")
+        raise ValueError(
+            f"variants: {', '.join(unknown)} not among notebook 03's variants ({', '.join(names)})"
+        )
     if values["baseline"] not in kept:
         raise ValueError(f"variants: keep notebook 03's baseline {values['baseline']}")
     values["variants"] = [v for v in values["variants"] if v["name"] in kept]
@@ -110,8 +113,10 @@ def _at_equal_compute(variant: dict[str, Any], budget: int) -> dict[str, Any]:
     compute (budget / width^2 iterations, at least one); other variants unchanged."""
     if variant["kind"] != "wide":
         return variant
-    return variant | {"name": f"{variant['name']}-eq",
-                      "iterations": max(1, round(budget / variant["width"] ** 2))}
+    return variant | {
+        "name": f"{variant['name']}-eq",
+        "iterations": max(1, round(budget / variant["width"] ** 2)),
+    }
 
 
 def cells(params: SweepSettings) -> list[Cell]:
@@ -121,9 +126,12 @@ def cells(params: SweepSettings) -> list[Cell]:
     notebook = swept_notebook(params)
     train = notebook.train
     if train is None or train.data.synthetic is None:
-        raise ValueError("budgets: the sweep varies the synthetic world, but notebook 03's "
-                         "profile pretrains on " + (train.data.kind if train else "nothing")
-                         + "; leave budgets empty for this profile")
+        raise ValueError(
+            "budgets: the sweep varies the synthetic world, but notebook 03's "
+            "profile pretrains on "
+            + (train.data.kind if train else "nothing")
+            + "; leave budgets empty for this profile"
+        )
     base = _base_values(params, notebook)
     found = []
     for world in params.world_seeds or [train.data.synthetic.seed]:
@@ -133,19 +141,29 @@ def cells(params: SweepSettings) -> list[Cell]:
                 values["variants"] = [_at_equal_compute(v, budget) for v in values["variants"]]
             world_values = values["train"]["data"]["synthetic"]
             world_values["seed"] = world
-            world_values["num_train"] = max(world_values["num_train"],
-                                            budget * values["train"]["batch_size"])
-            shared = (world == train.data.synthetic.seed and budget == notebook.budget()
-                      and values["train"] == notebook.train.model_dump(mode="json"))
-            values["run_root"] = (notebook.run_root if shared else
-                                  f"{params.run_root}/world{world}/budget{budget}")
+            world_values["num_train"] = max(
+                world_values["num_train"], budget * values["train"]["batch_size"]
+            )
+            shared = (
+                world == train.data.synthetic.seed
+                and budget == notebook.budget()
+                and values["train"] == notebook.train.model_dump(mode="json")
+            )
+            values["run_root"] = (
+                notebook.run_root if shared else f"{params.run_root}/world{world}/budget{budget}"
+            )
             try:
                 settings = TimecatSettings(**values)
             except ValidationError as error:
                 problems = "; ".join(
-                    ".".join(map(str, e["loc"])) + (": " if e["loc"] else "")
-                    + e["msg"].removeprefix("Value error, ") for e in error.errors())
-                raise ValueError(f"budgets: the cell world {world}, budget {budget} is not a "
-                                 f"valid notebook 03 experiment: {problems}") from None
+                    ".".join(map(str, e["loc"]))
+                    + (": " if e["loc"] else "")
+                    + e["msg"].removeprefix("Value error, ")
+                    for e in error.errors()
+                )
+                raise ValueError(
+                    f"budgets: the cell world {world}, budget {budget} is not a "
+                    f"valid notebook 03 experiment: {problems}"
+                ) from None
             found.append(Cell(world, budget, settings, shared))
     return found

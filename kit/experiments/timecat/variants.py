@@ -32,15 +32,34 @@ class VariantKind:
 VARIANT_KINDS: Registry[VariantKind] = Registry("variant kind")
 
 for kind in (
-    VariantKind("time-concat", "n models of budget/n iterations each, concatenated (cat1 is "
-                "n=1, one model trained for the whole budget)", trained=True, concatenated=True),
-    VariantKind("wide", "one model `width` times wider trained for the whole budget: Table 2's "
-                "resnet50w2, a single model with as many features", trained=True, one_model=True,
-                controls="all"),
-    VariantKind("random-init", "n untrained networks: what the architecture gives without "
-                "learning", trained=False, controls="same_n"),
-    VariantKind("direct", "one model per task in `tasks`, trained on that task alone with the "
-                "budget: the ceiling transfer is compared with", trained=True, one_model=True,
-                per_task=True),
+    VariantKind(
+        "time-concat",
+        "n models of budget/n iterations each, concatenated (cat1 is "
+        "n=1, one model trained for the whole budget)",
+        trained=True,
+        concatenated=True,
+    ),
+    VariantKind(
+        "wide",
+        "one model `width` times wider trained for the whole budget: Table 2's "
+        "resnet50w2, a single model with as many features",
+        trained=True,
+        one_model=True,
+        controls="all",
+    ),
+    VariantKind(
+        "random-init",
+        "n untrained networks: what the architecture gives without learning",
+        trained=False,
+        controls="same_n",
+    ),
+    VariantKind(
+        "direct",
+        "one model per task in `tasks`, trained on that task alone with the "
+        "budget: the ceiling transfer is compared with",
+        trained=True,
+        one_model=True,
+        per_task=True,
+    ),
 ):
     VARIANT_KINDS.register(kind.name, kind)
