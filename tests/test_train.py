@@ -10,6 +10,7 @@ import contextlib
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -252,6 +253,81 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path
     metrics_a, metrics_b = read_metrics(resumed), read_metrics(uninterrupted)
     assert metrics_a["step"].to_list() == list(range(5, 81, 5))  # no rows twice
     assert metrics_a["loss"].to_list() == metrics_b["loss"].to_list()
+
+
+def test_a_stop_between_logging_steps_checkpoints_within_the_check_interval(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """With a logging interval as long as the run (500 ImageNet steps take longer than torchrun
+    and Slurm wait after their notice), a stop used to be read only at the next logging step.
+    Now it is agreed every STOP_CHECK_EVERY steps: the run checkpoints there, with the unlogged
+    part of its window, and the resumed run ends with the weights and the metrics rows of an
+    uninterrupted one."""
+    values = settings(
+        tmp_path / "stopped", iterations=60, log_every=50, checkpoint_every=60, eval_every=60
+    )
+    real_step, taken = Trainer.step, []
+
+    def step_then_signal(self, images, labels):
+        real_step(self, images, labels)
+        taken.append(1)
+        if len(taken) == 27:  # between logging steps 0 and 50
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(Trainer, "step", step_then_signal)
+    with pytest.raises(train.Preempted, match="stopped by a preemption signal at step 40"):
+        train.train(TrainSettings(**values))
+    monkeypatch.setattr(Trainer, "step", real_step)
+    assert torch.load(tmp_path / "stopped" / CHECKPOINT, weights_only=True)["step"] == 40
+    resumed = train.train(TrainSettings(**values))
+    straight = train.train(TrainSettings(**values | {"output_dir": str(tmp_path / "straight")}))
+    a, b = final_state(resumed), final_state(straight)
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    rows_a, rows_b = read_metrics(resumed), read_metrics(straight)
+    assert rows_a["step"].to_list() == rows_b["step"].to_list() == [50, 60]
+    assert rows_a["loss"].to_list() == rows_b["loss"].to_list()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _two_rank_stop(rank: int, values: dict, port: int, stops: dict) -> None:
+    """One rank of a two-rank gloo group; rank 1 alone is signalled after its 27th step."""
+    os.environ.update(
+        {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"}
+        | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    )
+    torch.set_num_threads(1)
+    real_step, taken = Trainer.step, []
+
+    def step_then_signal(self, images, labels):
+        real_step(self, images, labels)
+        taken.append(1)
+        if rank == 1 and len(taken) == 27:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    Trainer.step = step_then_signal
+    try:
+        train.train(TrainSettings(**values))
+    except train.Preempted as stopped:
+        stops[rank] = str(stopped)
+
+
+def test_a_stop_on_one_gloo_rank_stops_every_rank_between_logging_steps(tmp_path: Path) -> None:
+    """The ranks agree on a stop every STOP_CHECK_EVERY steps: a signal that reached only rank 1
+    stops rank 0 at the same step, after rank 0 has written the checkpoint."""
+    values = settings(
+        tmp_path / "run", iterations=60, log_every=50, checkpoint_every=60, eval_every=60
+    )
+    stops = torch.multiprocessing.Manager().dict()
+    torch.multiprocessing.spawn(_two_rank_stop, args=(values, _free_port(), stops), nprocs=2)
+    assert sorted(stops) == [0, 1], dict(stops)
+    assert all("at step 40" in message for message in stops.values()), dict(stops)
+    assert torch.load(tmp_path / "run" / CHECKPOINT, weights_only=True)["step"] == 40
 
 
 def test_finished_run_is_not_trained_again(tmp_path: Path, capsys) -> None:

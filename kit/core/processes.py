@@ -89,7 +89,7 @@ def child_environment(
 
 
 #: the signal a child of the kit gets when the process that started it dies (Linux): a trainer
-#: takes SIGTERM as preemption (a checkpoint at its next logging step, then PREEMPTED_EXIT), an
+#: takes SIGTERM as preemption (a checkpoint within a few steps, then PREEMPTED_EXIT), an
 #: idle warm worker (kit.launch.warm), which does not ignore it, just ends
 PARENT_DEATH_SIGNAL = signal.SIGTERM
 #: prctl(2)'s option for the parent-death signal (linux/prctl.h)

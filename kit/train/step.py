@@ -125,6 +125,25 @@ class Trainer:
             stop < 0,
         )
 
+    def stop_asked(self, requested: bool) -> bool:
+        """Whether any rank was asked to stop (one small all-reduce when there are several)."""
+        if self.process.world_size == 1:
+            return requested
+        flag = torch.tensor(int(requested), device=self.process.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def window_state(self, steps: int) -> dict[str, Any]:
+        """Every rank's loss sum and first non-finite step over the `steps` steps since the last
+        logging step (indexed by rank), for a checkpoint written between logging steps."""
+        state: dict[str, Any] = {"steps": steps}
+        for name, tensor in (("loss_sum", self.loss_sum), ("first_bad_step", self.first_bad_step)):
+            gathered = [tensor.clone() for _ in range(self.process.world_size)]
+            if self.process.world_size > 1:
+                dist.all_gather(gathered, tensor)
+            state[name] = torch.stack(gathered).cpu()
+        return state
+
     @contextlib.contextmanager
     def evaluation_point(self, recalibration: Iterable) -> Iterator[None]:
         """Weights at x (schedule-free's average), BN statistics recomputed there, eval mode."""
@@ -190,6 +209,10 @@ class Trainer:
         self.module.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.optimizer.train()
+        self.steps_taken.fill_(state.get("step", 0))  # a checkpoint says its step
+        if "window" in state:  # stopped between logging steps
+            self.loss_sum.copy_(state["window"]["loss_sum"][self.process.rank])
+            self.first_bad_step.copy_(state["window"]["first_bad_step"][self.process.rank])
         if "parameters_at_y" in state:
             with torch.no_grad():
                 for parameter, saved in zip(

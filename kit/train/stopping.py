@@ -2,7 +2,8 @@
 
 A preemption signal (kit.core.processes.PREEMPTION_SIGNALS: a scheduler's notice, a kill, a
 closed terminal) sets a StopFlag that holds for the whole chain of runs the process trains in
-turn: the step loop checkpoints at its next logging step and raises Preempted, and a request that
+turn: the step loop checkpoints within STOP_CHECK_EVERY steps and raises
+Preempted, and a request that
 came at a run's last logging step or between two runs starts no further run (a flag per run used
 to forget it, and a killed launcher's worker trained the rest of its chain). Every rank agrees on
 the flag before each run, so no rank waits alone in the next run's collectives.
@@ -29,6 +30,10 @@ from kit.core.distributed import Process
 from kit.core.processes import PREEMPTION_SIGNALS, signal_handlers
 from kit.train.watchdog import kill_loader_workers
 
+#: steps between two agreements on a stop request outside logging steps: at most a second or two
+#: of ImageNet training on a GPU node, and one host synchronisation in 20 steps
+STOP_CHECK_EVERY = 20
+
 
 class Preempted(RuntimeError):
     """A preemption signal stopped the run after its checkpoint was written; run it again."""
@@ -40,7 +45,7 @@ class LoaderError(RuntimeError):
 
 
 class StopFlag:
-    """Set by a preemption signal; the step loop reads it at its next logging step, and a chain
+    """Set by a preemption signal; the step loop reads it every few steps, and a chain
     of runs before each run (one flag for the whole chain: a request is never dropped)."""
 
     def __init__(self) -> None:
@@ -59,8 +64,8 @@ class StopFlag:
     def _request(self, number: int, _frame: object) -> None:
         self.requested = True
         print(
-            f"received {signal.Signals(number).name}: checkpointing at the next logging step "
-            "and starting no further run",
+            f"received {signal.Signals(number).name}: checkpointing within "
+            f"{STOP_CHECK_EVERY} steps and starting no further run",
             file=sys.stderr,
             flush=True,
         )

@@ -12,11 +12,14 @@ are hashed and never hold NaN or infinity (kit.train.checkpoint). Resuming drops
 torn by a kill and the temporary files of writers that died.
 
 SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 (a scheduler's notice before preemption or the time limit,
-a kill, a closed terminal) makes every rank stop at the next logging step, where the ranks
-already exchange the window's loss, so the flag costs no extra synchronisation: the checkpoint
-is written there, every rank waits until rank 0 has saved it, and the process leaves the
-launcher's preemption marker (kit.core.processes.PREEMPTED_MARKER) and exits with
-PREEMPTED_EXIT ("resume me"). The request holds for the whole chain of runs the process trains
+a kill, a closed terminal) makes every rank stop within STOP_CHECK_EVERY steps
+(kit.train.stopping): the ranks agree on the flag at every logging step (in the exchange of the
+window's loss) and every STOP_CHECK_EVERY steps between them (one small all-reduce; torchrun and
+Slurm kill about 30 s after their notice, less than a `log_every` of 500 ImageNet steps takes).
+The checkpoint is written there (with the unlogged part of the window, so that the resumed run
+logs what an uninterrupted one would), every rank waits until rank 0 has saved it, and the
+process leaves the launcher's preemption marker (kit.core.processes.PREEMPTED_MARKER) and exits
+with PREEMPTED_EXIT ("resume me"). The request holds for the whole chain of runs the process trains
 in turn: one that came at a run's last logging step, or between two runs, lets that run finish
 and starts no other (kit.train.stopping). Rank 0 holds the run folder's lock (kit.core.locks)
 while it trains, so a second launch into the same folder is refused naming the holder.
@@ -44,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -83,7 +86,13 @@ from kit.train.metrics import (
 )
 from kit.train.settings import TrainSettings, load_train_settings, replica_problem
 from kit.train.step import Trainer
-from kit.train.stopping import LoaderError, Preempted, StopFlag, loader_failures
+from kit.train.stopping import (
+    STOP_CHECK_EVERY,
+    LoaderError,
+    Preempted,
+    StopFlag,
+    loader_failures,
+)
 from kit.train.watchdog import Watchdog
 
 #: no progress-bar monitor thread: a thread holding a lock while a process forks leaves that lock
@@ -200,13 +209,17 @@ class Position:
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0
+    #: steps since the last logging step, when a stop came between two
+    window_steps: int = 0
 
 
 @dataclass
 class _Window:
-    """The steps since the last logging step, and when the first of them began."""
+    """The steps since the last logging step (`carried` of them taken before a resumption), and
+    when this process's first of them began."""
 
     steps: int = 0
+    carried: int = 0
     start: float = field(default_factory=time.perf_counter)
 
 
@@ -235,7 +248,7 @@ class _Run:
         """Step to the last iteration; every logging step, log the window's loss, evaluate and
         save where due, and stop (checkpointed) when a preemption signal asked."""
         batches = self.batches()
-        window = _Window()
+        window = _Window(self.at.window_steps, self.at.window_steps)
         while self.at.step < self.cfg.iterations:
             self.watchdog.beat(
                 f"at step {self.at.step + 1} (its batch, forward and backward)",
@@ -251,6 +264,11 @@ class _Run:
                 if self.logging_step(window, evaluate, save, final, stop.requested):
                     stop.requested = True  # asked on another rank: this one's chain stops too
                 window = _Window()
+            elif self.at.step % STOP_CHECK_EVERY == 0:
+                self.watchdog.beat(f"agreeing on a stop at step {self.at.step}")
+                if self.trainer.stop_asked(stop.requested):
+                    stop.requested = True
+                    self.stop_between_logs(window)
 
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This rank's batches on its device from the run's position on, epoch after epoch."""
@@ -302,14 +320,34 @@ class _Run:
                 self.save(at_y, kept)
         self.last_saved = self.at.step if save else self.last_saved
         if preempted and not final:
-            self.progress.close()
-            self.watchdog.beat(f"waiting for rank 0's checkpoint of step {self.at.step}")
-            barrier()  # no rank exits (and srun kills no rank) before rank 0 has saved
-            raise Preempted(
-                f"{self.out}: stopped by a preemption signal at step {self.at.step} "
-                f"after writing {self.out / CHECKPOINT}; run it again to resume"
-            )
+            self.preempted()
         return preempted
+
+    def stop_between_logs(self, window: _Window) -> None:
+        """A stop agreed between logging steps: the checkpoint of this step at x, holding y and
+        every rank's unlogged window, then Preempted."""
+        extra = {
+            "parameters_at_y": self.trainer.parameters_at_y(),
+            "window": self.trainer.window_state(window.steps),
+        }
+        recalibration = self.watchdog.beating(
+            self.data.recalibration, f"recalibrating BatchNorm at step {self.at.step}"
+        )
+        with self.trainer.evaluation_point(recalibration):
+            self.watchdog.beat(f"saving the checkpoint of step {self.at.step}")
+            self.save(extra, kept_message(self.out / CHECKPOINT, self.last_saved))
+        self.last_saved = self.at.step
+        self.preempted()
+
+    def preempted(self) -> NoReturn:
+        """After a stop's checkpoint: every rank waits for rank 0's write, then leaves."""
+        self.progress.close()
+        self.watchdog.beat(f"waiting for rank 0's checkpoint of step {self.at.step}")
+        barrier()  # no rank exits (and srun kills no rank) before rank 0 has saved
+        raise Preempted(
+            f"{self.out}: stopped by a preemption signal at step {self.at.step} "
+            f"after writing {self.out / CHECKPOINT}; run it again to resume"
+        )
 
     def record(self, loss: float, window: _Window) -> dict[str, Any]:
         """The metrics row of this logging step, before evaluation."""
@@ -318,7 +356,7 @@ class _Run:
             "epoch": self.at.epoch,
             "loss": loss,
             "lr": self.trainer.optimizer.param_groups[0]["scheduled_lr"],
-            "images_per_s": window.steps
+            "images_per_s": (window.steps - window.carried)
             * self.cfg.batch_size
             / (time.perf_counter() - window.start),
             "eval_accuracy": None,
@@ -461,7 +499,8 @@ def _resume(trainer: Trainer, checkpoint: Path) -> Position:
     state = read_checkpoint(checkpoint)
     trainer.load(state)
     restore_rng_states(state["rng"])
-    return Position(state["step"], state["epoch"], state["batch_in_epoch"])
+    window = state.get("window", {}).get("steps", 0)
+    return Position(state["step"], state["epoch"], state["batch_in_epoch"], window)
 
 
 def _ready_folder(cfg: TrainSettings, out: Path, step: int) -> None:
