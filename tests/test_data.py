@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,10 +14,12 @@ from PIL import Image
 from pydantic import ValidationError
 from torchvision import transforms
 
+from kit.core import machine
 from kit.core.params import ParameterError
 from kit.data import kinds, prefetch
 from kit.data import pipeline as data
 from kit.data.fixtures import write_cifar, write_image_folder, write_inat18
+from kit.data.kinds import imagefolder
 from kit.data.kinds.base import DataError
 from kit.data.kinds.imagefolder import ImageFolderKind
 from kit.data.kinds.images import open_image
@@ -79,8 +82,25 @@ def test_augmentation_depends_on_epoch_and_index_not_on_workers(image_folder: Pa
     alone = build(config, 3)
     with_workers = build(config, 3, num_workers=2)
     assert torch.equal(first_batch(alone)[0], first_batch(with_workers)[0])
+    # what the /dev/shm check (kit check) assumes each worker holds
+    assert with_workers.train.prefetch_factor == machine.PREFETCH_FACTOR
     samples = alone.train.dataset
     assert not torch.equal(samples[(0, 3)][0], samples[(1, 3)][0])
+
+
+def test_a_split_is_listed_once_per_process_until_a_class_folder_changes(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A chain of runs on ImageNet listed its 1.28M files again for every run."""
+    root = write_image_folder(tmp_path / "images", ("ant", "bee"), {"train": 2, "val": 1})
+    scans = []
+    real_scan = imagefolder._scan
+    monkeypatch.setattr(imagefolder, "_scan", lambda folder: scans.append(1) or real_scan(folder))
+    first = imagefolder.image_folder(root, "train")
+    assert imagefolder.image_folder(root, "train").samples == first.samples and len(scans) == 1
+    shutil.copy(first.samples[0][0], root / "train" / "bee" / "added.png")
+    again = imagefolder.image_folder(root, "train")
+    assert len(scans) == 2 and len(again.samples) == len(first.samples) + 1
 
 
 @pytest.mark.parametrize(

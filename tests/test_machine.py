@@ -111,8 +111,8 @@ def test_disk_and_shm_compare_with_the_need(tmp_path: Path) -> None:
 
 
 def test_loader_shared_memory_by_hand() -> None:
-    # 8 ranks x 3 loaders x 12 workers x 2 batches x 128 images x 3 x 224 x 224 bytes
-    assert machine.loader_shared_memory(8, 12, 128, 224) == 8 * 3 * 12 * 2 * 128 * 150528
+    # 8 ranks x 3 loaders x 12 workers x 4 batches x 128 images x 3 x 224 x 224 bytes
+    assert machine.loader_shared_memory(8, 12, 128, 224) == 8 * 3 * 12 * 4 * 128 * 150528
 
 
 def test_preempted_marker_is_written_where_the_launcher_says(

@@ -23,8 +23,9 @@ import psutil
 
 #: the loaders of a training run that keep workers (train, BN recalibration, evaluation)
 PERSISTENT_LOADERS = 3
-#: batches each loader worker keeps ready (torch's default prefetch_factor)
-PREFETCH_FACTOR = 2
+#: batches each loader worker keeps ready (the training loaders' prefetch_factor, kit.data.pipeline:
+#: four rather than torch's two, so that a slow JPEG does not stall the step)
+PREFETCH_FACTOR = 4
 
 
 class MachineError(RuntimeError):

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.io import read_file
 from torchvision.transforms import v2
 
+from kit.core import machine
 from kit.data import batched, kinds, workers
 from kit.data.kinds.base import DataError, data_root, existing_folder
 from kit.data.kinds.images import CifarImages, ImageList, open_image, unreadable_images
@@ -285,7 +286,7 @@ def build(
             pin_memory=pin_memory,
             persistent_workers=num_workers > 0,
             collate_fn=collate_fn,
-            prefetch_factor=4 if num_workers > 0 else None,
+            prefetch_factor=machine.PREFETCH_FACTOR if num_workers > 0 else None,
             multiprocessing_context=workers.context() if num_workers else None,
             timeout=timeout_s if num_workers else 0,
         )

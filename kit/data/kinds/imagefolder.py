@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,13 +23,39 @@ if TYPE_CHECKING:
     from kit.data.settings import DataSettings
 
 
-def image_folder(root: Path, split: str) -> ImageList:
-    """ImageNet layout: root/{train,val}/<class>/<image>."""
-    from torchvision import datasets
+#: the file lists of the splits this process has scanned, by their folders' change stamps
+_SCANNED: dict[tuple, tuple[list[tuple[str, int]], list[str]]] = {}
 
-    from kit.data.kinds.images import ImageList, open_image
+
+def image_folder(root: Path, split: str) -> ImageList:
+    """ImageNet layout: root/{train,val}/<class>/<image>. The file list is scanned once per
+    process and kept while the split's folder and its class folders keep their modification
+    times (adding or removing an image changes its folder's): ImageNet's 1.28M files take
+    minutes to list on a shared file system, and a process training a chain of runs would list
+    them again for every run."""
+    from kit.data.kinds.images import ImageList
 
     folder = existing_folder(root / split, f"ImageFolder '{split}'")
+    stamps = _stamps(folder)
+    if stamps not in _SCANNED:
+        _SCANNED[stamps] = _scan(folder)
+    samples, classes = _SCANNED[stamps]
+    return ImageList(list(samples), list(classes))
+
+
+def _stamps(folder: Path) -> tuple:
+    """The folder and its class folders, each with its modification time."""
+    with os.scandir(folder) as entries:
+        inside = sorted((e.name, e.stat().st_mtime_ns) for e in entries if e.is_dir())
+    return (str(folder.resolve()), folder.stat().st_mtime_ns, tuple(inside))
+
+
+def _scan(folder: Path) -> tuple[list[tuple[str, int]], list[str]]:
+    """Every image of a split with its class index, and the classes (refusing empty ones)."""
+    from torchvision import datasets
+
+    from kit.data.kinds.images import open_image
+
     if not any(p.is_dir() for p in folder.iterdir()):
         raise DataError(f"{folder}: no class folders with images")
     empty = empty_class_folders(folder)
@@ -37,7 +64,7 @@ def image_folder(root: Path, split: str) -> ImageList:
     found = datasets.ImageFolder(
         str(folder), loader=open_image, is_valid_file=lambda p: p.lower().endswith(IMAGE_SUFFIXES)
     )
-    return ImageList(found.samples, found.classes)
+    return found.samples, found.classes
 
 
 class ImageFolderKind(DatasetKind):
