@@ -11,6 +11,7 @@ from kit.data.kinds.base import (
     SAMPLE_IMAGES,
     DataError,
     DatasetKind,
+    DataSource,
     data_root,
     empty_class_folders,
     existing_folder,
@@ -19,7 +20,6 @@ from kit.data.kinds.base import (
 
 if TYPE_CHECKING:
     from kit.data.kinds.images import ImageList
-    from kit.data.settings import DataSettings
 
 
 def image_folder(root: Path, split: str) -> ImageList:
@@ -51,7 +51,7 @@ class ImageFolderKind(DatasetKind):
     #: the folder of each split under the root
     folders = {"train": "train", "eval": "val"}
 
-    def open_split(self, data: DataSettings, split: str, num_classes: int) -> ImageList:
+    def open_split(self, data: DataSource, split: str, num_classes: int) -> ImageList:
         return image_folder(data_root(data), self.folders[split])
 
     def layout_problems(self, root: Path) -> list[str]:

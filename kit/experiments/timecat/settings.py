@@ -19,7 +19,8 @@ from pydantic import Field, field_validator, model_validator
 
 from kit.core.params import NotebookSettings, Strict
 from kit.core.paths import SAFE_NAME, escapes, resolve
-from kit.data.settings import ComponentSettings, DataSettings
+from kit.data.settings import DataSettings
+from kit.data.synthetic_settings import ComponentSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
 from kit.launch.settings import LaunchSettings
 from kit.probes.registry import PROBES
