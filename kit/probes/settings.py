@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -41,7 +41,11 @@ class AuthorsProbeSetup:
 
 
 _TO = "scripts/supervised_transfer/imagenet/to_"
-_RECIPE = {"epochs": 28, "lr": 0.01, "milestones": (8, 16, 24)}  # supervised.py's defaults
+_RECIPE: dict[str, Any] = {
+    "epochs": 28,
+    "lr": 0.01,
+    "milestones": (8, 16, 24),
+}  # supervised.py's defaults
 
 #: the authors' setup per target, by `setups` key of FaithfulProbeSettings: ImageNet-1k probes
 #: of one model on 5 GPUs and of concatenations on 6, iNat18 on 8 with SyncBatchNorm, CIFAR-10

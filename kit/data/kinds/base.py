@@ -102,8 +102,16 @@ class DatasetKind:
         return problems
 
 
+def split_size(dataset: Dataset) -> int:
+    """The samples of a split. torch's Dataset declares no `__len__` (an iterable-style one has
+    none); every split the kinds open and the pipeline wraps is map-style and has one."""
+    return len(dataset)  # type: ignore[arg-type]
+
+
 def data_root(data: DataSource) -> Path:
     """The data root of a kind that reads from disk, resolved (kit.core.paths.resolve)."""
+    if data.root is None:
+        raise DataError("data.root: this kind reads images from disk and needs a root")
     return resolve(data.root)
 
 

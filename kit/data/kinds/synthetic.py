@@ -25,4 +25,5 @@ class SyntheticKind(DatasetKind):
     def open_split(self, data: DataSource, split: str, num_classes: int) -> SyntheticWorld:
         from kit.data.synthetic import SyntheticWorld
 
+        assert data.synthetic is not None, "DataSettings gives the synthetic section"
         return SyntheticWorld(data.synthetic, num_classes, data.image_size, split)

@@ -290,7 +290,7 @@ class TimecatSettings(NotebookSettings):
         missing = [
             f
             for variant in loaded
-            for files in variant.checkpoints[: self.replicates]
+            for files in (variant.checkpoints or [])[: self.replicates]
             for f in files
             if not resolve(f).is_file()
         ]
@@ -305,7 +305,7 @@ class TimecatSettings(NotebookSettings):
                 [
                     f
                     for variant in loaded
-                    for files in variant.checkpoints[: self.replicates]
+                    for files in (variant.checkpoints or [])[: self.replicates]
                     for f in files
                 ]
             )
