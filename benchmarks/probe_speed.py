@@ -28,8 +28,8 @@ import torch
 from sklearn.linear_model import LogisticRegression
 
 from kit import features, models
-from kit.data.settings import ComponentSettings, SyntheticSettings
 from kit.data.synthetic import SyntheticWorld
+from kit.data.synthetic_settings import ComponentSettings, SyntheticSettings
 from kit.probes.fast import fast_probe
 from kit.probes.rows import Split
 from kit.probes.settings import FastProbeSettings

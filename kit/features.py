@@ -48,6 +48,7 @@ from kit.core import distributed, files
 from kit.core.paths import resolve
 from kit.core.progress import Stage
 from kit.data import workers
+from kit.data.kinds.base import split_size
 from kit.data.prefetch import DeviceBatches
 from kit.train.settings import TrainSettings
 
@@ -197,14 +198,15 @@ def _verified(path: Path) -> dict[str, Any] | None:
     try:
         signature = _signature(path)
     except OSError as error:
-        verdict: dict[str, Any] | None = {"ok": False, "problem": repr(error)}
+        verdict: dict[str, Any] = {"ok": False, "problem": repr(error)}
     else:
-        verdict = _marker(path, signature)
-        if verdict is None and distributed.rank_and_world()[0] == 0:
-            verdict = _check_content(path, signature)
-        while verdict is None:
+        found = _marker(path, signature)
+        if found is None and distributed.rank_and_world()[0] == 0:
+            found = _check_content(path, signature)
+        while found is None:
             time.sleep(POLL_S)
-            verdict = _marker(path, signature)
+            found = _marker(path, signature)
+        verdict = found
     if not verdict["ok"]:
         if distributed.rank_and_world()[0] == 0:
             print(
@@ -295,7 +297,7 @@ def _extract_checkpoints(
     records = {
         path: record | {"widths": [backbones[path].feature_dim]} for path, record in records.items()
     }
-    rows = len(dataset)
+    rows = split_size(dataset)
     _start_entries(
         {path: (model.feature_dim, records[path]["dtype"]) for path, model in backbones.items()},
         rows,
@@ -385,7 +387,7 @@ def extract_many(
         raise ValueError("extract needs at least one checkpoint per representation")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype}")
-    rows = len(dataset)
+    rows = split_size(dataset)
     if rows == 0:
         raise ValueError(f"dataset '{dataset_id}' split '{split}' is empty")
     hashes = {Path(p): files.file_hash(Path(p)) for rep in representations for p in rep}

@@ -105,7 +105,7 @@ class KitResNet(ResNet):
         self.inplanes, self.dilation, self.groups, self.base_width = widths[0], 1, 1, 64
         if stem == "small":
             self.conv1 = nn.Conv2d(3, widths[0], kernel_size=3, stride=1, padding=1, bias=False)
-            self.maxpool = nn.Identity()
+            self.maxpool: nn.Module = nn.Identity()
         else:
             self.conv1 = nn.Conv2d(3, widths[0], kernel_size=7, stride=2, padding=3, bias=False)
             self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
@@ -146,13 +146,17 @@ class KitResNet(ResNet):
 
 
 def build(
-    arch: str, num_classes: int, width: float = 1.0, stem: str = "auto", image_size: int = 224
+    arch: str,
+    num_classes: int,
+    width: float = 1.0,
+    stem: Literal["auto", "imagenet", "small"] = "auto",
+    image_size: int = 224,
 ) -> KitResNet:
     """A freshly initialised network; stem 'auto' is 'small' below 64 px."""
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture '{arch}' (known: {', '.join(ARCHITECTURES)})")
     if stem == "auto":
-        stem = "small" if image_size < 64 else "imagenet"
+        return KitResNet(arch, num_classes, width, "small" if image_size < 64 else "imagenet")
     return KitResNet(arch, num_classes, width, stem)
 
 

@@ -24,8 +24,9 @@ from kit.data.kinds.base import DataError
 from kit.data.kinds.imagefolder import ImageFolderKind
 from kit.data.kinds.images import open_image
 from kit.data.preflight import preflight
-from kit.data.settings import CUES, DataSettings, SyntheticSettings
+from kit.data.settings import DataSettings
 from kit.data.synthetic import SyntheticWorld, bayes_ceiling
+from kit.data.synthetic_settings import CUES, SyntheticSettings
 from kit.probes.settings import PAPER_WEIGHT_DECAYS
 
 WORLD = SyntheticSettings(

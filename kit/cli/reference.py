@@ -200,9 +200,11 @@ def comments(cls: type) -> dict[str, str]:
         return {}
     lines = source.splitlines()
     found = {}
-    for node in ast.parse(source).body[0].body:
+    definition = ast.parse(source).body[0]
+    assert isinstance(definition, ast.ClassDef), f"{cls} is not a class"
+    for node in definition.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            above = []
+            above: list[str] = []
             index = node.lineno - 2
             while index >= 0 and lines[index].strip().startswith("#:"):
                 above.insert(0, lines[index].strip()[2:].strip())

@@ -35,6 +35,7 @@ signal (kit.core.processes.dying_with_parent).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -265,7 +266,7 @@ def disk_full_line(run: PlannedRun, error: BaseException) -> str | None:
     partial.unlink(missing_ok=True)
     kept = f"; the last good run's stays in {run.output}" if run.output.exists() else ""
     return (
-        f"{named}: {os.strerror(full.errno).lower()} while saving the notebook's outputs "
+        f"{named}: {os.strerror(full.errno or 0).lower()} while saving the notebook's outputs "
         f"({free} free in {run.output.parent}); the partial copy is removed{kept}. Free "
         "space (or set output_dir to another disk) and re-run the same command to resume."
     )
@@ -355,6 +356,11 @@ def stage_file(run: PlannedRun) -> Path:
     return run.output.with_name(f".{run.output.stem}.stages.jsonl")
 
 
+def _running(short: str, start: float) -> str:
+    """The heartbeat line of a notebook that has printed nothing for a while."""
+    return f"{short} running ({time.perf_counter() - start:.0f} s)"
+
+
 def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
     every_s = terminal.PROGRESS_EVERY_S[sys.stdout.isatty()]
     finished = []
@@ -376,9 +382,7 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
                     terminal.TrainingProgress(watched, short, every_s),
                     terminal.StageProgress(stages, short, every_s),
                 ],
-                heartbeat=lambda short=short, start=start: (
-                    f"{short} running ({time.perf_counter() - start:.0f} s)"
-                ),
+                heartbeat=functools.partial(_running, short, start),
                 quiet_s=terminal.QUIET_S[sys.stdout.isatty()],
             ):
                 execute(planned, notebooks_dir)

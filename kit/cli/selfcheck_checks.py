@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import schedulefree
 import torch
@@ -125,16 +126,18 @@ def bare_rate(sizes: Sizes, device: torch.device) -> float:
 
 def trainer_rate(sizes: Sizes, device: torch.device, compiled: bool, folder: Path) -> float:
     """Images/s of the kit's training step (`kit.train.step.Trainer`), bf16 on CUDA."""
-    cfg = TrainSettings(
-        model=sizes.model,
-        width=sizes.width,
-        num_classes=1000,
-        data={"kind": "synthetic", "image_size": sizes.image_size, "synthetic": _world()},
-        batch_size=sizes.batch,
-        iterations=sizes.steps,
-        seed=0,
-        output_dir=str(folder),
-        compile=compiled,
+    cfg = TrainSettings.model_validate(
+        {
+            "model": sizes.model,
+            "width": sizes.width,
+            "num_classes": 1000,
+            "data": {"kind": "synthetic", "image_size": sizes.image_size, "synthetic": _world()},
+            "batch_size": sizes.batch,
+            "iterations": sizes.steps,
+            "seed": 0,
+            "output_dir": str(folder),
+            "compile": compiled,
+        }
     )
     trainer = Trainer(cfg, Process(0, 1, device))
     images, labels = _batch(sizes, device)
@@ -304,7 +307,7 @@ def preemption_resume(sizes: Sizes, device: str, folder: Path) -> Row:
             f"{PREEMPTED_EXIT} with {run / CHECKPOINT} written): "
             f"{log.read_text()[-500:]}"
         )
-    stopped = int(read_metrics(run)["step"].max())
+    stopped = cast(int, read_metrics(run)["step"].max())
     second = subprocess.run(
         command, capture_output=True, text=True, timeout=TRAIN_TIMEOUT, check=False
     )

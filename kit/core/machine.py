@@ -165,7 +165,9 @@ def byte_size(count: float) -> str:
 
 def usable_cores() -> int:
     """CPU cores this process may run on (its affinity, as Slurm and cgroups restrict it)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def describe() -> str:

@@ -26,7 +26,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -59,14 +59,16 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
+#: the formats a chart can be saved in
+ChartFormat = Literal["png", "svg", "html"]
+
+
 class NotebookSettings(Strict):
     """Keys every notebook takes (notebook 02 takes only these)."""
 
     profile: str = Field(min_length=1)
     output_dir: str = Field(min_length=1)
-    chart_formats: list[Literal["png", "svg", "html"]] = Field(
-        default_factory=lambda: ["png", "svg", "html"]
-    )
+    chart_formats: list[ChartFormat] = Field(default_factory=lambda: list(get_args(ChartFormat)))
 
 
 Sources = dict[str, str]  # dotted key -> the file or command line that set it

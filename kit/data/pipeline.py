@@ -27,7 +27,7 @@ from torchvision.transforms import v2
 
 from kit.core import machine
 from kit.data import batched, kinds, workers
-from kit.data.kinds.base import DataError, data_root, existing_folder
+from kit.data.kinds.base import DataError, data_root, existing_folder, split_size
 from kit.data.kinds.images import CifarImages, ImageList, open_image, unreadable_images
 from kit.data.settings import DataSettings
 from kit.data.synthetic import SyntheticWorld
@@ -87,7 +87,7 @@ class Samples(Dataset):
         self.base, self.transform, self.seed = base, transform, seed
 
     def __len__(self) -> int:
-        return len(self.base)
+        return split_size(self.base)
 
     def __getitem__(self, key: Key) -> tuple[torch.Tensor, int]:
         epoch, index = key
@@ -149,8 +149,14 @@ class ResumableOrder(Sampler[Key]):
         local_batch: int,
         micro_batches: int = 1,
     ) -> None:
-        self.shard = DistributedSampler(
-            range(size), num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
+        # DistributedSampler only takes the length of its dataset: the indices are the dataset
+        self.shard: DistributedSampler[int] = DistributedSampler(
+            range(size),  # type: ignore[arg-type]
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=True,
+            seed=seed,
+            drop_last=True,
         )
         self.local_batch = local_batch
         self.micro_order = [
@@ -210,12 +216,13 @@ def datasets_for(data: DataSettings, num_classes: int) -> tuple[Dataset, Dataset
         except DataError as error:
             problems.append(str(error))
     for split, dataset in found.items():
-        if len(dataset.classes) != num_classes:
+        classes = dataset.classes  # type: ignore[attr-defined]  # every kind's split has them
+        if len(classes) != num_classes:
             problems.append(
-                f"{root}: the {split} split has {len(dataset.classes)} classes but "
+                f"{root}: the {split} split has {len(classes)} classes but "
                 f"the configuration says num_classes: {num_classes}"
             )
-        if len(dataset) == 0:
+        if split_size(dataset) == 0:
             problems.append(f"{root}: the {split} split is empty")
     if data.verify_images:
         problems += unreadable_images(
@@ -251,9 +258,9 @@ def build(
     train_base, eval_base = datasets_for(data, num_classes)
     local_batch = batch_size // world_size
     micro_batch = micro_batch or local_batch
-    if len(train_base) < batch_size:
+    if split_size(train_base) < batch_size:
         raise DataError(
-            f"the training split has {len(train_base)} images, fewer than one global "
+            f"the training split has {split_size(train_base)} images, fewer than one global "
             f"batch ({batch_size})"
         )
     from_images = kinds.get(data.kind).reads_disk
@@ -263,12 +270,12 @@ def build(
         collate = functools.partial(batched.collate, size=data.image_size)
     plain = augmentation(augment, data.image_size, False, from_images)
     order = ResumableOrder(
-        len(train_base), rank, world_size, seed, local_batch, local_batch // micro_batch
+        split_size(train_base), rank, world_size, seed, local_batch, local_batch // micro_batch
     )
     # BN recalibration reads fixed training images with eval preprocessing, the same every time
-    chosen = torch.randperm(len(train_base), generator=torch.Generator().manual_seed(seed))
+    chosen = torch.randperm(split_size(train_base), generator=torch.Generator().manual_seed(seed))
     recalibration_keys = [(0, int(i)) for i in chosen[: recalibration_batches * batch_size]]
-    eval_keys = [(0, i) for i in range(len(eval_base))]
+    eval_keys = [(0, i) for i in range(split_size(eval_base))]
 
     def loader(
         dataset: Dataset,
@@ -298,8 +305,8 @@ def build(
             Samples(train_base, plain, seed), recalibration_keys[rank::world_size]
         ),
         eval=loader(Samples(eval_base, plain, seed), eval_keys[rank::world_size]),
-        num_train=len(train_base),
-        num_eval=len(eval_base),
+        num_train=split_size(train_base),
+        num_eval=split_size(eval_base),
     )
 
 
@@ -335,7 +342,7 @@ class Transformed(Dataset):
         self.base, self.transform = base, transform
 
     def __len__(self) -> int:
-        return len(self.base)
+        return split_size(self.base)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         image, label = self.base[index]
@@ -366,7 +373,7 @@ def labels_of(dataset: Dataset) -> np.ndarray:
         return np.array([label for _, label in base.samples])
     if isinstance(base, CifarImages):
         return np.asarray(base.labels)
-    return np.array([int(base[index][1]) for index in range(len(base))])
+    return np.array([int(base[index][1]) for index in range(split_size(base))])
 
 
 def balanced_subset(labels: np.ndarray, rows: int, seed: int) -> np.ndarray:

@@ -22,7 +22,7 @@ def preflight(data: DataSettings) -> list[str]:
     """Checks of a data root (its kind's layout_problems: folders, index files, a few images
     decoded): the problems found, if any."""
     kind = kinds.get(data.kind)
-    if not kind.reads_disk:
+    if not kind.reads_disk or data.root is None:  # a root is required for these (DataSettings)
         return []
     root = resolve(data.root)
     if "$" in str(root):

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from kit.data.settings import CUES, SyntheticSettings
+from kit.data.synthetic_settings import CUES, SyntheticSettings
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any, cast
 
 import altair as alt
 import polars as pl
@@ -18,7 +19,7 @@ from kit.report import palette
 
 DATA_DIR = Path(__file__).parent / "evidence_data"
 
-SCHEMA: dict[str, pl.DataType] = {
+SCHEMA: dict[str, type[pl.DataType]] = {
     "study": pl.String,
     "arxiv_id": pl.String,
     "source_ref": pl.String,
@@ -306,7 +307,7 @@ def concept(label: str) -> str:
     return first
 
 
-def _colour(field: str, frame: pl.DataFrame, **kwargs: object) -> alt.Color:
+def _colour(field: str, frame: pl.DataFrame, **kwargs: Any) -> alt.Color:
     """A colour channel on `field` with each of its values in its palette colour."""
     values = sorted(frame[field].drop_nulls().unique().to_list())
     return alt.Color(f"{field}:N", scale=palette.scale(values, concept), **kwargs)
@@ -348,7 +349,7 @@ def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
 
 def difference_chart(
     frame: pl.DataFrame, comparison: str, value: str, title: str
-) -> alt.LayerChart:
+) -> alt.LayerChart | alt.FacetChart:
     """Differences per evaluation dataset as bars from zero on one shared scale, each bar
     with its value written on it, so gaps of a point or two stay visible and comparable."""
     data = frame.filter(pl.col(value).is_not_null())
@@ -388,7 +389,7 @@ def difference_chart(
 
 def _padded(values: pl.Series) -> list[float]:
     """A domain from zero to the extremes with room for the labels above and below the bars."""
-    low, high = min(0.0, values.min()), max(0.0, values.max())
+    low, high = min(0.0, cast(float, values.min())), max(0.0, cast(float, values.max()))
     room = 0.15 * (high - low or 1.0)
     return [low - room if low < 0 else 0.0, high + room if high > 0 else 0.0]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import polars as pl
@@ -129,10 +130,10 @@ def optimal_mixture_classifier(weights: torch.Tensor) -> dict[str, object]:
                 candidates.append((float(masses[list(dropped)].sum()), dropped, kept))
     error = min(c[0] for c in candidates)
     best = [c for c in candidates if c[0] <= error + 1e-9]
-    dropped = [", ".join(POINT_NAMES[i] for i in c[1]) or "-" for c in best]
+    given_up = [", ".join(POINT_NAMES[i] for i in c[1]) or "-" for c in best]
     features = sorted({features_needed(points[c[2]], labels[c[2]]) for c in best})
     return {
-        "dropped": " | ".join(dropped),
+        "dropped": " | ".join(given_up),
         "error": round(error, 4),
         "features": " | ".join(features),
     }
@@ -500,7 +501,8 @@ def summarize(
 ) -> dict[str, object]:
     """The key measured results of notebook 01, as plain numbers (written to JSON)."""
     single = runs.filter(pl.col("kept").is_in(["phi1", "phi2"]))
-    own, other = [], []
+    own: list[float] = []
+    other: list[float] = []
     for row in single.iter_rows(named=True):
         feature = FEATURES.index(row["kept"])
         for c, name in enumerate(COMPONENT_NAMES):
@@ -530,7 +532,7 @@ def summarize(
         ),
         "concat_all_solved_fraction": _all_solved_fraction(concat),
         "concat_all_solved_fraction_shared_sample": _all_solved_fraction(shared_concat),
-        "unpruned_solves_all_fraction": float(runs["unpruned_solves_all"].mean()),
+        "unpruned_solves_all_fraction": cast(float, runs["unpruned_solves_all"].mean()),
         "solved_threshold": solved,
     }
 

@@ -72,7 +72,7 @@ def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
     )
 
 
-def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart:
+def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
     """Probe accuracy per component and representation (toy.accuracy_table), with chance."""
     chance = toy.majority_accuracy()
     data = charts.error_bounds(table, (0, 1)).with_columns(

@@ -181,7 +181,8 @@ def run_cost(config: TrainSettings) -> float:
 def chains(runs: dict[str, TrainSettings], count: int) -> list[list[str]]:
     """The runs dealt into at most `count` lists of about equal cost (costliest first, each to
     the least loaded list), each list to be trained in turn by one process."""
-    loads, dealt = [0.0] * count, [[] for _ in range(count)]
+    loads = [0.0] * count
+    dealt: list[list[str]] = [[] for _ in range(count)]
     for name in sorted(runs, key=lambda name: -run_cost(runs[name])):
         least = loads.index(min(loads))
         dealt[least].append(name)

@@ -28,16 +28,16 @@ def resource_options(settings: LaunchSettings, tasks_per_node: int) -> list[str]
     if settings.exclusive:
         options += ["--exclusive", "--mem=0"]
     if settings.cpus_per_node:
-        options.append(f"--cpus-per-task={cpus_per_task(settings, tasks_per_node)}")
+        options.append(f"--cpus-per-task={cpus_per_task(settings.cpus_per_node, tasks_per_node)}")
     if settings.mem_gb and not settings.exclusive:
         options.append(f"--mem={settings.mem_gb}G")
     return options
 
 
-def cpus_per_task(settings: LaunchSettings, tasks_per_node: int) -> int:
+def cpus_per_task(cpus_per_node: int, tasks_per_node: int) -> int:
     """The cores each task gets: the node's cores (LaunchSettings.cpus_per_node) split over its
     tasks."""
-    return max(1, settings.cpus_per_node // tasks_per_node)
+    return max(1, cpus_per_node // tasks_per_node)
 
 
 def srun_options(settings: LaunchSettings) -> list[str]:
@@ -46,7 +46,7 @@ def srun_options(settings: LaunchSettings) -> list[str]:
     then share one core."""
     if not settings.cpus_per_node:
         return []
-    return [f"--cpus-per-task={cpus_per_task(settings, settings.nproc_per_node)}"]
+    return [f"--cpus-per-task={cpus_per_task(settings.cpus_per_node, settings.nproc_per_node)}"]
 
 
 def _sbatch(

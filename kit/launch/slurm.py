@@ -125,9 +125,9 @@ def executor(settings: LaunchSettings, folder: Path) -> Any:
             setup=setup,
         )
         return made
-    made = submitit.SlurmExecutor(folder=folder, max_num_timeout=100)
-    made.update_parameters(**slurm_parameters(settings), setup=setup)
-    return made
+    slurm = submitit.SlurmExecutor(folder=folder, max_num_timeout=100)
+    slurm.update_parameters(**slurm_parameters(settings), setup=setup)
+    return slurm
 
 
 def slurm_parameters(settings: LaunchSettings) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from kit.core.paths import REPO_ROOT
 from kit.core.processes import child_environment, dying_with_parent, signal_tree
 from kit.data import kinds, pipeline
 from kit.data import workers as worker_start
+from kit.data.kinds.base import split_size
 from kit.data.settings import DataSettings
 from kit.features import load_backbone
 from kit.launch.local import module_command
@@ -125,7 +126,7 @@ def _loaders(
     augment = pipeline.resolved_augment(data_config)
     augmented = pipeline.augmentation(augment, data_config.image_size, True, from_images)
     plain = pipeline.augmentation(augment, data_config.image_size, False, from_images)
-    kept, held = heldout_indices(len(train_base), settings.heldout_fraction, settings.seed)
+    kept, held = heldout_indices(split_size(train_base), settings.heldout_fraction, settings.seed)
     rank, world = distributed.rank_and_world()
     workers, pin = settings.workers, torch.device(settings.device).type == "cuda"
 
@@ -158,7 +159,7 @@ def _loaders(
         loader(
             pipeline.Samples(eval_base, plain, settings.seed),
             batch_size=local,
-            sampler=[(0, i) for i in range(rank, len(eval_base), world)],
+            sampler=[(0, i) for i in range(rank, split_size(eval_base), world)],
         ),
     )
 

@@ -78,6 +78,7 @@ class SgdHeads:
                 (self.weight, self.velocity[0], self.wd),
                 (self.bias, self.velocity[1], 0.0),
             ):
+                assert param.grad is not None, "a step before the loss's backward"
                 grad = param.grad + penalty * param
                 buffer.mul_(self.momentum).add_(grad)
                 step_lr = self.lr * decay if param is self.weight else (self.lr * decay)[:, :, 0]

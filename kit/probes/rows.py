@@ -158,7 +158,7 @@ def scores(
 ) -> dict[str, torch.Tensor]:
     """Top-1, top-5 and mean cross-entropy per head (logits [B, H, C]) over the rows `index`,
     read in chunks, without gradients."""
-    sums = None
+    sums: torch.Tensor | None = None
     with torch.no_grad():
         chunk = chunk_rows(read.features.shape[1], read.device)
         for start in range(0, len(index), chunk):
@@ -177,5 +177,6 @@ def scores(
                 ]
             )
             sums = counts if sums is None else sums + counts
+    assert sums is not None, "scores of no rows"
     top1, top5, loss = (sums / len(index)).cpu()
     return {"top1": top1, "top5": top5, "loss": loss}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -41,7 +41,11 @@ class AuthorsProbeSetup:
 
 
 _TO = "scripts/supervised_transfer/imagenet/to_"
-_RECIPE = {"epochs": 28, "lr": 0.01, "milestones": (8, 16, 24)}  # supervised.py's defaults
+_RECIPE: dict[str, Any] = {
+    "epochs": 28,
+    "lr": 0.01,
+    "milestones": (8, 16, 24),
+}  # supervised.py's defaults
 
 #: the authors' setup per target, by `setups` key of FaithfulProbeSettings: ImageNet-1k probes
 #: of one model on 5 GPUs and of concatenations on 6, iNat18 on 8 with SyncBatchNorm, CIFAR-10
@@ -114,40 +118,44 @@ class ProbeSetup(Strict):
     sync_bn: bool = False
 
 
-#: a cap on L-BFGS iterations, not a stopping rule: every fit of the cpu profile's features
-#: stopped by tolerance within 500
+#: a cap on L-BFGS iterations, not a stopping rule (how many a fit takes: docs/probes.md)
 LBFGS_MAX_ITER = 2000
 #: L-BFGS stops once an iteration changes the objective or the weights by less than this
-#: (torch's default). On the cpu profile's features, 1e-7 takes about a third fewer iterations
-#: and moves no head's top-1 by more than 0.2 point (benchmarks/probe_tolerance.py)
+#: (torch's default; what a larger one saves and costs: docs/probes.md)
 TOLERANCE_CHANGE = 1e-9
 
 
-class LbfgsProbeSettings(Strict):
-    """Full-batch multinomial logistic regression by float64 L-BFGS, one fit per weight decay,
-    run until torch's tolerances stop it (`kit.probes.lbfgs`)."""
+class FeatureProbeSettings(Strict):
+    """What every probe of cached features shares: its held-out rows, selection rules, seed,
+    devices and L-BFGS tolerance."""
 
-    weight_decays: list[float] = Field(
-        default_factory=lambda: [1e-6, 1e-5, 1e-4, 1e-3], min_length=1
-    )
     heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
-    #: only a cap: a fit that reaches it is refused, its accuracy being the optimiser's
-    max_iter: int = Field(default=LBFGS_MAX_ITER, ge=1)
-    #: the stopping tolerance on the change of objective or weights per iteration
-    #: (TOLERANCE_CHANGE's note says what a larger one costs)
-    tolerance_change: float = Field(default=TOLERANCE_CHANGE, gt=0.0, lt=1e-3)
     #: a third selection rule, `bounded`: the held-out choice among heads whose top-1 on their
     #: fit rows exceeds their held-out top-1 by at most this many points (`kit.probes.selection`);
     #: None reports only `paper` and `heldout`
     max_gap: float | None = Field(default=None, gt=0.0)
     seed: int = Field(default=0, ge=0)
     device: str = Field(default="cpu", min_length=1)
-    #: with device `cuda` (no index): the GPUs the weight decays' fits are spread over, None for
-    #: every visible one; on the CPU, more than one runs that many fits side by side
+    #: with device `cuda` (no index): the GPUs the fits are spread over, each holding its own
+    #: copy of the features, None for every visible one; on the CPU, more than one runs the fits
+    #: in that many groups side by side
     devices: int | None = Field(default=None, ge=1)
+    #: L-BFGS's stopping tolerance on the change of objective or weights per iteration
+    tolerance_change: float = Field(default=TOLERANCE_CHANGE, gt=0.0, lt=1e-3)
 
 
-class FastProbeSettings(Strict):
+class LbfgsProbeSettings(FeatureProbeSettings):
+    """Full-batch multinomial logistic regression by float64 L-BFGS, one fit per weight decay,
+    run until torch's tolerances stop it (`kit.probes.lbfgs`)."""
+
+    weight_decays: list[float] = Field(
+        default_factory=lambda: [1e-6, 1e-5, 1e-4, 1e-3], min_length=1
+    )
+    #: only a cap: a fit that reaches it is refused, its accuracy being the optimiser's
+    max_iter: int = Field(default=LBFGS_MAX_ITER, ge=1)
+
+
+class FastProbeSettings(FeatureProbeSettings):
     """Minibatch SGD (Nesterov) with cosine decay on standardised features; one head per
     (learning rate, weight decay), all trained in one pass."""
 
@@ -156,34 +164,16 @@ class FastProbeSettings(Strict):
     epochs: int = Field(default=8, ge=1)
     batch_size: int = Field(default=512, ge=1)
     momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
-    heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
-    #: a third selection rule, `bounded`: the held-out choice among heads whose top-1 on their
-    #: fit rows exceeds their held-out top-1 by at most this many points (`kit.probes.selection`);
-    #: None reports only `paper` and `heldout`
-    max_gap: float | None = Field(default=None, gt=0.0)
-    seed: int = Field(default=0, ge=0)
-    device: str = Field(default="cpu", min_length=1)
-    #: with device `cuda` (no index): the GPUs the heads (and the L-BFGS finishing fits) are
-    #: spread over, None for every visible one; each GPU holds its own copy of the features when
-    #: it fits. On the CPU, more than one splits the heads into that many groups (no faster; the
-    #: tests check that splitting changes no result)
-    devices: int | None = Field(default=None, ge=1)
-    #: on CUDA, float32 products of the SGD heads on TF32 tensor cores (10-bit mantissa, several
-    #: times faster than true float32 on A100/H100); the float64 L-BFGS finish is unaffected.
-    #: false keeps full float32
+    #: on CUDA, float32 products of the SGD heads on TF32 tensor cores (10-bit mantissa); the
+    #: float64 L-BFGS finish is unaffected. false keeps full float32
     tf32: bool = True
     #: the heads the two rules choose from. `epochs`: every (lr, weight decay, epoch), as the
     #: authors and DINOv2 do; choosing the epoch on held-out rows is early stopping, another
     #: estimator than a converged fit. `converged`: per weight decay, the last epoch's head with
     #: the lowest training objective, finished by float64 L-BFGS to its tolerance (the rules
-    #: then choose a weight decay only, as for `kit.probes.lbfgs.lbfgs_probe`). SGD alone did
-    #: not get there: 400 epochs still left 3e-3 of objective and up to 0.78 point of top-1 on
-    #: the cpu profile's features; finishing 10 epochs' heads gave L-BFGS's fits within 0.2 point
-    #: (benchmarks/probe_agreement.py), the SGD start saving 11-26% of L-BFGS's iterations
+    #: then choose a weight decay only, as for `kit.probes.lbfgs.lbfgs_probe`), because SGD
+    #: alone does not converge on ill-conditioned features (measured in docs/probes.md)
     select_from: Literal["epochs", "converged"] = "epochs"
-    #: L-BFGS's stopping tolerance on the change of objective or weights per iteration, for the
-    #: converged finish and for the L-BFGS probe of the same settings (`lbfgs`)
-    tolerance_change: float = Field(default=TOLERANCE_CHANGE, gt=0.0, lt=1e-3)
 
     @model_validator(mode="after")
     def _converges(self) -> FastProbeSettings:
@@ -196,17 +186,10 @@ class FastProbeSettings(Strict):
         return self
 
     def lbfgs(self) -> LbfgsProbeSettings:
-        """The L-BFGS probe of the same weight decays, held-out rows, seed and device: the
-        converged fit this probe is checked against."""
-        return LbfgsProbeSettings(
-            weight_decays=list(self.weight_decays),
-            heldout_fraction=self.heldout_fraction,
-            seed=self.seed,
-            device=self.device,
-            devices=self.devices,
-            max_gap=self.max_gap,
-            tolerance_change=self.tolerance_change,
-        )
+        """The L-BFGS probe of the same weight decays and shared settings (held-out rows, seed,
+        devices, tolerance): the converged fit this probe is checked against."""
+        shared = {name: getattr(self, name) for name in FeatureProbeSettings.model_fields}
+        return LbfgsProbeSettings(weight_decays=list(self.weight_decays), **shared)
 
 
 class FaithfulProbeSettings(Strict):

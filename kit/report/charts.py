@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 import altair as alt
 import polars as pl
@@ -30,7 +30,10 @@ REFERENCE_COLOR = "#555555"
 
 def _render(spec: dict[str, Any], **metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Altair renderer: the spec for Lab's interactive view and a PNG for everything else."""
-    bundle, png_metadata = png_renderer(spec, **metadata)
+    # altair annotates png_renderer's result as one bundle or a pair; with PNG output it is a pair
+    bundle, png_metadata = cast(
+        tuple[dict[str, Any], dict[str, Any]], png_renderer(spec, **metadata)
+    )
     return ({LAB_VEGALITE_MIME: spec, **bundle, "text/plain": "<chart>"}, png_metadata)
 
 
@@ -98,7 +101,7 @@ def reference_lines(
     number_format: str = ".1f",
     dash: Sequence[int] = (6, 3),
     color: str = REFERENCE_COLOR,
-) -> alt.LayerChart:
+) -> alt.LayerChart | alt.FacetChart:
     """Horizontal lines at the field `value`, each with "<label> <value>" written on it, so the
     reader needs no legend to know what the line is.
 
@@ -122,7 +125,9 @@ def reference_lines(
     return alt.layer(rule, text)
 
 
-def chance_lines(value: str = "chance", *, number_format: str = ".1f") -> alt.LayerChart:
+def chance_lines(
+    value: str = "chance", *, number_format: str = ".1f"
+) -> alt.LayerChart | alt.FacetChart:
     """Dotted lines labelled 'chance <value>': what guessing the majority class scores."""
     return reference_lines(
         value, "chance", number_format=number_format, dash=(2, 2), color="#b22222"

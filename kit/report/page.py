@@ -256,7 +256,9 @@ def _page(title: str, sections: list[str], with_charts: bool) -> str:
     if with_charts:
         import vl_convert
 
-        script = f"<script>{vl_convert.javascript_bundle()}</script>"
+        # vl_convert's stub omits the default snippet (the libraries as window globals)
+        bundle = vl_convert.javascript_bundle()  # type: ignore[call-arg]
+        script = f"<script>{bundle}</script>"
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>'
         f"{html.escape(title)}</title><style>{STYLE}</style>{script}</head><body>"

@@ -94,7 +94,11 @@ class Trainer:
         loss = torch.zeros((), device=images.device)
         for part, (x, y) in enumerate(zip(images.split(size), labels.split(size), strict=True)):
             accumulate = self.ddp is not None and part < parts - 1
-            with self.ddp.no_sync() if accumulate else contextlib.nullcontext():
+            with (
+                self.ddp.no_sync()
+                if self.ddp is not None and accumulate
+                else contextlib.nullcontext()
+            ):
                 with self.autocast():
                     part_loss = self.criterion(self.model(x), y) / parts
                 part_loss.backward()
@@ -174,8 +178,9 @@ class Trainer:
             norm.momentum = momentum
             if self.process.world_size > 1:
                 for statistic in (norm.running_mean, norm.running_var):
+                    assert statistic is not None  # the kit's BatchNorms track running statistics
                     dist.all_reduce(statistic)
-                    statistic /= self.process.world_size
+                    statistic.div_(self.process.world_size)
 
     @torch.no_grad()
     def evaluate(self, batches: Iterable) -> tuple[float, float]:

@@ -9,16 +9,15 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from PIL import Image
 
 from kit.core.paths import resolve
+from kit.data.synthetic_settings import SyntheticSettings
 
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
-
-    from kit.data.settings import DataSettings
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 #: images of each split decoded by the pre-flight checks (from different classes where possible)
@@ -27,6 +26,21 @@ SAMPLE_IMAGES = 4
 
 class DataError(ValueError):
     """Data that cannot be trained on, with the path that holds it."""
+
+
+class DataSource(Protocol):
+    """What a kind reads of a run's data settings (kit.data.settings.DataSettings has it): the
+    kinds are typed against this rather than the settings class, which imports the kinds to
+    check its `kind`."""
+
+    @property
+    def root(self) -> str | None: ...
+    @property
+    def image_size(self) -> int: ...
+    @property
+    def verify_images(self) -> bool: ...
+    @property
+    def synthetic(self) -> SyntheticSettings | None: ...
 
 
 class DatasetKind:
@@ -57,11 +71,11 @@ class DatasetKind:
     #: estimates made before the data is read (None: not known in advance)
     split_sizes: ClassVar[tuple[int, int] | None] = None
 
-    def expected_sizes(self, data: DataSettings) -> tuple[int, int] | None:
+    def expected_sizes(self, data: DataSource) -> tuple[int, int] | None:
         """The images of the training and evaluation splits `data` is expected to hold."""
         return self.split_sizes
 
-    def open_split(self, data: DataSettings, split: str, num_classes: int) -> Dataset:
+    def open_split(self, data: DataSource, split: str, num_classes: int) -> Dataset:
         """The 'train' or 'eval' split as a dataset of (image, label); DataError naming the path
         when it cannot be read."""
         raise NotImplementedError
@@ -88,8 +102,16 @@ class DatasetKind:
         return problems
 
 
-def data_root(data: DataSettings) -> Path:
+def split_size(dataset: Dataset) -> int:
+    """The samples of a split. torch's Dataset declares no `__len__` (an iterable-style one has
+    none); every split the kinds open and the pipeline wraps is map-style and has one."""
+    return len(dataset)  # type: ignore[arg-type]
+
+
+def data_root(data: DataSource) -> Path:
     """The data root of a kind that reads from disk, resolved (kit.core.paths.resolve)."""
+    if data.root is None:
+        raise DataError("data.root: this kind reads images from disk and needs a root")
     return resolve(data.root)
 
 

@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar
 
-from kit.data.kinds.base import DataError, DatasetKind, data_root, existing_folder
+from kit.data.kinds.base import DataError, DatasetKind, DataSource, data_root, existing_folder
 
 if TYPE_CHECKING:
     from kit.data.kinds.images import CifarImages
-    from kit.data.settings import DataSettings
 
 
 @dataclass(frozen=True)
@@ -151,7 +150,7 @@ class CifarKind(DatasetKind):
     split_sizes = (50_000, 10_000)
     cifar_layout: ClassVar[CifarLayout]
 
-    def open_split(self, data: DataSettings, split: str, num_classes: int) -> CifarImages:
+    def open_split(self, data: DataSource, split: str, num_classes: int) -> CifarImages:
         return cifar(self.cifar_layout, data_root(data), "train" if split == "train" else "test")
 
     def layout_problems(self, root: Path) -> list[str]:

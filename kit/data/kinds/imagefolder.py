@@ -12,6 +12,7 @@ from kit.data.kinds.base import (
     SAMPLE_IMAGES,
     DataError,
     DatasetKind,
+    DataSource,
     data_root,
     empty_class_folders,
     existing_folder,
@@ -20,7 +21,6 @@ from kit.data.kinds.base import (
 
 if TYPE_CHECKING:
     from kit.data.kinds.images import ImageList
-    from kit.data.settings import DataSettings
 
 
 #: the file lists of the splits this process has scanned, by their folders' change stamps
@@ -78,7 +78,7 @@ class ImageFolderKind(DatasetKind):
     #: the folder of each split under the root
     folders = {"train": "train", "eval": "val"}
 
-    def open_split(self, data: DataSettings, split: str, num_classes: int) -> ImageList:
+    def open_split(self, data: DataSource, split: str, num_classes: int) -> ImageList:
         return image_folder(data_root(data), self.folders[split])
 
     def layout_problems(self, root: Path) -> list[str]:

@@ -11,6 +11,7 @@ from kit.core.files import change_stamp
 from kit.data.kinds.base import (
     DataError,
     DatasetKind,
+    DataSource,
     data_root,
     existing_folder,
     sample_problems,
@@ -18,7 +19,6 @@ from kit.data.kinds.base import (
 
 if TYPE_CHECKING:
     from kit.data.kinds.images import ImageList
-    from kit.data.settings import DataSettings
 
 
 @functools.lru_cache(maxsize=4)
@@ -71,7 +71,7 @@ class INat18Kind(DatasetKind):
     #: the index file's prefix of each split
     index_names = {"train": "train", "eval": "val"}
 
-    def open_split(self, data: DataSettings, split: str, num_classes: int) -> ImageList:
+    def open_split(self, data: DataSource, split: str, num_classes: int) -> ImageList:
         return inat18(data_root(data), self.index_names[split])
 
     def layout_problems(self, root: Path) -> list[str]:

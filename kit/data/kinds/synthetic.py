@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kit.data.kinds.base import DatasetKind
+from kit.data.kinds.base import DatasetKind, DataSource
 
 if TYPE_CHECKING:
-    from kit.data.settings import DataSettings
     from kit.data.synthetic import SyntheticWorld
 
 
@@ -19,11 +18,12 @@ class SyntheticKind(DatasetKind):
     section = "synthetic"
     probe_grid = "imagenet"
 
-    def expected_sizes(self, data: DataSettings) -> tuple[int, int] | None:
+    def expected_sizes(self, data: DataSource) -> tuple[int, int] | None:
         assert data.synthetic is not None
         return data.synthetic.num_train, data.synthetic.num_eval
 
-    def open_split(self, data: DataSettings, split: str, num_classes: int) -> SyntheticWorld:
+    def open_split(self, data: DataSource, split: str, num_classes: int) -> SyntheticWorld:
         from kit.data.synthetic import SyntheticWorld
 
+        assert data.synthetic is not None, "DataSettings gives the synthetic section"
         return SyntheticWorld(data.synthetic, num_classes, data.image_size, split)

@@ -5,6 +5,8 @@ claim in words (kit.report.outcomes judges them)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import polars as pl
 
 from kit.experiments.timecat.settings import TimecatSettings
@@ -224,12 +226,12 @@ def caveats(found: outcomes.Outcome, gaps: pl.DataFrame) -> list[str]:
     ]
 
 
-def flagged_words(flagged: list[str]) -> str:
+def flagged_words(flagged: Sequence[str]) -> str:
     """The flagged cells a claim reads, in one clause (`caveats` lists them)."""
     return "probe cells flagged, read with care: " + ", ".join(flagged)
 
 
-def outcome_line(found: outcomes.Outcome, baseline: str, flagged: list[str] = ()) -> str:
+def outcome_line(found: outcomes.Outcome, baseline: str, flagged: Sequence[str] = ()) -> str:
     """A claim in one line: its outcome, then each condition with its paired values, interval,
     judgement and the effect the run could have detected, and the flagged cells it reads."""
     head = f"Claim: {TITLES[found.claim].format(baseline=baseline)}: {found.status.upper()}"

@@ -3,6 +3,8 @@ the controls with their intervals, the paper beside the kit, and the verdict lin
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from kit.data import synthetic
@@ -304,7 +306,7 @@ def summarize(
     max_gap: float | None = None,
     smallest: float = 2.9,
     ran: str = "",
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """What this run measured, as plain statements and numbers: first each claim judged on its
     primary endpoint (`time_concat_claim`, `bottleneck_claim`; a probe cell the endpoint reads
     whose train/eval gap exceeds `max_gap` points is named beside it), then the secondary,

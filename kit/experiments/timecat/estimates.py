@@ -74,8 +74,9 @@ def _cost(width: float, image_size: int) -> float:
     return width**2 * (image_size / 224) ** 2
 
 
-def _hours(images: float, rate: float | None) -> float | None:
-    return None if rate is None else images / rate / 3600
+def _hours(total: float | None, images: float, rate: float | None) -> float | None:
+    """`total` hours plus those `images` take at `rate` images/s; None when either is unknown."""
+    return None if total is None or rate is None else total + images / rate / 3600
 
 
 def _training(params: TimecatSettings, gpu: str | None) -> StepEstimate:
@@ -85,13 +86,14 @@ def _training(params: TimecatSettings, gpu: str | None) -> StepEstimate:
         settings.max_concurrent or len(runs) if settings.backend == "slurm" else settings.workers
     )
     ranks = settings.nproc_per_node * settings.nodes
-    images = hours = disk = 0
+    images = disk = 0
+    hours: float | None = 0.0
     for run in runs:
         images += run.iterations * run.batch_size
         rate = _rate(
             gpu, ranks, _cost(run.width, run.data.image_size), run.num_workers, run.data, True
         )
-        hours = None if rate is None else hours + _hours(run.iterations * run.batch_size, rate)
+        hours = _hours(hours, run.iterations * run.batch_size, rate)
         disk += CHECKPOINT_COPIES * _network(run.model, run.num_classes, run.width)[1]
     return StepEstimate(
         "train", images, None if hours is None else hours / max(concurrent, 1), disk
@@ -131,12 +133,13 @@ def _extraction(params: TimecatSettings, gpu: str | None) -> StepEstimate:
         width for n, width in representations if n > 1
     )
     ranks = params.launch.nproc_per_node * params.launch.nodes
-    images = hours = disk = 0
+    images = disk = 0
+    hours: float | None = 0.0
     for task in params.tasks:
         data, rows = params.task_data(task)[0], sum(task_rows(params)[task.name])
         images += rows * checkpoints
         rate = _rate(gpu, ranks, cost * checkpoints, params.feature_workers, data, False)
-        hours = None if rate is None else hours + _hours(rows, rate)
+        hours = _hours(hours, rows, rate)
         disk += rows * entry_width * FEATURE_BYTES[params.feature_dtype]
     return StepEstimate("extract", images, hours, disk)
 
@@ -149,14 +152,15 @@ def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
         return StepEstimate("probe", 0, None if gpu is None else 0.0, 0)
     _, cost, representations = _representations(params)
     faithful = params.faithful
-    images = hours = 0
+    images = 0
+    hours: float | None = 0.0
     for task in params.tasks:
         data, (rows, _) = params.task_data(task)[0], task_rows(params)[task.name]
         for n, _width in representations:
             own = faithful.for_probe(kinds.get(data.kind).probe_grid, n > 1)
             images += faithful.epochs * rows * n
             rate = _rate(gpu, own.processes, cost * n, faithful.workers, data, False)
-            hours = None if rate is None else hours + _hours(faithful.epochs * rows, rate)
+            hours = _hours(hours, faithful.epochs * rows, rate)
     return StepEstimate("probe", images, hours, 0)
 
 

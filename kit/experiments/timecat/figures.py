@@ -13,7 +13,7 @@ from kit.report import charts, palette
 PERCENT = {"mean": ".1f", "std": ".1f"}
 
 
-def training_chart(curves: pl.DataFrame) -> alt.FacetChart:
+def training_chart(curves: pl.DataFrame) -> alt.Chart | alt.FacetChart:
     """Training loss of every run (folders `.../rep<r>/<variant>/seed<s>`): one panel per
     variant, its lines in the variant's colour, each run named by its tooltip."""
     trained = curves.filter(pl.col("loss").is_not_null())

@@ -14,6 +14,7 @@ from torch.utils.data import Dataset, Subset
 from kit import features
 from kit.core.progress import KeptBar, Stage
 from kit.data import kinds, pipeline
+from kit.data.kinds.base import split_size
 from kit.experiments.timecat.planning import Representation, features_dir, runs_dir
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
 from kit.probes import registry
@@ -63,7 +64,7 @@ def task_features(
     task_data, num_classes = params.task_data(task)
     train_set, eval_set = pipeline.probe_datasets(task_data, num_classes)
     split_name = "train"
-    if params.probe_train_rows is not None and params.probe_train_rows < len(train_set):
+    if params.probe_train_rows is not None and params.probe_train_rows < split_size(train_set):
         chosen = pipeline.balanced_subset(
             pipeline.labels_of(train_set), params.probe_train_rows, seed=params.base_seed
         )
@@ -96,7 +97,7 @@ def task_features(
         extract(groups, split_name, train_set) if on_features else [],
         extract(groups, "eval", eval_set) if on_features else [],
         dict(zip(members, extract([[c] for c in members], "eval", eval_set), strict=True)),
-        len(eval_set),
+        split_size(eval_set),
     )
 
 
@@ -129,8 +130,11 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
                     Split(*found.torch(), found.record["split"])
                     for found in (extracted.train[index], extracted.eval[index])
                 ]
+                assert isinstance(chosen, FeatureProbe)
                 if params.lbfgs_check and rep.replicate == 0:  # a check of the fast probe
-                    exact = registry.get("lbfgs").fit(
+                    reference = registry.get("lbfgs")
+                    assert isinstance(reference, FeatureProbe)
+                    exact = reference.fit(
                         splits[0], splits[1], num_classes, config.lbfgs(), progress=False
                     )
                 settings = config.lbfgs() if params.probe_kind == "lbfgs" else config

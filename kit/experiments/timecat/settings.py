@@ -19,7 +19,8 @@ from pydantic import Field, field_validator, model_validator
 
 from kit.core.params import NotebookSettings, Strict
 from kit.core.paths import SAFE_NAME, escapes, resolve
-from kit.data.settings import ComponentSettings, DataSettings
+from kit.data.settings import DataSettings
+from kit.data.synthetic_settings import ComponentSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
 from kit.launch.settings import LaunchSettings
 from kit.probes.registry import PROBES
@@ -289,7 +290,7 @@ class TimecatSettings(NotebookSettings):
         missing = [
             f
             for variant in loaded
-            for files in variant.checkpoints[: self.replicates]
+            for files in (variant.checkpoints or [])[: self.replicates]
             for f in files
             if not resolve(f).is_file()
         ]
@@ -304,7 +305,7 @@ class TimecatSettings(NotebookSettings):
                 [
                     f
                     for variant in loaded
-                    for files in variant.checkpoints[: self.replicates]
+                    for files in (variant.checkpoints or [])[: self.replicates]
                     for f in files
                 ]
             )

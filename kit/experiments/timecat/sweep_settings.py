@@ -147,7 +147,7 @@ def cells(params: SweepSettings) -> list[Cell]:
             shared = (
                 world == train.data.synthetic.seed
                 and budget == notebook.budget()
-                and values["train"] == notebook.train.model_dump(mode="json")
+                and values["train"] == train.model_dump(mode="json")
             )
             values["run_root"] = (
                 notebook.run_root if shared else f"{params.run_root}/world{world}/budget{budget}"
