@@ -27,6 +27,8 @@ def test_readme_gives_two_commands_and_ci_runs_the_second() -> None:
     main_job, tests = readme_commands()
     assert "python -m kit run --profile cpu" in main_job
     assert "pytest" in tests
+    install = "uv sync -q --locked --inexact --extra dev && "  # from uv.lock (tests/test_lock.py)
+    assert install in main_job and install in tests
     ci_lines = (REPO_ROOT / ".ci" / "run").read_text().splitlines()
     assert tests in ci_lines
 
@@ -38,7 +40,9 @@ def test_environment_yml_agrees_with_pyproject() -> None:
     python = next(d for d in dependencies if isinstance(d, str) and d.startswith("python="))
     assert project["requires-python"] == f"=={python.split('=')[1]}.*"
     pip_section = next(d["pip"] for d in dependencies if isinstance(d, dict))
-    assert pip_section == ["-e .[dev]"]  # everything else comes from pyproject.toml
+    # the kit and its locked versions: uv.lock's export, which itself holds "-e ."
+    assert pip_section == ["-r requirements-lock.txt"]
+    assert "\n-e .\n" in (REPO_ROOT / "requirements-lock.txt").read_text()
     conda_packages = {d.split("=")[0] for d in dependencies if isinstance(d, str)}
     assert conda_packages == {"python", "pip"}
     names = {re.split(r"[=<>\[ ]", d)[0] for d in project["dependencies"]}
