@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -13,7 +14,7 @@ import nbformat
 import pytest
 import yaml
 
-from kit.cli import runner
+from kit.cli import lab, runner
 from kit.core import params
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT, importable_environment
 
@@ -67,12 +68,12 @@ def test_environment_yml_agrees_with_pyproject() -> None:
 
 
 #: strips outputs and execution counts but keeps cell ids, which tests/nbval_references use
-STRIP = ".venv/bin/nbstripout --keep-id --extra-keys metadata.language_info"
+STRIP = f'.venv/bin/nbstripout --keep-id --extra-keys "{" ".join(lab.KIT_KEYS)}"'
 #: the README's once-per-clone setup: git strips notebooks on commit, keeping cell ids
 GIT_FILTER_SETUP = (
     ".venv/bin/nbstripout --install && git config filter.nbstripout.clean "
     '"$PWD/.venv/bin/python -m nbstripout --keep-id '
-    '--extra-keys metadata.language_info"'
+    f"--extra-keys '{' '.join(lab.KIT_KEYS)}'\""
 )
 
 
@@ -138,15 +139,23 @@ def test_a_notebook_saved_with_outputs_is_told_how_to_strip_them(tmp_path: Path)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     code[1].execution_count = 2
     code[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="saved in Lab\n")]
+    code[1].metadata["jupyter"] = {"source_hidden": True}  # its input collapsed in Lab
     nbformat.write(notebook, path)
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert f"{STRIP} notebooks/*.ipynb" in readme and GIT_FILTER_SETUP in readme
     message = unstripped(path)
     assert message is not None and f"{STRIP} {path}" in message and "cells [" in message
     command = STRIP.replace(".venv/bin/", str(Path(sys.executable).parent) + "/")
-    subprocess.run([*command.split(), str(path)], check=True)
+    subprocess.run([*shlex.split(command), str(path)], check=True)
     assert unstripped(path) is None
     stripped = nbformat.read(path, as_version=4)
     assert [c.id for c in stripped.cells] == [c.id for c in notebook.cells]  # references hold
     assert stripped.cells[1].metadata.get("tags") == ["parameters"]
+    assert "jupyter" not in stripped.cells[code_index(notebook, code[1])].metadata
+
+
+def code_index(notebook: nbformat.NotebookNode, cell: nbformat.NotebookNode) -> int:
+    return next(i for i, c in enumerate(notebook.cells) if c.id == cell.id)
 
 
 def test_notebooks_have_parameters_and_references_for_checked_cells() -> None:
