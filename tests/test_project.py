@@ -259,3 +259,15 @@ def test_modules_stay_readable() -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _statements(node) > 45
         ]
     assert not problems, "\n".join(problems)
+
+
+def test_notebooks_name_the_kernel_lab_starts() -> None:
+    """Lab rewrites a notebook's kernelspec to the kernel it starts and marks the notebook
+    unsaved as it opens; a notebook that names ipykernel's own spec opens unchanged."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    wanted = {"display_name": spec.display_name, "language": spec.language, "name": "python3"}
+    for path in runner.find_notebooks(None):
+        kernelspec = nbformat.read(path, as_version=4).metadata.get("kernelspec")
+        assert kernelspec == wanted, f"{path.name}: kernelspec {kernelspec}, Lab starts {wanted}"
