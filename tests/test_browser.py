@@ -1,14 +1,15 @@
 """JupyterLab in a real browser: notebook 01 runs with the interactive profile, its progress bar
 appears and completes, its charts are drawn by Vega with working tooltips, no cell fails and the
-browser logs no error; the shared report page draws its charts with the network cut off.
+browser logs no error; a cell collapsed and saved in Lab leaves the notebook file as committed;
+the shared report page draws its charts with the network cut off.
 
 Playwright drives Debian's Chromium (`apt-get install chromium`, as .ci/run does) through its
 executable path, since no browser build can be downloaded here; the test skips, saying so, where
-neither Playwright nor Chromium is installed. Lab runs with its configuration, runtime, settings
-and workspace folders in a temporary folder and autosave off, so nothing in the repository is
-written but the notebook's own outputs under outputs/interactive (ignored by git); the notebook
-file is compared byte for byte afterwards. On failure the test saves a screenshot and prints its
-path.
+neither Playwright nor Chromium is installed. Lab runs as `python -m kit lab` starts it (its save
+hook), with its configuration, runtime, settings and workspace folders in a temporary folder and
+autosave off, so nothing in the repository is written but the notebook's own outputs under
+outputs/interactive (ignored by git); the notebook files are compared byte for byte afterwards.
+On failure the test saves a screenshot and prints its path.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import secrets
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 from test_report_page import fake_outputs
 
+from kit.cli import lab as lab_cli
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 from kit.report import page as report_page
 
@@ -79,21 +80,18 @@ def lab(tmp_path: Path) -> Iterator[str]:
         "IPYTHONDIR": str(home / "ipython"),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
     }
-    command = [
-        sys.executable,
-        "-m",
-        "jupyter",
-        "lab",
-        "--no-browser",
-        f"--port={port}",
-        "--ServerApp.ip=127.0.0.1",
-        f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={REPO_ROOT}",
-        f"--LabApp.user_settings_dir={home / 'settings'}",
-        f"--LabApp.workspaces_dir={home / 'workspaces'}",
-        f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}",
-        *(["--allow-root"] if os.geteuid() == 0 else []),
-    ]  # CI containers run as root
+    command = lab_cli.arguments(  # `python -m kit lab`'s: the repository as root, its save hook
+        [
+            "--no-browser",
+            f"--port={port}",
+            "--ServerApp.ip=127.0.0.1",
+            f"--IdentityProvider.token={token}",
+            f"--LabApp.user_settings_dir={home / 'settings'}",
+            f"--LabApp.workspaces_dir={home / 'workspaces'}",
+            f"--FileCheckpoints.checkpoint_dir={home / 'checkpoints'}",
+            *(["--allow-root"] if os.geteuid() == 0 else []),  # CI containers run as root
+        ]
+    )
     log = (tmp_path / "lab.log").open("w")
     server = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -227,6 +225,49 @@ def assert_a_tooltip_appears(page: object) -> None:
                     assert tooltip.first.inner_text().strip(), "an empty tooltip"
                     return
     pytest.fail("no Vega tooltip appeared while hovering over the charts")
+
+
+def test_a_cell_collapsed_in_lab_and_saved_leaves_the_notebook_as_committed(
+    lab, browser, tmp_path: Path
+) -> None:
+    """Collapsing a cell's input is saved by Lab as cell metadata (`jupyter.source_hidden`);
+    `kit lab`'s save hook strips it, so the saved file is the committed one, byte for byte."""
+    url, token = lab
+    notebook = NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"
+    before = notebook.read_bytes()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.route(
+        "**/*",
+        lambda route: route.continue_() if route.request.url.startswith(url) else route.abort(),
+    )  # Lab's own server only: no request leaves the machine
+    page = context.new_page()
+    try:
+        with screenshot_on_failure(page, tmp_path / "collapse_failure.png"):
+            page.goto(f"{url}/lab/tree/notebooks/{notebook.name}?reset&token={token}")
+            page.locator(".jp-Notebook .jp-CodeCell").first.wait_for(timeout=START_S * 1000)
+            choose_the_kernel(page)
+            page.locator(".jp-Notebook .jp-CodeCell .jp-InputCollapser").nth(1).click()
+            page.locator(".jp-Notebook .jp-CodeCell .jp-InputPlaceholder").first.wait_for(
+                timeout=10_000
+            )  # the input is folded to its first line
+            dirty = page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty")
+            dirty.wait_for(timeout=10_000)  # Lab has a change to save
+            page.keyboard.press("Control+s")
+            dirty.wait_for(state="detached", timeout=20_000)
+            saved = notebook.read_bytes()
+            status = subprocess.run(
+                ["git", "status", "--porcelain", "--", str(notebook)],
+                cwd=REPO_ROOT,
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+    finally:
+        context.close()
+        if notebook.read_bytes() != before:
+            notebook.write_bytes(before)  # a failure never leaves notebooks/ changed
+    assert saved == before, "saving the collapsed cell changed the notebook file"
+    assert status == "", f"git status after the save: {status}"
 
 
 def test_the_report_page_draws_its_charts_offline(browser, tmp_path: Path) -> None:

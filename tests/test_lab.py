@@ -32,6 +32,9 @@ def test_a_notebook_run_and_saved_in_lab_is_written_as_committed(
     for count, cell in enumerate(code, start=1):  # what a Lab session leaves in the notebook
         cell.execution_count = count
         cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"ran {count}\n")]
+        # a collapsed input and a collapsed, scrolled output, as Lab saves them
+        cell.metadata["jupyter"] = {"source_hidden": True, "outputs_hidden": True}
+        cell.metadata.update(collapsed=True, scrolled=True)
     executed.metadata["language_info"] = {
         "name": "python",
         "version": "3.11.9",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -13,7 +14,7 @@ import nbformat
 import pytest
 import yaml
 
-from kit.cli import runner
+from kit.cli import lab, runner
 from kit.core import params
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT, importable_environment
 
@@ -27,6 +28,8 @@ def test_readme_gives_two_commands_and_ci_runs_the_second() -> None:
     main_job, tests = readme_commands()
     assert "python -m kit run --profile cpu" in main_job
     assert "pytest" in tests
+    install = "uv sync -q --locked --inexact --extra dev && "  # from uv.lock (tests/test_lock.py)
+    assert install in main_job and install in tests
     ci_lines = (REPO_ROOT / ".ci" / "run").read_text().splitlines()
     assert tests in ci_lines
 
@@ -38,7 +41,9 @@ def test_environment_yml_agrees_with_pyproject() -> None:
     python = next(d for d in dependencies if isinstance(d, str) and d.startswith("python="))
     assert project["requires-python"] == f"=={python.split('=')[1]}.*"
     pip_section = next(d["pip"] for d in dependencies if isinstance(d, dict))
-    assert pip_section == ["-e .[dev]"]  # everything else comes from pyproject.toml
+    # the kit and its locked versions: uv.lock's export, which itself holds "-e ."
+    assert pip_section == ["-r requirements-lock.txt"]
+    assert "\n-e .\n" in (REPO_ROOT / "requirements-lock.txt").read_text()
     conda_packages = {d.split("=")[0] for d in dependencies if isinstance(d, str)}
     assert conda_packages == {"python", "pip"}
     names = {re.split(r"[=<>\[ ]", d)[0] for d in project["dependencies"]}
@@ -63,12 +68,12 @@ def test_environment_yml_agrees_with_pyproject() -> None:
 
 
 #: strips outputs and execution counts but keeps cell ids, which tests/nbval_references use
-STRIP = ".venv/bin/nbstripout --keep-id --extra-keys metadata.language_info"
+STRIP = f'.venv/bin/nbstripout --keep-id --extra-keys "{" ".join(lab.KIT_KEYS)}"'
 #: the README's once-per-clone setup: git strips notebooks on commit, keeping cell ids
 GIT_FILTER_SETUP = (
     ".venv/bin/nbstripout --install && git config filter.nbstripout.clean "
     '"$PWD/.venv/bin/python -m nbstripout --keep-id '
-    '--extra-keys metadata.language_info"'
+    f"--extra-keys '{' '.join(lab.KIT_KEYS)}'\""
 )
 
 
@@ -134,15 +139,23 @@ def test_a_notebook_saved_with_outputs_is_told_how_to_strip_them(tmp_path: Path)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     code[1].execution_count = 2
     code[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="saved in Lab\n")]
+    code[1].metadata["jupyter"] = {"source_hidden": True}  # its input collapsed in Lab
     nbformat.write(notebook, path)
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert f"{STRIP} notebooks/*.ipynb" in readme and GIT_FILTER_SETUP in readme
     message = unstripped(path)
     assert message is not None and f"{STRIP} {path}" in message and "cells [" in message
     command = STRIP.replace(".venv/bin/", str(Path(sys.executable).parent) + "/")
-    subprocess.run([*command.split(), str(path)], check=True)
+    subprocess.run([*shlex.split(command), str(path)], check=True)
     assert unstripped(path) is None
     stripped = nbformat.read(path, as_version=4)
     assert [c.id for c in stripped.cells] == [c.id for c in notebook.cells]  # references hold
     assert stripped.cells[1].metadata.get("tags") == ["parameters"]
+    assert "jupyter" not in stripped.cells[code_index(notebook, code[1])].metadata
+
+
+def code_index(notebook: nbformat.NotebookNode, cell: nbformat.NotebookNode) -> int:
+    return next(i for i, c in enumerate(notebook.cells) if c.id == cell.id)
 
 
 def test_notebooks_have_parameters_and_references_for_checked_cells() -> None:
@@ -260,3 +273,15 @@ def test_modules_stay_readable() -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _statements(node) > 45
         ]
     assert not problems, "\n".join(problems)
+
+
+def test_notebooks_name_the_kernel_lab_starts() -> None:
+    """Lab rewrites a notebook's kernelspec to the kernel it starts and marks the notebook
+    unsaved as it opens; a notebook that names ipykernel's own spec opens unchanged."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    wanted = {"display_name": spec.display_name, "language": spec.language, "name": "python3"}
+    for path in runner.find_notebooks(None):
+        kernelspec = nbformat.read(path, as_version=4).metadata.get("kernelspec")
+        assert kernelspec == wanted, f"{path.name}: kernelspec {kernelspec}, Lab starts {wanted}"

@@ -2,11 +2,13 @@
 they are committed.
 
 It starts `jupyter lab` with `strip_on_save` as the contents manager's pre-save hook. A notebook
-of the kit's `notebooks/` folder is then
-written without outputs, execution counts or kernel metadata (`language_info`, widget state),
-cell ids kept: the stripping of the git filter in the docs. Running notebooks in Lab therefore
-leaves `git status` clean and the test suite unaffected; what a run computes is written to
-`outputs/<profile>/` by the notebook itself. Other files are saved untouched.
+of the kit's `notebooks/` folder is then written without outputs, execution counts, kernel
+metadata (`language_info`, widget state) or view state (a collapsed input or output: the cell
+metadata `jupyter.source_hidden` and `jupyter.outputs_hidden` of nbformat's schema, and the older
+`collapsed` and `scrolled`), cell ids kept: the stripping of the git filter in the README, with
+the same keys. Running or collapsing cells in Lab therefore leaves `git status` clean and the test
+suite unaffected; what a run computes is written to `outputs/<profile>/` by the notebook itself.
+Other files are saved untouched.
 """
 
 from __future__ import annotations
@@ -21,8 +23,21 @@ from nbstripout import strip_output
 
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 
-#: metadata dropped besides outputs: the kernel's version details that Lab writes on save
-EXTRA_KEYS = ["metadata.language_info", "metadata.widgets"]
+#: the keys the kit strips beyond nbstripout's defaults (README's `--extra-keys`): the kernel's
+#: version details, and the view state Lab saves when a cell's input or output is collapsed
+KIT_KEYS = ["metadata.language_info", "cell.metadata.jupyter"]
+#: nbstripout's command line strips these by default; its `strip_output` function does not
+NBSTRIPOUT_DEFAULTS = [
+    "metadata.signature",
+    "metadata.widgets",
+    "cell.metadata.collapsed",
+    "cell.metadata.ExecuteTime",
+    "cell.metadata.execution",
+    "cell.metadata.heading_collapsed",
+    "cell.metadata.hidden",
+    "cell.metadata.scrolled",
+]
+EXTRA_KEYS = NBSTRIPOUT_DEFAULTS + KIT_KEYS
 
 
 def is_kit_notebook(root_dir: str | Path, path: str) -> bool:
