@@ -27,7 +27,7 @@ from kit.core import files, processes
 from kit.core.paths import REPO_ROOT, importable_environment
 from kit.data.fixtures import write_image_folder
 from kit.launch import progress
-from kit.train import checkpoint, metrics, trainer
+from kit.train import checkpoint, command, metrics, trainer
 
 #: what the kit's processes carry on their command line: the kernel, warm workers, trainers
 KIT_PROCESSES = ("ipykernel", "kit.launch.warm", "kit.train")
@@ -227,7 +227,7 @@ def test_a_checkpoint_on_a_full_disk_stops_the_trainer_with_a_message(
 ) -> None:
     path = small_disk / checkpoint.CHECKPOINT
     state = {"model": {"weight": torch.zeros(1_000_000)}}  # 4 MB on a 2 MB disk
-    assert trainer.exit_code(lambda: checkpoint.write_checkpoint(path, state)) == 1
+    assert command.exit_code(lambda: checkpoint.write_checkpoint(path, state)) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}: no space left on device") and "Traceback" not in err
     assert not path.exists() and _temporaries(small_disk) == []
@@ -292,7 +292,7 @@ def test_resuming_drops_a_corrupted_metrics_line_that_is_still_json(
 ZYGOTE = """
 import json, os, sys, time, traceback
 from kit.core.processes import dying_with_parent
-from kit.train import trainer
+from kit.train import command
 print("ready", flush=True)
 for line in sys.stdin:
     while True:  # reap the launchers killed so far
@@ -314,7 +314,7 @@ for line in sys.stdin:
                 log = os.open(order["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 os.dup2(log, 1)
                 os.dup2(log, 2)
-                code = trainer.main(order["argv"])
+                code = command.main(order["argv"])
             except BaseException:
                 traceback.print_exc()
             finally:

@@ -254,7 +254,7 @@ def machine_problems(notebooks: dict[str, dict]) -> list[str]:
 def step_command(args: argparse.Namespace) -> int:
     """`python -m kit extract|probe`: one of notebook 03's steps in this process."""
     from kit.experiments.timecat import jobs, planning
-    from kit.train.trainer import exit_code
+    from kit.train.command import exit_code
 
     def step() -> None:
         loaded = jobs.load_settings(args.profile, args.files, args.sets)

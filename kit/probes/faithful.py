@@ -47,7 +47,7 @@ from kit.probes.faithful_training import GlobalBatches, faithful_probe
 from kit.probes.rows import ProbeError, heldout_indices
 from kit.probes.selection import ProbeResult
 from kit.probes.settings import PAPER_WEIGHT_DECAYS, FaithfulProbeSettings
-from kit.train.trainer import exit_code
+from kit.train.command import exit_code
 
 #: written last by a finished probe: its identity and epochs, so a rerun skips it
 FINISHED = "finished.json"

@@ -2,7 +2,7 @@
 
 import sys
 
-from kit.train.trainer import main
+from kit.train.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -38,11 +38,9 @@ the group timeout (kit.train.watchdog).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -54,18 +52,14 @@ import torch.distributed as dist
 import yaml
 from tqdm import tqdm
 
-from kit import models
 from kit.core import files, locks, machine, provenance
 from kit.core.distributed import Process, barrier, ranks_on_node, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
 from kit.core.processes import (
     DONE,
-    PREEMPTED_EXIT,
-    mark_preempted,
 )
 from kit.data import pipeline as kit_data
-from kit.data.kinds.base import DataError
 from kit.data.preflight import writable_problems
 from kit.train.checkpoint import (
     CHECKPOINT,
@@ -84,11 +78,10 @@ from kit.train.metrics import (
     keep_metrics_until,
     tensorboard_scalars,
 )
-from kit.train.settings import TrainSettings, load_train_settings, replica_problem
+from kit.train.settings import TrainSettings, replica_problem
 from kit.train.step import Trainer
 from kit.train.stopping import (
     STOP_CHECK_EVERY,
-    LoaderError,
     Preempted,
     StopFlag,
     loader_failures,
@@ -512,59 +505,3 @@ def _ready_folder(cfg: TrainSettings, out: Path, step: int) -> None:
         handle.write(yaml.safe_dump(cfg.model_dump(), sort_keys=False).encode())
     provenance.append(out / PROVENANCE)
     keep_metrics_until(out / METRICS, step)
-
-
-# ---------------------------------------------------------------------------------------------
-# The command line
-# ---------------------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m kit.train`: train the runs of the --config files in turn; the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m kit.train", description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--config",
-        type=Path,
-        required=True,
-        action="append",
-        help="a run's YAML file; repeated, the runs train one after another in "
-        "this one process (start-up and imports are paid once)",
-    )
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        help="override a setting, dotted for sections (data.image_size=32)",
-    )
-    args = parser.parse_args(argv)
-    return exit_code(
-        lambda: train_in_turn(
-            [load_train_settings(path, args.overrides) for path in args.config], watch=True
-        )
-    )
-
-
-def exit_code(action: Callable[[], object]) -> int:
-    """Run a command-line action: 0 on success, 2 for bad input or a run folder held by another
-    process, 1 for a diverged run, a full disk or a stuck loader, PREEMPTED_EXIT for a run to
-    resume; the message (which names the file, key, step or holder) goes to stderr without a
-    traceback."""
-    try:
-        action()
-    except (
-        ParameterError,
-        DataError,
-        models.CheckpointError,
-        locks.FolderLocked,
-        machine.MachineError,
-    ) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except Preempted as error:
-        print(f"preempted: {error}", file=sys.stderr)
-        mark_preempted()
-        return PREEMPTED_EXIT
-    except (NonFiniteLossError, files.DiskFullError, LoaderError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0
