@@ -68,8 +68,9 @@ def spread_decimals(spread: pl.Series) -> int | None:
     return min(max(1 - math.floor(math.log10(known.abs().median())), 0), 6)
 
 
-#: a mean column and its spread column: 'top1 mean'/'top1 std', 'loss_mean'/'loss_std'
-_SPREAD_SUFFIXES = ((" mean", " std"), ("_mean", "_std"), ("mean", "std"))
+#: a mean column and its spread column: 'top1 mean'/'top1 std', 'loss_mean'/'loss_std',
+#: 'top-1 %'/'top-1 % std'
+_SPREAD_SUFFIXES = ((" mean", " std"), ("_mean", "_std"), ("mean", "std"), ("", " std"))
 
 
 def _places(frame: pl.DataFrame) -> dict[str, int | None]:
