@@ -10,6 +10,8 @@ from typing import Any
 import polars as pl
 from IPython.display import Markdown
 
+from kit.report.labels import label
+
 
 def setup() -> None:
     """Tables shown whole, without shapes, data types or shortened strings (numbers are
@@ -103,9 +105,9 @@ def _cell(value: Any, places: int | None) -> str:
 
 @dataclass(frozen=True)
 class Table:
-    """A frame formatted for reading: floats to sensible decimals per column (a mean and its std
-    to the precision the std supports), strings unquoted,
-    nothing shortened, no data-type row. `.frame` keeps the numbers."""
+    """A frame formatted for reading: headers in words (kit.report.labels), floats to sensible
+    decimals per column (a mean and its std to the precision the std supports), strings
+    unquoted, nothing shortened, no data-type row. `.frame` keeps the names and numbers."""
 
     frame: pl.DataFrame
 
@@ -118,7 +120,7 @@ class Table:
 
     def _repr_html_(self) -> str:
         numeric = [self.frame[c].dtype.is_numeric() for c in self.frame.columns]
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.frame.columns)
+        head = "".join(f"<th>{html.escape(label(c))}</th>" for c in self.frame.columns)
         body = "".join(
             "<tr>"
             + "".join(
@@ -133,7 +135,7 @@ class Table:
         )
 
     def __repr__(self) -> str:
-        rows = [list(self.frame.columns)] + self.cells()
+        rows = [[label(c) for c in self.frame.columns]] + self.cells()
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         numeric = [self.frame[c].dtype.is_numeric() for c in self.frame.columns]
         lines = [

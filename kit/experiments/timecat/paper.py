@@ -213,4 +213,4 @@ def paper_vs_kit(
         "replicates": pl.Int64,
         "kit − paper": pl.Float64,
     }
-    return pl.DataFrame(rows, schema=schema).select(*COLUMNS, *by)
+    return pl.DataFrame(rows, schema=schema).select(COLUMNS[0], *by, *COLUMNS[1:])
