@@ -482,3 +482,16 @@ def test_one_table_sets_the_paper_and_the_kit_row_for_row_with_their_difference(
         sweep_results({240: 8}, worlds=2, replicates=2), "heldout", by=["world_seed", "budget"]
     )
     assert swept.select("world_seed", "budget").unique().height == 2 * len(BUDGETS)
+
+
+def test_the_cells_read_as_a_table_in_words(tmp_path: Path) -> None:
+    loaded, _ = params.load("04_when_concat_helps", "ci", overrides={"output_dir": str(tmp_path)})
+    table = sweep.cells_table(sweep_settings.cells(loaded))
+    assert table.columns[:2] == ["world seed", "total budget (iterations)"]
+    first = table.row(0, named=True)
+    assert (
+        first["iterations per model"].startswith("cat1 ")
+        and "{" not in first["iterations per model"]
+    )
+    assert set(table["notebook 03's runs"]) <= {"reused", "its own"}
+    assert sweep.cells_table([]) == "This profile sweeps no budget: no cell to run."
