@@ -270,19 +270,25 @@ def test_a_cell_collapsed_in_lab_and_saved_leaves_the_notebook_as_committed(
     assert status == "", f"git status after the save: {status}"
 
 
-def test_the_report_page_draws_its_charts_offline(browser, tmp_path: Path) -> None:
-    written = report_page.write_report("ci", fake_outputs(tmp_path / "ci"))
-    context = browser.new_context()
+def offline_context(browser: object) -> tuple[object, list[str]]:
+    """A browser context that serves files and refuses (and records) every other request."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
     requested: list[str] = []
 
     def only_files(route: object) -> None:
-        if route.request.url.startswith("file:"):
+        if route.request.url.startswith(("file:", "data:")):
             route.continue_()
         else:
             requested.append(route.request.url)
             route.abort()
 
     context.route("**/*", only_files)
+    return context, requested
+
+
+def test_the_report_page_draws_its_charts_offline(browser, tmp_path: Path) -> None:
+    written = report_page.write_report("ci", fake_outputs(tmp_path / "ci"))
+    context, requested = offline_context(browser)
     page = context.new_page()
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -290,6 +296,39 @@ def test_the_report_page_draws_its_charts_offline(browser, tmp_path: Path) -> No
         page.goto(written.as_uri())
         page.locator("#chart0 svg, #chart0 canvas").first.wait_for(timeout=20_000)
         assert "could not be drawn" not in page.locator("#chart0").inner_text()
+        beside = page.locator("#the-kit-beside-the-paper table").first
+        assert "the paper's Table 3" in beside.locator("caption").inner_text()
+        variants = beside.locator("tbody tr td:first-child").all_inner_texts()
+        assert list(dict.fromkeys(variants)) == ["cat1", "cat2", "cat4", "cat5"]
+        wide = page.evaluate("document.documentElement.scrollWidth")
+        assert wide <= 1280, f"the page is {wide} px wide in a 1280-px window"
         assert not requested, f"the page asked the network for {requested}"
         assert not errors, f"browser console errors: {errors}"
     context.close()
+
+
+def test_every_executed_notebook_page_renders_offline(browser, tmp_path: Path) -> None:
+    """Each executed notebook's HTML with the network cut off: nothing requested, formulas drawn
+    as MathML (no raw LaTeX in the text), progress bars drawn, code hidden on request."""
+    folder = fake_outputs(tmp_path / "ci")
+    report_page.write_report("ci", folder)
+    pages = sorted(folder.glob("0*.html"))
+    assert pages, "no executed notebook page written"
+    context, requested = offline_context(browser)
+    for written in pages:
+        page = context.new_page()
+        with screenshot_on_failure(page, tmp_path / f"{written.stem}_failure.png"):
+            page.goto(written.as_uri())
+            text = page.locator("body").inner_text()
+            assert not re.search(r"\$\\[a-zA-Z]+|\$\$", text), "raw LaTeX shows"
+            assert page.locator("math").count() >= 2
+            box = page.locator("math").first.bounding_box()
+            assert box and box["width"] > 0, "a formula is not drawn"
+            assert page.locator("progress").count() == 1
+            code = page.locator(".jp-CodeCell .jp-Cell-inputWrapper").first
+            assert code.is_visible()
+            page.locator("#kit-hide-code").click()
+            assert not code.is_visible(), "Hide code left the code shown"
+        page.close()
+    context.close()
+    assert not requested, f"the notebook pages asked the network for {requested}"

@@ -11,11 +11,14 @@ import altair as alt
 import nbformat
 import polars as pl
 import pytest
+from test_timecat import fake_results
 
 from kit.cli import main as cli
 from kit.core import provenance
+from kit.experiments.timecat import paper
 from kit.report import outcomes, page
 from kit.report.charts import LAB_VEGALITE_MIME
+from kit.report.notebook_html import WIDGET_STATE, WIDGET_VIEW
 
 CLAIM = "cat4 transfers better than cat1 on 2 of 3 unseen tasks (a smoke test)"
 
@@ -33,6 +36,10 @@ def fake_outputs(folder: Path) -> Path:
     notebook = nbformat.v4.new_notebook(
         cells=[
             nbformat.v4.new_markdown_cell("# 03 · time-concat"),
+            nbformat.v4.new_markdown_cell(
+                "## Accuracy\n\nFeatures $\\varphi_1, \\varphi_2$ and $$z = u \\odot "
+                "\\varphi(x)$$, but not `$HOME`."
+            ),
             nbformat.v4.new_code_cell(
                 "show(chart)",
                 outputs=[
@@ -43,6 +50,29 @@ def fake_outputs(folder: Path) -> Path:
             ),
         ]
     )
+    widget = {"model_id": "bar", "version_major": 2, "version_minor": 0}
+    notebook.cells.append(
+        nbformat.v4.new_code_cell(
+            "train()",
+            outputs=[
+                nbformat.v4.new_output(
+                    "display_data",
+                    data={WIDGET_VIEW: widget, "text/plain": "training: 100% 40/40 [00:05]"},
+                )
+            ],
+        )
+    )
+    notebook.metadata["widgets"] = {
+        WIDGET_STATE: {
+            "state": {
+                "bar": {"model_name": "HBoxModel", "state": {"children": ["IPY_MODEL_p"]}},
+                "p": {
+                    "model_name": "FloatProgressModel",
+                    "state": {"_model_name": "FloatProgressModel", "value": 40, "max": 40},
+                },
+            }
+        }
+    }
     nbformat.write(notebook, folder / "03_time_concat.ipynb")
     nbformat.write(notebook, folder / "03_time_concat.partial.ipynb")  # a failed re-run
     (folder / "time_concat_summary.json").write_text(
@@ -53,6 +83,12 @@ def fake_outputs(folder: Path) -> Path:
         {"variant": ["cat1", "cat4"], "shape mean": [61.54321, 64.25], "shape std": [1.234, 1.5]}
     ).write_parquet(folder / "time_concat_table3.parquet")
     pl.DataFrame({"x": [1]}).write_parquet(folder / "time_concat_training.parquet")
+    paper.paper_vs_kit(
+        fake_results({"cat1": [0.5, 0.6], "cat4": [0.6, 0.7]}), "heldout"
+    ).write_parquet(folder / "time_concat_vs_paper.parquet")
+    pl.DataFrame({"variant": ["cat4"], "gain_mean": [1.25], "p_adjusted": [0.5]}).write_parquet(
+        folder / "time_concat_gains.parquet"
+    )
     (folder / "03_time_concat.parameters.yaml").write_text("profile: ci\nreplicates: 2\n")
     provenance.write(folder / "03_time_concat.provenance.json")
     return folder
@@ -72,6 +108,40 @@ def test_the_page_gathers_verdicts_tables_charts_notebooks_and_parameters(tmp_pa
     assert "03_time_concat.partial" not in text
     assert "replicates: 2" in text and metadata.version("timecat-kit") in text
     assert provenance.commit()[:12] in text and "03_time_concat.provenance.json" in text
+
+
+def test_the_page_reads_like_a_results_section(tmp_path: Path) -> None:
+    folder = fake_outputs(tmp_path / "ci")
+    text = page.write_report("ci", folder).read_text()
+    contents = text[text.index('<nav class="toc">') : text.index("</nav>")]
+    assert '<a href="#the-kit-beside-the-paper">' in contents and 'href="#verdicts"' in contents
+    beside = text[text.index('id="the-kit-beside-the-paper"') : text.index('id="result-tables"')]
+    assert "<caption>Notebook 03, time-concat at a fixed budget" in beside
+    rows = re.findall(r"<tr><td[^>]*>(cat\d)</td>", beside)
+    assert list(dict.fromkeys(rows)) == ["cat1", "cat2", "cat4", "cat5"]
+    assert "<th>kit − paper</th>" in beside
+    # human headers, from the one mapping
+    assert "<th>gain (points, mean)</th>" in text and "<th>p (Holm-adjusted)</th>" in text
+    assert "<th>gain_mean</th>" not in text and "<th>p_adjusted</th>" not in text
+    # the parameters folded, the provenance files linked
+    assert re.search(r"<details><summary>[^<]*<a href=\"03_time_concat.parameters.yaml\">", text)
+    assert '<a href="03_time_concat.provenance.json">' in text
+    assert "<figcaption>03 · Accuracy</figcaption>" in text
+
+
+def test_the_executed_notebooks_html_needs_no_script_from_the_network(tmp_path: Path) -> None:
+    folder = fake_outputs(tmp_path / "ci")
+    page.write_report("ci", folder)
+    text = (folder / "03_time_concat.html").read_text()
+    assert not re.search(r"<script[^>]*\bsrc=", text), "a script is fetched"
+    assert (
+        "<math" in text
+        and "$\\varphi" not in text
+        and re.search(r'<math[^>]*display="block"', text)
+    )
+    assert "$HOME" in text  # a code span is not math
+    assert '<progress max="40" value="40">' in text and "training: 100%" in text
+    assert "widget-view+json" not in text and 'id="kit-hide-code"' in text
 
 
 def test_the_page_fetches_nothing(tmp_path: Path) -> None:

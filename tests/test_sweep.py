@@ -18,6 +18,7 @@ from kit.cli import terminal
 from kit.core import params
 from kit.core.progress import STAGE_FILE_ENV
 from kit.experiments.timecat import (
+    paper,
     planning,
     regime,
     sweep,
@@ -410,3 +411,87 @@ def test_cells_of_one_world_share_their_untrained_networks_features(tmp_path: Pa
         [first, second], dataset, "six images", "eval", "none", cache, progress=False
     )
     assert len({entry.path for entry in found}) == 1 and len(list(cache.iterdir())) == 1
+
+
+def test_the_paper_rows_come_in_the_papers_order_and_the_kits_with_their_spread() -> None:
+    results = sweep_results({240: 8}, worlds=1, replicates=3)
+    for _ in range(20):  # the order once depended on a hash: shuffled from one call to the next
+        table = regime.paper_beside_kit(results, "heldout", None, "kit")
+        paper = table.filter(pl.col("source").str.starts_with("paper"))
+        assert paper["variant"].to_list() == ["cat1", "cat2", "cat4", "cat5"]
+    kit = table.filter((pl.col("source") == "kit") & (pl.col("budget") == 240))
+    row = kit.filter(pl.col("variant") == "cat4").row(0, named=True)
+    chosen = results.filter(
+        (pl.col("budget") == 240)
+        & (pl.col("variant") == "cat4")
+        & (pl.col("role") != "in-distribution")
+    )
+    per_replicate = chosen.group_by("replicate").agg((100 * pl.col("top1").mean()).alias("top1"))[
+        "top1"
+    ]
+    assert row["replicates"] == 3
+    assert row["transfer top-1 %"] == pytest.approx(per_replicate.mean())
+    assert row["transfer top-1 % std"] == pytest.approx(per_replicate.std())
+
+
+def test_one_table_sets_the_paper_and_the_kit_row_for_row_with_their_difference() -> None:
+    results = sweep_results({240: 8}, worlds=1, replicates=3).filter(pl.col("budget") == 240)
+    for _ in range(5):
+        table = paper.paper_vs_kit(results.drop("world_seed", "budget"), "heldout")
+        assert table["variant"].unique(maintain_order=True).to_list() == [
+            "cat1", "cat2", "cat4", "cat5"
+        ]  # fmt: skip
+    cat4 = {
+        row["measure"]: row
+        for row in table.filter(pl.col("variant") == "cat4").iter_rows(named=True)
+    }
+    assert list(cat4) == [paper.IN_DISTRIBUTION, paper.TRANSFER, paper.GAIN]
+    transfer = cat4[paper.TRANSFER]
+    assert transfer["paper"] == pytest.approx((42.9 + 76.8 + 92.7) / 3)
+    assert transfer["kit's task (stands for it)"] == "position, shape, texture"
+
+    def per_replicate(variant: str) -> pl.Series:
+        rows = results.filter(
+            (pl.col("variant") == variant) & (pl.col("role") != "in-distribution")
+        )
+        return (
+            rows.group_by("replicate")
+            .agg((100 * pl.col("top1").mean()).alias("top1"))
+            .sort("replicate")["top1"]
+        )
+
+    assert transfer["kit mean"] == pytest.approx(per_replicate("cat4").mean())
+    assert transfer["kit std"] == pytest.approx(per_replicate("cat4").std())
+    assert transfer["kit − paper"] == pytest.approx(transfer["kit mean"] - transfer["paper"])
+    gain = cat4[paper.GAIN]
+    paired = per_replicate("cat4") - per_replicate("cat1")
+    assert gain["paper"] == pytest.approx(70.8 - 65.0, abs=0.05)
+    assert (gain["kit mean"], gain["kit std"]) == pytest.approx((paired.mean(), paired.std()))
+    # a variant the kit did not run keeps the paper's row with empty kit cells
+    cat5 = table.filter(pl.col("variant") == "cat5")
+    assert cat5["paper"].is_not_null().all() and cat5["kit mean"].is_null().all()
+    # a task mapped to a paper dataset gets the dataset's own row; a sweep repeats per cell
+    mapped = paper.paper_vs_kit(
+        results.drop("world_seed", "budget"), "heldout", {"shape": "iNat18"}
+    )
+    inat = mapped.filter((pl.col("variant") == "cat1") & (pl.col("paper's dataset") == "iNat18"))
+    assert inat["paper"].to_list() == [33.7] and inat["kit's task (stands for it)"].to_list() == [
+        "shape"
+    ]
+    swept = paper.paper_vs_kit(
+        sweep_results({240: 8}, worlds=2, replicates=2), "heldout", by=["world_seed", "budget"]
+    )
+    assert swept.select("world_seed", "budget").unique().height == 2 * len(BUDGETS)
+
+
+def test_the_cells_read_as_a_table_in_words(tmp_path: Path) -> None:
+    loaded, _ = params.load("04_when_concat_helps", "ci", overrides={"output_dir": str(tmp_path)})
+    table = sweep.cells_table(sweep_settings.cells(loaded))
+    assert table.columns[:2] == ["world seed", "total budget (iterations)"]
+    first = table.row(0, named=True)
+    assert (
+        first["iterations per model"].startswith("cat1 ")
+        and "{" not in first["iterations per model"]
+    )
+    assert set(table["notebook 03's runs"]) <= {"reused", "its own"}
+    assert sweep.cells_table([]) == "This profile sweeps no budget: no cell to run."

@@ -166,3 +166,25 @@ def test_accuracy_chart_names_every_representation_and_the_chance_level(
     texts = chart_texts(svg)
     assert set(trainings) <= set(texts)  # in full, not shortened with '…'
     assert texts.count("chance 0.67") == 1  # a third positive in every component
+
+
+def test_what_the_runs_show_reads_as_sentences_not_python_dicts() -> None:
+    summary = {
+        "runs": 4,
+        "kept_counts": {"both": 1, "phi1": 3},
+        "one_feature_fraction_by_share": {"0.25": 0.5, "0.7": 1.0},
+        "kept_matches_optimum_fraction": 0.75,
+        "single_feature_accuracy_own_components": 1.0,
+        "single_feature_accuracy_other_components": 0.667,
+        "direct_accuracy": {"P1": 1.0, "P2": 0.98},
+        "concat_all_solved_fraction": {"1": 0.1, "2": 0.5},
+        "concat_all_solved_fraction_shared_sample": {"1": 0.2, "2": 0.25},
+        "unpruned_solves_all_fraction": 1.0,
+    }
+    text = toy.summary_markdown(summary)
+    assert "{" not in text and "'" not in text.replace("component's", "").replace(
+        "classifier's", ""
+    )
+    assert "1 kept both, 3 kept phi1" in text and "weight 0.25: 50%" in text
+    assert "k = 2: 50%" in text and "P2: 0.980" in text
+    assert all(line.startswith("- ") for line in text.splitlines())

@@ -15,7 +15,7 @@ from typing import Any, cast
 import altair as alt
 import polars as pl
 
-from kit.report import palette
+from kit.report import charts, palette
 
 DATA_DIR = Path(__file__).parent / "evidence_data"
 
@@ -321,6 +321,10 @@ def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
     order = frame[series].unique(maintain_order=True).to_list()
     return (
         alt.Chart(frame)
+        .transform_calculate(
+            read_within="isValid(datum.uncertainty) ? '± ' + format(datum.uncertainty, '.1f') "
+            "+ ' points' : 'as printed'"
+        )
         .mark_point(filled=True, size=70)
         .encode(
             y=alt.Y(f"{series}:N", title=None, sort=order),
@@ -328,15 +332,12 @@ def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
             color=alt.Color(
                 "value_source:N", title="value", scale=palette.scale(sorted(VALUE_SOURCES))
             ),
-            tooltip=[
-                "study",
-                "method",
-                "architecture",
-                "eval_dataset",
-                "value",
-                "value_source",
-                "uncertainty",
-            ],
+            tooltip=charts.tooltips(
+                frame,
+                ["study", "method", "architecture", "eval_dataset", "value", "value_source"],
+                {"value": ".1f"},
+            )
+            + [alt.Tooltip("read_within:N", title="read to within")],
         )
         .properties(width=150, height=alt.Step(18))
         .facet(
@@ -371,7 +372,9 @@ def difference_chart(
             f"{value}:Q", title="difference (points)", scale=alt.Scale(domain=_padded(data[value]))
         ),
     )
-    bars = base.mark_bar().encode(tooltip=["eval_dataset", comparison, value])
+    bars = base.mark_bar().encode(
+        tooltip=charts.tooltips(data, ["eval_dataset", comparison, value], {value: "+.2f"})
+    )
     text = alt.Text(f"{value}:Q", format="+.1f")
     above = (
         base.transform_filter(f"datum['{value}'] >= 0")
@@ -443,7 +446,11 @@ def series_chart(series: pl.DataFrame) -> alt.FacetChart:
             title="model",
             scale=alt.Scale(domain=["concatenation", "wider network"], range=["circle", "diamond"]),
         ),
-        tooltip=["pretraining", "architecture", "eval_dataset", "value", "value_source"],
+        tooltip=charts.tooltips(
+            data,
+            ["pretraining", "architecture", "eval_dataset", "value", "value_source"],
+            {"value": ".1f"},
+        ),
     )
     lines = base.transform_filter(alt.datum.kind == "concatenation").mark_line(point=True)
     wide = base.transform_filter(alt.datum.kind == "wider network").mark_point(

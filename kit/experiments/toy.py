@@ -537,6 +537,39 @@ def summarize(
     }
 
 
+def summary_markdown(summary: dict[str, object]) -> str:
+    """What `summarize` found, as sentences in a markdown list (what the notebook displays)."""
+
+    def listed(values: dict[str, float], percent: bool, prefix: str = "") -> str:
+        shown = (f"{v:.0%}" if percent else f"{v:.3f}" for v in values.values())
+        return ", ".join(f"{prefix}{key}: {v}" for key, v in zip(values, shown, strict=True))
+
+    def percent(value: object) -> str:
+        return "–" if value is None else f"{value:.0%}"
+
+    kept = ", ".join(f"{n} kept {k}" for k, n in summary["kept_counts"].items())
+    lines = [
+        f"{summary['runs']} mixture-trained models: {kept}.",
+        "Kept exactly one feature, by the dominant component's weight: "
+        f"{listed(summary['one_feature_fraction_by_share'], True, 'weight ')}.",
+        "One-feature models whose feature is the least-error classifier's (mixtures without "
+        f"ties): {percent(summary['kept_matches_optimum_fraction'])}.",
+        "One-feature models, probe accuracy on the components their feature solves: "
+        f"{summary['single_feature_accuracy_own_components']:.3f}; on the other two: "
+        f"{summary['single_feature_accuracy_other_components']:.3f} (a threshold on the wrong "
+        "feature gets 2 of 3 points: 2/3 expected).",
+        "Direct training, probe accuracy per component: "
+        f"{listed(summary['direct_accuracy'], False)}.",
+        "Concatenated groups solving all four components, by models concatenated: "
+        f"{listed(summary['concat_all_solved_fraction'], True, 'k = ')}; with models sharing "
+        "one training sample (seed and order only): "
+        f"{listed(summary['concat_all_solved_fraction_shared_sample'], True, 'k = ')}.",
+        "Models whose unpruned representation solves every component: "
+        f"{percent(summary['unpruned_solves_all_fraction'])}.",
+    ]
+    return "\n".join(f"- {line}" for line in lines)
+
+
 def accuracy_table(runs: pl.DataFrame, direct: pl.DataFrame) -> pl.DataFrame:
     """Probe accuracy per component: mixture-trained models by kept feature, and direct."""
     mixture = runs.unpivot(

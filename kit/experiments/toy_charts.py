@@ -121,7 +121,11 @@ def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
         y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=[0, 4])),
         tooltip=charts.tooltips(data, ["share", "k", "groups", "mean", "std"]),
     )
-    band = base.mark_errorbar().encode(y=alt.Y("low:Q", title=title), y2="high:Q")
+    band = base.mark_errorbar().encode(
+        y=alt.Y("low:Q", title=title),
+        y2="high:Q",
+        tooltip=charts.tooltips(data, ["share", "k", "low", "high"]),
+    )
     return (line + band).properties(width=320, height=220)
 
 

@@ -18,6 +18,7 @@ import polars as pl
 from altair.vegalite.v6.display import png_renderer
 
 from kit.report import palette
+from kit.report.labels import label
 
 CHART_FORMATS = ("png", "svg", "html")
 #: the newest Vega-Lite MIME type JupyterLab 4's Vega extension draws (Vega-Lite 5.6 inside
@@ -173,19 +174,19 @@ def series_lines(
 def tooltips(
     frame: pl.DataFrame, fields: Sequence[str], formats: dict[str, str] | None = None
 ) -> list[alt.Tooltip]:
-    """Tooltips for `fields` of `frame`, floats rounded: to three significant digits, or to the
-    d3 format `formats` gives a field ('.1f' for a percentage)."""
+    """Tooltips for `fields` of `frame`, titled in words (kit.report.labels), floats rounded: to
+    three significant digits, or to the d3 format `formats` gives a field ('.1f' for a
+    percentage)."""
     formats = formats or {}
     shown = []
     for field in fields:
         if frame.schema[field].is_float():
-            shown.append(alt.Tooltip(f"{field}:Q", format=formats.get(field, ".3~r")))
-        else:
             shown.append(
-                alt.Tooltip(
-                    field, type="quantitative" if frame.schema[field].is_numeric() else "nominal"
-                )
+                alt.Tooltip(f"{field}:Q", format=formats.get(field, ".3~r"), title=label(field))
             )
+        else:
+            kind = "quantitative" if frame.schema[field].is_numeric() else "nominal"
+            shown.append(alt.Tooltip(field, type=kind, title=label(field)))
     return shown
 
 

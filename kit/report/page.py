@@ -1,11 +1,14 @@
 """A report to share: `outputs/<profile>/index.html`, one page that opens offline.
 
-It gathers what a run already wrote in its output folder: the verdicts (the `claim` of each
-`*_summary.json`), the kit's tables set against the paper's (`*_table3.parquet`,
-`*_gains.parquet`, `*_vs_paper.parquet`), every chart the executed notebooks display (their
+It gathers what a run already wrote in its output folder, under a table of contents: the
+verdicts (the `claim` of each `*_summary.json`) with the line saying what ran, one table per
+experiment setting the paper's values and the kit's side by side (`*_vs_paper.parquet`), the
+other result tables (`*_verdicts.parquet`, `*_table3.parquet`, `*_gains.parquet`), each
+captioned and headed in words (kit.report.labels), every chart the executed notebooks display (their
 Vega-Lite specs, drawn by Vega's JavaScript, which the page carries inline: nothing is fetched
 when it is read), each executed notebook rendered as HTML beside it, and the parameters each
-notebook ran with (`<notebook>.parameters.yaml`) with the kit version and commit. Inputs a
+notebook ran with (`<notebook>.parameters.yaml`, folded) with the kit version and commit, each
+file linked. Inputs a
 notebook read unverified (`<notebook>.notices.json`, kit.core.notices) are listed right after the
 verdicts.
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,15 +32,41 @@ import polars as pl
 from kit.core import notices, provenance
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
-from kit.report import outcomes, outputs, tables
+from kit.report import notebook_html, outcomes, outputs, tables
 from kit.report.charts import LAB_VEGALITE_MIME
+from kit.report.labels import label
 
 PAGE = "index.html"
 #: the marker of a notebook whose last run has not finished: `<notebook>.incomplete`
 INCOMPLETE_SUFFIX = ".incomplete"
-#: result tables the page shows (the kit's numbers beside the paper's), by file name ending
+#: the paper-vs-kit tables (kit.experiments.timecat.paper), one per experiment, by file name
+VS_PAPER_ENDING = "_vs_paper.parquet"
+#: the other result tables the page shows, by file name ending
 VERDICT_ENDING = "_verdicts.parquet"
-TABLE_ENDINGS = (VERDICT_ENDING, "_table3.parquet", "_gains.parquet", "_vs_paper.parquet")
+TABLE_ENDINGS = (VERDICT_ENDING, "_table3.parquet", "_gains.parquet")
+#: what each result table is, by its file's stem (others read as their stem in words)
+CAPTIONS = {
+    "table2_gains": "Notebook 02: the paper's published Table 2, as differences in points "
+    "(no kit measurement).",
+    "table3_gains": "Notebook 02: the paper's published Table 3, catN minus cat1 in points "
+    "(no kit measurement).",
+    "time_concat_vs_paper": "Notebook 03, time-concat at a fixed budget, beside the paper's "
+    "Table 3 (Section 5), in the paper's order. Paper: ResNet-50 pretrained on ImageNet-1k, one "
+    "value per cell; kit: mean and standard deviation over replicates, its tasks standing for "
+    "the paper's datasets by role (the pretraining mixture for ImageNet-1k, the tasks the "
+    "pretraining did not train on for iNat18, CIFAR-100 and CIFAR-10).",
+    "time_concat_verdicts": "Notebook 03: each claim's conditions, judged on its primary "
+    "endpoint (time-concat: Section 5, Table 3; the bottleneck: Sections 3-4).",
+    "time_concat_table3": "Notebook 03: linear-probe top-1 % of every variant on every task, "
+    "mean and standard deviation over replicates, in the layout of the paper's Table 3.",
+    "time_concat_gains": "Notebook 03, secondary and exploratory: each variant minus the "
+    "baseline on each task, paired by replicate, Holm-adjusted over the tasks of a comparison.",
+    "sweep_vs_paper": "Notebook 04, the budget sweep, beside the paper's Table 3 (Section 5), "
+    "in the paper's order and per total budget; kit: mean and standard deviation over every "
+    "world seed's replicates, its tasks standing for the paper's datasets by role.",
+    "sweep_verdicts": "Notebook 04: the time-concat claim's conditions in every cell of the "
+    "sweep (world seed, total budget).",
+}
 #: how the verdict statuses read
 STATUS_CLASS = {
     "reproduced": "good",
@@ -49,8 +79,17 @@ STATUS_CLASS = {
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem;
        color: #222; line-height: 1.45; }
+.table { overflow-x: auto; max-width: 100%; margin: 0.5rem 0 1.5rem; }
+.table table.dataframe { margin: 0; }
 table.dataframe { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1.5rem; }
 table.dataframe th, table.dataframe td { border-bottom: 1px solid #ddd; padding: 0.2rem 0.6rem; }
+table.dataframe th { vertical-align: bottom; max-width: 12rem; }
+table.dataframe td { max-width: 24rem; }
+caption { caption-side: top; text-align: left; color: #444; font-size: 0.9rem;
+          padding: 0 0 0.3rem; }
+nav.toc { background: #f6f6f6; padding: 0.4rem 1rem; margin: 0 0 1.5rem; }
+nav.toc ol { margin: 0.2rem 0; } details { margin: 0.3rem 0 1rem; }
+.chart { overflow-x: auto; max-width: 100%; }
 .claim { padding: 0.4rem 0.8rem; border-left: 4px solid #999; background: #f6f6f6;
          margin: 0.4rem 0; }
 .claim.good { border-color: #31a354; } .claim.bad { border-color: #d6616b; }
@@ -82,8 +121,8 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
             f"{folder}: no executed notebook or *_summary.json to report on; "
             f"run `python -m kit run --profile {profile}` first"
         )
-    links = [render_notebook(path) for path in notebooks]
-    specs = [(path.stem, spec) for path in notebooks for spec in chart_specs(path)]
+    links = [notebook_html.render(path) for path in notebooks]
+    specs = [(caption, spec) for path in notebooks for caption, spec in chart_specs(path)]
     sections = [
         _section("Verdicts", verdicts(folder)),
         *(
@@ -91,7 +130,8 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
             if (kept := notices.kept_notices(folder))
             else []
         ),
-        _section("The kit's results beside the paper's", result_tables(folder)),
+        _section("The kit beside the paper", paper_tables(folder)),
+        _section("Result tables", result_tables(folder)),
         _section("Charts", charts_html(specs)),
         _section(
             "Executed notebooks",
@@ -132,26 +172,20 @@ def executed_notebooks(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.ipynb") if not p.name.endswith(".partial.ipynb"))
 
 
-def chart_specs(notebook: Path) -> Iterator[dict[str, Any]]:
-    """The Vega-Lite spec of every chart the executed notebook displays, in order."""
+def chart_specs(notebook: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The caption and Vega-Lite spec of every chart the executed notebook displays, in order:
+    the notebook's title number and the heading of the section showing the chart."""
+    number = notebook.stem.split("_", 1)[0]
+    heading = notebook.stem
     for cell in nbformat.read(notebook, as_version=4).cells:
+        if cell.cell_type == "markdown":
+            titles = [ln.lstrip("#").strip() for ln in cell.source.splitlines() if ln[:1] == "#"]
+            heading = titles[-1] if titles else heading
         for output in cell.get("outputs", []):
             spec = output.get("data", {}).get(LAB_VEGALITE_MIME)
             if spec:
-                yield spec
-
-
-def render_notebook(notebook: Path) -> Path:
-    """The executed notebook as a standalone HTML page beside it (`<stem>.html`)."""
-    from nbconvert import HTMLExporter
-
-    body, _ = HTMLExporter(embed_images=True).from_notebook_node(
-        nbformat.read(notebook, as_version=4)
-    )
-    target = notebook.with_suffix(".html")
-    with atomic_write(target) as handle:
-        handle.write(body.encode())
-    return target
+                title = heading if heading.startswith(number) else f"{number} · {heading}"
+                yield title, spec
 
 
 def verdicts(folder: Path) -> str:
@@ -185,14 +219,44 @@ def unverified_html(kept: dict[str, list[str]]) -> str:
     )
 
 
+def paper_tables(folder: Path) -> str:
+    """One table per experiment setting the paper's values and the kit's side by side."""
+    paths = sorted(folder.glob(f"*{VS_PAPER_ENDING}"), key=_in_notebook_order)
+    if not paths:
+        return "<p>No experiment of this run set its numbers beside the paper's.</p>"
+    return "".join(captioned_table(p) for p in paths)
+
+
 def result_tables(folder: Path) -> str:
     """Each result table, formatted as the notebooks show it."""
-    paths = sorted(p for p in folder.glob("*.parquet") if p.name.endswith(TABLE_ENDINGS))
+    paths = sorted(
+        (p for p in folder.glob("*.parquet") if p.name.endswith(TABLE_ENDINGS)),
+        key=_in_notebook_order,
+    )
     if not paths:
         return "<p>No results table in this run's outputs.</p>"
-    return "".join(
-        f"<h3>{html.escape(p.stem)}</h3>{tables.table(read_table(p))._repr_html_()}" for p in paths
+    return "".join(captioned_table(p) for p in paths)
+
+
+def _in_notebook_order(path: Path) -> tuple[int, str]:
+    """Tables in the order of CAPTIONS (the notebooks' order), others after them by name."""
+    order = list(CAPTIONS)
+    return (order.index(path.stem) if path.stem in order else len(order), path.name)
+
+
+def captioned_table(path: Path) -> str:
+    """A result table with its caption (what it is, and its file linked), in a box that
+    scrolls sideways rather than run off a narrow window."""
+    caption = CAPTIONS.get(path.stem, label(path.stem).capitalize() + ".")
+    shown = tables.table(read_table(path))._repr_html_()
+    body = shown.replace(
+        '<table class="dataframe">',
+        f'<table class="dataframe"><caption>{html.escape(caption)} '
+        f'<small>(<a href="{html.escape(path.name)}">{html.escape(path.name)}</a>)</small>'
+        "</caption>",
+        1,
     )
+    return f'<div class="table" id="{html.escape(path.stem)}">{body}</div>'
 
 
 def read_table(path: Path) -> pl.DataFrame:
@@ -206,14 +270,14 @@ def read_table(path: Path) -> pl.DataFrame:
 
 
 def charts_html(specs: list[tuple[str, dict[str, Any]]]) -> str:
-    """A placeholder per chart and the script that draws them all with vegaEmbed."""
+    """A placeholder per chart, captioned, and the script that draws them all with vegaEmbed."""
     if not specs:
         return "<p>No chart in the executed notebooks.</p>"
     divs, calls = [], []
     for i, (notebook, spec) in enumerate(specs):
         divs.append(
-            f'<div class="chart"><small>{html.escape(notebook)}</small>'
-            f'<div id="chart{i}"></div></div>'
+            f'<figure class="chart"><div id="chart{i}"></div>'
+            f"<figcaption>{html.escape(notebook)}</figcaption></figure>"
         )
         # "</" must not end the script element early, whatever a spec's strings contain
         inline = json.dumps(spec).replace("</", "<\\/")
@@ -232,22 +296,38 @@ def provenance_html(folder: Path) -> str:
     for path in sorted(folder.glob("*.parameters.yaml")):
         stem = path.name.removesuffix(".parameters.yaml")
         recorded = folder / f"{stem}.provenance.json"
+        parts.append(f"<h3>{html.escape(stem)}</h3>")
         if recorded.exists():
             (made,) = provenance.read(recorded)
             parts.append(
-                f"<p>{html.escape(stem)}: timecat-kit {html.escape(made['kit_version'])}"
+                f"<p>timecat-kit {html.escape(made['kit_version'])}"
                 f", commit {html.escape(made['kit_commit'])}, Python "
                 f"{html.escape(made['python'])}, torch "
                 f"{html.escape(made['packages'].get('torch', '?'))}, run "
                 f"{html.escape(made['written'])} (all package versions in "
-                f"<code>{html.escape(recorded.name)}</code>).</p>"
+                f'<a href="{html.escape(recorded.name)}">{html.escape(recorded.name)}</a>).</p>'
             )
-        parts.append(f"<h3>{html.escape(path.name)}</h3><pre>{html.escape(path.read_text())}</pre>")
+        parts.append(
+            f"<details><summary>the parameters it ran with (<a "
+            f'href="{html.escape(path.name)}">{html.escape(path.name)}</a>)</summary>'
+            f"<pre>{html.escape(path.read_text())}</pre></details>"
+        )
     return "".join(parts)
 
 
+def _anchor(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
 def _section(title: str, body: str) -> str:
-    return f"<section><h2>{html.escape(title)}</h2>{body}</section>"
+    return f'<section id="{_anchor(title)}"><h2>{html.escape(title)}</h2>{body}</section>'
+
+
+def _contents(sections: list[str]) -> str:
+    """The table of contents: a link to each section."""
+    found = [re.match(r'<section id="([^"]+)"><h2>(.*?)</h2>', s) for s in sections]
+    items = "".join(f'<li><a href="#{m[1]}">{m[2]}</a></li>' for m in found if m)
+    return f'<nav class="toc"><strong>Contents</strong><ol>{items}</ol></nav>'
 
 
 def _page(title: str, sections: list[str], with_charts: bool) -> str:
@@ -262,5 +342,5 @@ def _page(title: str, sections: list[str], with_charts: bool) -> str:
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>'
         f"{html.escape(title)}</title><style>{STYLE}</style>{script}</head><body>"
-        f"<h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>"
+        f"<h1>{html.escape(title)}</h1>{_contents(sections)}{''.join(sections)}</body></html>"
     )

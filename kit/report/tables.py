@@ -10,6 +10,8 @@ from typing import Any, cast
 import polars as pl
 from IPython.display import Markdown
 
+from kit.report.labels import label
+
 
 def setup() -> None:
     """Tables shown whole, without shapes, data types or shortened strings (numbers are
@@ -68,8 +70,9 @@ def spread_decimals(spread: pl.Series) -> int | None:
     return min(max(1 - math.floor(math.log10(cast(float, known.abs().median()))), 0), 6)
 
 
-#: a mean column and its spread column: 'top1 mean'/'top1 std', 'loss_mean'/'loss_std'
-_SPREAD_SUFFIXES = ((" mean", " std"), ("_mean", "_std"), ("mean", "std"))
+#: a mean column and its spread column: 'top1 mean'/'top1 std', 'loss_mean'/'loss_std',
+#: 'top-1 %'/'top-1 % std'
+_SPREAD_SUFFIXES = ((" mean", " std"), ("_mean", "_std"), ("mean", "std"), ("", " std"))
 
 
 def _places(frame: pl.DataFrame) -> dict[str, int | None]:
@@ -102,9 +105,9 @@ def _cell(value: Any, places: int | None) -> str:
 
 @dataclass(frozen=True)
 class Table:
-    """A frame formatted for reading: floats to sensible decimals per column (a mean and its std
-    to the precision the std supports), strings unquoted,
-    nothing shortened, no data-type row. `.frame` keeps the numbers."""
+    """A frame formatted for reading: headers in words (kit.report.labels), floats to sensible
+    decimals per column (a mean and its std to the precision the std supports), strings
+    unquoted, nothing shortened, no data-type row. `.frame` keeps the names and numbers."""
 
     frame: pl.DataFrame
 
@@ -117,7 +120,7 @@ class Table:
 
     def _repr_html_(self) -> str:
         numeric = [self.frame[c].dtype.is_numeric() for c in self.frame.columns]
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.frame.columns)
+        head = "".join(f"<th>{html.escape(label(c))}</th>" for c in self.frame.columns)
         body = "".join(
             "<tr>"
             + "".join(
@@ -132,7 +135,7 @@ class Table:
         )
 
     def __repr__(self) -> str:
-        rows = [list(self.frame.columns)] + self.cells()
+        rows = [[label(c) for c in self.frame.columns]] + self.cells()
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         numeric = [self.frame[c].dtype.is_numeric() for c in self.frame.columns]
         lines = [

@@ -8,7 +8,6 @@ from typing import Any
 import polars as pl
 
 from kit.data import synthetic
-from kit.experiments import evidence
 from kit.experiments.timecat.claims import (
     TITLES,
     bottleneck_claim,
@@ -231,36 +230,6 @@ def pretraining_passes(params: TimecatSettings) -> float | None:
         return None
     most = max((params.iterations_for(v) for v in params.variants if v.trained), default=0)
     return most * params.train.batch_size / params.train.data.synthetic.num_train
-
-
-def paper_side_by_side(
-    results: pl.DataFrame, rule: str, paper_columns: dict[str, str]
-) -> pl.DataFrame:
-    """The paper's Table 3 next to this run's numbers, for tasks mapped to the paper's datasets
-    and variants named as the paper's methods."""
-    paper = evidence.load("table3").select(
-        pl.col("method").str.replace(r" \(baseline\)", "").alias("variant"),
-        pl.col("eval_dataset").alias("paper_dataset"),
-        pl.col("value").alias("paper_top1"),
-    )
-    mine = (
-        results.filter(pl.col("rule") == rule)
-        .group_by("variant", "task")
-        .agg(
-            (100 * pl.col("top1").mean()).round(2).alias("kit_top1_mean"),
-            (100 * pl.col("top1").std()).round(2).alias("kit_top1_std"),
-            pl.len().alias("replicates"),
-        )
-    )
-    mapping = pl.DataFrame(
-        {"task": list(paper_columns), "paper_dataset": list(paper_columns.values())},
-        schema={"task": pl.String, "paper_dataset": pl.String},
-    )
-    return (
-        paper.join(mapping, on="paper_dataset", how="left")
-        .join(mine, on=["variant", "task"], how="left")
-        .sort("paper_dataset", "variant")
-    )
 
 
 def control_gains(results: pl.DataFrame, rule: str, level: float = verdicts.LEVEL) -> pl.DataFrame:

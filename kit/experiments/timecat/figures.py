@@ -10,7 +10,7 @@ from kit.experiments.timecat.comparisons import variant_order
 from kit.report import charts, palette
 
 #: tooltips of a top-1 % to one decimal
-PERCENT = {"mean": ".1f", "std": ".1f"}
+PERCENT = {"mean": ".1f", "std": ".1f", "low": ".1f", "high": ".1f"}
 
 
 def training_chart(curves: pl.DataFrame) -> alt.Chart | alt.FacetChart:
@@ -61,7 +61,11 @@ def accuracy_chart(
             color=alt.Color("variant:N", scale=palette.scale(order), legend=None),
             tooltip=charts.tooltips(stats, ["task", "variant", "mean", "std", "count"], PERCENT),
         ),
-        base.mark_errorbar().encode(y=alt.Y("low:Q", title="top-1 (%)"), y2="high:Q"),
+        base.mark_errorbar().encode(
+            y=alt.Y("low:Q", title="top-1 (%)"),
+            y2="high:Q",
+            tooltip=charts.tooltips(stats, ["task", "variant", "low", "high"], PERCENT),
+        ),
         charts.chance_lines("chance"),
         charts.reference_lines("ceiling", "Bayes ceiling", dash=(1, 0)),
     ]
@@ -97,7 +101,11 @@ def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
         detail="role:N",
         tooltip=charts.tooltips(stats, ["role", "variant", "mean", "std"], PERCENT),
     )
-    bars = base.mark_errorbar().encode(y=alt.Y("low:Q", title=title), y2="high:Q")
+    bars = base.mark_errorbar().encode(
+        y=alt.Y("low:Q", title=title),
+        y2="high:Q",
+        tooltip=charts.tooltips(stats, ["role", "variant", "low", "high"], PERCENT),
+    )
     return (line + bars).properties(width=320, height=220)
 
 

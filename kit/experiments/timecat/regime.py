@@ -23,12 +23,14 @@ PAPER_IN_DISTRIBUTION = "ImageNet-1k"
 
 
 def _paper_rows() -> pl.DataFrame:
+    """The paper's rows in its Table 3's order (joins and groups keep it: polars promises no
+    order otherwise, and the rows came out shuffled from one run to the next)."""
     table = evidence.load("table3").with_columns(
         pl.col("method").str.replace(r" \(baseline\)", "").alias("variant")
     )
     transfer = (
         table.filter(pl.col("eval_dataset") != PAPER_IN_DISTRIBUTION)
-        .group_by("variant")
+        .group_by("variant", maintain_order=True)
         .agg(
             pl.col("value").mean().alias("transfer top-1 %"),
             pl.col("eval_dataset").sort().str.join(", ").alias("transfer tasks"),
@@ -40,7 +42,7 @@ def _paper_rows() -> pl.DataFrame:
         pl.col("iters_per_model").cast(pl.Int64).alias("iterations per model"),
         pl.col("value").alias("in-distribution top-1 %"),
     )
-    return inside.join(transfer, on="variant").with_columns(
+    return inside.join(transfer, on="variant", maintain_order="left").with_columns(
         pl.lit("paper, Section 5, Table 3 (ResNet-50, ImageNet-1k)").alias("source"),
         (pl.col("iterations per model") / PAPER_CAT1_ITERATIONS).alias("regime"),
         pl.lit(f"share of cat1's {PAPER_CAT1_ITERATIONS:,} iterations").alias("regime of"),
@@ -52,22 +54,27 @@ def _kit_rows(
 ) -> pl.DataFrame:
     concat = results.filter((pl.col("rule") == rule) & (pl.col("kind") == "time-concat"))
     keys = [c for c in ("world_seed", "budget") if c in concat.columns]
-    per_task = concat.group_by(*keys, "variant", "n", "iterations_per_model", "task", "role").agg(
-        (100 * pl.col("top1").mean()).alias("top1")
-    )
     group = [*keys, "variant", "n", "iterations_per_model"]
-    inside = (
-        per_task.filter(pl.col("role") == "in-distribution")
-        .group_by(group)
-        .agg(pl.col("top1").mean().alias("in-distribution top-1 %"))
+    inside = pl.col("role") == "in-distribution"
+    per_replicate = concat.group_by(*group, "replicate").agg(
+        (100 * pl.col("top1").filter(inside).mean()).alias("in-distribution"),
+        (100 * pl.col("top1").filter(~inside).mean()).alias("transfer"),
     )
-    transfer = (
-        per_task.filter(pl.col("role") != "in-distribution")
+    tasks = (
+        concat.filter(~inside)
         .group_by(group)
+        .agg(pl.col("task").unique().sort().str.join(", ").alias("transfer tasks"))
+    )
+    measured = (
+        per_replicate.group_by(group)
         .agg(
-            pl.col("top1").mean().alias("transfer top-1 %"),
-            pl.col("task").sort().str.join(", ").alias("transfer tasks"),
+            pl.col("in-distribution").mean().alias("in-distribution top-1 %"),
+            pl.col("in-distribution").std().alias("in-distribution top-1 % std"),
+            pl.col("transfer").mean().alias("transfer top-1 %"),
+            pl.col("transfer").std().alias("transfer top-1 % std"),
+            pl.len().alias("replicates"),
         )
+        .join(tasks, on=group, how="left")
     )
     if isinstance(saturated_at, dict):
         saturation = pl.col("world_seed").replace_strict(
@@ -76,8 +83,7 @@ def _kit_rows(
     else:
         saturation = pl.lit(saturated_at, dtype=pl.Int64)
     return (
-        inside.join(transfer, on=group, how="full", coalesce=True)
-        .with_columns(saturation.alias("saturated_at"))
+        measured.with_columns(saturation.alias("saturated_at"))
         .with_columns(
             pl.lit(label).alias("source"),
             pl.col("iterations_per_model").alias("iterations per model"),
@@ -107,13 +113,16 @@ def paper_beside_kit(
         "regime",
         "regime of",
         "in-distribution top-1 %",
+        "in-distribution top-1 % std",
         "transfer top-1 %",
+        "transfer top-1 % std",
+        "replicates",
         "transfer tasks",
     ]
     kit = _kit_rows(results, rule, saturated_at, label)
     extra = [c for c in ("world_seed", "budget") if c in kit.columns]
-    return pl.concat(
-        [_paper_rows().select(columns), kit.select(*columns, *extra)], how="diagonal_relaxed"
+    return pl.concat([_paper_rows(), kit.select(*columns, *extra)], how="diagonal_relaxed").select(
+        *columns, *extra
     )
 
 

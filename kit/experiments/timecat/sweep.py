@@ -169,6 +169,31 @@ def own_accuracy(cells: list[Cell]) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+def cells_table(cells: list[Cell]) -> pl.DataFrame | str:
+    """The sweep's cells as a reader sees them: world seed, total budget, each trained variant's
+    iterations per model in words, replicates, whether notebook 03's runs are reused, the run
+    folder; a sentence when the profile sweeps no budget."""
+    if not cells:
+        return "This profile sweeps no budget: no cell to run."
+    return pl.DataFrame(
+        [
+            {
+                "world seed": cell.world_seed,
+                "total budget (iterations)": cell.budget,
+                "iterations per model": ", ".join(
+                    f"{v.name} {cell.settings.iterations_for(v)}"
+                    for v in cell.settings.variants
+                    if v.trained
+                ),
+                "replicates": cell.settings.replicates,
+                "notebook 03's runs": "reused" if cell.shared else "its own",
+                "run folder": cell.settings.run_root,
+            }
+            for cell in cells
+        ]
+    )
+
+
 def learned_budgets(own: pl.DataFrame, baseline: str, share: float) -> pl.DataFrame:
     """Per world seed and variant, the smallest budget at which its models' mean own accuracy
     reaches `share` of the baseline's best over the sweep in that world (null: never in

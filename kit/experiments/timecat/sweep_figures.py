@@ -72,7 +72,7 @@ def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -
         x=x, y=alt.Y("mean:Q", title=title), color=colour, strokeDash=dash, tooltip=tooltip
     )
     bars = gain.mark_errorbar().encode(
-        x=x, y=alt.Y("low:Q", title=title), y2="high:Q", color=colour
+        x=x, y=alt.Y("low:Q", title=title), y2="high:Q", color=colour, tooltip=tooltip
     )
     zero = alt.Chart().mark_rule(color="grey").encode(y=alt.datum(0))
     least = alt.Chart().mark_rule(color="grey", strokeDash=[1, 3]).encode(y=alt.datum(smallest))

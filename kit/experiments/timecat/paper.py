@@ -1,0 +1,216 @@
+"""The paper's Table 3 (Section 5) and the kit's measurements in one table, row for row.
+
+One row per measure of each of the paper's variants, in the paper's order (cat1, cat2, cat4,
+cat5; within a variant: in distribution, the mean over the transfer datasets, the transfer gain
+over cat1, then each dataset a task of the profile stands for): the paper's value, the kit's mean
+and standard deviation over replicates, and the kit's minus the paper's. The kit's synthetic
+world has no ImageNet, so its rows stand for the paper's by role: the pretraining mixture (the
+in-distribution task) for ImageNet-1k, and the mean over the tasks the pretraining did not train
+on for the mean over iNat18, CIFAR-100 and CIFAR-10. Where a profile maps its tasks to the
+paper's datasets (`paper_columns`), each mapped dataset gets its own row.
+
+The transfer gain is the paper's primary endpoint for the time-concat claim: it is computed per
+replicate, paired with cat1 of the same replicate, as notebook 03's verdicts compute it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import polars as pl
+
+from kit.experiments import evidence
+
+PAPER_BASELINE = "cat1"
+PAPER_IN_DISTRIBUTION = "ImageNet-1k"
+IN_DISTRIBUTION = "in distribution, top-1 %"
+TRANSFER = "transfer, mean top-1 %"
+GAIN = "transfer gain over cat1, points"
+#: the columns of `paper_vs_kit`, before any key of `by`
+COLUMNS = [
+    "variant",
+    "measure",
+    "paper's dataset",
+    "kit's task (stands for it)",
+    "paper",
+    "paper's value",
+    "kit mean",
+    "kit std",
+    "replicates",
+    "kit − paper",
+]
+_READ = {"table": "Table 3", "read_from_figure": "read from the authors' figure"}
+
+
+def paper_rows() -> pl.DataFrame:
+    """The paper's Table 3 as (variant, dataset, value, read) rows in the paper's order."""
+    return evidence.load("table3").select(
+        pl.col("method").str.replace(r" \(baseline\)", "").alias("variant"),
+        pl.col("eval_dataset").alias("dataset"),
+        pl.col("value"),
+        pl.col("value_source").replace_strict(_READ, default=pl.col("value_source")).alias("read"),
+    )
+
+
+def variants_in_order() -> list[str]:
+    """The paper's variants in the order its Table 3 lists them."""
+    return list(dict.fromkeys(paper_rows()["variant"].to_list()))
+
+
+def _paper_measures() -> list[dict[str, object]]:
+    """Each (variant, measure) of the paper with its value, in the paper's order."""
+    rows = paper_rows()
+    transfer_sets = rows.filter(pl.col("dataset") != PAPER_IN_DISTRIBUTION)
+    transfer_names = ", ".join(dict.fromkeys(transfer_sets["dataset"].to_list()))
+    means = {
+        v: transfer_sets.filter(pl.col("variant") == v)["value"].mean() for v in variants_in_order()
+    }
+    measures: list[dict[str, object]] = []
+    for variant in variants_in_order():
+        own = rows.filter(pl.col("variant") == variant)
+        inside = own.filter(pl.col("dataset") == PAPER_IN_DISTRIBUTION).row(0, named=True)
+        reads = ", ".join(dict.fromkeys(own["read"].to_list()))
+        measures.append(
+            dict(
+                variant=variant,
+                measure=IN_DISTRIBUTION,
+                dataset=PAPER_IN_DISTRIBUTION,
+                paper=inside["value"],
+                read=inside["read"],
+                key=("role", "in-distribution"),
+            )
+        )
+        measures.append(
+            dict(
+                variant=variant,
+                measure=TRANSFER,
+                dataset=transfer_names,
+                paper=means[variant],
+                read=reads,
+                key=("role", "transfer"),
+            )
+        )
+        if variant != PAPER_BASELINE:
+            measures.append(
+                dict(
+                    variant=variant,
+                    measure=GAIN,
+                    dataset=transfer_names,
+                    paper=means[variant] - means[PAPER_BASELINE],
+                    read=reads,
+                    key=("gain", "transfer"),
+                )
+            )
+        for row in own.iter_rows(named=True):
+            measures.append(
+                dict(
+                    variant=variant,
+                    measure=f"{row['dataset']}, top-1 %",
+                    dataset=row["dataset"],
+                    paper=row["value"],
+                    read=row["read"],
+                    key=("dataset", row["dataset"]),
+                )
+            )
+    return measures
+
+
+def _replicate_keys(results: pl.DataFrame, by: Sequence[str]) -> list[str]:
+    """What identifies one replicate: its number, and its world seed where a sweep's results
+    hold several worlds and `by` does not split them."""
+    return [c for c in ("world_seed", "replicate") if c in results.columns and c not in by]
+
+
+def _per_replicate(results: pl.DataFrame, rule: str, by: Sequence[str]) -> pl.DataFrame:
+    """Per (by, variant, replicate): top-1 % in distribution and mean over the transfer tasks,
+    and the transfer gain over cat1 of the same replicate."""
+    chosen = results.filter(pl.col("rule") == rule)
+    replicate = _replicate_keys(results, by)
+    inside = pl.col("role") == "in-distribution"
+    per = chosen.group_by([*by, "variant", *replicate]).agg(
+        (100 * pl.col("top1").filter(inside).mean()).alias("in-distribution"),
+        (100 * pl.col("top1").filter(~inside).mean()).alias("transfer"),
+    )
+    base = per.filter(pl.col("variant") == PAPER_BASELINE).select(
+        *by, *replicate, pl.col("transfer").alias("baseline transfer")
+    )
+    return per.join(base, on=[*by, *replicate], how="left").with_columns(
+        (pl.col("transfer") - pl.col("baseline transfer")).alias("gain")
+    )
+
+
+def _tasks(results: pl.DataFrame, in_distribution: bool) -> str:
+    roles = pl.col("role") == "in-distribution"
+    chosen = results.filter(roles if in_distribution else ~roles)
+    return ", ".join(sorted(set(chosen["task"].to_list())))
+
+
+def _row(measure: dict[str, object], task: str, values: pl.Series) -> dict[str, object]:
+    """One measure's row: the paper's value, the kit's mean and std over `values` (one per
+    replicate), their difference."""
+    mean = values.mean() if values.len() else None
+    return {
+        "variant": measure["variant"],
+        "measure": measure["measure"],
+        "paper's dataset": measure["dataset"],
+        "kit's task (stands for it)": task or None,
+        "paper": measure["paper"],
+        "paper's value": measure["read"],
+        "kit mean": mean,
+        "kit std": values.std() if values.len() > 1 else None,
+        "replicates": values.len(),
+        "kit − paper": None if mean is None else mean - measure["paper"],
+    }
+
+
+def paper_vs_kit(
+    results: pl.DataFrame,
+    rule: str,
+    paper_columns: Mapping[str, str] | None = None,
+    by: Sequence[str] = (),
+) -> pl.DataFrame:
+    """The paper's Table 3 beside the kit's `results` under selection rule `rule`, one row per
+    measure in the paper's order (see the module's docstring); `paper_columns` maps a task to
+    the paper's dataset it stands for; `by` (a sweep's 'world_seed', 'budget') repeats each
+    measure per value of those keys, in ascending order (a replicate is then one world seed's
+    replicate where the results hold several worlds). A variant or task the kit did not run
+    leaves its kit cells empty."""
+    by = list(by)
+    stands_for = {dataset: task for task, dataset in (paper_columns or {}).items()}
+    replicate = _per_replicate(results, rule, by)
+    chosen = results.filter(pl.col("rule") == rule)
+    per_task = chosen.group_by([*by, "variant", *_replicate_keys(results, by), "task"]).agg(
+        (100 * pl.col("top1").mean()).alias("value")
+    )
+    named = {"in-distribution": _tasks(chosen, True), "transfer": _tasks(chosen, False)}
+    groups = list(replicate.select(by).unique().sort(by).iter_rows(named=True)) if by else [{}]
+    rows = []
+    for measure, group in ((m, g) for m in _paper_measures() for g in groups):
+        where = [pl.col(k) == v for k, v in group.items()] or [pl.lit(True)]
+        kind, what = measure["key"]
+        if kind == "dataset":
+            if what not in stands_for:
+                continue
+            task = stands_for[what]
+            values = per_task.filter(
+                *where, pl.col("variant") == measure["variant"], pl.col("task") == task
+            )["value"]
+        else:
+            task = named[what]
+            values = replicate.filter(*where, pl.col("variant") == measure["variant"])[
+                what if kind == "role" else "gain"
+            ]
+        rows.append({**group, **_row(measure, task, values.drop_nulls().drop_nans())})
+    schema = {k: results.schema[k] for k in by} | {
+        "variant": pl.String,
+        "measure": pl.String,
+        "paper's dataset": pl.String,
+        "kit's task (stands for it)": pl.String,
+        "paper": pl.Float64,
+        "paper's value": pl.String,
+        "kit mean": pl.Float64,
+        "kit std": pl.Float64,
+        "replicates": pl.Int64,
+        "kit − paper": pl.Float64,
+    }
+    return pl.DataFrame(rows, schema=schema).select(COLUMNS[0], *by, *COLUMNS[1:])

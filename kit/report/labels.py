@@ -1,0 +1,61 @@
+"""How a column or field reads: one mapping of the kit's code names to the words a table header,
+a chart tooltip or a report caption shows.
+
+The frames keep their code names (tests and later notebooks read them back); only what a reader
+sees goes through `label`. A name not listed reads with its underscores as spaces; a Table 2
+comparison such as `cat4resnet50_minus_resnet50w2` reads as 'cat4resnet50 − resnet50w2'.
+"""
+
+from __future__ import annotations
+
+import re
+
+LABELS: dict[str, str] = {
+    # notebook 03's secondary comparisons (kit.experiments.timecat.comparisons.gains)
+    "gain_mean": "gain (points, mean)",
+    "gain_std": "gain (points, std)",
+    "p_value": "p",
+    "p_adjusted": "p (Holm-adjusted)",
+    "low": "95% interval, low",
+    "high": "95% interval, high",
+    "comparisons": "tasks in the comparison",
+    "iterations_per_model": "iterations per model",
+    "total_iterations": "total iterations",
+    "world_seed": "world seed",
+    # label-free diagnostics (kit.report.diagnostics)
+    "rankme_mean": "RankMe (mean)",
+    "rankme_std": "RankMe (std)",
+    "alpha_req_mean": "alpha-ReQ (mean)",
+    "alpha_req_std": "alpha-ReQ (std)",
+    "cka_mean": "linear CKA between models (mean)",
+    "cka_std": "linear CKA between models (std)",
+    # notebook 04's regime (kit.experiments.timecat.sweep.learned_budgets)
+    "learned_at": "learns the mixture at (iterations)",
+    "located": "saturation located",
+    "own_accuracy": "own in-distribution accuracy",
+    # the toy (notebook 01)
+    "components_solved_mean": "components solved (mean)",
+    "components_solved_std": "components solved (std)",
+    "predicted_by_optimum": "feature of the least-error classifier",
+    "weight_decay": "weight decay",
+    # the paper's published numbers (notebook 02)
+    "eval_dataset": "dataset",
+    "value_source": "value read from",
+    "n_models": "models",
+    "total_iters": "total iterations",
+    "ID gain": "in-distribution gain (points)",
+    "mean OOD gain": "mean transfer gain (points)",
+    "top1": "top-1",
+    "train_top1": "top-1 on the probe's own rows",
+}
+_MINUS = re.compile(r"(?P<left>\w+?)_minus_(?P<right>\w+)")
+
+
+def label(name: str) -> str:
+    """What a reader sees for the column or field `name`."""
+    if name in LABELS:
+        return LABELS[name]
+    minus = _MINUS.fullmatch(name)
+    if minus:
+        return f"{minus['left']} − {minus['right']}"
+    return name.replace("_", " ")
