@@ -21,6 +21,36 @@ from kit.train.settings import TrainSettings
 CHECKPOINT = "checkpoint.pt"
 
 
+def snapshot_name(step: int) -> str:
+    """The file of a run's snapshot at `step` (kit.train.settings.TrainSettings.snapshot_steps)."""
+    return f"snapshot-{step}.pt"
+
+
+def missing_snapshots(cfg: TrainSettings, out: Path, reached: int) -> list[int]:
+    """Snapshot steps the run in `out` has passed (up to `reached`) whose file or hash is
+    missing: a run cannot go back to write them."""
+    return [
+        step
+        for step in cfg.snapshot_steps
+        if step <= reached
+        and not (
+            (out / snapshot_name(step)).is_file()
+            and files.sidecar(out / snapshot_name(step)).is_file()
+        )
+    ]
+
+
+def refuse_missing_snapshots(cfg: TrainSettings, reached: int, where: Path) -> None:
+    """Refuse a run whose snapshots before `reached` are missing, naming the steps."""
+    missing = missing_snapshots(cfg, where, reached)
+    if missing:
+        raise ParameterError(
+            f"{where}: has trained past step(s) {', '.join(map(str, missing))} without their "
+            f"snapshots (snapshot_steps asks for them now, or their files were removed); "
+            "delete the run folder to train it again with them, or use another output_dir"
+        )
+
+
 class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite; the last good checkpoint is kept."""
 

@@ -191,11 +191,14 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.optimizer.train()
         if "parameters_at_y" in state:
-            with torch.no_grad():
-                for parameter, saved in zip(
-                    self.module.parameters(), state["parameters_at_y"], strict=True
-                ):
-                    parameter.copy_(saved)
+            self.back_to(state["parameters_at_y"])
+
+    @torch.no_grad()
+    def back_to(self, parameters_at_y: list[torch.Tensor]) -> None:
+        """Put back the parameters at y that parameters_at_y copied (the optimizer in train
+        mode): exact, where the optimizer's own way back from x is exact only up to rounding."""
+        for parameter, saved in zip(self.module.parameters(), parameters_at_y, strict=True):
+            parameter.copy_(saved)
 
     def check_replicas_identical(self) -> None:
         """Every rank must end with rank 0's parameters and buffers, bit for bit."""
