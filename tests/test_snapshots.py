@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_timecat import fake_data, planned_params  # noqa: F401
 from test_train import SUBPROCESS_ENV, one_thread, settings, write_config  # noqa: F401
 
+from kit.cli.main import main as kit_main
 from kit.core import files
 from kit.core.params import ParameterError
 from kit.core.paths import REPO_ROOT
+from kit.experiments.timecat import planning
 from kit.train import trainer as train
 from kit.train.checkpoint import CHECKPOINT, snapshot_name
 from kit.train.settings import TrainSettings
@@ -99,6 +102,7 @@ def test_a_snapshot_asked_for_after_its_step_passed_is_refused(tmp_path: Path) -
 #: a trainer whose snapshot of step 16 is killed (SIGKILL) half written
 DYING = """
 import os, signal, sys
+from kit.cli.main import main as kit_main
 from kit.core import files
 from kit.train import trainer
 
@@ -136,3 +140,66 @@ def test_a_kill_while_a_snapshot_is_written_resumes_exactly(seeded: Path, tmp_pa
     assert not list(out.glob(".snapshot-*"))  # the dead writer's temporary is gone
     for name in (snapshot_name(8), snapshot_name(16), snapshot_name(24), CHECKPOINT):
         assert_same(model(out / name), model(seeded / name))
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 03's plan
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("fake_data")
+def test_the_paper_plan_trains_one_run_per_seed_and_reads_its_snapshots() -> None:
+    snapshots = planned_params("paper-8xh100")
+    assert snapshots.catn_models == "snapshots"
+    experiment = planning.plan(snapshots)
+    runs = {t.seed: t for t in experiment.trainings}
+    assert {seed: t.iterations for seed, t in runs.items()} == {
+        2: 450_000,
+        550: 200_000,
+        23: 100_000,
+        477: 100_000,
+        8529: 80_000,
+    }
+    assert sum(t.iterations for t in experiment.trainings) == 930_000
+    assert {t.step_hint for t in experiment.trainings} == {450_000}
+    assert runs[2].snapshot_steps == [80_000, 100_000, 200_000, 450_000]
+    assert runs[8529].snapshot_steps == [80_000]
+    cat4 = next(r for r in experiment.representations if r.variant == "cat4")
+    assert [p.name for p in cat4.checkpoints] == ["snapshot-100000.pt"] * 4
+    assert [p.parent.name for p in cat4.checkpoints] == ["seed2", "seed550", "seed23", "seed477"]
+    table = planning.run_table(experiment)
+    assert table.filter(table["seed"] == 550)["serves"].to_list() == [
+        "cat2 at 200000, cat4 at 100000, cat5 at 80000"
+    ]
+
+    independent = planning.plan(planned_params("paper-8xh100", catn_models="independent"))
+    assert len(independent.trainings) == 12
+    assert sum(t.iterations for t in independent.trainings) == 1_650_000
+    assert {t.step_hint for t in independent.trainings} == {None}  # warmup: its own length
+
+
+@pytest.mark.usefixtures("fake_data")
+def test_adding_a_variant_changes_no_run_s_horizon() -> None:
+    variants = [v.model_dump() for v in planned_params("paper-8xh100").variants]
+    more = [*variants, {"name": "cat3", "kind": "time-concat", "n": 3, "iterations": 150_000}]
+    before = planning.plan(planned_params("paper-8xh100"))
+    after = planning.plan(planned_params("paper-8xh100", variants=more))
+    hints = {t.seed: t.step_hint for t in before.trainings}
+    assert {t.seed: t.step_hint for t in after.trainings} == hints
+    seed23 = next(t for t in after.trainings if t.seed == 23)
+    assert seed23.iterations == 150_000 and 150_000 in seed23.snapshot_steps
+
+
+@pytest.mark.usefixtures("fake_data")
+def test_launch_plan_prints_both_designs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    arguments = ["--profile", "paper-8xh100", "--set", f"output_dir={tmp_path / 'out'}"]
+    assert kit_main(["launch", "plan", *arguments, "--out", str(tmp_path / "export")]) == 0
+    printed = capsys.readouterr().out
+    snapshots = next(line for line in printed.splitlines() if line.strip().startswith("snapshots"))
+    independent = next(
+        line for line in printed.splitlines() if line.strip().startswith("independent")
+    )
+    assert snapshots.split()[1:3] == ["5", "930,000"] and "(this profile)" in snapshots
+    assert independent.split()[1:3] == ["12", "1,650,000"]
+    assert "GPU-hours" in printed
+    assert "#SBATCH --array=0-4" in (tmp_path / "export" / "train.sbatch").read_text()
