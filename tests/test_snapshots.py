@@ -102,11 +102,10 @@ def test_a_snapshot_asked_for_after_its_step_passed_is_refused(tmp_path: Path) -
 #: a trainer whose snapshot of step 16 is killed (SIGKILL) half written
 DYING = """
 import os, signal, sys
-from kit.cli.main import main as kit_main
 from kit.core import files
-from kit.train import trainer
+from kit.train import checkpoint, trainer
 
-written = trainer.write_checkpoint
+written = checkpoint.write_checkpoint
 
 def dying(path, state):
     if path.name == "snapshot-16.pt":
@@ -115,7 +114,7 @@ def dying(path, state):
             os.kill(os.getpid(), signal.SIGKILL)
     written(path, state)
 
-trainer.write_checkpoint = dying
+checkpoint.write_checkpoint = dying
 sys.exit(trainer.main(["--config", sys.argv[1]]))
 """
 

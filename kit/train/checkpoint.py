@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from kit import models
 from kit.core import files
@@ -88,6 +89,18 @@ def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
     """Replace the checkpoint atomically, its size and hash beside it."""
     with files.hashed_write(path) as handle:
         torch.save(state, handle)
+
+
+def write_snapshot(
+    module: nn.Module, cfg: TrainSettings, step: int, out: Path, kept: str, main: bool
+) -> None:
+    """The model at x at `step` as snapshot-<step>.pt in `out` (the `main` rank writes it, hashed
+    and atomically), with the run's identity: its settings (seed and step_hint among them) and
+    the step; refused when not finite (on every rank: replicas are identical)."""
+    state = {"model": module.state_dict(), "config": cfg.model_dump(), "step": step}
+    check_finite(state, out, kept)
+    if main:
+        write_checkpoint(out / snapshot_name(step), state)
 
 
 def kept_message(path: Path, last_saved: int | None) -> str:

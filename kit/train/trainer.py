@@ -75,8 +75,8 @@ from kit.train.checkpoint import (
     refuse_missing_snapshots,
     restore_rng_states,
     rng_states,
-    snapshot_name,
     write_checkpoint,
+    write_snapshot,
 )
 from kit.train.metrics import (
     METRICS,
@@ -279,7 +279,15 @@ class _Run:
         self.watchdog.beat(f"exchanging the loss at step {self.at.step}")
         loss, bad_step, preempted = self.trainer.take_window(window.steps, stop_requested)
         kept = kept_message(self.out / CHECKPOINT, self.last_saved)
-        at_y = self.point_y(preempted or final or snapshot)
+        # an uninterrupted run passes through x only where it evaluates or saves periodically:
+        # where else it goes there (a snapshot, the end, a stop), y and the generators are kept
+        at_y = (
+            self.trainer.at_y()
+            if (preempted or final or snapshot)
+            and not _every(self.at.step, self.cfg.eval_every)
+            and not _every(self.at.step, self.cfg.checkpoint_every)
+            else {}
+        )
         save = save or preempted
         if bad_step is not None:
             raise NonFiniteLossError(
@@ -305,13 +313,14 @@ class _Run:
                 self.log(record)
             if snapshot:  # before the checkpoint: a kill between them trains this step again
                 self.watchdog.beat(f"saving the snapshot of step {self.at.step}")
-                self.save_snapshot(kept)
+                write_snapshot(
+                    self.trainer.module, self.cfg, self.at.step, self.out, kept, self.process.main
+                )
             if save:
                 self.watchdog.beat(f"saving the checkpoint of step {self.at.step}")
                 self.save(at_y, kept)
         if at_y and not (final or preempted):  # a snapshot alone: back to y exactly
-            self.trainer.back_to(at_y["parameters_at_y"])
-            restore_rng_states(at_y["rng"])
+            self.trainer.back_to(at_y)
         self.last_saved = self.at.step if save else self.last_saved
         if preempted and not final:
             self.progress.close()
@@ -322,32 +331,6 @@ class _Run:
                 f"after writing {self.out / CHECKPOINT}; run it again to resume"
             )
         return preempted
-
-    def point_y(self, leaving: bool) -> dict[str, Any]:
-        """Where the run is at y, when it goes to x (`leaving`) at a step an uninterrupted run
-        does not pass through x for (no periodic evaluation or checkpoint): the parameters at y
-        and the generators, kept in a checkpoint that ends or stops the run there (so that it
-        resumes or is extended exactly) and restored after a snapshot (which so changes nothing
-        the run computes). Empty otherwise: the round trip x -> y is then the run's own."""
-        periodic = _every(self.at.step, self.cfg.eval_every) or _every(
-            self.at.step, self.cfg.checkpoint_every
-        )
-        if not leaving or periodic:
-            return {}
-        return {"parameters_at_y": self.trainer.parameters_at_y(), "rng": rng_states()}
-
-    def save_snapshot(self, kept: str) -> None:
-        """The model at x at this step as snapshot-<step>.pt (rank 0 writes it, hashed and
-        atomically), with the run's identity: its settings (seed and step_hint among them) and
-        the step; refused when not finite."""
-        state = {
-            "model": self.trainer.module.state_dict(),
-            "config": self.cfg.model_dump(),
-            "step": self.at.step,
-        }
-        check_finite(state, self.out, kept)
-        if self.process.main:
-            write_checkpoint(self.out / snapshot_name(self.at.step), state)
 
     def record(self, loss: float, window: _Window) -> dict[str, Any]:
         """The metrics row of this logging step, before evaluation."""
