@@ -1,15 +1,16 @@
 """The dress rehearsal: the shipped paper-8xh100 and paper-checkpoints parameter files run end to
 end on a CPU, shrunk by tests/rehearsal/ (sizes only), over `python -m kit fixtures` datasets.
 
-paper-8xh100 is checked, planned as Slurm jobs, then run as a user runs it (`kit run 03`): twelve
-ResNet-50 pretraining runs trained in turn by a torchrun of two gloo ranks, feature extraction as
-a torchrun job, the fast probe in the kernel. These are the launched steps `kit run` takes for
-that profile; the probe step as a job of its own is what a cluster's chain submits (`kit launch
-plan` exports it here; tests/test_timecat_jobs.py runs the step). Its trained runs, laid out as
-released checkpoints (cat<n>/seed<s>.pt), are then what paper-checkpoints probes with the
-authors' probe: the diagnostics' features extracted by a torchrun job, and the sixteen probes run
-in turn by one torchrun of two ranks. Together 326 s on 2 idle cores in a
-fresh clone (162 s and 164 s); select them with `-m rehearsal`.
+paper-8xh100 is checked, planned as Slurm jobs, then run as a user runs it (`kit run 03`): five
+seeded ResNet-50 pretraining runs (its `catn_models: snapshots`) trained in turn by a torchrun of
+two gloo ranks, feature extraction from their snapshots as a torchrun job, the fast probe in the
+kernel. These are the launched steps `kit run` takes for that profile; the probe step as a job
+of its own is what a cluster's chain submits (`kit launch plan` exports it here;
+tests/test_timecat_jobs.py runs the step). Its snapshots, laid out as the authors' archive
+unpacks (checkpoints_step<k>/checkpoint_run<i>.pth), are then what paper-checkpoints probes with
+the authors' probe: the diagnostics' features extracted by a torchrun job, and the sixteen probes
+run in turn by one torchrun of two ranks. Together 326 s on 2 idle cores in a fresh clone (162 s
+and 164 s, with twelve independent runs); select them with `-m rehearsal`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import polars as pl
 import pytest
 import yaml
+from test_timecat import released_file
 
 from kit.cli.main import main as kit_main
 from kit.core import params
@@ -163,19 +165,23 @@ def test_kit_fixtures_lets_the_paper_profiles_be_checked_and_planned_anywhere(
         problems = [line.removeprefix("error: ") for line in capsys.readouterr().err.splitlines()]
         assert problems and all(line.startswith("this machine: ") for line in problems), problems
     released = sorted(
-        str(p.relative_to(data / "checkpoints")) for p in (data / "checkpoints").rglob("*.pt")
+        p.relative_to(data / "checkpoints") for p in (data / "checkpoints").rglob("*.pth.tar")
     )
     assert released == sorted(
-        f"{variant}/seed{seed}.pt" for variant, seeds in VARIANTS.items() for seed in seeds
+        released_file(Path(), len(seeds), run, ".pth.tar")
+        for seeds in VARIANTS.values()
+        for run in range(len(seeds))
     )
-    assert all(Path(f"{path}.sha256").exists() for path in (data / "checkpoints").rglob("*.pt"))
+    assert all(
+        Path(f"{path}.sha256").exists() for path in (data / "checkpoints").rglob("*.pth.tar")
+    )
     assert (
         kit_main(
             ["launch", "plan", "--profile", "paper-8xh100", *out, "--out", str(tmp_path / "export")]
         )
         == 0
     )
-    assert "#SBATCH --array=0-11" in (tmp_path / "export" / "train.sbatch").read_text()
+    assert "#SBATCH --array=0-4" in (tmp_path / "export" / "train.sbatch").read_text()
 
 
 def test_the_command_line_starts_without_importing_torch() -> None:
@@ -251,13 +257,25 @@ def paper_8xh100(environment: dict[str, str], tmp_path_factory: pytest.TempPathF
     return out
 
 
+#: the rehearsal's step of each variant's snapshots (tests/rehearsal/budgets.yaml)
+STEPS = {"cat1": 9, "cat2": 4, "cat4": 2, "cat5": 2}
+
+
 def test_paper_8xh100_trains_extracts_and_probes_with_two_ranks(paper_8xh100: Path) -> None:
     runs = paper_8xh100 / "time_concat"
-    for variant, seeds in VARIANTS.items():
-        iterations = {"cat1": 9, "cat2": 4}.get(variant, 2)
-        for seed in seeds:
-            done = yaml.safe_load((runs / "rep0" / variant / f"seed{seed}" / "DONE").read_text())
-            assert done == {"step": iterations, "ranks": 2}, (variant, seed)
+    for seed, (iterations, steps) in {
+        2: (9, [2, 4, 9]),
+        550: (4, [2, 4]),
+        23: (2, [2]),
+        477: (2, [2]),
+        8529: (2, [2]),
+    }.items():
+        run = runs / "rep0" / "seeded" / f"seed{seed}"
+        assert yaml.safe_load((run / "DONE").read_text()) == {"step": iterations, "ranks": 2}
+        assert sorted(p.name for p in run.glob("snapshot-*.pt")) == sorted(
+            f"snapshot-{step}.pt" for step in steps
+        )
+    assert sorted(p.name for p in (runs / "rep0").iterdir()) == ["seeded"]
     extraction = (runs / "logs" / "extract.log").read_text()
     assert "rank 0/2 on cpu" in extraction and "rank 1/2 on cpu" in extraction
     check_results(paper_8xh100)
@@ -271,12 +289,13 @@ def test_paper_checkpoints_probes_released_files_with_the_authors_probe(
 ) -> None:
     released = tmp_path / "released"
     for variant, seeds in VARIANTS.items():
-        for seed in seeds:
-            trained = paper_8xh100 / "time_concat" / "rep0" / variant / f"seed{seed}"
-            for name in ("checkpoint.pt", "checkpoint.pt.sha256"):
-                link = released / variant / name.replace("checkpoint", f"seed{seed}")
-                link.parent.mkdir(parents=True, exist_ok=True)
-                os.symlink(trained / name, link)
+        for run, seed in enumerate(seeds):
+            trained = paper_8xh100 / "time_concat" / "rep0" / "seeded" / f"seed{seed}"
+            snapshot = trained / f"snapshot-{STEPS[variant]}.pt"
+            link = released_file(released, len(seeds), run)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(snapshot, link)
+            os.symlink(f"{snapshot}.sha256", f"{link}.sha256")
     environment = environment | {"TIMECAT_CHECKPOINTS": str(released)}
     out = tmp_path / "paper-checkpoints"
     kit(environment, "check", "03", *profile_arguments("paper-checkpoints", out))

@@ -39,14 +39,31 @@ def planned_params(profile: str, **overrides) -> TimecatSettings:
     return planned(profile, **overrides)[0]
 
 
+#: the folder of the authors' checkpoint archive once unpacked, and the step folder catN reads
+AUTHORS = "resnet50_sfadamw_imagenet1k_supervised"
+RELEASED_STEPS = {1: "full", 2: "200", 4: "100", 5: "80"}
+
+
+def released_file(root: Path, n: int, run: int, suffix: str = ".pth") -> Path:
+    """Model `run` of catN in the authors' archive (their config's .pth, or .pth.tar as their
+    README draws it)."""
+    return root / AUTHORS / f"checkpoints_step{RELEASED_STEPS[n]}" / f"checkpoint_run{run}{suffix}"
+
+
+def write_released_files(root: Path) -> None:
+    """Tiny checkpoints at every file paper-checkpoints reads, in the authors' layout: both
+    suffixes occur (cat4's files are .pth.tar)."""
+    for n in RELEASED_STEPS:
+        for run in range(n):
+            tiny_checkpoint(released_file(root, n, run, ".pth.tar" if n == 4 else ".pth"))
+
+
 @pytest.fixture()
 def fake_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The datasets the paper and GPU profiles read, tiny (`kit fixtures`), and the released
     checkpoints' file names."""
     write_paper_data(tmp_path)
-    for n, seeds in ((1, [2]), (2, [2, 550]), (4, [2, 550, 23, 477]), (5, [2, 550, 23, 477, 8529])):
-        for seed in seeds:
-            tiny_checkpoint(tmp_path / "released" / f"cat{n}" / f"seed{seed}.pt")
+    write_released_files(tmp_path / "released")
     monkeypatch.setenv("TIMECAT_DATA", str(tmp_path))
     monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(tmp_path / "released"))
     return tmp_path
@@ -74,12 +91,10 @@ def test_plan_splits_the_budget_and_names_folders_by_variant_and_seed() -> None:
 def test_the_plan_table_names_runs_from_the_repository_root(tmp_path: Path) -> None:
     """Run folders under the repository are listed from its root (short, the same on every
     machine); a folder elsewhere keeps its absolute path."""
-    inside = planning.run_table(planning.plan(planned_params("ci")).trainings)
+    inside = planning.run_table(planning.plan(planned_params("ci")))
     assert inside.height > 0 and inside["run"].str.starts_with("outputs/ci/time_concat/rep0/").any()
     assert not inside["run"].str.starts_with("/").any()
-    outside = planning.run_table(
-        planning.plan(planned_params("ci", output_dir=str(tmp_path))).trainings
-    )
+    outside = planning.run_table(planning.plan(planned_params("ci", output_dir=str(tmp_path))))
     assert outside["run"].str.starts_with(f"{tmp_path}/time_concat/rep").all()
     assert outside.drop("run").equals(inside.drop("run"))
     assert paths.shown(paths.REPO_ROOT / "outputs" / ".." / "docs") == "docs"
@@ -132,10 +147,17 @@ def test_paper_checkpoints_probes_the_released_files(fake_data: Path) -> None:
     experiment = planning.plan(planned_params("paper-checkpoints"))
     assert not experiment.trainings and not experiment.initial
     assert [len(r.checkpoints) for r in experiment.representations] == [1, 2, 4, 5]
-    (fake_data / "released" / "cat5" / "seed8529.pt").unlink()
-    with pytest.raises(params.ParameterError, match=r"1 checkpoint file\(s\) not found.*8529"):
+    root = fake_data / "released"
+    assert [list(r.checkpoints) for r in experiment.representations] == [
+        [released_file(root, n, run, ".pth.tar" if n == 4 else ".pth") for run in range(n)]
+        for n in RELEASED_STEPS
+    ]  # read as the archive names them, .pth.tar too
+    bad = released_file(root, 5, 4)
+    bad.unlink()
+    with pytest.raises(
+        params.ParameterError, match=r"1 checkpoint file\(s\) not found.*step80/checkpoint_run4"
+    ):
         planned_params("paper-checkpoints")
-    bad = fake_data / "released" / "cat5" / "seed8529.pt"
     tiny_checkpoint(bad)  # back, then broken
     bad.write_bytes(bad.read_bytes()[:1000])
     with pytest.raises(params.ParameterError, match=f"variants: {bad}: not a readable"):

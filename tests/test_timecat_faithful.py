@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import yaml
-from test_timecat import tiny_checkpoint
+from test_timecat import write_released_files
 
 from kit.core import params
 from kit.data.fixtures import write_cifar, write_image_folder, write_inat18
@@ -20,7 +20,6 @@ from kit.probes.settings import PAPER_WEIGHT_DECAYS
 
 NOTEBOOK = "03_time_concat"
 PROFILE = "paper-checkpoints"
-RELEASED = {1: [2], 2: [2, 550], 4: [2, 550, 23, 477], 5: [2, 550, 23, 477, 8529]}
 #: the profile's tasks, with as many classes as the fixtures hold and 16 px images
 TASKS = [
     {
@@ -70,7 +69,7 @@ SMALL = {
 
 @pytest.fixture()
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """$TIMECAT_DATA in the layouts the profile reads, $TIMECAT_CHECKPOINTS as cat<n>/seed<s>.pt
+    """$TIMECAT_DATA in the layouts the profile reads, $TIMECAT_CHECKPOINTS in the authors' layout
     (kit checkpoints of tiny networks: an AlgoPerf file is a full ResNet-50, minutes on this
     CPU; the AlgoPerf format itself is tested in test_models), and a parameter file with the
     fixtures' tasks and this machine's scale."""
@@ -79,9 +78,7 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     write_inat18(data / "inat18", [10, 11, 12], {"train": 12, "val": 6})
     write_cifar(data / "cifar100", "cifar100", 12)
     write_cifar(data / "cifar10", "cifar10", 2)
-    for n, seeds in RELEASED.items():
-        for s in seeds:
-            tiny_checkpoint(tmp_path / "released" / f"cat{n}" / f"seed{s}.pt")
+    write_released_files(tmp_path / "released")
     monkeypatch.setenv("TIMECAT_DATA", str(data))
     monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(tmp_path / "released"))
     settings = tmp_path / "fixtures.yaml"

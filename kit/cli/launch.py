@@ -217,6 +217,7 @@ def _profile_command(args: argparse.Namespace) -> int:
         scripts = jobs.export_jobs(loaded, settings, args.out)
         gpu = None if loaded.device == "cpu" else args.gpu
         print(estimates.describe(estimates.estimate(loaded, gpu), gpu))
+        print(estimates.designs(loaded, gpu))
         print(
             "wrote "
             + ", ".join(_here(script) for script in scripts)

@@ -11,7 +11,7 @@ import yaml
 
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
-from kit.core.processes import DONE
+from kit.core.processes import finished_through
 from kit.train.settings import TrainSettings
 
 CONFIGS = "configs"
@@ -48,8 +48,9 @@ def run_name(config: TrainSettings, work_dir: Path) -> str:
 
 
 def is_finished(config: TrainSettings) -> bool:
-    """Whether a run has finished (its DONE marker exists), whatever launched it."""
-    return (resolve(config.output_dir) / DONE).exists()
+    """Whether a run has finished its iterations (its DONE marker records them), whatever
+    launched it; a run finished at fewer steps is extended by its next launch."""
+    return finished_through(resolve(config.output_dir), config.iterations)
 
 
 def write_configs(configs: Sequence[TrainSettings], work_dir: Path) -> dict[str, Path]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from kit import models
 from kit.core import files
@@ -19,6 +20,36 @@ from kit.core.params import ParameterError
 from kit.train.settings import TrainSettings
 
 CHECKPOINT = "checkpoint.pt"
+
+
+def snapshot_name(step: int) -> str:
+    """The file of a run's snapshot at `step` (kit.train.settings.TrainSettings.snapshot_steps)."""
+    return f"snapshot-{step}.pt"
+
+
+def missing_snapshots(cfg: TrainSettings, out: Path, reached: int) -> list[int]:
+    """Snapshot steps the run in `out` has passed (up to `reached`) whose file or hash is
+    missing: a run cannot go back to write them."""
+    return [
+        step
+        for step in cfg.snapshot_steps
+        if step <= reached
+        and not (
+            (out / snapshot_name(step)).is_file()
+            and files.sidecar(out / snapshot_name(step)).is_file()
+        )
+    ]
+
+
+def refuse_missing_snapshots(cfg: TrainSettings, reached: int, where: Path) -> None:
+    """Refuse a run whose snapshots before `reached` are missing, naming the steps."""
+    missing = missing_snapshots(cfg, where, reached)
+    if missing:
+        raise ParameterError(
+            f"{where}: has trained past step(s) {', '.join(map(str, missing))} without their "
+            f"snapshots (snapshot_steps asks for them now, or their files were removed); "
+            "delete the run folder to train it again with them, or use another output_dir"
+        )
 
 
 class NonFiniteLossError(RuntimeError):
@@ -58,6 +89,18 @@ def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
     """Replace the checkpoint atomically, its size and hash beside it."""
     with files.hashed_write(path) as handle:
         torch.save(state, handle)
+
+
+def write_snapshot(
+    module: nn.Module, cfg: TrainSettings, step: int, out: Path, kept: str, main: bool
+) -> None:
+    """The model at x at `step` as snapshot-<step>.pt in `out` (the `main` rank writes it, hashed
+    and atomically), with the run's identity: its settings (seed and step_hint among them) and
+    the step; refused when not finite (on every rank: replicas are identical)."""
+    state = {"model": module.state_dict(), "config": cfg.model_dump(), "step": step}
+    check_finite(state, out, kept)
+    if main:
+        write_checkpoint(out / snapshot_name(step), state)
 
 
 def kept_message(path: Path, last_saved: int | None) -> str:

@@ -39,6 +39,9 @@ class RunSettings(Strict):
     #: images per forward pass; each micro-batch has its own BatchNorm statistics and gradients
     #: accumulate over the global batch (None: the whole per-rank batch at once)
     micro_batch: int | None = Field(default=None, ge=1)
+    #: the horizon warmup is measured against (AlgoPerf's workloads fix it per workload): warmup
+    #: is warmup_fraction x 0.75 x step_hint steps; None: the run's own iterations. With it set,
+    #: a run's steps do not depend on how long it trains, so it can be extended or snapshotted
     step_hint: int | None = Field(default=None, ge=1)
     lr: float = Field(default=0.0025, gt=0.0)
     betas: list[float] = Field(default_factory=lambda: [0.9, 0.99552], min_length=2, max_length=2)
@@ -104,6 +107,9 @@ OPERATIONAL_KEYS = frozenset(
         "group_timeout_s",
         "loader_timeout_s",
         "stall_timeout_s",
+        # a snapshot leaves the run exactly where it was (kit.train.trainer): adding one changes
+        # nothing the run computes
+        "snapshot_steps",
     }
 )
 
@@ -146,21 +152,41 @@ class TrainSettings(RunSettings):
     iterations: int = Field(ge=1)
     seed: int = Field(ge=0)
     output_dir: str = Field(min_length=1)
+    #: steps at which the model (at x, BatchNorm recalibrated there) is also saved as
+    #: snapshot-<step>.pt, hashed, without changing the run: the models time-concat reads from
+    #: one seeded run (paper Section 5; notebook 03's `catn_models: snapshots`)
+    snapshot_steps: list[int] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _possible(self) -> TrainSettings:
         problem = budget_problem(self.iterations, self.batch_size)
         if problem:
             raise ValueError(f"iterations: {problem}")
+        outside = [step for step in self.snapshot_steps if not 1 <= step <= self.iterations]
+        if outside:
+            raise ValueError(
+                f"snapshot_steps: {outside} lie outside the run's steps 1-{self.iterations}"
+            )
         return self
 
     def differing_settings(self, saved: dict[str, Any]) -> list[str]:
-        """The settings in which a run saved as `saved` computes something else than this one."""
+        """The settings in which a run saved as `saved` computes something else than this one.
+        A longer `iterations` is no difference when step_hint is fixed: the run's steps do not
+        depend on where it stops, so the saved run is extended when every other setting, its
+        step_hint included, is the same (with step_hint unset, warmup follows iterations and
+        `iterations` is named)."""
         current = self.model_dump()
+        extends = (
+            self.step_hint is not None
+            and isinstance(saved.get("iterations"), int)
+            and saved["iterations"] <= self.iterations
+        )
         return sorted(
             key
             for key in current.keys() | saved.keys()
-            if key not in OPERATIONAL_KEYS and current.get(key) != saved.get(key)
+            if key not in OPERATIONAL_KEYS
+            and current.get(key) != saved.get(key)
+            and not (key == "iterations" and extends)
         )
 
 

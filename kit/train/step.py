@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from kit import models
 from kit.core.distributed import Process
 from kit.data.prefetch import DeviceBatches
+from kit.train.checkpoint import restore_rng_states, rng_states
 from kit.train.settings import TrainSettings
 
 #: AlgoPerf's self-tuning schedule-free AdamW submission warms up over a share of 0.75 x
@@ -219,11 +220,24 @@ class Trainer:
             self.loss_sum.copy_(state["window"]["loss_sum"][self.process.rank])
             self.first_bad_step.copy_(state["window"]["first_bad_step"][self.process.rank])
         if "parameters_at_y" in state:
-            with torch.no_grad():
-                for parameter, saved in zip(
-                    self.module.parameters(), state["parameters_at_y"], strict=True
-                ):
-                    parameter.copy_(saved)
+            self.back_to(state)
+
+    def at_y(self) -> dict[str, Any]:
+        """Where the run is at y, before it goes to x: a copy of the parameters and the
+        generators' states, for `back_to` (and a checkpoint that stops or ends the run there)."""
+        return {"parameters_at_y": self.parameters_at_y(), "rng": rng_states()}
+
+    @torch.no_grad()
+    def back_to(self, point: dict[str, Any]) -> None:
+        """Put back the parameters at y that `at_y` copied (the optimizer in train mode), and the
+        generators when it holds them: exact, where the optimizer's own way back from x is exact
+        only up to rounding."""
+        for parameter, saved in zip(
+            self.module.parameters(), point["parameters_at_y"], strict=True
+        ):
+            parameter.copy_(saved)
+        if "rng" in point:
+            restore_rng_states(point["rng"])
 
     def check_replicas_identical(self) -> None:
         """Every rank must end with rank 0's parameters and buffers, bit for bit."""

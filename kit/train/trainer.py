@@ -58,6 +58,7 @@ from kit.core.params import ParameterError
 from kit.core.paths import resolve
 from kit.core.processes import (
     DONE,
+    finished_through,
 )
 from kit.data import pipeline as kit_data
 from kit.data.preflight import writable_problems
@@ -68,9 +69,11 @@ from kit.train.checkpoint import (
     check_same_run,
     kept_message,
     read_checkpoint,
+    refuse_missing_snapshots,
     restore_rng_states,
     rng_states,
     write_checkpoint,
+    write_snapshot,
 )
 from kit.train.metrics import (
     METRICS,
@@ -253,8 +256,9 @@ class _Run:
             final = self.at.step == self.cfg.iterations
             evaluate = final or _every(self.at.step, self.cfg.eval_every)
             save = final or _every(self.at.step, self.cfg.checkpoint_every)
-            if evaluate or save or self.at.step % self.cfg.log_every == 0:
-                if self.logging_step(window, evaluate, save, final, stop.requested):
+            snapshot = self.at.step in self.cfg.snapshot_steps
+            if evaluate or save or snapshot or self.at.step % self.cfg.log_every == 0:
+                if self.logging_step(window, evaluate, save, final, stop.requested, snapshot):
                     stop.requested = True  # asked on another rank: this one's chain stops too
                 window = _Window()
             elif self.at.step % STOP_CHECK_EVERY == 0:
@@ -271,18 +275,28 @@ class _Run:
             self.at.epoch, self.at.batch_in_epoch = self.at.epoch + 1, 0
 
     def logging_step(
-        self, window: _Window, evaluate: bool, save: bool, final: bool, stop_requested: bool
+        self,
+        window: _Window,
+        evaluate: bool,
+        save: bool,
+        final: bool,
+        stop_requested: bool,
+        snapshot: bool = False,
     ) -> bool:
-        """Log the window's mean loss (refusing a non-finite one), evaluate and save at x where
-        due; a preemption signal on any rank saves here and stops the run (at the last step,
-        the run finishes and the chain stops after it). Whether any rank was asked to stop."""
+        """Log the window's mean loss (refusing a non-finite one), evaluate, snapshot and save at
+        x where due; a preemption signal on any rank saves here and stops the run (at the last
+        step, the run finishes and the chain stops after it). Whether any rank was asked to
+        stop."""
         self.watchdog.beat(f"exchanging the loss at step {self.at.step}")
         loss, bad_step, preempted = self.trainer.take_window(window.steps, stop_requested)
         kept = kept_message(self.out / CHECKPOINT, self.last_saved)
-        # an uninterrupted run passes through x only where it evaluates or saves
+        # an uninterrupted run passes through x only where it evaluates or saves periodically:
+        # where else it goes there (a snapshot, the end, a stop), y and the generators are kept
         at_y = (
-            {"parameters_at_y": self.trainer.parameters_at_y()}
-            if preempted and not (evaluate or save)
+            self.trainer.at_y()
+            if (preempted or final or snapshot)
+            and not _every(self.at.step, self.cfg.eval_every)
+            and not _every(self.at.step, self.cfg.checkpoint_every)
             else {}
         )
         save = save or preempted
@@ -299,7 +313,7 @@ class _Run:
         )
         with (
             self.trainer.evaluation_point(recalibration)
-            if evaluate or save
+            if evaluate or save or snapshot
             else contextlib.nullcontext()
         ):
             if evaluate:
@@ -308,9 +322,16 @@ class _Run:
                 )
             if self.process.main:
                 self.log(record)
+            if snapshot:  # before the checkpoint: a kill between them trains this step again
+                self.watchdog.beat(f"saving the snapshot of step {self.at.step}")
+                write_snapshot(
+                    self.trainer.module, self.cfg, self.at.step, self.out, kept, self.process.main
+                )
             if save:
                 self.watchdog.beat(f"saving the checkpoint of step {self.at.step}")
                 self.save(at_y, kept)
+        if at_y and not (final or preempted):  # a snapshot alone: back to y exactly
+            self.trainer.back_to(at_y)
         self.last_saved = self.at.step if save else self.last_saved
         if preempted and not final:
             self.preempted()
@@ -423,8 +444,9 @@ def _finished(cfg: TrainSettings, out: Path, process: Process) -> bool:
     is refused."""
     if (out / "config.yaml").exists():
         check_same_run(yaml.safe_load((out / "config.yaml").read_text()), cfg, out)
-    if not (out / DONE).exists():
+    if not finished_through(out, cfg.iterations):
         return False
+    refuse_missing_snapshots(cfg, cfg.iterations, out)
     if process.main:
         print(f"{out}: finished ({DONE} present), not training again")
     return True
@@ -463,6 +485,7 @@ def _start_run(
     )
     trainer = Trainer(cfg, process)
     at = _resume(trainer, out / CHECKPOINT)
+    refuse_missing_snapshots(cfg, at.step, out)
     if process.main:
         _ready_folder(cfg, out, at.step)
     progress = tqdm(
@@ -497,10 +520,12 @@ def _resume(trainer: Trainer, checkpoint: Path) -> Position:
 
 
 def _ready_folder(cfg: TrainSettings, out: Path, step: int) -> None:
-    """Rank 0: the run folder made, dead writers' temporaries removed, config.yaml written, this
-    start's provenance appended, metrics after the resumed step dropped."""
+    """Rank 0: the run folder made, dead writers' temporaries removed, the DONE marker of a run
+    now extended removed, config.yaml written, this start's provenance appended, metrics after
+    the resumed step dropped."""
     out.mkdir(parents=True, exist_ok=True)
     files.remove_stale_temporaries(out)
+    (out / DONE).unlink(missing_ok=True)  # a run finished at fewer steps, now extended
     with files.atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
         handle.write(yaml.safe_dump(cfg.model_dump(), sort_keys=False).encode())
     provenance.append(out / PROVENANCE)

@@ -26,7 +26,7 @@ from kit.data.settings import DataSettings
 from kit.experiments.timecat.planning import plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.train.rates import EXPECTED_TRAIN_RATES
-from kit.train.settings import replica_problem
+from kit.train.settings import TrainSettings, replica_problem
 
 #: ResNet-50 training images per second per GPU at 224 px, bf16 (kit.train.rates), by --gpu name
 TRAIN_RATES = {name.lower(): rate for name, (rate, _) in EXPECTED_TRAIN_RATES.items()}
@@ -80,7 +80,14 @@ def _hours(total: float | None, images: float, rate: float | None) -> float | No
 
 
 def _training(params: TimecatSettings, gpu: str | None) -> StepEstimate:
-    runs = plan(params).trainings
+    return _training_runs(plan(params).trainings, params, gpu)[0]
+
+
+def _training_runs(
+    runs: list[TrainSettings], params: TimecatSettings, gpu: str | None
+) -> tuple[StepEstimate, float | None]:
+    """The training step of `runs` (wall time on the launch's GPUs, runs side by side as the
+    launch allows) and its GPU-hours; a snapshot weighs what the model alone does."""
     settings = params.launch
     concurrent = (
         settings.max_concurrent or len(runs) if settings.backend == "slurm" else settings.workers
@@ -94,10 +101,30 @@ def _training(params: TimecatSettings, gpu: str | None) -> StepEstimate:
             gpu, ranks, _cost(run.width, run.data.image_size), run.num_workers, run.data, True
         )
         hours = _hours(hours, run.iterations * run.batch_size, rate)
-        disk += CHECKPOINT_COPIES * _network(run.model, run.num_classes, run.width)[1]
-    return StepEstimate(
-        "train", images, None if hours is None else hours / max(concurrent, 1), disk
-    )
+        weights = _network(run.model, run.num_classes, run.width)[1]
+        disk += (CHECKPOINT_COPIES + len(run.snapshot_steps)) * weights
+    wall = None if hours is None else hours / max(concurrent, 1)
+    return StepEstimate("train", images, wall, disk), None if hours is None else hours * ranks
+
+
+def designs(params: TimecatSettings, gpu: str | None) -> str:
+    """The training of both designs of catN's models (`catn_models`), this profile's marked:
+    runs, iterations, GPU-hours and wall time on the launch's GPUs."""
+    where = f"{gpu.upper()} GPUs" if gpu else "CPU: times not estimated"
+    lines = [
+        f"catN's models, both designs (catn_models; {where}):",
+        f"  {'design':<14}{'runs':>6}{'iterations':>14}{'GPU-hours':>12}{'wall time':>12}",
+    ]
+    for design in ("snapshots", "independent"):
+        runs = plan(params.model_copy(update={"catn_models": design})).trainings
+        step, gpu_hours = _training_runs(runs, params, gpu)
+        mark = " (this profile)" if design == params.catn_models else ""
+        lines.append(
+            f"  {design:<14}{len(runs):>6}{sum(r.iterations for r in runs):>14,}"
+            f"{'-' if gpu_hours is None else f'{gpu_hours:,.0f}':>12}"
+            f"{'-' if step.hours is None else f'{step.hours:.1f} h':>12}{mark}"
+        )
+    return "\n".join(lines)
 
 
 def task_rows(params: TimecatSettings) -> dict[str, tuple[int, int]]:

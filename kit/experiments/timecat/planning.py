@@ -14,14 +14,15 @@ from kit import models
 from kit.core import files
 from kit.core.params import ParameterError
 from kit.core.paths import escapes, resolve, shown
+from kit.core.processes import finished_through
 from kit.core.progress import Stage
 from kit.data import kinds, pipeline
 from kit.data.kinds.base import DataError
 from kit.data.settings import DataSettings
-from kit.experiments.timecat.settings import TimecatSettings
+from kit.experiments.timecat.settings import TimecatSettings, checkpoint_file
 from kit.launch import backends as kit_launch
 from kit.launch.runs import is_finished
-from kit.train.checkpoint import CHECKPOINT
+from kit.train.checkpoint import CHECKPOINT, missing_snapshots, snapshot_name
 from kit.train.settings import TrainSettings
 
 
@@ -62,18 +63,72 @@ class Plan:
     #: untrained networks of random-init variants, written by `initialise`
     initial: list[TrainSettings]
     representations: list[Representation]
+    #: by run folder: the variants it serves and at which step ("cat2 at 200000")
+    serves: dict[str, list[str]]
+
+
+#: under `catn_models: snapshots`, the seeded runs' folder in each replicate's
+SEEDED = "seeded"
+
+
+def _seeded_runs(params: TimecatSettings, replicate: int, root: Path) -> dict[int, TrainSettings]:
+    """`catn_models: snapshots`: one run per seed of the replicate (by its index), trained to the
+    largest step any time-concat variant reads from it, with a snapshot at every such step and
+    step_hint the experiment's horizon, in rep<r>/seeded/seed<s>."""
+    steps: dict[int, set[int]] = {}
+    first = None
+    for variant in params.variants:
+        if variant.trained and variant.spec.concatenated:
+            first = first or variant
+            for index in range(variant.n):
+                steps.setdefault(index, set()).add(params.iterations_for(variant))
+    seeds = params.seeds(replicate)
+    runs = {}
+    for index, needed in sorted(steps.items()):
+        folder = root / f"rep{replicate}" / SEEDED / f"seed{seeds[index]}"
+        base = params.run_config(first, seeds[index], str(folder))
+        runs[index] = TrainSettings(
+            **base.model_dump()
+            | {
+                "iterations": max(needed),
+                "step_hint": params.horizon(),
+                "snapshot_steps": sorted(needed),
+            }
+        )
+    return runs
 
 
 def plan(params: TimecatSettings) -> Plan:
     """Every run, untrained network and representation of the experiment. Folders are
-    rep<r>/<variant>/seed<s> (direct: rep<r>/<variant>-<task>/seed<s>)."""
+    rep<r>/<variant>/seed<s> (direct: rep<r>/<variant>-<task>/seed<s>); under `catn_models:
+    snapshots` the time-concat variants read rep<r>/seeded/seed<s>/snapshot-<step>.pt."""
     root = runs_dir(params)
     runs: dict[Path, TrainSettings] = {}
+    serves: dict[str, list[str]] = {}
     initial: list[TrainSettings] = []
     representations = []
     for replicate in range(params.replicates):
         seeds = params.seeds(replicate)
+        seeded = _seeded_runs(params, replicate, root) if params.catn_models == "snapshots" else {}
         for variant in params.variants:
+            if variant.trained and variant.spec.concatenated and seeded:
+                step = params.iterations_for(variant)
+                members = [seeded[index] for index in range(variant.n)]
+                for run in members:
+                    runs[Path(run.output_dir)] = run
+                    serves.setdefault(run.output_dir, []).append(f"{variant.name} at {step}")
+                representations.append(
+                    Representation(
+                        variant.name,
+                        variant.kind,
+                        variant.n,
+                        variant.width,
+                        replicate,
+                        step,
+                        tuple(Path(run.output_dir) / snapshot_name(step) for run in members),
+                    )
+                )
+                continue
             if variant.checkpoints is not None:
                 representations.append(
                     Representation(
@@ -83,7 +138,7 @@ def plan(params: TimecatSettings) -> Plan:
                         variant.width,
                         replicate,
                         variant.iterations,
-                        tuple(resolve(f) for f in variant.checkpoints[replicate]),
+                        tuple(checkpoint_file(f) for f in variant.checkpoints[replicate]),
                     )
                 )
                 continue
@@ -111,6 +166,8 @@ def plan(params: TimecatSettings) -> Plan:
                     runs.update(zip(folders, configs, strict=True))
                     files = tuple(folder / CHECKPOINT for folder in folders)
                     iterations = configs[0].iterations
+                    for config in configs:
+                        serves[config.output_dir] = [f"{label} at {iterations}"]
                 representations.append(
                     Representation(
                         variant.name,
@@ -123,28 +180,34 @@ def plan(params: TimecatSettings) -> Plan:
                         None if task is None else task.name,
                     )
                 )
-    return Plan(list(runs.values()), initial, representations)
+    return Plan(list(runs.values()), initial, representations, serves)
 
 
-def run_table(trainings: list[TrainSettings]) -> pl.DataFrame:
+def run_table(experiment: Plan) -> pl.DataFrame:
     """The plan's runs as notebook 03 lists them: each run's folder (from the repository root
-    where it lies under it), seed, iterations, width and whether it has finished."""
+    where it lies under it), seed, iterations, warmup horizon (step_hint; empty: its own
+    iterations), width, which variant each serves at which step, and whether it has
+    finished."""
     return pl.DataFrame(
         [
             {
                 "run": shown(t.output_dir),
                 "seed": t.seed,
                 "iterations": t.iterations,
+                "step_hint": t.step_hint,
                 "width": t.width,
+                "serves": ", ".join(experiment.serves.get(t.output_dir, [])),
                 "finished": is_finished(t),
             }
-            for t in trainings
+            for t in experiment.trainings
         ],
         schema={
             "run": pl.String,
             "seed": pl.Int64,
             "iterations": pl.Int64,
+            "step_hint": pl.Int64,
             "width": pl.Float64,
+            "serves": pl.String,
             "finished": pl.Boolean,
         },
     )
@@ -195,14 +258,23 @@ def _initial_is_current(path: Path, config: TrainSettings) -> bool:
 
 
 def changed_runs(trainings: list[TrainSettings]) -> list[str]:
-    """Run folders that already hold a run with other settings, and the settings that differ."""
+    """Run folders that already hold a run with other settings, and the settings that differ
+    (a run extended to more iterations with the same step_hint is the same run), or that have
+    trained past snapshot steps now asked for without writing them."""
     changed = []
     for planned in trainings:
         saved = resolve(planned.output_dir) / "config.yaml"
         if saved.exists():
-            differing = planned.differing_settings(yaml.safe_load(saved.read_text()))
+            recorded = yaml.safe_load(saved.read_text())
+            differing = planned.differing_settings(recorded)
+            missing = missing_snapshots(
+                planned, saved.parent, min(recorded.get("iterations", 0), planned.iterations)
+            )
             if differing:
                 changed.append(f"{saved.parent} ({', '.join(differing)})")
+            elif missing and finished_through(saved.parent, 1):  # finished, at any step
+                steps = ", ".join(map(str, missing))
+                changed.append(f"{saved.parent} (snapshot_steps: {steps} passed without them)")
     return changed
 
 

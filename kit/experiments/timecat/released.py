@@ -1,14 +1,18 @@
-"""Tiny stand-ins for the paper's released checkpoints, at the paths the paper-checkpoints profile
-reads through `TIMECAT_CHECKPOINTS` (cat<n>/seed<s>.pt, each with its size and hash beside it),
-so that `kit check` and `kit run` of that profile can be tried on any machine
-(`python -m kit fixtures DIR` writes them to DIR/checkpoints).
+"""Tiny stand-ins for the paper's released checkpoints, laid out as the authors' archive unpacks
+under `TIMECAT_CHECKPOINTS` (resnet50_sfadamw_imagenet1k_supervised/checkpoints_step<k>/
+checkpoint_run<i>.pth.tar, as their README draws it, each with its size and hash beside it), at
+every path the paper-checkpoints profile reads, so that `kit check` and `kit run` of that profile
+can be tried on any machine (`python -m kit fixtures DIR` writes them to DIR/checkpoints).
 
 They are kit checkpoints of untrained ResNet-50s at width 1/16, not AlgoPerf files: a full-width
-ResNet-50 weighs 100 MB, and the numbers they give mean nothing either way.
+ResNet-50 weighs 100 MB, and the numbers they give mean nothing either way. Run i is seeded with
+the profile's i-th seed, as the authors' configs/pretrained_checkpoints.yaml maps run0-run4 to
+seeds 2, 550, 23, 477, 8529.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -17,6 +21,7 @@ from kit import models
 from kit.core import files, params
 from kit.core.params import ParameterError
 from kit.experiments.timecat.jobs import NOTEBOOK
+from kit.experiments.timecat.settings import RELEASED_SUFFIX
 from kit.train.settings import TrainSettings
 
 #: what the profile's checkpoint paths start with
@@ -27,12 +32,13 @@ WIDTH = 0.0625
 
 def released_files(profile: str = "paper-checkpoints") -> dict[str, TrainSettings]:
     """The checkpoint files a profile's variants read under `TIMECAT_CHECKPOINTS`, relative to
-    it, each with the settings of a stand-in: the profile's pretraining at WIDTH, the variant's
-    iterations and the file's seed (the number in its name, `seed<s>.pt`)."""
+    it and named as the README draws them (`.pth.tar` for a `.pth` the profile lists), each
+    with the settings of a stand-in: the profile's pretraining at WIDTH, the variant's
+    iterations and the seed of its run (run<i>: the replicate's i-th seed)."""
     merged, _ = params.resolve_layers(NOTEBOOK, profile)
     stand_ins = {}
     for variant in merged["variants"]:
-        for group in variant.get("checkpoints") or []:
+        for replicate, group in enumerate(variant.get("checkpoints") or []):
             for path in group:
                 if not str(path).startswith(PREFIX):
                     raise ParameterError(
@@ -40,7 +46,9 @@ def released_files(profile: str = "paper-checkpoints") -> dict[str, TrainSetting
                         f"under {PREFIX.rstrip('/')}"
                     )
                 relative = str(path).removeprefix(PREFIX)
-                seed = int("".join(filter(str.isdigit, Path(relative).stem)) or 0)
+                if relative.endswith(".pth"):
+                    relative += RELEASED_SUFFIX
+                seed = _run_seed(merged, replicate, relative)
                 stand_ins[relative] = TrainSettings(
                     **merged["train"]
                     | {
@@ -51,6 +59,22 @@ def released_files(profile: str = "paper-checkpoints") -> dict[str, TrainSetting
                     }
                 )
     return stand_ins
+
+
+def _run_seed(merged: dict, replicate: int, relative: str) -> int:
+    """The seed of the run a released file belongs to: run<i> is the replicate's i-th seed
+    (seed_sets), as the authors' config maps their runs."""
+    found = re.search(r"run(\d+)", Path(relative).name)
+    if found is None:
+        raise ParameterError(f"variants: {relative} names no run<i> (checkpoint_run<i>.pth)")
+    seeds = (merged.get("seed_sets") or [[]])[replicate]
+    index = int(found.group(1))
+    if index >= len(seeds):
+        raise ParameterError(
+            f"seed_sets: {relative} is run {index}, but replicate {replicate} has "
+            f"{len(seeds)} seeds ({seeds})"
+        )
+    return seeds[index]
 
 
 def write_released(root: Path, profile: str = "paper-checkpoints") -> list[Path]:

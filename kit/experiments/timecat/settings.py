@@ -13,6 +13,7 @@ full-data value or must be set by each profile.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -33,6 +34,19 @@ from kit.train.settings import RunSettings, TrainSettings, budget_problem
 
 #: training settings whose right value depends on scale: each profile must give them
 SCALE_TRAIN_KEYS = ("device", "num_workers", "eval_every", "checkpoint_every", "log_every")
+
+
+#: the suffix the authors' README gives their released checkpoints (their config names `.pth`)
+RELEASED_SUFFIX = ".tar"
+
+
+def checkpoint_file(path: str) -> Path:
+    """A variant's checkpoint file: the path given, or, when only that name with `.tar` appended
+    exists (`checkpoint_run0.pth.tar` for `checkpoint_run0.pth`, as the authors' README draws
+    their archive), that file, read as it is without renaming."""
+    given = resolve(path)
+    twin = given.with_name(given.name + RELEASED_SUFFIX)
+    return twin if not given.is_file() and twin.is_file() else given
 
 
 class ProbeTask(Strict):
@@ -128,6 +142,14 @@ class TimecatSettings(NotebookSettings):
     seed_sets: list[list[int]] | None = None
     #: the budget in iterations that each trained variant shares (per model: budget / n)
     total_iterations: int | None = Field(default=None, ge=1)
+    #: how the models of time-concat variants are made (paper Section 5; docs: Training, "Two
+    #: designs for catN"). `snapshots`, as the authors' released checkpoints were: per replicate
+    #: each seed trains once, to the largest step any variant reads from it, warmed up against
+    #: one horizon (`horizon()`: train.step_hint, else the budget), and saves its model at every
+    #: step a variant reads; model j of catN is seed j's snapshot at budget / N. `independent`:
+    #: every model of every variant is its own run of budget / N iterations, warmed up against
+    #: its own length. Wide, direct and random-init variants are unchanged by it
+    catn_models: Literal["snapshots", "independent"]
     variants: list[Variant] = Field(min_length=1)
     #: the variant every other one is compared with, by name
     baseline: str = Field(min_length=1)
@@ -273,6 +295,12 @@ class TimecatSettings(NotebookSettings):
                 f"train: set {', '.join(unset)} for this profile (their right "
                 "value depends on the machine and the data, so there is no default)"
             )
+        widths = {v.width for v in trained if v.trained and v.spec.concatenated}
+        if self.catn_models == "snapshots" and len(widths) > 1:
+            raise ValueError(
+                "catn_models: snapshots reads every time-concat variant from the same seeded "
+                f"runs, but their widths differ ({', '.join(map(str, sorted(widths)))})"
+            )
         for variant in trained:
             if variant.trained:  # iterations_for raises when the budget does not split
                 problem = budget_problem(self.iterations_for(variant), self.train.batch_size)
@@ -292,7 +320,7 @@ class TimecatSettings(NotebookSettings):
             for variant in loaded
             for files in (variant.checkpoints or [])[: self.replicates]
             for f in files
-            if not resolve(f).is_file()
+            if not checkpoint_file(f).is_file()
         ]
         if missing:
             raise ValueError(
@@ -303,7 +331,7 @@ class TimecatSettings(NotebookSettings):
 
             unusable = checkpoint_problems(
                 [
-                    f
+                    str(checkpoint_file(f))
                     for variant in loaded
                     for files in (variant.checkpoints or [])[: self.replicates]
                     for f in files
@@ -341,6 +369,13 @@ class TimecatSettings(NotebookSettings):
                 f"runs for variant {variant.name}; give its iterations explicitly"
             )
         return budget // variant.n
+
+    def horizon(self) -> int:
+        """The step_hint of the seeded runs under `catn_models: snapshots`: train.step_hint when
+        the profile gives it, else the budget (the iterations cat1 trains). Neither depends on
+        which variants are listed, so adding one never changes a run's warmup."""
+        assert self.train is not None
+        return self.train.step_hint or self.budget()
 
     def variant(self, name: str) -> Variant:
         return next(variant for variant in self.variants if variant.name == name)

@@ -22,7 +22,8 @@ class VariantKind:
     one_model: bool = False
     #: one model per task named in `tasks`, trained on that task alone and probed on it only
     per_task: bool = False
-    #: n models trained for a share of the budget each and concatenated: what the paper tests
+    #: n models trained for a share of the budget each and concatenated: what the paper tests;
+    #: with `catn_models: snapshots` its models are snapshots of the replicate's seeded runs
     concatenated: bool = False
     #: as a control, compared with every concatenated variant of n > 1 (`all`) or with those of
     #: the same n (`same_n`); None: not a control
