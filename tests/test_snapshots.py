@@ -103,7 +103,7 @@ def test_a_snapshot_asked_for_after_its_step_passed_is_refused(tmp_path: Path) -
 DYING = """
 import os, signal, sys
 from kit.core import files
-from kit.train import checkpoint, trainer
+from kit.train import checkpoint, command
 
 written = checkpoint.write_checkpoint
 
@@ -115,7 +115,7 @@ def dying(path, state):
     written(path, state)
 
 checkpoint.write_checkpoint = dying
-sys.exit(trainer.main(["--config", sys.argv[1]]))
+sys.exit(command.main(["--config", sys.argv[1]]))
 """
 
 
