@@ -387,7 +387,8 @@ def test_command_line_values_are_read_as_strict_yaml(override: str, message: str
 
 
 @pytest.mark.parametrize(
-    "override, key", [("probe.lrs=[.nan, 0.1]", "probe.lrs.0"), ("train.lr=.inf", "train.lr")]
+    "override, key",
+    [("probes.fast.lrs=[.nan, 0.1]", "probes.fast.lrs.0"), ("train.lr=.inf", "train.lr")],
 )
 def test_nan_and_infinity_are_refused_where_a_number_is_meant(override: str, key: str) -> None:
     with pytest.raises(

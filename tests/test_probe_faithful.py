@@ -346,7 +346,7 @@ def test_the_paper_profiles_probe_each_target_as_the_authors_did(profile: str) -
     from kit.probes.settings import AUTHORS_PROBE_SETUPS
 
     merged, _ = params.resolve_layers(timecat_jobs.NOTEBOOK, profile)
-    settings = FaithfulProbeSettings(**merged["faithful"])
+    settings = FaithfulProbeSettings(**merged["probes"]["faithful"])
     for name, authors in AUTHORS_PROBE_SETUPS.items():
         grid, representation = name.split("-")
         own = settings.for_probe(grid, representation == "catN")

@@ -22,6 +22,7 @@ from kit.launch.settings import (
     LaunchSettings,
     sized_for_training,
 )
+from kit.probes.settings import FaithfulProbeSettings, FastProbeSettings
 
 #: paper-8xh100's node, as its profile launches it (GPUs per node left to the kit)
 NODE = LaunchSettings(backend="slurm", nproc_per_node=8)
@@ -29,12 +30,11 @@ NODE = LaunchSettings(backend="slurm", nproc_per_node=8)
 
 def _timecat(probe_kind: str) -> SimpleNamespace:
     """What step_settings reads of TimecatSettings, as paper-8xh100 and paper-checkpoints set it."""
-    return SimpleNamespace(
-        probe_kind=probe_kind,
-        feature_workers=12,
-        device="cuda",
-        faithful=SimpleNamespace(processes=5, workers=12),
-    )
+    probe = {
+        "fast": FastProbeSettings(),
+        "faithful": FaithfulProbeSettings(processes=5, workers=12, precision="bf16"),
+    }[probe_kind]
+    return SimpleNamespace(probe_kind=probe_kind, probe=probe, feature_workers=12, device="cuda")
 
 
 def test_the_faithful_probe_step_gets_a_gpu_per_process(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -248,7 +248,18 @@ def test_balanced_subset_covers_every_class_of_a_class_ordered_folder(tmp_path: 
             "exactly one of data, components or pretraining",
         ),
         ({"train": {"model": "resnet11"}}, "train.model"),
-        ({"probe_rule": "bounded", "probe_kind": "faithful"}, "probe_rule: bounded is reported by"),
+        (
+            {"probe_rule": "bounded"},
+            "probe_rule: bounded is not reported by the fast probe .*probes.fast.max_gap",
+        ),
+        ({"probe_kind": "lbfgs"}, "lbfgs_check: the lbfgs probe has no L-BFGS fit"),
+        ({"probe_kind": "faithful"}, "needs a probes.faithful section .*processes, workers"),
+        ({"probes": {"fastt": {}}}, "unknown probe 'fastt'; did you mean 'fast'"),
+        (
+            {"probes": {"fast": {"lrss": [0.1]}}},
+            "unknown parameter 'probes.fast.lrss'.*'probes.fast.lrs'",
+        ),
+        ({"probes": {"fast": {"kind": "lbfgs"}}}, "probes.fast: the key names the probe"),
     ],
 )
 def test_bad_profiles_are_refused_before_anything_trains(overrides, message: str) -> None:

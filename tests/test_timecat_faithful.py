@@ -52,16 +52,18 @@ SMALL = {
     "device": "cpu",
     "feature_workers": 0,
     "feature_batch_size": 64,
-    "faithful": {
-        "epochs": 1,
-        "processes": 1,
-        "workers": 0,
-        "batch_size": 8,
-        "bn_batch": 4,
-        "setups": {
-            f"{grid}-{representation}": {"processes": 1, "batch_size": 8}
-            for grid in PAPER_WEIGHT_DECAYS
-            for representation in ("cat1", "catN")
+    "probes": {
+        "faithful": {
+            "epochs": 1,
+            "processes": 1,
+            "workers": 0,
+            "batch_size": 8,
+            "bn_batch": 4,
+            "setups": {
+                f"{grid}-{representation}": {"processes": 1, "batch_size": 8}
+                for grid in PAPER_WEIGHT_DECAYS
+                for representation in ("cat1", "catN")
+            },
         },
     },
 }
@@ -154,9 +156,15 @@ def test_paper_checkpoints_runs_the_authors_probe_end_to_end(
     "change, message",
     [
         ({"probe_train_rows": 64}, "probe_train_rows: the faithful probe trains on every"),
-        ({"faithful": {"weight_decays": {"ImageNet": [0.1]}}}, "weight_decays names ImageNet"),
-        ({"faithful": {"batch_size": 10}}, "batch_size: the global batch 10 over 1"),
-        ({"faithful": {"milestone": [3]}}, "unknown parameter 'faithful.milestone'.*milestones"),
+        (
+            {"probes": {"faithful": {"weight_decays": {"ImageNet": [0.1]}}}},
+            "probes.faithful.weight_decays: names ImageNet",
+        ),
+        ({"probes": {"faithful": {"batch_size": 10}}}, "batch_size: the global batch 10 over 1"),
+        (
+            {"probes": {"faithful": {"milestone": [3]}}},
+            "unknown parameter 'probes.faithful.milestone'.*milestones",
+        ),
     ],
 )
 def test_bad_faithful_settings_are_refused_naming_the_key(
@@ -170,4 +178,4 @@ def test_the_fast_probe_stays_the_default_elsewhere(settings: Path, tmp_path: Pa
     loaded = resolved(settings, tmp_path / "out", probe_kind="fast")
     assert measure.probe_description(loaded).startswith("the kit's fast probe")
     ci, _ = params.load(NOTEBOOK, "ci")
-    assert ci.probe_kind == "fast" and ci.faithful is None
+    assert ci.probe_kind == "fast" and "faithful" not in ci.probes

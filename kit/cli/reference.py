@@ -33,6 +33,7 @@ from pydantic_core import PydanticUndefined
 
 from kit.core import files, params, strict_yaml
 from kit.core.paths import REPO_ROOT, shown
+from kit.core.sections import ByKind
 
 #: where the reference lives in the MkDocs site (docs/ is the site's source)
 REFERENCE_FILE = REPO_ROOT / "docs" / "reference" / "parameters.md"
@@ -137,6 +138,8 @@ def type_name(annotation: Any) -> str:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if annotation is type(None):
         return "None"
+    if origin is typing.Annotated:
+        return type_name(args[0])
     if origin is Literal:
         return " or ".join(dict.fromkeys(type(arg).__name__ for arg in args))
     if origin in (typing.Union, types.UnionType):
@@ -257,11 +260,31 @@ def rows(cls: type[BaseModel], prefix: str = "", stack: tuple[type, ...] = ()) -
             constraints_of(field),
             description_of(cls, name, field),
         )
+        kinds = kinds_in(field.annotation)
+        if kinds is not None:
+            for kind, inner in kinds.classes().items():
+                yield Row(f"{dotted}.{kind}", "section", "", "", first_paragraph(inner))
+                yield from (
+                    row
+                    for row in rows(inner, f"{dotted}.{kind}.", (*stack, cls))
+                    if row.name != f"{dotted}.{kind}.kind"  # the key gives it
+                )
+            continue
         for inner in models_in(field.annotation):
             if inner in stack:
                 continue
             listed = typing.get_origin(_without_none(field.annotation)) in (list, dict)
             yield from rows(inner, f"{dotted}{'[]' if listed else ''}.", (*stack, cls))
+
+
+def kinds_in(annotation: Any) -> ByKind | None:
+    """The kinds of a field of sections keyed by kind (`dict[str, by_kind(...)]`), if it is
+    one."""
+    for arg in typing.get_args(annotation):
+        for marker in getattr(arg, "__metadata__", ()):
+            if isinstance(marker, ByKind):
+                return marker
+    return None
 
 
 def _without_none(annotation: Any) -> Any:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.core import notices, strict_yaml
 from kit.core.paths import PARAMETERS_DIR, resolve
+from kit.core.sections import ByKind
 
 #: a profile file may name the profile it builds on
 EXTENDS = "extends"
@@ -469,12 +470,26 @@ def describe_errors(
 
 
 def _section_schema(schema: type[BaseModel], loc: list[str]) -> type[BaseModel]:
-    """The model class of a nested section, following field annotations (lists by index)."""
+    """The model class of a nested section, following field annotations (lists by index, a
+    section of several kinds by its kind)."""
+    kinds: Mapping[str, type[BaseModel]] = {}
     for part in loc:
+        if part in kinds:
+            schema, kinds = kinds[part], {}
+            continue
         if part.isdigit() or part not in schema.model_fields:
             continue
         annotation = schema.model_fields[part].annotation
         candidates = [annotation, *getattr(annotation, "__args__", ())]
+        kinds = next(
+            (
+                marker.classes()
+                for candidate in candidates
+                for marker in getattr(candidate, "__metadata__", ())
+                if isinstance(marker, ByKind)
+            ),
+            {},
+        )
         for candidate in candidates:
             inner = getattr(candidate, "__args__", (candidate,))
             found = next(

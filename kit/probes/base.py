@@ -1,38 +1,114 @@
-"""The interface every probe implements: its settings class, a description, and how it runs.
+"""The one contract every probe implements, and the settings every probe's settings extend.
 
-A probe either fits on cached feature splits (`FeatureProbe`: the fast and the L-BFGS probe) or
-runs frozen backbones on images itself (`ImageProbe`: the authors' probe, given its probes as
-`ImageProbeJob`s all at once); both return a `ProbeResult` holding the two selection rules'
-choices. `kit.probes.registry` names them.
+A probe is a `Probe` subclass (the shape of AlgoPerf's `Workload`: everything an experiment asks
+of it, in one abstract class) registered with its settings class in `kit.probes.registry`. It
+either fits cached feature splits (`FeatureProbe`: the fast and the L-BFGS probe) or runs frozen
+backbones on images itself (`ImageProbe`: the authors' probe, given its probes as
+`ImageProbeJob`s all at once); both return a `ProbeResult` holding the selection rules' choices.
+Besides running, a probe says in one sentence what it does (`describe`), what it costs in passes
+over images (`image_passes`, for the plan's estimate) and how many processes and loader workers
+its step takes when launched as a job (`processes`, `workers`). The experiment asks only these, so
+that adding a probe changes nothing outside its own module and its registration.
+
+Its settings extend `ProbeSettings`: a `kind` (the name it is registered under), the device, and
+the checks that depend on the experiment using them (`rules`, `reference`, `problems`). This
+module imports no torch: parameter validation reads it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar
 
-if TYPE_CHECKING:  # at run time this module imports no torch: the registry imports it
-    from kit.core.params import Strict
+from pydantic import Field
+
+from kit.core.params import Strict
+
+if TYPE_CHECKING:
     from kit.data.settings import DataSettings
     from kit.probes.rows import Split
     from kit.probes.selection import ProbeResult
 
 
-class Probe(Protocol):
-    """What every probe offers: the class of its settings, and a sentence saying what it does
-    with them (for a report)."""
+@dataclass(frozen=True)
+class ProbeUse:
+    """What an experiment asks of its probe, for the checks of the probe's own settings: the
+    task names, the device, and the training rows per task (None: every row)."""
 
-    settings: ClassVar[type[Strict]]
+    tasks: tuple[str, ...]
+    device: str
+    train_rows: int | None
 
-    def describe(self, settings: Any) -> str: ...
+
+class ProbeSettings(Strict):
+    """What every probe's settings hold: the probe's `kind` (each subclass fixes it with a
+    Literal default) and the device it runs on. A field typed
+    `kit.probes.registry.AnyProbeSettings` holds the settings of whichever probe its `kind`
+    names."""
+
+    #: the name the probe is registered under in kit.probes.registry
+    kind: str
+    #: the device the probe runs on; notebook 03 gives its own `device`
+    device: str = Field(default="cpu", min_length=1)
+
+    def rules(self) -> tuple[str, ...]:
+        """The selection rules the probe reports with these settings (kit.probes.selection)."""
+        return ("paper", "heldout")
+
+    def reference(self) -> ProbeSettings | None:
+        """The settings of the converged fit this probe is checked against on the same features
+        (`lbfgs_check` of notebook 03), or None when it has none."""
+        return None
+
+    def problems(self, use: ProbeUse) -> list[str]:
+        """What makes these settings unusable for `use`, each starting with its key."""
+        return []
 
 
-@runtime_checkable
-class FeatureProbe(Probe, Protocol):
+@dataclass(frozen=True)
+class ImagePasses:
+    """What a probe that reads images costs on one target: epochs over its training images
+    through the frozen backbones, on `processes` GPUs fed by `workers` loader workers each."""
+
+    epochs: int
+    processes: int
+    workers: int
+
+
+class Probe(ABC):
+    """What every probe offers the experiment that runs it."""
+
+    #: the class of its settings; its `kind` is the name the probe is registered under
+    settings: ClassVar[type[ProbeSettings]]
+
+    @abstractmethod
+    def describe(self, settings: Any, tasks: Mapping[str, DataSettings]) -> str:
+        """What the probe does with `settings` on `tasks` (each task's data, by name), in one
+        sentence for a report."""
+
+    def image_passes(self, settings: Any, data: DataSettings, models: int) -> ImagePasses | None:
+        """The passes over a task's training images that probing `models` concatenated
+        backbones takes, or None when the probe reads cached features (minutes, not
+        estimated)."""
+        return None
+
+    def processes(self, settings: Any) -> int:
+        """The processes (GPUs) the probe step starts."""
+        return 1
+
+    def workers(self, settings: Any) -> int | None:
+        """Loader workers of each process the probe step starts, None when it reads no
+        images."""
+        return None
+
+
+class FeatureProbe(Probe):
     """A probe of cached features: fitted on a training split, scored on an evaluation split."""
 
+    @abstractmethod
     def fit(
         self,
         train: Split,
@@ -40,7 +116,8 @@ class FeatureProbe(Probe, Protocol):
         num_classes: int,
         settings: Any,
         progress: bool = True,
-    ) -> ProbeResult: ...
+    ) -> ProbeResult:
+        """The probe of one representation on one task."""
 
 
 @dataclass(frozen=True)
@@ -56,12 +133,26 @@ class ImageProbeJob:
     weight_decays: Sequence[float]
 
 
-@runtime_checkable
-class ImageProbe(Probe, Protocol):
+class ImageProbe(Probe):
     """A probe that runs frozen backbones on images: every probe of a measurement is handed
     over at once (`folder` holds what they share, such as one launch's log), so that a probe
     launched as processes of its own starts them once for all."""
 
+    @abstractmethod
+    def job(
+        self,
+        settings: Any,
+        task: str,
+        data: DataSettings,
+        num_classes: int,
+        checkpoints: Sequence[Path],
+        output: Path,
+    ) -> ImageProbeJob:
+        """The probe of `checkpoints` (concatenated) on task `task`, with the settings and
+        weight decays of that target."""
+
+    @abstractmethod
     def run_all(
         self, jobs: Sequence[ImageProbeJob], folder: Path, progress: bool = True
-    ) -> list[ProbeResult]: ...
+    ) -> list[ProbeResult]:
+        """Every job's result, in the jobs' order."""

@@ -42,7 +42,7 @@ from kit.data.settings import DataSettings
 from kit.features import load_backbone
 from kit.launch.local import module_command
 from kit.launch.settings import LaunchSettings
-from kit.probes.base import ImageProbeJob
+from kit.probes.base import ImagePasses, ImageProbe, ImageProbeJob
 from kit.probes.faithful_training import GlobalBatches, faithful_probe
 from kit.probes.rows import ProbeError, heldout_indices
 from kit.probes.selection import ProbeResult
@@ -340,17 +340,19 @@ def _run_logged(command: list[str], log: Path) -> int:
             raise
 
 
-class FaithfulProbe:
+class FaithfulProbe(ImageProbe):
     """The authors' probe as `kit.probes.registry` names it: `faithful`. It runs on images
-    through frozen backbones, not on cached features."""
+    through frozen backbones, not on cached features, each kind of target with its own setup
+    (`FaithfulProbeSettings.for_probe`) and weight decays (`FaithfulProbeSettings.grid`)."""
 
     settings = FaithfulProbeSettings
-    run_all = staticmethod(launch_faithful_all)
 
-    @staticmethod
-    def describe(settings: FaithfulProbeSettings) -> str:
-        """What the probe does with `settings`, in one sentence (the weight decays are each
-        task's: `FaithfulProbeSettings.grid`)."""
+    def describe(self, settings: FaithfulProbeSettings, tasks: Mapping[str, DataSettings]) -> str:
+        """What the probe does with `settings`, in one sentence, with each task's weight
+        decays."""
+        grids = "; ".join(
+            f"{task} {settings.grid(task, data.kind)}" for task, data in tasks.items()
+        )
         return (
             f"the authors' probe on images: BatchNorm1d + linear heads on the frozen "
             f"backbones ({settings.precision}), SGD lr {settings.lr} Nesterov, "
@@ -360,7 +362,43 @@ class FaithfulProbe:
                 if settings.setups
                 else f"global batch {settings.batch_size} over {settings.processes} process(es)"
             )
+            + f"; weight decays {grids}"
         )
+
+    def image_passes(
+        self, settings: FaithfulProbeSettings, data: DataSettings, models: int
+    ) -> ImagePasses:
+        """Every epoch over the training images, on the processes of the target's setup."""
+        own = settings.for_probe(kinds.get(data.kind).probe_grid, models > 1)
+        return ImagePasses(settings.epochs, own.processes, settings.workers)
+
+    def processes(self, settings: FaithfulProbeSettings) -> int:
+        """The most any target's probes take (`processes`)."""
+        return settings.processes
+
+    def workers(self, settings: FaithfulProbeSettings) -> int:
+        return settings.workers
+
+    def job(
+        self,
+        settings: FaithfulProbeSettings,
+        task: str,
+        data: DataSettings,
+        num_classes: int,
+        checkpoints: Sequence[Path],
+        output: Path,
+    ) -> ImageProbeJob:
+        """The probe of one target with its setup and its task's weight decays."""
+        own = settings.for_probe(kinds.get(data.kind).probe_grid, len(checkpoints) > 1)
+        return ImageProbeJob(
+            checkpoints, data, num_classes, output, own, settings.grid(task, data.kind)
+        )
+
+    def run_all(
+        self, jobs: Sequence[ImageProbeJob], folder: Path, progress: bool = True
+    ) -> list[ProbeResult]:
+        """`launch_faithful_all`."""
+        return launch_faithful_all(jobs, folder, progress)
 
 
 def _setups(settings: FaithfulProbeSettings) -> str:

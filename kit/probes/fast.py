@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -23,6 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from kit.data.settings import DataSettings
+from kit.probes.base import FeatureProbe
 from kit.probes.devices import precision, probe_devices, shares, visible_gpus
 from kit.probes.lbfgs import ConvexFit, convex_fit, spread_fits, spread_rows
 from kit.probes.rows import Split, scores
@@ -234,14 +237,23 @@ def converged_heads(history: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-class FastProbe:
+class FastProbe(FeatureProbe):
     """The fast probe as `kit.probes.registry` names it: `fast`."""
 
     settings = FastProbeSettings
-    fit = staticmethod(fast_probe)
 
-    @staticmethod
-    def describe(settings: FastProbeSettings) -> str:
+    def fit(
+        self,
+        train: Split,
+        evaluation: Split,
+        num_classes: int,
+        settings: FastProbeSettings,
+        progress: bool = True,
+    ) -> ProbeResult:
+        """`fast_probe`."""
+        return fast_probe(train, evaluation, num_classes, settings, progress)
+
+    def describe(self, settings: FastProbeSettings, tasks: Mapping[str, DataSettings]) -> str:
         """What the probe does with `settings`, in one sentence."""
         finish = (
             "; each weight decay's lowest-objective head then finished by float64 "

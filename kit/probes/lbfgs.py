@@ -6,7 +6,7 @@ each device fits its share of them in its own thread, reading its own copy of th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from kit.core.threads import one_thread
+from kit.data.settings import DataSettings
+from kit.probes.base import FeatureProbe
 from kit.probes.devices import probe_devices, shares, visible_gpus
 from kit.probes.rows import (
     FeatureRows,
@@ -269,13 +271,12 @@ def zero_head(dim: int, num_classes: int) -> nn.Linear:
     return linear
 
 
-class LbfgsProbe:
+class LbfgsProbe(FeatureProbe):
     """The L-BFGS probe as `kit.probes.registry` names it: `lbfgs`."""
 
     settings = LbfgsProbeSettings
 
-    @staticmethod
-    def describe(settings: LbfgsProbeSettings) -> str:
+    def describe(self, settings: LbfgsProbeSettings, tasks: Mapping[str, DataSettings]) -> str:
         """What the probe does with `settings`, in one sentence."""
         return (
             f"full-batch L-BFGS on cached features (multinomial logistic regression, "
@@ -285,8 +286,8 @@ class LbfgsProbe:
             "evaluation split"
         )
 
-    @staticmethod
     def fit(
+        self,
         train: Split,
         evaluation: Split,
         num_classes: int,

@@ -1,22 +1,71 @@
-"""The probes by name: `get(name)` imports the one asked for, `check(name)` imports nothing."""
+"""The probes by name: each one's settings class (torch-free, what parameter validation reads)
+and its `kit.probes.base.Probe` class, imported on first use so that naming and checking a
+probe never imports torch.
+
+Adding a probe is one module (its `Probe` subclass, and its settings class, which must import no
+torch: in `kit.probes.settings` or a module of its own) and one `register_probe` call, as timm's
+`@register_model` adds a model: nothing else in the kit names a probe.
+"""
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
 from kit.core.registry import Registry
-from kit.probes.base import Probe
+from kit.core.sections import ByKind, by_kind
+from kit.probes.base import Probe, ProbeSettings
+from kit.probes.settings import FaithfulProbeSettings, FastProbeSettings, LbfgsProbeSettings
 
-#: every probe, as "module:class" of a class implementing `kit.probes.base.Probe`, imported on
-#: first use: naming and checking a probe (as parameter validation does) never imports torch.
-#: Adding a probe is one module and one line here.
-PROBES: Registry[str] = Registry("probe")
-PROBES.register("fast", "kit.probes.fast:FastProbe")
-PROBES.register("lbfgs", "kit.probes.lbfgs:LbfgsProbe")
-PROBES.register("faithful", "kit.probes.faithful:FaithfulProbe")
+
+@dataclass(frozen=True)
+class ProbeEntry:
+    """A registered probe: its settings class and its `Probe` class as "module:Class"."""
+
+    settings: type[ProbeSettings]
+    probe: str
+
+
+#: every probe by the name its settings' `kind` gives
+PROBES: Registry[ProbeEntry] = Registry("probe")
+
+
+def register_probe(settings: type[ProbeSettings], probe: str) -> str:
+    """Register the probe whose settings class is `settings` and whose `Probe` class is
+    `probe` ("module:Class"), under the kind `settings` fixes; returns that name."""
+    kind = settings.model_fields["kind"].default
+    if not isinstance(kind, str):
+        raise TypeError(f"{settings.__name__}: kind needs a default naming the probe")
+    PROBES.register(kind, ProbeEntry(settings, probe))
+    return kind
 
 
 def get(name: str) -> Probe:
     """The probe called `name` (a ParameterError names the known ones)."""
-    module, attribute = PROBES.get(name).split(":")
+    module, attribute = PROBES.get(name).probe.split(":")
     return getattr(importlib.import_module(module), attribute)()
+
+
+def probe_for(settings: ProbeSettings) -> Probe:
+    """The probe that `settings` are the settings of."""
+    return get(settings.kind)
+
+
+def settings_class(name: str) -> type[ProbeSettings]:
+    """The settings class of the probe called `name`; ValueError naming the known probes (what a
+    settings validator raises)."""
+    return PROBES.get(PROBES.checked(name)).settings
+
+
+def settings_classes() -> dict[str, type[ProbeSettings]]:
+    """Every probe's settings class, by name."""
+    return {name: PROBES.get(name).settings for name in PROBES}
+
+
+#: the type of a field holding the settings of any registered probe, validated as the settings
+#: class its `kind` names
+AnyProbeSettings = by_kind(ProbeSettings, ByKind("probe", settings_classes))
+
+register_probe(FastProbeSettings, "kit.probes.fast:FastProbe")
+register_probe(LbfgsProbeSettings, "kit.probes.lbfgs:LbfgsProbe")
+register_probe(FaithfulProbeSettings, "kit.probes.faithful:FaithfulProbe")

@@ -10,6 +10,8 @@ from pydantic import Field, model_validator
 from kit.core.params import Strict
 from kit.core.processes import DEFAULT_GROUP_TIMEOUT_S
 from kit.data import kinds
+from kit.probes.base import ProbeSettings, ProbeUse
+from kit.probes.selection import BOUNDED, RULES
 
 #: the authors' weight-decay grids per evaluation dataset, as their released linear-probe script
 #: for the paper's Section 5 (Table 3) sets them: ImageNet {1e-4, 5e-4}, iNat18 {1e-6, 1e-5,
@@ -125,7 +127,12 @@ LBFGS_MAX_ITER = 2000
 TOLERANCE_CHANGE = 1e-9
 
 
-class FeatureProbeSettings(Strict):
+def rules_given(max_gap: float | None) -> tuple[str, ...]:
+    """The rules a feature probe reports: `bounded` after the others when given `max_gap`."""
+    return RULES if max_gap is None else (*RULES, BOUNDED)
+
+
+class FeatureProbeSettings(ProbeSettings):
     """What every probe of cached features shares: its held-out rows, selection rules, seed,
     devices and L-BFGS tolerance."""
 
@@ -135,7 +142,6 @@ class FeatureProbeSettings(Strict):
     #: None reports only `paper` and `heldout`
     max_gap: float | None = Field(default=None, gt=0.0)
     seed: int = Field(default=0, ge=0)
-    device: str = Field(default="cpu", min_length=1)
     #: with device `cuda` (no index): the GPUs the fits are spread over, each holding its own
     #: copy of the features, None for every visible one; on the CPU, more than one runs the fits
     #: in that many groups side by side
@@ -143,11 +149,15 @@ class FeatureProbeSettings(Strict):
     #: L-BFGS's stopping tolerance on the change of objective or weights per iteration
     tolerance_change: float = Field(default=TOLERANCE_CHANGE, gt=0.0, lt=1e-3)
 
+    def rules(self) -> tuple[str, ...]:
+        return rules_given(self.max_gap)
+
 
 class LbfgsProbeSettings(FeatureProbeSettings):
     """Full-batch multinomial logistic regression by float64 L-BFGS, one fit per weight decay,
     run until torch's tolerances stop it (`kit.probes.lbfgs`)."""
 
+    kind: Literal["lbfgs"] = "lbfgs"
     weight_decays: list[float] = Field(
         default_factory=lambda: [1e-6, 1e-5, 1e-4, 1e-3], min_length=1
     )
@@ -159,6 +169,7 @@ class FastProbeSettings(FeatureProbeSettings):
     """Minibatch SGD (Nesterov) with cosine decay on standardised features; one head per
     (learning rate, weight decay), all trained in one pass."""
 
+    kind: Literal["fast"] = "fast"
     lrs: list[float] = Field(default_factory=lambda: [0.03, 0.1, 0.3], min_length=1)
     weight_decays: list[float] = Field(default_factory=lambda: [0.0, 1.0e-4], min_length=1)
     epochs: int = Field(default=8, ge=1)
@@ -185,14 +196,22 @@ class FastProbeSettings(FeatureProbeSettings):
             )
         return self
 
+    def reference(self) -> LbfgsProbeSettings:
+        """The L-BFGS probe of the same settings (`lbfgs`)."""
+        return self.lbfgs()
+
     def lbfgs(self) -> LbfgsProbeSettings:
         """The L-BFGS probe of the same weight decays and shared settings (held-out rows, seed,
         devices, tolerance): the converged fit this probe is checked against."""
-        shared = {name: getattr(self, name) for name in FeatureProbeSettings.model_fields}
+        shared = {
+            name: getattr(self, name)
+            for name in FeatureProbeSettings.model_fields
+            if name != "kind"
+        }
         return LbfgsProbeSettings(weight_decays=list(self.weight_decays), **shared)
 
 
-class FaithfulProbeSettings(Strict):
+class FaithfulProbeSettings(ProbeSettings):
     """The authors' probe (`kit.probes.faithful`): frozen backbones on augmented images every
     epoch, BN1d + Linear heads (N(0, 0.01) weights), one per weight decay of the task's grid,
     SGD with Nesterov momentum, the learning rate x0.1 after each milestone, no weight decay on
@@ -200,6 +219,7 @@ class FaithfulProbeSettings(Strict):
     The recipe's values default to the authors'; what depends on the machine (processes,
     DataLoader workers, precision of the backbones) has no default."""
 
+    kind: Literal["faithful"] = "faithful"
     #: grids replacing the authors' (PAPER_WEIGHT_DECAYS), by grid name (imagenet, inat18,
     #: cifar: every task of that data kind) or by task name (that task only)
     weight_decays: dict[str, list[float]] = Field(default_factory=dict)
@@ -221,8 +241,6 @@ class FaithfulProbeSettings(Strict):
     workers: int = Field(ge=0)
     #: bf16 runs the frozen backbones under bfloat16 autocast (the heads stay float32)
     precision: Literal["fp32", "bf16"]
-    #: the device of each process (cuda: each process its own GPU); notebook 03 sets its own
-    device: str = Field(default="cpu", min_length=1)
     #: per kind of target, by grid and representation (imagenet-cat1, imagenet-catN, inat18-cat1,
     #: inat18-catN, cifar-cat1, cifar-catN; AUTHORS_PROBE_SETUPS holds the authors'): the
     #: processes, batch per process and BatchNorm handling of its probes, replacing processes,
@@ -262,6 +280,28 @@ class FaithfulProbeSettings(Strict):
                 f"{self.bn_batch}"
             )
         return self
+
+    def problems(self, use: ProbeUse) -> list[str]:
+        """Rows it cannot subsample, grids naming no task, several processes sharing one
+        device."""
+        found = []
+        if use.train_rows is not None:
+            found.append(
+                "probe_train_rows: the faithful probe trains on every training image; unset it, "
+                "or use a probe of cached features"
+            )
+        unknown = sorted(set(self.weight_decays) - set(PAPER_WEIGHT_DECAYS) - set(use.tasks))
+        if unknown:
+            found.append(
+                f"probes.{self.kind}.weight_decays: names {', '.join(unknown)}, neither a grid "
+                f"({', '.join(PAPER_WEIGHT_DECAYS)}) nor a task ({', '.join(use.tasks)})"
+            )
+        if self.processes > 1 and use.device not in ("cpu", "cuda"):
+            found.append(
+                f"device: several processes of the faithful probe each take their own device; "
+                f"give cuda or cpu, not {use.device}"
+            )
+        return found
 
     def for_probe(self, grid: str, concatenated: bool) -> FaithfulProbeSettings:
         """The settings one probe runs with: its target's setup where `setups` names it (its

@@ -167,6 +167,26 @@ def probe_agreement(results: pl.DataFrame, rule: str) -> pl.DataFrame:
     )
 
 
+#: points of top-1 within which a probe and its converged L-BFGS reference agree
+AGREEMENT_BAR = 0.5
+
+
+def agreement_line(agreement: pl.DataFrame, params: TimecatSettings) -> str:
+    """What `probe_agreement` found, in one line: the largest difference against the bar, or why
+    nothing was compared."""
+    kind = params.probe_kind
+    if params.probe.reference() is None:
+        return f"the {kind} probe has no converged L-BFGS reference: nothing to check"
+    if not agreement.height:
+        return "lbfgs_check is off for this profile: no converged reference was fitted"
+    worst = agreement["difference"].abs().max()
+    side = "within" if worst <= AGREEMENT_BAR else "outside"
+    return (
+        f"largest |{kind} - L-BFGS| over {agreement.height} probes: {worst:.2f} points "
+        f"({side} the {AGREEMENT_BAR}-point bar)"
+    )
+
+
 def train_eval_gap(results: pl.DataFrame, rule: str) -> pl.DataFrame:
     """Each variant's probe top-1 % on its training rows and on the evaluation split (means
     over replicates): a large gap says the probe fits its rows more than the task, which more

@@ -25,6 +25,7 @@ from kit.data import kinds
 from kit.data.settings import DataSettings
 from kit.experiments.timecat.planning import plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.probes import registry
 from kit.train.rates import EXPECTED_TRAIN_RATES
 from kit.train.settings import TrainSettings, replica_problem
 
@@ -172,22 +173,21 @@ def _extraction(params: TimecatSettings, gpu: str | None) -> StepEstimate:
 
 
 def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
-    """The faithful probe reads images every epoch through the frozen backbones, each probe on
-    its target's processes (`faithful.setups`); the fast probe reads cached features (minutes,
-    not estimated)."""
-    if params.probe_kind != "faithful" or params.faithful is None:
-        return StepEstimate("probe", 0, None if gpu is None else 0.0, 0)
+    """A probe that reads images passes them through the frozen backbones (its
+    `image_passes`: epochs, on each target's processes); a probe of cached features takes
+    minutes, not estimated."""
+    probe = registry.get(params.probe_kind)
     _, cost, representations = _representations(params)
-    faithful = params.faithful
-    images = 0
-    hours: float | None = 0.0
+    images, hours = 0, None if gpu is None else 0.0
     for task in params.tasks:
         data, (rows, _) = params.task_data(task)[0], task_rows(params)[task.name]
         for n, _width in representations:
-            own = faithful.for_probe(kinds.get(data.kind).probe_grid, n > 1)
-            images += faithful.epochs * rows * n
-            rate = _rate(gpu, own.processes, cost * n, faithful.workers, data, False)
-            hours = _hours(hours, faithful.epochs * rows, rate)
+            passes = probe.image_passes(params.probe, data, n)
+            if passes is None:
+                continue
+            images += passes.epochs * rows * n
+            rate = _rate(gpu, passes.processes, cost * n, passes.workers, data, False)
+            hours = _hours(hours, passes.epochs * rows, rate)
     return StepEstimate("probe", images, hours, 0)
 
 

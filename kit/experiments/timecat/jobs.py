@@ -33,6 +33,7 @@ from kit.launch import backends as kit_launch
 from kit.launch import sbatch
 from kit.launch.runs import Launched, is_finished
 from kit.launch.settings import LaunchSettings, sized_for_loaders
+from kit.probes import registry
 from kit.report import outputs
 from kit.train import trainer as train
 
@@ -171,10 +172,8 @@ def job_args(step: Step, profile: str, parameters_file: Path) -> list[str]:
 
 
 def probe_processes(params: TimecatSettings) -> int:
-    """The processes (GPUs) the probe step starts: the faithful probe's torchrun, else one."""
-    if params.probe_kind == "faithful" and params.faithful is not None:
-        return params.faithful.processes
-    return 1
+    """The processes (GPUs) the probe step starts (an image probe's own torchrun, or one)."""
+    return registry.get(params.probe_kind).processes(params.probe)
 
 
 def step_settings(step: Step, settings: LaunchSettings, params: TimecatSettings) -> LaunchSettings:
@@ -185,7 +184,8 @@ def step_settings(step: Step, settings: LaunchSettings, params: TimecatSettings)
     if step == "extract":
         return sized_for_loaders(settings, params.feature_workers, 1, cuda=cuda)
     gpus = probe_processes(params)
-    workers = params.faithful.workers if gpus > 1 and params.faithful else params.feature_workers
+    own = registry.get(params.probe_kind).workers(params.probe)
+    workers = own if gpus > 1 and own is not None else params.feature_workers
     single = settings.model_copy(
         update={
             "nproc_per_node": 1,

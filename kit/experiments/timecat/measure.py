@@ -13,12 +13,12 @@ from torch.utils.data import Dataset, Subset
 
 from kit import features
 from kit.core.progress import KeptBar, Stage
-from kit.data import kinds, pipeline
+from kit.data import pipeline
 from kit.data.kinds.base import split_size
 from kit.experiments.timecat.planning import Representation, features_dir, runs_dir
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
 from kit.probes import registry
-from kit.probes.base import FeatureProbe, ImageProbe, ImageProbeJob
+from kit.probes.base import FeatureProbe, ImageProbe, Probe, ProbeSettings
 from kit.probes.rows import Split
 from kit.probes.selection import ProbeResult
 from kit.report import diagnostics
@@ -101,20 +101,26 @@ def task_features(
     )
 
 
+def probe_settings(params: TimecatSettings) -> ProbeSettings:
+    """The settings of the probe `probe_kind` names, on the experiment's device."""
+    return params.probe.model_copy(update={"device": params.device})
+
+
 def probe_all(representations: list[Representation], params: TimecatSettings) -> Measurements:
     """Probe every representation on every task with the probe `probe_kind` names (one row per
-    representation, task and rule): the fast probe on (cached) extracted features, or the
-    authors' probe on images (`faithful_results`, all launched at once). Also measure each
+    representation, task and rule): a `FeatureProbe` on (cached) extracted features, or an
+    `ImageProbe` on images (`image_results`, all launched at once). With `lbfgs_check`, the
+    first replicate is also fitted by the probe's converged reference. Also measure each
     representation's richness (RankMe, alpha-ReQ) and how alike its n models are (mean pairwise
-    linear CKA) on features of the evaluation split, extracted for both probes."""
+    linear CKA) on features of the evaluation split, extracted for every probe."""
     chosen = registry.get(params.probe_kind)
-    on_features = isinstance(chosen, FeatureProbe)
-    config = params.probe.model_copy(update={"device": params.device})
+    settings = probe_settings(params)
+    reference = settings.reference() if params.lbfgs_check else None
     rows, diagnosed = [], []
     total = sum(rep.task in (None, task.name) for task in params.tasks for rep in representations)
     bar = KeptBar(total=total, desc=f"{params.probe_kind} probes", unit="probe")
     stage = Stage("probes", total, "probe", f"fitting {total} {params.probe_kind} probes")
-    on_images = {} if on_features else faithful_results(representations, params)
+    on_images = image_results(chosen, representations, params)
     for task in params.tasks:
         extracted = task_features(task, representations, params)
         num_classes, single = extracted.num_classes, extracted.single
@@ -125,19 +131,15 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
             )  # update() redraws, at most every mininterval
             parts = [single[c].torch()[0][sample] for c in rep.checkpoints]
             exact = None
-            if on_features:
+            if isinstance(chosen, FeatureProbe):
                 splits = [
                     Split(*found.torch(), found.record["split"])
                     for found in (extracted.train[index], extracted.eval[index])
                 ]
-                assert isinstance(chosen, FeatureProbe)
-                if params.lbfgs_check and rep.replicate == 0:  # a check of the fast probe
-                    reference = registry.get("lbfgs")
-                    assert isinstance(reference, FeatureProbe)
-                    exact = reference.fit(
-                        splits[0], splits[1], num_classes, config.lbfgs(), progress=False
+                if reference is not None and rep.replicate == 0:
+                    exact = registry.probe_for(reference).fit(
+                        splits[0], splits[1], num_classes, reference, progress=False
                     )
-                settings = config.lbfgs() if params.probe_kind == "lbfgs" else config
                 result = chosen.fit(splits[0], splits[1], num_classes, settings, progress=False)
                 concatenated = splits[1].features[sample]
             else:
@@ -184,55 +186,37 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
     )
 
 
-def faithful_results(
-    representations: list[Representation], params: TimecatSettings
+def image_results(
+    chosen: Probe, representations: list[Representation], params: TimecatSettings
 ) -> dict[tuple[str, Representation], ProbeResult]:
-    """The authors' probe of every representation on every task, by task name and
-    representation, each in run_root/faithful/<task>/rep<r>/<variant>: read back when it has
-    finished, resumed when it was interrupted; the others run in groups of the same process
-    count (`faithful.setups`, by target), a group of several in turn under one torchrun logging
-    to run_root/faithful/probe-<processes>.log."""
-    settings = params.faithful
-    assert settings is not None  # the schema requires it for probe_kind faithful
-    folder = runs_dir(params) / "faithful"
+    """An image probe's results of every representation on every task, by task name and
+    representation (none for a probe of cached features), each in
+    run_root/<probe_kind>/<task>/rep<r>/<variant>, the probe handed every job at once (the
+    authors' probe reads finished ones back, resumes interrupted ones and launches the others in
+    groups of the same process count, logging to run_root/<probe_kind>/probe-<processes>.log)."""
+    if not isinstance(chosen, ImageProbe):
+        return {}
+    settings = probe_settings(params)
+    folder = runs_dir(params) / params.probe_kind
     keys, jobs = [], []
     for task in params.tasks:
         task_data, num_classes = params.task_data(task)
         for rep in representations:
             if rep.task in (None, task.name):
                 keys.append((task.name, rep))
-                own = settings.for_probe(
-                    kinds.get(task_data.kind).probe_grid, len(rep.checkpoints) > 1
-                )
+                output = folder / task.name / f"rep{rep.replicate}" / rep.variant
                 jobs.append(
-                    ImageProbeJob(
-                        list(rep.checkpoints),
-                        task_data,
-                        num_classes,
-                        folder / task.name / f"rep{rep.replicate}" / rep.variant,
-                        own.model_copy(update={"device": params.device}),
-                        settings.grid(task.name, task_data.kind),
+                    chosen.job(
+                        settings, task.name, task_data, num_classes, list(rep.checkpoints), output
                     )
                 )
-    chosen = registry.get(params.probe_kind)
-    assert isinstance(chosen, ImageProbe)
     return dict(zip(keys, chosen.run_all(jobs, folder), strict=True))
 
 
 def probe_description(params: TimecatSettings) -> str:
     """Which probe measured the results, and with what settings, in one sentence."""
-    chosen = registry.get(params.probe_kind)
-    if params.probe_kind == "lbfgs":
-        return chosen.describe(params.probe.lbfgs())
-    if params.probe_kind == "fast":
-        return chosen.describe(params.probe)
-    settings = params.faithful
-    assert settings is not None
-    grids = "; ".join(
-        f"{task.name} {settings.grid(task.name, params.task_data(task)[0].kind)}"
-        for task in params.tasks
-    )
-    return f"{chosen.describe(settings)}; weight decays {grids}"
+    tasks = {task.name: params.task_data(task)[0] for task in params.tasks}
+    return registry.get(params.probe_kind).describe(params.probe, tasks)
 
 
 def _diagnostic_sample(rows: int, seed: int) -> torch.Tensor:

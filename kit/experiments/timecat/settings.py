@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from kit.core.params import NotebookSettings, Strict
 from kit.core.paths import SAFE_NAME, escapes, resolve
@@ -24,12 +24,8 @@ from kit.data.settings import DataSettings
 from kit.data.synthetic_settings import ComponentSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
 from kit.launch.settings import LaunchSettings
-from kit.probes.registry import PROBES
-from kit.probes.settings import (
-    PAPER_WEIGHT_DECAYS,
-    FaithfulProbeSettings,
-    FastProbeSettings,
-)
+from kit.probes.base import ProbeSettings, ProbeUse
+from kit.probes.registry import PROBES, AnyProbeSettings, settings_class
 from kit.train.settings import RunSettings, TrainSettings, budget_problem
 
 #: training settings whose right value depends on scale: each profile must give them
@@ -155,24 +151,24 @@ class TimecatSettings(NotebookSettings):
     baseline: str = Field(min_length=1)
     train: RunSettings | None = None
     tasks: list[ProbeTask] = Field(min_length=1)
-    #: which probe measures the results: `fast` (the kit's, on cached features: `probe`),
+    #: which probe measures the results, by name: `fast` (the kit's, on cached features),
     #: `lbfgs` (full-batch L-BFGS on the same features, run to convergence, one pass over the
-    #: fit rows per evaluation: `probe`'s weight decays and held-out rows) or `faithful` (the
-    #: authors', on augmented images every epoch: `faithful`)
+    #: fit rows per evaluation) or `faithful` (the authors', on augmented images every epoch);
+    #: its settings are `probes.<name>`
     probe_kind: str = "fast"
-    #: settings of the fast probe (weight decays and held-out rows of the lbfgs one too)
-    probe: FastProbeSettings
-    #: settings of the authors' probe (needed when probe_kind is faithful)
-    faithful: FaithfulProbeSettings | None = None
+    #: settings of each probe, by name (`probes.fast.epochs`); the one probe_kind names is used,
+    #: its defaults where not given. A profile may hold several, so that another profile or
+    #: `--set probe_kind=...` switches probes without rewriting a section
+    probes: dict[str, AnyProbeSettings] = Field(default_factory=dict)
     #: training rows per task for the probes: None = every row; else a seeded, class-balanced
     #: subset of that size
     probe_train_rows: int | None = Field(default=None, ge=16)
     #: the selection rule tables and claims read: `paper`, `heldout` or `bounded` (held-out
-    #: choice among heads within `probe.max_gap` of their fit rows; `kit.probes.selection`)
+    #: choice among heads within the probe's `max_gap` of their fit rows; `kit.probes.selection`)
     probe_rule: Literal["paper", "heldout", "bounded"] = "heldout"
     #: also fit the first replicate's probes by full-batch L-BFGS (converged, same weight
-    #: decays and held-out rows) and record its top-1 beside the fast probe's: the check that
-    #: the fast probe has converged
+    #: decays and held-out rows) and record its top-1 beside the probe's: the check that the
+    #: fast probe has converged
     lbfgs_check: bool = False
     feature_batch_size: int = Field(ge=1)
     #: DataLoader workers decoding images for feature extraction
@@ -198,6 +194,27 @@ class TimecatSettings(NotebookSettings):
     @classmethod
     def _known_probe(cls, kind: str) -> str:
         return PROBES.checked(kind)
+
+    @field_validator("probes", mode="before")
+    @classmethod
+    def _keyed_by_kind(cls, sections: object) -> object:
+        """Each section validated as the settings of the probe its key names."""
+        if not isinstance(sections, dict):
+            return sections  # the field's own check refuses it
+        for name, section in sections.items():
+            PROBES.checked(name)
+            if isinstance(section, dict) and section.get("kind", name) != name:
+                raise ValueError(f"{name}: the key names the probe; drop its kind")
+        return {
+            name: {**section, "kind": name} if isinstance(section, dict) else section
+            for name, section in sections.items()
+        }
+
+    @property
+    def probe(self) -> ProbeSettings:
+        """The settings of the probe probe_kind names: its section, else its defaults."""
+        given = self.probes.get(self.probe_kind)
+        return given if given is not None else settings_class(self.probe_kind)()
 
     @model_validator(mode="after")
     def _consistent(self) -> TimecatSettings:
@@ -237,48 +254,37 @@ class TimecatSettings(NotebookSettings):
                 if len(set(seeds)) < most:
                     raise ValueError(f"seed_sets: {seeds} has fewer than {most} distinct seeds")
         self._check_training()
-        self._check_faithful()
+        self._check_probe()
         self._check_inputs()
         return self
 
-    def _check_faithful(self) -> None:
-        if self.probe_rule == "bounded" and (
-            self.probe_kind == "faithful" or self.probe.max_gap is None
-        ):
+    def _check_probe(self) -> None:
+        """The chosen probe's settings against what this experiment asks of them."""
+        kind = self.probe_kind
+        if kind not in self.probes:
+            try:
+                settings_class(kind)()
+            except ValidationError as error:
+                needed = ", ".join(str(e["loc"][0]) for e in error.errors() if e["loc"])
+                raise ValueError(
+                    f"probes: probe_kind {kind} needs a probes.{kind} section (at least "
+                    f"{needed}, which have no default)"
+                ) from None
+        settings = self.probe
+        if self.probe_rule not in settings.rules():
             raise ValueError(
-                "probe_rule: bounded is reported by the fast and lbfgs probes "
-                "given probe.max_gap; set probe.max_gap (points) or use heldout"
+                f"probe_rule: {self.probe_rule} is not reported by the {kind} probe with these "
+                f"settings (it reports {', '.join(settings.rules())}; bounded needs a "
+                f"probes.{kind}.max_gap)"
             )
-        if self.lbfgs_check and self.probe_kind != "fast":
+        if self.lbfgs_check and settings.reference() is None:
             raise ValueError(
-                f"lbfgs_check: checks the fast probe, but probe_kind is {self.probe_kind}"
+                f"lbfgs_check: the {kind} probe has no L-BFGS fit to be checked against"
             )
-        if self.probe_kind != "faithful":
-            return
-        if self.faithful is None:
-            raise ValueError(
-                "faithful: probe_kind faithful needs the faithful section (at "
-                "least processes, workers and precision, which depend on the "
-                "machine)"
-            )
-        if self.probe_train_rows is not None:
-            raise ValueError(
-                "probe_train_rows: the faithful probe trains on every training "
-                "image; unset it, or use probe_kind: fast"
-            )
-        grids = set(self.faithful.weight_decays) - set(PAPER_WEIGHT_DECAYS)
-        unknown = sorted(grids - {task.name for task in self.tasks})
-        if unknown:
-            raise ValueError(
-                f"faithful: weight_decays names {', '.join(unknown)}, neither a "
-                f"grid ({', '.join(PAPER_WEIGHT_DECAYS)}) nor a task "
-                f"({', '.join(task.name for task in self.tasks)})"
-            )
-        if self.faithful.processes > 1 and self.device not in ("cpu", "cuda"):
-            raise ValueError(
-                f"device: several processes of the faithful probe each take their "
-                f"own device; give cuda or cpu, not {self.device}"
-            )
+        use = ProbeUse(tuple(task.name for task in self.tasks), self.device, self.probe_train_rows)
+        problems = settings.problems(use)
+        if problems:
+            raise ValueError(problems[0])
 
     def _check_training(self) -> None:
         trained = [variant for variant in self.variants if variant.trained or variant.initialised]
