@@ -15,6 +15,7 @@ from kit import models
 from kit.cli.main import main as kit_main
 from kit.data.fixtures import write_cifar, write_image
 from kit.experiments.timecat import estimates, jobs
+from kit.train.settings import TrainSettings
 
 shutil_usage = namedtuple("shutil_usage", "total used free")
 
@@ -116,9 +117,64 @@ def test_paper_plan_prints_wall_time_and_disk_per_step(
     for step in ("train", "extract", "total"):
         hours, unit, size, gigabytes = rows[step][1:]
         assert (unit, gigabytes) == ("h", "GB") and float(hours) > 0 and float(size) > 0
+    # every overhead itemised under its step, and counted in the total, within the 10-hour goal
+    items = re.findall(r"^\s+\+ (.+?)\s+(\d+\.\d+) h  ", printed, re.MULTILINE)
+    assert {name for name, _ in items} >= {
+        "compile",
+        "evaluations",
+        "checkpoints and snapshots",
+        "epoch boundaries",
+        "listing the dataset",
+        "writing and hashing the cache",
+    }
+    steps = sum(float(rows[step][1]) for step in ("train", "extract", "probe"))
+    total = float(rows["total"][1])
+    assert total == pytest.approx(steps + sum(float(h) for _, h in items), abs=0.15)
+    assert total <= 10.0
     for script in ("train", "extract"):
         text = (tmp_path / "export" / f"{script}.sbatch").read_text().splitlines()
         assert "#SBATCH --gpus-per-node=8" in text and "#SBATCH --cpus-per-task=13" in text
+
+
+def test_a_runs_overheads_by_hand(tmp_path: Path) -> None:
+    """100 steps of 64 images on 2 GPUs, evaluating every 40 and saving every 50 with a snapshot
+    at 30: evaluations at 40, 80 and 100; saves at 30, 50 and 100, so 30 and 50 recalibrate
+    without evaluating; 3 copies of the weights per checkpoint and one per snapshot."""
+    run = TrainSettings(
+        **{
+            "model": "resnet18",
+            "num_classes": 10,
+            "seed": 0,
+            "lr": 0.01,
+            "batch_size": 64,
+            "iterations": 100,
+            "eval_every": 40,
+            "checkpoint_every": 50,
+            "snapshot_steps": [30],
+            "bn_recalibration_batches": 2,
+            "compile": False,
+            "num_workers": 0,
+            "output_dir": str(tmp_path / "run"),
+            "data": {
+                "kind": "synthetic",
+                "image_size": 32,
+                "synthetic": {
+                    "num_train": 2048,
+                    "num_eval": 512,
+                    "components": [{"weight": 1.0, "cues": ["colour"]}],
+                },
+            },
+        }
+    )
+    seconds = estimates._run_overheads(run, "a100", 2)
+    inference = estimates._rate("a100", 2, estimates._cost(1.0, 32), 0, run.data, False)
+    eval_rows = 512
+    recalibration = 2 * 64 / inference
+    weights = estimates._network("resnet18", 10, 1.0)[1]
+    per_byte = 1 / estimates.WRITE_RATE + 1 / estimates.HASH_RATE
+    assert seconds["compile"] == 0.0 and seconds["epochs"] == 0.0  # a generated world: no decode
+    assert seconds["evaluate"] == pytest.approx(3 * (recalibration + eval_rows / inference))
+    assert seconds["save"] == pytest.approx(2 * recalibration + (2 * 3 + 1) * weights * per_byte)
 
 
 def test_kit_check_names_a_full_disk_and_a_missing_gpu(

@@ -12,8 +12,8 @@ from kit.cli import selfcheck_checks as checks
 @pytest.mark.parametrize(
     ("name", "rate", "estimated"),
     [
-        ("NVIDIA H100 80GB HBM3", 2 * 16_621 / 8, True),
-        ("NVIDIA H200", 2 * 16_621 / 8, True),
+        ("NVIDIA H100 80GB HBM3", 4_645, True),
+        ("NVIDIA H200", 4_645, False),
         ("NVIDIA A100-SXM4-80GB", 16_621 / 8, False),
         ("Tesla V100-SXM2-16GB", 1200.0, False),
     ],

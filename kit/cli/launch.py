@@ -216,7 +216,8 @@ def _profile_command(args: argparse.Namespace) -> int:
         )
         scripts = jobs.export_jobs(loaded, settings, args.out)
         gpu = None if loaded.device == "cpu" else args.gpu
-        print(estimates.describe(estimates.estimate(loaded, gpu), gpu))
+        steps = estimates.estimate(loaded, gpu)
+        print(estimates.describe(steps, gpu, estimates.overheads(loaded, gpu)))
         print(estimates.designs(loaded, gpu))
         print(
             "wrote "

@@ -5,6 +5,12 @@ Expected training rates per GPU come from kit.train.rates (with their sources).
 
 - Inference (feature extraction, the faithful probe's frozen backbones): three times the
   training rate, a forward pass being about a third of a training step's arithmetic.
+- `train.compile`: the rate times kit.train.rates.COMPILE_SPEEDUP (measured on one H200).
+
+Beside each step's images, `overheads` itemises what a run spends outside its steps: compiling,
+evaluations, checkpoint and snapshot saves (BatchNorm recalibration, writing, hashing), the
+loaders' refill at each epoch boundary, listing the dataset, and writing and hashing the
+feature cache; the figures each item assumes are named with it.
 
 Other widths and image sizes scale the GPU's work by width² x (size / 224)². Images read from
 files are decoded and cropped on CPU cores by the loader workers, at LOADER_RATE images per
@@ -26,7 +32,7 @@ from kit.data.settings import DataSettings
 from kit.experiments.timecat.planning import plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.probes import registry
-from kit.train.rates import EXPECTED_TRAIN_RATES
+from kit.train.rates import COMPILE_SPEEDUP, EXPECTED_TRAIN_RATES
 from kit.train.settings import TrainSettings, replica_problem
 
 #: ResNet-50 training images per second per GPU at 224 px, bf16 (kit.train.rates), by --gpu name
@@ -38,6 +44,27 @@ LOADER_RATE = 350.0
 #: copies of the weights a checkpoint holds: the model and the optimizer's two states
 CHECKPOINT_COPIES = 3
 FEATURE_BYTES = {"float16": 2, "float32": 4}
+#: seconds `torch.compile` takes before a run's first step (an estimate for ResNet-50 in one
+#: process; it compiles again for each run of a chain)
+COMPILE_S = 120.0
+#: bytes per second a checkpoint or feature-cache write reaches (an estimate for a node's local
+#: NVMe or a shared file system under load)
+WRITE_RATE = 0.5e9
+#: bytes per second SHA-256 hashes on one core (benchmarks/file_hash.py: 1 GB in 1.06 s)
+HASH_RATE = 0.95e9
+#: seconds to list a split of ImageNet's size (1.28M files) once per process (an estimate; a
+#: shared file system can take several times longer)
+SCAN_S = 120.0
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """Time a step spends outside processing its images, with what it assumes."""
+
+    step: str
+    item: str
+    hours: float
+    basis: str
 
 
 @dataclass(frozen=True)
@@ -71,6 +98,14 @@ def _rate(
     return rate
 
 
+def _train_rate(run: TrainSettings, gpu: str | None, ranks: int) -> float | None:
+    """Training images/s of a run on `ranks` GPUs: compiled where it compiles, at most what
+    its loaders decode."""
+    speedup = COMPILE_SPEEDUP if run.compile else 1.0
+    cost = _cost(run.width, run.data.image_size) / speedup
+    return _rate(gpu, ranks, cost, run.num_workers, run.data, True)
+
+
 def _cost(width: float, image_size: int) -> float:
     return width**2 * (image_size / 224) ** 2
 
@@ -98,9 +133,7 @@ def _training_runs(
     hours: float | None = 0.0
     for run in runs:
         images += run.iterations * run.batch_size
-        rate = _rate(
-            gpu, ranks, _cost(run.width, run.data.image_size), run.num_workers, run.data, True
-        )
+        rate = _train_rate(run, gpu, ranks)
         hours = _hours(hours, run.iterations * run.batch_size, rate)
         weights = _network(run.model, run.num_classes, run.width)[1]
         disk += (CHECKPOINT_COPIES + len(run.snapshot_steps)) * weights
@@ -191,31 +224,115 @@ def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
     return StepEstimate("probe", images, hours, 0)
 
 
+def overheads(params: TimecatSettings, gpu: str | None) -> list[Overhead]:
+    """What the steps spend besides their images (wall hours on the launch's GPUs, runs side
+    by side as `_training_runs` counts them); empty on CPU, where nothing is estimated."""
+    runs = plan(params).trainings
+    if gpu is None or not runs:
+        return []
+    launch = params.launch
+    ranks = launch.nproc_per_node * launch.nodes
+    concurrent = max(
+        launch.max_concurrent or len(runs) if launch.backend == "slurm" else launch.workers, 1
+    )
+    totals = {"compile": 0.0, "evaluate": 0.0, "save": 0.0, "epochs": 0.0}
+    for run in runs:
+        for item, seconds in _run_overheads(run, gpu, ranks).items():
+            totals[item] += seconds / 3600 / concurrent
+    weights = _network(runs[0].model, runs[0].num_classes, runs[0].width)[1]
+    cache = _extraction(params, None).disk_bytes
+    found = [
+        Overhead("train", "compile", totals["compile"], f"{COMPILE_S:.0f} s per run (estimate)"),
+        Overhead(
+            "train",
+            "evaluations",
+            totals["evaluate"],
+            "BatchNorm recalibration and the evaluation split at the inference rate",
+        ),
+        Overhead(
+            "train",
+            "checkpoints and snapshots",
+            totals["save"],
+            f"recalibration, then {weights / 1e6:,.0f} MB per copy of the weights written at "
+            f"{WRITE_RATE / 1e9:.1f} GB/s and hashed at {HASH_RATE / 1e9:.2f} GB/s",
+        ),
+        Overhead(
+            "train",
+            "epoch boundaries",
+            totals["epochs"],
+            f"each loader worker decodes a batch before the first step ({LOADER_RATE:.0f} img/s)",
+        ),
+    ]
+    if kinds.get(runs[0].data.kind).reads_disk:
+        found.append(
+            Overhead("train", "listing the dataset", SCAN_S / 3600, "once per process (estimate)")
+        )
+    found.append(
+        Overhead(
+            "extract",
+            "writing and hashing the cache",
+            (cache / WRITE_RATE + 2 * cache / HASH_RATE) / 3600,
+            f"{cache / 1e9:,.0f} GB written, hashed when recorded and at its first read",
+        )
+    )
+    return found
+
+
+def _every(interval: int, iterations: int) -> set[int]:
+    """The steps a run does something every `interval` steps at (never for 0), and its last."""
+    return set(range(interval, iterations + 1, interval) if interval else ()) | {iterations}
+
+
+def _run_overheads(run: TrainSettings, gpu: str, ranks: int) -> dict[str, float]:
+    """Seconds one run spends compiling, at evaluation points, saving and at epoch ends."""
+    evaluations = _every(run.eval_every, run.iterations)
+    saves = _every(run.checkpoint_every, run.iterations) | set(run.snapshot_steps)
+    cost = _cost(run.width, run.data.image_size)
+    inference = _rate(gpu, ranks, cost, run.num_workers, run.data, False) or 1.0
+    train_rows, eval_rows = kinds.get(run.data.kind).expected_sizes(run.data) or (0, 0)
+    recalibration = run.bn_recalibration_batches * run.batch_size / inference
+    weights = _network(run.model, run.num_classes, run.width)[1]
+    copies = CHECKPOINT_COPIES * (len(saves) - len(run.snapshot_steps)) + len(run.snapshot_steps)
+    epochs = run.iterations * run.batch_size / train_rows if train_rows else 0.0
+    reads_disk = kinds.get(run.data.kind).reads_disk
+    return {
+        "compile": COMPILE_S if run.compile else 0.0,
+        "evaluate": len(evaluations) * (recalibration + eval_rows / inference),
+        "save": len(saves - evaluations) * recalibration
+        + copies * weights * (1 / WRITE_RATE + 1 / HASH_RATE),
+        "epochs": epochs * (run.batch_size / ranks) / LOADER_RATE if reads_disk else 0.0,
+    }
+
+
 def estimate(params: TimecatSettings, gpu: str | None) -> list[StepEstimate]:
     """The plan's steps, estimated for `gpu` (a key of TRAIN_RATES; None: no wall times)."""
     return [_training(params, gpu), _extraction(params, gpu), _probing(params, gpu)]
 
 
-def describe(estimates: list[StepEstimate], gpu: str | None) -> str:
-    """The estimates as a table, with the total, for the plan's output."""
+def describe(
+    estimates: list[StepEstimate], gpu: str | None, extra: list[Overhead] | None = None
+) -> str:
+    """The estimates as a table, each step followed by its overheads (what they assume beside
+    them), with the total of both, for the plan's output."""
+    extra = extra or []
     where = f"on {gpu.upper()} GPUs" if gpu else "(on CPU: wall times not estimated)"
     lines = [
         f"expected cost {where}, from the rates in kit/experiments/timecat/estimates.py:",
         f"  {'step':<8}{'images':>16}{'wall time':>12}{'disk':>12}",
     ]
-    for row in [
-        *estimates,
-        StepEstimate(
-            "total",
-            sum(e.images for e in estimates),
-            None
-            if any(e.hours is None for e in estimates)
-            else sum(e.hours or 0.0 for e in estimates),
-            sum(e.disk_bytes for e in estimates),
-        ),
-    ]:
+    known = not any(e.hours is None for e in estimates)
+    total = StepEstimate(
+        "total",
+        sum(e.images for e in estimates),
+        sum(e.hours or 0.0 for e in estimates) + sum(o.hours for o in extra) if known else None,
+        sum(e.disk_bytes for e in estimates),
+    )
+    for row in [*estimates, total]:
         hours = "-" if row.hours is None else f"{row.hours:.1f} h"
         lines.append(f"  {row.step:<8}{row.images:>16,}{hours:>12}{row.disk_bytes / 1e9:>9.1f} GB")
+        lines += [
+            f"    + {o.item:<30}{o.hours:>6.2f} h  {o.basis}" for o in extra if o.step == row.step
+        ]
     return "\n".join(lines)
 
 
