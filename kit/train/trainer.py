@@ -61,6 +61,7 @@ from kit.core.processes import (
     PREEMPTED_EXIT,
     mark_preempted,
 )
+from kit.data import kinds, workers
 from kit.data import pipeline as kit_data
 from kit.data.kinds.base import DataError
 from kit.data.preflight import writable_problems
@@ -83,7 +84,7 @@ from kit.train.metrics import (
 )
 from kit.train.settings import TrainSettings, load_train_settings, replica_problem
 from kit.train.step import Trainer
-from kit.train.stopping import LoaderError, Preempted, StopFlag, loader_failures
+from kit.train.stopping import Preempted, StopFlag, loader_failures
 from kit.train.watchdog import Watchdog
 
 #: no progress-bar monitor thread: a thread holding a lock while a process forks leaves that lock
@@ -178,6 +179,7 @@ def _train_on(
         cfg.num_workers,
         cfg.micro_batch or cfg.batch_size // process.world_size,
         cfg.data.image_size,
+        kinds.get(cfg.data.kind).held_bytes(cfg.data),
     )
     if cfg.num_workers and (short := machine.shm_problems(shared)):
         raise machine.MachineError("\n".join(short))
@@ -525,7 +527,7 @@ def exit_code(action: Callable[[], object]) -> int:
         print(f"preempted: {error}", file=sys.stderr)
         mark_preempted()
         return PREEMPTED_EXIT
-    except (NonFiniteLossError, files.DiskFullError, LoaderError) as error:
+    except (NonFiniteLossError, files.DiskFullError, workers.LoaderError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
