@@ -374,9 +374,10 @@ def from_notebook(
     ]
     by_papermill = set(parameter_names(namespace.get("In") or [], PAPERMILL_CELL))
     given = {
-        name: value.as_dict() or None if isinstance(value, Section) else value
-        for name, value in namespace.items()
-        if name in names
+        name: (value.as_dict() or None) if isinstance(value, Section) else value
+        for name in names
+        if name in namespace
+        for value in [namespace[name]]
     }
     injected = {
         name: value for name, value in given.items() if value is not None or name in by_papermill
