@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from kit.cli import runner
 from kit.core import params
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT, importable_environment
+from kit.core.sections import Section
 
 
 def readme_commands() -> list[str]:
@@ -190,7 +191,7 @@ def test_parameters_cells_set_only_a_profile_and_it_resolves() -> None:
         fields = params.schema_for(path.stem).model_fields
         sections = [n for n in names if is_section(fields[n].annotation)]
         assert names[0] == "profile", path.name
-        assert [n for n in names if isinstance(namespace[n], params.Section)] == sections
+        assert [n for n in names if isinstance(namespace[n], Section)] == sections
         assert not any(namespace[n].as_dict() for n in sections), path.name
         assert [n for n in names if namespace[n] is not None and n not in sections] == [
             "profile"

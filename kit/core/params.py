@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.core import notices, strict_yaml
 from kit.core.paths import PARAMETERS_DIR, resolve
+from kit.core.sections import Section
 
 #: a profile file may name the profile it builds on
 EXTENDS = "extends"
@@ -79,39 +80,6 @@ KERNEL_HISTORY = ("In", "Out")
 #: `<output_dir>/<notebook><RECORD_SUFFIX>`: the parameters `python -m kit run` recorded for the
 #: notebook's results in that folder, written when the notebook succeeded (kit.cli.runner)
 RECORD_SUFFIX = ".parameters.yaml"
-
-
-class Section:
-    """A section of a notebook's parameters (`train`, `probe`, ...) that its parameters cell
-    leaves to the profile. Papermill writes `-p train.lr 0.1` as the statement `train.lr = 0.1`
-    in its injected cell, so a section takes attribute assignment, nested ones included
-    (`train.data.workers = 4`); `from_notebook` merges the keys set over the profile's section.
-    Names starting with '_' are no keys (IPython probes objects for `_repr_html_` and the like)."""
-
-    def __init__(self) -> None:
-        object.__setattr__(self, "_keys", {})
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return self._keys.setdefault(name, Section())  # `train.data` of `train.data.workers = 4`
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self._keys[name] = value
-
-    def as_dict(self) -> dict[str, Any]:
-        """The keys set, as the nested mapping a parameter file would give (empty: none)."""
-        nested = {}
-        for name, value in self._keys.items():
-            if isinstance(value, Section):
-                value = value.as_dict()
-                if not value:  # only read, never set
-                    continue
-            nested[name] = value
-        return nested
-
-    def __repr__(self) -> str:
-        return f"Section({self.as_dict()!r})"
 
 
 #: the first line of the cell papermill injects (the notebook's own cell starts '# parameters:')
