@@ -125,12 +125,14 @@ def test_cifar_workers_get_a_handle_to_its_arrays_not_a_copy(tmp_path: Path) -> 
     config = {"kind": "cifar10", "root": str(tmp_path), "image_size": 32}
     alone, with_workers = build(config, 10), build(config, 10, num_workers=2)
     split = with_workers.train.dataset.base
-    assert split.images.is_shared() and split.labels.is_shared()
-    sent = len(ForkingPickler.dumps(split))  # what the fork server passes to each worker
-    assert sent < 4096 < split.images.numel(), sent
+    assert not split.images.is_shared()  # no shared memory for a loader without workers
     assert with_workers.train.multiprocessing_context.get_start_method() == "forkserver"
     for left, right in zip(first_batch(alone), first_batch(with_workers), strict=True):
         assert torch.equal(left, right)
+    assert split.images.is_shared() and split.labels.is_shared()  # moved for the first worker
+    sent = len(ForkingPickler.dumps(split))  # what the fork server passes to each worker
+    assert sent < 4096 < split.images.numel(), sent
+    assert not alone.train.dataset.base.images.is_shared()
     for left, right in zip(next(iter(alone.eval)), next(iter(with_workers.eval)), strict=True):
         assert torch.equal(left, right)
 

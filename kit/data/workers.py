@@ -11,9 +11,10 @@ in about the time a fork takes and never inherits a held lock. What it costs aga
 per run, is measured by benchmarks/loader_start.py (docs/decisions.md).
 
 A worker gets its dataset pickled instead of inherited, so a dataset held in memory keeps its
-arrays as tensors in shared memory (`shared`): pickled, such a tensor is a handle (a file
-descriptor the fork server passes on) and the worker maps the same pages, where a numpy array
-would be copied into every worker of every loader (benchmarks/shared_dataset.py).
+arrays as tensors (`shareable`): pickled to the first worker, torch moves such a tensor into
+shared memory, and every worker receives a handle (a file descriptor the fork server passes on)
+and maps the same pages, where a numpy array would be copied into every worker of every loader
+(benchmarks/shared_dataset.py).
 
 A loader that gives no batch within its timeout (`timeout`: the trainer's loader_timeout_s,
 feature extraction's feature_loader_timeout_s, the authors' probe's faithful.loader_timeout_s) or
@@ -70,12 +71,13 @@ def _start_server() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def shared(array: np.ndarray) -> torch.Tensor:
-    """`array` as a tensor in shared memory, copied there once, for a dataset held in memory
-    (CIFAR's images and labels): a loader worker receives a handle to it instead of a copy, and
-    every worker reads the same pages. /dev/shm holds it (kit.core.machine.shm_problems counts
-    it through DatasetKind.held_bytes_per_image)."""
-    return torch.from_numpy(np.ascontiguousarray(array)).share_memory_()
+def shareable(array: np.ndarray) -> torch.Tensor:
+    """`array` as a tensor, for a dataset held in memory (CIFAR's images and labels). Pickled to
+    a loader worker (torch's reductions), it is moved into shared memory the first time, once,
+    and every worker receives a handle to it instead of a copy and reads the same pages; a
+    loader without workers never pickles it and uses no shared memory. /dev/shm then holds it
+    (kit.core.machine.shm_problems counts it through DatasetKind.held_bytes_per_image)."""
+    return torch.from_numpy(np.ascontiguousarray(array))
 
 
 class LoaderError(RuntimeError):

@@ -57,7 +57,7 @@ class DatasetKind:
     #: estimates made before the data is read (None: not known in advance)
     split_sizes: ClassVar[tuple[int, int] | None] = None
     #: bytes per image a split of this kind holds in shared memory for its loader workers
-    #: (kit.data.workers.shared; 0 for a kind that reads its images from files)
+    #: (kit.data.workers.shareable; 0 for a kind that reads its images from files)
     held_bytes_per_image: ClassVar[int] = 0
 
     def expected_sizes(self, data: DataSettings) -> tuple[int, int] | None:

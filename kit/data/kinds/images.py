@@ -61,12 +61,13 @@ class ImageList(Dataset):
 class CifarImages(Dataset):
     """CIFAR images (uint8 [3, 32, 32]) and labels, read from the python
     pickles with either text or bytes keys (files re-saved from Python 3 have bytes keys, which
-    torchvision's own reader refuses with a bare KeyError). Both are held in shared memory, so
-    that each loader worker receives a handle to them, not a copy (kit.data.workers.shared)."""
+    torchvision's own reader refuses with a bare KeyError). Both are held as tensors, so that
+    each loader worker receives a handle to them in shared memory, not a copy
+    (kit.data.workers.shareable)."""
 
     def __init__(self, images: np.ndarray, labels: list[int], classes: list[str]) -> None:
-        self.images = workers.shared(images)  # [N, 32, 32, 3] as CIFAR's pickles hold them
-        self.labels = workers.shared(np.asarray(labels, dtype=np.int64))
+        self.images = workers.shareable(images)  # [N, 32, 32, 3] as CIFAR's pickles hold them
+        self.labels = workers.shareable(np.asarray(labels, dtype=np.int64))
         self.classes = classes
 
     def __len__(self) -> int:
