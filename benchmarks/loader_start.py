@@ -8,8 +8,9 @@ on the ci profile's synthetic world, as each run of a chain does, and times each
 batch (its workers started and its first batch made) over `--runs` runs in this one process, for
 each start method. A run's later batches cost the same whichever way the workers started. The
 fork server's first run also pays starting the server (one Python start and PRELOAD's imports,
-once per process). `--cifar-mb` adds an in-memory array of that many MB to the dataset, as
-CIFAR's images are held, which a fork server or spawn pickles to every worker.
+once per process). `--cifar-mb` adds a numpy array of that many MB to the dataset, as CIFAR's
+images were held before they moved to shared memory, which a fork server or spawn pickles to
+every worker (benchmarks/shared_dataset.py compares the two).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from kit.data.settings import DataSettings
 
 
 class Carrying(torch.utils.data.Dataset):
-    """A dataset holding an in-memory array besides its samples (as CIFAR's images)."""
+    """A dataset holding a numpy array besides its samples (as CIFAR's images were held)."""
 
     def __init__(self, base: torch.utils.data.Dataset, megabytes: int) -> None:
         self.base, self.array = base, np.ones(megabytes * 1_000_000, dtype=np.uint8)

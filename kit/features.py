@@ -45,7 +45,7 @@ from tqdm import tqdm
 
 from kit import models
 from kit.core import distributed, files
-from kit.core.paths import resolve
+from kit.core.paths import resolve, shown
 from kit.core.progress import Stage
 from kit.data import workers
 from kit.data.kinds.base import split_size
@@ -288,9 +288,12 @@ def _extract_checkpoints(
     num_workers: int,
     progress: bool,
     stage: Stage,
+    loader_timeout_s: float,
 ) -> None:
     """One pass over this rank's shard: each batch is decoded and normalised once and fed to
-    every backbone; entry `path` receives the features of `checkpoints[path]`."""
+    every backbone; entry `path` receives the features of `checkpoints[path]`. A loader worker
+    that gives no batch for `loader_timeout_s` (or dies) fails the pass naming the checkpoints,
+    the split and the batch it waited for."""
     backbones = _backbones(
         {path: (checkpoints[path], records[path]["checkpoints"][0]["sha256"]) for path in records}
     )
@@ -313,27 +316,40 @@ def _extract_checkpoints(
         num_workers=num_workers,
         pin_memory=target.type == "cuda",
         multiprocessing_context=workers.context() if num_workers else None,
+        timeout=loader_timeout_s if num_workers else 0,
     )
     labels = np.empty(len(shard), dtype=np.int64)
     row = 0
-    for images, batch_labels in tqdm(
+    named, more = next(iter(checkpoints.values())), len(checkpoints) - 1
+    what = f"{shown(named)}{f' and {more} more checkpoint(s)' if more else ''}"
+    batches = tqdm(
         DeviceBatches(loader, target, torch.channels_last),
         desc=f"features of {len(backbones)} backbone(s)",
         total=len(loader),
         disable=not progress or distributed.rank_and_world()[0] != 0,
-    ):
-        end = row + len(batch_labels)
-        with (
-            torch.no_grad(),
-            torch.autocast(target.type, torch.bfloat16, enabled=target.type == "cuda"),
-        ):
-            for path, model in backbones.items():
-                outputs[path][shard.start + row : shard.start + end] = (
-                    model.features(images).float().cpu().numpy()
-                )
-        labels[row:end] = batch_labels.cpu().numpy()
-        row = end
-        stage.advance()
+    )
+    waited = workers.loader_failures(
+        lambda error: (
+            f"extracting features of {what} on {stage.name}: {error} at batch "
+            f"{row // batch_size + 1} of {len(loader)} (feature_loader_timeout_s: "
+            f"{loader_timeout_s:g}): a loader worker is stuck or died. Nothing of this pass is "
+            "cached; run it again to extract it again"
+        )
+    )
+    with waited:
+        for images, batch_labels in batches:
+            end = row + len(batch_labels)
+            with (
+                torch.no_grad(),
+                torch.autocast(target.type, torch.bfloat16, enabled=target.type == "cuda"),
+            ):
+                for path, model in backbones.items():
+                    outputs[path][shard.start + row : shard.start + end] = (
+                        model.features(images).float().cpu().numpy()
+                    )
+            labels[row:end] = batch_labels.cpu().numpy()
+            row = end
+            stage.advance()
     for output in outputs.values():
         output.flush()
     del outputs
@@ -371,6 +387,7 @@ def extract_many(
     device: str = "cpu",
     num_workers: int = 0,
     progress: bool = True,
+    loader_timeout_s: float = 300,
 ) -> list[FeatureSet]:
     """Features of several representations (lists of checkpoints) on one split, each
     concatenated in the order given.
@@ -434,6 +451,7 @@ def extract_many(
             num_workers,
             progress,
             stage,
+            loader_timeout_s,
         )
         verdicts.update(dict.fromkeys(missing, True))
         stage.finish(f"{reused}, extracted {len(missing)} checkpoint(s)")
@@ -458,6 +476,7 @@ def extract(
     device: str = "cpu",
     num_workers: int = 0,
     progress: bool = True,
+    loader_timeout_s: float = 300,
 ) -> FeatureSet:
     """Features of `dataset` under each checkpoint, concatenated in the order given (one
     representation of `extract_many`)."""
@@ -473,6 +492,7 @@ def extract(
         device,
         num_workers,
         progress,
+        loader_timeout_s,
     )[0]
 
 

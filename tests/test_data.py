@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import shutil
 from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
 import numpy as np
@@ -135,6 +136,26 @@ def test_cifar_in_torchvision_format(
     mean = torch.tensor(prefetch.IMAGENET_MEAN)[:, None, None]
     std = torch.tensor(prefetch.IMAGENET_STD)[:, None, None]
     assert torch.allclose(prefetch.normalise(eval_images)[0], (first - mean) / std, atol=1e-5)
+
+
+def test_cifar_workers_get_a_handle_to_its_arrays_not_a_copy(tmp_path: Path) -> None:
+    """A fork server's worker receives its dataset pickled: CIFAR's arrays travel as handles to
+    shared memory (a few hundred bytes, whatever the dataset's size), and the workers read the
+    same batches as the loading process."""
+    write_cifar(tmp_path, "cifar10", 200)
+    config = {"kind": "cifar10", "root": str(tmp_path), "image_size": 32}
+    alone, with_workers = build(config, 10), build(config, 10, num_workers=2)
+    split = with_workers.train.dataset.base
+    assert not split.images.is_shared()  # no shared memory for a loader without workers
+    assert with_workers.train.multiprocessing_context.get_start_method() == "forkserver"
+    for left, right in zip(first_batch(alone), first_batch(with_workers), strict=True):
+        assert torch.equal(left, right)
+    assert split.images.is_shared() and split.labels.is_shared()  # moved for the first worker
+    sent = len(ForkingPickler.dumps(split))  # what the fork server passes to each worker
+    assert sent < 4096 < split.images.numel(), sent
+    assert not alone.train.dataset.base.images.is_shared()
+    for left, right in zip(next(iter(alone.eval)), next(iter(with_workers.eval)), strict=True):
+        assert torch.equal(left, right)
 
 
 def test_cifar_with_a_missing_file_is_refused(tmp_path: Path) -> None:

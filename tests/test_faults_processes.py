@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,14 +20,18 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import polars as pl
 import psutil
 import pytest
 import torch
 
-from kit.core import files, processes
+from kit.core import files, params, processes
 from kit.core.paths import REPO_ROOT, importable_environment
 from kit.data.fixtures import write_image_folder
+from kit.experiments.timecat import sweep, sweep_settings
+from kit.experiments.timecat.sweep_settings import SweepSettings
 from kit.launch import progress
+from kit.report import page
 from kit.train import checkpoint, command, metrics, trainer
 
 #: what the kit's processes carry on their command line: the kernel, warm workers, trainers
@@ -611,3 +616,159 @@ def test_a_stop_sent_to_every_process_of_a_trainer_with_loader_workers_checkpoin
         for member in tree:
             with contextlib.suppress(psutil.Error):
                 member.kill()
+
+
+#: a sitecustomize module for the kernel of the `kit run` below (PYTHONPATH puts it first): right
+#: after the KIT_TEST_KILL_AFTER-th result file notebook 03 writes into its output folder (a
+#: parquet by polars, a JSON by kit.report.outputs.write_json), it names that file in
+#: `killed_after.txt` beside the folder and SIGKILLs `kit run`'s process group, then itself
+KILL_HOOK = """
+import os, sys
+if os.environ.get("KIT_TEST_KILL_AFTER") and "ipykernel_launcher" in " ".join(sys.orig_argv):
+    import signal
+    from pathlib import Path
+
+    import polars
+
+    from kit.report import outputs
+
+    folder, written = Path(os.environ["KIT_TEST_KILL_DIR"]), []
+
+    def after(path):
+        if Path(path).parent != folder:
+            return
+        written.append(Path(path).name)
+        if len(written) == int(os.environ["KIT_TEST_KILL_AFTER"]):
+            (folder.parent / "killed_after.txt").write_text(Path(path).name)
+            runner = os.getppid()
+            if os.getpgid(runner) == runner:  # the test started it in a session of its own
+                os.killpg(runner, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def write_parquet(self, file, *args, _write=polars.DataFrame.write_parquet, **kwargs):
+        _write(self, file, *args, **kwargs)
+        after(file)
+
+    def write_json(path, content, _write=outputs.write_json):
+        _write(path, content)
+        after(path)
+
+    polars.DataFrame.write_parquet, outputs.write_json = write_parquet, write_json
+"""
+
+
+def _results(folder: Path, written_in: Path) -> dict[str, object]:
+    """Notebook 03's result files in `folder`, the path of the folder they were written in
+    replaced: each parquet's rows, the summary without its what-ran lines (they hold the wall
+    time)."""
+
+    def timeless(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: timeless(v) for k, v in value.items() if k != "ran"}
+        return [timeless(v) for v in value] if isinstance(value, list) else value
+
+    found: dict[str, object] = {}
+    for path in sorted(folder.glob("time_concat_*")):
+        if path.suffix == ".parquet":
+            frame = pl.read_parquet(path).with_columns(
+                pl.col(pl.Utf8).str.replace_all(str(written_in), "<out>", literal=True)
+            )
+            found[path.name] = repr(frame.to_dicts())  # repr: NaN equals NaN
+        elif path.suffix == ".json":
+            found[path.name] = timeless(
+                json.loads(path.read_text().replace(str(written_in), "<out>"))
+            )
+    return found
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only",
+)
+def test_notebook_03_killed_after_each_result_write_leaves_a_folder_marked_incomplete(
+    tmp_path: Path, runner_output
+) -> None:
+    """The real notebook 03 (ci profile), run again over a finished run's folder and killed,
+    with `kit run`'s whole process group, right after its first result write, then after its
+    second, and so on: after each kill the folder mixes new files with old ones, so it must say
+    it is incomplete, notebook 04 must not reuse its results and the report must refuse it, and
+    no kit process may be left; the run after the last kill completes with the same results
+    as the uninterrupted run. Each kill's run skips the finished training runs and reads the
+    cached features, but probes again: about a minute per write after the probes."""
+    finished = runner_output("03_time_concat")
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    folder = tmp_path / "ci"
+    shutil.copytree(finished.output_dir, folder, ignore=shutil.ignore_patterns("0[124]_*"))
+    expected = _results(folder, finished.output_dir)
+    record = folder / f"03_time_concat{params.RECORD_SUFFIX}"  # the same run, moved here
+    record.write_text(record.read_text().replace(str(finished.output_dir), str(folder)))
+    assert len(expected) >= 7, sorted(expected)  # training, results, table 3, summary, ...
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(KILL_HOOK)
+    loaded, _ = params.load("04_when_concat_helps", "ci", output_dir=str(folder))
+    (shared,) = [cell for cell in sweep_settings.cells(loaded) if cell.shared]
+    assert sweep.notebook03_results(loaded, shared) is not None  # the finished run's, reused
+    killed_after: list[str] = []
+    try:
+        _kill_after_each_write(tmp_path, folder, hook, len(expected), killed_after, loaded, shared)
+    finally:
+        for process in _survivors([], str(tmp_path)):
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+    assert sorted(killed_after) == sorted(expected), killed_after  # each write, once
+    assert page.incomplete_notebooks(folder) == []
+    assert sweep.notebook03_results(loaded, shared) is not None
+    assert page.write_report("ci", folder).exists()
+    assert _results(folder, folder) == expected
+
+
+def _kill_after_each_write(
+    tmp_path: Path,
+    folder: Path,
+    hook: Path,
+    writes: int,
+    killed_after: list[str],
+    loaded: SweepSettings,
+    shared: sweep_settings.Cell,
+) -> None:
+    """`kit run 03` into `folder`, killed by the hook after its first result write, then after
+    its second, ... (each file written listed in `killed_after`), and a last run left to
+    finish; after each kill, the folder is marked incomplete and refused."""
+    for write in range(1, writes + 2):
+        (tmp_path / "killed_after.txt").unlink(missing_ok=True)
+        log = tmp_path / f"kit-run-{write}.log"
+        with log.open("w") as output:
+            runner = subprocess.Popen(
+                [sys.executable, "-m", "kit", "run", "03", "--profile", "ci"]
+                + ["--set", f"output_dir={folder}"],
+                cwd=REPO_ROOT,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=os.environ
+                | {
+                    "PYTHONPATH": f"{hook}{os.pathsep}{REPO_ROOT}",
+                    "KIT_TEST_KILL_AFTER": str(write),
+                    "KIT_TEST_KILL_DIR": str(folder),
+                    MARKER: str(tmp_path),
+                },
+            )
+        code = runner.wait(timeout=600)
+        if not (tmp_path / "killed_after.txt").exists():
+            assert code == 0, log.read_text()[-3000:]
+            break
+        killed_after.append((tmp_path / "killed_after.txt").read_text())
+        assert code == -signal.SIGKILL, log.read_text()[-3000:]
+        deadline = time.monotonic() + 20
+        while (alive := _survivors([], str(tmp_path))) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not alive, _describe(alive)
+        where = f"killed after {killed_after[-1]}"
+        assert page.incomplete_notebooks(folder) == ["03_time_concat"], where
+        assert not (folder / f"03_time_concat{params.RECORD_SUFFIX}").exists(), where
+        assert sweep.notebook03_results(loaded, shared) is None, where
+        with pytest.raises(page.ReportError, match=f"{folder}: the last run of 03_time_concat"):
+            page.write_report("ci", folder)
+    else:
+        pytest.fail(f"still killed after {writes + 1} writes: {killed_after}")

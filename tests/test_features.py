@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -16,6 +17,9 @@ from torch.utils.data import TensorDataset
 
 from kit import features, models
 from kit.core.paths import REPO_ROOT
+from kit.data import pipeline, workers
+from kit.data.fixtures import write_image_folder
+from kit.data.settings import DataSettings
 from kit.train.settings import load_train_settings
 
 
@@ -408,3 +412,23 @@ def test_a_checkpoint_is_read_once_for_consecutive_passes_until_it_changes(
     changed = features.extract_many([[a]], split="train", **kwargs)
     assert loads[2:] == [a] and not changed[0].cache_hit
     assert not np.array_equal(changed[0].features, first[0].features)
+
+
+def test_a_stuck_extraction_worker_becomes_an_error_naming_the_checkpoint(tmp_path: Path) -> None:
+    """A loader worker that never hands over a batch (here one blocked opening a FIFO planted
+    among the images) left extraction waiting forever: it now fails after the loader timeout,
+    naming the checkpoint, the split and the batch, and leaves no worker behind."""
+    folder = write_image_folder(tmp_path / "images", ("ant", "bee", "cat"), {"train": 4, "val": 1})
+    data = DataSettings(kind="imagefolder", root=str(folder), image_size=16, verify_images=False)
+    dataset, _ = pipeline.probe_datasets(data, 3)
+    first, second = tiny_checkpoint(tmp_path, "a", 1), tiny_checkpoint(tmp_path, "b", 2)
+    options = dict(batch_size=2, num_workers=1, progress=False, loader_timeout_s=10)
+    features.extract([first], dataset, "images", "train", "plain", tmp_path / "c", **options)
+    os.mkfifo(folder / "train" / "ant" / "stuck.png")  # row 4: the third batch of 7
+    dataset, _ = pipeline.probe_datasets(data, 3)
+    with pytest.raises(workers.LoaderError) as error:
+        features.extract([second], dataset, "images", "train", "plain", tmp_path / "c", **options)
+    assert str(error.value).startswith(f"extracting features of {second} on features train (13")
+    assert "DataLoader timed out after 10 seconds at batch 3 of 7" in str(error.value)
+    assert "feature_loader_timeout_s: 10" in str(error.value)
+    assert not multiprocessing.active_children()

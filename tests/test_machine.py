@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from kit.core import distributed, machine, processes
+from kit.data import kinds
+from kit.data.settings import DataSettings
 
 
 def _gpus(
@@ -113,6 +115,13 @@ def test_disk_and_shm_compare_with_the_need(tmp_path: Path) -> None:
 def test_loader_shared_memory_by_hand() -> None:
     # 8 ranks x 3 loaders x 12 workers x 4 batches x 128 images x 3 x 224 x 224 bytes
     assert machine.loader_shared_memory(8, 12, 128, 224) == 8 * 3 * 12 * 4 * 128 * 150528
+    # and each rank's CIFAR arrays, held in shared memory for its workers (none without workers)
+    held = kinds.get("cifar100").held_bytes(DataSettings(kind="cifar100", root="x", image_size=32))
+    assert held == 60_000 * (3 * 32 * 32 + 8)
+    assert machine.loader_shared_memory(8, 12, 128, 32, held) == 8 * (
+        3 * 12 * 4 * 128 * 3072 + held
+    )
+    assert machine.loader_shared_memory(8, 0, 128, 32, held) == 0
 
 
 def test_preempted_marker_is_written_where_the_launcher_says(

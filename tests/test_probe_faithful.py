@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
+import os
 import re
 from pathlib import Path
 
@@ -15,6 +17,8 @@ import yaml
 from pydantic import ValidationError
 from test_features import tiny_checkpoint
 
+from kit.data import workers
+from kit.data.fixtures import write_image_folder
 from kit.probes import faithful
 from kit.probes.base import ImageProbeJob
 from kit.probes.faithful_training import ProbeHeads
@@ -374,3 +378,25 @@ def test_a_setup_asking_for_more_processes_than_given_is_refused() -> None:
             precision="fp32",
             setups={"inat": {"processes": 1, "batch_size": 32}},
         )
+
+
+def test_a_stuck_probe_worker_becomes_an_error_naming_the_probe(tmp_path: Path, step) -> None:
+    """A loader worker of the authors' probe that never hands over a batch (one blocked opening
+    a FIFO planted among the images) left the probe waiting forever: it now fails after
+    faithful.loader_timeout_s naming the probe's folder and checkpoints, with no worker left."""
+    checkpoints, description = step
+    folder = write_image_folder(tmp_path / "images", ("ant", "bee", "cat"), {"train": 8, "val": 2})
+    os.mkfifo(folder / "train" / "ant" / "stuck.png")
+    data = {"kind": "imagefolder", "root": str(folder), "image_size": 16, "verify_images": False}
+    description.write_text(yaml.safe_dump(data))
+    warm = torch.utils.data.DataLoader(
+        [0], num_workers=1, multiprocessing_context=workers.context()
+    )
+    next(iter(warm))  # the fork server started: the timeout below is the stuck worker's
+    output = tmp_path / "probe"
+    with pytest.raises(workers.LoaderError) as error:
+        run(checkpoints, description, output, workers=1, loader_timeout_s=10)
+    assert str(error.value).startswith(f"{output}: the faithful probe of {checkpoints[0]}, ")
+    assert "DataLoader timed out after 10 seconds" in str(error.value)
+    assert "(faithful.loader_timeout_s: 10)" in str(error.value)
+    assert not multiprocessing.active_children()

@@ -8,14 +8,17 @@ import shlex
 import subprocess
 import sys
 import tomllib
+import types
 from pathlib import Path
 
 import nbformat
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from kit.cli import lab, runner
 from kit.core import params
+from kit.core.parameters_cell import Section
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT, importable_environment
 
 
@@ -174,9 +177,21 @@ def test_notebooks_have_parameters_and_references_for_checked_cells() -> None:
                 assert cell.outputs, f"{path.name}: checked cell {cell.id} has no reference"
 
 
+def is_section(annotation: object) -> bool:
+    """Whether a schema's field is a section (a settings model or a mapping, even optional)."""
+    union = isinstance(annotation, types.UnionType)  # `X | None`; a list of models is no section
+    candidates = [*annotation.__args__] if union else [annotation]
+    return any(
+        (isinstance(c, type) and issubclass(c, BaseModel)) or getattr(c, "__origin__", c) is dict
+        for c in candidates
+    )
+
+
 def test_parameters_cells_set_only_a_profile_and_it_resolves() -> None:
     """A notebook's parameters cell is an interactive session's choice of profile, never a set
-    of defaults that could leak into a profile run: every other name it declares is None."""
+    of defaults that could leak into a profile run: every other name it declares is None, or,
+    exactly where the schema takes a section, an empty Section (papermill's `-p train.lr 0.1`
+    sets a key on it)."""
     for path in runner.find_notebooks(None):
         cell = next(
             c
@@ -186,8 +201,14 @@ def test_parameters_cells_set_only_a_profile_and_it_resolves() -> None:
         namespace: dict = {"In": [cell.source]}
         exec(cell.source, namespace)
         names = params.parameter_names([cell.source])
+        fields = params.schema_for(path.stem).model_fields
+        sections = [n for n in names if is_section(fields[n].annotation)]
         assert names[0] == "profile", path.name
-        assert [n for n in names if namespace[n] is not None] == ["profile"], path.name
+        assert [n for n in names if isinstance(namespace[n], Section)] == sections
+        assert not any(namespace[n].as_dict() for n in sections), path.name
+        assert [n for n in names if namespace[n] is not None and n not in sections] == [
+            "profile"
+        ], path.name
         assert params.from_notebook(path.stem, namespace).profile == "interactive"
 
 

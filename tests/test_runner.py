@@ -346,6 +346,71 @@ def test_plain_papermill_refuses_bad_or_unknown_parameters_in_the_notebook(
     assert not (tmp_path / "toy_runs.parquet").exists()
 
 
+def notebook_03_head(path: Path) -> None:
+    """A stand-in for notebook 03 that runs its real parameters cell and reads its parameters,
+    without training: what papermill injects reaches the settings or is refused."""
+    notebook = nbformat.read(NOTEBOOKS_DIR / "03_time_concat.ipynb", as_version=4)
+    parameters = next(c for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
+    reads = nbformat.v4.new_code_cell(
+        "from kit.core import params\n"
+        'P = params.from_notebook("03_time_concat", globals())\n'
+        'print("lr", P.train.lr, "weight_decay", P.train.weight_decay, "epochs", P.probe.epochs)'
+    )
+    notebook.cells = [parameters, reads]
+    nbformat.write(notebook, path)
+
+
+@pytest.mark.parametrize(
+    "given, printed",
+    [
+        (["-p", "train.lr", "0.0625", "-p", "probe.epochs", "7"], "lr 0.0625 weight_decay"),
+        (["-y", "train: {lr: 0.0625}"], "lr 0.0625 weight_decay"),
+        (["-p", "train.lrr", "0.0625"], "unknown parameter 'train.lrr'; did you mean 'train.lr'"),
+    ],
+    ids=["dotted", "mapping", "unknown-dotted"],
+)
+def test_plain_papermill_sets_a_key_inside_a_section(
+    tmp_path: Path, given: list[str], printed: str
+) -> None:
+    """`-p train.lr 0.1` is written by papermill as `train.lr = 0.1`: the parameters cell's
+    section takes it, the rest of the section stays the profile's, and an unknown key inside a
+    section is refused naming it."""
+    notebook_03_head(tmp_path / "head.ipynb")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "papermill",
+            str(tmp_path / "head.ipynb"),
+            str(tmp_path / "ran.ipynb"),
+            "-p",
+            "profile",
+            "ci",
+            "-p",
+            "output_dir",
+            str(tmp_path / "ci"),
+            *given,
+            "-k",
+            "python3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    profile, _ = params.load("03_time_concat", "ci")
+    if "unknown" in printed:
+        assert result.returncode != 0
+        assert "ParameterError" in result.stderr and printed in result.stderr
+        assert "AttributeError" not in result.stderr
+        return
+    assert result.returncode == 0, result.stderr[-3000:]
+    ran = nbformat.read(tmp_path / "ran.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for o in ran.cells[-1].outputs)
+    assert f"{printed} {profile.train.weight_decay}" in text  # the rest is the profile's
+    epochs = 7 if "probe.epochs" in given else profile.probe.epochs
+    assert text.rstrip().endswith(f"epochs {epochs}"), text
+
+
 def test_a_saved_parameter_file_replays_where_its_profile_says(tmp_path: Path) -> None:
     (planned,) = runner.plan(["02"], "ci", overrides={"output_dir": str(tmp_path / "ci")})
     saved = tmp_path / "02.parameters.yaml"

@@ -122,12 +122,14 @@ def disk_problems(folder: Path, needed: int, what: str) -> list[str]:
     return []
 
 
-def loader_shared_memory(ranks: int, workers: int, batch: int, image_size: int) -> int:
+def loader_shared_memory(
+    ranks: int, workers: int, batch: int, image_size: int, held: int = 0
+) -> int:
     """Bytes of /dev/shm a node's training loaders hold at once: each worker of each persistent
-    loader keeps PREFETCH_FACTOR batches of uint8 images ready."""
-    return (
-        ranks * PERSISTENT_LOADERS * workers * PREFETCH_FACTOR * batch * 3 * image_size * image_size
-    )
+    loader keeps PREFETCH_FACTOR batches of uint8 images ready, and each rank's datasets held in
+    memory (`held` bytes a rank: CIFAR's arrays, which its workers map instead of copying)."""
+    batches = PERSISTENT_LOADERS * workers * PREFETCH_FACTOR * batch * 3 * image_size * image_size
+    return ranks * (batches + (held if workers else 0))
 
 
 def shm_problems(needed: int, shm: Path = Path("/dev/shm")) -> list[str]:

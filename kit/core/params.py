@@ -6,8 +6,10 @@ A notebook's parameters come from files, later winning, deep-merged section by s
 own files (`python -m kit run -f FILE`), then `--set a.b.c=value`. Inside a notebook, values that
 papermill injects (`-p`, `-f`) are one more layer on top of the profile they name. The notebook's
 parameters cell declares every top-level name its schema takes (so that papermill lists them),
-each None but `profile`: None means "the profile's value", so the layering stays the one source
-of defaults and no value of an interactive session can leak into a profile run.
+each None but `profile`, and each section an empty `Section`: both mean "the profile's value", so
+the layering stays the one source of defaults and no value of an interactive session can leak
+into a profile run. A `Section` takes papermill's `-p train.lr 0.1` (which papermill writes as the
+statement `train.lr = 0.1`) and gives the key to the layering.
 
 Every value remembers the file (or command line) it came from, so a refusal names the file and the
 dotted key before any compute starts. Schemas are strict: YAML 1.1 reads `1e-3` as a string, and a
@@ -31,6 +33,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kit.core import notices, strict_yaml
+from kit.core.parameters_cell import Section
 from kit.core.paths import PARAMETERS_DIR, resolve
 from kit.core.sections import ByKind
 
@@ -80,6 +83,8 @@ KERNEL_HISTORY = ("In", "Out")
 #: `<output_dir>/<notebook><RECORD_SUFFIX>`: the parameters `python -m kit run` recorded for the
 #: notebook's results in that folder, written when the notebook succeeded (kit.cli.runner)
 RECORD_SUFFIX = ".parameters.yaml"
+
+
 #: the first line of the cell papermill injects (the notebook's own cell starts '# parameters:')
 PAPERMILL_CELL = "# Parameters"
 
@@ -322,26 +327,31 @@ def from_notebook(
     """The parameters of a running notebook: its profile (from the parameters cell or injected)
     resolved from parameters/, with every other value papermill injected merged on top. A name
     the parameters cell leaves None is left to the profile, unless papermill's own cell sets it
-    (to None too: a run's file may clear a value). An injected name the schema does not know is
-    refused (papermill itself only warns). Run in a kernel that `python -m kit run` did not
-    start (plain papermill, JupyterLab), it removes the runner's parameters record of the
-    notebook from the output folder: the results there are about to be rewritten, and notebook
-    04 must not take them for those of the recorded parameters. The names are those assigned by
-    the cells that start with '# parameters' in the kernel's history, or, where the kernel keeps
-    none, every plain value of the namespace (call this in the first cell after the
-    parameters)."""
+    (to None too: a run's file may clear a value); a `Section` gives only the keys set in it
+    (`-p train.lr 0.1`), merged over the profile's section. An injected name the schema does
+    not know is refused (papermill itself only warns). Run in a kernel that `python -m kit run`
+    did not start (plain papermill, JupyterLab), it removes the runner's parameters record of
+    the notebook from the output folder: the results there are about to be rewritten, and
+    notebook 04 must not take them for those of the recorded parameters. The names are those
+    assigned by the cells that start with '# parameters' in the kernel's history, or, where the
+    kernel keeps none, every plain value of the namespace (call this in the first cell after
+    the parameters)."""
     names = parameter_names(namespace.get("In") or []) or [
         name
         for name, value in namespace.items()  # a kernel that keeps no history (nbval)
         if not name.startswith("_")
         and name not in KERNEL_HISTORY
-        and isinstance(value, PLAIN_VALUES)
+        and isinstance(value, (*PLAIN_VALUES, Section))
     ]
     by_papermill = set(parameter_names(namespace.get("In") or [], PAPERMILL_CELL))
-    injected = {
-        name: namespace[name]
+    given = {
+        name: (value.as_dict() or None) if isinstance(value, Section) else value
         for name in names
-        if name in namespace and (namespace[name] is not None or name in by_papermill)
+        if name in namespace
+        for value in [namespace[name]]
+    }
+    injected = {
+        name: value for name, value in given.items() if value is not None or name in by_papermill
     }
     source = "the notebook's parameters (its parameters cell or papermill's injected cell)"
     profile = injected.pop("profile", None)

@@ -10,8 +10,17 @@ threads); it imports PRELOAD once and forks each worker from that clean state, s
 in about the time a fork takes and never inherits a held lock. What it costs against forking,
 per run, is measured by benchmarks/loader_start.py (docs/decisions.md).
 
-A worker gets its dataset pickled instead of inherited: in-memory datasets (CIFAR's arrays) are
-copied to each worker once per loader, which the same benchmark measures.
+A worker gets its dataset pickled instead of inherited, so a dataset held in memory keeps its
+arrays as tensors (`shareable`): pickled to the first worker, torch moves such a tensor into
+shared memory, and every worker receives a handle (a file descriptor the fork server passes on)
+and maps the same pages, where a numpy array would be copied into every worker of every loader
+(benchmarks/shared_dataset.py).
+
+A loader that gives no batch within its timeout (`timeout`: the trainer's loader_timeout_s,
+feature extraction's feature_loader_timeout_s, the authors' probe's faithful.loader_timeout_s) or
+loses a worker raises torch's bare RuntimeError, which names neither what was being read nor
+where; `loader_failures` turns it into a LoaderError that does, and kills the loader's workers
+(a worker stuck straight after fork ignores SIGTERM).
 
 The server starts with the stop signals blocked, and so do the workers it forks: a stop sent to
 every process of a run (the runner's stop, a scheduler's) reaches the trainer, which checkpoints
@@ -21,10 +30,15 @@ trainer would have failed on its lost workers instead of saving.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import signal
+from collections.abc import Callable, Iterator
 from multiprocessing import forkserver, resource_tracker
 from multiprocessing.context import BaseContext
+
+import numpy as np
+import torch
 
 #: how every loader's workers start (benchmarks/loader_start.py compares "fork" and "spawn")
 START_METHOD = "forkserver"
@@ -55,3 +69,41 @@ def _start_server() -> None:
         forkserver.ensure_running()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def shareable(array: np.ndarray) -> torch.Tensor:
+    """`array` as a tensor, for a dataset held in memory (CIFAR's images and labels). Pickled to
+    a loader worker (torch's reductions), it is moved into shared memory the first time, once,
+    and every worker receives a handle to it instead of a copy and reads the same pages; a
+    loader without workers never pickles it and uses no shared memory. /dev/shm then holds it
+    (kit.core.machine.shm_problems counts it through DatasetKind.held_bytes_per_image)."""
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+class LoaderError(RuntimeError):
+    """A data loader gave no batch within its timeout, or lost a worker; its message names what
+    was being read (a run and its step, the checkpoints being extracted, a probe's folder)."""
+
+
+def kill_loader_workers() -> None:
+    """SIGKILL the loader workers this process started (its multiprocessing children): a worker
+    stuck straight after fork ignores SIGTERM, and a stopped one cannot act on it."""
+    for child in multiprocessing.active_children():
+        with contextlib.suppress(OSError, ValueError):
+            child.kill()
+            child.join(timeout=5)
+
+
+@contextlib.contextmanager
+def loader_failures(describe: Callable[[str], str]) -> Iterator[None]:
+    """A loader in the block that timed out or lost a worker (torch's RuntimeError, 'DataLoader
+    timed out after ...' or '... worker ... exited unexpectedly', names neither what was read
+    nor where) becomes a LoaderError saying `describe(torch's message)`; its workers are killed,
+    not left stuck."""
+    try:
+        yield
+    except RuntimeError as error:
+        if not str(error).startswith("DataLoader"):
+            raise
+        kill_loader_workers()
+        raise LoaderError(describe(str(error))) from None

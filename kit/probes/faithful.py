@@ -64,7 +64,16 @@ IDENTITY = (
     "precision",
 )
 #: settings the command line takes as --name value, beside the weight decays and milestones
-OPTIONS = ("epochs", "batch_size", "lr", "momentum", "heldout_fraction", "seed", "group_timeout_s")
+OPTIONS = (
+    "epochs",
+    "batch_size",
+    "lr",
+    "momentum",
+    "heldout_fraction",
+    "seed",
+    "group_timeout_s",
+    "loader_timeout_s",
+)
 
 
 def load_data_config(path: Path) -> DataSettings:
@@ -137,6 +146,7 @@ def _loaders(
             pin_memory=pin,
             persistent_workers=workers > 0,
             multiprocessing_context=worker_start.context() if workers else None,
+            timeout=settings.loader_timeout_s if workers else 0,
             **how,
         )
 
@@ -190,7 +200,17 @@ def run_faithful(
     backbones = [load_backbone(Path(p)) for p in checkpoints]
     train_loader, held_loader, eval_loader = _loaders(data_config, num_classes, settings)
     main_process = distributed.rank_and_world()[0] == 0
-    with locks.hold(output, "faithful probe") if main_process else contextlib.nullcontext():
+    waited = worker_start.loader_failures(
+        lambda error: (
+            f"{output}: the faithful probe of {', '.join(map(str, checkpoints))}: {error} "
+            f"(faithful.loader_timeout_s: {settings.loader_timeout_s}): a loader worker is stuck "
+            "or died. Its finished epochs are kept; run it again to resume"
+        )
+    )
+    with (
+        locks.hold(output, "faithful probe") if main_process else contextlib.nullcontext(),
+        waited,
+    ):
         result = faithful_probe(
             backbones,
             train_loader,

@@ -251,6 +251,10 @@ class FaithfulProbeSettings(ProbeSettings):
     #: every rank before failing (as the trainer's train.group_timeout_s; a rank opening
     #: ImageNet's 1.28M files or iNat18's JSON can take minutes)
     group_timeout_s: int = Field(default=DEFAULT_GROUP_TIMEOUT_S, ge=60)
+    #: seconds one of the probe's loaders may take for one batch (its first includes starting
+    #: the workers) before the probe fails naming its folder: a stuck or dead loader worker (as
+    #: the trainer's train.loader_timeout_s); the probe resumes from its last finished epoch
+    loader_timeout_s: int = Field(default=300, ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> FaithfulProbeSettings:

@@ -14,9 +14,10 @@ from kit.core import files, locks, machine
 from kit.core.params import ParameterError
 from kit.core.processes import PREEMPTED_EXIT, mark_preempted
 from kit.data.kinds.base import DataError
+from kit.data.workers import LoaderError
 from kit.train.checkpoint import NonFiniteLossError
 from kit.train.settings import load_train_settings
-from kit.train.stopping import LoaderError, Preempted
+from kit.train.stopping import Preempted
 from kit.train.trainer import train_in_turn
 
 

@@ -10,8 +10,8 @@ the flag before each run, so no rank waits alone in the next run's collectives.
 
 A loader that gives no batch within `loader_timeout_s` or loses a worker raises torch's bare
 RuntimeError, which names neither the run nor the step; `loader_failures` turns it into a
-LoaderError that does, and kills the loader's workers (a worker stuck straight after fork ignores
-SIGTERM).
+LoaderError (kit.data.workers) that does, and kills the loader's workers (a worker stuck straight
+after fork ignores SIGTERM).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from kit.core.distributed import Process
 from kit.core.processes import PREEMPTION_SIGNALS, signal_handlers
-from kit.train.watchdog import kill_loader_workers
+from kit.data import workers
 
 #: steps between two agreements on a stop request outside logging steps: at most a second or two
 #: of ImageNet training on a GPU node, and one host synchronisation in 20 steps
@@ -37,11 +37,6 @@ STOP_CHECK_EVERY = 20
 
 class Preempted(RuntimeError):
     """A preemption signal stopped the run after its checkpoint was written; run it again."""
-
-
-class LoaderError(RuntimeError):
-    """A data loader gave no batch within loader_timeout_s, or lost a worker; its message names
-    the run and the step."""
 
 
 class StopFlag:
@@ -81,18 +76,14 @@ class StopFlag:
         return self.requested
 
 
-@contextlib.contextmanager
-def loader_failures(out: Path, step: Callable[[], int], timeout_s: float) -> Iterator[None]:
-    """A loader that timed out or lost a worker (torch's RuntimeError names neither the run nor
-    the step) becomes a LoaderError naming the run `out` and the step it was at; its workers
-    are killed, not left stuck."""
-    try:
-        yield
-    except RuntimeError as error:
-        if not str(error).startswith("DataLoader"):
-            raise
-        kill_loader_workers()
-        raise LoaderError(
+def loader_failures(
+    out: Path, step: Callable[[], int], timeout_s: float
+) -> contextlib.AbstractContextManager[None]:
+    """A loader that timed out or lost a worker becomes a LoaderError naming the run `out` and
+    the step it was at (kit.data.workers.loader_failures); its workers are killed."""
+    return workers.loader_failures(
+        lambda error: (
             f"{out}: {error} at step {step()} (loader_timeout_s: {timeout_s:g}): a loader worker "
             "is stuck or died. The last checkpoint is kept; run it again to resume"
-        ) from None
+        )
+    )

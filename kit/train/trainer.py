@@ -60,6 +60,7 @@ from kit.core.processes import (
     DONE,
     finished_through,
 )
+from kit.data import kinds
 from kit.data import pipeline as kit_data
 from kit.data.preflight import writable_problems
 from kit.train.checkpoint import (
@@ -183,6 +184,7 @@ def _train_on(
         cfg.num_workers,
         cfg.micro_batch or cfg.batch_size // process.world_size,
         cfg.data.image_size,
+        kinds.get(cfg.data.kind).held_bytes(cfg.data),
     )
     if cfg.num_workers and (short := machine.shm_problems(shared)):
         raise machine.MachineError("\n".join(short))

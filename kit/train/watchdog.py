@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import multiprocessing
 import os
 import signal
 import sys
@@ -32,15 +31,6 @@ import psutil
 STALLED_EXIT = 1
 
 T = TypeVar("T")
-
-
-def kill_loader_workers() -> None:
-    """SIGKILL the loader workers this process started (its multiprocessing children): a worker
-    stuck straight after fork ignores SIGTERM, and a stopped one cannot act on it."""
-    for child in multiprocessing.active_children():
-        with contextlib.suppress(OSError, ValueError):
-            child.kill()
-            child.join(timeout=5)
 
 
 def kill_children() -> None:

@@ -70,10 +70,19 @@ class DatasetKind:
     #: images in the training and evaluation splits of the dataset the kind usually holds, for
     #: estimates made before the data is read (None: not known in advance)
     split_sizes: ClassVar[tuple[int, int] | None] = None
+    #: bytes per image a split of this kind holds in shared memory for its loader workers
+    #: (kit.data.workers.shareable; 0 for a kind that reads its images from files)
+    held_bytes_per_image: ClassVar[int] = 0
 
     def expected_sizes(self, data: DataSource) -> tuple[int, int] | None:
         """The images of the training and evaluation splits `data` is expected to hold."""
         return self.split_sizes
+
+    def held_bytes(self, data: DataSource) -> int:
+        """Bytes of shared memory a rank's training and evaluation splits hold (estimated from
+        `expected_sizes`; 0 when unknown)."""
+        sizes = self.expected_sizes(data)
+        return sum(sizes) * self.held_bytes_per_image if sizes else 0
 
     def open_split(self, data: DataSource, split: str, num_classes: int) -> Dataset:
         """The 'train' or 'eval' split as a dataset of (image, label); DataError naming the path

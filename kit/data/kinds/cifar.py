@@ -148,6 +148,7 @@ class CifarKind(DatasetKind):
 
     probe_grid = "cifar"
     split_sizes = (50_000, 10_000)
+    held_bytes_per_image = 3 * 32 * 32 + 8  # uint8 pixels and an int64 label
     cifar_layout: ClassVar[CifarLayout]
 
     def open_split(self, data: DataSource, split: str, num_classes: int) -> CifarImages:

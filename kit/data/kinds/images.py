@@ -13,6 +13,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.io import ImageReadMode, decode_image
 
+from kit.data import workers
 from kit.data.kinds.base import DataError, undecodable
 
 
@@ -60,13 +61,17 @@ class ImageList(Dataset):
 class CifarImages(Dataset):
     """CIFAR images (uint8 [3, 32, 32]) and labels, read from the python
     pickles with either text or bytes keys (files re-saved from Python 3 have bytes keys, which
-    torchvision's own reader refuses with a bare KeyError)."""
+    torchvision's own reader refuses with a bare KeyError). Both are held as tensors, so that
+    each loader worker receives a handle to them in shared memory, not a copy
+    (kit.data.workers.shareable)."""
 
     def __init__(self, images: np.ndarray, labels: list[int], classes: list[str]) -> None:
-        self.images, self.labels, self.classes = images, labels, classes
+        self.images = workers.shareable(images)  # [N, 32, 32, 3] as CIFAR's pickles hold them
+        self.labels = workers.shareable(np.asarray(labels, dtype=np.int64))
+        self.classes = classes
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        return torch.from_numpy(self.images[index]).permute(2, 0, 1), self.labels[index]
+        return self.images[index].permute(2, 0, 1), int(self.labels[index])

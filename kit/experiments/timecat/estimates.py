@@ -369,6 +369,7 @@ def machine_problems(params: TimecatSettings) -> list[str]:
                 train.num_workers,
                 batch,
                 train.data.image_size,
+                kinds.get(train.data.kind).held_bytes(train.data),
             )
         )
     return problems

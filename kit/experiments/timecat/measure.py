@@ -88,6 +88,7 @@ def task_features(
             device=params.device,
             num_workers=params.feature_workers,
             progress=progress,
+            loader_timeout_s=params.feature_loader_timeout_s,
         )
 
     groups = [list(rep.checkpoints) for rep in probed]

@@ -173,6 +173,10 @@ class TimecatSettings(NotebookSettings):
     feature_batch_size: int = Field(ge=1)
     #: DataLoader workers decoding images for feature extraction
     feature_workers: int = Field(ge=0)
+    #: seconds a feature-extraction loader may take for one batch (its first includes starting
+    #: the workers) before extraction fails naming the checkpoints and the batch: a stuck or
+    #: dead loader worker (as the trainer's train.loader_timeout_s)
+    feature_loader_timeout_s: int = Field(default=300, ge=1)
     feature_dtype: Literal["float16", "float32"]
     #: where notebook 03 extracts features: in its kernel, or as a job launched with `launch`
     #: (torchrun on the node's GPUs, a Slurm job) that fills the cache the kernel then probes from
