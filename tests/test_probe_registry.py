@@ -211,3 +211,12 @@ def test_lbfgs_check_is_refused_for_a_probe_without_a_reference(nearest_mean: st
         params.ParameterError, match=f"lbfgs_check: the {nearest_mean} probe has no"
     ):
         jobs.load_settings("ci", [], [f"probe_kind={nearest_mean}"])
+
+
+def test_a_probes_reference_is_fitted_by_a_probe_of_cached_features() -> None:
+    reference = registry.settings_class("fast")().reference()
+    assert reference is not None
+    assert isinstance(registry.reference_probe(reference), FeatureProbe)
+    reads_images = ProbeSettings.model_construct(kind="faithful")
+    with pytest.raises(TypeError, match="reference probe faithful does not fit cached features"):
+        registry.reference_probe(reads_images)

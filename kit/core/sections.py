@@ -23,7 +23,7 @@ class ByKind:
         if not isinstance(data, Mapping):
             return handler(data)
         known, kind = self.classes(), data.get("kind")
-        if kind not in known:
+        if not isinstance(kind, str) or kind not in known:
             raise ValueError(f"unknown {self.what} {kind!r} (known: {', '.join(sorted(known))})")
         return known[kind].model_validate(data)
 

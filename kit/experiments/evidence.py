@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import altair as alt
 import polars as pl
 
+from kit.core.scalars import as_float
 from kit.report import charts, palette
 
 DATA_DIR = Path(__file__).parent / "evidence_data"
@@ -392,7 +393,7 @@ def difference_chart(
 
 def _padded(values: pl.Series) -> list[float]:
     """A domain from zero to the extremes with room for the labels above and below the bars."""
-    low, high = min(0.0, cast(float, values.min())), max(0.0, cast(float, values.max()))
+    low, high = min(0.0, as_float(values.min())), max(0.0, as_float(values.max()))
     room = 0.15 * (high - low or 1.0)
     return [low - room if low < 0 else 0.0, high + room if high > 0 else 0.0]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import cast
+from typing import TypedDict
 
 import numpy as np
 import polars as pl
@@ -24,6 +24,7 @@ import torch
 from scipy.optimize import linprog
 
 from kit.core.progress import KeptBar, Stage
+from kit.core.scalars import as_float
 from kit.core.threads import one_thread
 from kit.experiments.toy_settings import SparseTrainingSettings
 
@@ -492,13 +493,31 @@ def all_solved_by_k(fresh: pl.DataFrame, shared: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+class ToySummary(TypedDict):
+    """What `summarize` returns: counts, fractions in [0, 1] and mean probe accuracies, by share,
+    component or group size k where keyed (None where no model qualified)."""
+
+    runs: int
+    kept_counts: dict[str, int]
+    one_feature_fraction: float
+    one_feature_fraction_by_share: dict[str, float]
+    kept_matches_optimum_fraction: float | None
+    single_feature_accuracy_own_components: float | None
+    single_feature_accuracy_other_components: float | None
+    direct_accuracy: dict[str, float]
+    concat_all_solved_fraction: dict[str, float]
+    concat_all_solved_fraction_shared_sample: dict[str, float]
+    unpruned_solves_all_fraction: float
+    solved_threshold: float
+
+
 def summarize(
     runs: pl.DataFrame,
     direct: pl.DataFrame,
     concat: pl.DataFrame,
     shared_concat: pl.DataFrame,
     solved: float = SOLVED,
-) -> dict[str, object]:
+) -> ToySummary:
     """The key measured results of notebook 01, as plain numbers (written to JSON)."""
     single = runs.filter(pl.col("kept").is_in(["phi1", "phi2"]))
     own: list[float] = []
@@ -520,7 +539,9 @@ def summarize(
             .iter_rows()
         },
         "kept_matches_optimum_fraction": (
-            (decided["kept"] == decided["predicted_by_optimum"]).mean() if decided.height else None
+            as_float((decided["kept"] == decided["predicted_by_optimum"]).mean())
+            if decided.height
+            else None
         ),
         "single_feature_accuracy_own_components": float(np.mean(own)) if own else None,
         "single_feature_accuracy_other_components": float(np.mean(other)) if other else None,
@@ -532,12 +553,12 @@ def summarize(
         ),
         "concat_all_solved_fraction": _all_solved_fraction(concat),
         "concat_all_solved_fraction_shared_sample": _all_solved_fraction(shared_concat),
-        "unpruned_solves_all_fraction": cast(float, runs["unpruned_solves_all"].mean()),
+        "unpruned_solves_all_fraction": as_float(runs["unpruned_solves_all"].mean()),
         "solved_threshold": solved,
     }
 
 
-def summary_markdown(summary: dict[str, object]) -> str:
+def summary_markdown(summary: ToySummary) -> str:
     """What `summarize` found, as sentences in a markdown list (what the notebook displays)."""
 
     def listed(values: dict[str, float], percent: bool, prefix: str = "") -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 import torch
@@ -28,6 +28,9 @@ from kit.data.prefetch import DeviceBatches
 from kit.probes.rows import ProbeError, topk_correct
 from kit.probes.selection import ProbeResult, select
 from kit.probes.settings import FaithfulProbeSettings
+
+if TYPE_CHECKING:
+    from kit.models import KitResNet
 
 Extract = Callable[[torch.Tensor], torch.Tensor]
 
@@ -53,9 +56,17 @@ class ProbeHeads(nn.Module):
         self.norms = nn.ModuleList(nn.BatchNorm1d(width) for _ in range(count))
         self.linears = nn.ModuleList(nn.Linear(width, num_classes) for _ in range(count))
         generator = torch.Generator().manual_seed(seed)
-        for linear in self.linears:
+        for _, linear in self.layers():
             nn.init.normal_(linear.weight, std=0.01, generator=generator)
             nn.init.zeros_(linear.bias)
+
+    def layers(self) -> list[tuple[nn.BatchNorm1d, nn.Linear]]:
+        """Each head's BatchNorm1d and Linear, in order (a ModuleList types its items only as
+        Modules)."""
+        return [
+            (cast(nn.BatchNorm1d, norm), cast(nn.Linear, linear))
+            for norm, linear in zip(self.norms, self.linears, strict=True)
+        ]
 
     def batch_statistics(
         self, features: torch.Tensor
@@ -83,40 +94,50 @@ class ProbeHeads(nn.Module):
                 (variance * count / max(count - 1, 1)).float(),
             )
         group = torch.arange(len(features), device=features.device) // self.bn_batch
-        count = torch.bincount(group).double()[:, None]  # a last, shorter group is its own
+        sizes = torch.bincount(group).double()[:, None]  # a last, shorter group is its own
         rows = features.double()
-        mean = rows.new_zeros(len(count), width).index_add_(0, group, rows) / count
+        mean = rows.new_zeros(len(sizes), width).index_add_(0, group, rows) / sizes
         variance = (
-            rows.new_zeros(len(count), width).index_add_(0, group, rows.square()) / count
+            rows.new_zeros(len(sizes), width).index_add_(0, group, rows.square()) / sizes
             - mean.square()
         ).clamp_min(0.0)
-        first = torch.stack([mean[0], variance[0] * count[0] / (count[0] - 1).clamp_min(1)])
+        first = torch.stack([mean[0], variance[0] * sizes[0] / (sizes[0] - 1).clamp_min(1)])
         first = first.float()
         if distributed.rank_and_world()[1] > 1:
             dist.broadcast(first, src=0)
         return mean[group].float(), variance[group].float(), first[0], first[1]
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        eps = self.norms[0].eps
+        heads = self.layers()
+        eps = heads[0][0].eps
         if self.training:
             mean, variance, running_mean, running_var = self.batch_statistics(features)
             normalised = (features - mean) * torch.rsqrt(variance + eps)
             with torch.no_grad():
-                for norm in self.norms:
-                    norm.running_mean.lerp_(running_mean, norm.momentum)
-                    norm.running_var.lerp_(running_var, norm.momentum)
-                    norm.num_batches_tracked += 1
+                for norm, _ in heads:
+                    momentum = cast(float, norm.momentum)  # None only for a cumulative average
+                    mean_of, variance_of, batches = running_statistics(norm)
+                    mean_of.lerp_(running_mean, momentum)
+                    variance_of.lerp_(running_var, momentum)
+                    batches.add_(1)
         outputs = []
-        for norm, linear in zip(self.norms, self.linears, strict=True):
+        for norm, linear in heads:
             if not self.training:
-                normalised = (features - norm.running_mean) * torch.rsqrt(
-                    norm.running_var + norm.eps
-                )
+                mean_of, variance_of, _ = running_statistics(norm)
+                normalised = (features - mean_of) * torch.rsqrt(variance_of + norm.eps)
             outputs.append(linear(normalised * norm.weight + norm.bias))
         return torch.stack(outputs, dim=1)
 
 
-def concatenated_features(backbones: Sequence[nn.Module], precision: str = "fp32") -> Extract:
+def running_statistics(norm: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A head's running mean, running variance and batch count: buffers torch types as optional
+    (None without track_running_stats, which the heads keep)."""
+    mean, variance, batches = norm.running_mean, norm.running_var, norm.num_batches_tracked
+    assert mean is not None and variance is not None and batches is not None
+    return mean, variance, batches
+
+
+def concatenated_features(backbones: Sequence[KitResNet], precision: str = "fp32") -> Extract:
     """Frozen backbones in eval mode (their own BN statistics), features concatenated in order,
     as float32."""
     for backbone in backbones:
@@ -189,7 +210,7 @@ class HeadTraining:
         heads = ProbeHeads(
             width, self.num_classes, self.count, settings.seed, settings.bn_batch
         ).to(self.device)
-        for norm, linear, decay in zip(heads.norms, heads.linears, self.weight_decays, strict=True):
+        for (norm, linear), decay in zip(heads.layers(), self.weight_decays, strict=True):
             self.optimizers.append(
                 torch.optim.SGD(
                     [
@@ -207,12 +228,10 @@ class HeadTraining:
         )
         if self.saved:
             heads.load_state_dict(self.saved["heads"])
-            for part, states in (
-                (self.optimizers, self.saved["optimizers"]),
-                (self.schedulers, self.saved["schedulers"]),
-            ):
-                for item, state in zip(part, states, strict=True):
-                    item.load_state_dict(state)
+            for optimizer, state in zip(self.optimizers, self.saved["optimizers"], strict=True):
+                optimizer.load_state_dict(state)
+            for scheduler, state in zip(self.schedulers, self.saved["schedulers"], strict=True):
+                scheduler.load_state_dict(state)
         self.heads = heads
         self.model = (
             heads
@@ -236,7 +255,10 @@ class HeadTraining:
             assert self.model is not None
             labels = labels.to(device)
             logits = self.model(features)
-            loss = sum(F.cross_entropy(logits[:, h], labels) for h in range(count))
+            # a Tensor: the sum's start, 0, is added to at least one head's loss
+            loss = cast(
+                torch.Tensor, sum(F.cross_entropy(logits[:, h], labels) for h in range(count))
+            )
             for optimizer in self.optimizers:
                 optimizer.zero_grad()
             loss.backward()
@@ -286,7 +308,7 @@ class HeadTraining:
 
 
 def faithful_probe(
-    backbones: Sequence[nn.Module],
+    backbones: Sequence[KitResNet],
     train_loader: Iterable,
     heldout_loader: Iterable,
     eval_loader: Iterable,
@@ -324,7 +346,7 @@ def faithful_probe(
         disable=not progress or not main_process,
     ):
         sampler = getattr(train_loader, "batch_sampler", None)
-        if hasattr(sampler, "set_epoch"):
+        if sampler is not None and hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)
         train_sums = training.epoch(train_loader, extract)
         held1, _, held_n = training.accuracies(heldout_loader, extract)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kit.core.registry import Registry
 from kit.core.sections import ByKind, by_kind
-from kit.probes.base import Probe, ProbeSettings
+from kit.probes.base import FeatureProbe, Probe, ProbeSettings
 from kit.probes.settings import FaithfulProbeSettings, FastProbeSettings, LbfgsProbeSettings
 
 
@@ -46,15 +46,25 @@ def get(name: str) -> Probe:
     return getattr(importlib.import_module(module), attribute)()
 
 
-def probe_for(settings: ProbeSettings) -> Probe:
-    """The probe that `settings` are the settings of."""
-    return get(settings.kind)
+def reference_probe(settings: ProbeSettings) -> FeatureProbe:
+    """The probe that `settings`, a probe's converged reference (`ProbeSettings.reference`), are
+    the settings of: a probe of cached features, as it is fitted on the same features."""
+    probe = get(settings.kind)
+    if not isinstance(probe, FeatureProbe):
+        raise TypeError(f"the reference probe {settings.kind} does not fit cached features")
+    return probe
 
 
 def settings_class(name: str) -> type[ProbeSettings]:
     """The settings class of the probe called `name`; ValueError naming the known probes (what a
     settings validator raises)."""
     return PROBES.get(PROBES.checked(name)).settings
+
+
+def default_settings(name: str) -> ProbeSettings:
+    """The settings of the probe called `name` at their defaults (each settings class fixes its
+    `kind`); a ValidationError names the keys that have none."""
+    return settings_class(name).model_validate({})
 
 
 def settings_classes() -> dict[str, type[ProbeSettings]]:

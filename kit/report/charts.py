@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import altair as alt
 import polars as pl
@@ -185,7 +185,9 @@ def tooltips(
                 alt.Tooltip(f"{field}:Q", format=formats.get(field, ".3~r"), title=label(field))
             )
         else:
-            kind = "quantitative" if frame.schema[field].is_numeric() else "nominal"
+            kind: Literal["quantitative", "nominal"] = (
+                "quantitative" if frame.schema[field].is_numeric() else "nominal"
+            )
             shown.append(alt.Tooltip(field, type=kind, title=label(field)))
     return shown
 

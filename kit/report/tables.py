@@ -5,11 +5,12 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import polars as pl
 from IPython.display import Markdown
 
+from kit.core.scalars import as_float, as_optional_float
 from kit.report.labels import label
 
 
@@ -53,9 +54,9 @@ def decimals(values: pl.Series, published: int = 3) -> int:
     three significant digits of a typical (median non-zero) value."""
     finite = values.drop_nulls().filter(values.drop_nulls().is_finite())
     for places in range(published + 1):
-        if (cast(float, (finite.round(places) - finite).abs().max()) or 0.0) < 1e-9:
+        if (as_optional_float((finite.round(places) - finite).abs().max()) or 0.0) < 1e-9:
             return places
-    typical = cast(float, finite.abs().filter(finite.abs() > 0).median())
+    typical = as_float(finite.abs().filter(finite.abs() > 0).median())
     return min(max(2 - math.floor(math.log10(typical)), 0), 6)
 
 
@@ -67,7 +68,7 @@ def spread_decimals(spread: pl.Series) -> int | None:
     known = known.filter(known.is_finite() & (known.abs() > 0))
     if known.is_empty():
         return None
-    return min(max(1 - math.floor(math.log10(cast(float, known.abs().median()))), 0), 6)
+    return min(max(1 - math.floor(math.log10(as_float(known.abs().median()))), 0), 6)
 
 
 #: a mean column and its spread column: 'top1 mean'/'top1 std', 'loss_mean'/'loss_std',

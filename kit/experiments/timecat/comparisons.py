@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from kit.core.scalars import as_float
 from kit.data import synthetic
 from kit.experiments.timecat.claims import (
     TITLES,
@@ -179,7 +180,7 @@ def agreement_line(agreement: pl.DataFrame, params: TimecatSettings) -> str:
         return f"the {kind} probe has no converged L-BFGS reference: nothing to check"
     if not agreement.height:
         return "lbfgs_check is off for this profile: no converged reference was fitted"
-    worst = agreement["difference"].abs().max()
+    worst = as_float(agreement["difference"].abs().max())
     side = "within" if worst <= AGREEMENT_BAR else "outside"
     return (
         f"largest |{kind} - L-BFGS| over {agreement.height} probes: {worst:.2f} points "

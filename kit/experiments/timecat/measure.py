@@ -138,7 +138,7 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
                     for found in (extracted.train[index], extracted.eval[index])
                 ]
                 if reference is not None and rep.replicate == 0:
-                    exact = registry.probe_for(reference).fit(
+                    exact = registry.reference_probe(reference).fit(
                         splits[0], splits[1], num_classes, reference, progress=False
                     )
                 result = chosen.fit(splits[0], splits[1], num_classes, settings, progress=False)

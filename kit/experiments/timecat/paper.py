@@ -16,9 +16,11 @@ replicate, paired with cat1 of the same replicate, as notebook 03's verdicts com
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import polars as pl
 
+from kit.core.scalars import as_float, as_optional_float
 from kit.experiments import evidence
 
 PAPER_BASELINE = "cat1"
@@ -57,31 +59,46 @@ def variants_in_order() -> list[str]:
     return list(dict.fromkeys(paper_rows()["variant"].to_list()))
 
 
-def _paper_measures() -> list[dict[str, object]]:
+@dataclass(frozen=True)
+class _Measure:
+    """One (variant, measure) of the paper: its dataset(s), value and how it was read, and
+    `key`, what the kit's rows for it are: ("role", role), ("gain", "transfer") or ("dataset",
+    the paper's dataset)."""
+
+    variant: str
+    measure: str
+    dataset: str
+    paper: float
+    read: str
+    key: tuple[str, str]
+
+
+def _paper_measures() -> list[_Measure]:
     """Each (variant, measure) of the paper with its value, in the paper's order."""
     rows = paper_rows()
     transfer_sets = rows.filter(pl.col("dataset") != PAPER_IN_DISTRIBUTION)
     transfer_names = ", ".join(dict.fromkeys(transfer_sets["dataset"].to_list()))
     means = {
-        v: transfer_sets.filter(pl.col("variant") == v)["value"].mean() for v in variants_in_order()
+        v: as_float(transfer_sets.filter(pl.col("variant") == v)["value"].mean())
+        for v in variants_in_order()
     }
-    measures: list[dict[str, object]] = []
+    measures: list[_Measure] = []
     for variant in variants_in_order():
         own = rows.filter(pl.col("variant") == variant)
         inside = own.filter(pl.col("dataset") == PAPER_IN_DISTRIBUTION).row(0, named=True)
         reads = ", ".join(dict.fromkeys(own["read"].to_list()))
         measures.append(
-            dict(
+            _Measure(
                 variant=variant,
                 measure=IN_DISTRIBUTION,
                 dataset=PAPER_IN_DISTRIBUTION,
-                paper=inside["value"],
+                paper=as_float(inside["value"]),
                 read=inside["read"],
                 key=("role", "in-distribution"),
             )
         )
         measures.append(
-            dict(
+            _Measure(
                 variant=variant,
                 measure=TRANSFER,
                 dataset=transfer_names,
@@ -92,7 +109,7 @@ def _paper_measures() -> list[dict[str, object]]:
         )
         if variant != PAPER_BASELINE:
             measures.append(
-                dict(
+                _Measure(
                     variant=variant,
                     measure=GAIN,
                     dataset=transfer_names,
@@ -103,11 +120,11 @@ def _paper_measures() -> list[dict[str, object]]:
             )
         for row in own.iter_rows(named=True):
             measures.append(
-                dict(
+                _Measure(
                     variant=variant,
                     measure=f"{row['dataset']}, top-1 %",
                     dataset=row["dataset"],
-                    paper=row["value"],
+                    paper=as_float(row["value"]),
                     read=row["read"],
                     key=("dataset", row["dataset"]),
                 )
@@ -145,21 +162,21 @@ def _tasks(results: pl.DataFrame, in_distribution: bool) -> str:
     return ", ".join(sorted(set(chosen["task"].to_list())))
 
 
-def _row(measure: dict[str, object], task: str, values: pl.Series) -> dict[str, object]:
+def _row(measure: _Measure, task: str, values: pl.Series) -> dict[str, object]:
     """One measure's row: the paper's value, the kit's mean and std over `values` (one per
     replicate), their difference."""
-    mean = values.mean() if values.len() else None
+    mean = as_optional_float(values.mean()) if values.len() else None
     return {
-        "variant": measure["variant"],
-        "measure": measure["measure"],
-        "paper's dataset": measure["dataset"],
+        "variant": measure.variant,
+        "measure": measure.measure,
+        "paper's dataset": measure.dataset,
         "kit's task (stands for it)": task or None,
-        "paper": measure["paper"],
-        "paper's value": measure["read"],
+        "paper": measure.paper,
+        "paper's value": measure.read,
         "kit mean": mean,
         "kit std": values.std() if values.len() > 1 else None,
         "replicates": values.len(),
-        "kit − paper": None if mean is None else mean - measure["paper"],
+        "kit − paper": None if mean is None else mean - measure.paper,
     }
 
 
@@ -187,17 +204,17 @@ def paper_vs_kit(
     rows = []
     for measure, group in ((m, g) for m in _paper_measures() for g in groups):
         where = [pl.col(k) == v for k, v in group.items()] or [pl.lit(True)]
-        kind, what = measure["key"]
+        kind, what = measure.key
         if kind == "dataset":
             if what not in stands_for:
                 continue
             task = stands_for[what]
             values = per_task.filter(
-                *where, pl.col("variant") == measure["variant"], pl.col("task") == task
+                *where, pl.col("variant") == measure.variant, pl.col("task") == task
             )["value"]
         else:
             task = named[what]
-            values = replicate.filter(*where, pl.col("variant") == measure["variant"])[
+            values = replicate.filter(*where, pl.col("variant") == measure.variant)[
                 what if kind == "role" else "gain"
             ]
         rows.append({**group, **_row(measure, task, values.drop_nulls().drop_nans())})

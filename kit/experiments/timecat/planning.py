@@ -75,18 +75,16 @@ def _seeded_runs(params: TimecatSettings, replicate: int, root: Path) -> dict[in
     """`catn_models: snapshots`: one run per seed of the replicate (by its index), trained to the
     largest step any time-concat variant reads from it, with a snapshot at every such step and
     step_hint the experiment's horizon, in rep<r>/seeded/seed<s>."""
+    concatenated = [v for v in params.variants if v.trained and v.spec.concatenated]
     steps: dict[int, set[int]] = {}
-    first = None
-    for variant in params.variants:
-        if variant.trained and variant.spec.concatenated:
-            first = first or variant
-            for index in range(variant.n):
-                steps.setdefault(index, set()).add(params.iterations_for(variant))
+    for variant in concatenated:
+        for index in range(variant.n):
+            steps.setdefault(index, set()).add(params.iterations_for(variant))
     seeds = params.seeds(replicate)
     runs = {}
     for index, needed in sorted(steps.items()):
         folder = root / f"rep{replicate}" / SEEDED / f"seed{seeds[index]}"
-        base = params.run_config(first, seeds[index], str(folder))
+        base = params.run_config(concatenated[0], seeds[index], str(folder))
         runs[index] = TrainSettings(
             **base.model_dump()
             | {

@@ -25,7 +25,7 @@ from kit.data.synthetic_settings import ComponentSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
 from kit.launch.settings import LaunchSettings
 from kit.probes.base import ProbeSettings, ProbeUse
-from kit.probes.registry import PROBES, AnyProbeSettings, settings_class
+from kit.probes.registry import PROBES, AnyProbeSettings, default_settings
 from kit.train.settings import RunSettings, TrainSettings, budget_problem
 
 #: training settings whose right value depends on scale: each profile must give them
@@ -218,7 +218,7 @@ class TimecatSettings(NotebookSettings):
     def probe(self) -> ProbeSettings:
         """The settings of the probe probe_kind names: its section, else its defaults."""
         given = self.probes.get(self.probe_kind)
-        return given if given is not None else settings_class(self.probe_kind)()
+        return given if given is not None else default_settings(self.probe_kind)
 
     @model_validator(mode="after")
     def _consistent(self) -> TimecatSettings:
@@ -267,7 +267,7 @@ class TimecatSettings(NotebookSettings):
         kind = self.probe_kind
         if kind not in self.probes:
             try:
-                settings_class(kind)()
+                default_settings(kind)
             except ValidationError as error:
                 needed = ", ".join(str(e["loc"][0]) for e in error.errors() if e["loc"])
                 raise ValueError(
