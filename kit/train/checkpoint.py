@@ -1,7 +1,7 @@
 """A run's checkpoint: written hashed and only when finite, read verified, its RNG states.
 
 Each checkpoint has its size and SHA-256 beside it (`checkpoint.pt.sha256`), checked when a run
-resumes (about 1.5 s per GB, see kit.core.files); weights or BN statistics holding NaN or
+resumes (one pass over its bytes, kit.core.files); weights or BN statistics holding NaN or
 infinity are never saved, so a diverging run keeps its last finite checkpoint.
 """
 
