@@ -69,8 +69,14 @@ def load_backbone(path: Path) -> models.KitResNet:
         model = models.build("resnet50", 1000)
         models.load_algoperf_checkpoint(model, path, state)
     elif isinstance(state, dict) and "model" in state and "config" in state:
-        cfg = TrainSettings(**state["config"])
-        model = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem, cfg.data.image_size)
+        settings = TrainSettings(**state["config"])
+        model = models.build(
+            settings.model,
+            settings.num_classes,
+            settings.width,
+            settings.stem,
+            settings.data.image_size,
+        )
         models.load_state(model, state["model"], str(path))
     else:
         keys = ", ".join(list(state)[:5]) if isinstance(state, dict) else type(state).__name__

@@ -126,7 +126,7 @@ def bare_rate(sizes: Sizes, device: torch.device) -> float:
 
 def trainer_rate(sizes: Sizes, device: torch.device, compiled: bool, folder: Path) -> float:
     """Images/s of the kit's training step (`kit.train.step.Trainer`), bf16 on CUDA."""
-    cfg = TrainSettings.model_validate(
+    settings = TrainSettings.model_validate(
         {
             "model": sizes.model,
             "width": sizes.width,
@@ -139,7 +139,7 @@ def trainer_rate(sizes: Sizes, device: torch.device, compiled: bool, folder: Pat
             "compile": compiled,
         }
     )
-    trainer = Trainer(cfg, Process(0, 1, device))
+    trainer = Trainer(settings, Process(0, 1, device))
     images, labels = _batch(sizes, device)
     return sizes.batch / _timed(lambda: trainer.step(images, labels), sizes.steps, device)
 
