@@ -10,10 +10,10 @@ The record also holds each array file's size and SHA-256, checked by rank 0 on t
 and vouched for afterwards by a marker holding the files' change stamps (kit.core.files:
 size, modification and status-change times, inode): a zeroed, shuffled or truncated cache is
 extracted again rather than trusted, also when its modification times were put back (`touch -r`
-restores those, never the status-change time). Hashing costs about 1.5 s per GB read, small next
-to extraction but a minute and a half for the paper's 63 GB of features, so it happens once
-per change of the files (and outside collective calls), and a hit costs three stat calls
-(benchmarks/file_hash.py --features-gb).
+restores those, never the status-change time). Hashing is small next to extraction but not
+free for the paper's features (benchmarks/file_hash.py --features-gb prints its cost), so it
+happens once per change of the files (and outside collective calls), and a hit costs three stat
+calls.
 
 Decoding is the other expensive part, so each checkpoint is cached on its own and all checkpoints
 missing from the cache are extracted in one pass over the images; a representation of several
@@ -69,8 +69,14 @@ def load_backbone(path: Path) -> models.KitResNet:
         model = models.build("resnet50", 1000)
         models.load_algoperf_checkpoint(model, path, state)
     elif isinstance(state, dict) and "model" in state and "config" in state:
-        cfg = TrainSettings(**state["config"])
-        model = models.build(cfg.model, cfg.num_classes, cfg.width, cfg.stem, cfg.data.image_size)
+        settings = TrainSettings(**state["config"])
+        model = models.build(
+            settings.model,
+            settings.num_classes,
+            settings.width,
+            settings.stem,
+            settings.data.image_size,
+        )
         models.load_state(model, state["model"], str(path))
     else:
         keys = ", ".join(list(state)[:5]) if isinstance(state, dict) else type(state).__name__
@@ -140,7 +146,7 @@ def _key(record: dict[str, Any]) -> str:
 
 
 def _content(path: Path) -> dict[str, dict[str, Any]]:
-    """Size and SHA-256 of each array file of a cache entry (about 1.5 s per GB)."""
+    """Size and SHA-256 of each array file of a cache entry."""
     return {
         name: {"size": (path / name).stat().st_size, "sha256": files.file_hash(path / name)}
         for name in ARRAYS

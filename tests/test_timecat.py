@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -154,17 +155,42 @@ def test_paper_checkpoints_probes_the_released_files(fake_data: Path) -> None:
     ]  # read as the archive names them, .pth.tar too
     bad = released_file(root, 5, 4)
     bad.unlink()
+    where = f"paper-checkpoints/{NOTEBOOK}.yaml: parameter variants: "
     with pytest.raises(
-        params.ParameterError, match=r"1 checkpoint file\(s\) not found.*step80/checkpoint_run4"
+        params.ParameterError,
+        match=where + r"1 checkpoint file\(s\) not found.*step80/checkpoint_run4",
     ):
-        planned_params("paper-checkpoints")
+        checked("paper-checkpoints")
     tiny_checkpoint(bad)  # back, then broken
     bad.write_bytes(bad.read_bytes()[:1000])
-    with pytest.raises(params.ParameterError, match=f"variants: {bad}: not a readable"):
-        planned_params("paper-checkpoints")
+    with pytest.raises(params.ParameterError, match=f"{where}{bad}: not a readable"):
+        checked("paper-checkpoints")
     tiny_checkpoint(bad, state_width=0.25)
-    with pytest.raises(params.ParameterError, match=f"variants: {bad}: does not fit"):
-        planned_params("paper-checkpoints")
+    with pytest.raises(params.ParameterError, match=f"{where}{bad}: does not fit"):
+        checked("paper-checkpoints")
+    planned_params("paper-checkpoints")  # validation reads values only: the files are kit check's
+
+
+def checked(profile: str) -> None:
+    """What `kit check` and `kit run` do before any compute: validate, then check the inputs."""
+    runner.plan([NOTEBOOK], profile)
+
+
+def test_validation_opens_no_file(fake_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validating a profile that reads checkpoints and data roots checks values only (no file
+    opened, no torch imported): what those files hold is `kit check`'s question."""
+    values, sources = params.resolve_layers(NOTEBOOK, "paper-checkpoints")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"validation opened {args[:1]}")
+
+    for opener in ("builtins.open", "io.open"):
+        monkeypatch.setattr(opener, refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+    monkeypatch.delitem(sys.modules, "kit.features", raising=False)
+    loaded = params.validate(NOTEBOOK, values, sources)
+    assert isinstance(loaded, TimecatSettings) and loaded.variants[-1].checkpoints
+    assert "kit.features" not in sys.modules  # the module that opens checkpoints with torch
 
 
 def tiny_checkpoint(path: Path, state_width: float = 0.125) -> None:
@@ -198,7 +224,7 @@ def test_missing_data_is_refused_naming_the_file_and_path(
 ) -> None:
     monkeypatch.setenv("TIMECAT_DATA", str(tmp_path / "nowhere"))
     with pytest.raises(params.ParameterError) as error:
-        planned_params(profile)
+        checked(profile)
     message = str(error.value)
     assert f"{profile}/{NOTEBOOK}.yaml" in message and "nowhere" in message
 

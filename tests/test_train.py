@@ -373,6 +373,8 @@ def test_tensorboard_without_the_package_says_how_to_install_it(
     ):
         load_train_settings(path)
     assert not load_train_settings(path, ["tensorboard=false"]).tensorboard
+    # validation checks values only: the package is the loader's question, as it is kit check's
+    assert TrainSettings(**settings(tmp_path / "out", tensorboard=True)).tensorboard
 
 
 def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint(

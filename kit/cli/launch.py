@@ -164,7 +164,7 @@ def launch_command(args: argparse.Namespace) -> int:
             else ["backend=slurm", *args.launch]
         )
         settings = parse_settings(pairs)
-        configs = planned_configs(
+        trainings = planned_configs(
             args.config,
             args.overrides,
             args.runs,
@@ -177,11 +177,11 @@ def launch_command(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.launch_command == "plan":
-        script = export_plan(configs, settings, args.out)
-        print(f"{len(configs)} runs; submit with: sbatch {shlex.quote(_here(script))}")
+        script = export_plan(trainings, settings, args.out)
+        print(f"{len(trainings)} runs; submit with: sbatch {shlex.quote(_here(script))}")
         return 0
-    pending = [config for config in configs if not is_finished(config)]
-    print(f"{len(configs) - len(pending)} of {len(configs)} runs already finished")
+    pending = [training for training in trainings if not is_finished(training)]
+    print(f"{len(trainings) - len(pending)} of {len(trainings)} runs already finished")
     result = launch(pending, settings, args.out, wait=not args.no_wait)
     return _report(result)
 

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         return lab.command(argv[1:])
     args = parser().parse_args(argv)
     if args.command == "selfcheck":  # torch and torchvision: imported only where needed, as
-        from kit.cli import selfcheck  # they take 5-10 s to import on a small CPU
+        from kit.cli import selfcheck  # they are slow to import (docs/decisions.md)
 
         return selfcheck.command(args.gpus)
     if args.command == "report":

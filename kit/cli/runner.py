@@ -116,8 +116,9 @@ def plan(
     parameters_dir: Path = PARAMETERS_DIR,
     output_root: Path | None = None,
 ) -> list[PlannedRun]:
-    """Resolve and validate every notebook's parameters; raises ParameterError before any run
-    (a problem several notebooks share, such as an unknown profile, said once). Without notebook
+    """Resolve and validate every notebook's parameters and check what they name (data roots,
+    checkpoints: `params.check_inputs`); raises ParameterError before any run (a problem several
+    notebooks share, such as an unknown profile, said once). Without notebook
     names, each notebook takes the overrides its schema has (`train.lr` goes to the notebooks
     with a `train` section). `output_root` moves the default output folder
     (`<output_root>/<profile>`)."""
@@ -131,9 +132,10 @@ def plan(
     )
     for notebook in notebooks:
         try:
-            validated, _ = params.load(
+            validated, sources = params.load(
                 notebook.stem, profile, files, shared[notebook.stem], parameters_dir, output_dir
             )
+            params.check_inputs(notebook.stem, validated, sources)
         except params.ParameterError as error:
             problems.append(str(error))
             continue

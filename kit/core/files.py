@@ -7,9 +7,8 @@ file back checks them. The sidecar is updated in two steps around the rename so 
 between any two writes leaves a file the sidecar accepts: before the rename it accepts the old
 and the new content, after it only the new one.
 
-Hashing costs one pass over the bytes on one core: 0.7 GB/s measured on a busy 2-core machine,
-so about 0.4 s per ResNet-50 training checkpoint (0.3 GB) at save and again on load
-(benchmarks/file_hash.py); a multi-GB checkpoint takes seconds, paid once per resume.
+Hashing costs one pass over the bytes on one core, at save and again on load: once per resume
+for a checkpoint (its rate: benchmarks/file_hash.py, docs/benchmarks.md).
 
 A write that runs out of space (ENOSPC, or EDQUOT for a quota) removes its temporary file and
 raises DiskFullError, naming the file and the free space of its file system: otherwise the error

@@ -74,6 +74,13 @@ class NotebookSettings(Strict):
     output_dir: str = Field(min_length=1)
     chart_formats: list[ChartFormat] = Field(default_factory=lambda: list(get_args(ChartFormat)))
 
+    def input_problems(self) -> list[str]:
+        """What the values name outside themselves and cannot be read as they should (data
+        roots, checkpoint files, optional packages), each naming its key first (`variants:
+        ...`). Run by `check_inputs` before compute, never by validation, which checks values
+        only and touches no file."""
+        return []
+
 
 Sources = dict[str, str]  # dotted key -> the file or command line that set it
 #: what parameters are made of (papermill injects literals)
@@ -306,6 +313,22 @@ def validate(notebook: str, values: Mapping[str, Any], sources: Sources) -> Note
         ) from None
 
 
+def check_inputs(notebook: str, settings: NotebookSettings, sources: Sources) -> None:
+    """Refuse, naming file and key, parameters whose data, checkpoints or optional packages
+    cannot be read (`NotebookSettings.input_problems`): called by `kit check`, `kit run` and a
+    notebook's first cell before any compute, apart from validation, which touches no file."""
+    problems = settings.input_problems()
+    if problems:
+        raise ParameterError(
+            "\n".join(
+                [
+                    f"invalid parameters for notebook {notebook}:",
+                    *located(problems, sources, "the merged parameters"),
+                ]
+            )
+        )
+
+
 def load(
     notebook: str,
     profile: str,
@@ -362,6 +385,7 @@ def from_notebook(
     values, sources = resolve_layers(notebook, profile, parameters_dir=parameters_dir)
     merge(values, sources, injected, source)
     validated = validate(notebook, values, sources)
+    check_inputs(notebook, validated, sources)
     if in_a_kernel() and notices.NOTICES_FILE_ENV not in os.environ:  # not started by kit run
         (resolve(validated.output_dir) / f"{notebook}{RECORD_SUFFIX}").unlink(missing_ok=True)
     label = smoke_test_label(profile, parameters_dir)
@@ -433,6 +457,28 @@ def did_you_mean(name: str, known: Iterable[str], section: str = "") -> str:
     return f"; did you mean '{section}{close[0]}'?" if close else ""
 
 
+def source_of(loc: list[str], sources: Mapping[str, str], default_source: str) -> str:
+    """The file (or command line) that set a key, or the nearest section above it."""
+    return next(
+        (
+            sources[".".join(loc[:n])]
+            for n in range(len(loc), 0, -1)
+            if ".".join(loc[:n]) in sources
+        ),
+        default_source,
+    )
+
+
+def located(problems: list[str], sources: Mapping[str, str], default_source: str) -> list[str]:
+    """Problems that name their key first (`train.tensorboard: ...`), one line each naming the
+    file that set the key, as `describe_errors` names a refused value."""
+    return [
+        f"  {source_of(problem.split(':', 1)[0].split('.'), sources, default_source)}: "
+        f"parameter {problem}"
+        for problem in problems
+    ]
+
+
 def describe_errors(
     header: str,
     schema: type[BaseModel],
@@ -445,14 +491,7 @@ def describe_errors(
     for problem in error.errors():
         loc = [str(part) for part in problem["loc"]]
         key = ".".join(loc)
-        where = next(
-            (
-                sources[".".join(loc[:n])]
-                for n in range(len(loc), 0, -1)
-                if ".".join(loc[:n]) in sources
-            ),
-            default_source,
-        )
+        where = source_of(loc, sources, default_source)
         value = problem.get("input")
         if problem["type"] == "extra_forbidden":
             known = sorted(_section_schema(schema, loc[:-1]).model_fields)

@@ -2,9 +2,8 @@
 
 torch splits an operation over its intra-op threads and joins them at its end. On tensors of a
 few thousand elements (the toy's diagonal networks, an L-BFGS probe's head) that join costs more
-than the work, and on a 2-core machine shared with other processes far more: one replicate's
-L-BFGS probes took 105 s on two threads against 31 s on one, and notebook 01's toy 489 s against
-149 s (docs/benchmarks.md, "Small work on one thread").
+than the work, and on a small machine shared with other processes far more (measured in
+docs/benchmarks.md, "Small work on one thread").
 """
 
 from __future__ import annotations

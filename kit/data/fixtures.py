@@ -45,7 +45,7 @@ def _write_bytes(path: Path, content: bytes) -> None:
 def _staged(folder: Path) -> Iterator[Path]:
     """A temporary folder beside `folder` that replaces it once written in full, so that an
     interrupted run leaves the former dataset or none, never a partial one (one rename instead
-    of a synced write per file: thousands of fsyncs took 12 s)."""
+    of a synced write for each of thousands of files)."""
     temporary = files.temporary_name(folder)
     shutil.rmtree(temporary, ignore_errors=True)
     temporary.mkdir(parents=True)

@@ -31,18 +31,21 @@ from kit.train.settings import TrainSettings
 
 
 def launch(
-    configs: list[TrainSettings], settings: LaunchSettings, work_dir: str | Path, wait: bool = True
+    trainings: list[TrainSettings],
+    settings: LaunchSettings,
+    work_dir: str | Path,
+    wait: bool = True,
 ) -> Launched:
     """Train the given runs with the chosen backend (all of them: the caller leaves out the
     finished ones). For slurm, `wait=False` returns once the array is submitted; calling again
     later reports the jobs still queued or running and submits only runs without a live job."""
     work_dir = resolve(work_dir)
-    files = write_configs(configs, work_dir)
-    runs = dict(zip(files, configs, strict=True))
+    files = write_configs(trainings, work_dir)
+    runs = dict(zip(files, trainings, strict=True))
     if settings.backend == "inline":
         return _inline(runs)
     if settings.backend == "slurm":
-        settings = sized_for_training(configs, settings)
+        settings = sized_for_training(trainings, settings)
         return slurm.submit(
             {name: slurm.SlurmTask(train_args(files[name]), settings) for name in runs},
             settings,
@@ -61,8 +64,8 @@ def _inline(runs: dict[str, TrainSettings]) -> Launched:
     from kit.train import trainer as train  # torch only where training happens
 
     launched = Launched()
-    for name, config in runs.items():
-        train.train(config)
+    for name, training in runs.items():
+        train.train(training)
         launched.finished.append(name)
     return launched
 

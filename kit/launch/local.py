@@ -173,9 +173,9 @@ def run_command(name: str, module_args: Sequence[str], settings: LaunchSettings,
         _stop([process])
 
 
-def run_cost(config: TrainSettings) -> float:
+def run_cost(settings: TrainSettings) -> float:
     """A run's relative compute: images seen times the width's square (a convolution's cost)."""
-    return config.iterations * config.batch_size * config.width**2
+    return settings.iterations * settings.batch_size * settings.width**2
 
 
 def chains(runs: dict[str, TrainSettings], count: int) -> list[list[str]]:

@@ -37,25 +37,25 @@ class Progress:
     def __init__(self) -> None:
         self.bars: dict[str, KeptBar] = {}
 
-    def start(self, name: str, config: TrainSettings) -> None:
+    def start(self, name: str, settings: TrainSettings) -> None:
         self.bars[name] = KeptBar(
-            total=config.iterations, desc=name, unit="step", position=len(self.bars), leave=True
+            total=settings.iterations, desc=name, unit="step", position=len(self.bars), leave=True
         )
 
-    def update(self, name: str, config: TrainSettings) -> None:
-        record = last_record(resolve(config.output_dir) / "metrics.jsonl")
+    def update(self, name: str, settings: TrainSettings) -> None:
+        record = last_record(resolve(settings.output_dir) / "metrics.jsonl")
         bar = self.bars[name]
         if record and record["step"] > bar.n:
             if bar.n == 0:  # a run that waited its turn in a chain: its clock starts when it did,
                 bar.reset(total=bar.total)  # as its first record's rate dates it
                 bar.start_t -= (
-                    record["step"] * config.batch_size / max(record["images_per_s"], 1e-9)
+                    record["step"] * settings.batch_size / max(record["images_per_s"], 1e-9)
                 )
             bar.set_postfix(
                 loss=f"{record['loss']:.3f}", img_s=f"{record['images_per_s']:.0f}", refresh=False
             )
             bar.update(record["step"] - bar.n)
 
-    def finish(self, name: str, config: TrainSettings) -> None:
-        self.update(name, config)
+    def finish(self, name: str, settings: TrainSettings) -> None:
+        self.update(name, settings)
         self.bars[name].close()

@@ -37,9 +37,9 @@ class Launched:
         return self
 
 
-def run_name(config: TrainSettings, work_dir: Path) -> str:
+def run_name(settings: TrainSettings, work_dir: Path) -> str:
     """A run's name: its folder relative to the work folder (or absolute), `/` as `__`."""
-    out = resolve(config.output_dir)
+    out = resolve(settings.output_dir)
     try:
         relative = out.relative_to(work_dir)
     except ValueError:
@@ -47,22 +47,22 @@ def run_name(config: TrainSettings, work_dir: Path) -> str:
     return str(relative).replace(os.sep, "__")
 
 
-def is_finished(config: TrainSettings) -> bool:
+def is_finished(settings: TrainSettings) -> bool:
     """Whether a run has finished its iterations (its DONE marker records them), whatever
     launched it; a run finished at fewer steps is extended by its next launch."""
-    return finished_through(resolve(config.output_dir), config.iterations)
+    return finished_through(resolve(settings.output_dir), settings.iterations)
 
 
-def write_configs(configs: Sequence[TrainSettings], work_dir: Path) -> dict[str, Path]:
+def write_configs(trainings: Sequence[TrainSettings], work_dir: Path) -> dict[str, Path]:
     """Each run's YAML under work_dir/configs, by run name (replaced atomically)."""
     folder = work_dir / CONFIGS
     folder.mkdir(parents=True, exist_ok=True)
     files = {}
-    for config in configs:
-        name = run_name(config, work_dir)
+    for settings in trainings:
+        name = run_name(settings, work_dir)
         path = folder / f"{name}.yaml"
         with atomic_write(path) as handle:
-            handle.write(yaml.safe_dump(config.model_dump(), sort_keys=False).encode())
+            handle.write(yaml.safe_dump(settings.model_dump(), sort_keys=False).encode())
         files[name] = path
     return files
 

@@ -124,13 +124,13 @@ def _write_script(path: Path, text: str) -> Path:
 
 
 def export_plan(
-    configs: Sequence[TrainSettings], settings: LaunchSettings, out: str | Path
+    trainings: Sequence[TrainSettings], settings: LaunchSettings, out: str | Path
 ) -> Path:
     """Every run's config under out/configs, their list in out/runs.txt and out/train.sbatch
     (asking for the cores and memory the runs' loaders need)."""
     out = resolve(out)
-    settings = sized_for_training(configs, settings)
-    written = list(write_configs(configs, out).values())
+    settings = sized_for_training(trainings, settings)
+    written = list(write_configs(trainings, out).values())
     (out / LOGS).mkdir(parents=True, exist_ok=True)
     files.write_text(out / "runs.txt", "".join(f"{path}\n" for path in written))
     return _write_script(out / "train.sbatch", sbatch_script(written, settings, out))

@@ -100,15 +100,15 @@ def sized_for_loaders(
 
 
 def sized_for_training(
-    configs: Sequence[TrainSettings], settings: LaunchSettings
+    trainings: Sequence[TrainSettings], settings: LaunchSettings
 ) -> LaunchSettings:
     """`sized_for_loaders` for training runs: their most loader workers, three persistent loaders
     each (training, BN recalibration, evaluation), a GPU per process when they train on cuda."""
     return sized_for_loaders(
         settings,
-        max((c.num_workers for c in configs), default=0),
+        max((training.num_workers for training in trainings), default=0),
         3,
-        cuda=any(c.device == "cuda" for c in configs),
+        cuda=any(training.device == "cuda" for training in trainings),
     )
 
 

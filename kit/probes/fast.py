@@ -43,7 +43,7 @@ class SgdHeads:
     def __init__(
         self,
         rows: ConvexFit,
-        config: FastProbeSettings,
+        settings: FastProbeSettings,
         num_classes: int,
         grid: list[tuple[float, float]],
     ) -> None:
@@ -53,7 +53,7 @@ class SgdHeads:
         self.count, self.dim = len(self.grid), rows.train.features.shape[1]
         self.lr = torch.tensor([g[0] for g in self.grid], device=self.device)[:, None, None]
         self.wd = torch.tensor([g[1] for g in self.grid], device=self.device)[:, None, None]
-        self.momentum = config.momentum
+        self.momentum = settings.momentum
         self.weight = torch.zeros(
             self.count, self.dim, num_classes, device=self.device, requires_grad=True
         )
@@ -126,11 +126,11 @@ class SpreadHeads:
     there. Kernels launch asynchronously, so the devices compute side by side."""
 
     def __init__(
-        self, places: list[ConvexFit], config: FastProbeSettings, num_classes: int
+        self, places: list[ConvexFit], settings: FastProbeSettings, num_classes: int
     ) -> None:
-        grid = list(itertools.product(config.lrs, config.weight_decays))
+        grid = list(itertools.product(settings.lrs, settings.weight_decays))
         self.groups = [
-            (SgdHeads(place, config, num_classes, [grid[i] for i in share]), place)
+            (SgdHeads(place, settings, num_classes, [grid[i] for i in share]), place)
             for place, share in zip(places, shares(len(grid), len(places)), strict=True)
         ]
 
@@ -155,7 +155,7 @@ def fast_probe(
     train: Split,
     evaluation: Split,
     num_classes: int,
-    config: FastProbeSettings = FastProbeSettings(),
+    settings: FastProbeSettings = FastProbeSettings(),
     progress: bool = True,
 ) -> ProbeResult:
     """Train one head per (lr, weight decay) in one pass over the fit rows; score every head on
@@ -165,52 +165,57 @@ def fast_probe(
     the fit rows, so no standardised copy is ever made. With `select_from: converged`, each
     weight decay's lowest-objective head is then finished by L-BFGS to its tolerance (see
     `FastProbeSettings`), and the rules choose among those fits."""
-    devices = probe_devices(config.device, config.devices, visible_gpus())
+    devices = probe_devices(settings.device, settings.devices, visible_gpus())
     rows = convex_fit(
-        train, evaluation, num_classes, config.heldout_fraction, config.seed, devices[0]
+        train, evaluation, num_classes, settings.heldout_fraction, settings.seed, devices[0]
     )
     places = spread_rows(rows, devices)
-    heads = SpreadHeads(places, config, num_classes)
-    with precision(devices, config.tf32):
-        history = pl.DataFrame(_train(heads, rows, config, progress))
-    if config.select_from == "epochs":
+    heads = SpreadHeads(places, settings, num_classes)
+    with precision(devices, settings.tf32):
+        history = pl.DataFrame(_train(heads, rows, settings, progress))
+    if settings.select_from == "epochs":
         return ProbeResult(
-            history, select(history, ["lr", "weight_decay"], num_classes, config.max_gap)
+            history, select(history, ["lr", "weight_decay"], num_classes, settings.max_gap)
         )
     chosen = list(converged_heads(history).iter_rows(named=True))
     fits = spread_fits(
         places,
         [(heads.linear(head["lr"], head["weight_decay"]), head["weight_decay"]) for head in chosen],
         LBFGS_MAX_ITER,
-        config.tolerance_change,
+        settings.tolerance_change,
     )
     finished = pl.DataFrame(
         [
-            {"lr": head["lr"], "weight_decay": head["weight_decay"], "epoch": config.epochs, **fit}
+            {
+                "lr": head["lr"],
+                "weight_decay": head["weight_decay"],
+                "epoch": settings.epochs,
+                **fit,
+            }
             for head, fit in zip(chosen, fits, strict=True)
         ]
     )
     return ProbeResult(
         pl.concat([history, finished], how="diagonal"),
-        select(finished, ["lr", "weight_decay"], num_classes, config.max_gap),
+        select(finished, ["lr", "weight_decay"], num_classes, settings.max_gap),
     )
 
 
 def _train(
-    heads: SpreadHeads, rows: ConvexFit, config: FastProbeSettings, progress: bool
+    heads: SpreadHeads, rows: ConvexFit, settings: FastProbeSettings, progress: bool
 ) -> list[dict[str, Any]]:
     """The epochs of SGD over seeded shuffles of the fit rows, with a cosine decay of the
     learning rates over all steps; every head's history row after each epoch."""
     kept = rows.kept
-    generator = torch.Generator().manual_seed(config.seed)
-    total = config.epochs * math.ceil(len(kept) / config.batch_size)
-    sampled = torch.randperm(len(kept), generator=torch.Generator().manual_seed(config.seed + 1))
+    generator = torch.Generator().manual_seed(settings.seed)
+    total = settings.epochs * math.ceil(len(kept) / settings.batch_size)
+    sampled = torch.randperm(len(kept), generator=torch.Generator().manual_seed(settings.seed + 1))
     fit_sample = kept[sampled[: max(len(rows.held), TRAIN_SCORE_ROWS)]].sort().values
     step, history = 0, []
-    for epoch in tqdm(range(1, config.epochs + 1), desc="fast probe", disable=not progress):
+    for epoch in tqdm(range(1, settings.epochs + 1), desc="fast probe", disable=not progress):
         order = kept[torch.randperm(len(kept), generator=generator)]
-        for start in range(0, len(kept), config.batch_size):
-            batch = order[start : start + config.batch_size].sort().values  # memory-map locality
+        for start in range(0, len(kept), settings.batch_size):
+            batch = order[start : start + settings.batch_size].sort().values  # memory-map locality
             heads.step(batch, 0.5 * (1 + math.cos(math.pi * step / total)))
             step += 1
         history += heads.scored(fit_sample, epoch)

@@ -46,9 +46,8 @@ ONE_THREAD_ELEMENTS = 1 << 23
 class ConvexFit:
     """A probe's fit, held-out and evaluation rows, standardised in float64 with statistics of
     the fit rows: what an L-BFGS fit and its scoring read. Float64 because a float32 fit stops
-    when the loss no longer changes in float32, up to 1e-5 above the minimum, which moved top-1
-    by up to 0.59 point on the cpu profile's features; float64 fits from different starting
-    weights agree to 1e-9 and to the image."""
+    when the loss no longer changes in float32, measurably above the minimum (docs/decisions.md,
+    "Float64 L-BFGS as the reference probe")."""
 
     train: FeatureRows
     evaluation: FeatureRows
@@ -223,9 +222,9 @@ def lbfgs_probe(
     """Full-batch multinomial logistic regression by L-BFGS, one fit per weight decay, on the
     fast probe's held-out split and standardisation. Features are read as the fast probe reads
     them (resident on the device when they fit, else a chunk at a time from host memory or a
-    memory map), so a converged fit needs no full-size copy. 200 iterations were too few: on
-    the cpu profile's features they left the loss up to 1.4e-3 above its minimum and moved
-    top-1 by up to 0.8 point; all stopped by tolerance within 500.
+    memory map), so a converged fit needs no full-size copy. Each fit runs to its tolerance;
+    `max_iter` only guards against one that does not (how many iterations fits took:
+    docs/decisions.md, "Float64 L-BFGS as the reference probe").
 
     On one device the weight decays are fitted as a regularisation path: the strongest from
     zero weights, each weaker one from the previous fit. Every objective is strictly convex, so

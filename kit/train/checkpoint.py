@@ -1,7 +1,7 @@
 """A run's checkpoint: written hashed and only when finite, read verified, its RNG states.
 
 Each checkpoint has its size and SHA-256 beside it (`checkpoint.pt.sha256`), checked when a run
-resumes (about 1.5 s per GB, see kit.core.files); weights or BN statistics holding NaN or
+resumes (one pass over its bytes, kit.core.files); weights or BN statistics holding NaN or
 infinity are never saved, so a diverging run keeps its last finite checkpoint.
 """
 
@@ -27,12 +27,12 @@ def snapshot_name(step: int) -> str:
     return f"snapshot-{step}.pt"
 
 
-def missing_snapshots(cfg: TrainSettings, out: Path, reached: int) -> list[int]:
+def missing_snapshots(settings: TrainSettings, out: Path, reached: int) -> list[int]:
     """Snapshot steps the run in `out` has passed (up to `reached`) whose file or hash is
     missing: a run cannot go back to write them."""
     return [
         step
-        for step in cfg.snapshot_steps
+        for step in settings.snapshot_steps
         if step <= reached
         and not (
             (out / snapshot_name(step)).is_file()
@@ -41,9 +41,9 @@ def missing_snapshots(cfg: TrainSettings, out: Path, reached: int) -> list[int]:
     ]
 
 
-def refuse_missing_snapshots(cfg: TrainSettings, reached: int, where: Path) -> None:
+def refuse_missing_snapshots(settings: TrainSettings, reached: int, where: Path) -> None:
     """Refuse a run whose snapshots before `reached` are missing, naming the steps."""
-    missing = missing_snapshots(cfg, where, reached)
+    missing = missing_snapshots(settings, where, reached)
     if missing:
         raise ParameterError(
             f"{where}: has trained past step(s) {', '.join(map(str, missing))} without their "
@@ -92,12 +92,12 @@ def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
 
 def write_snapshot(
-    module: nn.Module, cfg: TrainSettings, step: int, out: Path, kept: str, main: bool
+    module: nn.Module, settings: TrainSettings, step: int, out: Path, kept: str, main: bool
 ) -> None:
     """The model at x at `step` as snapshot-<step>.pt in `out` (the `main` rank writes it, hashed
     and atomically), with the run's identity: its settings (seed and step_hint among them) and
     the step; refused when not finite (on every rank: replicas are identical)."""
-    state = {"model": module.state_dict(), "config": cfg.model_dump(), "step": step}
+    state = {"model": module.state_dict(), "config": settings.model_dump(), "step": step}
     check_finite(state, out, kept)
     if main:
         write_checkpoint(out / snapshot_name(step), state)
@@ -124,9 +124,9 @@ def check_finite(state: dict[str, Any], where: Path, kept: str) -> None:
         )
 
 
-def check_same_run(saved: dict[str, Any], cfg: TrainSettings, where: Path) -> None:
-    """Refuse to resume a run folder whose saved settings differ from `cfg`'s."""
-    differing = cfg.differing_settings(saved)
+def check_same_run(saved: dict[str, Any], settings: TrainSettings, where: Path) -> None:
+    """Refuse to resume a run folder whose saved settings differ from `settings`'s."""
+    differing = settings.differing_settings(saved)
     if differing:
         raise ParameterError(
             f"{where}: holds a run with different settings "

@@ -125,13 +125,13 @@ def keep_metrics_until(path: Path, step: int) -> None:
 
 @contextlib.contextmanager
 def tensorboard_scalars(
-    cfg: TrainSettings, out: Path, step: int, process: Process
+    settings: TrainSettings, out: Path, step: int, process: Process
 ) -> Iterator[Callable[[dict[str, Any]], None]]:
     """A function logging a metrics record's numbers as TensorBoard scalars in the run folder
     (`tensorboard --logdir` over the runs' parent folder), flushed at every record so that a
     run can be watched live; it does nothing unless `tensorboard` is set, and on ranks but 0.
     A resumed run hides the events a killed one logged after its checkpoint (purge_step)."""
-    if not (cfg.tensorboard and process.main):
+    if not (settings.tensorboard and process.main):
         yield lambda record: None
         return
     from torch.utils.tensorboard import (

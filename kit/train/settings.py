@@ -18,6 +18,7 @@ from kit.core.params import (
     ParameterError,
     Strict,
     describe_errors,
+    located,
     merge,
     parse_overrides,
     read_yaml,
@@ -76,12 +77,6 @@ class RunSettings(Strict):
     def _consistent(self) -> RunSettings:
         if not all(0.0 <= beta < 1.0 for beta in self.betas):
             raise ValueError(f"betas: {self.betas} must lie in [0, 1)")
-        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
-            raise ValueError(
-                "tensorboard: the tensorboard package is not installed; install it "
-                "with `pip install -e '.[tensorboard]'` (or `pip install "
-                "tensorboard`), or set tensorboard: false"
-            )
         if self.stall_timeout_s >= self.group_timeout_s:
             raise ValueError(
                 f"stall_timeout_s: {self.stall_timeout_s} must be below "
@@ -93,6 +88,18 @@ class RunSettings(Strict):
                 f"micro_batch: {self.micro_batch} does not divide batch_size {self.batch_size}"
             )
         return self
+
+    def input_problems(self) -> list[str]:
+        """The optional packages these settings need and this environment lacks, each naming
+        its key first: checked before a run starts (`load_train_settings`, `kit check`), not
+        by validation, which checks values only."""
+        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            return [
+                "tensorboard: the tensorboard package is not installed; install it "
+                "with `pip install -e '.[tensorboard]'` (or `pip install "
+                "tensorboard`), or set tensorboard: false"
+            ]
+        return []
 
 
 #: settings that may change between a run and its resumption without changing what it computes
@@ -200,11 +207,14 @@ def load_train_settings(path: Path, overrides: list[str] | None = None) -> Train
     sources: dict[str, str] = {}
     merge(values, sources, read_yaml(path), str(path))
     merge(values, sources, parse_overrides(overrides or []), "the command line")
+    header = f"invalid training configuration {path}:"
     try:
-        return TrainSettings(**values)
+        settings = TrainSettings(**values)
     except ValidationError as error:
         raise ParameterError(
-            describe_errors(
-                f"invalid training configuration {path}:", TrainSettings, error, sources, str(path)
-            )
+            describe_errors(header, TrainSettings, error, sources, str(path))
         ) from None
+    problems = settings.input_problems()
+    if problems:
+        raise ParameterError("\n".join([header, *located(problems, sources, str(path))]))
+    return settings

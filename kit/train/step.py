@@ -30,21 +30,29 @@ from kit.train.settings import TrainSettings
 ALGOPERF_HORIZON = 0.75
 
 
-def warmup_steps(cfg: TrainSettings) -> int:
+def warmup_steps(settings: TrainSettings) -> int:
     """Warmup as AlgoPerf's schedule-free submission: a share of 0.75 x step_hint."""
-    return round(cfg.warmup_fraction * ALGOPERF_HORIZON * (cfg.step_hint or cfg.iterations))
+    return round(
+        settings.warmup_fraction * ALGOPERF_HORIZON * (settings.step_hint or settings.iterations)
+    )
 
 
 class Trainer:
     """Model, optimizer and training step of one rank."""
 
-    def __init__(self, cfg: TrainSettings, process: Process) -> None:
-        self.cfg, self.process = cfg, process
+    def __init__(self, settings: TrainSettings, process: Process) -> None:
+        self.settings, self.process = settings, process
         device = process.device
-        torch.manual_seed(cfg.seed)
-        self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+        torch.manual_seed(settings.seed)
+        self.memory_format = (
+            torch.channels_last if settings.channels_last else torch.contiguous_format
+        )
         self.module = models.build(
-            cfg.model, cfg.num_classes, cfg.width, cfg.stem, cfg.data.image_size
+            settings.model,
+            settings.num_classes,
+            settings.width,
+            settings.stem,
+            settings.data.image_size,
         ).to(device, memory_format=self.memory_format)
         model: nn.Module = self.module
         self.ddp: DistributedDataParallel | None = None
@@ -55,19 +63,21 @@ class Trainer:
                 broadcast_buffers=False,
                 gradient_as_bucket_view=True,
             )
-        self.model = torch.compile(model) if cfg.compile else model
+        self.model = torch.compile(model) if settings.compile else model
         self.optimizer = schedulefree.AdamWScheduleFree(
             self.module.parameters(),
-            lr=cfg.lr,
-            betas=tuple(cfg.betas),
-            eps=cfg.eps,
-            weight_decay=cfg.weight_decay,
-            warmup_steps=warmup_steps(cfg),
-            r=cfg.r,
-            weight_lr_power=cfg.weight_lr_power,
+            lr=settings.lr,
+            betas=tuple(settings.betas),
+            eps=settings.eps,
+            weight_decay=settings.weight_decay,
+            warmup_steps=warmup_steps(settings),
+            r=settings.r,
+            weight_lr_power=settings.weight_lr_power,
         )
-        self.criterion = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
-        bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=settings.label_smoothing)
+        bf16 = settings.precision == "bf16" or (
+            settings.precision == "auto" and device.type == "cuda"
+        )
         self.autocast_dtype = torch.bfloat16 if bf16 else None
         self.loss_sum = torch.zeros((), device=device)
         self.steps_taken = torch.zeros((), dtype=torch.int64, device=device)
@@ -90,7 +100,7 @@ class Trainer:
         BatchNorm statistics) whose gradients accumulate and are averaged across ranks once,
         after the last; the loss stays on the device (no host synchronisation)."""
         self.optimizer.zero_grad(set_to_none=True)
-        size = self.cfg.micro_batch or len(images)
+        size = self.settings.micro_batch or len(images)
         parts = len(images) // size
         loss = torch.zeros((), device=images.device)
         for part, (x, y) in enumerate(zip(images.split(size), labels.split(size), strict=True)):
@@ -153,7 +163,7 @@ class Trainer:
     def evaluation_point(self, recalibration: Iterable) -> Iterator[None]:
         """Weights at x (schedule-free's average), BN statistics recomputed there, eval mode."""
         self.optimizer.eval()
-        if self.cfg.bn_recalibration_batches > 0:
+        if self.settings.bn_recalibration_batches > 0:
             self.recalibrate_batchnorm(recalibration)
         self.module.eval()
         try:

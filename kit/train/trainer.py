@@ -130,12 +130,12 @@ def holding_run_folder(out: Path, process: Process) -> Iterator[None]:
         yield
 
 
-def train(cfg: TrainSettings) -> Path:
+def train(settings: TrainSettings) -> Path:
     """Train (or resume, or skip when finished) one run; returns its output folder."""
-    return train_in_turn([cfg])[0]
+    return train_in_turn([settings])[0]
 
 
-def train_in_turn(configs: list[TrainSettings], watch: bool = False) -> list[Path]:
+def train_in_turn(trainings: list[TrainSettings], watch: bool = False) -> list[Path]:
     """Train runs one after another in this process, each exactly as it would train alone (its
     own seeds, folder, lock and checkpoints); every configuration is validated before the first
     starts. Under torchrun or srun the ranks join one process group for all the runs: starting
@@ -143,19 +143,21 @@ def train_in_turn(configs: list[TrainSettings], watch: bool = False) -> list[Pat
     previous group's rendezvous. With `watch` (the command line's trainers), a rank that makes no
     progress for stall_timeout_s ends its process (kit.train.watchdog). Returns the runs' output
     folders."""
-    devices = {cfg.device for cfg in configs}
+    devices = {settings.device for settings in trainings}
     if len(devices) > 1:
         raise ParameterError(
             f"device: runs trained in turn share one process and its device, "
             f"but these ask for {', '.join(sorted(devices))}"
         )
     with StopFlag().installed() as stop:  # before the group starts: a stop then is kept too
-        process = start_process(configs[0].device, max(cfg.group_timeout_s for cfg in configs))
+        process = start_process(
+            trainings[0].device, max(settings.group_timeout_s for settings in trainings)
+        )
         try:
             watchdog = Watchdog(enabled=watch)
             return [
-                _train_on(cfg, process, stop, configs[:index], watchdog)
-                for index, cfg in enumerate(configs)
+                _train_on(settings, process, stop, trainings[:index], watchdog)
+                for index, settings in enumerate(trainings)
             ]
         finally:
             if dist.is_initialized():
@@ -163,7 +165,7 @@ def train_in_turn(configs: list[TrainSettings], watch: bool = False) -> list[Pat
 
 
 def _train_on(
-    cfg: TrainSettings,
+    settings: TrainSettings,
     process: Process,
     stop: StopFlag,
     before: list[TrainSettings],
@@ -175,24 +177,27 @@ def _train_on(
         after = f"after {resolve(before[-1].output_dir)} " if before else ""
         raise Preempted(
             f"stopped by a preemption signal {after}before "
-            f"{resolve(cfg.output_dir)} started; run it again to resume"
+            f"{resolve(settings.output_dir)} started; run it again to resume"
         )
-    if cfg.compile and (missing := machine.compiler_problems()):
+    if settings.compile and (missing := machine.compiler_problems()):
         raise machine.MachineError("\n".join(missing))
     shared = machine.loader_shared_memory(
         ranks_on_node(dict(os.environ)),
-        cfg.num_workers,
-        cfg.micro_batch or cfg.batch_size // process.world_size,
-        cfg.data.image_size,
-        kinds.get(cfg.data.kind).held_bytes(cfg.data),
+        settings.num_workers,
+        settings.micro_batch or settings.batch_size // process.world_size,
+        settings.data.image_size,
+        kinds.get(settings.data.kind).held_bytes(settings.data),
     )
-    if cfg.num_workers and (short := machine.shm_problems(shared)):
+    if settings.num_workers and (short := machine.shm_problems(shared)):
         raise machine.MachineError("\n".join(short))
-    unwritable = writable_problems(resolve(cfg.output_dir))
+    unwritable = writable_problems(resolve(settings.output_dir))
     if unwritable:  # before the lock file is made there
         raise ParameterError("; ".join(unwritable))
-    with holding_run_folder(resolve(cfg.output_dir), process), contextlib.ExitStack() as closing:
-        return _train(cfg, process, stop, closing, watchdog)
+    with (
+        holding_run_folder(resolve(settings.output_dir), process),
+        contextlib.ExitStack() as closing,
+    ):
+        return _train(settings, process, stop, closing, watchdog)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,7 +235,7 @@ def _every(step: int, interval: int) -> bool:
 class _Run:
     """One run being trained on this rank: its parts, its position and what it writes."""
 
-    cfg: TrainSettings
+    settings: TrainSettings
     process: Process
     out: Path
     trainer: Trainer
@@ -247,19 +252,19 @@ class _Run:
         save where due, and stop (checkpointed) when a preemption signal asked."""
         batches = self.batches()
         window = _Window(self.at.window_steps, self.at.window_steps)
-        while self.at.step < self.cfg.iterations:
+        while self.at.step < self.settings.iterations:
             self.watchdog.beat(
                 f"at step {self.at.step + 1} (its batch, forward and backward)",
-                arm=not self.cfg.compile or window.steps > 0,
+                arm=not self.settings.compile or window.steps > 0,
             )
             self.trainer.step(*next(batches))
             self.at.step, self.at.batch_in_epoch = self.at.step + 1, self.at.batch_in_epoch + 1
             window.steps += 1
-            final = self.at.step == self.cfg.iterations
-            evaluate = final or _every(self.at.step, self.cfg.eval_every)
-            save = final or _every(self.at.step, self.cfg.checkpoint_every)
-            snapshot = self.at.step in self.cfg.snapshot_steps
-            if evaluate or save or snapshot or self.at.step % self.cfg.log_every == 0:
+            final = self.at.step == self.settings.iterations
+            evaluate = final or _every(self.at.step, self.settings.eval_every)
+            save = final or _every(self.at.step, self.settings.checkpoint_every)
+            snapshot = self.at.step in self.settings.snapshot_steps
+            if evaluate or save or snapshot or self.at.step % self.settings.log_every == 0:
                 if self.logging_step(window, evaluate, save, final, stop.requested, snapshot):
                     stop.requested = True  # asked on another rank: this one's chain stops too
                 window = _Window()
@@ -297,8 +302,8 @@ class _Run:
         at_y = (
             self.trainer.at_y()
             if (preempted or final or snapshot)
-            and not _every(self.at.step, self.cfg.eval_every)
-            and not _every(self.at.step, self.cfg.checkpoint_every)
+            and not _every(self.at.step, self.settings.eval_every)
+            and not _every(self.at.step, self.settings.checkpoint_every)
             else {}
         )
         save = save or preempted
@@ -327,7 +332,12 @@ class _Run:
             if snapshot:  # before the checkpoint: a kill between them trains this step again
                 self.watchdog.beat(f"saving the snapshot of step {self.at.step}")
                 write_snapshot(
-                    self.trainer.module, self.cfg, self.at.step, self.out, kept, self.process.main
+                    self.trainer.module,
+                    self.settings,
+                    self.at.step,
+                    self.out,
+                    kept,
+                    self.process.main,
                 )
             if save:
                 self.watchdog.beat(f"saving the checkpoint of step {self.at.step}")
@@ -373,7 +383,7 @@ class _Run:
             "loss": loss,
             "lr": self.trainer.optimizer.param_groups[0]["scheduled_lr"],
             "images_per_s": (window.steps - window.carried)
-            * self.cfg.batch_size
+            * self.settings.batch_size
             / (time.perf_counter() - window.start),
             "eval_accuracy": None,
             "eval_loss": None,
@@ -396,7 +406,7 @@ class _Run:
             "step": self.at.step,
             "epoch": self.at.epoch,
             "batch_in_epoch": self.at.batch_in_epoch,
-            "config": self.cfg.model_dump(),
+            "config": self.settings.model_dump(),
             **at_y,
         }
         check_finite(state, self.out, kept)  # replicas are identical: every rank stops
@@ -415,90 +425,92 @@ class _Run:
 
 
 def _train(
-    cfg: TrainSettings,
+    settings: TrainSettings,
     process: Process,
     stop: StopFlag,
     closing: contextlib.ExitStack,
     watchdog: Watchdog | None = None,
 ) -> Path:
     """Train one run on this rank, from its checkpoint when it has one."""
-    out = resolve(cfg.output_dir)
-    if _finished(cfg, out, process):
+    out = resolve(settings.output_dir)
+    if _finished(settings, out, process):
         return out
-    _check_batch_split(cfg, process)
-    if problem := replica_problem(cfg.bn_recalibration_batches, process.world_size):
+    _check_batch_split(settings, process)
+    if problem := replica_problem(settings.bn_recalibration_batches, process.world_size):
         raise ParameterError(problem)
     print(placement(out, process), flush=True)
-    run = _start_run(cfg, process, out, closing)
+    run = _start_run(settings, process, out, closing)
     run.watchdog = watchdog or run.watchdog
     # a first step that compiles takes minutes: watched from the beat after it
     with (
-        run.watchdog.watching(out, process.rank, cfg.stall_timeout_s, armed=not cfg.compile),
-        loader_failures(out, lambda: run.at.step, cfg.loader_timeout_s),
+        run.watchdog.watching(
+            out, process.rank, settings.stall_timeout_s, armed=not settings.compile
+        ),
+        loader_failures(out, lambda: run.at.step, settings.loader_timeout_s),
     ):
         run.train_steps(stop)
         run.finish()
     return out
 
 
-def _finished(cfg: TrainSettings, out: Path, process: Process) -> bool:
+def _finished(settings: TrainSettings, out: Path, process: Process) -> bool:
     """Whether the run has finished (said by rank 0); a folder holding another run's settings
     is refused."""
     if (out / "config.yaml").exists():
-        check_same_run(yaml.safe_load((out / "config.yaml").read_text()), cfg, out)
-    if not finished_through(out, cfg.iterations):
+        check_same_run(yaml.safe_load((out / "config.yaml").read_text()), settings, out)
+    if not finished_through(out, settings.iterations):
         return False
-    refuse_missing_snapshots(cfg, cfg.iterations, out)
+    refuse_missing_snapshots(settings, settings.iterations, out)
     if process.main:
         print(f"{out}: finished ({DONE} present), not training again")
     return True
 
 
-def _check_batch_split(cfg: TrainSettings, process: Process) -> None:
+def _check_batch_split(settings: TrainSettings, process: Process) -> None:
     """Refuse a batch (or micro-batch) that does not split evenly across the ranks."""
-    if cfg.batch_size % process.world_size:
+    if settings.batch_size % process.world_size:
         raise ParameterError(
-            f"batch_size: {cfg.batch_size} is not divisible by the {process.world_size} ranks"
+            f"batch_size: {settings.batch_size} is not divisible by the {process.world_size} ranks"
         )
-    if cfg.micro_batch and cfg.batch_size % (process.world_size * cfg.micro_batch):
+    if settings.micro_batch and settings.batch_size % (process.world_size * settings.micro_batch):
         raise ParameterError(
-            f"micro_batch: batch_size {cfg.batch_size} is not divisible by "
-            f"{process.world_size} ranks x micro_batch {cfg.micro_batch}"
+            f"micro_batch: batch_size {settings.batch_size} is not divisible by "
+            f"{process.world_size} ranks x micro_batch {settings.micro_batch}"
         )
 
 
 def _start_run(
-    cfg: TrainSettings, process: Process, out: Path, closing: contextlib.ExitStack
+    settings: TrainSettings, process: Process, out: Path, closing: contextlib.ExitStack
 ) -> _Run:
     """This rank's data, trainer and position (from the checkpoint, if any); rank 0 readies
     the run folder."""
     run_data = kit_data.build(
-        cfg.data,
-        cfg.num_classes,
-        cfg.seed,
-        cfg.batch_size,
+        settings.data,
+        settings.num_classes,
+        settings.seed,
+        settings.batch_size,
         process.rank,
         process.world_size,
-        cfg.num_workers,
-        cfg.bn_recalibration_batches,
+        settings.num_workers,
+        settings.bn_recalibration_batches,
         pin_memory=process.device.type == "cuda",
-        micro_batch=cfg.micro_batch,
-        timeout_s=cfg.loader_timeout_s,
+        micro_batch=settings.micro_batch,
+        timeout_s=settings.loader_timeout_s,
     )
-    trainer = Trainer(cfg, process)
+    trainer = Trainer(settings, process)
     at = _resume(trainer, out / CHECKPOINT)
-    refuse_missing_snapshots(cfg, at.step, out)
+    refuse_missing_snapshots(settings, at.step, out)
     if process.main:
-        _ready_folder(cfg, out, at.step)
+        _ready_folder(settings, out, at.step)
     progress = tqdm(
-        total=cfg.iterations,
+        total=settings.iterations,
         initial=at.step,
         desc=out.name,
         unit="step",
         disable=None if process.main else True,
     )  # None: only on a terminal
     return _Run(
-        cfg,
+        settings,
         process,
         out,
         trainer,
@@ -506,7 +518,7 @@ def _start_run(
         at,
         last_saved=at.step if (out / CHECKPOINT).exists() else None,
         progress=progress,
-        log_scalars=closing.enter_context(tensorboard_scalars(cfg, out, at.step, process)),
+        log_scalars=closing.enter_context(tensorboard_scalars(settings, out, at.step, process)),
     )
 
 
@@ -521,7 +533,7 @@ def _resume(trainer: Trainer, checkpoint: Path) -> Position:
     return Position(state["step"], state["epoch"], state["batch_in_epoch"], window)
 
 
-def _ready_folder(cfg: TrainSettings, out: Path, step: int) -> None:
+def _ready_folder(settings: TrainSettings, out: Path, step: int) -> None:
     """Rank 0: the run folder made, dead writers' temporaries removed, the DONE marker of a run
     now extended removed, config.yaml written, this start's provenance appended, metrics after
     the resumed step dropped."""
@@ -529,6 +541,6 @@ def _ready_folder(cfg: TrainSettings, out: Path, step: int) -> None:
     files.remove_stale_temporaries(out)
     (out / DONE).unlink(missing_ok=True)  # a run finished at fewer steps, now extended
     with files.atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
-        handle.write(yaml.safe_dump(cfg.model_dump(), sort_keys=False).encode())
+        handle.write(yaml.safe_dump(settings.model_dump(), sort_keys=False).encode())
     provenance.append(out / PROVENANCE)
     keep_metrics_until(out / METRICS, step)

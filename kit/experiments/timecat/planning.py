@@ -152,20 +152,20 @@ def plan(params: TimecatSettings) -> Plan:
                 ]
                 if any(escapes(root, folder) for folder in folders):
                     raise ParameterError(f"variants: {label} would write outside {root}")
-                configs = [
+                trainings = [
                     params.run_config(variant, seed, str(folder), task)
                     for seed, folder in zip(seeds[: variant.n], folders, strict=True)
                 ]
                 if variant.initialised:
-                    initial += configs
-                    files = tuple(folder / INITIAL for folder in folders)
+                    initial += trainings
+                    checkpoints = tuple(folder / INITIAL for folder in folders)
                     iterations = None
                 else:
-                    runs.update(zip(folders, configs, strict=True))
-                    files = tuple(folder / CHECKPOINT for folder in folders)
-                    iterations = configs[0].iterations
-                    for config in configs:
-                        serves[config.output_dir] = [f"{label} at {iterations}"]
+                    runs.update(zip(folders, trainings, strict=True))
+                    checkpoints = tuple(folder / CHECKPOINT for folder in folders)
+                    iterations = trainings[0].iterations
+                    for settings in trainings:
+                        serves[settings.output_dir] = [f"{label} at {iterations}"]
                 representations.append(
                     Representation(
                         variant.name,
@@ -174,7 +174,7 @@ def plan(params: TimecatSettings) -> Plan:
                         variant.width,
                         replicate,
                         iterations,
-                        files,
+                        checkpoints,
                         None if task is None else task.name,
                     )
                 )
@@ -189,15 +189,15 @@ def run_table(experiment: Plan) -> pl.DataFrame:
     return pl.DataFrame(
         [
             {
-                "run": shown(t.output_dir),
-                "seed": t.seed,
-                "iterations": t.iterations,
-                "step_hint": t.step_hint,
-                "width": t.width,
-                "serves": ", ".join(experiment.serves.get(t.output_dir, [])),
-                "finished": is_finished(t),
+                "run": shown(settings.output_dir),
+                "seed": settings.seed,
+                "iterations": settings.iterations,
+                "step_hint": settings.step_hint,
+                "width": settings.width,
+                "serves": ", ".join(experiment.serves.get(settings.output_dir, [])),
+                "finished": is_finished(settings),
             }
-            for t in experiment.trainings
+            for settings in experiment.trainings
         ],
         schema={
             "run": pl.String,
@@ -219,40 +219,44 @@ INITIAL = "initial.pt"
 UNTRAINED_FOLDER = "untrained"
 
 
-def initialise(configs: list[TrainSettings]) -> int:
+def initialise(trainings: list[TrainSettings]) -> int:
     """Write the untrained networks of random-init variants as kit.train would start them (same
     seed, same architecture), in the kit's checkpoint format with their hash recorded; returns
     how many were written. A file is kept only while it verifies and was made with the same
     settings: a stale or corrupt one (another width, say) is written again, never probed."""
     written = 0
-    for config in configs:
-        path = resolve(config.output_dir) / INITIAL
-        if _initial_is_current(path, config):
+    for settings in trainings:
+        path = resolve(settings.output_dir) / INITIAL
+        if _initial_is_current(path, settings):
             continue
-        torch.manual_seed(config.seed)
+        torch.manual_seed(settings.seed)
         network = models.build(
-            config.model, config.num_classes, config.width, config.stem, config.data.image_size
+            settings.model,
+            settings.num_classes,
+            settings.width,
+            settings.stem,
+            settings.data.image_size,
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         # the same bytes wherever it is written (no run folder inside), so that the feature
         # cache, keyed by contents, shares the features of every copy of one untrained network
-        recorded = config.model_copy(update={"output_dir": UNTRAINED_FOLDER}).model_dump()
+        recorded = settings.model_copy(update={"output_dir": UNTRAINED_FOLDER}).model_dump()
         with files.hashed_write(path) as handle:
             torch.save({"model": network.state_dict(), "config": recorded}, handle)
         written += 1
     return written
 
 
-def _initial_is_current(path: Path, config: TrainSettings) -> bool:
+def _initial_is_current(path: Path, settings: TrainSettings) -> bool:
     """Whether an untrained network's file exists, matches its recorded hash and was made with
-    `config`'s settings (those that shape the network)."""
+    `settings` (those that shape the network)."""
     if not path.exists() or not files.sidecar(path).exists():
         return False
     try:
         saved = models.read_checkpoint(path)
     except models.CheckpointError:
         return False
-    return not config.differing_settings(saved.get("config", {}))
+    return not settings.differing_settings(saved.get("config", {}))
 
 
 def changed_runs(trainings: list[TrainSettings]) -> list[str]:
@@ -260,13 +264,13 @@ def changed_runs(trainings: list[TrainSettings]) -> list[str]:
     (a run extended to more iterations with the same step_hint is the same run), or that have
     trained past snapshot steps now asked for without writing them."""
     changed = []
-    for planned in trainings:
-        saved = resolve(planned.output_dir) / "config.yaml"
+    for settings in trainings:
+        saved = resolve(settings.output_dir) / "config.yaml"
         if saved.exists():
             recorded = yaml.safe_load(saved.read_text())
-            differing = planned.differing_settings(recorded)
+            differing = settings.differing_settings(recorded)
             missing = missing_snapshots(
-                planned, saved.parent, min(recorded.get("iterations", 0), planned.iterations)
+                settings, saved.parent, min(recorded.get("iterations", 0), settings.iterations)
             )
             if differing:
                 changed.append(f"{saved.parent} ({', '.join(differing)})")
@@ -306,9 +310,11 @@ def launch_for(
     in the stage line) in one launch of the first one's launch settings, logs in `folder`: each
     experiment's task data is checked before anything trains."""
     refuse_changed_runs(trainings)
-    finished = [is_finished(t) for t in trainings]  # each DONE marker read once
-    skipped = [str(t.output_dir) for t, done in zip(trainings, finished, strict=True) if done]
-    pending = [t for t, done in zip(trainings, finished, strict=True) if not done]
+    finished = [is_finished(settings) for settings in trainings]  # each DONE marker read once
+    skipped = [
+        str(settings.output_dir) for settings, done in zip(trainings, finished, strict=True) if done
+    ]
+    pending = [settings for settings, done in zip(trainings, finished, strict=True) if not done]
     stage = Stage(
         "training",
         len(pending),

@@ -259,7 +259,13 @@ class TimecatSettings(NotebookSettings):
                     raise ValueError(f"seed_sets: {seeds} has fewer than {most} distinct seeds")
         self._check_training()
         self._check_probe()
-        self._check_inputs()
+        if any(task.components for task in self.tasks) and self.train is None:
+            raise ValueError(
+                "tasks: components describe the synthetic world of the train "
+                "section, which is not given"
+            )
+        for task in self.tasks:
+            self.task_data(task)  # a task reading the pretraining data needs a train section
         return self
 
     def _check_probe(self) -> None:
@@ -321,40 +327,52 @@ class TimecatSettings(NotebookSettings):
                 "tasks: components describe the synthetic world, but pretraining "
                 f"reads {self.train.data.kind}"
             )
-        self._check_data({"train": [self.train.data]})
 
-    def _check_inputs(self) -> None:
-        loaded = [variant for variant in self.variants if variant.checkpoints is not None]
-        missing = [
-            f
-            for variant in loaded
+    def input_problems(self) -> list[str]:
+        """Every problem of what the values name, one line per key: the data roots' layouts
+        (pretraining's, then the tasks'), the variants' checkpoint files (found, then opened:
+        this imports torch) and the training's optional packages. Run before compute by `kit
+        check`, `kit run` and the notebook's first cell (kit.core.params.check_inputs)."""
+        problems = self._data_problems() + self._checkpoint_problems()
+        if self.train is not None:
+            problems += [f"train.{problem}" for problem in self.train.input_problems()]
+        return problems
+
+    def _data_problems(self) -> list[str]:
+        """Each data root's layout (kit.data.preflight), a root shared by pretraining and a
+        task named once, under train."""
+        from kit.data.preflight import preflight
+
+        datas = {"tasks": [self.task_data(task)[0] for task in self.tasks]}
+        if self.train is not None and any(v.trained or v.initialised for v in self.variants):
+            datas = {"train": [self.train.data]} | datas
+        lines, seen = [], set()
+        for key, settings in datas.items():
+            problems = [p for data in settings for p in preflight(data) if p not in seen]
+            seen |= set(problems)
+            if problems:
+                lines.append(f"{key}: " + "; ".join(dict.fromkeys(problems)))
+        return lines
+
+    def _checkpoint_problems(self) -> list[str]:
+        """The variants' checkpoint files this many replicates read: found, then opened."""
+        files = [
+            file
+            for variant in self.variants
             for files in (variant.checkpoints or [])[: self.replicates]
-            for f in files
-            if not checkpoint_file(f).is_file()
+            for file in files
         ]
+        missing = [file for file in files if not checkpoint_file(file).is_file()]
         if missing:
-            raise ValueError(
+            return [
                 f"variants: {len(missing)} checkpoint file(s) not found: {', '.join(missing[:5])}"
-            )
-        if loaded:
-            from kit.features import checkpoint_problems  # opens them: imports torch
+            ]
+        if not files:
+            return []
+        from kit.features import checkpoint_problems  # opens them: imports torch
 
-            unusable = checkpoint_problems(
-                [
-                    str(checkpoint_file(f))
-                    for variant in loaded
-                    for files in (variant.checkpoints or [])[: self.replicates]
-                    for f in files
-                ]
-            )
-            if unusable:
-                raise ValueError("variants: " + "; ".join(unusable))
-        if any(task.components for task in self.tasks) and self.train is None:
-            raise ValueError(
-                "tasks: components describe the synthetic world of the train "
-                "section, which is not given"
-            )
-        self._check_data({"tasks": [self.task_data(task)[0] for task in self.tasks]})
+        unusable = checkpoint_problems([str(checkpoint_file(file)) for file in files])
+        return ["variants: " + "; ".join(unusable)] if unusable else []
 
     def budget(self) -> int:
         """Total iterations each trained variant spends: total_iterations, or the baseline's."""
@@ -430,13 +448,3 @@ class TimecatSettings(NotebookSettings):
             return self.seed_sets[replicate]
         most = max(variant.n for variant in self.variants)
         return [self.base_seed + 1000 * replicate + i for i in range(most)]
-
-    @staticmethod
-    def _check_data(configs: dict[str, list[DataSettings]]) -> None:
-        """Every data root exists with its kind's layout (the first key with a problem)."""
-        from kit.data.preflight import preflight
-
-        for key, datas in configs.items():
-            problems = [problem for data in datas for problem in preflight(data)]
-            if problems:
-                raise ValueError(f"{key}: " + "; ".join(dict.fromkeys(problems)))

@@ -80,6 +80,17 @@ class SweepSettings(NotebookSettings):
             cells(self)  # every cell validates as notebook 03's parameters, before any compute
         return self
 
+    def input_problems(self) -> list[str]:
+        """What the cells read (data roots, checkpoints), checked as notebook 03 checks its own,
+        each problem once."""
+        if not self.budgets:
+            return []
+        return list(
+            dict.fromkeys(
+                problem for cell in cells(self) for problem in cell.settings.input_problems()
+            )
+        )
+
 
 def swept_notebook(params: SweepSettings) -> TimecatSettings:
     """Notebook 03's parameters for this profile and output folder."""
