@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import nbformat
 import numpy as np
 import polars as pl
 import pytest
@@ -365,6 +366,12 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
 
     experiment = planning.plan(loaded)
     assert all(is_finished(t) for t in experiment.trainings)
+    assert set(planning.run_table(experiment)["status"]) == {"finished"}
+    # the notebook shows the plan's table again after training, its status read then
+    executed = nbformat.read(folder / "03_time_concat.ipynb", as_version=4)
+    (training,) = [c for c in executed.cells if "planning.launch(" in c.source]
+    shown = "".join(o.get("data", {}).get("text/html", "") for o in training.outputs)
+    assert shown.count(">finished<") == len(experiment.trainings) and "to train" not in shown
     stamps = {
         t.output_dir: os.stat(Path(t.output_dir) / CHECKPOINT).st_mtime_ns
         for t in experiment.trainings

@@ -72,13 +72,14 @@ def accuracy_chart(
     return (
         alt.layer(*layers, data=stats)
         .properties(width=150, height=160)
-        .facet(column=alt.Column("task:N", title=None))
+        .facet(column=alt.Column("task:N", title=None), spacing=charts.LABEL_ROOM)
     )
 
 
 def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
     """In distribution vs in the mixture vs unseen: mean over the tasks of each role, for the
-    variants probed on every task."""
+    variants probed on every task, as points with their error bars side by side per variant (the
+    variants are categories without an order, so no line joins them)."""
     tasks = results["task"].n_unique()
     everywhere = (
         results.group_by("variant")
@@ -92,13 +93,14 @@ def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
     stats = _mean_std(per_role.with_columns(pl.lit(rule).alias("rule")), rule, ["role", "variant"])
     title = "mean top-1 over the role's tasks (%)"
     order = [v for v in variant_order(results) if v in set(everywhere)]
+    roles = sorted(stats["role"])
     base = alt.Chart(stats).encode(
         x=alt.X("variant:N", sort=order, title="variant"),
-        color=alt.Color("role:N", title="task role", scale=palette.scale(sorted(stats["role"]))),
+        xOffset=alt.XOffset("role:N", sort=roles),
+        color=alt.Color("role:N", title="task role", scale=palette.scale(roles)),
     )
-    line = base.mark_line(point=True).encode(
+    points = base.mark_point(filled=True, size=50).encode(
         y=alt.Y("mean:Q", title=title, scale=alt.Scale(zero=False)),
-        detail="role:N",
         tooltip=charts.tooltips(stats, ["role", "variant", "mean", "std"], PERCENT),
     )
     bars = base.mark_errorbar().encode(
@@ -106,7 +108,7 @@ def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
         y2="high:Q",
         tooltip=charts.tooltips(stats, ["role", "variant", "low", "high"], PERCENT),
     )
-    return (line + bars).properties(width=320, height=220)
+    return (points + bars).properties(width=320, height=220)
 
 
 def _mean_std(results: pl.DataFrame, rule: str, by: list[str]) -> pl.DataFrame:
