@@ -46,10 +46,13 @@ def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -
         pl.lit("learned").alias("layer"),
     )
     data = pl.concat([gains, rules], how="diagonal_relaxed")
+    budgets = sorted({int(budget) for budget in verdicts["budget"]})
     x = alt.X(
-        "budget:Q", scale=_budget_scale(verdicts["budget"]), title="total budget (iterations)"
+        "budget:Q",
+        scale=_budget_scale(budgets),
+        axis=alt.Axis(values=budgets),
+        title="total budget (iterations)",
     )
-    x = x.axis(values=sorted(set(verdicts["budget"].to_list())))
     colour = alt.Color(
         "variant:N",
         title="variant",
@@ -114,10 +117,10 @@ def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -
 SHAPES = ["circle", "triangle-up", "square", "diamond", "triangle-down", "cross"]
 
 
-def _budget_scale(budgets: pl.Series) -> alt.Scale:
-    """Several budgets: a log scale spanning them (each doubles the last); one budget: a linear
-    scale around it, which has no range to span."""
-    low, high = budgets.min(), budgets.max()
+def _budget_scale(budgets: list[int]) -> alt.Scale:
+    """Several budgets (ascending): a log scale spanning them (each doubles the last); one
+    budget: a linear scale around it, which has no range to span."""
+    low, high = budgets[0], budgets[-1]
     if low == high:
         return alt.Scale(type="linear", domain=[low / 2, low * 3 / 2], zero=False)
     return alt.Scale(type="log", domain=[low, high], zero=False)
