@@ -214,6 +214,16 @@ def test_every_axis_has_a_title_and_tooltips_are_rounded() -> None:
                     assert "format" in tip, f"tooltip {tip['field']} unrounded"
 
 
+def test_no_line_joins_the_variants_of_the_role_chart() -> None:
+    """Variants are unordered categories: each role is a point per variant, offset side by
+    side, with its error bar."""
+    spec = figures.role_chart(results(NOISY), "heldout").to_dict()
+    marks = [node["mark"] for node in walk(spec) if "mark" in node]
+    kinds = {mark["type"] if isinstance(mark, dict) else mark for mark in marks}
+    assert kinds == {"point", "errorbar"}
+    assert all(layer["encoding"]["xOffset"]["field"] == "role" for layer in spec["layer"])
+
+
 def test_training_chart_has_one_panel_per_variant_with_titled_axes() -> None:
     spec = figures.training_chart(curves()).to_dict()
     rows = next(iter(spec["datasets"].values()))

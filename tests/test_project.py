@@ -20,6 +20,7 @@ from kit.cli import lab, runner
 from kit.core import params
 from kit.core.parameters_cell import Section
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT, importable_environment
+from kit.report import tables
 
 
 def readme_commands() -> list[str]:
@@ -210,6 +211,30 @@ def test_parameters_cells_set_only_a_profile_and_it_resolves() -> None:
             "profile"
         ], path.name
         assert params.from_notebook(path.stem, namespace).profile == "interactive"
+
+
+def test_the_cell_after_the_parameters_shows_every_resolved_value() -> None:
+    """The parameters cell shows None for every name the profile sets; the next cell displays
+    what each one resolved to (kit.report.tables.settings): plain values on their row, sections
+    folded to a line that opens to their YAML."""
+    for path in runner.find_notebooks(None):
+        cells = nbformat.read(path, as_version=4).cells
+        at = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", []))
+        assert "display(tables.settings(P))" in cells[at + 1].source, path.name
+        namespace: dict = {"In": [cells[at].source]}
+        exec(cells[at].source, namespace)
+        resolved = params.from_notebook(path.stem, namespace)
+        shown = tables.settings(resolved)
+        listed = dict(line.split(None, 1) for line in repr(shown).splitlines())
+        names = params.parameter_names([cells[at].source])
+        assert set(names) <= set(listed), f"{path.name}: {set(names) - set(listed)} not shown"
+        assert listed["output_dir"] == resolved.output_dir
+    shown = tables.settings(params.load("03_time_concat", "cpu")[0])
+    listed = dict(line.split(None, 1) for line in repr(shown).splitlines())
+    assert listed["total_iterations"] == "240"
+    assert listed["variants"].startswith("5: cat1, cat4")
+    page = shown._repr_html_()
+    assert "<details><summary>{model: resnet10" in page and "  kind: synthetic" in page
 
 
 def test_layers_import_only_downwards() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import altair as alt
@@ -63,6 +64,29 @@ def test_reference_and_chance_lines_say_what_they_are(tmp_path: Path, chart_text
     for label in ("direct training 70.0", "direct training 55.0", "chance 50.0", "chance 25.0"):
         assert texts.count(label) == 1, f"{label!r} should be written once: {texts}"
     assert [t for t in texts if "top-1" in t] == [title]  # the lines add no axis title
+
+
+@pytest.mark.parametrize("faceted", [False, True])
+def test_a_reference_label_lies_right_of_the_plot_never_on_a_data_point(
+    tmp_path: Path, faceted: bool
+) -> None:
+    """Points sit on the chance line at both ends of the axis; the label is written beyond the
+    plotting area's right edge (a facet panel's, too), where no point can be."""
+    stats = pl.DataFrame({"variant": ["cat1", "cat2", "cat4"], "mean": [10.0, 50.0, 10.0]})
+    points = alt.Chart().mark_point().encode(x="variant:N", y=alt.Y("mean:Q", title="top-1"))
+    chart = alt.layer(
+        points,
+        charts.chance_lines(),
+        data=stats.with_columns(chance=pl.lit(10.0), task=pl.lit("shape")),
+    ).properties(width=200, height=100)
+    if faceted:
+        chart = chart.facet(column="task:N", spacing=charts.LABEL_ROOM)
+    (svg,) = charts.save_chart(chart, tmp_path, "chance", ["svg"])
+    text = svg.read_text()
+    (label_x,) = re.findall(r"<text[^>]*translate\(([\d.]+),[\d.]+\)[^>]*>chance 10.0<", text)
+    point_xs = re.findall(r'aria-roledescription="point" transform="translate\(([\d.]+),', text)
+    assert len(point_xs) == 3
+    assert float(label_x) >= 200 > max(float(x) for x in point_xs)
 
 
 def test_displayed_chart_is_interactive_in_lab_and_an_image_elsewhere() -> None:

@@ -25,7 +25,7 @@ from kit.experiments.timecat import (
     sweep_figures,
     sweep_settings,
 )
-from kit.report import crossover, outputs
+from kit.report import crossover, outputs, palette
 
 KINDS = {
     "cat1": ("time-concat", 1),
@@ -377,7 +377,33 @@ def test_the_gain_chart_draws_tested_and_untested_cells(replicates: int) -> None
     assert judged.verdicts.height == 3 * len(BUDGETS)
     one = sweep.judge_cells(results.filter(pl.col("budget") == 240), "heldout", "cat1", 15.0, 2.9)
     chart = sweep_figures.gain_chart(one.verdicts, learned, 2.9)  # the default job's one budget
-    assert chart.to_dict()["spec"]["layer"][0]["encoding"]["x"]["scale"]["domain"] == [120, 480]
+    x = chart.to_dict()["spec"]["layer"][0]["encoding"]["x"]["scale"]
+    assert x["domain"] == [120, 360] and x["type"] == "linear"
+
+
+def test_the_gain_chart_colours_catn_as_notebook_03_and_names_each_comparison() -> None:
+    """catN's gains take catN's colour (as in notebook 03's charts), the legend lists only the
+    variants drawn, and the gain over the baseline and over each control differ in shape."""
+    results = sweep_results({240: 8}, worlds=1, replicates=2)
+    judged = sweep.judge_cells(results, "heldout", "cat1", 15.0, 2.9)
+    learned = pl.DataFrame(
+        {"world_seed": [0, 0], "variant": ["cat1", "wide1"], "n": [1, 1], "learned_at": [None, 120]}
+    )
+    spec = sweep_figures.gain_chart(judged.verdicts, learned, 2.9).to_dict()
+    layers = spec["spec"]["layer"]
+    colour = layers[0]["encoding"]["color"]
+    assert colour["field"] == "variant"
+    assert dict(zip(colour["scale"]["domain"], colour["scale"]["range"], strict=True)) == {
+        "cat4": palette.color("cat4"),
+        "wide1": palette.color("wide1"),  # its rule is drawn; cat1 learns out of range: no rule
+    }
+    shape = next(layer["encoding"]["shape"] for layer in layers if "shape" in layer["encoding"])
+    assert shape["scale"]["domain"] == [
+        "cat1 (the baseline)",
+        "wide1 (a control)",
+        "random4 (a control)",
+    ]
+    assert len(set(shape["scale"]["range"])) == 3
 
 
 def test_cells_of_one_world_share_their_untrained_networks_features(tmp_path: Path) -> None:

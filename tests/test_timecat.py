@@ -3,11 +3,14 @@ resumption and run identity, the results tables."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import sys
 from pathlib import Path
 
+import nbformat
 import numpy as np
 import polars as pl
 import pytest
@@ -20,7 +23,7 @@ from kit.core import params, paths
 from kit.data import pipeline as data
 from kit.data.fixtures import write_paper_data
 from kit.data.kinds.imagefolder import image_folder
-from kit.experiments.timecat import comparisons, planning
+from kit.experiments.timecat import comparisons, figures, planning
 from kit.experiments.timecat.settings import SCALE_TRAIN_KEYS, TimecatSettings
 from kit.launch.runs import is_finished
 from kit.train.checkpoint import CHECKPOINT
@@ -87,6 +90,34 @@ def test_plan_splits_the_budget_and_names_folders_by_variant_and_seed() -> None:
     folders = [t.output_dir for t in experiment.trainings]
     assert len(set(folders)) == len(folders)  # one folder per run
     assert {t.seed for t in experiment.trainings} == {0, 1, 1000, 1001}
+
+
+def test_the_world_figure_shows_each_component_and_task_class_by_class() -> None:
+    """One row per pretraining component (the redundant one named so, the grey one without
+    colour) and per probe task other than the mixture, one image per class, each the world's
+    own render of an image of that class and component, enlarged without smoothing."""
+    loaded = planned_params("cpu")
+    samples = figures.world_samples(loaded, classes=4).data
+    assert list(dict.fromkeys(samples["source"])) == [
+        "pretraining, 60%: colour + shape (redundant)",
+        "pretraining, 40%: texture, no colour",
+        "task shape (in-mixture)",
+        "task texture (in-mixture)",
+        "task position (unseen)",
+    ]
+    assert (
+        samples.group_by("source").agg(pl.col("class").sort())["class"].to_list()
+        == [[0, 1, 2, 3]] * 5
+    )
+    size = loaded.train.data.image_size
+    scale = figures.SAMPLE_PIXELS // size
+    for url in samples["url"]:
+        png = base64.b64decode(url.removeprefix("data:image/png;base64,"))
+        image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+        assert image.shape == (size * scale, size * scale, 3)
+        # each of the world's pixels is a block of scale x scale equal pixels
+        assert (image == image[::scale, ::scale].repeat(scale, 0).repeat(scale, 1)).all()
+        assert image.std() > 10  # an object and noise, not a blank
 
 
 def test_the_plan_table_names_runs_from_the_repository_root(tmp_path: Path) -> None:
@@ -391,6 +422,12 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
 
     experiment = planning.plan(loaded)
     assert all(is_finished(t) for t in experiment.trainings)
+    assert set(planning.run_table(experiment)["status"]) == {"finished"}
+    # the notebook shows the plan's table again after training, its status read then
+    executed = nbformat.read(folder / "03_time_concat.ipynb", as_version=4)
+    (training,) = [c for c in executed.cells if "planning.launch(" in c.source]
+    shown = "".join(o.get("data", {}).get("text/html", "") for o in training.outputs)
+    assert shown.count(">finished<") == len(experiment.trainings) and "to train" not in shown
     stamps = {
         t.output_dir: os.stat(Path(t.output_dir) / CHECKPOINT).st_mtime_ns
         for t in experiment.trainings

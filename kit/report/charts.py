@@ -27,6 +27,9 @@ LAB_VEGALITE_MIME = "application/vnd.vegalite.v5+json"
 RENDERER = "kit"
 THEME = "kit"
 REFERENCE_COLOR = "#555555"
+#: pixels between facet panels that leaves room for a reference line's label ("Bayes ceiling
+#: 100.0" at 10 px) right of its panel
+LABEL_ROOM = 105
 
 
 def _render(spec: dict[str, Any], **metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -103,11 +106,13 @@ def reference_lines(
     dash: Sequence[int] = (6, 3),
     color: str = REFERENCE_COLOR,
 ) -> alt.LayerChart | alt.FacetChart:
-    """Horizontal lines at the field `value`, each with "<label> <value>" written on it, so the
-    reader needs no legend to know what the line is.
+    """Horizontal lines at the field `value`, each with "<label> <value>" written at its right
+    end, outside the plotting area, so the reader needs no legend to know what the line is and
+    the label never covers a data point.
 
     The layer takes its data from the chart it is layered into (also inside a facet: one line
-    per panel, at that panel's value). The lines take the y-axis title of the layers they join.
+    per panel, at that panel's value; give the facet `spacing=LABEL_ROOM` so that a label does
+    not run into the next panel). The lines take the y-axis title of the layers they join.
     """
     base = (
         alt.Chart()
@@ -121,8 +126,8 @@ def reference_lines(
     y = alt.Y(f"{value}:Q")
     rule = base.mark_rule(strokeDash=list(dash), color=color).encode(y=y)
     text = base.mark_text(
-        align="left", baseline="bottom", dx=3, dy=-2, color=color, fontSize=10, fontWeight="bold"
-    ).encode(y=y, x=alt.value(0), text="reference_text:N")
+        align="left", baseline="middle", dx=4, color=color, fontSize=10, fontWeight="bold"
+    ).encode(y=y, x=alt.value("width"), text="reference_text:N")
     return alt.layer(rule, text)
 
 

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+import yaml
 from IPython.display import Markdown
+from pydantic import BaseModel
 
 from kit.core.scalars import as_float, as_optional_float
 from kit.report.labels import label
@@ -157,3 +159,84 @@ def table_or_text(value: pl.DataFrame | str) -> Table | Markdown:
     """A frame as `table` shows it; a sentence (what a table would only have held blanks for)
     as Markdown."""
     return Markdown(value) if isinstance(value, str) else table(value)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A notebook's resolved parameters as one compact table, to show right after the
+    parameters cell, whose names are mostly None (the profile supplies them): a plain value on
+    its row, a section (a mapping or a list of mappings) folded to a line that opens to its
+    YAML."""
+
+    values: dict[str, Any]
+
+    def _repr_html_(self) -> str:
+        rows = []
+        for name, value in self.values.items():
+            if _is_section(value):
+                shown = (
+                    f"<details><summary>{html.escape(_folded(value))}</summary>"
+                    f'<pre style="margin:0">{html.escape(_yaml(value))}</pre></details>'
+                )
+            else:
+                shown = f"<code>{html.escape(_flow(value))}</code>"
+            rows.append(
+                f'<tr><td style="text-align:left"><code>{html.escape(name)}</code></td>'
+                f'<td style="text-align:left">{shown}</td></tr>'
+            )
+        return (
+            "<details open><summary>the resolved parameters (each None above takes this value "
+            f"from profile {html.escape(str(self.values.get('profile')))})</summary>"
+            '<table class="dataframe"><thead><tr><th>name</th><th>value</th></tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table></details>"
+        )
+
+    def __repr__(self) -> str:
+        width = max(len(name) for name in self.values)
+        return "\n".join(
+            f"{name.ljust(width)}  {_folded(value) if _is_section(value) else _flow(value)}"
+            for name, value in self.values.items()
+        )
+
+
+def settings(parameters: BaseModel) -> Settings:
+    """`display(tables.settings(P))`: the values a notebook runs with (see `Settings`)."""
+    return Settings(parameters.model_dump(mode="json"))
+
+
+def _is_section(value: Any) -> bool:
+    return isinstance(value, dict) or (
+        isinstance(value, list) and any(isinstance(v, dict | list) for v in value)
+    )
+
+
+#: characters of a folded section's line
+FOLDED_WIDTH = 90
+
+
+def _folded(value: Any) -> str:
+    """A section in one line: a list by its entries' names, a mapping by its first values."""
+    if isinstance(value, list):
+        names = [str(v.get("name", "…")) if isinstance(v, dict) else _flow(v) for v in value]
+        line = f"{len(value)}: {', '.join(names)}"
+    else:
+        line = ", ".join(
+            f"{key}: {_folded(v) if _is_section(v) else _flow(v)}" for key, v in value.items()
+        )
+        line = "{" + line + "}"
+    return line if len(line) <= FOLDED_WIDTH else line[: FOLDED_WIDTH - 1] + "…"
+
+
+def _flow(value: Any) -> str:
+    """A plain value as YAML writes it in one line (None as null, a list in brackets)."""
+    return (
+        yaml.safe_dump(value, default_flow_style=True, width=10_000)
+        .strip()
+        .removesuffix("\n...")
+        .removesuffix("...")
+        .strip()
+    )
+
+
+def _yaml(value: Any) -> str:
+    return yaml.safe_dump(value, sort_keys=False, default_flow_style=False).strip()

@@ -1,12 +1,19 @@
 """The time-concat experiment's charts: training curves, accuracy per task, in- vs
-out-of-distribution."""
+out-of-distribution, and sample images of the synthetic world."""
 
 from __future__ import annotations
 
+import base64
+import io
+
 import altair as alt
 import polars as pl
+import torch
+from PIL import Image
 
+from kit.data.synthetic import SyntheticWorld
 from kit.experiments.timecat.comparisons import variant_order
+from kit.experiments.timecat.settings import TimecatSettings
 from kit.report import charts, palette
 
 #: tooltips of a top-1 % to one decimal
@@ -72,13 +79,14 @@ def accuracy_chart(
     return (
         alt.layer(*layers, data=stats)
         .properties(width=150, height=160)
-        .facet(column=alt.Column("task:N", title=None))
+        .facet(column=alt.Column("task:N", title=None), spacing=charts.LABEL_ROOM)
     )
 
 
 def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
     """In distribution vs in the mixture vs unseen: mean over the tasks of each role, for the
-    variants probed on every task."""
+    variants probed on every task, as points with their error bars side by side per variant (the
+    variants are categories without an order, so no line joins them)."""
     tasks = results["task"].n_unique()
     everywhere = (
         results.group_by("variant")
@@ -92,13 +100,14 @@ def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
     stats = _mean_std(per_role.with_columns(pl.lit(rule).alias("rule")), rule, ["role", "variant"])
     title = "mean top-1 over the role's tasks (%)"
     order = [v for v in variant_order(results) if v in set(everywhere)]
+    roles = sorted(stats["role"])
     base = alt.Chart(stats).encode(
         x=alt.X("variant:N", sort=order, title="variant"),
-        color=alt.Color("role:N", title="task role", scale=palette.scale(sorted(stats["role"]))),
+        xOffset=alt.XOffset("role:N", sort=roles),
+        color=alt.Color("role:N", title="task role", scale=palette.scale(roles)),
     )
-    line = base.mark_line(point=True).encode(
+    points = base.mark_point(filled=True, size=50).encode(
         y=alt.Y("mean:Q", title=title, scale=alt.Scale(zero=False)),
-        detail="role:N",
         tooltip=charts.tooltips(stats, ["role", "variant", "mean", "std"], PERCENT),
     )
     bars = base.mark_errorbar().encode(
@@ -106,7 +115,7 @@ def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
         y2="high:Q",
         tooltip=charts.tooltips(stats, ["role", "variant", "low", "high"], PERCENT),
     )
-    return (line + bars).properties(width=320, height=220)
+    return (points + bars).properties(width=320, height=220)
 
 
 def _mean_std(results: pl.DataFrame, rule: str, by: list[str]) -> pl.DataFrame:
@@ -120,3 +129,82 @@ def _mean_std(results: pl.DataFrame, rule: str, by: list[str]) -> pl.DataFrame:
         )
     )
     return charts.error_bounds(stats, (0, 100))
+
+
+#: pixels per side of a sample image in the world chart (the world's images are upscaled)
+SAMPLE_PIXELS = 56
+
+
+def world_samples(params: TimecatSettings, classes: int = 6) -> alt.Chart:
+    """Sample images of the synthetic world, one row per pretraining component (its cues carry
+    the label, redundantly where there are two; absent cues are not drawn) and one per synthetic
+    probe task that is not the mixture itself (its cues alone carry the label, the others show
+    random classes), one column per class 0..`classes`-1: the first image of the evaluation
+    split with that class and component. Read along a row, the cue that carries the class is
+    the one that changes with the column."""
+    rows: list[dict[str, object]] = []
+    assert params.train is not None and params.train.data.synthetic is not None
+    pretraining = params.train.data.synthetic
+    total = sum(c.weight for c in pretraining.components)
+    sources = [
+        (
+            f"pretraining, {100 * c.weight / total:.0f}%: {' + '.join(c.cues)}"
+            + (" (redundant)" if len(c.cues) > 1 else "")
+            + (f", no {' or '.join(c.absent)}" if c.absent else ""),
+            pretraining,
+            index,
+        )
+        for index, c in enumerate(pretraining.components)
+    ]
+    for task in params.tasks:
+        task_data, _ = params.task_data(task)
+        if task_data.synthetic is not None and not task.pretraining:
+            sources.append((f"task {task.name} ({task.role})", task_data.synthetic, 0))
+    size = params.train.data.image_size
+    for row, (name, world, component) in enumerate(sources):
+        data = SyntheticWorld(world, params.train.num_classes, size, "eval")
+        for label, index in _first_of_each_class(data, component, classes).items():
+            rows.append(
+                {"row": row, "source": name, "class": label, "url": _png_url(data[index][0])}
+            )
+    frame = pl.DataFrame(rows)
+    order = [name for name, _, _ in sources]
+    return (
+        alt.Chart(frame)
+        .mark_image(width=SAMPLE_PIXELS, height=SAMPLE_PIXELS)
+        .encode(
+            x=alt.X("class:O", title="class", axis=alt.Axis(orient="top", labelAngle=0)),
+            y=alt.Y("source:N", sort=order, title=None, axis=alt.Axis(labelLimit=0)),
+            url="url:N",
+            tooltip=[alt.Tooltip("source:N", title="images of"), alt.Tooltip("class:O")],
+        )
+        .properties(
+            width=alt.Step(SAMPLE_PIXELS + 6),
+            height=alt.Step(SAMPLE_PIXELS + 6),
+            title="the synthetic world: sample images by class",
+        )
+    )
+
+
+def _first_of_each_class(data: SyntheticWorld, component: int, classes: int) -> dict[int, int]:
+    """Class -> the first index of `data` drawn from `component` with that class."""
+    found: dict[int, int] = {}
+    for index in range(len(data)):
+        drawn = data.draw(index)
+        if drawn.component == component and drawn.label < classes:
+            found.setdefault(drawn.label, index)
+            if len(found) == classes:
+                break
+    return dict(sorted(found.items()))
+
+
+def _png_url(image: torch.Tensor) -> str:
+    """A standardised (3, H, W) render as a data URL of its PNG, enlarged without smoothing."""
+    pixels = (image * 0.25 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8)
+    side = SAMPLE_PIXELS // pixels.shape[-1] * pixels.shape[-1] or pixels.shape[-1]
+    picture = Image.fromarray(pixels.permute(1, 2, 0).numpy()).resize(
+        (side, side), Image.Resampling.NEAREST
+    )
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()

@@ -184,8 +184,9 @@ def plan(params: TimecatSettings) -> Plan:
 def run_table(experiment: Plan) -> pl.DataFrame:
     """The plan's runs as notebook 03 lists them: each run's folder (from the repository root
     where it lies under it), seed, iterations, warmup horizon (step_hint; empty: its own
-    iterations), width, which variant each serves at which step, and whether it has
-    finished."""
+    iterations), width, which variant each serves at which step, and its status read from its
+    folder when the table is made ('finished' or 'to train'): notebook 03 shows the table again
+    after training, so a status is never the one from before it."""
     return pl.DataFrame(
         [
             {
@@ -195,7 +196,7 @@ def run_table(experiment: Plan) -> pl.DataFrame:
                 "step_hint": settings.step_hint,
                 "width": settings.width,
                 "serves": ", ".join(experiment.serves.get(settings.output_dir, [])),
-                "finished": is_finished(settings),
+                "status": "finished" if is_finished(settings) else "to train",
             }
             for settings in experiment.trainings
         ],
@@ -206,7 +207,7 @@ def run_table(experiment: Plan) -> pl.DataFrame:
             "step_hint": pl.Int64,
             "width": pl.Float64,
             "serves": pl.String,
-            "finished": pl.Boolean,
+            "status": pl.String,
         },
     )
 

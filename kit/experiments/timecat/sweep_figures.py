@@ -12,50 +12,60 @@ from kit.report import palette
 
 
 def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -> alt.FacetChart:
-    """One panel per world seed: per condition (catN against the baseline, solid; against each
-    control, dashed) the mean gain in points with its 95 % interval, a zero line, a dotted line
-    at the smallest effect of interest, and vertical rules where each variant's models reach the
+    """One panel per world seed: per condition the mean gain of catN (in catN's colour, the same
+    as in notebook 03) in points with its 95 % interval, over the baseline (solid line, circles)
+    and over each control (dashed, one shape per control), a zero line, a dotted line at the
+    smallest effect of interest, and vertical rules where each variant's models reach the
     saturation share of cat1's own in-distribution accuracy (`learned`,
-    kit.experiments.timecat.sweep)."""
+    kit.experiments.timecat.sweep). The legends name only what is drawn. Several budgets lie on
+    a log axis spanning them; a single budget on a linear axis around it."""
+    baseline = verdicts["against"].first()
     gains = verdicts.select(
         "world_seed",
         "budget",
         "variant",
-        "against",
         "condition",
         "mean",
         "low",
         "high",
         "judgement",
         "replicates",
-        pl.when(pl.col("condition") == verdicts["condition"].first())
-        .then(pl.lit("the baseline"))
-        .otherwise(pl.lit("a control"))
-        .alias("over"),
+        pl.format(
+            "{} ({})",
+            "against",
+            pl.when(pl.col("against") == baseline)
+            .then(pl.lit("the baseline"))
+            .otherwise(pl.lit("a control")),
+        ).alias("over"),
         pl.lit("gain").alias("layer"),
     )
     rules = learned.filter(pl.col("learned_at").is_not_null()).select(
         "world_seed",
-        pl.col("variant").alias("against"),
+        "variant",
         pl.col("learned_at").alias("budget"),
         pl.lit("learned").alias("layer"),
     )
     data = pl.concat([gains, rules], how="diagonal_relaxed")
-    budgets = sorted(set(verdicts["budget"].to_list()))
-    # one budget (the default job's) has no range to span: a log axis around it
-    span = [budgets[0], budgets[-1]] if len(budgets) > 1 else [budgets[0] / 2, budgets[0] * 2]
+    budgets = sorted({int(budget) for budget in verdicts["budget"]})
     x = alt.X(
         "budget:Q",
-        scale=alt.Scale(type="log", domain=span, zero=False),
+        scale=_budget_scale(budgets),
         axis=alt.Axis(values=budgets),
         title="total budget (iterations)",
     )
-    names = sorted(set(data["against"].drop_nulls().to_list()))
-    colour = alt.Color("against:N", title="variant", scale=palette.scale(names))
+    colour = alt.Color(
+        "variant:N",
+        title="variant",
+        scale=palette.scale(data["variant"].unique(maintain_order=True)),
+    )
+    over = list(dict.fromkeys(gains.sort(pl.col("over").str.contains("a control"))["over"]))
     dash = alt.StrokeDash(
         "over:N",
         title="gain over",
-        scale=alt.Scale(domain=["the baseline", "a control"], range=[[1, 0], [4, 3]]),
+        scale=alt.Scale(domain=over, range=[[1, 0]] + [[4, 3]] * (len(over) - 1)),
+    )
+    shape = alt.Shape(
+        "over:N", title="gain over", scale=alt.Scale(domain=over, range=SHAPES[: len(over)])
     )
     gain = alt.Chart().transform_filter(alt.datum.layer == "gain")
     tooltip = [
@@ -68,8 +78,10 @@ def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -
         alt.Tooltip("judgement:N", title="judgement"),
     ]
     title = "gain (points)"
-    lines = gain.mark_line(point=True).encode(
-        x=x, y=alt.Y("mean:Q", title=title), color=colour, strokeDash=dash, tooltip=tooltip
+    y = alt.Y("mean:Q", title=title)
+    lines = gain.mark_line().encode(x=x, y=y, color=colour, strokeDash=dash, detail="over:N")
+    points = gain.mark_point(filled=True, size=60).encode(
+        x=x, y=y, color=colour, shape=shape, tooltip=tooltip
     )
     bars = gain.mark_errorbar().encode(
         x=x, y=alt.Y("low:Q", title=title), y2="high:Q", color=colour, tooltip=tooltip
@@ -79,18 +91,18 @@ def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -
     marks = (
         alt.Chart()
         .transform_filter(alt.datum.layer == "learned")
-        .mark_rule(strokeDash=[2, 2], opacity=0.7)
+        .mark_rule(strokeDash=[2, 2], opacity=0.7, clip=True)
         .encode(
             x=x,
             color=colour,
             tooltip=[
-                alt.Tooltip("against:N", title="models of"),
+                alt.Tooltip("variant:N", title="models of"),
                 alt.Tooltip("budget:Q", title="learn the mixture from"),
             ],
         )
     )
     return (
-        alt.layer(lines, bars, zero, least, marks, data=data)
+        alt.layer(lines, points, bars, zero, least, marks, data=data)
         .properties(width=320, height=180)
         .facet(row=alt.Row("world_seed:N", title="world seed"))
         .properties(
@@ -99,3 +111,16 @@ def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -
             "variant's models learn the mixture"
         )
     )
+
+
+#: the point shape of each comparison: the baseline's first, then one per control
+SHAPES = ["circle", "triangle-up", "square", "diamond", "triangle-down", "cross"]
+
+
+def _budget_scale(budgets: list[int]) -> alt.Scale:
+    """Several budgets (ascending): a log scale spanning them (each doubles the last); one
+    budget: a linear scale around it, which has no range to span."""
+    low, high = budgets[0], budgets[-1]
+    if low == high:
+        return alt.Scale(type="linear", domain=[low / 2, low * 3 / 2], zero=False)
+    return alt.Scale(type="log", domain=[low, high], zero=False)
