@@ -125,8 +125,8 @@ def test_cifar_in_the_real_format_still_loads(
     data = DataSettings(kind="cifar10", root=str(tmp_path), image_size=32)
     train = kinds.get("cifar10").open_split(data, "train", 10)
     assert train.classes == [f"c{i}" for i in range(10)] and len(train) == 5 * 4
-    assert train.labels[:4] == [3, 1, 2, 0]
-    assert np.array_equal(train.images[0].transpose(2, 0, 1).reshape(-1), pixels[0])
+    assert train.labels[:4].tolist() == [3, 1, 2, 0]
+    assert np.array_equal(train.images[0].permute(2, 0, 1).reshape(-1).numpy(), pixels[0])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from kit.cli import runner
-from kit.experiments import toy
+from kit.experiments import toy_summary
 from kit.report import outputs
 
 
@@ -17,7 +17,7 @@ def test_notebook_01_summary_is_what_its_tables_say(notebook_outputs) -> None:
         pl.read_parquet(folder / f"toy_{name}.parquet")
         for name in ("runs", "direct", "concat", "concat_shared_sample")
     ]
-    recomputed = toy.summarize(*tables)
+    recomputed = toy_summary.summarize(*tables)
     assert recorded.keys() == recomputed.keys()
     for key, value in recomputed.items():
         if isinstance(value, float | dict):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kit.cli import runner
-from kit.experiments import toy, toy_charts
+from kit.experiments import toy, toy_charts, toy_summary
 from kit.experiments.toy_settings import ToySettings
 from kit.report import charts
 
@@ -138,7 +138,7 @@ def test_concatenation_study_shapes() -> None:
 
 def test_one_feature_proportion_matches_what_notebook_01_reports(notebook_outputs) -> None:
     folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
-    reported = toy.summarize(
+    reported = toy_summary.summarize(
         *(
             pl.read_parquet(folder / f"toy_{name}.parquet")
             for name in ("runs", "direct", "concat", "concat_shared_sample")
@@ -181,7 +181,7 @@ def test_what_the_runs_show_reads_as_sentences_not_python_dicts() -> None:
         "concat_all_solved_fraction_shared_sample": {"1": 0.2, "2": 0.25},
         "unpruned_solves_all_fraction": 1.0,
     }
-    text = toy.summary_markdown(summary)
+    text = toy_summary.summary_markdown(summary)
     assert "{" not in text and "'" not in text.replace("component's", "").replace(
         "classifier's", ""
     )

@@ -54,7 +54,7 @@ import yaml
 from papermill.exceptions import PapermillExecutionError
 
 from kit.cli import launch, terminal
-from kit.core import files, locks, machine, notices, params, provenance
+from kit.core import files, locks, machine, notices, param_errors, params, provenance
 from kit.core.files import atomic_write, remove_stale_temporaries, write_text
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.core.processes import signal_handlers
@@ -161,7 +161,7 @@ def shared_overrides(
         raise params.ParameterError(
             "\n".join(
                 f"the command line: no notebook takes parameter '{key}'"
-                f"{params.did_you_mean(key, known)}"
+                f"{param_errors.did_you_mean(key, known)}"
                 for key in unknown
             )
         )

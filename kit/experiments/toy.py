@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TypedDict
 
 import numpy as np
 import polars as pl
@@ -24,7 +23,6 @@ import torch
 from scipy.optimize import linprog
 
 from kit.core.progress import KeptBar, Stage
-from kit.core.scalars import as_float
 from kit.core.threads import one_thread
 from kit.experiments.toy_settings import SparseTrainingSettings
 
@@ -467,7 +465,7 @@ def sparsity_sweep(
     return pl.DataFrame(rows)
 
 
-def _all_solved_fraction(concat: pl.DataFrame) -> dict[str, float]:
+def all_solved_fraction(concat: pl.DataFrame) -> dict[str, float]:
     """Per group size k, the share of concatenated groups that solve every component."""
     return {
         str(k): frac
@@ -486,109 +484,11 @@ def all_solved_by_k(fresh: pl.DataFrame, shared: pl.DataFrame) -> pl.DataFrame:
             {
                 "k": int(k),
                 "own samples": fresh_value,
-                "one shared sample": _all_solved_fraction(shared).get(k),
+                "one shared sample": all_solved_fraction(shared).get(k),
             }
-            for k, fresh_value in _all_solved_fraction(fresh).items()
+            for k, fresh_value in all_solved_fraction(fresh).items()
         ]
     )
-
-
-class ToySummary(TypedDict):
-    """What `summarize` returns: counts, fractions in [0, 1] and mean probe accuracies, by share,
-    component or group size k where keyed (None where no model qualified)."""
-
-    runs: int
-    kept_counts: dict[str, int]
-    one_feature_fraction: float
-    one_feature_fraction_by_share: dict[str, float]
-    kept_matches_optimum_fraction: float | None
-    single_feature_accuracy_own_components: float | None
-    single_feature_accuracy_other_components: float | None
-    direct_accuracy: dict[str, float]
-    concat_all_solved_fraction: dict[str, float]
-    concat_all_solved_fraction_shared_sample: dict[str, float]
-    unpruned_solves_all_fraction: float
-    solved_threshold: float
-
-
-def summarize(
-    runs: pl.DataFrame,
-    direct: pl.DataFrame,
-    concat: pl.DataFrame,
-    shared_concat: pl.DataFrame,
-    solved: float = SOLVED,
-) -> ToySummary:
-    """The key measured results of notebook 01, as plain numbers (written to JSON)."""
-    single = runs.filter(pl.col("kept").is_in(["phi1", "phi2"]))
-    own: list[float] = []
-    other: list[float] = []
-    for row in single.iter_rows(named=True):
-        feature = FEATURES.index(row["kept"])
-        for c, name in enumerate(COMPONENT_NAMES):
-            (own if COMPONENT_FEATURE[c] == feature else other).append(row[f"acc_{name}"])
-    decided = single.filter(~pl.col("predicted_by_optimum").str.contains(r"\|"))
-    return {
-        "runs": runs.height,
-        "kept_counts": dict(runs.group_by("kept").len().sort("kept").iter_rows()),
-        "one_feature_fraction": single.height / runs.height,
-        "one_feature_fraction_by_share": {
-            str(share): frac
-            for share, frac in runs.group_by("share")
-            .agg(pl.col("kept").is_in(["phi1", "phi2"]).mean())
-            .sort("share")
-            .iter_rows()
-        },
-        "kept_matches_optimum_fraction": (
-            as_float((decided["kept"] == decided["predicted_by_optimum"]).mean())
-            if decided.height
-            else None
-        ),
-        "single_feature_accuracy_own_components": float(np.mean(own)) if own else None,
-        "single_feature_accuracy_other_components": float(np.mean(other)) if other else None,
-        "direct_accuracy": dict(
-            direct.group_by("component")
-            .agg(pl.col("accuracy").mean())
-            .sort("component")
-            .iter_rows()
-        ),
-        "concat_all_solved_fraction": _all_solved_fraction(concat),
-        "concat_all_solved_fraction_shared_sample": _all_solved_fraction(shared_concat),
-        "unpruned_solves_all_fraction": as_float(runs["unpruned_solves_all"].mean()),
-        "solved_threshold": solved,
-    }
-
-
-def summary_markdown(summary: ToySummary) -> str:
-    """What `summarize` found, as sentences in a markdown list (what the notebook displays)."""
-
-    def listed(values: dict[str, float], percent: bool, prefix: str = "") -> str:
-        shown = (f"{v:.0%}" if percent else f"{v:.3f}" for v in values.values())
-        return ", ".join(f"{prefix}{key}: {v}" for key, v in zip(values, shown, strict=True))
-
-    def percent(value: object) -> str:
-        return "–" if value is None else f"{value:.0%}"
-
-    kept = ", ".join(f"{n} kept {k}" for k, n in summary["kept_counts"].items())
-    lines = [
-        f"{summary['runs']} mixture-trained models: {kept}.",
-        "Kept exactly one feature, by the dominant component's weight: "
-        f"{listed(summary['one_feature_fraction_by_share'], True, 'weight ')}.",
-        "One-feature models whose feature is the least-error classifier's (mixtures without "
-        f"ties): {percent(summary['kept_matches_optimum_fraction'])}.",
-        "One-feature models, probe accuracy on the components their feature solves: "
-        f"{summary['single_feature_accuracy_own_components']:.3f}; on the other two: "
-        f"{summary['single_feature_accuracy_other_components']:.3f} (a threshold on the wrong "
-        "feature gets 2 of 3 points: 2/3 expected).",
-        "Direct training, probe accuracy per component: "
-        f"{listed(summary['direct_accuracy'], False)}.",
-        "Concatenated groups solving all four components, by models concatenated: "
-        f"{listed(summary['concat_all_solved_fraction'], True, 'k = ')}; with models sharing "
-        "one training sample (seed and order only): "
-        f"{listed(summary['concat_all_solved_fraction_shared_sample'], True, 'k = ')}.",
-        "Models whose unpruned representation solves every component: "
-        f"{percent(summary['unpruned_solves_all_fraction'])}.",
-    ]
-    return "\n".join(f"- {line}" for line in lines)
 
 
 def accuracy_table(runs: pl.DataFrame, direct: pl.DataFrame) -> pl.DataFrame:

@@ -32,7 +32,8 @@ from torch.utils.data import DataLoader, Dataset
 from kit.core import distributed, locks
 from kit.core.distributed import Process, start_process
 from kit.core.files import atomic_write, file_hash
-from kit.core.params import ParameterError, describe_errors, read_yaml
+from kit.core.param_errors import describe_errors
+from kit.core.params import ParameterError, read_yaml
 from kit.core.paths import REPO_ROOT
 from kit.core.processes import child_environment, dying_with_parent, signal_tree
 from kit.data import kinds, pipeline

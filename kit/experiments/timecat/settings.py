@@ -329,50 +329,12 @@ class TimecatSettings(NotebookSettings):
             )
 
     def input_problems(self) -> list[str]:
-        """Every problem of what the values name, one line per key: the data roots' layouts
-        (pretraining's, then the tasks'), the variants' checkpoint files (found, then opened:
-        this imports torch) and the training's optional packages. Run before compute by `kit
-        check`, `kit run` and the notebook's first cell (kit.core.params.check_inputs)."""
-        problems = self._data_problems() + self._checkpoint_problems()
-        if self.train is not None:
-            problems += [f"train.{problem}" for problem in self.train.input_problems()]
-        return problems
+        """Every problem of what the values name, one line per key (kit.experiments.timecat
+        .inputs: it reads the disk, so it is not a validator). Run before compute by `kit check`,
+        `kit run` and the notebook's first cell (kit.core.params.check_inputs)."""
+        from kit.experiments.timecat.inputs import input_problems
 
-    def _data_problems(self) -> list[str]:
-        """Each data root's layout (kit.data.preflight), a root shared by pretraining and a
-        task named once, under train."""
-        from kit.data.preflight import preflight
-
-        datas = {"tasks": [self.task_data(task)[0] for task in self.tasks]}
-        if self.train is not None and any(v.trained or v.initialised for v in self.variants):
-            datas = {"train": [self.train.data]} | datas
-        lines, seen = [], set()
-        for key, settings in datas.items():
-            problems = [p for data in settings for p in preflight(data) if p not in seen]
-            seen |= set(problems)
-            if problems:
-                lines.append(f"{key}: " + "; ".join(dict.fromkeys(problems)))
-        return lines
-
-    def _checkpoint_problems(self) -> list[str]:
-        """The variants' checkpoint files this many replicates read: found, then opened."""
-        files = [
-            file
-            for variant in self.variants
-            for files in (variant.checkpoints or [])[: self.replicates]
-            for file in files
-        ]
-        missing = [file for file in files if not checkpoint_file(file).is_file()]
-        if missing:
-            return [
-                f"variants: {len(missing)} checkpoint file(s) not found: {', '.join(missing[:5])}"
-            ]
-        if not files:
-            return []
-        from kit.features import checkpoint_problems  # opens them: imports torch
-
-        unusable = checkpoint_problems([str(checkpoint_file(file)) for file in files])
-        return ["variants: " + "; ".join(unusable)] if unusable else []
+        return input_problems(self)
 
     def budget(self) -> int:
         """Total iterations each trained variant spends: total_iterations, or the baseline's."""

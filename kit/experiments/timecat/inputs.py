@@ -1,0 +1,58 @@
+"""What notebook 03's values name on disk and in the environment, checked before compute (`kit
+check`, `kit run`, the notebook's first cell): the data roots' layouts, the variants' checkpoint
+files and the training's optional packages. The settings' validators check values only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kit.experiments.timecat.settings import checkpoint_file
+
+if TYPE_CHECKING:
+    from kit.experiments.timecat.settings import TimecatSettings
+
+
+def input_problems(settings: TimecatSettings) -> list[str]:
+    """Every problem, one line per key: the data roots' layouts (pretraining's, then the
+    tasks'), the variants' checkpoint files (found, then opened: this imports torch) and the
+    training's optional packages."""
+    problems = _data_problems(settings) + _checkpoint_problems(settings)
+    if settings.train is not None:
+        problems += [f"train.{problem}" for problem in settings.train.input_problems()]
+    return problems
+
+
+def _data_problems(settings: TimecatSettings) -> list[str]:
+    """Each data root's layout (kit.data.preflight), a root shared by pretraining and a task
+    named once, under train."""
+    from kit.data.preflight import preflight
+
+    datas = {"tasks": [settings.task_data(task)[0] for task in settings.tasks]}
+    if settings.train is not None and any(v.trained or v.initialised for v in settings.variants):
+        datas = {"train": [settings.train.data]} | datas
+    lines, seen = [], set()
+    for key, sources in datas.items():
+        problems = [p for data in sources for p in preflight(data) if p not in seen]
+        seen |= set(problems)
+        if problems:
+            lines.append(f"{key}: " + "; ".join(dict.fromkeys(problems)))
+    return lines
+
+
+def _checkpoint_problems(settings: TimecatSettings) -> list[str]:
+    """The variants' checkpoint files this many replicates read: found, then opened."""
+    files = [
+        file
+        for variant in settings.variants
+        for group in (variant.checkpoints or [])[: settings.replicates]
+        for file in group
+    ]
+    missing = [file for file in files if not checkpoint_file(file).is_file()]
+    if missing:
+        return [f"variants: {len(missing)} checkpoint file(s) not found: {', '.join(missing[:5])}"]
+    if not files:
+        return []
+    from kit.features import checkpoint_problems  # opens them: imports torch
+
+    unusable = checkpoint_problems([str(checkpoint_file(file)) for file in files])
+    return ["variants: " + "; ".join(unusable)] if unusable else []
