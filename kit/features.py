@@ -34,6 +34,7 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from kit import models
 from kit.core import distributed, files
 from kit.core.paths import resolve
 from kit.core.progress import Stage
+from kit.core.threads import one_thread
 from kit.data import workers
 from kit.data.prefetch import DeviceBatches
 from kit.train.settings import TrainSettings
@@ -286,9 +288,11 @@ def _extract_checkpoints(
     num_workers: int,
     progress: bool,
     stage: Stage,
+    side_by_side: int = 1,
 ) -> None:
     """One pass over this rank's shard: each batch is decoded and normalised once and fed to
-    every backbone; entry `path` receives the features of `checkpoints[path]`."""
+    every backbone (on the CPU, `side_by_side` at once); entry `path` receives the features of
+    `checkpoints[path]`."""
     backbones = _backbones(
         {path: (checkpoints[path], records[path]["checkpoints"][0]["sha256"]) for path in records}
     )
@@ -314,24 +318,35 @@ def _extract_checkpoints(
     )
     labels = np.empty(len(shard), dtype=np.int64)
     row = 0
-    for images, batch_labels in tqdm(
-        DeviceBatches(loader, target, torch.channels_last),
-        desc=f"features of {len(backbones)} backbone(s)",
-        total=len(loader),
-        disable=not progress or distributed.rank_and_world()[0] != 0,
-    ):
-        end = row + len(batch_labels)
-        with (
+    # several backbones on the CPU: side by side, one intra-op thread each (kit.probes.parallel
+    # says why); a GPU runs them in turn
+    side = side_by_side if target.type == "cpu" and len(backbones) > 1 else 1
+
+    def forward(model: models.KitResNet, images: torch.Tensor) -> np.ndarray:
+        with (  # autocast is per thread: entered in the thread that runs the backbone
             torch.no_grad(),
             torch.autocast(target.type, torch.bfloat16, enabled=target.type == "cuda"),
         ):
-            for path, model in backbones.items():
-                outputs[path][shard.start + row : shard.start + end] = (
-                    model.features(images).float().cpu().numpy()
-                )
-        labels[row:end] = batch_labels.cpu().numpy()
-        row = end
-        stage.advance()
+            return model.features(images).float().cpu().numpy()
+
+    with one_thread(side > 1), ThreadPoolExecutor(max_workers=side) as pool:
+        for images, batch_labels in tqdm(
+            DeviceBatches(loader, target, torch.channels_last),
+            desc=f"features of {len(backbones)} backbone(s)",
+            total=len(loader),
+            disable=not progress or distributed.rank_and_world()[0] != 0,
+        ):
+            end = row + len(batch_labels)
+            found = (
+                pool.map(forward, backbones.values(), [images] * len(backbones))
+                if side > 1
+                else (forward(model, images) for model in backbones.values())
+            )
+            for path, features in zip(backbones, found, strict=True):
+                outputs[path][shard.start + row : shard.start + end] = features
+            labels[row:end] = batch_labels.cpu().numpy()
+            row = end
+            stage.advance()
     for output in outputs.values():
         output.flush()
     del outputs
@@ -369,6 +384,7 @@ def extract_many(
     device: str = "cpu",
     num_workers: int = 0,
     progress: bool = True,
+    side_by_side: int = 1,
 ) -> list[FeatureSet]:
     """Features of several representations (lists of checkpoints) on one split, each
     concatenated in the order given.
@@ -379,7 +395,9 @@ def extract_many(
     checkpoints is then written from their entries. `dataset_id` and `transform` describe the
     inputs for the cache records (e.g. a path and the transform's name); the dataset returns
     (image, label) with images transformed, uint8 pixels (normalised on the device) or floats
-    already standardised.
+    already standardised. On the CPU, `side_by_side` backbones run at once, each on one
+    intra-op thread (a thread per backbone keeps small convolutions busy where two threads
+    splitting each one wait on each other; docs/benchmarks.md, "One sweep cell's cost").
     """
     if not representations or not all(representations):
         raise ValueError("extract needs at least one checkpoint per representation")
@@ -432,6 +450,7 @@ def extract_many(
             num_workers,
             progress,
             stage,
+            side_by_side,
         )
         verdicts.update(dict.fromkeys(missing, True))
         stage.finish(f"{reused}, extracted {len(missing)} checkpoint(s)")

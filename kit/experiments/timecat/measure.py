@@ -16,7 +16,7 @@ from kit.core.progress import KeptBar, Stage
 from kit.data import kinds, pipeline
 from kit.experiments.timecat.planning import Representation, features_dir, runs_dir
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
-from kit.probes import registry
+from kit.probes import parallel, registry
 from kit.probes.base import FeatureProbe, ImageProbe, ImageProbeJob
 from kit.probes.rows import Split
 from kit.probes.selection import ProbeResult
@@ -87,6 +87,7 @@ def task_features(
             device=params.device,
             num_workers=params.feature_workers,
             progress=progress,
+            side_by_side=params.side_by_side,
         )
 
     groups = [list(rep.checkpoints) for rep in probed]
@@ -100,15 +101,19 @@ def task_features(
     )
 
 
-def probe_all(representations: list[Representation], params: TimecatSettings) -> Measurements:
+def probe_all(
+    representations: list[Representation], params: TimecatSettings, diagnose: bool = True
+) -> Measurements:
     """Probe every representation on every task with the probe `probe_kind` names (one row per
-    representation, task and rule): the fast probe on (cached) extracted features, or the
-    authors' probe on images (`faithful_results`, all launched at once). Also measure each
-    representation's richness (RankMe, alpha-ReQ) and how alike its n models are (mean pairwise
-    linear CKA) on features of the evaluation split, extracted for both probes."""
+    representation, task and rule): the fast probe on (cached) extracted features, `side_by_side`
+    at a time, or the authors' probe on images (`faithful_results`, all launched at once). With
+    `diagnose`, also measure each representation's richness (RankMe, alpha-ReQ) and how alike its
+    n models are (mean pairwise linear CKA) on features of the evaluation split, extracted for
+    both probes; without it (notebook 04 reads the probes only) `diagnostics` is empty."""
     chosen = registry.get(params.probe_kind)
     on_features = isinstance(chosen, FeatureProbe)
     config = params.probe.model_copy(update={"device": params.device})
+    settings = config.lbfgs() if params.probe_kind == "lbfgs" else config
     rows, diagnosed = [], []
     total = sum(rep.task in (None, task.name) for task in params.tasks for rep in representations)
     bar = KeptBar(total=total, desc=f"{params.probe_kind} probes", unit="probe")
@@ -118,27 +123,24 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
         extracted = task_features(task, representations, params)
         num_classes, single = extracted.num_classes, extracted.single
         sample = _diagnostic_sample(extracted.eval_rows, params.base_seed)
-        for index, rep in enumerate(extracted.probed):
+        splits = [
+            tuple(Split(*found.torch(), found.record["split"]) for found in pair)
+            for pair in zip(extracted.train, extracted.eval, strict=True)
+        ]
+        fitted = (
+            parallel.fit_many(chosen, splits, num_classes, settings, params.side_by_side)
+            if on_features
+            else (on_images[task.name, rep] for rep in extracted.probed)
+        )
+        for index, (rep, result) in enumerate(zip(extracted.probed, fitted, strict=True)):
             bar.set_postfix_str(
                 f"{task.name}: {rep.variant} (replicate {rep.replicate})", refresh=False
             )  # update() redraws, at most every mininterval
-            parts = [single[c].torch()[0][sample] for c in rep.checkpoints]
             exact = None
-            if on_features:
-                splits = [
-                    Split(*found.torch(), found.record["split"])
-                    for found in (extracted.train[index], extracted.eval[index])
-                ]
-                if params.lbfgs_check and rep.replicate == 0:  # a check of the fast probe
-                    exact = registry.get("lbfgs").fit(
-                        splits[0], splits[1], num_classes, config.lbfgs(), progress=False
-                    )
-                settings = config.lbfgs() if params.probe_kind == "lbfgs" else config
-                result = chosen.fit(splits[0], splits[1], num_classes, settings, progress=False)
-                concatenated = splits[1].features[sample]
-            else:
-                result = on_images[task.name, rep]
-                concatenated = torch.cat(parts, 1)
+            if on_features and params.lbfgs_check and rep.replicate == 0:  # checks the fast probe
+                exact = registry.get("lbfgs").fit(
+                    *splits[index], num_classes, config.lbfgs(), progress=False
+                )
             described = {
                 "variant": rep.variant,
                 "kind": rep.kind,
@@ -160,7 +162,12 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
                         "lbfgs_top1": exact and exact.top1(selected["rule"]),
                     }
                 )
-            diagnosed.append(described | _diagnose(concatenated, parts))
+            if diagnose:
+                parts = [single[c].torch()[0][sample] for c in rep.checkpoints]
+                concatenated = (
+                    splits[index][1].features[sample] if on_features else torch.cat(parts, 1)
+                )
+                diagnosed.append(described | _diagnose(concatenated, parts))
             bar.update()
             stage.advance()
     bar.close()
