@@ -34,6 +34,7 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from kit import models
 from kit.core import distributed, files
 from kit.core.paths import resolve, shown
 from kit.core.progress import Stage
+from kit.core.threads import one_thread
 from kit.data import workers
 from kit.data.kinds.base import split_size
 from kit.data.prefetch import DeviceBatches
@@ -295,11 +297,12 @@ def _extract_checkpoints(
     progress: bool,
     stage: Stage,
     loader_timeout_s: float,
+    side_by_side: int = 1,
 ) -> None:
     """One pass over this rank's shard: each batch is decoded and normalised once and fed to
-    every backbone; entry `path` receives the features of `checkpoints[path]`. A loader worker
-    that gives no batch for `loader_timeout_s` (or dies) fails the pass naming the checkpoints,
-    the split and the batch it waited for."""
+    every backbone (on the CPU, `side_by_side` at once); entry `path` receives the features of
+    `checkpoints[path]`. A loader worker that gives no batch for `loader_timeout_s` (or dies)
+    fails the pass naming the checkpoints, the split and the batch it waited for."""
     backbones = _backbones(
         {path: (checkpoints[path], records[path]["checkpoints"][0]["sha256"]) for path in records}
     )
@@ -342,17 +345,27 @@ def _extract_checkpoints(
             "cached; run it again to extract it again"
         )
     )
-    with waited:
+    # several backbones on the CPU: side by side, one intra-op thread each (kit.probes.parallel
+    # says why); a GPU runs them in turn
+    side = side_by_side if target.type == "cpu" and len(backbones) > 1 else 1
+
+    def forward(model: models.KitResNet, images: torch.Tensor) -> np.ndarray:
+        with (  # autocast is per thread: entered in the thread that runs the backbone
+            torch.no_grad(),
+            torch.autocast(target.type, torch.bfloat16, enabled=target.type == "cuda"),
+        ):
+            return model.features(images).float().cpu().numpy()
+
+    with waited, one_thread(side > 1), ThreadPoolExecutor(max_workers=side) as pool:
         for images, batch_labels in batches:
             end = row + len(batch_labels)
-            with (
-                torch.no_grad(),
-                torch.autocast(target.type, torch.bfloat16, enabled=target.type == "cuda"),
-            ):
-                for path, model in backbones.items():
-                    outputs[path][shard.start + row : shard.start + end] = (
-                        model.features(images).float().cpu().numpy()
-                    )
+            found = (
+                pool.map(forward, backbones.values(), [images] * len(backbones))
+                if side > 1
+                else (forward(model, images) for model in backbones.values())
+            )
+            for path, features in zip(backbones, found, strict=True):
+                outputs[path][shard.start + row : shard.start + end] = features
             labels[row:end] = batch_labels.cpu().numpy()
             row = end
             stage.advance()
@@ -394,6 +407,7 @@ def extract_many(
     num_workers: int = 0,
     progress: bool = True,
     loader_timeout_s: float = 300,
+    side_by_side: int = 1,
 ) -> list[FeatureSet]:
     """Features of several representations (lists of checkpoints) on one split, each
     concatenated in the order given.
@@ -404,7 +418,9 @@ def extract_many(
     checkpoints is then written from their entries. `dataset_id` and `transform` describe the
     inputs for the cache records (e.g. a path and the transform's name); the dataset returns
     (image, label) with images transformed, uint8 pixels (normalised on the device) or floats
-    already standardised.
+    already standardised. On the CPU, `side_by_side` backbones run at once, each on one
+    intra-op thread (a thread per backbone keeps small convolutions busy where two threads
+    splitting each one wait on each other; docs/benchmarks.md, "One sweep cell's cost").
     """
     if not representations or not all(representations):
         raise ValueError("extract needs at least one checkpoint per representation")
@@ -458,6 +474,7 @@ def extract_many(
             progress,
             stage,
             loader_timeout_s,
+            side_by_side,
         )
         verdicts.update(dict.fromkeys(missing, True))
         stage.finish(f"{reused}, extracted {len(missing)} checkpoint(s)")

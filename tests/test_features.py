@@ -92,6 +92,32 @@ def test_concatenation_follows_the_order_given(tmp_path: Path, images) -> None:
     np.testing.assert_allclose(alone_a.features, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_backbones_side_by_side_write_each_backbones_own_features(tmp_path: Path, images) -> None:
+    """Three backbones extracted two at a time, one intra-op thread each: every entry holds its
+    own backbone's features (as extracted one at a time, up to float32 rounding), and the
+    process keeps its intra-op threads."""
+    paths = [tiny_checkpoint(tmp_path, name, seed) for seed, name in enumerate("abc")]
+    threads = torch.get_num_threads()
+    found = [
+        features.extract_many(
+            [[p] for p in paths],
+            images,
+            "noise",
+            "test",
+            "none",
+            tmp_path / f"cache{side}",
+            batch_size=8,
+            progress=False,
+            side_by_side=side,
+        )
+        for side in (1, 2)
+    ]
+    assert torch.get_num_threads() == threads
+    for alone, together in zip(*found, strict=True):
+        np.testing.assert_allclose(together.features, alone.features, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(found[1][0].features, found[1][1].features)
+
+
 def test_second_call_is_a_cache_hit_and_a_changed_checkpoint_a_miss(tmp_path: Path, images) -> None:
     path = tiny_checkpoint(tmp_path, "a", 1)
     kwargs = dict(

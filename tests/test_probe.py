@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from kit.core.paths import REPO_ROOT
-from kit.probes import lbfgs
+from kit.probes import lbfgs, parallel, registry
 from kit.probes.faithful_training import faithful_probe
 from kit.probes.fast import converged_heads, fast_probe
 from kit.probes.lbfgs import convex_fit, lbfgs_probe
@@ -544,3 +544,18 @@ def test_lbfgs_regularisation_path_reaches_the_fits_from_zero() -> None:
         )
         assert fitted["eval_top1"].item() == alone.history["eval_top1"].item()
     assert path.history["weight_decay"].to_list() == decays  # the settings' order
+
+
+def test_probes_fitted_side_by_side_equal_those_fitted_one_by_one() -> None:
+    """kit.probes.parallel: fits on two threads are the same fits, in order, and the process
+    keeps its intra-op threads afterwards."""
+    jobs = [(skewed(600, seed), skewed(200, seed + 50)) for seed in range(4)]
+    settings = LbfgsProbeSettings(weight_decays=[1e-2, 1.0], max_gap=15)
+    probe = registry.get("lbfgs")
+    threads = torch.get_num_threads()
+    alone = list(parallel.fit_many(probe, jobs, 10, settings, workers=1))
+    together = list(parallel.fit_many(probe, jobs, 10, settings, workers=2))
+    assert torch.get_num_threads() == threads
+    for one, other in zip(alone, together, strict=True):
+        assert one.history.equals(other.history)
+        assert one.selected.equals(other.selected)

@@ -207,3 +207,30 @@ def test_plan_with_a_profile_exports_training_extraction_and_probing_chained(
 
     assert kit_main(["launch", "plan", "--profile", "ci", "--runs", "2", "--out", str(export)]) == 2
     assert kit_main(["launch", "plan", "--out", str(export)]) == 2
+
+
+def test_the_sweeps_probes_side_by_side_without_diagnostics_give_notebook_03s_results(
+    tmp_path: Path,
+) -> None:
+    """What notebook 04 asks of probe_all (two probes at a time, no label-free diagnostics)
+    gives the results of notebook 03's way (one at a time, diagnosed), and no diagnostics."""
+    loaded = jobs.load_settings(
+        "ci",
+        [
+            small_plan(
+                tmp_path,
+                launch={"backend": "local", "workers": 1},
+                tasks=[{"name": "position", "role": "unseen", "components": [["position"]]}],
+            )
+        ],
+        [],
+    )
+    found = planning.plan(loaded)
+    planning.initialise(found.initial)
+    one = measure.probe_all(found.representations, loaded.model_copy(update={"side_by_side": 1}))
+    two = measure.probe_all(
+        found.representations, loaded.model_copy(update={"side_by_side": 2}), diagnose=False
+    )
+    assert one.diagnostics.height == len(found.representations) * len(loaded.tasks)
+    assert two.diagnostics.is_empty()
+    assert one.results.equals(two.results)

@@ -17,7 +17,7 @@ from kit.data import pipeline
 from kit.data.kinds.base import split_size
 from kit.experiments.timecat.planning import Representation, features_dir, runs_dir
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
-from kit.probes import registry
+from kit.probes import parallel, registry
 from kit.probes.base import FeatureProbe, ImageProbe, Probe, ProbeSettings
 from kit.probes.rows import Split
 from kit.probes.selection import ProbeResult
@@ -89,6 +89,7 @@ def task_features(
             num_workers=params.feature_workers,
             progress=progress,
             loader_timeout_s=params.feature_loader_timeout_s,
+            side_by_side=params.side_by_side,
         )
 
     groups = [list(rep.checkpoints) for rep in probed]
@@ -107,14 +108,18 @@ def probe_settings(params: TimecatSettings) -> ProbeSettings:
     return params.probe.model_copy(update={"device": params.device})
 
 
-def probe_all(representations: list[Representation], params: TimecatSettings) -> Measurements:
+def probe_all(
+    representations: list[Representation], params: TimecatSettings, diagnose: bool = True
+) -> Measurements:
     """Probe every representation on every task with the probe `probe_kind` names (one row per
-    representation, task and rule): a `FeatureProbe` on (cached) extracted features, or an
-    `ImageProbe` on images (`image_results`, all launched at once). With `lbfgs_check`, the
-    first replicate is also fitted by the probe's converged reference. Also measure each
-    representation's richness (RankMe, alpha-ReQ) and how alike its n models are (mean pairwise
-    linear CKA) on features of the evaluation split, extracted for every probe."""
+    representation, task and rule): a `FeatureProbe` on (cached) extracted features,
+    `side_by_side` at a time, or an `ImageProbe` on images (`image_results`, all launched at
+    once). With `lbfgs_check`, the first replicate is also fitted by the probe's converged
+    reference. With `diagnose`, also measure each representation's richness (RankMe,
+    alpha-ReQ) and how alike its n models are (mean pairwise linear CKA) on features of the
+    evaluation split; without it (notebook 04 reads the probes only) `diagnostics` is empty."""
     chosen = registry.get(params.probe_kind)
+    on_features = isinstance(chosen, FeatureProbe)
     settings = probe_settings(params)
     reference = settings.reference() if params.lbfgs_check else None
     rows, diagnosed = [], []
@@ -126,26 +131,27 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
         extracted = task_features(task, representations, params)
         num_classes, single = extracted.num_classes, extracted.single
         sample = _diagnostic_sample(extracted.eval_rows, params.base_seed)
-        for index, rep in enumerate(extracted.probed):
+        splits = [
+            (
+                Split(*train.torch(), train.record["split"]),
+                Split(*test.torch(), test.record["split"]),
+            )
+            for train, test in zip(extracted.train, extracted.eval, strict=True)
+        ]
+        fitted = (
+            parallel.fit_many(chosen, splits, num_classes, settings, params.side_by_side)
+            if isinstance(chosen, FeatureProbe)
+            else (on_images[task.name, rep] for rep in extracted.probed)
+        )
+        for index, (rep, result) in enumerate(zip(extracted.probed, fitted, strict=True)):
             bar.set_postfix_str(
                 f"{task.name}: {rep.variant} (replicate {rep.replicate})", refresh=False
             )  # update() redraws, at most every mininterval
-            parts = [single[c].torch()[0][sample] for c in rep.checkpoints]
             exact = None
-            if isinstance(chosen, FeatureProbe):
-                splits = [
-                    Split(*found.torch(), found.record["split"])
-                    for found in (extracted.train[index], extracted.eval[index])
-                ]
-                if reference is not None and rep.replicate == 0:
-                    exact = registry.reference_probe(reference).fit(
-                        splits[0], splits[1], num_classes, reference, progress=False
-                    )
-                result = chosen.fit(splits[0], splits[1], num_classes, settings, progress=False)
-                concatenated = splits[1].features[sample]
-            else:
-                result = on_images[task.name, rep]
-                concatenated = torch.cat(parts, 1)
+            if reference is not None and on_features and rep.replicate == 0:
+                exact = registry.reference_probe(reference).fit(
+                    *splits[index], num_classes, reference, progress=False
+                )
             described = {
                 "variant": rep.variant,
                 "kind": rep.kind,
@@ -167,7 +173,12 @@ def probe_all(representations: list[Representation], params: TimecatSettings) ->
                         "lbfgs_top1": exact and exact.top1(selected["rule"]),
                     }
                 )
-            diagnosed.append(described | _diagnose(concatenated, parts))
+            if diagnose:
+                parts = [single[c].torch()[0][sample] for c in rep.checkpoints]
+                concatenated = (
+                    splits[index][1].features[sample] if on_features else torch.cat(parts, 1)
+                )
+                diagnosed.append(described | _diagnose(concatenated, parts))
             bar.update()
             stage.advance()
     bar.close()

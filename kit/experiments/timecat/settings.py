@@ -170,6 +170,10 @@ class TimecatSettings(NotebookSettings):
     #: decays and held-out rows) and record its top-1 beside the probe's: the check that the
     #: fast probe has converged
     lbfgs_check: bool = False
+    #: feature probes (fast or lbfgs) fitted at once, each on one intra-op thread, with results
+    #: identical to fitting them one by one (`kit.probes.parallel`), and on the CPU the
+    #: backbones a feature extraction runs at once, one intra-op thread each: up to the cores
+    side_by_side: int = Field(default=1, ge=1)
     feature_batch_size: int = Field(ge=1)
     #: DataLoader workers decoding images for feature extraction
     feature_workers: int = Field(ge=0)

@@ -104,7 +104,7 @@ def _probe_cell(params: SweepSettings, cell: Cell) -> tuple[pl.DataFrame, bool]:
     ]
     frames = [] if reused is None else [reused]
     if pending:
-        frames.append(measure.probe_all(pending, cell.settings).results)
+        frames.append(measure.probe_all(pending, cell.settings, diagnose=False).results)
     return (
         pl.concat(frames, how="diagonal_relaxed").with_columns(cell_columns(cell)),
         reused is not None,
