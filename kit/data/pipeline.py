@@ -289,12 +289,7 @@ def build(
         )
     from_images = kinds.get(data.kind).reads_disk
     augment = resolved_augment(data)
-    train = training_samples(data, train_base, seed)
-    collate: Callable | None = None
-    if data.decode == "gpu":
-        collate = functools.partial(batched.collate, size=data.image_size)
-    elif data.decode == "dali":
-        collate = functools.partial(dali.collate, size=data.image_size, threads=num_workers)
+    train, collate = training_samples(data, train_base, seed), training_collate(data, num_workers)
     plain = augmentation(augment, data.image_size, False, from_images)
     order = ResumableOrder(
         split_size(train_base), rank, world_size, seed, local_batch, local_batch // micro_batch
@@ -355,6 +350,17 @@ def training_samples(data: DataSettings, base: Dataset, seed: int) -> Dataset:
             "decoded images; set decode: cpu"
         )
     return EncodedSamples(base, seed) if data.decode == "gpu" else DaliSamples(base, seed)
+
+
+def training_collate(data: DataSettings, threads: int) -> Callable | None:
+    """How the training loader packs its samples into a batch: the loader's default for
+    augmented images (None), one packed batch of file bytes for the device or DALI to decode
+    (DALI with `threads` CPU threads, at least one)."""
+    if data.decode == "gpu":
+        return functools.partial(batched.collate, size=data.image_size)
+    if data.decode == "dali":
+        return functools.partial(dali.collate, size=data.image_size, threads=threads)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
