@@ -27,8 +27,8 @@ def write_pictures(root: Path) -> Path:
     """ImageNet's layout (root/<split>/<class>/<class><i>.JPEG) of photo-like pictures whose
     channels differ: red rises across (0 to 255), green down (0 to 160), blue is the class's tint
     (140 to 220), plus noise, so that a wrong crop, flip or channel order shows in the pixels, and
-    a wrong channel order in the channel means. Sizes vary,
-    one greyscale and one progressive JPEG among them (formats ImageNet holds)."""
+    a wrong channel order in the channel means. Sizes vary; a greyscale, a CMYK and a progressive
+    JPEG and a PNG under a .JPEG name are among them, as in ImageNet's training files."""
     rng = np.random.default_rng(0)
     for split, count in (("train", PER_CLASS), ("val", 1)):
         for tint, label in enumerate(CLASSES):
@@ -42,10 +42,16 @@ def write_pictures(root: Path) -> Path:
                 image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
                 folder = root / split / label
                 folder.mkdir(parents=True, exist_ok=True)
-                options = {"progressive": True} if (tint, i) == (1, 3) else {}
-                if (tint, i) == (2, 5):
-                    image = image.convert("L")
-                image.save(folder / f"{label}{i}.JPEG", format="JPEG", quality=90, **options)
+                kind = {(1, 3): "progressive", (2, 5): "L", (0, 2): "CMYK", (1, 6): "PNG"}
+                options = {"progressive": True} if kind.get((tint, i)) == "progressive" else {}
+                if kind.get((tint, i)) in ("L", "CMYK"):
+                    image = image.convert(kind[(tint, i)])
+                image.save(
+                    folder / f"{label}{i}.JPEG",
+                    format="PNG" if kind.get((tint, i)) == "PNG" else "JPEG",
+                    quality=90,
+                    **options,
+                )
     return root
 
 
