@@ -17,6 +17,9 @@ from pydantic import ValidationError
 from kit.cli import main
 from kit.data import pipeline as data
 from kit.data.settings import DataSettings
+from kit.train import trainer as train
+from kit.train.checkpoint import CHECKPOINT
+from kit.train.settings import TrainSettings
 
 CLASSES = ("n01", "n02", "n03")
 #: training images per class, and the batch: three batches an epoch
@@ -159,3 +162,36 @@ def test_dali_is_refused_where_its_crop_does_not_apply() -> None:
         DataSettings(
             kind="imagefolder", root="/data", image_size=224, augment="crop_flip", decode="dali"
         )
+
+
+def test_a_training_run_reads_its_batches_through_dali(pictures: Path, tmp_path: Path) -> None:
+    pytest.importorskip("nvidia.dali")
+
+    def run(name: str) -> dict:
+        values = {
+            "model": "resnet10",
+            "width": 0.125,
+            "num_classes": len(CLASSES),
+            "seed": 0,
+            "data": {
+                "kind": "imagefolder",
+                "root": str(pictures),
+                "image_size": 64,
+                "decode": "dali",
+            },
+            "batch_size": BATCH,
+            "iterations": 4,  # into the second epoch
+            "eval_every": 4,
+            "checkpoint_every": 4,
+            "log_every": 2,
+            "bn_recalibration_batches": 1,
+            "num_workers": 1,
+            "output_dir": str(tmp_path / name),
+        }
+        out = train.train(TrainSettings(**values))
+        return torch.load(out / CHECKPOINT, weights_only=True)
+
+    first, again = run("first"), run("again")
+    assert first["step"] == again["step"] == 4
+    for name, tensor in first["model"].items():  # the same batches, the same weights
+        assert torch.equal(tensor, again["model"][name]), name
