@@ -3,7 +3,10 @@ planted failures that must make it exit non-zero naming the check."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
+import torch
 
 from kit.cli import main, selfcheck
 from kit.cli import selfcheck_checks as checks
@@ -38,10 +41,36 @@ def test_more_gpus_than_visible_are_refused() -> None:
 
 
 def test_feeding_says_how_many_cores_the_gpus_need() -> None:
-    assert checks.feeding(100.0, 64, 5000.0).status == "ok"
-    starved = checks.feeding(100.0, 16, 40_000.0)
+    assert checks.feeding({"cpu": 100.0}, 64, 5000.0).status == "ok"
+    starved = checks.feeding({"cpu": 100.0}, 16, 40_000.0)
     assert starved.status == "warn"
-    assert "400 free cores" in starved.note and "data.decode: gpu" in starved.note
+    assert "400 free cores" in starved.note and "data.decode: cpu" in starved.note
+
+
+def test_the_fastest_input_path_that_works_is_used_and_reported() -> None:
+    rates = {"cpu": 300.0, "gpu": "needs a GPU", "dali": 2500.0}
+    assert checks.fastest(rates) == "dali"
+    row = checks.feeding(rates, 10, 20_000.0)
+    assert row.check == "input pipeline (dali)" and row.status == "ok"
+    assert row.measured.startswith("2,500 img/s/core")
+    assert "data.decode: dali" in row.note and "cpu 300" in row.note
+    assert checks.fastest({"cpu": 300.0, "gpu": 900.0, "dali": "not installed"}) == "gpu"
+
+
+def test_input_rates_measure_each_path_that_works_here(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "nvidia.dali", None)  # DALI hidden
+    rates = checks.input_rates(checks.CPU_SIZES, tmp_path, torch.device("cpu"))
+    assert isinstance(rates["cpu"], float) and rates["cpu"] > 0
+    assert rates["gpu"] == "needs a GPU"
+    assert "not installed" in rates["dali"] and "pip install -e '.[dali]'" in rates["dali"]
+    assert checks.fastest(rates) == "cpu"
+
+
+def test_input_rates_measure_dali_where_it_is_installed(tmp_path) -> None:
+    pytest.importorskip("nvidia.dali")
+    rates = checks.input_rates(checks.CPU_SIZES, tmp_path, torch.device("cpu"))
+    assert isinstance(rates["dali"], float) and rates["dali"] > 0
+    assert checks.fastest(rates) == max(("cpu", "dali"), key=lambda path: rates[path])
 
 
 def test_cpu_subset_passes_and_says_it_is_the_cpu_subset(monkeypatch, capsys) -> None:

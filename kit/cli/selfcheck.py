@@ -2,7 +2,8 @@
 
 On a GPU node (about ten minutes) it reports the software stack, the kit's ResNet-50 training
 rate in bf16 at 224 px with and without torch.compile against a bare loop and against the
-published figure for the GPU, whether the CPUs decode JPEGs fast enough to feed the GPUs, a
+published figure for the GPU, the input path it would use (`data.decode`: the fastest per core
+of CPU decoding, torchvision's GPU decoder and DALI) and whether it feeds the GPUs, a
 short training run stopped by a preemption signal and resumed, bf16 feature extraction against
 float32, and the fast probe on the GPUs. Without a GPU it runs the same checks at small sizes
 on the CPU (well under a minute) and says so. It exits 1 naming every failed check.
@@ -141,7 +142,7 @@ def run_checks(gpus: int, console: Console) -> list[Row]:
         def pipeline() -> list[Row]:
             return [
                 checks.feeding(
-                    checks.decode_rate_per_core(sizes, folder),
+                    checks.input_rates(sizes, folder, device),
                     machine.usable_cores(),
                     rate[0] * max(gpus, 1),
                 )

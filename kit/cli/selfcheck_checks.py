@@ -22,12 +22,14 @@ import schedulefree
 import torch
 import yaml
 from torch import nn
+from torch.utils.data import default_collate
 
 from kit import models
 from kit.core.distributed import Process
 from kit.core.processes import PREEMPTED_EXIT
-from kit.data.kinds.images import open_image
-from kit.data.pipeline import augmentation
+from kit.data.kinds.images import ImageList
+from kit.data.pipeline import training_collate, training_samples
+from kit.data.settings import DALI_INSTALL, DataSettings, dali_installed
 from kit.probes.fast import fast_probe
 from kit.probes.rows import Split
 from kit.probes.settings import FastProbeSettings
@@ -169,35 +171,99 @@ def _jpegs(folder: Path, count: int) -> list[str]:
     return paths
 
 
-def decode_rate_per_core(sizes: Sizes, folder: Path) -> float:
-    """Images/s one core decodes and augments (torchvision decode, RandomResizedCrop, flip):
-    what one DataLoader worker delivers."""
+#: the input paths `data.decode` names, in the order they are reported
+INPUT_PATHS = ("cpu", "gpu", "dali")
+#: timed passes per input path, the fastest kept, the paths taking turns: a pass that ran while
+#: something else had the cores says nothing of the path (timeit's advice)
+RATE_REPEATS = 5
+
+
+def input_rates(sizes: Sizes, folder: Path, device: torch.device) -> dict[str, float | str]:
+    """Images/s per CPU core of each input path that works here (`data.decode`), or why one
+    does not: cpu, torchvision's decoder and RandomResizedCrop in the loader workers; gpu,
+    torchvision's decoder on the GPU (kit.data.batched); dali, NVIDIA DALI's decoder, on the GPU
+    where there is one (kit.data.dali)."""
     paths = _jpegs(folder, sizes.jpegs)
-    transform = augmentation("algoperf", sizes.image_size, True, True)
+    images = ImageList([(path, 0) for path in paths], ["picture"])
+    rates: dict[str, float | str] = {}
+    passes: dict[str, Callable[[], None]] = {}
+    for decode in INPUT_PATHS:
+        if decode == "gpu" and device.type != "cuda":
+            rates[decode] = "needs a GPU"
+        elif decode == "dali" and not dali_installed():
+            rates[decode] = f"not installed: {DALI_INSTALL}"
+        else:
+            passes[decode] = _loader_pass(images, folder, sizes, device, decode)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        start = time.perf_counter()
-        for path in paths:
-            transform(open_image(path))
-        return len(paths) / (time.perf_counter() - start)
+        seconds: dict[str, list[float]] = {decode: [] for decode in passes}
+        for repeat in range(RATE_REPEATS + 1):
+            for decode, one_pass in passes.items():
+                start = time.perf_counter()
+                one_pass()
+                if repeat:  # the first builds DALI's pipeline, warms decoders and page cache
+                    seconds[decode].append(time.perf_counter() - start)
     finally:
         torch.set_num_threads(threads)
+    return {
+        decode: len(images) / min(seconds[decode]) if decode in seconds else rates[decode]
+        for decode in INPUT_PATHS
+    }
 
 
-def feeding(per_core: float, cores: int, training: float) -> Row:
-    """Whether `cores` cores decoding at `per_core` images/s each keep up with `training`
-    images/s (all GPUs of the node)."""
+def fastest(rates: dict[str, float | str]) -> str:
+    """The input path with the most images per core among those that work."""
+    working = {path: rate for path, rate in rates.items() if isinstance(rate, float)}
+    return max(working, key=working.__getitem__)
+
+
+def _loader_pass(
+    images: ImageList, folder: Path, sizes: Sizes, device: torch.device, decode: str
+) -> Callable[[], None]:
+    """One batch of `images` read, decoded, cropped and flipped as the training loader does
+    with `data.decode: decode` and made ready on `device`, on the calling thread (the workers'
+    share and the decoding's together; DALI is given one thread)."""
+    settings = DataSettings.model_validate(
+        {
+            "kind": "imagefolder",
+            "root": str(folder),
+            "image_size": sizes.image_size,
+            "decode": decode,
+        }
+    )
+    samples = training_samples(settings, images, seed=0)
+    collate = training_collate(settings, threads=1) or default_collate
+
+    def one_pass() -> None:
+        packed = collate([samples[(0, index)] for index in range(len(images))])[0]
+        if decode != "cpu":
+            packed.on(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    return one_pass
+
+
+def feeding(rates: dict[str, float | str], cores: int, training: float) -> Row:
+    """The input path that would be used (the fastest that works), and whether `cores` cores
+    at its rate per core keep up with `training` images/s (all GPUs of the node)."""
+    path = fastest(rates)
+    per_core = cast(float, rates[path])
     supply = per_core * cores
     enough = supply >= training
-    note = (
+    others = ", ".join(
+        f"{name} {rate:,.0f}" if isinstance(rate, float) else f"{name} {rate}"
+        for name, rate in rates.items()
+        if name != path
+    )
+    note = f"data.decode: {path}, the fastest path here (img/s/core: {others}); " + (
         "the CPUs can feed training"
         if enough
-        else f"the CPUs cannot feed the GPUs: about {training / per_core:.0f} free cores needed; "
-        "set data.decode: gpu to decode JPEGs on the GPUs"
+        else f"the CPUs cannot feed the GPUs: about {training / per_core:.0f} free cores needed"
     )
     return Row(
-        "input pipeline (CPU decode)",
+        f"input pipeline ({path})",
         f"{per_core:,.0f} img/s/core x {cores} = {supply:,.0f} img/s",
         f"training {training:,.0f} img/s",
         "ok" if enough else "warn",

@@ -4,7 +4,7 @@ Datasets of pictures yield uint8 images [3, H, W]: JPEGs are decoded by torchvis
 (libjpeg-turbo) and augmented as tensors, and normalisation happens on the device
 (kit.data.prefetch); the synthetic world's renders stay float (kit.data.synthetic). With
 `data.decode: gpu` training workers read file bytes only and the device decodes and crops
-whole batches (kit.data.batched).
+whole batches (kit.data.batched); with `dali`, NVIDIA DALI does (kit.data.dali).
 Every dataset is indexed by (epoch, index) keys. Each sample's augmentation is drawn from an RNG
 seeded by (run seed, epoch, index), so it does not depend on which worker loads it or on where a
 resumed run starts: a resumed run sees exactly the batches an uninterrupted one would. Data
@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.io import read_file
 from torchvision.transforms import v2
 
 from kit.core import machine
-from kit.data import batched, kinds, workers
+from kit.data import batched, dali, kinds, workers
 from kit.data.kinds.base import DataError, data_root, existing_folder, split_size
 from kit.data.kinds.images import CifarImages, ImageList, open_image, unreadable_images
 from kit.data.settings import DataSettings
@@ -129,6 +130,29 @@ class EncodedSamples(Dataset):
         item = data if batched.gpu_decodable(data) else open_image(path)
         generator = torch.Generator().manual_seed(_sample_generator(self.seed, epoch, index))
         return item, batched.sample_draws(generator), label
+
+
+class DaliSamples(Dataset):
+    """`data.decode: dali`: (file bytes, crop box, flip, label) by (epoch, index) keys, the box
+    (top, left, height, width) and flip drawn as `EncodedSamples` draws them, from the sample's
+    seeded generator, for the image's size read from its header (kit.data.dali)."""
+
+    def __init__(self, base: ImageList, seed: int) -> None:
+        self.base, self.seed = base, seed
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, key: Key) -> tuple[torch.Tensor, torch.Tensor, bool, int]:
+        epoch, index = key
+        path, label = self.base.samples[index]
+        data = read_file(path).clone()  # as EncodedSamples: a copy that can cross processes
+        with Image.open(path) as header:  # reads the header, not the pixels
+            width, height = header.size
+        generator = torch.Generator().manual_seed(_sample_generator(self.seed, epoch, index))
+        draws = batched.sample_draws(generator)[None]
+        box = batched.crop_boxes(torch.tensor([height]), torch.tensor([width]), draws)[0]
+        return data, box, bool(draws[0, -1] < 0.5), label
 
 
 class ResumableOrder(Sampler[Key]):
@@ -265,9 +289,7 @@ def build(
         )
     from_images = kinds.get(data.kind).reads_disk
     augment = resolved_augment(data)
-    train, collate = training_samples(data, train_base, seed), None
-    if data.decode == "gpu":
-        collate = functools.partial(batched.collate, size=data.image_size)
+    train, collate = training_samples(data, train_base, seed), training_collate(data, num_workers)
     plain = augmentation(augment, data.image_size, False, from_images)
     order = ResumableOrder(
         split_size(train_base), rank, world_size, seed, local_batch, local_batch // micro_batch
@@ -311,8 +333,9 @@ def build(
 
 
 def training_samples(data: DataSettings, base: Dataset, seed: int) -> Dataset:
-    """The training split as its loader reads it: augmented images (`decode: cpu`) or file
-    bytes and draws for the device to decode and augment (`decode: gpu`)."""
+    """The training split as its loader reads it: augmented images (`decode: cpu`), file
+    bytes and draws for the device to decode and augment (`decode: gpu`), or file bytes and
+    crop boxes for DALI (`decode: dali`)."""
     if data.decode == "cpu":
         return Samples(
             base,
@@ -323,10 +346,21 @@ def training_samples(data: DataSettings, base: Dataset, seed: int) -> Dataset:
         )
     if not isinstance(base, ImageList):
         raise DataError(
-            f"data.decode: gpu reads image files, but kind {data.kind} holds "
+            f"data.decode: {data.decode} reads image files, but kind {data.kind} holds "
             "decoded images; set decode: cpu"
         )
-    return EncodedSamples(base, seed)
+    return EncodedSamples(base, seed) if data.decode == "gpu" else DaliSamples(base, seed)
+
+
+def training_collate(data: DataSettings, threads: int) -> Callable | None:
+    """How the training loader packs its samples into a batch: the loader's default for
+    augmented images (None), one packed batch of file bytes for the device or DALI to decode
+    (DALI with `threads` CPU threads, at least one)."""
+    if data.decode == "gpu":
+        return functools.partial(batched.collate, size=data.image_size)
+    if data.decode == "dali":
+        return functools.partial(dali.collate, size=data.image_size, threads=threads)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------

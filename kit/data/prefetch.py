@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 import torch
 
 from kit.data.batched import EncodedBatch
+from kit.data.dali import DaliBatch
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -64,7 +65,7 @@ class DeviceBatches:
         images, labels = batch
         images = (
             images.on(self.device)
-            if isinstance(images, EncodedBatch)  # data.decode: gpu
+            if isinstance(images, EncodedBatch | DaliBatch)  # data.decode: gpu or dali
             else images.to(self.device, non_blocking=True)
         )
         return normalise(images, self.memory_format), labels.to(self.device, non_blocking=True)

@@ -4,6 +4,7 @@ class."""
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -25,9 +26,12 @@ class DataSettings(Strict):
     #: where training JPEGs are decoded. cpu: by the DataLoader workers (libjpeg-turbo), about
     #: 100-200 images/s per core with the crop, so eight H100s need over 100 free cores. gpu: the
     #: workers only read the files; the run's device decodes each batch (torchvision's
-    #: decode_jpeg, nvJPEG on CUDA) and crops and flips it there (kit.data.batched). Training
-    #: batches only, with augment algoperf and a folder dataset; evaluation keeps cpu
-    decode: Literal["cpu", "gpu"] = "cpu"
+    #: decode_jpeg, nvJPEG on CUDA) and crops and flips it there (kit.data.batched). dali: the
+    #: workers read the files and draw each image's crop; NVIDIA DALI decodes only that region,
+    #: resizes and flips it (kit.data.dali), with the GPU's JPEG decoder on CUDA and its CPU one
+    #: elsewhere; an optional extra, `pip install -e '.[dali]'` (Linux only). gpu and dali:
+    #: training batches only, with augment algoperf and a folder dataset; evaluation keeps cpu
+    decode: Literal["cpu", "gpu", "dali"] = "cpu"
     synthetic: SyntheticSettings | None = None
 
     @field_validator("kind")
@@ -44,14 +48,32 @@ class DataSettings(Strict):
             )
         if kinds.get(self.kind).reads_disk and not self.root:
             raise ValueError(f"root: kind {self.kind} reads images from disk and needs a root")
-        if self.decode == "gpu" and (
+        if self.decode != "cpu" and (
             not kinds.get(self.kind).reads_disk
             or self.augment not in ("auto", "algoperf")
             or (self.augment == "auto" and self.image_size < 64)
         ):
             raise ValueError(
-                f"decode: gpu decodes JPEG files with RandomResizedCrop (augment "
+                f"decode: {self.decode} decodes JPEG files with RandomResizedCrop (augment "
                 f"algoperf, or auto from 64 px); kind {self.kind} with augment "
                 f"{self.augment} at {self.image_size} px needs decode: cpu"
             )
+        if self.decode == "dali" and not dali_installed():
+            raise ValueError(
+                f"decode: dali needs NVIDIA DALI, which is not installed; install it with "
+                f"{DALI_INSTALL}, or set decode: cpu"
+            )
         return self
+
+
+#: how to install the optional DALI backend (pyproject.toml's `dali` extra, Linux x86-64 and
+#: aarch64 only: NVIDIA publishes no other wheels)
+DALI_INSTALL = "`pip install -e '.[dali]'` or `uv sync --extra dali` (Linux only)"
+
+
+def dali_installed() -> bool:
+    """Whether NVIDIA DALI can be imported, found without importing it (which takes seconds)."""
+    try:
+        return importlib.util.find_spec("nvidia.dali") is not None
+    except ModuleNotFoundError:  # no `nvidia` package at all
+        return False
