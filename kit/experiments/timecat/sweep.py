@@ -27,6 +27,7 @@ from kit.experiments.timecat.sweep_settings import (
 )
 from kit.report import crossover, outputs
 from kit.train import metrics
+from kit.train.settings import TrainSettings
 
 
 def sweep_dir(params: SweepSettings) -> Path:
@@ -38,22 +39,49 @@ def cell_columns(cell: Cell) -> list[pl.Expr]:
     return [pl.lit(cell.world_seed).alias("world_seed"), pl.lit(cell.budget).alias("budget")]
 
 
-def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tuple[int, int]:
-    """Train every unfinished run of every cell in one launch (finished ones, notebook 03's
-    included, are skipped; a folder holding other settings is refused first) and write the
-    untrained networks; returns (runs skipped, runs trained)."""
-    plans = [planning.plan(cell.settings) for cell in cells]
-    trainings = [t for found in plans for t in found.trainings]
-    skipped = planning.launch_for(
+@dataclass(frozen=True)
+class SweepPlan:
+    """The cells' plans merged: every run folder trained once (`planning.merge_runs`: to the
+    longest step any cell reads from it, with the union of their snapshots), the untrained
+    networks, and each cell's representations as read from those runs, by (world seed,
+    budget)."""
+
+    trainings: list[TrainSettings]
+    initial: list[TrainSettings]
+    representations: dict[tuple[int, int], list[planning.Representation]]
+
+
+def plan_cells(cells: list[Cell]) -> SweepPlan:
+    """The merged plan of `cells` (under `catn_models: snapshots` the cells of a world share
+    their seeded runs, and with a width-matched model of cat1's compute its runs too)."""
+    plans = {(cell.world_seed, cell.budget): planning.plan(cell.settings) for cell in cells}
+    trainings = planning.merge_runs([t for found in plans.values() for t in found.trainings])
+    initial = {t.output_dir: t for found in plans.values() for t in found.initial}
+    return SweepPlan(
         trainings,
+        list(initial.values()),
+        {
+            key: [planning.read_from(rep, trainings) for rep in found.representations]
+            for key, found in plans.items()
+        },
+    )
+
+
+def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tuple[int, int]:
+    """Train every unfinished run of every cell in one launch, each run folder once to the
+    longest step any cell reads (finished ones, notebook 03's included, are skipped; a folder
+    holding other settings is refused first) and write the untrained networks; returns (runs
+    skipped, runs trained)."""
+    merged = plan_cells(cells)
+    skipped = planning.launch_for(
+        merged.trainings,
         [cell.settings for cell in cells],
         sweep_dir(params),
         wait,
         f"{len(cells)} cell(s): ",
     )
-    for found in plans:
-        planning.initialise(found.initial)
-    return len(skipped), len(trainings) - len(skipped)
+    planning.initialise(merged.initial)
+    return len(skipped), len(merged.trainings) - len(skipped)
 
 
 def _cell_file(params: SweepSettings, cell: Cell) -> Path:
@@ -94,14 +122,14 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
     )
 
 
-def _probe_cell(params: SweepSettings, cell: Cell) -> tuple[pl.DataFrame, bool]:
+def _probe_cell(
+    params: SweepSettings, cell: Cell, representations: list[planning.Representation]
+) -> tuple[pl.DataFrame, bool]:
     """A cell's probe results: notebook 03's where they apply, the other variants probed; and
     whether notebook 03's were reused."""
     reused = notebook03_results(params, cell)
     done = set() if reused is None else set(reused["variant"])
-    pending = [
-        rep for rep in planning.plan(cell.settings).representations if rep.variant not in done
-    ]
+    pending = [rep for rep in representations if rep.variant not in done]
     frames = [] if reused is None else [reused]
     if pending:
         frames.append(measure.probe_all(pending, cell.settings).results)
@@ -125,10 +153,13 @@ def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
         f"{len(cells) - stored}",
     )
     frames, reused = [], 0
+    merged = plan_cells(cells)
     for cell in cells:
         path = _cell_file(params, cell)
         if not path.exists():
-            measured, from03 = _probe_cell(params, cell)
+            measured, from03 = _probe_cell(
+                params, cell, merged.representations[cell.world_seed, cell.budget]
+            )
             reused += from03
             path.parent.mkdir(parents=True, exist_ok=True)
             with files.atomic_write(path) as handle:
@@ -144,15 +175,18 @@ def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
 
 def own_accuracy(cells: list[Cell]) -> pl.DataFrame:
     """Each trained model's own in-distribution accuracy: its head's top-1 on the pretraining
-    data's evaluation split at its last step (metrics.jsonl), per cell, variant and replicate."""
+    data's evaluation split at the step the cell reads (metrics.jsonl: a run's last step, or a
+    snapshot's, evaluated where it is written), per cell, variant and replicate."""
     rows = []
+    merged = plan_cells(cells)
     for cell in cells:
-        for rep in planning.plan(cell.settings).representations:
+        for rep in merged.representations[cell.world_seed, cell.budget]:
             if rep.iterations_per_model is None or rep.task is not None:
                 continue
             for checkpoint in rep.checkpoints:
                 evaluated = metrics.read_metrics(checkpoint.parent).filter(
                     pl.col("eval_accuracy").is_not_null()
+                    & (pl.col("step") == rep.iterations_per_model)
                 )
                 rows.append(
                     {
