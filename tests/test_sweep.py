@@ -545,6 +545,9 @@ def test_the_sweep_trains_each_seeded_folder_once_to_the_top_step_with_every_sna
     assert read(1920, "wide1-eq") == ["wide1-eq/seed0/checkpoint.pt"]  # its last step
     assert read(60, "random4") == read(1920, "random4")  # untrained: no training at all
     assert len(merged.initial) == 3 * 4
+    # per replicate 1,920 + 3 x 480 + 480 at four times cat1's compute; 36 files (seed 0's 8
+    # snapshots, 6 of each other seed, 6 of wide1-eq, 4 untrained) once per task; 36 probes a cell
+    assert sweep.cost(cells) == sweep.SweepCost(3 * 5280, 3 * 36 * 3, 6 * 36)
 
 
 def test_runs_sharing_a_folder_with_their_own_horizons_are_refused_naming_the_key(

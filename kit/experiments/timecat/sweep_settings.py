@@ -125,8 +125,8 @@ def cells(params: SweepSettings) -> list[Cell]:
     """Every (world seed, budget) cell as validated notebook 03 settings, world by world. A
     cell's synthetic pool holds at least as many images as its longest run draws (no image seen
     twice, as in notebook 03). Under `catn_models: snapshots` the cells of a world share one run
-    folder, one pool (sized for the top budget) and one horizon (train.step_hint, the top budget
-    when not given), so that their runs are the same runs, trained once (sweep.plan_cells).
+    folder, one horizon (train.step_hint, the top budget when not given) and one pool (sized
+    for the horizon), so that their runs are the same runs, trained once (sweep.plan_cells).
     Raises ValueError naming the key when a cell does not validate."""
     notebook = swept_notebook(params)
     train = notebook.train
@@ -149,8 +149,9 @@ def cells(params: SweepSettings) -> list[Cell]:
                 values["variants"] = [_at_equal_compute(v, budget) for v in values["variants"]]
             world_values = values["train"]["data"]["synthetic"]
             world_values["seed"] = world
-            # snapshots: one pool for every cell of the world, so that its runs are the same runs
-            drawn = params.budgets[-1] if snapshots else budget
+            # snapshots: one pool for every cell of the world, sized for the horizon (the top
+            # budget unless given), so that a cell added or dropped changes no run
+            drawn = base["train"]["step_hint"] if snapshots else budget
             world_values["num_train"] = max(
                 world_values["num_train"], drawn * values["train"]["batch_size"]
             )
