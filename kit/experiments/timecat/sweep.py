@@ -84,6 +84,62 @@ def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tu
     return len(skipped), len(merged.trainings) - len(skipped)
 
 
+#: seconds on 2 cores of a fresh sweep's units of work, measured by benchmarks/sweep_cost.py
+#: (docs: Benchmarks, "The budget sweep"): an iteration of cat1's compute (the runs of one
+#: launch side by side), one checkpoint's features on one task (its probe rows and evaluation
+#: split), one probe of a representation on a task
+SECONDS_PER = {"iteration": 0.0, "extraction": 0.0, "probe": 0.0}
+
+
+@dataclass(frozen=True)
+class SweepCost:
+    """A fresh sweep's work: iterations of cat1's compute (an iteration of a model `w` times
+    wider weighs w², a ResNet's multiply-adds), checkpoints whose features are extracted on
+    one task (each file once, whatever cells read it), and probes (representations x tasks)."""
+
+    iterations: float
+    extractions: int
+    probes: int
+
+    def seconds(self, per: dict[str, float]) -> dict[str, float]:
+        """The wall time of each kind of work at `per` (seconds per unit, SECONDS_PER)."""
+        return {
+            "training": self.iterations * per["iteration"],
+            "extraction": self.extractions * per["extraction"],
+            "probes": self.probes * per["probe"],
+        }
+
+
+def cost(cells: list[Cell]) -> SweepCost:
+    """The work of `cells` run from scratch (nothing finished, nothing reused from notebook 03):
+    the merged plan's training (sweep.plan_cells), each distinct checkpoint file's features
+    on each task, and every cell's probes."""
+    merged = plan_cells(cells)
+    width = cells[0].settings.train.width if cells and cells[0].settings.train else 1.0
+    files, probes = set(), 0
+    for cell in cells:
+        for rep in merged.representations[cell.world_seed, cell.budget]:
+            tasks = [t.name for t in cell.settings.tasks if rep.task in (None, t.name)]
+            files |= {(path, task) for path in rep.checkpoints for task in tasks}
+            probes += len(tasks)
+    return SweepCost(
+        sum(run.iterations * (run.width / width) ** 2 for run in merged.trainings),
+        len(files),
+        probes,
+    )
+
+
+def cost_line(found: SweepCost, per: dict[str, float] = SECONDS_PER) -> str:
+    """The sweep's work and its expected wall time on 2 cores, in one line."""
+    times = found.seconds(per)
+    return (
+        f"{found.iterations:,.0f} iterations of cat1's compute, {found.extractions:,} "
+        f"checkpoint extractions (checkpoint x task), {found.probes:,} probes: about "
+        + ", ".join(f"{kind} {seconds / 60:.0f}" for kind, seconds in times.items())
+        + f", in all {sum(times.values()) / 60:.0f} minutes on 2 cores"
+    )
+
+
 def _cell_file(params: SweepSettings, cell: Cell) -> Path:
     digest = hashlib.sha256(cell.settings.model_dump_json().encode()).hexdigest()[:16]
     return (
