@@ -84,11 +84,14 @@ def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tu
     return len(skipped), len(merged.trainings) - len(skipped)
 
 
-#: seconds on 2 cores of a fresh sweep's units of work, measured by benchmarks/sweep_cost.py
-#: (docs: Benchmarks, "The budget sweep"): an iteration of cat1's compute (the runs of one
-#: launch side by side), one checkpoint's features on one task (its probe rows and evaluation
-#: split), one probe of a representation on a task
-SECONDS_PER = {"iteration": 0.0, "extraction": 0.0, "probe": 0.0}
+#: seconds on 2 cores of a fresh sweep's units of work, measured by benchmarks/sweep_cost.py on
+#: world 0 at budgets 60 and 480 (docs: Benchmarks, "The budget sweep"), with other jobs
+#: loading the cores (load average 8): an iteration of cat1's compute (the runs of one launch
+#: side by side), one checkpoint's features on one task (its probe rows and evaluation split),
+#: one L-BFGS probe of a representation on a task
+SECONDS_PER = {"iteration": 217 / 3960, "extraction": 665 / 144, "probe": 554 / 36}
+#: the conditions SECONDS_PER was measured in, for the estimate's line
+MEASURED_ON = "2 cores shared with other jobs (load average 8)"
 
 
 @dataclass(frozen=True)
@@ -130,13 +133,14 @@ def cost(cells: list[Cell]) -> SweepCost:
 
 
 def cost_line(found: SweepCost, per: dict[str, float] = SECONDS_PER) -> str:
-    """The sweep's work and its expected wall time on 2 cores, in one line."""
+    """The sweep's work and its expected wall time (minutes) at `per`, in one line."""
     times = found.seconds(per)
     return (
         f"{found.iterations:,.0f} iterations of cat1's compute, {found.extractions:,} "
         f"checkpoint extractions (checkpoint x task), {found.probes:,} probes: about "
         + ", ".join(f"{kind} {seconds / 60:.0f}" for kind, seconds in times.items())
-        + f", in all {sum(times.values()) / 60:.0f} minutes on 2 cores"
+        + f", in all {sum(times.values()) / 60:.0f} minutes at the rates measured on "
+        + MEASURED_ON
     )
 
 
