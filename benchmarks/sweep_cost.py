@@ -2,7 +2,7 @@
 the full sweep's expected wall time at those rates.
 
 Runs the sweep profile's cells shrunk by `--set`-style overrides (default: world 0, budgets 60 and
-480, the profile's replicates) into a temporary output folder: trains their merged plan in one
+120, the profile's replicates) into a temporary output folder: trains their merged plan in one
 launch (kit.experiments.timecat.sweep.train_all), extracts every cell's features, then probes
 every cell from the cached features, timing each phase. Prints the seconds per iteration of
 cat1's compute, per checkpoint extraction (one checkpoint's features on one task) and per probe,
@@ -10,7 +10,7 @@ and kit.experiments.timecat.sweep.cost_line for the full profile at those rates:
 SECONDS_PER holds.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sweep_cost.py
-    .venv/bin/python benchmarks/sweep_cost.py --budgets 60 120 --worlds 0
+    .venv/bin/python benchmarks/sweep_cost.py --budgets 60 480 --worlds 0
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from kit.experiments.timecat import measure, sweep, sweep_settings
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="sweep")
-    parser.add_argument("--budgets", type=int, nargs="+", default=[60, 480])
+    parser.add_argument("--budgets", type=int, nargs="+", default=[60, 120])
     parser.add_argument("--worlds", type=int, nargs="+", default=[0])
     parser.add_argument("--keep", help="output folder to keep (default: a temporary one)")
     args = parser.parse_args()

@@ -85,13 +85,13 @@ def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tu
 
 
 #: seconds on 2 cores of a fresh sweep's units of work, measured by benchmarks/sweep_cost.py on
-#: world 0 at budgets 60 and 480 (docs: Benchmarks, "The budget sweep"), with other jobs
-#: loading the cores (load average 8): an iteration of cat1's compute (the runs of one launch
+#: world 0 at budgets 60 and 120 (docs: Benchmarks, "The budget sweep"), with other jobs
+#: sharing the cores (load average 3): an iteration of cat1's compute (the runs of one launch
 #: side by side), one checkpoint's features on one task (its probe rows and evaluation split),
 #: one L-BFGS probe of a representation on a task
-SECONDS_PER = {"iteration": 217 / 3960, "extraction": 665 / 144, "probe": 554 / 36}
+SECONDS_PER = {"iteration": 29 / 990, "extraction": 214 / 144, "probe": 143 / 72}
 #: the conditions SECONDS_PER was measured in, for the estimate's line
-MEASURED_ON = "2 cores shared with other jobs (load average 8)"
+MEASURED_ON = "2 cores shared with other jobs (load average 3)"
 
 
 @dataclass(frozen=True)
