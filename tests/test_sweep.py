@@ -521,3 +521,118 @@ def test_the_cells_read_as_a_table_in_words(tmp_path: Path) -> None:
     )
     assert set(table["notebook 03's runs"]) <= {"reused", "its own"}
     assert sweep.cells_table([]) == "This profile sweeps no budget: no cell to run."
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep from snapshots (catn_models: snapshots)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_sweep_trains_each_seeded_folder_once_to_the_top_step_with_every_snapshot(
+    tmp_path: Path,
+) -> None:
+    loaded = params.load(
+        "04_when_concat_helps", "sweep", output_dir=str(tmp_path), overrides={"world_seeds": [1]}
+    )[0]
+    cells = sweep_settings.cells(loaded)
+    assert {c.settings.run_root for c in cells} == {"sweep/world1"}
+    pools = {c.settings.train.data.synthetic.num_train for c in cells}
+    assert pools == {1920 * 32}  # one pool, sized for the top budget
+    merged = sweep.plan_cells(cells)
+    folders = [t.output_dir for t in merged.trainings]
+    assert len(folders) == len(set(folders)) == 3 * 5  # per replicate: 4 seeds and wide1-eq
+    assert {t.step_hint for t in merged.trainings} == {1920}
+    runs = {
+        str(Path(t.output_dir).relative_to(tmp_path / "sweep" / "world1")): t
+        for t in merged.trainings
+    }
+    every = [15, 30, 60, 120, 240, 480, 960, 1920]
+    assert (runs["rep0/seeded/seed0"].iterations, runs["rep0/seeded/seed0"].snapshot_steps) == (
+        1920,
+        every,
+    )
+    for seed in (1, 2, 3):
+        run = runs[f"rep0/seeded/seed{seed}"]
+        assert (run.iterations, run.snapshot_steps) == (480, every[:6])
+    wide = runs["rep0/wide1-eq/seed0"]  # budget / 4 at each budget: its own snapshot run
+    assert (wide.iterations, wide.width, wide.snapshot_steps) == (480, 0.5, every[:5])
+
+    def read(budget: int, variant: str) -> list[str]:
+        rep = next(
+            r
+            for r in merged.representations[1, budget]
+            if r.variant == variant and r.replicate == 0
+        )
+        return [str(p.relative_to(tmp_path / "sweep" / "world1" / "rep0")) for p in rep.checkpoints]
+
+    assert read(960, "cat1") == ["seeded/seed0/snapshot-960.pt"]
+    assert read(960, "cat4") == [f"seeded/seed{s}/snapshot-240.pt" for s in range(4)]
+    assert read(960, "wide1-eq") == ["wide1-eq/seed0/snapshot-240.pt"]
+    assert read(1920, "wide1-eq") == ["wide1-eq/seed0/checkpoint.pt"]  # its last step
+    assert read(60, "random4") == read(1920, "random4")  # untrained: no training at all
+    assert len(merged.initial) == 3 * 4
+    # per replicate 1,920 + 3 x 480 + 480 at four times cat1's compute; 36 files (seed 0's 8
+    # snapshots, 6 of each other seed, 6 of wide1-eq, 4 untrained) once per task; 36 probes a cell
+    assert sweep.cost(cells) == sweep.SweepCost(3 * 5280, 3 * 36 * 3, 6 * 36)
+
+
+def test_runs_sharing_a_folder_with_their_own_horizons_are_refused_naming_the_key(
+    tmp_path: Path,
+) -> None:
+    loaded = params.load(
+        "04_when_concat_helps",
+        "ci",
+        output_dir=str(tmp_path),
+        overrides={"overrides": {"catn_models": "snapshots"}},
+    )[0]
+    runs = [t for c in sweep_settings.cells(loaded) for t in planning.plan(c.settings).trainings]
+    unhinted = [t.model_copy(update={"step_hint": None}) for t in runs]
+    with pytest.raises(params.ParameterError, match=r"seed0: runs planned .* differ in iterations"):
+        planning.merge_runs(unhinted)
+
+
+def test_a_snapshot_sweep_trains_once_and_reads_each_cell_s_own_step(tmp_path: Path) -> None:
+    """Notebook 04's ci experiment from snapshots, end to end: each seeded folder trains once,
+    every model a cell reads has its own accuracy logged at its step, and each snapshot's
+    features are extracted once for every cell that reads it."""
+    loaded = params.load(
+        "04_when_concat_helps",
+        "ci",
+        output_dir=str(tmp_path),
+        overrides={"overrides": {"catn_models": "snapshots", "lbfgs_check": False}},
+    )[0]
+    cells = sweep_settings.cells(loaded)
+    assert {c.settings.run_root for c in cells} == {"sweep/world0"} and not any(
+        c.shared for c in cells
+    )
+    assert sweep.train_all(loaded, cells) == (0, 2 * 3)  # per replicate: 2 seeds and wide1
+    assert sweep.train_all(loaded, cells) == (6, 0)
+    seed0 = tmp_path / "sweep" / "world0" / "rep0" / "seeded" / "seed0"
+    assert sorted(p.name for p in seed0.glob("snapshot-*.pt")) == [
+        "snapshot-10.pt",
+        "snapshot-20.pt",
+        "snapshot-40.pt",
+    ]
+    own = sweep.own_accuracy(cells)
+    # cat1, cat2's two models and wide1, two replicates, two cells: each read at its own step
+    assert own.height == 2 * 2 * 4 and own["own_accuracy"].is_not_null().all()
+    at = (
+        own.filter(pl.col("variant") == "cat2")
+        .group_by("budget")
+        .agg(pl.col("iterations_per_model").first())
+    )
+    assert dict(at.iter_rows()) == {20: 10, 40: 20}
+    results = sweep.probe_cells(loaded, cells)
+    assert results.select("world_seed", "budget").unique().height == 2
+    cache = planning.features_dir(cells[0].settings)  # the world's run folder holds it
+    assert cache == tmp_path / "sweep" / "world0" / "features"
+    entries = [p for p in cache.iterdir() if p.is_dir()]
+    merged = sweep.plan_cells(cells)
+    groups = {rep.checkpoints for reps in merged.representations.values() for rep in reps}
+    singles = {c for group in groups for c in group}
+    # per task and split (train, eval): one entry per distinct checkpoint and per
+    # representation of several; the untrained networks' files are one per replicate and seed,
+    # and snapshot-20 of seed 0 (cat1 at 20, cat2's first model at 40) is extracted once
+    several = {group for group in groups if len(group) > 1}
+    tasks = len(cells[0].settings.tasks)
+    assert len(entries) == tasks * 2 * (len(singles) + len(several))

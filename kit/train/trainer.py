@@ -261,9 +261,10 @@ class _Run:
             self.at.step, self.at.batch_in_epoch = self.at.step + 1, self.at.batch_in_epoch + 1
             window.steps += 1
             final = self.at.step == self.settings.iterations
-            evaluate = final or _every(self.at.step, self.settings.eval_every)
-            save = final or _every(self.at.step, self.settings.checkpoint_every)
             snapshot = self.at.step in self.settings.snapshot_steps
+            # a snapshot is a finished model: its own accuracy is logged as a last step's is
+            evaluate = final or snapshot or _every(self.at.step, self.settings.eval_every)
+            save = final or _every(self.at.step, self.settings.checkpoint_every)
             if evaluate or save or snapshot or self.at.step % self.settings.log_every == 0:
                 if self.logging_step(window, evaluate, save, final, stop.requested, snapshot):
                     stop.requested = True  # asked on another rank: this one's chain stops too

@@ -7,6 +7,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import torch
 from torch.utils.data import Dataset, Subset
@@ -49,6 +50,12 @@ class TaskFeatures:
     eval_rows: int
 
 
+#: each task's probe rows (the seeded, class-balanced subset) by its data, classes, row count
+#: and seed: notebook 04's cells of a world share their tasks' data, and drawing every label of
+#: a pool of 61,440 synthetic images takes seconds
+_PROBE_ROWS: dict[tuple[str, int, int, int], np.ndarray] = {}
+
+
 def task_features(
     task: ProbeTask,
     representations: list[Representation],
@@ -65,9 +72,12 @@ def task_features(
     train_set, eval_set = pipeline.probe_datasets(task_data, num_classes)
     split_name = "train"
     if params.probe_train_rows is not None and params.probe_train_rows < split_size(train_set):
-        chosen = pipeline.balanced_subset(
-            pipeline.labels_of(train_set), params.probe_train_rows, seed=params.base_seed
-        )
+        key = (task_data.model_dump_json(), num_classes, params.probe_train_rows, params.base_seed)
+        if key not in _PROBE_ROWS:  # every label of the pool is drawn: once per process
+            _PROBE_ROWS[key] = pipeline.balanced_subset(
+                pipeline.labels_of(train_set), params.probe_train_rows, seed=params.base_seed
+            )
+        chosen = _PROBE_ROWS[key]
         train_set = Subset(train_set, chosen.tolist())
         split_name = f"train[balanced {len(chosen)}, seed {params.base_seed}]"
     probed = [rep for rep in representations if rep.task in (None, task.name)]

@@ -3,7 +3,7 @@ and representation of the variants, and the training of the unfinished runs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -179,6 +179,48 @@ def plan(params: TimecatSettings) -> Plan:
                     )
                 )
     return Plan(list(runs.values()), initial, representations, serves)
+
+
+def merge_runs(trainings: list[TrainSettings]) -> list[TrainSettings]:
+    """Runs of several experiments that share a folder (notebook 04's cells of one world under
+    `catn_models: snapshots`) as one run per folder: trained to the longest of their iterations,
+    with the union of their snapshot steps and a snapshot at each shorter one's last step. With
+    step_hint fixed a run's steps do not depend on where it stops, so that snapshot is the model
+    the shorter run would end with. Raises ParameterError naming the folder and the settings
+    when runs sharing a folder differ otherwise (step_hint unset: their iterations)."""
+    by_folder: dict[str, list[TrainSettings]] = {}
+    for run in trainings:
+        by_folder.setdefault(run.output_dir, []).append(run)
+    merged = []
+    for folder, runs in by_folder.items():
+        longest = max(runs, key=lambda run: run.iterations)
+        differing = sorted(
+            {key for run in runs for key in longest.differing_settings(run.model_dump())}
+        )
+        if differing:
+            raise ParameterError(
+                f"{shown(folder)}: runs planned into this folder differ in "
+                f"{', '.join(differing)}; give them one train.step_hint (and the same settings)"
+            )
+        steps = {step for run in runs for step in run.snapshot_steps} | {
+            run.iterations for run in runs if run.iterations < longest.iterations
+        }
+        merged.append(TrainSettings(**longest.model_dump() | {"snapshot_steps": sorted(steps)}))
+    return merged
+
+
+def read_from(rep: Representation, runs: list[TrainSettings]) -> Representation:
+    """`rep` as read from `runs` (merged by `merge_runs`): a model whose run folder now trains
+    past its last step is read from that run's snapshot at the step, not its final checkpoint."""
+    length = {Path(run.output_dir): run.iterations for run in runs}
+    steps = rep.iterations_per_model
+    files = tuple(
+        path.parent / snapshot_name(steps)
+        if path.name == CHECKPOINT and steps is not None and length.get(path.parent, 0) > steps
+        else path
+        for path in rep.checkpoints
+    )
+    return replace(rep, checkpoints=files)
 
 
 def run_table(experiment: Plan) -> pl.DataFrame:

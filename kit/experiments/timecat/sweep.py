@@ -27,6 +27,7 @@ from kit.experiments.timecat.sweep_settings import (
 )
 from kit.report import crossover, outputs
 from kit.train import metrics
+from kit.train.settings import TrainSettings
 
 
 def sweep_dir(params: SweepSettings) -> Path:
@@ -38,22 +39,109 @@ def cell_columns(cell: Cell) -> list[pl.Expr]:
     return [pl.lit(cell.world_seed).alias("world_seed"), pl.lit(cell.budget).alias("budget")]
 
 
-def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tuple[int, int]:
-    """Train every unfinished run of every cell in one launch (finished ones, notebook 03's
-    included, are skipped; a folder holding other settings is refused first) and write the
-    untrained networks; returns (runs skipped, runs trained)."""
-    plans = [planning.plan(cell.settings) for cell in cells]
-    trainings = [t for found in plans for t in found.trainings]
-    skipped = planning.launch_for(
+@dataclass(frozen=True)
+class SweepPlan:
+    """The cells' plans merged: every run folder trained once (`planning.merge_runs`: to the
+    longest step any cell reads from it, with the union of their snapshots), the untrained
+    networks, and each cell's representations as read from those runs, by (world seed,
+    budget)."""
+
+    trainings: list[TrainSettings]
+    initial: list[TrainSettings]
+    representations: dict[tuple[int, int], list[planning.Representation]]
+
+
+def plan_cells(cells: list[Cell]) -> SweepPlan:
+    """The merged plan of `cells` (under `catn_models: snapshots` the cells of a world share
+    their seeded runs, and with a width-matched model of cat1's compute its runs too)."""
+    plans = {(cell.world_seed, cell.budget): planning.plan(cell.settings) for cell in cells}
+    trainings = planning.merge_runs([t for found in plans.values() for t in found.trainings])
+    initial = {t.output_dir: t for found in plans.values() for t in found.initial}
+    return SweepPlan(
         trainings,
+        list(initial.values()),
+        {
+            key: [planning.read_from(rep, trainings) for rep in found.representations]
+            for key, found in plans.items()
+        },
+    )
+
+
+def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tuple[int, int]:
+    """Train every unfinished run of every cell in one launch, each run folder once to the
+    longest step any cell reads (finished ones, notebook 03's included, are skipped; a folder
+    holding other settings is refused first) and write the untrained networks; returns (runs
+    skipped, runs trained)."""
+    merged = plan_cells(cells)
+    skipped = planning.launch_for(
+        merged.trainings,
         [cell.settings for cell in cells],
         sweep_dir(params),
         wait,
         f"{len(cells)} cell(s): ",
     )
-    for found in plans:
-        planning.initialise(found.initial)
-    return len(skipped), len(trainings) - len(skipped)
+    planning.initialise(merged.initial)
+    return len(skipped), len(merged.trainings) - len(skipped)
+
+
+#: seconds on 2 cores of a fresh sweep's units of work, measured by benchmarks/sweep_cost.py on
+#: world 0 at budgets 60 and 120 (docs: Benchmarks, "The budget sweep"), with other jobs
+#: sharing the cores (load average 3): an iteration of cat1's compute (the runs of one launch
+#: side by side), one checkpoint's features on one task (its probe rows and evaluation split),
+#: one L-BFGS probe of a representation on a task
+SECONDS_PER = {"iteration": 29 / 990, "extraction": 214 / 144, "probe": 143 / 72}
+#: the conditions SECONDS_PER was measured in, for the estimate's line
+MEASURED_ON = "2 cores shared with other jobs (load average 3)"
+
+
+@dataclass(frozen=True)
+class SweepCost:
+    """A fresh sweep's work: iterations of cat1's compute (an iteration of a model `w` times
+    wider weighs w², a ResNet's multiply-adds), checkpoints whose features are extracted on
+    one task (each file once, whatever cells read it), and probes (representations x tasks)."""
+
+    iterations: float
+    extractions: int
+    probes: int
+
+    def seconds(self, per: dict[str, float]) -> dict[str, float]:
+        """The wall time of each kind of work at `per` (seconds per unit, SECONDS_PER)."""
+        return {
+            "training": self.iterations * per["iteration"],
+            "extraction": self.extractions * per["extraction"],
+            "probes": self.probes * per["probe"],
+        }
+
+
+def cost(cells: list[Cell]) -> SweepCost:
+    """The work of `cells` run from scratch (nothing finished, nothing reused from notebook 03):
+    the merged plan's training (sweep.plan_cells), each distinct checkpoint file's features
+    on each task, and every cell's probes."""
+    merged = plan_cells(cells)
+    width = cells[0].settings.train.width if cells and cells[0].settings.train else 1.0
+    files, probes = set(), 0
+    for cell in cells:
+        for rep in merged.representations[cell.world_seed, cell.budget]:
+            tasks = [t.name for t in cell.settings.tasks if rep.task in (None, t.name)]
+            files |= {(path, task) for path in rep.checkpoints for task in tasks}
+            probes += len(tasks)
+    return SweepCost(
+        sum(run.iterations * (run.width / width) ** 2 for run in merged.trainings),
+        len(files),
+        probes,
+    )
+
+
+def cost_line(found: SweepCost, per: dict[str, float] = SECONDS_PER) -> str:
+    """The sweep's work and its expected wall time (minutes) at `per`, in one line."""
+    times = found.seconds(per)
+    return (
+        f"{found.iterations:,.0f} iterations of cat1's compute, {found.extractions:,} "
+        f"checkpoint extractions (checkpoint x task), {found.probes:,} probes: about "
+        + ", ".join(f"{kind} {seconds / 60:.0f}" for kind, seconds in times.items())
+        + f", in all {sum(times.values()) / 60:.0f} minutes at the rates measured on "
+        + MEASURED_ON
+    )
 
 
 def _cell_file(params: SweepSettings, cell: Cell) -> Path:
@@ -94,14 +182,14 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
     )
 
 
-def _probe_cell(params: SweepSettings, cell: Cell) -> tuple[pl.DataFrame, bool]:
+def _probe_cell(
+    params: SweepSettings, cell: Cell, representations: list[planning.Representation]
+) -> tuple[pl.DataFrame, bool]:
     """A cell's probe results: notebook 03's where they apply, the other variants probed; and
     whether notebook 03's were reused."""
     reused = notebook03_results(params, cell)
     done = set() if reused is None else set(reused["variant"])
-    pending = [
-        rep for rep in planning.plan(cell.settings).representations if rep.variant not in done
-    ]
+    pending = [rep for rep in representations if rep.variant not in done]
     frames = [] if reused is None else [reused]
     if pending:
         frames.append(measure.probe_all(pending, cell.settings, diagnose=False).results)
@@ -125,10 +213,13 @@ def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
         f"{len(cells) - stored}",
     )
     frames, reused = [], 0
+    merged = plan_cells(cells)
     for cell in cells:
         path = _cell_file(params, cell)
         if not path.exists():
-            measured, from03 = _probe_cell(params, cell)
+            measured, from03 = _probe_cell(
+                params, cell, merged.representations[cell.world_seed, cell.budget]
+            )
             reused += from03
             path.parent.mkdir(parents=True, exist_ok=True)
             with files.atomic_write(path) as handle:
@@ -144,15 +235,18 @@ def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
 
 def own_accuracy(cells: list[Cell]) -> pl.DataFrame:
     """Each trained model's own in-distribution accuracy: its head's top-1 on the pretraining
-    data's evaluation split at its last step (metrics.jsonl), per cell, variant and replicate."""
+    data's evaluation split at the step the cell reads (metrics.jsonl: a run's last step, or a
+    snapshot's, evaluated where it is written), per cell, variant and replicate."""
     rows = []
+    merged = plan_cells(cells)
     for cell in cells:
-        for rep in planning.plan(cell.settings).representations:
+        for rep in merged.representations[cell.world_seed, cell.budget]:
             if rep.iterations_per_model is None or rep.task is not None:
                 continue
             for checkpoint in rep.checkpoints:
                 evaluated = metrics.read_metrics(checkpoint.parent).filter(
                     pl.col("eval_accuracy").is_not_null()
+                    & (pl.col("step") == rep.iterations_per_model)
                 )
                 rows.append(
                     {

@@ -6,7 +6,8 @@ The sweep does not restate notebook 03's parameters: it loads them for the same 
 of replicates and the variants kept. A cell (one world seed, one budget) whose settings are
 notebook 03's own trains into notebook 03's run folder, so the runs both notebooks share are
 trained once (their folders are keyed by variant and seed, and a folder holding other settings is
-refused, never reused).
+refused, never reused). With `catn_models: snapshots` in `overrides`, every cell of a world reads
+snapshots of the same seeded runs (paper Section 5).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ class Cell:
 class SweepSettings(NotebookSettings):
     """Notebook 04: when does time-concat help? Notebook 03 over budgets and world seeds."""
 
-    #: runs of cells that are not notebook 03's own: <run_root>/world<w>/budget<b>, inside
-    #: output_dir
+    #: runs of cells that are not notebook 03's own, inside output_dir: <run_root>/world<w>
+    #: under `catn_models: snapshots` (every cell of a world reads the same seeded runs),
+    #: else <run_root>/world<w>/budget<b>
     run_root: str = Field(default="sweep", min_length=1, pattern=SAFE_NAME)
     #: total budgets in iterations (each trained variant's, split in n for catN), ascending; empty:
     #: this profile does not sweep (notebook 04 says so and states no claim)
@@ -133,7 +135,10 @@ def _at_equal_compute(variant: dict[str, Any], budget: int) -> dict[str, Any]:
 def cells(params: SweepSettings) -> list[Cell]:
     """Every (world seed, budget) cell as validated notebook 03 settings, world by world. A
     cell's synthetic pool holds at least as many images as its longest run draws (no image seen
-    twice, as in notebook 03). Raises ValueError naming the key when a cell does not validate."""
+    twice, as in notebook 03). Under `catn_models: snapshots` the cells of a world share one run
+    folder, one horizon (train.step_hint, the top budget when not given) and one pool (sized
+    for the horizon), so that their runs are the same runs, trained once (sweep.plan_cells).
+    Raises ValueError naming the key when a cell does not validate."""
     notebook = swept_notebook(params)
     train = notebook.train
     if train is None or train.data.synthetic is None:
@@ -144,6 +149,9 @@ def cells(params: SweepSettings) -> list[Cell]:
             + "; leave budgets empty for this profile"
         )
     base = _base_values(params, notebook)
+    snapshots = base["catn_models"] == "snapshots"
+    if snapshots and base["train"]["step_hint"] is None:
+        base["train"]["step_hint"] = params.budgets[-1]  # one horizon for every cell
     found = []
     for world in params.world_seeds or [train.data.synthetic.seed]:
         for budget in params.budgets:
@@ -152,8 +160,11 @@ def cells(params: SweepSettings) -> list[Cell]:
                 values["variants"] = [_at_equal_compute(v, budget) for v in values["variants"]]
             world_values = values["train"]["data"]["synthetic"]
             world_values["seed"] = world
+            # snapshots: one pool for every cell of the world, sized for the horizon (the top
+            # budget unless given), so that a cell added or dropped changes no run
+            drawn = base["train"]["step_hint"] if snapshots else budget
             world_values["num_train"] = max(
-                world_values["num_train"], budget * values["train"]["batch_size"]
+                world_values["num_train"], drawn * values["train"]["batch_size"]
             )
             shared = (
                 world == train.data.synthetic.seed
@@ -161,7 +172,9 @@ def cells(params: SweepSettings) -> list[Cell]:
                 and values["train"] == train.model_dump(mode="json")
             )
             values["run_root"] = (
-                notebook.run_root if shared else f"{params.run_root}/world{world}/budget{budget}"
+                notebook.run_root
+                if shared
+                else f"{params.run_root}/world{world}" + ("" if snapshots else f"/budget{budget}")
             )
             try:
                 settings = TimecatSettings(**values)
