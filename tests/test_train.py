@@ -33,7 +33,7 @@ from kit.train import trainer as train
 from kit.train.checkpoint import CHECKPOINT, NonFiniteLossError
 from kit.train.metrics import METRICS, read_metrics
 from kit.train.settings import TrainSettings, load_train_settings
-from kit.train.step import Trainer, warmup_steps
+from kit.train.step import Replica, warmup_steps
 
 SUBPROCESS_ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
 
@@ -141,8 +141,8 @@ def test_optimizer_state_round_trip_continues_identically(tmp_path: Path) -> Non
     process = distributed.Process(0, 1, torch.device("cpu"))
     batches = [(torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,))) for _ in range(6)]
 
-    def trainer() -> Trainer:
-        made = Trainer(cfg, process)
+    def trainer() -> Replica:
+        made = Replica(settings=cfg, process=process)
         made.module.layer1[0].conv1.weight.requires_grad_(False)
         return made
 
@@ -266,7 +266,7 @@ def test_a_stop_between_logging_steps_checkpoints_within_the_check_interval(
     values = settings(
         tmp_path / "stopped", iterations=60, log_every=50, checkpoint_every=60, eval_every=60
     )
-    real_step, taken = Trainer.step, []
+    real_step, taken = Replica.step, []
 
     def step_then_signal(self, images, labels):
         real_step(self, images, labels)
@@ -274,10 +274,10 @@ def test_a_stop_between_logging_steps_checkpoints_within_the_check_interval(
         if len(taken) == 27:  # between logging steps 0 and 50
             os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr(Trainer, "step", step_then_signal)
+    monkeypatch.setattr(Replica, "step", step_then_signal)
     with pytest.raises(train.Preempted, match="stopped by a preemption signal at step 40"):
         train.train(TrainSettings(**values))
-    monkeypatch.setattr(Trainer, "step", real_step)
+    monkeypatch.setattr(Replica, "step", real_step)
     assert torch.load(tmp_path / "stopped" / CHECKPOINT, weights_only=True)["step"] == 40
     resumed = train.train(TrainSettings(**values))
     straight = train.train(TrainSettings(**values | {"output_dir": str(tmp_path / "straight")}))
@@ -302,7 +302,7 @@ def _two_rank_stop(rank: int, values: dict, port: int, stops: dict) -> None:
         | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     )
     torch.set_num_threads(1)
-    real_step, taken = Trainer.step, []
+    real_step, taken = Replica.step, []
 
     def step_then_signal(self, images, labels):
         real_step(self, images, labels)
@@ -310,7 +310,7 @@ def _two_rank_stop(rank: int, values: dict, port: int, stops: dict) -> None:
         if rank == 1 and len(taken) == 27:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    Trainer.step = step_then_signal
+    Replica.step = step_then_signal
     try:
         train.train(TrainSettings(**values))
     except train.Preempted as stopped:

@@ -2,7 +2,7 @@
 
 The same module runs as one process or under `torchrun --nproc_per_node=N -m kit.train ...`
 (NCCL on GPU, gloo on CPU); the global batch is split across ranks and only rank 0 logs and
-saves. Each rank's model, optimizer and step are kit.train.step's Trainer: steps run at y,
+saves. Each rank's model, optimizer and step are kit.train.step's Replica: steps run at y,
 evaluation and saving at x, with BatchNorm statistics recomputed there.
 
 Preemption: a checkpoint (model at x, optimizer, RNG states, data position, step) is replaced
@@ -83,7 +83,7 @@ from kit.train.metrics import (
     tensorboard_scalars,
 )
 from kit.train.settings import TrainSettings, replica_problem
-from kit.train.step import Trainer
+from kit.train.step import Replica
 from kit.train.stopping import (
     STOP_CHECK_EVERY,
     Preempted,
@@ -238,7 +238,7 @@ class _Run:
     settings: TrainSettings
     process: Process
     out: Path
-    trainer: Trainer
+    trainer: Replica
     data: kit_data.RunData
     at: Position
     #: the step of the last checkpoint written (None before the first)
@@ -497,7 +497,7 @@ def _start_run(
         micro_batch=settings.micro_batch,
         timeout_s=settings.loader_timeout_s,
     )
-    trainer = Trainer(settings, process)
+    trainer = Replica(settings=settings, process=process)
     at = _resume(trainer, out / CHECKPOINT)
     refuse_missing_snapshots(settings, at.step, out)
     if process.main:
@@ -522,7 +522,7 @@ def _start_run(
     )
 
 
-def _resume(trainer: Trainer, checkpoint: Path) -> Position:
+def _resume(trainer: Replica, checkpoint: Path) -> Position:
     """Restore the trainer and the generators from the checkpoint; where the run is."""
     if not checkpoint.exists():
         return Position()
