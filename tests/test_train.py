@@ -34,6 +34,7 @@ from kit.train.checkpoint import CHECKPOINT, NonFiniteLossError
 from kit.train.metrics import METRICS, read_metrics
 from kit.train.settings import TrainSettings, load_train_settings
 from kit.train.step import Replica, warmup_steps
+from kit.train.watchdog import Watchdog
 
 SUBPROCESS_ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
 
@@ -562,7 +563,19 @@ def test_micro_batches_make_one_process_match_two_processes(tmp_path: Path) -> N
     assert read_metrics(whole)["loss"].to_list() != pytest.approx(ddp_loss, rel=1e-4)
 
 
-def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path) -> None:
+def _train_on_ranks(settings: TrainSettings, ranks: int, monkeypatch) -> Path:
+    """One run as rank 0 of `ranks` without a process group: the run folder's lock, whose
+    refusal the ranks share through the group, is taken for granted."""
+    monkeypatch.setattr(train, "holding_run_folder", lambda out, process: contextlib.nullcontext())
+    return train.train_run(
+        settings=settings,
+        process=distributed.Process(0, ranks, torch.device("cpu")),
+        stop=train.StopFlag(),
+        watchdog=Watchdog(enabled=False),
+    )
+
+
+def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path, monkeypatch) -> None:
     path = write_config(tmp_path / "run.yaml", settings(tmp_path / "run", micro_batch=12))
     with pytest.raises(
         ParameterError, match=f"{path}: .*micro_batch.*12 does not divide batch_size 32"
@@ -573,12 +586,7 @@ def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path) -> None:
         ParameterError,
         match="micro_batch: batch_size 32 is not divisible by 4 ranks x micro_batch 16",
     ):
-        train._train(
-            cfg,
-            distributed.Process(0, 4, torch.device("cpu")),
-            train.StopFlag(),
-            contextlib.ExitStack(),
-        )
+        _train_on_ranks(cfg, 4, monkeypatch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -634,11 +642,12 @@ def test_launch_run_inline_trains_each_run_once(tmp_path: Path) -> None:
     assert kit_main(arguments[:-3] + ["--seeds", "5"]) == 2
 
 
-def test_the_trainer_refuses_no_bn_recalibration_on_several_ranks(tmp_path: Path) -> None:
+def test_the_trainer_refuses_no_bn_recalibration_on_several_ranks(
+    tmp_path: Path, monkeypatch
+) -> None:
     cfg = TrainSettings(**settings(tmp_path / "out", bn_recalibration_batches=0))
-    process = distributed.Process(rank=0, world_size=2, device=torch.device("cpu"))
     with pytest.raises(ParameterError, match="^bn_recalibration_batches: 0 with 2 ranks"):
-        train._train(cfg, process, None, contextlib.ExitStack())
+        _train_on_ranks(cfg, 2, monkeypatch)
 
 
 # ---------------------------------------------------------------------------------------------
