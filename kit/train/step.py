@@ -142,14 +142,6 @@ class Replica:
             stop < 0,
         )
 
-    def stop_asked(self, requested: bool) -> bool:
-        """Whether any rank was asked to stop (one small all-reduce when there are several)."""
-        if self.process.world_size == 1:
-            return requested
-        flag = torch.tensor(int(requested), device=self.process.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
-
     def window_state(self, steps: int) -> dict[str, Any]:
         """Every rank's loss sum and first non-finite step over the `steps` steps since the last
         logging step (indexed by rank), for a checkpoint written between logging steps."""
