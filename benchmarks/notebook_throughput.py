@@ -35,10 +35,10 @@ def step_rate(config: TrainSettings, threads: int, steps: int = 20, repeats: int
     """The trainer's img/s on one device-resident batch, with `threads` torch threads."""
     import torch
 
-    from kit.train.step import Trainer
+    from kit.train.step import Replica
 
     torch.set_num_threads(threads)
-    trainer = Trainer(config, distributed.start_process(config.device))
+    trainer = Replica(settings=config, process=distributed.start_process(config.device))
     size = config.data.image_size
     pixels = torch.randint(0, 256, (config.batch_size, 3, size, size), dtype=torch.uint8)
     ((images, labels),) = trainer.on_device(

@@ -23,7 +23,7 @@ from torch import nn
 from kit import models
 from kit.core import distributed
 from kit.train.settings import TrainSettings
-from kit.train.step import Trainer, warmup_steps
+from kit.train.step import Replica, warmup_steps
 
 
 def kit_config(args: argparse.Namespace) -> TrainSettings:
@@ -126,7 +126,7 @@ def main() -> None:
 
     cfg = kit_config(args)
     process = distributed.start_process(cfg.device)
-    kit = Trainer(cfg, process)
+    kit = Replica(settings=cfg, process=process)
     bare = BareLoop(cfg, process.device, kit.autocast_dtype)
     pixels = torch.randint(
         0, 256, (args.batch, 3, args.image_size, args.image_size), dtype=torch.uint8

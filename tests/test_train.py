@@ -33,7 +33,8 @@ from kit.train import trainer as train
 from kit.train.checkpoint import CHECKPOINT, NonFiniteLossError
 from kit.train.metrics import METRICS, read_metrics
 from kit.train.settings import TrainSettings, load_train_settings
-from kit.train.step import Trainer, warmup_steps
+from kit.train.step import Replica, warmup_steps
+from kit.train.watchdog import Watchdog
 
 SUBPROCESS_ENV = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
 
@@ -141,8 +142,8 @@ def test_optimizer_state_round_trip_continues_identically(tmp_path: Path) -> Non
     process = distributed.Process(0, 1, torch.device("cpu"))
     batches = [(torch.randn(8, 3, 16, 16), torch.randint(0, 4, (8,))) for _ in range(6)]
 
-    def trainer() -> Trainer:
-        made = Trainer(cfg, process)
+    def trainer() -> Replica:
+        made = Replica(settings=cfg, process=process)
         made.module.layer1[0].conv1.weight.requires_grad_(False)
         return made
 
@@ -266,7 +267,7 @@ def test_a_stop_between_logging_steps_checkpoints_within_the_check_interval(
     values = settings(
         tmp_path / "stopped", iterations=60, log_every=50, checkpoint_every=60, eval_every=60
     )
-    real_step, taken = Trainer.step, []
+    real_step, taken = Replica.step, []
 
     def step_then_signal(self, images, labels):
         real_step(self, images, labels)
@@ -274,10 +275,10 @@ def test_a_stop_between_logging_steps_checkpoints_within_the_check_interval(
         if len(taken) == 27:  # between logging steps 0 and 50
             os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr(Trainer, "step", step_then_signal)
+    monkeypatch.setattr(Replica, "step", step_then_signal)
     with pytest.raises(train.Preempted, match="stopped by a preemption signal at step 40"):
         train.train(TrainSettings(**values))
-    monkeypatch.setattr(Trainer, "step", real_step)
+    monkeypatch.setattr(Replica, "step", real_step)
     assert torch.load(tmp_path / "stopped" / CHECKPOINT, weights_only=True)["step"] == 40
     resumed = train.train(TrainSettings(**values))
     straight = train.train(TrainSettings(**values | {"output_dir": str(tmp_path / "straight")}))
@@ -302,7 +303,7 @@ def _two_rank_stop(rank: int, values: dict, port: int, stops: dict) -> None:
         | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     )
     torch.set_num_threads(1)
-    real_step, taken = Trainer.step, []
+    real_step, taken = Replica.step, []
 
     def step_then_signal(self, images, labels):
         real_step(self, images, labels)
@@ -310,7 +311,7 @@ def _two_rank_stop(rank: int, values: dict, port: int, stops: dict) -> None:
         if rank == 1 and len(taken) == 27:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    Trainer.step = step_then_signal
+    Replica.step = step_then_signal
     try:
         train.train(TrainSettings(**values))
     except train.Preempted as stopped:
@@ -562,7 +563,19 @@ def test_micro_batches_make_one_process_match_two_processes(tmp_path: Path) -> N
     assert read_metrics(whole)["loss"].to_list() != pytest.approx(ddp_loss, rel=1e-4)
 
 
-def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path) -> None:
+def _train_on_ranks(settings: TrainSettings, ranks: int, monkeypatch) -> Path:
+    """One run as rank 0 of `ranks` without a process group: the run folder's lock, whose
+    refusal the ranks share through the group, is taken for granted."""
+    monkeypatch.setattr(train, "holding_run_folder", lambda out, process: contextlib.nullcontext())
+    return train.train_run(
+        settings=settings,
+        process=distributed.Process(0, ranks, torch.device("cpu")),
+        stop=train.StopFlag(),
+        watchdog=Watchdog(enabled=False),
+    )
+
+
+def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path, monkeypatch) -> None:
     path = write_config(tmp_path / "run.yaml", settings(tmp_path / "run", micro_batch=12))
     with pytest.raises(
         ParameterError, match=f"{path}: .*micro_batch.*12 does not divide batch_size 32"
@@ -573,12 +586,7 @@ def test_micro_batch_must_divide_the_per_rank_batch(tmp_path: Path) -> None:
         ParameterError,
         match="micro_batch: batch_size 32 is not divisible by 4 ranks x micro_batch 16",
     ):
-        train._train(
-            cfg,
-            distributed.Process(0, 4, torch.device("cpu")),
-            train.StopFlag(),
-            contextlib.ExitStack(),
-        )
+        _train_on_ranks(cfg, 4, monkeypatch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -634,11 +642,12 @@ def test_launch_run_inline_trains_each_run_once(tmp_path: Path) -> None:
     assert kit_main(arguments[:-3] + ["--seeds", "5"]) == 2
 
 
-def test_the_trainer_refuses_no_bn_recalibration_on_several_ranks(tmp_path: Path) -> None:
+def test_the_trainer_refuses_no_bn_recalibration_on_several_ranks(
+    tmp_path: Path, monkeypatch
+) -> None:
     cfg = TrainSettings(**settings(tmp_path / "out", bn_recalibration_batches=0))
-    process = distributed.Process(rank=0, world_size=2, device=torch.device("cpu"))
     with pytest.raises(ParameterError, match="^bn_recalibration_batches: 0 with 2 ranks"):
-        train._train(cfg, process, None, contextlib.ExitStack())
+        _train_on_ranks(cfg, 2, monkeypatch)
 
 
 # ---------------------------------------------------------------------------------------------

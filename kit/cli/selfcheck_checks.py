@@ -36,7 +36,7 @@ from kit.probes.settings import FastProbeSettings
 from kit.train.checkpoint import CHECKPOINT
 from kit.train.metrics import METRICS, read_metrics
 from kit.train.settings import TrainSettings
-from kit.train.step import Trainer
+from kit.train.step import Replica
 
 #: bf16 features may differ from fp32 ones by this relative L2 error (a sound autocast errs far
 #: less, as the check's measured column shows; a broken autocast or kernel errs by order one)
@@ -127,7 +127,7 @@ def bare_rate(sizes: Sizes, device: torch.device) -> float:
 
 
 def trainer_rate(sizes: Sizes, device: torch.device, compiled: bool, folder: Path) -> float:
-    """Images/s of the kit's training step (`kit.train.step.Trainer`), bf16 on CUDA."""
+    """Images/s of the kit's training step (`kit.train.step.Replica`), bf16 on CUDA."""
     settings = TrainSettings.model_validate(
         {
             "model": sizes.model,
@@ -141,7 +141,7 @@ def trainer_rate(sizes: Sizes, device: torch.device, compiled: bool, folder: Pat
             "compile": compiled,
         }
     )
-    trainer = Trainer(settings, Process(0, 1, device))
+    trainer = Replica(settings=settings, process=Process(0, 1, device))
     images, labels = _batch(sizes, device)
     return sizes.batch / _timed(lambda: trainer.step(images, labels), sizes.steps, device)
 

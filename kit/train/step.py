@@ -1,4 +1,4 @@
-"""One rank's training step: the model, schedule-free AdamW, micro-batches, evaluation at x.
+"""One rank's replica: the model, schedule-free AdamW, micro-batches, evaluation at x.
 
 Schedule-free AdamW keeps two points: training steps run at y, evaluation and saving at x
 (`optimizer.eval()`), and BatchNorm statistics gathered at y do not fit x, so they are recomputed
@@ -37,10 +37,12 @@ def warmup_steps(settings: TrainSettings) -> int:
     )
 
 
-class Trainer:
-    """Model, optimizer and training step of one rank."""
+class Replica:
+    """One rank's replica of the model in data-parallel training: its parameters, optimizer and
+    training step, and what keeps replicas identical and moves them between y and x (evaluation,
+    BatchNorm recalibration, checkpoint state). The loop that drives it is kit.train.trainer's."""
 
-    def __init__(self, settings: TrainSettings, process: Process) -> None:
+    def __init__(self, *, settings: TrainSettings, process: Process) -> None:
         self.settings, self.process = settings, process
         device = process.device
         torch.manual_seed(settings.seed)
@@ -139,14 +141,6 @@ class Trainer:
             None if bad == torch.iinfo(torch.int64).max else bad,
             stop < 0,
         )
-
-    def stop_asked(self, requested: bool) -> bool:
-        """Whether any rank was asked to stop (one small all-reduce when there are several)."""
-        if self.process.world_size == 1:
-            return requested
-        flag = torch.tensor(int(requested), device=self.process.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
 
     def window_state(self, steps: int) -> dict[str, Any]:
         """Every rank's loss sum and first non-finite step over the `steps` steps since the last

@@ -2,11 +2,11 @@
 
 A preemption signal (kit.core.processes.PREEMPTION_SIGNALS: a scheduler's notice, a kill, a
 closed terminal) sets a StopFlag that holds for the whole chain of runs the process trains in
-turn: the step loop checkpoints within STOP_CHECK_EVERY steps and raises
-Preempted, and a request that
-came at a run's last logging step or between two runs starts no further run (a flag per run used
-to forget it, and a killed launcher's worker trained the rest of its chain). Every rank agrees on
-the flag before each run, so no rank waits alone in the next run's collectives.
+turn: the step loop (kit.train.trainer.train_run) checkpoints within STOP_CHECK_EVERY steps and
+raises Preempted, and a request that came at a run's last logging step or between two runs starts
+no further run (a flag per run used to forget it, and a killed launcher's worker trained the rest
+of its chain). Every rank agrees on the flag before each run (`refuse_start`), so no rank waits
+alone in the next run's collectives.
 
 A loader that gives no batch within `loader_timeout_s` or loses a worker raises torch's bare
 RuntimeError, which names neither the run nor the step; `loader_failures` turns it into a
@@ -64,6 +64,16 @@ class StopFlag:
             file=sys.stderr,
             flush=True,
         )
+
+    def refuse_start(self, process: Process, run: Path, after: Path | None) -> None:
+        """Raise Preempted before `run` starts when any rank was asked to stop earlier in the
+        chain (`after`: the run trained before it, if any); every rank agrees first."""
+        if self.anywhere(process):
+            previous = f"after {after} " if after else ""
+            raise Preempted(
+                f"stopped by a preemption signal {previous}before {run} started; "
+                "run it again to resume"
+            )
 
     def anywhere(self, process: Process) -> bool:
         """Whether any rank was asked to stop (one small all-reduce: every rank then stops, or

@@ -2,8 +2,15 @@
 
 The same module runs as one process or under `torchrun --nproc_per_node=N -m kit.train ...`
 (NCCL on GPU, gloo on CPU); the global batch is split across ranks and only rank 0 logs and
-saves. Each rank's model, optimizer and step are kit.train.step's Trainer: steps run at y,
+saves. Each rank's model, optimizer and step are kit.train.step's Replica: steps run at y,
 evaluation and saving at x, with BatchNorm statistics recomputed there.
+
+Read `train_run` first: it is one run on one rank, top to bottom. Around it, as context managers,
+are the run folder's lock (`holding_run_folder`), the watchdog and the loader-failure handling;
+around the chain of runs, the stop signals' handlers (kit.train.stopping) and the process group
+(`train_in_turn`). Inside it come the checks (kit.train.checks), resuming or starting, the step
+loop with its logging, evaluation, snapshots, checkpoints and stops where due, and the finish;
+the helpers it calls follow it in the loop's order.
 
 Preemption: a checkpoint (model at x, optimizer, RNG states, data position, step) is replaced
 atomically every `checkpoint_every` steps and at the end; restarting the same command resumes
@@ -52,17 +59,16 @@ import torch.distributed as dist
 import yaml
 from tqdm import tqdm
 
-from kit.core import files, locks, machine, provenance
-from kit.core.distributed import Process, barrier, ranks_on_node, start_process
+from kit.core import files, locks, provenance
+from kit.core.distributed import Process, barrier, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
 from kit.core.processes import (
     DONE,
     finished_through,
 )
-from kit.data import kinds
 from kit.data import pipeline as kit_data
-from kit.data.preflight import writable_problems
+from kit.train import checks
 from kit.train.checkpoint import (
     CHECKPOINT,
     NonFiniteLossError,
@@ -82,8 +88,8 @@ from kit.train.metrics import (
     keep_metrics_until,
     tensorboard_scalars,
 )
-from kit.train.settings import TrainSettings, replica_problem
-from kit.train.step import Trainer
+from kit.train.settings import TrainSettings
+from kit.train.step import Replica
 from kit.train.stopping import (
     STOP_CHECK_EVERY,
     Preempted,
@@ -101,13 +107,141 @@ tqdm.monitor_interval = 0
 PROVENANCE = "provenance.jsonl"
 
 
-def placement(out: Path, process: Process) -> str:
-    """Where this rank runs, for its log: a launcher's pinning can be checked there."""
-    return (
-        f"{out.name}: rank {process.rank}/{process.world_size} on {process.device}, "
-        f"cpus {sorted(os.sched_getaffinity(0))}, {torch.get_num_threads()} threads, "
-        f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}"
+def train(settings: TrainSettings) -> Path:
+    """Train (or resume, or skip when finished) one run; returns its output folder."""
+    return train_in_turn([settings])[0]
+
+
+def train_in_turn(trainings: list[TrainSettings], *, watch: bool = False) -> list[Path]:
+    """Train runs one after another in this process, each exactly as it would train alone (its
+    own seeds, folder, lock and checkpoints); every configuration is validated before the first
+    starts. Under torchrun or srun the ranks join one process group for all the runs: starting
+    Python and importing torch costs seconds per launch, and a group started once never meets a
+    previous group's rendezvous. A stop requested anywhere in the chain starts no further run.
+    With `watch` (the command line's trainers), a rank that makes no progress for
+    stall_timeout_s ends its process (kit.train.watchdog). Returns the runs' output folders."""
+    devices = {settings.device for settings in trainings}
+    if len(devices) > 1:
+        raise ParameterError(
+            f"device: runs trained in turn share one process and its device, "
+            f"but these ask for {', '.join(sorted(devices))}"
+        )
+    with (
+        StopFlag().installed() as stop,  # before the group starts: a stop then is kept too
+        _process_group(trainings) as process,
+    ):
+        watchdog = Watchdog(enabled=watch)
+        outs: list[Path] = []
+        for settings in trainings:
+            out = resolve(settings.output_dir)
+            stop.refuse_start(process, out, after=outs[-1] if outs else None)
+            outs.append(train_run(settings=settings, process=process, stop=stop, watchdog=watchdog))
+        return outs
+
+
+def train_run(
+    *, settings: TrainSettings, process: Process, stop: StopFlag, watchdog: Watchdog
+) -> Path:
+    """Train one run on this rank, top to bottom: the checks its settings call for, the run
+    folder's lock, resuming from the checkpoint (or starting), the steps with their logging,
+    evaluation, snapshots and checkpoints where due, a stop agreed by every rank when a
+    preemption signal came, and the finish (replicas compared, DONE). A finished run is not
+    trained again. Returns the run's output folder."""
+    out = resolve(settings.output_dir)
+    checks.check_machine(settings, process, out)
+    with holding_run_folder(out, process):
+        if _finished(settings, out, process):
+            return out
+        checks.check_ranks(settings, process)
+        print(placement(out, process), flush=True)
+
+        # Start, or resume where the checkpoint left the model, the generators and the data.
+        data = _data(settings, process)
+        replica = Replica(settings=settings, process=process)
+        at = _resume(replica, out / CHECKPOINT)
+        refuse_missing_snapshots(settings, at.step, out)
+        if process.main:
+            _ready_folder(settings, out, at.step)
+
+        # The steps, logged to TensorBoard too where asked, watched (a first step that compiles
+        # takes minutes: from the beat after it), a stuck loader named.
+        with (
+            tensorboard_scalars(settings, out, at.step, process) as log_scalars,
+            watchdog.watching(
+                out, process.rank, settings.stall_timeout_s, armed=not settings.compile
+            ),
+            loader_failures(out, lambda: at.step, settings.loader_timeout_s),
+        ):
+            run = _Run(
+                settings=settings,
+                process=process,
+                out=out,
+                replica=replica,
+                data=data,
+                at=at,
+                last_saved=at.step if (out / CHECKPOINT).exists() else None,
+                progress=_progress_bar(settings, out, at.step, process),
+                log_scalars=log_scalars,
+                watchdog=watchdog,
+            )
+            batches = _batches(run)
+            window = _Window(steps=at.window_steps, carried=at.window_steps)
+            while at.step < settings.iterations:
+                watchdog.beat(
+                    f"at step {at.step + 1} (its batch, forward and backward)",
+                    arm=not settings.compile or window.steps > 0,
+                )
+                replica.step(*next(batches))
+                at.step, at.batch_in_epoch = at.step + 1, at.batch_in_epoch + 1
+                window.steps += 1
+                final = at.step == settings.iterations
+                snapshot = at.step in settings.snapshot_steps
+                # a snapshot is a finished model: its own accuracy is logged as a last step's is
+                evaluate = final or snapshot or _every(at.step, settings.eval_every)
+                save = final or _every(at.step, settings.checkpoint_every)
+                if evaluate or save or snapshot or at.step % settings.log_every == 0:
+                    # every rank's loss and stop request, exchanged once; a stop on any rank
+                    # saves here, and at the last step lets the run finish but the chain stop
+                    loss, stopping = _exchange_window(run, window, stop.requested)
+                    stop.requested = stop.requested or stopping
+                    _log_evaluate_save(
+                        run,
+                        window,
+                        loss,
+                        evaluate=evaluate,
+                        save=save or stopping,
+                        snapshot=snapshot,
+                        leaving=final or stopping,
+                    )
+                    if stopping and not final:
+                        _stop(run)
+                    window = _Window()
+                elif at.step % STOP_CHECK_EVERY == 0:
+                    watchdog.beat(f"agreeing on a stop at step {at.step}")
+                    if stop.anywhere(process):
+                        _save_unlogged_window(run, window)
+                        _stop(run)
+            _finish(run)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Around the run: the process group, the lock, a finished run, where a rank runs
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _process_group(trainings: list[TrainSettings]) -> Iterator[Process]:
+    """This rank, in one process group for all the runs (when there are several ranks), the
+    group destroyed after them."""
+    process = start_process(
+        trainings[0].device, max(settings.group_timeout_s for settings in trainings)
     )
+    try:
+        yield process
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 @contextlib.contextmanager
@@ -130,82 +264,34 @@ def holding_run_folder(out: Path, process: Process) -> Iterator[None]:
         yield
 
 
-def train(settings: TrainSettings) -> Path:
-    """Train (or resume, or skip when finished) one run; returns its output folder."""
-    return train_in_turn([settings])[0]
+def _finished(settings: TrainSettings, out: Path, process: Process) -> bool:
+    """Whether the run has finished (said by rank 0); a folder holding another run's settings
+    is refused."""
+    if (out / "config.yaml").exists():
+        check_same_run(yaml.safe_load((out / "config.yaml").read_text()), settings, out)
+    if not finished_through(out, settings.iterations):
+        return False
+    refuse_missing_snapshots(settings, settings.iterations, out)
+    if process.main:
+        print(f"{out}: finished ({DONE} present), not training again")
+    return True
 
 
-def train_in_turn(trainings: list[TrainSettings], watch: bool = False) -> list[Path]:
-    """Train runs one after another in this process, each exactly as it would train alone (its
-    own seeds, folder, lock and checkpoints); every configuration is validated before the first
-    starts. Under torchrun or srun the ranks join one process group for all the runs: starting
-    Python and importing torch costs seconds per launch, and a group started once never meets a
-    previous group's rendezvous. With `watch` (the command line's trainers), a rank that makes no
-    progress for stall_timeout_s ends its process (kit.train.watchdog). Returns the runs' output
-    folders."""
-    devices = {settings.device for settings in trainings}
-    if len(devices) > 1:
-        raise ParameterError(
-            f"device: runs trained in turn share one process and its device, "
-            f"but these ask for {', '.join(sorted(devices))}"
-        )
-    with StopFlag().installed() as stop:  # before the group starts: a stop then is kept too
-        process = start_process(
-            trainings[0].device, max(settings.group_timeout_s for settings in trainings)
-        )
-        try:
-            watchdog = Watchdog(enabled=watch)
-            return [
-                _train_on(settings, process, stop, trainings[:index], watchdog)
-                for index, settings in enumerate(trainings)
-            ]
-        finally:
-            if dist.is_initialized():
-                dist.destroy_process_group()
-
-
-def _train_on(
-    settings: TrainSettings,
-    process: Process,
-    stop: StopFlag,
-    before: list[TrainSettings],
-    watchdog: Watchdog,
-) -> Path:
-    """One run on this rank, after the machine checks that run's settings call for; none when
-    a stop was asked for earlier in the chain (`before`: the runs trained before it)."""
-    if stop.anywhere(process):
-        after = f"after {resolve(before[-1].output_dir)} " if before else ""
-        raise Preempted(
-            f"stopped by a preemption signal {after}before "
-            f"{resolve(settings.output_dir)} started; run it again to resume"
-        )
-    if settings.compile and (missing := machine.compiler_problems()):
-        raise machine.MachineError("\n".join(missing))
-    shared = machine.loader_shared_memory(
-        ranks_on_node(dict(os.environ)),
-        settings.num_workers,
-        settings.micro_batch or settings.batch_size // process.world_size,
-        settings.data.image_size,
-        kinds.get(settings.data.kind).held_bytes(settings.data),
+def placement(out: Path, process: Process) -> str:
+    """Where this rank runs, for its log: a launcher's pinning can be checked there."""
+    return (
+        f"{out.name}: rank {process.rank}/{process.world_size} on {process.device}, "
+        f"cpus {sorted(os.sched_getaffinity(0))}, {torch.get_num_threads()} threads, "
+        f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}"
     )
-    if settings.num_workers and (short := machine.shm_problems(shared)):
-        raise machine.MachineError("\n".join(short))
-    unwritable = writable_problems(resolve(settings.output_dir))
-    if unwritable:  # before the lock file is made there
-        raise ParameterError("; ".join(unwritable))
-    with (
-        holding_run_folder(resolve(settings.output_dir), process),
-        contextlib.ExitStack() as closing,
-    ):
-        return _train(settings, process, stop, closing, watchdog)
 
 
 # ---------------------------------------------------------------------------------------------
-# The run on this rank
+# Starting or resuming
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Position:
     """Where a run is: optimizer steps taken, its epoch, and batches taken of that epoch."""
 
@@ -216,7 +302,90 @@ class Position:
     window_steps: int = 0
 
 
-@dataclass
+@dataclass(kw_only=True)
+class _Run:
+    """One run being trained on this rank: what the loop's helpers share."""
+
+    settings: TrainSettings
+    process: Process
+    out: Path
+    replica: Replica
+    data: kit_data.RunData
+    at: Position
+    #: the step of the last checkpoint written (None before the first)
+    last_saved: int | None
+    progress: tqdm
+    log_scalars: Callable[[dict[str, Any]], None]
+    watchdog: Watchdog
+
+    def kept(self) -> str:
+        """What the run keeps when it stops on a non-finite value, for the message."""
+        return kept_message(self.out / CHECKPOINT, self.last_saved)
+
+
+def _data(settings: TrainSettings, process: Process) -> kit_data.RunData:
+    """This rank's loaders: its share of the training batches, evaluation, recalibration."""
+    return kit_data.build(
+        settings.data,
+        settings.num_classes,
+        settings.seed,
+        settings.batch_size,
+        process.rank,
+        process.world_size,
+        settings.num_workers,
+        settings.bn_recalibration_batches,
+        pin_memory=process.device.type == "cuda",
+        micro_batch=settings.micro_batch,
+        timeout_s=settings.loader_timeout_s,
+    )
+
+
+def _resume(replica: Replica, checkpoint: Path) -> Position:
+    """Restore the replica and the generators from the checkpoint; where the run is (its
+    start without one)."""
+    if not checkpoint.exists():
+        return Position()
+    state = read_checkpoint(checkpoint)
+    replica.load(state)
+    restore_rng_states(state["rng"])
+    return Position(
+        step=state["step"],
+        epoch=state["epoch"],
+        batch_in_epoch=state["batch_in_epoch"],
+        window_steps=state.get("window", {}).get("steps", 0),
+    )
+
+
+def _ready_folder(settings: TrainSettings, out: Path, step: int) -> None:
+    """Rank 0: the run folder made, dead writers' temporaries removed, the DONE marker of a run
+    now extended removed, config.yaml written, this start's provenance appended, metrics after
+    the resumed step dropped."""
+    out.mkdir(parents=True, exist_ok=True)
+    files.remove_stale_temporaries(out)
+    (out / DONE).unlink(missing_ok=True)  # a run finished at fewer steps, now extended
+    with files.atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
+        handle.write(yaml.safe_dump(settings.model_dump(), sort_keys=False).encode())
+    provenance.append(out / PROVENANCE)
+    keep_metrics_until(out / METRICS, step)
+
+
+def _progress_bar(settings: TrainSettings, out: Path, step: int, process: Process) -> tqdm:
+    """Rank 0's progress bar, from the resumed step; shown only on a terminal."""
+    return tqdm(
+        total=settings.iterations,
+        initial=step,
+        desc=out.name,
+        unit="step",
+        disable=None if process.main else True,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The steps: batches, logging, evaluation, checkpoints, stops
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
 class _Window:
     """The steps since the last logging step (`carried` of them taken before a resumption), and
     when this process's first of them began."""
@@ -231,317 +400,148 @@ def _every(step: int, interval: int) -> bool:
     return interval > 0 and step % interval == 0
 
 
-@dataclass
-class _Run:
-    """One run being trained on this rank: its parts, its position and what it writes."""
+def _batches(run: _Run) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """This rank's batches on its device from the run's position on, epoch after epoch."""
+    while True:
+        run.data.order.set_position(run.at.epoch, run.at.batch_in_epoch)
+        yield from run.replica.on_device(run.data.train)
+        run.at.epoch, run.at.batch_in_epoch = run.at.epoch + 1, 0
 
-    settings: TrainSettings
-    process: Process
-    out: Path
-    trainer: Trainer
-    data: kit_data.RunData
-    at: Position
-    #: the step of the last checkpoint written (None before the first)
-    last_saved: int | None
-    progress: tqdm
-    log_scalars: Callable[[dict[str, Any]], None]
-    watchdog: Watchdog = field(default_factory=lambda: Watchdog(enabled=False))
 
-    def train_steps(self, stop: StopFlag) -> None:
-        """Step to the last iteration; every logging step, log the window's loss, evaluate and
-        save where due, and stop (checkpointed) when a preemption signal asked."""
-        batches = self.batches()
-        window = _Window(self.at.window_steps, self.at.window_steps)
-        while self.at.step < self.settings.iterations:
-            self.watchdog.beat(
-                f"at step {self.at.step + 1} (its batch, forward and backward)",
-                arm=not self.settings.compile or window.steps > 0,
-            )
-            self.trainer.step(*next(batches))
-            self.at.step, self.at.batch_in_epoch = self.at.step + 1, self.at.batch_in_epoch + 1
-            window.steps += 1
-            final = self.at.step == self.settings.iterations
-            snapshot = self.at.step in self.settings.snapshot_steps
-            # a snapshot is a finished model: its own accuracy is logged as a last step's is
-            evaluate = final or snapshot or _every(self.at.step, self.settings.eval_every)
-            save = final or _every(self.at.step, self.settings.checkpoint_every)
-            if evaluate or save or snapshot or self.at.step % self.settings.log_every == 0:
-                if self.logging_step(window, evaluate, save, final, stop.requested, snapshot):
-                    stop.requested = True  # asked on another rank: this one's chain stops too
-                window = _Window()
-            elif self.at.step % STOP_CHECK_EVERY == 0:
-                self.watchdog.beat(f"agreeing on a stop at step {self.at.step}")
-                if self.trainer.stop_asked(stop.requested):
-                    stop.requested = True
-                    self.stop_between_logs(window)
-
-    def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """This rank's batches on its device from the run's position on, epoch after epoch."""
-        while True:
-            self.data.order.set_position(self.at.epoch, self.at.batch_in_epoch)
-            yield from self.trainer.on_device(self.data.train)
-            self.at.epoch, self.at.batch_in_epoch = self.at.epoch + 1, 0
-
-    def logging_step(
-        self,
-        window: _Window,
-        evaluate: bool,
-        save: bool,
-        final: bool,
-        stop_requested: bool,
-        snapshot: bool = False,
-    ) -> bool:
-        """Log the window's mean loss (refusing a non-finite one), evaluate, snapshot and save at
-        x where due; a preemption signal on any rank saves here and stops the run (at the last
-        step, the run finishes and the chain stops after it). Whether any rank was asked to
-        stop."""
-        self.watchdog.beat(f"exchanging the loss at step {self.at.step}")
-        loss, bad_step, preempted = self.trainer.take_window(window.steps, stop_requested)
-        kept = kept_message(self.out / CHECKPOINT, self.last_saved)
-        # an uninterrupted run passes through x only where it evaluates or saves periodically:
-        # where else it goes there (a snapshot, the end, a stop), y and the generators are kept
-        at_y = (
-            self.trainer.at_y()
-            if (preempted or final or snapshot)
-            and not _every(self.at.step, self.settings.eval_every)
-            and not _every(self.at.step, self.settings.checkpoint_every)
-            else {}
+def _exchange_window(run: _Run, window: _Window, stop_requested: bool) -> tuple[float, bool]:
+    """The window's mean loss over every rank, refused when a step of it was not finite, and
+    whether any rank was asked to stop (one exchange for both)."""
+    run.watchdog.beat(f"exchanging the loss at step {run.at.step}")
+    loss, bad_step, stopping = run.replica.take_window(window.steps, stop_requested)
+    if bad_step is not None:
+        raise NonFiniteLossError(
+            f"{run.out}: the training loss became non-finite at step "
+            f"{bad_step}; training stopped and {run.kept()}"
         )
-        save = save or preempted
-        if bad_step is not None:
-            raise NonFiniteLossError(
-                f"{self.out}: the training loss became non-finite at step "
-                f"{bad_step}; training stopped and {kept}"
-            )
-        record = self.record(loss, window)
-        # the metrics row goes first: a run killed before its checkpoint replaces it drops the
-        # row on resumption and logs it again
-        recalibration = self.watchdog.beating(
-            self.data.recalibration, f"recalibrating BatchNorm at step {self.at.step}"
-        )
-        with (
-            self.trainer.evaluation_point(recalibration)
-            if evaluate or save or snapshot
-            else contextlib.nullcontext()
-        ):
-            if evaluate:
-                record["eval_accuracy"], record["eval_loss"] = self.trainer.evaluate(
-                    self.watchdog.beating(self.data.eval, f"evaluating at step {self.at.step}")
-                )
-            if self.process.main:
-                self.log(record)
-            if snapshot:  # before the checkpoint: a kill between them trains this step again
-                self.watchdog.beat(f"saving the snapshot of step {self.at.step}")
-                write_snapshot(
-                    self.trainer.module,
-                    self.settings,
-                    self.at.step,
-                    self.out,
-                    kept,
-                    self.process.main,
-                )
-            if save:
-                self.watchdog.beat(f"saving the checkpoint of step {self.at.step}")
-                self.save(at_y, kept)
-        if at_y and not (final or preempted):  # a snapshot alone: back to y exactly
-            self.trainer.back_to(at_y)
-        self.last_saved = self.at.step if save else self.last_saved
-        if preempted and not final:
-            self.preempted()
-        return preempted
-
-    def stop_between_logs(self, window: _Window) -> None:
-        """A stop agreed between logging steps: the checkpoint of this step at x, holding y and
-        every rank's unlogged window, then Preempted."""
-        extra = {
-            "parameters_at_y": self.trainer.parameters_at_y(),
-            "window": self.trainer.window_state(window.steps),
-        }
-        recalibration = self.watchdog.beating(
-            self.data.recalibration, f"recalibrating BatchNorm at step {self.at.step}"
-        )
-        with self.trainer.evaluation_point(recalibration):
-            self.watchdog.beat(f"saving the checkpoint of step {self.at.step}")
-            self.save(extra, kept_message(self.out / CHECKPOINT, self.last_saved))
-        self.last_saved = self.at.step
-        self.preempted()
-
-    def preempted(self) -> NoReturn:
-        """After a stop's checkpoint: every rank waits for rank 0's write, then leaves."""
-        self.progress.close()
-        self.watchdog.beat(f"waiting for rank 0's checkpoint of step {self.at.step}")
-        barrier()  # no rank exits (and srun kills no rank) before rank 0 has saved
-        raise Preempted(
-            f"{self.out}: stopped by a preemption signal at step {self.at.step} "
-            f"after writing {self.out / CHECKPOINT}; run it again to resume"
-        )
-
-    def record(self, loss: float, window: _Window) -> dict[str, Any]:
-        """The metrics row of this logging step, before evaluation."""
-        return {
-            "step": self.at.step,
-            "epoch": self.at.epoch,
-            "loss": loss,
-            "lr": self.trainer.optimizer.param_groups[0]["scheduled_lr"],
-            "images_per_s": (window.steps - window.carried)
-            * self.settings.batch_size
-            / (time.perf_counter() - window.start),
-            "eval_accuracy": None,
-            "eval_loss": None,
-        }
-
-    def log(self, record: dict[str, Any]) -> None:
-        """Rank 0: the row into metrics.jsonl and TensorBoard, and the progress bar on."""
-        append_record(self.out / METRICS, record)
-        self.log_scalars(record)
-        self.progress.set_postfix(
-            loss=f"{record['loss']:.3f}", img_s=f"{record['images_per_s']:.0f}", refresh=False
-        )  # update() redraws, at most every mininterval
-        self.progress.update(self.at.step - self.progress.n)
-
-    def save(self, at_y: dict[str, Any], kept: str) -> None:
-        """The checkpoint at this step (rank 0 writes it), refused when not finite."""
-        state = {
-            **self.trainer.state(),
-            "rng": rng_states(),
-            "step": self.at.step,
-            "epoch": self.at.epoch,
-            "batch_in_epoch": self.at.batch_in_epoch,
-            "config": self.settings.model_dump(),
-            **at_y,
-        }
-        check_finite(state, self.out, kept)  # replicas are identical: every rank stops
-        if self.process.main:
-            write_checkpoint(self.out / CHECKPOINT, state)
-
-    def finish(self) -> None:
-        """After the last step: replicas checked identical, the DONE marker written."""
-        self.progress.close()
-        if self.process.world_size > 1:
-            self.watchdog.beat("comparing the replicas after the last step")
-            self.trainer.check_replicas_identical()
-        if self.process.main:
-            done = {"step": self.at.step, "ranks": self.process.world_size}
-            files.write_text(self.out / DONE, json.dumps(done) + "\n")
+    return loss, stopping
 
 
-def _train(
-    settings: TrainSettings,
-    process: Process,
-    stop: StopFlag,
-    closing: contextlib.ExitStack,
-    watchdog: Watchdog | None = None,
-) -> Path:
-    """Train one run on this rank, from its checkpoint when it has one."""
-    out = resolve(settings.output_dir)
-    if _finished(settings, out, process):
-        return out
-    _check_batch_split(settings, process)
-    if problem := replica_problem(settings.bn_recalibration_batches, process.world_size):
-        raise ParameterError(problem)
-    print(placement(out, process), flush=True)
-    run = _start_run(settings, process, out, closing)
-    run.watchdog = watchdog or run.watchdog
-    # a first step that compiles takes minutes: watched from the beat after it
+def _log_evaluate_save(
+    run: _Run,
+    window: _Window,
+    loss: float,
+    *,
+    evaluate: bool,
+    save: bool,
+    snapshot: bool,
+    leaving: bool,
+) -> None:
+    """A logging step: the window's metrics row, and at x where due the evaluation (into the
+    row), the snapshot and the checkpoint; then back to y, exactly, unless the run is `leaving`
+    (it ends or stops here)."""
+    step, settings = run.at.step, run.settings
+    # an uninterrupted run passes through x only where it evaluates or saves periodically:
+    # where else it goes there (a snapshot, the end, a stop), y and the generators are kept
+    periodic = _every(step, settings.eval_every) or _every(step, settings.checkpoint_every)
+    at_y = run.replica.at_y() if (leaving or snapshot) and not periodic else {}
+    record = _record(run, loss, window)
+    # the metrics row goes first: a run killed before its checkpoint replaces it drops the
+    # row on resumption and logs it again
+    recalibration = run.watchdog.beating(
+        run.data.recalibration, f"recalibrating BatchNorm at step {step}"
+    )
     with (
-        run.watchdog.watching(
-            out, process.rank, settings.stall_timeout_s, armed=not settings.compile
-        ),
-        loader_failures(out, lambda: run.at.step, settings.loader_timeout_s),
+        run.replica.evaluation_point(recalibration)
+        if evaluate or save or snapshot
+        else contextlib.nullcontext()
     ):
-        run.train_steps(stop)
-        run.finish()
-    return out
+        if evaluate:
+            record["eval_accuracy"], record["eval_loss"] = run.replica.evaluate(
+                run.watchdog.beating(run.data.eval, f"evaluating at step {step}")
+            )
+        if run.process.main:
+            _log(run, record)
+        if snapshot:  # before the checkpoint: a kill between them trains this step again
+            run.watchdog.beat(f"saving the snapshot of step {step}")
+            write_snapshot(
+                run.replica.module, settings, step, run.out, run.kept(), run.process.main
+            )
+        if save:
+            _save(run, at_y)
+    if at_y and not leaving:  # a snapshot alone: back to y exactly
+        run.replica.back_to(at_y)
 
 
-def _finished(settings: TrainSettings, out: Path, process: Process) -> bool:
-    """Whether the run has finished (said by rank 0); a folder holding another run's settings
-    is refused."""
-    if (out / "config.yaml").exists():
-        check_same_run(yaml.safe_load((out / "config.yaml").read_text()), settings, out)
-    if not finished_through(out, settings.iterations):
-        return False
-    refuse_missing_snapshots(settings, settings.iterations, out)
-    if process.main:
-        print(f"{out}: finished ({DONE} present), not training again")
-    return True
+def _record(run: _Run, loss: float, window: _Window) -> dict[str, Any]:
+    """The metrics row of this logging step, before evaluation."""
+    return {
+        "step": run.at.step,
+        "epoch": run.at.epoch,
+        "loss": loss,
+        "lr": run.replica.optimizer.param_groups[0]["scheduled_lr"],
+        "images_per_s": (window.steps - window.carried)
+        * run.settings.batch_size
+        / (time.perf_counter() - window.start),
+        "eval_accuracy": None,
+        "eval_loss": None,
+    }
 
 
-def _check_batch_split(settings: TrainSettings, process: Process) -> None:
-    """Refuse a batch (or micro-batch) that does not split evenly across the ranks."""
-    if settings.batch_size % process.world_size:
-        raise ParameterError(
-            f"batch_size: {settings.batch_size} is not divisible by the {process.world_size} ranks"
-        )
-    if settings.micro_batch and settings.batch_size % (process.world_size * settings.micro_batch):
-        raise ParameterError(
-            f"micro_batch: batch_size {settings.batch_size} is not divisible by "
-            f"{process.world_size} ranks x micro_batch {settings.micro_batch}"
-        )
+def _log(run: _Run, record: dict[str, Any]) -> None:
+    """Rank 0: the row into metrics.jsonl and TensorBoard, and the progress bar on."""
+    append_record(run.out / METRICS, record)
+    run.log_scalars(record)
+    run.progress.set_postfix(
+        loss=f"{record['loss']:.3f}", img_s=f"{record['images_per_s']:.0f}", refresh=False
+    )  # update() redraws, at most every mininterval
+    run.progress.update(run.at.step - run.progress.n)
 
 
-def _start_run(
-    settings: TrainSettings, process: Process, out: Path, closing: contextlib.ExitStack
-) -> _Run:
-    """This rank's data, trainer and position (from the checkpoint, if any); rank 0 readies
-    the run folder."""
-    run_data = kit_data.build(
-        settings.data,
-        settings.num_classes,
-        settings.seed,
-        settings.batch_size,
-        process.rank,
-        process.world_size,
-        settings.num_workers,
-        settings.bn_recalibration_batches,
-        pin_memory=process.device.type == "cuda",
-        micro_batch=settings.micro_batch,
-        timeout_s=settings.loader_timeout_s,
+def _save(run: _Run, extra: dict[str, Any]) -> None:
+    """The checkpoint at this step, at x (rank 0 writes it), with `extra` (y, the generators,
+    an unlogged window); refused when not finite."""
+    run.watchdog.beat(f"saving the checkpoint of step {run.at.step}")
+    state = {
+        **run.replica.state(),
+        "rng": rng_states(),
+        "step": run.at.step,
+        "epoch": run.at.epoch,
+        "batch_in_epoch": run.at.batch_in_epoch,
+        "config": run.settings.model_dump(),
+        **extra,
+    }
+    check_finite(state, run.out, run.kept())  # replicas are identical: every rank stops
+    if run.process.main:
+        write_checkpoint(run.out / CHECKPOINT, state)
+    run.last_saved = run.at.step
+
+
+def _save_unlogged_window(run: _Run, window: _Window) -> None:
+    """A stop agreed between logging steps: the checkpoint of this step at x, holding y and
+    every rank's unlogged window (the resumed run logs what an uninterrupted one would)."""
+    extra = {
+        "parameters_at_y": run.replica.parameters_at_y(),
+        "window": run.replica.window_state(window.steps),
+    }
+    recalibration = run.watchdog.beating(
+        run.data.recalibration, f"recalibrating BatchNorm at step {run.at.step}"
     )
-    trainer = Trainer(settings, process)
-    at = _resume(trainer, out / CHECKPOINT)
-    refuse_missing_snapshots(settings, at.step, out)
-    if process.main:
-        _ready_folder(settings, out, at.step)
-    progress = tqdm(
-        total=settings.iterations,
-        initial=at.step,
-        desc=out.name,
-        unit="step",
-        disable=None if process.main else True,
-    )  # None: only on a terminal
-    return _Run(
-        settings,
-        process,
-        out,
-        trainer,
-        run_data,
-        at,
-        last_saved=at.step if (out / CHECKPOINT).exists() else None,
-        progress=progress,
-        log_scalars=closing.enter_context(tensorboard_scalars(settings, out, at.step, process)),
+    with run.replica.evaluation_point(recalibration):
+        _save(run, extra)
+
+
+def _stop(run: _Run) -> NoReturn:
+    """After a stop's checkpoint: every rank waits for rank 0's write, then leaves."""
+    run.progress.close()
+    run.watchdog.beat(f"waiting for rank 0's checkpoint of step {run.at.step}")
+    barrier()  # no rank exits (and srun kills no rank) before rank 0 has saved
+    raise Preempted(
+        f"{run.out}: stopped by a preemption signal at step {run.at.step} "
+        f"after writing {run.out / CHECKPOINT}; run it again to resume"
     )
 
 
-def _resume(trainer: Trainer, checkpoint: Path) -> Position:
-    """Restore the trainer and the generators from the checkpoint; where the run is."""
-    if not checkpoint.exists():
-        return Position()
-    state = read_checkpoint(checkpoint)
-    trainer.load(state)
-    restore_rng_states(state["rng"])
-    window = state.get("window", {}).get("steps", 0)
-    return Position(state["step"], state["epoch"], state["batch_in_epoch"], window)
-
-
-def _ready_folder(settings: TrainSettings, out: Path, step: int) -> None:
-    """Rank 0: the run folder made, dead writers' temporaries removed, the DONE marker of a run
-    now extended removed, config.yaml written, this start's provenance appended, metrics after
-    the resumed step dropped."""
-    out.mkdir(parents=True, exist_ok=True)
-    files.remove_stale_temporaries(out)
-    (out / DONE).unlink(missing_ok=True)  # a run finished at fewer steps, now extended
-    with files.atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
-        handle.write(yaml.safe_dump(settings.model_dump(), sort_keys=False).encode())
-    provenance.append(out / PROVENANCE)
-    keep_metrics_until(out / METRICS, step)
+def _finish(run: _Run) -> None:
+    """After the last step: replicas checked identical, the DONE marker written."""
+    run.progress.close()
+    if run.process.world_size > 1:
+        run.watchdog.beat("comparing the replicas after the last step")
+        run.replica.check_replicas_identical()
+    if run.process.main:
+        done = {"step": run.at.step, "ranks": run.process.world_size}
+        files.write_text(run.out / DONE, json.dumps(done) + "\n")
