@@ -685,3 +685,21 @@ def test_the_watchdog_ends_a_rank_without_progress_naming_the_run_and_what_it_wa
     )
     assert run(enabled=True, arm_first=False) == [watch.STALLED_EXIT]
     assert "while exchanging the loss at step 1" in capsys.readouterr().err
+
+
+def test_a_chain_of_compiled_runs_stays_within_dynamo_s_recompile_limit() -> None:
+    """A process trains a chain of runs, each a new model through the same code: were dynamo to
+    guard on the module object, every run would count as a recompilation and, past its cache
+    limit (8), run uncompiled. It does not: models of one shape share one graph, their weights
+    being the graph's inputs."""
+    compiled: list[int] = []
+
+    def counting(graph: torch.fx.GraphModule, inputs: list) -> object:
+        compiled.append(1)
+        return graph.forward
+
+    torch._dynamo.reset()
+    images = torch.randn(2, 3, 16, 16)
+    for _ in range(torch._dynamo.config.recompile_limit + 3):
+        torch.compile(models.build("resnet10", 4, 0.125), backend=counting)(images)
+    assert len(compiled) == 1

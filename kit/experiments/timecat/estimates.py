@@ -44,8 +44,9 @@ LOADER_RATE = 350.0
 #: copies of the weights a checkpoint holds: the model and the optimizer's two states
 CHECKPOINT_COPIES = 3
 FEATURE_BYTES = {"float16": 2, "float32": 4}
-#: seconds `torch.compile` takes before a run's first step (an estimate for ResNet-50 in one
-#: process; it compiles again for each run of a chain)
+#: seconds `torch.compile` takes before a run's first step (an estimate for ResNet-50), counted
+#: for every run: an upper bound, as the runs of one shape in a chain's process share one graph
+#: (tests/test_train.py checks dynamo does not recompile per model)
 COMPILE_S = 120.0
 #: bytes per second a checkpoint or feature-cache write reaches (an estimate for a node's local
 #: NVMe or a shared file system under load)
@@ -242,7 +243,12 @@ def overheads(params: TimecatSettings, gpu: str | None) -> list[Overhead]:
     weights = _network(runs[0].model, runs[0].num_classes, runs[0].width)[1]
     cache = _extraction(params, None).disk_bytes
     found = [
-        Overhead("train", "compile", totals["compile"], f"{COMPILE_S:.0f} s per run (estimate)"),
+        Overhead(
+            "train",
+            "compile",
+            totals["compile"],
+            f"{COMPILE_S:.0f} s per run (estimate, an upper bound)",
+        ),
         Overhead(
             "train",
             "evaluations",
