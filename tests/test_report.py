@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import altair as alt
 import polars as pl
 import pytest
+from ipywidgets.widgets.widget import _instances as live_widgets  # Widget.widgets, deprecated
 
 from kit.report import charts, tables
+from kit.report.notebook_html import WIDGET_VIEW
 
 #: longer than Vega's default legend label limit, so a shortened label would show
 LONG_RUN = "rep0/direct-shape/seed0 (a run name longer than Vega's default label limit)"
@@ -89,13 +92,40 @@ def test_a_reference_label_lies_right_of_the_plot_never_on_a_data_point(
     assert float(label_x) >= 200 > max(float(x) for x in point_xs)
 
 
-def test_displayed_chart_is_interactive_in_lab_and_an_image_elsewhere() -> None:
+@pytest.fixture
+def displayed_chart(monkeypatch) -> Iterator[alt.Chart]:
+    """A small chart to display; the kit's renderer for a kernel outside a Jupyter server is
+    enabled again afterwards."""
+    yield alt.Chart(pl.DataFrame({"x": [1, 2], "y": [3, 4]})).mark_line().encode(x="x", y="y")
+    monkeypatch.delenv(charts.JUPYTER_SESSION_ENV, raising=False)
     charts.setup()
-    chart = alt.Chart(pl.DataFrame({"x": [1, 2], "y": [3, 4]})).mark_line().encode(x="x", y="y")
-    bundle, _ = chart._repr_mimebundle_()
-    assert bundle[charts.LAB_VEGALITE_MIME]["mark"]["type"] == "line"
-    assert len(bundle["image/png"]) > 100  # base64 PNG for GitHub, nbviewer, headless runs
+
+
+def test_displayed_chart_outside_a_jupyter_server_is_its_spec_and_an_image(
+    displayed_chart, monkeypatch
+) -> None:
+    monkeypatch.delenv(charts.JUPYTER_SESSION_ENV, raising=False)  # papermill's and nbval's
+    charts.setup()
+    bundle, _ = displayed_chart._repr_mimebundle_()
+    assert charts.VEGALITE_MIME.startswith("application/vnd.vegalite.v6")
+    assert bundle[charts.VEGALITE_MIME]["mark"]["type"] == "line"  # what the report page draws
+    assert len(bundle["image/png"]) > 100  # base64 PNG for GitHub, nbviewer, the notebooks' HTML
     assert "text/html" not in bundle  # GitHub would prefer it and strip its scripts
+    assert not [m for m in bundle if "vegalite.v5" in m]  # Lab's Vega-Lite 5 would draw it
+
+
+def test_displayed_chart_in_a_jupyter_server_is_a_widget_with_vega_lite_6_offline(
+    displayed_chart, monkeypatch
+) -> None:
+    monkeypatch.setenv(charts.JUPYTER_SESSION_ENV, "notebooks/01_toy_counterexample.ipynb")
+    charts.setup()
+    bundle, _ = displayed_chart._repr_mimebundle_()
+    assert not [m for m in bundle if "vegalite" in m]  # no spec for Lab's own Vega-Lite 5
+    widget = live_widgets[bundle[WIDGET_VIEW]["model_id"]]
+    assert isinstance(widget, alt.JupyterChart)
+    assert widget.spec["mark"]["type"] == "line"
+    assert not re.search(r"""(from|import)\s*\(?\s*["']https?:""", widget._esm)  # no CDN
+    assert f'"{alt.SCHEMA_VERSION.removeprefix("v")}"' in widget._esm  # the spec's Vega-Lite
 
 
 def test_wide_mean_std_keeps_numbers() -> None:

@@ -17,7 +17,7 @@ from kit.cli import main as cli
 from kit.core import provenance
 from kit.experiments.timecat import paper
 from kit.report import outcomes, page
-from kit.report.charts import LAB_VEGALITE_MIME
+from kit.report.charts import VEGALITE_MIME
 from kit.report.notebook_html import WIDGET_STATE, WIDGET_VIEW
 
 CLAIM = "cat4 transfers better than cat1 on 2 of 3 unseen tasks (a smoke test)"
@@ -44,7 +44,7 @@ def fake_outputs(folder: Path) -> Path:
                 "show(chart)",
                 outputs=[
                     nbformat.v4.new_output(
-                        "display_data", data={LAB_VEGALITE_MIME: spec, "text/plain": "<chart>"}
+                        "display_data", data={VEGALITE_MIME: spec, "text/plain": "<chart>"}
                     )
                 ],
             ),

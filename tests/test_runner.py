@@ -698,3 +698,32 @@ def test_kit_run_reports_its_stages_and_ends_with_a_summary(runner_output) -> No
 def test_a_slow_stage_is_timed_in_seconds_per_unit() -> None:
     assert terminal.speed_text(0.25, "probe") == "4.0 s/probe"
     assert terminal.speed_text(2.0, "batch") == "2.0 batch/s"
+
+
+def test_kernels_the_runner_starts_from_a_lab_kernel_draw_charts_for_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`!python -m kit run` in a Lab notebook inherits Lab's session variable; the kernels it
+    starts must not take it, or their charts would be widgets the report cannot read."""
+    from papermill.exceptions import PapermillExecutionError
+
+    from kit.report import charts
+
+    notebooks, parameters = tmp_path / "nb", tmp_path / "params"
+    notebooks.mkdir()
+    (parameters / "mini").mkdir(parents=True)
+    monkeypatch.setitem(params.SCHEMAS, "01_ok", "kit.core.params:NotebookSettings")
+    nbformat.write(nbformat.v4.new_notebook(), notebooks / "01_ok.ipynb")
+    monkeypatch.setenv(charts.JUPYTER_SESSION_ENV, "notebooks/01_toy_counterexample.ipynb")
+    seen = []
+
+    def kernel_environment(*_: object, **__: object) -> None:
+        seen.append(os.environ.get(charts.JUPYTER_SESSION_ENV))
+        raise PapermillExecutionError(0, 1, "", "Stop", "seen", [])
+
+    monkeypatch.setattr(runner.papermill, "execute_notebook", kernel_environment)
+    code = runner.run(
+        None, "mini", notebooks_dir=notebooks, parameters_dir=parameters, output_root=tmp_path
+    )
+    assert (code, seen) == (1, [None])
+    assert os.environ[charts.JUPYTER_SESSION_ENV] == "notebooks/01_toy_counterexample.ipynb"

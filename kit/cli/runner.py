@@ -60,7 +60,7 @@ from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.core.processes import signal_handlers
 from kit.core.progress import STAGE_FILE_ENV
 from kit.data.preflight import folder_of_its_own, writable_problems
-from kit.report import page
+from kit.report import charts, page
 
 #: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
 KERNEL_NAME = "python3"
@@ -377,6 +377,9 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         stages.write_text("")
         os.environ[STAGE_FILE_ENV] = str(stages)  # the kernel inherits them
         os.environ[notices.NOTICES_FILE_ENV] = str(notices_file(planned))
+        # a run started in a Lab notebook (`!python -m kit run`) inherits Lab's session; without
+        # it, its kernels' charts are their spec and PNG, which the report reads, not widgets
+        lab_session = os.environ.pop(charts.JUPYTER_SESSION_ENV, None)
         succeeded = False
         try:
             with terminal.watching(
@@ -412,6 +415,8 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         finally:
             os.environ.pop(STAGE_FILE_ENV, None)
             os.environ.pop(notices.NOTICES_FILE_ENV, None)
+            if lab_session is not None:
+                os.environ[charts.JUPYTER_SESSION_ENV] = lab_session
             said = notices.publish(
                 notices_file(planned), planned.output.with_suffix(notices.SUFFIX)
             )

@@ -1,14 +1,19 @@
 """Charts that are interactive in JupyterLab and still render as images anywhere else, and saved.
 
-A displayed chart carries two forms: its Vega-Lite spec, which JupyterLab's built-in Vega
-extension draws interactively (tooltips) with the JavaScript it ships, so nothing is fetched
-from the internet; and a PNG drawn by vl-convert, which headless runs, GitHub and nbviewer show.
-Charts are also saved as PNG, SVG and self-contained HTML.
+In a kernel a Jupyter server started (JupyterLab, Notebook 7), a displayed chart is altair's
+`JupyterChart` widget: vega-embed with the Vega-Lite 6 the charts are written in, its JavaScript
+bundled by vl-convert from the installed `vl-convert-python` package, so nothing is fetched from
+the internet and the version Vega draws with is the version of the spec (JupyterLab's built-in
+Vega extension draws Vega-Lite 5 and warns on every Vega-Lite 6 spec). Anywhere else (papermill,
+nbval, a plain IPython) a displayed chart carries its Vega-Lite 6 spec, which the report page
+draws, and a PNG drawn by vl-convert, which the executed notebooks' HTML, GitHub and nbviewer
+show. Charts are also saved as PNG, SVG and self-contained HTML.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, cast
@@ -21,10 +26,18 @@ from kit.report import palette
 from kit.report.labels import label
 
 CHART_FORMATS = ("png", "svg", "html")
-#: the newest Vega-Lite MIME type JupyterLab 4's Vega extension draws (Vega-Lite 5.6 inside
-#: Lab); the kit's charts use nothing Vega-Lite 6 added, so Lab draws their specs as they are
-LAB_VEGALITE_MIME = "application/vnd.vegalite.v5+json"
+#: the MIME type of a displayed chart's spec outside a Jupyter server, named as Jupyter names
+#: the earlier ones (`application/vnd.vegalite.v5+json`): no JupyterLab 4 renderer claims it, so
+#: an executed copy opened in Lab shows the PNG rather than drawing the spec with Lab's older
+#: Vega-Lite. (altair 6's own name, `...v6.json`, lacks the `+json` under which nbformat's schema
+#: accepts a JSON value, so a notebook holding it would not validate.)
+VEGALITE_MIME = "application/vnd.vegalite.v6+json"
+#: the environment variable jupyter_server sets for the kernels of its sessions (the notebook's
+#: path); `python -m kit run` removes it for the kernels it starts
+JUPYTER_SESSION_ENV = "JPY_SESSION_NAME"
 RENDERER = "kit"
+#: altair's renderer of JupyterChart widgets
+WIDGET_RENDERER = "jupyter"
 THEME = "kit"
 REFERENCE_COLOR = "#555555"
 #: pixels between facet panels that leaves room for a reference line's label ("Bayes ceiling
@@ -33,12 +46,13 @@ LABEL_ROOM = 105
 
 
 def _render(spec: dict[str, Any], **metadata: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Altair renderer: the spec for Lab's interactive view and a PNG for everything else."""
+    """Altair renderer outside a Jupyter server: the spec for the report page and a PNG for
+    everything else."""
     # altair annotates png_renderer's result as one bundle or a pair; with PNG output it is a pair
     bundle, png_metadata = cast(
         tuple[dict[str, Any], dict[str, Any]], png_renderer(spec, **metadata)
     )
-    return ({LAB_VEGALITE_MIME: spec, **bundle, "text/plain": "<chart>"}, png_metadata)
+    return ({VEGALITE_MIME: spec, **bundle, "text/plain": "<chart>"}, png_metadata)
 
 
 @alt.theme.register(THEME, enable=False)
@@ -53,11 +67,21 @@ def _theme() -> alt.theme.ThemeConfig:
     }
 
 
+def in_jupyter_server() -> bool:
+    """Whether a Jupyter server (JupyterLab, Notebook 7) started this kernel, so that a browser
+    with the widget manager shows its outputs."""
+    return bool(os.environ.get(JUPYTER_SESSION_ENV))
+
+
 def setup() -> None:
-    """Charts that are interactive in Lab with an image fallback, in the kit's theme, with no
-    limit on the rows a chart embeds."""
-    alt.renderers.register(RENDERER, _render)
-    alt.renderers.enable(RENDERER)
+    """Charts in the kit's theme, with no limit on the rows a chart embeds: in a Jupyter
+    server's kernel JupyterChart widgets with their JavaScript bundled offline, elsewhere the
+    spec and a PNG."""
+    if in_jupyter_server():
+        alt.renderers.enable(WIDGET_RENDERER, offline=True)
+    else:
+        alt.renderers.register(RENDERER, _render)
+        alt.renderers.enable(RENDERER)
     alt.theme.enable(THEME)
     alt.data_transformers.disable_max_rows()
 

@@ -33,7 +33,7 @@ from kit.core import notices, provenance
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
 from kit.report import notebook_html, outcomes, outputs, tables
-from kit.report.charts import LAB_VEGALITE_MIME
+from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import label
 
 PAGE = "index.html"
@@ -182,7 +182,7 @@ def chart_specs(notebook: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             titles = [ln.lstrip("#").strip() for ln in cell.source.splitlines() if ln[:1] == "#"]
             heading = titles[-1] if titles else heading
         for output in cell.get("outputs", []):
-            spec = output.get("data", {}).get(LAB_VEGALITE_MIME)
+            spec = output.get("data", {}).get(VEGALITE_MIME)
             if spec:
                 title = heading if heading.startswith(number) else f"{number} · {heading}"
                 yield title, spec
