@@ -7,10 +7,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import altair as alt
+import nbformat
 import numpy as np
 import polars as pl
 import pytest
 import torch
+from IPython.display import Markdown
 from torch.utils.data import TensorDataset
 
 from kit import features
@@ -25,7 +28,7 @@ from kit.experiments.timecat import (
     sweep_figures,
     sweep_settings,
 )
-from kit.report import crossover, outputs, palette
+from kit.report import crossover, outputs, palette, tables
 
 KINDS = {
     "cat1": ("time-concat", 1),
@@ -636,3 +639,96 @@ def test_a_snapshot_sweep_trains_once_and_reads_each_cell_s_own_step(tmp_path: P
     several = {group for group in groups if len(group) > 1}
     tasks = len(cells[0].settings.tasks)
     assert len(entries) == tasks * 2 * (len(singles) + len(several))
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 04's cells, the same for a profile that sweeps and one that does not
+# ---------------------------------------------------------------------------------------------
+
+NOTEBOOK_04 = Path(__file__).parents[1] / "notebooks" / "04_when_concat_helps.ipynb"
+
+
+def run_notebook_04_cells(
+    monkeypatch: pytest.MonkeyPatch, values: dict[str, object]
+) -> tuple[dict[str, object], list[object]]:
+    """Notebook 04's code cells executed in this process, in order, with `values` over its
+    parameters cell's names; returns the namespace and everything the cells displayed."""
+    shown: list[object] = []
+    monkeypatch.setattr("IPython.display.display", lambda *objs: shown.extend(objs))
+    namespace: dict[str, object] = {}
+    code = [
+        c.source for c in nbformat.read(NOTEBOOK_04, as_version=4).cells if c.cell_type == "code"
+    ]
+    exec(code[0], namespace)  # the parameters cell
+    namespace.update(values)
+    for source in code[1:]:
+        exec(source, namespace)
+    return namespace, shown
+
+
+def test_notebook_04_reads_the_same_for_a_profile_that_sweeps_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No cell branches on emptiness: with no budget every view says so in one sentence, the
+    claim is untested, and nothing but the summary is written."""
+    namespace, shown = run_notebook_04_cells(
+        monkeypatch, {"profile": "ci", "output_dir": str(tmp_path), "budgets": []}
+    )
+    sentences = [s.data for s in shown if isinstance(s, Markdown)]
+    assert len(sentences) == 7 and all(
+        s.startswith("This profile sweeps no budget: ") for s in sentences
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep_summary.json"]
+    summary = outputs.read_json(tmp_path / "sweep_summary.json")
+    assert summary["claim"]["status"] == "untested" and summary["cells"] == []
+    assert namespace["swept"].runs_line() == "skipped 0 finished run(s), trained 0"
+
+
+def test_notebook_04_on_a_sweep_writes_its_tables_and_chart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same cells on a profile that sweeps, with its training and probes planted (they are
+    tested above): every view is a table or the chart, and the results, own accuracies,
+    verdicts, the paper's table and the summary are written."""
+    planted = sweep_results({240: 8, 480: 8, 960: 8}, worlds=1, replicates=3)
+    own = planted.filter(pl.col("task") == "mixture").select(
+        "world_seed",
+        "budget",
+        "variant",
+        "kind",
+        "n",
+        "replicate",
+        "iterations_per_model",
+        (80 * pl.min_horizontal(pl.col("iterations_per_model"), 240) / 240).alias("own_accuracy"),
+    )
+    monkeypatch.setattr(sweep, "train_all", lambda params, cells: (1, 2))
+    monkeypatch.setattr(sweep, "probe_cells", lambda params, cells: planted)
+    monkeypatch.setattr(sweep, "own_accuracy", lambda cells: own)
+    namespace, shown = run_notebook_04_cells(
+        monkeypatch,
+        {
+            "profile": "ci",
+            "output_dir": str(tmp_path),
+            "budgets": BUDGETS,
+            "chart_formats": ["svg"],
+        },
+    )
+    assert not [s for s in shown if isinstance(s, Markdown)]
+    assert sum(isinstance(s, tables.Table) for s in shown) == 6  # cells table to verdicts
+    assert sum(isinstance(s, alt.FacetChart) for s in shown) == 1  # the gain chart
+    assert {p.name for p in tmp_path.glob("sweep_*")} == {
+        "sweep_results.parquet",
+        "sweep_own_accuracy.parquet",
+        "sweep_verdicts.parquet",
+        "sweep_vs_paper.parquet",
+        "sweep_summary.json",
+        "sweep_gains.svg",
+    }
+    swept = namespace["swept"]
+    assert swept.runs_line() == "skipped 1 finished run(s), trained 2"
+    cat1 = swept.learned.filter(pl.col("variant") == "cat1")
+    assert cat1["learned_at"].to_list() == [240] and cat1["located"].all()
+    summary = outputs.read_json(tmp_path / "sweep_summary.json")
+    assert [cell["budget"] for cell in summary["cells"]] == BUDGETS
+    assert summary["claim"]["ran"].startswith("What ran: profile ci;")
+    assert pl.read_parquet(tmp_path / "sweep_verdicts.parquet").height == 3 * len(BUDGETS)

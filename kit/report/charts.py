@@ -21,6 +21,7 @@ from typing import Any, Literal, cast
 import altair as alt
 import polars as pl
 from altair.vegalite.v6.display import png_renderer
+from IPython.display import Markdown
 
 from kit.report import palette
 from kit.report.labels import label
@@ -105,12 +106,16 @@ def save_chart(
 
 def chart_saver(
     folder: Path, formats: Iterable[str]
-) -> Callable[[alt.TopLevelMixin, str], alt.TopLevelMixin]:
+) -> Callable[[alt.TopLevelMixin | str, str], alt.TopLevelMixin | Markdown]:
     """`show = chart_saver(out, formats)`; `show(chart, name)` saves and returns the chart, so a
-    notebook cell ending with it both saves and displays."""
+    notebook cell ending with it both saves and displays. A sentence in place of the chart
+    (what a chart would have drawn nothing for, as `tables.table_or_text` takes for a table) is
+    returned as Markdown and saves nothing."""
     formats = list(formats)
 
-    def show(chart: alt.TopLevelMixin, name: str) -> alt.TopLevelMixin:
+    def show(chart: alt.TopLevelMixin | str, name: str) -> alt.TopLevelMixin | Markdown:
+        if isinstance(chart, str):
+            return Markdown(chart)
         save_chart(chart, folder, name, formats)
         return chart
 

@@ -18,14 +18,22 @@ import yaml
 from kit.core import files
 from kit.core.paths import resolve, shown
 from kit.core.progress import Stage
-from kit.experiments.timecat import claims, comparisons, jobs, measure, planning
+from kit.experiments.timecat import (
+    claims,
+    comparisons,
+    jobs,
+    measure,
+    paper,
+    planning,
+    regime,
+)
 from kit.experiments.timecat.sweep_settings import (
     SWEPT_NOTEBOOK,
     Cell,
     SweepSettings,
     swept_notebook,
 )
-from kit.report import crossover, outputs
+from kit.report import crossover, outcomes, outputs
 from kit.train import metrics
 from kit.train.settings import TrainSettings
 
@@ -268,7 +276,7 @@ def cells_table(cells: list[Cell]) -> pl.DataFrame | str:
     iterations per model in words, replicates, whether notebook 03's runs are reused, the run
     folder; a sentence when the profile sweeps no budget."""
     if not cells:
-        return "This profile sweeps no budget: no cell to run."
+        return not_swept("no cell to run")
     return pl.DataFrame(
         [
             {
@@ -404,37 +412,176 @@ def what_ran(params: SweepSettings, cells: list[Cell], wall_s: float, machine: s
     )
 
 
-def summary(
-    params: SweepSettings,
-    judged: CellVerdicts,
-    found: crossover.BudgetClaim,
-    learned: pl.DataFrame,
-    ran: str = "",
-) -> dict:
+def not_swept(what: str) -> str:
+    """The sentence a view gives, in place of its table or chart, for a profile that sweeps no
+    budget."""
+    return f"This profile sweeps no budget: {what}."
+
+
+#: the files `run` writes into the output folder (the docs' page "The budget sweep" names them)
+RESULTS = "sweep_results.parquet"
+OWN_ACCURACY = "sweep_own_accuracy.parquet"
+VERDICTS = "sweep_verdicts.parquet"
+VS_PAPER = "sweep_vs_paper.parquet"
+
+
+@dataclass(frozen=True)
+class Swept:
+    """What notebook 04 measured: the cells, the runs skipped and trained, every cell's probe
+    results, where each variant's models learn the pretraining task (`learned_budgets`), the
+    cells' verdicts and probe gaps, and the sweep beside the paper's Table 3. A profile that
+    sweeps no budget has no cells and empty frames, and each view then gives one sentence
+    saying so instead of a table, so that the notebook reads the same for every profile."""
+
+    params: SweepSettings
+    cells: list[Cell]
+    skipped: int
+    trained: int
+    results: pl.DataFrame
+    learned: pl.DataFrame
+    judged: CellVerdicts
+    vs_paper: pl.DataFrame
+
+    def runs_line(self) -> str:
+        """How many runs were skipped (finished before) and trained."""
+        return f"skipped {self.skipped} finished run(s), trained {self.trained}"
+
+    def learned_table(self) -> pl.DataFrame | str:
+        """Per world seed and variant, the smallest budget where its models learn the
+        pretraining task (`learned_budgets`)."""
+        return self.learned if self.cells else not_swept("no model trained")
+
+    def gaps_line(self) -> str:
+        """How many probe cells (variant, task, cell) are flagged: a train/eval gap above
+        notebook 03's `max_probe_gap`."""
+        gaps = self.judged.gaps
+        if not self.cells:
+            return "0 probe cells judged"
+        flagged = gaps.filter(pl.col("flagged")).height
+        limit = self.cells[0].settings.max_probe_gap
+        return f"{flagged} of {gaps.height} probe cells flagged " + (
+            "(no max_probe_gap set)" if limit is None else f"(gap above {limit} points)"
+        )
+
+    def gaps_table(self) -> pl.DataFrame | str:
+        """The flagged probe cells, or when none is flagged the five largest gaps."""
+        if not self.cells:
+            return not_swept("no probe to judge")
+        gaps = self.judged.gaps
+        flagged = gaps.filter(pl.col("flagged"))
+        return flagged if flagged.height else gaps.sort("gap").tail(5)
+
+    def paper_table(self) -> pl.DataFrame | str:
+        """The paper's Table 3 and the sweep row for row, per budget (paper.paper_vs_kit)."""
+        return self.vs_paper if self.cells else not_swept("no row to set beside the paper's")
+
+    def regime_table(self) -> pl.DataFrame | str:
+        """The paper's rows beside the sweep's time-concat rows, each with its regime against
+        the budget where cat1 saturates in its world, where that is located
+        (regime.paper_beside_kit)."""
+        if not self.cells:
+            return not_swept("no regime measured")
+        first = self.cells[0].settings
+        saturated = {
+            row["world_seed"]: row["learned_at"]
+            for row in self.learned.filter(
+                (pl.col("variant") == first.baseline) & pl.col("located")
+            ).iter_rows(named=True)
+        }
+        return regime.paper_beside_kit(
+            self.results, first.probe_rule, saturated, f"kit, profile {self.params.profile}"
+        )
+
+    def verdicts_table(self) -> pl.DataFrame | str:
+        """Every cell's conditions of the time-concat claim, as notebook 03 shows its own
+        (outcomes.view)."""
+        if not self.cells:
+            return not_swept("no claim judged")
+        return outcomes.view(self.judged.verdicts)
+
+
+def _write(frame: pl.DataFrame, path: Path) -> None:
+    with files.atomic_write(path) as handle:
+        frame.write_parquet(handle)
+
+
+def run(params: SweepSettings, cells: list[Cell], out: Path) -> Swept:
+    """Notebook 04's measurement: train every unfinished run of `cells` in one launch
+    (`train_all`), probe every cell (`probe_cells`), read each model's own accuracy and where
+    each variant learns the task (`learned_budgets`), judge every cell (`judge_cells`), set the
+    sweep beside the paper's Table 3, and write the results, own accuracies, verdicts and that
+    table into `out`. No cells (a profile that sweeps no budget): nothing is trained, probed or
+    written, and the result has empty frames."""
+    if not cells:
+        empty = pl.DataFrame()
+        return Swept(params, [], 0, 0, empty, empty, CellVerdicts(empty, empty, empty), empty)
+    first = cells[0].settings
+    skipped, trained = train_all(params, cells)
+    results = probe_cells(params, cells)
+    own = own_accuracy(cells)
+    judged = judge_cells(
+        results, first.probe_rule, first.baseline, first.max_probe_gap, first.smallest_effect
+    )
+    vs_paper = paper.paper_vs_kit(results, first.probe_rule, by=["budget"])
+    for frame, name in (
+        (results, RESULTS),
+        (own, OWN_ACCURACY),
+        (judged.verdicts, VERDICTS),
+        (vs_paper, VS_PAPER),
+    ):
+        _write(frame, out / name)
+    return Swept(
+        params,
+        cells,
+        skipped,
+        trained,
+        results,
+        learned_budgets(own, first.baseline, params.saturation),
+        judged,
+        vs_paper,
+    )
+
+
+def summary(swept: Swept, wall_s: float, machine: str) -> dict:
     """What notebook 04 writes to its summary JSON; "claim" has notebook 03's shape (status,
-    line) plus the crossover interval per world seed and the cells it rests on; "verdicts" is
-    the stored verdict table's rows."""
+    line, what ran) plus the crossover interval per world seed and the cells it rests on;
+    "verdicts" is the stored verdict table's rows. A profile that sweeps no budget states the
+    claim untested."""
+    params = swept.params
+    if not swept.cells:
+        line = (
+            f"Over the budget sweep: untested (profile {params.profile} sweeps no budget; "
+            "see notebook 04 for why)"
+        )
+        return {"claim": {"status": "untested", "line": line}, "budgets": [], "cells": []}
+    found = overall(swept.judged, swept.cells[0].settings.baseline)
     return {
         "claim": {
             "status": found.status,
             "line": found.line,
-            "ran": ran,
+            "ran": what_ran(params, swept.cells, wall_s, machine),
             "patterns": {str(k): v for k, v in found.patterns.items()},
             "crossovers": {str(k): list(v) if v else None for k, v in found.crossovers.items()},
             "evidence": found.evidence,
         },
         "budgets": params.budgets,
-        "cells": judged.cells.to_dicts(),
-        "verdicts": judged.verdicts.to_dicts(),
-        "learned": learned.to_dicts(),
-        "flagged_cells": judged.gaps.filter(pl.col("flagged")).height,
+        "cells": swept.judged.cells.to_dicts(),
+        "verdicts": swept.judged.verdicts.to_dicts(),
+        "learned": swept.learned.to_dicts(),
+        "flagged_cells": swept.judged.gaps.filter(pl.col("flagged")).height,
     }
 
 
-def not_swept(params: SweepSettings) -> dict:
-    """The summary of a profile that sweeps nothing (no budgets): the claim is untested."""
-    line = (
-        f"Over the budget sweep: untested (profile {params.profile} sweeps no budget; "
-        "see notebook 04 for why)"
-    )
-    return {"claim": {"status": "untested", "line": line}, "budgets": [], "cells": []}
+def summary_lines(summary: dict) -> list[str]:
+    """The summary in words: the statement over the budget, what ran, and each cell's claim
+    line."""
+    claim = summary["claim"]
+    return [
+        claim["line"],
+        claim.get("ran", ""),
+        "",
+        *(
+            f"world {cell['world_seed']}, budget {cell['budget']}: {cell['line']}"
+            for cell in summary["cells"]
+        ),
+    ]

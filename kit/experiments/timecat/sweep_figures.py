@@ -8,7 +8,17 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
+from kit.experiments.timecat import sweep
 from kit.report import palette
+
+
+def gains(swept: sweep.Swept) -> alt.FacetChart | str:
+    """Notebook 04's gain chart (`gain_chart`) of what the sweep measured; for a profile that
+    sweeps no budget, the sentence saying so (`charts.chart_saver`'s `show` displays it and
+    saves nothing)."""
+    if not swept.cells:
+        return sweep.not_swept("no gain to draw")
+    return gain_chart(swept.judged.verdicts, swept.learned, swept.cells[0].settings.smallest_effect)
 
 
 def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -> alt.FacetChart:

@@ -78,15 +78,12 @@ class SweepSettings(NotebookSettings):
             s < 0 for s in self.world_seeds
         ):
             raise ValueError(f"world_seeds: give distinct seeds >= 0, got {self.world_seeds}")
-        if self.budgets:
-            cells(self)  # every cell validates as notebook 03's parameters, before any compute
+        cells(self)  # every cell validates as notebook 03's parameters, before any compute
         return self
 
     def input_problems(self) -> list[str]:
         """What the cells read (data roots, checkpoints), checked as notebook 03 checks its own,
         each problem once."""
-        if not self.budgets:
-            return []
         return list(
             dict.fromkeys(
                 problem for cell in cells(self) for problem in cell.settings.input_problems()
@@ -138,7 +135,10 @@ def cells(params: SweepSettings) -> list[Cell]:
     twice, as in notebook 03). Under `catn_models: snapshots` the cells of a world share one run
     folder, one horizon (train.step_hint, the top budget when not given) and one pool (sized
     for the horizon), so that their runs are the same runs, trained once (sweep.plan_cells).
-    Raises ValueError naming the key when a cell does not validate."""
+    No cells for a profile that sweeps no budget. Raises ValueError naming the key when a cell does
+    not validate."""
+    if not params.budgets:
+        return []
     notebook = swept_notebook(params)
     train = notebook.train
     if train is None or train.data.synthetic is None:
