@@ -354,7 +354,8 @@ def notebook_03_head(path: Path) -> None:
     reads = nbformat.v4.new_code_cell(
         "from kit.core import params\n"
         'P = params.from_notebook("03_time_concat", globals())\n'
-        'print("lr", P.train.lr, "weight_decay", P.train.weight_decay, "epochs", P.probe.epochs)'
+        'print("lr", P.train.lr, "weight_decay", P.train.weight_decay,'
+        ' "epochs", P.probes["fast"].epochs)'
     )
     notebook.cells = [parameters, reads]
     nbformat.write(notebook, path)
@@ -363,7 +364,7 @@ def notebook_03_head(path: Path) -> None:
 @pytest.mark.parametrize(
     "given, printed",
     [
-        (["-p", "train.lr", "0.0625", "-p", "probe.epochs", "7"], "lr 0.0625 weight_decay"),
+        (["-p", "train.lr", "0.0625", "-p", "probes.fast.epochs", "7"], "lr 0.0625 weight_decay"),
         (["-y", "train: {lr: 0.0625}"], "lr 0.0625 weight_decay"),
         (["-p", "train.lrr", "0.0625"], "unknown parameter 'train.lrr'; did you mean 'train.lr'"),
     ],
@@ -407,7 +408,7 @@ def test_plain_papermill_sets_a_key_inside_a_section(
     ran = nbformat.read(tmp_path / "ran.ipynb", as_version=4)
     text = "".join(o.get("text", "") for o in ran.cells[-1].outputs)
     assert f"{printed} {profile.train.weight_decay}" in text  # the rest is the profile's
-    epochs = 7 if "probe.epochs" in given else profile.probe.epochs
+    epochs = 7 if "probes.fast.epochs" in given else profile.probes["fast"].epochs
     assert text.rstrip().endswith(f"epochs {epochs}"), text
 
 
