@@ -26,6 +26,7 @@ from kit.experiments.timecat import (
     regime,
     sweep,
     sweep_figures,
+    sweep_outcome,
     sweep_settings,
 )
 from kit.report import crossover, outputs, palette, tables
@@ -88,7 +89,9 @@ def sweep_results(
 
 
 def stated(results: pl.DataFrame, max_gap: float | None = 15.0) -> crossover.BudgetClaim:
-    return sweep.overall(sweep.judge_cells(results, "heldout", "cat1", max_gap, 2.9), "cat1")
+    return sweep_outcome.overall(
+        sweep_outcome.judge_cells(results, "heldout", "cat1", max_gap, 2.9), "cat1"
+    )
 
 
 def test_a_planted_crossover_is_found_between_two_budgets_on_every_world() -> None:
@@ -112,12 +115,12 @@ def test_a_planted_gain_at_every_budget_is_reproduced_and_a_null_sweep_contradic
 
 def test_a_gain_the_probe_may_owe_to_its_rows_is_named_beside_each_cell() -> None:
     planted = sweep_results(dict.fromkeys(BUDGETS, 8.0), gap=30.0)
-    judged = sweep.judge_cells(planted, "heldout", "cat1", 15.0, 2.9)
+    judged = sweep_outcome.judge_cells(planted, "heldout", "cat1", 15.0, 2.9)
     assert set(judged.gaps.filter(pl.col("flagged"))["variant"]) == {"cat4"}
     assert (judged.cells["flagged_cells"] == 4).all()  # cat4 on each of the four tasks
     assert judged.cells["line"].str.contains("probe cells flagged, read with care: cat4").all()
     # the endpoint itself does not move with the flags
-    unflagged = sweep.judge_cells(planted, "heldout", "cat1", None, 2.9)
+    unflagged = sweep_outcome.judge_cells(planted, "heldout", "cat1", None, 2.9)
     assert judged.verdicts["mean"].to_list() == unflagged.verdicts["mean"].to_list()
 
 
@@ -177,7 +180,9 @@ def test_the_sweeps_silent_steps_print_their_own_stage_lines(
     instead of probing them again (the steps that were silent for up to 21 s)."""
     records = tmp_path / "stages.jsonl"
     monkeypatch.setenv(STAGE_FILE_ENV, str(records))
-    sweep.judge_cells(sweep_results({}, worlds=1, replicates=2), "heldout", "cat1", 15.0, 2.9)
+    sweep_outcome.judge_cells(
+        sweep_results({}, worlds=1, replicates=2), "heldout", "cat1", 15.0, 2.9
+    )
     loaded, _ = params.load(
         "04_when_concat_helps", "ci", overrides={"world_seeds": [0, 1], "output_dir": str(tmp_path)}
     )
@@ -370,7 +375,7 @@ def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
 @pytest.mark.parametrize("replicates", [1, 3])
 def test_the_gain_chart_draws_tested_and_untested_cells(replicates: int) -> None:
     results = sweep_results({240: 8}, worlds=1, replicates=replicates)
-    judged = sweep.judge_cells(results, "heldout", "cat1", 15.0, 2.9)
+    judged = sweep_outcome.judge_cells(results, "heldout", "cat1", 15.0, 2.9)
     learned = pl.DataFrame(
         {"world_seed": [0, 0], "variant": ["cat1", "cat4"], "n": [1, 4], "learned_at": [120, None]}
     )
@@ -378,7 +383,9 @@ def test_the_gain_chart_draws_tested_and_untested_cells(replicates: int) -> None
     assert spec["facet"]["row"]["field"] == "world_seed"
     assert set(judged.verdicts["against"]) == {"cat1", "wide1", "random4"}
     assert judged.verdicts.height == 3 * len(BUDGETS)
-    one = sweep.judge_cells(results.filter(pl.col("budget") == 240), "heldout", "cat1", 15.0, 2.9)
+    one = sweep_outcome.judge_cells(
+        results.filter(pl.col("budget") == 240), "heldout", "cat1", 15.0, 2.9
+    )
     chart = sweep_figures.gain_chart(one.verdicts, learned, 2.9)  # the default job's one budget
     x = chart.to_dict()["spec"]["layer"][0]["encoding"]["x"]["scale"]
     assert x["domain"] == [120, 360] and x["type"] == "linear"
@@ -388,7 +395,7 @@ def test_the_gain_chart_colours_catn_as_notebook_03_and_names_each_comparison() 
     """catN's gains take catN's colour (as in notebook 03's charts), the legend lists only the
     variants drawn, and the gain over the baseline and over each control differ in shape."""
     results = sweep_results({240: 8}, worlds=1, replicates=2)
-    judged = sweep.judge_cells(results, "heldout", "cat1", 15.0, 2.9)
+    judged = sweep_outcome.judge_cells(results, "heldout", "cat1", 15.0, 2.9)
     learned = pl.DataFrame(
         {"world_seed": [0, 0], "variant": ["cat1", "wide1"], "n": [1, 1], "learned_at": [None, 120]}
     )
@@ -515,7 +522,7 @@ def test_one_table_sets_the_paper_and_the_kit_row_for_row_with_their_difference(
 
 def test_the_cells_read_as_a_table_in_words(tmp_path: Path) -> None:
     loaded, _ = params.load("04_when_concat_helps", "ci", overrides={"output_dir": str(tmp_path)})
-    table = sweep.cells_table(sweep_settings.cells(loaded))
+    table = sweep_outcome.cells_table(sweep_settings.cells(loaded))
     assert table.columns[:2] == ["world seed", "total budget (iterations)"]
     first = table.row(0, named=True)
     assert (
@@ -523,7 +530,7 @@ def test_the_cells_read_as_a_table_in_words(tmp_path: Path) -> None:
         and "{" not in first["iterations per model"]
     )
     assert set(table["notebook 03's runs"]) <= {"reused", "its own"}
-    assert sweep.cells_table([]) == "This profile sweeps no budget: no cell to run."
+    assert sweep_outcome.cells_table([]) == "This profile sweeps no budget: no cell to run."
 
 
 # ---------------------------------------------------------------------------------------------

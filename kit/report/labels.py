@@ -29,7 +29,7 @@ LABELS: dict[str, str] = {
     "alpha_req_std": "alpha-ReQ (std)",
     "cka_mean": "linear CKA between models (mean)",
     "cka_std": "linear CKA between models (std)",
-    # notebook 04's regime (kit.experiments.timecat.sweep.learned_budgets)
+    # notebook 04's regime (kit.experiments.timecat.sweep_outcome.learned_budgets)
     "learned_at": "learns the mixture at (iterations)",
     "located": "saturation located",
     "own_accuracy": "own in-distribution accuracy",

@@ -5,7 +5,7 @@ The paper (Section 5, Table 3) trains cat1 for 450k iterations and each model of
 100k or 80k; it does not locate cat1's saturation, so its regime is taken against cat1's own
 450k iterations (cat1 is trained to the end of its schedule there). The kit's regime is measured
 by notebook 04: the smallest swept budget where cat1's own in-distribution accuracy reaches its
-saturation share of its best (kit.experiments.timecat.sweep.learned_budgets).
+saturation share of its best (kit.experiments.timecat.sweep_outcome.learned_budgets).
 """
 
 from __future__ import annotations

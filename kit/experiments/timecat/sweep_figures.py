@@ -8,16 +8,16 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from kit.experiments.timecat import sweep
+from kit.experiments.timecat import sweep_outcome
 from kit.report import palette
 
 
-def gains(swept: sweep.Swept) -> alt.FacetChart | str:
+def gains(swept: sweep_outcome.Swept) -> alt.FacetChart | str:
     """Notebook 04's gain chart (`gain_chart`) of what the sweep measured; for a profile that
     sweeps no budget, the sentence saying so (`charts.chart_saver`'s `show` displays it and
     saves nothing)."""
     if not swept.cells:
-        return sweep.not_swept("no gain to draw")
+        return sweep_outcome.not_swept("no gain to draw")
     return gain_chart(swept.judged.verdicts, swept.learned, swept.cells[0].settings.smallest_effect)
 
 
@@ -27,8 +27,8 @@ def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -
     and over each control (dashed, one shape per control), a zero line, a dotted line at the
     smallest effect of interest, and vertical rules where each variant's models reach the
     saturation share of cat1's own in-distribution accuracy (`learned`,
-    kit.experiments.timecat.sweep). The legends name only what is drawn. Several budgets lie on
-    a log axis spanning them; a single budget on a linear axis around it."""
+    kit.experiments.timecat.sweep_outcome). The legends name only what is drawn. Several budgets
+    lie on a log axis spanning them; a single budget on a linear axis around it."""
     baseline = verdicts["against"].first()
     gains = verdicts.select(
         "world_seed",
