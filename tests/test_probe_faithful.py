@@ -19,7 +19,7 @@ from test_features import tiny_checkpoint
 
 from kit.data import workers
 from kit.data.fixtures import write_image_folder
-from kit.probes import faithful
+from kit.probes import faithful, faithful_launch
 from kit.probes.base import ImageProbeJob
 from kit.probes.faithful_training import ProbeHeads
 from kit.probes.rows import ProbeError
@@ -190,7 +190,7 @@ def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None
         [tmp_path / "two" / "both", tmp_path / "two" / "first"],
     )
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    mixed = faithful.launch_faithful_all(
+    mixed = faithful_launch.launch_faithful_all(
         jobs(checkpoints, description, two, 2) + jobs(checkpoints, description, one, 1),
         tmp_path / "two",
         progress=False,
@@ -219,7 +219,9 @@ def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None
         two[0] / "selected.csv"
     )
     (tmp_path / "two" / "probe-2.log").unlink()
-    again = faithful.launch_faithful_all(jobs(checkpoints, description, two, 2), two[0].parent)
+    again = faithful_launch.launch_faithful_all(
+        jobs(checkpoints, description, two, 2), two[0].parent
+    )
     assert again[0].selected["top1"].to_list() == [0.5, 0.5]
     assert not (tmp_path / "two" / "probe-2.log").exists()
     # a step that fails names its log
@@ -227,7 +229,7 @@ def test_two_gloo_processes_match_one(tmp_path: Path, step, monkeypatch) -> None
     junk.write_bytes(b"not a checkpoint")
     broken = jobs([junk], description, [tmp_path / "broken" / "junk"], 2)
     with pytest.raises(ProbeError, match=r"see .*probe-2\.log:\nerror: .*junk\.pt: not a readable"):
-        faithful.launch_faithful_all(broken, tmp_path / "broken")
+        faithful_launch.launch_faithful_all(broken, tmp_path / "broken")
 
 
 def test_a_list_of_probes_is_checked_before_any_runs(tmp_path: Path, step, capsys) -> None:
@@ -271,10 +273,10 @@ def test_the_probes_process_group_waits_as_long_as_the_settings_say(
     ImageNet's files on one rank can outlast torch's default), written on its command line."""
     checkpoints, description = step
     job = jobs(checkpoints, description, [tmp_path / "o"], 1)[0]
-    arguments = faithful._job_arguments(job)
+    arguments = faithful_launch._job_arguments(job)
     assert arguments[arguments.index("--group-timeout-s") + 1] == "1800"
     config = job.settings.model_copy(update={"group_timeout_s": 4321})
-    arguments = faithful._job_arguments(dataclasses.replace(job, settings=config))
+    arguments = faithful_launch._job_arguments(dataclasses.replace(job, settings=config))
     joined = []
 
     def start(device: str, timeout_s: int) -> None:

@@ -78,4 +78,4 @@ AnyProbeSettings = by_kind(ProbeSettings, ByKind("probe", settings_classes))
 
 register_probe(FastProbeSettings, "kit.probes.fast:FastProbe")
 register_probe(LbfgsProbeSettings, "kit.probes.lbfgs:LbfgsProbe")
-register_probe(FaithfulProbeSettings, "kit.probes.faithful:FaithfulProbe")
+register_probe(FaithfulProbeSettings, "kit.probes.faithful_launch:FaithfulProbe")
