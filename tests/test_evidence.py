@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kit.experiments import evidence
+from kit.experiments import evidence, evidence_charts
 from kit.report import charts, outputs
 
 # The paper's printed tables (arXiv 2506.18221, Tables 2 and 3; cat4 CIFAR-100 read from the
@@ -147,12 +147,12 @@ def test_notebook_02_shows_what_the_data_give(notebook_outputs) -> None:
 def test_gap_charts_start_at_zero_and_name_every_comparison(tmp_path: Path, chart_texts) -> None:
     sources = evidence.load_all()
     gap_frames = {
-        "table1": evidence.table1_gap_frame(evidence.transfer_gap(sources["table1_dfr"])),
-        "table2": evidence.table2_gain_frame(evidence.ensemble_gains(sources["table2"])),
-        "table3": evidence.table3_gain_frame(evidence.time_concat_gains(sources["table3"])),
+        "table1": evidence_charts.table1_gap_frame(evidence.transfer_gap(sources["table1_dfr"])),
+        "table2": evidence_charts.table2_gain_frame(evidence.ensemble_gains(sources["table2"])),
+        "table3": evidence_charts.table3_gain_frame(evidence.time_concat_gains(sources["table3"])),
     }
     for name, frame in gap_frames.items():
-        chart = evidence.difference_chart(frame, "comparison", "points", name)
+        chart = evidence_charts.difference_chart(frame, "comparison", "points", name)
         (svg,) = charts.save_chart(chart, tmp_path, name, ["svg"])
         texts = chart_texts(svg)
         assert set(frame["comparison"]) <= set(texts), name
@@ -164,7 +164,7 @@ def test_gap_charts_start_at_zero_and_name_every_comparison(tmp_path: Path, char
 
 
 def test_zoomed_dot_plots_say_so(tmp_path: Path, chart_texts) -> None:
-    chart = evidence.dot_plot(evidence.load("table3"), "method", "Table 3")
+    chart = evidence_charts.dot_plot(evidence.load("table3"), "method", "Table 3")
     (svg,) = charts.save_chart(chart, tmp_path, "table3", ["svg"])
     texts = chart_texts(svg)
     assert "zoomed: each dataset on its own axis, not from 0" in texts

@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from kit.experiments import evidence, toy, toy_charts
+from kit.experiments import evidence, evidence_charts, toy_charts, toy_construction
 from kit.experiments.timecat import figures
 from kit.report import charts, palette, tables
 
@@ -86,7 +86,7 @@ def test_a_variant_has_one_colour_in_every_chart_of_every_notebook() -> None:
         [
             {"training": t, "component": c, "n": 3, "mean": 0.9, "std": 0.1}
             for t in ["direct on the component", "mixture, kept phi1"]
-            for c in toy.COMPONENT_NAMES
+            for c in toy_construction.COMPONENT_NAMES
         ]
     )
     specs = [
@@ -112,28 +112,28 @@ def test_notebook_02s_charts_colour_each_concept_as_every_notebook_does() -> Non
     wide family's; value sources, pretrainings and metrics have colours of their own."""
     sources = evidence.load_all()
     charts_of_02 = {
-        "table1": evidence.difference_chart(
-            evidence.table1_gap_frame(evidence.transfer_gap(sources["table1_dfr"])),
+        "table1": evidence_charts.difference_chart(
+            evidence_charts.table1_gap_frame(evidence.transfer_gap(sources["table1_dfr"])),
             "comparison",
             "points",
             "1a",
         ),
-        "table2": evidence.difference_chart(
-            evidence.table2_gain_frame(evidence.ensemble_gains(sources["table2"])),
+        "table2": evidence_charts.difference_chart(
+            evidence_charts.table2_gain_frame(evidence.ensemble_gains(sources["table2"])),
             "comparison",
             "points",
             "2",
         ),
-        "table3": evidence.difference_chart(
-            evidence.table3_gain_frame(evidence.time_concat_gains(sources["table3"])),
+        "table3": evidence_charts.difference_chart(
+            evidence_charts.table3_gain_frame(evidence.time_concat_gains(sources["table3"])),
             "comparison",
             "points",
             "3",
         ),
-        "series": evidence.series_chart(
+        "series": evidence_charts.series_chart(
             evidence.concat_series(sources["table2"], sources["figure4_ssl"])
         ),
-        "dots": evidence.dot_plot(sources["table3"], "method", "3"),
+        "dots": evidence_charts.dot_plot(sources["table3"], "method", "3"),
     }
     found = {
         name: {k: v for k, v in colours(chart.to_dict()).items() if v.startswith("#")}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kit.cli import runner
-from kit.experiments import toy, toy_charts, toy_summary
+from kit.experiments import toy, toy_charts, toy_construction, toy_summary
 from kit.experiments.toy_settings import ToySettings
 from kit.report import charts
 
@@ -16,55 +16,64 @@ FAST = toy.SparseTrainingSettings(steps=1500, probe_samples=1024, probe_steps=20
 
 
 def test_mixture_support_is_not_linearly_separable() -> None:
-    assert not toy.mixture_is_linearly_separable()
+    assert not toy_construction.mixture_is_linearly_separable()
 
 
 def test_separability_check_accepts_a_separable_set() -> None:
     points = np.array([[0.0, 0.0], [1.0, 0.2], [3.0, 3.0], [4.0, 2.5]])
-    assert toy.linearly_separable(points, np.array([1, 1, 0, 0]))
+    assert toy_construction.linearly_separable(points, np.array([1, 1, 0, 0]))
     xor = np.array([[0.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
-    assert not toy.linearly_separable(xor, np.array([1, 1, 0, 0]))
+    assert not toy_construction.linearly_separable(xor, np.array([1, 1, 0, 0]))
 
 
 def test_each_component_is_solved_by_its_named_feature_only() -> None:
-    table = toy.component_table()
-    for row, feature in zip(table.iter_rows(named=True), toy.COMPONENT_FEATURE, strict=True):
+    table = toy_construction.component_table()
+    for row, feature in zip(
+        table.iter_rows(named=True), toy_construction.COMPONENT_FEATURE, strict=True
+    ):
         assert row["solved_by_phi1_alone"] == (feature == 0), row
         assert row["solved_by_phi2_alone"] == (feature == 1), row
 
 
 def test_each_component_has_a_third_of_its_mass_on_three_points() -> None:
-    assert torch.allclose(toy.COMPONENT_MASSES.sum(1), torch.ones(4))
-    assert ((toy.COMPONENT_MASSES > 0).sum(1) == 3).all()
+    assert torch.allclose(toy_construction.COMPONENT_MASSES.sum(1), torch.ones(4))
+    assert ((toy_construction.COMPONENT_MASSES > 0).sum(1) == 3).all()
 
 
 @pytest.mark.parametrize("dominant", range(4))
 def test_optimal_classifier_drops_lightest_point_and_uses_dominant_feature(dominant: int) -> None:
-    weights = toy.dominated_weights(dominant, 0.6)
-    masses = toy.mixture_masses(weights[None])[0]
-    optimum = toy.optimal_mixture_classifier(weights)
-    assert optimum["dropped"] == toy.POINT_NAMES[int(masses.argmin())]
+    weights = toy_construction.dominated_weights(dominant, 0.6)
+    masses = toy_construction.mixture_masses(weights[None])[0]
+    optimum = toy_construction.optimal_mixture_classifier(weights)
+    assert optimum["dropped"] == toy_construction.POINT_NAMES[int(masses.argmin())]
     assert optimum["error"] == pytest.approx(float(masses.min()), abs=1e-4)
-    assert optimum["features"] == toy.FEATURES[toy.COMPONENT_FEATURE[dominant]]
+    assert (
+        optimum["features"]
+        == toy_construction.FEATURES[toy_construction.COMPONENT_FEATURE[dominant]]
+    )
 
 
 def test_the_optimum_table_gives_each_mixtures_masses_and_lightest_drop() -> None:
-    table = toy.optimum_table([0.4, 0.7])
-    assert table["dominant"].to_list() == list(toy.COMPONENT_NAMES) * 2
+    table = toy_construction.optimum_table([0.4, 0.7])
+    assert table["dominant"].to_list() == list(toy_construction.COMPONENT_NAMES) * 2
     assert table["share"].to_list() == [0.4] * 4 + [0.7] * 4
     for row in table.iter_rows(named=True):
-        masses = {p: row[f"mass {p}"] for p in toy.POINT_NAMES}
+        masses = {p: row[f"mass {p}"] for p in toy_construction.POINT_NAMES}
         assert sum(masses.values()) == pytest.approx(1.0)
         assert row["dropped"] == min(masses, key=masses.get), row
         assert row["error"] == pytest.approx(min(masses.values()), abs=1e-4)
         assert (
             row["features"]
-            == toy.FEATURES[toy.COMPONENT_FEATURE[toy.COMPONENT_NAMES.index(row["dominant"])]]
+            == toy_construction.FEATURES[
+                toy_construction.COMPONENT_FEATURE[
+                    toy_construction.COMPONENT_NAMES.index(row["dominant"])
+                ]
+            ]
         )
 
 
 def test_tied_mixture_reports_every_optimal_classifier() -> None:
-    optimum = toy.optimal_mixture_classifier(torch.full((4,), 0.25))
+    optimum = toy_construction.optimal_mixture_classifier(torch.full((4,), 0.25))
     assert optimum["dropped"] == "A | B | C | D"
     assert optimum["features"] == "phi1 | phi2"
 
@@ -72,7 +81,11 @@ def test_tied_mixture_reports_every_optimal_classifier() -> None:
 def test_direct_training_solves_every_component_with_its_feature() -> None:
     direct = toy.direct_training(3, FAST, seed=3)
     for row in direct.iter_rows(named=True):
-        expected = toy.FEATURES[toy.COMPONENT_FEATURE[toy.COMPONENT_NAMES.index(row["component"])]]
+        expected = toy_construction.FEATURES[
+            toy_construction.COMPONENT_FEATURE[
+                toy_construction.COMPONENT_NAMES.index(row["component"])
+            ]
+        ]
         assert row["kept"] == expected, row
         assert row["accuracy"] >= 0.95, row
 
@@ -83,9 +96,9 @@ def test_sparse_models_on_dominated_mixtures_keep_one_feature_and_fail_half() ->
     assert single.height >= 0.75 * runs.height, runs["kept"].value_counts()
     assert (single["kept"] == single["predicted_by_optimum"]).mean() >= 0.9
     for row in single.iter_rows(named=True):
-        feature = toy.FEATURES.index(row["kept"])
-        for c, name in enumerate(toy.COMPONENT_NAMES):
-            if toy.COMPONENT_FEATURE[c] == feature:
+        feature = toy_construction.FEATURES.index(row["kept"])
+        for c, name in enumerate(toy_construction.COMPONENT_NAMES):
+            if toy_construction.COMPONENT_FEATURE[c] == feature:
                 assert row[f"acc_{name}"] >= 0.95, row
             else:
                 assert row[f"acc_{name}"] <= 0.8, row  # 2/3 expected
@@ -105,7 +118,7 @@ def test_where_both_features_carry_signal_weight_decay_drops_one() -> None:
 
 
 def test_a_shared_sample_differs_only_by_initialisation_and_order() -> None:
-    weights = toy.dominated_weights(0, 0.4).repeat(3, 1)
+    weights = toy_construction.dominated_weights(0, 0.4).repeat(3, 1)
     shared = toy.train_sparse(weights, FAST.model_copy(update={"steps": 5}), seed=3, sample_seed=9)
     fresh = toy.train_sparse(weights, FAST.model_copy(update={"steps": 5}), seed=3)
     generator = torch.Generator().manual_seed(9)
@@ -159,7 +172,7 @@ def test_accuracy_chart_names_every_representation_and_the_chance_level(
         [
             {"training": t, "component": c, "n": 3, "mean": 0.9, "std": 0.05}
             for t in trainings
-            for c in toy.COMPONENT_NAMES
+            for c in toy_construction.COMPONENT_NAMES
         ]
     )
     (svg,) = charts.save_chart(toy_charts.accuracy_chart(table), tmp_path, "accuracy", ["svg"])

@@ -14,156 +14,18 @@ as one batched tensor program, so a sweep over mixtures and seeds takes seconds 
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
 import torch
-from scipy.optimize import linprog
 
 from kit.core.progress import KeptBar, Stage
 from kit.core.threads import one_thread
+from kit.experiments import toy_construction
 from kit.experiments.toy_settings import SparseTrainingSettings
 
-FEATURES = ("phi1", "phi2")
 #: probe accuracy at which a component counts as solved
 SOLVED = 0.95
-POINT_NAMES = ("A", "B", "C", "D")
-#: support points of the mixture in the (phi1, phi2) plane, and their labels (1 = positive)
-POINTS = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
-LABELS = torch.tensor([1.0, 1.0, 0.0, 0.0])
-COMPONENT_NAMES = ("P1", "P2", "P3", "P4")
-#: mass each component puts on A, B, C, D: a third on each of three points
-COMPONENT_MASSES = (
-    torch.tensor([[1, 0, 1, 1], [0, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.float32) / 3
-)
-#: the feature that solves each component alone (index into FEATURES)
-COMPONENT_FEATURE = (0, 0, 1, 1)
-
-
-# ---- Exact analysis of the construction (no training) --------------------------------------
-
-
-def mixture_masses(weights: torch.Tensor) -> torch.Tensor:
-    """Mass of A, B, C, D under mixtures with the given component weights (rows sum to 1)."""
-    return weights @ COMPONENT_MASSES
-
-
-def linearly_separable(points: np.ndarray, labels: np.ndarray) -> bool:
-    """Exact test: two finite sets are linearly separable iff their convex hulls are disjoint.
-
-    The hulls meet iff some convex combination of positives equals one of negatives, a linear
-    feasibility problem.
-    """
-    pos, neg = points[labels == 1], points[labels == 0]
-    if len(pos) == 0 or len(neg) == 0:
-        return True
-    n_pos, n_neg = len(pos), len(neg)
-    a_eq = np.zeros((points.shape[1] + 2, n_pos + n_neg))
-    a_eq[: points.shape[1], :n_pos] = pos.T
-    a_eq[: points.shape[1], n_pos:] = -neg.T
-    a_eq[-2, :n_pos] = 1
-    a_eq[-1, n_pos:] = 1
-    b_eq = np.zeros(points.shape[1] + 2)
-    b_eq[-2:] = 1
-    result = linprog(np.zeros(n_pos + n_neg), A_eq=a_eq, b_eq=b_eq, bounds=(0, None))
-    return result.status != 0  # infeasible: hulls are disjoint
-
-
-def separable_by_feature(points: np.ndarray, labels: np.ndarray, feature: int) -> bool:
-    """True when a threshold on one feature alone separates the classes."""
-    pos, neg = points[labels == 1, feature], points[labels == 0, feature]
-    if len(pos) == 0 or len(neg) == 0:
-        return True
-    return bool(pos.min() > neg.max() or pos.max() < neg.min())
-
-
-def features_needed(points: np.ndarray, labels: np.ndarray) -> str:
-    """Which features a perfect linear classifier of these points needs: 'phi1', 'phi2',
-    'phi1+phi2', 'none' (one class only) or 'not separable'."""
-    if len(set(labels.tolist())) < 2:
-        return "none"
-    alone = [name for k, name in enumerate(FEATURES) if separable_by_feature(points, labels, k)]
-    if alone:
-        return " or ".join(alone)
-    return "phi1+phi2" if linearly_separable(points, labels) else "not separable"
-
-
-def component_table() -> pl.DataFrame:
-    """The construction: each component's support, and which single features solve it."""
-    rows = []
-    points, labels = POINTS.numpy(), LABELS.numpy()
-    for c, name in enumerate(COMPONENT_NAMES):
-        on = COMPONENT_MASSES[c].numpy() > 0
-        rows.append(
-            {
-                "component": name,
-                "positives": ", ".join(
-                    p for p, s, y in zip(POINT_NAMES, on, labels, strict=True) if s and y == 1
-                ),
-                "negatives": ", ".join(
-                    p for p, s, y in zip(POINT_NAMES, on, labels, strict=True) if s and y == 0
-                ),
-                "solved_by_phi1_alone": separable_by_feature(points[on], labels[on], 0),
-                "solved_by_phi2_alone": separable_by_feature(points[on], labels[on], 1),
-            }
-        )
-    return pl.DataFrame(rows)
-
-
-def optimal_mixture_classifier(weights: torch.Tensor) -> dict[str, object]:
-    """The linear classifiers with least 0-1 error on a mixture, found by exhaustive search.
-
-    Every set of support points is tried as the set to give up; among those whose complement is
-    linearly separable, the lightest ones win (several when masses tie). Reports what they give
-    up, their error and which features their separators need.
-    """
-    masses = mixture_masses(weights.reshape(1, -1))[0].numpy()
-    points, labels = POINTS.numpy(), LABELS.numpy()
-    candidates = []
-    for size in range(len(points) + 1):
-        for dropped in itertools.combinations(range(len(points)), size):
-            kept = [i for i in range(len(points)) if i not in dropped]
-            if linearly_separable(points[kept], labels[kept]):
-                candidates.append((float(masses[list(dropped)].sum()), dropped, kept))
-    error = min(c[0] for c in candidates)
-    best = [c for c in candidates if c[0] <= error + 1e-9]
-    given_up = [", ".join(POINT_NAMES[i] for i in c[1]) or "-" for c in best]
-    features = sorted({features_needed(points[c[2]], labels[c[2]]) for c in best})
-    return {
-        "dropped": " | ".join(given_up),
-        "error": round(error, 4),
-        "features": " | ".join(features),
-    }
-
-
-def optimum_table(shares: list[float]) -> pl.DataFrame:
-    """`optimal_mixture_classifier` of every mixture with `share` on one component (the rest
-    split evenly), after the mixture's mass on each support point."""
-    rows = [
-        (share, name, dominated_weights(d, share))
-        for share in shares
-        for d, name in enumerate(COMPONENT_NAMES)
-    ]
-    return pl.DataFrame(
-        [
-            {
-                "share": share,
-                "dominant": name,
-                **{
-                    f"mass {p}": m
-                    for p, m in zip(POINT_NAMES, mixture_masses(w[None])[0].tolist(), strict=True)
-                },
-                **optimal_mixture_classifier(w),
-            }
-            for share, name, w in rows
-        ]
-    )
-
-
-def mixture_is_linearly_separable() -> bool:
-    return linearly_separable(POINTS.numpy(), LABELS.numpy())
 
 
 # ---- Sampling and training -----------------------------------------------------------------
@@ -173,9 +35,11 @@ def sample(
     weights: torch.Tensor, n: int, noise: float, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """n noisy samples from each of R mixtures: inputs [R, n, 2] and labels [R, n]."""
-    point = torch.multinomial(mixture_masses(weights), n, replacement=True, generator=generator)
-    x = POINTS[point] + noise * torch.randn(*point.shape, 2, generator=generator)
-    return x, LABELS[point]
+    point = torch.multinomial(
+        toy_construction.mixture_masses(weights), n, replacement=True, generator=generator
+    )
+    x = toy_construction.POINTS[point] + noise * torch.randn(*point.shape, 2, generator=generator)
+    return x, toy_construction.LABELS[point]
 
 
 @dataclass
@@ -279,25 +143,25 @@ def probe_components(
     """
     generator = torch.Generator().manual_seed(seed)
     runs, width = maps.shape[0], maps.shape[1]
-    one_hot = torch.eye(len(COMPONENT_NAMES))
+    one_hot = torch.eye(len(toy_construction.COMPONENT_NAMES))
     # [R*4] problems: every representation against every component
     weights = one_hot.repeat(runs, 1)
-    flat_maps = maps.repeat_interleave(len(COMPONENT_NAMES), dim=0)
+    flat_maps = maps.repeat_interleave(len(toy_construction.COMPONENT_NAMES), dim=0)
     x_fit, y_fit = sample(weights, config.probe_samples, config.noise, generator)
     x_test, y_test = sample(weights, config.probe_samples, config.noise, generator)
     z_fit = torch.einsum("rfk,rnk->rnf", flat_maps, x_fit)
     z_test = torch.einsum("rfk,rnk->rnf", flat_maps, x_test)
     mean, std = z_fit.mean(1, keepdim=True), z_fit.std(1, keepdim=True)
     z_fit, z_test = (z_fit - mean) / (std + 1e-6), (z_test - mean) / (std + 1e-6)
-    head = torch.zeros(runs * len(COMPONENT_NAMES), width, requires_grad=True)
-    bias = torch.zeros(runs * len(COMPONENT_NAMES), requires_grad=True)
+    head = torch.zeros(runs * len(toy_construction.COMPONENT_NAMES), width, requires_grad=True)
+    bias = torch.zeros(runs * len(toy_construction.COMPONENT_NAMES), requires_grad=True)
     optimizer = torch.optim.Adam([head, bias], lr=0.1)
     stage = Stage(
         "probes",
         config.probe_steps,
         "step",
         f"fitting {len(weights)} probes at once "
-        f"({len(COMPONENT_NAMES)} components x {runs} {what})",
+        f"({len(toy_construction.COMPONENT_NAMES)} components x {runs} {what})",
     )
     for _ in range(config.probe_steps):
         logits = (z_fit * head[:, None]).sum(-1) + bias[:, None]
@@ -315,7 +179,7 @@ def probe_components(
     with torch.no_grad():
         predictions = ((z_test * head[:, None]).sum(-1) + bias[:, None]) > 0
         accuracy = (predictions.float() == y_test).float().mean(1)
-    return accuracy.reshape(runs, len(COMPONENT_NAMES))
+    return accuracy.reshape(runs, len(toy_construction.COMPONENT_NAMES))
 
 
 def concatenate(maps: torch.Tensor, groups: list[list[int]]) -> torch.Tensor:
@@ -324,13 +188,6 @@ def concatenate(maps: torch.Tensor, groups: list[list[int]]) -> torch.Tensor:
 
 
 # ---- The experiments of notebook 01 --------------------------------------------------------
-
-
-def dominated_weights(dominant: int, share: float) -> torch.Tensor:
-    """Mixture weights with `share` on one component and the rest split evenly."""
-    weights = torch.full((len(COMPONENT_NAMES),), (1 - share) / (len(COMPONENT_NAMES) - 1))
-    weights[dominant] = share
-    return weights
 
 
 def mixture_sweep(
@@ -347,8 +204,8 @@ def mixture_sweep(
     unpruned representation solves every component. With `shared_sample`, the replicates of a
     mixture share one training sample (seed and batch order differ).
     """
-    settings = [(d, s) for s in shares for d in range(len(COMPONENT_NAMES))]
-    weights = torch.stack([dominated_weights(d, s) for d, s in settings])
+    settings = [(d, s) for s in shares for d in range(len(toy_construction.COMPONENT_NAMES))]
+    weights = torch.stack([toy_construction.dominated_weights(d, s) for d, s in settings])
     weights = weights.repeat_interleave(replicates, dim=0)
     models = train_sparse(weights, config, seed, sample_seed=seed + 3 if shared_sample else None)
     x, y = sample(weights, config.n_train, config.noise, torch.Generator().manual_seed(seed + 1))
@@ -364,15 +221,23 @@ def mixture_sweep(
             {
                 "run": r,
                 "replicate": r % replicates,
-                "dominant": COMPONENT_NAMES[dominant],
+                "dominant": toy_construction.COMPONENT_NAMES[dominant],
                 "share": share,
-                **{f"pi_{c}": float(weights[r, i]) for i, c in enumerate(COMPONENT_NAMES)},
+                **{
+                    f"pi_{c}": float(weights[r, i])
+                    for i, c in enumerate(toy_construction.COMPONENT_NAMES)
+                },
                 "w_phi1": float(models.effective[r, 0]),
                 "w_phi2": float(models.effective[r, 1]),
                 "kept": label,
-                "predicted_by_optimum": optimal_mixture_classifier(weights[r])["features"],
+                "predicted_by_optimum": toy_construction.optimal_mixture_classifier(weights[r])[
+                    "features"
+                ],
                 "mixture_train_accuracy": float(train_accuracy[r]),
-                **{f"acc_{c}": float(probe[r, i]) for i, c in enumerate(COMPONENT_NAMES)},
+                **{
+                    f"acc_{c}": float(probe[r, i])
+                    for i, c in enumerate(toy_construction.COMPONENT_NAMES)
+                },
                 "unpruned_solves_all": bool((unpruned[r] >= SOLVED).all()),
             }
         )
@@ -381,7 +246,7 @@ def mixture_sweep(
 
 def direct_training(replicates: int, config: SparseTrainingSettings, seed: int) -> pl.DataFrame:
     """Train the same sparse model on each component alone and probe it on that component."""
-    weights = torch.eye(len(COMPONENT_NAMES)).repeat_interleave(replicates, dim=0)
+    weights = torch.eye(len(toy_construction.COMPONENT_NAMES)).repeat_interleave(replicates, dim=0)
     models = train_sparse(weights, config, seed)
     probe = probe_components(models.representation_maps(), config, seed + 2, "direct models")
     rows = []
@@ -389,7 +254,7 @@ def direct_training(replicates: int, config: SparseTrainingSettings, seed: int) 
         c = r // replicates
         rows.append(
             {
-                "component": COMPONENT_NAMES[c],
+                "component": toy_construction.COMPONENT_NAMES[c],
                 "replicate": r % replicates,
                 "kept": label,
                 "accuracy": float(probe[r, c]),
@@ -420,7 +285,7 @@ def concatenation_study(
             for start in range(0, len(members) - k + 1, k):
                 groups.append(members[start : start + k])
                 keys.append((dominant, share, k))
-    accuracy = torch.empty(len(groups), len(COMPONENT_NAMES))
+    accuracy = torch.empty(len(groups), len(toy_construction.COMPONENT_NAMES))
     for k in sizes:  # one batched probe per width
         index = [i for i, key in enumerate(keys) if key[2] == k]
         if index:
@@ -439,7 +304,10 @@ def concatenation_study(
                 "share": share,
                 "k": k,
                 "features_in_union": kept_label(kept[None])[0],
-                **{f"acc_{c}": float(acc[i]) for i, c in enumerate(COMPONENT_NAMES)},
+                **{
+                    f"acc_{c}": float(acc[i])
+                    for i, c in enumerate(toy_construction.COMPONENT_NAMES)
+                },
                 "components_solved": int((acc >= solved).sum()),
             }
         )
@@ -470,7 +338,7 @@ def all_solved_fraction(concat: pl.DataFrame) -> dict[str, float]:
     return {
         str(k): frac
         for k, frac in concat.group_by("k")
-        .agg((pl.col("components_solved") == len(COMPONENT_NAMES)).mean())
+        .agg((pl.col("components_solved") == len(toy_construction.COMPONENT_NAMES)).mean())
         .sort("k")
         .iter_rows()
     }
@@ -495,7 +363,7 @@ def accuracy_table(runs: pl.DataFrame, direct: pl.DataFrame) -> pl.DataFrame:
     """Probe accuracy per component: mixture-trained models by kept feature, and direct."""
     mixture = runs.unpivot(
         index=["kept"],
-        on=[f"acc_{c}" for c in COMPONENT_NAMES],
+        on=[f"acc_{c}" for c in toy_construction.COMPONENT_NAMES],
         variable_name="component",
         value_name="accuracy",
     ).with_columns(
@@ -519,8 +387,8 @@ def accuracy_table(runs: pl.DataFrame, direct: pl.DataFrame) -> pl.DataFrame:
 
 def majority_accuracy() -> dict[str, float]:
     """What predicting each component's more frequent label scores: its chance level."""
-    positive = COMPONENT_MASSES @ LABELS
+    positive = toy_construction.COMPONENT_MASSES @ toy_construction.LABELS
     return {
         name: round(float(max(p, 1 - p)), 6)
-        for name, p in zip(COMPONENT_NAMES, positive, strict=True)
+        for name, p in zip(toy_construction.COMPONENT_NAMES, positive, strict=True)
     }

@@ -8,7 +8,7 @@ import polars as pl
 import torch
 
 from kit.core.progress import Described
-from kit.experiments import toy
+from kit.experiments import toy, toy_construction
 from kit.experiments.toy_settings import SparseTrainingSettings
 from kit.report import charts, palette, tables
 
@@ -23,17 +23,17 @@ KEPT_ORDER = ["phi1", "phi2", "both", "none"]
 def construction_chart() -> alt.FacetChart:
     """Each component's support points in the (phi1, phi2) plane, with their labels."""
     rows = []
-    for c, name in enumerate(toy.COMPONENT_NAMES):
-        needs = toy.FEATURES[toy.COMPONENT_FEATURE[c]]
-        for p, point in enumerate(toy.POINT_NAMES):
-            if toy.COMPONENT_MASSES[c, p] > 0:
+    for c, name in enumerate(toy_construction.COMPONENT_NAMES):
+        needs = toy_construction.FEATURES[toy_construction.COMPONENT_FEATURE[c]]
+        for p, point in enumerate(toy_construction.POINT_NAMES):
+            if toy_construction.COMPONENT_MASSES[c, p] > 0:
                 rows.append(
                     {
                         "component": f"{name} (needs {needs})",
                         "point": point,
-                        "phi1": float(toy.POINTS[p, 0]),
-                        "phi2": float(toy.POINTS[p, 1]),
-                        "label": "positive" if toy.LABELS[p] == 1 else "negative",
+                        "phi1": float(toy_construction.POINTS[p, 0]),
+                        "phi2": float(toy_construction.POINTS[p, 1]),
+                        "label": "positive" if toy_construction.LABELS[p] == 1 else "negative",
                     }
                 )
     base = alt.Chart(pl.DataFrame(rows)).encode(
@@ -111,7 +111,7 @@ def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
         pl.col("components_solved").std().fill_null(0).alias("std"),
         pl.len().alias("groups"),
     )
-    data = charts.error_bounds(data, (0, len(toy.COMPONENT_NAMES)))
+    data = charts.error_bounds(data, (0, len(toy_construction.COMPONENT_NAMES)))
     base = alt.Chart(data).encode(
         x=alt.X("k:O", title="models concatenated"),
         color=alt.Color("share:O", title="dominant weight"),
@@ -161,7 +161,7 @@ def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int
         widgets.FloatSlider(
             value=0.25, min=0.0, max=1.0, step=0.05, description=name, continuous_update=False
         )
-        for name in toy.COMPONENT_NAMES
+        for name in toy_construction.COMPONENT_NAMES
     ]
     button = widgets.Button(description=f"train {replicates} models")
     output = widgets.Output()
@@ -180,17 +180,22 @@ def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int
         table = pl.DataFrame(
             {
                 "kept": labels,
-                **{f"acc_{c}": probe[:, i].tolist() for i, c in enumerate(toy.COMPONENT_NAMES)},
+                **{
+                    f"acc_{c}": probe[:, i].tolist()
+                    for i, c in enumerate(toy_construction.COMPONENT_NAMES)
+                },
             }
         )
-        optimum = toy.optimal_mixture_classifier(weights[0])
+        optimum = toy_construction.optimal_mixture_classifier(weights[0])
         with output:
             output.clear_output()
             print(
                 "normalised weights:",
                 ", ".join(
                     f"{name} {w:.2f}"
-                    for name, w in zip(toy.COMPONENT_NAMES, weights[0].tolist(), strict=True)
+                    for name, w in zip(
+                        toy_construction.COMPONENT_NAMES, weights[0].tolist(), strict=True
+                    )
                 ),
             )
             print(

@@ -9,13 +9,8 @@ import numpy as np
 import polars as pl
 
 from kit.core.scalars import as_float
-from kit.experiments.toy import (
-    COMPONENT_FEATURE,
-    COMPONENT_NAMES,
-    FEATURES,
-    SOLVED,
-    all_solved_fraction,
-)
+from kit.experiments.toy import SOLVED, all_solved_fraction
+from kit.experiments.toy_construction import COMPONENT_FEATURE, COMPONENT_NAMES, FEATURES
 
 
 class ToySummary(TypedDict):
