@@ -42,7 +42,7 @@ from kit.core import machine
 # instruction-set caps (kit.core.machine.REPRODUCIBLE_CPU); kernels and workers inherit them
 os.environ.update(machine.reproducible_cpu_environment())
 
-from kit.cli import runner  # noqa: E402
+from kit.cli import nbval_references, runner  # noqa: E402
 from kit.core.paths import REPO_ROOT  # noqa: E402
 
 TESTS_DIR = Path(__file__).parent
@@ -63,7 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
         for cell in notebook.cells:
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
-        notebook = runner.with_references(
+        notebook = nbval_references.with_references(
             parameterize_notebook(notebook, planned.parameters), planned.notebook.stem
         )
         nbformat.write(notebook, NOTEBOOK_COPIES / planned.notebook.name)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from kit.cli import lab, runner
+from kit.cli import lab, nbval_references, runner
 from kit.core import params
 from kit.core.parameters_cell import Section
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT, importable_environment
@@ -170,11 +170,11 @@ def test_notebooks_have_parameters_and_references_for_checked_cells() -> None:
         assert path.stem in params.SCHEMAS, f"{path.name}: no schema in kit.params.SCHEMAS"
         code = [cell for cell in notebook.cells if cell.cell_type == "code"]
         for cell in code:
-            if runner.is_checked(cell):
+            if nbval_references.is_checked(cell):
                 cell.outputs, cell.execution_count = [], None
-        runner.with_references(notebook, path.stem)  # fills the checked cells in place
+        nbval_references.with_references(notebook, path.stem)  # fills the checked cells in place
         for cell in code:
-            if runner.is_checked(cell):
+            if nbval_references.is_checked(cell):
                 assert cell.outputs, f"{path.name}: checked cell {cell.id} has no reference"
 
 

@@ -16,7 +16,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from kit.cli import launch, reference, runner
+from kit.cli import launch, nbval_references, reference, runner
 from kit.core import params
 from kit.report import page
 
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "fixtures":
         return fixtures_command(args.dir)
     if args.command == "store-checks":
-        print(f"stored reference outputs in {runner.store_references(args.executed)}")
+        print(f"stored reference outputs in {nbval_references.store_references(args.executed)}")
         return 0
     try:
         overrides = params.parse_overrides(args.overrides)

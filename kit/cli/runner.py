@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import shutil
 import signal
@@ -47,7 +46,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import papermill
 import psutil
 import yaml
@@ -56,7 +54,7 @@ from papermill.exceptions import PapermillExecutionError
 from kit.cli import launch, terminal
 from kit.core import files, locks, machine, notices, param_errors, params, provenance
 from kit.core.files import atomic_write, remove_stale_temporaries, write_text
-from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
+from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, resolve
 from kit.core.processes import signal_handlers
 from kit.core.progress import STAGE_FILE_ENV
 from kit.data.preflight import folder_of_its_own, writable_problems
@@ -439,40 +437,3 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         print(f"error: report not written: {error}", file=sys.stderr, flush=True)
         return 1
     return 0
-
-
-CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
-#: reference outputs of the checked cells, one JSON file per notebook, kept out of notebooks/
-REFERENCES_DIR = REPO_ROOT / "tests" / "nbval_references"
-
-
-def is_checked(cell: nbformat.NotebookNode) -> bool:
-    return cell.cell_type == "code" and cell.source.lstrip().startswith(CHECK_MARK)
-
-
-def store_references(executed: Path, references_dir: Path = REFERENCES_DIR) -> Path:
-    """Keep the outputs of an executed notebook's `# NBVAL_CHECK_OUTPUT` cells as the
-    references nbval compares with (by cell id); the committed notebooks carry no outputs."""
-    references = {
-        cell["id"]: {"execution_count": cell.execution_count, "outputs": cell.outputs}
-        for cell in nbformat.read(executed, as_version=4).cells
-        if is_checked(cell)
-    }
-    references_dir.mkdir(parents=True, exist_ok=True)
-    path = references_dir / f"{executed.stem}.json"
-    write_text(path, json.dumps(references, indent=1, sort_keys=True) + "\n")
-    return path
-
-
-def with_references(
-    notebook: nbformat.NotebookNode, stem: str, references_dir: Path = REFERENCES_DIR
-) -> nbformat.NotebookNode:
-    """A notebook whose checked cells carry their stored reference outputs, for nbval (which
-    skips the outputs of cells without an execution count)."""
-    path = references_dir / f"{stem}.json"
-    references = json.loads(path.read_text()) if path.exists() else {}
-    for cell in notebook.cells:
-        if is_checked(cell) and cell.get("id") in references:
-            cell.execution_count = references[cell["id"]]["execution_count"]
-            cell.outputs = [nbformat.from_dict(o) for o in references[cell["id"]]["outputs"]]
-    return notebook

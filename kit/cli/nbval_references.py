@@ -1,0 +1,50 @@
+"""The reference outputs nbval compares a notebook's checked cells with (`# NBVAL_CHECK_OUTPUT`):
+stored from an executed notebook by `python -m kit store-checks`, one JSON file per notebook under
+tests/nbval_references/, and put back into the committed notebooks (which carry no outputs) when
+the tests run them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+
+from kit.core.files import write_text
+from kit.core.paths import REPO_ROOT
+
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+#: reference outputs of the checked cells, one JSON file per notebook, kept out of notebooks/
+REFERENCES_DIR = REPO_ROOT / "tests" / "nbval_references"
+
+
+def is_checked(cell: nbformat.NotebookNode) -> bool:
+    return cell.cell_type == "code" and cell.source.lstrip().startswith(CHECK_MARK)
+
+
+def store_references(executed: Path, references_dir: Path = REFERENCES_DIR) -> Path:
+    """Keep the outputs of an executed notebook's `# NBVAL_CHECK_OUTPUT` cells as the
+    references nbval compares with (by cell id); the committed notebooks carry no outputs."""
+    references = {
+        cell["id"]: {"execution_count": cell.execution_count, "outputs": cell.outputs}
+        for cell in nbformat.read(executed, as_version=4).cells
+        if is_checked(cell)
+    }
+    references_dir.mkdir(parents=True, exist_ok=True)
+    path = references_dir / f"{executed.stem}.json"
+    write_text(path, json.dumps(references, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def with_references(
+    notebook: nbformat.NotebookNode, stem: str, references_dir: Path = REFERENCES_DIR
+) -> nbformat.NotebookNode:
+    """A notebook whose checked cells carry their stored reference outputs, for nbval (which
+    skips the outputs of cells without an execution count)."""
+    path = references_dir / f"{stem}.json"
+    references = json.loads(path.read_text()) if path.exists() else {}
+    for cell in notebook.cells:
+        if is_checked(cell) and cell.get("id") in references:
+            cell.execution_count = references[cell["id"]]["execution_count"]
+            cell.outputs = [nbformat.from_dict(o) for o in references[cell["id"]]["outputs"]]
+    return notebook
