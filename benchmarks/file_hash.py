@@ -26,7 +26,7 @@ import numpy as np
 import schedulefree
 import torch
 
-from kit import features, models
+from kit import feature_cache, models
 from kit.core import files
 
 
@@ -102,13 +102,13 @@ def cache_hit_costs(size_gb: float) -> None:
         array.flush()
         del array
         np.save(entry / "labels.npy", np.zeros(rows, dtype=np.int64))
-        record = {"rows": rows, "content": features._content(entry)}
+        record = {"rows": rows, "content": feature_cache.array_content(entry)}
         (entry / "record.json").write_text(json.dumps(record))
-        read_gb = sum((entry / name).stat().st_size for name in features.ARRAYS) / 1e9
-        hash_s = timed(lambda: features._content(entry))
-        first_s = timed(lambda: features._verified(entry))  # hashes, writes the marker
+        read_gb = sum((entry / name).stat().st_size for name in feature_cache.ARRAYS) / 1e9
+        hash_s = timed(lambda: feature_cache.array_content(entry))
+        first_s = timed(lambda: feature_cache.verified(entry))  # hashes, writes the marker
         repeats = 100
-        stamp_s = timed(lambda: [features._verified(entry) for _ in range(repeats)]) / repeats
+        stamp_s = timed(lambda: [feature_cache.verified(entry) for _ in range(repeats)]) / repeats
     print(
         f"feature-cache entry {read_gb:.2f} GB: hash on every hit {hash_s:.2f} s "
         f"({read_gb / hash_s:.2f} GB/s); first hit (hash, marker) {first_s:.2f} s; "

@@ -6,14 +6,8 @@ models. Extracting them is the expensive part, so features are written once to a
 of what produced them: the checkpoints' content hashes, dataset, split, transform and dtype. A
 call with the same record is a cache hit; a changed checkpoint file is a miss. Files are written
 under temporary names and renamed, the record last, so a killed extraction leaves no cache entry.
-The record also holds each array file's size and SHA-256, checked by rank 0 on the first hit
-and vouched for afterwards by a marker holding the files' change stamps (kit.core.files:
-size, modification and status-change times, inode): a zeroed, shuffled or truncated cache is
-extracted again rather than trusted, also when its modification times were put back (`touch -r`
-restores those, never the status-change time). Hashing is small next to extraction but not
-free for the paper's features (benchmarks/file_hash.py --features-gb prints its cost), so it
-happens once per change of the files (and outside collective calls), and a hit costs three stat
-calls.
+Each entry's arrays are hashed once and vouched for afterwards (kit.feature_cache), so a zeroed,
+shuffled or truncated cache is extracted again rather than trusted.
 
 Decoding is the other expensive part, so each checkpoint is cached on its own and all checkpoints
 missing from the cache are extracted in one pass over the images; a representation of several
@@ -26,16 +20,9 @@ same memory map and rank 0 writes the record.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
-import shutil
-import sys
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +31,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
-from kit import models
+from kit import feature_cache, models
 from kit.core import distributed, files
 from kit.core.paths import resolve, shown
 from kit.core.progress import Stage
@@ -52,15 +39,8 @@ from kit.core.threads import one_thread
 from kit.data import workers
 from kit.data.kinds.base import split_size
 from kit.data.prefetch import DeviceBatches
+from kit.train.network import network
 from kit.train.settings import TrainSettings
-
-DTYPES = {"float16": np.float16, "float32": np.float32}
-#: the arrays of a cache entry, each recorded with its size and hash
-ARRAYS = ("features.npy", "labels.npy")
-#: in a cache entry: rank 0's verdict on its arrays, with the files' sizes and times it covers
-VERIFIED = "verified.json"
-#: seconds between looks at the file system while rank 0 hashes
-POLL_S = 0.2
 
 
 def load_backbone(path: Path) -> models.KitResNet:
@@ -71,14 +51,7 @@ def load_backbone(path: Path) -> models.KitResNet:
         model = models.build("resnet50", 1000)
         models.load_algoperf_checkpoint(model, path, state)
     elif isinstance(state, dict) and "model" in state and "config" in state:
-        settings = TrainSettings(**state["config"])
-        model = models.build(
-            settings.model,
-            settings.num_classes,
-            settings.width,
-            settings.stem,
-            settings.data.image_size,
-        )
+        model = network(TrainSettings(**state["config"]))
         models.load_state(model, state["model"], str(path))
     else:
         keys = ", ".join(list(state)[:5]) if isinstance(state, dict) else type(state).__name__
@@ -107,166 +80,6 @@ def _backbones(checkpoints: dict[Path, tuple[Path, str]]) -> dict[Path, models.K
     _LAST_PASS.clear()
     _LAST_PASS.update({key: found[entry] for entry, key in checkpoints.items()})
     return found
-
-
-@dataclass
-class FeatureSet:
-    """Concatenated features [N, sum of widths] (memory-mapped) and labels [N]."""
-
-    features: np.ndarray
-    labels: np.ndarray
-    record: dict[str, Any]
-    path: Path
-    cache_hit: bool
-
-    def torch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Zero-copy tensors over the memory map (float16 features stay float16)."""
-        return torch.from_numpy(self.features), torch.from_numpy(self.labels)
-
-
-def _record(
-    checkpoints: Sequence[Path],
-    hashes: dict[Path, str],
-    dataset_id: str,
-    split: str,
-    transform: str,
-    dtype: str,
-    rows: int,
-) -> dict[str, Any]:
-    return {
-        "checkpoints": [{"name": Path(p).name, "sha256": hashes[Path(p)]} for p in checkpoints],
-        "dataset": dataset_id,
-        "split": split,
-        "transform": transform,
-        "dtype": dtype,
-        "rows": rows,
-    }
-
-
-def _key(record: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def _content(path: Path) -> dict[str, dict[str, Any]]:
-    """Size and SHA-256 of each array file of a cache entry."""
-    return {
-        name: {"size": (path / name).stat().st_size, "sha256": files.file_hash(path / name)}
-        for name in ARRAYS
-    }
-
-
-def _signature(path: Path) -> dict[str, list[int]]:
-    """The change stamps of an entry's files (kit.core.files.change_stamp): what a verification
-    marker vouches for. The size comes first."""
-    return {name: list(files.change_stamp(path / name)) for name in (*ARRAYS, "record.json")}
-
-
-def _marker(path: Path, signature: dict[str, list[int]]) -> dict[str, Any] | None:
-    """The verification marker of an entry, if it vouches for the files as they are now."""
-    try:
-        marker = json.loads((path / VERIFIED).read_text())
-    except (OSError, ValueError):
-        return None
-    return marker if isinstance(marker, dict) and marker.get("signature") == signature else None
-
-
-def _check_content(path: Path, signature: dict[str, list[int]]) -> dict[str, Any]:
-    """Rank 0: hash the entry's arrays against its record and write the verdict as its marker."""
-    try:
-        recorded = json.loads((path / "record.json").read_text())["content"]
-        for name in ARRAYS:
-            if signature[name][0] != recorded[name]["size"]:
-                raise ValueError(
-                    f"{name} has {signature[name][0]} bytes, {recorded[name]['size']} recorded"
-                )
-        if _content(path) != recorded:
-            raise ValueError("an array's content differs from its recorded hash")
-        verdict: dict[str, Any] = {"ok": True}
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        verdict = {
-            "ok": False,
-            "problem": str(error) if isinstance(error, ValueError) else repr(error),
-        }
-    with files.atomic_write(path / VERIFIED) as handle:
-        handle.write(json.dumps(verdict | {"signature": signature}).encode())
-    return verdict
-
-
-def _verified(path: Path) -> dict[str, Any] | None:
-    """The record of a complete cache entry whose arrays are unchanged since they were written;
-    None when there is none, or when it is corrupt (said on stderr: it will be rebuilt).
-
-    The arrays are hashed once, by rank 0, which leaves its verdict in the entry's marker
-    (verified.json) with the files' change stamps: later hits trust a marker that still matches
-    them (any change through the file system, times put back or not, alters a stamp), and the other
-    ranks wait for the marker on the file system, not in
-    a collective call that a long hash would time out."""
-    if not (path / "record.json").exists():
-        return None
-    try:
-        signature = _signature(path)
-    except OSError as error:
-        verdict: dict[str, Any] = {"ok": False, "problem": repr(error)}
-    else:
-        found = _marker(path, signature)
-        if found is None and distributed.rank_and_world()[0] == 0:
-            found = _check_content(path, signature)
-        while found is None:
-            time.sleep(POLL_S)
-            found = _marker(path, signature)
-        verdict = found
-    if not verdict["ok"]:
-        if distributed.rank_and_world()[0] == 0:
-            print(
-                f"{path}: cached features are corrupt or incomplete ({verdict['problem']}); "
-                "extracting them again",
-                file=sys.stderr,
-            )
-        return None
-    return json.loads((path / "record.json").read_text())
-
-
-def _open(path: Path, hit: bool) -> FeatureSet:
-    features = np.load(path / "features.npy", mmap_mode="c")  # copy-on-write: the file stays
-    labels = np.load(path / "labels.npy")
-    record = json.loads((path / "record.json").read_text())
-    return FeatureSet(features, labels, record, path, hit)
-
-
-def _partial(path: Path) -> Path:
-    return path.with_name(path.name + ".partial")
-
-
-def _start_entries(entries: dict[Path, tuple[int, str]], rows: int) -> None:
-    """Rank 0 creates each entry's temporary folder and feature file (width, dtype), after
-    removing a corrupt entry of that name; all wait."""
-    distributed.barrier()  # nobody still reads a corrupt entry when rank 0 removes it
-    if distributed.rank_and_world()[0] == 0:
-        for path, (width, dtype) in entries.items():
-            if path.exists():
-                shutil.rmtree(path)
-            _partial(path).mkdir(parents=True, exist_ok=True)
-            np.lib.format.open_memmap(
-                _partial(path) / "features.npy", mode="w+", dtype=DTYPES[dtype], shape=(rows, width)
-            ).flush()
-    distributed.barrier()
-
-
-def _finish_entries(records: dict[Path, dict[str, Any]], labels: np.ndarray) -> None:
-    """Once every rank wrote its shard, rank 0 writes labels and records (hashing the arrays)
-    and renames the temporary folders, the record last, so that a killed extraction leaves no
-    entry; the other ranks wait for the entries on the file system, outside any collective
-    call, however long the hashing takes."""
-    distributed.barrier()
-    if distributed.rank_and_world()[0] == 0:
-        for path, record in records.items():
-            np.save(_partial(path) / "labels.npy", labels)
-            record = record | {"content": _content(_partial(path))}
-            (_partial(path) / "record.json").write_text(json.dumps(record, indent=2))
-            os.replace(_partial(path), path)
-    for path in records:
-        while not (path / "record.json").exists():
-            time.sleep(POLL_S)
 
 
 def _shard(rows: int) -> range:
@@ -310,14 +123,17 @@ def _extract_checkpoints(
         path: record | {"widths": [backbones[path].feature_dim]} for path, record in records.items()
     }
     rows = split_size(dataset)
-    _start_entries(
+    feature_cache.start_entries(
         {path: (model.feature_dim, records[path]["dtype"]) for path, model in backbones.items()},
         rows,
     )
     target = torch.device(device)
     for model in backbones.values():
         model.to(target, memory_format=torch.channels_last)
-    outputs = {path: np.load(_partial(path) / "features.npy", mmap_mode="r+") for path in backbones}
+    outputs = {
+        path: np.load(feature_cache.partial(path) / "features.npy", mmap_mode="r+")
+        for path in backbones
+    }
     shard = _shard(rows)
     loader = DataLoader(
         Subset(dataset, shard),
@@ -373,25 +189,28 @@ def _extract_checkpoints(
         output.flush()
     del outputs
     first = next(iter(records))
-    _finish_entries(records, _gather_labels(labels, _partial(first)))
+    feature_cache.finish_entries(records, _gather_labels(labels, feature_cache.partial(first)))
 
 
 def _concatenate(
-    path: Path, record: dict[str, Any], parts: list[FeatureSet], chunk_rows: int = 1 << 16
+    path: Path,
+    record: dict[str, Any],
+    parts: list[feature_cache.FeatureSet],
+    chunk_rows: int = 1 << 16,
 ) -> None:
     """A representation's entry from its checkpoints' entries, each rank copying its shard of
     rows in chunks (an ImageNet-sized file never has to fit in RAM)."""
     record = record | {"widths": [part.features.shape[1] for part in parts]}
     rows = len(parts[0].labels)
-    _start_entries({path: (sum(record["widths"]), record["dtype"])}, rows)
-    output = np.load(_partial(path) / "features.npy", mmap_mode="r+")
+    feature_cache.start_entries({path: (sum(record["widths"]), record["dtype"])}, rows)
+    output = np.load(feature_cache.partial(path) / "features.npy", mmap_mode="r+")
     shard = _shard(rows)
     for start in range(shard.start, shard.stop, chunk_rows):
         stop = min(start + chunk_rows, shard.stop)
         output[start:stop] = np.concatenate([part.features[start:stop] for part in parts], 1)
     output.flush()
     del output
-    _finish_entries({path: record}, parts[0].labels)
+    feature_cache.finish_entries({path: record}, parts[0].labels)
 
 
 def extract_many(
@@ -408,7 +227,7 @@ def extract_many(
     progress: bool = True,
     loader_timeout_s: float = 300,
     side_by_side: int = 1,
-) -> list[FeatureSet]:
+) -> list[feature_cache.FeatureSet]:
     """Features of several representations (lists of checkpoints) on one split, each
     concatenated in the order given.
 
@@ -424,16 +243,18 @@ def extract_many(
     """
     if not representations or not all(representations):
         raise ValueError("extract needs at least one checkpoint per representation")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype}")
+    if dtype not in feature_cache.DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(feature_cache.DTYPES)}, got {dtype}")
     rows = split_size(dataset)
     if rows == 0:
         raise ValueError(f"dataset '{dataset_id}' split '{split}' is empty")
     hashes = {Path(p): files.file_hash(Path(p)) for rep in representations for p in rep}
 
     def entry(checkpoints: Sequence[Path]) -> tuple[Path, dict[str, Any]]:
-        record = _record(checkpoints, hashes, dataset_id, split, transform, dtype, rows)
-        return Path(cache_dir) / _key(record), record
+        record = feature_cache.record_of(
+            checkpoints, hashes, dataset_id, split, transform, dtype, rows
+        )
+        return Path(cache_dir) / feature_cache.key(record), record
 
     verdicts: dict[Path, bool] = {}
 
@@ -441,7 +262,7 @@ def extract_many(
         """A complete, uncorrupted entry (checked once per call; every rank reaches the same
         verdict on the same files)."""
         if path not in verdicts:
-            verdicts[path] = _verified(path) is not None
+            verdicts[path] = feature_cache.verified(path) is not None
         return verdicts[path]
 
     wanted = [entry(rep) for rep in representations]
@@ -482,9 +303,13 @@ def extract_many(
         Stage(name, 0, "batch", "").finish(f"{reused}, extracted 0")
     for rep, (path, record) in zip(representations, wanted, strict=True):
         if not cached(path):
-            _concatenate(path, record, [_open(entry([p])[0], hit=True) for p in rep])
+            _concatenate(
+                path, record, [feature_cache.open_entry(entry([p])[0], hit=True) for p in rep]
+            )
             verdicts[path] = True
-    return [_open(path, hit) for (path, _), hit in zip(wanted, hits, strict=True)]
+    return [
+        feature_cache.open_entry(path, hit) for (path, _), hit in zip(wanted, hits, strict=True)
+    ]
 
 
 def extract(
@@ -500,7 +325,7 @@ def extract(
     num_workers: int = 0,
     progress: bool = True,
     loader_timeout_s: float = 300,
-) -> FeatureSet:
+) -> feature_cache.FeatureSet:
     """Features of `dataset` under each checkpoint, concatenated in the order given (one
     representation of `extract_many`)."""
     return extract_many(

@@ -15,7 +15,7 @@ import torch
 import yaml
 from torch.utils.data import TensorDataset
 
-from kit import features, models
+from kit import feature_cache, features, models
 from kit.core.paths import REPO_ROOT
 from kit.data import pipeline, workers
 from kit.data.fixtures import write_image_folder
@@ -68,6 +68,19 @@ def images() -> TensorDataset:
         torch.randn(37, 3, 16, 16, generator=generator),
         torch.randint(0, 3, (37,), generator=generator),
     )
+
+
+def noise_extraction(dataset, tmp_path: Path, batch_size: int = 16) -> dict:
+    """The arguments of an extraction of `dataset` (noise images) into tmp_path/cache."""
+    return {
+        "dataset": dataset,
+        "dataset_id": "noise",
+        "split": "test",
+        "transform": "none",
+        "cache_dir": tmp_path / "cache",
+        "batch_size": batch_size,
+        "progress": False,
+    }
 
 
 def test_concatenation_follows_the_order_given(tmp_path: Path, images) -> None:
@@ -297,15 +310,7 @@ def test_each_image_is_read_once_for_every_backbone_and_representation(
 ) -> None:
     a, b, c = (tiny_checkpoint(tmp_path, name, seed) for seed, name in enumerate("abc"))
     counted = CountingReads(images)
-    kwargs = dict(
-        dataset=counted,
-        dataset_id="noise",
-        split="test",
-        transform="none",
-        cache_dir=tmp_path / "cache",
-        batch_size=8,
-        progress=False,
-    )
+    kwargs = noise_extraction(counted, tmp_path, batch_size=8)
     three = features.extract([a, b, c], **kwargs)
     assert counted.reads == len(images)  # not 3 x 37
     assert not three.cache_hit and three.record["widths"] == [64, 64, 64]
@@ -329,24 +334,18 @@ def test_a_cache_hit_is_hashed_once_then_vouched_for_by_its_marker(
     tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tiny_checkpoint(tmp_path, "a", 1)
-    kwargs = {
-        "dataset": images,
-        "dataset_id": "noise",
-        "split": "test",
-        "transform": "none",
-        "cache_dir": tmp_path / "cache",
-        "batch_size": 16,
-        "progress": False,
-    }
+    kwargs = noise_extraction(images, tmp_path)
     first = features.extract([path], **kwargs)
     hashed: list[Path] = []
-    real = features.files.file_hash
-    monkeypatch.setattr(features.files, "file_hash", lambda file: hashed.append(file) or real(file))
+    real = feature_cache.files.file_hash
+    monkeypatch.setattr(
+        feature_cache.files, "file_hash", lambda file: hashed.append(file) or real(file)
+    )
     for _ in range(3):
         assert features.extract([path], **kwargs).cache_hit
     in_cache = [file for file in hashed if first.path in file.parents]
-    assert sorted(file.name for file in in_cache) == sorted(features.ARRAYS)
-    assert json.loads((first.path / features.VERIFIED).read_text())["ok"] is True
+    assert sorted(file.name for file in in_cache) == sorted(feature_cache.ARRAYS)
+    assert json.loads((first.path / feature_cache.VERIFIED).read_text())["ok"] is True
 
 
 @pytest.mark.parametrize("damage", ["zeroed", "one value"])
@@ -356,18 +355,10 @@ def test_a_vouched_for_entry_changed_with_its_times_put_back_is_extracted_again(
     """A marker used to vouch for sizes and modification times, which `touch -r` restores:
     zeroed features were then trusted, and the results changed in silence."""
     path = tiny_checkpoint(tmp_path, "a", 1)
-    kwargs = {
-        "dataset": images,
-        "dataset_id": "noise",
-        "split": "test",
-        "transform": "none",
-        "cache_dir": tmp_path / "cache",
-        "batch_size": 16,
-        "progress": False,
-    }
+    kwargs = noise_extraction(images, tmp_path)
     expected = np.array(features.extract([path], **kwargs).features)
     entry = features.extract([path], **kwargs).path  # hashed: the marker vouches from here on
-    assert json.loads((entry / features.VERIFIED).read_text())["ok"] is True
+    assert json.loads((entry / feature_cache.VERIFIED).read_text())["ok"] is True
     stored = entry / "features.npy"
     times = stored.stat()
     array = np.load(stored, mmap_mode="r+")
@@ -389,28 +380,20 @@ def test_other_ranks_take_rank_0s_verdict_without_hashing(
     tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tiny_checkpoint(tmp_path, "a", 1)
-    kwargs = {
-        "dataset": images,
-        "dataset_id": "noise",
-        "split": "test",
-        "transform": "none",
-        "cache_dir": tmp_path / "cache",
-        "batch_size": 16,
-        "progress": False,
-    }
+    kwargs = noise_extraction(images, tmp_path)
     entry = features.extract([path], **kwargs).path
-    monkeypatch.setattr(features.distributed, "rank_and_world", lambda: (1, 2))
-    monkeypatch.setattr(features, "_content", lambda _path: pytest.fail("rank 1 hashed"))
+    monkeypatch.setattr(feature_cache.distributed, "rank_and_world", lambda: (1, 2))
+    monkeypatch.setattr(feature_cache, "array_content", lambda _path: pytest.fail("rank 1 hashed"))
     waits: list[float] = []
 
     def rank_0_meanwhile(seconds: float) -> None:  # rank 0 hashes and leaves its verdict
         waits.append(seconds)
-        (entry / features.VERIFIED).write_text(
-            json.dumps({"ok": True, "signature": features._signature(entry)})
+        (entry / feature_cache.VERIFIED).write_text(
+            json.dumps({"ok": True, "signature": feature_cache.stamps(entry)})
         )
 
-    monkeypatch.setattr(features.time, "sleep", rank_0_meanwhile)
-    assert features._verified(entry) is not None and len(waits) == 1
+    monkeypatch.setattr(feature_cache.time, "sleep", rank_0_meanwhile)
+    assert feature_cache.verified(entry) is not None and len(waits) == 1
 
 
 def test_a_checkpoint_is_read_once_for_consecutive_passes_until_it_changes(

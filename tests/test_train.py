@@ -29,6 +29,7 @@ from kit.data import pipeline as data
 from kit.data import prefetch
 from kit.experiments.timecat import budget
 from kit.experiments.timecat import budget as plan
+from kit.train import run_folder
 from kit.train import trainer as train
 from kit.train.checkpoint import CHECKPOINT, NonFiniteLossError
 from kit.train.metrics import METRICS, read_metrics
@@ -248,7 +249,7 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path
     )
     a, b = final_state(resumed), final_state(uninterrupted)
     assert a["step"] == b["step"] == 80 and a["epoch"] == b["epoch"]
-    assert len(provenance.read(tmp_path / "killed" / train.PROVENANCE)) == 2  # start + resume
+    assert len(provenance.read(tmp_path / "killed" / run_folder.PROVENANCE)) == 2  # start + resume
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
     metrics_a, metrics_b = read_metrics(resumed), read_metrics(uninterrupted)
@@ -493,21 +494,11 @@ def test_command_line_reports_bad_input_without_traceback(tmp_path: Path) -> Non
 # ---------------------------------------------------------------------------------------------
 
 
-def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path: Path) -> None:
-    values = settings(tmp_path / "ddp", iterations=24, log_every=3, tensorboard=True)
-    config = write_config(tmp_path / "ddp.yaml", values)
+def train_on_two_ranks(config: Path) -> None:
+    """`python -m kit.train --config config` under torchrun with two processes (gloo)."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            "-m",
-            "kit.train",
-            "--config",
-            str(config),
-        ],
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+        + ["-m", "kit.train", "--config", str(config)],
         env=SUBPROCESS_ENV,
         cwd=REPO_ROOT,
         capture_output=True,
@@ -515,6 +506,12 @@ def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path: Path) -> None:
+    values = settings(tmp_path / "ddp", iterations=24, log_every=3, tensorboard=True)
+    config = write_config(tmp_path / "ddp.yaml", values)
+    train_on_two_ranks(config)
     # the trainer broadcasts rank 0's final state and raises if any rank differs bit for bit
     assert yaml.safe_load((tmp_path / "ddp" / train.DONE).read_text()) == {"step": 24, "ranks": 2}
     assert len(list((tmp_path / "ddp").glob("events.out.tfevents.*"))) == 1  # rank 0 only
@@ -534,25 +531,7 @@ def test_micro_batches_make_one_process_match_two_processes(tmp_path: Path) -> N
         iterations=12, log_every=2, eval_every=0, checkpoint_every=0, bn_recalibration_batches=1
     )
     config = write_config(tmp_path / "ddp.yaml", settings(tmp_path / "ddp", **short))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            "-m",
-            "kit.train",
-            "--config",
-            str(config),
-        ],
-        env=SUBPROCESS_ENV,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    train_on_two_ranks(config)
     micro = train.train(TrainSettings(**settings(tmp_path / "micro", micro_batch=16, **short)))
     whole = train.train(TrainSettings(**settings(tmp_path / "whole", **short)))
     ddp_loss = read_metrics(tmp_path / "ddp")["loss"].to_list()
@@ -566,7 +545,9 @@ def test_micro_batches_make_one_process_match_two_processes(tmp_path: Path) -> N
 def _train_on_ranks(settings: TrainSettings, ranks: int, monkeypatch) -> Path:
     """One run as rank 0 of `ranks` without a process group: the run folder's lock, whose
     refusal the ranks share through the group, is taken for granted."""
-    monkeypatch.setattr(train, "holding_run_folder", lambda out, process: contextlib.nullcontext())
+    monkeypatch.setattr(
+        run_folder, "holding_run_folder", lambda out, process: contextlib.nullcontext()
+    )
     return train.train_run(
         settings=settings,
         process=distributed.Process(0, ranks, torch.device("cpu")),

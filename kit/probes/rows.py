@@ -17,8 +17,8 @@ class ProbeError(ValueError):
 @dataclass(frozen=True)
 class Split:
     """Features [N, D] and integer labels [N]. Features may be a tensor or a NumPy array such as
-    a `kit.features.FeatureSet` memory map: probes read them in chunks and never copy them whole,
-    so fp16 features stay fp16 and an ImageNet-sized set need not fit in memory."""
+    a `kit.feature_cache.FeatureSet` memory map: probes read them in chunks and never copy them
+    whole, so fp16 features stay fp16 and an ImageNet-sized set need not fit in memory."""
 
     features: torch.Tensor | np.ndarray
     labels: torch.Tensor | np.ndarray

@@ -19,10 +19,10 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
-from kit import models
 from kit.core.distributed import Process
 from kit.data.prefetch import DeviceBatches
 from kit.train.checkpoint import restore_rng_states, rng_states
+from kit.train.network import network
 from kit.train.settings import TrainSettings
 
 #: AlgoPerf's self-tuning schedule-free AdamW submission warms up over a share of 0.75 x
@@ -49,13 +49,7 @@ class Replica:
         self.memory_format = (
             torch.channels_last if settings.channels_last else torch.contiguous_format
         )
-        self.module = models.build(
-            settings.model,
-            settings.num_classes,
-            settings.width,
-            settings.stem,
-            settings.data.image_size,
-        ).to(device, memory_format=self.memory_format)
+        self.module = network(settings).to(device, memory_format=self.memory_format)
         model: nn.Module = self.module
         self.ddp: DistributedDataParallel | None = None
         if process.world_size > 1:

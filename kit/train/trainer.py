@@ -6,7 +6,7 @@ saves. Each rank's model, optimizer and step are kit.train.step's Replica: steps
 evaluation and saving at x, with BatchNorm statistics recomputed there.
 
 Read `train_run` first: it is one run on one rank, top to bottom. Around it, as context managers,
-are the run folder's lock (`holding_run_folder`), the watchdog and the loader-failure handling;
+are the run folder's lock (kit.train.run_folder), the watchdog and the loader-failure handling;
 around the chain of runs, the stop signals' handlers (kit.train.stopping) and the process group
 (`train_in_turn`). Inside it come the checks (kit.train.checks), resuming or starting, the step
 loop with its logging, evaluation, snapshots, checkpoints and stops where due, and the finish;
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -56,55 +55,35 @@ from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
-import yaml
 from tqdm import tqdm
 
-from kit.core import files, locks, provenance
+from kit.core import files
 from kit.core.distributed import Process, barrier, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
-from kit.core.processes import (
-    DONE,
-    finished_through,
-)
+from kit.core.processes import DONE
 from kit.data import pipeline as kit_data
-from kit.train import checks
+from kit.train import checks, run_folder
 from kit.train.checkpoint import (
     CHECKPOINT,
     NonFiniteLossError,
     check_finite,
-    check_same_run,
     kept_message,
-    read_checkpoint,
     refuse_missing_snapshots,
-    restore_rng_states,
     rng_states,
     write_checkpoint,
     write_snapshot,
 )
-from kit.train.metrics import (
-    METRICS,
-    append_record,
-    keep_metrics_until,
-    tensorboard_scalars,
-)
+from kit.train.metrics import METRICS, append_record, tensorboard_scalars
 from kit.train.settings import TrainSettings
 from kit.train.step import Replica
-from kit.train.stopping import (
-    STOP_CHECK_EVERY,
-    Preempted,
-    StopFlag,
-    loader_failures,
-)
+from kit.train.stopping import STOP_CHECK_EVERY, Preempted, StopFlag, loader_failures
 from kit.train.watchdog import Watchdog
 
 #: no progress-bar monitor thread: a thread holding a lock while a process forks leaves that lock
 #: held forever in the child (loader workers start from a fork server, kit.data.workers, but other
 #: libraries may still fork)
 tqdm.monitor_interval = 0
-
-#: one provenance record per start of the run (kit.core.provenance)
-PROVENANCE = "provenance.jsonl"
 
 
 def train(settings: TrainSettings) -> Path:
@@ -149,19 +128,19 @@ def train_run(
     trained again. Returns the run's output folder."""
     out = resolve(settings.output_dir)
     checks.check_machine(settings, process, out)
-    with holding_run_folder(out, process):
-        if _finished(settings, out, process):
+    with run_folder.holding_run_folder(out, process):
+        if run_folder.finished(settings, out, process):
             return out
         checks.check_ranks(settings, process)
-        print(placement(out, process), flush=True)
+        print(run_folder.placement(out, process), flush=True)
 
         # Start, or resume where the checkpoint left the model, the generators and the data.
         data = _data(settings, process)
         replica = Replica(settings=settings, process=process)
-        at = _resume(replica, out / CHECKPOINT)
+        at = run_folder.resume(replica, out / CHECKPOINT)
         refuse_missing_snapshots(settings, at.step, out)
         if process.main:
-            _ready_folder(settings, out, at.step)
+            run_folder.ready_folder(settings, out, at.step)
 
         # The steps, logged to TensorBoard too where asked, watched (a first step that compiles
         # takes minutes: from the beat after it), a stuck loader named.
@@ -226,7 +205,8 @@ def train_run(
 
 
 # ---------------------------------------------------------------------------------------------
-# Around the run: the process group, the lock, a finished run, where a rank runs
+# Around the run: the process group; at its start, what the loop's helpers share
+# (the run folder's lock, a finished run and resuming are kit.train.run_folder's)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -244,64 +224,6 @@ def _process_group(trainings: list[TrainSettings]) -> Iterator[Process]:
             dist.destroy_process_group()
 
 
-@contextlib.contextmanager
-def holding_run_folder(out: Path, process: Process) -> Iterator[None]:
-    """Rank 0 holds the run folder's lock; every rank learns whether it got it, so that a
-    refused launch stops all ranks instead of leaving them waiting for rank 0."""
-    with contextlib.ExitStack() as stack:
-        refusal = ""
-        if process.main:
-            try:
-                stack.enter_context(locks.hold(out, "training"))
-            except locks.FolderLocked as error:
-                refusal = str(error)
-        if process.world_size > 1:
-            shared = [refusal]
-            dist.broadcast_object_list(shared, src=0)
-            refusal = shared[0]
-        if refusal:
-            raise locks.FolderLocked(refusal)
-        yield
-
-
-def _finished(settings: TrainSettings, out: Path, process: Process) -> bool:
-    """Whether the run has finished (said by rank 0); a folder holding another run's settings
-    is refused."""
-    if (out / "config.yaml").exists():
-        check_same_run(yaml.safe_load((out / "config.yaml").read_text()), settings, out)
-    if not finished_through(out, settings.iterations):
-        return False
-    refuse_missing_snapshots(settings, settings.iterations, out)
-    if process.main:
-        print(f"{out}: finished ({DONE} present), not training again")
-    return True
-
-
-def placement(out: Path, process: Process) -> str:
-    """Where this rank runs, for its log: a launcher's pinning can be checked there."""
-    return (
-        f"{out.name}: rank {process.rank}/{process.world_size} on {process.device}, "
-        f"cpus {sorted(os.sched_getaffinity(0))}, {torch.get_num_threads()} threads, "
-        f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '')}"
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Starting or resuming
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class Position:
-    """Where a run is: optimizer steps taken, its epoch, and batches taken of that epoch."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    #: steps since the last logging step, when a stop came between two
-    window_steps: int = 0
-
-
 @dataclass(kw_only=True)
 class _Run:
     """One run being trained on this rank: what the loop's helpers share."""
@@ -311,7 +233,7 @@ class _Run:
     out: Path
     replica: Replica
     data: kit_data.RunData
-    at: Position
+    at: run_folder.Position
     #: the step of the last checkpoint written (None before the first)
     last_saved: int | None
     progress: tqdm
@@ -338,35 +260,6 @@ def _data(settings: TrainSettings, process: Process) -> kit_data.RunData:
         micro_batch=settings.micro_batch,
         timeout_s=settings.loader_timeout_s,
     )
-
-
-def _resume(replica: Replica, checkpoint: Path) -> Position:
-    """Restore the replica and the generators from the checkpoint; where the run is (its
-    start without one)."""
-    if not checkpoint.exists():
-        return Position()
-    state = read_checkpoint(checkpoint)
-    replica.load(state)
-    restore_rng_states(state["rng"])
-    return Position(
-        step=state["step"],
-        epoch=state["epoch"],
-        batch_in_epoch=state["batch_in_epoch"],
-        window_steps=state.get("window", {}).get("steps", 0),
-    )
-
-
-def _ready_folder(settings: TrainSettings, out: Path, step: int) -> None:
-    """Rank 0: the run folder made, dead writers' temporaries removed, the DONE marker of a run
-    now extended removed, config.yaml written, this start's provenance appended, metrics after
-    the resumed step dropped."""
-    out.mkdir(parents=True, exist_ok=True)
-    files.remove_stale_temporaries(out)
-    (out / DONE).unlink(missing_ok=True)  # a run finished at fewer steps, now extended
-    with files.atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
-        handle.write(yaml.safe_dump(settings.model_dump(), sort_keys=False).encode())
-    provenance.append(out / PROVENANCE)
-    keep_metrics_until(out / METRICS, step)
 
 
 def _progress_bar(settings: TrainSettings, out: Path, step: int, process: Process) -> tqdm:

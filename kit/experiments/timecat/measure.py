@@ -12,7 +12,7 @@ import polars as pl
 import torch
 from torch.utils.data import Dataset, Subset
 
-from kit import features
+from kit import feature_cache, features
 from kit.core.progress import KeptBar, Stage
 from kit.data import pipeline
 from kit.data.kinds.base import split_size
@@ -44,9 +44,9 @@ class TaskFeatures:
 
     num_classes: int
     probed: list[Representation]
-    train: list[features.FeatureSet]
-    eval: list[features.FeatureSet]
-    single: dict[Path, features.FeatureSet]
+    train: list[feature_cache.FeatureSet]
+    eval: list[feature_cache.FeatureSet]
+    single: dict[Path, feature_cache.FeatureSet]
     eval_rows: int
 
 
@@ -85,7 +85,7 @@ def task_features(
 
     def extract(
         groups: list[list[Path]], split: str, dataset: Dataset
-    ) -> list[features.FeatureSet]:
+    ) -> list[feature_cache.FeatureSet]:
         return features.extract_many(
             groups,
             dataset,

@@ -7,7 +7,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
-import torch
 import yaml
 
 from kit import models
@@ -19,10 +18,16 @@ from kit.core.progress import Stage
 from kit.data import kinds, pipeline
 from kit.data.kinds.base import DataError
 from kit.data.settings import DataSettings
-from kit.experiments.timecat.settings import TimecatSettings, checkpoint_file
+from kit.experiments.timecat.settings import (
+    ProbeTask,
+    TimecatSettings,
+    Variant,
+    checkpoint_file,
+)
 from kit.launch import backends as kit_launch
 from kit.launch.runs import is_finished
 from kit.train.checkpoint import CHECKPOINT, missing_snapshots, snapshot_name
+from kit.train.network import write_untrained
 from kit.train.settings import TrainSettings
 
 
@@ -96,6 +101,26 @@ def _seeded_runs(params: TimecatSettings, replicate: int, root: Path) -> dict[in
     return runs
 
 
+def _representation(
+    variant: Variant,
+    replicate: int,
+    iterations: int | None,
+    checkpoints: tuple[Path, ...],
+    task: ProbeTask | None = None,
+) -> Representation:
+    """`variant`'s models in `replicate`, read at `iterations` from `checkpoints`."""
+    return Representation(
+        variant.name,
+        variant.kind,
+        variant.n,
+        variant.width,
+        replicate,
+        iterations,
+        checkpoints,
+        None if task is None else task.name,
+    )
+
+
 def plan(params: TimecatSettings) -> Plan:
     """Every run, untrained network and representation of the experiment. Folders are
     rep<r>/<variant>/seed<s> (direct: rep<r>/<variant>-<task>/seed<s>); under `catn_models:
@@ -116,11 +141,8 @@ def plan(params: TimecatSettings) -> Plan:
                     runs[Path(run.output_dir)] = run
                     serves.setdefault(run.output_dir, []).append(f"{variant.name} at {step}")
                 representations.append(
-                    Representation(
-                        variant.name,
-                        variant.kind,
-                        variant.n,
-                        variant.width,
+                    _representation(
+                        variant,
                         replicate,
                         step,
                         tuple(Path(run.output_dir) / snapshot_name(step) for run in members),
@@ -129,11 +151,8 @@ def plan(params: TimecatSettings) -> Plan:
                 continue
             if variant.checkpoints is not None:
                 representations.append(
-                    Representation(
-                        variant.name,
-                        variant.kind,
-                        variant.n,
-                        variant.width,
+                    _representation(
+                        variant,
                         replicate,
                         variant.iterations,
                         tuple(checkpoint_file(f) for f in variant.checkpoints[replicate]),
@@ -167,16 +186,7 @@ def plan(params: TimecatSettings) -> Plan:
                     for settings in trainings:
                         serves[settings.output_dir] = [f"{label} at {iterations}"]
                 representations.append(
-                    Representation(
-                        variant.name,
-                        variant.kind,
-                        variant.n,
-                        variant.width,
-                        replicate,
-                        iterations,
-                        checkpoints,
-                        None if task is None else task.name,
-                    )
+                    _representation(variant, replicate, iterations, checkpoints, task)
                 )
     return Plan(list(runs.values()), initial, representations, serves)
 
@@ -272,20 +282,10 @@ def initialise(trainings: list[TrainSettings]) -> int:
         path = resolve(settings.output_dir) / INITIAL
         if _initial_is_current(path, settings):
             continue
-        torch.manual_seed(settings.seed)
-        network = models.build(
-            settings.model,
-            settings.num_classes,
-            settings.width,
-            settings.stem,
-            settings.data.image_size,
-        )
-        path.parent.mkdir(parents=True, exist_ok=True)
         # the same bytes wherever it is written (no run folder inside), so that the feature
         # cache, keyed by contents, shares the features of every copy of one untrained network
         recorded = settings.model_copy(update={"output_dir": UNTRAINED_FOLDER}).model_dump()
-        with files.hashed_write(path) as handle:
-            torch.save({"model": network.state_dict(), "config": recorded}, handle)
+        write_untrained(path, settings, recorded)
         written += 1
     return written
 

@@ -15,13 +15,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import torch
-
-from kit import models
-from kit.core import files, params
+from kit.core import params
 from kit.core.params import ParameterError
 from kit.experiments.timecat.jobs import NOTEBOOK
 from kit.experiments.timecat.settings import RELEASED_SUFFIX
+from kit.train.network import write_untrained
 from kit.train.settings import TrainSettings
 
 #: what the profile's checkpoint paths start with
@@ -82,17 +80,7 @@ def write_released(root: Path, profile: str = "paper-checkpoints") -> list[Path]
     root as `TIMECAT_CHECKPOINTS`, each written hashed and atomically; returns the files."""
     written = []
     for relative, settings in released_files(profile).items():
-        torch.manual_seed(settings.seed)
-        model = models.build(
-            settings.model,
-            settings.num_classes,
-            settings.width,
-            settings.stem,
-            settings.data.image_size,
-        )
         path = Path(root) / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with files.hashed_write(path) as handle:
-            torch.save({"model": model.state_dict(), "config": settings.model_dump()}, handle)
+        write_untrained(path, settings, settings.model_dump())
         written.append(path)
     return written
