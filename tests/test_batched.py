@@ -105,20 +105,28 @@ def jpeg_folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _batches(root: Path, decode: str) -> list[torch.Tensor]:
+def _run(
+    root: Path, decode: str, classes: int = 3, batch_size: int = 6, workers: int = 0
+) -> data.RunData:
+    """One rank's loaders over the image folder `root` at 64 pixels, at the first batch."""
     settings = DataSettings(kind="imagefolder", root=str(root), image_size=64, decode=decode)
     run = data.build(
         settings,
-        3,
+        classes,
         seed=0,
-        batch_size=6,
+        batch_size=batch_size,
         rank=0,
         world_size=1,
-        num_workers=0,
+        num_workers=workers,
         recalibration_batches=1,
         pin_memory=False,
     )
     run.order.set_position(0, 0)
+    return run
+
+
+def _batches(root: Path, decode: str) -> list[torch.Tensor]:
+    run = _run(root, decode)
     return [images for images, _ in DeviceBatches(run.train, torch.device("cpu"))]
 
 
@@ -136,18 +144,7 @@ def test_a_loader_worker_can_hand_over_the_file_bytes(jpeg_folder: Path) -> None
     # a worker sends its batch through a queue that shares each tensor's memory by file
     # descriptor; torchvision's read_file maps the file privately and keeps no descriptor, so its
     # tensor cannot be sent (EBADF in the queue's feeder thread, and the run waits forever)
-    settings = DataSettings(kind="imagefolder", root=str(jpeg_folder), image_size=64, decode="gpu")
-    run = data.build(
-        settings,
-        3,
-        seed=0,
-        batch_size=6,
-        rank=0,
-        world_size=1,
-        num_workers=1,
-        recalibration_batches=1,
-        pin_memory=False,
-    )
+    run = _run(jpeg_folder, "gpu", workers=1)
     samples = [run.train.dataset[(0, index)] for index in range(6)]
     ForkingPickler.dumps(run.train.collate_fn(samples))
 
@@ -188,19 +185,7 @@ def test_a_batch_crosses_from_a_worker_with_a_constant_number_of_descriptors(
     # while the tensor lives; one tensor per JPEG held thousands open (workers x prefetch x
     # batch) and ended in "Too many open files". Twelve workers, as the paper profile's loaders
     # use, each with its prefetch of 4
-    settings = DataSettings(kind="imagefolder", root=str(many_jpegs), image_size=64, decode="gpu")
-    run = data.build(
-        settings,
-        2,
-        seed=0,
-        batch_size=16,
-        rank=0,
-        world_size=1,
-        num_workers=12,
-        recalibration_batches=1,
-        pin_memory=False,
-    )
-    run.order.set_position(0, 0)
+    run = _run(many_jpegs, "gpu", classes=2, batch_size=16, workers=12)
     batches = iter(run.train)
     held = [next(batches)]  # the workers have started
     before = _open_descriptors()

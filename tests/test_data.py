@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import importlib
 import pickle
 import shutil
-from collections.abc import Callable
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 from pydantic import ValidationError
-from torchvision import transforms
 
 from kit.core import machine
 from kit.core.params import ParameterError
+from kit.core.paths import REPO_ROOT
 from kit.data import kinds, prefetch
 from kit.data import pipeline as data
 from kit.data.fixtures import write_cifar, write_image_folder, write_inat18
@@ -385,52 +386,32 @@ def test_bayes_ceiling_matches_the_best_lookup_table_learned_from_samples() -> N
     assert bayes_ceiling(world, 4) == pytest.approx(np.mean(right), abs=0.015)
 
 
-def photo_like(height: int, width: int, seed: int) -> np.ndarray:
-    """Smooth coloured waves plus grain: resampling differences show as on photographs."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width] / max(height, width)
-    image = np.zeros((height, width, 3))
-    for channel in range(3):
-        for _ in range(6):
-            fy, fx = rng.uniform(1, 12, 2)
-            image[..., channel] += rng.uniform(0.2, 1) * np.sin(
-                2 * np.pi * (fy * y + fx * x) + rng.uniform(0, 2 * np.pi)
-            )
-    image = (image - image.min()) / (image.max() - image.min()) * 255
-    return np.clip(image + rng.normal(0, 8, image.shape), 0, 255).astype(np.uint8)
-
-
-def former_float_pipeline(image_size: int, train: bool) -> Callable:
-    """What workers ran before: PIL resizing, ToTensor and Normalize in float32."""
-    steps = (
-        [
-            transforms.RandomResizedCrop(image_size, scale=(0.08, 1.0)),
-            transforms.RandomHorizontalFlip(),
-        ]
-        if train
-        else [transforms.Resize(round(image_size * 256 / 224)), transforms.CenterCrop(image_size)]
-    )
-    return transforms.Compose(
-        steps
-        + [
-            transforms.ToTensor(),
-            transforms.Normalize(prefetch.IMAGENET_MEAN, prefetch.IMAGENET_STD),
-        ]
+@pytest.fixture()
+def benchmark_modules(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    """benchmarks/input_pipeline.py (the former PIL + float32 worker pipeline it measures
+    against) and benchmarks/photo_fixtures.py (photo-like images), imported as the benchmark
+    imports them."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "benchmarks"))
+    return SimpleNamespace(
+        pipeline=importlib.import_module("input_pipeline"),
+        photos=importlib.import_module("photo_fixtures"),
     )
 
 
 @pytest.mark.parametrize("train", [False, True])
 def test_uint8_tensor_pipeline_matches_the_former_pil_float_pipeline(
-    tmp_path: Path, train: bool
+    tmp_path: Path, train: bool, benchmark_modules: SimpleNamespace
 ) -> None:
     """Same decode, same crops from the same seed; tensor resizing rounds differently from PIL
     by at most one grey level on a few pixels."""
     one_level = 1 / 255 / min(prefetch.IMAGENET_STD)
     for seed in range(3):
         path = tmp_path / f"photo{seed}.jpg"
-        Image.fromarray(photo_like(375, 500, seed)).save(path, quality=90)
+        Image.fromarray(benchmark_modules.photos.photo_like(375, 500, seed)).save(path, quality=90)
         torch.manual_seed(seed)
-        former = former_float_pipeline(64, train)(Image.open(path).convert("RGB"))
+        former = benchmark_modules.pipeline.pil_float_transform(64, train)(
+            Image.open(path).convert("RGB")
+        )
         torch.manual_seed(seed)
         pixels = data.augmentation("algoperf", 64, train, True)(open_image(str(path)))
         assert pixels.dtype == torch.uint8 and pixels.shape == (3, 64, 64)

@@ -301,24 +301,24 @@ def test_notebooks_are_found_by_prefix_stem_or_name(workspace) -> None:
         runner.find_notebooks(["0"], folder)
 
 
-def papermill_cli(output: Path, yaml_text: str) -> subprocess.CompletedProcess:
+def papermill(*arguments: str) -> subprocess.CompletedProcess:
+    """Plain papermill (not `kit run`) in the kit's Python kernel, its output captured."""
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "papermill",
-            str(NOTEBOOKS_DIR / "01_toy_counterexample.ipynb"),
-            str(output),
-            "-f",
-            str(PARAMETERS_DIR / "ci" / "01_toy_counterexample.yaml"),
-            "-y",
-            yaml_text,
-            "-k",
-            "python3",
-        ],
+        [sys.executable, "-m", "papermill", *arguments, "-k", "python3"],
         capture_output=True,
         text=True,
         timeout=600,
+    )
+
+
+def papermill_cli(output: Path, yaml_text: str) -> subprocess.CompletedProcess:
+    return papermill(
+        str(NOTEBOOKS_DIR / "01_toy_counterexample.ipynb"),
+        str(output),
+        "-f",
+        str(PARAMETERS_DIR / "ci" / "01_toy_counterexample.yaml"),
+        "-y",
+        yaml_text,
     )
 
 
@@ -377,26 +377,16 @@ def test_plain_papermill_sets_a_key_inside_a_section(
     section takes it, the rest of the section stays the profile's, and an unknown key inside a
     section is refused naming it."""
     notebook_03_head(tmp_path / "head.ipynb")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "papermill",
-            str(tmp_path / "head.ipynb"),
-            str(tmp_path / "ran.ipynb"),
-            "-p",
-            "profile",
-            "ci",
-            "-p",
-            "output_dir",
-            str(tmp_path / "ci"),
-            *given,
-            "-k",
-            "python3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = papermill(
+        str(tmp_path / "head.ipynb"),
+        str(tmp_path / "ran.ipynb"),
+        "-p",
+        "profile",
+        "ci",
+        "-p",
+        "output_dir",
+        str(tmp_path / "ci"),
+        *given,
     )
     profile, _ = params.load("03_time_concat", "ci")
     if "unknown" in printed:
@@ -416,21 +406,11 @@ def test_a_saved_parameter_file_replays_where_its_profile_says(tmp_path: Path) -
     (planned,) = runner.plan(["02"], "ci", overrides={"output_dir": str(tmp_path / "ci")})
     saved = tmp_path / "02.parameters.yaml"
     saved.write_text(yaml.safe_dump(planned.parameters))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "papermill",
-            str(NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"),
-            str(tmp_path / "replayed.ipynb"),
-            "-f",
-            str(saved),
-            "-k",
-            "python3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = papermill(
+        str(NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"),
+        str(tmp_path / "replayed.ipynb"),
+        "-f",
+        str(saved),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "ci" / "evidence_summary.json").exists()
@@ -444,25 +424,15 @@ def test_a_notebook_run_outside_kit_run_takes_back_kit_runs_parameters_record(
     assert runner.run(["02"], "ci", output_root=tmp_path) == 0
     record = tmp_path / "ci" / "02_surveyed_evidence.parameters.yaml"
     assert record.exists()
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "papermill",
-            str(NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"),
-            str(tmp_path / "plain.ipynb"),
-            "-p",
-            "profile",
-            "ci",
-            "-p",
-            "output_dir",
-            str(tmp_path / "ci"),
-            "-k",
-            "python3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = papermill(
+        str(NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"),
+        str(tmp_path / "plain.ipynb"),
+        "-p",
+        "profile",
+        "ci",
+        "-p",
+        "output_dir",
+        str(tmp_path / "ci"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert not record.exists()
