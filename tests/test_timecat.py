@@ -19,6 +19,7 @@ from PIL import Image
 
 from kit import models
 from kit.cli import runner
+from kit.cli.main import main as kit_main
 from kit.core import params, paths
 from kit.data import pipeline as data
 from kit.data.fixtures import write_paper_data
@@ -200,6 +201,22 @@ def test_paper_checkpoints_probes_the_released_files(fake_data: Path) -> None:
     with pytest.raises(params.ParameterError, match=f"{where}{bad}: does not fit"):
         checked("paper-checkpoints")
     planned_params("paper-checkpoints")  # validation reads values only: the files are kit check's
+
+
+@pytest.mark.parametrize("command", [["extract"], ["probe"], ["launch", "extract"]])
+def test_a_step_run_alone_checks_the_inputs_before_computing(
+    fake_data: Path, tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kit extract`, `kit probe` and `kit launch extract` refuse a missing checkpoint as
+    `kit run` does, naming the file and key, before anything is read or written."""
+    released_file(fake_data / "released", 5, 4).unlink()
+    out = tmp_path / "out"
+    arguments = [*command, "--profile", "paper-checkpoints", "--set", f"output_dir={out}"]
+    assert kit_main(arguments) == 2
+    error = capsys.readouterr().err
+    assert f"paper-checkpoints/{NOTEBOOK}.yaml: parameter variants: 1 checkpoint file(s)" in error
+    assert "step80/checkpoint_run4" in error and "Traceback" not in error
+    assert not out.exists()
 
 
 def checked(profile: str) -> None:

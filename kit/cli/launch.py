@@ -209,7 +209,10 @@ def _profile_command(args: argparse.Namespace) -> int:
             "the command line: --profile plans notebook 03's runs; leave out "
             "--config, --runs, --seeds and run overrides (use --set)"
         )
-    loaded = jobs.load_settings(args.profile, args.files, args.sets)
+    # a plan is written where the data need not be mounted (a login node, a laptop)
+    loaded = jobs.load_settings(
+        args.profile, args.files, args.sets, check_inputs=args.launch_command != "plan"
+    )
     if args.launch_command == "plan":
         settings = parse_settings(
             args.launch, loaded.launch.model_copy(update={"backend": "slurm"})
@@ -259,7 +262,7 @@ def step_command(args: argparse.Namespace) -> int:
     from kit.train.command import exit_code
 
     def step() -> None:
-        loaded = jobs.load_settings(args.profile, args.files, args.sets)
+        loaded = jobs.load_settings(args.profile, args.files, args.sets, check_inputs=True)
         if args.command == "extract":
             count = jobs.extract_step(loaded)
             if int(os.environ.get("RANK", "0")) == 0:

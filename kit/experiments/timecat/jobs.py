@@ -246,11 +246,16 @@ def export_jobs(params: TimecatSettings, settings: LaunchSettings, out: str | Pa
 
 
 def load_settings(
-    profile: str, parameter_files: list[Path], overrides: list[str]
+    profile: str, parameter_files: list[Path], overrides: list[str], check_inputs: bool = False
 ) -> TimecatSettings:
-    """Notebook 03's parameters for a profile, files and KEY=VALUE overrides."""
-    loaded, _ = kit_params.load(
+    """Notebook 03's parameters for a profile, files and KEY=VALUE overrides; with
+    `check_inputs`, refused (naming file and key) when the data, checkpoints or packages they
+    name cannot be read (kit.core.params.check_inputs), as `kit run` refuses them, before a
+    step computes anything."""
+    loaded, sources = kit_params.load(
         NOTEBOOK, profile, parameter_files, kit_params.parse_overrides(overrides)
     )
     assert isinstance(loaded, TimecatSettings)
+    if check_inputs:
+        kit_params.check_inputs(NOTEBOOK, loaded, sources)
     return loaded
