@@ -69,7 +69,11 @@ def main() -> None:
     full = params.load("04_when_concat_helps", args.profile)[0]
     print(
         f"the full {args.profile} sweep: "
-        + sweep.cost_line(sweep.cost(sweep_settings.cells(full)), per)
+        + sweep.cost_line(
+            sweep.cost(sweep_settings.cells(full)),
+            per,
+            f"this machine now (load average {os.getloadavg()[0]:.1f})",
+        )
     )
 
 

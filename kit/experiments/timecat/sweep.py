@@ -86,13 +86,13 @@ def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tu
 
 
 #: seconds on 2 cores of a fresh sweep's units of work, measured by benchmarks/sweep_cost.py on
-#: world 0 at budgets 60 and 120 (docs: Benchmarks, "The budget sweep"), with other jobs
-#: sharing the cores (load average 3): an iteration of cat1's compute (the runs of one launch
-#: side by side), one checkpoint's features on one task (its probe rows and evaluation split),
-#: one L-BFGS probe of a representation on a task
-SECONDS_PER = {"iteration": 29 / 990, "extraction": 214 / 144, "probe": 143 / 72}
+#: world 0 at budgets 60 and 120 (docs: Benchmarks, "The budget sweep"), nothing else running:
+#: an iteration of cat1's compute (the runs of one launch side by side), one checkpoint's
+#: features on one task (its probe rows and evaluation split), one L-BFGS probe of a
+#: representation on a task
+SECONDS_PER = {"iteration": 16 / 990, "extraction": 41 / 144, "probe": 38 / 72}
 #: the conditions SECONDS_PER was measured in, for the estimate's line
-MEASURED_ON = "2 cores shared with other jobs (load average 3)"
+MEASURED_ON = "2 idle cores (load average 1.8, the benchmark's own)"
 
 
 @dataclass(frozen=True)
@@ -133,15 +133,18 @@ def cost(cells: list[Cell]) -> SweepCost:
     )
 
 
-def cost_line(found: SweepCost, per: dict[str, float] = SECONDS_PER) -> str:
-    """The sweep's work and its expected wall time (minutes) at `per`, in one line."""
+def cost_line(
+    found: SweepCost, per: dict[str, float] = SECONDS_PER, measured_on: str = MEASURED_ON
+) -> str:
+    """The sweep's work and its expected wall time (minutes) at `per`, measured on
+    `measured_on`, in one line."""
     times = found.seconds(per)
     return (
         f"{found.iterations:,.0f} iterations of cat1's compute, {found.extractions:,} "
         f"checkpoint extractions (checkpoint x task), {found.probes:,} probes: about "
         + ", ".join(f"{kind} {seconds / 60:.0f}" for kind, seconds in times.items())
         + f", in all {sum(times.values()) / 60:.0f} minutes at the rates measured on "
-        + MEASURED_ON
+        + measured_on
     )
 
 
