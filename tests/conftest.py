@@ -54,6 +54,8 @@ RUNNER_EXECUTED = ("03_time_concat", "04_when_concat_helps")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller wrote the copies
+        return
     shutil.rmtree(NOTEBOOK_COPIES, ignore_errors=True)
     NOTEBOOK_COPIES.mkdir()
     for planned in runner.plan(None, PROFILE, output_root=OUTPUT_ROOT):
@@ -89,17 +91,26 @@ SLOW_NAMES = (
 )
 
 
+#: the xdist group of the tests that write or read the notebooks' shared output folder
+#: (OUTPUT_ROOT): one worker runs them in turn, and runner_output runs each notebook once
+NOTEBOOK_GROUP = "notebooks"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests the fast lane leaves out `slow` (see SLOW_MODULES)."""
+    """Mark the tests the fast lane leaves out `slow` (see SLOW_MODULES), and give each test its
+    xdist group (`-n 2 --dist loadgroup` in pyproject.toml): the notebooks' (NOTEBOOK_GROUP) for
+    nbval's items and every test reading a notebook's outputs, else its module's, so that a
+    module's fixtures and its tests' order are what they are in one process."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
+        notebooks = item.path.suffix == ".ipynb" or any(name in fixtures for name in SLOW_FIXTURES)
         if (
             item.path.name in SLOW_MODULES
-            or item.path.suffix == ".ipynb"
-            or any(name in fixtures for name in SLOW_FIXTURES)
+            or notebooks
             or any(name in item.name for name in SLOW_NAMES)
         ):
             item.add_marker(pytest.mark.slow)
+        item.add_marker(pytest.mark.xdist_group(NOTEBOOK_GROUP if notebooks else item.path.name))
 
 
 @dataclass(frozen=True)

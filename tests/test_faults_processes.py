@@ -681,20 +681,26 @@ def _results(folder: Path, written_in: Path) -> dict[str, object]:
     return found
 
 
+#: notebook 03 is killed after its first result write, one in the middle and its last, each
+#: a run of its own (about 25 s on 2 cores); KIT_TEST_KILL_EVERY_WRITE=1 kills it after every one
+#: of its seven writes in turn
+EVERY_WRITE = os.environ.get("KIT_TEST_KILL_EVERY_WRITE") == "1"
+
+
 @pytest.mark.skipif(
     not sys.platform.startswith("linux"),
     reason="parent-death signals (prctl PR_SET_PDEATHSIG) exist on Linux only",
 )
-def test_notebook_03_killed_after_each_result_write_leaves_a_folder_marked_incomplete(
+def test_notebook_03_killed_after_its_result_writes_leaves_a_folder_marked_incomplete(
     tmp_path: Path, runner_output
 ) -> None:
     """The real notebook 03 (ci profile), run again over a finished run's folder and killed,
-    with `kit run`'s whole process group, right after its first result write, then after its
-    second, and so on: after each kill the folder mixes new files with old ones, so it must say
-    it is incomplete, notebook 04 must not reuse its results and the report must refuse it, and
-    no kit process may be left; the run after the last kill completes with the same results
-    as the uninterrupted run. Each kill's run skips the finished training runs and reads the
-    cached features, but probes again: about a minute per write after the probes."""
+    with `kit run`'s whole process group, right after its first result write, then after a
+    middle one, then after its last (EVERY_WRITE: after each in turn): after each kill the
+    folder mixes new files with old ones, so it must say it is incomplete, notebook 04 must not
+    reuse its results and the report must refuse it, and no kit process may be left; the run
+    after the last kill completes with the same results as the uninterrupted run. Each kill's
+    run skips the finished training runs and reads the cached features, but probes again."""
     finished = runner_output("03_time_concat")
     assert finished.returncode == 0, finished.stderr[-3000:]
     folder = tmp_path / "ci"
@@ -716,7 +722,8 @@ def test_notebook_03_killed_after_each_result_write_leaves_a_folder_marked_incom
         for process in _survivors([], str(tmp_path)):
             with contextlib.suppress(psutil.Error):
                 process.kill()
-    assert sorted(killed_after) == sorted(expected), killed_after  # each write, once
+    assert len(set(killed_after)) == len(killed_after) and set(killed_after) <= set(expected)
+    assert len(killed_after) == (len(expected) if EVERY_WRITE else 3), killed_after
     assert page.incomplete_notebooks(folder) == []
     assert sweep.notebook03_results(loaded, shared) is not None
     assert page.write_report("ci", folder).exists()
@@ -732,10 +739,12 @@ def _kill_after_each_write(
     loaded: SweepSettings,
     shared: sweep_settings.Cell,
 ) -> None:
-    """`kit run 03` into `folder`, killed by the hook after its first result write, then after
-    its second, ... (each file written listed in `killed_after`), and a last run left to
-    finish; after each kill, the folder is marked incomplete and refused."""
-    for write in range(1, writes + 2):
+    """`kit run 03` into `folder`, killed by the hook after its first result write, a middle
+    one and its last (EVERY_WRITE: after each in turn; each file written listed in
+    `killed_after`), and a last run left to finish; after each kill, the folder is marked
+    incomplete and refused."""
+    kills = range(1, writes + 1) if EVERY_WRITE else sorted({1, (writes + 1) // 2, writes})
+    for write in [*kills, writes + 1]:
         (tmp_path / "killed_after.txt").unlink(missing_ok=True)
         log = tmp_path / f"kit-run-{write}.log"
         with log.open("w") as output:
