@@ -20,6 +20,7 @@ Every process the tests start runs with the instruction-set caps of
 
 from __future__ import annotations
 
+import ast
 import html
 import os
 import re
@@ -35,6 +36,7 @@ import nbformat
 import pytest
 from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
+from xdist.scheduler import LoadScopeScheduling
 
 from kit.core import machine
 
@@ -96,21 +98,57 @@ SLOW_NAMES = (
 NOTEBOOK_GROUP = "notebooks"
 
 
+def _notebook_group(item: pytest.Item) -> bool:
+    """Whether `item` writes or reads the notebooks' shared output folder (OUTPUT_ROOT)."""
+    fixtures = getattr(item, "fixturenames", ())
+    return item.path.suffix == ".ipynb" or any(name in fixtures for name in SLOW_FIXTURES)
+
+
+def _tests_reading_notebooks() -> dict[str, set[str]]:
+    """By test module, the tests that take a SLOW_FIXTURES fixture, read from the source: the
+    xdist controller schedules by test id and never collects, so it cannot ask the items."""
+    found: dict[str, set[str]] = {}
+    for module in TESTS_DIR.glob("test_*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if (
+                isinstance(node, ast.FunctionDef)
+                and node.name.startswith("test")
+                and {a.arg for a in node.args.args} & set(SLOW_FIXTURES)
+            ):
+                found.setdefault(module.name, set()).add(node.name)
+    return found
+
+
+class _NotebooksApart(LoadScopeScheduling):
+    """xdist's scheduling by module, with one group across modules: nbval's notebooks and the
+    tests reading their outputs (NOTEBOOK_GROUP), which one worker runs in turn, so that
+    runner_output runs each notebook once and nothing else writes OUTPUT_ROOT meanwhile."""
+
+    def __init__(self, config: pytest.Config, log: object = None) -> None:
+        super().__init__(config, log)
+        self.reading = _tests_reading_notebooks()
+
+    def _split_scope(self, nodeid: str) -> str:
+        path, _, test = nodeid.partition("::")
+        if path.endswith(".ipynb") or test.split("[")[0] in self.reading.get(Path(path).name, ()):
+            return NOTEBOOK_GROUP
+        return path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
+    """Two test processes (`-n 2` in pyproject.toml), scheduled by `_NotebooksApart`."""
+    return _NotebooksApart(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests the fast lane leaves out `slow` (see SLOW_MODULES), and give each test its
-    xdist group (`-n 2 --dist loadgroup` in pyproject.toml): the notebooks' (NOTEBOOK_GROUP) for
-    nbval's items and every test reading a notebook's outputs, else its module's, so that a
-    module's fixtures and its tests' order are what they are in one process."""
+    """Mark the tests the fast lane leaves out `slow` (see SLOW_MODULES)."""
     for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        notebooks = item.path.suffix == ".ipynb" or any(name in fixtures for name in SLOW_FIXTURES)
         if (
             item.path.name in SLOW_MODULES
-            or notebooks
+            or _notebook_group(item)
             or any(name in item.name for name in SLOW_NAMES)
         ):
             item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group(NOTEBOOK_GROUP if notebooks else item.path.name))
 
 
 @dataclass(frozen=True)
