@@ -104,43 +104,35 @@ def _notebook_group(item: pytest.Item) -> bool:
     return item.path.suffix == ".ipynb" or any(name in fixtures for name in SLOW_FIXTURES)
 
 
-def _test_sources() -> tuple[dict[str, set[str]], set[str]]:
-    """Read from the tests' source, since the xdist controller schedules by test id and never
-    collects: by module, the tests that take a SLOW_FIXTURES fixture; and the modules with a
-    module-scoped fixture."""
-    reading: dict[str, set[str]] = {}
-    module_fixtures: set[str] = set()
+def _tests_reading_notebooks() -> dict[str, set[str]]:
+    """By test module, the tests that take a SLOW_FIXTURES fixture, read from the source: the
+    xdist controller schedules by test id and never collects, so it cannot ask the items."""
+    found: dict[str, set[str]] = {}
     for module in TESTS_DIR.glob("test_*.py"):
-        source = module.read_text()
-        if 'scope="module"' in source:
-            module_fixtures.add(module.name)
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(ast.parse(module.read_text())):
             if (
                 isinstance(node, ast.FunctionDef)
                 and node.name.startswith("test")
                 and {a.arg for a in node.args.args} & set(SLOW_FIXTURES)
             ):
-                reading.setdefault(module.name, set()).add(node.name)
-    return reading, module_fixtures
+                found.setdefault(module.name, set()).add(node.name)
+    return found
 
 
 class _NotebooksApart(LoadScopeScheduling):
-    """xdist's scheduling of each test on its own (the two processes kept busy to the end),
-    but in groups a process runs in turn: nbval's notebooks and the tests reading their outputs
-    (NOTEBOOK_GROUP), so that runner_output runs each notebook once and nothing else writes
-    OUTPUT_ROOT meanwhile; and each module with a module-scoped fixture, built once. Larger
-    groups are handed out first."""
+    """xdist's scheduling by module, with one group across modules: nbval's notebooks and the
+    tests reading their outputs (NOTEBOOK_GROUP), which one worker runs in turn, so that
+    runner_output runs each notebook once and nothing else writes OUTPUT_ROOT meanwhile."""
 
     def __init__(self, config: pytest.Config, log: object = None) -> None:
         super().__init__(config, log)
-        self.reading, self.module_fixtures = _test_sources()
+        self.reading = _tests_reading_notebooks()
 
     def _split_scope(self, nodeid: str) -> str:
         path, _, test = nodeid.partition("::")
-        name = Path(path).name
-        if path.endswith(".ipynb") or test.split("[")[0] in self.reading.get(name, ()):
+        if path.endswith(".ipynb") or test.split("[")[0] in self.reading.get(Path(path).name, ()):
             return NOTEBOOK_GROUP
-        return path if name in self.module_fixtures else nodeid
+        return path
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
