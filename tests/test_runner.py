@@ -311,6 +311,11 @@ def papermill(*arguments: str) -> subprocess.CompletedProcess:
     )
 
 
+def ci_into(folder: Path) -> list[str]:
+    """papermill's options for the ci profile writing into `folder`."""
+    return ["-p", "profile", "ci", "-p", "output_dir", str(folder)]
+
+
 def papermill_cli(output: Path, yaml_text: str) -> subprocess.CompletedProcess:
     return papermill(
         str(NOTEBOOKS_DIR / "01_toy_counterexample.ipynb"),
@@ -380,12 +385,7 @@ def test_plain_papermill_sets_a_key_inside_a_section(
     result = papermill(
         str(tmp_path / "head.ipynb"),
         str(tmp_path / "ran.ipynb"),
-        "-p",
-        "profile",
-        "ci",
-        "-p",
-        "output_dir",
-        str(tmp_path / "ci"),
+        *ci_into(tmp_path / "ci"),
         *given,
     )
     profile, _ = params.load("03_time_concat", "ci")
@@ -427,12 +427,7 @@ def test_a_notebook_run_outside_kit_run_takes_back_kit_runs_parameters_record(
     result = papermill(
         str(NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"),
         str(tmp_path / "plain.ipynb"),
-        "-p",
-        "profile",
-        "ci",
-        "-p",
-        "output_dir",
-        str(tmp_path / "ci"),
+        *ci_into(tmp_path / "ci"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert not record.exists()
