@@ -141,8 +141,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScope
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests the fast lane leaves out `slow` (see SLOW_MODULES)."""
+    """Mark the tests the fast lane leaves out `slow` (see SLOW_MODULES); refuse a test that
+    reads the notebooks' outputs where the scheduler, reading the source, cannot see it."""
+    reading = _tests_reading_notebooks()
     for item in items:
+        name = getattr(item, "originalname", item.name)
+        if (
+            _notebook_group(item)
+            and item.path.suffix != ".ipynb"
+            and name not in reading.get(item.path.name, ())
+        ):
+            raise pytest.UsageError(
+                f"{item.nodeid} uses {' or '.join(SLOW_FIXTURES)} through another fixture: take "
+                "it as an argument of the test, so that the notebooks' group runs it in turn"
+            )
         if (
             item.path.name in SLOW_MODULES
             or _notebook_group(item)
