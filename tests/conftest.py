@@ -14,8 +14,9 @@ per session and in that order (`runner_output`), so that the one long run also s
 runner prints while it trains: 04 reuses 03's runs, and run first it would leave 03 nothing to
 train.
 
-Every process the tests start runs with the instruction-set caps of
-`kit.core.machine.REPRODUCIBLE_CPU`, so that the pinned results hold on any x86-64 processor.
+Every process the tests start runs in the kit's reproducible CPU numerics (kit.core.numerics,
+set by `import kit`), as users' runs do by default: the pinned results are the same bits on any
+x86-64 processor, core count or load (docs/reproducibility.md).
 """
 
 from __future__ import annotations
@@ -38,11 +39,8 @@ from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 from xdist.scheduler import LoadScopeScheduling
 
-from kit.core import machine
-
-# before anything loads torch: the pinned results hold on any x86-64 processor only with the
-# instruction-set caps (kit.core.machine.REPRODUCIBLE_CPU); kernels and workers inherit them
-os.environ.update(machine.reproducible_cpu_environment())
+# the pinned results are the reproducible mode's, whatever the user's shell says
+os.environ["TIMECAT_CPU_NUMERICS"] = "reproducible"
 
 from kit.cli import nbval_references, runner  # noqa: E402
 from kit.core.paths import REPO_ROOT  # noqa: E402

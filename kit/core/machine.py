@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import shutil
 import sys
 import sysconfig
@@ -20,6 +19,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from kit.core import numerics
 
 #: the loaders of a training run that keep workers (train, BN recalibration, evaluation)
 PERSISTENT_LOADERS = 3
@@ -173,8 +174,9 @@ def usable_cores() -> int:
 
 
 def describe() -> str:
-    """This machine in a few words: CPU model and usable cores, and the GPU when torch is loaded
-    and sees one (torch is not imported here: the kit's lower layers stay torch-free)."""
+    """This machine in a few words: CPU model and usable cores, the GPU when torch is loaded
+    and sees one (torch is not imported here: the kit's lower layers stay torch-free), and the
+    CPU numerics mode (kit.core.numerics)."""
     model = "unknown CPU"
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
@@ -188,23 +190,9 @@ def describe() -> str:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         text += f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-    return text
+    return f"{text}, CPU numerics {numerics.mode()}"
 
 
 def wall_seconds() -> float:
     """Seconds since this process started (a notebook's kernel: the notebook's wall time)."""
     return time.time() - psutil.Process().create_time()
-
-
-#: instruction-set caps under which CPU results do not depend on the processor: oneDNN's
-#: convolutions, ATen's vectorised kernels and MKL's BLAS all pick code paths by instruction set
-#: (AVX2, AVX-512, ...), whose float rounding differs, and training amplifies the difference
-#: (the ci profile's wide model on the mixture: 67.0 % capped at AVX2 on an AVX-512 machine and on
-#: an AVX2 one, 69.3 % uncapped on the AVX-512 one). Read when torch loads, so they must be in a
-#: process's environment before it starts.
-REPRODUCIBLE_CPU = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
-
-
-def reproducible_cpu_environment() -> dict[str, str]:
-    """`REPRODUCIBLE_CPU` on x86-64 machines (where the caps mean something), else nothing."""
-    return dict(REPRODUCIBLE_CPU) if platform.machine() in ("x86_64", "AMD64") else {}

@@ -9,21 +9,32 @@ docs/benchmarks.md, "Small work on one thread").
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import torch
+
+from kit.core import numerics
 
 
 @contextmanager
 def one_thread(small: bool = True) -> Iterator[None]:
     """Run the block on one intra-op thread when `small` (the caller's judgement that its
-    tensors are small and on the CPU), restoring the process's setting after it."""
-    if not small:
+    tensors are small and on the CPU), restoring the process's setting after it. In the
+    reproducible CPU numerics (kit.core.numerics) every block runs on one thread, whatever its
+    size: a reduction split over threads sums in another order on a machine of other cores."""
+    numerics.apply()
+    if not small and not numerics.reproducible():
         yield
         return
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(numerics.REPRODUCIBLE_THREADS if numerics.reproducible() else 1)
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def numerics_threads() -> AbstractContextManager[None]:
+    """The block on the intra-op threads the CPU numerics mode asks for (kit.core.numerics):
+    one in the reproducible mode, the process's own setting in the fast mode."""
+    return one_thread(small=False)

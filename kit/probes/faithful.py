@@ -32,6 +32,7 @@ from kit.core.distributed import Process, start_process
 from kit.core.files import atomic_write, file_hash
 from kit.core.param_errors import describe_errors
 from kit.core.params import ParameterError, read_yaml
+from kit.core.threads import numerics_threads
 from kit.data import kinds, pipeline
 from kit.data import workers as worker_start
 from kit.data.kinds.base import split_size
@@ -204,6 +205,7 @@ def run_faithful(
     with (
         locks.hold(output, "faithful probe") if main_process else contextlib.nullcontext(),
         waited,
+        numerics_threads(),
     ):
         result = faithful_probe(
             backbones,

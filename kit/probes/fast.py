@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from kit.core.threads import numerics_threads
 from kit.data.settings import DataSettings
 from kit.probes.base import FeatureProbe
 from kit.probes.devices import precision, probe_devices, shares, visible_gpus
@@ -171,7 +172,7 @@ def fast_probe(
     )
     places = spread_rows(rows, devices)
     heads = SpreadHeads(places, settings, num_classes)
-    with precision(devices, settings.tf32):
+    with precision(devices, settings.tf32), numerics_threads():
         history = pl.DataFrame(_train(heads, rows, settings, progress))
     if settings.select_from == "epochs":
         return ProbeResult(

@@ -62,6 +62,7 @@ from kit.core.distributed import Process, barrier, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
 from kit.core.processes import DONE
+from kit.core.threads import numerics_threads
 from kit.data import pipeline as kit_data
 from kit.train import checks, run_folder
 from kit.train.checkpoint import (
@@ -128,7 +129,7 @@ def train_run(
     trained again. Returns the run's output folder."""
     out = resolve(settings.output_dir)
     checks.check_machine(settings, process, out)
-    with run_folder.holding_run_folder(out, process):
+    with run_folder.holding_run_folder(out, process), numerics_threads():
         if run_folder.finished(settings, out, process):
             return out
         checks.check_ranks(settings, process)

@@ -1,0 +1,196 @@
+"""CPU numerics that give the same bits on any x86-64 machine, whatever its cores or load.
+
+Float addition is not associative, so a result depends on the order in which a library sums,
+and the libraries torch calls choose that order by machine: oneDNN's convolutions by instruction
+set and cache sizes, MKL's BLAS by instruction set (and, on a processor not made by Intel, it
+ignores a requested Intel branch), ATen's kernels by the widest vectors the CPU offers, and every
+threaded reduction by the number of threads. Seeded training amplifies a last-bit difference
+into points of accuracy. Capping the instruction set alone is not enough: two processors capped
+at AVX2 still disagreed (docs/reproducibility.md).
+
+In the `reproducible` mode (the default) the kit takes, for its numerics, only paths whose
+order of operations is fixed by the code and the shapes, not by the machine:
+- MKL runs its COMPATIBLE branch (SSE2 without the approximate reciprocals, whose results
+  differ between vendors), the one branch Intel documents as reproducible on processors of
+  other vendors (`MKL_CBWR=COMPATIBLE`; its AVX2 branch is ignored on AMD processors);
+- ATen's kernels and oneDNN's convolutions are held to AVX2 (`ATEN_CPU_CAPABILITY=avx2`,
+  `ONEDNN_MAX_CPU_ISA=AVX2`), which every x86-64 processor of the last decade has, Intel's and
+  AMD's alike, and whose instructions round exactly (no approximate reciprocals);
+- NNPACK is not used (it picks kernels by CPU);
+- every computation runs on one intra-op thread, so that no reduction is split by the core
+  count or by what runs beside it; the kit's speed comes from running several processes or
+  probes at once instead.
+Verified here by emulating other machines (docs/reproducibility.md): the same bits under other
+instruction-set limits, thread settings, one core and a competing load. Two limits remain and
+are stated there and in provenance: oneDNN promises identical results only on identical
+hardware (its AVX2 kernels are the same on every AVX2 processor, but that is not a documented
+guarantee), and a CPU without AVX2 or another architecture (ARM) runs other kernels. Running
+convolutions without oneDNN and ATen's portable kernels would remove the first at five times
+the training time (docs/decisions.md).
+
+The environment part must be in place before torch loads; `import kit` sets it (so `kit run`,
+its papermill kernels, `kit lab`'s kernels and every worker or Slurm job started from them
+inherit it), and `apply()` sets the in-process part where the kit computes. Setting
+`TIMECAT_CPU_NUMERICS=fast` turns all of it off: torch then uses the fastest paths this CPU
+offers, and results may differ in the last bits from another machine's, which training turns
+into points. What was in effect is recorded in every output folder's provenance (`in_effect`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+#: the switch: `reproducible` (the default) or `fast`
+SWITCH = "TIMECAT_CPU_NUMERICS"
+MODES = ("reproducible", "fast")
+#: read by ATen (its kernels' dispatch) and MKL (its branch) when they first run
+REPRODUCIBLE_ENVIRONMENT = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_CBWR": "COMPATIBLE",
+}
+#: intra-op threads of a process computing in the reproducible mode
+REPRODUCIBLE_THREADS = 1
+#: variables that change which code paths torch's CPU libraries take, recorded in provenance
+NUMERICS_VARIABLES = (
+    SWITCH,
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "ONEDNN_MAX_CPU_ISA",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
+#: the instruction-set extensions that decide which kernels a library may pick, widest first
+ISA_FLAGS = ("amx_tile", "avx512f", "avx2", "avx", "sse4_2")
+
+
+class NumericsError(ValueError):
+    """The switch holds a value the kit does not know."""
+
+
+def mode(environ: dict[str, str] | os._Environ[str] | None = None) -> str:
+    """The numerics mode asked for by the switch (`reproducible` when unset)."""
+    value = (environ if environ is not None else os.environ).get(SWITCH, "").strip().lower()
+    if value in ("", "1", "true", "on"):
+        return "reproducible"
+    if value in ("0", "false", "off"):
+        return "fast"
+    if value not in MODES:
+        raise NumericsError(
+            f"{SWITCH}={value!r}: expected one of {', '.join(MODES)} (docs/reproducibility.md)"
+        )
+    return value
+
+
+def reproducible() -> bool:
+    return mode() == "reproducible"
+
+
+def environment() -> dict[str, str]:
+    """The variables a process needs before torch loads, for this mode (none in `fast`, and
+    none off x86-64, where ATen and MKL take no instruction-set branch the kit could fix)."""
+    if mode() != "reproducible" or platform.machine() not in ("x86_64", "AMD64"):
+        return {}
+    return dict(REPRODUCIBLE_ENVIRONMENT)
+
+
+def prepare_environment() -> None:
+    """Put `environment()` into this process's environment (children inherit it). Called by
+    `import kit`, before anything of the kit loads torch."""
+    os.environ.update(environment())
+
+
+def apply() -> None:
+    """The in-process part, where the kit computes: in the reproducible mode, no NNPACK (the
+    thread count is set around each computation, kit.core.threads, so that the
+    process keeps its own setting). Idempotent; nothing in `fast` mode."""
+    if mode() != "reproducible":
+        return
+    import torch
+
+    torch.backends.nnpack.set_flags(False)
+
+
+def cpu_model() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def best_isa() -> str:
+    """The widest instruction-set extension of ISA_FLAGS this CPU has (Linux), else unknown."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return "unknown"
+    for line in cpuinfo.read_text().splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            return next((flag for flag in ISA_FLAGS if flag in flags), "baseline")
+    return "unknown"
+
+
+def in_effect() -> dict[str, Any]:
+    """What decides the CPU numerics of this process's computations: the mode, the CPU, the
+    relevant variables, the kernels ATen dispatches to, oneDNN's and NNPACK's use and the
+    intra-op threads of a computation. `reproducible` is true only where every part of the mode
+    is in effect (`not_in_effect` says what is missing)."""
+    record: dict[str, Any] = {
+        "mode": mode(),
+        "cpu": cpu_model(),
+        "machine": platform.machine(),
+        "cpu_isa": best_isa(),
+        "variables": {name: os.environ[name] for name in NUMERICS_VARIABLES if name in os.environ},
+    }
+    import torch
+
+    apply()
+    record |= {
+        "aten_capability": torch.backends.cpu.get_cpu_capability(),
+        "onednn": bool(torch.backends.mkldnn.enabled),
+        "nnpack": bool(torch._C._get_nnpack_enabled()),
+        "compute_threads": (
+            REPRODUCIBLE_THREADS if mode() == "reproducible" else torch.get_num_threads()
+        ),
+    }
+    record["not_in_effect"] = _not_in_effect(record) if mode() == "reproducible" else []
+    record["reproducible"] = mode() == "reproducible" and not record["not_in_effect"]
+    return record
+
+
+def _not_in_effect(record: dict[str, Any]) -> list[str]:
+    """The parts of the reproducible mode this process lacks, each in a few words."""
+    missing = [
+        f"{name} is {record['variables'].get(name, 'unset')}, not {value}"
+        for name, value in environment().items()
+        if record["variables"].get(name) != value
+    ]
+    if environment() and record["aten_capability"] != "AVX2":
+        missing.append(
+            f"ATen runs its {record['aten_capability']} kernels (the CPU lacks AVX2, or torch "
+            "ran an operation before the kit set the environment)"
+        )
+    if record["nnpack"]:
+        missing.append("NNPACK is on")
+    return missing
+
+
+def describe(record: dict[str, Any] | None = None) -> str:
+    """`in_effect()` in one line, as `kit check` and the run summaries print it."""
+    record = record or in_effect()
+    parts = [f"CPU numerics: {record['mode']}", f"{record['cpu']} ({record['cpu_isa']})"]
+    parts.append(
+        f"ATen {record['aten_capability']}, oneDNN {'on' if record['onednn'] else 'off'}, "
+        f"{record['compute_threads']} intra-op thread(s) a computation"
+    )
+    caps = ", ".join(f"{k}={v}" for k, v in record["variables"].items() if k != SWITCH)
+    parts.append(caps or "no caps")
+    if record["not_in_effect"]:
+        parts.append("not in effect: " + "; ".join(record["not_in_effect"]))
+    return "; ".join(parts)
