@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from kit.cli import launch, nbval_references, reference, runner
-from kit.core import params
+from kit.core import numerics, params
 from kit.report import page
 
 
@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{planned.notebook.name}: parameters, data, checkpoints and output "
                     f"folders valid for profile {args.profile}"
                 )
+            print(numerics.describe())
             return 0
     except params.ParameterError as error:
         print(f"error: {error}", file=sys.stderr)

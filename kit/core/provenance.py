@@ -1,4 +1,6 @@
-"""What produced an output: the kit's commit, the resolved package versions, the machine.
+"""What produced an output: the kit's commit, the resolved package versions, the machine and
+the CPU numerics its computations ran under (kit.core.numerics: mode, CPU model, instruction
+set, caps, threads, and what of the reproducible mode was not in effect).
 
 `python -m kit run` writes `<notebook>.provenance.json` beside each executed notebook and its
 `<notebook>.parameters.yaml`; the trainer appends one record per start (first start and every
@@ -18,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from kit.core import numerics
 from kit.core.files import atomic_write
 from kit.core.paths import REPO_ROOT
 
@@ -60,6 +63,7 @@ def record() -> dict[str, Any]:
         "command": sys.argv,
         "written": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "packages": packages(),
+        "cpu_numerics": numerics.in_effect(),
     }
 
 

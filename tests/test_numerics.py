@@ -1,0 +1,132 @@
+"""The reproducible CPU numerics (kit.core.numerics): the switch, what `import kit` sets, what
+provenance and `kit check` say, and the same bits from a training step under other emulated
+machines (instruction-set limits, thread settings, one core), where the fast mode differs."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from kit.core import numerics, provenance
+from kit.core.paths import REPO_ROOT
+
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+#: a few SGD steps of the kit's smallest network on fixed data, in a fresh process; prints the
+#: weights' hash and the process's numerics record
+STEP = """
+import hashlib, json
+import kit, torch
+from kit import models
+from kit.core import numerics
+from kit.core.threads import numerics_threads
+torch.manual_seed(0)
+model = models.build("resnet10", 10, width=0.125, image_size=16)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+generator = torch.Generator().manual_seed(1)
+x = torch.randn(32, 3, 16, 16, generator=generator)
+y = torch.randint(0, 10, (32,), generator=generator)
+with numerics_threads():
+    for _ in range(5):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
+print(json.dumps({"hash": digest.hexdigest(), "numerics": numerics.in_effect()}))
+"""
+
+
+def step(env: dict[str, str], cores: str | None = None) -> dict:
+    clean = {k: v for k, v in os.environ.items() if k not in numerics.NUMERICS_VARIABLES}
+    command = [sys.executable, "-c", STEP]
+    if cores is not None:
+        command = ["taskset", "-c", cores, *command]
+    done = subprocess.run(
+        command,
+        env=clean | {"PYTHONPATH": str(REPO_ROOT)} | env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_switch_reads_two_modes_and_refuses_others() -> None:
+    assert numerics.mode({}) == "reproducible"
+    assert numerics.mode({numerics.SWITCH: "fast"}) == "fast"
+    assert numerics.mode({numerics.SWITCH: "0"}) == "fast"
+    assert numerics.mode({numerics.SWITCH: " Reproducible "}) == "reproducible"
+    with pytest.raises(numerics.NumericsError, match="TIMECAT_CPU_NUMERICS='quick'"):
+        numerics.mode({numerics.SWITCH: "quick"})
+
+
+@pytest.mark.skipif(not X86, reason="the caps are x86-64's")
+def test_importing_the_kit_puts_the_caps_in_the_environment_and_fast_leaves_it_alone() -> None:
+    names = "'MKL_CBWR', 'ATEN_CPU_CAPABILITY'"
+    code = f"import os, kit; print(*(os.environ.get(k) for k in ({names})))"
+    clean = {k: v for k, v in os.environ.items() if k not in numerics.NUMERICS_VARIABLES}
+    for extra, expected in (({}, "COMPATIBLE avx2"), ({numerics.SWITCH: "fast"}, "None None")):
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env=clean | {"PYTHONPATH": str(REPO_ROOT)} | extra,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert done.stdout.strip() == expected
+
+
+def test_provenance_and_the_record_say_what_was_in_effect() -> None:
+    record = provenance.record()["cpu_numerics"]
+    assert record["mode"] == "reproducible"  # the tests run in it (conftest)
+    assert record["cpu"] and record["cpu_isa"]
+    if X86:
+        assert record["reproducible"], record["not_in_effect"]
+        assert record["aten_capability"] == "AVX2" and record["compute_threads"] == 1
+        assert record["variables"]["MKL_CBWR"] == "COMPATIBLE"
+    line = numerics.describe(record)
+    assert line.startswith("CPU numerics: reproducible;") and record["cpu"] in line
+
+
+def test_a_part_missing_is_named() -> None:
+    record = numerics.in_effect() | {"variables": {}, "aten_capability": "AVX512"}
+    missing = numerics._not_in_effect(record)
+    if X86:
+        assert any("MKL_CBWR is unset" in m for m in missing)
+        assert any("ATen runs its AVX512 kernels" in m for m in missing)
+
+
+def test_kit_check_prints_the_numerics() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "kit", "check", "01", "--profile", "ci"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "CPU numerics: reproducible;" in done.stdout
+
+
+@pytest.mark.skipif(not X86, reason="the caps are x86-64's")
+def test_a_training_step_gives_the_same_bits_on_emulated_machines_and_fast_mode_does_not() -> None:
+    """The reproducible mode under an MKL limited to AVX2 with two threads asked for, and on one
+    core: the same weights. The fast mode at ATen's AVX2 against its portable kernels: other
+    weights, so the comparison can fail."""
+    reference = step({})
+    assert reference["numerics"]["reproducible"]
+    assert (
+        step({"MKL_ENABLE_INSTRUCTIONS": "AVX2", "OMP_NUM_THREADS": "2"})["hash"]
+        == (reference["hash"])
+    )
+    assert step({}, cores="0")["hash"] == reference["hash"]
+    fast = {numerics.SWITCH: "fast", "OMP_NUM_THREADS": "1"}
+    assert (
+        step(fast | {"ATEN_CPU_CAPABILITY": "avx2"})["hash"]
+        != (step(fast | {"ATEN_CPU_CAPABILITY": "default"})["hash"])
+    )
