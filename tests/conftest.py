@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import ast
 import html
+import json
+import math
 import os
 import re
 import shutil
@@ -136,6 +138,20 @@ class _NotebooksApart(LoadScopeScheduling):
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
     """Two test processes (`-n 2` in pyproject.toml), scheduled by `_NotebooksApart`."""
     return _NotebooksApart(config, log)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say at the end what the pinned results were checked against and within which bounds
+    (tests/test_reproducibility.py checks that the pins and bounds are these)."""
+    spread = json.loads((REPO_ROOT / "docs" / "data" / "cpu_spread.json").read_text())
+    moves = spread["spread"]["largest_move"]
+    terminalreporter.write_line(
+        f"pinned results: the reproducible CPU numerics' values of docs/data/cpu_spread.json "
+        f"({spread['machine']}, {len(spread['runs'])} configurations), each within "
+        f"{math.ceil(max(moves.values()) * 2) / 2:g} points, the largest move measured there "
+        f"(reproducible mode {moves.get('reproducible', 0):g}, fast mode {moves.get('fast', 0):.2f}"
+        "); every claim's outcome exactly, as every reproducible configuration gave it"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import polars as pl
 import pytest
 
 from kit.cli import runner
+from kit.core.paths import REPO_ROOT
 from kit.experiments import toy_summary
 from kit.report import outputs
 
@@ -75,23 +82,36 @@ def test_notebook_01_key_results(notebook_outputs) -> None:
             assert (folder / f"toy_{name}.{fmt}").stat().st_size > 0
 
 
-#: notebook 03's ci-profile Table 3 (top-1 %, mean over 2 replicates, held-out rule) as measured
-#: when the experiment was last changed; seeded CPU runs reproduce them up to floating-point noise
+#: notebook 03's ci-profile Table 3 (top-1 %, mean over 2 replicates, held-out rule): the
+#: reference values of docs/data/cpu_spread.json (benchmarks/cpu_spread.py), the reproducible CPU
+#: numerics' on any machine. A change to the experiment or its parameters that moves them must
+#: rerun that benchmark and update them here, on purpose (tests/test_reproducibility.py checks
+#: both agree)
 PINNED_03 = {
-    ("cat1", "mixture"): 62.3,
-    ("cat1", "shape"): 17.0,
-    ("cat1", "position"): 34.8,
+    ("cat1", "mixture"): 63.1,
+    ("cat1", "shape"): 16.0,
+    ("cat1", "position"): 35.7,
     ("cat2", "mixture"): 42.4,
     ("cat2", "shape"): 14.3,
-    ("cat2", "position"): 26.6,
-    ("wide1", "mixture"): 67.0,
-    ("wide1", "shape"): 18.6,
-    ("wide1", "position"): 43.2,
+    ("cat2", "position"): 26.4,
+    ("wide1", "mixture"): 70.9,
+    ("wide1", "shape"): 19.5,
+    ("wide1", "position"): 43.4,
     ("random2", "mixture"): 14.5,
     ("random2", "shape"): 10.0,
     ("random2", "position"): 11.1,
     ("direct", "shape"): 18.4,
 }
+
+
+#: each pin's bound, in points: the largest move of any pinned value across the configurations
+#: of docs/data/cpu_spread.json (the fast mode's; the reproducible mode moved none), up to half a
+#: point. In the reproducible numerics another machine gives the same bits; the bound covers one
+#: whose libraries took another path, at worst as the fast mode did there
+TOLERANCE = 3.5
+#: each claim's outcome, the same in every reproducible configuration of
+#: docs/data/cpu_spread.json (the fast mode changed some there)
+PINNED_03_OUTCOMES = {"time-concat": "contradicted", "bottleneck": "reproduced"}
 
 
 def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
@@ -105,7 +125,7 @@ def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     }
     assert measured.keys() == PINNED_03.keys()
     for key, value in PINNED_03.items():
-        assert measured[key] == pytest.approx(value, abs=1.0), key
+        assert measured[key] == pytest.approx(value, abs=TOLERANCE), key
     # the first replicate's fast probes were refitted by L-BFGS (lbfgs_check), the others not
     results = pl.read_parquet(folder / "time_concat_results.parquet")
     checked = results.filter(pl.col("lbfgs_top1").is_not_null())
@@ -121,10 +141,34 @@ def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     verdicts = pl.read_parquet(folder / "time_concat_verdicts.parquet")
     assert verdicts["claim"].unique(maintain_order=True).to_list() == ["time-concat", "bottleneck"]
     assert verdicts["low"].min() >= -100 and verdicts["high"].max() <= 100
-    assert {c["status"] for c in summary["claims"]} <= {
-        "reproduced",
-        "contradicted",
-        "inconclusive",
-    }
+    assert {c["claim"]: c["status"] for c in summary["claims"]} == PINNED_03_OUTCOMES
     assert all("detectable at 80% power" in c["line"] for c in summary["claims"])
     assert summary["ran"].startswith("What ran: profile ci;") and "2 replicates" in summary["ran"]
+
+
+#: another machine, as far as one machine can emulate it: one core, two threads asked for, an
+#: MKL without AVX-512 (docs/reproducibility.md)
+OTHER_MACHINE = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "OMP_NUM_THREADS": "2"}
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset (util-linux) is missing")
+def test_notebook_03_gives_the_same_bits_on_an_emulated_other_machine(
+    notebook_outputs, tmp_path: Path
+) -> None:
+    """The reproducible CPU numerics: notebook 03's ci results on one core (one training worker
+    instead of two) with other thread and instruction-set settings are the suite's own, bit for
+    bit."""
+    folder = notebook_outputs("03_time_concat", "time_concat_results.parquet")
+    done = subprocess.run(
+        ["taskset", "-c", "0", sys.executable, "-m", "kit", "run", "03", "--profile", "ci"]
+        + ["--set", f"output_dir={tmp_path}", "--set", "launch.workers=1"],
+        cwd=REPO_ROOT,
+        env=os.environ | OTHER_MACHINE,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    for name in ("time_concat_results.parquet", "time_concat_verdicts.parquet"):
+        assert pl.read_parquet(tmp_path / name).equals(pl.read_parquet(folder / name)), name

@@ -290,39 +290,41 @@ def test_the_paper_and_the_kit_side_by_side_with_their_regime() -> None:
     assert mine.height and mine["regime"].null_count() == mine.height
 
 
-#: notebook 04's ci-profile results (top-1 %, mean over 2 replicates, held-out rule, world 0) as
-#: measured when the sweep was last changed; seeded CPU runs reproduce them up to floating-point
-#: noise. A change to the sweep or its parameters that moves them must update them here, on purpose
+#: notebook 04's ci-profile results (top-1 %, mean over 2 replicates, held-out rule, world 0): the
+#: reference values of docs/data/cpu_spread.json, the reproducible CPU numerics' on any machine. A
+#: change to the sweep or its parameters that moves them must rerun benchmarks/cpu_spread.py and
+#: update them here, on purpose
 PINNED_04 = {
     (20, "cat1", "mixture"): 36.5,
     (20, "cat1", "shape"): 13.7,
     (20, "cat1", "position"): 23.0,
-    (20, "cat2", "mixture"): 21.7,
+    (20, "cat2", "mixture"): 21.9,
     (20, "cat2", "shape"): 13.9,
     (20, "cat2", "position"): 21.1,
-    (20, "wide1", "mixture"): 37.3,
-    (20, "wide1", "shape"): 13.3,
-    (20, "wide1", "position"): 26.0,
+    (20, "wide1", "mixture"): 38.7,
+    (20, "wide1", "shape"): 13.5,
+    (20, "wide1", "position"): 24.2,
     (20, "random2", "mixture"): 14.5,
     (20, "random2", "shape"): 10.0,
     (20, "random2", "position"): 11.1,
-    (40, "cat1", "mixture"): 62.3,
-    (40, "cat1", "shape"): 17.0,
-    (40, "cat1", "position"): 34.8,
+    (40, "cat1", "mixture"): 63.1,
+    (40, "cat1", "shape"): 16.0,
+    (40, "cat1", "position"): 35.7,
     (40, "cat2", "mixture"): 42.4,
     (40, "cat2", "shape"): 14.3,
-    (40, "cat2", "position"): 26.6,
-    (40, "wide1", "mixture"): 67.0,
-    (40, "wide1", "shape"): 18.6,
-    (40, "wide1", "position"): 43.2,
+    (40, "cat2", "position"): 26.4,
+    (40, "wide1", "mixture"): 70.9,
+    (40, "wide1", "shape"): 19.5,
+    (40, "wide1", "position"): 43.4,
     (40, "random2", "mixture"): 14.5,
     (40, "random2", "shape"): 10.0,
     (40, "random2", "position"): 11.1,
 }
-#: each ci cell's claim outcome, and the statement over the budget: two replicates of 40
-#: iterations cannot tell (every interval is wide), and two inconclusive budgets place no
-#: crossover
-PINNED_04_CELLS = {20: "inconclusive", 40: "inconclusive"}
+#: each pin's bound, in points, as notebook 03's (tests/test_notebook_results.py, TOLERANCE)
+TOLERANCE = 3.5
+#: each ci cell's claim outcome, and the statement over the budget, the same in every
+#: reproducible configuration of docs/data/cpu_spread.json (the fast mode changed some there)
+PINNED_04_CELLS = {20: 'inconclusive', 40: 'contradicted'}
 PINNED_04_STATUS = "inconclusive"
 
 
@@ -338,7 +340,7 @@ def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     }
     assert measured.keys() == PINNED_04.keys()
     for key, value in PINNED_04.items():
-        assert measured[key] == pytest.approx(value, abs=1.0), key
+        assert measured[key] == pytest.approx(value, abs=TOLERANCE), key
     summary = outputs.read_json(folder / "sweep_summary.json")
     assert {cell["budget"]: cell["status"] for cell in summary["cells"]} == PINNED_04_CELLS
     assert summary["claim"]["status"] == PINNED_04_STATUS

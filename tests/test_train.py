@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 import yaml
 
 from kit import models
@@ -191,20 +192,37 @@ def test_batchnorm_recalibration_at_x_is_needed_and_sufficient(tmp_path: Path) -
     for name, tensor in stale["model"].items():
         if "running" not in name and "num_batches" not in name:
             assert torch.equal(tensor, fresh["model"][name]), name
+    # needed: the running statistics training left behind are not the weights' own, and
+    # evaluating with them costs loss. How much depends on the trajectory, which moves with the
+    # CPU's numerics: stale / fresh eval loss was 1.06 to 2.10 over the reproducible mode and
+    # five fast-mode configurations (instruction sets, threads; docs/reproducibility.md), and
+    # accuracy -3 to +15 points, so the direction of the loss and the drift of the statistics
+    # (34 to 210 times the recalibrated variance at the worst layer) are asserted, not a ratio
     stale_eval, fresh_eval = (read_metrics(runs[b]).row(-1, named=True) for b in (0, 4))
-    assert stale_eval["eval_loss"] > 1.5 * fresh_eval["eval_loss"]
-    assert stale_eval["eval_accuracy"] < fresh_eval["eval_accuracy"] - 0.04
+    assert stale_eval["eval_loss"] > fresh_eval["eval_loss"]
+    variances = [
+        (stale["model"][name], fresh["model"][name])
+        for name in stale["model"]
+        if name.endswith("running_var")
+    ]
+    drift = max(((s - f).abs() / f).max().item() for s, f in variances)
+    assert drift > 0.1
 
     cfg = TrainSettings(**settings(tmp_path, width=0.25))
     model = models.build(cfg.model, cfg.num_classes, cfg.width, image_size=16)
     model.load_state_dict(fresh["model"])
     run_data = data.build(cfg.data, cfg.num_classes, cfg.seed, 128, 0, 1, 0, 0, False)
+    correct, loss = 0, 0.0
     with torch.no_grad():
-        correct = sum(
-            (model.train()(x).argmax(1) == y).sum().item()
-            for x, y in prefetch.DeviceBatches(run_data.eval, torch.device("cpu"))
-        )
-    assert fresh_eval["eval_accuracy"] == pytest.approx(correct / run_data.num_eval, abs=0.03)
+        for x, y in prefetch.DeviceBatches(run_data.eval, torch.device("cpu")):
+            logits = model.train()(x)
+            correct += (logits.argmax(1) == y).sum().item()
+            loss += F.cross_entropy(logits, y, reduction="sum").item()
+    # sufficient: the recalibrated statistics evaluate as the eval batches' own do. Over the
+    # five numerics configurations above the losses differed by 0.4 to 5 % and the accuracies
+    # by 0 to 3.9 points (256 images: 0.4 points each); the bounds are twice those
+    assert fresh_eval["eval_loss"] == pytest.approx(loss / run_data.num_eval, rel=0.1)
+    assert fresh_eval["eval_accuracy"] == pytest.approx(correct / run_data.num_eval, abs=0.08)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,258 @@
+"""How far the ci profile's results move across the machines one machine can emulate.
+
+Runs notebooks 03 and 04 with the ci profile (`python -m kit run 03 04 --profile ci`) once per
+configuration: the reproducible CPU numerics (kit.core.numerics) as they are, repeated, under
+other instruction-set limits, thread settings, one core and a competing load; then the fast mode
+at this CPU's best instruction set and capped lower. For every value the pinned tests check
+(notebook 03's Table 3, notebook 04's accuracies by budget) it records each configuration's
+figure, and for every claim its outcome. Writes the JSON `--out` (docs/data/cpu_spread.json by
+default) and prints the tables docs/reproducibility.md carries (`python -m kit figures` puts
+them there; the tests check that the page and the JSON agree, and that the pinned values are
+this JSON's).
+
+    .venv/bin/python benchmarks/cpu_spread.py                      # every configuration, ~12 min
+    .venv/bin/python benchmarks/cpu_spread.py --only reproducible fast --out /tmp/spread.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from kit.cli import figures
+from kit.core import numerics
+from kit.core.paths import REPO_ROOT
+from kit.report import outputs
+
+DEFAULT_OUT = figures.DATA / "cpu_spread.json"
+FAST = {numerics.SWITCH: "fast"}
+#: notebook 04's rows of the held-out rule (the rule both notebooks' tables read in ci)
+RULE = "heldout"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One emulated machine: variables added to the run's environment, the cores it is pinned
+    to (taskset; one core runs one training worker at a time, as `kit run` asks there) and
+    whether a busy process per core competes with it."""
+
+    name: str
+    what: str
+    env: dict[str, str] = field(default_factory=dict)
+    cores: str | None = None
+    load: bool = False
+
+    def commands(self, out: Path) -> list[list[str]]:
+        """The `kit run` commands: both notebooks in one, or on one core each with one training
+        worker (notebook 04 sets notebook 03's settings through its `overrides`)."""
+        run = [sys.executable, "-m", "kit", "run"]
+        where = ["--profile", "ci", "--set", f"output_dir={out}"]
+        if self.cores is None:
+            return [[*run, "03", "04", *where]]
+        pinned = ["taskset", "-c", self.cores, *run]
+        return [
+            [*pinned, "03", *where, "--set", "launch.workers=1"],
+            [*pinned, "04", *where, "--set", "overrides.launch.workers=1"],
+        ]
+
+    @property
+    def mode(self) -> str:
+        return numerics.mode(self.env)
+
+
+CONFIGS = (
+    Config("reproducible", "the default, as it is"),
+    Config("repeat", "the same again"),
+    Config("mkl-avx2", "MKL limited to AVX2 (no AVX-512)", {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}),
+    Config("mkl-sse4.2", "MKL limited to SSE4.2", {"MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}),
+    Config("threads-2", "OMP_NUM_THREADS=2 asked for", {"OMP_NUM_THREADS": "2"}),
+    Config("one-core", "pinned to one core, one training worker", cores="0"),
+    Config("loaded", "a busy process on every core beside it", load=True),
+    Config("fast", "fast mode, this CPU's best instruction set", FAST),
+    Config(
+        "fast-avx2",
+        "fast mode capped at AVX2 (ATen, oneDNN, MKL's AVX2 branch)",
+        FAST | {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"},
+    ),
+    Config(
+        "fast-sse4.1",
+        "fast mode capped at SSE4.1 (ATen's portable kernels, MKL COMPATIBLE)",
+        FAST
+        | {
+            "ATEN_CPU_CAPABILITY": "default",
+            "ONEDNN_MAX_CPU_ISA": "SSE41",
+            "MKL_CBWR": "COMPATIBLE",
+        },
+    ),
+    Config("fast-one-core", "fast mode on one core", FAST, cores="0"),
+)
+
+
+def values(folder03: Path, folder04: Path) -> dict[str, float]:
+    """The figures the pinned tests check, in %: notebook 03's Table 3 means (`03 VARIANT
+    TASK`) and notebook 04's mean accuracy by budget (`04 BUDGET VARIANT TASK`)."""
+    table = pl.read_parquet(folder03 / "time_concat_table3.parquet")
+    found = {
+        f"03 {row['variant']} {task}": row[f"{task} mean"]
+        for row in table.iter_rows(named=True)
+        for task in ("mixture", "shape", "position")
+        if row.get(f"{task} mean") is not None
+    }
+    results = pl.read_parquet(folder04 / "sweep_results.parquet").filter(pl.col("rule") == RULE)
+    means = (
+        results.group_by("budget", "variant", "task")
+        .agg(pl.col("top1").mean())
+        .sort("budget", "variant", "task")
+    )
+    for row in means.iter_rows(named=True):
+        found[f"04 {row['budget']} {row['variant']} {row['task']}"] = 100 * row["top1"]
+    return found
+
+
+def outcomes(folder03: Path, folder04: Path) -> dict[str, str]:
+    """Every claim's outcome: notebook 03's claims, notebook 04's cells and its claim."""
+    summary03 = outputs.read_json(folder03 / "time_concat_summary.json")
+    summary04 = outputs.read_json(folder04 / "sweep_summary.json")
+    found = {f"03 {claim['claim']}": claim["status"] for claim in summary03["claims"]}
+    found |= {f"04 budget {cell['budget']}": cell["status"] for cell in summary04["cells"]}
+    found["04 claim"] = summary04["claim"]["status"]
+    return found
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+@contextmanager
+def competing_load(on: bool) -> Iterator[None]:
+    """A busy process on every core this process may use, for the block."""
+    busy = [
+        multiprocessing.Process(target=_spin, daemon=True)
+        for _ in range(len(os.sched_getaffinity(0)) if on else 0)
+    ]
+    for process in busy:
+        process.start()
+    try:
+        yield
+    finally:
+        for process in busy:
+            process.kill()
+            process.join()
+
+
+def finished(out: Path) -> bool:
+    """Whether `out` holds both notebooks' complete results (a kept folder is not run again)."""
+    return all((out / f"{name}.provenance.json").is_file() for name in NOTEBOOKS) and not any(
+        out.glob("*.incomplete")
+    )
+
+
+NOTEBOOKS = ("03_time_concat", "04_when_concat_helps")
+
+
+def run(config: Config, out: Path) -> dict[str, Any]:
+    """Notebooks 03 and 04 of the ci profile under `config`, into `out` (read back where a kept
+    folder already holds them); their values."""
+    env = {k: v for k, v in os.environ.items() if k not in numerics.NUMERICS_VARIABLES}
+    if not finished(out):
+        with competing_load(config.load):
+            for command in config.commands(out):
+                done = subprocess.run(
+                    command, env=env | config.env, cwd=REPO_ROOT, capture_output=True, text=True
+                )
+                if done.returncode != 0:
+                    raise SystemExit(
+                        f"{config.name}: kit run failed\n{done.stdout[-3000:]}{done.stderr}"
+                    )
+    records = [json.loads((out / f"{n}.provenance.json").read_text()) for n in NOTEBOOKS]
+    provenance = records[0]
+    return {
+        "what": config.what,
+        "mode": config.mode,
+        "env": config.env,
+        "cores": config.cores,
+        "load": config.load,
+        "wall_s": round(sum(r["wall_s"] for r in records), 1),
+        "cpu_numerics": provenance["cpu_numerics"],
+        "values": values(out, out),
+        "outcomes": outcomes(out, out),
+    }
+
+
+def spread(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per value, the reproducible mode's figure and the largest move in each mode; whether
+    every configuration of a mode gave the same bits and the first configuration's outcomes."""
+    reference = runs[next(iter(runs))]["values"]
+    by_mode: dict[str, dict[str, list[float]]] = {}
+    for result in runs.values():
+        for key, value in result["values"].items():
+            by_mode.setdefault(result["mode"], {}).setdefault(key, []).append(value)
+    moves = {
+        mode: {key: max(abs(v - reference[key]) for v in found) for key, found in table.items()}
+        for mode, table in by_mode.items()
+    }
+    return {
+        "reference": reference,
+        "largest_move": {mode: max(table.values()) for mode, table in moves.items()},
+        "moves": moves,
+        "identical_within_mode": {
+            mode: all(len(set(found)) == 1 for found in table.values())
+            for mode, table in by_mode.items()
+        },
+        "same_outcomes": {
+            mode: all(
+                result["outcomes"] == runs[next(iter(runs))]["outcomes"]
+                for result in runs.values()
+                if result["mode"] == mode
+            )
+            for mode in by_mode
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", help="configurations to run (default: all)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--keep", type=Path, help="keep the output folders here")
+    args = parser.parse_args()
+    chosen = [c for c in CONFIGS if not args.only or c.name in args.only]
+    from kit.core import provenance
+
+    with tempfile.TemporaryDirectory() as scratch:
+        root = args.keep or Path(scratch)
+        runs = {}
+        for config in chosen:
+            print(f"{config.name}: {config.what} ...", flush=True)
+            runs[config.name] = run(config, root / config.name)
+            print(f"  {runs[config.name]['wall_s']:.0f} s", flush=True)
+    record = {
+        "machine": numerics.cpu_model(),
+        "cpu_isa": numerics.best_isa(),
+        "cores": len(os.sched_getaffinity(0)),
+        "kit_commit": provenance.commit(),
+        "written": time.strftime("%Y-%m-%d"),
+        "runs": runs,
+        "spread": spread(runs),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    print(figures.cpu_spread(args.out))
+
+
+if __name__ == "__main__":
+    main()

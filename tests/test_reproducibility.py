@@ -1,0 +1,79 @@
+"""The figures docs/ quotes are the recorded ones, and the pinned results are the recorded
+spread's (benchmarks/cpu_spread.py, docs/data/cpu_spread.json): the same bits in every
+reproducible configuration, the same outcomes in every configuration, pins equal to its
+reference values and tolerances that cover the largest move it measured."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import test_notebook_results as results03
+import test_sweep as results04
+
+from kit.cli import figures
+from kit.core.paths import REPO_ROOT
+
+SPREAD = json.loads((figures.DATA / "cpu_spread.json").read_text())
+
+
+def test_the_docs_figures_are_their_recorded_sources() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "kit", "figures", "--check"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_stale_block_is_named(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("before\n<!-- figures: cpu-spread -->\nold figures\n<!-- /figures -->\nafter\n")
+    monkeypatch.setattr(figures, "DOCS", tmp_path)
+    assert figures.command(check=True) == 1
+    assert figures.command(check=False) == 0
+    text = page.read_text()
+    assert "old figures" not in text and SPREAD["machine"] in text
+    assert text.startswith("before\n") and text.endswith("<!-- /figures -->\nafter\n")
+    assert figures.command(check=True) == 0
+    page.write_text("<!-- figures: no-such-block -->\n<!-- /figures -->\n")
+    assert figures.command(check=True) == 2
+
+
+def test_the_reproducible_mode_gave_the_same_bits_and_every_mode_the_same_outcomes() -> None:
+    runs = SPREAD["runs"]
+    modes = {run["mode"] for run in runs.values()}
+    assert modes == {"reproducible", "fast"}
+    assert SPREAD["spread"]["identical_within_mode"]["reproducible"]
+    assert SPREAD["spread"]["same_outcomes"]["reproducible"]
+    reproducible = [run for run in runs.values() if run["mode"] == "reproducible"]
+    assert len(reproducible) >= 5
+    assert all(run["cpu_numerics"]["reproducible"] for run in reproducible)
+    # the fast mode did move values: the comparison can fail
+    assert SPREAD["spread"]["largest_move"]["fast"] > 0
+
+
+def _pins() -> dict[str, float]:
+    pins = {f"03 {variant} {task}": value for (variant, task), value in results03.PINNED_03.items()}
+    pins |= {f"04 {b} {v} {t}": value for (b, v, t), value in results04.PINNED_04.items()}
+    return pins
+
+
+def test_the_pins_are_the_recorded_reference_and_their_bounds_cover_the_measured_moves() -> None:
+    reference = SPREAD["spread"]["reference"]
+    assert _pins().keys() == reference.keys()
+    for key, value in _pins().items():
+        assert value == pytest.approx(reference[key], abs=0.05), key
+    largest = max(SPREAD["spread"]["largest_move"].values())
+    for bound in (results03.TOLERANCE, results04.TOLERANCE):
+        assert bound == math.ceil(largest * 2) / 2  # the largest move, up to half a point
+    outcomes = SPREAD["runs"][next(iter(SPREAD["runs"]))]["outcomes"]
+    pinned = {f"03 {claim}": status for claim, status in results03.PINNED_03_OUTCOMES.items()}
+    pinned |= {f"04 budget {b}": status for b, status in results04.PINNED_04_CELLS.items()}
+    pinned["04 claim"] = results04.PINNED_04_STATUS
+    assert pinned == outcomes
