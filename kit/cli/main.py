@@ -16,7 +16,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from kit.cli import launch, nbval_references, reference, runner
+from kit.cli import figures, launch, nbval_references, reference, runner
 from kit.core import numerics, params
 from kit.report import page
 
@@ -74,6 +74,18 @@ def parser() -> argparse.ArgumentParser:
     ).add_argument(
         "--check", action="store_true", help="only compare: exit 1 naming the file if it differs"
     )
+    quoted = commands.add_parser(
+        "figures", help="write the figures docs/ quotes from recorded outputs (docs/results)"
+    )
+    quoted.add_argument(
+        "--check", action="store_true", help="only compare: exit 1 naming the page if it differs"
+    )
+    quoted.add_argument(
+        "--record",
+        nargs=2,
+        metavar=("PROFILE", "FOLDER"),
+        help="first keep a finished output folder's summaries and provenance in docs/results",
+    )
     commands.add_parser(
         "selfcheck",
         help="check this node before a real run: GPU training "
@@ -111,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         return report_command(args.profile)
     if args.command == "reference":
         return reference.command(args.check)
+    if args.command == "figures":
+        return figures.command(args.check, args.record)
     if args.command == "launch":
         return launch.launch_command(args)
     if args.command in ("extract", "probe"):

@@ -231,6 +231,7 @@ def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
     """Execute one notebook; its executed copy and parameters replace the previous ones only
     when every cell succeeded, and until then the folder says it is incomplete."""
     start_record(run)
+    start = time.perf_counter()
     partial = partial_output(run)
     papermill.execute_notebook(
         str(run.notebook),
@@ -243,7 +244,10 @@ def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
     )
     with atomic_write(parameters_record(run)) as handle:
         handle.write(yaml.safe_dump(run.parameters, sort_keys=False).encode())
-    provenance.write(run.output.with_suffix(".provenance.json"))
+    provenance.write(
+        run.output.with_suffix(".provenance.json"),
+        wall_s=round(time.perf_counter() - start, 1),
+    )
     os.replace(partial, run.output)
     page.incomplete_marker(run.output).unlink()  # last: the folder is complete
 

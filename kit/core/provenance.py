@@ -67,10 +67,11 @@ def record() -> dict[str, Any]:
     }
 
 
-def write(path: Path) -> None:
-    """`record()` as the JSON file `path`, written atomically."""
+def write(path: Path, **extra: Any) -> None:
+    """`record()` and `extra` (a notebook's wall time, say) as the JSON file `path`, written
+    atomically."""
     with atomic_write(path) as handle:
-        handle.write(json.dumps(record(), indent=1).encode())
+        handle.write(json.dumps(record() | extra, indent=1).encode())
 
 
 def append(path: Path) -> None:

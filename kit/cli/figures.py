@@ -1,0 +1,276 @@
+"""The figures the documentation quotes, written from recorded outputs rather than typed.
+
+A page of docs/ marks each generated block `<!-- figures: NAME -->` ... `<!-- /figures -->`;
+`python -m kit figures` rewrites every block from the files it reads, and `--check` exits 1
+naming the page when one differs (the test suite runs it). The sources are small and kept in
+the repository:
+- `docs/results/<profile>/`: a finished output folder's summaries and provenance (no
+  notebooks, charts or checkpoints), copied by `python -m kit figures --record PROFILE FOLDER`
+  after a run (`--record cpu outputs/cpu` after the main job);
+- `docs/data/*.json`: what a benchmark wrote (`benchmarks/cpu_spread.py`,
+  `benchmarks/numerics_cost.py`).
+Every block names the machine, the commit and the CPU numerics its figures came from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kit.core.files import write_text
+from kit.core.paths import REPO_ROOT, shown
+
+DOCS = REPO_ROOT / "docs"
+RESULTS = DOCS / "results"
+DATA = DOCS / "data"
+#: a finished output folder's files that `--record` keeps: summaries and provenance
+RECORDED = ("*_summary.json", "*.provenance.json")
+BLOCK = re.compile(r"(<!-- figures: ([\w-]+) -->\n)(.*?)(<!-- /figures -->)", re.DOTALL)
+COMMAND = "python -m kit figures"
+
+
+def _read(path: Path) -> Any:
+    if not path.is_file():
+        raise FileNotFoundError(f"{shown(path)}: missing; it is what a figures block reads")
+    return json.loads(path.read_text())
+
+
+def _provenance(folder: Path, notebook: str) -> dict[str, Any]:
+    return _read(folder / f"{notebook}.provenance.json")
+
+
+def _origin(record: dict[str, Any]) -> str:
+    numerics = record.get("cpu_numerics", {})
+    return (
+        f"at commit {record['kit_commit'][:12]} on {numerics.get('cpu', 'an unrecorded CPU')} "
+        f"({numerics.get('cpu_isa', '?')}), CPU numerics {numerics.get('mode', 'unrecorded')}"
+    )
+
+
+def _signed(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1f}"
+
+
+#: a verdict row's keys shown before its condition, with their headers
+LABELS = {"claim": "claim", "world_seed": "world", "budget": "budget"}
+
+
+def _verdict_rows(verdicts: list[dict[str, Any]], keys: tuple[str, ...] = ("claim",)) -> list[str]:
+    """A table of verdict rows: `keys`, the condition, the difference with its 95% interval,
+    the replicates, the effect detectable at 80% power and the judgement."""
+    headers = [LABELS[k] for k in keys]
+    headers += ["condition", "difference [95% interval]", "replicates", "detectable", "judgement"]
+    rows = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for row in verdicts:
+        interval = (
+            f"{_signed(row['mean'])} [{_signed(row['low'])}, {_signed(row['high'])}]"
+            if row["mean"] is not None
+            else "not measured"
+        )
+        detectable = "n/a" if row["detectable"] is None else f"{row['detectable']:.1f}"
+        cells = [str(row[k]) for k in keys]
+        cells += [row["condition"], interval, str(row["replicates"]), detectable, row["judgement"]]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def main_job(folder: Path = RESULTS / "cpu") -> str:
+    """The main job (`kit run --profile cpu`): each notebook's wall time, notebook 03's claims
+    with every condition, notebook 04's statement."""
+    notebooks = sorted(
+        p.name.removesuffix(".provenance.json") for p in folder.glob("*.provenance.json")
+    )
+    records = {name: _provenance(folder, name) for name in notebooks}
+    walls = {name: records[name].get("wall_s") for name in notebooks}
+    total = sum(w for w in walls.values() if w is not None)
+    first = records[notebooks[0]]
+    summary = _read(folder / "time_concat_summary.json")
+    claims = ", ".join(f"{c['claim']} **{c['status']}**" for c in summary["claims"])
+    lines = [
+        f"README's first command {_origin(first)}, {first['platform']}: "
+        f"**{len(notebooks)} notebooks in {total:.0f} s** ("
+        + ", ".join(f"{n.split('_')[0]} {w:.0f} s" for n, w in walls.items() if w is not None)
+        + f"). Notebook 03's claims: {claims}.",
+        "",
+        *_verdict_rows(summary["verdicts"]),
+    ]
+    sweep = folder / "sweep_summary.json"
+    if sweep.is_file():
+        lines += ["", f"Notebook 04 in this profile: {_read(sweep)['claim']['line']}"]
+    return "\n".join(lines) + "\n"
+
+
+def sweep(folder: Path = RESULTS / "sweep") -> str:
+    """The sweep profile (`kit run 04 --profile sweep`): the statement, every cell's primary
+    condition, and where each variant learns the mixture."""
+    record = _provenance(folder, "04_when_concat_helps")
+    summary = _read(folder / "sweep_summary.json")
+    wall = record.get("wall_s")
+    primary: dict[tuple[int, int, str], dict[str, Any]] = {}
+    for row in summary["verdicts"]:  # each cell's primary condition comes first
+        primary.setdefault((row["world_seed"], row["budget"], row["variant"]), row)
+    lines = [
+        f"`python -m kit run 04 --profile sweep` {_origin(record)}"
+        + (f": {wall / 60:.1f} minutes." if wall is not None else "."),
+        "",
+        f"**The statement:** {summary['claim']['line']}",
+        "",
+        "Every cell's primary condition (cat*n* against the baseline, mean transfer, top-1 "
+        "points):",
+        "",
+        *_verdict_rows(list(primary.values()), ("world_seed", "budget")),
+        "",
+        "Each cell's outcome (every condition together): "
+        + "; ".join(
+            f"world {c['world_seed']} at {c['budget']:,}: {c['status']}" for c in summary["cells"]
+        )
+        + ".",
+        "",
+        "Where each variant learns the mixture (95% of cat1's best own accuracy), by world:",
+        "",
+    ]
+    variants = sorted({r["variant"] for r in summary["learned"]})
+    lines += ["| world | " + " | ".join(variants) + " |", "|---|" + "---|" * len(variants)]
+    for world in sorted({r["world_seed"] for r in summary["learned"]}):
+        at = {r["variant"]: r["learned_at"] for r in summary["learned"] if r["world_seed"] == world}
+        lines.append(
+            f"| {world} | "
+            + " | ".join(
+                "not within the sweep" if at[v] is None else f"{at[v]:,}" for v in variants
+            )
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def cpu_spread(path: Path = DATA / "cpu_spread.json") -> str:
+    """benchmarks/cpu_spread.py's output: each configuration, and each pinned value's spread."""
+    record = _read(path)
+    runs, summary = record["runs"], record["spread"]
+    names = list(runs)
+    reference = summary["reference"]
+    lines = [
+        f"Measured on {record['machine']} ({record['cpu_isa']}), {record['cores']} cores, at "
+        f"commit {record['kit_commit'][:12]}, on {record['written']}.",
+        "",
+        "| configuration | mode | what it emulates | wall s | same bits as the first | outcomes |",
+        "|---|---|---|---|---|---|",
+    ]
+    first = runs[names[0]]["outcomes"]
+    for name in names:
+        run = runs[name]
+        same = "yes" if run["values"] == reference else "no"
+        changed = [f"{k} {v}" for k, v in run["outcomes"].items() if first[k] != v]
+        outcome = "same" if not changed else "changed: " + ", ".join(changed)
+        lines.append(
+            f"| {name} | {run['mode']} | {run['what']} | {run['wall_s']:.0f} | {same} | {outcome} |"
+        )
+    moves = summary["moves"]
+    lines += [
+        "",
+        "| value (top-1 %) | reproducible | min | max | largest move, reproducible | largest "
+        "move, fast |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, value in reference.items():
+        found = [runs[name]["values"][key] for name in names]
+        lines.append(
+            f"| {key} | {value:.2f} | {min(found):.2f} | {max(found):.2f} | "
+            f"{moves.get('reproducible', {}).get(key, 0):.2f} | "
+            f"{moves.get('fast', {}).get(key, 0):.2f} |"
+        )
+    agree = ", ".join(
+        f"{mode} mode: {'the same in every configuration' if same else 'changed'}"
+        for mode, same in summary["same_outcomes"].items()
+    )
+    outcomes = ", ".join(f"{k} {v}" for k, v in first.items())
+    lines += ["", f"Outcomes of the first configuration: {outcomes} ({agree})."]
+    return "\n".join(lines) + "\n"
+
+
+def numerics_cost(path: Path = DATA / "numerics_cost.json") -> str:
+    """benchmarks/numerics_cost.py's output: training and probe speed per numerics mode."""
+    record = _read(path)
+    rows = record["rows"]
+    base = rows[0]
+    lines = [
+        f"Measured on {record['machine']} ({record['cpu_isa']}), {record['cores']} cores, at "
+        f"commit {record['kit_commit'][:12]}, on {record['written']}.",
+        "",
+        "| configuration | training, img/s | against reproducible | L-BFGS probe, s | against "
+        "reproducible |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['name']} | {row['img_s']:.0f} | {row['img_s'] / base['img_s']:.2f}x | "
+            f"{row['probe_s']:.1f} | {row['probe_s'] / base['probe_s']:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+#: every block a page may carry, by name
+BLOCKS: dict[str, Callable[[], str]] = {
+    "main-job": main_job,
+    "sweep": sweep,
+    "cpu-spread": cpu_spread,
+    "numerics-cost": numerics_cost,
+}
+
+
+def rendered(text: str, page: Path) -> str:
+    """`text` with every block rewritten; an unknown block name is an error naming the page."""
+
+    def block(match: re.Match[str]) -> str:
+        name = match.group(2)
+        if name not in BLOCKS:
+            raise KeyError(
+                f"{shown(page)}: unknown figures block '{name}' (known: {', '.join(BLOCKS)})"
+            )
+        return match.group(1) + BLOCKS[name]() + match.group(4)
+
+    return BLOCK.sub(block, text)
+
+
+def record(profile: str, folder: Path) -> Path:
+    """Copy a finished output folder's summaries and provenance to docs/results/PROFILE/."""
+    target = RESULTS / profile
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for pattern in RECORDED:
+        for path in sorted(folder.glob(pattern)):
+            shutil.copy(path, target / path.name)
+    return target
+
+
+def command(check: bool, record_args: list[str] | None = None) -> int:
+    """`python -m kit figures [--check] [--record PROFILE FOLDER]`."""
+    if record_args:
+        print(f"recorded {shown(record(record_args[0], Path(record_args[1])))}")
+    stale = []
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text()
+        try:
+            new = rendered(text, page)
+        except (KeyError, FileNotFoundError) as error:
+            print(f"error: {error.args[0]}", file=sys.stderr)
+            return 2
+        if new != text:
+            stale.append(page)
+            if not check:
+                write_text(page, new)
+    if check and stale:
+        print(
+            "error: generated figures differ from their sources in "
+            + ", ".join(shown(p) for p in stale)
+            + f"; run `{COMMAND}`",
+            file=sys.stderr,
+        )
+        return 1
+    print("every figures block matches its source" if check else f"rewrote {len(stale)} page(s)")
+    return 0
