@@ -38,10 +38,14 @@ into points. What was in effect is recorded in every output folder's provenance 
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import platform
 from pathlib import Path
 from typing import Any
+
+from kit.core.paths import REPO_ROOT
 
 #: the switch: `reproducible` (the default) or `fast`
 SWITCH = "TIMECAT_CPU_NUMERICS"
@@ -66,6 +70,15 @@ NUMERICS_VARIABLES = (
 )
 #: the instruction-set extensions that decide which kernels a library may pick, widest first
 ISA_FLAGS = ("amx_tile", "avx512f", "avx2", "avx", "sse4_2")
+#: what the mode rests on beyond what one machine can check, recorded with every output
+LIMITS = (
+    "MKL's COMPATIBLE branch is documented by Intel as reproducible on other vendors' "
+    "processors; ATen's and oneDNN's AVX2 kernels are the same code on every AVX2 processor, "
+    "but oneDNN documents identical results only on identical hardware; a CPU without AVX2 "
+    "or of another architecture runs other kernels (docs/reproducibility.md)"
+)
+#: benchmarks/cpu_spread.py's latest output: how far results moved across emulated machines
+SPREAD_RECORD = REPO_ROOT / "docs" / "data" / "cpu_spread.json"
 
 
 class NumericsError(ValueError):
@@ -161,11 +174,17 @@ def in_effect() -> dict[str, Any]:
     }
     record["not_in_effect"] = _not_in_effect(record) if mode() == "reproducible" else []
     record["reproducible"] = mode() == "reproducible" and not record["not_in_effect"]
+    record["limits"] = LIMITS
     return record
 
 
 def _not_in_effect(record: dict[str, Any]) -> list[str]:
     """The parts of the reproducible mode this process lacks, each in a few words."""
+    if record["machine"] not in ("x86_64", "AMD64"):
+        return [
+            f"a {record['machine']} CPU: the caps are x86-64's, and its kernels differ from an "
+            "x86-64 machine's"
+        ]
     missing = [
         f"{name} is {record['variables'].get(name, 'unset')}, not {value}"
         for name, value in environment().items()
@@ -194,3 +213,32 @@ def describe(record: dict[str, Any] | None = None) -> str:
     if record["not_in_effect"]:
         parts.append("not in effect: " + "; ".join(record["not_in_effect"]))
     return "; ".join(parts)
+
+
+def expected_spread(path: Path = SPREAD_RECORD) -> str:
+    """What another machine would change, in one sentence, from the recorded spread
+    (benchmarks/cpu_spread.py): nothing in the reproducible mode where every emulated
+    configuration gave the same bits, else the largest move it measured."""
+    if not path.is_file():
+        return "no cross-machine spread recorded (benchmarks/cpu_spread.py)"
+    record = json.loads(path.read_text())
+    spread = record["spread"]
+    moves = spread["largest_move"]
+    fast = f"{math.ceil(moves.get('fast', 0) * 10) / 10:g}"
+    verdicts = (
+        "with the same verdicts"
+        if spread["same_outcomes"].get("fast", True)
+        else "and some verdicts changed"
+    )
+    same = spread["identical_within_mode"].get("reproducible")
+    where = f"{len(record['runs'])} configurations emulated on {record['machine']}"
+    if mode() == "reproducible" and same:
+        return (
+            f"on another machine expect the same bits (the same in every reproducible "
+            f"configuration of {where}; in the fast mode the ci profile's values moved by up "
+            f"to {fast} points {verdicts})"
+        )
+    return (
+        f"on another machine expect the ci profile's values to move by up to {fast} points, "
+        f"{verdicts} (the fast mode over {where}; docs/reproducibility.md)"
+    )
