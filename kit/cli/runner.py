@@ -243,7 +243,9 @@ def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
     )
     with atomic_write(parameters_record(run)) as handle:
         handle.write(yaml.safe_dump(run.parameters, sort_keys=False).encode())
-    provenance.write(run.output.with_suffix(".provenance.json"))
+    provenance.write(
+        run.output.with_suffix(".provenance.json"), notices.collected(notices_file(run))
+    )
     os.replace(partial, run.output)
     page.incomplete_marker(run.output).unlink()  # last: the folder is complete
 

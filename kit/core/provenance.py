@@ -67,10 +67,14 @@ def record() -> dict[str, Any]:
     }
 
 
-def write(path: Path) -> None:
-    """`record()` as the JSON file `path`, written atomically."""
+def write(path: Path, read_unverified: list[str] | None = None) -> None:
+    """`record()` as the JSON file `path`, written atomically, with the inputs the notebook read
+    unverified (kit.core.notices) under `read_unverified`, when given."""
+    content = record()
+    if read_unverified is not None:
+        content["read_unverified"] = read_unverified
     with atomic_write(path) as handle:
-        handle.write(json.dumps(record(), indent=1).encode())
+        handle.write(json.dumps(content, indent=1).encode())
 
 
 def append(path: Path) -> None:
