@@ -16,7 +16,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from kit.cli import launch, nbval_references, reference, runner
+from kit.cli import launch, nbval_references, reference, runner, write_errors
 from kit.core import numerics, params
 from kit.report import page
 
@@ -163,4 +163,7 @@ def report_command(profile: str) -> int:
     except page.ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        print(f"error: report not written: {write_errors.write_error(error)}", file=sys.stderr)
+        return 1
     return 0
