@@ -1,8 +1,7 @@
 """Bad input and full disks give one line naming the file and the key, never a traceback:
 output folders that cannot hold a run, unset environment variables in paths, `kit run`'s own
 machine check with sizes in sensible units, a disk filling at the notebook's final save or at the
-report, and a
-torn result table."""
+report, and a torn result table."""
 
 from __future__ import annotations
 
