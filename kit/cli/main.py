@@ -124,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         overrides = params.parse_overrides(args.overrides)
         if args.command == "check":
             runs = runner.plan(args.notebooks, args.profile, args.files, overrides)
-            problems = runner.output_problems(runs) + runner.machine_problems(runs)
+            problems = (
+                runner.output_problems(runs)
+                + runner.held_problems(runs)
+                + runner.machine_problems(runs)
+            )
             if problems:
                 raise params.ParameterError("\n".join(problems))
             for planned in runs:

@@ -182,6 +182,17 @@ def output_problems(runs: list[PlannedRun]) -> list[str]:
     ]
 
 
+def held_problems(runs: list[PlannedRun]) -> list[str]:
+    """Output folders a running `kit run` holds now (kit.core.locks), named with its pid, start
+    and command: `kit check` says so rather than calling them valid."""
+    return [
+        f"{folder}: in use by {found}; a run writes this folder now: wait for it to finish or "
+        "stop that process, then check again"
+        for folder in sorted({run.output.parent for run in runs})
+        if (found := locks.held_by(folder)) is not None
+    ]
+
+
 def machine_problems(runs: list[PlannedRun]) -> list[str]:
     """This machine against the runs' plans (free disk, GPUs, compiler, /dev/shm): the same
     check as `kit check`, so that a run does not find a full disk hours in."""
