@@ -21,7 +21,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,9 +63,18 @@ def record_of(
     transform: str,
     dtype: str,
     rows: int,
+    identities: Mapping[Path, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """What produced an entry's features: each checkpoint's name and content hash (and the
+    identity the run expected of it, when given: kit.features.identity_problem), the data and
+    how it was read."""
+    identities = identities or {}
     return {
-        "checkpoints": [{"name": Path(p).name, "sha256": hashes[Path(p)]} for p in checkpoints],
+        "checkpoints": [
+            {"name": Path(p).name, "sha256": hashes[Path(p)]}
+            | ({"identity": dict(identities[Path(p)])} if Path(p) in identities else {})
+            for p in checkpoints
+        ],
         "dataset": dataset_id,
         "split": split,
         "transform": transform,

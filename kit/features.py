@@ -3,8 +3,10 @@
 The paper's measurement is a linear probe on the concatenated global-average-pooled features of k
 models. Extracting them is the expensive part, so features are written once to a memory-mapped
 `.npy` file (an ImageNet-sized set, 1.28M x 8192, never has to fit in RAM) next to a JSON record
-of what produced them: the checkpoints' content hashes, dataset, split, transform and dtype. A
-call with the same record is a cache hit; a changed checkpoint file is a miss. Files are written
+of what produced them: the checkpoints' content hashes (and the identity the run expects each to
+record: a file copied from another run is refused, never served another run's features),
+dataset, split, transform and dtype. A call with the same record is a cache hit; a changed
+checkpoint file is a miss. Files are written
 under temporary names and renamed, the record last, so a killed extraction leaves no cache entry.
 Each entry's arrays are hashed once and vouched for afterwards (kit.feature_cache), so a zeroed,
 shuffled or truncated cache is extracted again rather than trusted.
@@ -20,8 +22,9 @@ same memory map and rank 0 writes the record.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -43,14 +46,19 @@ from kit.train.network import network
 from kit.train.settings import TrainSettings
 
 
-def load_backbone(path: Path) -> models.KitResNet:
+def load_backbone(path: Path, expected: Mapping[str, Any] | None = None) -> models.KitResNet:
     """A network from a kit checkpoint (its config rebuilds the architecture) or from one of
-    the paper's AlgoPerf checkpoints (ResNet-50, 1000 classes)."""
+    the paper's AlgoPerf checkpoints (ResNet-50, 1000 classes). With `expected` (what the run
+    expects the file to be: `identity_problem`), a kit checkpoint recording another identity is
+    refused naming both."""
     state = models.read_checkpoint(path)
     if isinstance(state, dict) and "model_params" in state:
         model = models.build("resnet50", 1000)
         models.load_algoperf_checkpoint(model, path, state)
     elif isinstance(state, dict) and "model" in state and "config" in state:
+        problem = identity_problem(path, state, expected)
+        if problem is not None:
+            raise models.CheckpointError(problem)
         model = network(TrainSettings(**state["config"]))
         models.load_state(model, state["model"], str(path))
     else:
@@ -62,23 +70,92 @@ def load_backbone(path: Path) -> models.KitResNet:
     return model.eval()
 
 
+def recorded_identity(state: dict[str, Any]) -> dict[str, Any]:
+    """What a kit checkpoint records of itself: its run's model, width, seed, iterations and
+    folder (`run`), and the step it was saved at (None for an untrained network)."""
+    found = state.get("config")
+    config: dict[str, Any] = found if isinstance(found, dict) else {}
+    return {
+        "model": config.get("model"),
+        "width": config.get("width"),
+        "seed": config.get("seed"),
+        "iterations": config.get("iterations"),
+        "run": config.get("output_dir"),
+        "step": state.get("step"),
+    }
+
+
+def _same(key: str, recorded: Any, wanted: Any) -> bool:
+    """`run` names the run's folder relative to where the runs are: the recorded folder ends
+    with it (an output folder moved elsewhere still matches)."""
+    if key != "run":
+        return bool(recorded == wanted)
+    wanted_parts = Path(str(wanted)).parts
+    return recorded is not None and Path(str(recorded)).parts[-len(wanted_parts) :] == wanted_parts
+
+
+def _described(identity: Mapping[str, Any], keys: Sequence[str], tail: int = 0) -> str:
+    """`identity`'s `keys` as `run rep0/cat1/seed0, width 0.125, ...` (a recorded run folder
+    cut to its last `tail` parts, as the expected one is named)."""
+    shown_values = []
+    for key in keys:
+        value = identity.get(key)
+        if key == "run" and value is not None and tail:
+            value = "/".join(Path(str(value)).parts[-tail:])
+        shown_values.append(f"{key} {value if value is not None else 'none'}")
+    return ", ".join(shown_values)
+
+
+def identity_problem(
+    path: Path, state: dict[str, Any], expected: Mapping[str, Any] | None
+) -> str | None:
+    """Why a kit checkpoint is not the one the run expects at `path` (None when it is, or when
+    nothing is expected): each key of `expected` (model, width, seed, iterations, run, step) must
+    equal what the file records (`recorded_identity`), so that a checkpoint copied or renamed from
+    another run is never taken for this one's, whatever its hash file says."""
+    if not expected:
+        return None
+    recorded = recorded_identity(state)
+    differing = [
+        key for key, wanted in expected.items() if not _same(key, recorded.get(key), wanted)
+    ]
+    if not differing:
+        return None
+    keys = list(expected)
+    tail = len(Path(str(expected.get("run", ""))).parts)
+    return (
+        f"{path}: this checkpoint records {_described(recorded, keys, tail)}, but this run "
+        f"expects {_described(expected, keys)} ({', '.join(differing)} differ): a file copied or "
+        "renamed from another run is not used. Put this run's own file back, or delete this one "
+        "and its .sha256 (for a run the kit trained, delete the run's folder and run again to "
+        "retrain it)."
+    )
+
+
 #: the backbones of the last extraction pass, by checkpoint file and SHA-256. Notebook 03 reads
 #: the same checkpoints in several passes (each task's training and evaluation splits), and
 #: reading a trainer's checkpoint (its optimizer state included) can cost more than a small
 #: pass: 0.3-0.4 s for each of a rehearsal's twelve ResNet-50s on a CPU, in every pass of every
 #: rank
-_LAST_PASS: dict[tuple[Path, str], models.KitResNet] = {}
+_LAST_PASS: dict[tuple[Path, str, str], models.KitResNet] = {}
 
 
-def _backbones(checkpoints: dict[Path, tuple[Path, str]]) -> dict[Path, models.KitResNet]:
-    """The backbone of each entry's (checkpoint, SHA-256): the last pass's when it read the same
-    file with the same contents, else loaded; only this pass's are kept for the next."""
+def _backbones(
+    checkpoints: dict[Path, tuple[Path, str, dict[str, Any] | None]],
+) -> dict[Path, models.KitResNet]:
+    """The backbone of each entry's (checkpoint, SHA-256, expected identity): the last pass's
+    when it read the same file with the same contents as the same identity, else loaded (and its
+    identity checked); only this pass's are kept for the next."""
+    keys = {
+        entry: (path, digest, json.dumps(expected, sort_keys=True))
+        for entry, (path, digest, expected) in checkpoints.items()
+    }
     found = {
-        entry: _LAST_PASS[key] if key in _LAST_PASS else load_backbone(key[0])
-        for entry, key in checkpoints.items()
+        entry: _LAST_PASS[key] if key in _LAST_PASS else load_backbone(*checkpoints[entry][::2])
+        for entry, key in keys.items()
     }
     _LAST_PASS.clear()
-    _LAST_PASS.update({key: found[entry] for entry, key in checkpoints.items()})
+    _LAST_PASS.update({key: found[entry] for entry, key in keys.items()})
     return found
 
 
@@ -117,7 +194,14 @@ def _extract_checkpoints(
     `checkpoints[path]`. A loader worker that gives no batch for `loader_timeout_s` (or dies)
     fails the pass naming the checkpoints, the split and the batch it waited for."""
     backbones = _backbones(
-        {path: (checkpoints[path], records[path]["checkpoints"][0]["sha256"]) for path in records}
+        {
+            path: (
+                checkpoints[path],
+                records[path]["checkpoints"][0]["sha256"],
+                records[path]["checkpoints"][0].get("identity"),
+            )
+            for path in records
+        }
     )
     records = {
         path: record | {"widths": [backbones[path].feature_dim]} for path, record in records.items()
@@ -227,6 +311,7 @@ def extract_many(
     progress: bool = True,
     loader_timeout_s: float = 300,
     side_by_side: int = 1,
+    identities: Mapping[Path, Mapping[str, Any]] | None = None,
 ) -> list[feature_cache.FeatureSet]:
     """Features of several representations (lists of checkpoints) on one split, each
     concatenated in the order given.
@@ -240,6 +325,11 @@ def extract_many(
     already standardised. On the CPU, `side_by_side` backbones run at once, each on one
     intra-op thread (a thread per backbone keeps small convolutions busy where two threads
     splitting each one wait on each other; docs/benchmarks.md, "One sweep cell's cost").
+
+    `identities` gives, by checkpoint, what the run expects it to be (`identity_problem`): a
+    checkpoint recording another identity is refused when extracted, and the identity is part of
+    its cache key, so that features cached for the same bytes under another run's name (a file
+    copied between runs) are never served for this one.
     """
     if not representations or not all(representations):
         raise ValueError("extract needs at least one checkpoint per representation")
@@ -252,7 +342,7 @@ def extract_many(
 
     def entry(checkpoints: Sequence[Path]) -> tuple[Path, dict[str, Any]]:
         record = feature_cache.record_of(
-            checkpoints, hashes, dataset_id, split, transform, dtype, rows
+            checkpoints, hashes, dataset_id, split, transform, dtype, rows, identities
         )
         return Path(cache_dir) / feature_cache.key(record), record
 
@@ -344,14 +434,17 @@ def extract(
     )[0]
 
 
-def checkpoint_problems(paths: list[str]) -> list[str]:
+def checkpoint_problems(
+    paths: list[str], identities: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[str]:
     """Open every checkpoint and load it into the architecture it describes (hash checked when
-    recorded), so that a bad last file is found before the first is used. Reads each file once:
-    about a second per paper (ResNet-50) checkpoint."""
+    recorded, and its identity when `identities` gives the one expected of it), so that a bad
+    last file is found before the first is used. Reads each file once: about a second per paper
+    (ResNet-50) checkpoint."""
     problems = []
     for path in dict.fromkeys(paths):
         try:
-            load_backbone(resolve(path))
+            load_backbone(resolve(path), (identities or {}).get(path))
         except models.CheckpointError as error:
             problems.append(str(error))
     return problems

@@ -71,11 +71,27 @@ def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT) -> Any:
         pickle.UnpicklingError,
         zipfile.BadZipFile,
     ) as error:
+        if isinstance(error, pickle.UnpicklingError) and "weights only" in str(error).lower():
+            raise CheckpointError(_pickled_objects(path, str(error), rebuild)) from None
         reason = (str(error).strip().splitlines() or [""])[0][:200]
         raise CheckpointError(
             f"{path}: not a readable PyTorch checkpoint, truncated or corrupt "
             f"({type(error).__name__}: {reason}). {rebuild}"
         ) from None
+
+
+def _pickled_objects(path: Path, said: str, rebuild: str) -> str:
+    """The refusal of a checkpoint holding Python objects beyond tensors, which torch's safe
+    loader will not build: the kit's own advice (where the file came from, how to check it),
+    never torch's, which suggests loading it unsafely."""
+    found = re.search(r"GLOBAL ([\w.]+)", said)
+    what = f" ({found.group(1)})" if found else ""
+    return (
+        f"{path}: holds Python objects beyond tensors{what}, so it is not loaded: loading them "
+        "would run code from the file. The kit's checkpoints and the paper's released ones hold "
+        f"tensors only; find out where this file came from and compare its SHA-256 (sha256sum "
+        f"{path}) with the hash its source publishes. {rebuild}"
+    )
 
 
 def non_finite(state: dict[str, torch.Tensor]) -> list[str]:

@@ -131,6 +131,47 @@ def test_backbones_side_by_side_write_each_backbones_own_features(tmp_path: Path
     assert not np.allclose(found[1][0].features, found[1][1].features)
 
 
+def test_a_checkpoint_copied_from_another_run_is_refused_not_served_from_the_cache(
+    tmp_path: Path, images
+) -> None:
+    """A run's checkpoint replaced by another run's file (its hash file copied along) is refused
+    naming what it records and what the run expects; features cached for the same bytes under
+    the other run are never served for this one, as the identity is part of the cache key."""
+    ours, theirs = tiny_checkpoint(tmp_path, "cat1", 1), tiny_checkpoint(tmp_path, "wide1", 1, 0.25)
+    expected = {
+        ours: {"model": "resnet10", "width": 0.125, "seed": 1, "run": "cat1"},
+        theirs: {"model": "resnet10", "width": 0.25, "seed": 1, "run": "wide1"},
+    }
+    kwargs = noise_extraction(images, tmp_path) | {"identities": expected}
+    features.extract_many([[ours], [theirs]], **kwargs)  # each is its own run's: both cached
+    ours.write_bytes(theirs.read_bytes())
+    with pytest.raises(models.CheckpointError) as refused:
+        features.extract_many([[ours]], **kwargs)
+    said = str(refused.value)
+    assert said.startswith(f"{ours}: this checkpoint records model resnet10, width 0.25, seed 1, ")
+    assert "run wide1" in said and "expects model resnet10, width 0.125, seed 1, run cat1" in said
+    assert "(width, run differ)" in said and "\n" not in said
+    records = [
+        feature_cache.record_of([ours], {ours: "same"}, "noise", "test", "none", "float32", 37, ids)
+        for ids in ({ours: expected[ours]}, {ours: expected[theirs]})
+    ]
+    assert feature_cache.key(records[0]) != feature_cache.key(records[1])
+
+
+def test_a_checkpoint_is_checked_against_its_expected_identity_when_opened(tmp_path: Path) -> None:
+    """`kit check`'s opening of a variant's files checks what each records: the run's own file
+    passes, one recording another seed or step is named."""
+    path = tiny_checkpoint(tmp_path, "run0", 2)
+    assert features.checkpoint_problems([str(path)], {str(path): {"seed": 2}}) == []
+    problems = features.checkpoint_problems([str(path)], {str(path): {"seed": 550, "step": 5}})
+    assert problems == [
+        f"{path}: this checkpoint records seed 2, step none, but this run expects seed 550, "
+        "step 5 (seed, step differ): a file copied or renamed from another run is not used. Put "
+        "this run's own file back, or delete this one and its .sha256 (for a run the kit trained, "
+        "delete the run's folder and run again to retrain it)."
+    ]
+
+
 def test_second_call_is_a_cache_hit_and_a_changed_checkpoint_a_miss(tmp_path: Path, images) -> None:
     path = tiny_checkpoint(tmp_path, "a", 1)
     kwargs = dict(
@@ -403,7 +444,9 @@ def test_a_checkpoint_is_read_once_for_consecutive_passes_until_it_changes(
     each file is loaded once for them, and again once its contents change."""
     a, b = (tiny_checkpoint(tmp_path, name, seed) for seed, name in enumerate("ab"))
     loads, load = [], features.load_backbone
-    monkeypatch.setattr(features, "load_backbone", lambda path: loads.append(path) or load(path))
+    monkeypatch.setattr(
+        features, "load_backbone", lambda path, *rest: loads.append(path) or load(path, *rest)
+    )
     kwargs = dict(
         dataset=images,
         dataset_id="noise",

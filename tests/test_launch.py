@@ -27,6 +27,7 @@ from kit.core.paths import REPO_ROOT
 from kit.launch import backends as launch
 from kit.launch import local, warm
 from kit.launch.progress import Progress
+from kit.launch.runs import Launched
 from kit.launch.settings import LaunchSettings
 from kit.train import trainer as train
 from kit.train.metrics import METRICS, read_metrics
@@ -533,3 +534,37 @@ def test_loader_workers_start_from_a_fork_server_and_no_monitor_thread_runs(tmp_
     assert tqdm.monitor_interval == 0
     with tqdm(total=1, disable=False, file=open(os.devnull, "w")):  # noqa: SIM115
         assert tqdm.monitor is None
+
+
+def test_a_worker_killed_by_a_signal_is_named_in_the_error_and_the_chains_log(
+    tmp_path: Path,
+) -> None:
+    """A chain's worker killed outright (the OOM killer's SIGKILL) left every unfinished run of
+    its chain pointing at one log that did not say the worker had died. The error names the
+    worker, the signal, the run and step it was at and the runs queued behind it, once; the log
+    says the same."""
+    names = ["rep0__cat1__seed0", "rep0__cat2__seed0", "rep0__cat2__seed1"]
+    runs = {name: tiny(tmp_path / name, iterations=40) for name in names}
+    (tmp_path / names[0]).mkdir()
+    record = {"step": 10, "epoch": 0, "loss": 1.0, "lr": 0.1, "images_per_s": 100.0}
+    (tmp_path / names[0] / METRICS).write_text(json.dumps(record) + "\n")
+    log = tmp_path / "logs" / f"{names[0]}.log"
+    log.parent.mkdir()
+    log.write_text("step 10 loss 1.0\n")
+    worker = subprocess.Popen(["sleep", "60"])
+    worker.kill()
+    worker.wait()
+    launched, progress = Launched(), Progress()
+    for name in names:
+        progress.start(name, runs[name])
+    entry = local._Running(worker, local.Slot((), (0,), 1), log, names)
+    local._ended(entry, runs, progress, launched)
+    said = (
+        f"worker pid {worker.pid} killed by signal 9 (SIGKILL) at step 10 of {names[0]}; 2 run(s) "
+        f"queued behind it in that worker did not start ({names[1]}, {names[2]}) (log {log}); run "
+        "it again to resume"
+    )
+    with pytest.raises(RuntimeError) as failed:
+        launched.check()
+    assert str(failed.value) == f"training failed: {said}"
+    assert log.read_text() == f"step 10 loss 1.0\n\n{said}\n"

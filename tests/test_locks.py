@@ -105,3 +105,28 @@ def test_another_flock_error_names_the_lock_file(
         locks.hold(tmp_path, "first"),
     ):
         pass
+
+
+def test_kit_check_names_a_folder_a_running_run_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kit check` called an output folder valid while a running `kit run` held it; it names
+    the holder (pid, since when, command), and passes again once the holder is gone. Asking
+    takes no lock and creates nothing."""
+    from kit.cli import main
+
+    out = tmp_path / "out"
+    arguments = ["check", "02", "--profile", "ci", "--set", f"output_dir={out}"]
+    assert locks.held_by(out) is None and not out.exists()
+    process = _holder_process(out)
+    try:
+        assert main.main(arguments) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {out}: in use by pid {process.pid} on ")
+        assert " since 20" in err and "(test holder: " in err and "Traceback" not in err
+        assert err.rstrip().endswith("wait for it to finish or stop that process, then check again")
+    finally:
+        process.kill()
+        process.wait()
+    assert locks.held_by(out) is None
+    assert main.main(arguments) == 0

@@ -1,14 +1,16 @@
 """Bad input and full disks give one line naming the file and the key, never a traceback:
 output folders that cannot hold a run, unset environment variables in paths, `kit run`'s own
-machine check with sizes in sensible units, a disk filling at the notebook's final save, and a
-torn result table."""
+machine check with sizes in sensible units, a disk filling at the notebook's final save or at the
+report, and a torn result table."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 from collections import namedtuple
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -112,6 +114,44 @@ def test_a_disk_filling_at_the_final_save_is_one_line_and_leaves_no_torn_copy(
     )
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not partial.exists() and not (tmp_path / "out" / "mini" / "01_ok.ipynb").exists()
+
+
+def test_a_disk_filling_while_the_report_is_written_is_one_line_with_the_resume_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report is the last write of `kit run`: a full disk there said the kit's DiskFullError
+    only at the end of a chained traceback. It is one `error:` line naming the file, the space
+    written and free and how to resume, and the notebook's results stay."""
+    notebooks, parameters = tmp_path / "nb", tmp_path / "params"
+    notebooks.mkdir()
+    (parameters / "mini").mkdir(parents=True)
+    monkeypatch.setitem(params.SCHEMAS, "01_ok", "kit.core.params:NotebookSettings")
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    notebook.metadata["kernelspec"]["language"] = "python"
+    nbformat.write(notebook, notebooks / "01_ok.ipynb")
+    real = page.atomic_write
+
+    @contextlib.contextmanager
+    def full_disk(path: Path) -> Iterator[object]:
+        with real(path) as handle:
+            handle.write(b"<!doctype html>")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            yield handle
+
+    monkeypatch.setattr(page, "atomic_write", full_disk)
+    arguments = {"notebooks_dir": notebooks, "parameters_dir": parameters}
+    assert runner.run(None, "mini", output_root=tmp_path / "out", **arguments) == 1
+    err = capsys.readouterr().err
+    folder = tmp_path / "out" / "mini"
+    assert err.startswith(
+        f"error: report not written: {folder / page.PAGE}: no space left on device while "
+        "writing it ("
+    )
+    assert "MB written; " in err and " free of " in err
+    assert err.rstrip().endswith("re-run the same command to resume.")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert (folder / "01_ok.ipynb").exists() and not (folder / page.PAGE).exists()
 
 
 def test_a_torn_result_table_is_named_by_the_report(

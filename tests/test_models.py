@@ -97,3 +97,31 @@ def test_file_without_model_params_is_refused(tmp_path: Path) -> None:
     torch.save({"state_dict": {}}, path)
     with pytest.raises(models.CheckpointError, match="not an AlgoPerf checkpoint"):
         models.load_algoperf_checkpoint(models.build("resnet18", 3), path)
+
+
+class _RunsCode:
+    """What a crafted checkpoint holds: unpickling it would call os.system."""
+
+    def __reduce__(self) -> tuple:
+        import os
+
+        return (os.system, ("touch pwned",))
+
+
+def test_a_checkpoint_holding_code_is_refused_with_the_kits_advice_not_torchs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's safe loader refuses a pickle that would run code, and its message advises setting
+    `weights_only` to False (its warning to trust the source aside): the kit says what the file
+    holds and how to check where it came from, never that advice; nothing of the file runs."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"model": _RunsCode()}, path)
+    with pytest.raises(models.CheckpointError) as refused:
+        models.read_checkpoint(path)
+    said = str(refused.value)
+    assert said.startswith(f"{path}: holds Python objects beyond tensors (")
+    assert "so it is not loaded: loading them would run code from the file" in said
+    assert f"sha256sum {path}" in said and said.endswith(models.REPLACE_CHECKPOINT)
+    assert "weights_only" not in said and "False" not in said and "\x1b" not in said
+    assert "\n" not in said and not (tmp_path / "pwned").exists()

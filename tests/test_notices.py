@@ -63,14 +63,17 @@ def test_notices_are_kept_once_each_and_a_torn_line_is_skipped(tmp_path: Path) -
 CHECKPOINT_CELL = """
 from pathlib import Path
 from kit import models
+from kit.report import outputs
 models.read_checkpoint(Path(CHECKPOINT))
-Path(output_dir, "x_summary.json").write_text('{"claim": {"line": "a claim", "status": "x"}}')
+outputs.write_json(Path(output_dir, "x_summary.json"), {"claim": {"line": "a", "status": "x"}})
 """
 
 
 def test_a_checkpoint_read_without_its_hash_is_listed_in_the_summary_and_the_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
+    """The notice is on the terminal's summary, in the report beside the verdicts, and in the
+    files a later reader or script consults: the notebook's summary JSON and its provenance."""
     notebooks, parameters, outputs = tmp_path / "nb", tmp_path / "params", tmp_path / "out"
     notebooks.mkdir()
     (parameters / "mini").mkdir(parents=True)
@@ -100,12 +103,13 @@ def test_a_checkpoint_read_without_its_hash_is_listed_in_the_summary_and_the_rep
     summary = out[out.index("summary:") :]
     assert f"    read unverified: {checkpoint}: no recorded hash" in summary
     folder = outputs / "mini"
-    assert notices.kept_notices(folder) == {
-        "01_ok": [
-            f"{checkpoint}: no recorded hash (checkpoint.pt.sha256), so it is loaded unverified "
-            "(a file the kit did not write, or one whose hash was removed)"
-        ]
-    }
+    said = [
+        f"{checkpoint}: no recorded hash (checkpoint.pt.sha256), so it is loaded unverified "
+        "(a file the kit did not write, or one whose hash was removed)"
+    ]
+    assert notices.kept_notices(folder) == {"01_ok": said}
+    assert json.loads((folder / "x_summary.json").read_text())["read_unverified"] == said
+    assert json.loads((folder / "01_ok.provenance.json").read_text())["read_unverified"] == said
     report = (folder / page.PAGE).read_text()
     assert report.index("Verdicts") < report.index("Read unverified") < report.index("Charts")
     assert f"01_ok: {checkpoint}: no recorded hash" in report

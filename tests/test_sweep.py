@@ -741,3 +741,35 @@ def test_notebook_04_on_a_sweep_writes_its_tables_and_chart(
     assert [cell["budget"] for cell in summary["cells"]] == BUDGETS
     assert summary["claim"]["ran"].startswith("What ran: profile ci;")
     assert pl.read_parquet(tmp_path / "sweep_verdicts.parquet").height == 3 * len(BUDGETS)
+
+
+def test_lbfgs_top1_does_not_depend_on_whether_notebook_03_probed_the_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Notebook 04's own cell read notebook 03's results with their L-BFGS reference (ci's
+    notebook 03 fits it, its notebook 04 does not), so `lbfgs_top1` was filled or null depending
+    on the schedule. Rows read from notebook 03 take the cell's own: null when it fits none; a
+    cell that fits it where notebook 03 did not is probed again."""
+    import yaml
+
+    loaded, _ = params.load("04_when_concat_helps", "ci", overrides={"output_dir": str(tmp_path)})
+    notebook = sweep_settings.swept_notebook(loaded)
+    (tmp_path / "03_time_concat.parameters.yaml").write_text(yaml.safe_dump(notebook.model_dump()))
+    rows = [
+        {"variant": v, "replicate": r, "task": "shape", "rule": "heldout", "top1": 0.5}
+        | {"lbfgs_top1": 0.6 if r == 0 else None}
+        for v in ("cat1", "cat2")
+        for r in range(2)
+    ]
+    pl.DataFrame(rows).write_parquet(tmp_path / "time_concat_results.parquet")
+    (cell,) = [cell for cell in sweep_settings.cells(loaded) if cell.shared]
+    assert notebook.lbfgs_check and not cell.settings.lbfgs_check
+    reused = sweep.notebook03_results(loaded, cell)
+    assert reused is not None and reused.height == 4
+    assert reused["lbfgs_top1"].null_count() == 4 and reused["top1"].to_list() == [0.5] * 4
+    checking = cell.settings.model_copy(update={"lbfgs_check": True})
+    recorded = notebook.model_copy(update={"lbfgs_check": False})
+    (tmp_path / "03_time_concat.parameters.yaml").write_text(yaml.safe_dump(recorded.model_dump()))
+    monkeypatch.setattr(sweep, "swept_notebook", lambda _params: recorded)
+    fitting = sweep_settings.Cell(cell.world_seed, cell.budget, checking, cell.shared)
+    assert sweep.notebook03_results(loaded, fitting) is None

@@ -47,6 +47,9 @@ def planned_params(profile: str, **overrides) -> TimecatSettings:
 #: the folder of the authors' checkpoint archive once unpacked, and the step folder catN reads
 AUTHORS = "resnet50_sfadamw_imagenet1k_supervised"
 RELEASED_STEPS = {1: "full", 2: "200", 4: "100", 5: "80"}
+#: what each released file records of itself: catN's iterations, and run<i>'s seed
+RELEASED_ITERATIONS = {1: 450000, 2: 200000, 4: 100000, 5: 80000}
+RELEASED_SEEDS = [2, 550, 23, 477, 8529]
 
 
 def released_file(root: Path, n: int, run: int, suffix: str = ".pth") -> Path:
@@ -60,7 +63,12 @@ def write_released_files(root: Path) -> None:
     suffixes occur (cat4's files are .pth.tar)."""
     for n in RELEASED_STEPS:
         for run in range(n):
-            tiny_checkpoint(released_file(root, n, run, ".pth.tar" if n == 4 else ".pth"))
+            tiny_released(released_file(root, n, run, ".pth.tar" if n == 4 else ".pth"), n, run)
+
+
+def tiny_released(path: Path, n: int, run: int, state_width: float = 0.125) -> None:
+    """A tiny stand-in for catN's run<i> file, recording its iterations and seed."""
+    tiny_checkpoint(path, state_width, RELEASED_SEEDS[run], RELEASED_ITERATIONS[n])
 
 
 @pytest.fixture()
@@ -193,14 +201,58 @@ def test_paper_checkpoints_probes_the_released_files(fake_data: Path) -> None:
         match=where + r"1 checkpoint file\(s\) not found.*step80/checkpoint_run4",
     ):
         checked("paper-checkpoints")
-    tiny_checkpoint(bad)  # back, then broken
+    tiny_released(bad, 5, 4)  # back, then broken
     bad.write_bytes(bad.read_bytes()[:1000])
     with pytest.raises(params.ParameterError, match=f"{where}{bad}: not a readable"):
         checked("paper-checkpoints")
-    tiny_checkpoint(bad, state_width=0.25)
+    tiny_released(bad, 5, 4, state_width=0.25)
     with pytest.raises(params.ParameterError, match=f"{where}{bad}: does not fit"):
         checked("paper-checkpoints")
     planned_params("paper-checkpoints")  # validation reads values only: the files are kit check's
+
+
+def test_a_renamed_released_file_is_refused_naming_both_runs(fake_data: Path) -> None:
+    """A released file renamed to another run's name (run1's file as run0's, with its hash
+    file) is refused before any compute: it records run1's seed, and the profile's entry reads
+    run0 there. The plan carries the same identities to the extraction."""
+    root = fake_data / "released"
+    run0, run1 = released_file(root, 2, 0), released_file(root, 2, 1)
+    run0.write_bytes(run1.read_bytes())
+    where = f"paper-checkpoints/{NOTEBOOK}.yaml: parameter variants: "
+    with pytest.raises(params.ParameterError) as refused:
+        checked("paper-checkpoints")
+    assert (
+        f"{where}{run0}: this checkpoint records iterations 200000, seed 550, but this run "
+        "expects iterations 200000, seed 2 (seed differ)"
+    ) in str(refused.value)
+    cat2 = planning.plan(planned_params("paper-checkpoints")).representations[1]
+    assert cat2.expected() == {
+        run0: {"iterations": 200000, "seed": 2},
+        run1: {"iterations": 200000, "seed": 550},
+    }
+
+
+def test_trained_checkpoints_are_expected_to_record_their_own_run() -> None:
+    """Each trained, snapshot or untrained checkpoint the plan probes is expected to record its
+    run's model, width, seed, folder (relative to the runs) and step."""
+    loaded = planned_params("ci")
+    experiment = planning.plan(loaded)
+    by_folder = {Path(run.output_dir): run for run in experiment.trainings + experiment.initial}
+    for rep in experiment.representations:
+        assert len(rep.identities) == len(rep.checkpoints)
+        for path, expected in rep.expected().items():
+            run = by_folder[path.parent]
+            assert expected == {
+                "model": run.model,
+                "width": run.width,
+                "seed": run.seed,
+                "run": planning.UNTRAINED_FOLDER
+                if rep.iterations_per_model is None
+                else path.parent.relative_to(planning.runs_dir(loaded)).as_posix(),
+                "step": rep.iterations_per_model,
+            }
+    wide1 = next(r for r in experiment.representations if r.variant == "wide1")
+    assert wide1.identities[0]["width"] == 2 * loaded.train.width
 
 
 @pytest.mark.parametrize("command", [["extract"], ["probe"], ["launch", "extract"]])
@@ -241,15 +293,17 @@ def test_validation_opens_no_file(fake_data: Path, monkeypatch: pytest.MonkeyPat
     assert "kit.features" not in sys.modules  # the module that opens checkpoints with torch
 
 
-def tiny_checkpoint(path: Path, state_width: float = 0.125) -> None:
+def tiny_checkpoint(
+    path: Path, state_width: float = 0.125, seed: int = 0, iterations: int = 1
+) -> None:
     """A kit checkpoint of a tiny network (its config says width 0.125)."""
     cfg = TrainSettings(
         model="resnet10",
         width=0.125,
         num_classes=3,
-        seed=0,
+        seed=seed,
         batch_size=8,
-        iterations=1,
+        iterations=iterations,
         output_dir="-",
         data={
             "kind": "synthetic",

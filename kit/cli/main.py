@@ -16,7 +16,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from kit.cli import figures, launch, nbval_references, reference, runner
+from kit.cli import figures, launch, nbval_references, reference, runner, write_errors
 from kit.core import numerics, params
 from kit.report import page
 
@@ -138,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         overrides = params.parse_overrides(args.overrides)
         if args.command == "check":
             runs = runner.plan(args.notebooks, args.profile, args.files, overrides)
-            problems = runner.output_problems(runs) + runner.machine_problems(runs)
+            problems = (
+                runner.output_problems(runs)
+                + runner.held_problems(runs)
+                + runner.machine_problems(runs)
+            )
             if problems:
                 raise params.ParameterError("\n".join(problems))
             for planned in runs:
@@ -177,4 +181,7 @@ def report_command(profile: str) -> int:
     except page.ReportError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        print(f"error: report not written: {write_errors.write_error(error)}", file=sys.stderr)
+        return 1
     return 0

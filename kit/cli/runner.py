@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import shutil
 import signal
 import sys
 import time
@@ -51,9 +50,9 @@ import psutil
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
-from kit.cli import launch, terminal
-from kit.core import files, locks, machine, notices, param_errors, params, provenance
-from kit.core.files import atomic_write, remove_stale_temporaries, write_text
+from kit.cli import launch, terminal, write_errors
+from kit.core import locks, notices, param_errors, params, provenance
+from kit.core.files import DiskFullError, atomic_write, remove_stale_temporaries, write_text
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, resolve
 from kit.core.processes import signal_handlers
 from kit.core.progress import STAGE_FILE_ENV
@@ -183,6 +182,17 @@ def output_problems(runs: list[PlannedRun]) -> list[str]:
     ]
 
 
+def held_problems(runs: list[PlannedRun]) -> list[str]:
+    """Output folders a running `kit run` holds now (kit.core.locks), named with its pid, start
+    and command: `kit check` says so rather than calling them valid."""
+    return [
+        f"{folder}: in use by {found}; a run writes this folder now: wait for it to finish or "
+        "stop that process, then check again"
+        for folder in sorted({run.output.parent for run in runs})
+        if (found := locks.held_by(folder)) is not None
+    ]
+
+
 def machine_problems(runs: list[PlannedRun]) -> list[str]:
     """This machine against the runs' plans (free disk, GPUs, compiler, /dev/shm): the same
     check as `kit check`, so that a run does not find a full disk hours in."""
@@ -247,33 +257,10 @@ def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
     provenance.write(
         run.output.with_suffix(".provenance.json"),
         wall_s=round(time.perf_counter() - start, 1),
+        read_unverified=notices.collected(notices_file(run)),
     )
     os.replace(partial, run.output)
     page.incomplete_marker(run.output).unlink()  # last: the folder is complete
-
-
-def disk_full_line(run: PlannedRun, error: BaseException) -> str | None:
-    """What to say when saving a notebook's outputs found the disk full (None for any other
-    error): one line naming the file and the free space. A partial copy torn by the full disk is
-    removed, so that nothing half-written is taken for the run's notebook."""
-    if isinstance(error, files.DiskFullError):  # an atomic write's: it names its file
-        return str(error)
-    partial = partial_output(run)
-    full = files.disk_full(error, partial)
-    if full is None:
-        return None
-    named = Path(getattr(error, "filename", None) or partial)
-    try:
-        free = machine.byte_size(shutil.disk_usage(run.output.parent).free)
-    except OSError:
-        free = "unknown"
-    partial.unlink(missing_ok=True)
-    kept = f"; the last good run's stays in {run.output}" if run.output.exists() else ""
-    return (
-        f"{named}: {os.strerror(full.errno or 0).lower()} while saving the notebook's outputs "
-        f"({free} free in {run.output.parent}); the partial copy is removed{kept}. Free "
-        "space (or set output_dir to another disk) and re-run the same command to resume."
-    )
 
 
 def stop_workers(grace_s: float = STOP_GRACE_S) -> None:
@@ -348,8 +335,11 @@ def run(
     except locks.FolderLocked as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except Exception:
+    except Exception as error:
         if not _stopped_by:  # Interrupted, or what nbclient made of it
+            if isinstance(error, DiskFullError):  # a write step's own record: one line
+                print(f"error: {error}", file=sys.stderr, flush=True)
+                return 1
             raise
         print(INTERRUPTED, file=sys.stderr, flush=True)
         return 128 + _stopped_by[0]
@@ -409,7 +399,7 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
             )
             return 1
         except Exception as error:
-            full = disk_full_line(planned, error)
+            full = write_errors.disk_full_line(planned.output, partial_output(planned), error)
             if full is None:
                 raise
             print(f"{label} FAILED: {full}", file=sys.stderr, flush=True)
@@ -437,7 +427,11 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
             f"report: {terminal.shown(page.write_report(profile, runs[0].output.parent))}",
             flush=True,
         )
-    except page.ReportError as error:
-        print(f"error: report not written: {error}", file=sys.stderr, flush=True)
+    except (page.ReportError, OSError) as error:
+        print(
+            f"error: report not written: {write_errors.write_error(error)}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     return 0

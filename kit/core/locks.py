@@ -12,6 +12,9 @@ ENOLCK, EOPNOTSUPP), the lock falls back to creating `<folder>/.lock.excl` exclu
 holding the same record, removed when the block ends. A holder on this host that has died is
 recognised by its pid and its file replaced; one on another host that was killed leaves the file
 behind, and the refusal says to delete it once that process is gone.
+
+`kit check` asks who holds an output folder (`held_by`) without taking the lock, so that it
+names a running `kit run` rather than calling its folder valid.
 """
 
 from __future__ import annotations
@@ -66,6 +69,28 @@ def holder(folder: Path) -> str:
     """Who holds (or last held) a folder's lock, in words."""
     fallback = Path(folder) / EXCLUSIVE_FILE
     return _describe(fallback if fallback.exists() else Path(folder) / LOCK_FILE)
+
+
+def held_by(folder: str | Path) -> str | None:
+    """Who holds `folder` now, in words (None when nobody does), asked without taking the lock
+    or creating anything: what `kit check` says of a folder a running `kit run` writes."""
+    folder = Path(folder)
+    fallback = folder / EXCLUSIVE_FILE
+    if fallback.exists() and _alive_here(fallback):
+        return _describe(fallback)
+    try:
+        descriptor = os.open(folder / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None  # no lock file: never held
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return holder(folder)
+    except OSError:
+        return None  # flock unsupported: the fallback file above is the lock
+    finally:
+        os.close(descriptor)  # releases the shared lock, if taken
+    return None
 
 
 @contextlib.contextmanager

@@ -5,8 +5,10 @@ file the kit did not write). Each such read says so on stderr, which inside a ke
 in the executed notebook; `notice` also appends it to the file NOTICES_FILE_ENV names, which
 `python -m kit run` sets for the kernel it starts (its training workers inherit it). After the
 notebook the runner keeps the notices as `<notebook>.notices.json` in the output folder
-(`publish`), lists them in its summary, and the report lists them beside the verdicts. Without
-the variable (JupyterLab, plain papermill) a notice is only the stderr line.
+(`publish`), lists them in its summary and in the notebook's provenance file (`read_unverified`),
+and the report lists them beside the verdicts; a notebook's `*_summary.json` records those said
+before it was written (`read_unverified`, kit.report.outputs.write_json). Without the variable
+(JupyterLab, plain papermill) a notice is only the stderr line.
 
 Each notice is one short JSON line appended in one write (O_APPEND: processes writing at once do
 not interleave); a line torn by a kill is skipped when read back.
@@ -46,6 +48,13 @@ def notice(message: str) -> None:
             file=sys.stderr,
             flush=True,
         )
+
+
+def so_far() -> list[str]:
+    """The notices this run recorded until now (those of the file NOTICES_FILE_ENV names; none
+    outside `python -m kit run`): what a summary written now records of its degraded reads."""
+    target = os.environ.get(NOTICES_FILE_ENV)
+    return collected(Path(target)) if target else []
 
 
 def collected(path: Path) -> list[str]:

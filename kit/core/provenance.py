@@ -68,8 +68,8 @@ def record() -> dict[str, Any]:
 
 
 def write(path: Path, **extra: Any) -> None:
-    """`record()` and `extra` (a notebook's wall time, say) as the JSON file `path`, written
-    atomically."""
+    """`record()` and `extra` (the notebook's wall time, the inputs it read unverified:
+    kit.core.notices) as the JSON file `path`, written atomically."""
     with atomic_write(path) as handle:
         handle.write(json.dumps(record() | extra, indent=1).encode())
 

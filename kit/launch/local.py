@@ -10,6 +10,7 @@ on every node and each command meets at `rdzv_endpoint` under its own rendezvous
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.core.params import ParameterError
-from kit.core.paths import REPO_ROOT
+from kit.core.paths import REPO_ROOT, resolve
 from kit.core.processes import child_environment, ignoring_signals, signal_tree
-from kit.launch.progress import Progress
+from kit.launch.progress import Progress, last_record
 from kit.launch.runs import Launched, is_finished, train_args
 from kit.launch.settings import LaunchSettings
 from kit.launch.warm import WarmProcesses
@@ -217,13 +218,45 @@ def _start_chain(
 def _ended(
     entry: _Running, runs: dict[str, TrainSettings], progress: Progress, launched: Launched
 ) -> None:
-    """Close a finished command's bars and record each run of its chain as finished or failed."""
+    """Close a finished command's bars and record each run of its chain as finished or failed;
+    a worker killed by a signal is named, with the run and step it was at and the runs queued
+    behind it, in the error and in the chain's log (which the killed worker could not write)."""
     for name in entry.chain:
         progress.finish(name, runs[name])
         if is_finished(runs[name]):
             launched.finished.append(name)
         else:
             launched.failed[name] = entry.log
+    unfinished = [name for name in entry.chain if name in launched.failed]
+    code = entry.process.returncode
+    if unfinished and code is not None and code < 0:
+        cause = killed_line(entry.process.pid, -code, unfinished, runs, entry.log)
+        with contextlib.suppress(OSError), entry.log.open("a") as log:
+            log.write(f"\n{cause}\n")
+        launched.causes.update(dict.fromkeys(unfinished, cause))
+
+
+def killed_line(
+    pid: int, number: int, unfinished: list[str], runs: dict[str, TrainSettings], log: Path
+) -> str:
+    """What a worker killed by signal `number` while training the first of `unfinished` did
+    not finish: that run at its last logged step, and the runs queued behind it."""
+    record = last_record(resolve(runs[unfinished[0]].output_dir) / "metrics.jsonl")
+    step = f"step {record['step']}" if record else "its first logged step"
+    try:
+        name = f" ({signal.Signals(number).name})"
+    except ValueError:
+        name = ""
+    queued = (
+        f"; {len(unfinished) - 1} run(s) queued behind it in that worker did not start "
+        f"({', '.join(unfinished[1:])})"
+        if len(unfinished) > 1
+        else ""
+    )
+    return (
+        f"worker pid {pid} killed by signal {number}{name} at {step} of {unfinished[0]}"
+        f"{queued} (log {log}); run it again to resume"
+    )
 
 
 def run_chains(

@@ -26,14 +26,17 @@ class Launched:
     failed: dict[str, Path] = field(default_factory=dict)
     #: run name -> job id of the jobs submitted or still queued/running (slurm)
     submitted: dict[str, str] = field(default_factory=dict)
+    #: failed run name -> why, where the launcher knows it (a worker killed by a signal); runs
+    #: sharing a cause (a chain's runs in one worker) are said once
+    causes: dict[str, str] = field(default_factory=dict)
 
     def check(self) -> Launched:
-        """Raise naming the log of every run that failed."""
+        """Raise naming the log of every run that failed, or the cause it shares with others."""
         if self.failed:
-            raise RuntimeError(
-                "training failed: "
-                + "; ".join(f"{name} (see {log})" for name, log in self.failed.items())
-            )
+            said = [
+                self.causes.get(name) or f"{name} (see {log})" for name, log in self.failed.items()
+            ]
+            raise RuntimeError("training failed: " + "; ".join(dict.fromkeys(said)))
         return self
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from kit.core import files
+from kit.core import files, notices
 from kit.core.paths import resolve
 
 
@@ -24,8 +24,17 @@ def output_dir(path: str | Path) -> Path:
     return folder
 
 
+#: a result JSON whose name ends so is a notebook's summary (what later readers consult)
+SUMMARY_SUFFIX = "_summary.json"
+
+
 def write_json(path: Path, content: dict[str, Any]) -> None:
-    """`content` as indented JSON with sorted keys."""
+    """`content` as indented JSON with sorted keys. A notebook's summary (`*_summary.json`) also
+    records, under `read_unverified`, every input the run read unverified until now
+    (kit.core.notices), so that a reader of the verdicts alone sees what they rest on."""
+    degraded = notices.so_far() if path.name.endswith(SUMMARY_SUFFIX) else []
+    if degraded:
+        content = content | {"read_unverified": degraded}
     files.write_text(path, json.dumps(content, indent=2, sort_keys=True))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kit.experiments.timecat.settings import checkpoint_file
+from kit.experiments.timecat.settings import checkpoint_file, released_identity
 
 if TYPE_CHECKING:
     from kit.experiments.timecat.settings import TimecatSettings
@@ -40,13 +40,15 @@ def _data_problems(settings: TimecatSettings) -> list[str]:
 
 
 def _checkpoint_problems(settings: TimecatSettings) -> list[str]:
-    """The variants' checkpoint files this many replicates read: found, then opened."""
-    files = [
-        file
+    """The variants' checkpoint files this many replicates read: found, then opened, each
+    checked to record the identity its entry expects (iterations, and the seed of run<i>)."""
+    expected = {
+        file: released_identity(variant, settings.seeds(replicate), file)
         for variant in settings.variants
-        for group in (variant.checkpoints or [])[: settings.replicates]
+        for replicate, group in enumerate((variant.checkpoints or [])[: settings.replicates])
         for file in group
-    ]
+    }
+    files = list(expected)
     missing = [file for file in files if not checkpoint_file(file).is_file()]
     if missing:
         return [f"variants: {len(missing)} checkpoint file(s) not found: {', '.join(missing[:5])}"]
@@ -54,5 +56,8 @@ def _checkpoint_problems(settings: TimecatSettings) -> list[str]:
         return []
     from kit.features import checkpoint_problems  # opens them: imports torch
 
-    unusable = checkpoint_problems([str(checkpoint_file(file)) for file in files])
+    unusable = checkpoint_problems(
+        [str(checkpoint_file(file)) for file in files],
+        {str(checkpoint_file(file)): found for file, found in expected.items()},
+    )
     return ["variants: " + "; ".join(unusable)] if unusable else []

@@ -82,6 +82,7 @@ def task_features(
         split_name = f"train[balanced {len(chosen)}, seed {params.base_seed}]"
     probed = [rep for rep in representations if rep.task in (None, task.name)]
     members = list(dict.fromkeys(c for rep in probed for c in rep.checkpoints))
+    identities = {path: found for rep in probed for path, found in rep.expected().items()}
 
     def extract(
         groups: list[list[Path]], split: str, dataset: Dataset
@@ -100,6 +101,7 @@ def task_features(
             progress=progress,
             loader_timeout_s=params.feature_loader_timeout_s,
             side_by_side=params.side_by_side,
+            identities=identities,
         )
 
     groups = [list(rep.checkpoints) for rep in probed]
@@ -136,9 +138,16 @@ def probe_all(
     total = sum(rep.task in (None, task.name) for task in params.tasks for rep in representations)
     bar = KeptBar(total=total, desc=f"{params.probe_kind} probes", unit="probe")
     stage = Stage("probes", total, "probe", f"fitting {total} {params.probe_kind} probes")
+    # an image probe reads the checkpoints itself: the extraction of their features, which
+    # checks that each is this run's (kit.features.identity_problem), comes first
+    early = (
+        {}
+        if on_features
+        else {task.name: task_features(task, representations, params) for task in params.tasks}
+    )
     on_images = image_results(chosen, representations, params)
     for task in params.tasks:
-        extracted = task_features(task, representations, params)
+        extracted = early.get(task.name) or task_features(task, representations, params)
         num_classes, single = extracted.num_classes, extracted.single
         sample = _diagnostic_sample(extracted.eval_rows, params.base_seed)
         splits = [

@@ -3,8 +3,9 @@ and representation of the variants, and the training of the unfinished runs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import yaml
@@ -23,6 +24,7 @@ from kit.experiments.timecat.settings import (
     TimecatSettings,
     Variant,
     checkpoint_file,
+    released_identity,
 )
 from kit.launch import backends as kit_launch
 from kit.launch.runs import is_finished
@@ -43,6 +45,12 @@ class Representation:
     iterations_per_model: int | None
     checkpoints: tuple[Path, ...]
     task: str | None = None  # direct training: the only task it is probed on
+    #: what each checkpoint must record of itself (kit.features.identity_problem), in order
+    identities: tuple[dict[str, Any], ...] = field(default=(), compare=False)
+
+    def expected(self) -> dict[Path, dict[str, Any]]:
+        """Each checkpoint's expected identity, by file."""
+        return dict(zip(self.checkpoints, self.identities, strict=False))
 
 
 def runs_dir(params: TimecatSettings) -> Path:
@@ -52,8 +60,9 @@ def runs_dir(params: TimecatSettings) -> Path:
 
 def features_dir(params: TimecatSettings) -> Path:
     """The feature cache: `feature_cache` relative to the output folder, else
-    <run_root>/features. Entries are keyed by checkpoint contents, data and split, so runs
-    sharing a cache share the features of identical checkpoints (untrained networks of the
+    <run_root>/features. Entries are keyed by checkpoint contents, the identity each checkpoint
+    must record (its run's folder, seed and step: `identity`), data and split, so runs sharing a
+    cache share the features of identical checkpoints of the same run (untrained networks of the
     same seeds) and nothing else."""
     if params.feature_cache is not None:
         return resolve(params.output_dir) / params.feature_cache
@@ -107,6 +116,7 @@ def _representation(
     iterations: int | None,
     checkpoints: tuple[Path, ...],
     task: ProbeTask | None = None,
+    identities: tuple[dict[str, Any], ...] = (),
 ) -> Representation:
     """`variant`'s models in `replicate`, read at `iterations` from `checkpoints`."""
     return Representation(
@@ -118,7 +128,22 @@ def _representation(
         iterations,
         checkpoints,
         None if task is None else task.name,
+        identities,
     )
+
+
+def identity(settings: TrainSettings, root: Path, step: int | None) -> dict[str, Any]:
+    """What the checkpoint of the run `settings` describes must record of itself at `step`
+    (None: untrained): model, width, seed, its run folder relative to `root`, and the step."""
+    folder = Path(settings.output_dir)
+    run = folder.relative_to(root) if folder.is_relative_to(root) else Path(folder.name)
+    return {
+        "model": settings.model,
+        "width": settings.width,
+        "seed": settings.seed,
+        "run": run.as_posix(),
+        "step": step,
+    }
 
 
 def plan(params: TimecatSettings) -> Plan:
@@ -146,6 +171,7 @@ def plan(params: TimecatSettings) -> Plan:
                         replicate,
                         step,
                         tuple(Path(run.output_dir) / snapshot_name(step) for run in members),
+                        identities=tuple(identity(run, root, step) for run in members),
                     )
                 )
                 continue
@@ -156,6 +182,10 @@ def plan(params: TimecatSettings) -> Plan:
                         replicate,
                         variant.iterations,
                         tuple(checkpoint_file(f) for f in variant.checkpoints[replicate]),
+                        identities=tuple(
+                            released_identity(variant, seeds, f)
+                            for f in variant.checkpoints[replicate]
+                        ),
                     )
                 )
                 continue
@@ -179,14 +209,19 @@ def plan(params: TimecatSettings) -> Plan:
                     initial += trainings
                     checkpoints = tuple(folder / INITIAL for folder in folders)
                     iterations = None
+                    expected = tuple(
+                        identity(settings, root, None) | {"run": UNTRAINED_FOLDER}
+                        for settings in trainings
+                    )
                 else:
                     runs.update(zip(folders, trainings, strict=True))
                     checkpoints = tuple(folder / CHECKPOINT for folder in folders)
                     iterations = trainings[0].iterations
                     for settings in trainings:
                         serves[settings.output_dir] = [f"{label} at {iterations}"]
+                    expected = tuple(identity(settings, root, iterations) for settings in trainings)
                 representations.append(
-                    _representation(variant, replicate, iterations, checkpoints, task)
+                    _representation(variant, replicate, iterations, checkpoints, task, expected)
                 )
     return Plan(list(runs.values()), initial, representations, serves)
 

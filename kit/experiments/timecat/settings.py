@@ -13,8 +13,9 @@ full-data value or must be set by each profile.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -43,6 +44,25 @@ def checkpoint_file(path: str) -> Path:
     given = resolve(path)
     twin = given.with_name(given.name + RELEASED_SUFFIX)
     return twin if not given.is_file() and twin.is_file() else given
+
+
+#: how the authors name their released runs' files: run<i> is the replicate's i-th seed
+RELEASED_RUN = re.compile(r"checkpoint_run(\d+)")
+
+
+def released_identity(variant: Variant, seeds: list[int], path: str) -> dict[str, Any]:
+    """What a variant's listed checkpoint file must record of itself, as the profile lists it:
+    the variant's iterations, and the seed of its run when it is named as the authors name theirs
+    (checkpoint_run<i>: the replicate's i-th seed, as their configs/pretrained_checkpoints.yaml
+    maps them). A file holding no record of its own (the authors' AlgoPerf format) is known by
+    its path alone."""
+    expected: dict[str, Any] = {}
+    if variant.iterations is not None:
+        expected["iterations"] = variant.iterations
+    found = RELEASED_RUN.search(Path(path).name)
+    if found is not None and int(found.group(1)) < len(seeds):
+        expected["seed"] = seeds[int(found.group(1))]
+    return expected
 
 
 class ProbeTask(Strict):

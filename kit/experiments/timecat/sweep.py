@@ -161,7 +161,10 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
     """Notebook 03's own probe results for the variants its cell shares with it (same name and
     settings), when `kit run` recorded that notebook 03 ran with exactly these parameters (its
     executed parameters file in the same output folder) and the cell's other settings are
-    notebook 03's (a refit check, `lbfgs_check`, changes no result); else None."""
+    notebook 03's (a refit check, `lbfgs_check`, changes no result); else None. Their
+    `lbfgs_top1` is the cell's own: null where the cell's lbfgs_check is off, and a cell that
+    fits the reference where notebook 03 did not is probed again, so that the column never
+    depends on which notebook probed the cell."""
     recorded = resolve(params.output_dir) / f"{SWEPT_NOTEBOOK}.parameters.yaml"
     found = resolve(params.output_dir) / jobs.RESULTS
     if not (cell.shared and recorded.exists() and found.exists()):
@@ -180,9 +183,18 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
         != notebook
     ):
         return None
+    if cell.settings.lbfgs_check and not notebook.lbfgs_check:
+        return None  # its table lacks the L-BFGS reference this cell fits: probed again
     same = [v.name for v in cell.settings.variants if v in notebook.variants]
-    return outputs.read_parquet(found).filter(
+    table = outputs.read_parquet(found).filter(
         pl.col("variant").is_in(same) & (pl.col("replicate") < cell.settings.replicates)
+    )
+    # `lbfgs_top1` is the cell's own lbfgs_check's, whoever probed: never notebook 03's
+    # reference in a cell that fits none
+    return (
+        table
+        if cell.settings.lbfgs_check
+        else table.with_columns(pl.lit(None, dtype=pl.Float64).alias("lbfgs_top1"))
     )
 
 
