@@ -324,7 +324,7 @@ PINNED_04 = {
 TOLERANCE = 3.5
 #: each ci cell's claim outcome, and the statement over the budget, the same in every
 #: reproducible configuration of docs/data/cpu_spread.json (the fast mode changed some there)
-PINNED_04_CELLS = {20: 'inconclusive', 40: 'contradicted'}
+PINNED_04_CELLS = {20: "inconclusive", 40: "contradicted"}
 PINNED_04_STATUS = "inconclusive"
 
 
