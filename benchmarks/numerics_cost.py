@@ -34,6 +34,7 @@ from kit.core import numerics
 from kit.core.threads import numerics_threads
 from kit.probes import lbfgs
 from kit.probes.rows import Split
+from kit.probes.settings import LbfgsProbeSettings
 if os.environ.get("PORTABLE"):
     torch.backends.mkldnn.enabled = False
 threads = int(os.environ.get("THREADS", "0"))
@@ -56,11 +57,12 @@ with context:
     start = time.perf_counter()
     steps(40)
     rate = 40 * 32 / (time.perf_counter() - start)
-    features = torch.randn(20000, 512)
-    train = Split(features[:16000], torch.randint(0, 10, (16000,)), "t")
-    evaluation = Split(features[16000:], torch.randint(0, 10, (4000,)), "e")
+    features = torch.randn(20000, 512, generator=torch.Generator().manual_seed(0))
+    labels = (features @ torch.randn(512, 10, generator=torch.Generator().manual_seed(1))).argmax(1)
+    train = Split(features[:16000], labels[:16000], "t")
+    evaluation = Split(features[16000:], labels[16000:], "e")
     start = time.perf_counter()
-    lbfgs.lbfgs_probe(train, evaluation, 10, weight_decays=[1e-2], max_iter=50)
+    lbfgs.lbfgs_probe(train, evaluation, 10, LbfgsProbeSettings(weight_decays=[1e-2]))
     probe_s = time.perf_counter() - start
 print(json.dumps({"img_s": rate, "probe_s": probe_s, "threads": torch.get_num_threads()}))
 """
