@@ -71,9 +71,12 @@ def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT) -> Any:
         pickle.UnpicklingError,
         zipfile.BadZipFile,
     ) as error:
-        if isinstance(error, pickle.UnpicklingError) and "weights only" in str(error).lower():
+        if isinstance(error, pickle.UnpicklingError) and "unsupported global" in str(error).lower():
             raise CheckpointError(_pickled_objects(path, str(error), rebuild)) from None
-        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        # torch's own words after the unpickler's name, not its first line, which advises
+        # loading the file unsafely
+        said = str(error).split("WeightsUnpickler error:")[-1]
+        reason = ([line for line in said.strip().splitlines() if line.strip()] or [""])[0][:200]
         raise CheckpointError(
             f"{path}: not a readable PyTorch checkpoint, truncated or corrupt "
             f"({type(error).__name__}: {reason}). {rebuild}"

@@ -16,7 +16,6 @@ and 164 s, with twelve independent runs); select them with `-m rehearsal`.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -25,11 +24,12 @@ from typing import Any
 
 import polars as pl
 import pytest
+import torch
 import yaml
 from test_timecat import released_file
 
 from kit.cli.main import main as kit_main
-from kit.core import params
+from kit.core import files, params
 from kit.core.paths import REPO_ROOT, importable_environment
 from kit.data import pipeline
 from kit.data.fixtures import write_paper_data
@@ -259,6 +259,9 @@ def paper_8xh100(environment: dict[str, str], tmp_path_factory: pytest.TempPathF
 
 #: the rehearsal's step of each variant's snapshots (tests/rehearsal/budgets.yaml)
 STEPS = {"cat1": 9, "cat2": 4, "cat4": 2, "cat5": 2}
+#: the iterations each released folder's runs were saved at (paper Table 3: cat1 at 450k, catN
+#: at 400k in all)
+RELEASED_ITERATIONS = {"cat1": 450_000, "cat2": 200_000, "cat4": 100_000, "cat5": 80_000}
 
 
 def test_paper_8xh100_trains_extracts_and_probes_with_two_ranks(paper_8xh100: Path) -> None:
@@ -287,15 +290,18 @@ def test_paper_8xh100_trains_extracts_and_probes_with_two_ranks(paper_8xh100: Pa
 def test_paper_checkpoints_probes_released_files_with_the_authors_probe(
     paper_8xh100: Path, environment: dict[str, str], tmp_path: Path
 ) -> None:
+    # the release made of the rehearsal's trained snapshots, each recording the horizon of the
+    # released folder it stands in (a checkpoint is probed only as the run it records)
     released = tmp_path / "released"
     for variant, seeds in VARIANTS.items():
         for run, seed in enumerate(seeds):
             trained = paper_8xh100 / "time_concat" / "rep0" / "seeded" / f"seed{seed}"
-            snapshot = trained / f"snapshot-{STEPS[variant]}.pt"
-            link = released_file(released, len(seeds), run)
-            link.parent.mkdir(parents=True, exist_ok=True)
-            os.symlink(snapshot, link)
-            os.symlink(f"{snapshot}.sha256", f"{link}.sha256")
+            state = torch.load(trained / f"snapshot-{STEPS[variant]}.pt", weights_only=True)
+            state["config"]["iterations"] = RELEASED_ITERATIONS[variant]
+            path = released_file(released, len(seeds), run)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with files.hashed_write(path) as handle:
+                torch.save(state, handle)
     environment = environment | {"TIMECAT_CHECKPOINTS": str(released)}
     out = tmp_path / "paper-checkpoints"
     kit(environment, "check", "03", *profile_arguments("paper-checkpoints", out))
