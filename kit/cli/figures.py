@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kit.core import numerics
 from kit.core.files import write_text
 from kit.core.paths import REPO_ROOT, shown
 
@@ -46,9 +47,11 @@ def _provenance(folder: Path, notebook: str) -> dict[str, Any]:
 
 def _origin(record: dict[str, Any]) -> str:
     numerics = record.get("cpu_numerics", {})
+    load = record.get("load_average")
     return (
         f"at commit {record['kit_commit'][:12]} on {numerics.get('cpu', 'an unrecorded CPU')} "
         f"({numerics.get('cpu_isa', '?')}), CPU numerics {numerics.get('mode', 'unrecorded')}"
+        + (f", load average {load[0]:g} at the end" if load else "")
     )
 
 
@@ -181,8 +184,8 @@ def cpu_spread(path: Path = DATA / "cpu_spread.json") -> str:
         found = [runs[name]["values"][key] for name in names]
         lines.append(
             f"| {key} | {value:.2f} | {min(found):.2f} | {max(found):.2f} | "
-            f"{moves.get('reproducible', {}).get(key, 0):.2f} | "
-            f"{moves.get('fast', {}).get(key, 0):.2f} |"
+            f"{moves.get(numerics.REPRODUCIBLE, {}).get(key, 0):.2f} | "
+            f"{moves.get(numerics.FAST, {}).get(key, 0):.2f} |"
         )
     agree = ", ".join(
         f"{mode} mode: {'the same in every configuration' if same else 'changed'}"
@@ -252,18 +255,20 @@ def command(check: bool, record_args: list[str] | None = None) -> int:
     """`python -m kit figures [--check] [--record PROFILE FOLDER]`."""
     if record_args:
         print(f"recorded {shown(record(record_args[0], Path(record_args[1])))}")
-    stale = []
+    pages = {}
     for page in sorted(DOCS.rglob("*.md")):
         text = page.read_text()
         try:
             new = rendered(text, page)
         except (KeyError, FileNotFoundError) as error:
             print(f"error: {error.args[0]}", file=sys.stderr)
-            return 2
+            return 2  # before any page is written
         if new != text:
-            stale.append(page)
-            if not check:
-                write_text(page, new)
+            pages[page] = new
+    stale = list(pages)
+    if not check:
+        for page, new in pages.items():
+            write_text(page, new)
     if check and stale:
         print(
             "error: generated figures differ from their sources in "

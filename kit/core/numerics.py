@@ -49,7 +49,7 @@ from kit.core.paths import REPO_ROOT
 
 #: the switch: `reproducible` (the default) or `fast`
 SWITCH = "TIMECAT_CPU_NUMERICS"
-MODES = ("reproducible", "fast")
+REPRODUCIBLE, FAST = MODES = ("reproducible", "fast")
 #: read by ATen (its kernels' dispatch) and MKL (its branch) when they first run
 REPRODUCIBLE_ENVIRONMENT = {
     "ATEN_CPU_CAPABILITY": "avx2",
@@ -89,9 +89,9 @@ def mode(environ: dict[str, str] | os._Environ[str] | None = None) -> str:
     """The numerics mode asked for by the switch (`reproducible` when unset)."""
     value = (environ if environ is not None else os.environ).get(SWITCH, "").strip().lower()
     if value in ("", "1", "true", "on"):
-        return "reproducible"
+        return REPRODUCIBLE
     if value in ("0", "false", "off"):
-        return "fast"
+        return FAST
     if value not in MODES:
         raise NumericsError(
             f"{SWITCH}={value!r}: expected one of {', '.join(MODES)} (docs/reproducibility.md)"
@@ -224,10 +224,10 @@ def expected_spread(path: Path = SPREAD_RECORD) -> str:
     record = json.loads(path.read_text())
     spread = record["spread"]
     moves = spread["largest_move"]
-    fast = f"{math.ceil(moves.get('fast', 0) * 10) / 10:g}"
+    fast = f"{math.ceil(moves.get(FAST, 0) * 10) / 10:g}"
     verdicts = (
         "with the same verdicts"
-        if spread["same_outcomes"].get("fast", True)
+        if spread["same_outcomes"].get(FAST, True)
         else "and some verdicts changed"
     )
     same = spread["identical_within_mode"].get("reproducible")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 import socket
 import subprocess
@@ -64,6 +65,8 @@ def record() -> dict[str, Any]:
         "written": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "packages": packages(),
         "cpu_numerics": numerics.in_effect(),
+        # what else ran: a wall time recorded here is this machine's at this load
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 
