@@ -90,6 +90,7 @@ SLOW_NAMES = (
     "plain_papermill",
     "outside_kit_run",
     "killed_right_after",
+    "spread_script",
 )
 
 

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import polars as pl
 import pytest
 
 from kit.cli import runner
-from kit.core.paths import REPO_ROOT
 from kit.experiments import toy_summary
 from kit.report import outputs
 
@@ -144,31 +137,3 @@ def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     assert {c["claim"]: c["status"] for c in summary["claims"]} == PINNED_03_OUTCOMES
     assert all("detectable at 80% power" in c["line"] for c in summary["claims"])
     assert summary["ran"].startswith("What ran: profile ci;") and "2 replicates" in summary["ran"]
-
-
-#: another machine, as far as one machine can emulate it: one core, two threads asked for, an
-#: MKL without AVX-512 (docs/reproducibility.md)
-OTHER_MACHINE = {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "OMP_NUM_THREADS": "2"}
-
-
-@pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset (util-linux) is missing")
-def test_notebook_03_gives_the_same_bits_on_an_emulated_other_machine(
-    notebook_outputs, tmp_path: Path
-) -> None:
-    """The reproducible CPU numerics: notebook 03's ci results on one core (one training worker
-    instead of two) with other thread and instruction-set settings are the suite's own, bit for
-    bit."""
-    folder = notebook_outputs("03_time_concat", "time_concat_results.parquet")
-    done = subprocess.run(
-        ["taskset", "-c", "0", sys.executable, "-m", "kit", "run", "03", "--profile", "ci"]
-        + ["--set", f"output_dir={tmp_path}", "--set", "launch.workers=1"],
-        cwd=REPO_ROOT,
-        env=os.environ | OTHER_MACHINE,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    for name in ("time_concat_results.parquet", "time_concat_verdicts.parquet"):
-        assert pl.read_parquet(tmp_path / name).equals(pl.read_parquet(folder / name)), name

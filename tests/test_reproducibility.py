@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import test_notebook_results as results03
@@ -77,3 +79,25 @@ def test_the_pins_are_the_recorded_reference_and_their_bounds_cover_the_measured
     pinned |= {f"04 budget {b}": status for b, status in results04.PINNED_04_CELLS.items()}
     pinned["04 claim"] = results04.PINNED_04_STATUS
     assert pinned == outcomes
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset (util-linux) is missing")
+def test_the_spread_script_on_an_emulated_other_machine_gives_the_recorded_bits(
+    tmp_path: Path,
+) -> None:
+    """benchmarks/cpu_spread.py's one-core configuration (one core, one training worker) on
+    this machine, whatever it is: the recorded reference values bit for bit, and its outcomes."""
+    out = tmp_path / "spread.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/cpu_spread.py", "--only", "one-core", "--out", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    run = json.loads(out.read_text())["runs"]["one-core"]
+    assert run["cpu_numerics"]["reproducible"], run["cpu_numerics"]["not_in_effect"]
+    assert run["values"] == SPREAD["spread"]["reference"]
+    assert run["outcomes"] == SPREAD["runs"]["reproducible"]["outcomes"]
