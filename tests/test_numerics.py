@@ -130,3 +130,20 @@ def test_a_training_step_gives_the_same_bits_on_emulated_machines_and_fast_mode_
         step(fast | {"ATEN_CPU_CAPABILITY": "avx2"})["hash"]
         != (step(fast | {"ATEN_CPU_CAPABILITY": "default"})["hash"])
     )
+
+
+def test_computations_hold_one_thread_on_the_cpu_and_leave_a_gpu_blocks_threads() -> None:
+    import torch
+
+    from kit.core.threads import numerics_threads
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with numerics_threads():
+            assert torch.get_num_threads() == numerics.REPRODUCIBLE_THREADS
+        with numerics_threads(on_cpu=False):
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

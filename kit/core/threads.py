@@ -9,7 +9,7 @@ docs/benchmarks.md, "Small work on one thread").
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 
@@ -34,7 +34,12 @@ def one_thread(small: bool = True) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def numerics_threads() -> AbstractContextManager[None]:
+def numerics_threads(on_cpu: bool = True) -> AbstractContextManager[None]:
     """The block on the intra-op threads the CPU numerics mode asks for (kit.core.numerics):
-    one in the reproducible mode, the process's own setting in the fast mode."""
+    one in the reproducible mode, the process's own setting in the fast mode. A block computing
+    on a GPU (`on_cpu` false) keeps the process's threads: its numbers are the GPU's, and its
+    CPU-side work (batches, augmentation in the process) should not be held to one thread."""
+    if not on_cpu:
+        numerics.apply()
+        return nullcontext()
     return one_thread(small=False)

@@ -205,7 +205,7 @@ def run_faithful(
     with (
         locks.hold(output, "faithful probe") if main_process else contextlib.nullcontext(),
         waited,
-        numerics_threads(),
+        numerics_threads(torch.device(settings.device).type == "cpu"),
     ):
         result = faithful_probe(
             backbones,

@@ -172,7 +172,7 @@ def fast_probe(
     )
     places = spread_rows(rows, devices)
     heads = SpreadHeads(places, settings, num_classes)
-    with precision(devices, settings.tf32), numerics_threads():
+    with precision(devices, settings.tf32), numerics_threads(devices[0].type == "cpu"):
         history = pl.DataFrame(_train(heads, rows, settings, progress))
     if settings.select_from == "epochs":
         return ProbeResult(

@@ -129,7 +129,10 @@ def train_run(
     trained again. Returns the run's output folder."""
     out = resolve(settings.output_dir)
     checks.check_machine(settings, process, out)
-    with run_folder.holding_run_folder(out, process), numerics_threads():
+    with (
+        run_folder.holding_run_folder(out, process),
+        numerics_threads(process.device.type == "cpu"),
+    ):
         if run_folder.finished(settings, out, process):
             return out
         checks.check_ranks(settings, process)
