@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -167,7 +166,7 @@ NOTEBOOKS = ("03_time_concat", "04_when_concat_helps")
 def run(config: Config, out: Path) -> dict[str, Any]:
     """Notebooks 03 and 04 of the ci profile under `config`, into `out` (read back where a kept
     folder already holds them); their values."""
-    env = {k: v for k, v in os.environ.items() if k not in numerics.NUMERICS_VARIABLES}
+    env = numerics.without_variables()
     if not finished(out):
         with competing_load(config.load):
             for command in config.commands(out):
@@ -231,7 +230,6 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the output folders here")
     args = parser.parse_args()
     chosen = [c for c in CONFIGS if not args.only or c.name in args.only]
-    from kit.core import provenance
 
     with tempfile.TemporaryDirectory() as scratch:
         root = args.keep or Path(scratch)
@@ -240,12 +238,7 @@ def main() -> None:
             print(f"{config.name}: {config.what} ...", flush=True)
             runs[config.name] = run(config, root / config.name)
             print(f"  {runs[config.name]['wall_s']:.0f} s", flush=True)
-    record = {
-        "machine": numerics.cpu_model(),
-        "cpu_isa": numerics.best_isa(),
-        "cores": len(os.sched_getaffinity(0)),
-        "kit_commit": provenance.commit(),
-        "written": time.strftime("%Y-%m-%d"),
+    record = figures.measured_on() | {
         "runs": runs,
         "spread": spread(runs),
     }

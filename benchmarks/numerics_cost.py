@@ -20,10 +20,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 from kit.cli import figures
-from kit.core import numerics, provenance
+from kit.core import numerics
 from kit.core.paths import REPO_ROOT
 
 WORK = """
@@ -85,7 +84,7 @@ CONFIGS = (
 
 
 def measure(env: dict[str, str]) -> dict[str, float]:
-    clean = {k: v for k, v in os.environ.items() if k not in numerics.NUMERICS_VARIABLES}
+    clean = numerics.without_variables()
     done = subprocess.run(
         [sys.executable, "-c", WORK],
         env=clean | {"PYTHONPATH": str(REPO_ROOT)} | env,
@@ -109,12 +108,7 @@ def main() -> None:
             f"{name:<20} training {found['img_s']:6.0f} img/s ({speed:.2f}x)  L-BFGS probe "
             f"{found['probe_s']:5.1f} s ({found['probe_s'] / base['probe_s']:.2f}x)"
         )
-    record = {
-        "machine": numerics.cpu_model(),
-        "cpu_isa": numerics.best_isa(),
-        "cores": len(os.sched_getaffinity(0)),
-        "kit_commit": provenance.commit(),
-        "written": time.strftime("%Y-%m-%d"),
+    record = figures.measured_on() | {
         "rows": rows,
     }
     out = figures.DATA / "numerics_cost.json"

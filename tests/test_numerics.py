@@ -5,7 +5,6 @@ machines (instruction-set limits, thread settings, one core), where the fast mod
 from __future__ import annotations
 
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -42,7 +41,7 @@ print(json.dumps({"hash": digest.hexdigest(), "numerics": numerics.in_effect()})
 
 
 def step(env: dict[str, str], cores: str | None = None) -> dict:
-    clean = {k: v for k, v in os.environ.items() if k not in numerics.NUMERICS_VARIABLES}
+    clean = numerics.without_variables()
     command = [sys.executable, "-c", STEP]
     if cores is not None:
         command = ["taskset", "-c", cores, *command]
@@ -70,7 +69,7 @@ def test_the_switch_reads_two_modes_and_refuses_others() -> None:
 def test_importing_the_kit_puts_the_caps_in_the_environment_and_fast_leaves_it_alone() -> None:
     names = "'MKL_CBWR', 'ATEN_CPU_CAPABILITY'"
     code = f"import os, kit; print(*(os.environ.get(k) for k in ({names})))"
-    clean = {k: v for k, v in os.environ.items() if k not in numerics.NUMERICS_VARIABLES}
+    clean = numerics.without_variables()
     for extra, expected in (({}, "COMPATIBLE avx2"), ({numerics.SWITCH: "fast"}, "None None")):
         done = subprocess.run(
             [sys.executable, "-c", code],

@@ -15,9 +15,11 @@ Every block names the machine, the commit and the CPU numerics its figures came 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,19 @@ DATA = DOCS / "data"
 RECORDED = ("*_summary.json", "*.provenance.json")
 BLOCK = re.compile(r"(<!-- figures: ([\w-]+) -->\n)(.*?)(<!-- /figures -->)", re.DOTALL)
 COMMAND = "python -m kit figures"
+
+
+def measured_on() -> dict[str, Any]:
+    """The machine and code a benchmark's record names, as the blocks print them."""
+    from kit.core import provenance
+
+    return {
+        "machine": numerics.cpu_model(),
+        "cpu_isa": numerics.best_isa(),
+        "cores": len(os.sched_getaffinity(0)),
+        "kit_commit": provenance.commit(),
+        "written": time.strftime("%Y-%m-%d"),
+    }
 
 
 def _read(path: Path) -> Any:

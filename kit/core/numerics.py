@@ -99,6 +99,12 @@ def mode(environ: dict[str, str] | os._Environ[str] | None = None) -> str:
     return value
 
 
+def without_variables() -> dict[str, str]:
+    """This process's environment without NUMERICS_VARIABLES: for a child whose numerics a
+    benchmark or test sets itself."""
+    return {k: v for k, v in os.environ.items() if k not in NUMERICS_VARIABLES}
+
+
 def reproducible() -> bool:
     return mode() == "reproducible"
 
