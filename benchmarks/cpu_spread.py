@@ -153,14 +153,14 @@ def competing_load(on: bool) -> Iterator[None]:
             process.join()
 
 
+NOTEBOOKS = ("03_time_concat", "04_when_concat_helps")
+
+
 def finished(out: Path) -> bool:
     """Whether `out` holds both notebooks' complete results (a kept folder is not run again)."""
     return all((out / f"{name}.provenance.json").is_file() for name in NOTEBOOKS) and not any(
         out.glob("*.incomplete")
     )
-
-
-NOTEBOOKS = ("03_time_concat", "04_when_concat_helps")
 
 
 def run(config: Config, out: Path) -> dict[str, Any]:

@@ -56,7 +56,7 @@ REPRODUCIBLE_ENVIRONMENT = {
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "MKL_CBWR": "COMPATIBLE",
 }
-#: intra-op threads of a process computing in the reproducible mode
+#: intra-op threads of a computation in the reproducible mode, and of a small one in either
 REPRODUCIBLE_THREADS = 1
 #: variables that change which code paths torch's CPU libraries take, recorded in provenance
 NUMERICS_VARIABLES = (

@@ -27,7 +27,7 @@ def one_thread(small: bool = True) -> Iterator[None]:
         yield
         return
     before = torch.get_num_threads()
-    torch.set_num_threads(numerics.REPRODUCIBLE_THREADS if numerics.reproducible() else 1)
+    torch.set_num_threads(numerics.REPRODUCIBLE_THREADS)
     try:
         yield
     finally:
