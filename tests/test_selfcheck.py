@@ -103,6 +103,6 @@ def test_planted_failures_make_it_exit_non_zero_naming_each(monkeypatch, capsys)
 def test_the_input_check_decodes_jpegs_as_detailed_as_imagenets(tmp_path: Path) -> None:
     """The decode rate was measured on smooth pictures, a third the size of a photograph's
     JPEG (ImageNet's training files average about 110 kB): it overstated a node's decoding."""
-    paths = checks._jpegs(tmp_path, 4)
+    paths = checks.jpegs(tmp_path, 4)
     sizes = [Path(path).stat().st_size for path in paths]
     assert 80_000 < sum(sizes) / len(sizes) < 160_000, sizes

@@ -155,7 +155,7 @@ def _world() -> dict:
     }
 
 
-def _jpegs(folder: Path, count: int) -> list[str]:
+def jpegs(folder: Path, count: int) -> list[str]:
     """`count` ImageNet-sized JPEGs (500 x 375, quality 90) written to `folder`, with a natural
     image's amplitude spectrum (falling as 1/frequency, D. J. Field 1987, JOSA A 4(12)), so that
     each file holds about as much detail to decode as a photograph: about 120 kB, where
@@ -194,7 +194,7 @@ def input_rates(sizes: Sizes, folder: Path, device: torch.device) -> dict[str, f
     does not: cpu, torchvision's decoder and RandomResizedCrop in the loader workers; gpu,
     torchvision's decoder on the GPU (kit.data.batched); dali, NVIDIA DALI's decoder, on the GPU
     where there is one (kit.data.dali)."""
-    paths = _jpegs(folder, sizes.jpegs)
+    paths = jpegs(folder, sizes.jpegs)
     images = ImageList([(path, 0) for path in paths], ["picture"])
     rates: dict[str, float | str] = {}
     passes: dict[str, Callable[[], None]] = {}
