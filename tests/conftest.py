@@ -91,6 +91,7 @@ SLOW_NAMES = (
     "outside_kit_run",
     "killed_right_after",
     "spread_script",
+    "gpu_input_script",
 )
 
 

@@ -4,6 +4,7 @@ expected wall time and disk, and the disk estimate is the hand computation on a 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import namedtuple
 from pathlib import Path
@@ -15,6 +16,7 @@ from kit import models
 from kit.cli.main import main as kit_main
 from kit.data.fixtures import write_cifar, write_image
 from kit.experiments.timecat import estimates, jobs
+from kit.train import rates
 from kit.train.settings import TrainSettings
 
 shutil_usage = namedtuple("shutil_usage", "total used free")
@@ -50,7 +52,9 @@ def test_disk_matches_a_hand_computation(tmp_path: Path) -> None:
     weights = sum(t.numel() * t.element_size() for t in network.state_dict().values())
     assert train.disk_bytes == 3 * estimates.CHECKPOINT_COPIES * weights
     assert train.images == (40 + 2 * 20) * params.train.batch_size
-    assert extract.images == rows * 3 and probe.images == 0
+    assert extract.images == rows * 3
+    # the fast probe reads each representation's training rows once an epoch
+    assert probe.images == 2 * params.probe.epochs * estimates.task_rows(params)["mixture"][0]
 
 
 def test_wall_time_is_images_over_the_slower_of_gpus_and_loaders(tmp_path: Path) -> None:
@@ -85,31 +89,27 @@ def paper_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return data
 
 
-def test_paper_plan_prints_wall_time_and_disk_per_step(
-    paper_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    assert (
-        kit_main(
-            [
-                "launch",
-                "plan",
-                "--profile",
-                "paper-8xh100",
-                "--out",
-                str(tmp_path / "export"),
-                "--set",
-                f"output_dir={tmp_path / 'out'}",
-            ]
-        )
-        == 0
-    )
-    printed = capsys.readouterr().out
-    assert "expected cost on H100 GPUs" in printed
-    rows = {
+def _paper_plan(tmp_path: Path, capsys: pytest.CaptureFixture) -> str:
+    """What `kit launch plan --profile paper-8xh100` prints (H100 GPUs, the default)."""
+    arguments = ["launch", "plan", "--profile", "paper-8xh100", "--out", str(tmp_path / "export")]
+    assert kit_main([*arguments, "--set", f"output_dir={tmp_path / 'out'}"]) == 0
+    return capsys.readouterr().out
+
+
+def _rows(printed: str) -> dict[str, list[str]]:
+    return {
         line.split()[0]: line.split()[1:]
         for line in printed.splitlines()
         if re.match(r"\s+(train|extract|probe|total)\s", line)
     }
+
+
+def test_paper_plan_prints_wall_time_and_disk_per_step(
+    paper_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    printed = _paper_plan(tmp_path, capsys)
+    assert "expected cost on H100 GPUs" in printed
+    rows = _rows(printed)
     assert set(rows) == {"train", "extract", "probe", "total"}
     # Table 3's budget as the authors trained it, five seeded runs read at 80k-450k: (450k +
     # 200k + 2 x 100k + 80k) iterations of 1,024 images (twelve independent runs: 1,650k)
@@ -117,7 +117,8 @@ def test_paper_plan_prints_wall_time_and_disk_per_step(
     for step in ("train", "extract", "total"):
         hours, unit, size, gigabytes = rows[step][1:]
         assert (unit, gigabytes) == ("h", "GB") and float(hours) > 0 and float(size) > 0
-    # every overhead itemised under its step, and counted in the total, within the 10-hour goal
+    assert float(rows["probe"][1]) > 0  # the fast probe's hours; it writes nothing
+    # every overhead itemised under its step, and counted in the total
     items = re.findall(r"^\s+\+ (.+?)\s+(\d+\.\d+) h  ", printed, re.MULTILINE)
     assert {name for name, _ in items} >= {
         "compile",
@@ -130,10 +131,53 @@ def test_paper_plan_prints_wall_time_and_disk_per_step(
     steps = sum(float(rows[step][1]) for step in ("train", "extract", "probe"))
     total = float(rows["total"][1])
     assert total == pytest.approx(steps + sum(float(h) for _, h in items), abs=0.15)
-    assert total <= 10.0
     for script in ("train", "extract"):
         text = (tmp_path / "export" / f"{script}.sbatch").read_text().splitlines()
         assert "#SBATCH --gpus-per-node=8" in text and "#SBATCH --cpus-per-task=13" in text
+
+
+def test_paper_plan_names_every_rate_and_what_bounds_training(
+    paper_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """12 CPU-decoding workers a GPU deliver 12 x the measured rate a worker, less than the
+    compiled step: the input bounds training, at that rate, and the plan says so with the
+    figures' sources and the workers the step would need."""
+    printed = _paper_plan(tmp_path, capsys)
+    per_worker = rates.INPUT_RATES["cpu"].per_worker
+    assert per_worker is not None
+    fed = 12 * per_worker
+    assert re.search(rf"- input +{fed:,.0f} img/s", printed) and "bound by the input" in printed
+    for source in (rates.INPUT_RATES["cpu"].source, rates.FAST_PROBE_SOURCE, "torch.compile"):
+        assert source in printed
+    train = _rows(printed)["train"]
+    images = 930_000 * 1024
+    assert float(train[1]) == pytest.approx(images / (8 * fed) / 3600, abs=0.05)
+    step = rates.EXPECTED_TRAIN_RATES["H100"][0] * rates.COMPILE_SPEEDUP
+    assert f"{math.ceil(step / per_worker)} CPU-decoding workers" in printed
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the paper profile's input (12 CPU-decoding workers a GPU at the rate measured on "
+    "an H200 node, docs/gpu-nodes.md) bounds training to about 11 h; no input path measured so "
+    "far feeds the compiled step",
+)
+def test_paper_plan_fits_in_six_hours_on_one_node(
+    paper_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert float(_rows(_paper_plan(tmp_path, capsys))["total"][1]) <= 6.0
+
+
+def test_the_fast_probe_row_counts_the_features_it_reads(tmp_path: Path) -> None:
+    """Each task's training rows, once per epoch for every representation, at the measured
+    rate, its heads counted: doubling the epochs doubles the probe's hours."""
+    params = _small_case(tmp_path)
+    assert params.probe_kind == "fast"
+    one = estimates.estimate(params, "h100")[2]
+    longer = params.probe.model_copy(update={"epochs": 2 * params.probe.epochs})
+    twice = estimates.estimate(params.model_copy(update={"probes": {"fast": longer}}), "h100")[2]
+    assert one.hours is not None and one.hours > 0 and one.images > 0
+    assert twice.hours == pytest.approx(2 * one.hours) and twice.images == 2 * one.images
 
 
 def test_a_runs_overheads_by_hand(tmp_path: Path) -> None:

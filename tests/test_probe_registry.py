@@ -164,7 +164,7 @@ def test_a_probe_of_ones_own_runs_notebook_03s_ci_experiment(
         measure.probe_description(settings) == "nearest class mean on cached features of 3 task(s)"
     )
     assert jobs.probe_processes(settings) == 1
-    assert estimates.estimate(settings, "h100")[2].images == 0  # cached features: not estimated
+    assert estimates.estimate(settings, "h100")[2].images == 0  # no passes given: not estimated
     experiment = planning.plan(settings)
     planning.launch(experiment.trainings, settings)
     planning.initialise(experiment.initial)

@@ -3,6 +3,8 @@ planted failures that must make it exit non-zero naming the check."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import torch
 
 from kit.cli import main, selfcheck
 from kit.cli import selfcheck_checks as checks
+from kit.core.paths import REPO_ROOT
 
 
 @pytest.mark.parametrize(
@@ -106,3 +109,26 @@ def test_the_input_check_decodes_jpegs_as_detailed_as_imagenets(tmp_path: Path) 
     paths = checks.jpegs(tmp_path, 4)
     sizes = [Path(path).stat().st_size for path in paths]
     assert 80_000 < sum(sizes) / len(sizes) < 160_000, sizes
+
+
+def test_the_gpu_input_script_measures_every_decode_path_against_the_step(tmp_path: Path) -> None:
+    """benchmarks/gpu_input.py at its tiny size on the CPU: the ceiling eager and compiled, then
+    the compiled step fed by each decode path that runs here, each ratio to the compiled
+    ceiling, and what it ran on, as the JSON the GPU run writes."""
+    out = tmp_path / "rates.json"
+    script = REPO_ROOT / "benchmarks" / "gpu_input.py"
+    command = [sys.executable, str(script), "--device", "cpu", "--tiny", "--out", str(out)]
+    subprocess.run(command, check=True, cwd=tmp_path, timeout=300)
+    record = json.loads(out.read_text())
+    found = {(r["input"], r["workers"], r["compiled"]): r for r in record["rates"]}
+    assert set(found) == {
+        ("synthetic", 0, False),
+        ("synthetic", 0, True),
+        ("cpu", 1, True),
+        ("gpu", 1, True),
+    }
+    assert found[("synthetic", 0, True)]["ratio"] == 1.0
+    for rate in found.values():
+        assert 0 < rate["low"] <= rate["median"] <= rate["high"]
+        assert rate["ratio"] == rate["median"] / found[("synthetic", 0, True)]["median"]
+    assert record["measured_on"]["device"] == "cpu" and record["measured_on"]["cores"] >= 1

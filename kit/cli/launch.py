@@ -221,6 +221,8 @@ def _profile_command(args: argparse.Namespace) -> int:
         gpu = None if loaded.device == "cpu" else args.gpu
         steps = estimates.estimate(loaded, gpu)
         print(estimates.describe(steps, gpu, estimates.overheads(loaded, gpu)))
+        if gpu is not None:
+            print(estimates.sources(loaded, gpu))
         print(estimates.designs(loaded, gpu))
         print(
             "wrote "

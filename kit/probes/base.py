@@ -6,8 +6,9 @@ either fits cached feature splits (`FeatureProbe`: the fast and the L-BFGS probe
 backbones on images itself (`ImageProbe`: the authors' probe, given its probes as
 `ImageProbeJob`s all at once); both return a `ProbeResult` holding the selection rules' choices.
 Besides running, a probe says in one sentence what it does (`describe`), what it costs in passes
-over images (`image_passes`, for the plan's estimate) and how many processes and loader workers
-its step takes when launched as a job (`processes`, `workers`). The experiment asks only these, so
+over images or cached features (`image_passes`, `feature_passes`: the plan's estimate) and how
+many processes and loader workers its step takes when launched as a job (`processes`,
+`workers`). The experiment asks only these, so
 that adding a probe changes nothing outside its own module and its registration.
 
 Its settings extend `ProbeSettings`: a `kind` (the name it is registered under), the device, and
@@ -78,6 +79,15 @@ class ImagePasses:
     workers: int
 
 
+@dataclass(frozen=True)
+class FeaturePasses:
+    """What a probe of cached features costs on one target: `epochs` over its training rows,
+    for `heads` heads trained side by side."""
+
+    epochs: int
+    heads: int
+
+
 class Probe(ABC):
     """What every probe offers the experiment that runs it."""
 
@@ -91,8 +101,12 @@ class Probe(ABC):
 
     def image_passes(self, settings: Any, data: DataSettings, models: int) -> ImagePasses | None:
         """The passes over a task's training images that probing `models` concatenated
-        backbones takes, or None when the probe reads cached features (minutes, not
-        estimated)."""
+        backbones takes, or None when the probe reads cached features (`feature_passes`)."""
+        return None
+
+    def feature_passes(self, settings: Any) -> FeaturePasses | None:
+        """The passes over cached features a fit takes on a GPU, or None when the probe reads
+        images or does not run on one (not estimated)."""
         return None
 
     def processes(self, settings: Any) -> int:

@@ -14,9 +14,15 @@ Figures are images per second of one GPU in a multi-GPU node, 224 px, mixed prec
   faster memory may make it some percent faster); replace it with what `kit selfcheck` measures.
 
 `torch.compile` multiplied the trainer's rate by COMPILE_SPEEDUP on that H200.
+
+What the training loader delivers (INPUT_RATES) and what the fast probe of cached features
+reads per second (FAST_PROBE_BYTES_PER_S) were measured on one H200 node with 16 cores
+(docs/gpu-nodes.md): a step runs at the slower of the GPU and its input.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 _A100 = 16_621 / 8
 _H200 = 4_645.0
@@ -47,3 +53,56 @@ def expected_rate(gpu_name: str) -> tuple[float, str] | None:
         if fragment.lower() in gpu_name.lower():
             return figure
     return None
+
+
+@dataclass(frozen=True)
+class InputRate:
+    """Images/s one GPU's training loader delivers on a `data.decode` path: `per_worker` for
+    each loader worker (CPU decoding grows with the cores), or `per_gpu` whatever the workers;
+    neither when it was never measured (the step's rate is then assumed), and the `source`."""
+
+    per_worker: float | None
+    per_gpu: float | None
+    source: str
+
+
+_GPU_INPUT = "benchmarks/gpu_input.py on one H200 node, 16 cores, 2026-11-27 (docs/gpu-nodes.md)"
+
+#: by `data.decode`, what the training loader delivered to the compiled ResNet-50 step from
+#: 500 x 375 JPEGs with a photograph's detail (about 120 kB a file)
+INPUT_RATES: dict[str, InputRate] = {
+    "cpu": InputRate(
+        3_648 / 15,
+        None,
+        f"measured: 15 CPU-decoding workers fed 3,648 img/s, 243 a worker ({_GPU_INPUT})",
+    ),
+    "gpu": InputRate(
+        None, 2_990, f"measured: GPU decoding with 8 workers fed 2,990 img/s ({_GPU_INPUT})"
+    ),
+    "dali": InputRate(None, None, "not measured on a GPU: the step's rate is assumed"),
+}
+
+#: bytes of cached features per second the fast probe reads, counting every epoch, at
+#: FAST_PROBE_HEADS heads: 200,000 rows x 10,240 float16 features x 2 epochs in 5.7 s, 1,000
+#: classes (benchmarks/probe_memory.py on one H200, 2026-11-26, docs/gpu-nodes.md)
+FAST_PROBE_BYTES_PER_S = 200_000 * 10_240 * 2 * 2 / 5.7
+FAST_PROBE_HEADS = 6
+FAST_PROBE_SOURCE = (
+    "measured: the fast probe read 200,000 x 10,240 float16 features, 2 epochs, 6 heads, "
+    "1,000 classes in 5.7 s on one H200 (docs/gpu-nodes.md); time grows with the features "
+    "read and the heads"
+)
+
+
+def input_rate(decode: str, workers: int) -> tuple[float | None, str]:
+    """Images/s one GPU's training loader delivers with `data.decode: decode` and `workers`
+    workers (None: not measured) and where the figure comes from."""
+    found = INPUT_RATES[decode]
+    if found.per_worker is not None:
+        return max(workers, 1) * found.per_worker, found.source
+    return found.per_gpu, found.source
+
+
+def fast_probe_seconds(feature_bytes: float, epochs: int, heads: int) -> float:
+    """Seconds the fast probe takes on one GPU over `feature_bytes` of cached features."""
+    return feature_bytes * epochs / FAST_PROBE_BYTES_PER_S * heads / FAST_PROBE_HEADS

@@ -13,14 +13,17 @@ loaders' refill at each epoch boundary, listing the dataset, and writing and has
 feature cache; the figures each item assumes are named with it.
 
 Other widths and image sizes scale the GPU's work by width² x (size / 224)². Images read from
-files are decoded and cropped on CPU cores by the loader workers, at LOADER_RATE images per
-second per worker (an estimate: libjpeg-turbo decodes a typical ImageNet JPEG in 2 to 3 ms on
-one core): a step runs at the slower of its GPUs and its loaders.
+files are decoded and cropped by the training loader at the rate measured for its
+`data.decode` path (kit.train.rates.INPUT_RATES; evaluation and extraction decode on the CPU
+workers at the CPU path's rate per worker): a step runs at the slower of its GPUs and its
+input, and `sources` says which bounds each step. The fast probe of cached features takes the
+time kit.train.rates.fast_probe_seconds gives for the features it reads.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +35,7 @@ from kit.data.settings import DataSettings
 from kit.experiments.timecat.planning import plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.probes import registry
+from kit.train import rates
 from kit.train.rates import COMPILE_SPEEDUP, EXPECTED_TRAIN_RATES
 from kit.train.settings import TrainSettings, replica_problem
 
@@ -39,8 +43,8 @@ from kit.train.settings import TrainSettings, replica_problem
 TRAIN_RATES = {name.lower(): rate for name, (rate, _) in EXPECTED_TRAIN_RATES.items()}
 #: inference runs this many times faster than training
 INFERENCE_SPEEDUP = 3.0
-#: images decoded and cropped per second by one loader worker (one CPU core)
-LOADER_RATE = 350.0
+#: images decoded and cropped per second by one CPU-decoding loader worker (kit.train.rates)
+LOADER_RATE = rates.INPUT_RATES["cpu"].per_worker or 0.0
 #: copies of the weights a checkpoint holds: the model and the optimizer's two states
 CHECKPOINT_COPIES = 3
 FEATURE_BYTES = {"float16": 2, "float32": 4}
@@ -90,12 +94,14 @@ def _network(arch: str, num_classes: int, width: float) -> tuple[int, int]:
 def _rate(
     gpu: str | None, ranks: int, cost: float, workers: int, data: DataSettings, train: bool
 ) -> float | None:
-    """Images per second of `ranks` GPUs fed by `workers` loader workers each."""
+    """Images per second of `ranks` GPUs fed by `workers` loader workers each: training
+    batches through `data.decode`'s path, evaluation and extraction through CPU workers."""
     if gpu is None:
         return None
     rate = ranks * TRAIN_RATES[gpu] * (1.0 if train else INFERENCE_SPEEDUP) / cost
     if kinds.get(data.kind).reads_disk:
-        rate = min(rate, ranks * max(workers, 1) * LOADER_RATE)
+        fed = rates.input_rate(data.decode if train else "cpu", workers)[0]
+        rate = min(rate, ranks * fed) if fed is not None else rate
     return rate
 
 
@@ -208,20 +214,26 @@ def _extraction(params: TimecatSettings, gpu: str | None) -> StepEstimate:
 
 def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
     """A probe that reads images passes them through the frozen backbones (its
-    `image_passes`: epochs, on each target's processes); a probe of cached features takes
-    minutes, not estimated."""
+    `image_passes`: epochs, on each target's processes); a probe of cached features reads
+    every representation's features (its `feature_passes`: epochs and heads) at the fast
+    probe's measured rate, on one GPU. `images` counts the images (or feature rows) read."""
     probe = registry.get(params.probe_kind)
     _, cost, representations = _representations(params)
     images, hours = 0, None if gpu is None else 0.0
+    cached = probe.feature_passes(params.probe)
     for task in params.tasks:
         data, (rows, _) = params.task_data(task)[0], task_rows(params)[task.name]
-        for n, _width in representations:
+        for n, width in representations:
             passes = probe.image_passes(params.probe, data, n)
-            if passes is None:
-                continue
-            images += passes.epochs * rows * n
-            rate = _rate(gpu, passes.processes, cost * n, passes.workers, data, False)
-            hours = _hours(hours, passes.epochs * rows, rate)
+            if passes is not None:
+                images += passes.epochs * rows * n
+                rate = _rate(gpu, passes.processes, cost * n, passes.workers, data, False)
+                hours = _hours(hours, passes.epochs * rows, rate)
+            elif cached is not None:
+                images += cached.epochs * rows
+                size = rows * width * FEATURE_BYTES[params.feature_dtype]
+                seconds = rates.fast_probe_seconds(size, cached.epochs, cached.heads)
+                hours = None if hours is None else hours + seconds / 3600
     return StepEstimate("probe", images, hours, 0)
 
 
@@ -308,6 +320,54 @@ def _run_overheads(run: TrainSettings, gpu: str, ranks: int) -> dict[str, float]
         + copies * weights * (1 / WRITE_RATE + 1 / HASH_RATE),
         "epochs": epochs * (run.batch_size / ranks) / LOADER_RATE if reads_disk else 0.0,
     }
+
+
+def sources(params: TimecatSettings, gpu: str | None) -> str:
+    """Where each step's rate comes from, and whether the GPU or the input bounds training."""
+    if gpu is None:
+        return ""
+    step_rate, step_source = EXPECTED_TRAIN_RATES[gpu.upper()]
+    probe = registry.get(params.probe_kind)
+    lines = ["rates per GPU (ResNet-50, 224 px), and where they come from:"]
+    lines.append(f"  - step     {step_rate:>7,.0f} img/s eager  {step_source}")
+    if params.train is not None:
+        run = params.train
+        if run.compile:
+            compiled = step_rate * COMPILE_SPEEDUP
+            lines.append(
+                f"  - compiled {compiled:>7,.0f} img/s        x{COMPILE_SPEEDUP:.2f}, "
+                "torch.compile's speed-up measured on one H200"
+            )
+        if kinds.get(run.data.kind).reads_disk:
+            fed, source = rates.input_rate(run.data.decode, run.num_workers)
+            step = (
+                step_rate
+                * (COMPILE_SPEEDUP if run.compile else 1.0)
+                / _cost(run.width, run.data.image_size)
+            )
+            bound = "the input" if fed is not None and fed < step else "the GPU"
+            shown = "-" if fed is None else f"{fed:,.0f}"
+            lines.append(
+                f"  - input    {shown:>7} img/s        data.decode: {run.data.decode}, "
+                f"{run.num_workers} workers; {source}"
+            )
+            lines.append(f"  - training is bound by {bound}")
+            per_worker = rates.INPUT_RATES["cpu"].per_worker or 1.0
+            lines.append(
+                f"  - feeding the step takes {step:,.0f} img/s a GPU: "
+                f"{math.ceil(step / per_worker)} CPU-decoding workers a GPU at the measured rate"
+            )
+    lines.append(
+        f"  - extract  {INFERENCE_SPEEDUP:.0f} x the eager step (estimate: a forward pass is a "
+        f"third of a step), at most {params.feature_workers} CPU workers' decoding"
+    )
+    probe_source = (
+        rates.FAST_PROBE_SOURCE
+        if probe.feature_passes(params.probe) is not None
+        else "images through the frozen backbones at the extraction rate"
+    )
+    lines.append(f"  - probe    {probe_source}")
+    return "\n".join(lines)
 
 
 def estimate(params: TimecatSettings, gpu: str | None) -> list[StepEstimate]:
