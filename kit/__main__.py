@@ -2,12 +2,12 @@
 
 import sys
 
-from kit.cli import runner
 from kit.cli.main import main
+from kit.cli.terminal import INTERRUPTED
 
 if __name__ == "__main__":
     try:
         sys.exit(main())
     except KeyboardInterrupt:  # Ctrl-C before any notebook started: nothing to stop
-        print(runner.INTERRUPTED, file=sys.stderr)
+        print(INTERRUPTED, file=sys.stderr)
         sys.exit(130)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+
+import yaml
 
 from kit.core import provenance
 from kit.core.paths import REPO_ROOT
@@ -40,3 +44,73 @@ def test_the_cli_says_its_version() -> None:
     )
     assert done.returncode == 0
     assert done.stdout.strip() == f"timecat-kit {metadata.version('timecat-kit')}"
+
+
+#: a machine where the kit was copied, not installed, and the notebook tools are absent (a GPU
+#: node's image): no package metadata for the kit, papermill and nbformat not importable
+SOURCE_CHECKOUT_ONLY = """
+import importlib.metadata as m, sys
+_real = m.version
+def _version(name):
+    if name == "timecat-kit":
+        raise m.PackageNotFoundError(name)
+    return _real(name)
+m.version = _version
+for blocked in ("papermill", "nbformat", "nbclient"):
+    sys.modules[blocked] = None
+"""
+
+
+def test_a_source_checkout_without_the_notebook_tools_trains_and_says_it_is_not_installed(
+    tmp_path: Path,
+) -> None:
+    """`python -m kit --version` and `python -m kit.train` from a checkout on PYTHONPATH: the
+    version is pyproject's, marked as not installed, in what they print and record."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SOURCE_CHECKOUT_ONLY)
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{REPO_ROOT}"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "kit", "--version"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
+    assert provenance.NOT_INSTALLED in shown
+    assert metadata.version("timecat-kit") in shown
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": "resnet10",
+                "width": 0.25,
+                "num_classes": 4,
+                "seed": 0,
+                "batch_size": 8,
+                "iterations": 2,
+                "log_every": 1,
+                "num_workers": 0,
+                "output_dir": str(tmp_path / "run"),
+                "data": {
+                    "kind": "synthetic",
+                    "image_size": 16,
+                    "synthetic": {
+                        "num_train": 32,
+                        "num_eval": 8,
+                        "components": [{"weight": 1.0, "cues": ["colour"]}],
+                    },
+                },
+            }
+        )
+    )
+    subprocess.run(
+        [sys.executable, "-m", "kit.train", "--config", str(config)],
+        env=env,
+        check=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    record = json.loads((tmp_path / "run" / "provenance.jsonl").read_text().splitlines()[0])
+    assert record["kit_version"].endswith(f"({provenance.NOT_INSTALLED})")

@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from importlib import metadata
 from pathlib import Path
 
-from kit.cli import figures, launch, nbval_references, reference, runner, write_errors
-from kit.core import numerics, params
-from kit.report import page
+from kit.cli import figures, launch, reference, write_errors
+from kit.core import numerics, params, provenance
 
 
 def parser() -> argparse.ArgumentParser:
     """Every command and its arguments."""
     parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__)
     parser.add_argument(
-        "--version", action="version", version=f"timecat-kit {metadata.version('timecat-kit')}"
+        "--version", action="version", version=f"timecat-kit {provenance.kit_version()}"
     )
     commands = parser.add_subparsers(dest="command", required=True)
     for name, text in [
@@ -131,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         return launch.step_command(args)
     if args.command == "fixtures":
         return fixtures_command(args.dir)
+    # the notebook tools (papermill, nbformat): imported only by the commands that run or read
+    # notebooks, so that training, the self-check and the steps run where they are absent
+    from kit.cli import nbval_references, runner
+
     if args.command == "store-checks":
         print(f"stored reference outputs in {nbval_references.store_references(args.executed)}")
         return 0
@@ -176,6 +178,8 @@ def fixtures_command(folder: Path) -> int:
 
 def report_command(profile: str) -> int:
     """`python -m kit report --profile NAME`: write the page, or say why not (exit 2)."""
+    from kit.report import page
+
     try:
         print(f"wrote {page.write_report(profile)}")
     except page.ReportError as error:

@@ -63,7 +63,7 @@ from kit.report import charts, page
 KERNEL_NAME = "python3"
 #: seconds the workers get to save and exit after SIGTERM before they are killed
 STOP_GRACE_S = 20.0
-INTERRUPTED = "interrupted; re-run the same command to resume"
+INTERRUPTED = terminal.INTERRUPTED
 #: the kernel's own log: errors only
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
 

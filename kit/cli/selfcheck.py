@@ -23,7 +23,7 @@ from rich.table import Table
 
 from kit.cli import selfcheck_checks as checks
 from kit.cli.selfcheck_checks import CheckFailed, Row, Sizes
-from kit.core import machine
+from kit.core import machine, provenance
 from kit.train.rates import expected_rate
 
 #: the kit's training step must reach this share of the bare loop's rate
@@ -49,6 +49,7 @@ def driver_version() -> str:
 def environment(gpus: int) -> list[Row]:
     """The software stack and the devices the checks use."""
     rows = [
+        Row("timecat-kit", provenance.kit_version(), "", "info", f"commit {provenance.commit()}"),
         Row("torch", torch.__version__, "", "info", f"Python {platform.python_version()}"),
         Row("CPU cores usable", str(machine.usable_cores()), "", "info"),
     ]

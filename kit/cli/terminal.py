@@ -26,6 +26,8 @@ import yaml
 from kit.launch.progress import last_record
 from kit.report import outputs
 
+#: what an interrupted `python -m kit run` says last
+INTERRUPTED = "interrupted; re-run the same command to resume"
 #: seconds between two progress lines of one training run or stage: on a terminal, in a log
 PROGRESS_EVERY_S = {True: 5.0, False: 30.0}
 #: seconds without a line after which the runner says the notebook is still running: on a

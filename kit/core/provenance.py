@@ -43,6 +43,27 @@ def commit() -> str:
     return f"{head} + local changes" if changed else head
 
 
+#: what a source checkout on PYTHONPATH, not installed, says its version is
+NOT_INSTALLED = "not installed: a source checkout on PYTHONPATH"
+
+
+def kit_version() -> str:
+    """The installed kit's version, or, run from a source checkout on PYTHONPATH (no package
+    metadata, as on a node where the kit was copied rather than installed), pyproject.toml's
+    version marked as not installed: an output still says which kit wrote it."""
+    try:
+        return metadata.version("timecat-kit")
+    except metadata.PackageNotFoundError:
+        import tomllib
+
+        try:
+            with (REPO_ROOT / "pyproject.toml").open("rb") as handle:
+                version = tomllib.load(handle)["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            version = "unknown"
+        return f"{version} ({NOT_INSTALLED})"
+
+
 def packages() -> dict[str, str]:
     """Every installed distribution's version, by name (sorted)."""
     found = {
@@ -57,7 +78,7 @@ def record() -> dict[str, Any]:
     """The provenance of what this process is about to write."""
     return {
         "kit_commit": commit(),
-        "kit_version": metadata.version("timecat-kit"),
+        "kit_version": kit_version(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "host": socket.gethostname(),
