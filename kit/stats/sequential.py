@@ -156,7 +156,7 @@ def calibrated_level(looks: tuple[int, ...], level: float, spending: str) -> flo
     Reading each normal boundary through the t distribution keeps every look's own crossing
     probability, but the t statistics of one run are less tied together across looks than the
     normal ones (each look estimates the spread anew), so with several looks some run crosses
-    a little more often than `level` (about 0.054 instead of 0.05 at looks of 3 up to 12). The
+    a little more often than `level` (about 0.053 instead of 0.05 at looks of 3 up to 12). The
     level spent is lowered until a fixed simulation of `CALIBRATION_DRAWS` null runs crosses at
     `level` (bisection; the t statistic under no effect does not depend on the spread, so one
     simulation serves every spread). One look needs no correction: its t boundary is exact."""
