@@ -6,12 +6,14 @@ from the number of simulated runs."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 import scipy.stats
 
 from kit.report import outcomes
+from kit.report import rounds as claim_rounds
 from kit.stats import sequential, simulation, spending
 from kit.stats.sequential import Rounds
 
@@ -147,3 +149,40 @@ def test_no_effect_of_interest_stops_a_precise_inconclusive_look() -> None:
     assert look.low < 0 < 1.45 < look.high and look.detectable < 1.45
     plain = Rounds(rounds.first, rounds.add, rounds.most, futility=False)
     assert sequential.judge(0.72, 1.0, counts, plain, 0.0, 1.45).judgement == sequential.CONTINUE
+
+
+def _conditions(*values: Sequence[float], margin: float = 0.0) -> list[outcomes.Condition]:
+    return [
+        outcomes.Condition(f"c{i}", "cat4", "cat1", ("t",), outcomes.estimate(v), margin)
+        for i, v in enumerate(values)
+    ]
+
+
+def test_a_cell_decided_in_round_one_gets_no_more_replicates() -> None:
+    """Planted per-replicate results: a claim whose conditions all hold at the first look, or
+    one of whose conditions is contradicted there, stops after round 1 and wants no more
+    replicates; an undecided one wants the next round; the last look stops as most reached."""
+    plan = PLANS[0]
+    holds = claim_rounds.judge_round(
+        "c", _conditions([10.0, 10.0005, 9.9995], [5.0, 5.0002, 4.9998]), 3.0, plan, [3]
+    )
+    assert holds.status == claim_rounds.REPRODUCED and holds.decided
+    assert (holds.rounds, holds.replicates, holds.wanted) == (1, 3, 3)
+    assert holds.record()["stopped"] == claim_rounds.REPRODUCED
+    contradicted = claim_rounds.judge_round(
+        "c", _conditions([2.0, 9.0, -4.0], [-20.0, -20.0005, -19.9995]), 3.0, plan, [3]
+    )
+    assert contradicted.status == claim_rounds.CONTRADICTED and contradicted.wanted == 3
+    going = claim_rounds.judge_round("c", _conditions([2.0, 9.0, -4.0]), 3.0, plan, [3])
+    assert not going.decided and going.wanted == 6
+    late = claim_rounds.judge_round("c", _conditions([2.0, 9.0, -4.0] * 4), 3.0, plan, plan.looks)
+    assert late.stopped == claim_rounds.MOST and late.wanted == 12 and late.rounds == 4
+    timed = claim_rounds.judge_round("c", _conditions([2.0, 9.0, -4.0]), 3.0, plan, [3], True)
+    assert timed.stopped == claim_rounds.WALL and timed.wanted == 3
+
+
+def test_a_claim_with_a_missing_condition_stops_rather_than_train_in_vain() -> None:
+    plan = PLANS[0]
+    missing = outcomes.Condition("m", "cat4", "wide", ("t",), outcomes.estimate([]), 0.0, "none")
+    found = claim_rounds.judge_round("c", [*_conditions([2.0, 9.0, -4.0]), missing], 3.0, plan, [3])
+    assert found.stopped == claim_rounds.MISSING and found.status == outcomes.INCONCLUSIVE
