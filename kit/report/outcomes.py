@@ -169,6 +169,9 @@ class Outcome:
     smallest: float
     rows: list[dict[str, Any]] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    #: how many rounds and replicates it took and why it stopped, in words to follow the
+    #: status (kit.report.rounds: " after 2 rounds (6 replicates)"); empty when not said
+    how: str = ""
 
 
 def condition_row(
@@ -245,7 +248,8 @@ def condition_words(row: dict[str, Any]) -> str:
     text = f"{row['condition']} ({where}): {_points(row['mean'])} points (replicates {values})"
     if row["low"] is not None:
         text += (
-            f", {100 * row['confidence']:.0f}% interval [{row['low']:+.1f}, "
+            f", {100 * row['confidence']:.0f}% {'repeated ' if row.get('repeated') else ''}"
+            f"interval [{row['low']:+.1f}, "
             f"{row['high']:+.1f}]" + (" clipped to [-100, 100]" if row["clipped"] else "")
         )
     margin = f"above {row['margin']:+g}" if row["margin"] else "above 0"
@@ -288,6 +292,11 @@ SCHEMA = {
     "detectable": pl.Float64,
     "replicates_needed": pl.Int64,
     "missing": pl.String,
+    # the rounds of its claim's cell (kit.report.rounds): taken, why they stopped, and whether
+    # the interval is a repeated one (several looks) rather than a fixed-sample t interval
+    "rounds": pl.Int64,
+    "stopped": pl.String,
+    "repeated": pl.Boolean,
 }
 
 
@@ -318,6 +327,8 @@ def view(verdicts: pl.DataFrame) -> pl.DataFrame:
         .alias("95% interval"),
         pl.format("{} (above {})", pl.col("must_be"), pl.col("margin").round(1)).alias("must be"),
         pl.col("judgement"),
+        pl.col("rounds"),
+        pl.col("stopped").alias("stopped by"),
         pl.col("detectable").round(1).alias("detectable at 80% power (points)"),
         pl.col("replicates_needed").alias("replicates to detect the smallest effect"),
     )

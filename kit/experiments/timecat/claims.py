@@ -11,7 +11,7 @@ import polars as pl
 
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS
-from kit.report import outcomes
+from kit.report import outcomes, rounds
 from kit.train.settings import RunSettings
 
 
@@ -113,32 +113,26 @@ def condition(
     )
 
 
+TIME_CONCAT, BOTTLENECK = "time-concat", "bottleneck"
 #: the roles of the tasks the primary endpoints average over: every task but the pretraining
 #: data itself
 TRANSFER_ROLES = ["in-mixture", "unseen"]
 
 
-def time_concat_claim(
+def time_concat_conditions(
     results: pl.DataFrame, rule: str, baseline: str, smallest: float
-) -> outcomes.Outcome:
+) -> list[outcomes.Condition]:
     """Section 5's claim (Table 3): catN (`claimed_variant`) transfers better than the
     baseline at the same budget, beyond the controls. Primary endpoint: catN minus the
     baseline on the mean top-1 over the transfer tasks, paired by replicate. Controls, on the
     same endpoint: catN must beat every control whose training compute is at most its own (the
     width-matched model at equal compute, the untrained networks of the same n) and must not
     lose by `smallest` points to one given more compute (a wide model trained for the whole
-    budget spends width^2 times cat1's). A control kind the run lacks makes the claim
-    inconclusive: a gain means little without it."""
+    budget spends width^2 times cat1's). A control kind the run lacks is a missing condition:
+    a gain means little without it. Empty when the run has no catN of n > 1."""
     variant = claimed_variant(results)
-    name = "time-concat"
     if variant is None:
-        return outcomes.Outcome(
-            name,
-            outcomes.INCONCLUSIVE,
-            smallest,
-            [],
-            ["no time-concat variant of n > 1 in this run"],
-        )
+        return []
     found = [
         condition(results, rule, f"{variant} vs {baseline}", variant, baseline, TRANSFER_ROLES)
     ]
@@ -176,17 +170,33 @@ def time_concat_claim(
                     missing=f"no {kind} control in this run",
                 )
             )
-    return outcomes.outcome(name, found, smallest)
+    return found
 
 
-def bottleneck_claim(
+def time_concat_claim(
     results: pl.DataFrame, rule: str, baseline: str, smallest: float
-) -> outcomes.Outcome | None:
+) -> outcomes.Outcome:
+    """Section 5's claim judged on `time_concat_conditions`."""
+    found = time_concat_conditions(results, rule, baseline, smallest)
+    if not found:
+        return outcomes.Outcome(
+            TIME_CONCAT,
+            outcomes.INCONCLUSIVE,
+            smallest,
+            [],
+            ["no time-concat variant of n > 1 in this run"],
+        )
+    return outcomes.outcome(TIME_CONCAT, found, smallest)
+
+
+def bottleneck_conditions(
+    results: pl.DataFrame, rule: str, baseline: str, smallest: float
+) -> list[outcomes.Condition]:
     """Sections 3-4's claim: a model trained directly on a task beats a linear probe of the
     baseline on it, even where the pretraining mixture contains the task (the cpu profile's
     shape and texture). Primary endpoint: the direct variant minus the baseline on the mean
-    top-1 over the tasks it trains on, paired by replicate. None when the run trains no direct
-    variant."""
+    top-1 over the tasks it trains on, paired by replicate. Empty when the run trains no
+    direct variant."""
     direct = [
         row["variant"]
         for row in results.select("variant", "kind")
@@ -194,12 +204,47 @@ def bottleneck_claim(
         .iter_rows(named=True)
         if VARIANT_KINDS.get(row["kind"]).per_task
     ]
-    if not direct:
-        return None
-    found = [
+    return [
         condition(results, rule, f"{d} vs {baseline}", d, baseline, TRANSFER_ROLES) for d in direct
     ]
-    return outcomes.outcome("bottleneck", found, smallest)
+
+
+def bottleneck_claim(
+    results: pl.DataFrame, rule: str, baseline: str, smallest: float
+) -> outcomes.Outcome | None:
+    """Sections 3-4's claim judged on `bottleneck_conditions`; None without a direct variant."""
+    found = bottleneck_conditions(results, rule, baseline, smallest)
+    return outcomes.outcome(BOTTLENECK, found, smallest) if found else None
+
+
+#: every claim by name: its conditions, and whether it is stated without any (the time-concat
+#: claim is, inconclusive; the bottleneck only where the run trains a direct variant)
+CLAIMS = {TIME_CONCAT: (time_concat_conditions, True), BOTTLENECK: (bottleneck_conditions, False)}
+
+
+def judge_round(
+    results: pl.DataFrame,
+    params: TimecatSettings,
+    counts: Sequence[int],
+    out_of_time: bool,
+    names: Sequence[str] = tuple(CLAIMS),
+) -> list[rounds.Round]:
+    """Every claim of `names` the run states, judged after the looks at `counts` replicates
+    on `results` (kit.report.rounds: repeated intervals, and whether its cell stops)."""
+    found = []
+    for name in names:
+        conditions_of, stated = CLAIMS[name]
+        conditions = conditions_of(
+            results, params.probe_rule, params.baseline, params.smallest_effect
+        )
+        if not (conditions or stated):
+            continue
+        found.append(
+            rounds.judge_round(
+                name, conditions, params.smallest_effect, params.design, counts, out_of_time
+            )
+        )
+    return found
 
 
 TITLES = {
@@ -234,7 +279,9 @@ def flagged_words(flagged: Sequence[str]) -> str:
 def outcome_line(found: outcomes.Outcome, baseline: str, flagged: Sequence[str] = ()) -> str:
     """A claim in one line: its outcome, then each condition with its paired values, interval,
     judgement and the effect the run could have detected, and the flagged cells it reads."""
-    head = f"Claim: {TITLES[found.claim].format(baseline=baseline)}: {found.status.upper()}"
+    head = (
+        f"Claim: {TITLES[found.claim].format(baseline=baseline)}: {found.status.upper()}{found.how}"
+    )
     parts = [outcomes.condition_words(row) for row in found.rows]
     parts += [r for r in found.reasons if not found.rows]
     if flagged:
@@ -249,7 +296,8 @@ def claims_markdown(summary: dict) -> str:
     for claim in summary["claims"]:
         bullets = "\n".join(f"- {text}" for text in claim["conditions"] or claim["reasons"])
         parts.append(
-            f"**{claim['status'].upper()}**: {claim['title']} (smallest effect of "
+            f"**{claim['status'].upper()}**{claim.get('how', '')}: {claim['title']} (smallest "
+            "effect of "
             f"interest {claim['smallest_effect']:g} points)\n\n{bullets}"
         )
     return "\n\n".join(parts + [f"*{summary['ran']}*"] if summary["ran"] else parts)
@@ -258,6 +306,19 @@ def claims_markdown(summary: dict) -> str:
 def model_words(train: RunSettings) -> str:
     """A pretraining run's model in words: architecture, width and image size."""
     return f"{train.model} at width {train.width:g}, {train.data.image_size} px"
+
+
+def design_words(params: TimecatSettings) -> str:
+    """The replicates' design in words: "9 replicates", or the rounds with their most, spending
+    and wall budget."""
+    rounds = params.rounds
+    if rounds is None:
+        return f"{params.replicates} replicates"
+    return (
+        f"replicates in rounds ({rounds.first}, then {rounds.add} per round to every cell not "
+        f"yet decided, at most {rounds.most}; {rounds.spending} spending; wall budget "
+        f"{rounds.wall_s:g} s)"
+    )
 
 
 def what_ran(params: TimecatSettings, wall_s: float, machine: str) -> str:
@@ -278,6 +339,6 @@ def what_ran(params: TimecatSettings, wall_s: float, machine: str) -> str:
     )
     return (
         f"What ran: profile {params.profile}; {data}; {model}; {budget}; "
-        f"{params.replicates} replicates; {params.probe_kind} probe, rule "
+        f"{design_words(params)}; {params.probe_kind} probe, rule "
         f"{params.probe_rule}; {machine}; {wall_s / 60:.1f} min of wall time"
     )

@@ -3,6 +3,7 @@ the controls with their intervals, the paper beside the kit, and the verdict lin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
@@ -22,7 +23,7 @@ from kit.experiments.timecat.claims import (
 )
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS
-from kit.report import outcomes, tables, verdicts
+from kit.report import outcomes, rounds, tables, verdicts
 
 
 def diagnostics_table(measured: pl.DataFrame) -> pl.DataFrame:
@@ -296,17 +297,34 @@ def summarize(
     max_gap: float | None = None,
     smallest: float = 2.9,
     ran: str = "",
+    stops: Sequence[rounds.Round] = (),
 ) -> dict[str, Any]:
     """What this run measured, as plain statements and numbers: first each claim judged on its
     primary endpoint (`time_concat_claim`, `bottleneck_claim`; a probe cell the endpoint reads
     whose train/eval gap exceeds `max_gap` points is named beside it), then the secondary,
     exploratory per-task comparisons against the baseline, their tally, and against the
     controls. "claim" is the headline (time-concat) claim; "claims" lists every claim; "verdicts"
-    is the stored verdict table's rows (one per condition); `ran` is the what-ran line."""
+    is the stored verdict table's rows (one per condition); `ran` is the what-ran line. `stops`
+    are the claims' last rounds (kit.report.rounds): each is then judged on the replicates of
+    its last look, by its repeated intervals, and says how many rounds and replicates it took
+    and why it stopped."""
     gaps = probe_gaps(results, rule, max_gap)
-    judged = [time_concat_claim(results, rule, baseline, smallest)]
-    inside = bottleneck_claim(results, rule, baseline, smallest)
-    judged += [inside] if inside is not None else []
+    last = {found.claim: found for found in stops}
+    judged = []
+    for claim in (time_concat_claim, bottleneck_claim):
+        found = claim(results, rule, baseline, smallest)
+        if found is None:
+            continue
+        if found.claim in last:  # judged on the replicates of its last look
+            seen = claim(
+                results.filter(pl.col("replicate") < last[found.claim].replicates),
+                rule,
+                baseline,
+                smallest,
+            )
+            assert seen is not None
+            found = rounds.stopped(seen, last[found.claim])
+        judged.append(found)
     claims = []
     for found in judged:
         flagged = caveats(found, gaps)
@@ -319,6 +337,8 @@ def summarize(
                 "conditions": [outcomes.condition_words(row) for row in found.rows]
                 + ([flagged_words(flagged)] if flagged else []),
                 "reasons": found.reasons,
+                "how": found.how,
+                **(last[found.claim].record() if found.claim in last else {}),
                 "smallest_effect": smallest,
                 "ran": ran,
             }

@@ -146,8 +146,9 @@ def identity(settings: TrainSettings, root: Path, step: int | None) -> dict[str,
     }
 
 
-def plan(params: TimecatSettings) -> Plan:
-    """Every run, untrained network and representation of the experiment. Folders are
+def plan(params: TimecatSettings, start: int = 0) -> Plan:
+    """Every run, untrained network and representation of the experiment's replicates from
+    `start` (a round of replicates: kit.report.rounds) to `replicates`. Folders are
     rep<r>/<variant>/seed<s> (direct: rep<r>/<variant>-<task>/seed<s>); under `catn_models:
     snapshots` the time-concat variants read rep<r>/seeded/seed<s>/snapshot-<step>.pt."""
     root = runs_dir(params)
@@ -155,7 +156,7 @@ def plan(params: TimecatSettings) -> Plan:
     serves: dict[str, list[str]] = {}
     initial: list[TrainSettings] = []
     representations = []
-    for replicate in range(params.replicates):
+    for replicate in range(start, params.replicates):
         seeds = params.seeds(replicate)
         seeded = _seeded_runs(params, replicate, root) if params.catn_models == "snapshots" else {}
         for variant in params.variants:

@@ -27,6 +27,8 @@ from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
 from kit.launch.settings import LaunchSettings
 from kit.probes.base import ProbeSettings, ProbeUse
 from kit.probes.registry import PROBES, AnyProbeSettings, default_settings
+from kit.stats.sequential import Rounds
+from kit.stats.settings import RoundsSettings, design
 from kit.train.settings import RunSettings, TrainSettings, budget_problem
 
 #: training settings whose right value depends on scale: each profile must give them
@@ -154,7 +156,11 @@ class TimecatSettings(NotebookSettings):
     #: keyed by checkpoint contents, data and split, so experiments may share one
     feature_cache: str | None = Field(default=None, min_length=1)
     base_seed: int = Field(default=0, ge=0)
+    #: replicates of the fixed design (with `rounds`, each round plans its own count)
     replicates: int = Field(ge=1)
+    #: replicates in rounds, each claim judged after every round (docs: Replicates in rounds);
+    #: absent: the fixed design of `replicates`
+    rounds: RoundsSettings | None = None
     seed_sets: list[list[int]] | None = None
     #: the budget in iterations that each trained variant shares (per model: budget / n)
     total_iterations: int | None = Field(default=None, ge=1)
@@ -267,20 +273,18 @@ class TimecatSettings(NotebookSettings):
                     f"variants: {variant.name} trains on unknown task(s) "
                     f"{', '.join(unknown)} (tasks: {', '.join(task_names)})"
                 )
-            if variant.checkpoints is not None and len(variant.checkpoints) < self.replicates:
+            if variant.checkpoints is not None and len(variant.checkpoints) < self.design.most:
                 raise ValueError(
                     f"variants: {variant.name} lists checkpoints for "
-                    f"{len(variant.checkpoints)} of {self.replicates} replicates"
+                    f"{len(variant.checkpoints)} of {self.design.most} replicates"
                 )
-        most = max(variant.n for variant in self.variants)
+        models, most = max(variant.n for variant in self.variants), self.design.most
         if self.seed_sets is not None:
-            if len(self.seed_sets) < self.replicates:
-                raise ValueError(
-                    f"seed_sets: {len(self.seed_sets)} sets for {self.replicates} replicates"
-                )
+            if len(self.seed_sets) < most:
+                raise ValueError(f"seed_sets: {len(self.seed_sets)} sets for {most} replicates")
             for seeds in self.seed_sets:
-                if len(set(seeds)) < most:
-                    raise ValueError(f"seed_sets: {seeds} has fewer than {most} distinct seeds")
+                if len(set(seeds)) < models:
+                    raise ValueError(f"seed_sets: {seeds} has fewer than {models} distinct seeds")
         self._check_training()
         self._check_probe()
         if any(task.components for task in self.tasks) and self.train is None:
@@ -359,6 +363,15 @@ class TimecatSettings(NotebookSettings):
         from kit.experiments.timecat.inputs import input_problems
 
         return input_problems(self)
+
+    @property
+    def design(self) -> Rounds:
+        """The plan of looks: `rounds`, or one look at `replicates`."""
+        return design(self.rounds, self.replicates)
+
+    def look(self, count: int) -> TimecatSettings:
+        """These settings planning `count` replicates: one look of the rounds."""
+        return self.model_copy(update={"replicates": count})
 
     def budget(self) -> int:
         """Total iterations each trained variant spends: total_iterations, or the baseline's."""

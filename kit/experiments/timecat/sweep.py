@@ -10,6 +10,7 @@ finished (notebook 03's own, for the cell that has its settings).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,14 +20,14 @@ import yaml
 from kit.core import files
 from kit.core.paths import resolve, shown
 from kit.core.progress import Stage
-from kit.experiments.timecat import jobs, measure, paper, planning, sweep_outcome
+from kit.experiments.timecat import claims, jobs, measure, paper, planning, sweep_outcome
 from kit.experiments.timecat.sweep_settings import (
     SWEPT_NOTEBOOK,
     Cell,
     SweepSettings,
     swept_notebook,
 )
-from kit.report import outputs
+from kit.report import outputs, rounds
 from kit.train import metrics
 from kit.train.settings import TrainSettings
 
@@ -55,7 +56,7 @@ class SweepPlan:
 def plan_cells(cells: list[Cell]) -> SweepPlan:
     """The merged plan of `cells` (under `catn_models: snapshots` the cells of a world share
     their seeded runs, and with a width-matched model of cat1's compute its runs too)."""
-    plans = {(cell.world_seed, cell.budget): planning.plan(cell.settings) for cell in cells}
+    plans = {cell.key: planning.plan(cell.settings, cell.start) for cell in cells}
     trainings = planning.merge_runs([t for found in plans.values() for t in found.trainings])
     initial = {t.output_dir: t for found in plans.values() for t in found.initial}
     return SweepPlan(
@@ -149,11 +150,13 @@ def cost_line(
 
 
 def _cell_file(params: SweepSettings, cell: Cell) -> Path:
+    """A cell's probe results at its look: by its settings, and the replicates the look adds."""
     digest = hashlib.sha256(cell.settings.model_dump_json().encode()).hexdigest()[:16]
+    added = f"-from{cell.start}" if cell.start else ""
     return (
         sweep_dir(params)
         / "results"
-        / f"world{cell.world_seed}-budget{cell.budget}-{digest}.parquet"
+        / f"world{cell.world_seed}-budget{cell.budget}-{digest}{added}.parquet"
     )
 
 
@@ -176,6 +179,7 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
             update={
                 "variants": notebook.variants,
                 "replicates": notebook.replicates,
+                "rounds": notebook.rounds,
                 "total_iterations": notebook.total_iterations,
                 "lbfgs_check": notebook.lbfgs_check,
             }
@@ -187,8 +191,11 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
         return None  # its table lacks the L-BFGS reference this cell fits: probed again
     same = [v.name for v in cell.settings.variants if v in notebook.variants]
     table = outputs.read_parquet(found).filter(
-        pl.col("variant").is_in(same) & (pl.col("replicate") < cell.settings.replicates)
+        pl.col("variant").is_in(same)
+        & pl.col("replicate").is_between(cell.start, cell.settings.replicates, closed="left")
     )
+    if not table.height:
+        return None  # notebook 03 stopped its rounds before this look's replicates
     # `lbfgs_top1` is the cell's own lbfgs_check's, whoever probed: never notebook 03's
     # reference in a cell that fits none
     return (
@@ -201,11 +208,11 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
 def _probe_cell(
     params: SweepSettings, cell: Cell, representations: list[planning.Representation]
 ) -> tuple[pl.DataFrame, bool]:
-    """A cell's probe results: notebook 03's where they apply, the other variants probed; and
-    whether notebook 03's were reused."""
+    """A cell's probe results: notebook 03's where they apply, the other representations
+    (variant and replicate) probed; and whether notebook 03's were reused."""
     reused = notebook03_results(params, cell)
-    done = set() if reused is None else set(reused["variant"])
-    pending = [rep for rep in representations if rep.variant not in done]
+    done = set() if reused is None else set(reused.select("variant", "replicate").iter_rows())
+    pending = [rep for rep in representations if (rep.variant, rep.replicate) not in done]
     frames = [] if reused is None else [reused]
     if pending:
         frames.append(measure.probe_all(pending, cell.settings, diagnose=False).results)
@@ -233,9 +240,7 @@ def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
     for cell in cells:
         path = _cell_file(params, cell)
         if not path.exists():
-            measured, from03 = _probe_cell(
-                params, cell, merged.representations[cell.world_seed, cell.budget]
-            )
+            measured, from03 = _probe_cell(params, cell, merged.representations[cell.key])
             reused += from03
             path.parent.mkdir(parents=True, exist_ok=True)
             with files.atomic_write(path) as handle:
@@ -256,7 +261,7 @@ def own_accuracy(cells: list[Cell]) -> pl.DataFrame:
     rows = []
     merged = plan_cells(cells)
     for cell in cells:
-        for rep in merged.representations[cell.world_seed, cell.budget]:
+        for rep in merged.representations[cell.key]:
             if rep.iterations_per_model is None or rep.task is not None:
                 continue
             for checkpoint in rep.checkpoints:
@@ -292,29 +297,53 @@ def _write(frame: pl.DataFrame, path: Path) -> None:
 
 
 def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Swept:
-    """Notebook 04's measurement: train every unfinished run of `cells` in one launch
-    (`train_all`), probe every cell (`probe_cells`), read each model's own accuracy and where
-    each variant learns the task (`sweep_outcome.learned_budgets`), judge every cell
-    (`sweep_outcome.judge_cells`), set the
-    sweep beside the paper's Table 3, and write the results, own accuracies, verdicts and that
-    table into `out`. No cells (a profile that sweeps no budget): nothing is trained, probed or
-    written, and the result has empty frames."""
+    """Notebook 04's measurement, in rounds of replicates (kit.report.rounds; a fixed design is
+    one round): every round trains the unfinished runs of the cells still going in one launch
+    (`train_all`), probes them (`probe_cells`) and reads each model's own accuracy, then judges
+    every such cell's time-concat claim; a decided cell takes no more replicates. Then where
+    each variant learns the task (`sweep_outcome.learned_budgets`), every cell judged on the
+    replicates of its last look (`sweep_outcome.judge_cells`), the sweep beside the paper's
+    Table 3, and the results, own accuracies, verdicts and that table written into `out`. No
+    cells (a profile that sweeps no budget): nothing is trained, probed or written, and the
+    result has empty frames."""
     if not cells:
         empty = pl.DataFrame()
         return sweep_outcome.Swept(
             params, [], 0, 0, empty, empty, sweep_outcome.CellVerdicts(empty, empty, empty), empty
         )
     first = cells[0].settings
-    skipped, trained = train_all(params, cells)
-    results = probe_cells(params, cells)
-    own = own_accuracy(cells)
+    by_key = {cell.key: cell for cell in cells}
+    counted, results, own = [0, 0], [], []
+
+    def step(pending: Mapping[tuple[int, int], range]) -> None:
+        looks = [by_key[key].look(span) for key, span in pending.items()]
+        skipped, trained = train_all(params, looks)
+        counted[0], counted[1] = counted[0] + skipped, counted[1] + trained
+        results.append(probe_cells(params, looks))
+        own.append(own_accuracy(looks))
+
+    def judge(key: tuple[int, int], counts: tuple[int, ...], late: bool) -> list[rounds.Round]:
+        mine = pl.concat(results, how="diagonal_relaxed").filter(
+            (pl.col("world_seed") == key[0]) & (pl.col("budget") == key[1])
+        )
+        return claims.judge_round(mine, by_key[key].settings, counts, late, [claims.TIME_CONCAT])
+
+    wall_s = None if first.rounds is None else first.rounds.wall_s
+    looked = rounds.run_rounds(list(by_key), first.design, wall_s, step, judge)
+    measured = pl.concat(results, how="diagonal_relaxed")
+    owned = pl.concat(own, how="diagonal_relaxed")
     judged = sweep_outcome.judge_cells(
-        results, first.probe_rule, first.baseline, first.max_probe_gap, first.smallest_effect
+        measured,
+        first.probe_rule,
+        first.baseline,
+        first.max_probe_gap,
+        first.smallest_effect,
+        {key: cell.claims[claims.TIME_CONCAT] for key, cell in looked.items()},
     )
-    vs_paper = paper.paper_vs_kit(results, first.probe_rule, by=["budget"])
+    vs_paper = paper.paper_vs_kit(measured, first.probe_rule, by=["budget"])
     for frame, name in (
-        (results, RESULTS),
-        (own, OWN_ACCURACY),
+        (measured, RESULTS),
+        (owned, OWN_ACCURACY),
         (judged.verdicts, VERDICTS),
         (vs_paper, VS_PAPER),
     ):
@@ -322,10 +351,10 @@ def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Sw
     return sweep_outcome.Swept(
         params,
         cells,
-        skipped,
-        trained,
-        results,
-        sweep_outcome.learned_budgets(own, first.baseline, params.saturation),
+        counted[0],
+        counted[1],
+        measured,
+        sweep_outcome.learned_budgets(owned, first.baseline, params.saturation),
         judged,
         vs_paper,
     )

@@ -5,6 +5,7 @@ statement over the budget (paper Section 5), and the views and summary the noteb
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import polars as pl
@@ -12,7 +13,7 @@ import polars as pl
 from kit.core.progress import Stage
 from kit.experiments.timecat import claims, comparisons, regime
 from kit.experiments.timecat.sweep_settings import Cell, SweepSettings
-from kit.report import crossover, outcomes
+from kit.report import crossover, outcomes, rounds
 
 
 def cells_table(cells: list[Cell]) -> pl.DataFrame | str:
@@ -70,6 +71,10 @@ def learned_budgets(own: pl.DataFrame, baseline: str, share: float) -> pl.DataFr
     )
 
 
+#: what a cell's row says of its rounds: how many, the replicates, why it stopped
+STOP_KEYS = ("rounds", "replicates", "stopped")
+
+
 @dataclass(frozen=True)
 class CellVerdicts:
     """Per cell: its claim's outcome (`cells`, one row each, the input of kit.report.crossover),
@@ -83,12 +88,19 @@ class CellVerdicts:
 
 
 def judge_cells(
-    results: pl.DataFrame, rule: str, baseline: str, max_gap: float | None, smallest: float
+    results: pl.DataFrame,
+    rule: str,
+    baseline: str,
+    max_gap: float | None,
+    smallest: float,
+    stops: Mapping[tuple[int, int], rounds.Round] | None = None,
 ) -> CellVerdicts:
     """Notebook 03's time-concat claim (comparisons.summarize: the primary endpoint and its
     controls, three outcomes) in every cell of `results` (one per distinct world_seed and
     budget): the same computation as notebook 03's, so a cell both notebooks run has one set
-    of numbers."""
+    of numbers. `stops`, by (world seed, budget): each cell's last round, on whose replicates
+    and repeated intervals it is judged, and whose rounds, replicates and reason for stopping
+    its row carries."""
     claims, rows, gaps = [], [], []
     cells = results.select("world_seed", "budget").n_unique()
     stage = Stage(
@@ -101,7 +113,10 @@ def judge_cells(
     for (world, budget), mine in results.sort("world_seed", "budget").group_by(
         "world_seed", "budget", maintain_order=True
     ):
-        summary = comparisons.summarize(mine, rule, baseline, max_gap, smallest)
+        stop = (stops or {}).get((world, budget))
+        summary = comparisons.summarize(
+            mine, rule, baseline, max_gap, smallest, stops=[] if stop is None else [stop]
+        )
         found = summary["claim"]
         claims.append(
             {
@@ -109,6 +124,7 @@ def judge_cells(
                 "budget": budget,
                 "variant": found["variant"],
                 "status": found["status"],
+                **({} if stop is None else {key: found[key] for key in STOP_KEYS}),
                 "flagged_cells": len(found["flagged_cells"]),
                 "line": found["line"],
             }
@@ -151,7 +167,7 @@ def what_ran(params: SweepSettings, cells: list[Cell], wall_s: float, machine: s
     return (
         f"What ran: profile {params.profile}; the kit's synthetic world, seeds "
         f"{', '.join(map(str, worlds))}; {model}; budgets {', '.join(map(str, budgets))} "
-        f"iterations; {first.replicates} replicates per cell; {first.probe_kind} probe, rule "
+        f"iterations; {claims.design_words(first)} per cell; {first.probe_kind} probe, rule "
         f"{first.probe_rule}; {machine}; {wall_s / 60:.1f} min of wall time"
     )
 

@@ -13,7 +13,7 @@ snapshots of the same seeded runs (paper Section 5).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
@@ -22,6 +22,7 @@ from kit.core import params as kit_params
 from kit.core.params import NotebookSettings
 from kit.core.paths import SAFE_NAME
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.stats.settings import RoundsSettings
 
 #: the notebook whose experiment the sweep varies
 SWEPT_NOTEBOOK = "03_time_concat"
@@ -29,13 +30,24 @@ SWEPT_NOTEBOOK = "03_time_concat"
 
 @dataclass(frozen=True)
 class Cell:
-    """One point of the sweep: notebook 03's settings at one world seed and total budget, and
-    whether its runs are notebook 03's own (same folders, trained once)."""
+    """One point of the sweep: notebook 03's settings at one world seed and total budget (with
+    `replicates` those of its first round, or of a later look), whether its runs are notebook
+    03's own (same folders, trained once), and the first replicate its look adds (`start`)."""
 
     world_seed: int
     budget: int
     settings: TimecatSettings
     shared: bool
+    start: int = 0
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """The cell's (world seed, budget)."""
+        return self.world_seed, self.budget
+
+    def look(self, span: range) -> Cell:
+        """This cell at the look that adds the replicates `span` (kit.report.rounds)."""
+        return replace(self, settings=self.settings.look(span.stop), start=span.start)
 
 
 class SweepSettings(NotebookSettings):
@@ -51,8 +63,11 @@ class SweepSettings(NotebookSettings):
     #: seeds of the synthetic world (train.data.synthetic.seed of notebook 03); empty: notebook
     #: 03's own world only
     world_seeds: list[int] = Field(default_factory=list)
-    #: replicates per cell (default: notebook 03's)
+    #: replicates per cell, a fixed design (default: notebook 03's design)
     replicates: int | None = Field(default=None, ge=1)
+    #: replicates per cell in rounds, the cells judged after every round and the decided ones
+    #: stopped (docs: Replicates in rounds; default: notebook 03's design)
+    rounds: RoundsSettings | None = None
     #: notebook 03's variants the sweep trains and probes, by name (default: every variant but
     #: per-task direct training, whose cost grows with the number of tasks)
     variants: list[str] = Field(default_factory=list)
@@ -70,6 +85,8 @@ class SweepSettings(NotebookSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> SweepSettings:
+        if self.replicates is not None and self.rounds is not None:
+            raise ValueError("replicates: give a fixed design or rounds, not both")
         if self.budgets != sorted(set(self.budgets)) or any(b < 1 for b in self.budgets):
             raise ValueError(
                 f"budgets: give distinct positive budgets in ascending order, got {self.budgets}"
@@ -99,7 +116,7 @@ def swept_notebook(params: SweepSettings) -> TimecatSettings:
 
 
 def _base_values(params: SweepSettings, notebook: TimecatSettings) -> dict[str, Any]:
-    """Notebook 03's values with the sweep's overrides, replicates and variants."""
+    """Notebook 03's values with the sweep's overrides, design and variants."""
     values = notebook.model_dump(mode="json", exclude_unset=False)
     sources: kit_params.Sources = {}
     kit_params.merge(values, sources, params.overrides, "overrides")
@@ -114,7 +131,9 @@ def _base_values(params: SweepSettings, notebook: TimecatSettings) -> dict[str, 
         raise ValueError(f"variants: keep notebook 03's baseline {values['baseline']}")
     values["variants"] = [v for v in values["variants"] if v["name"] in kept]
     if params.replicates is not None:
-        values["replicates"] = params.replicates
+        values |= {"replicates": params.replicates, "rounds": None}
+    if params.rounds is not None:
+        values["rounds"] = params.rounds.model_dump()
     return values
 
 
@@ -135,8 +154,9 @@ def cells(params: SweepSettings) -> list[Cell]:
     twice, as in notebook 03). Under `catn_models: snapshots` the cells of a world share one run
     folder, one horizon (train.step_hint, the top budget when not given) and one pool (sized
     for the horizon), so that their runs are the same runs, trained once (sweep.plan_cells).
-    No cells for a profile that sweeps no budget. Raises ValueError naming the key when a cell does
-    not validate."""
+    Each cell plans its first round's replicates (all of the fixed design's). No cells for a
+    profile that sweeps no budget. Raises ValueError naming the key when a cell does not
+    validate."""
     if not params.budgets:
         return []
     notebook = swept_notebook(params)
@@ -189,5 +209,5 @@ def cells(params: SweepSettings) -> list[Cell]:
                     f"budgets: the cell world {world}, budget {budget} is not a "
                     f"valid notebook 03 experiment: {problems}"
                 ) from None
-            found.append(Cell(world, budget, settings, shared))
+            found.append(Cell(world, budget, settings.look(settings.design.first), shared))
     return found

@@ -1,0 +1,227 @@
+"""A claim judged after a round of replicates by the group-sequential rule, and whether its cell
+needs more: the bridge between kit.stats.sequential (one condition at one look) and a notebook
+that trains replicates in rounds.
+
+A cell (notebook 03's run, or one world seed and budget of notebook 04's sweep) trains its
+replicates in rounds; after each round every condition of the claim is judged at the looks made
+so far (`kit.stats.sequential.judge`, repeated confidence intervals), and the claim
+
+- stops `reproduced` when every condition holds, `contradicted` when any is contradicted;
+- stops `inconclusive` for `no effect of interest` when a condition could already have found
+  the smallest effect of interest and did not, for `most replicates reached` at the plan's last
+  look, for `wall budget` when the caller's time is spent, or for `condition missing` when a
+  condition cannot be computed (a control not run: more replicates would not help);
+- otherwise continues, wanting the next round's replicate count.
+
+Every judged claim says how many rounds and replicates it took and why it stopped, for the
+summary JSON and the verdict tables; `stopped` sets that, and the repeated intervals, into the
+claim's fixed-sample outcome (kit.report.outcomes) that the notebooks write.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from kit.report import outcomes
+from kit.stats import sequential
+from kit.stats.sequential import Rounds
+
+REPRODUCED, CONTRADICTED = outcomes.REPRODUCED, outcomes.CONTRADICTED
+NO_INTEREST, MOST, WALL = sequential.NO_INTEREST, "most replicates reached", "wall budget"
+MISSING, CONTINUE = "condition missing", sequential.CONTINUE
+
+
+@dataclass(frozen=True)
+class Round:
+    """A claim after look `rounds` (1 for the first) at `counts` replicates: its `status`, why
+    it stopped (`stopped`, `continue` when it goes on), the replicates it wants next and one
+    row per condition (the condition's look)."""
+
+    claim: str
+    status: str
+    stopped: str
+    rounds: int
+    replicates: int
+    wanted: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    #: whether the plan makes several looks, so that the intervals are repeated ones
+    repeated: bool = False
+
+    @property
+    def decided(self) -> bool:
+        """Whether the cell takes no more replicates."""
+        return self.stopped != CONTINUE
+
+    def how(self) -> str:
+        """How many rounds and replicates it took and why it stopped, in words that follow
+        its status: " after 2 rounds (6 replicates)", ": most replicates reached (12 replicates,
+        4 rounds)"."""
+        took = f"{self.rounds} round{'s' if self.rounds > 1 else ''}"
+        if self.stopped in (REPRODUCED, CONTRADICTED):
+            return f" after {took} ({self.replicates} replicates)"
+        return f": {self.stopped} ({self.replicates} replicates, {took})"
+
+    def record(self) -> dict[str, Any]:
+        """The claim's stopping record for a summary JSON."""
+        return {
+            "claim": self.claim,
+            "status": self.status,
+            "stopped": self.stopped,
+            "rounds": self.rounds,
+            "replicates": self.replicates,
+        }
+
+
+def _look(
+    condition: outcomes.Condition, counts: tuple[int, ...], rounds: Rounds, smallest: float
+) -> sequential.Look | None:
+    """The condition judged at the looks `counts`, its own replicate count replacing the last
+    (a failed replicate leaves it fewer); None when it cannot be judged."""
+    found = condition.estimate
+    if condition.missing or found.mean is None or found.std is None:
+        return None
+    seen = tuple(n for n in counts[:-1] if n < found.replicates) + (found.replicates,)
+    return sequential.judge(
+        found.mean, found.std, seen, rounds, condition.margin, smallest, outcomes.METRIC_RANGE
+    )
+
+
+def _row(claim: str, condition: outcomes.Condition, look: sequential.Look | None) -> dict:
+    return {
+        "claim": claim,
+        "condition": condition.name,
+        "replicates": condition.estimate.replicates,
+        "low": None if look is None else look.low,
+        "high": None if look is None else look.high,
+        "multiplier": None if look is None else look.critical,
+        "detectable": None if look is None else look.detectable,
+        "judgement": outcomes.INCONCLUSIVE if look is None else look.judgement,
+        "missing": condition.missing,
+    }
+
+
+def judge_round(
+    claim: str,
+    conditions: Sequence[outcomes.Condition],
+    smallest: float,
+    rounds: Rounds,
+    counts: Sequence[int],
+    out_of_time: bool = False,
+) -> Round:
+    """The claim after looks at `counts` replicates (increasing, one per round so far); see
+    the module docstring for how it stops. `out_of_time` stops an undecided claim for the wall
+    budget."""
+    counts = tuple(counts)
+    looks = [_look(c, counts, rounds, smallest) for c in conditions]
+    rows = [_row(claim, c, look) for c, look in zip(conditions, looks, strict=True)]
+    judged = [look.judgement for look in looks if look is not None]
+    if any(j == sequential.CONTRADICTED for j in judged):
+        status, stopped = CONTRADICTED, CONTRADICTED
+    elif conditions and len(judged) == len(conditions) and set(judged) == {sequential.HOLDS}:
+        status, stopped = REPRODUCED, REPRODUCED
+    else:
+        status = outcomes.INCONCLUSIVE
+        if not conditions or len(judged) < len(conditions):
+            stopped = MISSING
+        elif NO_INTEREST in judged:
+            stopped = NO_INTEREST
+        elif counts[-1] >= rounds.most:
+            stopped = MOST
+        else:
+            stopped = WALL if out_of_time else CONTINUE
+    wanted = counts[-1] if stopped != CONTINUE else rounds.next_count(counts[-1])
+    repeated = len(rounds.looks) > 1
+    return Round(claim, status, stopped, len(counts), counts[-1], wanted, rows, repeated)
+
+
+def stopped(found: outcomes.Outcome, judged: Round) -> outcomes.Outcome:
+    """The claim `found` (judged by kit.report.outcomes on the replicates of its last look) as
+    its rounds judged it: `judged`'s status, each condition's interval, judgement (`continue`,
+    where another condition stopped the claim, reads inconclusive) and detectable effect from
+    its look, and the rounds, replicates and reason it stopped, on every row and in `how`."""
+    looks = {row["condition"]: row for row in judged.rows}
+    low_edge, high_edge = outcomes.METRIC_RANGE
+    rows = []
+    for row in found.rows:
+        look = looks[row["condition"]]
+        judgement = look["judgement"]
+        rows.append(
+            row
+            | {key: look[key] for key in ("low", "high", "detectable")}
+            | {
+                "judgement": outcomes.INCONCLUSIVE if judgement == CONTINUE else judgement,
+                "clipped": look["low"] is not None
+                and (look["low"] == low_edge or look["high"] == high_edge),
+                "rounds": judged.rounds,
+                "stopped": judged.stopped,
+                "repeated": judged.repeated,
+            }
+        )
+    missing = [f"{row['condition']}: {row['missing']}" for row in rows if row["missing"]]
+    reasons = found.reasons if judged.status == found.status or not rows else missing
+    return replace(found, status=judged.status, rows=rows, reasons=reasons, how=judged.how())
+
+
+@dataclass
+class CellRounds:
+    """One cell's rounds so far: the replicate counts of its looks and each claim's judgement,
+    kept from the look that decided it (a decided claim is not judged again)."""
+
+    counts: list[int] = field(default_factory=list)
+    claims: dict[str, Round] = field(default_factory=dict)
+
+    @property
+    def decided(self) -> bool:
+        """Whether every claim of the cell is decided, so that it takes no more replicates."""
+        return all(found.decided for found in self.claims.values())
+
+    def records(self) -> list[dict[str, Any]]:
+        """Each claim's stopping record (`Round.record`)."""
+        return [found.record() for found in self.claims.values()]
+
+
+Key = TypeVar("Key", bound=Hashable)
+#: trains and measures, for every cell still going, the replicates of its `range` (the next
+#: round's: from the count of its last look to that of its next)
+Step = Callable[[Mapping[Key, range]], None]
+#: every claim of a cell judged after the looks at `counts` replicates, `out_of_time` when the
+#: wall budget is spent (judge_round's)
+Judge = Callable[[Key, tuple[int, ...], bool], Sequence[Round]]
+
+
+def run_rounds(
+    keys: Sequence[Key],
+    plan: Rounds,
+    wall_s: float | None,
+    step: Step[Key],
+    judge: Judge[Key],
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[Key, CellRounds]:
+    """Replicates in rounds over the cells `keys`: `step` trains and measures the first round
+    of every cell, `judge` judges every cell, and the next round goes to the cells not yet
+    decided, until every cell is decided, `most` replicates are reached, or `wall_s` seconds
+    of `clock` have passed since the first round began (no further round then starts: a cell
+    undecided stops with `wall budget`). With a fixed plan (`Rounds.fixed`) one round is all.
+    The rounds depend only on the measured replicates and the clock, so a run that resumes
+    (its finished replicates read back) makes the same looks and decisions again."""
+    started = clock()
+    cells = {key: CellRounds() for key in keys}
+    pending = {key: range(0, plan.first) for key in keys}
+    while pending:
+        step(pending)
+        out_of_time = wall_s is not None and clock() - started >= wall_s
+        following = {}
+        for key, span in pending.items():
+            cell = cells[key]
+            cell.counts.append(span.stop)
+            for found in judge(key, tuple(cell.counts), out_of_time):
+                if not (found.claim in cell.claims and cell.claims[found.claim].decided):
+                    cell.claims[found.claim] = found
+            if not cell.decided:
+                wanted = max(found.wanted for found in cell.claims.values() if not found.decided)
+                following[key] = range(span.stop, wanted)
+        pending = following
+    return cells

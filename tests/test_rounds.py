@@ -1,0 +1,166 @@
+"""Replicates in rounds through the notebooks' loop (kit.report.rounds.run_rounds) on planted
+per-replicate results: a cell decided in round 1 gets no more replicates, an undecided one gets
+the next round, a resumed run makes the same looks and decisions, the wall budget stops the
+rounds; the `rounds` settings; and notebook 04's sweep in rounds with its training and probes
+planted."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import polars as pl
+import pytest
+from test_sweep import sweep_results
+
+from kit.core import params
+from kit.experiments.timecat import claims, sweep, sweep_outcome, sweep_settings
+from kit.report import outcomes, rounds
+from kit.stats.sequential import Rounds
+from kit.stats.settings import RoundsSettings
+
+PLAN = Rounds(first=3, add=3, most=9)
+#: per cell, the endpoint's value of each replicate: "decided" holds at the first look (its
+#: replicates agree to a thousandth of a point), "open" never settles (it reaches most)
+PLANTED = {
+    "decided": [10.0, 10.0005, 9.9995] + [10.0] * 6,
+    "open": [2.0, 9.0, -4.0] * 3,
+}
+
+
+def _judge(key: str, counts: tuple[int, ...], late: bool) -> list[rounds.Round]:
+    values = PLANTED[key][: counts[-1]]
+    condition = outcomes.Condition("c", "cat4", "cat1", ("t",), outcomes.estimate(values))
+    return [rounds.judge_round("time-concat", [condition], 3.0, PLAN, counts, late)]
+
+
+def _loop(wall_s: float | None = None, clock=None) -> tuple[dict, list[dict[str, range]]]:
+    asked: list[dict[str, range]] = []
+
+    def step(pending: Mapping[str, range]) -> None:
+        asked.append(dict(pending))
+
+    extra = {} if clock is None else {"clock": clock}
+    return rounds.run_rounds(list(PLANTED), PLAN, wall_s, step, _judge, **extra), asked
+
+
+def test_a_cell_decided_in_round_one_gets_no_more_replicates() -> None:
+    cells, asked = _loop()
+    assert asked == [
+        {"decided": range(0, 3), "open": range(0, 3)},
+        {"open": range(3, 6)},
+        {"open": range(6, 9)},
+    ]
+    decided = cells["decided"].claims["time-concat"]
+    assert decided.record() == {
+        "claim": "time-concat",
+        "status": "reproduced",
+        "stopped": "reproduced",
+        "rounds": 1,
+        "replicates": 3,
+    }
+    assert decided.how() == " after 1 round (3 replicates)"
+    going = cells["open"].claims["time-concat"]
+    assert cells["open"].counts == [3, 6, 9] and going.stopped == rounds.MOST
+    assert going.how() == ": most replicates reached (9 replicates, 3 rounds)"
+
+
+def test_a_resumed_run_makes_the_same_looks_and_decisions() -> None:
+    first, asked = _loop()
+    again, asked_again = _loop()
+    assert asked_again == asked
+    assert {k: c.records() for k, c in again.items()} == {k: c.records() for k, c in first.items()}
+
+
+def test_the_wall_budget_stops_every_undecided_cell_after_its_round() -> None:
+    ticks = iter([0.0, 100.0])  # the first round takes 100 s of a budget of 60
+    cells, asked = _loop(wall_s=60.0, clock=lambda: next(ticks))
+    assert asked == [{"decided": range(0, 3), "open": range(0, 3)}]
+    assert cells["open"].claims["time-concat"].stopped == rounds.WALL
+    assert cells["decided"].claims["time-concat"].stopped == rounds.REPRODUCED
+
+
+def test_a_fixed_design_is_one_round() -> None:
+    calls: list[Mapping[str, range]] = []
+    found = rounds.run_rounds(["open"], Rounds.fixed(9), None, calls.append, _judge)
+    assert calls == [{"open": range(0, 9)}] and found["open"].counts == [9]
+    assert found["open"].claims["time-concat"].stopped == rounds.MOST
+
+
+def test_rounds_settings_are_refused_by_key_and_make_the_plan() -> None:
+    with pytest.raises(ValueError, match="most"):
+        RoundsSettings(first=6, most=3, wall_s=60.0)
+    with pytest.raises(ValueError, match="spending"):
+        RoundsSettings(wall_s=60.0, spending="haybittle")
+    with pytest.raises(ValueError, match="wall_s"):
+        RoundsSettings()  # type: ignore[call-arg]
+    given = {"first": 3, "add": 3, "most": 9, "wall_s": 900.0, "spending": "pocock"}
+    loaded, _ = params.load("03_time_concat", "ci", overrides={"rounds": given})
+    assert loaded.design == Rounds(3, 3, 9, spending="pocock")
+    assert claims.design_words(loaded).startswith("replicates in rounds (3, then 3 per round")
+    with pytest.raises(params.ParameterError, match="seed_sets: 2 sets for 9 replicates"):
+        params.load(
+            "03_time_concat", "ci", overrides={"rounds": given, "seed_sets": [[1, 2], [3, 4]]}
+        )
+    with pytest.raises(params.ParameterError, match="replicates: give a fixed design or rounds"):
+        params.load("04_when_concat_helps", "ci", overrides={"rounds": given, "replicates": 2})
+    sweep_params, _ = params.load("04_when_concat_helps", "ci", overrides={"rounds": given})
+    cells = sweep_settings.cells(sweep_params)
+    assert {(c.settings.replicates, c.settings.design.most) for c in cells} == {(3, 9)}
+
+
+def test_the_sweep_in_rounds_stops_a_decided_cell_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Notebook 04's cells in rounds with training and probes planted: the cell with a large
+    gain is reproduced after its first round and probed no further; the one without goes on,
+    and every cell's row and line say its rounds, replicates and why it stopped."""
+    planted = sweep_results({240: 30.0, 480: 1.5}, worlds=1, replicates=9).filter(
+        pl.col("budget").is_in([240, 480])
+    )
+    probed: list[tuple[int, int, range]] = []
+
+    def probe_cells(_params: object, looks: list[sweep_settings.Cell]) -> pl.DataFrame:
+        probed.extend(
+            (c.world_seed, c.budget, range(c.start, c.settings.replicates)) for c in looks
+        )
+        return pl.concat(
+            planted.filter(
+                (pl.col("budget") == c.budget)
+                & pl.col("replicate").is_between(c.start, c.settings.replicates, closed="left")
+            )
+            for c in looks
+        )
+
+    monkeypatch.setattr(sweep, "train_all", lambda _params, looks: (0, len(looks)))
+    monkeypatch.setattr(sweep, "probe_cells", probe_cells)
+    monkeypatch.setattr(sweep, "own_accuracy", lambda looks: pl.DataFrame())
+    monkeypatch.setattr(sweep_outcome, "learned_budgets", lambda *_: pl.DataFrame())
+    given = {"first": 3, "add": 3, "most": 9, "wall_s": 3600.0, "spending": "pocock"}
+    given["futility"] = False  # the cell of 480 is neither decided nor stopped for its spread
+    loaded, _ = params.load(
+        "04_when_concat_helps",
+        "ci",
+        output_dir=str(tmp_path),
+        overrides={"budgets": [240, 480], "rounds": given},
+    )
+    swept = sweep.run(loaded, sweep_settings.cells(loaded), tmp_path)
+    assert [p for p in probed if p[1] == 240] == [(0, 240, range(0, 3))]
+    assert [p for p in probed if p[1] == 480][:2] == [(0, 480, range(0, 3)), (0, 480, range(3, 6))]
+    cells = {row["budget"]: row for row in swept.judged.cells.iter_rows(named=True)}
+    assert (cells[240]["status"], cells[240]["rounds"], cells[240]["replicates"]) == (
+        "reproduced",
+        1,
+        3,
+    )
+    assert "REPRODUCED after 1 round (3 replicates)" in cells[240]["line"]
+    assert "repeated interval" in cells[240]["line"]
+    assert (cells[480]["status"], cells[480]["rounds"], cells[480]["replicates"]) == (
+        "reproduced",
+        2,
+        6,
+    )
+    verdicts = pl.read_parquet(tmp_path / sweep.VERDICTS)
+    assert verdicts.filter(pl.col("budget") == 240)["replicates"].to_list() == [3, 3, 3]
+    assert set(verdicts["stopped"]) == {cells[240]["stopped"], cells[480]["stopped"]}
+    assert verdicts["repeated"].all()
