@@ -496,7 +496,7 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
     assert set(planning.run_table(experiment)["status"]) == {"finished"}
     # the notebook shows the plan's table again after training, its status read then
     executed = nbformat.read(folder / "03_time_concat.ipynb", as_version=4)
-    (training,) = [c for c in executed.cells if "planning.launch(" in c.source]
+    (training,) = [c for c in executed.cells if "in_rounds.run(" in c.source]
     shown = "".join(o.get("data", {}).get("text/html", "") for o in training.outputs)
     assert shown.count(">finished<") == len(experiment.trainings) and "to train" not in shown
     stamps = {

@@ -76,7 +76,9 @@ class Rounds:
     futility: bool = True
 
     def __post_init__(self) -> None:
-        if self.first < 2:
+        if self.first < 1 or (self.first < 2 and self.most > self.first):
+            # one replicate has no spread: a single look at it is judged inconclusive, but a
+            # plan of several looks could stop on nothing
             raise ValueError(f"the first round needs at least 2 replicates, got {self.first}")
         if self.most < self.first:
             raise ValueError(f"most ({self.most}) is below the first round ({self.first})")
