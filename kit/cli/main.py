@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             if problems:
                 raise params.ParameterError("\n".join(problems))
             for planned in runs:
+                print(*planned.notes, sep="\n", end="\n" if planned.notes else "")
                 print(
                     f"{planned.notebook.name}: parameters, data, checkpoints and output "
                     f"folders valid for profile {args.profile}"

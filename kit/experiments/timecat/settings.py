@@ -38,10 +38,18 @@ RELEASED_SUFFIX = ".tar"
 
 
 def checkpoint_file(path: str) -> Path:
-    """A variant's checkpoint file: the path given, or, when only that name with `.tar` appended
-    exists (`checkpoint_run0.pth.tar` for `checkpoint_run0.pth`, as the authors' README draws
-    their archive), that file, read as it is without renaming."""
+    """A variant's checkpoint file. A path laid out as the authors' release
+    (kit.experiments.timecat.layouts: `<release>/checkpoints_<step>/checkpoint_run<i>.pth`, the
+    config's names or the README's) names a step and a run, found in whichever layout holds
+    them under the same root; any other path is the file given, or, when only that name with
+    `.tar` appended exists, that file, read as it is without renaming. A file found nowhere is
+    the path given (its absence is reported by `kit check`)."""
+    from kit.experiments.timecat.layouts import located
+
     given = resolve(path)
+    found = located(given)
+    if found is not None:
+        return found
     twin = given.with_name(given.name + RELEASED_SUFFIX)
     return twin if not given.is_file() and twin.is_file() else given
 
@@ -359,6 +367,13 @@ class TimecatSettings(NotebookSettings):
         from kit.experiments.timecat.inputs import input_problems
 
         return input_problems(self)
+
+    def input_notes(self) -> list[str]:
+        """The checkpoints read: the layout of the authors' release found and each file's
+        variant, step and run (kit.experiments.timecat.inputs)."""
+        from kit.experiments.timecat.inputs import checkpoint_notes
+
+        return checkpoint_notes(self)
 
     def budget(self) -> int:
         """Total iterations each trained variant spends: total_iterations, or the baseline's."""
