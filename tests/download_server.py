@@ -78,12 +78,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that hung up on purpose (a refused download): no traceback
+
+
 def serve() -> Iterator[tuple[str, Served]]:
     """A server on 127.0.0.1 in a thread: its base URL and what it serves (a generator for a
     fixture)."""
     served = Served()
     handler = type("Handler", (_Handler,), {"served": served})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

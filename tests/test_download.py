@@ -26,9 +26,12 @@ from kit.cli import download as kit_download
 from kit.cli.main import main as kit_main
 from kit.core import fetch, files
 from kit.core.fetch import DownloadError
-from kit.data.fixtures import write_cifar
+from kit.data.fixtures import write_cifar, write_paper_data
+from kit.data.preflight import preflight
+from kit.data.settings import DataSettings
 from kit.experiments.timecat import layouts
 
+SIZES = Path(__file__).parent / "rehearsal" / "sizes.yaml"
 ARCHIVE = "/" + kit_download.SOURCES["checkpoints"].archive
 #: one layout of each description: as the archive unpacks (the config's names), download.sh's
 #: rename with the README's step folders, and the README's own folder
@@ -293,3 +296,64 @@ def test_two_layouts_with_different_bytes_are_an_error_naming_both(
     first = tmp_path / LAYOUTS["unpacked"].names("full", 0)[0]
     with pytest.raises(Exception, match=f"{first} and {other} hold different bytes"):
         layouts.find_release(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def paper_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The datasets paper-checkpoints reads, tiny (`kit fixtures`)."""
+    root = tmp_path_factory.mktemp("data")
+    write_paper_data(root)
+    return root
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_kit_check_reads_a_downloaded_release_in_each_layout(
+    layout: str,
+    archives: dict[str, bytes],
+    paper_data: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    folder = tmp_path / "checkpoints"
+    for base, served in serve():
+        served.files[ARCHIVE] = archives[layout]
+        assert (
+            kit_main(["download", "checkpoints", "--to", str(folder), "--url", base + ARCHIVE]) == 0
+        )
+    monkeypatch.setenv("TIMECAT_DATA", str(paper_data))
+    monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(folder))
+    check = ["check", "03", "--profile", "paper-checkpoints", "-f", str(SIZES)]
+    assert kit_main([*check, "--set", f"output_dir={tmp_path / 'out'}"]) == 0
+    said = capsys.readouterr().out
+    assert f"checkpoints: {folder}: the authors' release, laid out as " in said
+    assert LAYOUTS[layout].describe() in said
+    for variant, step in (("cat1", "full"), ("cat2", "200k"), ("cat4", "100k"), ("cat5", "80k")):
+        for run in range(int(variant[3:])):
+            name = LAYOUTS[layout].names(step, run)[0]
+            assert f"{variant} reads {folder / name} (run {run} at {step} " in said, name
+    assert "valid for profile paper-checkpoints" in said
+    (folder / LAYOUTS[layout].names("100k", 2)[0]).unlink()
+    assert kit_main([*check, "--set", f"output_dir={tmp_path / 'out'}"]) == 2
+    error = capsys.readouterr().err
+    assert "1 checkpoint file(s) not found: " in error
+    assert (
+        f"run 2 at 100k (100,000 iterations), tried {folder}/{layouts.tried(('100k', 2))}" in error
+    )
+
+
+def test_a_missing_data_root_says_where_to_get_it(tmp_path: Path) -> None:
+    """ImageNet-1k and iNat18 are fetched by hand, CIFAR by `kit download`: kit check says so."""
+    said = {
+        kind: " ".join(preflight(DataSettings(kind=kind, root=str(tmp_path / kind), image_size=32)))
+        for kind in ("imagefolder", "inat18", "cifar10", "cifar100")
+    }
+    assert (
+        "https://image-net.org" in said["imagefolder"] and "/train/<wnid>/" in said["imagefolder"]
+    )
+    assert (
+        "visipedia/inat_comp" in said["inat18"]
+        and f"{tmp_path}/inat18/train2018.json" in said["inat18"]
+    )
+    for kind in ("cifar10", "cifar100"):
+        assert f"python -m kit download {kind} --to {tmp_path / kind}" in said[kind]
