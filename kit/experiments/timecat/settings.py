@@ -38,12 +38,10 @@ RELEASED_SUFFIX = ".tar"
 
 
 def checkpoint_file(path: str) -> Path:
-    """A variant's checkpoint file. A path laid out as the authors' release
-    (kit.experiments.timecat.layouts: `<release>/checkpoints_<step>/checkpoint_run<i>.pth`, the
-    config's names or the README's) names a step and a run, found in whichever layout holds
-    them under the same root; any other path is the file given, or, when only that name with
-    `.tar` appended exists, that file, read as it is without renaming. A file found nowhere is
-    the path given (its absence is reported by `kit check`)."""
+    """A variant's checkpoint file: a path laid out as the authors' release names a step and a
+    run, found in whichever layout holds them under its root (kit.experiments.timecat.layouts);
+    any other path is the file given, or that name with `.tar` appended when only it exists.
+    A file found nowhere is the path given (`kit check` reports it)."""
     from kit.experiments.timecat.layouts import located
 
     given = resolve(path)
