@@ -48,12 +48,13 @@ from kit.train.settings import TrainSettings
 
 def load_backbone(path: Path, expected: Mapping[str, Any] | None = None) -> models.KitResNet:
     """A network from a kit checkpoint (its config rebuilds the architecture) or from one of
-    the paper's AlgoPerf checkpoints (ResNet-50, 1000 classes). With `expected` (what the run
+    the paper's AlgoPerf checkpoints (ResNet-50, 1000 classes, at the width its stem has: 1 for
+    the released files). With `expected` (what the run
     expects the file to be: `identity_problem`), a kit checkpoint recording another identity is
     refused naming both."""
     state = models.read_checkpoint(path)
     if isinstance(state, dict) and "model_params" in state:
-        model = models.build("resnet50", 1000)
+        model = models.build("resnet50", 1000, models.algoperf_width(state["model_params"]))
         models.load_algoperf_checkpoint(model, path, state)
     elif isinstance(state, dict) and "model" in state and "config" in state:
         problem = identity_problem(path, state, expected)

@@ -216,6 +216,13 @@ def save_algoperf_checkpoint(model: nn.Module, path: Path) -> None:
         torch.save({"model_params": to_algoperf_names(state)}, handle)
 
 
+def algoperf_width(params: dict[str, torch.Tensor]) -> float:
+    """The width of an AlgoPerf ResNet-50 from its stem's channels (64 at width 1, as the
+    released files have; a narrower stand-in for tests has fewer), 1.0 when it has no stem."""
+    stem = from_algoperf_names(params).get("conv1.weight")
+    return 1.0 if stem is None else stem.shape[0] / 64
+
+
 def load_state(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
     """Load weights strictly, refusing with a list of what differs when they do not fit."""
     expected = model.state_dict()

@@ -198,7 +198,10 @@ def test_paper_checkpoints_probes_the_released_files(fake_data: Path) -> None:
     where = f"paper-checkpoints/{NOTEBOOK}.yaml: parameter variants: "
     with pytest.raises(
         params.ParameterError,
-        match=where + r"1 checkpoint file\(s\) not found.*step80/checkpoint_run4",
+        match=where + r"1 checkpoint file\(s\) not found: .*checkpoints_80k/checkpoint_run4.pth: "
+        r"run 4 at 80k \(80,000 iterations\), tried .*/\{resnet50_sfadamw_imagenet1k_supervised,"
+        r"ckpt_resnet50_sfadamw_imagenet1k_supervised,resnet50_sfadamw\}/\{checkpoints_80k,"
+        r"checkpoints_step80\}/checkpoint_run4.pth\{,.tar\}",
     ):
         checked("paper-checkpoints")
     tiny_released(bad, 5, 4)  # back, then broken
@@ -267,7 +270,7 @@ def test_a_step_run_alone_checks_the_inputs_before_computing(
     assert kit_main(arguments) == 2
     error = capsys.readouterr().err
     assert f"paper-checkpoints/{NOTEBOOK}.yaml: parameter variants: 1 checkpoint file(s)" in error
-    assert "step80/checkpoint_run4" in error and "Traceback" not in error
+    assert "checkpoints_80k/checkpoint_run4.pth: run 4 at 80k" in error and "Traceback" not in error
     assert not out.exists()
 
 

@@ -3,10 +3,11 @@
 `python -m kit run [NOTEBOOK ...] --profile cpu [-f FILE ...] [--set a.b=value ...]` executes
 notebooks; `check` validates their parameters, data and output folders; `launch` starts training
 runs or notebook 03's steps with a backend; `extract` and `probe` are those steps themselves;
-`selfcheck` measures and checks this node (kit.cli.selfcheck); `lab` starts JupyterLab saving the
-notebooks stripped (kit.cli.lab); `report --profile NAME` writes `outputs/NAME/index.html` from
-what a run wrote; `fixtures DIR` writes tiny datasets laid out as the paper profiles read them,
-and stand-ins for the released checkpoints.
+`selfcheck` measures and checks this node (kit.cli.selfcheck); `download` fetches the
+authors' released checkpoints or CIFAR-10/100, checked and resumable (kit.cli.download); `lab`
+starts JupyterLab saving the notebooks stripped (kit.cli.lab); `report --profile NAME` writes
+`outputs/NAME/index.html` from what a run wrote; `fixtures DIR` writes tiny datasets laid out as
+the paper profiles read them, and stand-ins for the released checkpoints.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kit.cli import figures, launch, reference, write_errors
+from kit.cli import download, figures, launch, reference, write_errors
 from kit.core import numerics, params, provenance
 
 
@@ -61,6 +62,7 @@ def parser() -> argparse.ArgumentParser:
     )
     store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")
     launch.add_commands(commands)
+    download.add_command(commands)
     commands.add_parser(
         "fixtures",
         help="write tiny datasets in the layouts the paper profiles "
@@ -127,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         return launch.launch_command(args)
     if args.command in ("extract", "probe"):
         return launch.step_command(args)
+    if args.command == "download":
+        return download.command(args.what, args.to, args.url, args.accept_new_archive)
     if args.command == "fixtures":
         return fixtures_command(args.dir)
     # the notebook tools (papermill, nbformat): imported only by the commands that run or read
@@ -148,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             if problems:
                 raise params.ParameterError("\n".join(problems))
             for planned in runs:
+                print(*planned.notes, sep="\n", end="\n" if planned.notes else "")
                 print(
                     f"{planned.notebook.name}: parameters, data, checkpoints and output "
                     f"folders valid for profile {args.profile}"

@@ -81,6 +81,8 @@ class PlannedRun:
     notebook: Path
     output: Path
     parameters: dict[str, Any]
+    #: what `kit check` says of the inputs it found (NotebookSettings.input_notes)
+    notes: tuple[str, ...] = ()
 
 
 def find_notebooks(names: list[str] | None, notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
@@ -138,7 +140,10 @@ def plan(
             continue
         runs.append(
             PlannedRun(
-                notebook, resolve(validated.output_dir) / notebook.name, validated.model_dump()
+                notebook,
+                resolve(validated.output_dir) / notebook.name,
+                validated.model_dump(),
+                tuple(validated.input_notes()),
             )
         )
     if problems:

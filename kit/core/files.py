@@ -230,6 +230,14 @@ def file_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
+def record_hash(path: Path) -> str:
+    """Write the sidecar of a file already in place (one unpacked from a checked archive), so
+    that reading it back checks it; returns its SHA-256."""
+    digest = file_hash(path)
+    _write_sidecar(path, [{"size": path.stat().st_size, "sha256": digest}])
+    return digest
+
+
 def verify(path: Path, rebuild: str) -> bool:
     """Check `path` against its sidecar: False when there is none (not written by hashed_write),
     True when it matches; IntegrityError naming the file and `rebuild` (how to make it again)

@@ -80,6 +80,11 @@ class NotebookSettings(Strict):
         only and touches no file."""
         return []
 
+    def input_notes(self) -> list[str]:
+        """What `kit check` says of what the values name once they pass `input_problems`
+        (which layout of a release it found, which file each entry reads): lines to print."""
+        return []
+
 
 Sources = dict[str, str]  # dotted key -> the file or command line that set it
 #: what parameters are made of (papermill injects literals)

@@ -28,7 +28,8 @@ def preflight(data: DataSettings) -> list[str]:
     if "$" in str(root):
         return [f"{data.root}: an environment variable in data.root is not set"]
     if not root.is_dir():
-        return [f"{root}: data root for kind {data.kind} does not exist (data.root)"]
+        obtain = f"; {kind.obtain.replace('<root>', str(root))}" if kind.obtain else ""
+        return [f"{root}: data root for kind {data.kind} does not exist (data.root){obtain}"]
     if not os.access(root, os.R_OK | os.X_OK):
         return [f"{root}: data root for kind {data.kind} is not readable (data.root)"]
     return kind.layout_problems(root)

@@ -67,6 +67,8 @@ class DatasetKind:
     num_classes: ClassVar[int | None] = None
     #: what a data root must hold, checked before anything starts
     layout: ClassVar[tuple[str, ...]] = ()
+    #: where to get the data and how to lay it out, said when its root does not exist
+    obtain: ClassVar[str] = ""
     #: images in the training and evaluation splits of the dataset the kind usually holds, for
     #: estimates made before the data is read (None: not known in advance)
     split_sizes: ClassVar[tuple[int, int] | None] = None

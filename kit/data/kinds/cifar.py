@@ -146,6 +146,10 @@ def cifar(layout: CifarLayout, root: Path, split: str) -> CifarImages:
 class CifarKind(DatasetKind):
     """A CIFAR dataset: its pickles' layout; evaluated on the test batches."""
 
+    @property
+    def obtain(self) -> str:  # type: ignore[override]
+        return f"fetch it with: python -m kit download {self.name} --to <root>"
+
     probe_grid = "cifar"
     split_sizes = (50_000, 10_000)
     held_bytes_per_image = 3 * 32 * 32 + 8  # uint8 pixels and an int64 label

@@ -73,6 +73,12 @@ class ImageFolderKind(DatasetKind):
     name = "imagefolder"
     probe_grid = "imagenet"
     layout = ("train/", "val/")
+    obtain = (
+        "the kit does not fetch ImageNet-1k (its terms ask for a sign-up): download ILSVRC2012's "
+        "training and validation images from https://image-net.org/download.php and lay them "
+        "out as <root>/train/<wnid>/*.JPEG and <root>/val/<wnid>/*.JPEG (the validation "
+        "images sorted into class folders, as torchvision's ImageNet does)"
+    )
     #: ImageNet-1k's (ILSVRC-2012), the dataset the paper stores this way
     split_sizes = (1_281_167, 50_000)
     #: the folder of each split under the root

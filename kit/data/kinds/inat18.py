@@ -67,6 +67,11 @@ class INat18Kind(DatasetKind):
     name = "inat18"
     probe_grid = "inat18"
     layout = ("train2018.json", "val2018.json")
+    obtain = (
+        "the kit does not fetch iNat18: download train_val2018.tar.gz, train2018.json and "
+        "val2018.json from https://github.com/visipedia/inat_comp/tree/master/2018 and unpack "
+        "them under <root> (<root>/train2018.json, <root>/val2018.json, <root>/train_val2018/...)"
+    )
     split_sizes = (437_513, 24_426)
     #: the index file's prefix of each split
     index_names = {"train": "train", "eval": "val"}

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kit.experiments.timecat.settings import checkpoint_file, released_identity
+from kit.core.params import ParameterError
+from kit.core.paths import resolve
+from kit.experiments.timecat import layouts
+from kit.experiments.timecat.layouts import checkpoint_file, released_identity
 
 if TYPE_CHECKING:
     from kit.experiments.timecat.settings import TimecatSettings
@@ -43,15 +46,18 @@ def _checkpoint_problems(settings: TimecatSettings) -> list[str]:
     """The variants' checkpoint files this many replicates read: found, then opened, each
     checked to record the identity its entry expects (iterations, and the seed of run<i>)."""
     expected = {
-        file: released_identity(variant, settings.seeds(replicate), file)
+        file: released_identity(variant.iterations, settings.seeds(replicate), file)
         for variant in settings.variants
         for replicate, group in enumerate((variant.checkpoints or [])[: settings.replicates])
         for file in group
     }
     files = list(expected)
-    missing = [file for file in files if not checkpoint_file(file).is_file()]
+    try:
+        missing = [missing_line(file) for file in files if not checkpoint_file(file).is_file()]
+    except ParameterError as error:  # two layouts of the release differ
+        return [f"variants: {error}"]
     if missing:
-        return [f"variants: {len(missing)} checkpoint file(s) not found: {', '.join(missing[:5])}"]
+        return [f"variants: {len(missing)} checkpoint file(s) not found: " + "; ".join(missing)]
     if not files:
         return []
     from kit.features import checkpoint_problems  # opens them: imports torch
@@ -61,3 +67,29 @@ def _checkpoint_problems(settings: TimecatSettings) -> list[str]:
         {str(checkpoint_file(file)): found for file, found in expected.items()},
     )
     return ["variants: " + "; ".join(unusable)] if unusable else []
+
+
+def missing_line(file: str) -> str:
+    """A missing checkpoint file and, for one of the authors' release, its step and run and
+    every name looked for (in every layout, either suffix)."""
+    found = layouts.released_key(resolve(file))
+    if found is None:
+        return f"{file} (or {file}.tar)" if file.endswith(".pth") else file
+    root, key = found
+    return f"{file}: {layouts.describe_key(key)}, tried {root}/{layouts.tried(key)}"
+
+
+def checkpoint_notes(settings: TimecatSettings) -> list[str]:
+    """What `kit check` prints of the checkpoints it will read: for each root of the authors'
+    release, the layout found there, then each file read with its variant, step and run."""
+    notes, roots = [], {}
+    for variant in settings.variants:
+        for group in (variant.checkpoints or [])[: settings.replicates]:
+            for file in group:
+                found = layouts.released_key(resolve(file))
+                if found is not None and found[0] not in roots:
+                    roots[found[0]] = layouts.find_release(found[0])
+                    notes.append(f"checkpoints: {roots[found[0]].describe()}")
+                where = "" if found is None else f" ({layouts.describe_key(found[1])})"
+                notes.append(f"checkpoints: {variant.name} reads {checkpoint_file(file)}{where}")
+    return notes

@@ -19,13 +19,8 @@ from kit.core.progress import Stage
 from kit.data import kinds, pipeline
 from kit.data.kinds.base import DataError
 from kit.data.settings import DataSettings
-from kit.experiments.timecat.settings import (
-    ProbeTask,
-    TimecatSettings,
-    Variant,
-    checkpoint_file,
-    released_identity,
-)
+from kit.experiments.timecat.layouts import checkpoint_file, released_identity
+from kit.experiments.timecat.settings import ProbeTask, TimecatSettings, Variant
 from kit.launch import backends as kit_launch
 from kit.launch.runs import is_finished
 from kit.train.checkpoint import CHECKPOINT, missing_snapshots, snapshot_name
@@ -184,7 +179,7 @@ def plan(params: TimecatSettings, start: int = 0) -> Plan:
                         variant.iterations,
                         tuple(checkpoint_file(f) for f in variant.checkpoints[replicate]),
                         identities=tuple(
-                            released_identity(variant, seeds, f)
+                            released_identity(variant.iterations, seeds, f)
                             for f in variant.checkpoints[replicate]
                         ),
                     )

@@ -1,8 +1,8 @@
-"""Tiny stand-ins for the paper's released checkpoints, laid out as the authors' archive unpacks
-under `TIMECAT_CHECKPOINTS` (resnet50_sfadamw_imagenet1k_supervised/checkpoints_step<k>/
-checkpoint_run<i>.pth.tar, as their README draws it, each with its size and hash beside it), at
-every path the paper-checkpoints profile reads, so that `kit check` and `kit run` of that profile
-can be tried on any machine (`python -m kit fixtures DIR` writes them to DIR/checkpoints).
+"""Tiny stand-ins for the paper's released checkpoints under `TIMECAT_CHECKPOINTS`, at every
+path the paper-checkpoints profile reads (resnet50_sfadamw_imagenet1k_supervised/
+checkpoints_<step>/checkpoint_run<i>.pth, as the authors' configs/pretrained_checkpoints.yaml
+names them, each with its size and hash beside it), so that `kit check` and `kit run` of that
+profile can be tried on any machine (`python -m kit fixtures DIR` writes them to DIR/checkpoints).
 
 They are kit checkpoints of untrained ResNet-50s at width 1/16, not AlgoPerf files: a full-width
 ResNet-50 weighs 100 MB, and the numbers they give mean nothing either way. Run i is seeded with
@@ -18,7 +18,6 @@ from pathlib import Path
 from kit.core import params
 from kit.core.params import ParameterError
 from kit.experiments.timecat.jobs import NOTEBOOK
-from kit.experiments.timecat.settings import RELEASED_SUFFIX
 from kit.train.network import write_untrained
 from kit.train.settings import TrainSettings
 
@@ -30,9 +29,9 @@ WIDTH = 0.0625
 
 def released_files(profile: str = "paper-checkpoints") -> dict[str, TrainSettings]:
     """The checkpoint files a profile's variants read under `TIMECAT_CHECKPOINTS`, relative to
-    it and named as the README draws them (`.pth.tar` for a `.pth` the profile lists), each
-    with the settings of a stand-in: the profile's pretraining at WIDTH, the variant's
-    iterations and the seed of its run (run<i>: the replicate's i-th seed)."""
+    it and named as the profile lists them, each with the settings of a stand-in: the
+    profile's pretraining at WIDTH, the variant's iterations and the seed of its run (run<i>:
+    the replicate's i-th seed)."""
     merged, _ = params.resolve_layers(NOTEBOOK, profile)
     stand_ins = {}
     for variant in merged["variants"]:
@@ -44,8 +43,6 @@ def released_files(profile: str = "paper-checkpoints") -> dict[str, TrainSetting
                         f"under {PREFIX.rstrip('/')}"
                     )
                 relative = str(path).removeprefix(PREFIX)
-                if relative.endswith(".pth"):
-                    relative += RELEASED_SUFFIX
                 seed = _run_seed(merged, replicate, relative)
                 stand_ins[relative] = TrainSettings(
                     **merged["train"]

@@ -13,9 +13,7 @@ full-data value or must be set by each profile.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -33,38 +31,6 @@ from kit.train.settings import RunSettings, TrainSettings, budget_problem
 
 #: training settings whose right value depends on scale: each profile must give them
 SCALE_TRAIN_KEYS = ("device", "num_workers", "eval_every", "checkpoint_every", "log_every")
-
-
-#: the suffix the authors' README gives their released checkpoints (their config names `.pth`)
-RELEASED_SUFFIX = ".tar"
-
-
-def checkpoint_file(path: str) -> Path:
-    """A variant's checkpoint file: the path given, or, when only that name with `.tar` appended
-    exists (`checkpoint_run0.pth.tar` for `checkpoint_run0.pth`, as the authors' README draws
-    their archive), that file, read as it is without renaming."""
-    given = resolve(path)
-    twin = given.with_name(given.name + RELEASED_SUFFIX)
-    return twin if not given.is_file() and twin.is_file() else given
-
-
-#: how the authors name their released runs' files: run<i> is the replicate's i-th seed
-RELEASED_RUN = re.compile(r"checkpoint_run(\d+)")
-
-
-def released_identity(variant: Variant, seeds: list[int], path: str) -> dict[str, Any]:
-    """What a variant's listed checkpoint file must record of itself, as the profile lists it:
-    the variant's iterations, and the seed of its run when it is named as the authors name theirs
-    (checkpoint_run<i>: the replicate's i-th seed, as their configs/pretrained_checkpoints.yaml
-    maps them). A file holding no record of its own (the authors' AlgoPerf format) is known by
-    its path alone."""
-    expected: dict[str, Any] = {}
-    if variant.iterations is not None:
-        expected["iterations"] = variant.iterations
-    found = RELEASED_RUN.search(Path(path).name)
-    if found is not None and int(found.group(1)) < len(seeds):
-        expected["seed"] = seeds[int(found.group(1))]
-    return expected
 
 
 class ProbeTask(Strict):
@@ -372,6 +338,13 @@ class TimecatSettings(NotebookSettings):
     def look(self, count: int) -> TimecatSettings:
         """These settings planning `count` replicates: one look of the rounds."""
         return self.model_copy(update={"replicates": count})
+
+    def input_notes(self) -> list[str]:
+        """The checkpoints read: the layout of the authors' release found and each file's
+        variant, step and run (kit.experiments.timecat.inputs)."""
+        from kit.experiments.timecat.inputs import checkpoint_notes
+
+        return checkpoint_notes(self)
 
     def budget(self) -> int:
         """Total iterations each trained variant spends: total_iterations, or the baseline's."""
