@@ -72,12 +72,45 @@ def test_a_resumed_run_makes_the_same_looks_and_decisions() -> None:
     assert {k: c.records() for k, c in again.items()} == {k: c.records() for k, c in first.items()}
 
 
-def test_the_wall_budget_stops_every_undecided_cell_after_its_round() -> None:
-    ticks = iter([0.0, 100.0])  # the first round takes 100 s of a budget of 60
-    cells, asked = _loop(wall_s=60.0, clock=lambda: next(ticks))
-    assert asked == [{"decided": range(0, 3), "open": range(0, 3)}]
-    assert cells["open"].claims["time-concat"].stopped == rounds.WALL
+class _Clock:
+    """Seconds that pass only while a round trains: 10 a replicate."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self, pending: Mapping[str, range]) -> None:
+        self.now += 10.0 * sum(len(span) for span in pending.values())
+
+
+@pytest.mark.parametrize(("wall_s", "looks"), [(100.0, [3]), (130.0, [3, 6, 9])])
+def test_no_round_starts_that_would_end_past_the_wall_budget(
+    wall_s: float, looks: list[int]
+) -> None:
+    """The first round trains 6 replicates in 60 s; the next would add 3 to each of the two
+    cells at 10 s each: 60 + 60 s is past a budget of 100 s, so none starts, and the undecided
+    cell says what its plan would still take. Under 130 s the rounds go on (the later ones
+    train the undecided cell alone) until its plan's last look."""
+    clock = _Clock()
+    cells = rounds.run_rounds(list(PLANTED), PLAN, wall_s, clock.step, _judge, clock)
+    assert cells["open"].counts == looks
     assert cells["decided"].claims["time-concat"].stopped == rounds.REPRODUCED
+    going = cells["open"].claims["time-concat"]
+    decide = rounds.to_decide(cells, PLAN, "python -m kit run 03 --profile p")
+    if looks == [3]:
+        assert going.stopped == rounds.WALL
+        assert cells["open"].left(PLAN) == (6, pytest.approx(60.0))
+        # 60 s of rounds and a quarter more for fitting the finished replicates' probes again
+        assert decide is not None and decide.endswith(
+            "python -m kit run 03 --profile p --set rounds.wall_s=120"
+        )
+        assert "1 cell(s) undecided" in decide and "6 more replicate(s) (to 9 a cell)" in decide
+    else:
+        assert going.stopped == rounds.MOST and cells["open"].left(PLAN) is None
+        assert decide is None
+    assert cells["decided"].left(PLAN) is None
 
 
 def test_a_fixed_design_is_one_round() -> None:

@@ -229,8 +229,13 @@ class Finished:
     notices: tuple[str, ...] = ()  # inputs it read unverified (kit.core.notices)
 
 
+#: the label of a summary statement, by its status (a claim's status: "claim")
+LABELS = {"": "ran", outputs.NEXT: "to decide"}
+
+
 def claim_lines(output_dir: Path, since: float, until: float) -> list[str]:
-    """The claim lines (`claim: ...`) and what-ran lines (`ran: ...`) of the `*_summary.json`
+    """The claim lines (`claim: ...`), what-ran lines (`ran: ...`) and what would decide the
+    claims left undecided (`to decide: ...`) of the `*_summary.json`
     files written in `output_dir` between `since` and `until` (one notebook's run: a later
     notebook's summaries are not its own)."""
     lines = []
@@ -243,7 +248,7 @@ def claim_lines(output_dir: Path, since: float, until: float) -> list[str]:
             continue
         if isinstance(summary, dict):
             lines += [
-                f"{'claim' if status else 'ran'}: {line}"
+                f"{LABELS.get(status, 'claim')}: {line}"
                 for status, line in outputs.statements(summary)
             ]
     return lines

@@ -43,14 +43,22 @@ def read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+#: the status `statements` gives what would decide the undecided claims
+NEXT = "next"
+
+
 def statements(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """The (status, line) of every claim a notebook's summary states ("claims" where it lists
-    several, else its one "claim"), each followed by its what-ran line where it records one."""
+    several, else its one "claim"), followed by its what-ran line where it records one (status
+    "") and by what would decide the claims its wall budget left undecided ("next")."""
     found = summary.get("claims") or [summary.get("claim")]
     claims = [claim for claim in found if isinstance(claim, dict) and claim.get("line")]
     ran = summary.get("ran") or next((c.get("ran") for c in claims if c.get("ran")), "")
-    return [(str(c.get("status", "")), str(c["line"])) for c in claims] + (
-        [("", ran)] if ran and claims else []
+    following = summary.get("next")
+    return (
+        [(str(c.get("status", "")), str(c["line"])) for c in claims]
+        + ([("", ran)] if ran and claims else [])
+        + ([(NEXT, str(following))] if following and claims else [])
     )
 
 

@@ -20,6 +20,7 @@ claim's fixed-sample outcome (kit.report.outcomes) that the notebooks write.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -172,6 +173,9 @@ class CellRounds:
 
     counts: list[int] = field(default_factory=list)
     claims: dict[str, Round] = field(default_factory=dict)
+    #: wall seconds a replicate took in the last round that trained one (the round's seconds
+    #: over the replicates it added to every cell), None before
+    per_replicate: float | None = None
 
     @property
     def decided(self) -> bool:
@@ -181,6 +185,41 @@ class CellRounds:
     def records(self) -> list[dict[str, Any]]:
         """Each claim's stopping record (`Round.record`)."""
         return [found.record() for found in self.claims.values()]
+
+    def left(self, plan: Rounds) -> tuple[int, float | None] | None:
+        """For a cell stopped undecided by the wall budget: the replicates its plan may still
+        add (to `most`) and the wall seconds they would take at this run's rate; else None."""
+        if not any(found.stopped == WALL for found in self.claims.values()):
+            return None
+        more = plan.most - self.counts[-1]
+        return more, None if self.per_replicate is None else more * self.per_replicate
+
+
+#: a resumed run fits the finished replicates' probes again before its next round (training is
+#: skipped): the wall budget a continuation asks for adds this share to the rounds' own time
+REFIT_SHARE = 0.25
+
+
+def to_decide(
+    cells: Mapping[Any, CellRounds], plan: Rounds, command: str, key: str = "rounds.wall_s"
+) -> str | None:
+    """For the cells stopped undecided by the wall budget: how many, the replicates their plan
+    may still add, the time that takes at this run's rate, and the one command that goes on with
+    the same plan (`command` setting `key` to the wall budget it needs: finished replicates are
+    reused, and
+    the looks already made are made again, so the error rates stay the plan's); None when no
+    cell stopped so."""
+    left = [found for cell in cells.values() if (found := cell.left(plan)) is not None]
+    if not left:
+        return None
+    more = sum(count for count, _ in left)
+    seconds = sum(taken or 0.0 for _, taken in left)
+    budget = 60 * math.ceil(seconds * (1 + REFIT_SHARE) / 60)
+    return (
+        f"{len(left)} cell(s) undecided when the wall budget ran out; the same plan may add "
+        f"{more} more replicate(s) (to {plan.most} a cell), about {seconds / 60:.0f} min at this "
+        f"run's rate, reusing every finished replicate: {command} --set {key}={budget}"
+    )
 
 
 Key = TypeVar("Key", bound=Hashable)
@@ -202,21 +241,29 @@ def run_rounds(
 ) -> dict[Key, CellRounds]:
     """Replicates in rounds over the cells `keys`: `step` trains and measures the first round
     of every cell, `judge` judges every cell, and the next round goes to the cells not yet
-    decided, until every cell is decided, `most` replicates are reached, or `wall_s` seconds
-    of `clock` have passed since the first round began (no further round then starts: a cell
-    undecided stops with `wall budget`). With a fixed plan (`Rounds.fixed`) one round is all.
-    The rounds depend only on the measured replicates and the clock, so a run that resumes
-    (its finished replicates read back) makes the same looks and decisions again."""
+    decided, until every cell is decided, `most` replicates are reached, or the next round
+    would end more than `wall_s` seconds of `clock` after the first began, at the last round's
+    rate a replicate (it does not start: a cell undecided stops with `wall budget`, and
+    `CellRounds.left` says what its plan would still add and take). With a fixed plan
+    (`Rounds.fixed`) one round is all. The rounds depend only on the measured replicates and
+    the clock, so a run that resumes (its finished replicates read back) makes the same looks
+    and decisions again."""
     started = clock()
     cells = {key: CellRounds() for key in keys}
     pending = {key: range(0, plan.first) for key in keys}
     while pending:
+        began = clock()
         step(pending)
-        out_of_time = wall_s is not None and clock() - started >= wall_s
+        per_replicate = (clock() - began) / sum(len(span) for span in pending.values())
+        # no round starts that would end past the budget: the next adds up to `add` replicates
+        # to every cell still going, at this round's rate
+        ahead = per_replicate * plan.add * len(pending)
+        out_of_time = wall_s is not None and clock() - started + ahead > wall_s
         following = {}
         for key, span in pending.items():
             cell = cells[key]
             cell.counts.append(span.stop)
+            cell.per_replicate = per_replicate
             for found in judge(key, tuple(cell.counts), out_of_time):
                 if not (found.claim in cell.claims and cell.claims[found.claim].decided):
                     cell.claims[found.claim] = found

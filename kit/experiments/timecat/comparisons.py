@@ -298,6 +298,7 @@ def summarize(
     smallest: float = 2.9,
     ran: str = "",
     stops: Sequence[rounds.Round] = (),
+    to_decide: str | None = None,
 ) -> dict[str, Any]:
     """What this run measured, as plain statements and numbers: first each claim judged on its
     primary endpoint (`time_concat_claim`, `bottleneck_claim`; a probe cell the endpoint reads
@@ -307,7 +308,8 @@ def summarize(
     is the stored verdict table's rows (one per condition); `ran` is the what-ran line. `stops`
     are the claims' last rounds (kit.report.rounds): each is then judged on the replicates of
     its last look, by its repeated intervals, and says how many rounds and replicates it took
-    and why it stopped."""
+    and why it stopped; `to_decide` (kit.report.rounds.to_decide), where the wall budget left
+    a claim undecided, is the summary's "next"."""
     gaps = probe_gaps(results, rule, max_gap)
     last = {found.claim: found for found in stops}
     judged = []
@@ -367,6 +369,7 @@ def summarize(
         "baseline": baseline,
         "smallest_effect": smallest,
         "ran": ran,
+        "next": to_decide,
         "claim": {
             **claims[0],
             "variant": claimed_variant(results),

@@ -18,6 +18,7 @@ from kit.experiments.timecat import claims, jobs, measure, planning
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch.runs import is_finished
 from kit.report import rounds
+from kit.stats.sequential import Rounds
 
 #: notebook 03's one cell, as the rounds name it
 CELL = "03"
@@ -37,12 +38,18 @@ class Measured:
     results: pl.DataFrame = field(default_factory=pl.DataFrame)
     diagnostics: pl.DataFrame = field(default_factory=pl.DataFrame)
     cell: rounds.CellRounds = field(default_factory=rounds.CellRounds)
+    design: Rounds = field(default_factory=lambda: Rounds.fixed(1))
 
     def rounds_line(self) -> str:
         """How many rounds and replicates each claim took and why it stopped, in one line."""
         return "; ".join(
             f"{found.claim}: {found.status}{found.how()}" for found in self.cell.claims.values()
         )
+
+    def to_decide(self, command: str) -> str | None:
+        """Where the wall budget stopped a claim undecided: the command that goes on with the
+        same plan, and the time it needs (`rounds.to_decide`)."""
+        return rounds.to_decide({CELL: self.cell}, self.design, command)
 
     def stops(self) -> list[rounds.Round]:
         """Each claim's last round, for comparisons.summarize."""
@@ -75,7 +82,7 @@ def run(
 ) -> Measured:
     """Notebook 03's replicates in rounds (see the module docstring); `wait=False` (a Slurm
     launch) raises once runs are submitted, and a later run collects them."""
-    found = Measured(params)
+    found = Measured(params, design=params.design)
     results: list[pl.DataFrame] = []
     diagnostics: list[pl.DataFrame] = []
 

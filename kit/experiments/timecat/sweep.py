@@ -341,6 +341,8 @@ def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Sw
         {key: cell.claims[claims.TIME_CONCAT] for key, cell in looked.items()},
     )
     vs_paper = paper.paper_vs_kit(measured, first.probe_rule, by=["budget"])
+    key = "rounds.wall_s" if params.rounds is not None else "overrides.rounds.wall_s"
+    command = f"python -m kit run 04 --profile {params.profile}"
     for frame, name in (
         (measured, RESULTS),
         (owned, OWN_ACCURACY),
@@ -357,4 +359,5 @@ def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Sw
         sweep_outcome.learned_budgets(owned, first.baseline, params.saturation),
         judged,
         vs_paper,
+        rounds.to_decide(looked, first.design, command, key),
     )

@@ -194,6 +194,9 @@ class Swept:
     learned: pl.DataFrame
     judged: CellVerdicts
     vs_paper: pl.DataFrame
+    #: where the wall budget left cells undecided, the command that decides them
+    #: (kit.report.rounds.to_decide)
+    to_decide: str | None = None
 
     def runs_line(self) -> str:
         """How many runs were skipped (finished before) and trained."""
@@ -276,6 +279,7 @@ def summary(swept: Swept, wall_s: float, machine: str) -> dict:
             "evidence": found.evidence,
         },
         "budgets": params.budgets,
+        "next": swept.to_decide,
         "cells": swept.judged.cells.to_dicts(),
         "verdicts": swept.judged.verdicts.to_dicts(),
         "learned": swept.learned.to_dicts(),
@@ -287,9 +291,11 @@ def summary_lines(summary: dict) -> list[str]:
     """The summary in words: the statement over the budget, what ran, and each cell's claim
     line."""
     claim = summary["claim"]
+    following = summary.get("next")
     return [
         claim["line"],
         claim.get("ran", ""),
+        *([f"to decide: {following}"] if following else []),
         "",
         *(
             f"world {cell['world_seed']}, budget {cell['budget']}: {cell['line']}"
