@@ -113,6 +113,15 @@ def test_no_round_starts_that_would_end_past_the_wall_budget(
     assert cells["decided"].left(PLAN) is None
 
 
+def test_a_wall_budget_of_zero_is_the_first_round_only_even_replayed_in_no_time() -> None:
+    """A run again reads its first round back from finished replicates in next to no time; a
+    budget of 0 must not take that as room for a second round."""
+    asked: list[Mapping[str, range]] = []
+    cells = rounds.run_rounds(list(PLANTED), PLAN, 0.0, asked.append, _judge, lambda: 5.0)
+    assert asked == [{"decided": range(0, 3), "open": range(0, 3)}]
+    assert cells["open"].claims["time-concat"].stopped == rounds.WALL
+
+
 def test_a_fixed_design_is_one_round() -> None:
     calls: list[Mapping[str, range]] = []
     found = rounds.run_rounds(["open"], Rounds.fixed(9), None, calls.append, _judge)
@@ -127,6 +136,8 @@ def test_rounds_settings_are_refused_by_key_and_make_the_plan() -> None:
         RoundsSettings(wall_s=60.0, spending="haybittle")
     with pytest.raises(ValueError, match="wall_s"):
         RoundsSettings()  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="wall_s"):
+        RoundsSettings(wall_s=-1.0)
     given = {"first": 3, "add": 3, "most": 9, "wall_s": 900.0, "spending": "pocock"}
     loaded, _ = params.load("03_time_concat", "ci", overrides={"rounds": given})
     assert loaded.design == Rounds(3, 3, 9, spending="pocock")

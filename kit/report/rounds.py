@@ -244,7 +244,8 @@ def run_rounds(
     decided, until every cell is decided, `most` replicates are reached, or the next round
     would end more than `wall_s` seconds of `clock` after the first began, at the last round's
     rate a replicate (it does not start: a cell undecided stops with `wall budget`, and
-    `CellRounds.left` says what its plan would still add and take). With a fixed plan
+    `CellRounds.left` says what its plan would still add and take; `wall_s` 0 is the first
+    round only, even one replayed from finished replicates in no time). With a fixed plan
     (`Rounds.fixed`) one round is all. The rounds depend only on the measured replicates and
     the clock, so a run that resumes (its finished replicates read back) makes the same looks
     and decisions again."""
@@ -258,7 +259,8 @@ def run_rounds(
         # no round starts that would end past the budget: the next adds up to `add` replicates
         # to every cell still going, at this round's rate
         ahead = per_replicate * plan.add * len(pending)
-        out_of_time = wall_s is not None and clock() - started + ahead > wall_s
+        # a budget of 0 is the first round only (a replayed round may take no measurable time)
+        out_of_time = wall_s is not None and (wall_s == 0 or clock() - started + ahead > wall_s)
         following = {}
         for key, span in pending.items():
             cell = cells[key]

@@ -22,9 +22,10 @@ class RoundsSettings(Strict):
     add: int = Field(default=3, ge=1)
     #: the most replicates a cell takes: undecided there, its claim is inconclusive
     most: int = Field(default=12, ge=2)
-    #: seconds of wall time after which no further round starts: a cell undecided then stops
-    #: for the wall budget (a later run of the notebook continues its rounds)
-    wall_s: float = Field(gt=0.0)
+    #: seconds of wall time within which rounds run: no round starts that would end later (at the
+    #: last round's rate), and a cell undecided then stops for the wall budget (a later run of
+    #: the notebook continues its rounds); 0: the first round only, whatever the machine's speed
+    wall_s: float = Field(ge=0.0)
     #: the alpha-spending function of the repeated intervals: `obrien-fleming` (spends little
     #: early, the last interval barely wider than a fixed design's) or `pocock` (stops earlier,
     #: wider last interval)
