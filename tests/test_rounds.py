@@ -122,6 +122,19 @@ def test_a_wall_budget_of_zero_is_the_first_round_only_even_replayed_in_no_time(
     assert cells["open"].claims["time-concat"].stopped == rounds.WALL
 
 
+def test_a_round_read_back_from_finished_runs_gives_no_rate() -> None:
+    """A run again reads its rounds back in next to no time: that is no rate for the rounds
+    still to come, and the command that goes on says the time was not measured."""
+    clock = _Clock()
+    cells = rounds.run_rounds(
+        list(PLANTED), PLAN, 0.0, lambda pending: clock.step(pending) or False, _judge, clock
+    )
+    assert cells["open"].per_replicate is None and cells["open"].left(PLAN) == (6, None)
+    decide = rounds.to_decide(cells, PLAN, "python -m kit run 04 --profile p")
+    assert decide is not None and "did not measure" in decide
+    assert decide.endswith("--set rounds.wall_s=SECONDS")
+
+
 def test_a_fixed_design_is_one_round() -> None:
     calls: list[Mapping[str, range]] = []
     found = rounds.run_rounds(["open"], Rounds.fixed(9), None, calls.append, _judge)

@@ -213,19 +213,28 @@ def to_decide(
     if not left:
         return None
     more = sum(count for count, _ in left)
+    undecided = (
+        f"{len(left)} cell(s) undecided when the wall budget ran out; the same plan may add "
+        f"{more} more replicate(s) (to {plan.most} a cell)"
+    )
+    if any(taken is None for _, taken in left):  # every run of this one was read back
+        return (
+            f"{undecided}, at a rate this run did not measure (it trained none of them), reusing "
+            f"every finished replicate: {command} --set {key}=SECONDS"
+        )
     seconds = sum(taken or 0.0 for _, taken in left)
     budget = 60 * math.ceil(seconds * (1 + REFIT_SHARE) / 60)
     return (
-        f"{len(left)} cell(s) undecided when the wall budget ran out; the same plan may add "
-        f"{more} more replicate(s) (to {plan.most} a cell), about {seconds / 60:.0f} min at this "
-        f"run's rate, reusing every finished replicate: {command} --set {key}={budget}"
+        f"{undecided}, about {seconds / 60:.0f} min at this run's rate, reusing every finished "
+        f"replicate: {command} --set {key}={budget}"
     )
 
 
 Key = TypeVar("Key", bound=Hashable)
 #: trains and measures, for every cell still going, the replicates of its `range` (the next
-#: round's: from the count of its last look to that of its next)
-Step = Callable[[Mapping[Key, range]], None]
+#: round's: from the count of its last look to that of its next); returns whether it trained
+#: anything (False: every run was finished, read back in no telling time), None if it cannot say
+Step = Callable[[Mapping[Key, range]], bool | None]
 #: every claim of a cell judged after the looks at `counts` replicates, `out_of_time` when the
 #: wall budget is spent (judge_round's)
 Judge = Callable[[Key, tuple[int, ...], bool], Sequence[Round]]
@@ -250,22 +259,24 @@ def run_rounds(
     the clock, so a run that resumes (its finished replicates read back) makes the same looks
     and decisions again."""
     started = clock()
+    rate: float | None = None
     cells = {key: CellRounds() for key in keys}
     pending = {key: range(0, plan.first) for key in keys}
     while pending:
         began = clock()
-        step(pending)
-        per_replicate = (clock() - began) / sum(len(span) for span in pending.values())
+        trained = step(pending)
+        if trained is not False:  # a round read back from finished runs says nothing of the rate
+            rate = (clock() - began) / sum(len(span) for span in pending.values())
         # no round starts that would end past the budget: the next adds up to `add` replicates
-        # to every cell still going, at this round's rate
-        ahead = per_replicate * plan.add * len(pending)
+        # to every cell still going, at the last trained round's rate
+        ahead = (rate or 0.0) * plan.add * len(pending)
         # a budget of 0 is the first round only (a replayed round may take no measurable time)
         out_of_time = wall_s is not None and (wall_s == 0 or clock() - started + ahead > wall_s)
         following = {}
         for key, span in pending.items():
             cell = cells[key]
             cell.counts.append(span.stop)
-            cell.per_replicate = per_replicate
+            cell.per_replicate = rate
             for found in judge(key, tuple(cell.counts), out_of_time):
                 if not (found.claim in cell.claims and cell.claims[found.claim].decided):
                     cell.claims[found.claim] = found

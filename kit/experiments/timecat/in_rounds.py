@@ -86,14 +86,16 @@ def run(
     results: list[pl.DataFrame] = []
     diagnostics: list[pl.DataFrame] = []
 
-    def step(pending: Mapping[str, range]) -> None:
+    def step(pending: Mapping[str, range]) -> bool:
         span = pending[CELL]
+        before = found.trained
         look = params.look(span.stop)
         experiment = _train(look, span, wait, found)
         measured = measure.probe_all(experiment.representations, look)
         results.append(measured.results)
         diagnostics.append(measured.diagnostics)
         found.params = look
+        return found.trained > before
 
     def judge(_cell: str, counts: tuple[int, ...], out_of_time: bool) -> list[rounds.Round]:
         return claims.judge_round(pl.concat(results), params, counts, out_of_time)

@@ -315,12 +315,13 @@ def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Sw
     by_key = {cell.key: cell for cell in cells}
     counted, results, own = [0, 0], [], []
 
-    def step(pending: Mapping[tuple[int, int], range]) -> None:
+    def step(pending: Mapping[tuple[int, int], range]) -> bool:
         looks = [by_key[key].look(span) for key, span in pending.items()]
         skipped, trained = train_all(params, looks)
         counted[0], counted[1] = counted[0] + skipped, counted[1] + trained
         results.append(probe_cells(params, looks))
         own.append(own_accuracy(looks))
+        return trained > 0
 
     def judge(key: tuple[int, int], counts: tuple[int, ...], late: bool) -> list[rounds.Round]:
         mine = pl.concat(results, how="diagonal_relaxed").filter(
