@@ -99,7 +99,8 @@ def _verdict_rows(verdicts: list[dict[str, Any]], keys: tuple[str, ...] = ("clai
 
 def main_job(folder: Path = RESULTS / "cpu") -> str:
     """The main job (`kit run --profile cpu`): each notebook's wall time, notebook 03's claims
-    with every condition, notebook 04's statement."""
+    with every condition, what would decide what its wall budget left undecided, notebook 04's
+    statement."""
     notebooks = sorted(
         p.name.removesuffix(".provenance.json") for p in folder.glob("*.provenance.json")
     )
@@ -117,6 +118,8 @@ def main_job(folder: Path = RESULTS / "cpu") -> str:
         "",
         *_verdict_rows(summary["verdicts"]),
     ]
+    if summary.get("next"):
+        lines += ["", f"To decide what it left undecided: {summary['next']}"]
     sweep = folder / "sweep_summary.json"
     if sweep.is_file():
         lines += ["", f"Notebook 04 in this profile: {_read(sweep)['claim']['line']}"]
