@@ -35,6 +35,7 @@ from kit.data import pipeline
 from kit.data.fixtures import write_paper_data
 from kit.data.settings import DataSettings
 from kit.experiments.timecat import jobs
+from kit.experiments.timecat.released import released_files
 from kit.probes.selection import RULES
 
 pytestmark = pytest.mark.rehearsal
@@ -164,17 +165,13 @@ def test_kit_fixtures_lets_the_paper_profiles_be_checked_and_planned_anywhere(
         assert kit_main(["check", "03", "--profile", profile, *out]) == 2
         problems = [line.removeprefix("error: ") for line in capsys.readouterr().err.splitlines()]
         assert problems and all(line.startswith("this machine: ") for line in problems), problems
-    released = sorted(
-        p.relative_to(data / "checkpoints") for p in (data / "checkpoints").rglob("*.pth.tar")
+    # a stand-in, with its hash, at every file the profile lists (their config's layout)
+    written = [p for p in (data / "checkpoints").rglob("checkpoint_run*") if p.suffix != ".sha256"]
+    assert sorted(p.relative_to(data / "checkpoints") for p in written) == sorted(
+        Path(relative) for relative in released_files()
     )
-    assert released == sorted(
-        released_file(Path(), len(seeds), run, ".pth.tar")
-        for seeds in VARIANTS.values()
-        for run in range(len(seeds))
-    )
-    assert all(
-        Path(f"{path}.sha256").exists() for path in (data / "checkpoints").rglob("*.pth.tar")
-    )
+    assert len(written) == sum(len(seeds) for seeds in VARIANTS.values())
+    assert all(Path(f"{path}.sha256").exists() for path in written)
     assert (
         kit_main(
             ["launch", "plan", "--profile", "paper-8xh100", *out, "--out", str(tmp_path / "export")]
