@@ -4,6 +4,7 @@ reading photo-like JPEGs, with the ratio of each to the compiled ceiling.
 
     python benchmarks/gpu_input.py                       # one GPU, ResNet-50, 224 px, batch 256
     python benchmarks/gpu_input.py --device cpu --tiny   # the same measurements, tiny, on the CPU
+    python benchmarks/gpu_input.py --device cpu --tiny --eager   # no compilation: seconds
 
 Everything runs in one process on one device. The step is `kit.train.step.Replica.step`, as
 `python -m kit.train` takes it; the input is the training loader `kit.data.pipeline.build` makes
@@ -18,8 +19,8 @@ steps are. The JPEGs (`--files` files through `--distinct` distinct pictures, ab
 500 x 375 and detail, 1/f spectrum: kit.cli.selfcheck_checks) are written to a temporary folder.
 
 Prints a table (median, min and max of the windows; ratio of the median to the compiled
-ceiling) and writes it as JSON to `--out` (default gpu_input.json, or $OUT/gpu_input.json when
-OUT is set), with the device, CPU, cores and versions it ran on.
+ceiling, the eager one with --eager) and writes it as JSON to `--out` (default gpu_input.json,
+or $OUT/gpu_input.json when OUT is set), with the device, CPU, cores and versions it ran on.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def measure(args: argparse.Namespace, root: Path) -> list[Rate]:
     device = torch.device(args.device)
     process = Process(0, 1, device)
     found: list[Rate] = []
-    for compiled in (False, True):
+    for compiled in (False, True)[: 1 if args.eager else 2]:
         replica = Replica(settings=settings(args, root, "cpu", compiled), process=process)
         found.append(rate("synthetic", 0, compiled, ceiling(replica, args, device)))
         print(line(found[-1]), flush=True)
@@ -183,8 +184,9 @@ def measure(args: argparse.Namespace, root: Path) -> list[Rate]:
             print(line(found[-1]), flush=True)
     top = found[-1].median
     for decode, workers in paths(args):
-        cfg = settings(args, root, decode, True).model_copy(update={"num_workers": workers})
-        found.append(rate(decode, workers, True, fed(replica, cfg, args)))
+        step = not args.eager
+        cfg = settings(args, root, decode, step).model_copy(update={"num_workers": workers})
+        found.append(rate(decode, workers, step, fed(replica, cfg, args)))
         print(line(found[-1]), flush=True)
     return [Rate(**{**asdict(r), "ratio": r.median / top}) for r in found]
 
@@ -222,6 +224,9 @@ def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true", help="a tiny network on small images")
+    parser.add_argument(
+        "--eager", action="store_true", help="no compilation: every path feeds the eager step"
+    )
     parser.add_argument("--window", type=int, default=10, help="steps per timed window")
     parser.add_argument("--windows", type=int, default=8, help="timed windows per path")
     parser.add_argument("--warm", type=int, default=3, help="untimed windows per path")
