@@ -49,9 +49,8 @@ from kit.train.settings import TrainSettings
 def load_backbone(path: Path, expected: Mapping[str, Any] | None = None) -> models.KitResNet:
     """A network from a kit checkpoint (its config rebuilds the architecture) or from one of
     the paper's AlgoPerf checkpoints (ResNet-50, 1000 classes, at the width its stem has: 1 for
-    the released files). With `expected` (what the run
-    expects the file to be: `identity_problem`), a kit checkpoint recording another identity is
-    refused naming both."""
+    the released files). With `expected` (what the run expects the file to be:
+    `identity_problem`), a kit checkpoint recording another identity is refused naming both."""
     state = models.read_checkpoint(path)
     if isinstance(state, dict) and "model_params" in state:
         model = models.build("resnet50", 1000, models.algoperf_width(state["model_params"]))
