@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
-import scipy.optimize
 import scipy.stats
+
+from kit.stats import sequential
 
 #: two-sided level of every primary interval (a 95 % interval)
 LEVEL = 0.05
@@ -86,16 +87,16 @@ def estimate(
     return Estimate(values, mean, std, low, high, (low, high) != (mean - half, mean + half))
 
 
+def critical(replicates: int, level: float = LEVEL) -> float:
+    """The fixed design's multiplier of s / sqrt(n): the two-sided t quantile at `level`."""
+    return float(scipy.stats.t.ppf(1 - level / 2, replicates - 1)) if replicates > 1 else math.inf
+
+
 def power(effect: float, std: float, replicates: int, level: float = LEVEL) -> float:
     """The probability that the interval of `replicates` paired values of spread `std` lies
-    above the margin when the true effect is `effect` above it (noncentral t)."""
-    if replicates < 2:
-        return 0.0
-    if std == 0:
-        return 1.0 if effect > 0 else 0.0
-    df = replicates - 1
-    critical = scipy.stats.t.ppf(1 - level / 2, df)
-    return float(scipy.stats.nct.sf(critical, df, effect * math.sqrt(replicates) / std))
+    above the margin when the true effect is `effect` above it (noncentral t): the one look of
+    kit.stats.sequential.power at the fixed design's multiplier."""
+    return sequential.power(effect, std, replicates, critical(replicates, level))
 
 
 def detectable(
@@ -106,16 +107,7 @@ def detectable(
     replicates or no spread known."""
     if std is None or replicates < 2 or not math.isfinite(std):
         return None
-    if std == 0:
-        return 0.0
-    high = std
-    while power(high, std, replicates, level) < wanted:
-        high *= 2
-    return float(
-        scipy.optimize.brentq(
-            lambda e: power(e, std, replicates, level) - wanted, 0.0, high, xtol=1e-6
-        )
-    )
+    return sequential.detectable(std, replicates, critical(replicates, level), wanted)
 
 
 def replicates_needed(
