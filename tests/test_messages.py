@@ -88,7 +88,7 @@ def test_a_disk_filling_at_the_final_save_is_one_line_and_leaves_no_torn_copy(
     notebooks, parameters = tmp_path / "nb", tmp_path / "params"
     notebooks.mkdir()
     (parameters / "mini").mkdir(parents=True)
-    monkeypatch.setitem(params.SCHEMAS, "01_ok", "kit.core.params:NotebookSettings")
+    monkeypatch.setitem(params.SCHEMAS, "01_ok", params.NotebookSettings)
     nbformat.write(nbformat.v4.new_notebook(), notebooks / "01_ok.ipynb")
 
     def full_at_save(_notebook: str, partial: str, **_: object) -> None:
@@ -125,7 +125,7 @@ def test_a_disk_filling_while_the_report_is_written_is_one_line_with_the_resume_
     notebooks, parameters = tmp_path / "nb", tmp_path / "params"
     notebooks.mkdir()
     (parameters / "mini").mkdir(parents=True)
-    monkeypatch.setitem(params.SCHEMAS, "01_ok", "kit.core.params:NotebookSettings")
+    monkeypatch.setitem(params.SCHEMAS, "01_ok", params.NotebookSettings)
     notebook = nbformat.v4.new_notebook()
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
     notebook.metadata["kernelspec"]["language"] = "python"

@@ -79,7 +79,7 @@ def test_a_checkpoint_read_without_its_hash_is_listed_in_the_summary_and_the_rep
     (parameters / "mini").mkdir(parents=True)
     checkpoint = tmp_path / "checkpoint.pt"
     torch.save({"w": torch.zeros(2)}, checkpoint)  # no checkpoint.pt.sha256 beside it
-    monkeypatch.setitem(params.SCHEMAS, "01_ok", "kit.core.params:NotebookSettings")
+    monkeypatch.setitem(params.SCHEMAS, "01_ok", params.NotebookSettings)
     notebook = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell('profile = "x"\noutput_dir = "y"\nchart_formats = ["png"]')
     cell.metadata["tags"] = ["parameters"]

@@ -252,7 +252,7 @@ def test_every_shipped_cpu_profile_is_valid_for_every_notebook() -> None:
 
 
 def test_notebook_without_schema_is_refused() -> None:
-    with pytest.raises(params.ParameterError, match="no parameter schema"):
+    with pytest.raises(params.ParameterError, match="no registered parameter schema"):
         params.schema_for("99_unknown")
 
 

@@ -167,7 +167,7 @@ def test_notebooks_have_parameters_and_references_for_checked_cells() -> None:
         notebook = nbformat.read(path, as_version=4)
         tagged = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(tagged) == 1, f"{path.name}: needs exactly one cell tagged 'parameters'"
-        assert path.stem in params.SCHEMAS, f"{path.name}: no schema in kit.params.SCHEMAS"
+        assert path.stem in params.SCHEMAS, f"{path.name}: no registered parameter schema"
         code = [cell for cell in notebook.cells if cell.cell_type == "code"]
         for cell in code:
             if nbval_references.is_checked(cell):

@@ -49,8 +49,8 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path
     notebooks.mkdir()
     (parameters / "mini").mkdir(parents=True)
     (parameters / "base.yaml").write_text("chart_formats: [svg]\n")
-    monkeypatch.setitem(params.SCHEMAS, "01_ok", "kit.core.params:NotebookSettings")
-    monkeypatch.setitem(params.SCHEMAS, "02_fails", "kit.core.params:NotebookSettings")
+    monkeypatch.setitem(params.SCHEMAS, "01_ok", params.NotebookSettings)
+    monkeypatch.setitem(params.SCHEMAS, "02_fails", params.NotebookSettings)
     write_notebook(notebooks / "01_ok.ipynb", "print('formats are', chart_formats)")
     write_notebook(
         notebooks / "02_fails.ipynb",
@@ -151,7 +151,7 @@ import sys
 from pathlib import Path
 from kit.cli import runner, terminal
 from kit.core import params
-params.SCHEMAS["01_workers"] = "kit.core.params:NotebookSettings"
+params.SCHEMAS["01_workers"] = params.NotebookSettings
 root = Path(sys.argv[1])
 sys.exit(runner.run(None, "mini", notebooks_dir=root / "nb", parameters_dir=root / "params",
                     output_root=root / "out"))
@@ -678,7 +678,7 @@ def test_kernels_the_runner_starts_from_a_lab_kernel_draw_charts_for_the_report(
     notebooks, parameters = tmp_path / "nb", tmp_path / "params"
     notebooks.mkdir()
     (parameters / "mini").mkdir(parents=True)
-    monkeypatch.setitem(params.SCHEMAS, "01_ok", "kit.core.params:NotebookSettings")
+    monkeypatch.setitem(params.SCHEMAS, "01_ok", params.NotebookSettings)
     nbformat.write(nbformat.v4.new_notebook(), notebooks / "01_ok.ipynb")
     monkeypatch.setenv(charts.JUPYTER_SESSION_ENV, "notebooks/01_toy_counterexample.ipynb")
     seen = []

@@ -1,7 +1,7 @@
 """The parameter reference, generated from the typed settings so that it cannot drift from them.
 
 `python -m kit reference` writes `docs/reference/parameters.md`: per settings class (each
-notebook's schema in `kit.core.params.SCHEMAS`, a training run's `TrainSettings`, a launch's
+notebook's schema as its experiment registers it, a training run's `TrainSettings`, a launch's
 `LaunchSettings`) one table of every field under the dotted name that `--set` takes, with its
 type, default, constraints and description. A description is the field's
 `Field(description=...)` or else the `#:` comment lines just above it in the class's source;
@@ -34,6 +34,7 @@ from pydantic_core import PydanticUndefined
 from kit.core import files, params, strict_yaml
 from kit.core.paths import REPO_ROOT, shown
 from kit.core.sections import ByKind
+from kit.experiments import notebooks  # noqa: F401 (registers each notebook's schema)
 
 #: where the reference lives in the MkDocs site (docs/ is the site's source)
 REFERENCE_FILE = REPO_ROOT / "docs" / "reference" / "parameters.md"
@@ -65,14 +66,14 @@ def load(spec: str) -> type[BaseModel]:
 def sections() -> list[tuple[str, str, type[BaseModel]]]:
     """(heading, how the values are given, settings class), in the reference's order."""
     found: list[tuple[str, str, type[BaseModel]]] = []
-    for stem, spec in params.SCHEMAS.items():
+    for stem, schema in sorted(params.SCHEMAS.items()):
         found.append(
             (
                 f"Notebook {stem}",
                 f"`parameters/<profile>/{stem}.yaml` (and the "
                 f"profile's `profile.yaml`), `python -m kit run {stem[:2]} -f FILE "
                 "--set key=value`",
-                load(spec),
+                schema,
             )
         )
     train = load(TRAIN_SETTINGS)

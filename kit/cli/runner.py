@@ -50,6 +50,7 @@ import psutil
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
+import kit.experiments.notebooks  # noqa: F401 (registers each notebook's schema)
 from kit.cli import launch, terminal, write_errors
 from kit.core import locks, notices, param_errors, params, provenance
 from kit.core.files import DiskFullError, atomic_write, remove_stale_temporaries, write_text

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import importlib
 import os
 import re
 import sys
@@ -42,13 +41,6 @@ EXTENDS = "extends"
 #: runs): keys of the profile's own profile.yaml, not parameters, and not inherited
 PURPOSE, SMOKE_TEST = "purpose", "smoke_test"
 PROFILE_KEYS = (EXTENDS, PURPOSE, SMOKE_TEST)
-#: notebook (file stem) -> "module:Schema", imported on demand
-SCHEMAS = {
-    "01_toy_counterexample": "kit.experiments.toy_settings:ToySettings",
-    "02_surveyed_evidence": "kit.core.params:NotebookSettings",
-    "03_time_concat": "kit.experiments.timecat.settings:TimecatSettings",
-    "04_when_concat_helps": "kit.experiments.timecat.sweep_settings:SweepSettings",
-}
 
 
 class ParameterError(ValueError):
@@ -100,15 +92,28 @@ RECORD_SUFFIX = ".parameters.yaml"
 PAPERMILL_CELL = "# Parameters"
 
 
+#: notebook (file stem) -> its parameter schema, registered by the module of the experiment
+#: that defines it (`register_schema`): the engine itself names no notebook
+SCHEMAS: dict[str, type[NotebookSettings]] = {}
+
+
+def register_schema(notebook: str, schema: type[NotebookSettings]) -> None:
+    """Make `schema` the parameters of `notebook` (its file stem); called by the module that
+    defines the schema, when it is imported. A notebook given a second, different schema is
+    refused."""
+    if SCHEMAS.setdefault(notebook, schema) is not schema:
+        raise ValueError(f"notebook '{notebook}' has two parameter schemas")
+
+
 def schema_for(notebook: str) -> type[NotebookSettings]:
     try:
-        module, name = SCHEMAS[notebook].split(":")
+        return SCHEMAS[notebook]
     except KeyError:
         raise ParameterError(
-            f"notebook '{notebook}' has no parameter schema in "
-            f"kit.core.params.SCHEMAS (known: {', '.join(sorted(SCHEMAS))})"
+            f"notebook '{notebook}' has no registered parameter schema (known: "
+            f"{', '.join(sorted(SCHEMAS))}): import the experiment that defines its schema, "
+            "which registers it (kit.core.params.register_schema)"
         ) from None
-    return getattr(importlib.import_module(module), name)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import polars as pl
 
+from kit.core import params
+from kit.core.params import NotebookSettings
+
 DATA_DIR = Path(__file__).parent / "evidence_data"
 
 SCHEMA: dict[str, type[pl.DataType]] = {
@@ -282,3 +285,7 @@ def summary_lines(summary: dict[str, object]) -> list[str]:
         f"secondary copies), {summary['values_read_from_figures']} read from figures, "
         f"{summary['values_missing']} missing.",
     ]
+
+
+#: notebook 02 takes only the keys every notebook takes
+params.register_schema("02_surveyed_evidence", NotebookSettings)

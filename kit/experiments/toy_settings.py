@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from kit.core import params
 from kit.core.params import NotebookSettings, Strict
 
 
@@ -68,3 +69,6 @@ class ToySettings(NotebookSettings, SparseTrainingSettings):
         if any(w < 0 for w in self.sparsity_weights) or sum(self.sparsity_weights) <= 0:
             raise ValueError("sparsity_weights: four weights >= 0, not all zero")
         return self
+
+
+params.register_schema("01_toy_counterexample", ToySettings)

@@ -28,7 +28,7 @@ from kit.experiments.timecat.planning import (
     refuse_changed_runs,
     runs_dir,
 )
-from kit.experiments.timecat.settings import TimecatSettings
+from kit.experiments.timecat.settings import NOTEBOOK, TimecatSettings
 from kit.launch import backends as kit_launch
 from kit.launch import sbatch
 from kit.launch.runs import Launched, is_finished
@@ -36,9 +36,6 @@ from kit.launch.settings import LaunchSettings, sized_for_loaders
 from kit.probes import registry
 from kit.report import outputs
 from kit.train import trainer as train
-
-NOTEBOOK = "03_time_concat"
-
 
 #: what the probe step writes into output_dir (the files notebook 03 writes)
 RESULTS = "time_concat_results.parquet"

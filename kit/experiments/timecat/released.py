@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kit.core import params
 from kit.core.params import ParameterError
-from kit.experiments.timecat.jobs import NOTEBOOK
+from kit.experiments.timecat.settings import NOTEBOOK
 from kit.train.network import write_untrained
 from kit.train.settings import TrainSettings
 

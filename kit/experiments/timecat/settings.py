@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from kit.core import params
 from kit.core.params import NotebookSettings, Strict
 from kit.core.paths import SAFE_NAME, escapes, resolve
 from kit.data.settings import DataSettings
@@ -29,6 +30,8 @@ from kit.stats.sequential import Rounds
 from kit.stats.settings import RoundsSettings, design
 from kit.train.settings import RunSettings, TrainSettings, budget_problem
 
+#: the notebook these are the parameters of
+NOTEBOOK = "03_time_concat"
 #: training settings whose right value depends on scale: each profile must give them
 SCALE_TRAIN_KEYS = ("device", "num_workers", "eval_every", "checkpoint_every", "log_every")
 
@@ -420,3 +423,6 @@ class TimecatSettings(NotebookSettings):
             return self.seed_sets[replicate]
         most = max(variant.n for variant in self.variants)
         return [self.base_seed + 1000 * replicate + i for i in range(most)]
+
+
+params.register_schema(NOTEBOOK, TimecatSettings)

@@ -21,11 +21,9 @@ from pydantic import Field, ValidationError, model_validator
 from kit.core import params as kit_params
 from kit.core.params import NotebookSettings
 from kit.core.paths import SAFE_NAME
+from kit.experiments.timecat.settings import NOTEBOOK as SWEPT_NOTEBOOK
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.stats.settings import RoundsSettings
-
-#: the notebook whose experiment the sweep varies
-SWEPT_NOTEBOOK = "03_time_concat"
 
 
 @dataclass(frozen=True)
@@ -211,3 +209,6 @@ def cells(params: SweepSettings) -> list[Cell]:
                 ) from None
             found.append(Cell(world, budget, settings.look(settings.design.first), shared))
     return found
+
+
+kit_params.register_schema("04_when_concat_helps", SweepSettings)
