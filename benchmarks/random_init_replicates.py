@@ -25,7 +25,7 @@ from kit.experiments.timecat import measure, planning
 from kit.probes import lbfgs
 from kit.probes.rows import Split
 from kit.probes.settings import LBFGS_MAX_ITER
-from kit.report import diagnostics
+from kit.stats import diagnostics
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ import altair as alt
 import numpy as np
 import polars as pl
 
-from kit.report import outcomes
+from kit.stats import outcomes
 
 
 def measured_std(folder: Path) -> float:

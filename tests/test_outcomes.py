@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from kit.experiments.timecat import comparisons
-from kit.report import outcomes as o
+from kit.stats import outcomes as o
 
 SMALLEST = 2.9
 #: per-task top-1 spread (points) of one probe cell over replicates, and the spread shared by a

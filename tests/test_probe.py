@@ -28,7 +28,7 @@ from kit.probes.settings import (
     FastProbeSettings,
     LbfgsProbeSettings,
 )
-from kit.report import diagnostics
+from kit.stats import diagnostics
 
 
 def planted(n: int, dim: int, classes: int, seed: int, scale: float = 0.8) -> Split:

@@ -16,9 +16,10 @@ from test_timecat import fake_results
 from kit.cli import main as cli
 from kit.core import provenance
 from kit.experiments.timecat import paper
-from kit.report import outcomes, page
+from kit.report import page
 from kit.report.charts import VEGALITE_MIME
 from kit.report.notebook_html import WIDGET_STATE, WIDGET_VIEW
+from kit.stats import outcomes
 
 CLAIM = "cat4 transfers better than cat1 on 2 of 3 unseen tasks (a smoke test)"
 

@@ -15,7 +15,7 @@ from test_sweep import sweep_results
 
 from kit.core import params
 from kit.experiments.timecat import claims, sweep, sweep_outcome, sweep_settings
-from kit.report import outcomes, rounds
+from kit.stats import outcomes, rounds
 from kit.stats.sequential import Rounds
 from kit.stats.settings import RoundsSettings
 

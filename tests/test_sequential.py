@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from kit.report import outcomes
-from kit.report import rounds as claim_rounds
-from kit.stats import sequential, simulation, spending
+from kit.stats import outcomes, sequential, simulation, spending
+from kit.stats import rounds as claim_rounds
 from kit.stats.sequential import Rounds
 
 LEVEL = sequential.LEVEL

@@ -29,7 +29,8 @@ from kit.experiments.timecat import (
     sweep_outcome,
     sweep_settings,
 )
-from kit.report import crossover, outputs, palette, tables
+from kit.report import outputs, palette, tables
+from kit.stats import crossover
 
 KINDS = {
     "cat1": ("time-concat", 1),

@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kit.report import verdicts as v
+from kit.stats import verdicts as v
 
 
 def family(

@@ -32,9 +32,10 @@ import polars as pl
 from kit.core import notices, provenance
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
-from kit.report import notebook_html, outcomes, outputs, tables
+from kit.report import notebook_html, outputs, tables
 from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import label
+from kit.stats import outcomes
 
 PAGE = "index.html"
 #: the marker of a notebook whose last run has not finished: `<notebook>.incomplete`

@@ -11,7 +11,7 @@ import polars as pl
 
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS
-from kit.report import outcomes, rounds
+from kit.stats import outcomes, rounds
 from kit.train.settings import RunSettings
 
 

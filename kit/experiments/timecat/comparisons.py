@@ -23,7 +23,8 @@ from kit.experiments.timecat.claims import (
 )
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS
-from kit.report import outcomes, rounds, tables, verdicts
+from kit.report import tables
+from kit.stats import outcomes, rounds, verdicts
 
 
 def diagnostics_table(measured: pl.DataFrame) -> pl.DataFrame:

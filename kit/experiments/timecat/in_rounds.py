@@ -17,7 +17,7 @@ import polars as pl
 from kit.experiments.timecat import claims, jobs, measure, planning
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch.runs import is_finished
-from kit.report import rounds
+from kit.stats import rounds
 from kit.stats.sequential import Rounds
 
 #: notebook 03's one cell, as the rounds name it

@@ -22,7 +22,7 @@ from kit.probes import parallel, registry
 from kit.probes.base import FeatureProbe, ImageProbe, Probe, ProbeSettings
 from kit.probes.rows import Split
 from kit.probes.selection import ProbeResult
-from kit.report import diagnostics
+from kit.stats import diagnostics
 
 #: rows of the evaluation split the label-free diagnostics use (a seeded sample beyond that)
 DIAGNOSTIC_ROWS = 4096

@@ -27,7 +27,8 @@ from kit.experiments.timecat.sweep_settings import (
     SweepSettings,
     swept_notebook,
 )
-from kit.report import outputs, rounds
+from kit.report import outputs
+from kit.stats import rounds
 from kit.train import metrics
 from kit.train.settings import TrainSettings
 

@@ -13,7 +13,7 @@ import polars as pl
 from kit.core.progress import Stage
 from kit.experiments.timecat import claims, comparisons, regime
 from kit.experiments.timecat.sweep_settings import Cell, SweepSettings
-from kit.report import crossover, outcomes, rounds
+from kit.stats import crossover, outcomes, rounds
 
 
 def cells_table(cells: list[Cell]) -> pl.DataFrame | str:

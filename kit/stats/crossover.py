@@ -29,7 +29,7 @@ from typing import Any
 
 import polars as pl
 
-from kit.report.outcomes import CONTRADICTED, REPRODUCED
+from kit.stats.outcomes import CONTRADICTED, REPRODUCED
 
 ONE_BUDGET = "untested (one budget)"
 

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import polars as pl
 import scipy.stats
 
-from kit.report.outcomes import METRIC_RANGE
+from kit.stats.outcomes import METRIC_RANGE
 
 LEVEL = 0.05
 BETTER, WORSE, UNCLEAR = "better", "worse", "no clear difference"

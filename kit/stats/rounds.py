@@ -26,8 +26,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from kit.report import outcomes
-from kit.stats import sequential
+from kit.stats import outcomes, sequential
 from kit.stats.sequential import Rounds
 
 REPRODUCED, CONTRADICTED = outcomes.REPRODUCED, outcomes.CONTRADICTED
