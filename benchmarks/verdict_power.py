@@ -3,7 +3,7 @@ out reproduced, contradicted or inconclusive, by replicates and true effect, at 
 
 The per-replicate values of the endpoint (catN minus cat1 on the mean over the transfer tasks)
 are drawn from a normal distribution with the given spread; each draw is judged as notebook 03
-judges its run (kit.report.outcomes: 95% t interval, smallest effect of interest), so this is the
+judges its run (kit.stats.outcomes: 95% t interval, smallest effect of interest), so this is the
 primary condition alone (controls far from their margins). The spread defaults to what a run
 measured: pass an output folder and its `time_concat_verdicts.parquet` gives it (the primary
 condition's sample std); or give `--std`. Prints, per replicate count, the minimum detectable

@@ -1,4 +1,4 @@
-"""A claim's primary endpoint in three outcomes (kit.report.outcomes): intervals within the
+"""A claim's primary endpoint in three outcomes (kit.stats.outcomes): intervals within the
 metric's range, the minimum detectable effect against a simulation, and the calibration the
 verdicts promise, measured by simulation on tables shaped like notebook 03's (no training):
 `reproduced` under no effect and `contradicted` under an effect equal to the smallest effect of

@@ -1,4 +1,4 @@
-"""Replicates in rounds through the notebooks' loop (kit.report.rounds.run_rounds) on planted
+"""Replicates in rounds through the notebooks' loop (kit.stats.rounds.run_rounds) on planted
 per-replicate results: a cell decided in round 1 gets no more replicates, an undecided one gets
 the next round, a resumed run makes the same looks and decisions, the wall budget stops the
 rounds; the `rounds` settings; and notebook 04's sweep in rounds with its training and probes

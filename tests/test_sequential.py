@@ -45,7 +45,7 @@ def test_boundaries_fall_look_by_look(rounds: Rounds) -> None:
 
 
 def test_one_look_is_the_fixed_sample_verdict() -> None:
-    """`Rounds.fixed(n)` judges as kit.report.outcomes does: same interval, same verdict."""
+    """`Rounds.fixed(n)` judges as kit.stats.outcomes does: same interval, same verdict."""
     rng = np.random.default_rng(11)
     for count in (2, 3, 5, 12):
         rounds = Rounds.fixed(count)

@@ -1,5 +1,5 @@
 """Notebook 04's sweep: cells built from notebook 03's parameters, the statement over the budget
-(kit.report.crossover) on planted and null tables, flagged probe cells kept out of the claim, and
+(kit.stats.crossover) on planted and null tables, flagged probe cells kept out of the claim, and
 the paper beside the kit with its regime."""
 
 from __future__ import annotations

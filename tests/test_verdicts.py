@@ -1,4 +1,4 @@
-"""Secondary verdicts from paired differences (kit.report.verdicts): planted effects are found,
+"""Secondary verdicts from paired differences (kit.stats.verdicts): planted effects are found,
 null families rarely produce a label (family-wise error controlled by Holm's method), intervals
 agree with labels and stay within the range of an accuracy difference."""
 

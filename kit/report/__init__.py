@@ -1,2 +1,2 @@
-"""What a reader sees: tables, charts and their saved files, and label-free diagnostics of
-representations (RankMe, alpha-ReQ, linear CKA)."""
+"""What a reader sees: tables, charts, labels and the page, and their saved files; what they
+show is computed in kit.stats."""

@@ -22,7 +22,7 @@ LABELS: dict[str, str] = {
     "iterations_per_model": "iterations per model",
     "total_iterations": "total iterations",
     "world_seed": "world seed",
-    # label-free diagnostics (kit.report.diagnostics)
+    # label-free diagnostics (kit.stats.diagnostics)
     "rankme_mean": "RankMe (mean)",
     "rankme_std": "RankMe (std)",
     "alpha_req_mean": "alpha-ReQ (mean)",

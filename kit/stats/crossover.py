@@ -2,7 +2,7 @@
 hold at every budget, at none, or from some budget on (the crossover)?
 
 The input is one row per cell (a world seed and a total budget) with the outcome of the claim
-that cell's data decide (`kit.report.outcomes`): `reproduced`, `contradicted` or `inconclusive`.
+that cell's data decide (`kit.stats.outcomes`): `reproduced`, `contradicted` or `inconclusive`.
 Per world seed, over its budgets in ascending order:
 
 - `one budget`: a single budget cannot place a crossover, and says neither "always" nor "never";

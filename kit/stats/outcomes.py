@@ -162,7 +162,7 @@ class Outcome:
     rows: list[dict[str, Any]] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     #: how many rounds and replicates it took and why it stopped, in words to follow the
-    #: status (kit.report.rounds: " after 2 rounds (6 replicates)"); empty when not said
+    #: status (kit.stats.rounds: " after 2 rounds (6 replicates)"); empty when not said
     how: str = ""
 
 
@@ -284,7 +284,7 @@ SCHEMA = {
     "detectable": pl.Float64,
     "replicates_needed": pl.Int64,
     "missing": pl.String,
-    # the rounds of its claim's cell (kit.report.rounds): taken, why they stopped, and whether
+    # the rounds of its claim's cell (kit.stats.rounds): taken, why they stopped, and whether
     # the interval is a repeated one (several looks) rather than a fixed-sample t interval
     "rounds": pl.Int64,
     "stopped": pl.String,

@@ -15,7 +15,7 @@ so far (`kit.stats.sequential.judge`, repeated confidence intervals), and the cl
 
 Every judged claim says how many rounds and replicates it took and why it stopped, for the
 summary JSON and the verdict tables; `stopped` sets that, and the repeated intervals, into the
-claim's fixed-sample outcome (kit.report.outcomes) that the notebooks write.
+claim's fixed-sample outcome (kit.stats.outcomes) that the notebooks write.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def judge_round(
 
 
 def stopped(found: outcomes.Outcome, judged: Round) -> outcomes.Outcome:
-    """The claim `found` (judged by kit.report.outcomes on the replicates of its last look) as
+    """The claim `found` (judged by kit.stats.outcomes on the replicates of its last look) as
     its rounds judged it: `judged`'s status, each condition's interval, judgement (`continue`,
     where another condition stopped the claim, reads inconclusive) and detectable effect from
     its look, and the rounds, replicates and reason it stopped, on every row and in `how`."""

@@ -2,7 +2,7 @@
 to stop, with error rates that hold despite the repeated looks.
 
 A condition is judged on the paired per-replicate values of its endpoint against a `margin`,
-with a `smallest` effect of interest (kit.report.outcomes states the fixed-sample reading). A
+with a `smallest` effect of interest (kit.stats.outcomes states the fixed-sample reading). A
 run with `Rounds` adds replicates in rounds (`first`, then `add` at a time, up to `most`) and
 looks after each. At look k, after n_k replicates with mean m and sample spread s, the rule
 forms the *repeated confidence interval* m -/+ b_k s / sqrt(n_k) (Jennison and Turnbull, Group
@@ -29,7 +29,7 @@ several looks err a little more often than `level`, so the level the boundaries 
 lowered by a fixed simulation until they do not (`calibrated_level`); the resulting rates are
 measured afresh (tests/test_sequential.py, benchmarks/sequential_calibration.py) at the looks
 the kit makes. One look is the fixed-sample rule: its multiplier is the t quantile
-1 - level / 2 of kit.report.outcomes.
+1 - level / 2 of kit.stats.outcomes.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (one variant against one reference on one task) a mean difference, a two-sided one-sample t test,
 Holm's step-down adjustment over a family of comparisons, and the label the adjusted p-value
 supports. No claim rests on these labels: a claim is judged on its pre-stated primary endpoint
-(kit.report.outcomes); these say where, task by task, a difference shows.
+(kit.stats.outcomes); these say where, task by task, a difference shows.
 
 The input is one row per (comparison, replicate): the paired difference of a variant and its
 reference in one replicate (same seeds, same task), so that the test is exact under the usual

@@ -1,7 +1,7 @@
 """The claims notebooks 03 and 04 judge, each on its pre-stated primary endpoint (paper
 Section 5, Table 3 for time-concat; Sections 3-4 for the bottleneck): which variants and tasks
 an endpoint reads, the conditions each claim sets against the baseline and the controls, and the
-claim in words (kit.report.outcomes judges them)."""
+claim in words (kit.stats.outcomes judges them)."""
 
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ def judge_round(
     names: Sequence[str] = tuple(CLAIMS),
 ) -> list[rounds.Round]:
     """Every claim of `names` the run states, judged after the looks at `counts` replicates
-    on `results` (kit.report.rounds: repeated intervals, and whether its cell stops)."""
+    on `results` (kit.stats.rounds: repeated intervals, and whether its cell stops)."""
     found = []
     for name in names:
         conditions_of, stated = CLAIMS[name]

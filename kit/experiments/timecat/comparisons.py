@@ -107,7 +107,7 @@ def paired_differences(results: pl.DataFrame, rule: str, baseline: str) -> pl.Da
 
 
 def _judged(paired: pl.DataFrame, results: pl.DataFrame, level: float) -> pl.DataFrame:
-    """`paired` judged task by task (kit.report.verdicts), Holm's adjustment over the tasks of
+    """`paired` judged task by task (kit.stats.verdicts), Holm's adjustment over the tasks of
     each (baseline, variant) comparison, in `gains`' layout and order."""
     judged = verdicts.verdicts(
         paired,
@@ -148,7 +148,7 @@ def gains(
     variant's on every task they share (points); per variant and task the mean gain, its std, a
     two-sided one-sample t test of the paired gains, and the label (`better`, `worse`, `no clear
     difference`, `untested (one replicate)`) its p-value supports once adjusted by Holm's method
-    over the tasks of the same comparison (kit.report.verdicts, at `level`; the interval
+    over the tasks of the same comparison (kit.stats.verdicts, at `level`; the interval
     `low`-`high` is widened to match and clipped to [-100, 100]). No claim rests on them."""
     return _judged(paired_differences(results, rule, baseline), results, level)
 
@@ -307,9 +307,9 @@ def summarize(
     exploratory per-task comparisons against the baseline, their tally, and against the
     controls. "claim" is the headline (time-concat) claim; "claims" lists every claim; "verdicts"
     is the stored verdict table's rows (one per condition); `ran` is the what-ran line. `stops`
-    are the claims' last rounds (kit.report.rounds): each is then judged on the replicates of
+    are the claims' last rounds (kit.stats.rounds): each is then judged on the replicates of
     its last look, by its repeated intervals, and says how many rounds and replicates it took
-    and why it stopped; `to_decide` (kit.report.rounds.to_decide), where the wall budget left
+    and why it stopped; `to_decide` (kit.stats.rounds.to_decide), where the wall budget left
     a claim undecided, is the summary's "next"."""
     gaps = probe_gaps(results, rule, max_gap)
     last = {found.claim: found for found in stops}

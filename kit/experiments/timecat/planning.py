@@ -143,7 +143,7 @@ def identity(settings: TrainSettings, root: Path, step: int | None) -> dict[str,
 
 def plan(params: TimecatSettings, start: int = 0) -> Plan:
     """Every run, untrained network and representation of the experiment's replicates from
-    `start` (a round of replicates: kit.report.rounds) to `replicates`. Folders are
+    `start` (a round of replicates: kit.stats.rounds) to `replicates`. Folders are
     rep<r>/<variant>/seed<s> (direct: rep<r>/<variant>-<task>/seed<s>); under `catn_models:
     snapshots` the time-concat variants read rep<r>/seeded/seed<s>/snapshot-<step>.pt."""
     root = runs_dir(params)

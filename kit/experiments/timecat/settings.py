@@ -188,7 +188,7 @@ class TimecatSettings(NotebookSettings):
     #: probe judges its rows"); null: never flag
     max_probe_gap: float | None = Field(default=15.0, gt=0.0)
     #: the smallest effect of interest, in points of top-1, of each claim's primary endpoint
-    #: (kit.report.outcomes): a claim is contradicted when its interval excludes a gain this
+    #: (kit.stats.outcomes): a claim is contradicted when its interval excludes a gain this
     #: large. Default 2.9: half of the paper's cat4 gain in mean transfer accuracy over cat1
     #: (Table 3: iNat18, CIFAR-100, CIFAR-10, 70.8 against 65.0), and below cat2's 3.6
     smallest_effect: float = Field(default=2.9, gt=0.0, le=100.0)

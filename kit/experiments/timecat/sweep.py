@@ -298,7 +298,7 @@ def _write(frame: pl.DataFrame, path: Path) -> None:
 
 
 def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Swept:
-    """Notebook 04's measurement, in rounds of replicates (kit.report.rounds; a fixed design is
+    """Notebook 04's measurement, in rounds of replicates (kit.stats.rounds; a fixed design is
     one round): every round trains the unfinished runs of the cells still going in one launch
     (`train_all`), probes them (`probe_cells`) and reads each model's own accuracy, then judges
     every such cell's time-concat claim; a decided cell takes no more replicates. Then where

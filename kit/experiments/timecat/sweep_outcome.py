@@ -77,7 +77,7 @@ STOP_KEYS = ("rounds", "replicates", "stopped")
 
 @dataclass(frozen=True)
 class CellVerdicts:
-    """Per cell: its claim's outcome (`cells`, one row each, the input of kit.report.crossover),
+    """Per cell: its claim's outcome (`cells`, one row each, the input of kit.stats.crossover),
     the claim's conditions as stored verdict rows (`verdicts`: catN against the baseline and each
     control on the primary endpoint, with their intervals), and its probes' train/eval gaps
     (`gaps`)."""
@@ -146,7 +146,7 @@ def judge_cells(
 
 
 def overall(judged: CellVerdicts, baseline: str) -> crossover.BudgetClaim:
-    """The sweep's statement (kit.report.crossover) from the cells' outcomes."""
+    """The sweep's statement (kit.stats.crossover) from the cells' outcomes."""
     variants = [v for v in judged.cells["variant"].unique(maintain_order=True) if v]
     what = (
         f"{'/'.join(variants) or 'catN'} transfers better than {baseline} beyond the "
@@ -195,7 +195,7 @@ class Swept:
     judged: CellVerdicts
     vs_paper: pl.DataFrame
     #: where the wall budget left cells undecided, the command that decides them
-    #: (kit.report.rounds.to_decide)
+    #: (kit.stats.rounds.to_decide)
     to_decide: str | None = None
 
     def runs_line(self) -> str:

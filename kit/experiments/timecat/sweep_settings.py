@@ -44,7 +44,7 @@ class Cell:
         return self.world_seed, self.budget
 
     def look(self, span: range) -> Cell:
-        """This cell at the look that adds the replicates `span` (kit.report.rounds)."""
+        """This cell at the look that adds the replicates `span` (kit.stats.rounds)."""
         return replace(self, settings=self.settings.look(span.stop), start=span.start)
 
 
