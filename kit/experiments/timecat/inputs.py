@@ -1,38 +1,35 @@
 """What notebook 03's values name on disk and in the environment, checked before compute (`kit
-check`, `kit run`, the notebook's first cell): the data roots' layouts, the variants' checkpoint
-files and the training's optional packages. The settings' validators check values only."""
+check`, `kit run`, the notebook's first cell): the data roots' layouts and the variants'
+checkpoint files. The settings' validators check values only; the settings hand these checks
+the data and files they name, so this module knows nothing of the settings' class."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
+from kit.data.settings import DataSettings
 from kit.experiments.timecat import layouts
 from kit.experiments.timecat.layouts import checkpoint_file, released_identity
 
-if TYPE_CHECKING:
-    from kit.experiments.timecat.settings import TimecatSettings
+
+@dataclass(frozen=True)
+class Read:
+    """One checkpoint file a variant reads, with what its entry must record of itself: the
+    variant's iterations and the seeds of the file's replicate (layouts.released_identity)."""
+
+    variant: str
+    file: str
+    iterations: int | None
+    seeds: list[int]
 
 
-def input_problems(settings: TimecatSettings) -> list[str]:
-    """Every problem, one line per key: the data roots' layouts (pretraining's, then the
-    tasks'), the variants' checkpoint files (found, then opened: this imports torch) and the
-    training's optional packages."""
-    problems = _data_problems(settings) + _checkpoint_problems(settings)
-    if settings.train is not None:
-        problems += [f"train.{problem}" for problem in settings.train.input_problems()]
-    return problems
-
-
-def _data_problems(settings: TimecatSettings) -> list[str]:
-    """Each data root's layout (kit.data.preflight), a root shared by pretraining and a task
-    named once, under train."""
+def data_problems(datas: dict[str, list[DataSettings]]) -> list[str]:
+    """Each data root's layout (kit.data.preflight), by the key that names it (`train`,
+    `tasks`), a root named under two keys checked under the first."""
     from kit.data.preflight import preflight
 
-    datas = {"tasks": [settings.task_data(task)[0] for task in settings.tasks]}
-    if settings.train is not None and any(v.trained or v.initialised for v in settings.variants):
-        datas = {"train": [settings.train.data]} | datas
     lines, seen = [], set()
     for key, sources in datas.items():
         problems = [p for data in sources for p in preflight(data) if p not in seen]
@@ -42,14 +39,11 @@ def _data_problems(settings: TimecatSettings) -> list[str]:
     return lines
 
 
-def _checkpoint_problems(settings: TimecatSettings) -> list[str]:
-    """The variants' checkpoint files this many replicates read: found, then opened, each
-    checked to record the identity its entry expects (iterations, and the seed of run<i>)."""
+def checkpoint_problems(reads: list[Read]) -> list[str]:
+    """The checkpoint files read: found, then opened, each checked to record the identity its
+    entry expects (iterations, and the seed of run<i>)."""
     expected = {
-        file: released_identity(variant.iterations, settings.seeds(replicate), file)
-        for variant in settings.variants
-        for replicate, group in enumerate((variant.checkpoints or [])[: settings.replicates])
-        for file in group
+        read.file: released_identity(read.iterations, read.seeds, read.file) for read in reads
     }
     files = list(expected)
     try:
@@ -60,9 +54,9 @@ def _checkpoint_problems(settings: TimecatSettings) -> list[str]:
         return [f"variants: {len(missing)} checkpoint file(s) not found: " + "; ".join(missing)]
     if not files:
         return []
-    from kit.features import checkpoint_problems  # opens them: imports torch
+    from kit.features import checkpoint_problems as unusable_checkpoints  # opens them: torch
 
-    unusable = checkpoint_problems(
+    unusable = unusable_checkpoints(
         [str(checkpoint_file(file)) for file in files],
         {str(checkpoint_file(file)): found for file, found in expected.items()},
     )
@@ -79,17 +73,15 @@ def missing_line(file: str) -> str:
     return f"{file}: {layouts.describe_key(key)}, tried {root}/{layouts.tried(key)}"
 
 
-def checkpoint_notes(settings: TimecatSettings) -> list[str]:
+def checkpoint_notes(reads: list[Read]) -> list[str]:
     """What `kit check` prints of the checkpoints it will read: for each root of the authors'
     release, the layout found there, then each file read with its variant, step and run."""
     notes, roots = [], {}
-    for variant in settings.variants:
-        for group in (variant.checkpoints or [])[: settings.replicates]:
-            for file in group:
-                found = layouts.released_key(resolve(file))
-                if found is not None and found[0] not in roots:
-                    roots[found[0]] = layouts.find_release(found[0])
-                    notes.append(f"checkpoints: {roots[found[0]].describe()}")
-                where = "" if found is None else f" ({layouts.describe_key(found[1])})"
-                notes.append(f"checkpoints: {variant.name} reads {checkpoint_file(file)}{where}")
+    for read in reads:
+        found = layouts.released_key(resolve(read.file))
+        if found is not None and found[0] not in roots:
+            roots[found[0]] = layouts.find_release(found[0])
+            notes.append(f"checkpoints: {roots[found[0]].describe()}")
+        where = "" if found is None else f" ({layouts.describe_key(found[1])})"
+        notes.append(f"checkpoints: {read.variant} reads {checkpoint_file(read.file)}{where}")
     return notes

@@ -22,6 +22,7 @@ from kit.core.params import NotebookSettings, Strict
 from kit.core.paths import SAFE_NAME, escapes, resolve
 from kit.data.settings import DataSettings
 from kit.data.synthetic_settings import ComponentSettings
+from kit.experiments.timecat import inputs
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
 from kit.launch.settings import LaunchSettings
 from kit.probes.base import ProbeSettings, ProbeUse
@@ -326,12 +327,18 @@ class TimecatSettings(NotebookSettings):
             )
 
     def input_problems(self) -> list[str]:
-        """Every problem of what the values name, one line per key (kit.experiments.timecat
-        .inputs: it reads the disk, so it is not a validator). Run before compute by `kit check`,
-        `kit run` and the notebook's first cell (kit.core.params.check_inputs)."""
-        from kit.experiments.timecat.inputs import input_problems
-
-        return input_problems(self)
+        """Every problem of what the values name, one line per key: the data roots' layouts
+        (pretraining's, then the tasks'), the variants' checkpoint files (found, then opened:
+        this imports torch) and the training's optional packages (timecat.inputs: it reads the
+        disk, so it is not a validator). Run before compute by `kit check`, `kit run` and the
+        notebook's first cell (kit.core.params.check_inputs)."""
+        datas = {"tasks": [self.task_data(task)[0] for task in self.tasks]}
+        if self.train is not None and any(v.trained or v.initialised for v in self.variants):
+            datas = {"train": [self.train.data]} | datas
+        problems = inputs.data_problems(datas) + inputs.checkpoint_problems(self.reads())
+        if self.train is not None:
+            problems += [f"train.{problem}" for problem in self.train.input_problems()]
+        return problems
 
     @property
     def design(self) -> Rounds:
@@ -344,10 +351,17 @@ class TimecatSettings(NotebookSettings):
 
     def input_notes(self) -> list[str]:
         """The checkpoints read: the layout of the authors' release found and each file's
-        variant, step and run (kit.experiments.timecat.inputs)."""
-        from kit.experiments.timecat.inputs import checkpoint_notes
+        variant, step and run (timecat.inputs)."""
+        return inputs.checkpoint_notes(self.reads())
 
-        return checkpoint_notes(self)
+    def reads(self) -> list[inputs.Read]:
+        """The checkpoint files the variants read at this many replicates."""
+        return [
+            inputs.Read(variant.name, file, variant.iterations, self.seeds(replicate))
+            for variant in self.variants
+            for replicate, group in enumerate((variant.checkpoints or [])[: self.replicates])
+            for file in group
+        ]
 
     def budget(self) -> int:
         """Total iterations each trained variant spends: total_iterations, or the baseline's."""
