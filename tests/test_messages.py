@@ -165,7 +165,7 @@ def test_a_torn_result_table_is_named_by_the_report(
 
 
 def test_the_machine_check_names_notebook_03_as_its_plan_does() -> None:
-    from kit.cli import launch
+    from kit.cli import time_concat
     from kit.experiments.timecat import jobs
 
-    assert launch.TIMECAT_NOTEBOOK == jobs.NOTEBOOK
+    assert time_concat.TIMECAT_NOTEBOOK == jobs.NOTEBOOK

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kit.cli import download, figures, launch, reference, write_errors
+from kit.cli import download, figures, reference, time_concat, write_errors
 from kit.core import numerics, params, provenance
 
 
@@ -61,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
         "copy as the references nbval compares with (tests/nbval_references/)",
     )
     store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")
-    launch.add_commands(commands)
+    time_concat.add_commands(commands)
     download.add_command(commands)
     commands.add_parser(
         "fixtures",
@@ -126,9 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "figures":
         return figures.command(args.check, args.record)
     if args.command == "launch":
-        return launch.launch_command(args)
+        return time_concat.launch_command(args)
     if args.command in ("extract", "probe"):
-        return launch.step_command(args)
+        return time_concat.step_command(args)
     if args.command == "download":
         return download.command(args.what, args.to, args.url, args.accept_new_archive)
     if args.command == "fixtures":

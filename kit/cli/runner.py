@@ -51,7 +51,7 @@ import yaml
 from papermill.exceptions import PapermillExecutionError
 
 import kit.experiments.notebooks  # noqa: F401 (registers each notebook's schema)
-from kit.cli import launch, terminal, write_errors
+from kit.cli import terminal, time_concat, write_errors
 from kit.core import locks, notices, param_errors, params, provenance
 from kit.core.files import DiskFullError, atomic_write, remove_stale_temporaries, write_text
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, resolve
@@ -202,7 +202,7 @@ def held_problems(runs: list[PlannedRun]) -> list[str]:
 def machine_problems(runs: list[PlannedRun]) -> list[str]:
     """This machine against the runs' plans (free disk, GPUs, compiler, /dev/shm): the same
     check as `kit check`, so that a run does not find a full disk hours in."""
-    return launch.machine_problems({run.notebook.stem: run.parameters for run in runs})
+    return time_concat.machine_problems({run.notebook.stem: run.parameters for run in runs})
 
 
 def partial_output(run: PlannedRun) -> Path:
