@@ -162,10 +162,3 @@ def test_a_torn_result_table_is_named_by_the_report(
     torn.write_bytes(b"PAR1\x15\x04\x15")
     with pytest.raises(page.ReportError, match=f"^{torn}: not a readable parquet table, torn"):
         page.write_report("mini", tmp_path)
-
-
-def test_the_machine_check_names_notebook_03_as_its_plan_does() -> None:
-    from kit.cli import time_concat
-    from kit.experiments.timecat import jobs
-
-    assert time_concat.TIMECAT_NOTEBOOK == jobs.NOTEBOOK

@@ -1,5 +1,7 @@
-"""`python -m kit launch ...` and `python -m kit extract|probe`: training runs and notebook 03's
-steps as jobs, from a base run or from a profile."""
+"""The time-concat experiment's command line: `python -m kit launch ...` trains its runs (cat<n>
+from a base run, or notebook 03's from a profile) and starts notebook 03's extraction and
+probing as jobs; `python -m kit extract|probe` does one of those steps in this process; `kit
+check` and `kit run` check this machine against notebook 03's plan."""
 
 from __future__ import annotations
 
@@ -237,22 +239,18 @@ def _profile_command(args: argparse.Namespace) -> int:
     return _report(jobs.launch_step(args.launch_command, loaded, settings, wait=not args.no_wait))
 
 
-#: the notebook whose plan the machine is checked against (kit.experiments.timecat.jobs.NOTEBOOK,
-#: which imports torch)
-TIMECAT_NOTEBOOK = "03_time_concat"
-
-
 def machine_problems(notebooks: dict[str, dict]) -> list[str]:
     """`kit check` and `kit run`: this machine against notebook 03's plan (disk, CUDA, compiler,
     /dev/shm), and settings its trainings cannot finish with on the launch's ranks, given each
     checked notebook's validated parameters by notebook name (torch is
     imported only when notebook 03 is among them)."""
-    if TIMECAT_NOTEBOOK not in notebooks:
+    from kit.experiments.timecat.settings import NOTEBOOK, TimecatSettings
+
+    if NOTEBOOK not in notebooks:
         return []
     from kit.experiments.timecat import estimates
-    from kit.experiments.timecat.settings import TimecatSettings
 
-    params = TimecatSettings.model_validate(notebooks[TIMECAT_NOTEBOOK])
+    params = TimecatSettings.model_validate(notebooks[NOTEBOOK])
     return estimates.replica_problems(params) + [
         f"this machine: {problem}" for problem in estimates.machine_problems(params)
     ]
