@@ -20,16 +20,8 @@ import torch
 from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 
+from kit.architectures import ARCHITECTURES
 from kit.core import files, notices
-
-#: depth name -> (block, blocks per stage)
-ARCHITECTURES: dict[str, tuple[type[BasicBlock | Bottleneck], list[int]]] = {
-    "resnet10": (BasicBlock, [1, 1, 1, 1]),
-    "resnet18": (BasicBlock, [2, 2, 2, 2]),
-    "resnet34": (BasicBlock, [3, 4, 6, 3]),
-    "resnet50": (Bottleneck, [3, 4, 6, 3]),
-    "resnet101": (Bottleneck, [3, 4, 23, 3]),
-}
 
 
 class CheckpointError(ValueError):
@@ -117,7 +109,9 @@ class KitResNet(ResNet):
         stem: Literal["imagenet", "small"] = "imagenet",
     ) -> None:
         nn.Module.__init__(self)  # ResNet.__init__ hard-codes 64 channels; build the same layout
-        block, layers = ARCHITECTURES[arch]
+        spec = ARCHITECTURES.get(arch)
+        block: type[BasicBlock | Bottleneck] = Bottleneck if spec.bottleneck else BasicBlock
+        layers = spec.stages
         widths = [max(1, round(64 * width * 2**stage)) for stage in range(4)]
         self.arch, self.width, self.stem = arch, width, stem
         self._norm_layer = nn.BatchNorm2d
@@ -173,7 +167,7 @@ def build(
 ) -> KitResNet:
     """A freshly initialised network; stem 'auto' is 'small' below 64 px."""
     if arch not in ARCHITECTURES:
-        raise ValueError(f"unknown architecture '{arch}' (known: {', '.join(ARCHITECTURES)})")
+        raise ValueError(ARCHITECTURES.unknown(arch))
     if stem == "auto":
         return KitResNet(arch, num_classes, width, "small" if image_size < 64 else "imagenet")
     return KitResNet(arch, num_classes, width, stem)

@@ -12,8 +12,9 @@ import importlib.util
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from kit.architectures import ARCHITECTURES
 from kit.core.params import (
     ParameterError,
     Strict,
@@ -31,7 +32,7 @@ class RunSettings(Strict):
     """Everything of a pretraining run but its seed, budget and folder. Optimizer defaults are
     the AlgoPerf self-tuning schedule-free AdamW submission."""
 
-    model: Literal["resnet10", "resnet18", "resnet34", "resnet50", "resnet101"]
+    model: str = Field(description=f"the ResNet ({', '.join(ARCHITECTURES)}: kit.architectures)")
     width: float = Field(default=1.0, gt=0.0)
     stem: Literal["auto", "imagenet", "small"] = "auto"
     num_classes: int = Field(ge=2)
@@ -72,6 +73,11 @@ class RunSettings(Strict):
     stall_timeout_s: int = Field(default=600, ge=1)
     #: also log metrics.jsonl's scalars as TensorBoard events in the run folder (rank 0)
     tensorboard: bool = False
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, model: str) -> str:
+        return ARCHITECTURES.checked(model)
 
     @model_validator(mode="after")
     def _consistent(self) -> RunSettings:
