@@ -10,23 +10,17 @@ from collections.abc import Sequence
 import polars as pl
 
 from kit.experiments.timecat.settings import TimecatSettings
-from kit.experiments.timecat.variants import VARIANT_KINDS
+from kit.experiments.timecat.variants import VARIANT_KINDS, kinds_where
 from kit.stats import outcomes, rounds
 from kit.train.settings import RunSettings
 
 
-def concatenated_kinds() -> list[str]:
-    """The variant kinds whose n models are concatenated (time-concat)."""
-    return [k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).concatenated]
-
-
 def controls_of(results: pl.DataFrame) -> pl.DataFrame:
     """The control variants of `results` (kinds with `controls`), one row each."""
-    controlling = [k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).controls]
     return (
         results.select("variant", "kind", "n")
         .unique(maintain_order=True)
-        .filter(pl.col("kind").is_in(controlling))
+        .filter(pl.col("kind").is_in(kinds_where(lambda kind: kind.controls)))
     )
 
 
@@ -36,7 +30,9 @@ def claimed_variant(results: pl.DataFrame) -> str | None:
     several = (
         results.select("variant", "kind", "n")
         .unique(maintain_order=True)
-        .filter(pl.col("kind").is_in(concatenated_kinds()) & (pl.col("n") > 1))
+        .filter(
+            pl.col("kind").is_in(kinds_where(lambda kind: kind.concatenated)) & (pl.col("n") > 1)
+        )
     )
     if not several.height:
         return None
@@ -158,7 +154,7 @@ def time_concat_conditions(
             )
         )
     present = set(controls["kind"])
-    for kind in (k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).controls):
+    for kind in kinds_where(lambda kind: kind.controls):
         if kind not in present:
             found.append(
                 outcomes.Condition(
@@ -248,9 +244,9 @@ def judge_round(
 
 
 TITLES = {
-    "time-concat": "time-concat transfers better than {baseline} at the same budget, "
+    TIME_CONCAT: "time-concat transfers better than {baseline} at the same budget, "
     "beyond the controls (paper Section 5, Table 3)",
-    "bottleneck": "training directly on a task beats a linear probe of {baseline} on it "
+    BOTTLENECK: "training directly on a task beats a linear probe of {baseline} on it "
     "(paper Sections 3-4)",
 }
 

@@ -15,14 +15,13 @@ from kit.experiments.timecat.claims import (
     bottleneck_claim,
     caveats,
     claimed_variant,
-    concatenated_kinds,
     controls_of,
     flagged_words,
     outcome_line,
     time_concat_claim,
 )
 from kit.experiments.timecat.settings import TimecatSettings
-from kit.experiments.timecat.variants import VARIANT_KINDS
+from kit.experiments.timecat.variants import VARIANT_KINDS, kinds_where
 from kit.report import tables
 from kit.stats import outcomes, rounds, verdicts
 
@@ -261,7 +260,9 @@ def control_gains(results: pl.DataFrame, rule: str, level: float = verdicts.LEVE
     model with as many or more features) and the `random-init` variant of the same n (the same
     architecture without learning)."""
     variants = results.select("variant", "kind", "n").unique(maintain_order=True)
-    concat = variants.filter(pl.col("kind").is_in(concatenated_kinds()) & (pl.col("n") > 1))
+    concat = variants.filter(
+        pl.col("kind").is_in(kinds_where(lambda kind: kind.concatenated)) & (pl.col("n") > 1)
+    )
     frames = [paired_differences(results, rule, "").clear()]
     for control in controls_of(results).iter_rows(named=True):
         against = (

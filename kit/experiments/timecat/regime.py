@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from kit.experiments import evidence
+from kit.experiments.timecat.variants import kinds_where
 from kit.report import outputs
 
 #: the paper's cat1 budget (Table 3), against which its regime is stated
@@ -52,7 +53,9 @@ def _paper_rows() -> pl.DataFrame:
 def _kit_rows(
     results: pl.DataFrame, rule: str, saturated_at: dict[int, int] | int | None, label: str
 ) -> pl.DataFrame:
-    concat = results.filter((pl.col("rule") == rule) & (pl.col("kind") == "time-concat"))
+    concat = results.filter(
+        (pl.col("rule") == rule) & pl.col("kind").is_in(kinds_where(lambda kind: kind.concatenated))
+    )
     keys = [c for c in ("world_seed", "budget") if c in concat.columns]
     group = [*keys, "variant", "n", "iterations_per_model"]
     inside = pl.col("role") == "in-distribution"

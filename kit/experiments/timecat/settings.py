@@ -23,7 +23,7 @@ from kit.core.paths import SAFE_NAME, escapes, resolve
 from kit.data.settings import DataSettings
 from kit.data.synthetic_settings import ComponentSettings
 from kit.experiments.timecat import inputs
-from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
+from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind, kinds_where
 from kit.launch.settings import LaunchSettings
 from kit.probes.base import ProbeSettings, ProbeUse
 from kit.probes.registry import PROBES, AnyProbeSettings, default_settings
@@ -91,7 +91,7 @@ class Variant(Strict):
         if spec.one_model and self.n != 1:
             raise ValueError(f"{where}: a {self.kind} variant is one model (n: 1)")
         if spec.per_task != (self.tasks is not None):
-            per_task = " or ".join(k for k in VARIANT_KINDS if VARIANT_KINDS.get(k).per_task)
+            per_task = " or ".join(kinds_where(lambda kind: kind.per_task))
             raise ValueError(f"{where}: give tasks exactly for kind {per_task}")
         if not spec.trained and self.iterations is not None:
             raise ValueError(f"{where}: {self.kind} networks are untrained (no iterations)")

@@ -23,6 +23,7 @@ from kit.core.params import NotebookSettings
 from kit.core.paths import SAFE_NAME
 from kit.experiments.timecat.settings import NOTEBOOK as SWEPT_NOTEBOOK
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.experiments.timecat.variants import VARIANT_KINDS
 from kit.stats.settings import RoundsSettings
 
 
@@ -119,7 +120,9 @@ def _base_values(params: SweepSettings, notebook: TimecatSettings) -> dict[str, 
     sources: kit_params.Sources = {}
     kit_params.merge(values, sources, params.overrides, "overrides")
     names = [v["name"] for v in values["variants"]]
-    kept = params.variants or [v["name"] for v in values["variants"] if v["kind"] != "direct"]
+    kept = params.variants or [
+        v["name"] for v in values["variants"] if not VARIANT_KINDS.get(v["kind"]).per_task
+    ]
     unknown = sorted(set(kept) - set(names))
     if unknown:
         raise ValueError(
@@ -136,9 +139,10 @@ def _base_values(params: SweepSettings, notebook: TimecatSettings) -> dict[str, 
 
 
 def _at_equal_compute(variant: dict[str, Any], budget: int) -> dict[str, Any]:
-    """A `wide` variant as the model of its width that spends `budget` iterations of cat1's
-    compute (budget / width^2 iterations, at least one); other variants unchanged."""
-    if variant["kind"] != "wide":
+    """A widened variant (kind `wide`) as the model of its width that spends `budget`
+    iterations of cat1's compute (budget / width^2 iterations, at least one); other variants
+    unchanged."""
+    if not VARIANT_KINDS.get(variant["kind"]).widened:
         return variant
     return variant | {
         "name": f"{variant['name']}-eq",

@@ -1,8 +1,11 @@
 """The kinds of variant notebook 03 compares (paper Section 5, Table 3, and its controls): one
-registry, so that a new kind is one `VARIANT_KINDS.register` call."""
+registry, so that a new kind is one `VARIANT_KINDS.register` call. A kind's entry carries its
+behaviour (how its models are made, whether it is what the paper tests or a control, how the
+sweep runs it); no other module compares a kind with its name (tests/test_architecture.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,6 +31,9 @@ class VariantKind:
     #: as a control, compared with every concatenated variant of n > 1 (`all`) or with those of
     #: the same n (`same_n`); None: not a control
     controls: Literal["all", "same_n"] | None = None
+    #: its model is `width` times wider than cat1's, so an iteration costs width^2 of cat1's:
+    #: notebook 04 also runs it at cat1's compute (budget / width^2 iterations)
+    widened: bool = False
 
 
 VARIANT_KINDS: Registry[VariantKind] = Registry("variant kind")
@@ -47,6 +53,7 @@ for kind in (
         trained=True,
         one_model=True,
         controls="all",
+        widened=True,
     ),
     VariantKind(
         "random-init",
@@ -64,3 +71,9 @@ for kind in (
     ),
 ):
     VARIANT_KINDS.register(kind.name, kind)
+
+
+def kinds_where(has: Callable[[VariantKind], object]) -> list[str]:
+    """The registered kinds whose entry `has` it (`kinds_where(lambda kind: kind.concatenated)`:
+    the kinds the paper's claim is about)."""
+    return [name for name in VARIANT_KINDS if has(VARIANT_KINDS.get(name))]
