@@ -1,14 +1,25 @@
 """The house rules a newcomer relies on, checked over the source and by doing each kind of
 change once: the parameter engine names no notebook, and a variant's kind is read from its
-registry entry, never compared with its name."""
+registry entry, never compared with its name; and each kind of change docs/architecture.md
+names (a control, a dataset kind, a notebook) done once, as one registration."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import polars as pl
+import pytest
+
 import kit
-from kit.experiments.timecat.variants import VARIANT_KINDS
+from kit.core import params
+from kit.data import kinds as data_kinds
+from kit.data.kinds.base import DatasetKind
+from kit.data.preflight import preflight
+from kit.data.settings import DataSettings
+from kit.experiments.timecat import comparisons
+from kit.experiments.timecat.settings import Variant
+from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
 
 KIT = Path(kit.__file__).parent
 
@@ -53,3 +64,84 @@ def test_no_module_but_the_registry_compares_a_variant_kind_with_its_name() -> N
             if named:
                 found.append(f"{path.relative_to(KIT)}:{node.lineno} compares with {named}")
     assert not found, "\n".join(found)
+
+
+# Each kind of change of docs/architecture.md, done once in-process: its own module (here, the
+# test's code) and one registration, and the kit takes it up with nothing else edited.
+
+
+def test_a_new_control_is_one_registration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A distilled model, registered as a control, is validated as a variant and enters the
+    time-concat claim as a condition, as the wide model does."""
+    distilled = VariantKind(
+        "distilled", "one model distilled from cat4", trained=True, one_model=True, controls="all"
+    )
+    monkeypatch.setitem(VARIANT_KINDS._entries, distilled.name, distilled)
+    assert Variant(name="distilled1", kind="distilled").spec is distilled
+    kinds = {"cat1": ("time-concat", 1), "cat4": ("time-concat", 4), "distilled1": ("distilled", 1)}
+    results = pl.DataFrame(
+        [
+            {
+                "variant": name,
+                "kind": kind,
+                "n": n,
+                "width": 1.0,
+                "replicate": r,
+                "iterations_per_model": 100,
+                "task": "t",
+                "role": "unseen",
+                "rule": "heldout",
+                "top1": value + 0.1 * r,
+                "top5": None,
+            }
+            for (name, (kind, n)), value in zip(kinds.items(), [0.5, 0.7, 0.6], strict=True)
+            for r in range(3)
+        ]
+    )
+    summary = comparisons.summarize(results, "heldout", "cat1")
+    conditions = {row["condition"]: row["judgement"] for row in summary["verdicts"]}
+    assert conditions["cat4 vs distilled1"] == "holds"
+    assert "no wide control in this run" in "\n".join(summary["lines"])
+
+
+class ScratchKind(DatasetKind):
+    """A folder holding a `train/` folder of class folders."""
+
+    name = "scratch"
+    probe_grid = "imagenet"
+    layout = ("train/",)
+
+
+def test_a_new_dataset_kind_is_one_registration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registered kind is a value of `data.kind`, and the checks before compute read its
+    layout."""
+    monkeypatch.setitem(data_kinds.KINDS._entries, ScratchKind.name, ScratchKind())
+    data = DataSettings(kind="scratch", root=str(tmp_path), image_size=32)
+    assert preflight(data) == [
+        f"{tmp_path / 'train'}: expected a non-empty folder for kind scratch"
+    ]
+
+
+class ScratchSettings(params.NotebookSettings):
+    """A fifth notebook's parameters."""
+
+    steps: int
+
+
+def test_a_new_notebook_schema_is_one_registration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema registered for a notebook is what its profile's parameters are validated
+    against."""
+    monkeypatch.setattr(params, "SCHEMAS", dict(params.SCHEMAS))
+    params.register_schema("05_scratch", ScratchSettings)
+    (tmp_path / "base.yaml").write_text("chart_formats: [png]\n")
+    (tmp_path / "mini").mkdir()
+    (tmp_path / "mini" / "profile.yaml").write_text("")
+    (tmp_path / "mini" / "05_scratch.yaml").write_text("steps: 3\n")
+    loaded, _ = params.load("05_scratch", "mini", parameters_dir=tmp_path)
+    assert isinstance(loaded, ScratchSettings) and loaded.steps == 3
+    with pytest.raises(ValueError, match="two parameter schemas"):
+        params.register_schema("05_scratch", params.NotebookSettings)
