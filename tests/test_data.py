@@ -20,10 +20,11 @@ from kit.core.params import ParameterError
 from kit.core.paths import REPO_ROOT
 from kit.data import kinds, prefetch
 from kit.data import pipeline as data
-from kit.data.fixtures import write_cifar, write_image_folder, write_inat18
+from kit.data.fixtures import write_cifar, write_image_folder, write_imagenet_shift, write_inat18
 from kit.data.kinds import imagefolder
 from kit.data.kinds.base import DataError
 from kit.data.kinds.imagefolder import ImageFolderKind
+from kit.data.kinds.imagenet_shifts import ShiftedImageNetKind
 from kit.data.kinds.images import open_image
 from kit.data.preflight import preflight
 from kit.data.settings import DataSettings
@@ -433,3 +434,54 @@ def test_device_batches_normalise_uint8_on_the_device_and_keep_floats() -> None:
     assert torch.equal(same_labels, labels)
     standardised = torch.randn(2, 3, 8, 8)  # e.g. synthetic renders: taken as they are
     assert torch.equal(prefetch.normalise(standardised), standardised)
+
+
+#: ImageNet-1k's classes as the fixture's probe was fitted on them (wnids, in label order)
+WNIDS = [f"n{i:08d}" for i in range(12)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "classes", "indices"),
+    [
+        # V2's folders are class indices, sorted as numbers (as text, 10 would come before 2)
+        ("imagenet-v2", ["0", "2", "10"], [0, 2, 10]),
+        # R and A hold 200 of the 1,000 classes: their predictions are taken among those
+        ("imagenet-r", [WNIDS[1], WNIDS[7]], [1, 7]),
+        ("imagenet-a", [WNIDS[3], WNIDS[11]], [3, 11]),
+        ("imagenet-sketch", WNIDS, list(range(12))),
+    ],
+)
+def test_imagenet_shifts_are_read_in_their_own_layout_with_imagenets_labels(
+    kind: str, classes: list[str], indices: list[int], tmp_path: Path
+) -> None:
+    write_imagenet_shift(tmp_path, kind, classes[::-1], count=2)
+    shift = kinds.get(kind)
+    assert isinstance(shift, ShiftedImageNetKind) and shift.probe_grid == "imagenet"
+    settings = DataSettings(kind=kind, root=str(tmp_path), image_size=16)
+    assert not preflight(settings)
+    split = shift.open_split(settings, "eval", 1000)
+    assert split.classes == classes and len(split) == 2 * len(classes)
+    path, label = split.samples[-1]
+    assert Path(path).parent.name == classes[label] and path.endswith(shift.suffix)
+    assert shift.imagenet_indices(split.classes, WNIDS) == indices
+    image, _ = split[0]
+    assert image.dtype == torch.uint8 and image.shape[0] == 3
+    with pytest.raises(DataError, match=f"kind {kind} is an evaluation set only"):
+        shift.open_split(settings, "train", 1000)
+
+
+def test_imagenet_shifts_name_their_source_and_refuse_foreign_classes(tmp_path: Path) -> None:
+    missing = preflight(DataSettings(kind="imagenet-r", root=str(tmp_path / "r"), image_size=16))
+    assert "github.com/hendrycks/imagenet-r" in missing[0] and "/imagenet-r/<wnid>/" in missing[0]
+    write_imagenet_shift(tmp_path, "imagenet-a", ["n99999999"], count=1)
+    shift = kinds.get("imagenet-a")
+    split = shift.open_split(
+        DataSettings(kind="imagenet-a", root=str(tmp_path), image_size=16), "eval", 1000
+    )
+    with pytest.raises(DataError, match="n99999999 are not among the 12 classes"):
+        shift.imagenet_indices(split.classes, WNIDS)
+    empty = tmp_path / "v2"
+    (empty / "imagenetv2-matched-frequency-format-val").mkdir(parents=True)
+    assert "expected a non-empty folder for kind imagenet-v2" in " ".join(
+        preflight(DataSettings(kind="imagenet-v2", root=str(empty), image_size=16))
+    )

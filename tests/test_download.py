@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import polars as pl
 import pytest
+import yaml
 from download_server import (
     Served,
     algoperf_bytes,
@@ -26,19 +30,32 @@ from kit.cli import download as kit_download
 from kit.cli.main import main as kit_main
 from kit.core import fetch, files
 from kit.core.fetch import DownloadError
+from kit.core.paths import importable_environment
 from kit.data.fixtures import write_cifar, write_paper_data
 from kit.data.preflight import preflight
 from kit.data.settings import DataSettings
-from kit.experiments.timecat import layouts
+from kit.experiments.timecat import jobs, layouts, planning
+from kit.probes.selection import RULES
 
 SIZES = Path(__file__).parent / "rehearsal" / "sizes.yaml"
 ARCHIVE = "/" + kit_download.SOURCES["checkpoints"].archive
 #: one layout of each description: as the archive unpacks (the config's names), download.sh's
-#: rename with the README's step folders, and the README's own folder
+#: rename (the names the profile lists), that rename with the README's step folders, and the
+#: README's own folder
 LAYOUTS = {
     "unpacked": layouts.Layout("ckpt_resnet50_sfadamw_imagenet1k_supervised", "config"),
+    "renamed": layouts.Layout("resnet50_sfadamw_imagenet1k_supervised", "config"),
     "renamed-readme": layouts.Layout("resnet50_sfadamw_imagenet1k_supervised", "readme"),
     "readme": layouts.Layout("resnet50_sfadamw", "readme"),
+}
+#: the released runs' seeds (their configs/pretrained_checkpoints.yaml), the control's too
+SEEDS = [2, 550, 23, 477, 8529]
+#: the one task the extraction step reads in each layout: the fixture's 20 CIFAR-10 images
+ONE_TASK = {
+    "name": "CIFAR-10",
+    "role": "unseen",
+    "num_classes": 10,
+    "data": {"kind": "cifar10", "root": "${TIMECAT_DATA}/cifar10", "image_size": 64},
 }
 
 
@@ -306,8 +323,17 @@ def paper_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def downloaded(archive: bytes, folder: Path) -> Path:
+    """`python -m kit download checkpoints --to FOLDER` of `archive` served by the test server."""
+    for base, served in serve():
+        served.files[ARCHIVE] = archive
+        command = ["download", "checkpoints", "--to", str(folder), "--url", base + ARCHIVE]
+        assert kit_main(command) == 0
+    return folder
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_kit_check_reads_a_downloaded_release_in_each_layout(
+def test_kit_check_and_extraction_read_a_downloaded_release_in_each_layout(
     layout: str,
     archives: dict[str, bytes],
     paper_data: Path,
@@ -315,16 +341,15 @@ def test_kit_check_reads_a_downloaded_release_in_each_layout(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    folder = tmp_path / "checkpoints"
-    for base, served in serve():
-        served.files[ARCHIVE] = archives[layout]
-        assert (
-            kit_main(["download", "checkpoints", "--to", str(folder), "--url", base + ARCHIVE]) == 0
-        )
+    """`kit check` names the layout and every file it will read; the extraction step reads the
+    released files and writes the random-init control's networks (one task: the full notebook
+    run is the slow test below); a missing file is named with every name tried."""
+    folder = downloaded(archives[layout], tmp_path / "checkpoints")
     monkeypatch.setenv("TIMECAT_DATA", str(paper_data))
     monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(folder))
+    out = tmp_path / "out"
     check = ["check", "03", "--profile", "paper-checkpoints", "-f", str(SIZES)]
-    assert kit_main([*check, "--set", f"output_dir={tmp_path / 'out'}"]) == 0
+    assert kit_main([*check, "--set", f"output_dir={out}"]) == 0
     said = capsys.readouterr().out
     assert f"checkpoints: {folder}: the authors' release, laid out as " in said
     assert LAYOUTS[layout].describe() in said
@@ -332,14 +357,67 @@ def test_kit_check_reads_a_downloaded_release_in_each_layout(
         for run in range(int(variant[3:])):
             name = LAYOUTS[layout].names(step, run)[0]
             assert f"{variant} reads {folder / name} (run {run} at {step} " in said, name
-    assert "valid for profile paper-checkpoints" in said
+    assert "valid for profile paper-checkpoints" in said and "unverified" not in said
+
+    one_task = tmp_path / "one-task.yaml"
+    one_task.write_text(yaml.safe_dump({"tasks": [ONE_TASK]}))
+    extract = ["extract", "--profile", "paper-checkpoints", "-f", str(SIZES), "-f", str(one_task)]
+    assert kit_main([*extract, "--set", f"output_dir={out}"]) == 0
+    loaded = jobs.load_settings("paper-checkpoints", [SIZES, one_task], [f"output_dir={out}"])
+    assert jobs.extraction_finished(loaded)
+    read = {rep.variant: rep.checkpoints for rep in planning.plan(loaded).representations}
+    release = layouts.find_release(folder)
+    assert read["cat5"] == tuple(release.files[("80k", run)] for run in range(5))
+    assert all(path.is_file() for path in read["random5"])  # written once, seeded
+    assert [path.parent.name for path in read["random5"]] == [f"seed{s}" for s in SEEDS]
+
     (folder / LAYOUTS[layout].names("100k", 2)[0]).unlink()
-    assert kit_main([*check, "--set", f"output_dir={tmp_path / 'out'}"]) == 2
+    assert kit_main([*check, "--set", f"output_dir={out}"]) == 2
     error = capsys.readouterr().err
     assert "1 checkpoint file(s) not found: " in error
     assert (
         f"run 2 at 100k (100,000 iterations), tried {folder}/{layouts.tried(('100k', 2))}" in error
     )
+
+
+@pytest.mark.slow
+def test_a_downloaded_release_is_probed_end_to_end(
+    archives: dict[str, bytes], paper_data: Path, tmp_path: Path
+) -> None:
+    """`kit download checkpoints` then `kit run 03 --profile paper-checkpoints` as a user runs
+    them, shrunk by the rehearsal's sizes and probed with the fast probe: every variant (the
+    released catN and the random-init control) on every task, the verdicts stated with the
+    control, and Table 3 beside the kit's numbers from the downloaded files."""
+    folder = downloaded(archives["unpacked"], tmp_path / "checkpoints")
+    out = tmp_path / "out"
+    environment = importable_environment() | {
+        "TIMECAT_DATA": str(paper_data),
+        "TIMECAT_CHECKPOINTS": str(folder),
+        "OMP_NUM_THREADS": "1",
+    }
+    profile = ["--profile", "paper-checkpoints", "-f", str(SIZES), "--set", "probe_kind=fast"]
+    done = subprocess.run(
+        [sys.executable, "-m", "kit", "run", "03", *profile, "--set", f"output_dir={out}"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    assert "unverified" not in done.stdout + done.stderr  # every file's hash was recorded
+    results = pl.read_parquet(out / jobs.RESULTS)
+    variants = ["cat1", "cat2", "cat4", "cat5", "random5"]
+    assert sorted(set(results["variant"])) == variants
+    assert results.height == len(variants) * 4 * len(RULES)
+    assert results["top1"].is_between(0, 1).all()
+    verdicts = pl.read_parquet(out / "time_concat_verdicts.parquet")
+    control = verdicts.filter(pl.col("condition") == "cat5 vs random5").row(0, named=True)
+    assert control["against"] == "random5" and control["judgement"] == "inconclusive"
+    assert "detectable" in verdicts.columns  # none with one replicate: no spread is known
+    vs_paper = pl.read_parquet(out / "time_concat_vs_paper.parquet")
+    assert vs_paper["kit mean"].is_not_null().all()  # every measure of Table 3 beside the kit's
+    assert set(vs_paper["variant"]) == {"cat1", "cat2", "cat4", "cat5"}
 
 
 def test_a_missing_data_root_says_where_to_get_it(tmp_path: Path) -> None:

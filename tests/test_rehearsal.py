@@ -234,11 +234,13 @@ def profile_arguments(profile: str, out: Path) -> list[str]:
     ]
 
 
-def check_results(out: Path) -> pl.DataFrame:
-    """The results table: every variant on every task under every rule, accuracies in [0, 1]."""
+def check_results(out: Path, variants: list[str] | None = None) -> pl.DataFrame:
+    """The results table: every variant (of VARIANTS by default) on every task under every rule,
+    accuracies in [0, 1]."""
+    variants = variants or list(VARIANTS)
     results = pl.read_parquet(out / jobs.RESULTS)
-    assert results.height == len(VARIANTS) * len(TASKS) * len(RULES)
-    assert set(results["variant"]) == set(VARIANTS) and set(results["task"]) == set(TASKS)
+    assert results.height == len(variants) * len(TASKS) * len(RULES)
+    assert set(results["variant"]) == set(variants) and set(results["task"]) == set(TASKS)
     assert results["top1"].is_between(0, 1).all()
     return results
 
@@ -303,10 +305,12 @@ def test_paper_checkpoints_probes_released_files_with_the_authors_probe(
     out = tmp_path / "paper-checkpoints"
     kit(environment, "check", "03", *profile_arguments("paper-checkpoints", out))
     kit(environment, "run", "03", *profile_arguments("paper-checkpoints", out))
-    check_results(out)
+    # the released variants and the random-init control, untrained networks the run wrote
+    variants = [*VARIANTS, "random5"]
+    check_results(out, variants)
     probes = out / "time_concat" / "faithful"
     logs = [json.loads(path.read_text()) for path in probes.rglob("finished.json")]
-    assert len(logs) == len(VARIANTS) * len(TASKS)
+    assert len(logs) == len(variants) * len(TASKS)
     # grouped by process count: probes of one process ran in the kernel, the others under one
     # torchrun of two ranks, its rank 0 naming each probe as it starts
     log = (probes / "probe-2.log").read_text()

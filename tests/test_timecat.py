@@ -186,10 +186,17 @@ def test_gpu_profiles_resolve_to_full_data_and_their_own_scale(
 
 def test_paper_checkpoints_probes_the_released_files(fake_data: Path) -> None:
     experiment = planning.plan(planned_params("paper-checkpoints"))
-    assert not experiment.trainings and not experiment.initial
-    assert [len(r.checkpoints) for r in experiment.representations] == [1, 2, 4, 5]
+    assert not experiment.trainings
+    *released, control = experiment.representations
+    assert [len(r.checkpoints) for r in released] == [1, 2, 4, 5]
+    # the random-init control: five untrained networks of the released architecture, seeded
+    # with the released runs' seeds, written once
+    assert (control.variant, control.kind, control.n) == ("random5", "random-init", 5)
+    assert [(s.model, s.num_classes, s.seed) for s in experiment.initial] == [
+        ("resnet50", 1000, seed) for seed in RELEASED_SEEDS
+    ]
     root = fake_data / "released"
-    assert [list(r.checkpoints) for r in experiment.representations] == [
+    assert [list(r.checkpoints) for r in released] == [
         [released_file(root, n, run, ".pth.tar" if n == 4 else ".pth") for run in range(n)]
         for n in RELEASED_STEPS
     ]  # read as the archive names them, .pth.tar too
@@ -292,7 +299,7 @@ def test_validation_opens_no_file(fake_data: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(torch, "load", refuse)
     monkeypatch.delitem(sys.modules, "kit.features", raising=False)
     loaded = params.validate(NOTEBOOK, values, sources)
-    assert isinstance(loaded, TimecatSettings) and loaded.variants[-1].checkpoints
+    assert isinstance(loaded, TimecatSettings) and loaded.variants[3].checkpoints  # cat5
     assert "kit.features" not in sys.modules  # the module that opens checkpoints with torch
 
 

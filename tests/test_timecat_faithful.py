@@ -19,6 +19,8 @@ from kit.probes.selection import RULES
 from kit.probes.settings import PAPER_WEIGHT_DECAYS
 
 NOTEBOOK = "03_time_concat"
+#: the variants of the paper's Table 3, which the paper-vs-kit table lists
+PAPER_VARIANTS = ["cat1", "cat2", "cat4", "cat5"]
 PROFILE = "paper-checkpoints"
 #: the profile's tasks, with as many classes as the fixtures hold and 16 px images
 TASKS = [
@@ -104,9 +106,11 @@ def test_paper_checkpoints_runs_the_authors_probe_end_to_end(
     assert "the authors' probe" in measure.probe_description(loaded)
     experiment = planning.plan(loaded)
     assert not experiment.trainings
+    assert planning.initialise(experiment.initial) == 5  # the random-init control's networks
     measured = measure.probe_all(experiment.representations, loaded)
     results = measured.results
-    variants, tasks = ["cat1", "cat2", "cat4", "cat5"], [t["name"] for t in TASKS]
+    # the released variants and the random-init control (untrained networks the run wrote)
+    variants, tasks = ["cat1", "cat2", "cat4", "cat5", "random5"], [t["name"] for t in TASKS]
     assert results.height == len(variants) * len(tasks) * len(RULES)
     assert (results.group_by("variant", "task", "rule").len()["len"] == 1).all()
     assert set(results["rule"]) == set(RULES)
@@ -124,13 +128,13 @@ def test_paper_checkpoints_runs_the_authors_probe_end_to_end(
         assert table["variant"].to_list() == variants
         for task in tasks:
             assert table[f"{task} mean"].is_between(0, 100).all()
-        assert comparisons.gains(results, rule, loaded.baseline).height == 3 * len(tasks)
+        assert comparisons.gains(results, rule, loaded.baseline).height == 4 * len(tasks)
         side = paper.paper_vs_kit(results, rule, loaded.paper_columns)
         per_dataset = side.filter(
             pl.col("kit's task (stands for it)").is_in(tasks)
             & ~pl.col("measure").is_in([paper.IN_DISTRIBUTION, paper.TRANSFER, paper.GAIN])
         )
-        assert per_dataset["kit mean"].is_not_null().sum() == len(variants) * len(tasks)
+        assert per_dataset["kit mean"].is_not_null().sum() == len(PAPER_VARIANTS) * len(tasks)
     assert measured.diagnostics.height == len(variants) * len(tasks)
     assert measured.diagnostics.filter(pl.col("variant") == "cat5")[
         "features"

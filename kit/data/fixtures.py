@@ -1,5 +1,6 @@
 """Small datasets written in the real on-disk layouts the kit reads: ImageNet's class folders of
-JPEGs, iNaturalist 2018's JSON index and images, and CIFAR-10/100's python pickles.
+JPEGs, its shifted evaluation sets (V2, R, Sketch, A), iNaturalist 2018's JSON index and
+images, and CIFAR-10/100's python pickles.
 
 `write_paper_data(DIR)` (`python -m kit fixtures DIR`) lays out everything the shipped paper
 profiles read through `TIMECAT_DATA`, with the datasets' full class counts (1,000 ImageNet class
@@ -22,7 +23,9 @@ import numpy as np
 from PIL import Image
 
 from kit.core import files
+from kit.data import kinds
 from kit.data.kinds.cifar import Cifar10Kind, Cifar100Kind, CifarKind
+from kit.data.kinds.imagenet_shifts import ShiftedImageNetKind
 
 #: ImageNet-1k's and iNaturalist 2018's class counts (the shipped profiles' num_classes)
 IMAGENET_CLASSES = 1000
@@ -77,6 +80,17 @@ def write_image_folder(
             for i in range(count):
                 seed += 1
                 write_image(root / split / label / f"{label}{i}.JPEG", seed, size)
+    return root
+
+
+def write_imagenet_shift(root: Path, kind: str, classes: Sequence[str], count: int = 2) -> Path:
+    """One of ImageNet's shifted evaluation sets (kit.data.kinds.imagenet_shifts) in its own
+    layout, root/<its folder>/<class>/<class><i><its suffix>, `count` images per class (the
+    classes: wnids, or ImageNet-V2's class indices); returns root."""
+    shift = kinds.get(kind)
+    assert isinstance(shift, ShiftedImageNetKind), kind
+    for seed, (label, i) in enumerate(((c, i) for c in classes for i in range(count)), 1):
+        write_image(root / shift.folder / label / f"{label}{i}{shift.suffix}", seed)
     return root
 
 

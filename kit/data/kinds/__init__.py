@@ -7,7 +7,7 @@ an instance of it in the loop at the end of this file.
 from __future__ import annotations
 
 from kit.core.registry import Registry
-from kit.data.kinds import cifar, imagefolder, inat18, synthetic
+from kit.data.kinds import cifar, imagefolder, imagenet_shifts, inat18, synthetic
 from kit.data.kinds.base import DatasetKind
 
 #: every dataset kind by the name `DataSettings.kind` gives
@@ -25,5 +25,9 @@ for kind in (
     cifar.Cifar10Kind(),
     cifar.Cifar100Kind(),
     inat18.INat18Kind(),
+    imagenet_shifts.ImageNetV2Kind(),
+    imagenet_shifts.ImageNetRKind(),
+    imagenet_shifts.ImageNetSketchKind(),
+    imagenet_shifts.ImageNetAKind(),
 ):
     KINDS.register(kind.name, kind)
