@@ -10,10 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from kit.cli import reference
-from kit.core.paths import REPO_ROOT
+from kit.core.citation import PAPER
+from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 #: the README is a front page: what the kit is, the two commands, profiles, links into docs/
 README_LIMIT = 8_000
@@ -79,6 +81,17 @@ def test_user_facing_text_cites_public_sources() -> None:
     assert not found, (
         "cite the paper (section, table, figure) or a public source instead:\n" + "\n".join(found)
     )
+
+
+def test_the_paper_is_named_with_its_version_on_the_home_page_and_in_every_notebook() -> None:
+    """The docs' home page and each notebook's first cell name the paper as kit.core.citation
+    does (the report page reads it from there): title, authors, arXiv id with its version."""
+    assert PAPER.markdown() in (REPO_ROOT / "docs" / "index.md").read_text()
+    for path in sorted(NOTEBOOKS_DIR.glob("*.ipynb")):
+        first = next(
+            c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"
+        )
+        assert PAPER.markdown() in first.source, path.name
 
 
 def test_site_builds_strictly(tmp_path: Path) -> None:

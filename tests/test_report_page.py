@@ -15,6 +15,7 @@ from test_timecat import fake_results
 
 from kit.cli import main as cli
 from kit.core import provenance
+from kit.core.citation import PAPER
 from kit.experiments.timecat import paper
 from kit.report import outcomes, page
 from kit.report.charts import VEGALITE_MIME
@@ -120,6 +121,12 @@ def test_the_page_reads_like_a_results_section(tmp_path: Path) -> None:
     rows = re.findall(r"<tr><td[^>]*>(cat\d)</td>", beside)
     assert list(dict.fromkeys(rows)) == ["cat1", "cat2", "cat4", "cat5"]
     assert "<th>kit − paper</th>" in beside
+    # the paper named with its version above everything; only a gain is subtracted from the
+    # paper's (an accuracy on a synthetic task is no ImageNet accuracy)
+    assert text.index(PAPER.html()) < text.index('<nav class="toc">')
+    assert f"<th>paper&#x27;s number (arXiv {PAPER.arxiv_id})</th>" in beside
+    assert beside.count("not comparable: a different dataset") == 2 * 4  # cat1 to cat5
+    assert beside.count("yes: the same quantity") == 3
     # human headers, from the one mapping
     assert "<th>gain (points, mean)</th>" in text and "<th>p (Holm-adjusted)</th>" in text
     assert "<th>gain_mean</th>" not in text and "<th>p_adjusted</th>" not in text

@@ -485,7 +485,8 @@ def test_one_table_sets_the_paper_and_the_kit_row_for_row_with_their_difference(
     }
     assert list(cat4) == [paper.IN_DISTRIBUTION, paper.TRANSFER, paper.GAIN]
     transfer = cat4[paper.TRANSFER]
-    assert transfer["paper"] == pytest.approx((42.9 + 76.8 + 92.7) / 3)
+    assert transfer[paper.PAPER_NUMBER] == pytest.approx((42.9 + 76.8 + 92.7) / 3)
+    assert "read from the authors' figure" in transfer[paper.PAPER_SOURCE]  # cat4's CIFAR-100
     assert transfer["kit's task (stands for it)"] == "position, shape, texture"
 
     def per_replicate(variant: str) -> pl.Series:
@@ -500,22 +501,26 @@ def test_one_table_sets_the_paper_and_the_kit_row_for_row_with_their_difference(
 
     assert transfer["kit mean"] == pytest.approx(per_replicate("cat4").mean())
     assert transfer["kit std"] == pytest.approx(per_replicate("cat4").std())
-    assert transfer["kit − paper"] == pytest.approx(transfer["kit mean"] - transfer["paper"])
+    # an accuracy on a synthetic task minus one on the paper's datasets is no difference
+    assert transfer["kit − paper"] is None
+    assert transfer[paper.COMPARABLE].startswith("not comparable: a different dataset")
     gain = cat4[paper.GAIN]
     paired = per_replicate("cat4") - per_replicate("cat1")
-    assert gain["paper"] == pytest.approx(70.8 - 65.0, abs=0.05)
+    assert gain[paper.PAPER_NUMBER] == pytest.approx(70.8 - 65.0, abs=0.05)
     assert (gain["kit mean"], gain["kit std"]) == pytest.approx((paired.mean(), paired.std()))
+    assert gain["kit − paper"] == pytest.approx(gain["kit mean"] - gain[paper.PAPER_NUMBER])
+    assert gain[paper.COMPARABLE] == paper.SAME_QUANTITY
     # a variant the kit did not run keeps the paper's row with empty kit cells
     cat5 = table.filter(pl.col("variant") == "cat5")
-    assert cat5["paper"].is_not_null().all() and cat5["kit mean"].is_null().all()
+    assert cat5[paper.PAPER_NUMBER].is_not_null().all() and cat5["kit mean"].is_null().all()
     # a task mapped to a paper dataset gets the dataset's own row; a sweep repeats per cell
     mapped = paper.paper_vs_kit(
         results.drop("world_seed", "budget"), "heldout", {"shape": "iNat18"}
     )
     inat = mapped.filter((pl.col("variant") == "cat1") & (pl.col("paper's dataset") == "iNat18"))
-    assert inat["paper"].to_list() == [33.7] and inat["kit's task (stands for it)"].to_list() == [
-        "shape"
-    ]
+    assert inat[paper.PAPER_NUMBER].to_list() == [33.7] and inat[
+        "kit's task (stands for it)"
+    ].to_list() == ["shape"]
     swept = paper.paper_vs_kit(
         sweep_results({240: 8}, worlds=2, replicates=2), "heldout", by=["world_seed", "budget"]
     )

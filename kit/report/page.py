@@ -1,6 +1,7 @@
 """A report to share: `outputs/<profile>/index.html`, one page that opens offline.
 
-It gathers what a run already wrote in its output folder, under a table of contents: the
+It names the paper with the version whose numbers it quotes (kit.core.citation), then gathers
+what a run already wrote in its output folder, under a table of contents: the
 verdicts (the `claim` of each `*_summary.json`) with the line saying what ran, one table per
 experiment setting the paper's values and the kit's side by side (`*_vs_paper.parquet`), the
 other result tables (`*_verdicts.parquet`, `*_table3.parquet`, `*_gains.parquet`), each
@@ -30,6 +31,7 @@ import nbformat
 import polars as pl
 
 from kit.core import notices, provenance
+from kit.core.citation import PAPER
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
 from kit.report import notebook_html, outcomes, outputs, tables
@@ -342,5 +344,6 @@ def _page(title: str, sections: list[str], with_charts: bool) -> str:
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>'
         f"{html.escape(title)}</title><style>{STYLE}</style>{script}</head><body>"
-        f"<h1>{html.escape(title)}</h1>{_contents(sections)}{''.join(sections)}</body></html>"
+        f"<h1>{html.escape(title)}</h1>{PAPER.html()}{_contents(sections)}{''.join(sections)}"
+        "</body></html>"
     )
