@@ -23,7 +23,7 @@ from kit.experiments.timecat.claims import (
 )
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS
-from kit.report import outcomes, rounds, tables, verdicts
+from kit.report import numbers, outcomes, rounds, tables, verdicts
 
 
 def diagnostics_table(measured: pl.DataFrame) -> pl.DataFrame:
@@ -276,16 +276,17 @@ def control_gains(results: pl.DataFrame, rule: str, level: float = verdicts.LEVE
     return _judged(pl.concat(frames), results, level)
 
 
-def _verdict_line(row: dict[str, object]) -> str:
+def _verdict_line(row: dict[str, Any]) -> str:
     spread = (
         ""
         if row["low"] is None
-        else f", Holm-adjusted interval [{row['low']:+.1f}, {row['high']:+.1f}], adjusted p "
-        f"{row['p_adjusted']:.3g} over the {row['comparisons']} tasks of this comparison"
+        else f", Holm-adjusted interval {numbers.interval(row['low'], row['high'])}, adjusted "
+        f"p {numbers.p_value(row['p_adjusted'])} over the {row['comparisons']} tasks of this "
+        "comparison"
     )
     return (
         f"secondary (exploratory): {row['variant']} vs {row['baseline']} on {row['task']} "
-        f"({row['role']}): {row['gain_mean']:+.1f} points over {row['replicates']} "
+        f"({row['role']}): {numbers.signed(row['gain_mean'])} points over {row['replicates']} "
         f"replicate(s){spread}: {row['verdict']}"
     )
 
