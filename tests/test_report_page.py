@@ -158,6 +158,15 @@ def test_the_page_fetches_nothing(tmp_path: Path) -> None:
     assert "function vegaEmbed" in text or "vegaEmbed" in text.split("vegaEmbed('#chart")[0]
 
 
+def test_notebook_03s_claims_come_before_notebook_04s_restatement(tmp_path: Path) -> None:
+    folder = fake_outputs(tmp_path / "ci")
+    (folder / "sweep_summary.json").write_text(
+        json.dumps({"claim": {"status": "untested (one budget)", "line": "sweep line"}})
+    )
+    text = page.write_report("ci", folder).read_text()
+    assert text.index(CLAIM) < text.index("sweep line")
+
+
 def test_a_folder_without_results_is_refused_naming_it(tmp_path: Path, capsys) -> None:
     with pytest.raises(page.ReportError, match=re.escape(str(tmp_path))):
         page.write_report("nothing", tmp_path)
@@ -177,8 +186,8 @@ def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_
             {
                 "claim": {"status": found.status, "line": "time-concat line"},
                 "claims": [
-                    {"status": found.status, "line": "time-concat line"},
-                    {"status": "reproduced", "line": "bottleneck line"},
+                    {"claim": "time-concat", "status": found.status, "line": "time-concat line"},
+                    {"claim": "bottleneck", "status": "reproduced", "line": "bottleneck line"},
                 ],
                 "ran": "What ran: profile ci; 3 replicates",
             }
@@ -190,3 +199,9 @@ def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_
     assert 'class="claim good"><span class="status">reproduced</span>bottleneck line' in text
     assert '<p class="ran">What ran: profile ci; 3 replicates</p>' in text
     assert "+1.0, +9.0, -3.0" in text and "95% interval" in text  # the stored verdict table
+    # a table to scan above the sentences: outcome badge, effect [interval], detectable effect
+    start = text.index('<table class="dataframe verdicts">')
+    scan = text[start : text.index("</table>", start)]
+    assert '<span class="badge unsure">inconclusive</span>' in scan
+    assert re.search(r"<td>\+2\.3 \[-[0-9.]+, \+[0-9.]+\]</td>", scan)
+    assert start < text.index("time-concat line")
