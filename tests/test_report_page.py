@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from importlib import metadata
@@ -16,9 +17,11 @@ from test_timecat import fake_results
 from kit.cli import main as cli
 from kit.core import provenance
 from kit.core.citation import PAPER
+from kit.experiments import toy_charts
 from kit.experiments.timecat import paper
-from kit.report import outcomes, page
+from kit.report import labels, outcomes, page
 from kit.report.charts import VEGALITE_MIME
+from kit.report.labels import LABELS
 from kit.report.notebook_html import WIDGET_STATE, WIDGET_VIEW
 
 CLAIM = "cat4 transfers better than cat1 on 2 of 3 unseen tasks (a smoke test)"
@@ -205,3 +208,24 @@ def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_
     assert '<span class="badge unsure">inconclusive</span>' in scan
     assert re.search(r"<td>\+2\.3 \[-[0-9.]+, \+[0-9.]+\]</td>", scan)
     assert start < text.index("time-concat line")
+
+
+def test_no_chart_or_table_of_the_report_shows_a_code_name(tmp_path: Path) -> None:
+    """Every field a reader sees is titled through the one label map: no key of LABELS shows
+    as a table header of the report or as an axis, legend or tooltip title of the toy's
+    charts (the executed notebooks' charts are checked in test_notebook_results)."""
+    text = page.write_report("ci", fake_outputs(tmp_path / "ci")).read_text()
+    headers = {html.unescape(h) for h in re.findall(r"<th>([^<]*)</th>", text)}
+    assert not headers & set(LABELS), headers & set(LABELS)
+    runs = pl.DataFrame({"dominant": ["A"], "share": [0.4], "kept": ["phi1"]})
+    concat = pl.DataFrame({"share": [0.4, 0.4], "k": [1, 2], "components_solved": [2, 4]})
+    sweep = pl.DataFrame({"weight_decay": [1e-3], "kept": ["phi1"]})
+    for chart in (
+        toy_charts.kept_chart(runs),
+        toy_charts.concat_chart(concat),
+        toy_charts.sparsity_chart(sweep),
+    ):
+        assert labels.raw_names(chart.to_dict()) == []
+    # the check itself finds a code name shown as a title
+    raw = alt.Chart(sweep).mark_bar().encode(x="weight_decay:O", tooltip=["kept"]).to_dict()
+    assert sorted(labels.raw_names(raw)) == ["kept", "weight_decay"]
