@@ -118,3 +118,11 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
     assert (tmp_path / "site" / "reference" / "parameters" / "index.html").is_file()
+    # the site reads offline: no page loads a style sheet, font or script from outside
+    outside = re.compile(r"<(?:link|script)[^>]+(?:href|src)=\"(?:https?:)?//[^\"]+")
+    fetched = {
+        f"{page.relative_to(tmp_path)}: {found}"
+        for page in (tmp_path / "site").rglob("*.html")
+        for found in outside.findall(page.read_text())
+    }
+    assert not fetched, sorted(fetched)[:5]
