@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import altair as alt
 import nbformat
@@ -385,12 +386,24 @@ def test_the_gain_chart_draws_tested_and_untested_cells(replicates: int) -> None
     assert spec["facet"]["row"]["field"] == "world_seed"
     assert set(judged.verdicts["against"]) == {"cat1", "wide1", "random4"}
     assert judged.verdicts.height == 3 * len(BUDGETS)
+    # the default job's one budget, notebook 03's own cell: a sentence for the chart and for
+    # the table beside the paper, which would repeat notebook 03's
     one = sweep_outcome.judge_cells(
         results.filter(pl.col("budget") == 240), "heldout", "cat1", 15.0, 2.9
     )
-    chart = sweep_figures.gain_chart(one.verdicts, learned, 2.9)  # the default job's one budget
-    x = chart.to_dict()["spec"]["layer"][0]["encoding"]["x"]["scale"]
-    assert x["domain"] == [120, 360] and x["type"] == "linear"
+    swept = sweep_outcome.Swept(
+        None,  # type: ignore[arg-type]
+        [SimpleNamespace(budget=240, shared=True)],  # type: ignore[list-item]
+        0,
+        0,
+        results,
+        learned,
+        one,
+        pl.DataFrame(),
+    )
+    assert swept.one_budget() == 240
+    assert sweep_figures.gains(swept).startswith("This run swept one total budget (240 ")
+    assert "notebook 03's table" in swept.paper_table()
 
 
 def test_the_gain_chart_colours_catn_as_notebook_03_and_names_each_comparison() -> None:
@@ -486,7 +499,9 @@ def test_one_table_sets_the_paper_and_the_kit_row_for_row_with_their_difference(
     assert list(cat4) == [paper.IN_DISTRIBUTION, paper.TRANSFER, paper.GAIN]
     transfer = cat4[paper.TRANSFER]
     assert transfer[paper.PAPER_NUMBER] == pytest.approx((42.9 + 76.8 + 92.7) / 3)
-    assert "read from the authors' figure" in transfer[paper.PAPER_SOURCE]  # cat4's CIFAR-100
+    assert (
+        "CIFAR-100 read by eye from the authors' figure" in transfer[paper.PAPER_SOURCE]
+    )  # cat4's CIFAR-100
     assert transfer["kit's task (stands for it)"] == "position, shape, texture"
 
     def per_replicate(variant: str) -> pl.Series:
