@@ -39,7 +39,7 @@ def fake_outputs(folder: Path) -> Path:
     )
     notebook = nbformat.v4.new_notebook(
         cells=[
-            nbformat.v4.new_markdown_cell("# 03 · time-concat"),
+            nbformat.v4.new_markdown_cell(f"# 03 · time-concat\n\n{PAPER.markdown()}"),
             nbformat.v4.new_markdown_cell(
                 "## Accuracy\n\nFeatures $\\varphi_1, \\varphi_2$ and $$z = u \\odot "
                 "\\varphi(x)$$, but not `$HOME`."
