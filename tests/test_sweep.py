@@ -518,7 +518,7 @@ def test_one_table_sets_the_paper_and_the_kit_row_for_row_with_their_difference(
     assert transfer["kit std"] == pytest.approx(per_replicate("cat4").std())
     # an accuracy on a synthetic task minus one on the paper's datasets is no difference
     assert transfer["kit − paper"] is None
-    assert transfer[paper.COMPARABLE].startswith("not comparable: a different dataset")
+    assert transfer[paper.COMPARABLE] == paper.NOT_COMPARABLE
     gain = cat4[paper.GAIN]
     paired = per_replicate("cat4") - per_replicate("cat1")
     assert gain[paper.PAPER_NUMBER] == pytest.approx(70.8 - 65.0, abs=0.05)

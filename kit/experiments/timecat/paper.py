@@ -57,8 +57,8 @@ _READ = {
     "paper's text",
 }
 #: what a row that cannot be subtracted says instead, and what a gain row says
-NOT_COMPARABLE = "not comparable: a different dataset (the kit's task stands for it by role)"
-SAME_QUANTITY = "yes: the same quantity, a gain over cat1 in points"
+NOT_COMPARABLE = "no: different datasets"
+SAME_QUANTITY = "yes: a gain over cat1"
 
 
 def paper_rows() -> pl.DataFrame:
