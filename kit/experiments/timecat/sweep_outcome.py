@@ -178,6 +178,12 @@ def not_swept(what: str) -> str:
     return f"This profile sweeps no budget: {what}."
 
 
+def repeats_notebook_03(cells: list[Cell]) -> bool:
+    """Whether the sweep is notebook 03's own cell alone (its runs, its table beside the
+    paper): notebook 04 then neither shows nor writes that table again."""
+    return len(cells) == 1 and cells[0].shared
+
+
 @dataclass(frozen=True)
 class Swept:
     """What notebook 04 measured: the cells, the runs skipped and trained, every cell's probe
@@ -237,7 +243,7 @@ class Swept:
         sentence where the sweep is notebook 03's one cell (its runs, its table)."""
         if not self.cells:
             return not_swept("no row to set beside the paper's")
-        if len(self.cells) == 1 and self.cells[0].shared:
+        if repeats_notebook_03(self.cells):
             return (
                 f"This run swept one cell, notebook 03's own runs at {self.cells[0].budget:,} "
                 "iterations: its rows beside the paper are notebook 03's table."
