@@ -2,7 +2,7 @@
 
 nbval does not read parameter files, so before collection every notebook is parameterized with
 papermill (the same parameters `python -m kit run --profile ci` would use) into tests/_notebooks/,
-with the reference outputs of its `# NBVAL_CHECK_OUTPUT` cells (tests/nbval_references/) put
+with the reference outputs of its cells tagged `nbval-check-output` (tests/nbval_references/) put
 back in, and pytest then collects the copies. Outputs a notebook carries (saved from Lab) are
 dropped from the copies first, so they never stand in for references; test_project says how to
 strip them from the notebook itself. Tests that read a notebook's results back use

@@ -22,6 +22,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -31,8 +32,10 @@ import pytest
 from test_report_page import fake_outputs
 
 from kit.cli import lab as lab_cli
+from kit.core.citation import PAPER
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 from kit.report import page as report_page
+from kit.report.labels import LABELS
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="Playwright is not installed (pip install -e '.[dev]')"
@@ -308,6 +311,26 @@ def offline_context(browser: object) -> tuple[object, list[str]]:
     return context, requested
 
 
+#: the widest an element may be: a 1,400-px window shows it whole
+WIDEST_PX = 1400
+
+
+def assert_reads_for_a_researcher(page: object) -> None:
+    """The paper's arXiv id with its version is visible; no element is wider than WIDEST_PX; no
+    code name of the label map shows as a header or in the text (kit.report.labels)."""
+    text = page.locator("body").inner_text()
+    assert f"arXiv {PAPER.arxiv_id}" in text, "the paper's versioned arXiv id is not visible"
+    widest = page.evaluate(
+        "Math.max(...Array.from(document.querySelectorAll('body *'), "
+        "e => e.getBoundingClientRect().width))"
+    )
+    assert widest <= WIDEST_PX, f"an element is {widest} px wide"
+    headers = {h.strip() for h in page.locator("th").all_inner_texts()}
+    assert not headers & set(LABELS), f"code names as headers: {headers & set(LABELS)}"
+    shown = [key for key in LABELS if "_" in key and re.search(rf"\b{key}\b", text)]
+    assert not shown, f"code names in the text: {shown}"
+
+
 def test_the_report_page_draws_its_charts_offline(browser, tmp_path: Path) -> None:
     written = report_page.write_report("ci", fake_outputs(tmp_path / "ci"))
     context, requested = offline_context(browser)
@@ -324,6 +347,7 @@ def test_the_report_page_draws_its_charts_offline(browser, tmp_path: Path) -> No
         assert list(dict.fromkeys(variants)) == ["cat1", "cat2", "cat4", "cat5"]
         wide = page.evaluate("document.documentElement.scrollWidth")
         assert wide <= 1280, f"the page is {wide} px wide in a 1280-px window"
+        assert_reads_for_a_researcher(page)
         assert not requested, f"the page asked the network for {requested}"
         assert not errors, f"browser console errors: {errors}"
     context.close()
@@ -351,6 +375,31 @@ def test_every_executed_notebook_page_renders_offline(browser, tmp_path: Path) -
             assert code.is_visible()
             page.locator("#kit-hide-code").click()
             assert not code.is_visible(), "Hide code left the code shown"
+            assert page.title() == "03 · time-concat", "the page is not titled as its notebook"
+            assert_reads_for_a_researcher(page)
         page.close()
     context.close()
     assert not requested, f"the notebook pages asked the network for {requested}"
+
+
+def test_the_docs_open_offline(browser, tmp_path: Path) -> None:
+    """The built docs request nothing outside the site (no web font from a CDN), and name the
+    paper with its version on the home page."""
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        env=os.environ | {"NO_MKDOCS_2_WARNING": "1"},
+    )
+    context, requested = offline_context(browser)
+    for built in (site / "index.html", site / "report" / "index.html"):
+        page = context.new_page()
+        page.goto(built.as_uri())
+        page.wait_for_load_state("load")
+        if built.parent == site:
+            assert f"arXiv {PAPER.arxiv_id}" in page.locator("body").inner_text()
+        page.close()
+    context.close()
+    assert not requested, f"the docs asked the network for {requested}"

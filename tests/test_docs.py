@@ -10,10 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from kit.cli import reference
-from kit.core.paths import REPO_ROOT
+from kit.core.citation import PAPER
+from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 #: the README is a front page: what the kit is, the two commands, profiles, links into docs/
 README_LIMIT = 8_000
@@ -81,6 +83,17 @@ def test_user_facing_text_cites_public_sources() -> None:
     )
 
 
+def test_the_paper_is_named_with_its_version_on_the_home_page_and_in_every_notebook() -> None:
+    """The docs' home page and each notebook's first cell name the paper as kit.core.citation
+    does (the report page reads it from there): title, authors, arXiv id with its version."""
+    assert PAPER.markdown() in (REPO_ROOT / "docs" / "index.md").read_text()
+    for path in sorted(NOTEBOOKS_DIR.glob("*.ipynb")):
+        first = next(
+            c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"
+        )
+        assert PAPER.markdown() in first.source, path.name
+
+
 def test_site_builds_strictly(tmp_path: Path) -> None:
     missing = [name for name in ("mkdocs", "material") if importlib.util.find_spec(name) is None]
     if missing:
@@ -105,3 +118,11 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
     assert (tmp_path / "site" / "reference" / "parameters" / "index.html").is_file()
+    # the site reads offline: no page loads a style sheet, font or script from outside
+    outside = re.compile(r"<(?:link|script)[^>]+(?:href|src)=\"(?:https?:)?//[^\"]+")
+    fetched = {
+        f"{page.relative_to(tmp_path)}: {found}"
+        for page in (tmp_path / "site").rglob("*.html")
+        for found in outside.findall(page.read_text())
+    }
+    assert not fetched, sorted(fetched)[:5]

@@ -11,6 +11,7 @@ from jupyter_server.services.contents.filemanager import FileContentsManager
 from traitlets.config.loader import KVArgParseConfigLoader
 
 from kit.cli import lab, runner
+from kit.core.paths import REPO_ROOT
 
 
 def lab_contents_manager(root: Path) -> FileContentsManager:
@@ -22,10 +23,11 @@ def lab_contents_manager(root: Path) -> FileContentsManager:
 
 @pytest.mark.parametrize("notebook", runner.find_notebooks(None), ids=lambda p: p.stem)
 def test_a_notebook_run_and_saved_in_lab_is_written_as_committed(
-    notebook: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    notebook: Path, tmp_path: Path
 ) -> None:
+    """Saved by a server whose root is another checkout than the one its `kit` was imported
+    from (tmp_path, several clones sharing one environment), the notebook is still stripped."""
     (tmp_path / "notebooks").mkdir()
-    monkeypatch.setattr(lab, "NOTEBOOKS_DIR", tmp_path / "notebooks")
     relative = f"notebooks/{notebook.name}"
     executed = nbformat.read(notebook, as_version=4)
     code = [cell for cell in executed.cells if cell.cell_type == "code"]
@@ -62,3 +64,23 @@ def test_files_outside_notebooks_are_saved_as_they_are(tmp_path: Path) -> None:
     )
     saved = nbformat.read(tmp_path / "scratch.ipynb", as_version=4)
     assert saved.cells[0].outputs and saved.cells[0].execution_count == 1
+
+
+def test_lab_refuses_to_start_inside_another_checkout_than_its_kit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "clone"
+    (other / "kit").mkdir(parents=True)
+    (other / "kit" / "__init__.py").write_text("")
+    (other / "notebooks").mkdir()
+    monkeypatch.chdir(other / "notebooks")
+    monkeypatch.setattr(lab.os, "execv", lambda *_: pytest.fail("Lab started"))
+    assert lab.command([]) == 2
+    said = capsys.readouterr().err
+    assert str(other) in said and str(REPO_ROOT) in said and "pip install -e ." in said
+    assert lab.other_checkout(REPO_ROOT / "notebooks") is None
+    assert lab.other_checkout(tmp_path) is None  # not in any checkout: Lab starts as asked
+
+
+def test_lab_starts_without_news_announcements() -> None:
+    assert "--LabApp.news_url=None" in lab.arguments([])

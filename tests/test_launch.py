@@ -373,23 +373,33 @@ def test_exported_sbatch_array_runs_on_a_real_single_node_slurm(tmp_path: Path) 
     assert "OK: the exported sbatch array trained both runs under Slurm" in output
 
 
-def test_a_runs_bar_counts_its_time_from_when_it_began_not_from_its_chains_start(
+def test_a_runs_time_is_its_own_work_from_its_first_record_to_its_last_step(
     tmp_path: Path,
 ) -> None:
-    """A run queued in a chain gets its bar when the chain starts; its clock starts at its own
-    first record, back-dated by that record's rate (20 steps of 32 images at 320 img/s: 2 s)."""
-    config = TrainSettings(**settings(tmp_path / "run"))
-    progress = Progress()
+    """A run queued in a chain is started with the chain; its clock starts at its own first
+    record, back-dated by that record's rate (20 steps of 32 images at 320 img/s: 2 s), and
+    ends when its last step is logged, not when its chain's worker or the launch ends. The
+    launch's one bar counts finished runs."""
+    config = TrainSettings(**settings(tmp_path / "run", iterations=40))
+    progress = Progress(total=1)
     progress.start("run", config)
     time.sleep(1.5)  # the chain's earlier runs train
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "metrics.jsonl").write_text(
-        json.dumps({"step": 20, "loss": 1.0, "images_per_s": 320.0}) + "\n"
-    )
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    metrics.write_text(json.dumps({"step": 20, "loss": 1.0, "images_per_s": 320.0}) + "\n")
     progress.update("run", config)
-    elapsed = progress.bars["run"].format_dict["elapsed"]
+    time.sleep(0.5)
+    with metrics.open("a") as handle:
+        handle.write(json.dumps({"step": 40, "loss": 0.5, "images_per_s": 320.0}) + "\n")
+    progress.update("run", config)
+    assert progress.bar.n == 1
+    time.sleep(1.5)  # later runs of its chain train: they are not this run's time
     progress.finish("run", config)
-    assert 2.0 <= elapsed < 2.5
+    progress.close()
+    (line,) = progress.lines()
+    own = float(re.search(r"in ([0-9.]+) s", line)[1])
+    assert 2.5 <= own < 3.0, line
+    assert line.startswith("run: 40/40 steps in") and "loss 0.500" in line
 
 
 @pytest.fixture
@@ -554,7 +564,7 @@ def test_a_worker_killed_by_a_signal_is_named_in_the_error_and_the_chains_log(
     worker = subprocess.Popen(["sleep", "60"])
     worker.kill()
     worker.wait()
-    launched, progress = Launched(), Progress()
+    launched, progress = Launched(), Progress(len(names))
     for name in names:
         progress.start(name, runs[name])
     entry = local._Running(worker, local.Slot((), (0,), 1), log, names)

@@ -7,7 +7,7 @@ import pytest
 
 from kit.cli import runner
 from kit.experiments import toy_summary
-from kit.report import outputs
+from kit.report import labels, outputs, page
 
 
 def test_notebook_01_summary_is_what_its_tables_say(notebook_outputs) -> None:
@@ -137,3 +137,27 @@ def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     assert {c["claim"]: c["status"] for c in summary["claims"]} == PINNED_03_OUTCOMES
     assert all("detectable at 80% power" in c["line"] for c in summary["claims"])
     assert summary["ran"].startswith("What ran: profile ci;") and "2 replicates" in summary["ran"]
+
+
+#: each notebook and a result file it writes (what `notebook_outputs` waits for)
+WRITES = {
+    "01_toy_counterexample": "toy_summary.json",
+    "02_surveyed_evidence": "evidence_summary.json",
+    "03_time_concat": "time_concat_table3.parquet",
+    "04_when_concat_helps": "sweep_summary.json",
+}
+
+
+@pytest.mark.parametrize("stem", list(WRITES))
+def test_no_chart_of_an_executed_notebook_titles_a_field_with_its_code_name(
+    notebook_outputs, stem: str
+) -> None:
+    """Every axis, legend, facet and tooltip title goes through the one label map
+    (kit.report.labels): none shows a key of the map."""
+    folder = notebook_outputs(stem, WRITES[stem])
+    shown = {
+        caption: found
+        for caption, spec in page.chart_specs(folder / f"{stem}.ipynb")
+        if (found := labels.raw_names(spec))
+    }
+    assert not shown, shown

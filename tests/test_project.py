@@ -176,6 +176,8 @@ def test_notebooks_have_parameters_and_references_for_checked_cells() -> None:
         for cell in code:
             if nbval_references.is_checked(cell):
                 assert cell.outputs, f"{path.name}: checked cell {cell.id} has no reference"
+            # a testing marker is a tag, never a comment a reader sees in the code
+            assert "NBVAL" not in cell.source, f"{path.name}: cell {cell.id} shows an nbval marker"
 
 
 def is_section(annotation: object) -> bool:

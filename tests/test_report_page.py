@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from importlib import metadata
@@ -15,9 +16,12 @@ from test_timecat import fake_results
 
 from kit.cli import main as cli
 from kit.core import provenance
+from kit.core.citation import PAPER
+from kit.experiments import toy_charts
 from kit.experiments.timecat import paper
-from kit.report import page
+from kit.report import labels, page
 from kit.report.charts import VEGALITE_MIME
+from kit.report.labels import LABELS
 from kit.report.notebook_html import WIDGET_STATE, WIDGET_VIEW
 from kit.stats import outcomes
 
@@ -36,7 +40,7 @@ def fake_outputs(folder: Path) -> Path:
     )
     notebook = nbformat.v4.new_notebook(
         cells=[
-            nbformat.v4.new_markdown_cell("# 03 · time-concat"),
+            nbformat.v4.new_markdown_cell(f"# 03 · time-concat\n\n{PAPER.markdown()}"),
             nbformat.v4.new_markdown_cell(
                 "## Accuracy\n\nFeatures $\\varphi_1, \\varphi_2$ and $$z = u \\odot "
                 "\\varphi(x)$$, but not `$HOME`."
@@ -121,6 +125,12 @@ def test_the_page_reads_like_a_results_section(tmp_path: Path) -> None:
     rows = re.findall(r"<tr><td[^>]*>(cat\d)</td>", beside)
     assert list(dict.fromkeys(rows)) == ["cat1", "cat2", "cat4", "cat5"]
     assert "<th>kit − paper</th>" in beside
+    # the paper named with its version above everything; only a gain is subtracted from the
+    # paper's (an accuracy on a synthetic task is no ImageNet accuracy)
+    assert text.index(PAPER.html()) < text.index('<nav class="toc">')
+    assert f"<th>paper&#x27;s number (arXiv {PAPER.arxiv_id})</th>" in beside
+    assert beside.count("no: different datasets") == 2 * 4  # cat1 to cat5
+    assert beside.count("yes: a gain over cat1") == 3
     # human headers, from the one mapping
     assert "<th>gain (points, mean)</th>" in text and "<th>p (Holm-adjusted)</th>" in text
     assert "<th>gain_mean</th>" not in text and "<th>p_adjusted</th>" not in text
@@ -152,6 +162,15 @@ def test_the_page_fetches_nothing(tmp_path: Path) -> None:
     assert "function vegaEmbed" in text or "vegaEmbed" in text.split("vegaEmbed('#chart")[0]
 
 
+def test_notebook_03s_claims_come_before_notebook_04s_restatement(tmp_path: Path) -> None:
+    folder = fake_outputs(tmp_path / "ci")
+    (folder / "sweep_summary.json").write_text(
+        json.dumps({"claim": {"status": "untested (one budget)", "line": "sweep line"}})
+    )
+    text = page.write_report("ci", folder).read_text()
+    assert text.index(CLAIM) < text.index("sweep line")
+
+
 def test_a_folder_without_results_is_refused_naming_it(tmp_path: Path, capsys) -> None:
     with pytest.raises(page.ReportError, match=re.escape(str(tmp_path))):
         page.write_report("nothing", tmp_path)
@@ -171,8 +190,8 @@ def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_
             {
                 "claim": {"status": found.status, "line": "time-concat line"},
                 "claims": [
-                    {"status": found.status, "line": "time-concat line"},
-                    {"status": "reproduced", "line": "bottleneck line"},
+                    {"claim": "time-concat", "status": found.status, "line": "time-concat line"},
+                    {"claim": "bottleneck", "status": "reproduced", "line": "bottleneck line"},
                 ],
                 "ran": "What ran: profile ci; 3 replicates",
             }
@@ -183,4 +202,31 @@ def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_
     assert 'class="claim unsure"><span class="status">inconclusive' in text
     assert 'class="claim good"><span class="status">reproduced</span>bottleneck line' in text
     assert '<p class="ran">What ran: profile ci; 3 replicates</p>' in text
-    assert "1.0, 9.0, -3.0" in text and "95% interval" in text  # the stored verdict table
+    assert "+1.0, +9.0, -3.0" in text and "95% interval" in text  # the stored verdict table
+    # a table to scan above the sentences: outcome badge, effect [interval], detectable effect
+    start = text.index('<table class="dataframe verdicts">')
+    scan = text[start : text.index("</table>", start)]
+    assert '<span class="badge unsure">inconclusive</span>' in scan
+    assert re.search(r"<td>\+2\.3 \[-[0-9.]+, \+[0-9.]+\]</td>", scan)
+    assert start < text.index("time-concat line")
+
+
+def test_no_chart_or_table_of_the_report_shows_a_code_name(tmp_path: Path) -> None:
+    """Every field a reader sees is titled through the one label map: no key of LABELS shows
+    as a table header of the report or as an axis, legend or tooltip title of the toy's
+    charts (the executed notebooks' charts are checked in test_notebook_results)."""
+    text = page.write_report("ci", fake_outputs(tmp_path / "ci")).read_text()
+    headers = {html.unescape(h) for h in re.findall(r"<th>([^<]*)</th>", text)}
+    assert not headers & set(LABELS), headers & set(LABELS)
+    runs = pl.DataFrame({"dominant": ["A"], "share": [0.4], "kept": ["phi1"]})
+    concat = pl.DataFrame({"share": [0.4, 0.4], "k": [1, 2], "components_solved": [2, 4]})
+    sweep = pl.DataFrame({"weight_decay": [1e-3], "kept": ["phi1"]})
+    for chart in (
+        toy_charts.kept_chart(runs),
+        toy_charts.concat_chart(concat),
+        toy_charts.sparsity_chart(sweep),
+    ):
+        assert labels.raw_names(chart.to_dict()) == []
+    # the check itself finds a code name shown as a title
+    raw = alt.Chart(sweep).mark_bar().encode(x="weight_decay:O", tooltip=["kept"]).to_dict()
+    assert sorted(labels.raw_names(raw)) == ["kept", "weight_decay"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import altair as alt
 import nbformat
@@ -386,12 +387,24 @@ def test_the_gain_chart_draws_tested_and_untested_cells(replicates: int) -> None
     assert spec["facet"]["row"]["field"] == "world_seed"
     assert set(judged.verdicts["against"]) == {"cat1", "wide1", "random4"}
     assert judged.verdicts.height == 3 * len(BUDGETS)
+    # the default job's one budget, notebook 03's own cell: a sentence for the chart and for
+    # the table beside the paper, which would repeat notebook 03's
     one = sweep_outcome.judge_cells(
         results.filter(pl.col("budget") == 240), "heldout", "cat1", 15.0, 2.9
     )
-    chart = sweep_figures.gain_chart(one.verdicts, learned, 2.9)  # the default job's one budget
-    x = chart.to_dict()["spec"]["layer"][0]["encoding"]["x"]["scale"]
-    assert x["domain"] == [120, 360] and x["type"] == "linear"
+    swept = sweep_outcome.Swept(
+        None,  # type: ignore[arg-type]
+        [SimpleNamespace(budget=240, shared=True)],  # type: ignore[list-item]
+        0,
+        0,
+        results,
+        learned,
+        one,
+        pl.DataFrame(),
+    )
+    assert swept.one_budget() == 240
+    assert sweep_figures.gains(swept).startswith("This run swept one total budget (240 ")
+    assert "notebook 03's table" in swept.paper_table()
 
 
 def test_the_gain_chart_colours_catn_as_notebook_03_and_names_each_comparison() -> None:
@@ -486,7 +499,10 @@ def test_one_table_sets_the_paper_and_the_kit_row_for_row_with_their_difference(
     }
     assert list(cat4) == [paper.IN_DISTRIBUTION, paper.TRANSFER, paper.GAIN]
     transfer = cat4[paper.TRANSFER]
-    assert transfer["paper"] == pytest.approx((42.9 + 76.8 + 92.7) / 3)
+    assert transfer[paper.PAPER_NUMBER] == pytest.approx((42.9 + 76.8 + 92.7) / 3)
+    assert (
+        "CIFAR-100 read by eye from the authors' figure" in transfer[paper.PAPER_SOURCE]
+    )  # cat4's CIFAR-100
     assert transfer["kit's task (stands for it)"] == "position, shape, texture"
 
     def per_replicate(variant: str) -> pl.Series:
@@ -501,22 +517,26 @@ def test_one_table_sets_the_paper_and_the_kit_row_for_row_with_their_difference(
 
     assert transfer["kit mean"] == pytest.approx(per_replicate("cat4").mean())
     assert transfer["kit std"] == pytest.approx(per_replicate("cat4").std())
-    assert transfer["kit − paper"] == pytest.approx(transfer["kit mean"] - transfer["paper"])
+    # an accuracy on a synthetic task minus one on the paper's datasets is no difference
+    assert transfer["kit − paper"] is None
+    assert transfer[paper.COMPARABLE] == paper.NOT_COMPARABLE
     gain = cat4[paper.GAIN]
     paired = per_replicate("cat4") - per_replicate("cat1")
-    assert gain["paper"] == pytest.approx(70.8 - 65.0, abs=0.05)
+    assert gain[paper.PAPER_NUMBER] == pytest.approx(70.8 - 65.0, abs=0.05)
     assert (gain["kit mean"], gain["kit std"]) == pytest.approx((paired.mean(), paired.std()))
+    assert gain["kit − paper"] == pytest.approx(gain["kit mean"] - gain[paper.PAPER_NUMBER])
+    assert gain[paper.COMPARABLE] == paper.SAME_QUANTITY
     # a variant the kit did not run keeps the paper's row with empty kit cells
     cat5 = table.filter(pl.col("variant") == "cat5")
-    assert cat5["paper"].is_not_null().all() and cat5["kit mean"].is_null().all()
+    assert cat5[paper.PAPER_NUMBER].is_not_null().all() and cat5["kit mean"].is_null().all()
     # a task mapped to a paper dataset gets the dataset's own row; a sweep repeats per cell
     mapped = paper.paper_vs_kit(
         results.drop("world_seed", "budget"), "heldout", {"shape": "iNat18"}
     )
     inat = mapped.filter((pl.col("variant") == "cat1") & (pl.col("paper's dataset") == "iNat18"))
-    assert inat["paper"].to_list() == [33.7] and inat["kit's task (stands for it)"].to_list() == [
-        "shape"
-    ]
+    assert inat[paper.PAPER_NUMBER].to_list() == [33.7] and inat[
+        "kit's task (stands for it)"
+    ].to_list() == ["shape"]
     swept = paper.paper_vs_kit(
         sweep_results({240: 8}, worlds=2, replicates=2), "heldout", by=["world_seed", "budget"]
     )

@@ -57,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
         )
     store = commands.add_parser(
         "store-checks",
-        help="keep the outputs of '# NBVAL_CHECK_OUTPUT' cells of an executed "
+        help="keep the outputs of the cells tagged 'nbval-check-output' of an executed "
         "copy as the references nbval compares with (tests/nbval_references/)",
     )
     store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")

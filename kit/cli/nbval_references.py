@@ -1,4 +1,6 @@
-"""The reference outputs nbval compares a notebook's checked cells with (`# NBVAL_CHECK_OUTPUT`):
+"""The reference outputs nbval compares a notebook's checked cells with (those tagged
+`nbval-check-output` in their metadata, nbval's tag for its `# NBVAL_CHECK_OUTPUT` comment, which
+a reader would see in the code):
 stored from an executed notebook by `python -m kit store-checks`, one JSON file per notebook under
 tests/nbval_references/, and put back into the committed notebooks (which carry no outputs) when
 the tests run them."""
@@ -13,17 +15,17 @@ import nbformat
 from kit.core.files import write_text
 from kit.core.paths import REPO_ROOT
 
-CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+CHECK_TAG = "nbval-check-output"
 #: reference outputs of the checked cells, one JSON file per notebook, kept out of notebooks/
 REFERENCES_DIR = REPO_ROOT / "tests" / "nbval_references"
 
 
 def is_checked(cell: nbformat.NotebookNode) -> bool:
-    return cell.cell_type == "code" and cell.source.lstrip().startswith(CHECK_MARK)
+    return cell.cell_type == "code" and CHECK_TAG in cell.metadata.get("tags", [])
 
 
 def store_references(executed: Path, references_dir: Path = REFERENCES_DIR) -> Path:
-    """Keep the outputs of an executed notebook's `# NBVAL_CHECK_OUTPUT` cells as the
+    """Keep the outputs of an executed notebook's cells tagged `nbval-check-output` as the
     references nbval compares with (by cell id); the committed notebooks carry no outputs."""
     references = {
         cell["id"]: {"execution_count": cell.execution_count, "outputs": cell.outputs}

@@ -255,7 +255,11 @@ def summarize(sources: dict[str, pl.DataFrame]) -> dict[str, object]:
         "values_read_from_figures": everything.filter(
             pl.col("value_source") == "read_from_figure"
         ).height,
-        "values_not_verified_in_primary": everything.filter(~pl.col("verified_in_primary"))
+        # printed values that reached us through secondary copies (a value read from a figure
+        # is counted with the figures, whether or not the figure is the primary source's)
+        "values_not_verified_in_primary": everything.filter(
+            ~pl.col("verified_in_primary") & (pl.col("value_source") == "table")
+        )
         .filter(pl.col("value").is_not_null())
         .height,
         "values_missing": everything["value"].null_count(),

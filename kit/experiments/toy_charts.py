@@ -65,7 +65,7 @@ def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
             y=alt.Y("len:Q", title="trained models"),
             color=alt.Color("kept:N", scale=palette.scale(KEPT_ORDER), title="features kept"),
             order=alt.Order("kept:N"),
-            tooltip=["dominant", "share", "kept", alt.Tooltip("len:Q", title="trained models")],
+            tooltip=charts.tooltips(counts, ["dominant", "share", "kept", "len"]),
         )
         .properties(width=170, height=160)
         .facet(column=alt.Column("dominant:N", title="dominant component"))
@@ -139,7 +139,7 @@ def sparsity_chart(sweep: pl.DataFrame) -> alt.Chart:
             x=alt.X("weight_decay:O", title="weight decay (sparsity bias)"),
             y=alt.Y("len:Q", stack="normalize", title="share of trained models"),
             color=alt.Color("kept:N", scale=palette.scale(KEPT_ORDER), title="features kept"),
-            tooltip=["weight_decay", "kept", alt.Tooltip("len:Q", title="trained models")],
+            tooltip=charts.tooltips(counts, ["weight_decay", "kept", "len"]),
         )
         .properties(width=320, height=200)
     )

@@ -270,7 +270,7 @@ def run_chains(
     free = slots(settings)
     queue = chains(runs, len(free))
     running: list[_Running] = []
-    launched, progress = Launched(), Progress()
+    launched, progress = Launched(), Progress(len(runs))
     try:
         while queue or running:
             while queue and free:
@@ -288,4 +288,5 @@ def run_chains(
                 _ended(entry, runs, progress, launched)
     finally:
         _stop([entry.process for entry in running])
+        progress.close()
     return launched

@@ -1,14 +1,20 @@
-"""Progress bars of running runs, read from the metrics.jsonl their trainers append to."""
+"""Progress of a launch's runs, read from the metrics.jsonl their trainers append to: one bar
+for the launch, and each run's own elapsed time and rate, folded beneath it."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kit.core.paths import resolve
 from kit.core.progress import KeptBar
+from kit.launch.runs import is_finished
 from kit.train.settings import TrainSettings
 
 
@@ -30,32 +36,94 @@ def last_record(metrics: Path) -> dict[str, Any] | None:
     return None
 
 
-class Progress:
-    """One bar per running run (a `KeptBar`), read from its metrics.jsonl: step/total, loss,
-    images/s."""
+@dataclass
+class RunClock:
+    """One run's own clock, read from its metrics as the launch polls them: when its work
+    began (its first record dated back by the steps it covers, at the rate it gives), the last
+    step and record seen, and when it ended (None while it runs)."""
 
-    def __init__(self) -> None:
-        self.bars: dict[str, KeptBar] = {}
+    total: int
+    began: float | None = None
+    step: int = 0
+    record: dict[str, Any] = field(default_factory=dict)
+    ended: float | None = None
 
-    def start(self, name: str, settings: TrainSettings) -> None:
-        self.bars[name] = KeptBar(
-            total=settings.iterations, desc=name, unit="step", position=len(self.bars), leave=True
+    def seen(self, record: dict[str, Any], images: int, now: float) -> None:
+        """A record read at `now`: `images` images a step, for dating the first one back."""
+        if self.began is None:
+            self.began = now - record["step"] * images / max(record["images_per_s"], 1e-9)
+        self.step, self.record = record["step"], record
+
+    def line(self, name: str) -> str:
+        """The run in one line, with its own elapsed time and rate (not the launch's)."""
+        if self.began is None or self.ended is None:
+            return f"{name}: {self.step}/{self.total} steps, no record read"
+        elapsed = max(self.ended - self.began, 1e-9)
+        loss = f", loss {self.record['loss']:.3f}" if "loss" in self.record else ""
+        return (
+            f"{name}: {self.step}/{self.total} steps in {elapsed:.1f} s "
+            f"({self.step / elapsed:.1f} step/s){loss}"
         )
 
+
+class Progress:
+    """A launch's progress: one bar counting its runs (its elapsed time and rate are the
+    launch's), the run in progress named beside it, and per run a line with that run's own
+    elapsed time and rate, closed when the run finishes (its DONE marker, or its last step
+    logged), not when its worker's chain or the launch ends. `close` shows the lines folded
+    under the bar in a notebook (`Folded`)."""
+
+    def __init__(self, total: int) -> None:
+        self.bar = KeptBar(total=total, desc="runs", unit="run", leave=True)
+        self.clocks: dict[str, RunClock] = {}
+
+    def start(self, name: str, settings: TrainSettings) -> None:
+        self.clocks[name] = RunClock(settings.iterations)
+
     def update(self, name: str, settings: TrainSettings) -> None:
+        clock = self.clocks[name]
+        if clock.ended is not None:
+            return
+        now = time.monotonic()
         record = last_record(resolve(settings.output_dir) / "metrics.jsonl")
-        bar = self.bars[name]
-        if record and record["step"] > bar.n:
-            if bar.n == 0:  # a run that waited its turn in a chain: its clock starts when it did,
-                bar.reset(total=bar.total)  # as its first record's rate dates it
-                bar.start_t -= (
-                    record["step"] * settings.batch_size / max(record["images_per_s"], 1e-9)
-                )
-            bar.set_postfix(
-                loss=f"{record['loss']:.3f}", img_s=f"{record['images_per_s']:.0f}", refresh=False
-            )
-            bar.update(record["step"] - bar.n)
+        if record and record["step"] > clock.step:
+            clock.seen(record, settings.batch_size, now)
+            self.bar.set_postfix_str(f"{name} {clock.step}/{clock.total}", refresh=False)
+        if clock.step >= clock.total or is_finished(settings):
+            clock.ended = now
+            self.bar.update(1)
 
     def finish(self, name: str, settings: TrainSettings) -> None:
+        """The run's worker ended: read its last record, and end its clock if still open."""
         self.update(name, settings)
-        self.bars[name].close()
+        clock = self.clocks[name]
+        if clock.ended is None:
+            clock.ended = time.monotonic()
+
+    def lines(self) -> list[str]:
+        return [clock.line(name) for name, clock in self.clocks.items()]
+
+    def close(self) -> None:
+        """Close the bar and show each run's line, folded in a notebook."""
+        self.bar.set_postfix_str("", refresh=False)
+        self.bar.close()
+        if "ipykernel" in sys.modules and self.clocks:
+            from IPython.display import display
+
+            display(Folded(f"each run's own time ({len(self.clocks)} runs)", self.lines()))
+
+
+@dataclass(frozen=True)
+class Folded:
+    """Lines under a summary that opens on a click (HTML `<details>`); as plain text, the
+    summary alone."""
+
+    summary: str
+    lines: list[str]
+
+    def _repr_html_(self) -> str:
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in self.lines)
+        return f"<details><summary>{html.escape(self.summary)}</summary><ul>{items}</ul></details>"
+
+    def __repr__(self) -> str:
+        return self.summary

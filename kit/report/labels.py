@@ -9,6 +9,7 @@ comparison such as `cat4resnet50_minus_resnet50w2` reads as 'cat4resnet50 − re
 from __future__ import annotations
 
 import re
+from typing import Any
 
 LABELS: dict[str, str] = {
     # notebook 03's secondary comparisons (kit.experiments.timecat.comparisons.gains)
@@ -47,7 +48,19 @@ LABELS: dict[str, str] = {
     "mean OOD gain": "mean transfer gain (points)",
     "top1": "top-1",
     "train_top1": "top-1 on the probe's own rows",
+    # the toy's charts (notebook 01)
+    "share": "weight of the dominant component",
+    "k": "models concatenated",
+    "kept": "features kept",
+    "dominant": "dominant component",
+    "groups": "groups of models",
+    "len": "trained models",
 }
+#: the encoding channels whose title a reader sees (an axis, a legend, a facet header, a tooltip)
+TITLED_CHANNELS = (
+    "x", "y", "color", "fill", "stroke", "shape", "size", "opacity", "strokeDash", "column",
+    "row", "facet", "tooltip",
+)  # fmt: skip
 _MINUS = re.compile(r"(?P<left>\w+?)_minus_(?P<right>\w+)")
 
 
@@ -59,3 +72,19 @@ def label(name: str) -> str:
     if minus:
         return f"{minus['left']} − {minus['right']}"
     return name.replace("_", " ")
+
+
+def raw_names(spec: Any) -> list[str]:
+    """The code names (keys of LABELS) that a Vega-Lite `spec` shows a reader as a field's title:
+    an encoding in a titled channel without a title, or titled with the code name itself."""
+    found: list[str] = []
+    if isinstance(spec, list):
+        return [name for item in spec for name in raw_names(item)]
+    if not isinstance(spec, dict):
+        return found
+    for channel, encoding in (spec.get("encoding") or {}).items():
+        for one in encoding if isinstance(encoding, list) else [encoding]:
+            if channel in TITLED_CHANNELS and isinstance(one, dict) and "field" in one:
+                shown = one.get("title", one["field"])
+                found += [shown] if shown in LABELS else []
+    return found + [name for value in spec.values() for name in raw_names(value)]

@@ -9,7 +9,9 @@ from the same template without those scripts, and what they would have drawn is 
 - a widget output becomes static HTML from the widget state the notebook saved: a progress bar
   an HTML `<progress>` element with its last text line, any other control a sentence saying it
   needs a running kernel (JupyterLab);
-- a "Hide code" button (inline script, nothing fetched) shows the outputs and the prose alone.
+- a "Hide code" button (inline script, nothing fetched) shows the outputs and the prose alone;
+  it sits above the first cell, never over a chart;
+- the page is titled with the notebook's own title (its first heading).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ _TEMPLATE_SOURCE = """{%- extends 'index.html.j2' -%}
 {% block extra_css %}{{ super() }}
 <style>
 body.kit-hide-code .jp-CodeCell .jp-Cell-inputWrapper { display: none; }
-#kit-hide-code { position: fixed; top: 0.5rem; right: 0.5rem; z-index: 10; }
+#kit-hide-code { display: block; margin: 0.5rem 0.5rem 0 auto; }
 .kit-widget { font-family: monospace; font-size: 0.85rem; padding: 0.2rem 0; }
 .kit-widget progress { width: 12rem; vertical-align: middle; margin-right: 0.5rem; }
 </style>
@@ -123,8 +125,19 @@ def offline(notebook: nbformat.NotebookNode, formulas: dict[str, str]) -> nbform
     return copy
 
 
+def title(notebook: nbformat.NotebookNode, default: str) -> str:
+    """The notebook's title: the text of its first heading, else `default`."""
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+    return default
+
+
 def render(notebook: Path) -> Path:
-    """The executed notebook as a standalone offline HTML page beside it (`<stem>.html`)."""
+    """The executed notebook as a standalone offline HTML page beside it (`<stem>.html`),
+    titled with the notebook's title."""
     from nbconvert import HTMLExporter
 
     exporter = HTMLExporter(
@@ -133,7 +146,9 @@ def render(notebook: Path) -> Path:
         extra_loaders=[DictLoader({TEMPLATE: _TEMPLATE_SOURCE})],
     )
     formulas: dict[str, str] = {}
-    body, _ = exporter.from_notebook_node(offline(nbformat.read(notebook, as_version=4), formulas))
+    read = nbformat.read(notebook, as_version=4)
+    named = {"metadata": {"name": title(read, notebook.stem)}}
+    body, _ = exporter.from_notebook_node(offline(read, formulas), resources=named)
     target = notebook.with_suffix(".html")
     with atomic_write(target) as handle:
         handle.write(put_formulas(body, formulas).encode())

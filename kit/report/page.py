@@ -1,6 +1,7 @@
 """A report to share: `outputs/<profile>/index.html`, one page that opens offline.
 
-It gathers what a run already wrote in its output folder, under a table of contents: the
+It names the paper with the version whose numbers it quotes (kit.core.citation), then gathers
+what a run already wrote in its output folder, under a table of contents: the
 verdicts (the `claim` of each `*_summary.json`) with the line saying what ran, one table per
 experiment setting the paper's values and the kit's side by side (`*_vs_paper.parquet`), the
 other result tables (`*_verdicts.parquet`, `*_table3.parquet`, `*_gains.parquet`), each
@@ -30,9 +31,10 @@ import nbformat
 import polars as pl
 
 from kit.core import notices, provenance
+from kit.core.citation import PAPER
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
-from kit.report import notebook_html, outputs, tables
+from kit.report import notebook_html, numbers, outputs, tables
 from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import label
 from kit.stats import outcomes
@@ -96,6 +98,10 @@ nav.toc ol { margin: 0.2rem 0; } details { margin: 0.3rem 0 1rem; }
 .claim.good { border-color: #31a354; } .claim.bad { border-color: #d6616b; }
 .claim.unsure { border-color: #e6a23c; } .ran { color: #555; font-size: 0.85rem; margin: 0 0 1rem; }
 .status { font-weight: bold; text-transform: uppercase; font-size: 0.8rem; margin-right: 0.5rem; }
+.badge { font-weight: bold; text-transform: uppercase; font-size: 0.75rem; padding: 0.1rem 0.4rem;
+         border-radius: 0.3rem; background: #eee; white-space: nowrap; }
+.badge.good { background: #c7e9c0; } .badge.bad { background: #fcbba1; }
+.badge.unsure { background: #fdd0a2; } p.paper { font-size: 1.05rem; }
 .chart { margin: 0.5rem 0 1.5rem; } pre { background: #f6f6f6; padding: 0.6rem; overflow: auto; }
 """
 
@@ -189,12 +195,30 @@ def chart_specs(notebook: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 yield title, spec
 
 
+#: the notebooks' summaries in the notebooks' order, by the prefix of `<prefix>_summary.json`
+#: (notebook 03's claims come before notebook 04's restatement of them)
+SUMMARY_ORDER = ("toy", "evidence", "time_concat", "sweep")
+
+
+def _summary_order(path: Path) -> tuple[int, str]:
+    prefix = path.name.removesuffix(outputs.SUMMARY_SUFFIX)
+    found = SUMMARY_ORDER.index(prefix) if prefix in SUMMARY_ORDER else len(SUMMARY_ORDER)
+    return (found, path.name)
+
+
 def verdicts(folder: Path) -> str:
-    """Per notebook that recorded claims: each claim's outcome as a badge and its sentence, then
-    the line saying what ran."""
+    """Per notebook that recorded claims, in the notebooks' order: a table to scan (one row per
+    condition of each claim: the claim's outcome as a badge, its effect and interval, the
+    effect it could detect, replicates and what ran), then each claim's sentence and the line
+    saying what ran."""
     lines = []
-    for path in sorted(folder.glob("*_summary.json")):
-        for status, line in outputs.statements(json.loads(path.read_text())):
+    for path in sorted(folder.glob(f"*{outputs.SUMMARY_SUFFIX}"), key=_summary_order):
+        summary = json.loads(path.read_text())
+        stated = outputs.statements(summary)
+        stored = folder / path.name.replace(outputs.SUMMARY_SUFFIX, VERDICT_ENDING)
+        if stated and stored.exists():
+            lines.append(verdict_table(read_table_raw(stored), summary, stored.name))
+        for status, line in stated:
             if not status:
                 lines.append(f'<p class="ran">{html.escape(line)}</p>')
                 continue
@@ -204,6 +228,53 @@ def verdicts(folder: Path) -> str:
                 f"<small>({html.escape(path.name)})</small></div>"
             )
     return "".join(lines) or "<p>No notebook of this run recorded a verdict.</p>"
+
+
+def _badge(status: str) -> str:
+    return f'<span class="badge {STATUS_CLASS.get(status, "")}">{html.escape(status)}</span>'
+
+
+def verdict_table(stored: pl.DataFrame, summary: dict[str, Any], name: str) -> str:
+    """The conditions of a notebook's claims as one table a reader scans: claim, outcome badge,
+    condition, effect [95% interval], detectable effect, replicates, what ran."""
+    claims = summary.get("claims") or [summary.get("claim") or {}]
+    status = {c.get("claim"): c.get("status", "") for c in claims if isinstance(c, dict)}
+    titles = {c.get("claim"): c.get("title") for c in claims if isinstance(c, dict)}
+    only = claims[0].get("status", "") if len(claims) == 1 else ""  # a summary's one claim
+    keys = [k for k in ("world_seed", "budget") if k in stored.columns]
+    head = [label(k) for k in keys] + [
+        "claim",
+        "outcome",
+        "condition",
+        "effect [95% interval] (points)",
+        "detectable at 80% power (points)",
+        "replicates",
+        "what ran",
+    ]
+    rows, before = [], None
+    for row in stored.iter_rows(named=True):
+        ran = f"{row['rounds'] or 1} round(s)" + (f", {row['stopped']}" if row["stopped"] else "")
+        named = (*(row[k] for k in keys), row["claim"])
+        cells = [html.escape(str(row[k])) for k in keys] + [
+            "" if named == before else html.escape(titles.get(row["claim"]) or row["claim"]),
+            _badge(status.get(row["claim"], only)),
+            html.escape(f"{row['condition']}: {row['judgement']}"),
+            html.escape(
+                f"{numbers.signed(row['mean'])} {numbers.interval(row['low'], row['high'])}"
+            ),
+            html.escape(numbers.number(row["detectable"], 1)),
+            html.escape(numbers.number(row["replicates"])),
+            html.escape(ran),
+        ]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        before = named
+    return (
+        f'<div class="table"><table class="dataframe verdicts"><caption>Each claim\'s conditions '
+        f'(<a href="{html.escape(name)}">{html.escape(name)}</a>); the sentences below say the '
+        "same in words.</caption><thead><tr>"
+        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        + f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def unverified_html(kept: dict[str, list[str]]) -> str:
@@ -260,13 +331,17 @@ def captioned_table(path: Path) -> str:
     return f'<div class="table" id="{html.escape(path.stem)}">{body}</div>'
 
 
-def read_table(path: Path) -> pl.DataFrame:
-    """A result table as the notebooks show it (a verdict table through `outcomes.view`);
-    ReportError naming it when it cannot be read."""
+def read_table_raw(path: Path) -> pl.DataFrame:
+    """A result table as stored; ReportError naming it when it cannot be read."""
     try:
-        frame = outputs.read_parquet(path)
+        return outputs.read_parquet(path)
     except outputs.ResultFileError as error:
         raise ReportError(str(error)) from None
+
+
+def read_table(path: Path) -> pl.DataFrame:
+    """A result table as the notebooks show it (a verdict table through `outcomes.view`)."""
+    frame = read_table_raw(path)
     return outcomes.view(frame) if path.name.endswith(VERDICT_ENDING) else frame
 
 
@@ -343,5 +418,6 @@ def _page(title: str, sections: list[str], with_charts: bool) -> str:
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>'
         f"{html.escape(title)}</title><style>{STYLE}</style>{script}</head><body>"
-        f"<h1>{html.escape(title)}</h1>{_contents(sections)}{''.join(sections)}</body></html>"
+        f"<h1>{html.escape(title)}</h1>{PAPER.html()}{_contents(sections)}{''.join(sections)}"
+        "</body></html>"
     )

@@ -1,4 +1,6 @@
-"""Tables formatted for reading: group statistics, wide layouts, floats to sensible decimals."""
+"""Tables formatted for reading: group statistics, wide layouts, numbers as kit.report.numbers
+prints them (floats to sensible decimals, thousands separators, p-values in scientific notation
+when small), booleans as yes/no."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from IPython.display import Markdown
 from pydantic import BaseModel
 
 from kit.core.scalars import as_float, as_optional_float
+from kit.report import numbers
 from kit.report.labels import label
 
 
@@ -98,11 +101,26 @@ def _places(frame: pl.DataFrame) -> dict[str, int | None]:
     return places
 
 
-def _cell(value: Any, places: int | None) -> str:
-    if value is None:
-        return "–"
-    if places is not None and isinstance(value, float) and math.isfinite(value):
-        return f"{value:.{places}f}"
+#: columns holding p-values (kit.experiments.timecat.comparisons.gains)
+P_COLUMNS = ("p_value", "p_adjusted")
+
+
+def _is_identifier(column: str) -> bool:
+    """A column of numbers that name rather than count (a seed, a replicate's number): printed
+    without thousands separators."""
+    return "seed" in column or column == "replicate"
+
+
+def _cell(column: str, value: Any, places: int | None) -> str:
+    """One cell as a reader sees it (kit.report.numbers)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and column in P_COLUMNS:
+        return numbers.p_value(value)
+    if value is None or isinstance(value, float):
+        return numbers.number(value, places)
+    if isinstance(value, int) and not _is_identifier(column):
+        return numbers.number(value)
     return str(value)
 
 
@@ -117,7 +135,7 @@ class Table:
     def cells(self) -> list[list[str]]:
         places = _places(self.frame)
         return [
-            [_cell(v, places[c]) for c, v in zip(self.frame.columns, row, strict=True)]
+            [_cell(c, v, places[c]) for c, v in zip(self.frame.columns, row, strict=True)]
             for row in self.frame.iter_rows()
         ]
 

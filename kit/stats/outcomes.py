@@ -38,6 +38,7 @@ from typing import Any
 import polars as pl
 import scipy.stats
 
+from kit.report import numbers
 from kit.stats import sequential
 
 #: two-sided level of every primary interval (a 95 % interval)
@@ -226,30 +227,27 @@ def outcome(
     return Outcome(claim, status, smallest, rows, reasons)
 
 
-def _points(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.1f}"
-
-
 def condition_words(row: dict[str, Any]) -> str:
     """One condition in words: the endpoint, its paired values, its interval and judgement, and
     the effect the run could have detected."""
     where = f"{row['variant']} minus {row['against']}, mean over {', '.join(row['tasks'])}"
     if row["missing"]:
         return f"{row['condition']} ({where}): {row['missing']}"
-    values = ", ".join(f"{v:+.1f}" for v in row["values"])
-    text = f"{row['condition']} ({where}): {_points(row['mean'])} points (replicates {values})"
+    values = ", ".join(numbers.signed(v) for v in row["values"])
+    mean = "n/a" if row["mean"] is None else numbers.signed(row["mean"])
+    text = f"{row['condition']} ({where}): {mean} points (replicates {values})"
     if row["low"] is not None:
         text += (
             f", {100 * row['confidence']:.0f}% {'repeated ' if row.get('repeated') else ''}"
-            f"interval [{row['low']:+.1f}, "
-            f"{row['high']:+.1f}]" + (" clipped to [-100, 100]" if row["clipped"] else "")
+            f"interval {numbers.interval(row['low'], row['high'])}"
+            + (" clipped to [-100, 100]" if row["clipped"] else "")
         )
     margin = f"above {row['margin']:+g}" if row["margin"] else "above 0"
     text += f"; must lie {margin}: {row['judgement']}"
     if row["detectable"] is not None:
         text += (
-            f"; detectable at {100 * POWER:.0f}% power: {row['detectable']:.1f} points "
-            f"with {row['replicates']} replicates"
+            f"; detectable at {100 * POWER:.0f}% power: "
+            f"{numbers.number(row['detectable'], 1)} points with {row['replicates']} replicates"
         )
     needed = row["replicates_needed"]
     if row["judgement"] == INCONCLUSIVE:
@@ -309,13 +307,11 @@ def view(verdicts: pl.DataFrame) -> pl.DataFrame:
         pl.col("condition"),
         pl.col("tasks").list.join(", ").alias("endpoint: mean over"),
         pl.col("values")
-        .list.eval(pl.element().round(1).cast(pl.String))
-        .list.join(", ")
+        .map_elements(lambda v: ", ".join(map(numbers.signed, v)), return_dtype=pl.String)
         .alias("per replicate (points)"),
         pl.col("mean").round(1).alias("mean (points)"),
-        pl.when(pl.col("low").is_null())
-        .then(pl.lit("–"))
-        .otherwise(pl.format("[{}, {}]", pl.col("low").round(1), pl.col("high").round(1)))
+        pl.struct("low", "high")
+        .map_elements(lambda r: numbers.interval(r["low"], r["high"]), return_dtype=pl.String)
         .alias("95% interval"),
         pl.format("{} (above {})", pl.col("must_be"), pl.col("margin").round(1)).alias("must be"),
         pl.col("judgement"),

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from kit.experiments.timecat import paper
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS, kinds_where
 from kit.stats import outcomes, rounds
@@ -282,7 +283,10 @@ def outcome_line(found: outcomes.Outcome, baseline: str, flagged: Sequence[str] 
     parts += [r for r in found.reasons if not found.rows]
     if flagged:
         parts.append(flagged_words(flagged))
-    return f"{head} (smallest effect of interest {found.smallest:g} points) — " + "; ".join(parts)
+    basis = paper.smallest_effect_basis(found.smallest)
+    return f"{head} (smallest effect of interest {found.smallest:g} points{basis}) — " + "; ".join(
+        parts
+    )
 
 
 def claims_markdown(summary: dict) -> str:
@@ -293,8 +297,8 @@ def claims_markdown(summary: dict) -> str:
         bullets = "\n".join(f"- {text}" for text in claim["conditions"] or claim["reasons"])
         parts.append(
             f"**{claim['status'].upper()}**{claim.get('how', '')}: {claim['title']} (smallest "
-            "effect of "
-            f"interest {claim['smallest_effect']:g} points)\n\n{bullets}"
+            f"effect of interest {claim['smallest_effect']:g} points"
+            f"{paper.smallest_effect_basis(claim['smallest_effect'])})\n\n{bullets}"
         )
     return "\n\n".join(parts + [f"*{summary['ran']}*"] if summary["ran"] else parts)
 

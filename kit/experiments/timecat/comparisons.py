@@ -22,7 +22,7 @@ from kit.experiments.timecat.claims import (
 )
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS, kinds_where
-from kit.report import tables
+from kit.report import numbers, tables
 from kit.stats import outcomes, rounds, verdicts
 
 
@@ -278,16 +278,17 @@ def control_gains(results: pl.DataFrame, rule: str, level: float = verdicts.LEVE
     return _judged(pl.concat(frames), results, level)
 
 
-def _verdict_line(row: dict[str, object]) -> str:
+def _verdict_line(row: dict[str, Any]) -> str:
     spread = (
         ""
         if row["low"] is None
-        else f", Holm-adjusted interval [{row['low']:+.1f}, {row['high']:+.1f}], adjusted p "
-        f"{row['p_adjusted']:.3g} over the {row['comparisons']} tasks of this comparison"
+        else f", Holm-adjusted interval {numbers.interval(row['low'], row['high'])}, adjusted "
+        f"p {numbers.p_value(row['p_adjusted'])} over the {row['comparisons']} tasks of this "
+        "comparison"
     )
     return (
         f"secondary (exploratory): {row['variant']} vs {row['baseline']} on {row['task']} "
-        f"({row['role']}): {row['gain_mean']:+.1f} points over {row['replicates']} "
+        f"({row['role']}): {numbers.signed(row['gain_mean'])} points over {row['replicates']} "
         f"replicate(s){spread}: {row['verdict']}"
     )
 

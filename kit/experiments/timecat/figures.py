@@ -18,6 +18,8 @@ from kit.report import charts, palette
 
 #: tooltips of a top-1 % to one decimal
 PERCENT = {"mean": ".1f", "std": ".1f", "low": ".1f", "high": ".1f"}
+#: panels in a row of a faceted chart before it wraps (each is 150 px plus room for its labels)
+FACET_COLUMNS = 3
 
 
 def training_chart(curves: pl.DataFrame) -> alt.Chart | alt.FacetChart:
@@ -51,7 +53,8 @@ def accuracy_chart(
 ) -> alt.FacetChart:
     """Top-1 of every variant on every task (mean ± std over replicates), on one 0-100 scale
     for all panels, with each task's chance level (`chance`: task -> top-1 % of guessing) and,
-    where known, its Bayes ceiling (`ceiling`) drawn and labelled."""
+    where known, its Bayes ceiling (`ceiling`) drawn and labelled. The panels wrap after
+    FACET_COLUMNS, so that five tasks fit a 1,280-px window."""
     ceiling = ceiling or {}
     stats = _mean_std(results, rule, ["task", "variant"]).with_columns(
         pl.col("task").replace_strict(chance, return_dtype=pl.Float64).alias("chance"),
@@ -79,7 +82,9 @@ def accuracy_chart(
     return (
         alt.layer(*layers, data=stats)
         .properties(width=150, height=160)
-        .facet(column=alt.Column("task:N", title=None), spacing=charts.LABEL_ROOM)
+        .facet(
+            facet=alt.Facet("task:N", title=None), columns=FACET_COLUMNS, spacing=charts.LABEL_ROOM
+        )
     )
 
 

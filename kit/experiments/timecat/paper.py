@@ -2,12 +2,16 @@
 
 One row per measure of each of the paper's variants, in the paper's order (cat1, cat2, cat4,
 cat5; within a variant: in distribution, the mean over the transfer datasets, the transfer gain
-over cat1, then each dataset a task of the profile stands for): the paper's value, the kit's mean
-and standard deviation over replicates, and the kit's minus the paper's. The kit's synthetic
-world has no ImageNet, so its rows stand for the paper's by role: the pretraining mixture (the
-in-distribution task) for ImageNet-1k, and the mean over the tasks the pretraining did not train
-on for the mean over iNat18, CIFAR-100 and CIFAR-10. Where a profile maps its tasks to the
-paper's datasets (`paper_columns`), each mapped dataset gets its own row.
+over cat1, then each dataset a task of the profile stands for): the paper's number and its source
+(a table of arXiv 2506.18221v3, or the authors' figure it was read from), the kit's mean and
+standard deviation over replicates, and the kit's minus the paper's where the two are the same
+quantity: the transfer gain over cat1, a difference of accuracies on the same datasets for
+each. An accuracy itself is not comparable (the kit's tasks are not the paper's datasets), so
+its row says so instead of subtracting a synthetic task's accuracy from ImageNet's. The kit's
+synthetic world has no ImageNet, so its rows stand for the paper's by role: the pretraining
+mixture (the in-distribution task) for ImageNet-1k, and the mean over the tasks the pretraining
+did not train on for the mean over iNat18, CIFAR-100 and CIFAR-10. Where a profile maps its tasks
+to the paper's datasets (`paper_columns`), each mapped dataset gets its own row.
 
 The transfer gain is the paper's primary endpoint for the time-concat claim: it is computed per
 replicate, paired with cat1 of the same replicate, as notebook 03's verdicts compute it.
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kit.core.citation import PAPER
 from kit.core.scalars import as_float, as_optional_float
 from kit.experiments import evidence
 
@@ -28,20 +33,32 @@ PAPER_IN_DISTRIBUTION = "ImageNet-1k"
 IN_DISTRIBUTION = "in distribution, top-1 %"
 TRANSFER = "transfer, mean top-1 %"
 GAIN = "transfer gain over cat1, points"
+PAPER_NUMBER = f"paper's number (arXiv {PAPER.arxiv_id})"
+PAPER_SOURCE = "source of the paper's number"
+COMPARABLE = "kit − paper comparable?"
 #: the columns of `paper_vs_kit`, before any key of `by`
 COLUMNS = [
     "variant",
     "measure",
     "paper's dataset",
     "kit's task (stands for it)",
-    "paper",
-    "paper's value",
+    PAPER_NUMBER,
+    PAPER_SOURCE,
     "kit mean",
     "kit std",
     "replicates",
     "kit − paper",
+    COMPARABLE,
 ]
-_READ = {"table": "Table 3", "read_from_figure": "read from the authors' figure"}
+#: how each value was read, by its `value_source` (a figure's value names its dataset)
+_READ = {
+    "table": f"Table 3, arXiv {PAPER.arxiv_id}",
+    "read_from_figure": " read by eye from the authors' figure of Table 3, ±0.2, not in the "
+    "paper's text",
+}
+#: what a row that cannot be subtracted says instead, and what a gain row says
+NOT_COMPARABLE = "no: different datasets"
+SAME_QUANTITY = "yes: a gain over cat1"
 
 
 def paper_rows() -> pl.DataFrame:
@@ -50,7 +67,10 @@ def paper_rows() -> pl.DataFrame:
         pl.col("method").str.replace(r" \(baseline\)", "").alias("variant"),
         pl.col("eval_dataset").alias("dataset"),
         pl.col("value"),
-        pl.col("value_source").replace_strict(_READ, default=pl.col("value_source")).alias("read"),
+        pl.when(pl.col("value_source") == "read_from_figure")
+        .then(pl.col("eval_dataset") + _READ["read_from_figure"])
+        .otherwise(pl.lit(_READ["table"]))
+        .alias("read"),
     )
 
 
@@ -86,7 +106,7 @@ def _paper_measures() -> list[_Measure]:
     for variant in variants_in_order():
         own = rows.filter(pl.col("variant") == variant)
         inside = own.filter(pl.col("dataset") == PAPER_IN_DISTRIBUTION).row(0, named=True)
-        reads = ", ".join(dict.fromkeys(own["read"].to_list()))
+        reads = "; ".join(dict.fromkeys(own["read"].to_list()))
         measures.append(
             _Measure(
                 variant=variant,
@@ -132,6 +152,17 @@ def _paper_measures() -> list[_Measure]:
     return measures
 
 
+def smallest_effect_basis(smallest: float) -> str:
+    """Where a smallest effect of interest of `smallest` points comes from, as a clause to
+    follow it, when it is the kit's default (half the paper's cat4 transfer gain over cat1,
+    with the gain's source: one of its values was read from the authors' figure); empty for
+    any other value."""
+    (gain,) = (m for m in _paper_measures() if m.variant == "cat4" and m.key[0] == "gain")
+    if round(gain.paper / 2, 1) != round(smallest, 1):
+        return ""
+    return f": half the paper's cat4 transfer gain of {gain.paper:.1f} points ({gain.read})"
+
+
 def _replicate_keys(results: pl.DataFrame, by: Sequence[str]) -> list[str]:
     """What identifies one replicate: its number, and its world seed where a sweep's results
     hold several worlds and `by` does not split them."""
@@ -163,20 +194,23 @@ def _tasks(results: pl.DataFrame, in_distribution: bool) -> str:
 
 
 def _row(measure: _Measure, task: str, values: pl.Series) -> dict[str, object]:
-    """One measure's row: the paper's value, the kit's mean and std over `values` (one per
-    replicate), their difference."""
+    """One measure's row: the paper's number and its source, the kit's mean and std over
+    `values` (one per replicate), and their difference where the quantity is the same (a gain
+    over cat1), else why not."""
     mean = as_optional_float(values.mean()) if values.len() else None
+    same = measure.key[0] == "gain"
     return {
         "variant": measure.variant,
         "measure": measure.measure,
         "paper's dataset": measure.dataset,
         "kit's task (stands for it)": task or None,
-        "paper": measure.paper,
-        "paper's value": measure.read,
+        PAPER_NUMBER: measure.paper,
+        PAPER_SOURCE: measure.read,
         "kit mean": mean,
         "kit std": values.std() if values.len() > 1 else None,
         "replicates": values.len(),
-        "kit − paper": None if mean is None else mean - measure.paper,
+        "kit − paper": mean - measure.paper if same and mean is not None else None,
+        COMPARABLE: SAME_QUANTITY if same else NOT_COMPARABLE,
     }
 
 
@@ -223,11 +257,12 @@ def paper_vs_kit(
         "measure": pl.String,
         "paper's dataset": pl.String,
         "kit's task (stands for it)": pl.String,
-        "paper": pl.Float64,
-        "paper's value": pl.String,
+        PAPER_NUMBER: pl.Float64,
+        PAPER_SOURCE: pl.String,
         "kit mean": pl.Float64,
         "kit std": pl.Float64,
         "replicates": pl.Int64,
         "kit − paper": pl.Float64,
+        COMPARABLE: pl.String,
     }
     return pl.DataFrame(rows, schema=schema).select(COLUMNS[0], *by, *COLUMNS[1:])

@@ -304,7 +304,8 @@ def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Sw
     every such cell's time-concat claim; a decided cell takes no more replicates. Then where
     each variant learns the task (`sweep_outcome.learned_budgets`), every cell judged on the
     replicates of its last look (`sweep_outcome.judge_cells`), the sweep beside the paper's
-    Table 3, and the results, own accuracies, verdicts and that table written into `out`. No
+    Table 3, and the results, own accuracies, verdicts and that table written into `out` (that
+    table not where the sweep is notebook 03's own cell alone: it would repeat notebook 03's). No
     cells (a profile that sweeps no budget): nothing is trained, probed or written, and the
     result has empty frames."""
     if not cells:
@@ -351,6 +352,9 @@ def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Sw
         (judged.verdicts, VERDICTS),
         (vs_paper, VS_PAPER),
     ):
+        if name == VS_PAPER and sweep_outcome.repeats_notebook_03(cells):
+            (out / name).unlink(missing_ok=True)  # notebook 03's table, not repeated
+            continue
         _write(frame, out / name)
     return sweep_outcome.Swept(
         params,

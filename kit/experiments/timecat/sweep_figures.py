@@ -14,10 +14,17 @@ from kit.report import palette
 
 def gains(swept: sweep_outcome.Swept) -> alt.FacetChart | str:
     """Notebook 04's gain chart (`gain_chart`) of what the sweep measured; for a profile that
-    sweeps no budget, the sentence saying so (`charts.chart_saver`'s `show` displays it and
-    saves nothing)."""
+    sweeps no budget, or only one (one x position, nothing to compare), the sentence saying so
+    (`charts.chart_saver`'s `show` displays it and saves nothing)."""
     if not swept.cells:
         return sweep_outcome.not_swept("no gain to draw")
+    one = swept.one_budget()
+    if one is not None:
+        return (
+            f"This run swept one total budget ({one:,} iterations): a gain against the budget "
+            "needs two or more, so no chart is drawn; the gain at this budget is in the verdicts "
+            "below."
+        )
     return gain_chart(swept.judged.verdicts, swept.learned, swept.cells[0].settings.smallest_effect)
 
 
@@ -27,8 +34,8 @@ def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -
     and over each control (dashed, one shape per control), a zero line, a dotted line at the
     smallest effect of interest, and vertical rules where each variant's models reach the
     saturation share of cat1's own in-distribution accuracy (`learned`,
-    kit.experiments.timecat.sweep_outcome). The legends name only what is drawn. Several budgets
-    lie on a log axis spanning them; a single budget on a linear axis around it."""
+    kit.experiments.timecat.sweep_outcome). The legends name only what is drawn. The budgets
+    (two or more) lie on a log axis spanning them."""
     baseline = verdicts["against"].first()
     gains = verdicts.select(
         "world_seed",
@@ -128,9 +135,6 @@ SHAPES = ["circle", "triangle-up", "square", "diamond", "triangle-down", "cross"
 
 
 def _budget_scale(budgets: list[int]) -> alt.Scale:
-    """Several budgets (ascending): a log scale spanning them (each doubles the last); one
-    budget: a linear scale around it, which has no range to span."""
-    low, high = budgets[0], budgets[-1]
-    if low == high:
-        return alt.Scale(type="linear", domain=[low / 2, low * 3 / 2], zero=False)
-    return alt.Scale(type="log", domain=[low, high], zero=False)
+    """The budgets (ascending, two or more: `gains` draws no chart of one) on a log scale
+    spanning them (each doubles the last)."""
+    return alt.Scale(type="log", domain=[budgets[0], budgets[-1]], zero=False)

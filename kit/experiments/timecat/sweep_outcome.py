@@ -178,6 +178,12 @@ def not_swept(what: str) -> str:
     return f"This profile sweeps no budget: {what}."
 
 
+def repeats_notebook_03(cells: list[Cell]) -> bool:
+    """Whether the sweep is notebook 03's own cell alone (its runs, its table beside the
+    paper): notebook 04 then neither shows nor writes that table again."""
+    return len(cells) == 1 and cells[0].shared
+
+
 @dataclass(frozen=True)
 class Swept:
     """What notebook 04 measured: the cells, the runs skipped and trained, every cell's probe
@@ -227,9 +233,22 @@ class Swept:
         flagged = gaps.filter(pl.col("flagged"))
         return flagged if flagged.height else gaps.sort("gap").tail(5)
 
+    def one_budget(self) -> int | None:
+        """The sweep's total budget when it has only one (so no gain against the budget)."""
+        budgets = {cell.budget for cell in self.cells}
+        return budgets.pop() if len(budgets) == 1 else None
+
     def paper_table(self) -> pl.DataFrame | str:
-        """The paper's Table 3 and the sweep row for row, per budget (paper.paper_vs_kit)."""
-        return self.vs_paper if self.cells else not_swept("no row to set beside the paper's")
+        """The paper's Table 3 and the sweep row for row, per budget (paper.paper_vs_kit); a
+        sentence where the sweep is notebook 03's one cell (its runs, its table)."""
+        if not self.cells:
+            return not_swept("no row to set beside the paper's")
+        if repeats_notebook_03(self.cells):
+            return (
+                f"This run swept one cell, notebook 03's own runs at {self.cells[0].budget:,} "
+                "iterations: its rows beside the paper are notebook 03's table."
+            )
+        return self.vs_paper
 
     def regime_table(self) -> pl.DataFrame | str:
         """The paper's rows beside the sweep's time-concat rows, each with its regime against
