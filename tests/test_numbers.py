@@ -1,4 +1,4 @@
-"""One number formatter for the report and the notebooks (kit.report.numbers): significant
+"""One number formatter for the report and the notebooks (kit.core.numbers): significant
 digits, thousands separators, no negative zero, small p-values in scientific notation."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from kit.report import numbers, tables
+from kit.core import numbers
+from kit.report import tables
 
 
 @pytest.mark.parametrize(

@@ -30,11 +30,11 @@ from typing import Any
 import nbformat
 import polars as pl
 
-from kit.core import notices, provenance
+from kit.core import notices, numbers, provenance
 from kit.core.citation import PAPER
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
-from kit.report import notebook_html, numbers, outputs, tables
+from kit.report import notebook_html, outputs, tables
 from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import label
 from kit.stats import outcomes

@@ -1,4 +1,4 @@
-"""Tables formatted for reading: group statistics, wide layouts, numbers as kit.report.numbers
+"""Tables formatted for reading: group statistics, wide layouts, numbers as kit.core.numbers
 prints them (floats to sensible decimals, thousands separators, p-values in scientific notation
 when small), booleans as yes/no."""
 
@@ -14,8 +14,8 @@ import yaml
 from IPython.display import Markdown
 from pydantic import BaseModel
 
+from kit.core import numbers
 from kit.core.scalars import as_float, as_optional_float
-from kit.report import numbers
 from kit.report.labels import label
 
 
@@ -112,7 +112,7 @@ def _is_identifier(column: str) -> bool:
 
 
 def _cell(column: str, value: Any, places: int | None) -> str:
-    """One cell as a reader sees it (kit.report.numbers)."""
+    """One cell as a reader sees it (kit.core.numbers)."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float) and column in P_COLUMNS:

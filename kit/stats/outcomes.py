@@ -38,7 +38,7 @@ from typing import Any
 import polars as pl
 import scipy.stats
 
-from kit.report import numbers
+from kit.core import numbers
 from kit.stats import sequential
 
 #: two-sided level of every primary interval (a 95 % interval)

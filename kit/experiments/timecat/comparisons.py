@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from kit.core import numbers
 from kit.core.scalars import as_float
 from kit.data import synthetic
 from kit.experiments.timecat.claims import (
@@ -22,7 +23,7 @@ from kit.experiments.timecat.claims import (
 )
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS, kinds_where
-from kit.report import numbers, tables
+from kit.report import tables
 from kit.stats import outcomes, rounds, verdicts
 
 
