@@ -31,6 +31,7 @@ from kit.experiments.timecat import (
 )
 from kit.report import outputs, palette, tables
 from kit.stats import crossover
+from kit.train.run_files import RunFolder
 
 KINDS = {
     "cat1": ("time-concat", 1),
@@ -439,12 +440,10 @@ def test_cells_of_one_world_share_their_untrained_networks_features(tmp_path: Pa
     assert planning.initialise(untrained[0] + untrained[1]) == 8
     assert {c.output_dir for c in untrained[0]}.isdisjoint(c.output_dir for c in untrained[1])
     for one, other in zip(*untrained, strict=True):
-        mine, theirs = (Path(c.output_dir) / planning.INITIAL for c in (one, other))
+        mine, theirs = (RunFolder.of(c).initial for c in (one, other))
         assert mine.read_bytes() == theirs.read_bytes()
     dataset = TensorDataset(torch.rand(6, 3, 16, 16), torch.arange(6) % 2)
-    first, second = (
-        [Path(c.output_dir) / planning.INITIAL] for c in (untrained[0][0], untrained[1][0])
-    )
+    first, second = ([RunFolder.of(c).initial] for c in (untrained[0][0], untrained[1][0]))
     cache = planning.features_dir(small)
     found = features.extract_many(
         [first, second], dataset, "six images", "eval", "none", cache, progress=False

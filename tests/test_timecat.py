@@ -27,7 +27,7 @@ from kit.data.kinds.imagefolder import image_folder
 from kit.experiments.timecat import comparisons, figures, planning
 from kit.experiments.timecat.settings import SCALE_TRAIN_KEYS, TimecatSettings
 from kit.launch.runs import is_finished
-from kit.train.checkpoint import CHECKPOINT
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 NOTEBOOK = "03_time_concat"
@@ -503,14 +503,12 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
     shown = "".join(o.get("data", {}).get("text/html", "") for o in training.outputs)
     assert shown.count(">finished<") == len(experiment.trainings) and "to train" not in shown
     stamps = {
-        t.output_dir: os.stat(Path(t.output_dir) / CHECKPOINT).st_mtime_ns
-        for t in experiment.trainings
+        t.output_dir: os.stat(RunFolder.of(t).checkpoint).st_mtime_ns for t in experiment.trainings
     }
     skipped = planning.launch(experiment.trainings, loaded)
     assert len(skipped) == len(experiment.trainings)
     assert stamps == {
-        t.output_dir: os.stat(Path(t.output_dir) / CHECKPOINT).st_mtime_ns
-        for t in experiment.trainings
+        t.output_dir: os.stat(RunFolder.of(t).checkpoint).st_mtime_ns for t in experiment.trainings
     }
     for changed, key in (({"total_iterations": 80}, "iterations"), ({"train": {"lr": 0.01}}, "lr")):
         other = planned_params("ci", output_dir=str(folder), **changed)

@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kit.core.paths import resolve
 from kit.core.progress import KeptBar
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 
@@ -43,7 +43,7 @@ class Progress:
         )
 
     def update(self, name: str, settings: TrainSettings) -> None:
-        record = last_record(resolve(settings.output_dir) / "metrics.jsonl")
+        record = last_record(RunFolder.of(settings).metrics)
         bar = self.bars[name]
         if record and record["step"] > bar.n:
             if bar.n == 0:  # a run that waited its turn in a chain: its clock starts when it did,
