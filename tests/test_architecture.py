@@ -1,13 +1,17 @@
 """The house rules a newcomer relies on, checked over the source and by doing each kind of
-change once: the parameter engine names no notebook, and a variant's kind is read from its
-registry entry, never compared with its name; and each kind of change docs/architecture.md
-names (a control, a dataset kind, a notebook) done once, as one registration."""
+change once: the parameter engine names no notebook, a variant's kind is read from its registry
+entry, never compared with its name, a run's files are named by its RunFolder alone and a
+notebook's result files by its experiment's catalogue; and each kind of change
+docs/architecture.md names (a control, a dataset kind, a notebook) done once, as one
+registration."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
+import nbformat
 import polars as pl
 import pytest
 
@@ -102,6 +106,20 @@ def test_no_module_but_the_run_folder_names_a_run_file() -> None:
                 and (node.value in names or node.value.startswith(snapshot))
             ):
                 found.append(f"{path.relative_to(KIT)}:{node.lineno} names {node.value!r}")
+    assert not found, "\n".join(found)
+
+
+def test_notebooks_name_their_result_files_from_the_catalogue() -> None:
+    """A notebook writes `out / TIME_CONCAT.table3`, never `out / "time_concat_table3.parquet"`:
+    the experiment's catalogue is what the tests and later notebooks read by."""
+    literal = re.compile(r"[\"'][\w.-]+\.(?:parquet|json)[\"']")
+    found = [
+        f"{path.name}: {match}"
+        for path in sorted((KIT.parent / "notebooks").glob("*.ipynb"))
+        for cell in nbformat.read(path, as_version=4).cells
+        if cell.cell_type == "code"
+        for match in literal.findall(cell.source)
+    ]
     assert not found, "\n".join(found)
 
 

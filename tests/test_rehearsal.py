@@ -36,6 +36,7 @@ from kit.data.fixtures import write_paper_data
 from kit.data.settings import DataSettings
 from kit.experiments.timecat import jobs
 from kit.experiments.timecat.released import released_files
+from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.probes.selection import RULES
 
 pytestmark = pytest.mark.rehearsal
@@ -236,7 +237,7 @@ def profile_arguments(profile: str, out: Path) -> list[str]:
 
 def check_results(out: Path) -> pl.DataFrame:
     """The results table: every variant on every task under every rule, accuracies in [0, 1]."""
-    results = pl.read_parquet(out / jobs.RESULTS)
+    results = pl.read_parquet(out / TIME_CONCAT.results)
     assert results.height == len(VARIANTS) * len(TASKS) * len(RULES)
     assert set(results["variant"]) == set(VARIANTS) and set(results["task"]) == set(TASKS)
     assert results["top1"].is_between(0, 1).all()
@@ -279,7 +280,7 @@ def test_paper_8xh100_trains_extracts_and_probes_with_two_ranks(paper_8xh100: Pa
     extraction = (runs / "logs" / "extract.log").read_text()
     assert "rank 0/2 on cpu" in extraction and "rank 1/2 on cpu" in extraction
     check_results(paper_8xh100)
-    assert (paper_8xh100 / "time_concat_summary.json").exists()
+    assert (paper_8xh100 / TIME_CONCAT.summary).exists()
     for script in ("train.sbatch", "extract.sbatch", "probe.sbatch", "submit.sh"):
         assert (paper_8xh100 / "export" / script).exists(), script
 

@@ -238,7 +238,7 @@ def claim_lines(output_dir: Path, since: float, until: float) -> list[str]:
     files written in `output_dir` between `since` and `until` (one notebook's run: a later
     notebook's summaries are not its own)."""
     lines = []
-    for path in sorted(output_dir.glob("*_summary.json")):
+    for path in sorted(output_dir.glob(f"*{outputs.SUMMARY_SUFFIX}")):
         try:
             if not since <= path.stat().st_mtime <= until:
                 continue

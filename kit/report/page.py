@@ -117,7 +117,7 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
             "it, then the report"
         )
     notebooks = executed_notebooks(folder)
-    if not notebooks and not list(folder.glob("*_summary.json")):
+    if not notebooks and not list(folder.glob(f"*{outputs.SUMMARY_SUFFIX}")):
         raise ReportError(
             f"{folder}: no executed notebook or *_summary.json to report on; "
             f"run `python -m kit run --profile {profile}` first"
@@ -193,7 +193,7 @@ def verdicts(folder: Path) -> str:
     """Per notebook that recorded claims: each claim's outcome as a badge and its sentence, then
     the line saying what ran."""
     lines = []
-    for path in sorted(folder.glob("*_summary.json")):
+    for path in sorted(folder.glob(f"*{outputs.SUMMARY_SUFFIX}")):
         for status, line in outputs.statements(json.loads(path.read_text())):
             if not status:
                 lines.append(f'<p class="ran">{html.escape(line)}</p>')
