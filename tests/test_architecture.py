@@ -1,13 +1,17 @@
 """The house rules a newcomer relies on, checked over the source and by doing each kind of
-change once: the parameter engine names no notebook, and a variant's kind is read from its
-registry entry, never compared with its name; and each kind of change docs/architecture.md
-names (a control, a dataset kind, a notebook) done once, as one registration."""
+change once: the parameter engine names no notebook, a variant's kind is read from its registry
+entry, never compared with its name, a run's files are named by its RunFolder alone and a
+notebook's result files by its experiment's catalogue; and each kind of change
+docs/architecture.md names (a control, a dataset kind, a notebook) done once, as one
+registration."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
+import nbformat
 import polars as pl
 import pytest
 
@@ -20,6 +24,7 @@ from kit.data.settings import DataSettings
 from kit.experiments.timecat import comparisons
 from kit.experiments.timecat.settings import Variant
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
+from kit.train.run_files import RunFolder
 
 KIT = Path(kit.__file__).parent
 
@@ -63,6 +68,58 @@ def test_no_module_but_the_registry_compares_a_variant_kind_with_its_name() -> N
             named = names.intersection(t for operand in operands for t in literals(operand))
             if named:
                 found.append(f"{path.relative_to(KIT)}:{node.lineno} compares with {named}")
+    assert not found, "\n".join(found)
+
+
+def test_no_module_but_the_run_folder_names_a_run_file() -> None:
+    """A run's files are the RunFolder's (`RunFolder.of(settings).metrics`), so that a file's
+    name, and how it is written, lives in one place: `out / "metrics.jsonl"` or
+    `f"snapshot-{step}.pt"` elsewhere would be a second copy of it (docstrings and comments may
+    name the files)."""
+    home = KIT / "train" / "run_files.py"
+    names = {
+        RunFolder.CONFIG,
+        RunFolder.METRICS,
+        RunFolder.CHECKPOINT,
+        RunFolder.INITIAL,
+        RunFolder.PROVENANCE,
+        RunFolder.DONE,
+    }
+    snapshot = RunFolder(Path()).snapshot(0).name.removesuffix("0.pt")  # f"snapshot-{step}.pt"
+    found = []
+    for path, text in sources(".").items():
+        if path == home:
+            continue
+        tree = ast.parse(text)
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and (node.value in names or node.value.startswith(snapshot))
+            ):
+                found.append(f"{path.relative_to(KIT)}:{node.lineno} names {node.value!r}")
+    assert not found, "\n".join(found)
+
+
+def test_notebooks_name_their_result_files_from_the_catalogue() -> None:
+    """A notebook writes `out / TIME_CONCAT.table3`, never `out / "time_concat_table3.parquet"`:
+    the experiment's catalogue is what the tests and later notebooks read by."""
+    literal = re.compile(r"[\"'][\w.-]+\.(?:parquet|json)[\"']")
+    found = [
+        f"{path.name}: {match}"
+        for path in sorted((KIT.parent / "notebooks").glob("*.ipynb"))
+        for cell in nbformat.read(path, as_version=4).cells
+        if cell.cell_type == "code"
+        for match in literal.findall(cell.source)
+    ]
     assert not found, "\n".join(found)
 
 

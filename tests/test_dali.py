@@ -18,7 +18,7 @@ from kit.cli import main
 from kit.data import pipeline as data
 from kit.data.settings import DataSettings
 from kit.train import trainer as train
-from kit.train.checkpoint import CHECKPOINT
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 CLASSES = ("n01", "n02", "n03")
@@ -189,7 +189,7 @@ def test_a_training_run_reads_its_batches_through_dali(pictures: Path, tmp_path:
             "output_dir": str(tmp_path / name),
         }
         out = train.train(TrainSettings(**values))
-        return torch.load(out / CHECKPOINT, weights_only=True)
+        return torch.load(RunFolder(out).checkpoint, weights_only=True)
 
     first, again = run("first"), run("again")
     assert first["step"] == again["step"] == 4

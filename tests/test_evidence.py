@@ -10,6 +10,7 @@ import pytest
 
 from kit.core.citation import PAPER
 from kit.experiments import evidence, evidence_charts
+from kit.experiments.evidence import EVIDENCE
 from kit.report import charts, outputs
 
 # The paper's printed tables (arXiv 2506.18221v3, Tables 2 and 3; cat4 CIFAR-100 read from the
@@ -146,13 +147,13 @@ def test_concat_series_places_concatenations_and_wider_networks() -> None:
 
 
 def test_notebook_02_shows_what_the_data_give(notebook_outputs) -> None:
-    folder = notebook_outputs("02_surveyed_evidence", "evidence_summary.json")
+    folder = notebook_outputs("02_surveyed_evidence", EVIDENCE.summary)
     sources = evidence.load_all()
-    assert outputs.read_json(folder / "evidence_summary.json") == evidence.summarize(sources)
-    assert pl.read_parquet(folder / "table2_gains.parquet").equals(
+    assert outputs.read_json(folder / EVIDENCE.summary) == evidence.summarize(sources)
+    assert pl.read_parquet(folder / EVIDENCE.table2_gains).equals(
         evidence.ensemble_gains(sources["table2"])
     )
-    assert pl.read_parquet(folder / "table3_gains.parquet").equals(
+    assert pl.read_parquet(folder / EVIDENCE.table3_gains).equals(
         evidence.time_concat_gains(sources["table3"])
     )
     for chart in ("table1_dfr", "table2", "table3", "figure4_concat_vs_scale"):

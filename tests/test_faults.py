@@ -16,6 +16,7 @@ from kit.core import files, params
 from kit.core.paths import REPO_ROOT, importable_environment
 from kit.experiments.timecat import planning
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 NOTEBOOK = "03_time_concat"
@@ -42,9 +43,7 @@ def kit_check(*sets: str) -> subprocess.CompletedProcess[str]:
 
 
 def initial_weights(config: TrainSettings) -> torch.Tensor:
-    return models.read_checkpoint(Path(config.output_dir) / planning.INITIAL)["model"][
-        "conv1.weight"
-    ]
+    return models.read_checkpoint(RunFolder.of(config).initial)["model"]["conv1.weight"]
 
 
 def test_untrained_networks_made_with_other_settings_are_written_again(tmp_path: Path) -> None:
@@ -57,7 +56,7 @@ def test_untrained_networks_made_with_other_settings_are_written_again(tmp_path:
     wide = planning.plan(ci_settings(tmp_path, train={"width": 2.0})).initial
     assert [c.output_dir for c in wide] == [c.output_dir for c in narrow]
     assert planning.initialise(wide) == len(wide)
-    saved = models.read_checkpoint(Path(wide[0].output_dir) / planning.INITIAL)
+    saved = models.read_checkpoint(RunFolder.of(wide[0]).initial)
     assert saved["config"]["width"] == wide[0].width != narrow[0].width
     assert initial_weights(wide[0]).shape[0] > narrow_channels
     assert planning.initialise(wide) == 0
@@ -66,7 +65,7 @@ def test_untrained_networks_made_with_other_settings_are_written_again(tmp_path:
 def test_an_untrained_network_corrupted_on_disk_is_written_again(tmp_path: Path) -> None:
     configs = planning.plan(ci_settings(tmp_path)).initial
     planning.initialise(configs)
-    path = Path(configs[0].output_dir) / planning.INITIAL
+    path = RunFolder.of(configs[0]).initial
     assert files.verify(path, "rebuild")  # its hash is recorded
     good = path.read_bytes()
     corrupt = bytearray(good)
@@ -81,7 +80,7 @@ def test_a_checkpoint_without_a_recorded_hash_loads_with_a_notice_naming_it(
 ) -> None:
     configs = planning.plan(ci_settings(tmp_path)).initial
     planning.initialise(configs)
-    path = Path(configs[0].output_dir) / planning.INITIAL
+    path = RunFolder.of(configs[0]).initial
     models.read_checkpoint(path)
     assert capsys.readouterr().err == ""
     files.sidecar(path).unlink()

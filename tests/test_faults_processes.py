@@ -32,7 +32,8 @@ from kit.experiments.timecat import sweep, sweep_settings
 from kit.experiments.timecat.sweep_settings import SweepSettings
 from kit.launch import progress
 from kit.report import page
-from kit.train import checkpoint, command, metrics, trainer
+from kit.train import checkpoint, command, metrics
+from kit.train.run_files import RunFolder
 
 #: what the kit's processes carry on their command line: the kernel, warm workers, trainers
 KIT_PROCESSES = ("ipykernel", "kit.launch.warm", "kit.train")
@@ -230,7 +231,7 @@ def test_a_full_disk_is_named_with_the_file_and_its_free_space(small_disk: Path)
 def test_a_checkpoint_on_a_full_disk_stops_the_trainer_with_a_message(
     small_disk: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = small_disk / checkpoint.CHECKPOINT
+    path = small_disk / RunFolder.CHECKPOINT
     state = {"model": {"weight": torch.zeros(1_000_000)}}  # 4 MB on a 2 MB disk
     assert command.exit_code(lambda: checkpoint.write_checkpoint(path, state)) == 1
     err = capsys.readouterr().err
@@ -249,7 +250,7 @@ def _records(steps: range) -> str:
 def test_a_metrics_line_torn_by_a_kill_is_left_out_of_the_curves(tmp_path: Path) -> None:
     """A kill mid-write leaves a last line without its end (and without a newline): the finished
     records are read, as a resumed run would keep them, and progress shows the last of them."""
-    path = tmp_path / metrics.METRICS
+    path = tmp_path / RunFolder.METRICS
     path.write_text(_records(range(1, 4)) + '{"step": 4, "epoch": 0, "lo')
     table = metrics.read_metrics(tmp_path)
     assert table["step"].to_list() == [1, 2, 3]
@@ -264,7 +265,7 @@ def test_a_corrupted_metrics_line_is_refused_naming_the_file_and_line(
 ) -> None:
     """A bad line before the last (or a last one ended by a newline) is no kill's doing: polars
     said `error parsing line` with neither file nor line; it must say both and what to do."""
-    path = tmp_path / metrics.METRICS
+    path = tmp_path / RunFolder.METRICS
     lines = _records(range(1, 5)).splitlines(keepends=True)
     path.write_text("".join(lines[:1]) + bad + "\n" + "".join(lines[2:]))
     with pytest.raises(
@@ -282,7 +283,7 @@ def test_resuming_drops_a_corrupted_metrics_line_that_is_still_json(
 ) -> None:
     """What the refusal above promises: a resumed run drops the bad line (it used to stop on a
     line that parses as JSON but is no record)."""
-    path = tmp_path / metrics.METRICS
+    path = tmp_path / RunFolder.METRICS
     lines = _records(range(1, 5)).splitlines(keepends=True)
     path.write_text(lines[0] + "[1, 2]\n" + "".join(lines[2:]))
     metrics.keep_metrics_until(path, 3)
@@ -410,7 +411,7 @@ def _ended_within(process: psutil.Process, seconds: float) -> bool:
 
 
 def _done(folder: Path) -> int:
-    return len(list(folder.glob(f"run*/{trainer.DONE}")))
+    return len(list(folder.glob(f"run*/{RunFolder.DONE}")))
 
 
 #: how long a stopped chain may take to end: its next logging step (two tiny steps) or the rest of
@@ -472,7 +473,7 @@ def test_repeated_group_kills_across_a_chain_stop_it_every_time_and_resume_bit_i
 
 def _assert_same_run(resumed: Path, straight: Path) -> None:
     a, b = (
-        torch.load(folder / checkpoint.CHECKPOINT, weights_only=True)
+        torch.load(folder / RunFolder.CHECKPOINT, weights_only=True)
         for folder in (resumed, straight)
     )
     assert a["step"] == b["step"]
@@ -598,7 +599,7 @@ def test_a_stop_sent_to_every_process_of_a_trainer_with_loader_workers_checkpoin
     tree = [psutil.Process(process.pid)]
     try:
         deadline = time.monotonic() + 120
-        while not (out / metrics.METRICS).exists():
+        while not (out / RunFolder.METRICS).exists():
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "training did not start"
             time.sleep(0.1)

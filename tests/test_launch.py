@@ -30,7 +30,8 @@ from kit.launch.progress import Progress
 from kit.launch.runs import Launched
 from kit.launch.settings import LaunchSettings
 from kit.train import trainer as train
-from kit.train.metrics import METRICS, read_metrics
+from kit.train.metrics import read_metrics
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 #: launches of two runs each through the torchrun backend: 6 miss a failure that struck 3 launches
@@ -100,7 +101,7 @@ def test_a_torchrun_trains_its_chain_in_one_group_each_run_as_if_alone(tmp_path:
     chained = placements(tmp_path / "chain" / "logs" / "run0.log")
     assert len(chained) == 6 and not (tmp_path / "chain" / "logs" / "run2.log").exists()
     for config in configs:
-        done = yaml.safe_load((Path(config.output_dir) / train.DONE).read_text())
+        done = yaml.safe_load((Path(config.output_dir) / RunFolder.DONE).read_text())
         assert done == {"step": 4, "ranks": 2}
     alone = tiny(tmp_path / "alone" / "run2", seed=2, iterations=4)
     launch.launch([alone], settings_, tmp_path / "alone").check()
@@ -129,7 +130,7 @@ def test_torchrun_backend_launches_back_to_back_without_failure(tmp_path: Path) 
         result = launch.launch(configs, settings_, tmp_path / f"launch{index}")
         failures |= result.failed
         for config in configs:
-            done = yaml.safe_load((Path(config.output_dir) / train.DONE).read_text())
+            done = yaml.safe_load((Path(config.output_dir) / RunFolder.DONE).read_text())
             assert done == {"step": 2, "ranks": 2}
     assert not failures
 
@@ -166,7 +167,10 @@ def test_slurm_variables_alone_make_one_ddp_job(tmp_path: Path) -> None:
     ]
     outputs = [task.communicate(timeout=300)[0] for task in tasks]
     assert [task.returncode for task in tasks] == [0, 0], outputs
-    assert yaml.safe_load((tmp_path / "srun" / train.DONE).read_text()) == {"step": 4, "ranks": 2}
+    assert yaml.safe_load((tmp_path / "srun" / RunFolder.DONE).read_text()) == {
+        "step": 4,
+        "ranks": 2,
+    }
     assert "rank 1/2" in outputs[1]
 
 
@@ -208,14 +212,14 @@ def test_second_launch_into_a_held_run_folder_is_refused_naming_the_holder(tmp_p
         )
     assert result.returncode == 2
     assert f"in use by pid {os.getpid()}" in result.stderr and "Traceback" not in result.stderr
-    assert not (tmp_path / "run" / train.DONE).exists()
+    assert not (tmp_path / "run" / RunFolder.DONE).exists()
     train.train(config)  # released: it trains
-    assert (tmp_path / "run" / train.DONE).exists()
+    assert (tmp_path / "run" / RunFolder.DONE).exists()
 
 
 def _trainer_pid(run: Path, deadline: float) -> int:
     """The pid in the run folder's lock record once the trainer has logged a row."""
-    while not (run / METRICS).exists() or not (run / METRICS).read_text():
+    while not (run / RunFolder.METRICS).exists() or not (run / RunFolder.METRICS).read_text():
         assert time.monotonic() < deadline, f"{run}: no metrics row in time"
         time.sleep(0.05)
     return int(yaml.safe_load((run / locks.LOCK_FILE).read_text())["pid"])
@@ -250,11 +254,11 @@ def test_submitit_array_preempted_job_requeues_and_ends_bit_identical(
     trainer = _trainer_pid(run, time.monotonic() + 240)
     os.kill(_parent(trainer), signal.SIGUSR1)  # the submitit task, as Slurm's --signal would
     deadline = time.monotonic() + 300
-    while not (run / train.DONE).exists():
+    while not (run / RunFolder.DONE).exists():
         assert time.monotonic() < deadline, "the preempted run did not finish after requeue"
         time.sleep(0.2)
     for name in ("run1", "run2"):
-        assert (tmp_path / "array" / name / train.DONE).exists() or _wait_done(
+        assert (tmp_path / "array" / name / RunFolder.DONE).exists() or _wait_done(
             tmp_path / "array" / name, deadline
         )
     logs = "".join(p.read_text() for p in (tmp_path / "array" / "submitit").glob("*_log.*"))
@@ -270,7 +274,7 @@ def test_submitit_array_preempted_job_requeues_and_ends_bit_identical(
 
 
 def _wait_done(run: Path, deadline: float) -> bool:
-    while not (run / train.DONE).exists():
+    while not (run / RunFolder.DONE).exists():
         assert time.monotonic() < deadline, f"{run}: not finished in time"
         time.sleep(0.2)
     return True
@@ -557,7 +561,7 @@ def test_a_worker_killed_by_a_signal_is_named_in_the_error_and_the_chains_log(
     runs = {name: tiny(tmp_path / name, iterations=40) for name in names}
     (tmp_path / names[0]).mkdir()
     record = {"step": 10, "epoch": 0, "loss": 1.0, "lr": 0.1, "images_per_s": 100.0}
-    (tmp_path / names[0] / METRICS).write_text(json.dumps(record) + "\n")
+    (tmp_path / names[0] / RunFolder.METRICS).write_text(json.dumps(record) + "\n")
     log = tmp_path / "logs" / f"{names[0]}.log"
     log.parent.mkdir()
     log.write_text("step 10 loss 1.0\n")

@@ -7,15 +7,17 @@ import pytest
 
 from kit.cli import runner
 from kit.experiments import toy_summary
+from kit.experiments.timecat.result_files import TIME_CONCAT
+from kit.experiments.toy_settings import TOY
 from kit.report import labels, outputs, page
 
 
 def test_notebook_01_summary_is_what_its_tables_say(notebook_outputs) -> None:
-    folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
-    recorded = outputs.read_json(folder / "toy_summary.json")
+    folder = notebook_outputs("01_toy_counterexample", TOY.summary)
+    recorded = outputs.read_json(folder / TOY.summary)
     tables = [
-        pl.read_parquet(folder / f"toy_{name}.parquet")
-        for name in ("runs", "direct", "concat", "concat_shared_sample")
+        pl.read_parquet(folder / name)
+        for name in (TOY.runs, TOY.direct, TOY.concat, TOY.concat_shared_sample)
     ]
     recomputed = toy_summary.summarize(*tables)
     assert recorded.keys() == recomputed.keys()
@@ -42,8 +44,8 @@ PINNED_01_COUNTS = {"both": 10, "none": 21, "phi1": 34, "phi2": 31}
 
 
 def test_notebook_01_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
-    folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
-    summary = outputs.read_json(folder / "toy_summary.json")
+    folder = notebook_outputs("01_toy_counterexample", TOY.summary)
+    summary = outputs.read_json(folder / TOY.summary)
     for key, value in PINNED_01.items():
         assert summary[key] == pytest.approx(value, abs=0.02), key
     for kept, count in PINNED_01_COUNTS.items():
@@ -51,9 +53,9 @@ def test_notebook_01_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
 
 
 def test_notebook_01_key_results(notebook_outputs) -> None:
-    folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
-    summary = outputs.read_json(folder / "toy_summary.json")
-    runs = pl.read_parquet(folder / "toy_runs.parquet")
+    folder = notebook_outputs("01_toy_counterexample", TOY.summary)
+    summary = outputs.read_json(folder / TOY.summary)
+    runs = pl.read_parquet(folder / TOY.runs)
     assert all(accuracy >= 0.95 for accuracy in summary["direct_accuracy"].values())
     # dominated mixtures: most models keep only the dominant component's feature
     assert summary["one_feature_fraction_by_share"]["0.7"] >= 0.75
@@ -108,8 +110,8 @@ PINNED_03_OUTCOMES = {"time-concat": "contradicted", "bottleneck": "reproduced"}
 
 
 def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
-    folder = notebook_outputs("03_time_concat", "time_concat_table3.parquet")
-    table = pl.read_parquet(folder / "time_concat_table3.parquet")
+    folder = notebook_outputs("03_time_concat", TIME_CONCAT.table3)
+    table = pl.read_parquet(folder / TIME_CONCAT.table3)
     measured = {
         (row["variant"], task): row[f"{task} mean"]
         for row in table.iter_rows(named=True)
@@ -120,18 +122,18 @@ def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     for key, value in PINNED_03.items():
         assert measured[key] == pytest.approx(value, abs=TOLERANCE), key
     # the first replicate's fast probes were refitted by L-BFGS (lbfgs_check), the others not
-    results = pl.read_parquet(folder / "time_concat_results.parquet")
+    results = pl.read_parquet(folder / TIME_CONCAT.results)
     checked = results.filter(pl.col("lbfgs_top1").is_not_null())
     assert set(checked["replicate"]) == {0}
     assert checked.height == results.filter(pl.col("replicate") == 0).height
     # the fast probe run to convergence (select_from: converged) gives L-BFGS's fits
     assert (checked["top1"] - checked["lbfgs_top1"]).abs().max() <= 0.005
-    summary = outputs.read_json(folder / "time_concat_summary.json")
+    summary = outputs.read_json(folder / TIME_CONCAT.summary)
     controls = {(row["variant"], row["baseline"]) for row in summary["controls"]}
     assert controls == {("cat2", "wide1"), ("cat2", "random2")}
     # each claim in one of three outcomes, with the effect the run could have detected, and
     # intervals within the range of an accuracy difference
-    verdicts = pl.read_parquet(folder / "time_concat_verdicts.parquet")
+    verdicts = pl.read_parquet(folder / TIME_CONCAT.verdicts)
     assert verdicts["claim"].unique(maintain_order=True).to_list() == ["time-concat", "bottleneck"]
     assert verdicts["low"].min() >= -100 and verdicts["high"].max() <= 100
     assert {c["claim"]: c["status"] for c in summary["claims"]} == PINNED_03_OUTCOMES

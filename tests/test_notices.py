@@ -14,9 +14,9 @@ import torch
 
 from kit.cli import runner
 from kit.core import notices, params
-from kit.core.processes import DONE
 from kit.report import page
 from kit.train import metrics
+from kit.train.run_files import RunFolder
 
 
 def _records(steps: range) -> str:
@@ -28,9 +28,9 @@ def _records(steps: range) -> str:
 
 
 def test_a_torn_last_metrics_line_of_a_finished_run_is_an_error(tmp_path: Path) -> None:
-    path = tmp_path / metrics.METRICS
+    path = RunFolder(tmp_path).metrics
     path.write_text(_records(range(1, 4)) + '{"step": 4, "epoch": 0, "lo')
-    (tmp_path / DONE).write_text("{}\n")
+    (RunFolder(tmp_path).done).write_text("{}\n")
     with pytest.raises(
         metrics.MetricsError,
         match=f"^{re.escape(str(path))}: line 4, the last, is torn .* although the run finished",
@@ -43,7 +43,7 @@ def test_a_torn_metrics_line_of_an_unfinished_run_is_left_out_and_recorded(
 ) -> None:
     collecting = tmp_path / "notices.jsonl"
     monkeypatch.setenv(notices.NOTICES_FILE_ENV, str(collecting))
-    path = tmp_path / metrics.METRICS
+    path = RunFolder(tmp_path).metrics
     path.write_text(_records(range(1, 4)) + '{"step": 4, "epoch": 0, "lo')
     assert metrics.read_metrics(tmp_path)["step"].to_list() == [1, 2, 3]
     assert notices.collected(collecting) == [

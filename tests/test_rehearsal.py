@@ -36,6 +36,7 @@ from kit.data.fixtures import write_paper_data
 from kit.data.settings import DataSettings
 from kit.experiments.timecat import jobs
 from kit.experiments.timecat.released import released_files
+from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.probes.selection import RULES
 
 pytestmark = pytest.mark.rehearsal
@@ -238,7 +239,7 @@ def check_results(out: Path, variants: list[str] | None = None) -> pl.DataFrame:
     """The results table: every variant (of VARIANTS by default) on every task under every rule,
     accuracies in [0, 1]."""
     variants = variants or list(VARIANTS)
-    results = pl.read_parquet(out / jobs.RESULTS)
+    results = pl.read_parquet(out / TIME_CONCAT.results)
     assert results.height == len(variants) * len(TASKS) * len(RULES)
     assert set(results["variant"]) == set(variants) and set(results["task"]) == set(TASKS)
     assert results["top1"].is_between(0, 1).all()
@@ -281,7 +282,7 @@ def test_paper_8xh100_trains_extracts_and_probes_with_two_ranks(paper_8xh100: Pa
     extraction = (runs / "logs" / "extract.log").read_text()
     assert "rank 0/2 on cpu" in extraction and "rank 1/2 on cpu" in extraction
     check_results(paper_8xh100)
-    assert (paper_8xh100 / "time_concat_summary.json").exists()
+    assert (paper_8xh100 / TIME_CONCAT.summary).exists()
     for script in ("train.sbatch", "extract.sbatch", "probe.sbatch", "submit.sh"):
         assert (paper_8xh100 / "export" / script).exists(), script
 

@@ -19,6 +19,8 @@ from kit.core import provenance
 from kit.core.citation import PAPER
 from kit.experiments import toy_charts
 from kit.experiments.timecat import paper
+from kit.experiments.timecat.result_files import TIME_CONCAT
+from kit.experiments.toy_settings import TOY
 from kit.report import labels, page
 from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import LABELS
@@ -80,19 +82,19 @@ def fake_outputs(folder: Path) -> Path:
     }
     nbformat.write(notebook, folder / "03_time_concat.ipynb")
     nbformat.write(notebook, folder / "03_time_concat.partial.ipynb")  # a failed re-run
-    (folder / "time_concat_summary.json").write_text(
+    (folder / TIME_CONCAT.summary).write_text(
         json.dumps({"claim": {"status": "reproduced", "line": CLAIM}, "runs": 12})
     )
-    (folder / "toy_summary.json").write_text(json.dumps({"runs": 48}))  # no claim
+    (folder / TOY.summary).write_text(json.dumps({"runs": 48}))  # no claim
     pl.DataFrame(
         {"variant": ["cat1", "cat4"], "shape mean": [61.54321, 64.25], "shape std": [1.234, 1.5]}
-    ).write_parquet(folder / "time_concat_table3.parquet")
-    pl.DataFrame({"x": [1]}).write_parquet(folder / "time_concat_training.parquet")
+    ).write_parquet(folder / TIME_CONCAT.table3)
+    pl.DataFrame({"x": [1]}).write_parquet(folder / TIME_CONCAT.training)
     paper.paper_vs_kit(
         fake_results({"cat1": [0.5, 0.6], "cat4": [0.6, 0.7]}), "heldout"
-    ).write_parquet(folder / "time_concat_vs_paper.parquet")
+    ).write_parquet(folder / TIME_CONCAT.vs_paper)
     pl.DataFrame({"variant": ["cat4"], "gain_mean": [1.25], "p_adjusted": [0.5]}).write_parquet(
-        folder / "time_concat_gains.parquet"
+        folder / TIME_CONCAT.gains
     )
     (folder / "03_time_concat.parameters.yaml").write_text("profile: ci\nreplicates: 2\n")
     provenance.write(folder / "03_time_concat.provenance.json")
@@ -185,7 +187,7 @@ def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_
         "cat4 vs cat1", "cat4", "cat1", ("shape", "position"), outcomes.estimate([1.0, 9.0, -3.0])
     )
     found = outcomes.outcome("time-concat", [condition], 2.9)
-    (folder / "time_concat_summary.json").write_text(
+    (folder / TIME_CONCAT.summary).write_text(
         json.dumps(
             {
                 "claim": {"status": found.status, "line": "time-concat line"},
@@ -197,7 +199,7 @@ def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_
             }
         )
     )
-    outcomes.table(found.rows).write_parquet(folder / "time_concat_verdicts.parquet")
+    outcomes.table(found.rows).write_parquet(folder / TIME_CONCAT.verdicts)
     text = page.write_report("ci", folder).read_text()
     assert 'class="claim unsure"><span class="status">inconclusive' in text
     assert 'class="claim good"><span class="status">reproduced</span>bottleneck line' in text

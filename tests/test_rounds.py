@@ -15,6 +15,7 @@ from test_sweep import sweep_results
 
 from kit.core import params
 from kit.experiments.timecat import claims, sweep, sweep_outcome, sweep_settings
+from kit.experiments.timecat.result_files import SWEEP
 from kit.stats import outcomes, rounds
 from kit.stats.sequential import Rounds
 from kit.stats.settings import RoundsSettings
@@ -217,7 +218,7 @@ def test_the_sweep_in_rounds_stops_a_decided_cell_and_says_why(
         2,
         6,
     )
-    verdicts = pl.read_parquet(tmp_path / sweep.VERDICTS)
+    verdicts = pl.read_parquet(tmp_path / SWEEP.verdicts)
     assert verdicts.filter(pl.col("budget") == 240)["replicates"].to_list() == [3, 3, 3]
     assert set(verdicts["stopped"]) == {cells[240]["stopped"], cells[480]["stopped"]}
     assert verdicts["repeated"].all()

@@ -23,7 +23,10 @@ from kit.cli import runner, terminal
 from kit.core import locks, params, provenance
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
 from kit.core.progress import STAGE_FILE_ENV, Stage
-from kit.experiments.timecat import jobs, planning, sweep, sweep_settings
+from kit.experiments.evidence import EVIDENCE
+from kit.experiments.timecat import planning, sweep, sweep_settings
+from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
+from kit.experiments.toy_settings import TOY
 from kit.launch.runs import run_name
 from kit.report import page
 
@@ -277,7 +280,7 @@ def test_notebook_04_reuses_notebook_03s_results_only_while_their_record_stands(
     runner.parameters_record(planned).parent.mkdir(parents=True)
     runner.parameters_record(planned).write_text(yaml.safe_dump(planned.parameters))
     pl.DataFrame({"variant": ["cat1"], "replicate": [0]}).write_parquet(
-        tmp_path / "ci" / jobs.RESULTS
+        tmp_path / "ci" / TIME_CONCAT.results
     )
     assert sweep.notebook03_results(loaded, shared)["variant"].to_list() == ["cat1"]
     runner.start_record(planned)
@@ -336,7 +339,7 @@ def test_plain_papermill_with_a_parameter_file_runs(tmp_path: Path) -> None:
     result = papermill_cli(tmp_path / "ok.ipynb", small)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Passed unknown parameter" not in result.stderr  # the cell declares every key
-    assert (tmp_path / "out" / "toy_summary.json").exists()
+    assert (tmp_path / "out" / TOY.summary).exists()
 
 
 @pytest.mark.parametrize(
@@ -348,7 +351,7 @@ def test_plain_papermill_refuses_bad_or_unknown_parameters_in_the_notebook(
     result = papermill_cli(tmp_path / "bad.ipynb", f"output_dir: {tmp_path}\n{bad}\n")
     assert result.returncode != 0
     assert "ParameterError" in result.stderr and named in result.stderr
-    assert not (tmp_path / "toy_runs.parquet").exists()
+    assert not (tmp_path / TOY.runs).exists()
 
 
 def notebook_03_head(path: Path) -> None:
@@ -413,7 +416,7 @@ def test_a_saved_parameter_file_replays_where_its_profile_says(tmp_path: Path) -
         str(saved),
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / "ci" / "evidence_summary.json").exists()
+    assert (tmp_path / "ci" / EVIDENCE.summary).exists()
 
 
 def test_a_notebook_run_outside_kit_run_takes_back_kit_runs_parameters_record(
@@ -532,7 +535,7 @@ def test_kit_run_prints_training_progress_while_notebook_03_trains(runner_output
 
 
 def test_the_saved_notebook_03_keeps_each_runs_final_bar(notebook_outputs) -> None:
-    folder = notebook_outputs("03_time_concat", "time_concat_summary.json")
+    folder = notebook_outputs("03_time_concat", TIME_CONCAT.summary)
     loaded, _ = params.load("03_time_concat", "ci", output_dir=str(folder))
     work = planning.runs_dir(loaded)
     budgets = {run_name(t, work): t.iterations for t in planning.plan(loaded).trainings}
@@ -609,7 +612,7 @@ def test_the_summary_names_time_output_and_the_claims_written_by_the_run(
     out.mkdir(parents=True)
     (out / "old_summary.json").write_text(json.dumps({"claim": {"line": "stale claim"}}))
     os.utime(out / "old_summary.json", (1.0, 1.0))
-    (out / "time_concat_summary.json").write_text(
+    (out / TIME_CONCAT.summary).write_text(
         json.dumps(
             {
                 "claim": {"status": "inconclusive", "line": "cat2 transfers better"},
@@ -621,10 +624,10 @@ def test_the_summary_names_time_output_and_the_claims_written_by_the_run(
             }
         )
     )
-    (out / "toy_summary.json").write_text(json.dumps({"no": "claim"}))
-    (out / "sweep_summary.json").write_text(json.dumps({"claim": {"line": "a later notebook's"}}))
+    (out / TOY.summary).write_text(json.dumps({"no": "claim"}))
+    (out / SWEEP.summary).write_text(json.dumps({"claim": {"line": "a later notebook's"}}))
     started = time.time() - 5
-    os.utime(out / "sweep_summary.json", (started + 60, started + 60))
+    os.utime(out / SWEEP.summary, (started + 60, started + 60))
     lines = terminal.summary(
         [terminal.Finished("03_time_concat", out / "03_time_concat.ipynb", out, 12.34, started)],
         "ci",

@@ -24,7 +24,7 @@ from kit.core.params import ParameterError
 from kit.core.paths import REPO_ROOT
 from kit.experiments.timecat import planning
 from kit.train import trainer as train
-from kit.train.checkpoint import CHECKPOINT, snapshot_name
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 #: checkpoints every 6 steps and evaluations every 12: steps 8 and 16 are snapshots alone, where
@@ -56,17 +56,17 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_snapshot_is_the_model_of_a_run_trained_to_its_step(seeded: Path, tmp_path: Path) -> None:
     for step in (8, 16):
         short = train.train(run(tmp_path / f"to{step}", iterations=step))
-        assert_same(model(seeded / snapshot_name(step)), model(short / CHECKPOINT))
-        saved = torch.load(seeded / snapshot_name(step), weights_only=True)
+        assert_same(model(RunFolder(seeded).snapshot(step)), model(short / RunFolder.CHECKPOINT))
+        saved = torch.load(RunFolder(seeded).snapshot(step), weights_only=True)
         assert saved["step"] == step and saved["config"]["seed"] == 3
         assert saved["config"]["step_hint"] == HORIZON
-        assert files.verify(seeded / snapshot_name(step), "")  # hashed beside it
-    assert_same(model(seeded / snapshot_name(24)), model(seeded / CHECKPOINT))
+        assert files.verify(RunFolder(seeded).snapshot(step), "")  # hashed beside it
+    assert_same(model(RunFolder(seeded).snapshot(24)), model(seeded / RunFolder.CHECKPOINT))
 
 
 def test_snapshots_change_nothing_the_run_computes(seeded: Path, tmp_path: Path) -> None:
     plain = train.train(run(tmp_path / "plain"))
-    assert_same(model(seeded / CHECKPOINT), model(plain / CHECKPOINT))
+    assert_same(model(seeded / RunFolder.CHECKPOINT), model(plain / RunFolder.CHECKPOINT))
     assert not list(plain.glob("snapshot-*"))
 
 
@@ -76,9 +76,9 @@ def test_a_finished_run_is_extended_exactly_with_the_same_horizon(
     out = tmp_path / "extended"
     train.train(run(out, iterations=8, snapshot_steps=[8]))
     assert train.train(run(out, snapshot_steps=[8, 16, 24])) == out
-    for name in (snapshot_name(16), snapshot_name(24), CHECKPOINT):
+    for name in [*(RunFolder(out).snapshot(step).name for step in (16, 24)), RunFolder.CHECKPOINT]:
         assert_same(model(out / name), model(seeded / name))
-    assert (out / train.DONE).read_text() == (seeded / train.DONE).read_text()
+    assert (out / RunFolder.DONE).read_text() == (seeded / RunFolder.DONE).read_text()
 
 
 def test_a_changed_horizon_or_none_is_refused_naming_the_key(tmp_path: Path) -> None:
@@ -132,12 +132,15 @@ def test_a_kill_while_a_snapshot_is_written_resumes_exactly(seeded: Path, tmp_pa
     )
     out = tmp_path / "killed"
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
-    assert not (out / snapshot_name(16)).exists() and list(out.glob(".snapshot-16.pt*"))
-    assert torch.load(out / CHECKPOINT, weights_only=True)["step"] == 12
+    assert not RunFolder(out).snapshot(16).exists() and list(out.glob(".snapshot-16.pt*"))
+    assert torch.load(out / RunFolder.CHECKPOINT, weights_only=True)["step"] == 12
 
     train.train(TrainSettings(**values))
     assert not list(out.glob(".snapshot-*"))  # the dead writer's temporary is gone
-    for name in (snapshot_name(8), snapshot_name(16), snapshot_name(24), CHECKPOINT):
+    for name in [
+        *(RunFolder(out).snapshot(step).name for step in (8, 16, 24)),
+        RunFolder.CHECKPOINT,
+    ]:
         assert_same(model(out / name), model(seeded / name))
 
 

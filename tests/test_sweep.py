@@ -30,8 +30,10 @@ from kit.experiments.timecat import (
     sweep_outcome,
     sweep_settings,
 )
+from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 from kit.report import outputs, palette, tables
 from kit.stats import crossover
+from kit.train.run_files import RunFolder
 
 KINDS = {
     "cat1": ("time-concat", 1),
@@ -331,9 +333,9 @@ PINNED_04_STATUS = "inconclusive"
 
 
 def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
-    shared = notebook_outputs("03_time_concat", "time_concat_results.parquet")
-    folder = notebook_outputs("04_when_concat_helps", "sweep_summary.json")
-    results = pl.read_parquet(folder / "sweep_results.parquet").filter(pl.col("rule") == "heldout")
+    shared = notebook_outputs("03_time_concat", TIME_CONCAT.results)
+    folder = notebook_outputs("04_when_concat_helps", SWEEP.summary)
+    results = pl.read_parquet(folder / SWEEP.results).filter(pl.col("rule") == "heldout")
     measured = {
         (row["budget"], row["variant"], row["task"]): 100 * row["top1"]
         for row in results.group_by("budget", "variant", "task")
@@ -343,7 +345,7 @@ def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     assert measured.keys() == PINNED_04.keys()
     for key, value in PINNED_04.items():
         assert measured[key] == pytest.approx(value, abs=TOLERANCE), key
-    summary = outputs.read_json(folder / "sweep_summary.json")
+    summary = outputs.read_json(folder / SWEEP.summary)
     assert {cell["budget"]: cell["status"] for cell in summary["cells"]} == PINNED_04_CELLS
     assert summary["claim"]["status"] == PINNED_04_STATUS
     assert summary["claim"]["line"].startswith(
@@ -352,10 +354,8 @@ def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     )
     assert summary["claim"]["ran"].startswith("What ran: profile ci; the kit's synthetic world")
     # notebook 03's own cell has one set of numbers: the same verdict rows in both notebooks
-    mine = pl.read_parquet(folder / "sweep_verdicts.parquet").filter(pl.col("budget") == 40)
-    theirs = pl.read_parquet(shared / "time_concat_verdicts.parquet").filter(
-        pl.col("claim") == "time-concat"
-    )
+    mine = pl.read_parquet(folder / SWEEP.verdicts).filter(pl.col("budget") == 40)
+    theirs = pl.read_parquet(shared / TIME_CONCAT.verdicts).filter(pl.col("claim") == "time-concat")
     assert mine["condition"].to_list() == theirs["condition"].to_list()
     for column in ("mean", "low", "high", "detectable"):
         assert mine[column].to_list() == pytest.approx(theirs[column].to_list(), abs=1e-4)
@@ -363,9 +363,7 @@ def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     # notebook 03's own cell: its runs and its probe results (the same probes of the same
     # features, whether read back from notebook 03 or probed again)
     own = results.filter(pl.col("budget") == 40)
-    theirs = pl.read_parquet(shared / "time_concat_results.parquet").filter(
-        pl.col("rule") == "heldout"
-    )
+    theirs = pl.read_parquet(shared / TIME_CONCAT.results).filter(pl.col("rule") == "heldout")
     joined = own.join(theirs, on=["variant", "replicate", "task"], suffix="_03")
     assert set(joined["variant"]) == {"cat1", "cat2", "wide1", "random2"}
     assert joined.height == own.height
@@ -452,12 +450,10 @@ def test_cells_of_one_world_share_their_untrained_networks_features(tmp_path: Pa
     assert planning.initialise(untrained[0] + untrained[1]) == 8
     assert {c.output_dir for c in untrained[0]}.isdisjoint(c.output_dir for c in untrained[1])
     for one, other in zip(*untrained, strict=True):
-        mine, theirs = (Path(c.output_dir) / planning.INITIAL for c in (one, other))
+        mine, theirs = (RunFolder.of(c).initial for c in (one, other))
         assert mine.read_bytes() == theirs.read_bytes()
     dataset = TensorDataset(torch.rand(6, 3, 16, 16), torch.arange(6) % 2)
-    first, second = (
-        [Path(c.output_dir) / planning.INITIAL] for c in (untrained[0][0], untrained[1][0])
-    )
+    first, second = ([RunFolder.of(c).initial] for c in (untrained[0][0], untrained[1][0]))
     cache = planning.features_dir(small)
     found = features.extract_many(
         [first, second], dataset, "six images", "eval", "none", cache, progress=False
@@ -708,8 +704,8 @@ def test_notebook_04_reads_the_same_for_a_profile_that_sweeps_nothing(
     assert len(sentences) == 7 and all(
         s.startswith("This profile sweeps no budget: ") for s in sentences
     )
-    assert [p.name for p in tmp_path.iterdir()] == ["sweep_summary.json"]
-    summary = outputs.read_json(tmp_path / "sweep_summary.json")
+    assert [p.name for p in tmp_path.iterdir()] == [SWEEP.summary]
+    summary = outputs.read_json(tmp_path / SWEEP.summary)
     assert summary["claim"]["status"] == "untested" and summary["cells"] == []
     assert namespace["swept"].runs_line() == "skipped 0 finished run(s), trained 0"
 
@@ -747,21 +743,21 @@ def test_notebook_04_on_a_sweep_writes_its_tables_and_chart(
     assert sum(isinstance(s, tables.Table) for s in shown) == 6  # cells table to verdicts
     assert sum(isinstance(s, alt.FacetChart) for s in shown) == 1  # the gain chart
     assert {p.name for p in tmp_path.glob("sweep_*")} == {
-        "sweep_results.parquet",
-        "sweep_own_accuracy.parquet",
-        "sweep_verdicts.parquet",
-        "sweep_vs_paper.parquet",
-        "sweep_summary.json",
+        SWEEP.results,
+        SWEEP.own_accuracy,
+        SWEEP.verdicts,
+        SWEEP.vs_paper,
+        SWEEP.summary,
         "sweep_gains.svg",
     }
     swept = namespace["swept"]
     assert swept.runs_line() == "skipped 1 finished run(s), trained 2"
     cat1 = swept.learned.filter(pl.col("variant") == "cat1")
     assert cat1["learned_at"].to_list() == [240] and cat1["located"].all()
-    summary = outputs.read_json(tmp_path / "sweep_summary.json")
+    summary = outputs.read_json(tmp_path / SWEEP.summary)
     assert [cell["budget"] for cell in summary["cells"]] == BUDGETS
     assert summary["claim"]["ran"].startswith("What ran: profile ci;")
-    assert pl.read_parquet(tmp_path / "sweep_verdicts.parquet").height == 3 * len(BUDGETS)
+    assert pl.read_parquet(tmp_path / SWEEP.verdicts).height == 3 * len(BUDGETS)
 
 
 def test_lbfgs_top1_does_not_depend_on_whether_notebook_03_probed_the_cell(
@@ -782,7 +778,7 @@ def test_lbfgs_top1_does_not_depend_on_whether_notebook_03_probed_the_cell(
         for v in ("cat1", "cat2")
         for r in range(2)
     ]
-    pl.DataFrame(rows).write_parquet(tmp_path / "time_concat_results.parquet")
+    pl.DataFrame(rows).write_parquet(tmp_path / TIME_CONCAT.results)
     (cell,) = [cell for cell in sweep_settings.cells(loaded) if cell.shared]
     assert notebook.lbfgs_check and not cell.settings.lbfgs_check
     reused = sweep.notebook03_results(loaded, cell)

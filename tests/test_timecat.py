@@ -25,9 +25,10 @@ from kit.data import pipeline as data
 from kit.data.fixtures import write_paper_data
 from kit.data.kinds.imagefolder import image_folder
 from kit.experiments.timecat import comparisons, figures, planning
+from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.experiments.timecat.settings import SCALE_TRAIN_KEYS, TimecatSettings
 from kit.launch.runs import is_finished
-from kit.train.checkpoint import CHECKPOINT
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 NOTEBOOK = "03_time_concat"
@@ -466,9 +467,9 @@ def test_verdict_needs_an_interval_that_excludes_zero() -> None:
 
 
 def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook_outputs) -> None:
-    folder = notebook_outputs(NOTEBOOK, "time_concat_summary.json")
+    folder = notebook_outputs(NOTEBOOK, TIME_CONCAT.summary)
     loaded = planned_params("ci", output_dir=str(folder))
-    table = pl.read_parquet(folder / "time_concat_table3.parquet")
+    table = pl.read_parquet(folder / TIME_CONCAT.table3)
     tasks = [task.name for task in loaded.tasks]
     assert table["variant"].to_list() == [v.name for v in loaded.variants]
     assert table.columns[:7] == [
@@ -483,12 +484,12 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
     assert table.columns[7:] == [f"{task} {kind}" for task in tasks for kind in ("mean", "std")]
     assert table["mixture mean"].dtype == pl.Float64
     assert (table["replicates"] == loaded.replicates).all()
-    results = pl.read_parquet(folder / "time_concat_results.parquet")
+    results = pl.read_parquet(folder / TIME_CONCAT.results)
     assert results["top1"].is_between(0, 1).all()
     assert set(results["rule"]) == {"paper", "heldout"}
     spread = results.group_by("variant", "task", "rule").agg(pl.col("top1").std())
     assert spread["top1"].null_count() == 0  # more than one replicate everywhere
-    diagnosed = pl.read_parquet(folder / "time_concat_diagnostics.parquet")
+    diagnosed = pl.read_parquet(folder / TIME_CONCAT.diagnostics)
     assert diagnosed.height == results.height // 2  # one row per representation and task
     assert (diagnosed["rankme"] >= 1).all() and (diagnosed["rankme"] <= diagnosed["features"]).all()
     several = diagnosed.filter(pl.col("n") > 1)
@@ -497,7 +498,7 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
         diagnosed.filter(pl.col("n") == 1)["seed_cka"].null_count()
         == diagnosed.filter(pl.col("n") == 1).height
     )
-    summary = json.loads((folder / "time_concat_summary.json").read_text())
+    summary = json.loads((folder / TIME_CONCAT.summary).read_text())
     assert summary["rule"] == loaded.probe_rule and summary["baseline"] == loaded.baseline
     assert summary["lines"]
 
@@ -510,14 +511,12 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
     shown = "".join(o.get("data", {}).get("text/html", "") for o in training.outputs)
     assert shown.count(">finished<") == len(experiment.trainings) and "to train" not in shown
     stamps = {
-        t.output_dir: os.stat(Path(t.output_dir) / CHECKPOINT).st_mtime_ns
-        for t in experiment.trainings
+        t.output_dir: os.stat(RunFolder.of(t).checkpoint).st_mtime_ns for t in experiment.trainings
     }
     skipped = planning.launch(experiment.trainings, loaded)
     assert len(skipped) == len(experiment.trainings)
     assert stamps == {
-        t.output_dir: os.stat(Path(t.output_dir) / CHECKPOINT).st_mtime_ns
-        for t in experiment.trainings
+        t.output_dir: os.stat(RunFolder.of(t).checkpoint).st_mtime_ns for t in experiment.trainings
     }
     for changed, key in (({"total_iterations": 80}, "iterations"), ({"train": {"lr": 0.01}}, "lr")):
         other = planned_params("ci", output_dir=str(folder), **changed)

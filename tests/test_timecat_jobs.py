@@ -21,6 +21,7 @@ import yaml
 from kit.cli.main import main as kit_main
 from kit.core import params
 from kit.experiments.timecat import jobs, measure, planning
+from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.experiments.timecat.settings import TimecatSettings
 
 
@@ -87,9 +88,9 @@ def test_extraction_job_under_torchrun_fills_the_cache_the_probes_read(
     # probed as a launched job (`kit launch probe`, the profile's torchrun), as a user runs it
     assert kit_main(["launch", "probe", "--profile", "ci", "-f", str(parameters)]) == 0
     assert "wrote " in (planning.runs_dir(loaded) / "logs" / "probe.log").read_text()
-    results = pl.read_parquet(Path(loaded.output_dir) / jobs.RESULTS)
+    results = pl.read_parquet(Path(loaded.output_dir) / TIME_CONCAT.results)
     assert results.height == len(representations) * len(loaded.tasks) * 2  # two rules
-    assert (Path(loaded.output_dir) / jobs.DIAGNOSTICS).exists()
+    assert (Path(loaded.output_dir) / TIME_CONCAT.diagnostics).exists()
     assert entries(cache) == made  # nothing extracted or rewritten by the probes
 
     # one process extracts the same entries (same keys) with the same features

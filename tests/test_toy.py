@@ -9,7 +9,7 @@ import torch
 
 from kit.cli import runner
 from kit.experiments import toy, toy_charts, toy_construction, toy_summary
-from kit.experiments.toy_settings import ToySettings
+from kit.experiments.toy_settings import TOY, ToySettings
 from kit.report import charts
 
 FAST = toy.SparseTrainingSettings(steps=1500, probe_samples=1024, probe_steps=200)
@@ -150,11 +150,11 @@ def test_concatenation_study_shapes() -> None:
 
 
 def test_one_feature_proportion_matches_what_notebook_01_reports(notebook_outputs) -> None:
-    folder = notebook_outputs("01_toy_counterexample", "toy_summary.json")
+    folder = notebook_outputs("01_toy_counterexample", TOY.summary)
     reported = toy_summary.summarize(
         *(
-            pl.read_parquet(folder / f"toy_{name}.parquet")
-            for name in ("runs", "direct", "concat", "concat_shared_sample")
+            pl.read_parquet(folder / name)
+            for name in (TOY.runs, TOY.direct, TOY.concat, TOY.concat_shared_sample)
         )
     )
     (planned,) = runner.plan(["01"], "ci")

@@ -32,8 +32,9 @@ from kit.experiments.timecat import budget
 from kit.experiments.timecat import budget as plan
 from kit.train import run_folder
 from kit.train import trainer as train
-from kit.train.checkpoint import CHECKPOINT, NonFiniteLossError
-from kit.train.metrics import METRICS, read_metrics
+from kit.train.checkpoint import NonFiniteLossError
+from kit.train.metrics import read_metrics
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings, load_train_settings
 from kit.train.step import Replica, warmup_steps
 from kit.train.watchdog import Watchdog
@@ -87,7 +88,7 @@ def write_config(path: Path, values: dict) -> Path:
 
 
 def final_state(run_dir: Path) -> dict:
-    return torch.load(run_dir / CHECKPOINT, weights_only=True)
+    return torch.load(run_dir / RunFolder.CHECKPOINT, weights_only=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,7 +236,7 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path
         tmp_path / "killed", iterations=80, checkpoint_every=10, eval_every=40, log_every=5
     )
     config = write_config(tmp_path / "killed.yaml", values)
-    checkpoint = tmp_path / "killed" / CHECKPOINT
+    checkpoint = tmp_path / "killed" / RunFolder.CHECKPOINT
     process = subprocess.Popen(
         [sys.executable, "-m", "kit.train", "--config", str(config)],
         env=SUBPROCESS_ENV,
@@ -251,7 +252,7 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path
     process.send_signal(signal.SIGKILL)
     process.wait()
     killed_at = torch.load(checkpoint, weights_only=True)["step"]
-    assert 10 <= killed_at < 80 and not (tmp_path / "killed" / train.DONE).exists()
+    assert 10 <= killed_at < 80 and not (tmp_path / "killed" / RunFolder.DONE).exists()
 
     resumed = train.train(TrainSettings(**values))
     uninterrupted = train.train(
@@ -267,7 +268,7 @@ def test_resume_after_sigkill_ends_with_the_uninterrupted_weights(tmp_path: Path
     )
     a, b = final_state(resumed), final_state(uninterrupted)
     assert a["step"] == b["step"] == 80 and a["epoch"] == b["epoch"]
-    assert len(provenance.read(tmp_path / "killed" / run_folder.PROVENANCE)) == 2  # start + resume
+    assert len(provenance.read(tmp_path / "killed" / RunFolder.PROVENANCE)) == 2  # start + resume
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
     metrics_a, metrics_b = read_metrics(resumed), read_metrics(uninterrupted)
@@ -298,7 +299,7 @@ def test_a_stop_between_logging_steps_checkpoints_within_the_check_interval(
     with pytest.raises(train.Preempted, match="stopped by a preemption signal at step 40"):
         train.train(TrainSettings(**values))
     monkeypatch.setattr(Replica, "step", real_step)
-    assert torch.load(tmp_path / "stopped" / CHECKPOINT, weights_only=True)["step"] == 40
+    assert torch.load(tmp_path / "stopped" / RunFolder.CHECKPOINT, weights_only=True)["step"] == 40
     resumed = train.train(TrainSettings(**values))
     straight = train.train(TrainSettings(**values | {"output_dir": str(tmp_path / "straight")}))
     a, b = final_state(resumed), final_state(straight)
@@ -347,18 +348,18 @@ def test_a_stop_on_one_gloo_rank_stops_every_rank_between_logging_steps(tmp_path
     torch.multiprocessing.spawn(_two_rank_stop, args=(values, _free_port(), stops), nprocs=2)
     assert sorted(stops) == [0, 1], dict(stops)
     assert all("at step 40" in message for message in stops.values()), dict(stops)
-    assert torch.load(tmp_path / "run" / CHECKPOINT, weights_only=True)["step"] == 40
+    assert torch.load(tmp_path / "run" / RunFolder.CHECKPOINT, weights_only=True)["step"] == 40
 
 
 def test_finished_run_is_not_trained_again(tmp_path: Path, capsys) -> None:
     cfg = TrainSettings(**settings(tmp_path / "run", iterations=6))
     out = train.train(cfg)
-    stamp = (out / CHECKPOINT).stat().st_mtime_ns
-    metrics = (out / METRICS).read_text()
+    stamp = (out / RunFolder.CHECKPOINT).stat().st_mtime_ns
+    metrics = (out / RunFolder.METRICS).read_text()
     assert train.train(cfg) == out
     assert "not training again" in capsys.readouterr().out
-    assert (out / CHECKPOINT).stat().st_mtime_ns == stamp
-    assert (out / METRICS).read_text() == metrics
+    assert (out / RunFolder.CHECKPOINT).stat().st_mtime_ns == stamp
+    assert (out / RunFolder.METRICS).read_text() == metrics
     with pytest.raises(ParameterError, match="different settings \\(iterations\\)"):
         train.train(cfg.model_copy(update={"iterations": 12}))
 
@@ -418,7 +419,7 @@ def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint
     kept = final_state(tmp_path / "run")
     assert kept["step"] == 8
     assert all(torch.isfinite(t).all() for t in kept["model"].values() if t.is_floating_point())
-    assert not (tmp_path / "run" / train.DONE).exists()
+    assert not (tmp_path / "run" / RunFolder.DONE).exists()
 
 
 def test_non_finite_batchnorm_statistics_are_never_saved_as_good(tmp_path: Path) -> None:
@@ -439,13 +440,13 @@ def damaged_run(tmp_path: Path) -> tuple[TrainSettings, Path]:
     """An unfinished run with a checkpoint at step 6 of 12."""
     cfg = TrainSettings(**settings(tmp_path / "run", iterations=6, eval_every=0))
     out = train.train(cfg)
-    (out / train.DONE).unlink()
+    (out / RunFolder.DONE).unlink()
     return cfg.model_copy(update={"iterations": 12}), out
 
 
 def test_a_changed_checkpoint_is_refused_on_resume_naming_it(tmp_path: Path) -> None:
     cfg, out = damaged_run(tmp_path)
-    checkpoint = out / CHECKPOINT
+    checkpoint = out / RunFolder.CHECKPOINT
     content = bytearray(checkpoint.read_bytes())
     content[len(content) // 2 : len(content) // 2 + 4096] = os.urandom(4096)  # same size
     checkpoint.write_bytes(bytes(content))
@@ -459,7 +460,7 @@ def test_a_changed_checkpoint_is_refused_on_resume_naming_it(tmp_path: Path) -> 
 @pytest.mark.parametrize("content", [b"", b"garbage" * 100, "half"])
 def test_an_unreadable_checkpoint_is_refused_naming_it(tmp_path: Path, content) -> None:
     cfg, out = damaged_run(tmp_path)
-    checkpoint = out / CHECKPOINT
+    checkpoint = out / RunFolder.CHECKPOINT
     whole = checkpoint.read_bytes()
     checkpoint.write_bytes(whole[: len(whole) // 2] if content == "half" else content)
     checkpoint.with_name(checkpoint.name + ".sha256").unlink(missing_ok=True)
@@ -471,7 +472,7 @@ def test_an_unreadable_checkpoint_is_refused_naming_it(tmp_path: Path, content) 
 def test_resume_drops_a_torn_metrics_line_and_stale_temporary_files(tmp_path: Path) -> None:
     cfg, out = damaged_run(tmp_path)
     (out / "config.yaml").write_text(yaml.safe_dump(cfg.model_dump()))
-    with (out / METRICS).open("a") as handle:
+    with (out / RunFolder.METRICS).open("a") as handle:
         handle.write('{"step": 9, "epoch": 1, "lo')  # killed mid-write
     stale = out / ".checkpoint.pt.4194305.tmp"  # above Linux's largest pid: never alive
     live = out / f".checkpoint.pt.{os.getppid()}.tmp"  # a live process writing
@@ -531,7 +532,10 @@ def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path
     config = write_config(tmp_path / "ddp.yaml", values)
     train_on_two_ranks(config)
     # the trainer broadcasts rank 0's final state and raises if any rank differs bit for bit
-    assert yaml.safe_load((tmp_path / "ddp" / train.DONE).read_text()) == {"step": 24, "ranks": 2}
+    assert yaml.safe_load((tmp_path / "ddp" / RunFolder.DONE).read_text()) == {
+        "step": 24,
+        "ranks": 2,
+    }
     assert len(list((tmp_path / "ddp").glob("events.out.tfevents.*"))) == 1  # rank 0 only
     single = train.train(TrainSettings(**settings(tmp_path / "single", iterations=24, log_every=3)))
     ddp_loss = read_metrics(tmp_path / "ddp")["loss"].to_list()

@@ -27,6 +27,7 @@ from typing import Any
 from kit.core import numerics
 from kit.core.files import write_text
 from kit.core.paths import REPO_ROOT, shown
+from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 
 DOCS = REPO_ROOT / "docs"
 RESULTS = DOCS / "results"
@@ -108,7 +109,7 @@ def main_job(folder: Path = RESULTS / "cpu") -> str:
     walls = {name: records[name].get("wall_s") for name in notebooks}
     total = sum(w for w in walls.values() if w is not None)
     first = records[notebooks[0]]
-    summary = _read(folder / "time_concat_summary.json")
+    summary = _read(folder / TIME_CONCAT.summary)
     claims = ", ".join(f"{c['claim']} **{c['status']}**" for c in summary["claims"])
     lines = [
         f"README's first command {_origin(first)}, {first['platform']}: "
@@ -120,7 +121,7 @@ def main_job(folder: Path = RESULTS / "cpu") -> str:
     ]
     if summary.get("next"):
         lines += ["", f"To decide what it left undecided: {summary['next']}"]
-    sweep = folder / "sweep_summary.json"
+    sweep = folder / SWEEP.summary
     if sweep.is_file():
         lines += ["", f"Notebook 04 in this profile: {_read(sweep)['claim']['line']}"]
     return "\n".join(lines) + "\n"
@@ -130,7 +131,7 @@ def sweep(folder: Path = RESULTS / "sweep") -> str:
     """The sweep profile (`kit run 04 --profile sweep`): the statement, every cell's primary
     condition, and where each variant learns the mixture."""
     record = _provenance(folder, "04_when_concat_helps")
-    summary = _read(folder / "sweep_summary.json")
+    summary = _read(folder / SWEEP.summary)
     wall = record.get("wall_s")
     primary: dict[tuple[int, int, str], dict[str, Any]] = {}
     for row in summary["verdicts"]:  # each cell's primary condition comes first

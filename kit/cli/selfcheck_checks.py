@@ -33,8 +33,8 @@ from kit.data.settings import DALI_INSTALL, DataSettings, dali_installed
 from kit.probes.fast import fast_probe
 from kit.probes.rows import Split
 from kit.probes.settings import FastProbeSettings
-from kit.train.checkpoint import CHECKPOINT
-from kit.train.metrics import METRICS, read_metrics
+from kit.train.metrics import read_metrics
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 from kit.train.step import Replica
 
@@ -345,6 +345,7 @@ def preemption_resume(sizes: Sizes, device: str, folder: Path) -> Row:
     """`python -m kit.train` stopped by SIGUSR1 after its first logged step checkpoints and exits
     with PREEMPTED_EXIT; run again, it resumes there and finishes."""
     run, steps = folder / "run", sizes.train_steps
+    metrics, checkpoint = RunFolder(run).metrics, RunFolder(run).checkpoint
     config, log = folder / "run.yaml", folder / "run.log"
     config.write_text(
         yaml.safe_dump(
@@ -370,7 +371,7 @@ def preemption_resume(sizes: Sizes, device: str, folder: Path) -> Row:
     with log.open("w") as output:  # a file, not a pipe: a full pipe would block the run
         first = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + TRAIN_TIMEOUT
-        while not (run / METRICS).exists() or not (run / METRICS).read_text().strip():
+        while not metrics.exists() or not metrics.read_text().strip():
             if first.poll() is not None or time.monotonic() > deadline:
                 first.kill()
                 first.wait()
@@ -378,10 +379,10 @@ def preemption_resume(sizes: Sizes, device: str, folder: Path) -> Row:
             time.sleep(0.1)
         first.send_signal(signal.SIGUSR1)
         first.wait(timeout=TRAIN_TIMEOUT)
-    if first.returncode != PREEMPTED_EXIT or not (run / CHECKPOINT).exists():
+    if first.returncode != PREEMPTED_EXIT or not checkpoint.exists():
         raise CheckFailed(
             f"after SIGUSR1 the run exited {first.returncode} (expected "
-            f"{PREEMPTED_EXIT} with {run / CHECKPOINT} written): "
+            f"{PREEMPTED_EXIT} with {checkpoint} written): "
             f"{log.read_text()[-500:]}"
         )
     stopped = cast(int, read_metrics(run)["step"].max())

@@ -25,6 +25,7 @@ import yaml
 
 from kit.launch.progress import last_record
 from kit.report import outputs
+from kit.train.run_files import RunFolder
 
 #: what an interrupted `python -m kit run` says last
 INTERRUPTED = "interrupted; re-run the same command to resume"
@@ -95,7 +96,7 @@ class TrainingProgress:
 
     def _metrics_files(self) -> list[Path]:
         try:
-            return sorted(self.folder.rglob("metrics.jsonl")) if self.folder.is_dir() else []
+            return sorted(self.folder.rglob(RunFolder.METRICS)) if self.folder.is_dir() else []
         except OSError:  # a folder removed while walked (a cache entry moved into place)
             return []
 
@@ -111,9 +112,7 @@ class TrainingProgress:
         """The run's budget, from the config.yaml its trainer writes before any metrics."""
         if run not in self._totals:
             try:
-                self._totals[run] = int(
-                    yaml.safe_load((run / "config.yaml").read_text())["iterations"]
-                )
+                self._totals[run] = int((RunFolder(run).read_config() or {})["iterations"])
             except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
                 return None
         return self._totals[run]
@@ -239,7 +238,7 @@ def claim_lines(output_dir: Path, since: float, until: float) -> list[str]:
     files written in `output_dir` between `since` and `until` (one notebook's run: a later
     notebook's summaries are not its own)."""
     lines = []
-    for path in sorted(output_dir.glob("*_summary.json")):
+    for path in sorted(output_dir.glob(f"*{outputs.SUMMARY_SUFFIX}")):
         try:
             if not since <= path.stat().st_mtime <= until:
                 continue

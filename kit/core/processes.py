@@ -1,12 +1,11 @@
-"""Processes and their signals: exit statuses, the DONE and preemption markers, signal handling,
-child commands."""
+"""Processes and their signals: exit statuses, the preemption marker, signal handling, child
+commands."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import importlib
-import json
 import os
 import signal
 import socket
@@ -27,25 +26,6 @@ PREEMPTED_EXIT = 75
 #: how long a collective call waits for every rank before failing (torch's NCCL default is 10
 #: minutes; a rank saving a checkpoint or opening a large dataset can take longer)
 DEFAULT_GROUP_TIMEOUT_S = 1800
-
-
-#: the marker a finished run leaves in its folder (kit.train writes it: {"step": N, "ranks": R})
-DONE = "DONE"
-
-
-def finished_through(folder: Path, iterations: int) -> bool:
-    """Whether the run in `folder` has finished `iterations` steps: its DONE marker exists and
-    records at least that step (a marker without a step counts as finished). A marker of fewer
-    steps is a run to extend (kit.train's `step_hint` fixed, settings.differing_settings)."""
-    marker = Path(folder) / DONE
-    if not marker.exists():
-        return False
-    try:
-        step = json.loads(marker.read_text()).get("step")
-    except (ValueError, AttributeError):
-        return True
-    return not isinstance(step, int) or step >= iterations
-
 
 #: the environment variable naming the file a preempted command creates (kit.launch sets it for
 #: Slurm jobs): the job requeues itself when the file exists after its processes ended, whatever

@@ -8,6 +8,7 @@ is null, never guessed. Everything notebook 02 shows is computed from these rows
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -290,6 +291,20 @@ def summary_lines(summary: dict[str, object]) -> list[str]:
         f"{summary['values_missing']} missing.",
     ]
 
+
+@dataclass(frozen=True)
+class EvidenceFiles:
+    """Notebook 02's result files in its output folder, named in one place for the notebook, the
+    tests and the report."""
+
+    dfr_gap: str = "table1_dfr_gap.parquet"
+    table2_gains: str = "table2_gains.parquet"
+    figure4_series: str = "figure4_series.parquet"
+    table3_gains: str = "table3_gains.parquet"
+    summary: str = "evidence_summary.json"
+
+
+EVIDENCE = EvidenceFiles()
 
 #: notebook 02 takes only the keys every notebook takes
 params.register_schema("02_surveyed_evidence", NotebookSettings)

@@ -6,6 +6,8 @@ same settings plus the experiment around them, so there is one set of defaults. 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import Field, model_validator
 
 from kit.core import params
@@ -70,5 +72,21 @@ class ToySettings(NotebookSettings, SparseTrainingSettings):
             raise ValueError("sparsity_weights: four weights >= 0, not all zero")
         return self
 
+
+@dataclass(frozen=True)
+class ToyFiles:
+    """Notebook 01's result files in its output folder, named in one place for the notebook, the
+    tests and the report."""
+
+    runs: str = "toy_runs.parquet"
+    direct: str = "toy_direct.parquet"
+    accuracy: str = "toy_accuracy.parquet"
+    concat: str = "toy_concat.parquet"
+    concat_shared_sample: str = "toy_concat_shared_sample.parquet"
+    sparsity: str = "toy_sparsity.parquet"
+    summary: str = "toy_summary.json"
+
+
+TOY = ToyFiles()
 
 params.register_schema("01_toy_counterexample", ToySettings)

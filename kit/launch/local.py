@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.core.params import ParameterError
-from kit.core.paths import REPO_ROOT, resolve
+from kit.core.paths import REPO_ROOT
 from kit.core.processes import child_environment, ignoring_signals, signal_tree
 from kit.launch.progress import Progress, last_record
 from kit.launch.runs import Launched, is_finished, train_args
 from kit.launch.settings import LaunchSettings
 from kit.launch.warm import WarmProcesses
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 
@@ -241,7 +242,7 @@ def killed_line(
 ) -> str:
     """What a worker killed by signal `number` while training the first of `unfinished` did
     not finish: that run at its last logged step, and the runs queued behind it."""
-    record = last_record(resolve(runs[unfinished[0]].output_dir) / "metrics.jsonl")
+    record = last_record(RunFolder.of(runs[unfinished[0]]).metrics)
     step = f"step {record['step']}" if record else "its first logged step"
     try:
         name = f" ({signal.Signals(number).name})"

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kit.core.paths import resolve
 from kit.core.progress import KeptBar
 from kit.launch.runs import is_finished
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 
@@ -85,7 +85,7 @@ class Progress:
         if clock.ended is not None:
             return
         now = time.monotonic()
-        record = last_record(resolve(settings.output_dir) / "metrics.jsonl")
+        record = last_record(RunFolder.of(settings).metrics)
         if record and record["step"] > clock.step:
             clock.seen(record, settings.batch_size, now)
             self.bar.set_postfix_str(f"{name} {clock.step}/{clock.total}", refresh=False)

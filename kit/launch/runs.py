@@ -11,7 +11,7 @@ import yaml
 
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
-from kit.core.processes import finished_through
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 CONFIGS = "configs"
@@ -53,7 +53,7 @@ def run_name(settings: TrainSettings, work_dir: Path) -> str:
 def is_finished(settings: TrainSettings) -> bool:
     """Whether a run has finished its iterations (its DONE marker records them), whatever
     launched it; a run finished at fewer steps is extended by its next launch."""
-    return finished_through(resolve(settings.output_dir), settings.iterations)
+    return RunFolder.of(settings).finished_through(settings.iterations)
 
 
 def write_configs(trainings: Sequence[TrainSettings], work_dir: Path) -> dict[str, Path]:

@@ -123,7 +123,7 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
             "it, then the report"
         )
     notebooks = executed_notebooks(folder)
-    if not notebooks and not list(folder.glob("*_summary.json")):
+    if not notebooks and not list(folder.glob(f"*{outputs.SUMMARY_SUFFIX}")):
         raise ReportError(
             f"{folder}: no executed notebook or *_summary.json to report on; "
             f"run `python -m kit run --profile {profile}` first"

@@ -17,27 +17,19 @@ from torch import nn
 from kit import models
 from kit.core import files
 from kit.core.params import ParameterError
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
-
-CHECKPOINT = "checkpoint.pt"
-
-
-def snapshot_name(step: int) -> str:
-    """The file of a run's snapshot at `step` (kit.train.settings.TrainSettings.snapshot_steps)."""
-    return f"snapshot-{step}.pt"
 
 
 def missing_snapshots(settings: TrainSettings, out: Path, reached: int) -> list[int]:
     """Snapshot steps the run in `out` has passed (up to `reached`) whose file or hash is
     missing: a run cannot go back to write them."""
+    folder = RunFolder(out)
     return [
         step
         for step in settings.snapshot_steps
         if step <= reached
-        and not (
-            (out / snapshot_name(step)).is_file()
-            and files.sidecar(out / snapshot_name(step)).is_file()
-        )
+        and not (folder.snapshot(step).is_file() and files.sidecar(folder.snapshot(step)).is_file())
     ]
 
 
@@ -100,7 +92,7 @@ def write_snapshot(
     state = {"model": module.state_dict(), "config": settings.model_dump(), "step": step}
     check_finite(state, out, kept)
     if main:
-        write_checkpoint(out / snapshot_name(step), state)
+        write_checkpoint(RunFolder(out).snapshot(step), state)
 
 
 def kept_message(path: Path, last_saved: int | None) -> str:

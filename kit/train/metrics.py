@@ -14,13 +14,12 @@ import polars as pl
 
 from kit.core import files, notices
 from kit.core.paths import resolve
-from kit.core.processes import DONE
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 if TYPE_CHECKING:
     from kit.core.distributed import Process
 
-METRICS = "metrics.jsonl"
 METRICS_SCHEMA = {
     "step": pl.Int64,
     "epoch": pl.Int64,
@@ -43,7 +42,8 @@ def read_metrics(run_dir: str | Path) -> pl.DataFrame:
     resumed run drops it, and said as a notice (kit.core.notices: the run's summary and report
     list it); in a finished run (its DONE marker) it would take the last rows with it, so it
     raises MetricsError, as any other bad line does, naming the file and the line."""
-    path = resolve(run_dir) / METRICS
+    folder = RunFolder(resolve(run_dir))
+    path = folder.metrics
     content = path.read_bytes()
     if content and not content.endswith(b"\n"):
         end = content.rfind(b"\n") + 1
@@ -51,11 +51,11 @@ def read_metrics(run_dir: str | Path) -> pl.DataFrame:
             json.loads(content[end:])
         except ValueError:
             number = content.count(b"\n") + 1
-            if (path.parent / DONE).exists():
+            if folder.done.exists():
                 raise MetricsError(
                     f"{path}: line {number}, the last, is torn ({content[end:][:60]!r}) although "
-                    f"the run finished ({DONE} present), so its last records are lost; delete "
-                    f"the run folder {path.parent} to train the run again"
+                    f"the run finished ({RunFolder.DONE} present), so its last records are lost; "
+                    f"delete the run folder {path.parent} to train the run again"
                 ) from None
             notices.notice(
                 f"{path}: line {number}, the last, is torn (the run has not "

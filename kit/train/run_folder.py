@@ -12,23 +12,19 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import yaml
 
 from kit.core import files, locks, provenance
 from kit.core.distributed import Process
-from kit.core.processes import DONE, finished_through
 from kit.train.checkpoint import (
     check_same_run,
     read_checkpoint,
     refuse_missing_snapshots,
     restore_rng_states,
 )
-from kit.train.metrics import METRICS, keep_metrics_until
+from kit.train.metrics import keep_metrics_until
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 from kit.train.step import Replica
-
-#: one provenance record per start of the run (kit.core.provenance)
-PROVENANCE = "provenance.jsonl"
 
 
 @contextlib.contextmanager
@@ -54,13 +50,15 @@ def holding_run_folder(out: Path, process: Process) -> Iterator[None]:
 def finished(settings: TrainSettings, out: Path, process: Process) -> bool:
     """Whether the run has finished (said by rank 0); a folder holding another run's settings
     is refused."""
-    if (out / "config.yaml").exists():
-        check_same_run(yaml.safe_load((out / "config.yaml").read_text()), settings, out)
-    if not finished_through(out, settings.iterations):
+    folder = RunFolder(out)
+    saved = folder.read_config()
+    if saved is not None:
+        check_same_run(saved, settings, out)
+    if not folder.finished_through(settings.iterations):
         return False
     refuse_missing_snapshots(settings, settings.iterations, out)
     if process.main:
-        print(f"{out}: finished ({DONE} present), not training again")
+        print(f"{out}: finished ({RunFolder.DONE} present), not training again")
     return True
 
 
@@ -84,9 +82,10 @@ class Position:
     window_steps: int = 0
 
 
-def resume(replica: Replica, checkpoint: Path) -> Position:
-    """Restore the replica and the generators from the checkpoint; where the run is (its
+def resume(replica: Replica, out: Path) -> Position:
+    """Restore the replica and the generators from the run's checkpoint; where the run is (its
     start without one)."""
+    checkpoint = RunFolder(out).checkpoint
     if not checkpoint.exists():
         return Position()
     state = read_checkpoint(checkpoint)
@@ -104,10 +103,10 @@ def ready_folder(settings: TrainSettings, out: Path, step: int) -> None:
     """Rank 0: the run folder made, dead writers' temporaries removed, the DONE marker of a run
     now extended removed, config.yaml written, this start's provenance appended, metrics after
     the resumed step dropped."""
+    folder = RunFolder(out)
     out.mkdir(parents=True, exist_ok=True)
     files.remove_stale_temporaries(out)
-    (out / DONE).unlink(missing_ok=True)  # a run finished at fewer steps, now extended
-    with files.atomic_write(out / "config.yaml") as handle:  # other ranks may be reading it
-        handle.write(yaml.safe_dump(settings.model_dump(), sort_keys=False).encode())
-    provenance.append(out / PROVENANCE)
-    keep_metrics_until(out / METRICS, step)
+    folder.done.unlink(missing_ok=True)  # a run finished at fewer steps, now extended
+    folder.write_config(settings)
+    provenance.append(folder.provenance)
+    keep_metrics_until(folder.metrics, step)

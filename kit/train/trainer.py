@@ -46,7 +46,6 @@ the group timeout (kit.train.watchdog).
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -57,16 +56,13 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from kit.core import files
 from kit.core.distributed import Process, barrier, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
-from kit.core.processes import DONE
 from kit.core.threads import numerics_threads
 from kit.data import pipeline as kit_data
 from kit.train import checks, run_folder
 from kit.train.checkpoint import (
-    CHECKPOINT,
     NonFiniteLossError,
     check_finite,
     kept_message,
@@ -75,7 +71,8 @@ from kit.train.checkpoint import (
     write_checkpoint,
     write_snapshot,
 )
-from kit.train.metrics import METRICS, append_record, tensorboard_scalars
+from kit.train.metrics import append_record, tensorboard_scalars
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 from kit.train.step import Replica
 from kit.train.stopping import STOP_CHECK_EVERY, Preempted, StopFlag, loader_failures
@@ -141,7 +138,7 @@ def train_run(
         # Start, or resume where the checkpoint left the model, the generators and the data.
         data = _data(settings, process)
         replica = Replica(settings=settings, process=process)
-        at = run_folder.resume(replica, out / CHECKPOINT)
+        at = run_folder.resume(replica, out)
         refuse_missing_snapshots(settings, at.step, out)
         if process.main:
             run_folder.ready_folder(settings, out, at.step)
@@ -162,7 +159,7 @@ def train_run(
                 replica=replica,
                 data=data,
                 at=at,
-                last_saved=at.step if (out / CHECKPOINT).exists() else None,
+                last_saved=at.step if RunFolder(out).checkpoint.exists() else None,
                 progress=_progress_bar(settings, out, at.step, process),
                 log_scalars=log_scalars,
                 watchdog=watchdog,
@@ -244,9 +241,13 @@ class _Run:
     log_scalars: Callable[[dict[str, Any]], None]
     watchdog: Watchdog
 
+    @property
+    def folder(self) -> RunFolder:
+        return RunFolder(self.out)
+
     def kept(self) -> str:
         """What the run keeps when it stops on a non-finite value, for the message."""
-        return kept_message(self.out / CHECKPOINT, self.last_saved)
+        return kept_message(self.folder.checkpoint, self.last_saved)
 
 
 def _data(settings: TrainSettings, process: Process) -> kit_data.RunData:
@@ -381,7 +382,7 @@ def _record(run: _Run, loss: float, window: _Window) -> dict[str, Any]:
 
 def _log(run: _Run, record: dict[str, Any]) -> None:
     """Rank 0: the row into metrics.jsonl and TensorBoard, and the progress bar on."""
-    append_record(run.out / METRICS, record)
+    append_record(run.folder.metrics, record)
     run.log_scalars(record)
     run.progress.set_postfix(
         loss=f"{record['loss']:.3f}", img_s=f"{record['images_per_s']:.0f}", refresh=False
@@ -404,7 +405,7 @@ def _save(run: _Run, extra: dict[str, Any]) -> None:
     }
     check_finite(state, run.out, run.kept())  # replicas are identical: every rank stops
     if run.process.main:
-        write_checkpoint(run.out / CHECKPOINT, state)
+        write_checkpoint(run.folder.checkpoint, state)
     run.last_saved = run.at.step
 
 
@@ -429,7 +430,7 @@ def _stop(run: _Run) -> NoReturn:
     barrier()  # no rank exits (and srun kills no rank) before rank 0 has saved
     raise Preempted(
         f"{run.out}: stopped by a preemption signal at step {run.at.step} "
-        f"after writing {run.out / CHECKPOINT}; run it again to resume"
+        f"after writing {run.folder.checkpoint}; run it again to resume"
     )
 
 
@@ -440,5 +441,4 @@ def _finish(run: _Run) -> None:
         run.watchdog.beat("comparing the replicas after the last step")
         run.replica.check_replicas_identical()
     if run.process.main:
-        done = {"step": run.at.step, "ranks": run.process.world_size}
-        files.write_text(run.out / DONE, json.dumps(done) + "\n")
+        run.folder.mark_done(run.at.step, run.process.world_size)

@@ -28,6 +28,7 @@ from kit.experiments.timecat.planning import (
     refuse_changed_runs,
     runs_dir,
 )
+from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.experiments.timecat.settings import NOTEBOOK, TimecatSettings
 from kit.launch import backends as kit_launch
 from kit.launch import sbatch
@@ -36,13 +37,6 @@ from kit.launch.settings import LaunchSettings, sized_for_loaders
 from kit.probes import registry
 from kit.report import outputs
 from kit.train import trainer as train
-
-#: what the probe step writes into output_dir (the files notebook 03 writes)
-RESULTS = "time_concat_results.parquet"
-
-
-DIAGNOSTICS = "time_concat_diagnostics.parquet"
-
 
 #: in the feature cache: what the last complete extraction covered
 EXTRACTED = "extracted.json"
@@ -149,9 +143,9 @@ def probe_step(params: TimecatSettings) -> Path:
         )
     measured = probe_all(plan(params).representations, params)
     out = outputs.output_dir(params.output_dir)
-    measured.diagnostics.write_parquet(out / DIAGNOSTICS)
-    measured.results.write_parquet(out / RESULTS)
-    return out / RESULTS
+    measured.diagnostics.write_parquet(out / TIME_CONCAT.diagnostics)
+    measured.results.write_parquet(out / TIME_CONCAT.results)
+    return out / TIME_CONCAT.results
 
 
 def write_job_parameters(params: TimecatSettings, path: Path) -> Path:

@@ -8,13 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import yaml
 
 from kit import models
 from kit.core import files
 from kit.core.params import ParameterError
 from kit.core.paths import escapes, resolve, shown
-from kit.core.processes import finished_through
 from kit.core.progress import Stage
 from kit.data import kinds, pipeline
 from kit.data.kinds.base import DataError
@@ -23,8 +21,9 @@ from kit.experiments.timecat.layouts import checkpoint_file, released_identity
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings, Variant
 from kit.launch import backends as kit_launch
 from kit.launch.runs import is_finished
-from kit.train.checkpoint import CHECKPOINT, missing_snapshots, snapshot_name
+from kit.train.checkpoint import missing_snapshots
 from kit.train.network import write_untrained
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 
@@ -166,7 +165,7 @@ def plan(params: TimecatSettings, start: int = 0) -> Plan:
                         variant,
                         replicate,
                         step,
-                        tuple(Path(run.output_dir) / snapshot_name(step) for run in members),
+                        tuple(RunFolder(Path(run.output_dir)).snapshot(step) for run in members),
                         identities=tuple(identity(run, root, step) for run in members),
                     )
                 )
@@ -203,7 +202,7 @@ def plan(params: TimecatSettings, start: int = 0) -> Plan:
                 ]
                 if variant.initialised:
                     initial += trainings
-                    checkpoints = tuple(folder / INITIAL for folder in folders)
+                    checkpoints = tuple(RunFolder(folder).initial for folder in folders)
                     iterations = None
                     expected = tuple(
                         identity(settings, root, None) | {"run": UNTRAINED_FOLDER}
@@ -211,7 +210,7 @@ def plan(params: TimecatSettings, start: int = 0) -> Plan:
                     )
                 else:
                     runs.update(zip(folders, trainings, strict=True))
-                    checkpoints = tuple(folder / CHECKPOINT for folder in folders)
+                    checkpoints = tuple(RunFolder(folder).checkpoint for folder in folders)
                     iterations = trainings[0].iterations
                     for settings in trainings:
                         serves[settings.output_dir] = [f"{label} at {iterations}"]
@@ -256,8 +255,10 @@ def read_from(rep: Representation, runs: list[TrainSettings]) -> Representation:
     length = {Path(run.output_dir): run.iterations for run in runs}
     steps = rep.iterations_per_model
     files = tuple(
-        path.parent / snapshot_name(steps)
-        if path.name == CHECKPOINT and steps is not None and length.get(path.parent, 0) > steps
+        RunFolder(path.parent).snapshot(steps)
+        if path.name == RunFolder.CHECKPOINT
+        and steps is not None
+        and length.get(path.parent, 0) > steps
         else path
         for path in rep.checkpoints
     )
@@ -295,10 +296,6 @@ def run_table(experiment: Plan) -> pl.DataFrame:
     )
 
 
-#: the file holding an untrained network (random-init variants), in the kit's checkpoint format
-INITIAL = "initial.pt"
-
-
 #: the run folder an untrained network's file records (its own folder would differ per copy)
 UNTRAINED_FOLDER = "untrained"
 
@@ -310,7 +307,7 @@ def initialise(trainings: list[TrainSettings]) -> int:
     settings: a stale or corrupt one (another width, say) is written again, never probed."""
     written = 0
     for settings in trainings:
-        path = resolve(settings.output_dir) / INITIAL
+        path = RunFolder.of(settings).initial
         if _initial_is_current(path, settings):
             continue
         # the same bytes wherever it is written (no run folder inside), so that the feature
@@ -339,18 +336,18 @@ def changed_runs(trainings: list[TrainSettings]) -> list[str]:
     trained past snapshot steps now asked for without writing them."""
     changed = []
     for settings in trainings:
-        saved = resolve(settings.output_dir) / "config.yaml"
-        if saved.exists():
-            recorded = yaml.safe_load(saved.read_text())
+        folder = RunFolder.of(settings)
+        recorded = folder.read_config()
+        if recorded is not None:
             differing = settings.differing_settings(recorded)
             missing = missing_snapshots(
-                settings, saved.parent, min(recorded.get("iterations", 0), settings.iterations)
+                settings, folder.path, min(recorded.get("iterations", 0), settings.iterations)
             )
             if differing:
-                changed.append(f"{saved.parent} ({', '.join(differing)})")
-            elif missing and finished_through(saved.parent, 1):  # finished, at any step
+                changed.append(f"{folder.path} ({', '.join(differing)})")
+            elif missing and folder.finished_through(1):  # finished, at any step
                 steps = ", ".join(map(str, missing))
-                changed.append(f"{saved.parent} (snapshot_steps: {steps} passed without them)")
+                changed.append(f"{folder.path} (snapshot_steps: {steps} passed without them)")
     return changed
 
 

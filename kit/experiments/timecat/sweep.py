@@ -20,7 +20,8 @@ import yaml
 from kit.core import files
 from kit.core.paths import resolve, shown
 from kit.core.progress import Stage
-from kit.experiments.timecat import claims, jobs, measure, paper, planning, sweep_outcome
+from kit.experiments.timecat import claims, measure, paper, planning, sweep_outcome
+from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 from kit.experiments.timecat.sweep_settings import (
     SWEPT_NOTEBOOK,
     Cell,
@@ -170,7 +171,7 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
     fits the reference where notebook 03 did not is probed again, so that the column never
     depends on which notebook probed the cell."""
     recorded = resolve(params.output_dir) / f"{SWEPT_NOTEBOOK}.parameters.yaml"
-    found = resolve(params.output_dir) / jobs.RESULTS
+    found = resolve(params.output_dir) / TIME_CONCAT.results
     if not (cell.shared and recorded.exists() and found.exists()):
         return None
     notebook = swept_notebook(params)
@@ -285,13 +286,6 @@ def own_accuracy(cells: list[Cell]) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
-#: the files `run` writes into the output folder (the docs' page "The budget sweep" names them)
-RESULTS = "sweep_results.parquet"
-OWN_ACCURACY = "sweep_own_accuracy.parquet"
-VERDICTS = "sweep_verdicts.parquet"
-VS_PAPER = "sweep_vs_paper.parquet"
-
-
 def _write(frame: pl.DataFrame, path: Path) -> None:
     with files.atomic_write(path) as handle:
         frame.write_parquet(handle)
@@ -347,12 +341,12 @@ def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Sw
     key = "rounds.wall_s" if params.rounds is not None else "overrides.rounds.wall_s"
     command = f"python -m kit run 04 --profile {params.profile}"
     for frame, name in (
-        (measured, RESULTS),
-        (owned, OWN_ACCURACY),
-        (judged.verdicts, VERDICTS),
-        (vs_paper, VS_PAPER),
+        (measured, SWEEP.results),
+        (owned, SWEEP.own_accuracy),
+        (judged.verdicts, SWEEP.verdicts),
+        (vs_paper, SWEEP.vs_paper),
     ):
-        if name == VS_PAPER and sweep_outcome.repeats_notebook_03(cells):
+        if name == SWEEP.vs_paper and sweep_outcome.repeats_notebook_03(cells):
             (out / name).unlink(missing_ok=True)  # notebook 03's table, not repeated
             continue
         _write(frame, out / name)
