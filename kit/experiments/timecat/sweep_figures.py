@@ -23,7 +23,8 @@ def gains(swept: sweep_outcome.Swept) -> alt.FacetChart | str:
         return (
             f"This run swept one total budget ({one:,} iterations): a gain against the budget "
             "needs two or more, so no chart is drawn; the gain at this budget is in the verdicts "
-            "below."
+            "below. The sweep profile reads six budgets on three worlds: python -m kit run 04 "
+            "--profile sweep (its cost on 2 cores: docs, Notebook 04)."
         )
     return gain_chart(swept.judged.verdicts, swept.learned, swept.cells[0].settings.smallest_effect)
 
