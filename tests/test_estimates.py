@@ -63,7 +63,7 @@ def test_wall_time_is_images_over_the_slower_of_gpus_and_loaders(tmp_path: Path)
     cost = params.train.width**2 * (params.train.data.image_size / 224) ** 2
     launch = params.launch  # synthetic images: no JPEG decoding to wait for
     gpus = launch.nproc_per_node * launch.nodes * launch.workers  # runs train side by side
-    expected = train.images / (gpus * estimates.TRAIN_RATES["a100"] / cost) / 3600
+    expected = train.images / (gpus * estimates.train_rate("a100") / cost) / 3600
     assert train.hours == pytest.approx(expected)
     assert estimates.estimate(params, None)[0].hours is None
 
@@ -278,3 +278,49 @@ def test_kit_check_refuses_no_bn_recalibration_on_several_ranks(
         kit_main(["check", "03", "--profile", "ci", "--set", "train.bn_recalibration_batches=0"])
         == 0
     )  # one process: its own statistics
+
+
+@pytest.fixture
+def rate_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rates tables as shipped after the test, whatever a measured file replaced."""
+    monkeypatch.setattr(rates, "EXPECTED_TRAIN_RATES", dict(rates.EXPECTED_TRAIN_RATES))
+    monkeypatch.setattr(rates, "INPUT_RATES", dict(rates.INPUT_RATES))
+    monkeypatch.setattr(rates, "COMPILE_SPEEDUP", rates.COMPILE_SPEEDUP)
+    monkeypatch.setattr(rates, "COMPILE_SOURCE", rates.COMPILE_SOURCE)
+    monkeypatch.setattr(estimates, "EXPECTED_TRAIN_RATES", rates.EXPECTED_TRAIN_RATES)
+
+
+def test_a_measured_rates_file_replaces_the_tables_in_the_plan(
+    paper_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture, rate_tables: None
+) -> None:
+    """What benchmarks/gpu_input.py wrote on a node (the recorded H200 file, its CPU
+    decoding made twice as fast) replaces the step, compile and input figures in `kit launch
+    plan`, each line naming the file; the training hours follow the measured input."""
+    measured = json.loads(
+        (Path(__file__).parents[1] / "docs" / "data" / "gpu_input.json").read_text()
+    )
+    for row in measured["rates"]:
+        if row["input"] == "cpu":
+            row["median"] *= 2
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps(measured))
+    arguments = ["launch", "plan", "--profile", "paper-8xh100", "--gpu", "h200"]
+    arguments += ["--rates", str(path), "--out", str(tmp_path / "export")]
+    assert kit_main([*arguments, "--set", f"output_dir={tmp_path / 'out'}"]) == 0
+    printed = capsys.readouterr().out
+    per_worker = max(
+        (r["workers"], r["median"] / r["workers"])
+        for r in measured["rates"]
+        if r["input"] == "cpu" and r["compiled"]
+    )[1]
+    assert f"rates: step on H200: 4,642 img/s eager ({path})" in printed
+    assert re.search(rf"- input +{12 * per_worker:,.0f} img/s .*{re.escape(str(path))}", printed)
+    train = _rows(printed)["train"]
+    assert float(train[1]) == pytest.approx(930_000 * 1024 / (8 * 12 * per_worker) / 3600, abs=0.05)
+
+
+def test_a_file_that_is_not_a_rates_file_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "other.json"
+    path.write_text('{"rows": []}')
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: not a JSON file written by"):
+        rates.use_measured(path)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from kit.cli import download, figures, reference, time_concat, write_errors
 from kit.core import numerics, params, provenance
+from kit.train.rates import MEASURED_RATES_HELP
 
 
 def parser() -> argparse.ArgumentParser:
@@ -86,14 +87,16 @@ def parser() -> argparse.ArgumentParser:
         metavar=("PROFILE", "FOLDER"),
         help="first keep a finished output folder's summaries and provenance in docs/results",
     )
-    commands.add_parser(
+    selfcheck = commands.add_parser(
         "selfcheck",
         help="check this node before a real run: GPU training "
         "rate, input pipeline, preemption, bf16 extraction, probe (a CPU subset "
         "without a GPU)",
-    ).add_argument(
+    )
+    selfcheck.add_argument(
         "--gpus", type=int, default=None, metavar="N", help="GPUs to use (default: all visible)"
     )
+    selfcheck.add_argument("--rates", type=Path, metavar="JSON", help=MEASURED_RATES_HELP)
     commands.add_parser(
         "lab",
         help="JupyterLab on the repository, saving the notebooks of "
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "selfcheck":  # torch and torchvision: imported only where needed, as
         from kit.cli import selfcheck  # they are slow to import (docs/decisions.md)
 
-        return selfcheck.command(args.gpus)
+        return selfcheck.command(args.gpus, args.rates)
     if args.command == "report":
         return report_command(args.profile)
     if args.command == "reference":

@@ -24,6 +24,7 @@ from rich.table import Table
 from kit.cli import selfcheck_checks as checks
 from kit.cli.selfcheck_checks import CheckFailed, Row, Sizes
 from kit.core import machine, provenance
+from kit.train import rates
 from kit.train.rates import expected_rate
 
 #: the kit's training step must reach this share of the bare loop's rate
@@ -207,10 +208,13 @@ def gpus_to_use(asked: int | None, visible: int) -> int:
     return visible if asked is None else asked
 
 
-def command(asked: int | None) -> int:
-    """`python -m kit selfcheck`: the exit status."""
+def command(asked: int | None, measured: Path | None = None) -> int:
+    """`python -m kit selfcheck`: the exit status. With `measured` (a JSON file written by
+    benchmarks/gpu_input.py), the training rate is compared with that node's figure."""
     console = Console()
     try:
+        for line in rates.use_measured(measured) if measured is not None else []:
+            console.print(f"rates: {line}", markup=False)
         gpus = gpus_to_use(asked, torch.cuda.device_count() if torch.cuda.is_available() else 0)
     except ValueError as error:
         console.print(f"error: {error}", markup=False)

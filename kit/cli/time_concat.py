@@ -17,7 +17,8 @@ from kit.launch.backends import launch
 from kit.launch.runs import Launched, is_finished
 from kit.launch.sbatch import export_plan
 from kit.launch.settings import parse_settings
-from kit.train.rates import EXPECTED_TRAIN_RATES
+from kit.train import rates
+from kit.train.rates import EXPECTED_TRAIN_RATES, MEASURED_RATES_HELP
 from kit.train.settings import TrainSettings, load_train_settings
 
 
@@ -121,6 +122,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                 default="h100",
                 help="the GPU the expected wall times are for (default h100)",
             )
+            sub.add_argument("--rates", type=Path, metavar="JSON", help=MEASURED_RATES_HELP)
     for name, text in [
         (
             "extract",
@@ -221,6 +223,8 @@ def _profile_command(args: argparse.Namespace) -> int:
         )
         scripts = jobs.export_jobs(loaded, settings, args.out)
         gpu = None if loaded.device == "cpu" else args.gpu
+        for line in rates.use_measured(args.rates) if args.rates is not None else []:
+            print(f"rates: {line}")
         steps = estimates.estimate(loaded, gpu)
         print(estimates.describe(steps, gpu, estimates.overheads(loaded, gpu)))
         if gpu is not None:

@@ -22,7 +22,9 @@ reads per second (FAST_PROBE_BYTES_PER_S) were measured on one H200 node with 16
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 _A100 = 16_621 / 8
 _H200 = 4_645.0
@@ -45,6 +47,7 @@ EXPECTED_TRAIN_RATES: dict[str, tuple[float, str]] = {
 }
 #: the trainer's rate with `compile: true` over its eager rate: 6,567 / 4,645 img/s on that H200
 COMPILE_SPEEDUP = 6_567 / 4_645
+COMPILE_SOURCE = "torch.compile's speed-up measured on one H200"
 
 
 def expected_rate(gpu_name: str) -> tuple[float, str] | None:
@@ -103,6 +106,58 @@ def input_rate(decode: str, workers: int) -> tuple[float | None, str]:
     return found.per_gpu, found.source
 
 
+def loader_rate() -> float:
+    """Images/s one CPU-decoding loader worker delivers (the input table's, or a measured one)."""
+    return INPUT_RATES["cpu"].per_worker or 0.0
+
+
 def fast_probe_seconds(feature_bytes: float, epochs: int, heads: int) -> float:
     """Seconds the fast probe takes on one GPU over `feature_bytes` of cached features."""
     return feature_bytes * epochs / FAST_PROBE_BYTES_PER_S * heads / FAST_PROBE_HEADS
+
+
+#: the help of `--rates` where a command takes a measured rates file
+MEASURED_RATES_HELP = (
+    "a JSON file benchmarks/gpu_input.py wrote (its --out) on a node: its measured step and input "
+    "rates replace the table's (kit/train/rates.py), each line naming the file"
+)
+
+
+def use_measured(path: Path) -> list[str]:
+    """Plan and check with what `benchmarks/gpu_input.py` measured on a node (its GPU's
+    eager and compiled step, each decode path's input rate) in place of the figures above, for
+    the rest of this process; returns one line per figure replaced, naming the file. Rows the
+    file lacks keep the table's figure."""
+    global COMPILE_SPEEDUP, COMPILE_SOURCE
+    try:
+        measured = json.loads(path.read_text())
+        node, rows = measured["measured_on"], measured["rates"]
+        device = str(node["device"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path}: not a JSON file written by benchmarks/gpu_input.py ({error})"
+        ) from error
+    cores, torch_version = node.get("cores", "?"), node.get("torch", "?")
+    where = f"measured: {path} ({device}, {cores} cores, torch {torch_version})"
+    best = {(r["input"], r["compiled"], r["workers"]): float(r["median"]) for r in rows}
+    said = []
+    eager, compiled = best.get(("synthetic", False, 0)), best.get(("synthetic", True, 0))
+    if eager is not None:
+        key = next((k for k in EXPECTED_TRAIN_RATES if k.lower() in device.lower()), device)
+        EXPECTED_TRAIN_RATES[key] = (eager, where)
+        said.append(f"step on {key}: {eager:,.0f} img/s eager")
+        if compiled is not None:
+            COMPILE_SPEEDUP, COMPILE_SOURCE = compiled / eager, where
+            said.append(f"torch.compile: x{COMPILE_SPEEDUP:.2f}")
+    for decode in INPUT_RATES:
+        fed = sorted((w, rate) for (i, c, w), rate in best.items() if i == decode and c)
+        if not fed:
+            continue
+        workers, rate = fed[-1]
+        INPUT_RATES[decode] = (
+            InputRate(rate / workers, None, f"{where}: {workers} workers fed {rate:,.0f} img/s")
+            if decode == "cpu"
+            else InputRate(None, rate, f"{where}: {workers} workers fed {rate:,.0f} img/s")
+        )
+        said.append(f"input {decode}: {rate:,.0f} img/s with {workers} workers")
+    return [f"{line} ({path})" for line in said]

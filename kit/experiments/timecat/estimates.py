@@ -36,15 +36,18 @@ from kit.experiments.timecat.planning import plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.probes import registry
 from kit.train import rates
-from kit.train.rates import COMPILE_SPEEDUP, EXPECTED_TRAIN_RATES
+from kit.train.rates import EXPECTED_TRAIN_RATES
 from kit.train.settings import TrainSettings, replica_problem
 
-#: ResNet-50 training images per second per GPU at 224 px, bf16 (kit.train.rates), by --gpu name
-TRAIN_RATES = {name.lower(): rate for name, (rate, _) in EXPECTED_TRAIN_RATES.items()}
+
+def train_rate(gpu: str) -> float:
+    """ResNet-50 training images/s of one `gpu` (by --gpu name) at 224 px, bf16, eager: the
+    rates table's figure, or the one a measured rates file replaced it with."""
+    return EXPECTED_TRAIN_RATES[gpu.upper()][0]
+
+
 #: inference runs this many times faster than training
 INFERENCE_SPEEDUP = 3.0
-#: images decoded and cropped per second by one CPU-decoding loader worker (kit.train.rates)
-LOADER_RATE = rates.INPUT_RATES["cpu"].per_worker or 0.0
 #: copies of the weights a checkpoint holds: the model and the optimizer's two states
 CHECKPOINT_COPIES = 3
 FEATURE_BYTES = {"float16": 2, "float32": 4}
@@ -98,7 +101,7 @@ def _rate(
     batches through `data.decode`'s path, evaluation and extraction through CPU workers."""
     if gpu is None:
         return None
-    rate = ranks * TRAIN_RATES[gpu] * (1.0 if train else INFERENCE_SPEEDUP) / cost
+    rate = ranks * train_rate(gpu) * (1.0 if train else INFERENCE_SPEEDUP) / cost
     if kinds.get(data.kind).reads_disk:
         fed = rates.input_rate(data.decode if train else "cpu", workers)[0]
         rate = min(rate, ranks * fed) if fed is not None else rate
@@ -108,7 +111,7 @@ def _rate(
 def _train_rate(run: TrainSettings, gpu: str | None, ranks: int) -> float | None:
     """Training images/s of a run on `ranks` GPUs: compiled where it compiles, at most what
     its loaders decode."""
-    speedup = COMPILE_SPEEDUP if run.compile else 1.0
+    speedup = rates.COMPILE_SPEEDUP if run.compile else 1.0
     cost = _cost(run.width, run.data.image_size) / speedup
     return _rate(gpu, ranks, cost, run.num_workers, run.data, True)
 
@@ -278,7 +281,8 @@ def overheads(params: TimecatSettings, gpu: str | None) -> list[Overhead]:
             "train",
             "epoch boundaries",
             totals["epochs"],
-            f"each loader worker decodes a batch before the first step ({LOADER_RATE:.0f} img/s)",
+            "each loader worker decodes a batch before the first step "
+            f"({rates.loader_rate():.0f} img/s)",
         ),
     ]
     if kinds.get(runs[0].data.kind).reads_disk:
@@ -318,7 +322,7 @@ def _run_overheads(run: TrainSettings, gpu: str, ranks: int) -> dict[str, float]
         "evaluate": len(evaluations) * (recalibration + eval_rows / inference),
         "save": len(saves - evaluations) * recalibration
         + copies * weights * (1 / WRITE_RATE + 1 / HASH_RATE),
-        "epochs": epochs * (run.batch_size / ranks) / LOADER_RATE if reads_disk else 0.0,
+        "epochs": epochs * (run.batch_size / ranks) / rates.loader_rate() if reads_disk else 0.0,
     }
 
 
@@ -333,16 +337,16 @@ def sources(params: TimecatSettings, gpu: str | None) -> str:
     if params.train is not None:
         run = params.train
         if run.compile:
-            compiled = step_rate * COMPILE_SPEEDUP
+            compiled = step_rate * rates.COMPILE_SPEEDUP
             lines.append(
-                f"  - compiled {compiled:>7,.0f} img/s        x{COMPILE_SPEEDUP:.2f}, "
-                "torch.compile's speed-up measured on one H200"
+                f"  - compiled {compiled:>7,.0f} img/s        x{rates.COMPILE_SPEEDUP:.2f}, "
+                f"{rates.COMPILE_SOURCE}"
             )
         if kinds.get(run.data.kind).reads_disk:
             fed, source = rates.input_rate(run.data.decode, run.num_workers)
             step = (
                 step_rate
-                * (COMPILE_SPEEDUP if run.compile else 1.0)
+                * (rates.COMPILE_SPEEDUP if run.compile else 1.0)
                 / _cost(run.width, run.data.image_size)
             )
             bound = "the input" if fed is not None and fed < step else "the GPU"
@@ -371,7 +375,8 @@ def sources(params: TimecatSettings, gpu: str | None) -> str:
 
 
 def estimate(params: TimecatSettings, gpu: str | None) -> list[StepEstimate]:
-    """The plan's steps, estimated for `gpu` (a key of TRAIN_RATES; None: no wall times)."""
+    """The plan's steps, estimated for `gpu` (a GPU kit.train.rates knows; None: no wall
+    times)."""
     return [_training(params, gpu), _extraction(params, gpu), _probing(params, gpu)]
 
 
