@@ -549,7 +549,7 @@ def test_lbfgs_regularisation_path_reaches_the_fits_from_zero() -> None:
 def test_probes_fitted_side_by_side_equal_those_fitted_one_by_one() -> None:
     """kit.probes.parallel: fits on two threads are the same fits, in order, and the process
     keeps its intra-op threads afterwards."""
-    jobs = [(skewed(600, seed), skewed(200, seed + 50)) for seed in range(4)]
+    jobs = [(skewed(600, seed), skewed(200, seed + 50), {}) for seed in range(4)]
     settings = LbfgsProbeSettings(weight_decays=[1e-2, 1.0], max_gap=15)
     probe = registry.get("lbfgs")
     threads = torch.get_num_threads()
