@@ -35,6 +35,7 @@ from kit.data.fixtures import write_cifar, write_paper_data
 from kit.data.preflight import preflight
 from kit.data.settings import DataSettings
 from kit.experiments.timecat import jobs, layouts, planning
+from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.probes.selection import RULES
 
 SIZES = Path(__file__).parent / "rehearsal" / "sizes.yaml"
@@ -406,7 +407,7 @@ def test_a_downloaded_release_is_probed_end_to_end(
     )
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     assert "unverified" not in done.stdout + done.stderr  # every file's hash was recorded
-    results = pl.read_parquet(out / jobs.RESULTS)
+    results = pl.read_parquet(out / TIME_CONCAT.results)
     variants = ["cat1", "cat2", "cat4", "cat5", "random5"]
     assert sorted(set(results["variant"])) == variants
     assert results.height == len(variants) * 4 * len(RULES)

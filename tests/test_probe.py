@@ -549,7 +549,7 @@ def test_lbfgs_regularisation_path_reaches_the_fits_from_zero() -> None:
 def test_probes_fitted_side_by_side_equal_those_fitted_one_by_one() -> None:
     """kit.probes.parallel: fits on two threads are the same fits, in order, and the process
     keeps its intra-op threads afterwards."""
-    jobs = [(skewed(600, seed), skewed(200, seed + 50)) for seed in range(4)]
+    jobs = [(skewed(600, seed), skewed(200, seed + 50), {}) for seed in range(4)]
     settings = LbfgsProbeSettings(weight_decays=[1e-2, 1.0], max_gap=15)
     probe = registry.get("lbfgs")
     threads = torch.get_num_threads()
@@ -559,3 +559,45 @@ def test_probes_fitted_side_by_side_equal_those_fitted_one_by_one() -> None:
     for one, other in zip(alone, together, strict=True):
         assert one.history.equals(other.history)
         assert one.selected.equals(other.selected)
+
+
+def one_hot_rows(labels: torch.Tensor, classes: int, seed: int, distractors=None) -> torch.Tensor:
+    """Features that name each row's class (3 in its own dimension, small noise), and with
+    `distractors` twice as strongly another class."""
+    generator = torch.Generator().manual_seed(seed)
+    rows = 0.1 * torch.randn(len(labels), classes, generator=generator)
+    rows[torch.arange(len(labels)), labels] += 3.0
+    if distractors is not None:
+        rows[torch.arange(len(labels)), distractors] += 6.0
+    return rows
+
+
+@pytest.mark.parametrize("probe", ["fast", "lbfgs"])
+def test_extra_evaluation_splits_are_scored_among_their_classes(probe: str) -> None:
+    """A head that is perfect on its classes, scored on an ImageNet-R-like split of three of
+    its ten classes whose every other row points twice as strongly at a class outside them:
+    taken among the three classes every prediction is right; over all ten, half are."""
+    classes, subset = 10, (2, 5, 7)
+    labels = torch.arange(600) % classes
+    train = Split(one_hot_rows(labels, classes, 0), labels, "train")
+    evaluation = Split(one_hot_rows(labels[:200], classes, 1), labels[:200], "eval")
+    shifted = torch.tensor(subset).repeat(40)
+    distractors = torch.where(torch.arange(120) % 2 == 0, (shifted + 1) % classes, shifted)
+    rows = one_hot_rows(shifted, classes, 2, distractors)
+    extra = {
+        "r": Split(rows, shifted, "r", subset),
+        "r_all": Split(rows, shifted, "r_all"),
+        "same": evaluation,
+    }
+    settings = FAST if probe == "fast" else LbfgsProbeSettings(weight_decays=[1e-3])
+    result = registry.get(probe).fit(train, evaluation, classes, settings, False, extra)
+    for rule in RULES:
+        chosen = result.selected.filter(pl.col("rule") == rule).row(0, named=True)
+        assert chosen["top1"] == 1.0 and chosen["extra_same_top1"] == chosen["top1"]
+        assert chosen["extra_r_top1"] == 1.0
+        assert chosen["extra_r_all_top1"] == 0.5
+    assert {"extra_r_top1", "extra_r_all_top1"} <= set(result.history.columns)
+    with pytest.raises(ProbeError, match="split 'bad': labels outside the classes"):
+        registry.get(probe).fit(
+            train, evaluation, classes, settings, False, {"bad": Split(rows, shifted, "bad", (2,))}
+        )

@@ -118,7 +118,9 @@ class NearestMeanProbe(FeatureProbe):
         num_classes: int,
         settings: NearestMeanSettings,
         progress: bool = True,
+        extra: Mapping[str, Split] | None = None,
     ) -> ProbeResult:
+        assert not extra, "the nearest-mean probe scores no extra evaluation split"
         features, labels = torch.as_tensor(train.features).double(), labels_of(train)
         kept, held = heldout_indices(len(labels), settings.heldout_fraction, seed=0)
         means = torch.stack(

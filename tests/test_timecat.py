@@ -371,10 +371,52 @@ def test_balanced_subset_covers_every_class_of_a_class_ordered_folder(tmp_path: 
     assert np.bincount(labels[scarce]).tolist()[0] == 6 and len(scarce) == 40
 
 
+#: ImageNet-R as an extra evaluation set, and ci's tasks with ImageNet-1k's beside them
+IMAGENET_R = {"name": "ImageNet-R", "data": {"kind": "imagenet-r", "root": "r", "image_size": 16}}
+IMAGENET = {"kind": "imagefolder", "root": "imagenet", "image_size": 16}
+
+
+def with_imagenet(*extra: dict, **task: object) -> list[dict]:
+    """ci's shape task (its direct variant trains on it) and an ImageNet-1k task naming
+    `extra` as its extra evaluation sets."""
+    imagenet = {"name": "ImageNet-1k", "role": "in-distribution", "num_classes": 1000}
+    return [
+        {"name": "shape", "role": "in-mixture", "components": [["shape"]]},
+        imagenet | {"data": IMAGENET, "extra_evals": list(extra)} | task,
+    ]
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
         ({"total_iterations": 41}, "total_iterations: 41 does not split into 2 equal runs"),
+        (
+            {"tasks": with_imagenet(IMAGENET_R, num_classes=100)},
+            "tasks: ImageNet-1k: extra_evals are labelled with ImageNet-1k's 1000 classes, but "
+            "the task reads imagefolder with 100 classes",
+        ),
+        (
+            {
+                "tasks": with_imagenet(
+                    IMAGENET_R | {"data": IMAGENET_R["data"] | {"kind": "cifar10"}}
+                )
+            },
+            r"parameter 'tasks.1.extra_evals.0.data': kind cifar10 is not one of ImageNet's "
+            r"shifted evaluation sets \(imagenet-v2, imagenet-r, imagenet-sketch, imagenet-a\)",
+        ),
+        (
+            {"tasks": with_imagenet(IMAGENET_R, IMAGENET_R)},
+            "tasks: ImageNet-1k: extra_evals: names must be unique",
+        ),
+        (
+            {
+                "tasks": with_imagenet(IMAGENET_R),
+                "probe_kind": "faithful",
+                "probes": {"faithful": {"processes": 1, "workers": 0, "precision": "fp32"}},
+                "lbfgs_check": False,
+            },
+            "tasks: ImageNet-1k: extra_evals are scored by the probes of cached features",
+        ),
         ({"replicats": 3}, "unknown parameter 'replicats'"),
         ({"baseline": "cat9"}, "baseline: 'cat9' is not a variant"),
         ({"variants": [{"name": "w", "kind": "wide", "n": 2}]}, "one model"),

@@ -20,9 +20,11 @@ import yaml
 
 from kit.cli.main import main as kit_main
 from kit.core import params
+from kit.data.fixtures import write_image_folder, write_imagenet_shift
 from kit.experiments.timecat import jobs, measure, planning
 from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.experiments.timecat.shifted import shift_table
 
 
 def small_plan(folder: Path, **changes) -> Path:
@@ -235,3 +237,43 @@ def test_the_sweeps_probes_side_by_side_without_diagnostics_give_notebook_03s_re
     assert one.diagnostics.height == len(found.representations) * len(loaded.tasks)
     assert two.diagnostics.is_empty()
     assert one.results.equals(two.results)
+
+
+def test_an_imagenet_task_scores_its_probes_on_an_extra_evaluation_set(tmp_path: Path) -> None:
+    """ImageNet-1k (one tiny image per class and split) with ImageNet-R (three of its classes)
+    as an extra evaluation set: the probes' chosen heads are scored there too, and the shift
+    table puts both side by side."""
+    wnids = [f"n{i:08d}" for i in range(1000)]
+    write_image_folder(tmp_path / "imagenet", wnids, {"train": 1, "val": 1}, size=8)
+    write_imagenet_shift(tmp_path / "shifts", "imagenet-r", wnids[3:6], count=2)
+    imagenet = {
+        "name": "ImageNet-1k",
+        "role": "in-distribution",
+        "num_classes": 1000,
+        "data": {"kind": "imagefolder", "root": str(tmp_path / "imagenet"), "image_size": 16},
+        "extra_evals": [
+            {
+                "name": "ImageNet-R",
+                "data": {"kind": "imagenet-r", "root": str(tmp_path / "shifts"), "image_size": 16},
+            }
+        ],
+    }
+    loaded = jobs.load_settings(
+        "ci", [small_plan(tmp_path, tasks=[imagenet])], ["lbfgs_check=false"]
+    )
+    assert not loaded.input_problems()
+    representations = planning.plan(loaded).representations
+    planning.initialise(planning.plan(loaded).initial)
+    results = measure.probe_all(representations, loaded, diagnose=False).results
+    shifted = results["extra_ImageNet-R_top1"]
+    assert shifted.is_not_null().all() and shifted.is_between(0, 1).all()
+    assert results.height == len(representations) * 2  # two rules
+    table = shift_table(results, loaded.probe_rule)
+    assert table is not None and table["variant"].to_list() == ["r1", "r2"]
+    assert table.columns[1:] == [
+        "ImageNet-1k mean",
+        "ImageNet-1k std",
+        "ImageNet-R mean",
+        "ImageNet-R std",
+    ]
+    assert shift_table(results.drop("extra_ImageNet-R_top1"), loaded.probe_rule) is None

@@ -36,7 +36,12 @@ PAPER_FOLDERS = {
     "inat18": "inat18",
     "cifar100": "cifar100",
     "cifar10": "cifar10",
+    # ImageNet's shifted test sets, each unpacked here in its own folder (the profiles' optional
+    # extra evaluation sets of the ImageNet-1k task)
+    "imagenet-shifts": "imagenet-shifts",
 }
+#: the ImageNet classes the fixture's ImageNet-R and ImageNet-A hold (the real ones hold 200)
+SHIFT_SUBSET = 3
 
 
 def _write_bytes(path: Path, content: bytes) -> None:
@@ -151,14 +156,19 @@ def write_cifar(root: Path, kind: str, per_file: int, bytes_keys: bool = False) 
 
 def write_paper_data(root: Path) -> dict[str, Path]:
     """Every dataset the paper profiles read, under root as `TIMECAT_DATA` (see PAPER_FOLDERS):
-    one training and one validation JPEG per ImageNet class, 50 and 10 iNat18 images, and 50
+    one training and one validation JPEG per ImageNet class, 50 and 10 iNat18 images, 50
     training and 10 test images of each CIFAR (enough that a 2% held-out split of every task
-    keeps a row). Returns each dataset's folder."""
+    keeps a row), and ImageNet's four shifted test sets side by side, one image per class (R and
+    A: of `SHIFT_SUBSET` classes). Returns each dataset's folder."""
     folders = {name: root / folder for name, folder in PAPER_FOLDERS.items()}
+    wnids = [f"n{i:08d}" for i in range(IMAGENET_CLASSES)]
     with _staged(folders["imagenet"]) as staged:
-        write_image_folder(
-            staged, [f"n{i:08d}" for i in range(IMAGENET_CLASSES)], {"train": 1, "val": 1}
-        )
+        write_image_folder(staged, wnids, {"train": 1, "val": 1})
+    with _staged(folders["imagenet-shifts"]) as staged:
+        write_imagenet_shift(staged, "imagenet-v2", [str(i) for i in range(IMAGENET_CLASSES)], 1)
+        write_imagenet_shift(staged, "imagenet-sketch", wnids, 1)
+        for kind in ("imagenet-r", "imagenet-a"):
+            write_imagenet_shift(staged, kind, wnids[:SHIFT_SUBSET], 1)
     with _staged(folders["inat18"]) as staged:
         write_inat18(staged, range(INAT18_CLASSES), {"train": 50, "val": 10})
     for kind, per_file in (("cifar100", 50), ("cifar10", 10)):

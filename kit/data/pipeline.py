@@ -386,10 +386,15 @@ class Transformed(Dataset):
 def probe_datasets(data: DataSettings, num_classes: int) -> tuple[Dataset, Dataset]:
     """(train, eval) splits with evaluation transforms, for frozen-feature probes."""
     train, evaluation = datasets_for(data, num_classes)
+    return evaluated(data, train), evaluated(data, evaluation)
+
+
+def evaluated(data: DataSettings, base: Dataset) -> Transformed:
+    """A split of `data` with its evaluation transform: what feature extraction reads."""
     from_images = kinds.get(data.kind).reads_disk
-    augment = resolved_augment(data)
-    plain = augmentation(augment, data.image_size, False, from_images)
-    return Transformed(train, plain), Transformed(evaluation, plain)
+    return Transformed(
+        base, augmentation(resolved_augment(data), data.image_size, False, from_images)
+    )
 
 
 # ---------------------------------------------------------------------------------------------

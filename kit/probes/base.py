@@ -37,11 +37,14 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ProbeUse:
     """What an experiment asks of its probe, for the checks of the probe's own settings: the
-    task names, the device, and the training rows per task (None: every row)."""
+    task names, the device, the training rows per task (None: every row), and the tasks with
+    extra evaluation sets."""
 
     tasks: tuple[str, ...]
     device: str
     train_rows: int | None
+    #: the tasks that name extra evaluation sets (scored by probes of cached features)
+    extra_evals: tuple[str, ...] = ()
 
 
 class ProbeSettings(Strict):
@@ -120,7 +123,8 @@ class Probe(ABC):
 
 
 class FeatureProbe(Probe):
-    """A probe of cached features: fitted on a training split, scored on an evaluation split."""
+    """A probe of cached features: fitted on a training split, scored on an evaluation split
+    and on any extra evaluation splits of the same classes."""
 
     @abstractmethod
     def fit(
@@ -130,8 +134,11 @@ class FeatureProbe(Probe):
         num_classes: int,
         settings: Any,
         progress: bool = True,
+        extra: Mapping[str, Split] | None = None,
     ) -> ProbeResult:
-        """The probe of one representation on one task."""
+        """The probe of one representation on one task; every head it reports is scored on
+        each `extra` split too, in the history's and the selected rows'
+        `kit.probes.selection.extra_column`."""
 
 
 @dataclass(frozen=True)

@@ -91,12 +91,13 @@ class SgdHeads:
 
     def scored(self, rows: ConvexFit, fit_sample: torch.Tensor, epoch: int) -> list[dict[str, Any]]:
         """Every head's objective on the sampled fit rows and accuracies on the sampled fit,
-        held-out and evaluation rows: one history row per head."""
+        held-out, evaluation and extra evaluation rows: one history row per head."""
         fit = scores(self.logits, rows.train, fit_sample, rows.train_labels)
         heldout = scores(self.logits, rows.train, rows.held, rows.train_labels)
         evaluated = scores(
             self.logits, rows.evaluation, torch.arange(len(rows.eval_labels)), rows.eval_labels
         )
+        extra = rows.extra_top1(self.logits)
         penalty = (self.wd[:, 0, 0] / 2 * self.weight.detach().square().sum((1, 2))).cpu()
         return [
             {
@@ -108,6 +109,7 @@ class SgdHeads:
                 "heldout_top1": float(heldout["top1"][h]),
                 "eval_top1": float(evaluated["top1"][h]),
                 "eval_top5": float(evaluated["top5"][h]),
+                **{column: float(top1[h]) for column, top1 in extra.items()},
             }
             for h, (head_lr, head_wd) in enumerate(self.grid)
         ]
@@ -158,6 +160,7 @@ def fast_probe(
     num_classes: int,
     settings: FastProbeSettings = FastProbeSettings(),
     progress: bool = True,
+    extra: Mapping[str, Split] | None = None,
 ) -> ProbeResult:
     """Train one head per (lr, weight decay) in one pass over the fit rows; score every head on
     the held-out and evaluation rows after each epoch, and on as many fit rows (a fixed random
@@ -165,10 +168,11 @@ def fast_probe(
     more than the held-out scoring. Features are standardised per minibatch with statistics of
     the fit rows, so no standardised copy is ever made. With `select_from: converged`, each
     weight decay's lowest-objective head is then finished by L-BFGS to its tolerance (see
-    `FastProbeSettings`), and the rules choose among those fits."""
+    `FastProbeSettings`), and the rules choose among those fits. Every head is scored on the
+    `extra` evaluation splits too (`kit.probes.selection.extra_column`)."""
     devices = probe_devices(settings.device, settings.devices, visible_gpus())
     rows = convex_fit(
-        train, evaluation, num_classes, settings.heldout_fraction, settings.seed, devices[0]
+        train, evaluation, num_classes, settings.heldout_fraction, settings.seed, devices[0], extra
     )
     places = spread_rows(rows, devices)
     heads = SpreadHeads(places, settings, num_classes)
@@ -255,9 +259,10 @@ class FastProbe(FeatureProbe):
         num_classes: int,
         settings: FastProbeSettings,
         progress: bool = True,
+        extra: Mapping[str, Split] | None = None,
     ) -> ProbeResult:
         """`fast_probe`."""
-        return fast_probe(train, evaluation, num_classes, settings, progress)
+        return fast_probe(train, evaluation, num_classes, settings, progress, extra)
 
     def feature_passes(self, settings: FastProbeSettings) -> FeaturePasses:
         """Every head sees every training row once an epoch."""

@@ -6,7 +6,7 @@ each device fits its share of them in its own thread, reading its own copy of th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -22,6 +22,7 @@ from kit.probes.devices import probe_devices, shares, visible_gpus
 from kit.probes.rows import (
     FeatureRows,
     ProbeError,
+    ShiftedRows,
     Split,
     check_splits,
     chunk_rows,
@@ -30,7 +31,7 @@ from kit.probes.rows import (
     scores,
     standardiser,
 )
-from kit.probes.selection import ProbeResult, select
+from kit.probes.selection import ProbeResult, extra_column, select
 from kit.probes.settings import TOLERANCE_CHANGE, LbfgsProbeSettings
 
 #: fit rows whose standardised float64 copy takes at most this are copied once for L-BFGS;
@@ -44,10 +45,10 @@ ONE_THREAD_ELEMENTS = 1 << 23
 
 @dataclass
 class ConvexFit:
-    """A probe's fit, held-out and evaluation rows, standardised in float64 with statistics of
-    the fit rows: what an L-BFGS fit and its scoring read. Float64 because a float32 fit stops
-    when the loss no longer changes in float32, measurably above the minimum (docs/decisions.md,
-    "Float64 L-BFGS as the reference probe")."""
+    """A probe's fit, held-out and evaluation rows (and any extra evaluation splits),
+    standardised in float64 with statistics of the fit rows: what an L-BFGS fit and its scoring
+    read. Float64 because a float32 fit stops when the loss no longer changes in float32,
+    measurably above the minimum (docs/decisions.md, "Float64 L-BFGS as the reference probe")."""
 
     train: FeatureRows
     evaluation: FeatureRows
@@ -57,6 +58,8 @@ class ConvexFit:
     held: torch.Tensor
     mean: torch.Tensor
     std: torch.Tensor
+    #: extra evaluation splits every head is scored on too, by name
+    extra: dict[str, ShiftedRows] = field(default_factory=dict)
     #: the standardised fit rows and labels, made on the first fit when they fit in memory
     copy: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, init=False, repr=False)
 
@@ -70,7 +73,14 @@ class ConvexFit:
             eval_labels=self.eval_labels.to(device),
             mean=self.mean.to(device),
             std=self.std.to(device),
+            extra={name: rows.moved(device) for name, rows in self.extra.items()},
         )
+
+    def extra_top1(
+        self, logits_of: Callable[[torch.Tensor], torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        """Every head's top-1 (logits [B, H, C]) on each extra evaluation split, by column."""
+        return {extra_column(name): rows.top1(logits_of) for name, rows in self.extra.items()}
 
     def standardised(self, features: torch.Tensor) -> torch.Tensor:
         """Rows standardised in float64 with the fit rows' statistics."""
@@ -157,6 +167,7 @@ class ConvexFit:
             ),
             "eval_top1": float(evaluated["top1"][0]),
             "eval_top5": float(evaluated["top5"][0]),
+            **{column: float(top1[0]) for column, top1 in self.extra_top1(logits_of).items()},
         }
 
 
@@ -167,9 +178,11 @@ def convex_fit(
     heldout_fraction: float,
     seed: int,
     device: torch.device,
+    extra: Mapping[str, Split] | None = None,
 ) -> ConvexFit:
     """Check the splits, hold out rows and standardise: what both feature probes start from."""
-    check_splits([train, evaluation], num_classes)
+    extra = extra or {}
+    check_splits([train, evaluation, *extra.values()], num_classes)
     kept, held = heldout_indices(len(labels_of(train)), heldout_fraction, seed)
     train_rows = FeatureRows(train.features, device)
     mean, std = standardiser(train_rows.features, kept, device)
@@ -182,6 +195,7 @@ def convex_fit(
         held,
         mean.double(),
         std.double(),
+        {name: ShiftedRows.of(split, num_classes, device) for name, split in extra.items()},
     )
 
 
@@ -218,6 +232,7 @@ def lbfgs_probe(
     evaluation: Split,
     num_classes: int,
     settings: LbfgsProbeSettings = LbfgsProbeSettings(),
+    extra: Mapping[str, Split] | None = None,
 ) -> ProbeResult:
     """Full-batch multinomial logistic regression by L-BFGS, one fit per weight decay, on the
     fast probe's held-out split and standardisation. Features are read as the fast probe reads
@@ -230,10 +245,11 @@ def lbfgs_probe(
     zero weights, each weaker one from the previous fit. Every objective is strictly convex, so
     the start changes where L-BFGS stops only within its tolerance; a weak decay, whose fit
     from zero takes the most iterations, starts near its minimum. Over several devices each
-    fit starts from zero on its own device."""
+    fit starts from zero on its own device. Each fit is scored on the `extra` evaluation splits
+    too (`kit.probes.selection.extra_column`)."""
     devices = probe_devices(settings.device, settings.devices, visible_gpus())
     rows = convex_fit(
-        train, evaluation, num_classes, settings.heldout_fraction, settings.seed, devices[0]
+        train, evaluation, num_classes, settings.heldout_fraction, settings.seed, devices[0], extra
     )
     decays = sorted(settings.weight_decays, reverse=True)
     if len(devices) == 1:
@@ -292,6 +308,7 @@ class LbfgsProbe(FeatureProbe):
         num_classes: int,
         settings: LbfgsProbeSettings,
         progress: bool = True,
+        extra: Mapping[str, Split] | None = None,
     ) -> ProbeResult:
         """`lbfgs_probe`; it shows no progress bar (one fit per weight decay)."""
-        return lbfgs_probe(train, evaluation, num_classes, settings)
+        return lbfgs_probe(train, evaluation, num_classes, settings, extra)

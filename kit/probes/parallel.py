@@ -10,7 +10,7 @@ alone, so every result is bit-identical to fitting the probes one after the othe
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,23 +22,24 @@ from kit.probes.selection import ProbeResult
 
 def fit_many(
     probe: FeatureProbe,
-    jobs: Sequence[tuple[Split, Split]],
+    jobs: Sequence[tuple[Split, Split, Mapping[str, Split]]],
     num_classes: int,
     settings: Any,
     workers: int = 1,
 ) -> Iterator[ProbeResult]:
-    """`probe.fit` of each (training, evaluation) pair, yielded in order as each finishes. With
+    """`probe.fit` of each (training, evaluation, extra evaluation splits), yielded in order as
+    each finishes. With
     `workers` > 1, that many fits run at once, the process held to one intra-op thread while
     they do (so that `workers` fits use `workers` cores, and no fit restores another's
     setting)."""
     if workers == 1 or len(jobs) < 2:
-        for train, evaluation in jobs:
-            yield probe.fit(train, evaluation, num_classes, settings, progress=False)
+        for train, evaluation, extra in jobs:
+            yield probe.fit(train, evaluation, num_classes, settings, False, extra)
         return
     with one_thread(), ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [
-            pool.submit(probe.fit, train, evaluation, num_classes, settings, progress=False)
-            for train, evaluation in jobs
+            pool.submit(probe.fit, train, evaluation, num_classes, settings, False, extra)
+            for train, evaluation, extra in jobs
         ]
         for future in futures:
             yield future.result()

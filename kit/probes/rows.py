@@ -1,4 +1,5 @@
-"""Feature rows as the feature probes read them: splits, checks, standardisation and scores."""
+"""Feature rows as the feature probes read them: splits, checks, standardisation and scores, and
+the extra evaluation splits a fitted head is scored on besides its own (`ShiftedRows`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ class Split:
     features: torch.Tensor | np.ndarray
     labels: torch.Tensor | np.ndarray
     name: str
+    #: the classes a prediction on this split is taken among (ImageNet-R's 200 of ImageNet's
+    #: 1,000: the argmax over their logits); None: every class the probe has
+    classes: tuple[int, ...] | None = None
 
 
 def labels_of(split: Split) -> torch.Tensor:
@@ -71,6 +75,10 @@ def check_splits(splits: Sequence[Split], num_classes: int) -> None:
         if low < 0 or high >= num_classes:
             raise ProbeError(
                 f"split '{split.name}': labels span [{low}, {high}], outside [0, {num_classes - 1}]"
+            )
+        if split.classes is not None and not torch.isin(labels, torch.tensor(split.classes)).all():
+            raise ProbeError(
+                f"split '{split.name}': labels outside the classes its predictions are taken among"
             )
         bad = _non_finite_rows(split.features)
         if bad:
@@ -180,3 +188,40 @@ def scores(
     assert sums is not None, "scores of no rows"
     top1, top5, loss = (sums / len(index)).cpu()
     return {"top1": top1, "top5": top5, "loss": loss}
+
+
+@dataclass(frozen=True)
+class ShiftedRows:
+    """An extra evaluation split where a probe reads it: its rows, its labels on the device, and
+    the additive mask [C] that keeps a prediction among its classes (0 on them, -inf elsewhere;
+    None when every class is open)."""
+
+    rows: FeatureRows
+    labels: torch.Tensor
+    mask: torch.Tensor | None
+
+    @classmethod
+    def of(cls, split: Split, num_classes: int, device: torch.device) -> ShiftedRows:
+        """`split` read on `device`, its `classes` as the mask."""
+        mask = None
+        if split.classes is not None:
+            mask = torch.full((num_classes,), float("-inf"), device=device)
+            mask[list(split.classes)] = 0.0
+        return cls(FeatureRows(split.features, device), labels_of(split).to(device), mask)
+
+    def moved(self, device: torch.device) -> ShiftedRows:
+        """The same split read on `device`."""
+        return ShiftedRows(
+            FeatureRows(self.rows.features, device),
+            self.labels.to(device),
+            None if self.mask is None else self.mask.to(device),
+        )
+
+    def top1(self, logits_of: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """Every head's top-1 (logits [B, H, C]), each prediction taken among the classes."""
+
+        def kept(features: torch.Tensor) -> torch.Tensor:
+            logits = logits_of(features)
+            return logits if self.mask is None else logits + self.mask.to(logits.dtype)
+
+        return scores(kept, self.rows, torch.arange(len(self.labels)), self.labels)["top1"]

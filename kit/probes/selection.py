@@ -15,6 +15,10 @@ A feature probe given `max_gap` reports a third rule:
   held-out top-1 by at most `max_gap` points (the head with the smallest such gap when none
   does). It chooses the regularisation on training rows alone, so that the held-out choice,
   not the number of rows per feature, sets how far a head fits its rows (docs: Probes).
+
+A feature probe given extra evaluation splits (ImageNet's shifted test sets) scores every head
+on each of them too, in the history column `extra_column(name)`; the rules never read those
+columns, and report them for the head they chose.
 """
 
 from __future__ import annotations
@@ -28,6 +32,18 @@ import polars as pl
 RULES = ("paper", "heldout")
 #: the rule a feature probe given `max_gap` reports after them
 BOUNDED = "bounded"
+#: how the columns of extra evaluation splits begin
+EXTRA = "extra_"
+
+
+def extra_column(name: str) -> str:
+    """The history's (and the selected rows') column of the top-1 on the extra split `name`."""
+    return f"{EXTRA}{name}_top1"
+
+
+def extra_name(column: str) -> str:
+    """The name of the extra split whose `extra_column` is `column`."""
+    return column.removeprefix(EXTRA).removesuffix("_top1")
 
 
 def select(
@@ -36,7 +52,9 @@ def select(
     """Apply the selection rules to a table of (grid point, epoch) evaluations: `paper` and
     `heldout`, and `bounded` when `max_gap` (points) is given. Top-5 is reported only with more
     than 10 classes, as in the paper; the chosen head's training accuracy is reported beside
-    its evaluation accuracy, so the train/eval gap is visible."""
+    its evaluation accuracy, so the train/eval gap is visible; the chosen head's top-1 on each
+    extra evaluation split follows, in its `extra_column`."""
+    extra = [column for column in history.columns if column.startswith(EXTRA)]
     chosen = [
         (rule, _best(history, column))
         for rule, column in zip(RULES, ("eval_top1", "heldout_top1"), strict=True)
@@ -62,6 +80,7 @@ def select(
                 "top1": best["eval_top1"],
                 "top5": best["eval_top5"] if num_classes > 10 else None,
                 "train_top1": best["train_top1"],
+                **{column: best[column] for column in extra},
             }
             for rule, best in chosen
         ],

@@ -286,9 +286,16 @@ class FaithfulProbeSettings(ProbeSettings):
         return self
 
     def problems(self, use: ProbeUse) -> list[str]:
-        """Rows it cannot subsample, grids naming no task, several processes sharing one
-        device."""
+        """Rows it cannot subsample, extra evaluation sets it cannot score, grids naming no task,
+        several processes sharing one device."""
         found = []
+        if use.extra_evals:
+            found.append(
+                f"tasks: {', '.join(use.extra_evals)}: extra_evals are scored by the probes of "
+                "cached features (fast, lbfgs), whose heads score any features; the faithful "
+                "probe trains on images and scores its own evaluation split only: set "
+                "probe_kind to fast or lbfgs, or drop them"
+            )
         if use.train_rows is not None:
             found.append(
                 "probe_train_rows: the faithful probe trains on every training image; unset it, "

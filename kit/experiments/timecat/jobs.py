@@ -125,7 +125,12 @@ def extract_step(params: TimecatSettings) -> int:
             {
                 entry.path
                 for task in found
-                for entry in [*task.train, *task.eval, *task.single.values()]
+                for entry in [
+                    *task.train,
+                    *task.eval,
+                    *task.single.values(),
+                    *(found for shift in task.extra for found in shift.sets),
+                ]
             }
         )
     finally:

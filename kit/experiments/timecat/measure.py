@@ -1,10 +1,12 @@
-"""The time-concat experiment's measurements: each representation probed on each task, and its
-label-free diagnostics (RankMe, alpha-ReQ, the CKA of its models)."""
+"""The time-concat experiment's measurements: each representation probed on each task (and its
+heads scored on the task's extra evaluation sets), and its label-free diagnostics (RankMe,
+alpha-ReQ, the CKA of its models)."""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -14,14 +16,18 @@ from torch.utils.data import Dataset, Subset
 
 from kit import feature_cache, features
 from kit.core.progress import KeptBar, Stage
-from kit.data import pipeline
+from kit.data import kinds, pipeline
 from kit.data.kinds.base import split_size
+from kit.data.kinds.imagenet_shifts import ShiftedImageNetKind
+from kit.data.kinds.images import ImageList
+from kit.data.settings import DataSettings
 from kit.experiments.timecat.planning import Representation, features_dir, runs_dir
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
+from kit.experiments.timecat.shifted import ExtraEval
 from kit.probes import parallel, registry
 from kit.probes.base import FeatureProbe, ImageProbe, Probe, ProbeSettings
 from kit.probes.rows import Split
-from kit.probes.selection import ProbeResult
+from kit.probes.selection import ProbeResult, extra_column
 from kit.stats import diagnostics
 
 #: rows of the evaluation split the label-free diagnostics use (a seeded sample beyond that)
@@ -38,9 +44,26 @@ class Measurements:
 
 
 @dataclass(frozen=True)
+class ShiftedFeatures:
+    """An extra evaluation set's features of each representation, its labels' indices among the
+    task's classes, and the classes its predictions are taken among (None: all)."""
+
+    name: str
+    sets: list[feature_cache.FeatureSet]
+    indices: torch.Tensor
+    classes: tuple[int, ...] | None
+
+    def split(self, index: int) -> Split:
+        """The set as the probe of representation `index` scores it, labelled as its task."""
+        features, labels = self.sets[index].torch()
+        return Split(features, self.indices[labels.long()], self.name, self.classes)
+
+
+@dataclass(frozen=True)
 class TaskFeatures:
-    """A task's cached features: its representations' training and evaluation splits, and each
-    of their checkpoints alone on the evaluation split (for the diagnostics)."""
+    """A task's cached features: its representations' training and evaluation splits (and extra
+    evaluation sets), and each of their checkpoints alone on the evaluation split (for the
+    diagnostics)."""
 
     num_classes: int
     probed: list[Representation]
@@ -48,6 +71,19 @@ class TaskFeatures:
     eval: list[feature_cache.FeatureSet]
     single: dict[Path, feature_cache.FeatureSet]
     eval_rows: int
+    extra: list[ShiftedFeatures] = field(default_factory=list)
+
+    def splits(self) -> list[tuple[Split, Split, dict[str, Split]]]:
+        """Each representation's training, evaluation and extra evaluation splits, as a probe of
+        cached features fits and scores them."""
+        return [
+            (
+                Split(*train.torch(), train.record["split"]),
+                Split(*test.torch(), test.record["split"]),
+                {shift.name: shift.split(index) for shift in self.extra},
+            )
+            for index, (train, test) in enumerate(zip(self.train, self.eval, strict=True))
+        ]
 
 
 #: each task's probe rows (the seeded, class-balanced subset) by its data, classes, row count
@@ -85,14 +121,14 @@ def task_features(
     identities = {path: found for rep in probed for path, found in rep.expected().items()}
 
     def extract(
-        groups: list[list[Path]], split: str, dataset: Dataset
+        groups: list[list[Path]], split: str, dataset: Dataset, data: DataSettings = task_data
     ) -> list[feature_cache.FeatureSet]:
         return features.extract_many(
             groups,
             dataset,
-            task_data.model_dump_json(),
+            data.model_dump_json(),
             split,
-            transform=pipeline.resolved_augment(task_data),
+            transform=pipeline.resolved_augment(data),
             cache_dir=cache,
             batch_size=params.feature_batch_size,
             dtype=params.feature_dtype,
@@ -112,7 +148,32 @@ def task_features(
         extract(groups, "eval", eval_set) if on_features else [],
         dict(zip(members, extract([[c] for c in members], "eval", eval_set), strict=True)),
         split_size(eval_set),
+        [shifted_features(e, eval_set, groups, extract) for e in task.extra_evals]
+        if on_features
+        else [],
     )
+
+
+def shifted_features(
+    entry: ExtraEval,
+    task_eval: Dataset,
+    groups: list[list[Path]],
+    extract: Callable[..., list[feature_cache.FeatureSet]],
+) -> ShiftedFeatures:
+    """An extra evaluation set's features of each group of checkpoints (through `extract`, the
+    task's path to the cache, with the set's own data and transform), its classes mapped into
+    those of the task's evaluation split `task_eval` (ImageNet-1k's wnids), and, for a set that
+    holds fewer of them (ImageNet-R, -A), its own classes as the ones predictions are taken
+    among, as their authors score them."""
+    kind = kinds.get(entry.data.kind)
+    assert isinstance(kind, ShiftedImageNetKind), entry.data.kind  # ExtraEval's validator
+    images = kind.open_split(entry.data, "eval", kind.num_classes)
+    imagenet = task_eval.base if isinstance(task_eval, pipeline.Transformed) else task_eval
+    assert isinstance(imagenet, ImageList), "a task of ImageNet's classes reads image folders"
+    indices = kind.imagenet_indices(images.classes, imagenet.classes)
+    restricted = tuple(sorted(indices)) if kind.holds_classes < kind.num_classes else None
+    found = extract(groups, "eval", pipeline.evaluated(entry.data, images), entry.data)
+    return ShiftedFeatures(entry.name, found, torch.tensor(indices), restricted)
 
 
 def probe_settings(params: TimecatSettings) -> ProbeSettings:
@@ -135,6 +196,7 @@ def probe_all(
     settings = probe_settings(params)
     reference = settings.reference() if params.lbfgs_check else None
     rows, diagnosed = [], []
+    shifts = list(dict.fromkeys(extra_column(e.name) for t in params.tasks for e in t.extra_evals))
     total = sum(rep.task in (None, task.name) for task in params.tasks for rep in representations)
     bar = KeptBar(total=total, desc=f"{params.probe_kind} probes", unit="probe")
     stage = Stage("probes", total, "probe", f"fitting {total} {params.probe_kind} probes")
@@ -150,13 +212,7 @@ def probe_all(
         extracted = early.get(task.name) or task_features(task, representations, params)
         num_classes, single = extracted.num_classes, extracted.single
         sample = _diagnostic_sample(extracted.eval_rows, params.base_seed)
-        splits = [
-            (
-                Split(*train.torch(), train.record["split"]),
-                Split(*test.torch(), test.record["split"]),
-            )
-            for train, test in zip(extracted.train, extracted.eval, strict=True)
-        ]
+        splits = extracted.splits()
         fitted = (
             parallel.fit_many(chosen, splits, num_classes, settings, params.side_by_side)
             if isinstance(chosen, FeatureProbe)
@@ -169,7 +225,7 @@ def probe_all(
             exact = None
             if reference is not None and on_features and rep.replicate == 0:
                 exact = registry.reference_probe(reference).fit(
-                    *splits[index], num_classes, reference, progress=False
+                    *splits[index][:2], num_classes, reference, progress=False
                 )
             described = {
                 "variant": rep.variant,
@@ -190,6 +246,7 @@ def probe_all(
                         "top5": selected["top5"],
                         "train_top1": selected["train_top1"],
                         "lbfgs_top1": exact and exact.top1(selected["rule"]),
+                        **{column: selected.get(column) for column in shifts},
                     }
                 )
             if diagnose:
@@ -209,7 +266,8 @@ def probe_all(
                 "iterations_per_model": pl.Int64,
                 "top5": pl.Float64,
                 "lbfgs_top1": pl.Float64,
-            },
+            }
+            | dict.fromkeys(shifts, pl.Float64),
         ),
         pl.DataFrame(
             diagnosed, schema_overrides={"iterations_per_model": pl.Int64, "seed_cka": pl.Float64}

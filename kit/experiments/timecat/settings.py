@@ -22,7 +22,7 @@ from kit.core.params import NotebookSettings, Strict
 from kit.core.paths import SAFE_NAME, escapes, resolve
 from kit.data.settings import DataSettings
 from kit.data.synthetic_settings import ComponentSettings
-from kit.experiments.timecat import inputs
+from kit.experiments.timecat import inputs, shifted
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind, kinds_where
 from kit.launch.settings import LaunchSettings
 from kit.probes.base import ProbeSettings, ProbeUse
@@ -41,7 +41,9 @@ class ProbeTask(Strict):
     """A dataset the representations are probed on, and its role in the paper's comparison:
     its own `data` (with `num_classes`), the pretraining data itself (`pretraining: true`, the
     in-distribution task, as ImageNet-1k is in Table 3), or, in the synthetic world, the
-    pretraining world with `components` (lists of cues, equally weighted) as its mixture."""
+    pretraining world with `components` (lists of cues, equally weighted) as its mixture. A task
+    of ImageNet-1k's classes may name `extra_evals`, ImageNet's shifted test sets that the heads
+    fitted on it are scored on too (kit.experiments.timecat.shifted)."""
 
     name: str = Field(min_length=1, pattern=SAFE_NAME)
     role: Literal["in-distribution", "in-mixture", "unseen"]
@@ -49,6 +51,7 @@ class ProbeTask(Strict):
     num_classes: int | None = Field(default=None, ge=2)
     components: list[list[str]] | None = None
     pretraining: bool = False
+    extra_evals: list[shifted.ExtraEval] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_source(self) -> ProbeTask:
@@ -262,8 +265,8 @@ class TimecatSettings(NotebookSettings):
                 "tasks: components describe the synthetic world of the train "
                 "section, which is not given"
             )
-        for task in self.tasks:
-            self.task_data(task)  # a task reading the pretraining data needs a train section
+        for task in self.tasks:  # a task reading the pretraining data needs a train section
+            shifted.check_host(task.name, task.extra_evals, *self.task_data(task))
         return self
 
     def _check_probe(self) -> None:
@@ -289,7 +292,12 @@ class TimecatSettings(NotebookSettings):
             raise ValueError(
                 f"lbfgs_check: the {kind} probe has no L-BFGS fit to be checked against"
             )
-        use = ProbeUse(tuple(task.name for task in self.tasks), self.device, self.probe_train_rows)
+        use = ProbeUse(
+            tuple(task.name for task in self.tasks),
+            self.device,
+            self.probe_train_rows,
+            tuple(task.name for task in self.tasks if task.extra_evals),
+        )
         problems = settings.problems(use)
         if problems:
             raise ValueError(problems[0])
@@ -328,11 +336,15 @@ class TimecatSettings(NotebookSettings):
 
     def input_problems(self) -> list[str]:
         """Every problem of what the values name, one line per key: the data roots' layouts
-        (pretraining's, then the tasks'), the variants' checkpoint files (found, then opened:
-        this imports torch) and the training's optional packages (timecat.inputs: it reads the
-        disk, so it is not a validator). Run before compute by `kit check`, `kit run` and the
-        notebook's first cell (kit.core.params.check_inputs)."""
-        datas = {"tasks": [self.task_data(task)[0] for task in self.tasks]}
+        (pretraining's, then the tasks' and their extra evaluation sets'), the variants'
+        checkpoint files (found, then opened: this imports torch) and the training's optional
+        packages (timecat.inputs: it reads the disk, so it is not a validator). Run before
+        compute by `kit check`, `kit run` and the notebook's first cell
+        (kit.core.params.check_inputs)."""
+        datas = {
+            "tasks": [self.task_data(task)[0] for task in self.tasks]
+            + [extra.data for task in self.tasks for extra in task.extra_evals]
+        }
         if self.train is not None and any(v.trained or v.initialised for v in self.variants):
             datas = {"train": [self.train.data]} | datas
         problems = inputs.data_problems(datas) + inputs.checkpoint_problems(self.reads())
