@@ -37,7 +37,7 @@ from tqdm import tqdm
 from kit import feature_cache, models
 from kit.core import distributed, files
 from kit.core.paths import resolve, shown
-from kit.core.progress import Stage
+from kit.core.progress import Stage, paused
 from kit.core.threads import one_thread
 from kit.data import workers
 from kit.data.kinds.base import split_size
@@ -297,6 +297,7 @@ def _concatenate(
     feature_cache.finish_entries({path: record}, parts[0].labels)
 
 
+@paused()  # a probe bar open meanwhile counts only its probes' time
 def extract_many(
     representations: Sequence[Sequence[Path]],
     dataset: Dataset,

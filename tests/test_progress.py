@@ -11,12 +11,14 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+import tqdm.std
 
 from kit.cli import terminal
 from kit.core import progress
 from kit.core.paths import REPO_ROOT
 from kit.experiments import toy
 from kit.experiments.toy_settings import SparseTrainingSettings
+from kit.report import notebook_html
 
 CELL = """\
 from kit.core.progress import KeptBar
@@ -27,7 +29,8 @@ for _ in KeptBar(range(500), desc="counting"):
 
 def test_a_kept_bar_stays_at_its_end_in_the_saved_notebook(tmp_path: Path) -> None:
     """tqdm.auto's widget alone is saved as it was first displayed (0%); a KeptBar is saved
-    as it ended, and nothing of it is written as lines of text."""
+    as it ended, and nothing of it is written as lines of text: the notebook's page draws the
+    finished bar once, not as a widget and again as its text line."""
     source, executed = tmp_path / "bar.ipynb", tmp_path / "bar.out.ipynb"
     nbformat.write(
         nbformat.v4.new_notebook(
@@ -55,6 +58,40 @@ def test_a_kept_bar_stays_at_its_end_in_the_saved_notebook(tmp_path: Path) -> No
     ]
     assert len(bars) == 1 and bars[0].startswith("counting: 100%") and " 500/500 " in bars[0]
     assert not [output for output in outputs if output.output_type == "stream"]
+    page = notebook_html.render(executed).read_text()
+    assert page.count("<progress") == 1 and page.count("counting: 100%") == 1
+
+
+class Clock:
+    """A clock the test moves by hand, in place of tqdm's."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_bars_elapsed_time_and_eta_are_its_own_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Extraction before the first probe and between two probes (`paused`) is no probe's
+    work: no ETA before the first probe ends, then elapsed and ETA from the probes' 2 s each
+    (not the 600 s of extraction before the first, as a bar counting from its creation had)."""
+    clock = Clock()
+    monkeypatch.setattr(tqdm.std, "time", clock)
+    bar = progress.KeptBar(total=100, desc="probes", unit="probe", mininterval=0)
+    with progress.paused():
+        clock.now += 600
+    assert "[00:00<?" in str(bar)
+    clock.now += 2
+    bar.update()
+    assert "1/100 [00:02<03:18" in str(bar)  # 99 probes left at 2 s each
+    with progress.paused():
+        clock.now += 300
+    clock.now += 2
+    bar.update()
+    bar.close()
+    assert bar.format_dict["elapsed"] == 4
+    assert "2/100 [00:04<03:16" in str(bar)
 
 
 def test_the_toy_trains_under_a_kept_bar(monkeypatch) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import html
+import io
 import json
 import re
 from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
 
 import altair as alt
 import nbformat
@@ -17,15 +19,17 @@ from test_timecat import fake_results
 from kit.cli import main as cli
 from kit.core import provenance
 from kit.core.citation import PAPER
-from kit.experiments import toy_charts
+from kit.experiments import evidence_charts, toy_charts
 from kit.experiments.timecat import paper
 from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.experiments.toy_settings import TOY
+from kit.launch.progress import shown
 from kit.report import labels, page
 from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import LABELS
 from kit.report.notebook_html import WIDGET_STATE, WIDGET_VIEW
 from kit.stats import outcomes
+from kit.train import trainer
 
 CLAIM = "cat4 transfers better than cat1 on 2 of 3 unseen tasks (a smoke test)"
 
@@ -232,3 +236,35 @@ def test_no_chart_or_table_of_the_report_shows_a_code_name(tmp_path: Path) -> No
     # the check itself finds a code name shown as a title
     raw = alt.Chart(sweep).mark_bar().encode(x="weight_decay:O", tooltip=["kept"]).to_dict()
     assert sorted(labels.raw_names(raw)) == ["kept", "weight_decay"]
+
+
+def test_notebook_02_and_a_launch_show_no_code_name(tmp_path: Path) -> None:
+    """Notebook 02's legend says how a value was obtained in words (not 'read_from_figure'),
+    its Table 2 comparisons' headers name the models (not 'cat4resnet50 − resnet50w2'); a
+    launch names a run as 'replicate 0, cat1, seed 0' and a trainer's bar its rate in img/s."""
+    published = pl.DataFrame(
+        {
+            "study": ["paper"] * 2,
+            "method": ["cat4resnet50", "resnet50w2"],
+            "architecture": ["cat4resnet50", "resnet50w2"],
+            "eval_dataset": ["CIFAR-10"] * 2,
+            "value": [93.0, 92.0],
+            "value_source": ["table", "read_from_figure"],
+            "uncertainty": [None, 0.2],
+        }
+    )
+    spec = evidence_charts.dot_plot(published, "architecture", "Table 2").to_dict()
+    assert labels.raw_names(spec) == []
+    assert "read from the authors' figure" in json.dumps(spec)
+    for comparison in ("cat4resnet50_minus_resnet50w2", "resnet50w2_minus_resnet50"):
+        assert not re.search(r"cat\d|resnet50w|_", labels.label(comparison)), comparison
+    assert shown("rep0__cat1__seed0") == "replicate 0, cat1, seed 0"
+    bar = trainer.tqdm(total=10, file=io.StringIO())
+    run = SimpleNamespace(
+        folder=SimpleNamespace(metrics=tmp_path / "metrics.jsonl"),
+        log_scalars=lambda record: None,
+        progress=bar,
+        at=SimpleNamespace(step=1),
+    )
+    trainer._log(run, {"step": 1, "loss": 0.5, "images_per_s": 1220.0})
+    assert str(bar).endswith("loss 0.500, 1220 img/s]"), str(bar)

@@ -2,9 +2,13 @@
 
 In a kernel a bar is tqdm.auto's widget, shown under a display id and shown again when it
 closes: a notebook executed without a frontend (papermill) then keeps the bar's final state as
-text, not the empty bar the widget was when first displayed. On a terminal a bar redraws every
-second; in a log, every 30 s at most. A widget shown through `Described` reads as a sentence,
-not as its repr, where no frontend draws it.
+text, not the empty bar the widget was when first displayed, as the widget's one output (no
+second copy as text). On a terminal a bar redraws every second; in a log, every 30 s at most. A
+widget shown through `Described` reads as a sentence, not as its repr, where no frontend draws it.
+
+A bar's elapsed time and rate are its own work's: time spent inside `paused()` (extracting the
+features a probe bar's probes then read) counts for no open bar, so the first probe's ETA is
+not the extraction's time spread over the probes left. Before its first unit a bar shows no ETA.
 
 A `Stage` (feature extraction, probing, training as a whole) also appends JSON records to the
 file that STAGE_FILE_ENV names, which `python -m kit run` sets for the kernel it starts and reads
@@ -18,12 +22,32 @@ import json
 import os
 import sys
 import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tqdm.auto import tqdm
 from tqdm.notebook import tqdm as widget_tqdm
 
 WIDGETS = issubclass(tqdm, widget_tqdm)
+#: the bars shown and not closed yet, whose clocks `paused` stops
+_OPEN: weakref.WeakSet[KeptBar] = weakref.WeakSet()
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """Time spent inside is no open bar's work: each open KeptBar's clock (its elapsed time,
+    and the interval its rate is measured over) moves on by the time spent, when it ends. Also
+    a decorator: a function whose run belongs to no bar's work (feature extraction)."""
+    bars = [(bar, bar._time()) for bar in list(_OPEN)]
+    try:
+        yield
+    finally:
+        for bar, began in bars:
+            spent = bar._time() - began
+            bar.start_t += spent
+            bar.last_print_t += spent
 
 
 class KeptBar(tqdm):
@@ -42,6 +66,8 @@ class KeptBar(tqdm):
             from IPython.display import display
 
             self._shown = display(self.container, display_id=True)
+        if not self.disable:
+            _OPEN.add(self)
         if stage is not None:
             self._stage = Stage(stage, self.total or 0, self.unit, f"{self.total} {self.unit}(s)")
 
@@ -55,6 +81,7 @@ class KeptBar(tqdm):
             self._stage.done = int(self.n)  # iterating, tqdm counts without update()
             self._stage.finish(f"{self._stage.done} {self.unit}(s) done")
             self._stage = None
+        _OPEN.discard(self)
         super().close()
         if self._shown is not None:
             self._shown.update(self.container)

@@ -12,7 +12,7 @@ import polars as pl
 
 from kit.core.scalars import as_float
 from kit.experiments import evidence
-from kit.report import charts, palette
+from kit.report import charts, labels, palette
 
 
 def concept(label: str) -> str:
@@ -40,8 +40,9 @@ def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
     near 93 %), so each gets its own axis; the gaps are charted on a shared scale by
     `difference_chart`."""
     order = frame[series].unique(maintain_order=True).to_list()
+    sources = [labels.VALUES[source] for source in sorted(evidence.VALUE_SOURCES)]
     return (
-        alt.Chart(frame)
+        alt.Chart(frame.with_columns(pl.col("value_source").replace(labels.VALUES)))
         .transform_calculate(
             read_within="isValid(datum.uncertainty) ? '± ' + format(datum.uncertainty, '.1f') "
             "+ ' points' : 'as printed'"
@@ -50,9 +51,7 @@ def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
         .encode(
             y=alt.Y(f"{series}:N", title=None, sort=order),
             x=alt.X("value:Q", title="top-1 (%)", scale=alt.Scale(zero=False, padding=8)),
-            color=alt.Color(
-                "value_source:N", title="value", scale=palette.scale(sorted(evidence.VALUE_SOURCES))
-            ),
+            color=alt.Color("value_source:N", title="value", scale=palette.scale(sources)),
             tooltip=charts.tooltips(
                 frame,
                 ["study", "method", "architecture", "eval_dataset", "value", "value_source"],
@@ -157,7 +156,7 @@ def series_chart(series: pl.DataFrame) -> alt.FacetChart:
     """Accuracy against size; datasets sit 50 points apart, so each panel has its own axis."""
     data = series.filter(
         pl.col("resnet50_equivalents").is_not_null() & pl.col("value").is_not_null()
-    )
+    ).with_columns(pl.col("value_source").replace(labels.VALUES))
     base = alt.Chart().encode(
         x=alt.X("resnet50_equivalents:Q", title="size (ResNet-50 equivalents)"),
         y=alt.Y(

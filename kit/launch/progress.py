@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -34,6 +35,16 @@ def last_record(metrics: Path) -> dict[str, Any] | None:
         if isinstance(row, dict) and "step" in row:  # a corrupted line may still be JSON
             return row
     return None
+
+
+def shown(name: str) -> str:
+    """A run's name as a reader reads it: 'rep0__cat1__seed0' as 'replicate 0, cat1, seed 0'."""
+    parts = name.split("__")
+    return ", ".join(re.sub(r"^(rep|seed)(\d+)$", _spelled, part) for part in parts)
+
+
+def _spelled(match: re.Match[str]) -> str:
+    return f"{'replicate' if match[1] == 'rep' else 'seed'} {match[2]}"
 
 
 @dataclass
@@ -88,7 +99,7 @@ class Progress:
         record = last_record(RunFolder.of(settings).metrics)
         if record and record["step"] > clock.step:
             clock.seen(record, settings.batch_size, now)
-            self.bar.set_postfix_str(f"{name} {clock.step}/{clock.total}", refresh=False)
+            self.bar.set_postfix_str(f"{shown(name)}: {clock.step}/{clock.total}", refresh=False)
         if clock.step >= clock.total or is_finished(settings):
             clock.ended = now
             self.bar.update(1)
@@ -101,7 +112,7 @@ class Progress:
             clock.ended = time.monotonic()
 
     def lines(self) -> list[str]:
-        return [clock.line(name) for name, clock in self.clocks.items()]
+        return [clock.line(shown(name)) for name, clock in self.clocks.items()]
 
     def close(self) -> None:
         """Close the bar and show each run's line, folded in a notebook."""

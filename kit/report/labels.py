@@ -2,13 +2,12 @@
 a chart tooltip or a report caption shows.
 
 The frames keep their code names (tests and later notebooks read them back); only what a reader
-sees goes through `label`. A name not listed reads with its underscores as spaces; a Table 2
-comparison such as `cat4resnet50_minus_resnet50w2` reads as 'cat4resnet50 − resnet50w2'.
+sees goes through `label`. A name not listed reads with its underscores as spaces. A column's
+values that are code names (how a published value was obtained) read through VALUES.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 LABELS: dict[str, str] = {
@@ -47,6 +46,9 @@ LABELS: dict[str, str] = {
     "ID gain": "in-distribution gain (points)",
     "mean OOD gain": "mean transfer gain (points)",
     "top1": "top-1",
+    "cat4resnet50_minus_resnet50w2": "4 concatenated ResNet-50s − a 2× wide ResNet-50",
+    "cat4resnet50_minus_resnet50": "4 concatenated ResNet-50s − one ResNet-50",
+    "resnet50w2_minus_resnet50": "a 2× wide ResNet-50 − one ResNet-50",
     "train_top1": "top-1 on the probe's own rows",
     # the toy's charts (notebook 01)
     "share": "weight of the dominant component",
@@ -56,27 +58,29 @@ LABELS: dict[str, str] = {
     "groups": "groups of models",
     "len": "trained models",
 }
+#: values a reader sees in a legend or a tooltip, by their code names
+VALUES: dict[str, str] = {
+    "read_from_figure": "read from the authors' figure",
+    "table": "printed in a table",
+}
 #: the encoding channels whose title a reader sees (an axis, a legend, a facet header, a tooltip)
 TITLED_CHANNELS = (
     "x", "y", "color", "fill", "stroke", "shape", "size", "opacity", "strokeDash", "column",
     "row", "facet", "tooltip",
 )  # fmt: skip
-_MINUS = re.compile(r"(?P<left>\w+?)_minus_(?P<right>\w+)")
 
 
 def label(name: str) -> str:
     """What a reader sees for the column or field `name`."""
     if name in LABELS:
         return LABELS[name]
-    minus = _MINUS.fullmatch(name)
-    if minus:
-        return f"{minus['left']} − {minus['right']}"
     return name.replace("_", " ")
 
 
 def raw_names(spec: Any) -> list[str]:
-    """The code names (keys of LABELS) that a Vega-Lite `spec` shows a reader as a field's title:
-    an encoding in a titled channel without a title, or titled with the code name itself."""
+    """The code names that a Vega-Lite `spec` shows a reader: keys of LABELS as a field's title
+    (an encoding in a titled channel without a title, or titled with the code name itself), and
+    keys of VALUES in a scale's domain (a legend's entries)."""
     found: list[str] = []
     if isinstance(spec, list):
         return [name for item in spec for name in raw_names(item)]
@@ -87,4 +91,6 @@ def raw_names(spec: Any) -> list[str]:
             if channel in TITLED_CHANNELS and isinstance(one, dict) and "field" in one:
                 shown = one.get("title", one["field"])
                 found += [shown] if shown in LABELS else []
+            domain = (one.get("scale") or {}).get("domain") if isinstance(one, dict) else None
+            found += [v for v in domain if v in VALUES] if isinstance(domain, list) else []
     return found + [name for value in spec.values() for name in raw_names(value)]

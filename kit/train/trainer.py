@@ -384,8 +384,8 @@ def _log(run: _Run, record: dict[str, Any]) -> None:
     """Rank 0: the row into metrics.jsonl and TensorBoard, and the progress bar on."""
     append_record(run.folder.metrics, record)
     run.log_scalars(record)
-    run.progress.set_postfix(
-        loss=f"{record['loss']:.3f}", img_s=f"{record['images_per_s']:.0f}", refresh=False
+    run.progress.set_postfix_str(
+        f"loss {record['loss']:.3f}, {record['images_per_s']:.0f} img/s", refresh=False
     )  # update() redraws, at most every mininterval
     run.progress.update(run.at.step - run.progress.n)
 
