@@ -215,6 +215,27 @@ def test_the_sweeps_silent_steps_print_their_own_stage_lines(
     assert len(lines) == 4
 
 
+def test_a_cells_results_file_does_not_depend_on_the_plan_of_rounds(tmp_path: Path) -> None:
+    """Going on with another wall budget or spending (the command a run prints to decide its
+    undecided cells) reads back the cells probed before: the plan is not part of their key,
+    what the cell probes is."""
+    base = {"output_dir": str(tmp_path)}
+    files = {}
+    for rounds in (
+        {"first": 3, "add": 3, "most": 9, "wall_s": 0, "spending": "obrien-fleming"},
+        {"first": 3, "add": 3, "most": 9, "wall_s": 5400, "spending": "pocock"},
+    ):
+        loaded, _ = params.load("04_when_concat_helps", "ci", overrides=base | {"rounds": rounds})
+        files[rounds["spending"]] = [
+            sweep._cell_file(loaded, c) for c in sweep_settings.cells(loaded)
+        ]
+    assert files["obrien-fleming"] == files["pocock"]
+    loaded, _ = params.load("04_when_concat_helps", "ci", overrides=base | {"world_seeds": [7]})
+    assert not set(files["pocock"]) & {
+        sweep._cell_file(loaded, c) for c in sweep_settings.cells(loaded)
+    }
+
+
 def test_cells_are_notebook_03s_settings_and_its_own_cell_shares_its_runs() -> None:
     loaded, _ = params.load("04_when_concat_helps", "ci", overrides={"world_seeds": [0, 1]})
     cells = sweep_settings.cells(loaded)

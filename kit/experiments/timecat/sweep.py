@@ -152,8 +152,11 @@ def cost_line(
 
 
 def _cell_file(params: SweepSettings, cell: Cell) -> Path:
-    """A cell's probe results at its look: by its settings, and the replicates the look adds."""
-    digest = hashlib.sha256(cell.settings.model_dump_json().encode()).hexdigest()[:16]
+    """A cell's probe results at its look: by its settings, and the replicates the look adds.
+    The plan of rounds is left out of the key (the look's replicates are in the settings): a
+    run that goes on with another wall budget or spending reads back the cells probed before."""
+    settings = cell.settings.model_dump_json(exclude={"rounds"})
+    digest = hashlib.sha256(settings.encode()).hexdigest()[:16]
     added = f"-from{cell.start}" if cell.start else ""
     return (
         sweep_dir(params)
