@@ -94,6 +94,29 @@ def test_a_bars_elapsed_time_and_eta_are_its_own_works(monkeypatch: pytest.Monke
     assert "2/100 [00:04<03:16" in str(bar)
 
 
+def test_a_stages_lines_leave_out_its_paused_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plain lines `python -m kit run` prints for a stage give the rate and ETA of its own
+    work: 600 s of extraction (`paused`) before the first probe of 2 s do not make the first
+    line say 602 s a probe and an ETA of hours."""
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "time", clock)
+    monkeypatch.setattr(progress.time, "monotonic", clock)
+    records = tmp_path / "stages.jsonl"
+    monkeypatch.setenv(progress.STAGE_FILE_ENV, str(records))
+    stage = progress.Stage("probes", 100, "probe", "fitting 100 probes")
+    with progress.paused():
+        clock.now += 600
+    clock.now += 2
+    stage.advance()
+    lines = terminal.StageProgress(records, "03", every_s=0.0).poll()
+    assert lines == [
+        "03 probes: fitting 100 probes",
+        "03 probes  1/100 probe  2.0 s/probe  ETA 198 s",
+    ]
+
+
 def test_the_toy_trains_under_a_kept_bar(monkeypatch) -> None:
     shown = []
 

@@ -194,7 +194,7 @@ class StageProgress:
                     lines.append(f"{name}: {record['note']}")
                 if record["final"]:
                     continue
-            elapsed = at - seen.started
+            elapsed = at - seen.started - record.get("paused_s", 0.0)  # its own work's time
             rate = record["done"] / elapsed if elapsed > 0 else 0.0
             unit = record["unit"]
             if record["final"]:

@@ -9,6 +9,8 @@ widget shown through `Described` reads as a sentence, not as its repr, where no 
 A bar's elapsed time and rate are its own work's: time spent inside `paused()` (extracting the
 features a probe bar's probes then read) counts for no open bar, so the first probe's ETA is
 not the extraction's time spread over the probes left. Before its first unit a bar shows no ETA.
+The same holds for an open `Stage`: its records carry the seconds it spent paused, which the
+terminal's lines leave out of its rate and ETA.
 
 A `Stage` (feature extraction, probing, training as a whole) also appends JSON records to the
 file that STAGE_FILE_ENV names, which `python -m kit run` sets for the kernel it starts and reads
@@ -33,6 +35,8 @@ from tqdm.notebook import tqdm as widget_tqdm
 WIDGETS = issubclass(tqdm, widget_tqdm)
 #: the bars shown and not closed yet, whose clocks `paused` stops
 _OPEN: weakref.WeakSet[KeptBar] = weakref.WeakSet()
+#: the stages begun and not finished yet, whose paused seconds `paused` counts
+_OPEN_STAGES: weakref.WeakSet[Stage] = weakref.WeakSet()
 
 
 @contextmanager
@@ -41,6 +45,7 @@ def paused() -> Iterator[None]:
     and the interval its rate is measured over) moves on by the time spent, when it ends. Also
     a decorator: a function whose run belongs to no bar's work (feature extraction)."""
     bars = [(bar, bar._time()) for bar in list(_OPEN)]
+    stages, began_s = list(_OPEN_STAGES), time.time()
     try:
         yield
     finally:
@@ -48,6 +53,8 @@ def paused() -> Iterator[None]:
             spent = bar._time() - began
             bar.start_t += spent
             bar.last_print_t += spent
+        for stage in stages:
+            stage.paused_s += time.time() - began_s
 
 
 class KeptBar(tqdm):
@@ -101,6 +108,9 @@ class Stage:
 
     def __init__(self, name: str, total: int, unit: str, note: str) -> None:
         self.name, self.total, self.unit, self.done = name, total, unit, 0
+        #: seconds spent inside `paused()` while the stage was open: not its work
+        self.paused_s = 0.0
+        _OPEN_STAGES.add(self)
         rank = os.environ.get("RANK", "0")  # under torchrun, the first rank speaks for all
         self.path = os.environ.get(STAGE_FILE_ENV) if rank == "0" else None
         self._written = 0.0
@@ -112,6 +122,7 @@ class Stage:
             self._write("", final=False)
 
     def finish(self, note: str) -> None:
+        _OPEN_STAGES.discard(self)
         self._write(note, final=True)
 
     def _write(self, note: str, final: bool) -> None:
@@ -126,6 +137,7 @@ class Stage:
             "note": note,
             "final": final,
             "time": time.time(),
+            "paused_s": self.paused_s,
         }
         with open(self.path, "a") as handle:  # one short line: appended whole
             handle.write(json.dumps(record) + "\n")
