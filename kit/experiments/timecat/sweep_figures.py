@@ -23,8 +23,10 @@ def gains(swept: sweep_outcome.Swept) -> alt.FacetChart | str:
         return (
             f"This run swept one total budget ({one:,} iterations): a gain against the budget "
             "needs two or more, so no chart is drawn; the gain at this budget is in the verdicts "
-            "below. The sweep profile reads six budgets on three worlds: python -m kit run 04 "
-            "--profile sweep (its cost on 2 cores: docs, Notebook 04)."
+            "below. A second budget places a crossover, if there is one, between the two: with "
+            "the cpu profile, python -m kit run 04 --profile cpu --set 'budgets=[60, 240]'; "
+            "the sweep profile reads six budgets on three worlds (what each costs on 2 cores: "
+            "docs, Notebook 04, Profiles and cost)."
         )
     return gain_chart(swept.judged.verdicts, swept.learned, swept.cells[0].settings.smallest_effect)
 
