@@ -11,7 +11,7 @@ import pytest
 
 from kit.experiments import evidence, evidence_charts, toy_charts, toy_construction
 from kit.experiments.timecat import figures
-from kit.report import charts, palette, tables
+from kit.report import charts, labels, palette, tables
 
 
 def walk(spec: Any) -> Iterator[dict]:
@@ -151,9 +151,9 @@ def test_notebook_02s_charts_colour_each_concept_as_every_notebook_does() -> Non
         "supervised (ImageNet-1k)": palette.color("supervised"),
         "self-supervised (SwAV)": palette.color("self-supervised"),
     }
-    assert found["dots"] == {
-        "read_from_figure": palette.color("read_from_figure"),
-        "table": palette.color("table"),
+    assert found["dots"] == {  # shown in words, coloured as the concept it names
+        labels.VALUES["read_from_figure"]: palette.color("read_from_figure"),
+        labels.VALUES["table"]: palette.color("table"),
     }
     for name, named in found.items():
         assert len(set(named.values())) == len(named) >= 2, f"{name}: {named}"

@@ -155,6 +155,7 @@ def test_kit_fixtures_lets_the_paper_profiles_be_checked_and_planned_anywhere(
         "cifar10",
         "cifar100",
         "imagenet",
+        "imagenet-shifts",
         "inat18",
     ]
     assert len(list((data / "imagenet" / "val").iterdir())) == 1000

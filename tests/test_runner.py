@@ -27,6 +27,7 @@ from kit.experiments.evidence import EVIDENCE
 from kit.experiments.timecat import planning, sweep, sweep_settings
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 from kit.experiments.toy_settings import TOY
+from kit.launch import progress as launch_progress
 from kit.launch.runs import run_name
 from kit.report import page
 
@@ -361,6 +362,7 @@ def notebook_03_head(path: Path) -> None:
     parameters = next(c for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
     reads = nbformat.v4.new_code_cell(
         "from kit.core import params\n"
+        "from kit.experiments import notebooks  # registers each notebook's schema\n"
         'P = params.from_notebook("03_time_concat", globals())\n'
         'print("lr", P.train.lr, "weight_decay", P.train.weight_decay,'
         ' "epochs", P.probes["fast"].epochs)'
@@ -549,10 +551,18 @@ def test_the_saved_notebook_03_keeps_each_runs_final_bar(notebook_outputs) -> No
     }
     probing = bars.pop(f"{loaded.probe_kind} probes")  # the probing step's own bar, at its end
     assert "100%" in probing, probing
-    assert bars.keys() == budgets.keys()
-    for name, total in budgets.items():  # the widget's text when its run ended, not when it began
-        assert "100%" in bars[name] and f" {total}/{total} " in bars[name], bars[name]
-        assert "loss=" in bars[name], bars[name]
+    launch = bars.pop("runs")  # one bar for the launch, at its end; none per run
+    assert "100%" in launch and f" {len(budgets)}/{len(budgets)} " in launch, launch
+    assert not bars, bars
+    folded = [
+        output.data["text/html"]
+        for cell in executed.cells
+        for output in cell.get("outputs", [])
+        if "own time (" in output.get("data", {}).get("text/html", "")
+    ]
+    assert len(folded) == 1, folded  # each run's own time, folded under the bar
+    for name, total in budgets.items():  # each run's line: its steps when it ended, its own time
+        assert f"{launch_progress.shown(name)}: {total}/{total} steps in " in folded[0], name
 
 
 # ---------------------------------------------------------------------------------------------

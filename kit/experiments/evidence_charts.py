@@ -28,6 +28,12 @@ def concept(label: str) -> str:
     return first
 
 
+def _source_concept(shown: str) -> str:
+    """How a published value was obtained, as shown, back to the name its colour is keyed by
+    ('printed in a table': table), so the colour stays the one every notebook gives it."""
+    return {text: source for source, text in labels.VALUES.items()}[shown]
+
+
 def _colour(field: str, frame: pl.DataFrame, **kwargs: Any) -> alt.Color:
     """A colour channel on `field` with each of its values in its palette colour."""
     values = sorted(frame[field].drop_nulls().unique().to_list())
@@ -51,7 +57,9 @@ def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
         .encode(
             y=alt.Y(f"{series}:N", title=None, sort=order),
             x=alt.X("value:Q", title="top-1 (%)", scale=alt.Scale(zero=False, padding=8)),
-            color=alt.Color("value_source:N", title="value", scale=palette.scale(sources)),
+            color=alt.Color(
+                "value_source:N", title="value", scale=palette.scale(sources, _source_concept)
+            ),
             tooltip=charts.tooltips(
                 frame,
                 ["study", "method", "architecture", "eval_dataset", "value", "value_source"],
