@@ -297,7 +297,7 @@ def _concatenate(
     feature_cache.finish_entries({path: record}, parts[0].labels)
 
 
-@paused()  # a probe bar open meanwhile counts only its probes' time
+@paused()
 def extract_many(
     representations: Sequence[Sequence[Path]],
     dataset: Dataset,
@@ -315,8 +315,7 @@ def extract_many(
     identities: Mapping[Path, Mapping[str, Any]] | None = None,
 ) -> list[feature_cache.FeatureSet]:
     """Features of several representations (lists of checkpoints) on one split, each
-    concatenated in the order given.
-
+    concatenated in the order given; its time counts for no open progress bar (`paused`).
     Every checkpoint has its own cache entry (a single-checkpoint representation's entry), and
     all the checkpoints not cached yet are extracted together: each image is decoded once
     whatever the number of backbones and representations. A representation of several

@@ -92,8 +92,7 @@ RECORD_SUFFIX = ".parameters.yaml"
 PAPERMILL_CELL = "# Parameters"
 
 
-#: notebook (file stem) -> its parameter schema, registered by the module of the experiment
-#: that defines it (`register_schema`): the engine itself names no notebook
+#: notebook (file stem) -> its parameter schema, registered by its experiment (register_schema)
 SCHEMAS: dict[str, type[NotebookSettings]] = {}
 
 

@@ -2,13 +2,9 @@
 
 A *variant* is one kind of representation probed in every replicate: n models concatenated, and
 how they are made (time-concat runs sharing a budget, one wider model, untrained networks, direct
-training on a task, or existing checkpoints). Tables, gains and charts key on the variant's name,
-and the comparison's baseline is named (`baseline: cat1`), never inferred from n: a new control is
-one more entry in `variants`.
-
-Values whose right size depends on the machine and data (probe rows, feature batch, dtype,
-workers, evaluation and checkpoint intervals, devices) have no small default: they default to the
-full-data value or must be set by each profile.
+training on a task, or existing checkpoints). Tables key on the variant's name, and the baseline
+is named (`baseline: cat1`), never inferred from n. Values whose right size depends on the machine
+and data (probe rows, feature batch, dtype, workers, intervals, devices) have no small default.
 """
 
 from __future__ import annotations
