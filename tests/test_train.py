@@ -364,40 +364,6 @@ def test_finished_run_is_not_trained_again(tmp_path: Path, capsys) -> None:
         train.train(cfg.model_copy(update={"iterations": 12}))
 
 
-def test_tensorboard_scalars_are_the_metrics_and_do_not_change_the_run(tmp_path: Path) -> None:
-    from tensorboard.backend.event_processing import event_accumulator
-
-    cfg = TrainSettings(**settings(tmp_path / "run", iterations=12, eval_every=6, tensorboard=True))
-    out = train.train(cfg)
-    events = event_accumulator.EventAccumulator(str(out))
-    events.Reload()
-    metrics = read_metrics(out)
-    for column in ("loss", "lr", "images_per_s", "eval_accuracy"):
-        logged = metrics.drop_nulls(column)
-        scalars = events.Scalars(column)
-        assert [s.step for s in scalars] == logged["step"].to_list() != [], column
-        assert [s.value for s in scalars] == pytest.approx(logged[column].to_list()), column
-    # an operational setting: the same run, finished, whether or not it logs events
-    assert cfg.differing_settings(cfg.model_copy(update={"tensorboard": False}).model_dump()) == []
-    assert train.train(cfg.model_copy(update={"tensorboard": False})) == out
-
-
-def test_tensorboard_without_the_package_says_how_to_install_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "tensorboard", None)  # what an environment without it finds
-    path = write_config(tmp_path / "run.yaml", settings(tmp_path / "out", tensorboard=True))
-    with pytest.raises(
-        ParameterError,
-        match=r"tensorboard: the tensorboard package is not "
-        r"installed; install it with `pip install -e ",
-    ):
-        load_train_settings(path)
-    assert not load_train_settings(path, ["tensorboard=false"]).tensorboard
-    # validation checks values only: the package is the loader's question, as it is kit check's
-    assert TrainSettings(**settings(tmp_path / "out", tensorboard=True)).tensorboard
-
-
 def test_non_finite_loss_stops_names_the_step_and_keeps_the_last_good_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -528,7 +494,7 @@ def train_on_two_ranks(config: Path) -> None:
 
 
 def test_two_process_ddp_matches_one_process_with_the_same_global_batch(tmp_path: Path) -> None:
-    values = settings(tmp_path / "ddp", iterations=24, log_every=3, tensorboard=True)
+    values = settings(tmp_path / "ddp", iterations=24, log_every=3, trackers=["tensorboard"])
     config = write_config(tmp_path / "ddp.yaml", values)
     train_on_two_ranks(config)
     # the trainer broadcasts rank 0's final state and raises if any rank differs bit for bit

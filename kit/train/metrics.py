@@ -1,4 +1,4 @@
-"""A run's metrics: the rows of metrics.jsonl, their table, and their TensorBoard scalars."""
+"""A run's metrics: the rows of metrics.jsonl, their table, and the trackers that log them live."""
 
 from __future__ import annotations
 
@@ -16,16 +16,27 @@ from kit.core import files, notices
 from kit.core.paths import resolve
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
+from kit.train.trackers import TRACKERS
 
 if TYPE_CHECKING:
     from kit.core.distributed import Process
 
+#: a metrics row's columns. At each logging step: the mean training loss of the steps since the
+#: previous one (every rank), the learning rate schedule-free AdamW scheduled, the images per
+#: second the run trained (the global batch, timed on rank 0), `data_wait_s`: the seconds per
+#: step rank 0 waited for its next batch from the loader (on CUDA the host runs ahead of the
+#: device, so a wait slows the run only where it is a large share of a step's time, batch_size /
+#: images_per_s), and `gpu_memory_gib`: the most GPU memory rank 0's tensors held since the
+#: previous row (null off CUDA); at evaluations, top-1 accuracy and cross-entropy on the
+#: evaluation split
 METRICS_SCHEMA = {
     "step": pl.Int64,
     "epoch": pl.Int64,
     "loss": pl.Float64,
     "lr": pl.Float64,
     "images_per_s": pl.Float64,
+    "data_wait_s": pl.Float64,
+    "gpu_memory_gib": pl.Float64,
     "eval_accuracy": pl.Float64,
     "eval_loss": pl.Float64,
 }
@@ -124,26 +135,25 @@ def keep_metrics_until(path: Path, step: int) -> None:
 
 
 @contextlib.contextmanager
-def tensorboard_scalars(
+def tracking(
     settings: TrainSettings, out: Path, step: int, process: Process
 ) -> Iterator[Callable[[dict[str, Any]], None]]:
-    """A function logging a metrics record's numbers as TensorBoard scalars in the run folder
-    (`tensorboard --logdir` over the runs' parent folder), flushed at every record so that a
-    run can be watched live; it does nothing unless `tensorboard` is set, and on ranks but 0.
-    A resumed run hides the events a killed one logged after its checkpoint (purge_step)."""
-    if not (settings.tensorboard and process.main):
+    """A function logging a metrics record to every tracker the run's `trackers` names
+    (kit.train.trackers), each written through at every record so that the run can be followed
+    live, and the commands that follow it said on stdout; it does nothing on ranks but 0. `step`
+    is where the run starts or resumes."""
+    if not (settings.trackers and process.main):
         yield lambda record: None
         return
-    from torch.utils.tensorboard import (
-        SummaryWriter,  # imports tensorboard: only when asked
-    )
-
-    with SummaryWriter(log_dir=str(out), purge_step=step or None) as writer:
+    with contextlib.ExitStack() as stack:
+        logs = []
+        for name in settings.trackers:
+            tracker = TRACKERS.get(name)
+            logs.append(stack.enter_context(tracker.logging(out, step)))
+            print(f"follow {out.name} live: {tracker.follow(out, one_run=True)}", flush=True)
 
         def log(record: dict[str, Any]) -> None:
-            for key, value in record.items():
-                if key != "step" and value is not None:
-                    writer.add_scalar(key, value, record["step"])
-            writer.flush()
+            for each in logs:
+                each(record)
 
         yield log

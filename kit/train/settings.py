@@ -8,7 +8,6 @@ Free of torch, like every parameter schema.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +25,7 @@ from kit.core.params import (
 )
 from kit.core.processes import DEFAULT_GROUP_TIMEOUT_S
 from kit.data.settings import DataSettings
+from kit.train.trackers import TRACKERS
 
 
 class RunSettings(Strict):
@@ -71,8 +71,20 @@ class RunSettings(Strict):
     #: before it fails naming the run and what it was waiting in; below group_timeout_s, so a
     #: rank left waiting for a hung one fails long before the collective call would
     stall_timeout_s: int = Field(default=600, ge=1)
-    #: also log metrics.jsonl's scalars as TensorBoard events in the run folder (rank 0)
-    tensorboard: bool = False
+    #: where rank 0 also logs metrics.jsonl's numbers as each row is written, to follow the run
+    #: live (kit.train.trackers): `tensorboard` (event files in the run folder), `mlflow` (an
+    #: MLflow run in `<run folder>/mlflow.db`, or in the store MLFLOW_TRACKING_URI names); empty:
+    #: metrics.jsonl only
+    trackers: list[str] = Field(default_factory=list)
+
+    @field_validator("trackers")
+    @classmethod
+    def _known_trackers(cls, trackers: list[str]) -> list[str]:
+        for name in trackers:
+            TRACKERS.checked(name)
+        if len(set(trackers)) != len(trackers):
+            raise ValueError(f"{trackers} names a tracker twice")
+        return trackers
 
     @field_validator("model")
     @classmethod
@@ -95,17 +107,20 @@ class RunSettings(Strict):
             )
         return self
 
+    def live_views(self, runs: Path) -> list[str]:
+        """The commands that follow live what runs in run folders under `runs` log to the
+        trackers these settings name."""
+        return [TRACKERS.get(name).follow(runs, one_run=False) for name in self.trackers]
+
     def input_problems(self) -> list[str]:
         """The optional packages these settings need and this environment lacks, each naming
         its key first: checked before a run starts (`load_train_settings`, `kit check`), not
         by validation, which checks values only."""
-        if self.tensorboard and importlib.util.find_spec("tensorboard") is None:
-            return [
-                "tensorboard: the tensorboard package is not installed; install it "
-                "with `pip install -e '.[tensorboard]'` (or `pip install "
-                "tensorboard`), or set tensorboard: false"
-            ]
-        return []
+        return [
+            f"trackers: {name}: {missing}"
+            for name in self.trackers
+            if (missing := TRACKERS.get(name).missing()) is not None
+        ]
 
 
 #: settings that may change between a run and its resumption without changing what it computes
@@ -116,6 +131,9 @@ OPERATIONAL_KEYS = frozenset(
         "device",
         "compile",
         "output_dir",
+        "trackers",
+        # the switch `trackers` took over, in the configuration a checkpoint saved: where a run
+        # logged its metrics changes nothing it computes
         "tensorboard",
         "group_timeout_s",
         "loader_timeout_s",

@@ -136,6 +136,17 @@ class Replica:
             stop < 0,
         )
 
+    def peak_memory_gib(self) -> float | None:
+        """The most memory this rank's tensors held on its GPU since the last call (the caching
+        allocator's peak, `torch.cuda.max_memory_allocated`), in GiB; None off CUDA, where
+        there is no such counter. Reads the allocator's statistics: no wait for the device."""
+        device = self.process.device
+        if device.type != "cuda":
+            return None
+        peak = torch.cuda.max_memory_allocated(device) / 2**30
+        torch.cuda.reset_peak_memory_stats(device)
+        return peak
+
     def window_state(self, steps: int) -> dict[str, Any]:
         """Every rank's loss sum and first non-finite step over the `steps` steps since the last
         logging step (indexed by rank), for a checkpoint written between logging steps."""

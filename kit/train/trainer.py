@@ -71,7 +71,7 @@ from kit.train.checkpoint import (
     write_checkpoint,
     write_snapshot,
 )
-from kit.train.metrics import append_record, tensorboard_scalars
+from kit.train.metrics import append_record, tracking
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 from kit.train.step import Replica
@@ -143,10 +143,10 @@ def train_run(
         if process.main:
             run_folder.ready_folder(settings, out, at.step)
 
-        # The steps, logged to TensorBoard too where asked, watched (a first step that compiles
+        # The steps, logged to the trackers too where asked, watched (a first step that compiles
         # takes minutes: from the beat after it), a stuck loader named.
         with (
-            tensorboard_scalars(settings, out, at.step, process) as log_scalars,
+            tracking(settings, out, at.step, process) as log_scalars,
             watchdog.watching(
                 out, process.rank, settings.stall_timeout_s, armed=not settings.compile
             ),
@@ -171,7 +171,10 @@ def train_run(
                     f"at step {at.step + 1} (its batch, forward and backward)",
                     arm=not settings.compile or window.steps > 0,
                 )
-                replica.step(*next(batches))
+                waiting = time.perf_counter()
+                images, labels = next(batches)
+                window.data_wait += time.perf_counter() - waiting
+                replica.step(images, labels)
                 at.step, at.batch_in_epoch = at.step + 1, at.batch_in_epoch + 1
                 window.steps += 1
                 final = at.step == settings.iterations
@@ -285,12 +288,13 @@ def _progress_bar(settings: TrainSettings, out: Path, step: int, process: Proces
 
 @dataclass(kw_only=True)
 class _Window:
-    """The steps since the last logging step (`carried` of them taken before a resumption), and
-    when this process's first of them began."""
+    """The steps since the last logging step (`carried` of them taken before a resumption), when
+    this process's first of them began, and the seconds its steps waited for their batches."""
 
     steps: int = 0
     carried: int = 0
     start: float = field(default_factory=time.perf_counter)
+    data_wait: float = 0.0
 
 
 def _every(step: int, interval: int) -> bool:
@@ -366,22 +370,24 @@ def _log_evaluate_save(
 
 
 def _record(run: _Run, loss: float, window: _Window) -> dict[str, Any]:
-    """The metrics row of this logging step, before evaluation."""
+    """The metrics row of this logging step, before evaluation (kit.train.metrics says what
+    each number is)."""
+    steps = window.steps - window.carried  # taken by this process
     return {
         "step": run.at.step,
         "epoch": run.at.epoch,
         "loss": loss,
         "lr": run.replica.optimizer.param_groups[0]["scheduled_lr"],
-        "images_per_s": (window.steps - window.carried)
-        * run.settings.batch_size
-        / (time.perf_counter() - window.start),
+        "images_per_s": steps * run.settings.batch_size / (time.perf_counter() - window.start),
+        "data_wait_s": window.data_wait / steps,
+        "gpu_memory_gib": run.replica.peak_memory_gib(),
         "eval_accuracy": None,
         "eval_loss": None,
     }
 
 
 def _log(run: _Run, record: dict[str, Any]) -> None:
-    """Rank 0: the row into metrics.jsonl and TensorBoard, and the progress bar on."""
+    """Rank 0: the row into metrics.jsonl and the trackers, and the progress bar on."""
     append_record(run.folder.metrics, record)
     run.log_scalars(record)
     run.progress.set_postfix_str(
