@@ -84,6 +84,8 @@ class PlannedRun:
     parameters: dict[str, Any]
     #: what `kit check` says of the inputs it found (NotebookSettings.input_notes)
     notes: tuple[str, ...] = ()
+    #: the commands that follow its training runs live (NotebookSettings.live_views)
+    live: tuple[str, ...] = ()
 
 
 def find_notebooks(names: list[str] | None, notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
@@ -145,6 +147,7 @@ def plan(
                 resolve(validated.output_dir) / notebook.name,
                 validated.model_dump(),
                 tuple(validated.input_notes()),
+                tuple(validated.live_views()),
             )
         )
     if problems:
@@ -367,6 +370,8 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
     for index, planned in enumerate(runs, start=1):
         label = f"[{index}/{len(runs)}] {planned.notebook.name} (profile {profile})"
         print(f"{label} ...", flush=True)
+        for line in planned.live:
+            print(f"{label} follow training live: {line}", flush=True)
         start, started = time.perf_counter(), time.time()
         watched = resolve(planned.parameters.get("output_dir") or planned.output.parent)
         short = planned.notebook.stem.split("_", 1)[0]

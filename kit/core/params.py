@@ -77,6 +77,10 @@ class NotebookSettings(Strict):
         (which layout of a release it found, which file each entry reads): lines to print."""
         return []
 
+    def live_views(self) -> list[str]:
+        """Commands following the notebook's training runs live (kit.train.trackers)."""
+        return []
+
 
 Sources = dict[str, str]  # dotted key -> the file or command line that set it
 #: what parameters are made of (papermill injects literals)
@@ -286,14 +290,8 @@ def unset_variables(value: Any, sources: Sources, key: str = "") -> list[str]:
         return []
     dotted = key.rstrip(".")
     parts = dotted.split(".")
-    where = next(
-        (
-            sources[".".join(parts[:n])]
-            for n in range(len(parts), 0, -1)
-            if ".".join(parts[:n]) in sources
-        ),
-        "the merged parameters",
-    )
+    keys = [".".join(parts[:n]) for n in range(len(parts), 0, -1)]
+    where = next((sources[key] for key in keys if key in sources), "the merged parameters")
     return [
         f"  {where}: parameter '{dotted}': environment variable {', '.join(unset)} is not "
         f"set ({value!r}); set it, or write the path out"

@@ -288,12 +288,9 @@ class TimecatSettings(NotebookSettings):
             raise ValueError(
                 f"lbfgs_check: the {kind} probe has no L-BFGS fit to be checked against"
             )
-        use = ProbeUse(
-            tuple(task.name for task in self.tasks),
-            self.device,
-            self.probe_train_rows,
-            tuple(task.name for task in self.tasks if task.extra_evals),
-        )
+        names = tuple(task.name for task in self.tasks)
+        extras = tuple(task.name for task in self.tasks if task.extra_evals)
+        use = ProbeUse(names, self.device, self.probe_train_rows, extras)
         problems = settings.problems(use)
         if problems:
             raise ValueError(problems[0])
@@ -332,15 +329,12 @@ class TimecatSettings(NotebookSettings):
 
     def input_problems(self) -> list[str]:
         """Every problem of what the values name, one line per key: the data roots' layouts
-        (pretraining's, then the tasks' and their extra evaluation sets'), the variants'
-        checkpoint files (found, then opened: this imports torch) and the training's optional
-        packages (timecat.inputs: it reads the disk, so it is not a validator). Run before
-        compute by `kit check`, `kit run` and the notebook's first cell
-        (kit.core.params.check_inputs)."""
-        datas = {
-            "tasks": [self.task_data(task)[0] for task in self.tasks]
-            + [extra.data for task in self.tasks for extra in task.extra_evals]
-        }
+        (pretraining's, then the tasks' and their extra evaluation sets'), the variants' checkpoint
+        files (found, then opened: this imports torch) and the training's optional packages
+        (timecat.inputs: it reads the disk, so it is not a validator). Run before compute by `kit
+        check`, `kit run` and the notebook's first cell (kit.core.params.check_inputs)."""
+        tasks = [self.task_data(task)[0] for task in self.tasks]
+        datas = {"tasks": tasks + [extra.data for task in self.tasks for extra in task.extra_evals]}
         if self.train is not None and any(v.trained or v.initialised for v in self.variants):
             datas = {"train": [self.train.data]} | datas
         problems = inputs.data_problems(datas) + inputs.checkpoint_problems(self.reads())
@@ -361,6 +355,11 @@ class TimecatSettings(NotebookSettings):
         """The checkpoints read: the layout of the authors' release found and each file's
         variant, step and run (timecat.inputs)."""
         return inputs.checkpoint_notes(self.reads())
+
+    def live_views(self) -> list[str]:
+        """What follows the runs it trains under run_root live (train.trackers)."""
+        trains = self.train if any(variant.trained for variant in self.variants) else None
+        return trains.live_views(resolve(self.output_dir) / self.run_root) if trains else []
 
     def reads(self) -> list[inputs.Read]:
         """The checkpoint files the variants read at this many replicates."""
@@ -396,9 +395,9 @@ class TimecatSettings(NotebookSettings):
         return budget // variant.n
 
     def horizon(self) -> int:
-        """The step_hint of the seeded runs under `catn_models: snapshots`: train.step_hint when
-        the profile gives it, else the budget (the iterations cat1 trains). Neither depends on
-        which variants are listed, so adding one never changes a run's warmup."""
+        """The step_hint of the seeded runs under `catn_models: snapshots`: train.step_hint, else
+        the budget (cat1's iterations); neither depends on the variants listed, so adding one
+        never changes a run's warmup."""
         assert self.train is not None
         return self.train.step_hint or self.budget()
 

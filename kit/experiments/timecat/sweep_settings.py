@@ -106,6 +106,12 @@ class SweepSettings(NotebookSettings):
             )
         )
 
+    def live_views(self) -> list[str]:
+        """What follows the cells' training runs live, each command once."""
+        return list(
+            dict.fromkeys(line for cell in cells(self) for line in cell.settings.live_views())
+        )
+
 
 def swept_notebook(params: SweepSettings) -> TimecatSettings:
     """Notebook 03's parameters for this profile and output folder."""
