@@ -369,9 +369,8 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
     finished = []
     for index, planned in enumerate(runs, start=1):
         label = f"[{index}/{len(runs)}] {planned.notebook.name} (profile {profile})"
-        print(f"{label} ...", flush=True)
-        for line in planned.live:
-            print(f"{label} follow training live: {line}", flush=True)
+        live = [f"\n{label} follow training live: {line}" for line in planned.live]
+        print(f"{label} ...{''.join(live)}", flush=True)
         start, started = time.perf_counter(), time.time()
         watched = resolve(planned.parameters.get("output_dir") or planned.output.parent)
         short = planned.notebook.stem.split("_", 1)[0]

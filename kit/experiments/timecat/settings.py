@@ -288,9 +288,12 @@ class TimecatSettings(NotebookSettings):
             raise ValueError(
                 f"lbfgs_check: the {kind} probe has no L-BFGS fit to be checked against"
             )
-        names = tuple(task.name for task in self.tasks)
-        extras = tuple(task.name for task in self.tasks if task.extra_evals)
-        use = ProbeUse(names, self.device, self.probe_train_rows, extras)
+        use = ProbeUse(
+            tuple(task.name for task in self.tasks),
+            self.device,
+            self.probe_train_rows,
+            tuple(task.name for task in self.tasks if task.extra_evals),
+        )
         problems = settings.problems(use)
         if problems:
             raise ValueError(problems[0])
@@ -328,13 +331,14 @@ class TimecatSettings(NotebookSettings):
             )
 
     def input_problems(self) -> list[str]:
-        """Every problem of what the values name, one line per key: the data roots' layouts
-        (pretraining's, then the tasks' and their extra evaluation sets'), the variants' checkpoint
-        files (found, then opened: this imports torch) and the training's optional packages
-        (timecat.inputs: it reads the disk, so it is not a validator). Run before compute by `kit
-        check`, `kit run` and the notebook's first cell (kit.core.params.check_inputs)."""
-        tasks = [self.task_data(task)[0] for task in self.tasks]
-        datas = {"tasks": tasks + [extra.data for task in self.tasks for extra in task.extra_evals]}
+        """Every problem of what the values name, one line per key: data roots (pretraining's,
+        the tasks' and their extra evaluation sets'), the variants' checkpoints (found, then
+        opened: imports torch) and the training's optional packages (timecat.inputs: it reads the
+        disk, so no validator does it), before compute (kit.core.params.check_inputs)."""
+        datas = {
+            "tasks": [self.task_data(task)[0] for task in self.tasks]
+            + [extra.data for task in self.tasks for extra in task.extra_evals]
+        }
         if self.train is not None and any(v.trained or v.initialised for v in self.variants):
             datas = {"train": [self.train.data]} | datas
         problems = inputs.data_problems(datas) + inputs.checkpoint_problems(self.reads())
@@ -352,14 +356,12 @@ class TimecatSettings(NotebookSettings):
         return self.model_copy(update={"replicates": count})
 
     def input_notes(self) -> list[str]:
-        """The checkpoints read: the layout of the authors' release found and each file's
-        variant, step and run (timecat.inputs)."""
+        """The checkpoints read: the release layout found, each file's variant, step and run."""
         return inputs.checkpoint_notes(self.reads())
 
     def live_views(self) -> list[str]:
         """What follows the runs it trains under run_root live (train.trackers)."""
-        trains = self.train if any(variant.trained for variant in self.variants) else None
-        return trains.live_views(resolve(self.output_dir) / self.run_root) if trains else []
+        return self.train.live_views(resolve(self.output_dir) / self.run_root) if self.train else []
 
     def reads(self) -> list[inputs.Read]:
         """The checkpoint files the variants read at this many replicates."""
@@ -395,9 +397,8 @@ class TimecatSettings(NotebookSettings):
         return budget // variant.n
 
     def horizon(self) -> int:
-        """The step_hint of the seeded runs under `catn_models: snapshots`: train.step_hint, else
-        the budget (cat1's iterations); neither depends on the variants listed, so adding one
-        never changes a run's warmup."""
+        """The seeded runs' step_hint under `catn_models: snapshots`: train.step_hint, else the
+        budget (cat1's iterations), whichever variants are listed (a run's warmup stays)."""
         assert self.train is not None
         return self.train.step_hint or self.budget()
 
