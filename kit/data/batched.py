@@ -125,12 +125,14 @@ class EncodedBatch:
             order = CudaOrder(device, side=False)
         items = self.items()
         jpegs = [index for index, item in enumerate(items) if item.dim() == 1]
-        images = [item.to(device) if item.dim() == 3 else item for item in items]  # not bytes
+        # decoded by the worker; queued on the stream without a host wait (pageable memory is
+        # staged before the call returns)
+        images = [item.to(device, non_blocking=True) if item.dim() == 3 else item for item in items]
         if jpegs:
             decoded = decoded_jpegs([items[index] for index in jpegs], device, order)
             for index, image in zip(jpegs, decoded, strict=True):
                 images[index] = image
-        return crops.batch_resized_crops(images, self.draws.to(device), self.size)
+        return crops.batch_resized_crops(images, self.draws, self.size)
 
 
 def decoded_jpegs(

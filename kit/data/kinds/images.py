@@ -18,9 +18,9 @@ from kit.data.kinds.base import DataError, undecodable
 
 
 def open_image(path: str) -> torch.Tensor:
-    """An RGB image as uint8 [3, H, W]: JPEG, PNG and WebP decoded by TorchCodec (about twice
-    PIL's speed; the same pixels as torchvision's decoders, which it supersedes), other formats
-    by PIL; an unreadable file raises DataError naming it."""
+    """An RGB image as uint8 [3, H, W]: JPEG, PNG and WebP decoded by TorchCodec (the pixels and
+    about the speed of torchvision's decoders, which it supersedes; faster than PIL), other
+    formats by PIL; an unreadable file raises DataError naming it."""
     try:
         return decode_image(path, mode="RGB")
     except (RuntimeError, ValueError, OSError):
