@@ -108,15 +108,25 @@ def test_the_batched_resize_stays_within_a_grey_level_of_the_per_image_one(
     size: int, photos: Callable[[int], list[torch.Tensor]]
 ) -> None:
     # both take their boxes from crop_boxes and the same seeded draws; measured on these 24
-    # pictures: at most 1 grey level apart, on about 0.002 % of the pixels (values within float32
-    # error of a half rounded the other way)
+    # pictures: at most 1 grey level apart, on 0.002 % (224 px) and 0.004 % (64 px) of the
+    # pixels (values within float32 error of a half, rounded the other way); from the CPU
+    # pipeline's uint8 resized_crop of the same boxes at most 1, 0.18 and 0.11 on average
     images = photos(24)
     generator = torch.Generator().manual_seed(7)
     draws = torch.stack([crops.sample_draws(generator) for _ in images])
     reference = crops.resized_crops(images, draws, size).int()
     batch = crops.batch_resized_crops(images, draws, size)
     apart = (batch.int() - reference).abs()
-    assert apart.max() <= 1 and apart.float().mean() < 1e-3
+    assert apart.max() <= 1 and apart.float().mean() < 1e-4
+    pipeline = torch.stack(
+        [
+            TF.resized_crop(image, *box, [size, size], antialias=True)
+            for image, box in zip(images, crops.image_boxes(images, draws), strict=True)
+        ]
+    )
+    pipeline = torch.where(crops.flips(draws)[:, None, None, None], pipeline.flip(-1), pipeline)
+    apart = (batch.int() - pipeline.int()).abs()
+    assert apart.max() <= 1 and apart.float().mean() < 0.25
     # several groups (at most four of the 600 x 800 pictures' crops each) give the same pixels
     grouped = crops.batch_resized_crops(images, draws, size, group=4 * 3 * 600 * 800)
     assert len(crops._groups(crops.image_boxes(images, draws), 4 * 3 * 600 * 800)) > 2
