@@ -3,116 +3,48 @@
 
 Loader workers only read each file's bytes and draw the sample's random numbers from its seeded
 generator (so a resumed run sees the batches an uninterrupted one would); the device decodes
-the batch with torchvision's `decode_jpeg`, turns the draws into crop boxes for all images at
-once, crops and resizes each image (antialiased bilinear, as the CPU pipeline) and flips the
-batch. The same functions run on CPU tensors, which is how the tests check them. The crop
-follows torchvision's RandomResizedCrop: up to ten tries of an area share in [0.08, 1] and a
-log-uniform aspect ratio in [3/4, 4/3] that fit the image, else the central crop of the nearest
-allowed ratio.
+the batch with TorchCodec's `decode_jpeg` (nvJPEG on CUDA, libjpeg-turbo on the CPU), turns the
+draws into crop boxes for all images at once and crops, resizes (antialiased bilinear, as the
+CPU pipeline) and flips the whole batch in a few kernels (kit.data.crops). The same functions
+run on CPU tensors, which is how the tests check them.
 
 A worker packs its batch into one flat tensor (`EncodedBatch`), so that the batch crosses to the
 main process with a few shared-memory file descriptors whatever its size; only baseline
 three-component JPEGs go to the device's decoder, the others are decoded to RGB in the worker
-(`gpu_decodable`); on CUDA the decoder starts after its stream has drained (`decoded_jpegs`).
+(`gpu_decodable`). On CUDA the decoder runs on a stream of its own and hands its outputs to the
+cropping stream by an event (kit.data.streams), without a host wait.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torchvision.io import ImageReadMode, decode_jpeg
+from torchcodec.decoders import decode_jpeg
 
-#: RandomResizedCrop's tries per image, as torchvision's
-TRIES = 10
-#: uniform draws per image: four per try (area, ratio, top, left) and one for the flip
-DRAWS = 4 * TRIES + 1
-SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
+from kit.data import crops
+from kit.data.streams import CudaOrder, Order
+
 JPEG_MAGIC = b"\xff\xd8"
 
 
-def sample_draws(generator: torch.Generator) -> torch.Tensor:
-    """One image's uniform draws in [0, 1), float64 so boxes do not depend on rounding."""
-    return torch.rand(DRAWS, generator=generator, dtype=torch.float64)
-
-
-def crop_boxes(heights: torch.Tensor, widths: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
-    """RandomResizedCrop's boxes [B, 4] as (top, left, height, width) for images of the given
-    sizes [B], from draws [B, DRAWS]: the first try that fits, else the central crop."""
-    heights, widths = heights.double()[:, None], widths.double()[:, None]
-    tries = draws[:, : 4 * TRIES].view(-1, TRIES, 4)
-    area = heights * widths * (SCALE[0] + tries[..., 0] * (SCALE[1] - SCALE[0]))
-    low, high = math.log(RATIO[0]), math.log(RATIO[1])
-    aspect = torch.exp(low + tries[..., 1] * (high - low))
-    w = torch.round(torch.sqrt(area * aspect))
-    h = torch.round(torch.sqrt(area / aspect))
-    fits = (w > 0) & (w <= widths) & (h > 0) & (h <= heights)
-    top = torch.floor(tries[..., 2] * (heights - h + 1))
-    left = torch.floor(tries[..., 3] * (widths - w + 1))
-    first = torch.where(fits.any(1), fits.double().argmax(1), -1)
-    pick = first.clamp_min(0)[:, None]
-    chosen = torch.cat(
-        [top.gather(1, pick), left.gather(1, pick), h.gather(1, pick), w.gather(1, pick)], 1
-    )
-    return torch.where(
-        (first >= 0)[:, None], chosen, central_boxes(heights[:, 0], widths[:, 0])
-    ).long()
-
-
-def central_boxes(heights: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
-    """The fallback crop: the whole image clipped to the allowed aspect ratios, centred."""
-    ratio = widths / heights
-    w = torch.where(
-        ratio < RATIO[0],
-        widths,
-        torch.where(ratio > RATIO[1], torch.round(heights * RATIO[1]), widths),
-    )
-    h = torch.where(ratio < RATIO[0], torch.round(widths / RATIO[0]), heights)
-    return torch.stack(
-        [
-            torch.div(heights - h, 2, rounding_mode="floor"),
-            torch.div(widths - w, 2, rounding_mode="floor"),
-            h,
-            w,
-        ],
-        1,
-    )
-
-
-def resized_crops(images: list[torch.Tensor], draws: torch.Tensor, size: int) -> torch.Tensor:
-    """uint8 images [3, H, W] (any sizes, one device) cropped by their draws, resized to
-    `size` x `size` (antialiased bilinear) and flipped where the last draw is below 1/2:
-    uint8 [B, 3, size, size]."""
-    sizes = torch.tensor([image.shape[1:] for image in images], dtype=torch.float64)
-    boxes = crop_boxes(sizes[:, 0], sizes[:, 1], draws.cpu()).tolist()
-    out = torch.stack(
-        [
-            F.interpolate(
-                image[None, :, top : top + h, left : left + w].float(),
-                size=(size, size),
-                mode="bilinear",
-                antialias=True,
-                align_corners=False,
-            )[0]
-            for image, (top, left, h, w) in zip(images, boxes, strict=True)
-        ]
-    )
-    flip = (draws[:, -1] < 0.5).to(out.device)[:, None, None, None]
-    out = torch.where(flip, out.flip(-1), out)
-    return out.round_().clamp_(0, 255).to(torch.uint8)
+def file_bytes(path: str) -> torch.Tensor:
+    """A file's bytes as uint8 [n], in memory of their own (a loader worker shares tensors with
+    the main process by file descriptor: a tensor over a private mapping of the file, as
+    torchvision's deprecated `read_file` returns, keeps none and cannot be sent)."""
+    return torch.from_numpy(np.fromfile(path, dtype=np.uint8))
 
 
 def gpu_decodable(data: torch.Tensor) -> bool:
     """Whether the device's decoder takes these file bytes: a baseline or extended sequential
-    (Huffman) JPEG of three components. torchvision's CUDA decode (nvJPEG) is only checked on
-    such files upstream; its hardware decoder on A100/H100 takes baseline files only and other
-    kinds fall back to a slower hybrid path, and it has no CMYK conversion. Greyscale (one
-    component), CMYK or YCCK (four), progressive, lossless and arithmetic-coded JPEGs are
-    decoded to RGB by the loader worker instead (libjpeg-turbo), as is anything that is not a
-    JPEG."""
+    (Huffman) JPEG of three components. The CUDA decoders (nvJPEG, in torchvision and
+    TorchCodec) are checked on such files upstream; its hardware decoder on A100/H100 takes
+    baseline files only and other kinds fall back to a slower hybrid path, and it has no CMYK
+    conversion. Greyscale (one component), CMYK or YCCK (four), progressive, lossless and
+    arithmetic-coded JPEGs are decoded to RGB by the loader worker instead (libjpeg-turbo), as is
+    anything that is not a JPEG."""
     frame = jpeg_frame(data.numpy())
     return frame is not None and frame[0] in SEQUENTIAL and frame[1] == 3
 
@@ -186,30 +118,36 @@ class EncodedBatch:
             for start, end, shape in zip(bounds[:-1], bounds[1:], shapes, strict=True)
         ]
 
-    def on(self, device: torch.device) -> torch.Tensor:
-        """The batch decoded on `device` and augmented there: uint8 [B, 3, size, size]."""
+    def on(self, device: torch.device, order: Order | None = None) -> torch.Tensor:
+        """The batch decoded on `device` and augmented there: uint8 [B, 3, size, size], made on
+        `order.side` (on CUDA without an order: on the current stream, the decoder on its own)."""
+        if order is None and device.type == "cuda":
+            order = CudaOrder(device, side=False)
         items = self.items()
         jpegs = [index for index, item in enumerate(items) if item.dim() == 1]
-        images = [item.to(device) if item.dim() == 3 else item for item in items]  # not bytes
+        # decoded by the worker; queued on the stream without a host wait (pageable memory is
+        # staged before the call returns)
+        images = [item.to(device, non_blocking=True) if item.dim() == 3 else item for item in items]
         if jpegs:
-            decoded = decoded_jpegs([items[index] for index in jpegs], device)
+            decoded = decoded_jpegs([items[index] for index in jpegs], device, order)
             for index, image in zip(jpegs, decoded, strict=True):
                 images[index] = image
-        return resized_crops(images, self.draws.to(device), self.size)
+        return crops.batch_resized_crops(images, self.draws, self.size)
 
 
-def decoded_jpegs(encoded: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
-    """JPEG file bytes decoded to RGB on `device`. On CUDA the current stream is drained first:
-    torchvision allocates the decoder's outputs on the current stream, and nvJPEG writes them
-    from a stream of its own (its hardware engine even ahead of work queued there) that does not
-    wait for the current one, while the caching allocator hands out a block as soon as it is
-    freed on that stream. Kernels still queued there could then read a block the decoder has
-    overwritten (reproduced on an H100 upstream, torchvision pull request 9606). Blocks freed on
-    other streams are safe: the allocator keeps them per stream, and tensors used on another
-    stream are held by record_stream (kit.data.prefetch)."""
-    if device.type == "cuda":
-        torch.cuda.current_stream(device).synchronize()
-    return decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
+def decoded_jpegs(
+    encoded: list[torch.Tensor], device: torch.device, order: Order | None = None
+) -> list[torch.Tensor]:
+    """JPEG file bytes decoded to RGB on `device`. With an order (CUDA), the decoder runs on
+    `order.decode` and its outputs are handed over to `order.side` (kit.data.streams says why
+    the decoder needs a stream of its own); without one, on the current device inline."""
+    if order is None:
+        return cast(list[torch.Tensor], decode_jpeg(encoded, mode="RGB", device=device))
+    with order.use(order.decode):
+        images = cast(list[torch.Tensor], decode_jpeg(encoded, mode="RGB", device=device))
+        done = order.mark(order.decode)
+    order.hand_over(images, done, order.side)
+    return images
 
 
 def collate(

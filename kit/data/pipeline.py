@@ -23,11 +23,10 @@ import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
-from torchvision.io import read_file
 from torchvision.transforms import v2
 
 from kit.core import machine
-from kit.data import batched, dali, kinds, workers
+from kit.data import batched, crops, dali, kinds, workers
 from kit.data.kinds.base import DataError, data_root, existing_folder, split_size
 from kit.data.kinds.images import CifarImages, ImageList, open_image, unreadable_images
 from kit.data.settings import DataSettings
@@ -124,12 +123,10 @@ class EncodedSamples(Dataset):
     def __getitem__(self, key: Key) -> tuple[torch.Tensor, torch.Tensor, int]:
         epoch, index = key
         path, label = self.base.samples[index]
-        # copied out of read_file's private mapping of the file, which keeps no file descriptor:
-        # a loader worker shares tensors with the main process by descriptor and cannot send it
-        data = read_file(path).clone()
+        data = batched.file_bytes(path)
         item = data if batched.gpu_decodable(data) else open_image(path)
         generator = torch.Generator().manual_seed(_sample_generator(self.seed, epoch, index))
-        return item, batched.sample_draws(generator), label
+        return item, crops.sample_draws(generator), label
 
 
 class DaliSamples(Dataset):
@@ -146,12 +143,12 @@ class DaliSamples(Dataset):
     def __getitem__(self, key: Key) -> tuple[torch.Tensor, torch.Tensor, bool, int]:
         epoch, index = key
         path, label = self.base.samples[index]
-        data = read_file(path).clone()  # as EncodedSamples: a copy that can cross processes
+        data = batched.file_bytes(path)
         with Image.open(path) as header:  # reads the header, not the pixels
             width, height = header.size
         generator = torch.Generator().manual_seed(_sample_generator(self.seed, epoch, index))
-        draws = batched.sample_draws(generator)[None]
-        box = batched.crop_boxes(torch.tensor([height]), torch.tensor([width]), draws)[0]
+        draws = crops.sample_draws(generator)[None]
+        box = crops.crop_boxes(torch.tensor([height]), torch.tensor([width]), draws)[0]
         return data, box, bool(draws[0, -1] < 0.5), label
 
 

@@ -2,24 +2,27 @@
 
 A uint8 image is a quarter of its float32 size, so workers collate and the host copies four
 times fewer bytes; conversion to float, ImageNet standardisation and the channels-last layout
-happen on the device. On CUDA the next batch is copied and normalised on a side stream while the
-current one computes; on other devices the same steps run inline, so CPU runs stay exact.
-Stream order: the compute stream waits for the side stream before it uses a prepared batch, and
-the batch's tensors are recorded on the compute stream, so the caching allocator does not hand
-their blocks to the side stream while the step still reads them; the side stream does not wait
-for the compute stream (that would queue each copy behind the step it should overlap). The
-`data.decode: gpu` decoder drains its own stream before it writes (kit.data.batched).
+happen on the device. On CUDA the next batch is copied (or decoded, `data.decode: gpu`),
+cropped and normalised on streams of its own while the current one computes; on other devices the
+same steps run inline, so CPU runs stay exact. Stream order (kit.data.streams): an event is
+recorded after the batch's work on the side stream, the compute stream waits for that event
+before the step uses the batch, and the batch's tensors are recorded on the compute stream, so
+the caching allocator does not hand their blocks to the side stream while the step still reads
+them; the side stream does not wait for the compute stream (that would queue each batch behind
+the step it should overlap), and nothing waits on the host.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 
 from kit.data.batched import EncodedBatch
 from kit.data.dali import DaliBatch
+from kit.data.streams import CudaOrder, Order
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -51,44 +54,47 @@ def normalise(
 
 
 class DeviceBatches:
-    """A loader's (uint8 images, labels) batches as (standardised images, labels) on `device`."""
+    """A loader's (uint8 images, labels) batches as (standardised images, labels) on `device`.
+    `order` makes the streams for one pass (CUDA's by default; tests pass a recording one)."""
 
     def __init__(
         self,
         loader: Iterable[Batch],
         device: torch.device,
         memory_format: torch.memory_format = torch.contiguous_format,
+        order: Callable[[torch.device], Order] | None = None,
     ) -> None:
         self.loader, self.device, self.memory_format = loader, device, memory_format
+        self.order = order or (CudaOrder if device.type == "cuda" else None)
 
-    def _prepare(self, batch: Batch) -> Batch:
+    def _prepare(self, batch: Batch, order: Order | None = None) -> Batch:
         images, labels = batch
-        images = (
-            images.on(self.device)
-            if isinstance(images, EncodedBatch | DaliBatch)  # data.decode: gpu or dali
-            else images.to(self.device, non_blocking=True)
-        )
+        if isinstance(images, EncodedBatch):  # data.decode: gpu
+            images = images.on(self.device, order)
+        elif isinstance(images, DaliBatch):
+            images = images.on(self.device)
+        else:
+            images = images.to(self.device, non_blocking=True)
         return normalise(images, self.memory_format), labels.to(self.device, non_blocking=True)
 
     def __iter__(self) -> Iterator[Batch]:
-        if self.device.type != "cuda":
+        if self.order is None:
             for batch in self.loader:
                 yield self._prepare(batch)
             return
-        side, compute = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
-        batches = iter(self.loader)
+        order, batches = self.order(self.device), iter(self.loader)
 
-        def ahead() -> Batch | None:
+        def ahead() -> tuple[Batch, Any] | None:
             batch = next(batches, None)
             if batch is None:
                 return None
-            with torch.cuda.stream(side):
-                return self._prepare(batch)
+            with order.use(order.side):
+                prepared = self._prepare(batch, order)
+            return prepared, order.mark(order.side)
 
         upcoming = ahead()
         while upcoming is not None:
-            compute.wait_stream(side)
-            for tensor in upcoming:  # made on the side stream, freed after the compute stream
-                tensor.record_stream(compute)
-            current, upcoming = upcoming, ahead()
+            current, ready = upcoming
+            order.hand_over(current, ready, order.compute)
+            upcoming = ahead()
             yield current

@@ -25,7 +25,7 @@ class DataSettings(Strict):
     verify_images: bool = True
     #: where training JPEGs are decoded. cpu: by the DataLoader workers (libjpeg-turbo), about
     #: 100-200 images/s per core with the crop, so eight H100s need over 100 free cores. gpu: the
-    #: workers only read the files; the run's device decodes each batch (torchvision's
+    #: workers only read the files; the run's device decodes each batch (TorchCodec's
     #: decode_jpeg, nvJPEG on CUDA) and crops and flips it there (kit.data.batched). dali: the
     #: workers read the files and draw each image's crop; NVIDIA DALI decodes only that region,
     #: resizes and flips it (kit.data.dali), with the GPU's JPEG decoder on CUDA and its CPU one
