@@ -18,6 +18,7 @@ from PIL import Image
 from pydantic import ValidationError
 
 from kit.cli import main
+from kit.core import provenance
 from kit.data import pipeline as data
 from kit.data.settings import DataSettings
 from kit.train import trainer as train
@@ -258,6 +259,8 @@ def test_a_training_run_reads_its_batches_through_dali_and_resumes_exactly(
     # next batches are the uninterrupted run's, or the weights would differ
     assert run("stopped", 2)["step"] == 2
     resumed = run("stopped", 4)
+    # it went on from its checkpoint (a second record), not from the start
+    assert len(provenance.read(tmp_path / "stopped" / RunFolder.PROVENANCE)) == 2
     assert uninterrupted["step"] == resumed["step"] == 4
     for name, tensor in uninterrupted["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
