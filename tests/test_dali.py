@@ -1,10 +1,13 @@
 """`data.decode: dali`: NVIDIA DALI's CPU pipeline on ImageNet-layout JPEGs, against the kit's
 own augmentation (the same crops pixel for pixel, and the CPU path's statistics), its order and
 resumption, and the refusal at `kit check` where DALI is not installed. The `mixed` (GPU)
-decoder needs a GPU node: these tests run the same graph with the CPU decoder."""
+decoder needs a GPU node: these tests run the same graph with the CPU decoder, which needs none.
+The dev extra installs DALI wherever NVIDIA publishes its wheels (Linux x86-64 and aarch64), so
+there a missing DALI fails these tests rather than skipping them."""
 
 from __future__ import annotations
 
+import platform
 import sys
 from pathlib import Path
 
@@ -15,11 +18,30 @@ from PIL import Image
 from pydantic import ValidationError
 
 from kit.cli import main
+from kit.core import provenance
 from kit.data import pipeline as data
 from kit.data.settings import DataSettings
 from kit.train import trainer as train
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
+
+#: where NVIDIA publishes DALI wheels, so where pyproject.toml's dev extra installs it
+DALI_PLATFORM = sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")
+
+
+def needs_dali() -> None:
+    """Skip where DALI has no wheels; elsewhere fail, saying how to install it, where it is
+    missing: the dev extra installs it there, so it is missing only from a stale environment."""
+    if not DALI_PLATFORM:
+        pytest.skip("NVIDIA publishes DALI wheels for Linux x86-64 and aarch64 only")
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError as error:
+        pytest.fail(
+            f"NVIDIA DALI is in the dev extra but cannot be imported ({error}); install it with "
+            "`uv sync --locked --inexact --extra dev`"
+        )
+
 
 CLASSES = ("n01", "n02", "n03")
 #: training images per class, and the batch: three batches an epoch
@@ -63,8 +85,12 @@ def pictures(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_pictures(tmp_path_factory.mktemp("pictures"))
 
 
-def run_data(root: Path, decode: str, seed: int = 0, workers: int = 0) -> data.RunData:
-    settings = DataSettings(kind="imagefolder", root=str(root), image_size=64, decode=decode)
+def run_data(
+    root: Path, decode: str, seed: int = 0, workers: int = 0, **changes: float
+) -> data.RunData:
+    settings = DataSettings(
+        kind="imagefolder", root=str(root), image_size=64, decode=decode, **changes
+    )
     return data.build(
         settings,
         len(CLASSES),
@@ -91,7 +117,7 @@ def epoch(
 
 
 def test_dali_crops_are_the_kits_crops_of_the_same_draws(pictures: Path) -> None:
-    pytest.importorskip("nvidia.dali")
+    needs_dali()
     dali, kit = epoch(run_data(pictures, "dali")), epoch(run_data(pictures, "gpu"))
     assert len(dali) == len(kit) == len(CLASSES) * PER_CLASS // BATCH
     for (ours, our_labels), (theirs, their_labels) in zip(dali, kit, strict=True):
@@ -106,7 +132,7 @@ def test_dali_crops_are_the_kits_crops_of_the_same_draws(pictures: Path) -> None
 
 
 def test_dali_batches_have_the_statistics_of_the_cpu_path(pictures: Path) -> None:
-    pytest.importorskip("nvidia.dali")
+    needs_dali()
     # the CPU path draws its crops with torch's RandomResizedCrop, not the same numbers: its
     # per-image channel means come from the same distribution, so the two samples' means may
     # differ by chance only, within four standard errors of their difference
@@ -125,7 +151,7 @@ def test_dali_batches_have_the_statistics_of_the_cpu_path(pictures: Path) -> Non
 
 
 def test_dali_order_is_the_samplers_and_resumes_exactly(pictures: Path) -> None:
-    pytest.importorskip("nvidia.dali")
+    needs_dali()
     run = run_data(pictures, "dali")
     first, second = epoch(run, 0), epoch(run, 1)
     cpu = epoch(run_data(pictures, "cpu"), 0)
@@ -138,6 +164,39 @@ def test_dali_order_is_the_samplers_and_resumes_exactly(pictures: Path) -> None:
         assert torch.equal(a, b) and torch.equal(la, lb)
     other_seed = epoch(run_data(pictures, "dali", seed=1), 0)
     assert not torch.equal(other_seed[0][0], first[0][0])
+
+
+def test_the_hardware_decoders_share_reaches_dalis_decoder(
+    pictures: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    needs_dali()
+    from nvidia.dali import fn
+
+    given: list[float] = []
+    decoder = fn.decoders.image_slice
+
+    def recorded(*inputs, **arguments):
+        given.append(arguments["hw_decoder_load"])
+        return decoder(*inputs, **arguments)
+
+    monkeypatch.setattr(fn.decoders, "image_slice", recorded)
+    # a share no other test uses, so that the pipeline is built anew (one per process and key)
+    run = run_data(pictures, "dali", dali_hw_decoder_load=0.375)
+    images, _ = next(iter(run.train))
+    assert images.hw_decoder_load == 0.375
+    assert images.on(torch.device("cpu")).shape == (BATCH, 3, 64, 64)
+    assert given == [0.375]
+    assert (
+        DataSettings(kind="imagefolder", root="/data", image_size=64).dali_hw_decoder_load == 0.65
+    )
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5])
+def test_the_hardware_decoders_share_is_a_fraction(share: float) -> None:
+    with pytest.raises(ValidationError, match="dali_hw_decoder_load"):
+        DataSettings(kind="imagefolder", root="/data", image_size=64, dali_hw_decoder_load=share)
+    for edge in (0.0, 1.0):  # all to the CUDA decoder, all to the hardware one
+        DataSettings(kind="imagefolder", root="/data", image_size=64, dali_hw_decoder_load=edge)
 
 
 def test_dali_without_the_package_is_refused_at_kit_check_saying_how_to_install_it(
@@ -164,10 +223,12 @@ def test_dali_is_refused_where_its_crop_does_not_apply() -> None:
         )
 
 
-def test_a_training_run_reads_its_batches_through_dali(pictures: Path, tmp_path: Path) -> None:
-    pytest.importorskip("nvidia.dali")
+def test_a_training_run_reads_its_batches_through_dali_and_resumes_exactly(
+    pictures: Path, tmp_path: Path
+) -> None:
+    needs_dali()
 
-    def run(name: str) -> dict:
+    def run(name: str, iterations: int) -> dict:
         values = {
             "model": "resnet10",
             "width": 0.125,
@@ -180,7 +241,9 @@ def test_a_training_run_reads_its_batches_through_dali(pictures: Path, tmp_path:
                 "decode": "dali",
             },
             "batch_size": BATCH,
-            "iterations": 4,  # into the second epoch
+            "iterations": iterations,
+            # the schedule of a run of 4 steps (into the second epoch), whether it stops earlier
+            "step_hint": 4,
             "eval_every": 4,
             "checkpoint_every": 4,
             "log_every": 2,
@@ -191,7 +254,13 @@ def test_a_training_run_reads_its_batches_through_dali(pictures: Path, tmp_path:
         out = train.train(TrainSettings(**values))
         return torch.load(RunFolder(out).checkpoint, weights_only=True)
 
-    first, again = run("first"), run("again")
-    assert first["step"] == again["step"] == 4
-    for name, tensor in first["model"].items():  # the same batches, the same weights
-        assert torch.equal(tensor, again["model"][name]), name
+    uninterrupted = run("straight", 4)
+    # stopped after two of the first epoch's three batches, then resumed in a new loader: its
+    # next batches are the uninterrupted run's, or the weights would differ
+    assert run("stopped", 2)["step"] == 2
+    resumed = run("stopped", 4)
+    # it went on from its checkpoint (a second record), not from the start
+    assert len(provenance.read(tmp_path / "stopped" / RunFolder.PROVENANCE)) == 2
+    assert uninterrupted["step"] == resumed["step"] == 4
+    for name, tensor in uninterrupted["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name

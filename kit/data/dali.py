@@ -3,13 +3,21 @@
 Loader workers (kit.data.pipeline.DaliSamples) read each file's bytes and its size (PIL reads
 the header only), draw the sample's random numbers from its seeded generator and turn them into
 the RandomResizedCrop box and flip of `kit.data.batched` (the boxes `decode: gpu` crops, with
-torchvision's distribution). DALI then decodes only that region of each file
-(`fn.decoders.image_slice`, region-of-interest decoding), resizes it to size x size (linear,
-antialiased when shrinking, as torchvision's `antialias=True`) and flips it: the `mixed`
-decoder on CUDA (nvJPEG, with the GPU's hardware JPEG engine on A100 and H100), the CPU one
-(libjpeg-turbo) elsewhere. DALI draws nothing itself, so a batch depends only on the run's
-seed and the sampler's (epoch, index) keys: a resumed run reads exactly the batches an
-uninterrupted one would, as with `decode: cpu`.
+torchvision's distribution). DALI then decodes that region of each file, and only that region
+where its decoder can (`fn.decoders.image_slice`, region-of-interest decoding), resizes it to
+size x size (linear, antialiased when shrinking, as torchvision's `antialias=True`) and flips it:
+the `mixed` decoder on CUDA (nvJPEG, with the share `data.dali_hw_decoder_load` of the JPEGs on
+the GPU's hardware JPEG engine on A100, H100 and H200), the CPU one (libjpeg-turbo) elsewhere.
+DALI draws nothing itself, so a batch depends only on the run's seed and the sampler's (epoch,
+index) keys: a resumed run reads exactly the batches an uninterrupted one would, as with
+`decode: cpu`.
+
+DALI's fused `fn.decoders.image_random_crop` is the same region decode with the window drawn by
+DALI: its generator is seeded once per pipeline (one `seed`, no per-sample seeds), so its draws
+follow the pipeline's history, and a resumed run would need DALI's own checkpoint of that state,
+taken in step with the kit's, to crop as the uninterrupted one. `image_slice` given the kit's
+boxes decodes the same way with the kit's per-sample seeded draws, which need no saved state, do
+not depend on the batch an image lands in, and are the boxes `decode: gpu` crops.
 
 Pixels differ from the kit's own path by the decoders' and resize kernels' rounding (a grey
 level or two; tests/test_dali.py measures it), not by what is cropped. EXIF orientation is
@@ -43,6 +51,9 @@ class DaliBatch:
     size: int
     #: CPU threads DALI decodes with (the run's num_workers, at least one)
     threads: int
+    #: the share of JPEGs the `mixed` decoder gives the GPU's hardware JPEG decoder
+    #: (`data.dali_hw_decoder_load`)
+    hw_decoder_load: float
 
     def on(self, device: torch.device) -> torch.Tensor:
         """The batch decoded, cropped, resized and flipped by DALI for `device`: uint8
@@ -50,7 +61,7 @@ class DaliBatch:
         bounds = self.offsets.tolist()
         files = [self.data[a:b].numpy() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         boxes = self.boxes.numpy().astype(np.int32)
-        runner = _pipeline(device, self.size, len(files), self.threads)
+        runner = _pipeline(device, self.size, len(files), self.threads, self.hw_decoder_load)
         runner.feed_input("files", files)
         runner.feed_input("anchors", list(boxes[:, :2]))
         runner.feed_input("shapes", list(boxes[:, 2:]))
@@ -60,7 +71,10 @@ class DaliBatch:
 
 
 def collate(
-    samples: list[tuple[torch.Tensor, torch.Tensor, bool, int]], size: int, threads: int
+    samples: list[tuple[torch.Tensor, torch.Tensor, bool, int]],
+    size: int,
+    threads: int,
+    hw_decoder_load: float,
 ) -> tuple[DaliBatch, torch.Tensor]:
     """(bytes, box, flip, label) samples as one packed DaliBatch and a label tensor."""
     files, boxes, flips, labels = zip(*samples, strict=True)
@@ -72,37 +86,46 @@ def collate(
         torch.tensor(flips),
         size,
         max(threads, 1),
+        hw_decoder_load,
     )
     return batch, torch.tensor(labels)
 
 
 @functools.cache
-def _pipeline(device: torch.device, size: int, batch: int, threads: int) -> Any:
+def _pipeline(
+    device: torch.device, size: int, batch: int, threads: int, hw_decoder_load: float
+) -> Any:
     """A built DALI pipeline for batches of up to `batch` files: the `mixed` decoder for a CUDA
-    device, the CPU one otherwise. Built once per process and shape: building takes a second."""
+    device (`hw_decoder_load` of the JPEGs to the hardware decoder where the GPU has one), the
+    CPU one otherwise. Built once per process and shape: building takes a second."""
     from nvidia.dali import fn, pipeline_def, types
 
     cuda = device.type == "cuda"
 
     @pipeline_def(batch_size=batch, num_threads=threads, seed=0, prefetch_queue_depth=1)
     def graph() -> Any:
-        files = fn.external_source(name="files", dtype=types.UINT8, ndim=1)
-        anchors = fn.external_source(name="anchors", dtype=types.INT32, ndim=1)
-        shapes = fn.external_source(name="shapes", dtype=types.INT32, ndim=1)
-        flips = fn.external_source(name="flips", dtype=types.INT32, ndim=0)
-        images = fn.decoders.image_slice(
+        files = fn.external_source(name="files", dtype=types.DALIDataType.UINT8, ndim=1)
+        anchors = fn.external_source(name="anchors", dtype=types.DALIDataType.INT32, ndim=1)
+        shapes = fn.external_source(name="shapes", dtype=types.DALIDataType.INT32, ndim=1)
+        flips = fn.external_source(name="flips", dtype=types.DALIDataType.INT32, ndim=0)
+        # Any: DALI's stubs type some operators' outputs as unions of a node and a list of them
+        images: Any = fn.decoders.image_slice(
             files,
             anchors,
             shapes,
             axis_names="HW",
             device="mixed" if cuda else "cpu",
-            output_type=types.RGB,
+            output_type=types.DALIImageType.RGB,
             adjust_orientation=False,
+            hw_decoder_load=hw_decoder_load,  # the CPU decoder ignores it
             # the CPU decoder's chroma upsampling (libjpeg-turbo's, as torchvision's)
             jpeg_fancy_upsampling=True,
         )
         images = fn.resize(
-            images, size=[size, size], interp_type=types.INTERP_LINEAR, antialias=True
+            images,
+            size=[size, size],
+            interp_type=types.DALIInterpType.INTERP_LINEAR,
+            antialias=True,
         )
         images = fn.flip(images, horizontal=flips)
         return fn.transpose(images, perm=[2, 0, 1])

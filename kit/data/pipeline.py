@@ -356,7 +356,12 @@ def training_collate(data: DataSettings, threads: int) -> Callable | None:
     if data.decode == "gpu":
         return functools.partial(batched.collate, size=data.image_size)
     if data.decode == "dali":
-        return functools.partial(dali.collate, size=data.image_size, threads=threads)
+        return functools.partial(
+            dali.collate,
+            size=data.image_size,
+            threads=threads,
+            hw_decoder_load=data.dali_hw_decoder_load,
+        )
     return None
 
 

@@ -32,6 +32,11 @@ class DataSettings(Strict):
     #: elsewhere; an optional extra, `pip install -e '.[dali]'` (Linux only). gpu and dali:
     #: training batches only, with augment algoperf and a folder dataset; evaluation keeps cpu
     decode: Literal["cpu", "gpu", "dali"] = "cpu"
+    #: decode dali on a GPU with a hardware JPEG decoder (A100, H100, H200): the share of each
+    #: batch's JPEGs DALI's `mixed` decoder sends to it, the rest to nvJPEG's CUDA decoder (DALI's
+    #: `hw_decoder_load`, its default 0.65; the best share depends on the node's CPU threads).
+    #: The CPU decoder, and every other decode, ignores it
+    dali_hw_decoder_load: float = Field(0.65, ge=0.0, le=1.0)
     synthetic: SyntheticSettings | None = None
 
     @field_validator("kind")
