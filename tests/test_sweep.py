@@ -554,6 +554,22 @@ def test_one_table_sets_the_paper_and_the_kit_row_for_row_with_their_difference(
     assert inat[paper.PAPER_NUMBER].to_list() == [33.7] and inat[
         "kit's task (stands for it)"
     ].to_list() == ["shape"]
+    assert inat[paper.COMPARABLE].to_list() == [paper.NOT_COMPARABLE]
+    # where the kit's tasks are the paper's datasets (the paper profiles), an accuracy is
+    # subtracted too, a mean over tasks only where they are the paper's three
+    named = {"position": "iNat18", "shape": "CIFAR-100", "texture": "CIFAR-10"}
+    real = results.drop("world_seed", "budget").with_columns(pl.col("task").replace(named))
+    same = paper.paper_vs_kit(real, "heldout", {name: name for name in named.values()})
+    rows = {
+        (row["variant"], row["measure"]): row
+        for row in same.iter_rows(named=True)
+        if row["kit mean"] is not None
+    }
+    for key in [("cat4", paper.TRANSFER), ("cat1", "iNat18, top-1 %")]:
+        assert rows[key][paper.COMPARABLE] == paper.SAME_DATASET, key
+        difference = rows[key]["kit mean"] - rows[key][paper.PAPER_NUMBER]
+        assert rows[key]["kit − paper"] == pytest.approx(difference), key
+    assert rows[("cat4", paper.IN_DISTRIBUTION)][paper.COMPARABLE] == paper.NOT_COMPARABLE
     swept = paper.paper_vs_kit(
         sweep_results({240: 8}, worlds=2, replicates=2), "heldout", by=["world_seed", "budget"]
     )
