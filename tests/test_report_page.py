@@ -19,12 +19,12 @@ from test_timecat import fake_results
 from kit.cli import main as cli
 from kit.core import provenance
 from kit.core.citation import PAPER
-from kit.experiments import evidence_charts, toy_charts
+from kit.experiments import evidence, evidence_charts, toy_charts
 from kit.experiments.timecat import paper
 from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.experiments.toy_settings import TOY
 from kit.launch.progress import shown
-from kit.report import labels, page
+from kit.report import labels, page, tables
 from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import LABELS
 from kit.report.notebook_html import WIDGET_STATE, WIDGET_VIEW
@@ -239,9 +239,10 @@ def test_no_chart_or_table_of_the_report_shows_a_code_name(tmp_path: Path) -> No
 
 
 def test_notebook_02_and_a_launch_show_no_code_name(tmp_path: Path) -> None:
-    """Notebook 02's legend says how a value was obtained in words (not 'read_from_figure'),
-    its Table 2 comparisons' headers name the models (not 'cat4resnet50 − resnet50w2'); a
-    launch names a run as 'replicate 0, cat1, seed 0' and a trainer's bar its rate in img/s."""
+    """Notebook 02's legend and its printed Table 2 say how a value was obtained in words (not
+    'read_from_figure'), its Table 2 comparisons' headers and its difference chart's bars name
+    the models (not 'cat4resnet50 − resnet50w2'); a launch names a run as 'replicate 0, cat1,
+    seed 0' and a trainer's bar its rate in img/s."""
     published = pl.DataFrame(
         {
             "study": ["paper"] * 2,
@@ -258,6 +259,16 @@ def test_notebook_02_and_a_launch_show_no_code_name(tmp_path: Path) -> None:
     assert "read from the authors' figure" in json.dumps(spec)
     for comparison in ("cat4resnet50_minus_resnet50w2", "resnet50w2_minus_resnet50"):
         assert not re.search(r"cat\d|resnet50w|_", labels.label(comparison)), comparison
+    printed = tables.table(evidence.as_printed(published, ["architecture", "value_source"]))
+    assert [row[1] for row in printed.cells()] == [
+        labels.VALUES["table"],
+        labels.VALUES["read_from_figure"],
+    ]
+    assert "read_from_figure" not in printed._repr_html_() + repr(printed)
+    bars = evidence_charts.table2_gain_frame(
+        evidence.ensemble_gains(evidence.load_all()["table2"])
+    )["comparison"]
+    assert not [bar for bar in bars if re.search(r"cat\d|resnet50w|_", bar)], bars.unique()
     assert shown("rep0__cat1__seed0") == "replicate 0, cat1, seed 0"
     bar = trainer.tqdm(total=10, file=io.StringIO())
     run = SimpleNamespace(

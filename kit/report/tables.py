@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from kit.core import numbers
 from kit.core.scalars import as_float, as_optional_float
-from kit.report.labels import label
+from kit.report.labels import label, value_text
 
 
 def setup() -> None:
@@ -121,7 +121,7 @@ def _cell(column: str, value: Any, places: int | None) -> str:
         return numbers.number(value, places)
     if isinstance(value, int) and not _is_identifier(column):
         return numbers.number(value)
-    return str(value)
+    return value_text(column, str(value))
 
 
 @dataclass(frozen=True)
