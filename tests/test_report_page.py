@@ -121,6 +121,33 @@ def test_the_page_gathers_verdicts_tables_charts_notebooks_and_parameters(tmp_pa
     assert provenance.commit()[:12] in text and "03_time_concat.provenance.json" in text
 
 
+def test_the_page_says_where_it_ran_under_the_papers_line(tmp_path: Path) -> None:
+    """The machine, CPU, cores, OS, torch and Python of the notebooks' provenance, right under
+    the paper's line, above the contents; a record from before cores were kept still reads."""
+    folder = fake_outputs(tmp_path / "ci")
+    made = provenance.read(folder / "03_time_concat.provenance.json")[0]
+    (folder / "01_toy_counterexample.provenance.json").write_text(
+        json.dumps({key: value for key, value in made.items() if key != "cores"})
+    )
+    text = page.write_report("ci", folder).read_text()
+    top = text[text.index("</h1>") : text.index('<nav class="toc">')]
+    shown = html.unescape(re.sub(r"<[^>]+>", " ", top))
+    numerics = made["cpu_numerics"]
+    for part in (
+        made["host"],
+        numerics["cpu"],
+        numerics["machine"],
+        f"{made['cores']} cores",
+        made["platform"],
+        f"torch {made['packages']['torch']}",
+        f"Python {made['python']}",
+        "(notebook 03)",
+        "(notebook 01)",
+    ):
+        assert part in shown, (part, shown)
+    assert shown.index(f"arXiv {PAPER.arxiv_id}") < shown.index(numerics["cpu"])
+
+
 def test_the_page_reads_like_a_results_section(tmp_path: Path) -> None:
     folder = fake_outputs(tmp_path / "ci")
     text = page.write_report("ci", folder).read_text()
