@@ -192,9 +192,10 @@ class Settings:
         rows = []
         for name, value in self.values.items():
             if _is_section(value):
-                shown = (
-                    f"<details><summary>{html.escape(_folded(value))}</summary>"
-                    f'<pre style="margin:0">{html.escape(_yaml(value))}</pre></details>'
+                shown = (  # code, as the plain values: the YAML a profile or -f file takes
+                    f"<details><summary><code>{html.escape(_folded(value))}</code></summary>"
+                    f'<pre style="margin:0"><code>{html.escape(_yaml(value))}</code></pre>'
+                    "</details>"
                 )
             else:
                 shown = f"<code>{html.escape(_flow(value))}</code>"
