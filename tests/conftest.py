@@ -46,6 +46,7 @@ os.environ["TIMECAT_CPU_NUMERICS"] = "reproducible"
 
 from kit.cli import nbval_references, runner  # noqa: E402
 from kit.core.paths import REPO_ROOT  # noqa: E402
+from kit.core.progress import STAGE_FILE_ENV  # noqa: E402
 
 TESTS_DIR = Path(__file__).parent
 NOTEBOOK_COPIES = TESTS_DIR / "_notebooks"
@@ -246,9 +247,17 @@ def notebook_outputs(runner_output) -> Callable[[str, str], Path]:
             output = runner_output(stem)
             assert output.returncode == 0, output.stderr[-3000:]
         elif not (folder / result_file).exists() or not (folder / f"{stem}.ipynb").exists():
-            # nbval runs 01 and 02 without writing the executed copy a chart test reads
+            # nbval runs 01 and 02 without writing the executed copy a chart test reads; its
+            # kernel records its stages as under `python -m kit run` (the browser test reads them)
             (planned,) = runner.plan([stem], PROFILE, output_root=OUTPUT_ROOT)
-            runner.execute(planned)
+            stages = runner.stage_file(planned)
+            stages.parent.mkdir(parents=True, exist_ok=True)
+            stages.write_text("")
+            os.environ[STAGE_FILE_ENV] = str(stages)
+            try:
+                runner.execute(planned)
+            finally:
+                os.environ.pop(STAGE_FILE_ENV, None)
         assert (folder / result_file).exists(), f"{stem} did not write {result_file}"
         return folder
 

@@ -1,8 +1,15 @@
 """JupyterLab in a real browser: notebook 01 runs with the interactive profile, its progress bar
 appears and completes, its charts are drawn by Vega-Lite 6 (altair's widget, no version warning)
 with working tooltips, no cell fails, the browser logs no error and requests nothing from outside
-Lab's server; a cell collapsed and saved in Lab leaves the notebook file as committed;
-the shared report page draws its charts with the network cut off.
+Lab's server; a cell collapsed and saved in Lab leaves the notebook file as committed.
+
+The report and the page of each executed notebook are those of notebooks 01-04 as this test
+session executed them at the ci profile (`notebook_outputs`, shared with the notebook tests),
+read with the network cut off: the paper's versioned arXiv id visible, nothing wider than a
+1,400-px window, no chart scrolling sideways at 1,280 or 1,400 px, no code name of the label map
+in the text, and no progress bar's elapsed time more than a second above its work's own time as
+the kernel's stage records (kit.core.progress.Stage, paused time left out) and each training
+run's folder (its settings written at its start, its DONE marker at its end) time it.
 
 Playwright drives Debian's Chromium (`apt-get install chromium`, as .ci/run does) through its
 executable path, since no browser build can be downloaded here; the test skips, saying so, where
@@ -28,14 +35,18 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import nbformat
 import pytest
-from test_report_page import fake_outputs
+import yaml
+from test_notebook_results import WRITES
 
 from kit.cli import lab as lab_cli
 from kit.core.citation import PAPER
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
+from kit.report import notebook_html
 from kit.report import page as report_page
-from kit.report.labels import LABELS
+from kit.report.labels import LABELS, VALUES
+from kit.train.run_files import RunFolder
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="Playwright is not installed (pip install -e '.[dev]')"
@@ -295,9 +306,9 @@ def test_a_cell_collapsed_in_lab_and_saved_leaves_the_notebook_as_committed(
     assert status == "", f"git status after the save: {status}"
 
 
-def offline_context(browser: object) -> tuple[object, list[str]]:
+def offline_context(browser: object, width: int = 1280) -> tuple[object, list[str]]:
     """A browser context that serves files and refuses (and records) every other request."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": width, "height": 900})
     requested: list[str] = []
 
     def only_files(route: object) -> None:
@@ -313,11 +324,18 @@ def offline_context(browser: object) -> tuple[object, list[str]]:
 
 #: the widest an element may be: a 1,400-px window shows it whole
 WIDEST_PX = 1400
+#: the window widths a chart must fit without scrolling sideways
+WINDOWS_PX = (1280, 1400)
+#: the code names a reader must never see: keys of the label map with an underscore (the
+#: others are words: 'low', 'share', 'k')
+CODE_NAMES = [key for key in (*LABELS, *VALUES) if "_" in key]
 
 
 def assert_reads_for_a_researcher(page: object) -> None:
     """The paper's arXiv id with its version is visible; no element is wider than WIDEST_PX; no
-    code name of the label map shows as a header or in the text (kit.report.labels)."""
+    code name of the label map shows as a header or in the text (kit.report.labels), folded
+    parts opened, but for code: a code cell's input, a parameter's name in the resolved
+    parameters. Called last: it leaves the page with its folded parts open and its code hidden."""
     text = page.locator("body").inner_text()
     assert f"arXiv {PAPER.arxiv_id}" in text, "the paper's versioned arXiv id is not visible"
     widest = page.evaluate(
@@ -325,60 +343,208 @@ def assert_reads_for_a_researcher(page: object) -> None:
         "e => e.getBoundingClientRect().width))"
     )
     assert widest <= WIDEST_PX, f"an element is {widest} px wide"
+    prose = page.evaluate(
+        "(() => { document.querySelectorAll('details').forEach(e => { e.open = true; }); "
+        "document.querySelectorAll('code, .jp-CodeCell .jp-InputArea')"
+        ".forEach(e => { e.style.display = 'none'; }); return document.body.innerText; })()"
+    )  # the folded parts opened (a run's time, the parameters), code hidden: the page changes
+    shown = [key for key in CODE_NAMES if re.search(rf"\b{key}\b", prose)]
+    assert not shown, f"code names in the text: {shown}"
     headers = {h.strip() for h in page.locator("th").all_inner_texts()}
     assert not headers & set(LABELS), f"code names as headers: {headers & set(LABELS)}"
-    shown = [key for key in LABELS if "_" in key and re.search(rf"\b{key}\b", text)]
-    assert not shown, f"code names in the text: {shown}"
 
 
-def test_the_report_page_draws_its_charts_offline(browser, tmp_path: Path) -> None:
-    written = report_page.write_report("ci", fake_outputs(tmp_path / "ci"))
-    context, requested = offline_context(browser)
+#: the report of the notebooks executed at the ci profile, written once per session
+_REPORT: dict[str, Path] = {}
+
+
+def executed_report(notebook_outputs, tmp_path_factory) -> tuple[Path, Path]:
+    """The report of notebooks 01-04 executed at the ci profile: the session's executions,
+    shared with the notebook tests (`notebook_outputs`: nothing is run again here), their
+    result files copied to a folder of their own and the report written there, so that nothing
+    here writes the shared folder. Returns that folder and the shared one (whose run folders
+    the bars are checked against)."""
+    for stem, result in WRITES.items():
+        shared = notebook_outputs(stem, result)
+    if "folder" not in _REPORT:
+        folder = tmp_path_factory.mktemp("report") / "ci"
+        folder.mkdir()
+        for path in shared.iterdir():
+            if path.is_file() and path.name != ".lock" and path.suffix != ".html":
+                shutil.copy2(path, folder)
+        report_page.write_report("ci", folder)
+        _REPORT["folder"] = folder
+    return _REPORT["folder"], shared
+
+
+def wait_for_the_charts(page: object) -> None:
+    """Until every chart of the report is drawn (or says it could not be)."""
+    page.wait_for_function(
+        "Array.from(document.querySelectorAll('.chart > div')).every("
+        "d => d.querySelector('svg, canvas') || d.textContent.includes('could not be drawn'))",
+        timeout=60_000,
+    )
+
+
+def test_the_report_of_the_executed_notebooks_reads_offline(
+    browser, notebook_outputs, tmp_path_factory, tmp_path: Path
+) -> None:
+    """The report of notebooks 01-04 as executed, opened with the network cut off at 1,280 and
+    1,400 px: every chart drawn, none scrolling sideways in its column, the page no wider than
+    the window, the machine it ran on under the paper's line."""
+    folder, _ = executed_report(notebook_outputs, tmp_path_factory)
+    charts = sum(
+        1
+        for notebook in report_page.executed_notebooks(folder)
+        for _ in report_page.chart_specs(notebook)
+    )
+    assert charts >= 10, f"{charts} charts in the executed notebooks"
+    for width in WINDOWS_PX:
+        read_the_report_at(browser, folder / report_page.PAGE, width, charts, tmp_path)
+
+
+def read_the_report_at(
+    browser: object, written: Path, width: int, charts: int, tmp_path: Path
+) -> None:
+    """The report's checks in a window `width` px wide (see the test above)."""
+    context, requested = offline_context(browser, width)
     page = context.new_page()
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    with screenshot_on_failure(page, tmp_path / "report_failure.png"):
+    with screenshot_on_failure(page, tmp_path / f"report_{width}_failure.png"):
         page.goto(written.as_uri())
-        page.locator("#chart0 svg, #chart0 canvas").first.wait_for(timeout=20_000)
-        assert "could not be drawn" not in page.locator("#chart0").inner_text()
+        wait_for_the_charts(page)
+        assert page.locator(".chart :is(svg, canvas)").count() == charts
+        assert "could not be drawn" not in page.locator("#charts").inner_text()
+        scrolling = page.evaluate(
+            "Array.from(document.querySelectorAll('.chart'), e => [e.textContent, "
+            "e.scrollWidth, e.clientWidth]).filter(([, s, c]) => s > c)"
+        )
+        assert not scrolling, f"charts scrolling sideways at {width} px: {scrolling}"
+        wide = page.evaluate("document.documentElement.scrollWidth")
+        assert wide <= width, f"the page is {wide} px wide in a {width}-px window"
         beside = page.locator("#the-kit-beside-the-paper table").first
         assert "the paper's Table 3" in beside.locator("caption").inner_text()
-        variants = beside.locator("tbody tr td:first-child").all_inner_texts()
-        assert list(dict.fromkeys(variants)) == ["cat1", "cat2", "cat4", "cat5"]
-        wide = page.evaluate("document.documentElement.scrollWidth")
-        assert wide <= 1280, f"the page is {wide} px wide in a 1280-px window"
+        machine = page.locator("p.machine").first.inner_text()
+        assert "cores" in machine and "torch" in machine, machine
         assert_reads_for_a_researcher(page)
         assert not requested, f"the page asked the network for {requested}"
         assert not errors, f"browser console errors: {errors}"
     context.close()
 
 
-def test_every_executed_notebook_page_renders_offline(browser, tmp_path: Path) -> None:
-    """Each executed notebook's HTML with the network cut off: nothing requested, formulas drawn
-    as MathML (no raw LaTeX in the text), progress bars drawn, code hidden on request."""
-    folder = fake_outputs(tmp_path / "ci")
-    report_page.write_report("ci", folder)
+#: a finished tqdm bar's line: 'fast probes: 100%|##########| 26/26 [00:13<00:00, 2.07probe/s]'
+BAR_LINE = re.compile(
+    r"(?P<desc>.*?): +\d+%\|[^|]*\| *(?P<n>\d+)/(?P<total>\d+) \[(?P<elapsed>[\d:]+)<[^,\]]*, *"
+    r"(?:[\d.]+|\?)(?:s/(?P<per>\w+)|(?P<unit>\w+)/s)"
+)
+#: a launch's line of one run's own time (kit.launch.progress.RunClock.line)
+RUN_LINE = re.compile(r"(?P<name>.+): (?P<n>\d+)/(?P<total>\d+) steps in (?P<seconds>[\d.]+) s ")
+#: seconds a bar's elapsed time may exceed its work's (a clock read a poll later)
+BAR_SLACK_S = 1.0
+
+
+def clock_seconds(clock: str) -> int:
+    """tqdm's '01:05' or '1:02:05' in seconds."""
+    total = 0
+    for part in clock.split(":"):
+        total = total * 60 + int(part)
+    return total
+
+
+def stage_times(records: Path) -> list[tuple[str, int, str, float]]:
+    """Every stage the kernel recorded (kit.core.progress.Stage), in the order they began: its
+    name, total, unit and its own seconds (first to last record, less its time paused)."""
+    began: dict[str, dict] = {}
+    ended = []
+    for line in records.read_text().splitlines():
+        record = json.loads(line)
+        first = began.setdefault(record["stage"], record)
+        if record["final"]:
+            del began[record["stage"]]
+            own = record["time"] - first["time"] - record["paused_s"]
+            ended.append((first["time"], record["stage"], record["total"], record["unit"], own))
+    return [stage[1:] for stage in sorted(ended)]
+
+
+def run_seconds(shared: Path, shown_name: str) -> float:
+    """A training run's own time, from its folder: its settings written at its start
+    (config.yaml) to its DONE marker. `shown_name` is kit.launch.progress.shown's."""
+    parts = [
+        re.sub(r"^replicate (\d+)$", r"rep\1", re.sub(r"^seed (\d+)$", r"seed\1", part))
+        for part in shown_name.split(", ")
+    ]
+    found = list(shared.glob(f"*/configs/{'__'.join(parts)}.yaml"))
+    assert len(found) == 1, f"the run {shown_name!r}: settings found {found}"
+    (config,) = found
+    run = RunFolder(Path(yaml.safe_load(config.read_text())["output_dir"]))
+    return run.done.stat().st_mtime - run.config.stat().st_mtime
+
+
+def assert_bars_take_their_works_time(page: object, records: Path, shared: Path) -> int:
+    """Each finished bar's elapsed time is at most its work's own time (the stage it reports
+    to the runner, matched in order by count and unit) plus BAR_SLACK_S, and each run's folded
+    time at most its run's; returns the number of bars."""
+    bars = [
+        found
+        for text in page.locator(".kit-widget").all_text_contents()
+        if (found := BAR_LINE.match(" ".join(text.split())))
+    ]
+    stages, at = stage_times(records) if records.exists() else [], 0
+    for bar in bars:
+        unit, total = bar["unit"] or bar["per"], int(bar["total"])
+        assert bar["n"] == bar["total"], f"an unfinished bar: {bar[0]}"
+        match = next((i for i in range(at, len(stages)) if stages[i][1:3] == (total, unit)), None)
+        assert match is not None, f"no stage recorded for the bar {bar[0]!r} in {records}"
+        own = stages[match][3]
+        assert clock_seconds(bar["elapsed"]) <= own + BAR_SLACK_S, (bar[0], stages[match])
+        at = match + 1
+    for text in page.locator("details li").all_text_contents():
+        if found := RUN_LINE.match(text):
+            own = run_seconds(shared, found["name"])
+            assert float(found["seconds"]) <= own + BAR_SLACK_S, (text, own)
+    return len(bars)
+
+
+def test_every_executed_notebook_page_renders_offline(
+    browser, notebook_outputs, tmp_path_factory, tmp_path: Path
+) -> None:
+    """Each of notebooks 01-04 as executed, its HTML opened with the network cut off: nothing
+    requested, formulas drawn as MathML (no raw LaTeX in the text), every progress bar drawn,
+    finished and no slower than its work as its records time it, code hidden on request."""
+    folder, shared = executed_report(notebook_outputs, tmp_path_factory)
     pages = sorted(folder.glob("0*.html"))
-    assert pages, "no executed notebook page written"
-    context, requested = offline_context(browser)
+    assert [p.stem for p in pages] == list(WRITES), "not every executed notebook has a page"
+    context, requested = offline_context(browser, WIDEST_PX)
+    bars = formulas = 0
     for written in pages:
         page = context.new_page()
         with screenshot_on_failure(page, tmp_path / f"{written.stem}_failure.png"):
             page.goto(written.as_uri())
             text = page.locator("body").inner_text()
             assert not re.search(r"\$\\[a-zA-Z]+|\$\$", text), "raw LaTeX shows"
-            assert page.locator("math").count() >= 2
-            box = page.locator("math").first.bounding_box()
-            assert box and box["width"] > 0, "a formula is not drawn"
-            assert page.locator("progress").count() == 1
+            widths = page.evaluate(
+                "Array.from(document.querySelectorAll('math'), "
+                "e => e.getBoundingClientRect().width)"
+            )
+            assert all(width > 0 for width in widths), "a formula is not drawn"
+            formulas += len(widths)
+            found = assert_bars_take_their_works_time(
+                page, folder / f".{written.stem}.stages.jsonl", shared
+            )
+            assert page.locator("progress").count() == found, "a bar without its text line"
+            bars += found
             code = page.locator(".jp-CodeCell .jp-Cell-inputWrapper").first
             assert code.is_visible()
             page.locator("#kit-hide-code").click()
             assert not code.is_visible(), "Hide code left the code shown"
-            assert page.title() == "03 · time-concat", "the page is not titled as its notebook"
+            notebook = nbformat.read(written.with_suffix(".ipynb"), as_version=4)
+            assert page.title() == notebook_html.title(notebook, written.stem)
             assert_reads_for_a_researcher(page)
         page.close()
     context.close()
+    assert bars >= 5, f"{bars} progress bars in the executed notebooks"
+    assert formulas >= 2, f"{formulas} formulas drawn in the executed notebooks"
     assert not requested, f"the notebook pages asked the network for {requested}"
 
 

@@ -143,9 +143,9 @@ def test_notebook_02s_charts_colour_each_concept_as_every_notebook_does() -> Non
         colour == palette.color(label.split(" − ")[0]) for label, colour in found["table3"].items()
     )
     assert set(found["table3"]) >= {"cat2 − cat1", "cat4 − cat1"}
-    assert found["table2"] == {
-        "cat4resnet50 − resnet50w2 (same width)": palette.color("cat4"),
-        "resnet50w2 − resnet50 (widening alone)": palette.color("wide2"),
+    assert found["table2"] == {  # the models in words, coloured as the concept each names
+        "4 concatenated ResNet-50s − a 2× wide ResNet-50 (same width)": palette.color("cat4"),
+        "a 2× wide ResNet-50 − one ResNet-50 (widening alone)": palette.color("wide2"),
     }
     assert found["series"] == {
         "supervised (ImageNet-1k)": palette.color("supervised"),

@@ -94,6 +94,28 @@ def test_a_bars_elapsed_time_and_eta_are_its_own_works(monkeypatch: pytest.Monke
     assert "2/100 [00:04<03:16" in str(bar)
 
 
+def test_a_bar_over_items_rates_its_own_work_across_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bar looping over probes, each read after 100 s of extraction (`paused`) and fitted in
+    10 s, drawn at most every 30 s: its count never runs ahead of the probes done, and its rate
+    is the probes' own, one per 10 s (tqdm's loop, its last draw's time kept in a local that the
+    pause does not move, counted the probes since its last draw twice: 0.2 probe/s)."""
+    clock = Clock()
+    monkeypatch.setattr(tqdm.std, "time", clock)
+    bar = progress.KeptBar(range(8), desc="probes", unit="probe", mininterval=30)
+    counted, rates = [], []
+    for done, _ in enumerate(bar):
+        with progress.paused():
+            clock.now += 100
+        clock.now += 10
+        counted.append(bar.n - done)
+        rates.append(bar.format_dict["rate"])
+    assert counted == [0] * 8, counted  # the probe in hand is counted when the next begins
+    measured = [rate for rate in rates if rate is not None]
+    assert measured and measured == pytest.approx([0.1] * len(measured)), rates
+    assert bar.format_dict["elapsed"] == 80
+    assert "8/8 [01:20<00:00" in str(bar)
+
+
 def test_a_stages_lines_leave_out_its_paused_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -236,7 +236,7 @@ def test_the_cell_after_the_parameters_shows_every_resolved_value() -> None:
     assert listed["total_iterations"] == "240"
     assert listed["variants"].startswith("5: cat1, cat4")
     page = shown._repr_html_()
-    assert "<details><summary>{model: resnet10" in page and "  kind: synthetic" in page
+    assert "<details><summary><code>{model: resnet10" in page and "  kind: synthetic" in page
 
 
 def test_layers_import_only_downwards() -> None:

@@ -19,12 +19,12 @@ from test_timecat import fake_results
 from kit.cli import main as cli
 from kit.core import provenance
 from kit.core.citation import PAPER
-from kit.experiments import evidence_charts, toy_charts
+from kit.experiments import evidence, evidence_charts, toy_charts
 from kit.experiments.timecat import paper
 from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.experiments.toy_settings import TOY
 from kit.launch.progress import shown
-from kit.report import labels, page
+from kit.report import labels, page, tables
 from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import LABELS
 from kit.report.notebook_html import WIDGET_STATE, WIDGET_VIEW
@@ -119,6 +119,33 @@ def test_the_page_gathers_verdicts_tables_charts_notebooks_and_parameters(tmp_pa
     assert "03_time_concat.partial" not in text
     assert "replicates: 2" in text and metadata.version("timecat-kit") in text
     assert provenance.commit()[:12] in text and "03_time_concat.provenance.json" in text
+
+
+def test_the_page_says_where_it_ran_under_the_papers_line(tmp_path: Path) -> None:
+    """The machine, CPU, cores, OS, torch and Python of the notebooks' provenance, right under
+    the paper's line, above the contents; a record from before cores were kept still reads."""
+    folder = fake_outputs(tmp_path / "ci")
+    made = provenance.read(folder / "03_time_concat.provenance.json")[0]
+    (folder / "01_toy_counterexample.provenance.json").write_text(
+        json.dumps({key: value for key, value in made.items() if key != "cores"})
+    )
+    text = page.write_report("ci", folder).read_text()
+    top = text[text.index("</h1>") : text.index('<nav class="toc">')]
+    shown = html.unescape(re.sub(r"<[^>]+>", " ", top))
+    numerics = made["cpu_numerics"]
+    for part in (
+        made["host"],
+        numerics["cpu"],
+        numerics["machine"],
+        f"{made['cores']} cores",
+        made["platform"],
+        f"torch {made['packages']['torch']}",
+        f"Python {made['python']}",
+        "(notebook 03)",
+        "(notebook 01)",
+    ):
+        assert part in shown, (part, shown)
+    assert shown.index(f"arXiv {PAPER.arxiv_id}") < shown.index(numerics["cpu"])
 
 
 def test_the_page_reads_like_a_results_section(tmp_path: Path) -> None:
@@ -239,9 +266,10 @@ def test_no_chart_or_table_of_the_report_shows_a_code_name(tmp_path: Path) -> No
 
 
 def test_notebook_02_and_a_launch_show_no_code_name(tmp_path: Path) -> None:
-    """Notebook 02's legend says how a value was obtained in words (not 'read_from_figure'),
-    its Table 2 comparisons' headers name the models (not 'cat4resnet50 − resnet50w2'); a
-    launch names a run as 'replicate 0, cat1, seed 0' and a trainer's bar its rate in img/s."""
+    """Notebook 02's legend and its printed Table 2 say how a value was obtained in words (not
+    'read_from_figure'), its Table 2 comparisons' headers and its difference chart's bars name
+    the models (not 'cat4resnet50 − resnet50w2'); a launch names a run as 'replicate 0, cat1,
+    seed 0' and a trainer's bar its rate in img/s."""
     published = pl.DataFrame(
         {
             "study": ["paper"] * 2,
@@ -258,6 +286,16 @@ def test_notebook_02_and_a_launch_show_no_code_name(tmp_path: Path) -> None:
     assert "read from the authors' figure" in json.dumps(spec)
     for comparison in ("cat4resnet50_minus_resnet50w2", "resnet50w2_minus_resnet50"):
         assert not re.search(r"cat\d|resnet50w|_", labels.label(comparison)), comparison
+    printed = tables.table(evidence.as_printed(published, ["architecture", "value_source"]))
+    assert [row[1] for row in printed.cells()] == [
+        labels.VALUES["table"],
+        labels.VALUES["read_from_figure"],
+    ]
+    assert "read_from_figure" not in printed._repr_html_() + repr(printed)
+    bars = evidence_charts.table2_gain_frame(
+        evidence.ensemble_gains(evidence.load_all()["table2"])
+    )["comparison"]
+    assert not [bar for bar in bars if re.search(r"cat\d|resnet50w|_", bar)], bars.unique()
     assert shown("rep0__cat1__seed0") == "replicate 0, cat1, seed 0"
     bar = trainer.tqdm(total=10, file=io.StringIO())
     run = SimpleNamespace(

@@ -78,6 +78,21 @@ class KeptBar(tqdm):
         if stage is not None:
             self._stage = Stage(stage, self.total or 0, self.unit, f"{self.total} {self.unit}(s)")
 
+    def __iter__(self) -> Iterator[Any]:
+        """Each item counted by `update`, whose clock `paused` moves. tqdm's own loop keeps its
+        last draw's time in a local variable that a pause does not move: after a pause it calls
+        `update` early, which then draws nothing, and counts the same items again at its next
+        call (a rate above the work's own)."""
+        if self.disable:
+            yield from self.iterable
+            return
+        try:
+            for item in self.iterable:
+                yield item
+                self.update(1)
+        finally:
+            self.close()
+
     def update(self, n: float | None = 1) -> bool | None:
         if self._stage is not None:
             self._stage.advance(int(n or 0))

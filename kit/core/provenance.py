@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from kit.core import numerics
+from kit.core import machine, numerics
 from kit.core.files import atomic_write
 from kit.core.paths import REPO_ROOT
 
@@ -82,6 +82,7 @@ def record() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "host": socket.gethostname(),
+        "cores": machine.usable_cores(),
         "command": sys.argv,
         "written": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "packages": packages(),
@@ -89,6 +90,19 @@ def record() -> dict[str, Any]:
         # what else ran: a wall time recorded here is this machine's at this load
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def ran_on(made: dict[str, Any]) -> str:
+    """The machine of a record in a few words: host, CPU and its architecture, the cores the
+    process could use (records written before they were kept leave them out), OS, torch and
+    Python."""
+    cpu = made.get("cpu_numerics") or {}
+    cores = f", {made['cores']} cores" if made.get("cores") else ""
+    return (
+        f"{made.get('host', '?')}: {cpu.get('cpu', 'unknown CPU')} ({cpu.get('machine', '?')})"
+        f"{cores}, {made.get('platform', '?')}, torch "
+        f"{(made.get('packages') or {}).get('torch', '?')}, Python {made.get('python', '?')}"
+    )
 
 
 def write(path: Path, **extra: Any) -> None:

@@ -14,17 +14,22 @@ from kit.core.scalars import as_float
 from kit.experiments import evidence
 from kit.report import charts, labels, palette
 
+#: panels a row of a chart with one panel per dataset: the four datasets wrap to two rows, so
+#: that the chart fits a notebook's column in a 1,280-px window rather than scroll sideways
+FACET_COLUMNS = 2
+
 
 def concept(label: str) -> str:
     """The name whose palette colour a label of these charts takes, so that a concept has one
     colour in every notebook: a difference its first term's ('cat2 − cat1': cat2), a
-    concatenation of ResNet-50s its catN's, a wider ResNet-50 the wide family's
-    (resnet50w2: wide2), a pretraining its kind ('supervised (ImageNet-1k)': supervised)."""
+    concatenation of ResNet-50s its catN's (cat4resnet50, '4 concatenated ResNet-50s': cat4), a
+    wider ResNet-50 the wide family's (resnet50w2, 'a 2× wide ResNet-50': wide2), a pretraining
+    its kind ('supervised (ImageNet-1k)': supervised)."""
     first = label.split(" − ")[0].split(" (")[0]
-    if found := re.fullmatch(r"(cat\d+)resnet50", first):
-        return found[1]
-    if found := re.fullmatch(r"resnet50w(\d+)", first):
-        return f"wide{found[1]}"
+    if found := re.fullmatch(r"cat(\d+)resnet50|(\d+) concatenated ResNet-50s", first):
+        return f"cat{found[1] or found[2]}"
+    if found := re.fullmatch(r"resnet50w(\d+)|an? (\d+)× wide ResNet-50", first):
+        return f"wide{found[1] or found[2]}"
     return first
 
 
@@ -69,7 +74,8 @@ def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
         )
         .properties(width=150, height=alt.Step(18))
         .facet(
-            column=alt.Column("eval_dataset:N", sort=evidence.TRANSFER_DATASETS, title=None),
+            facet=alt.Facet("eval_dataset:N", sort=evidence.TRANSFER_DATASETS, title=None),
+            columns=FACET_COLUMNS,
             title=alt.Title(title, subtitle="zoomed: each dataset on its own axis, not from 0"),
         )
         .resolve_scale(x="independent")
@@ -136,10 +142,13 @@ def table1_gap_frame(gap: pl.DataFrame) -> pl.DataFrame:
 
 
 def table2_gain_frame(gains: pl.DataFrame) -> pl.DataFrame:
-    """`ensemble_gains` as long rows: one per dataset and comparison."""
+    """`ensemble_gains` as long rows: one per dataset and comparison, the comparison in words
+    (kit.report.labels), which `concept` colours as the models it names."""
     names = {
-        "cat4resnet50_minus_resnet50w2": "cat4resnet50 − resnet50w2 (same width)",
-        "resnet50w2_minus_resnet50": "resnet50w2 − resnet50 (widening alone)",
+        "cat4resnet50_minus_resnet50w2": f"{labels.label('cat4resnet50_minus_resnet50w2')} "
+        "(same width)",
+        "resnet50w2_minus_resnet50": f"{labels.label('resnet50w2_minus_resnet50')} "
+        "(widening alone)",
     }
     return gains.unpivot(
         index="eval_dataset", on=list(names), variable_name="comparison", value_name="points"
@@ -191,6 +200,9 @@ def series_chart(series: pl.DataFrame) -> alt.FacetChart:
     return (
         alt.layer(lines, wide, data=data)
         .properties(width=170, height=170)
-        .facet(column=alt.Column("eval_dataset:N", sort=evidence.TRANSFER_DATASETS, title=None))
+        .facet(
+            facet=alt.Facet("eval_dataset:N", sort=evidence.TRANSFER_DATASETS, title=None),
+            columns=FACET_COLUMNS,
+        )
         .resolve_scale(y="independent")
     )

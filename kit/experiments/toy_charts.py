@@ -18,6 +18,9 @@ from kit.report import charts, palette, tables
 
 #: the order of the kept-feature labels in charts and tables
 KEPT_ORDER = ["phi1", "phi2", "both", "none"]
+#: panels a row of a chart with one panel per component: the four components wrap to two
+#: rows, so that the chart fits a notebook's column in a 1,280-px window
+FACET_COLUMNS = 2
 
 
 def construction_chart() -> alt.FacetChart:
@@ -50,7 +53,7 @@ def construction_chart() -> alt.FacetChart:
     return (
         (points + text)
         .properties(width=150, height=150)
-        .facet(column=alt.Column("component:N", title="component"))
+        .facet(facet=alt.Facet("component:N", title="component"), columns=FACET_COLUMNS)
     )
 
 
@@ -68,7 +71,7 @@ def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
             tooltip=charts.tooltips(counts, ["dominant", "share", "kept", "len"]),
         )
         .properties(width=170, height=160)
-        .facet(column=alt.Column("dominant:N", title="dominant component"))
+        .facet(facet=alt.Facet("dominant:N", title="dominant component"), columns=FACET_COLUMNS)
     )
 
 

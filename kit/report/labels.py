@@ -3,7 +3,8 @@ a chart tooltip or a report caption shows.
 
 The frames keep their code names (tests and later notebooks read them back); only what a reader
 sees goes through `label`. A name not listed reads with its underscores as spaces. A column's
-values that are code names (how a published value was obtained) read through VALUES.
+values that are code names (how a published value was obtained) read through VALUES, in a
+table's cells (`value_text`) as in a chart's legend.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ VALUES: dict[str, str] = {
     "read_from_figure": "read from the authors' figure",
     "table": "printed in a table",
 }
+#: the columns whose values are code names a table cell shows through VALUES
+VALUE_COLUMNS = ("value_source",)
 #: the encoding channels whose title a reader sees (an axis, a legend, a facet header, a tooltip)
 TITLED_CHANNELS = (
     "x", "y", "color", "fill", "stroke", "shape", "size", "opacity", "strokeDash", "column",
@@ -75,6 +78,12 @@ def label(name: str) -> str:
     if name in LABELS:
         return LABELS[name]
     return name.replace("_", " ")
+
+
+def value_text(column: str, value: str) -> str:
+    """What a reader sees for the string `value` of the column `column`: a code name of
+    VALUES in words where the column holds such names."""
+    return VALUES.get(value, value) if column in VALUE_COLUMNS else value
 
 
 def raw_names(spec: Any) -> list[str]:

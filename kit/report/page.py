@@ -1,17 +1,16 @@
 """A report to share: `outputs/<profile>/index.html`, one page that opens offline.
 
-It names the paper with the version whose numbers it quotes (kit.core.citation), then gathers
-what a run already wrote in its output folder, under a table of contents: the
-verdicts (the `claim` of each `*_summary.json`) with the line saying what ran, one table per
-experiment setting the paper's values and the kit's side by side (`*_vs_paper.parquet`), the
-other result tables (`*_verdicts.parquet`, `*_table3.parquet`, `*_gains.parquet`), each
-captioned and headed in words (kit.report.labels), every chart the executed notebooks display (their
-Vega-Lite specs, drawn by Vega's JavaScript, which the page carries inline: nothing is fetched
-when it is read), each executed notebook rendered as HTML beside it, and the parameters each
-notebook ran with (`<notebook>.parameters.yaml`, folded) with the kit version and commit, each
-file linked. Inputs a
-notebook read unverified (`<notebook>.notices.json`, kit.core.notices) are listed right after the
-verdicts.
+It names the paper with the version whose numbers it quotes (kit.core.citation) and the machine
+the notebooks ran on (their provenance), then gathers what a run already wrote in its output
+folder, under a table of contents: the verdicts (the `claim` of each `*_summary.json`) with the
+line saying what ran, one table per experiment setting the paper's values and the kit's side by
+side (`*_vs_paper.parquet`), the other result tables (`*_verdicts.parquet`, `*_table3.parquet`,
+`*_gains.parquet`), each captioned and headed in words (kit.report.labels), every chart the
+executed notebooks display (their Vega-Lite specs, drawn by Vega's JavaScript, which the page
+carries inline: nothing is fetched when it is read), each executed notebook rendered as HTML
+beside it, and the parameters each notebook ran with (`<notebook>.parameters.yaml`, folded) with
+the kit version and commit, each file linked. Inputs a notebook read unverified
+(`<notebook>.notices.json`, kit.core.notices) are listed right after the verdicts.
 
 A folder holding a notebook's `<notebook>.incomplete` marker (written by `python -m kit run`
 before the notebook starts, removed when it succeeds) is refused: a killed or failed run leaves
@@ -102,6 +101,7 @@ nav.toc ol { margin: 0.2rem 0; } details { margin: 0.3rem 0 1rem; }
          border-radius: 0.3rem; background: #eee; white-space: nowrap; }
 .badge.good { background: #c7e9c0; } .badge.bad { background: #fcbba1; }
 .badge.unsure { background: #fdd0a2; } p.paper { font-size: 1.05rem; }
+p.machine { color: #555; font-size: 0.9rem; margin-top: -0.5rem; }
 .chart { margin: 0.5rem 0 1.5rem; } pre { background: #f6f6f6; padding: 0.6rem; overflow: auto; }
 """
 
@@ -154,10 +154,9 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
         _section("Parameters and version", provenance_html(folder)),
     ]
     page = folder / PAGE
+    title = f"timecat-kit report: profile {profile}"
     with atomic_write(page) as handle:
-        handle.write(
-            _page(f"timecat-kit report: profile {profile}", sections, bool(specs)).encode()
-        )
+        handle.write(_page(title, machine_html(folder), sections, bool(specs)).encode())
     return page
 
 
@@ -386,9 +385,23 @@ def provenance_html(folder: Path) -> str:
         parts.append(
             f"<details><summary>the parameters it ran with (<a "
             f'href="{html.escape(path.name)}">{html.escape(path.name)}</a>)</summary>'
-            f"<pre>{html.escape(path.read_text())}</pre></details>"
+            f"<pre><code>{html.escape(path.read_text())}</code></pre></details>"
         )
     return "".join(parts)
+
+
+def machine_html(folder: Path) -> str:
+    """Where the notebooks ran, one line per machine naming its notebooks (their
+    `.provenance.json`): host, CPU, cores, OS, torch and Python."""
+    machines: dict[str, list[str]] = {}
+    for path in sorted(folder.glob("*.provenance.json")):
+        (made,) = provenance.read(path)
+        machines.setdefault(provenance.ran_on(made), []).append(path.name.split("_", 1)[0])
+    return "".join(
+        f'<p class="machine">Ran on {html.escape(line)} (notebook{"s" * (len(stems) > 1)} '
+        f"{html.escape(', '.join(stems))}).</p>"
+        for line, stems in machines.items()
+    )
 
 
 def _anchor(title: str) -> str:
@@ -406,7 +419,7 @@ def _contents(sections: list[str]) -> str:
     return f'<nav class="toc"><strong>Contents</strong><ol>{items}</ol></nav>'
 
 
-def _page(title: str, sections: list[str], with_charts: bool) -> str:
+def _page(title: str, machine: str, sections: list[str], with_charts: bool) -> str:
     """The whole page; with charts, Vega, Vega-Lite and vega-embed inlined before them."""
     script = ""
     if with_charts:
@@ -418,6 +431,7 @@ def _page(title: str, sections: list[str], with_charts: bool) -> str:
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>'
         f"{html.escape(title)}</title><style>{STYLE}</style>{script}</head><body>"
-        f"<h1>{html.escape(title)}</h1>{PAPER.html()}{_contents(sections)}{''.join(sections)}"
+        f"<h1>{html.escape(title)}</h1>{PAPER.html()}{machine}{_contents(sections)}"
+        f"{''.join(sections)}"
         "</body></html>"
     )

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from kit.core import numbers
 from kit.core.scalars import as_float, as_optional_float
-from kit.report.labels import label
+from kit.report.labels import label, value_text
 
 
 def setup() -> None:
@@ -121,7 +121,7 @@ def _cell(column: str, value: Any, places: int | None) -> str:
         return numbers.number(value, places)
     if isinstance(value, int) and not _is_identifier(column):
         return numbers.number(value)
-    return str(value)
+    return value_text(column, str(value))
 
 
 @dataclass(frozen=True)
@@ -192,9 +192,10 @@ class Settings:
         rows = []
         for name, value in self.values.items():
             if _is_section(value):
-                shown = (
-                    f"<details><summary>{html.escape(_folded(value))}</summary>"
-                    f'<pre style="margin:0">{html.escape(_yaml(value))}</pre></details>'
+                shown = (  # code, as the plain values: the YAML a profile or -f file takes
+                    f"<details><summary><code>{html.escape(_folded(value))}</code></summary>"
+                    f'<pre style="margin:0"><code>{html.escape(_yaml(value))}</code></pre>'
+                    "</details>"
                 )
             else:
                 shown = f"<code>{html.escape(_flow(value))}</code>"
