@@ -77,6 +77,9 @@ def rate(cat4_gain: float, replicates: int, status: str, draws: int, seed: int) 
     return float(np.mean([s == status for s in found]))
 
 
+# the verdict rule's error rates by simulation, about a minute on 2 cores with the test below:
+# the full suite's, not the fast lane's
+@pytest.mark.slow
 @pytest.mark.parametrize("replicates", [3, 5, 8])
 def test_calibration_no_effect_is_rarely_reproduced_and_the_smallest_rarely_contradicted(
     replicates: int,
@@ -87,6 +90,7 @@ def test_calibration_no_effect_is_rarely_reproduced_and_the_smallest_rarely_cont
     assert rate(SMALLEST, replicates, o.CONTRADICTED, draws, seed=100 + replicates) <= 0.05 + margin
 
 
+@pytest.mark.slow
 def test_a_paper_sized_gain_is_found_and_the_null_contradicted_with_enough_replicates() -> None:
     # the paper's cat4 gain (5.8 points) at 8 replicates: found most of the time
     assert rate(5.8, 8, o.REPRODUCED, 60, seed=7) >= 0.7
