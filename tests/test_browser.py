@@ -43,6 +43,7 @@ from test_notebook_results import WRITES
 from kit.cli import lab as lab_cli
 from kit.core.citation import PAPER
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
+from kit.launch.progress import shown
 from kit.report import notebook_html
 from kit.report import page as report_page
 from kit.report.labels import LABELS, VALUES
@@ -470,11 +471,7 @@ def stage_times(records: Path) -> list[tuple[str, int, str, float]]:
 def run_seconds(shared: Path, shown_name: str) -> float:
     """A training run's own time, from its folder: its settings written at its start
     (config.yaml) to its DONE marker. `shown_name` is kit.launch.progress.shown's."""
-    parts = [
-        re.sub(r"^replicate (\d+)$", r"rep\1", re.sub(r"^seed (\d+)$", r"seed\1", part))
-        for part in shown_name.split(", ")
-    ]
-    found = list(shared.glob(f"*/configs/{'__'.join(parts)}.yaml"))
+    found = [path for path in shared.glob("*/configs/*.yaml") if shown(path.stem) == shown_name]
     assert len(found) == 1, f"the run {shown_name!r}: settings found {found}"
     (config,) = found
     run = RunFolder(Path(yaml.safe_load(config.read_text())["output_dir"]))
