@@ -6,7 +6,7 @@ Runs the sweep profile's cells shrunk by `--set`-style overrides (default: world
 launch (kit.experiments.timecat.sweep.train_all), extracts every cell's features, then probes
 every cell from the cached features, timing each phase. Prints the seconds per iteration of
 cat1's compute, per checkpoint extraction (one checkpoint's features on one task) and per probe,
-and kit.experiments.timecat.sweep.cost_line for the full profile at those rates: the figures
+and kit.experiments.timecat.sweep_cost.cost_line for the full profile at those rates: the figures
 SECONDS_PER holds.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sweep_cost.py
@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from kit.core import params
-from kit.experiments.timecat import measure, sweep, sweep_settings
+from kit.experiments.timecat import measure, sweep, sweep_cost, sweep_settings
 
 
 def main() -> None:
@@ -40,7 +40,7 @@ def main() -> None:
             overrides={"budgets": args.budgets, "world_seeds": args.worlds},
         )[0]
         cells = sweep_settings.cells(small)
-        work = sweep.cost(cells)
+        work = sweep_cost.cost(cells)
         start = time.perf_counter()
         sweep.train_all(small, cells)
         trained = time.perf_counter()
@@ -69,8 +69,8 @@ def main() -> None:
     full = params.load("04_when_concat_helps", args.profile)[0]
     print(
         f"the full {args.profile} sweep: "
-        + sweep.cost_line(
-            sweep.cost(sweep_settings.cells(full)),
+        + sweep_cost.cost_line(
+            sweep_cost.cost(sweep_settings.cells(full)),
             per,
             f"this machine now (load average {os.getloadavg()[0]:.1f})",
         )

@@ -26,6 +26,7 @@ from kit.experiments.timecat import (
     planning,
     regime,
     sweep,
+    sweep_cost,
     sweep_figures,
     sweep_outcome,
     sweep_settings,
@@ -195,7 +196,12 @@ def test_the_sweeps_silent_steps_print_their_own_stage_lines(
         stored = sweep._cell_file(loaded, cell)
         stored.parent.mkdir(parents=True, exist_ok=True)
         pl.DataFrame(
-            {"variant": ["cat1"], "world_seed": [cell.world_seed], "budget": [cell.budget]}
+            {
+                "variant": ["cat1"],
+                "replicate": [0],
+                "world_seed": [cell.world_seed],
+                "budget": [cell.budget],
+            }
         ).write_parquet(stored)
     assert sweep.probe_cells(loaded, cells).height == len(cells) == 4
     lines = terminal.StageProgress(records, "04", every_s=3600.0).poll()
@@ -209,7 +215,8 @@ def test_the_sweeps_silent_steps_print_their_own_stage_lines(
     )
     assert re.fullmatch(
         r"04 cells: read back 4, probed 0 cell\(s\) \(0 of them with notebook "
-        r"03's probe results for the variants it shares\) \(.*\)",
+        r"03's probe results for the variants it shares; 0 representation\(s\) probed by an "
+        r"earlier cell\) \(.*\)",
         lines[3],
     )
     assert len(lines) == 4
@@ -638,8 +645,9 @@ def test_the_sweep_trains_each_seeded_folder_once_to_the_top_step_with_every_sna
     assert read(60, "random4") == read(1920, "random4")  # untrained: no training at all
     assert len(merged.initial) == 3 * 4
     # per replicate 1,920 + 3 x 480 + 480 at four times cat1's compute; 36 files (seed 0's 8
-    # snapshots, 6 of each other seed, 6 of wide1-eq, 4 untrained) once per task; 36 probes a cell
-    assert sweep.cost(cells) == sweep.SweepCost(3 * 5280, 3 * 36 * 3, 6 * 36)
+    # snapshots, 6 of each other seed, 6 of wide1-eq, 4 untrained) once per task; 36 probes a cell,
+    # the untrained networks' 9 once for the six cells of the world
+    assert sweep_cost.cost(cells) == sweep_cost.SweepCost(3 * 5280, 3 * 36 * 3, 6 * 36 - 5 * 9)
 
 
 def test_runs_sharing_a_folder_with_their_own_horizons_are_refused_naming_the_key(
@@ -690,8 +698,10 @@ def test_a_snapshot_sweep_trains_once_and_reads_each_cell_s_own_step(tmp_path: P
     assert dict(at.iter_rows()) == {20: 10, 40: 20}
     results = sweep.probe_cells(loaded, cells)
     assert results.select("world_seed", "budget").unique().height == 2
-    cache = planning.features_dir(cells[0].settings)  # the world's run folder holds it
-    assert cache == tmp_path / "sweep" / "world0" / "features"
+    cache = planning.features_dir(cells[0].settings)  # one cache for every cell, notebook 03's
+    assert {planning.features_dir(c.settings) for c in cells} == {
+        tmp_path / "time_concat" / "features"
+    }
     entries = [p for p in cache.iterdir() if p.is_dir()]
     merged = sweep.plan_cells(cells)
     groups = {rep.checkpoints for reps in merged.representations.values() for rep in reps}

@@ -20,7 +20,7 @@ import yaml
 from kit.core import files
 from kit.core.paths import resolve, shown
 from kit.core.progress import Stage
-from kit.experiments.timecat import claims, measure, paper, planning, sweep_outcome
+from kit.experiments.timecat import claims, measure, paper, planning, sharing, sweep_outcome
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 from kit.experiments.timecat.sweep_settings import (
     SWEPT_NOTEBOOK,
@@ -57,8 +57,22 @@ class SweepPlan:
 
 def plan_cells(cells: list[Cell]) -> SweepPlan:
     """The merged plan of `cells` (under `catn_models: snapshots` the cells of a world share
-    their seeded runs, and with a width-matched model of cat1's compute its runs too)."""
-    plans = {cell.key: planning.plan(cell.settings, cell.start) for cell in cells}
+    their seeded runs, and with a width-matched model of cat1's compute its runs too; under
+    notebook 03's design a run of the same settings as notebook 03's, or as another cell's, is
+    trained once, in notebook 03's folder where it is one of its runs: `sharing.share_runs`)."""
+    ordered = sorted(cells, key=lambda cell: not cell.shared)  # notebook 03's own cell first
+    notebook = [
+        planning.plan(
+            cell.notebook.look(max(c.settings.replicates for c in cells)),
+            min(c.start for c in cells),
+        )
+        for cell in cells[:1]
+        if cell.notebook is not None
+    ]
+    found = sharing.share_runs(
+        notebook + [planning.plan(cell.settings, cell.start) for cell in ordered]
+    )[len(notebook) :]
+    plans = dict(zip([cell.key for cell in ordered], found, strict=True))
     trainings = planning.merge_runs([t for found in plans.values() for t in found.trainings])
     initial = {t.output_dir: t for found in plans.values() for t in found.initial}
     return SweepPlan(
@@ -88,69 +102,6 @@ def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tu
     return len(skipped), len(merged.trainings) - len(skipped)
 
 
-#: seconds on 2 cores of a fresh sweep's units of work, measured by benchmarks/sweep_cost.py on
-#: world 0 at budgets 60 and 120 (docs: Benchmarks, "The budget sweep"), nothing else running:
-#: an iteration of cat1's compute (the runs of one launch side by side), one checkpoint's
-#: features on one task (its probe rows and evaluation split), one L-BFGS probe of a
-#: representation on a task
-SECONDS_PER = {"iteration": 16 / 990, "extraction": 41 / 144, "probe": 38 / 72}
-#: the conditions SECONDS_PER was measured in, for the estimate's line
-MEASURED_ON = "2 idle cores (load average 1.8, the benchmark's own)"
-
-
-@dataclass(frozen=True)
-class SweepCost:
-    """A fresh sweep's work: iterations of cat1's compute (an iteration of a model `w` times
-    wider weighs w², a ResNet's multiply-adds), checkpoints whose features are extracted on
-    one task (each file once, whatever cells read it), and probes (representations x tasks)."""
-
-    iterations: float
-    extractions: int
-    probes: int
-
-    def seconds(self, per: dict[str, float]) -> dict[str, float]:
-        """The wall time of each kind of work at `per` (seconds per unit, SECONDS_PER)."""
-        return {
-            "training": self.iterations * per["iteration"],
-            "extraction": self.extractions * per["extraction"],
-            "probes": self.probes * per["probe"],
-        }
-
-
-def cost(cells: list[Cell]) -> SweepCost:
-    """The work of `cells` run from scratch (nothing finished, nothing reused from notebook 03):
-    the merged plan's training (sweep.plan_cells), each distinct checkpoint file's features
-    on each task, and every cell's probes."""
-    merged = plan_cells(cells)
-    width = cells[0].settings.train.width if cells and cells[0].settings.train else 1.0
-    files, probes = set(), 0
-    for cell in cells:
-        for rep in merged.representations[cell.world_seed, cell.budget]:
-            tasks = [t.name for t in cell.settings.tasks if rep.task in (None, t.name)]
-            files |= {(path, task) for path in rep.checkpoints for task in tasks}
-            probes += len(tasks)
-    return SweepCost(
-        sum(run.iterations * (run.width / width) ** 2 for run in merged.trainings),
-        len(files),
-        probes,
-    )
-
-
-def cost_line(
-    found: SweepCost, per: dict[str, float] = SECONDS_PER, measured_on: str = MEASURED_ON
-) -> str:
-    """The sweep's work and its expected wall time (minutes) at `per`, measured on
-    `measured_on`, in one line."""
-    times = found.seconds(per)
-    return (
-        f"{found.iterations:,.0f} iterations of cat1's compute, {found.extractions:,} "
-        f"checkpoint extractions (checkpoint x task), {found.probes:,} probes: about "
-        + ", ".join(f"{kind} {seconds / 60:.0f}" for kind, seconds in times.items())
-        + f", in all {sum(times.values()) / 60:.0f} minutes at the rates measured on "
-        + measured_on
-    )
-
-
 def _cell_file(params: SweepSettings, cell: Cell) -> Path:
     """A cell's probe results at its look: by its settings, and the replicates the look adds.
     The plan of rounds is left out of the key (the look's replicates are in the settings): a
@@ -165,42 +116,38 @@ def _cell_file(params: SweepSettings, cell: Cell) -> Path:
     )
 
 
-def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None:
-    """Notebook 03's own probe results for the variants its cell shares with it (same name and
-    settings), when `kit run` recorded that notebook 03 ran with exactly these parameters (its
-    executed parameters file in the same output folder) and the cell's other settings are
-    notebook 03's (a refit check, `lbfgs_check`, changes no result); else None. Their
-    `lbfgs_top1` is the cell's own: null where the cell's lbfgs_check is off, and a cell that
-    fits the reference where notebook 03 did not is probed again, so that the column never
-    depends on which notebook probed the cell."""
+def notebook03_results(
+    params: SweepSettings,
+    cell: Cell,
+    representations: list[planning.Representation] | None = None,
+) -> pl.DataFrame | None:
+    """Notebook 03's own probe results for the cell's `representations` (by default its plan's)
+    that are notebook 03's (the same variant read from the same checkpoints: its own cell's, and
+    under notebook 03's design those another cell shares with it, `share_runs`), when `kit run`
+    recorded that notebook 03 ran with exactly these parameters (its executed parameters file in
+    the same output folder) and the cell probes as notebook 03 does (`probes_as_notebook_03`);
+    else None. Their `lbfgs_top1` is the cell's own: null where the cell's lbfgs_check is off,
+    and a cell that fits the reference where notebook 03 did not is probed again, so that the
+    column never depends on which notebook probed the cell."""
     recorded = resolve(params.output_dir) / f"{SWEPT_NOTEBOOK}.parameters.yaml"
     found = resolve(params.output_dir) / TIME_CONCAT.results
-    if not (cell.shared and recorded.exists() and found.exists()):
+    if not (recorded.exists() and found.exists()):
         return None
     notebook = swept_notebook(params)
-    if (
-        yaml.safe_load(recorded.read_text()) != notebook.model_dump()
-        or cell.settings.model_copy(
-            update={
-                "variants": notebook.variants,
-                "replicates": notebook.replicates,
-                "rounds": notebook.rounds,
-                "total_iterations": notebook.total_iterations,
-                "lbfgs_check": notebook.lbfgs_check,
-            }
-        )
-        != notebook
+    if yaml.safe_load(recorded.read_text()) != notebook.model_dump() or not (
+        sharing.probes_as_notebook_03(cell.settings, notebook)
     ):
         return None
     if cell.settings.lbfgs_check and not notebook.lbfgs_check:
         return None  # its table lacks the L-BFGS reference this cell fits: probed again
-    same = [v.name for v in cell.settings.variants if v in notebook.variants]
-    table = outputs.read_parquet(found).filter(
-        pl.col("variant").is_in(same)
-        & pl.col("replicate").is_between(cell.start, cell.settings.replicates, closed="left")
-    )
+    if representations is None:
+        representations = plan_cells([cell]).representations[cell.key]
+    theirs = set(planning.plan(notebook.look(cell.settings.replicates), cell.start).representations)
+    same = [(rep.variant, rep.replicate) for rep in representations if rep in theirs]
+    keys = pl.DataFrame(same, schema={"variant": pl.String, "replicate": pl.Int64}, orient="row")
+    table = outputs.read_parquet(found).join(keys, on=["variant", "replicate"], how="semi")
     if not table.height:
-        return None  # notebook 03 stopped its rounds before this look's replicates
+        return None  # none shared, or notebook 03 stopped its rounds before this look's
     # `lbfgs_top1` is the cell's own lbfgs_check's, whoever probed: never notebook 03's
     # reference in a cell that fits none
     return (
@@ -211,26 +158,36 @@ def notebook03_results(params: SweepSettings, cell: Cell) -> pl.DataFrame | None
 
 
 def _probe_cell(
-    params: SweepSettings, cell: Cell, representations: list[planning.Representation]
-) -> tuple[pl.DataFrame, bool]:
-    """A cell's probe results: notebook 03's where they apply, the other representations
-    (variant and replicate) probed; and whether notebook 03's were reused."""
-    reused = notebook03_results(params, cell)
+    params: SweepSettings,
+    cell: Cell,
+    representations: list[planning.Representation],
+    earlier: sharing.Probed,
+) -> tuple[pl.DataFrame, bool, int]:
+    """A cell's probe results: notebook 03's where they apply, those of an earlier cell that
+    probed the same representation with the same settings (the untrained networks of a world,
+    read by every cell of it), the other representations (variant and replicate) probed; and
+    whether notebook 03's were reused, and how many representations an earlier cell's."""
+    reused = notebook03_results(params, cell, representations)
     done = set() if reused is None else set(reused.select("variant", "replicate").iter_rows())
-    pending = [rep for rep in representations if (rep.variant, rep.replicate) not in done]
-    frames = [] if reused is None else [reused]
+    left = [rep for rep in representations if (rep.variant, rep.replicate) not in done]
+    probing = sharing.probing(cell.settings)
+    shared = [earlier[probing, rep] for rep in left if (probing, rep) in earlier]
+    pending = [rep for rep in left if (probing, rep) not in earlier]
+    frames = ([] if reused is None else [reused]) + shared
     if pending:
         frames.append(measure.probe_all(pending, cell.settings, diagnose=False).results)
     return (
         pl.concat(frames, how="diagonal_relaxed").with_columns(cell_columns(cell)),
         reused is not None,
+        len(shared),
     )
 
 
 def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
     """Every cell's probe results (notebook 03's table with `world_seed` and `budget`), read
     from the cell's results file when these settings were probed before, else probed now
-    (reusing notebook 03's own results where they apply, `notebook03_results`)."""
+    (reusing notebook 03's own results where they apply, `notebook03_results`, and an earlier
+    cell's where it probed the same representation, `_probe_cell`)."""
     stored = sum(_cell_file(params, cell).exists() for cell in cells)
     stage = Stage(
         "cells",
@@ -240,21 +197,32 @@ def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
         f"(read back from {shown(sweep_dir(params) / 'results')}), probing "
         f"{len(cells) - stored}",
     )
-    frames, reused = [], 0
+    frames, reused, shared = [], 0, 0
     merged = plan_cells(cells)
+    earlier: sharing.Probed = {}
     for cell in cells:
         path = _cell_file(params, cell)
+        representations = merged.representations[cell.key]
         if not path.exists():
-            measured, from03 = _probe_cell(params, cell, merged.representations[cell.key])
-            reused += from03
+            measured, from03, taken = _probe_cell(params, cell, representations, earlier)
+            reused, shared = reused + from03, shared + taken
             path.parent.mkdir(parents=True, exist_ok=True)
             with files.atomic_write(path) as handle:
                 measured.write_parquet(handle)
         frames.append(outputs.read_parquet(path))
+        mine = frames[-1].drop("world_seed", "budget", strict=False)
+        for rep in representations:
+            earlier.setdefault(
+                (sharing.probing(cell.settings), rep),
+                mine.filter(
+                    (pl.col("variant") == rep.variant) & (pl.col("replicate") == rep.replicate)
+                ),
+            )
         stage.advance()
     stage.finish(
         f"read back {stored}, probed {len(cells) - stored} cell(s) ({reused} of them "
-        "with notebook 03's probe results for the variants it shares)"
+        f"with notebook 03's probe results for the variants it shares; {shared} "
+        "representation(s) probed by an earlier cell)"
     )
     return pl.concat(frames, how="diagonal_relaxed")
 

@@ -164,12 +164,22 @@ def what_ran(params: SweepSettings, cells: list[Cell], wall_s: float, machine: s
     model = claims.model_words(train) if train is not None else "no model"
     worlds = sorted({c.world_seed for c in cells})
     budgets = sorted({c.budget for c in cells})
+    count = f"{len(cells)} cell{'s' if len(cells) > 1 else ''}"
     return (
-        f"What ran: profile {params.profile}; the kit's synthetic world, seeds "
-        f"{', '.join(map(str, worlds))}; {model}; budgets {', '.join(map(str, budgets))} "
-        f"iterations; {claims.design_words(first)} per cell; {first.probe_kind} probe, rule "
-        f"{first.probe_rule}; {machine}; {wall_s / 60:.1f} min of wall time"
+        f"What ran: profile {params.profile}; the kit's synthetic world, "
+        f"{_counted('seed', worlds)}; {model}; {_counted('budget', budgets)} iterations "
+        f"({count}); {claims.design_words(first)} per cell; "
+        f"{first.probe_kind} probe, rule {first.probe_rule}; {machine}; "
+        f"{wall_s / 60:.1f} min of wall time"
     )
+
+
+def _counted(noun: str, values: list[int]) -> str:
+    """`seed 0`, `seeds 0, 1 and 2`, `budgets 60 and 1,920`."""
+    shown = [f"{v:,}" for v in values]
+    if len(shown) == 1:
+        return f"{noun} {shown[0]}"
+    return f"{noun}s {', '.join(shown[:-1])} and {shown[-1]}"
 
 
 def not_swept(what: str) -> str:
@@ -253,9 +263,16 @@ class Swept:
     def regime_table(self) -> pl.DataFrame | str:
         """The paper's rows beside the sweep's time-concat rows, each with its regime against
         the budget where cat1 saturates in its world, where that is located
-        (regime.paper_beside_kit)."""
+        (regime.paper_beside_kit); a sentence where the sweep is notebook 03's one cell (its
+        rows, and no saturation to locate)."""
         if not self.cells:
             return not_swept("no regime measured")
+        if repeats_notebook_03(self.cells):
+            return (
+                "Its time-concat rows are notebook 03's, and one budget cannot locate where cat1 "
+                "saturates, so no regime is measured: a smaller second budget locates it (the cpu "
+                "profile sweeps 60 and 240 iterations)."
+            )
         first = self.cells[0].settings
         saturated = {
             row["world_seed"]: row["learned_at"]

@@ -31,13 +31,17 @@ from kit.stats.settings import RoundsSettings
 class Cell:
     """One point of the sweep: notebook 03's settings at one world seed and total budget (with
     `replicates` those of its first round, or of a later look), whether its runs are notebook
-    03's own (same folders, trained once), and the first replicate its look adds (`start`)."""
+    03's own (same folders, trained once), the first replicate its look adds (`start`), and
+    notebook 03's parameters."""
 
     world_seed: int
     budget: int
     settings: TimecatSettings
     shared: bool
     start: int = 0
+    #: notebook 03's parameters, whose runs a cell reads where it plans the same ones
+    #: (kit.experiments.timecat.sharing.share_runs)
+    notebook: TimecatSettings | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -177,6 +181,9 @@ def cells(params: SweepSettings) -> list[Cell]:
             + "; leave budgets empty for this profile"
         )
     base = _base_values(params, notebook)
+    if base.get("feature_cache") is None:
+        # one cache for every cell, notebook 03's: a checkpoint both read is extracted once
+        base["feature_cache"] = f"{notebook.run_root}/features"
     snapshots = base["catn_models"] == "snapshots"
     if snapshots and base["train"]["step_hint"] is None:
         base["train"]["step_hint"] = params.budgets[-1]  # one horizon for every cell
@@ -217,7 +224,9 @@ def cells(params: SweepSettings) -> list[Cell]:
                     f"budgets: the cell world {world}, budget {budget} is not a "
                     f"valid notebook 03 experiment: {problems}"
                 ) from None
-            found.append(Cell(world, budget, settings.look(settings.design.first), shared))
+            found.append(
+                Cell(world, budget, settings.look(settings.design.first), shared, notebook=notebook)
+            )
     return found
 
 

@@ -1,0 +1,175 @@
+"""What notebook 04's cells share instead of computing it again: notebook 03's runs where a cell
+plans the same ones (cat1 at 60 is notebook 03's first model of cat4, its width-matched model and
+untrained networks are notebook 03's), notebook 03's probe results for those, and a
+representation's probes among cells (the untrained networks of a world); and what the default
+job's two cells cost and say."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from kit.core import params
+from kit.experiments.timecat import sharing, sweep, sweep_cost, sweep_outcome, sweep_settings
+from kit.experiments.timecat.result_files import TIME_CONCAT
+
+
+def cpu_cells(tmp_path: Path, budgets: list[int], **more: object) -> tuple[object, list]:
+    loaded, _ = params.load(
+        "04_when_concat_helps",
+        "cpu",
+        overrides={"budgets": budgets, "output_dir": str(tmp_path)} | more,
+    )
+    return loaded, sweep_settings.cells(loaded)
+
+
+def relative(path: Path, tmp_path: Path) -> str:
+    return str(path.relative_to(tmp_path))
+
+
+@pytest.mark.parametrize("budgets", [[60, 240], [60]])
+def test_a_cell_of_another_budget_reads_notebook_03s_runs_of_the_same_settings(
+    tmp_path: Path, budgets: list[int]
+) -> None:
+    """At 60 iterations, cat1 (seed s, 60 iterations) is notebook 03's first model of cat4 at
+    240, and its width-matched model (60 iterations, as in notebook 03) and untrained networks
+    are notebook 03's: only cat4's runs of 15 iterations are the cell's own, whether or not
+    notebook 03's own cell is swept too."""
+    _, cells = cpu_cells(tmp_path, budgets)
+    merged = sweep.plan_cells(cells)
+    folders = sorted(relative(Path(t.output_dir), tmp_path) for t in merged.trainings)
+    own = [f for f in folders if f.startswith("sweep/")]
+    assert own == sorted(
+        f"sweep/world0/budget60/rep{r}/cat4/seed{1000 * r + s}" for r in range(6) for s in range(4)
+    )
+    assert {t.iterations for t in merged.trainings if "sweep/" in t.output_dir} == {15}
+    notebook = [f for f in folders if f.startswith("time_concat/")]
+    # per replicate: seed 0's run of cat4 (cat1 at 60) and wide1, and at 240 cat1 and cat4's four
+    assert len(notebook) == 6 * (2 if budgets == [60] else 6)
+    assert all(
+        relative(Path(t.output_dir), tmp_path).startswith("time_concat/") for t in merged.initial
+    )
+    at_60 = {(r.variant, r.replicate): r for r in merged.representations[0, 60]}
+    cat1 = at_60["cat1", 2]
+    assert [relative(p, tmp_path) for p in cat1.checkpoints] == [
+        "time_concat/rep2/cat4/seed2000/checkpoint.pt"
+    ]
+    # the identity expected of the file is the kept run's (kit.features.identity_problem)
+    assert (
+        cat1.identities[0] | {"run": None}
+        == {
+            "model": "resnet10",
+            "width": 0.25,
+            "seed": 2000,
+            "run": None,
+            "step": 60,
+        }
+        and cat1.identities[0]["run"] == "rep2/cat4/seed2000"
+    )
+    assert [relative(p, tmp_path) for p in at_60["wide1", 0].checkpoints] == [
+        "time_concat/rep0/wide1/seed0/checkpoint.pt"
+    ]
+    assert {relative(p.parent.parent, tmp_path) for p in at_60["random4", 0].checkpoints} == {
+        "time_concat/rep0/random4"
+    }
+    if budgets == [60, 240]:  # the same representations as notebook 03's own cell
+        at_240 = {(r.variant, r.replicate): r for r in merged.representations[0, 240]}
+        assert at_60["wide1", 3] == at_240["wide1", 3]
+        assert at_60["random4", 3] == at_240["random4", 3]
+
+
+def test_runs_of_other_settings_are_not_shared(tmp_path: Path) -> None:
+    """Another world's runs and a trained run against an untrained network of the same
+    settings stay apart."""
+    _, cells = cpu_cells(tmp_path, [60, 240], world_seeds=[1])
+    merged = sweep.plan_cells(cells)
+    assert all("/sweep/world1/" in t.output_dir for t in merged.trainings + merged.initial)
+    trained = merged.trainings[0].model_copy(update={"iterations": 1})
+    assert sharing._run_key(trained, True) != sharing._run_key(trained, False)
+
+
+def test_notebook_03s_probe_results_serve_the_representations_a_cell_shares_with_it(
+    tmp_path: Path,
+) -> None:
+    """The cell of 60 reads notebook 03's rows of its width-matched model and untrained
+    networks (the same representations), and probes cat1 (notebook 03's model 0 of cat4
+    alone: no representation of notebook 03) and cat4 itself."""
+    loaded, cells = cpu_cells(tmp_path, [60, 240])
+    notebook = sweep_settings.swept_notebook(loaded)
+    (tmp_path / "03_time_concat.parameters.yaml").write_text(yaml.safe_dump(notebook.model_dump()))
+    rows = [
+        {"variant": v, "replicate": r, "task": "shape", "rule": "heldout", "top1": 0.5}
+        for v in ("cat1", "cat4", "wide1", "random4", "direct")
+        for r in range(6)
+    ]
+    pl.DataFrame(rows).write_parquet(tmp_path / TIME_CONCAT.results)
+    merged = sweep.plan_cells(cells)
+    at_60, at_240 = cells
+    reused = sweep.notebook03_results(loaded, at_60, merged.representations[at_60.key])
+    assert sorted(set(reused["variant"])) == ["random4", "wide1"] and reused.height == 12
+    whole = sweep.notebook03_results(loaded, at_240, merged.representations[at_240.key])
+    assert sorted(set(whole["variant"])) == ["cat1", "cat4", "random4", "wide1"]
+
+
+def test_a_representation_an_earlier_cell_probed_is_not_probed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From snapshots every cell of a world reads the same untrained networks: each cell after
+    the first takes their probe results from it instead of fitting them again."""
+    loaded, _ = params.load(
+        "04_when_concat_helps",
+        "sweep",
+        output_dir=str(tmp_path),
+        overrides={"budgets": [60, 120, 240], "world_seeds": [0]},
+    )
+    cells = sweep_settings.cells(loaded)
+    probed: list[tuple[int, str, int]] = []
+
+    def probe_all(reps, settings, diagnose=True):
+        probed.extend((settings.total_iterations, rep.variant, rep.replicate) for rep in reps)
+        frame = pl.DataFrame(
+            [
+                {"variant": rep.variant, "replicate": rep.replicate, "task": "shape"}
+                | {"top1": 0.01 * settings.total_iterations}
+                for rep in reps
+            ]
+        )
+        return sweep.measure.Measurements(frame, pl.DataFrame())
+
+    monkeypatch.setattr(sweep.measure, "probe_all", probe_all)
+    results = sweep.probe_cells(loaded, cells)
+    assert sorted(r for b, v, r in probed if v == "random4") == [0, 1, 2]  # once, by budget 60
+    assert {b for b, v, _ in probed if v == "random4"} == {60}
+    assert len([p for p in probed if p[1] == "cat4"]) == 3 * 3
+    random4 = results.filter(pl.col("variant") == "random4")
+    assert sorted(random4["budget"].to_list()) == [60] * 3 + [120] * 3 + [240] * 3
+    assert set(random4["top1"]) == {0.6}  # budget 60's fits, in every cell
+
+
+def test_the_default_jobs_cost_counts_only_what_notebook_04_adds(tmp_path: Path) -> None:
+    _, cells = cpu_cells(tmp_path, [60, 240])
+    added = sweep_cost.cost(cells, beyond_notebook_03=True)
+    # six replicates of cat4's four runs of 15 iterations; their features on the four tasks; the
+    # probes of cat1 (notebook 03's model 0 of cat4 alone) and cat4 at 60
+    assert added == sweep_cost.SweepCost(6 * 4 * 15, 6 * 4 * 4, 6 * 2 * 4)
+    lines = sweep_cost.cost_lines(cells)
+    assert lines[1].startswith("After notebook 03 in the same output folder (its runs, features")
+    _, alone = cpu_cells(tmp_path, [240])
+    assert sweep_cost.cost_lines(alone)[1] == (
+        "After notebook 03 in the same output folder: nothing more (every run, feature and probe "
+        "is notebook 03's, reused)."
+    )
+    assert "in all 3 min" in sweep_cost.cost_lines(alone)[0]
+
+
+def test_what_ran_names_one_seed_and_each_budget_in_words(tmp_path: Path) -> None:
+    loaded, cells = cpu_cells(tmp_path, [60, 240])
+    ran = sweep_outcome.what_ran(loaded, cells, 60.0, "2 cores")
+    assert "the kit's synthetic world, seed 0; " in ran
+    assert "; budgets 60 and 240 iterations (2 cells); " in ran
+    loaded, cells = cpu_cells(tmp_path, [240], world_seeds=[0, 1, 2])
+    ran = sweep_outcome.what_ran(loaded, cells, 60.0, "2 cores")
+    assert "seeds 0, 1 and 2; " in ran and "; budget 240 iterations (3 cells); " in ran
