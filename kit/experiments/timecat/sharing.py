@@ -38,7 +38,7 @@ def share_runs(plans: list[planning.Plan]) -> list[planning.Plan]:
     expects the identity its run records there."""
     kept: dict[str, str] = {}  # run settings -> the folder that keeps them
     moved: dict[Path, Path] = {}  # a folder planned again -> the one kept
-    names: dict[Path, str | None] = {}  # each folder's `run` in the identities expected of its files
+    names: dict[Path, str | None] = {}  # each folder's `run` in the identities it expects
     for found in plans:
         runs = [(t, True) for t in found.trainings] + [(t, False) for t in found.initial]
         for settings, trained in runs:
