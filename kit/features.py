@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from kit import feature_cache, models
-from kit.core import distributed, files
+from kit.core import distributed
 from kit.core.paths import resolve, shown
 from kit.core.progress import Stage, paused
 from kit.core.threads import one_thread
@@ -249,29 +249,36 @@ def _extract_checkpoints(
     # says why); a GPU runs them in turn
     side = side_by_side if target.type == "cpu" and len(backbones) > 1 else 1
 
-    def forward(model: models.KitResNet, images: torch.Tensor) -> np.ndarray:
+    def forward(path: Path, images: torch.Tensor, span: slice) -> None:
         with (  # autocast is per thread: entered in the thread that runs the backbone
             torch.no_grad(),
             torch.autocast(target.type, torch.bfloat16, enabled=target.type == "cuda"),
         ):
-            return model.features(images).float().cpu().numpy()
+            outputs[path][span] = backbones[path].features(images).float().cpu().numpy()
 
     with waited, one_thread(side > 1), ThreadPoolExecutor(max_workers=side) as pool:
+        # side by side, a batch's backbones run while the next batch is read (its images
+        # rendered or decoded, here or in the loader's workers): no core waits for the reading
+        running: list[Future[None]] = []
         for images, batch_labels in batches:
             end = row + len(batch_labels)
-            found = (
-                pool.map(forward, backbones.values(), [images] * len(backbones))
-                if side > 1
-                else (forward(model, images) for model in backbones.values())
-            )
-            for path, features in zip(backbones, found, strict=True):
-                outputs[path][shard.start + row : shard.start + end] = features
+            span = slice(shard.start + row, shard.start + end)
+            if side > 1:
+                submitted = [pool.submit(forward, path, images, span) for path in backbones]
+                for done in running:
+                    done.result()
+                running = submitted
+            else:
+                for path in backbones:
+                    forward(path, images, span)
             labels[row:end] = batch_labels.cpu().numpy()
             row = end
             stage.advance()
+        for done in running:
+            done.result()
     for output in outputs.values():
         output.flush()
-    del outputs
+    outputs.clear()  # the memory maps closed before their files are hashed
     first = next(iter(records))
     feature_cache.finish_entries(records, _gather_labels(labels, feature_cache.partial(first)))
 
@@ -338,7 +345,9 @@ def extract_many(
     rows = split_size(dataset)
     if rows == 0:
         raise ValueError(f"dataset '{dataset_id}' split '{split}' is empty")
-    hashes = {Path(p): files.file_hash(Path(p)) for rep in representations for p in rep}
+    hashes = {
+        Path(p): feature_cache.checkpoint_hash(Path(p)) for rep in representations for p in rep
+    }
 
     def entry(checkpoints: Sequence[Path]) -> tuple[Path, dict[str, Any]]:
         record = feature_cache.record_of(

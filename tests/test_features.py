@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,70 @@ def test_backbones_side_by_side_write_each_backbones_own_features(tmp_path: Path
     for alone, together in zip(*found, strict=True):
         np.testing.assert_allclose(together.features, alone.features, rtol=1e-5, atol=1e-6)
     assert not np.allclose(found[1][0].features, found[1][1].features)
+
+
+def test_side_by_side_the_next_batch_is_read_while_the_backbones_run(
+    tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading a batch (rendering a synthetic world's images, decoding) overlaps the backbones'
+    work on the previous one, so no core waits for it: each backbone's first batch waits until
+    the second batch has been read, which a pass that reads only after every backbone finished
+    never does (its wait would time out)."""
+    paths = [tiny_checkpoint(tmp_path, name, seed) for seed, name in enumerate("ab")]
+    second = threading.Event()
+
+    class Watched(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return len(images)
+
+        def __getitem__(self, index: int):
+            if index == 8:  # the first row of the second batch of 8
+                second.set()
+            return images[index]
+
+    waited: list[bool] = []
+    real = models.KitResNet.features
+
+    def features_of(model, batch):
+        if not second.is_set():
+            waited.append(second.wait(timeout=10))
+        return real(model, batch)
+
+    monkeypatch.setattr(models.KitResNet, "features", features_of)
+    found = features.extract_many(
+        [[p] for p in paths],
+        Watched(),
+        "noise",
+        "test",
+        "none",
+        tmp_path / "cache",
+        batch_size=8,
+        progress=False,
+        side_by_side=2,
+    )
+    assert waited and all(waited)
+    monkeypatch.setattr(models.KitResNet, "features", real)
+    alone = features.extract([paths[1]], **noise_extraction(images, tmp_path / "alone", 8))
+    np.testing.assert_allclose(found[1].features, alone.features, rtol=1e-5, atol=1e-6)
+
+
+def test_a_checkpoint_is_hashed_once_for_every_pass_until_it_changes(
+    tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Notebook 03 keys each task's and split's entries by the contents of the same 66 files:
+    each is hashed once, and again once it changes."""
+    path = tiny_checkpoint(tmp_path, "a", 1)
+    hashed: list[Path] = []
+    real = feature_cache.files.file_hash
+    monkeypatch.setattr(
+        feature_cache.files, "file_hash", lambda file: hashed.append(file) or real(file)
+    )
+    for split in ("train", "eval", "test"):
+        features.extract([path], **noise_extraction(images, tmp_path) | {"split": split})
+    assert hashed.count(path) == 1
+    tiny_checkpoint(tmp_path, "a", 2)  # another network written in its place
+    again = features.extract([path], **noise_extraction(images, tmp_path))
+    assert hashed.count(path) == 2 and not again.cache_hit
 
 
 def test_a_checkpoint_copied_from_another_run_is_refused_not_served_from_the_cache(
@@ -286,6 +351,7 @@ def test_unknown_checkpoint_and_empty_split_are_refused(tmp_path: Path, images) 
 
 SHARDED_SCRIPT = """
 import sys
+import threading
 from pathlib import Path
 import torch, torch.distributed as dist
 from torch.utils.data import TensorDataset
@@ -374,14 +440,22 @@ def test_each_image_is_read_once_for_every_backbone_and_representation(
 def test_a_cache_hit_is_hashed_once_then_vouched_for_by_its_marker(
     tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An entry's arrays are hashed where they are written, and its marker vouches for them from
+    then on: the hits that follow hash nothing. An entry without a marker (written by an earlier
+    kit, or its marker removed) is hashed by its first hit only."""
     path = tiny_checkpoint(tmp_path, "a", 1)
     kwargs = noise_extraction(images, tmp_path)
     first = features.extract([path], **kwargs)
+    assert json.loads((first.path / feature_cache.VERIFIED).read_text())["ok"] is True
     hashed: list[Path] = []
     real = feature_cache.files.file_hash
     monkeypatch.setattr(
         feature_cache.files, "file_hash", lambda file: hashed.append(file) or real(file)
     )
+    for _ in range(3):
+        assert features.extract([path], **kwargs).cache_hit
+    assert not [file for file in hashed if first.path in file.parents]
+    (first.path / feature_cache.VERIFIED).unlink()
     for _ in range(3):
         assert features.extract([path], **kwargs).cache_hit
     in_cache = [file for file in hashed if first.path in file.parents]
@@ -423,6 +497,7 @@ def test_other_ranks_take_rank_0s_verdict_without_hashing(
     path = tiny_checkpoint(tmp_path, "a", 1)
     kwargs = noise_extraction(images, tmp_path)
     entry = features.extract([path], **kwargs).path
+    (entry / feature_cache.VERIFIED).unlink()  # rank 0 has not vouched for it yet
     monkeypatch.setattr(feature_cache.distributed, "rank_and_world", lambda: (1, 2))
     monkeypatch.setattr(feature_cache, "array_content", lambda _path: pytest.fail("rank 1 hashed"))
     waits: list[float] = []
