@@ -47,6 +47,53 @@ def test_a_stale_block_is_named(tmp_path, monkeypatch: pytest.MonkeyPatch) -> No
     assert figures.command(check=True) == 2
 
 
+def test_the_sweeps_tables_are_written_from_its_record(tmp_path: Path) -> None:
+    """docs/sweep.md's tables come from the recorded summary: how many cells the rounds decided
+    and why the others stopped, and each cell's difference and outcome by world and budget."""
+    shutil.copy(
+        figures.RESULTS / "sweep" / "04_when_concat_helps.provenance.json",
+        tmp_path / "04_when_concat_helps.provenance.json",
+    )
+    cells = [
+        {"world_seed": w, "budget": b, "status": s, "rounds": r, "stopped": why}
+        for w, b, s, r, why in [
+            (0, 60, "contradicted", 1, "contradicted"),
+            (0, 240, "reproduced", 2, "reproduced"),
+            (1, 60, "inconclusive", 3, "wall budget"),
+        ]
+    ]
+    verdicts = [
+        {
+            "world_seed": c["world_seed"],
+            "budget": c["budget"],
+            "condition": "cat4 vs cat1",
+            "mean": mean,
+            "low": mean - 2,
+            "high": mean + 2,
+            "replicates": 3 * c["rounds"],
+            "detectable": 3.0,
+            "judgement": "holds",
+        }
+        for c, mean in zip(cells, (-10.44, 6.6, 1.0), strict=True)
+    ]
+    summary = {
+        "claim": {"line": "the statement", "ran": "What ran: profile sweep"},
+        "cells": cells,
+        "verdicts": verdicts,
+        "learned": [],
+        "next": "1 cell(s) undecided ...",
+    }
+    (tmp_path / "sweep_summary.json").write_text(json.dumps(summary))
+    text = figures.sweep(tmp_path)
+    assert (
+        "2 of 3 cells decided (1 reproduced, 1 contradicted); undecided: 1 wall budget. "
+        "To decide the rest: 1 cell(s) undecided ..." in text
+    )
+    assert "| world | 60 | 240 |" in text
+    assert "| 0 | -10.4 contradicted (3) | +6.6 reproduced (6, 2 rounds) |" in text
+    assert "| 1 | +1.0 inconclusive (9, 3 rounds) | not run |" in text
+
+
 def test_the_reproducible_mode_gave_the_same_bits_and_every_mode_the_same_outcomes() -> None:
     runs = SPREAD["runs"]
     modes = {run["mode"] for run in runs.values()}

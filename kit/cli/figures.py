@@ -127,31 +127,82 @@ def main_job(folder: Path = RESULTS / "cpu") -> str:
     return "\n".join(lines) + "\n"
 
 
+def _decided(cells: list[dict[str, Any]]) -> str:
+    """How many cells their rounds decided (reproduced or contradicted), and why the others
+    stopped."""
+    statuses = [c["status"] for c in cells]
+    decided = [s for s in statuses if s in ("reproduced", "contradicted")]
+    others: dict[str, int] = {}
+    for cell in cells:
+        if cell["status"] not in ("reproduced", "contradicted"):
+            why = cell.get("stopped") or cell["status"]
+            others[why] = others.get(why, 0) + 1
+    return (
+        f"{len(decided)} of {len(cells)} cells decided ("
+        + ", ".join(f"{decided.count(s)} {s}" for s in ("reproduced", "contradicted"))
+        + ")"
+        + ("; undecided: " + ", ".join(f"{n} {why}" for why, n in others.items()) if others else "")
+    )
+
+
+def _cell_matrix(
+    cells: list[dict[str, Any]], primary: dict[tuple[int, int], dict[str, Any]]
+) -> list[str]:
+    """World by budget: each cell's primary difference and its outcome, with the replicates
+    (and rounds) of the look that decided it."""
+    budgets = sorted({c["budget"] for c in cells})
+    lines = [
+        "| world | " + " | ".join(f"{b:,}" for b in budgets) + " |",
+        "|---|" + "---|" * len(budgets),
+    ]
+    for world in sorted({c["world_seed"] for c in cells}):
+        row = []
+        for budget in budgets:
+            cell = next(
+                (c for c in cells if (c["world_seed"], c["budget"]) == (world, budget)), None
+            )
+            found = primary.get((world, budget))
+            if cell is None or found is None:
+                row.append("not run")
+                continue
+            rounds = cell.get("rounds")
+            took = f"{found['replicates']}" + (f", {rounds} rounds" if (rounds or 1) > 1 else "")
+            row.append(f"{_signed(found['mean'])} {cell['status']} ({took})")
+        lines.append(f"| {world} | " + " | ".join(row) + " |")
+    return lines
+
+
 def sweep(folder: Path = RESULTS / "sweep") -> str:
-    """The sweep profile (`kit run 04 --profile sweep`): the statement, every cell's primary
-    condition, and where each variant learns the mixture."""
+    """The sweep profile (`kit run 04 --profile sweep`): the statement, how many cells it
+    decided, each cell's primary difference and outcome by world and budget, every cell's
+    primary condition, and where each variant learns the mixture."""
     record = _provenance(folder, "04_when_concat_helps")
     summary = _read(folder / SWEEP.summary)
     wall = record.get("wall_s")
-    primary: dict[tuple[int, int, str], dict[str, Any]] = {}
+    primary: dict[tuple[int, int], dict[str, Any]] = {}
     for row in summary["verdicts"]:  # each cell's primary condition comes first
-        primary.setdefault((row["world_seed"], row["budget"], row["variant"]), row)
+        primary.setdefault((row["world_seed"], row["budget"]), row)
     lines = [
         f"`python -m kit run 04 --profile sweep` {_origin(record)}"
         + (f": {wall / 60:.1f} minutes." if wall is not None else "."),
         "",
         f"**The statement:** {summary['claim']['line']}",
         "",
+        f"{summary['claim'].get('ran', '')}.",
+        "",
+        f"{_decided(summary['cells'])}."
+        + (f" To decide the rest: {summary['next']}" if summary.get("next") else ""),
+        "",
+        "Each cell's primary difference (cat*n* minus cat1, mean transfer top-1 points over the "
+        "replicates its outcome rests on) and outcome (every condition together), with its "
+        "replicates:",
+        "",
+        *_cell_matrix(summary["cells"], primary),
+        "",
         "Every cell's primary condition (cat*n* against the baseline, mean transfer, top-1 "
         "points):",
         "",
         *_verdict_rows(list(primary.values()), ("world_seed", "budget")),
-        "",
-        "Each cell's outcome (every condition together): "
-        + "; ".join(
-            f"world {c['world_seed']} at {c['budget']:,}: {c['status']}" for c in summary["cells"]
-        )
-        + ".",
         "",
         "Where each variant learns the mixture (95% of cat1's best own accuracy), by world:",
         "",
