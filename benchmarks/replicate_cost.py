@@ -1,14 +1,18 @@
 """Where a replicate of notebook 03 spends its time: training, feature extraction, probe fitting
-and the rest, read from what a finished `python -m kit run 03` wrote.
+and the rest, read from what a finished `python -m kit run 03` wrote, beside a recorded earlier
+run's figures.
 
     .venv/bin/python benchmarks/replicate_cost.py outputs/cpu
+    .venv/bin/python benchmarks/replicate_cost.py outputs/cpu --json docs/data/replicate_cost.json
 
 The stage records the run's kernel appended (`.03_time_concat.stages.jsonl`, kit.core.progress)
 give each stage's first and last record; extraction runs inside the probes stage, so probe
 fitting is the probes stage less the extraction stages in it. The notebook's wall time comes
 from its provenance file, the replicates from its results table. Prints seconds per stage, per
 replicate and as a share of the notebook's wall time, with the load average the run recorded
-(the cores may have been shared).
+(the cores may have been shared), and beside them the seconds per replicate of the record
+`--before` names (by default docs/data/replicate_cost.json, the figures before the extraction
+and sharing changes) and their ratio. `--json` writes this run's figures as such a record.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 import polars as pl
 
 NOTEBOOK = "03_time_concat"
+BEFORE = Path(__file__).parents[1] / "docs" / "data" / "replicate_cost.json"
 
 
 def spans(path: Path) -> dict[str, float]:
@@ -35,15 +40,12 @@ def spans(path: Path) -> dict[str, float]:
     return total
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("output_dir", type=Path, help="the run's output folder (outputs/cpu)")
-    args = parser.parse_args()
-    found = spans(args.output_dir / f".{NOTEBOOK}.stages.jsonl")
-    provenance = json.loads((args.output_dir / f"{NOTEBOOK}.provenance.json").read_text())
+def measured(output_dir: Path) -> dict:
+    """The run's figures: commit, wall time, replicates, load average and seconds per part."""
+    found = spans(output_dir / f".{NOTEBOOK}.stages.jsonl")
+    provenance = json.loads((output_dir / f"{NOTEBOOK}.provenance.json").read_text())
     wall = provenance["wall_s"]
-    results = pl.read_parquet(args.output_dir / "time_concat_results.parquet")
-    replicates = results["replicate"].n_unique()
+    results = pl.read_parquet(output_dir / "time_concat_results.parquet")
     extraction = sum(s for stage, s in found.items() if stage.startswith("features"))
     parts = {
         "training": found.get("training", 0.0),
@@ -51,17 +53,61 @@ def main() -> None:
         "probe fitting": found.get("probes", 0.0) - extraction,
     }
     parts["the rest (kernel, plan, tables, charts)"] = wall - sum(parts.values())
+    return {
+        "kit_commit": provenance.get("kit_commit"),
+        "wall_s": wall,
+        "replicates": results["replicate"].n_unique(),
+        "load_average": provenance.get("load_average"),
+        "parts": parts,
+    }
+
+
+def table(now: dict, before: dict | None) -> list[str]:
+    """The parts in seconds, per replicate and as a share, beside `before`'s per replicate."""
+    reps, wall = now["replicates"], now["wall_s"]
+    header = f"| {'part':<40} | {'s':>6} | {'s a replicate':>13} | {'share':>5} |"
+    rule = f"|{'-' * 42}|{'-' * 8}|{'-' * 15}|{'-' * 7}|"
+    if before is not None:
+        header += f" {'before, s a replicate':>21} | {'now / before':>12} |"
+        rule += f"{'-' * 23}|{'-' * 14}|"
+    lines = [header, rule]
+    for part, seconds in [*now["parts"].items(), ("a replicate, in all", wall)]:
+        line = f"| {part:<40} | {seconds:6.0f} | {seconds / reps:13.1f} | {seconds / wall:5.0%} |"
+        if before is not None:
+            then = (
+                before["wall_s"]
+                if part == "a replicate, in all"
+                else before["parts"].get(part, 0.0)
+            ) / before["replicates"]
+            ratio = f"{seconds / reps / then:.2f}" if then else "n/a"
+            line += f" {then:21.1f} | {ratio:>12} |"
+        lines.append(line)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("output_dir", type=Path, help="the run's output folder (outputs/cpu)")
+    parser.add_argument("--before", type=Path, default=BEFORE, help="an earlier run's record")
+    parser.add_argument("--json", type=Path, help="write this run's figures as a record")
+    args = parser.parse_args()
+    now = measured(args.output_dir)
+    before = json.loads(args.before.read_text()) if args.before.is_file() else None
     print(
-        f"notebook 03: {wall:.0f} s for {replicates} replicates; load average at the start "
-        f"{provenance.get('load_average')}"
+        f"notebook 03: {now['wall_s']:.0f} s for {now['replicates']} replicates at commit "
+        f"{(now['kit_commit'] or 'unrecorded')[:12]}; load average at the start "
+        f"{now['load_average']}"
     )
-    print(f"| {'part':<40} | {'s':>6} | {'s a replicate':>13} | {'share':>5} |")
-    print(f"|{'-' * 42}|{'-' * 8}|{'-' * 15}|{'-' * 7}|")
-    for part, seconds in parts.items():
+    if before is not None:
         print(
-            f"| {part:<40} | {seconds:6.0f} | {seconds / replicates:13.1f} | "
-            f"{seconds / wall:5.0%} |"
+            f"before: {before['wall_s']:.0f} s for {before['replicates']} replicates at commit "
+            f"{(before['kit_commit'] or 'unrecorded')[:12]}; load average at the start "
+            f"{before['load_average']} ({before.get('source', args.before.name)})"
         )
+    print("\n".join(table(now, before)))
+    if args.json:
+        args.json.write_text(json.dumps(now, indent=2) + "\n")
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":
