@@ -23,10 +23,9 @@ def gains(swept: sweep_outcome.Swept) -> alt.FacetChart | str:
         return (
             f"This run swept one total budget ({one:,} iterations): a gain against the budget "
             "needs two or more, so no chart is drawn; the gain at this budget is in the verdicts "
-            "below. A second budget places a crossover, if there is one, between the two: with "
-            "the cpu profile, python -m kit run 04 --profile cpu --set 'budgets=[60, 240]'; "
-            "the sweep profile reads six budgets on three worlds (what each costs on 2 cores: "
-            "docs, Notebook 04, Profiles and cost)."
+            "below. A second budget places a crossover, if there is one, between the two (the "
+            "cpu profile sweeps 60 and 240 iterations; the sweep profile six budgets on three "
+            "worlds; what each costs on 2 cores: docs, Notebook 04, Profiles and cost)."
         )
     return gain_chart(swept.judged.verdicts, swept.learned, swept.cells[0].settings.smallest_effect)
 
