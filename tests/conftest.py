@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import ast
 import html
-import json
-import math
 import os
 import re
 import shutil
@@ -145,15 +143,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScope
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say at the end what the pinned results were checked against and within which bounds
-    (tests/test_reproducibility.py checks that the pins and bounds are these)."""
-    spread = json.loads((REPO_ROOT / "docs" / "data" / "cpu_spread.json").read_text())
-    moves = spread["spread"]["largest_move"]
+    (tests/pins.py, from the CPU records of docs/data/cpus/)."""
+    import pins
+
+    expect = pins.expected()
     terminalreporter.write_line(
-        f"pinned results: the reproducible CPU numerics' values of docs/data/cpu_spread.json "
-        f"({spread['machine']}, {len(spread['runs'])} configurations), each within "
-        f"{math.ceil(max(moves.values()) * 2) / 2:g} points, the largest move measured there "
-        f"(reproducible mode {moves.get('reproducible', 0):g}, fast mode {moves.get('fast', 0):.2f}"
-        "); every claim's outcome exactly, as every reproducible configuration gave it"
+        f"pinned results: {expect.cpu_id} "
+        + (
+            "has a record: its own values bit for bit and its outcomes exactly"
+            if expect.exact
+            else f"has no record: each value within {expect.bound:g} points of the recorded "
+            f"reference, the outcomes every recorded CPU model gave alike "
+            f"({', '.join(f'{k} {v}' for k, v in expect.outcomes.items())})"
+        )
     )
 
 

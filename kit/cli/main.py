@@ -56,6 +56,18 @@ def parser() -> argparse.ArgumentParser:
             help="override one parameter, dotted for sections "
             "(train.lr=0.01; repeatable, applied last)",
         )
+    numerics_check = commands.choices["check"]
+    numerics_check.add_argument(
+        "--numerics",
+        action="store_true",
+        help="instead: fingerprint this CPU's numerics op by op against the CPU models "
+        "recorded in docs/data/cpus (about a minute)",
+    )
+    numerics_check.add_argument(
+        "--record",
+        action="store_true",
+        help="with --numerics: keep the fingerprint as this CPU model's record",
+    )
     store = commands.add_parser(
         "store-checks",
         help="keep the outputs of the cells tagged 'nbval-check-output' of an executed "
@@ -124,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         return selfcheck.command(args.gpus, args.rates)
     if args.command == "report":
         return report_command(args.profile)
+    if args.command == "check" and args.numerics:
+        from kit.cli import fingerprint
+
+        return fingerprint.command(args.record)
     if args.command == "reference":
         return reference.command(args.check)
     if args.command == "figures":
