@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kit.cli import download, figures, reference, time_concat, write_errors
+from kit.cli import download, figures, notebook_params, reference, time_concat, write_errors
 from kit.core import numerics, params, provenance
 from kit.train.rates import MEASURED_RATES_HELP
 
@@ -138,13 +138,24 @@ def main(argv: list[str] | None = None) -> int:
         return fixtures_command(args.dir)
     # the notebook tools (papermill, nbformat): imported only by the commands that run or read
     # notebooks, so that training, the self-check and the steps run where they are absent
-    from kit.cli import nbval_references, runner
-
     if args.command == "store-checks":
+        from kit.cli import nbval_references
+
         print(f"stored reference outputs in {nbval_references.store_references(args.executed)}")
         return 0
     try:
         overrides = params.parse_overrides(args.overrides)
+        # the values first, before the notebook tools take seconds to import: a count above
+        # its bound is refused at once (kit.core.bounds)
+        loaded = notebook_params.refuse_invalid(args.notebooks, args.profile, args.files, overrides)
+    except params.ParameterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for line in time_concat.cost_lines(loaded):  # what a count costs, before it is spent
+        print(line, flush=True)
+    from kit.cli import runner
+
+    try:
         if args.command == "check":
             runs = runner.plan(args.notebooks, args.profile, args.files, overrides)
             problems = (
