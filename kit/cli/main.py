@@ -143,40 +143,45 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"stored reference outputs in {nbval_references.store_references(args.executed)}")
         return 0
+    return notebooks_command(args)
+
+
+def notebooks_command(args: argparse.Namespace) -> int:
+    """`kit check` and `kit run`: the values first, before the notebook tools take seconds to
+    import, so that a count above its bound is refused at once (kit.core.bounds); then what the
+    plans cost, before anything is spent."""
     try:
         overrides = params.parse_overrides(args.overrides)
-        # the values first, before the notebook tools take seconds to import: a count above
-        # its bound is refused at once (kit.core.bounds)
         loaded = notebook_params.refuse_invalid(args.notebooks, args.profile, args.files, overrides)
     except params.ParameterError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    for line in time_concat.cost_lines(loaded):  # what a count costs, before it is spent
+    for line in time_concat.cost_lines(loaded):
         print(line, flush=True)
     from kit.cli import runner
 
+    if args.command == "run":
+        return runner.run(args.notebooks, args.profile, args.files, overrides)
     try:
-        if args.command == "check":
-            runs = runner.plan(args.notebooks, args.profile, args.files, overrides)
-            problems = (
-                runner.output_problems(runs)
-                + runner.held_problems(runs)
-                + runner.machine_problems(runs)
-            )
-            if problems:
-                raise params.ParameterError("\n".join(problems))
-            for planned in runs:
-                print(*planned.notes, sep="\n", end="\n" if planned.notes else "")
-                print(
-                    f"{planned.notebook.name}: parameters, data, checkpoints and output "
-                    f"folders valid for profile {args.profile}"
-                )
-            print(numerics.describe())
-            return 0
+        runs = runner.plan(args.notebooks, args.profile, args.files, overrides)
+        problems = (
+            runner.output_problems(runs)
+            + runner.held_problems(runs)
+            + runner.machine_problems(runs)
+        )
+        if problems:
+            raise params.ParameterError("\n".join(problems))
     except params.ParameterError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    return runner.run(args.notebooks, args.profile, args.files, overrides)
+    for planned in runs:
+        print(*planned.notes, sep="\n", end="\n" if planned.notes else "")
+        print(
+            f"{planned.notebook.name}: parameters, data, checkpoints and output "
+            f"folders valid for profile {args.profile}"
+        )
+    print(numerics.describe())
+    return 0
 
 
 def fixtures_command(folder: Path) -> int:
