@@ -207,9 +207,12 @@ def download(
     try:
         verified, summary = _verify(what, source, unpacked)
         written, folders = download_record.manifest(unpacked, verified)
-    except BaseException:
+    except (DownloadError, ParameterError):  # the archive's fault: it goes too
         shutil.rmtree(unpacked, ignore_errors=True)
         archive.unlink(missing_ok=True)
+        raise
+    except BaseException:  # a full disk, an interrupt: the archive is sound, kept
+        shutil.rmtree(unpacked, ignore_errors=True)
         raise
     names = sorted(entry.name for entry in unpacked.iterdir())
     try:

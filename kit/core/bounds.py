@@ -27,8 +27,12 @@ ENTRIES = 64
 SWEPT = 16
 #: values of a grid of hyper-parameters (learning rates, weight decays, milestones, shares)
 GRID = 64
-#: iterations of a run, a budget or an interval of steps [450,000 for cat1]
-ITERATIONS = 100_000_000
+#: iterations of a run, a budget or an interval of steps [450,000 for cat1]: no more than the
+#: images one run may train on (kit.train.settings.MOST_IMAGES, whose refusal says what the
+#: budget would cost), as a batch holds at least one
+ITERATIONS = 100_000_000_000
+#: steps of the toy counterexample's small networks [3,000]
+STEPS = 1_000_000
 #: images in a batch, global or per process [1,024 for training]
 BATCH = 1 << 20
 #: rows (images) of a dataset or a probe's subset [ImageNet-1k: 1.28M]

@@ -22,12 +22,12 @@ class SparseTrainingSettings(Strict):
     noise: float = Field(default=0.1, ge=0.0, le=0.4)
     lr: float = Field(default=0.5, gt=0.0, le=10.0)
     weight_decay: float = Field(default=0.01, ge=0.0)
-    steps: int = Field(default=3000, ge=1, le=bounds.ITERATIONS)
+    steps: int = Field(default=3000, ge=1, le=bounds.STEPS)
     batch_size: int = Field(default=32, ge=1, le=bounds.BATCH)
     init_scale: float = Field(default=0.1, gt=0.0)
     keep_threshold: float = Field(default=0.05, gt=0.0)
     probe_samples: int = Field(default=512, ge=16, le=bounds.ROWS)
-    probe_steps: int = Field(default=300, ge=1, le=bounds.ITERATIONS)
+    probe_steps: int = Field(default=300, ge=1, le=bounds.STEPS)
 
     @model_validator(mode="after")
     def _batch_fits(self) -> SparseTrainingSettings:
