@@ -14,9 +14,11 @@ import torch
 
 from kit import models
 from kit.cli.main import main as kit_main
+from kit.core import machine
 from kit.data.fixtures import write_cifar, write_image
-from kit.experiments.timecat import estimates, jobs
+from kit.experiments.timecat import estimates, jobs, planning
 from kit.train import rates
+from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
 shutil_usage = namedtuple("shutil_usage", "total used free")
@@ -243,6 +245,37 @@ def test_kit_check_names_a_full_disk_and_a_missing_gpu(
         update={"launch": params.launch.model_copy(update={"backend": "slurm"})}
     )
     assert len(estimates.machine_problems(slurm)) == 1  # compute nodes check the rest
+
+
+def test_the_disk_check_counts_only_what_is_left_to_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run resumed after its checkpoints and cache were written (a disk that filled at the
+    report) asks only for what it still writes, and says what is already there."""
+    params = _small_case(tmp_path)
+    steps = estimates.estimate(params, None)
+    total = sum(step.disk_bytes for step in steps)
+    free = {"bytes": total - 1}
+    monkeypatch.setattr(
+        estimates.machine.shutil,
+        "disk_usage",
+        lambda _path: shutil_usage(total=10**12, used=10**12 - free["bytes"], free=free["bytes"]),
+    )
+    assert "checkpoints and feature cache needs about" in estimates.machine_problems(params)[0]
+    for run in planning.plan(params).trainings:
+        RunFolder.of(run).path.mkdir(parents=True)
+        RunFolder.of(run).mark_done(run.iterations, 1)
+    assert estimates.machine_problems(params) == []  # the cache alone is left
+    cache = planning.features_dir(params) / "entry" / "features.npy"
+    cache.parent.mkdir(parents=True)
+    cache.write_bytes(bytes(steps[1].disk_bytes))
+    free["bytes"] = 1000
+    assert estimates.machine_problems(params) == []  # nothing is left to write
+    cache.write_bytes(bytes(steps[1].disk_bytes // 2))
+    problem = estimates.machine_problems(params)[0]
+    left = steps[1].disk_bytes - steps[1].disk_bytes // 2
+    assert f"cache (besides the {machine.byte_size(total - left)} written) needs about" in problem
+    assert f"needs about {machine.byte_size(left)} but 1.0 kB is free" in problem
 
 
 def test_kit_check_passes_the_ci_profile_on_this_machine(capsys: pytest.CaptureFixture) -> None:

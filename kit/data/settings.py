@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from kit.core import bounds
 from kit.core.params import Strict
 from kit.data import kinds
 from kit.data.synthetic_settings import SyntheticSettings
@@ -20,7 +21,7 @@ class DataSettings(Strict):
     #: a registered dataset kind (kit.data.kinds)
     kind: str
     root: str | None = None
-    image_size: int = Field(ge=8)
+    image_size: int = Field(ge=8, le=bounds.IMAGE_SIZE)
     augment: Literal["auto", "algoperf", "crop_flip", "none"] = "auto"
     verify_images: bool = True
     #: where training JPEGs are decoded. cpu: by the DataLoader workers (libjpeg-turbo), about

@@ -32,8 +32,9 @@ from kit import models
 from kit.core import machine
 from kit.data import kinds
 from kit.data.settings import DataSettings
-from kit.experiments.timecat.planning import plan, runs_dir
+from kit.experiments.timecat.planning import features_dir, plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.launch.runs import is_finished
 from kit.probes import registry
 from kit.train import rates
 from kit.train.rates import EXPECTED_TRAIN_RATES
@@ -417,13 +418,27 @@ def replica_problems(params: TimecatSettings) -> list[str]:
     return [f"train.{problem}"] if problem else []
 
 
+def _left_to_write(params: TimecatSettings) -> tuple[int, int]:
+    """The bytes the plan's checkpoints and feature cache still need (its unfinished training
+    runs', and the cache's less what its folder holds: a cache shared with other plans lowers it
+    by theirs), and the bytes already written, which a resumed run does not write again."""
+    runs = plan(params).trainings
+    left = [run for run in runs if not is_finished(run)]
+    train, to_train = (_training_runs(some, params, None)[0].disk_bytes for some in (runs, left))
+    cache = _extraction(params, None).disk_bytes
+    held = sum(f.stat().st_size for f in features_dir(params).rglob("*") if f.is_file())
+    return to_train + max(cache - held, 0), train - to_train + min(held, cache)
+
+
 def machine_problems(params: TimecatSettings) -> list[str]:
-    """This machine against the plan (`kit check`): free disk under run_root for its checkpoints
-    and feature cache; and where the launch runs here (not slurm), CUDA and a GPU per process,
-    the compiler for `compile`, and /dev/shm for the training loaders."""
-    needed = sum(step.disk_bytes for step in estimate(params, None))
+    """This machine against the plan (`kit check`): free disk under run_root for what its
+    checkpoints and feature cache still have to write; and where the launch runs here (not
+    slurm), CUDA and a GPU per process, the compiler for `compile`, and /dev/shm for the
+    training loaders."""
+    needed, written = _left_to_write(params)
+    besides = f" (besides the {machine.byte_size(written)} written)" if written else ""
     problems = machine.disk_problems(
-        runs_dir(params), needed, "the plan's checkpoints and feature cache"
+        runs_dir(params), needed, f"the plan's checkpoints and feature cache{besides}"
     )
     launch, train = params.launch, params.train
     if launch.backend == "slurm":
