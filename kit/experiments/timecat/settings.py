@@ -183,13 +183,10 @@ class TimecatSettings(NotebookSettings):
     device: str = Field(min_length=1)
     launch: LaunchSettings
     paper_columns: dict[str, str] = Field(default_factory=dict, max_length=bounds.ENTRIES)
-    #: points by which a probe cell's chosen heads may score higher on the held-out rows that
-    #: chose them than on the evaluation split (their selection optimism: the mean over
-    #: replicates, at 97.5% one-sided confidence) before the cell (variant, task) is flagged and
-    #: no comparison rests on it (kit.experiments.timecat.cells; docs: Probes, "When a probe
-    #: cell can support a comparison"); null: never flag. Default 2.9, the default smallest
-    #: effect of interest: a choice that promised that much more than it gave could move a
-    #: comparison by the effect a claim is about
+    #: points of selection optimism (the chosen heads' held-out top-1 over their evaluation
+    #: top-1, mean over replicates at 97.5% one-sided confidence) above which a probe cell is
+    #: flagged and no comparison rests on it (kit.experiments.timecat.cells; docs: Concepts,
+    #: "Flagged cells"); null: never flag. Default: the default smallest effect of interest
     max_probe_optimism: float | None = Field(default=2.9, gt=0.0, le=100.0)
     #: the smallest effect of interest, in points of top-1, of each claim's primary endpoint
     #: (kit.stats.outcomes): a claim is contradicted when its interval excludes a gain this
