@@ -16,7 +16,7 @@ One compiled model serves every input path, so only one compilation is paid. Eac
 `--windows` windows of `--window` steps after `--warm` windows (workers starting, queues
 filling); a window is timed between two device synchronisations, as the trainer's logging
 steps are. The JPEGs (`--files` files through `--distinct` distinct pictures, about ImageNet's
-500 x 375 and detail, 1/f spectrum: kit.cli.selfcheck_checks) are written to a temporary folder.
+500 x 375 and detail, 1/f spectrum: kit.data.fixtures.jpegs) are written to a temporary folder.
 
 Prints a table (median, min and max of the windows; ratio of the median to the compiled
 ceiling, the eager one with --eager) and writes it as JSON to `--out` (default gpu_input.json,
@@ -38,10 +38,9 @@ from pathlib import Path
 
 import torch
 
-from kit.cli import selfcheck_checks
 from kit.core import numerics
 from kit.core.distributed import Process
-from kit.data import pipeline
+from kit.data import fixtures, pipeline
 from kit.data.settings import dali_installed
 from kit.train.settings import TrainSettings
 from kit.train.step import Replica
@@ -90,7 +89,7 @@ def image_folder(root: Path, files: int, distinct: int) -> Path:
     pictures: decoding costs the same, writing costs a fraction) over CLASSES classes."""
     pictures = root / "pictures"
     pictures.mkdir(parents=True)
-    sources = selfcheck_checks.jpegs(pictures, distinct)
+    sources = fixtures.jpegs(pictures, distinct)
     for split, count in (("train", files), ("val", CLASSES)):
         for index in range(count):
             folder = root / split / f"class{index % CLASSES}"

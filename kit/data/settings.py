@@ -32,6 +32,11 @@ class DataSettings(Strict):
     #: elsewhere; an optional extra, `pip install -e '.[dali]'` (Linux only). gpu and dali:
     #: training batches only, with augment algoperf and a folder dataset; evaluation keeps cpu
     decode: Literal["cpu", "gpu", "dali"] = "cpu"
+    #: decode gpu: decode each file's crop region on the GPU's hardware JPEG engines (A100, H100,
+    #: H200, L4/L40) through nvImageCodec where it is installed (`pip install -e '.[nvimgcodec]'`)
+    #: and the GPU has them, the rest on its CUDA decoder (kit.data.hardware); false: the CUDA
+    #: decoder for every file. Other decode paths ignore it
+    hardware_jpeg: bool = True
     #: decode dali on a GPU with a hardware JPEG decoder (A100, H100, H200): the share of each
     #: batch's JPEGs DALI's `mixed` decoder sends to it, the rest to nvJPEG's CUDA decoder (DALI's
     #: `hw_decoder_load`, its default 0.65; the best share depends on the node's CPU threads).
