@@ -103,21 +103,25 @@ def _photos(photo_like: Callable, count: int) -> list[torch.Tensor]:
     ]
 
 
+@pytest.mark.parametrize("half", [False, True], ids=["float32", "float16"])
 @pytest.mark.parametrize("size", [224, 64])
 def test_the_batched_resize_stays_within_a_grey_level_of_the_per_image_one(
-    size: int, photos: Callable[[int], list[torch.Tensor]]
+    size: int, half: bool, photos: Callable[[int], list[torch.Tensor]]
 ) -> None:
     # both take their boxes from crop_boxes and the same seeded draws; measured on these 24
     # pictures: at most 1 grey level apart, on 0.002 % (224 px) and 0.004 % (64 px) of the
     # pixels (values within float32 error of a half, rounded the other way); from the CPU
-    # pipeline's uint8 resized_crop of the same boxes at most 1, 0.18 and 0.11 on average
+    # pipeline's uint8 resized_crop of the same boxes at most 1, 0.18 and 0.11 on average. In
+    # float16 (CUDA's default: operands rounded to 11 bits, float32 accumulation, the result
+    # rounded to float16; emulated on the CPU) at most 1 from either, on 4.8 % and 4.6 % of the
+    # pixels from the per-image resize, 0.18 and 0.12 on average from the CPU pipeline
     images = photos(24)
     generator = torch.Generator().manual_seed(7)
     draws = torch.stack([crops.sample_draws(generator) for _ in images])
     reference = crops.resized_crops(images, draws, size).int()
-    batch = crops.batch_resized_crops(images, draws, size)
+    batch = crops.batch_resized_crops(images, draws, size, half=half)
     apart = (batch.int() - reference).abs()
-    assert apart.max() <= 1 and apart.float().mean() < 1e-4
+    assert apart.max() <= 1 and apart.float().mean() < (0.06 if half else 1e-4)
     pipeline = torch.stack(
         [
             TF.resized_crop(image, *box, [size, size], antialias=True)
@@ -128,7 +132,7 @@ def test_the_batched_resize_stays_within_a_grey_level_of_the_per_image_one(
     apart = (batch.int() - pipeline.int()).abs()
     assert apart.max() <= 1 and apart.float().mean() < 0.25
     # several groups (at most four of the 600 x 800 pictures' crops each) give the same pixels
-    grouped = crops.batch_resized_crops(images, draws, size, group=4 * 3 * 600 * 800)
+    grouped = crops.batch_resized_crops(images, draws, size, group=4 * 3 * 600 * 800, half=half)
     sizes = [box[2:] for box in crops.image_boxes(images, draws)]
     assert len(crops._groups(sizes, 4 * 3 * 600 * 800)) > 2
     assert torch.equal(grouped, batch)
