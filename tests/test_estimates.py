@@ -181,6 +181,20 @@ def test_the_fast_probe_row_counts_the_features_it_reads(tmp_path: Path) -> None
     assert twice.hours == pytest.approx(2 * one.hours) and twice.images == 2 * one.images
 
 
+def test_the_fast_probes_fits_are_shared_over_the_nodes_gpus(tmp_path: Path) -> None:
+    """cat1's and cat2's fits (cat2's features twice as wide: twice the time) on one GPU take
+    3 units; over 4 GPUs they run at once and take the longer, 2 units."""
+    params = _small_case(tmp_path).model_copy(update={"device": "cuda"})
+
+    def on(gpus: int) -> float:
+        launch = params.launch.model_copy(update={"nproc_per_node": gpus})
+        hours = estimates.estimate(params.model_copy(update={"launch": launch}), "h100")[2].hours
+        assert hours is not None
+        return hours
+
+    assert on(4) == pytest.approx(2 / 3 * on(1))
+
+
 def test_a_runs_overheads_by_hand(tmp_path: Path) -> None:
     """100 steps of 64 images on 2 GPUs, evaluating every 40 and saving every 50 with a snapshot
     at 30: evaluations at 40, 80 and 100; saves at 30, 50 and 100, so 30 and 50 recalibrate
