@@ -32,13 +32,13 @@ def _decoders() -> tuple[Callable[..., Any], Callable[..., Any], str]:
         return decode_jpeg, decode_image, "torchcodec"
     except Exception as error:  # ImportError, or the library failing to load against this torch
         reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-    from torchvision.io import ImageReadMode, decode_image, decode_jpeg, read_file
+    from torchvision import io
 
     def jpegs(data: Any, mode: str, device: Any = "cpu") -> Any:
-        return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+        return io.decode_jpeg(data, mode=io.ImageReadMode.RGB, device=device)
 
     def image(path: str, mode: str) -> torch.Tensor:
-        return decode_image(read_file(path), mode=ImageReadMode.RGB)
+        return cast(torch.Tensor, io.decode_image(io.read_file(path), mode=io.ImageReadMode.RGB))
 
     if multiprocessing.parent_process() is None:  # not a loader worker
         print(

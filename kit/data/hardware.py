@@ -30,6 +30,7 @@ is not freed or reused while those kernels may still read it.
 from __future__ import annotations
 
 import functools
+import importlib
 import io
 import sys
 from collections import deque
@@ -147,7 +148,7 @@ def engine_decoder(device: torch.device) -> EngineDecoder | None:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "the CPU"
     fallback = "the CUDA decoder (nvJPEG on the SMs)" if device.type == "cuda" else "the CPU"
     try:
-        from nvidia import nvimgcodec as codec
+        codec = importlib.import_module("nvidia.nvimgcodec")
     except ImportError as error:
         say_once(
             f"data.decode: gpu: nvImageCodec is not installed ({error}), so JPEGs are decoded by "
