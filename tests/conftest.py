@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import html
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 from xdist.scheduler import LoadScopeScheduling
@@ -91,6 +93,7 @@ SLOW_NAMES = (
     "killed_right_after",
     "spread_script",
     "gpu_input_script",
+    "tiny_gpu_decode_run",
 )
 
 
@@ -276,3 +279,29 @@ def chart_texts() -> Callable[[Path], list[str]]:
         ]
 
     return read
+
+
+#: where NVIDIA publishes nvImageCodec (and DALI) wheels, so where the dev extra installs them
+NVIDIA_WHEELS = sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")
+
+
+@pytest.fixture()
+def engines():
+    """kit.data.hardware's decoder on the CPU: nvImageCodec's CPU backend (libjpeg-turbo),
+    standing in for a GPU's hardware JPEG engines in the same code. The dev extra installs
+    nvImageCodec where NVIDIA publishes its wheels, so there a missing one fails the test rather
+    than skipping it; elsewhere it skips."""
+    from kit.data import hardware
+
+    if not NVIDIA_WHEELS:
+        pytest.skip("NVIDIA publishes nvImageCodec wheels for Linux x86-64 and aarch64 only")
+    try:
+        from nvidia import nvimgcodec  # noqa: F401
+    except ImportError as error:
+        pytest.fail(
+            f"nvImageCodec is in the dev extra but cannot be imported ({error}); install it with "
+            "`uv sync --locked --inexact --extra dev`"
+        )
+    decoder = hardware.engine_decoder(torch.device("cpu"))
+    assert decoder is not None and decoder.regions
+    return decoder

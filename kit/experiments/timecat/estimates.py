@@ -17,7 +17,8 @@ files are decoded and cropped by the training loader at the rate measured for it
 `data.decode` path (kit.train.rates.INPUT_RATES; evaluation and extraction decode on the CPU
 workers at the CPU path's rate per worker): a step runs at the slower of its GPUs and its
 input, and `sources` says which bounds each step. The fast probe of cached features takes the
-time kit.train.rates.fast_probe_seconds gives for the features it reads.
+time kit.train.rates.fast_probe_seconds gives for the features it reads, its fits shared over
+the node's GPUs (kit.probes.parallel).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from kit.experiments.timecat.planning import features_dir, plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch.runs import is_finished
 from kit.probes import registry
+from kit.probes.devices import shared_gpus
 from kit.train import rates
 from kit.train.rates import EXPECTED_TRAIN_RATES
 from kit.train.settings import TrainSettings, replica_problem
@@ -220,11 +222,14 @@ def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
     """A probe that reads images passes them through the frozen backbones (its
     `image_passes`: epochs, on each target's processes); a probe of cached features reads
     every representation's features (its `feature_passes`: epochs and heads) at the fast
-    probe's measured rate, on one GPU. `images` counts the images (or feature rows) read."""
+    probe's measured rate on one GPU, its (task, representation) fits shared over the GPUs the
+    step is given (`_probe_gpus`): the longer of their sum over the GPUs and the longest fit.
+    `images` counts the images (or feature rows) read."""
     probe = registry.get(params.probe_kind)
     _, cost, representations = _representations(params)
     images, hours = 0, None if gpu is None else 0.0
     cached = probe.feature_passes(params.probe)
+    fits: list[float] = []
     for task in params.tasks:
         data, (rows, _) = params.task_data(task)[0], task_rows(params)[task.name]
         for n, width in representations:
@@ -236,9 +241,18 @@ def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
             elif cached is not None:
                 images += cached.epochs * rows
                 size = rows * width * FEATURE_BYTES[params.feature_dtype]
-                seconds = rates.fast_probe_seconds(size, cached.epochs, cached.heads)
-                hours = None if hours is None else hours + seconds / 3600
+                fits.append(rates.fast_probe_seconds(size, cached.epochs, cached.heads))
+    if fits and hours is not None:
+        hours += max(sum(fits) / _probe_gpus(params), max(fits)) / 3600
     return StepEstimate("probe", images, hours, 0)
+
+
+def _probe_gpus(params: TimecatSettings) -> int:
+    """The GPUs a probe of cached features is given (the launch's node, or its `devices`; one
+    off CUDA), as the probe job asks for them (kit.experiments.timecat.jobs.step_settings)."""
+    if params.device != "cuda":
+        return 1
+    return shared_gpus(params.probe, params.launch.gpus_per_node or params.launch.nproc_per_node)
 
 
 def overheads(params: TimecatSettings, gpu: str | None) -> list[Overhead]:
@@ -371,6 +385,8 @@ def sources(params: TimecatSettings, gpu: str | None) -> str:
         if probe.feature_passes(params.probe) is not None
         else "images through the frozen backbones at the extraction rate"
     )
+    if probe.feature_passes(params.probe) is not None:
+        probe_source += f"; its fits shared over {_probe_gpus(params)} GPU(s)"
     lines.append(f"  - probe    {probe_source}")
     return "\n".join(lines)
 
