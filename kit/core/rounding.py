@@ -41,11 +41,16 @@ def _portable(tensor: object) -> bool:
 
 
 def _each(tensors: Sequence[torch.Tensor], inplace: bool) -> list[torch.Tensor] | None:
-    if inplace:
-        for tensor in tensors:
-            tensor.copy_(_rounded(tensor) if _portable(tensor) else tensor.sqrt())
-        return None
-    return [_rounded(t) if _portable(t) else t.sqrt() for t in tensors]
+    """A list's roots: the float32 CPU tensors' in one float64 pass over them all (an
+    optimizer's list holds a tensor per parameter), the others as torch computes them."""
+    mine = [t for t in tensors if _portable(t)]
+    flat = torch.cat([t.reshape(-1) for t in mine]) if mine else torch.empty(0)
+    parts = iter(_rounded(flat).split([t.numel() for t in mine]))
+    roots = [next(parts).view_as(t) if _portable(t) else t.sqrt() for t in tensors]
+    if not inplace:
+        return roots
+    torch._foreach_copy_(list(tensors), roots)
+    return None
 
 
 #: the square roots the mode replaces, each by what computes it correctly rounded
