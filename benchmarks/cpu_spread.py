@@ -252,6 +252,7 @@ def main() -> None:
             "ci",
             {
                 "kit_commit": record["kit_commit"],
+                "numerics": numerics.VERSION,
                 "configuration": f"{name}: {runs[name]['what']}",
                 "values": runs[name]["values"],
                 "outcomes": runs[name]["outcomes"],

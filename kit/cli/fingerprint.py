@@ -186,6 +186,7 @@ def fingerprint() -> dict[str, Any]:
         "torch": torch.__version__,
         "numpy": np.__version__,
         "kit_commit": provenance.commit(),
+        "numerics": numerics.VERSION,
         "in_effect": {k: v for k, v in numerics.in_effect()["variables"].items()},
         "ops": ops,
     }

@@ -115,6 +115,7 @@ def main_job(summary: dict[str, Any], commit: str) -> dict[str, Any]:
     rows = summary["verdicts"]
     return {
         "kit_commit": commit,
+        "numerics": numerics.VERSION,
         "outcomes": {claim["claim"]: claim["status"] for claim in summary["claims"]},
         "values": {
             f"{row['claim']}: {row['condition']}": sum(row["values"]) / len(row["values"])
