@@ -211,11 +211,15 @@ def compare(mine: dict[str, Any], recorded: list[dict[str, Any]]) -> list[list[s
 def command(record: bool) -> int:
     """Print this CPU's fingerprint against every recorded CPU's; with `record`, keep it as this
     CPU model's record in docs/data/cpus/. Exit 1 when an operation differs from the record of
-    this very CPU model (the kit's numerics then depend on something beyond the CPU model)."""
+    this very CPU model under the same numerics version (the kit's numerics would then depend on
+    something beyond the CPU model)."""
     mine = fingerprint()
     recorded = cpu_records.fingerprints()
     print(f"this CPU: {cpu_records.describe(mine)}; {numerics.describe()}")
-    header = ["operation", *(cpu_records.describe(r) for r in recorded)]
+    header = [
+        "operation",
+        *(f"{cpu_records.describe(r)}, numerics v{cpu_records.version(r)}" for r in recorded),
+    ]
     rows = compare(mine, recorded)
     print(" | ".join(header))
     for row in rows:
@@ -223,7 +227,7 @@ def command(record: bool) -> int:
     for column, theirs in enumerate(recorded, start=1):
         differ = [row[0] for row in rows if row[column] == "differs"]
         print(
-            f"against {cpu_records.describe(theirs)} (kit {theirs['kit_commit'][:7]}): "
+            f"against {header[column]} (kit {theirs['kit_commit'][:7]}): "
             + (
                 f"{len(differ)} operation(s) differ, the first: {differ[0]}"
                 if differ
@@ -232,12 +236,13 @@ def command(record: bool) -> int:
         )
     if record:
         print(f"recorded in {cpu_records.write_fingerprint(mine)}")
-    own = next((r for r in recorded if r["cpu_id"] == mine["cpu_id"]), None)
-    if (
-        own is not None
-        and not record
-        and any(row[recorded.index(own) + 1] == "differs" for row in rows)
-    ):
-        print(f"error: this CPU model's own record differs ({cpu_records.describe(own)})")
+        return 0
+    own = [
+        column
+        for column, theirs in enumerate(recorded, start=1)
+        if theirs["cpu_id"] == mine["cpu_id"] and cpu_records.version(theirs) == numerics.VERSION
+    ]
+    if own and any(row[own[0]] == "differs" for row in rows):
+        print(f"error: this CPU model's own record differs ({header[own[0]]})")
         return 1
     return 0
