@@ -297,13 +297,36 @@ def statement(folder: Path | None = None, spread: Path | None = None) -> str:
     return "; ".join(parts)
 
 
-def expected_elsewhere(spread: Path | None = None, folder: Path | None = None) -> str:
+def brief(folder: Path | None = None) -> str:
+    """`statement` in a few words, for the "What ran" lines (the whole of it is in provenance
+    and docs/reproducibility.md)."""
+    current = _parts("ci", folder, numerics.VERSION)
+    if len(current) >= 2:
+        move, _ = largest_move("ci", folder, numerics.VERSION)
+        other = f"values moved by up to {move:.2f} points across {len(current)} recorded models"
+    else:
+        other = "none recorded yet under these numerics"
+        if emulated():
+            other += ", same bits under emulated ones"
+        older = [
+            v for v in {version(p) for p in _parts("ci", folder).values()} if v < numerics.VERSION
+        ]
+        for v in older:
+            move, _ = largest_move("ci", folder, v)
+            if move:
+                other += f" ({numerics.EARLIER[v]}: up to {move:.2f} points)"
+    return f"same bits on one CPU model at any core count or load; other CPU models: {other}"
+
+
+def expected_elsewhere(
+    spread: Path | None = None, folder: Path | None = None, short: bool = False
+) -> str:
     """What another machine, core count or load would change for this process's numerics mode,
-    in one sentence for the terminal, the "What ran" lines and provenance: `statement` in the
-    reproducible mode; in the fast mode, how far the spread benchmark's fast configurations
-    moved the ci profile's values on the machine it ran on."""
+    in one sentence for provenance (and, `short`, for the "What ran" lines): `statement` (or
+    `brief`) in the reproducible mode; in the fast mode, how far the spread benchmark's fast
+    configurations moved the ci profile's values on the machine it ran on."""
     if numerics.mode() == numerics.REPRODUCIBLE:
-        return statement(folder, spread)
+        return brief(folder) if short else statement(folder, spread)
     path = spread or numerics.SPREAD_RECORD
     if not path.is_file():
         return "no spread recorded for the fast mode (benchmarks/cpu_spread.py)"

@@ -190,7 +190,7 @@ def describe() -> str:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         text += f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-    return f"{text}, CPU numerics {numerics.mode()}: {cpu_records.expected_elsewhere()}"
+    return f"{text}, CPU numerics {numerics.mode()}: {cpu_records.expected_elsewhere(short=True)}"
 
 
 def wall_seconds() -> float:
