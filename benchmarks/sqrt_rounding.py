@@ -72,10 +72,12 @@ def main() -> None:
         whole = seconds(training_step, repeats=20)
         params = sum(p.numel() for p in net.parameters())
         print(
-            f"schedule-free AdamW step over {params:,} parameters: torch's roots {plain * 1e3:.2f} ms, correctly rounded {exact_roots * 1e3:.2f} ms"
+            f"schedule-free AdamW step over {params:,} parameters: torch's roots "
+            f"{plain * 1e3:.2f} ms, correctly rounded {exact_roots * 1e3:.2f} ms"
         )
         print(
-            f"a whole training step (batch 32): {whole * 1e3:.1f} ms; the rounding adds {100 * (exact_roots - plain) / whole:.1f}% of it"
+            f"a whole training step (batch 32): {whole * 1e3:.1f} ms; the rounding adds "
+            f"{100 * (exact_roots - plain) / whole:.1f}% of it"
         )
 
 

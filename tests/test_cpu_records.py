@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kit.cli import figures, fingerprint
-from kit.core import cpu_records
+from kit.core import cpu_records, numerics
 from kit.core.paths import REPO_ROOT
 
 INTEL, AMD = "GenuineIntel 6/85", "AuthenticAMD 25/17"
@@ -93,17 +93,36 @@ def test_with_one_record_the_sentence_says_other_models_are_unknown(tmp_path: Pa
         tmp_path,
         {"A 1/1": {"ci": {"kit_commit": "a" * 40, "values": {"x": 1.0}, "outcomes": {}}}},
     )
-    assert "not known" in cpu_records.statement(folder)
+    assert "no second CPU model has been recorded" in cpu_records.statement(folder)
+
+
+def test_a_record_of_earlier_numerics_is_no_exact_pin(tmp_path: Path) -> None:
+    """A model recorded before the numerics changed is held to the measured move, not its old
+    bits, and the sentence names the change."""
+    old = {"kit_commit": "a" * 40, "values": {"x": 10.0}, "outcomes": {"c": "reproduced"}}
+    folder = _records(
+        tmp_path,
+        {
+            "A 1/1": {"ci": old},
+            "B 2/2": {"ci": old | {"values": {"x": 12.0}, "kit_commit": "b" * 40}},
+            "C 3/3": {"ci": old | {"numerics": numerics.VERSION}},
+        },
+    )
+    expect = cpu_records.expected("ci", "A 1/1", folder=folder)
+    assert not expect.exact and expect.bound == 2.0 and expect.values == {"x": 10.0}
+    assert cpu_records.expected("ci", "C 3/3", folder=folder).exact
+    said = cpu_records.statement(folder)
+    assert f"{numerics.EARLIER[1]}, across A 1/1" in said and "up to 2.00 points" in said
 
 
 def test_the_kit_says_of_other_machines_only_what_the_records_show() -> None:
     said = cpu_records.statement()
-    move, _ = cpu_records.largest_move("ci")
+    move, _ = cpu_records.largest_move("ci", made_under=1)
     assert move > 1.0  # the recorded Intel and AMD models gave different bits
     assert f"moved by up to {move:.2f} points" in said
     assert "expect the same bits" not in said
     readme = (REPO_ROOT / "README.md").read_text()
-    assert said in readme.replace("\n", " ")  # README's sentence is the generated one
+    assert said in readme  # README's sentence is the generated one
     for page in (REPO_ROOT / "docs").rglob("*.md"):
         assert "on another machine expect the same bits" not in page.read_text(), page
 
