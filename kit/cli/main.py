@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         return fixtures_command(args.dir)
     # the notebook tools (papermill, nbformat): imported only by the commands that run or read
     # notebooks, so that training, the self-check and the steps run where they are absent
-    from kit.cli import nbval_references, runner
+    from kit.cli import kernels, nbval_references, runner
 
     if args.command == "store-checks":
         print(f"stored reference outputs in {nbval_references.store_references(args.executed)}")
@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 runner.output_problems(runs)
                 + runner.held_problems(runs)
                 + runner.machine_problems(runs)
+                + list(filter(None, [kernels.split_problem("run")]))  # as `kit run` refuses
             )
             if problems:
                 raise params.ParameterError("\n".join(problems))
