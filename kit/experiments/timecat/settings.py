@@ -183,10 +183,14 @@ class TimecatSettings(NotebookSettings):
     device: str = Field(min_length=1)
     launch: LaunchSettings
     paper_columns: dict[str, str] = Field(default_factory=dict)
-    #: points by which a probe's top-1 on its own training rows may exceed its evaluation top-1
-    #: before its cell (variant, task) is flagged and no claim rests on it (docs: Probes, "When a
-    #: probe judges its rows"); null: never flag
-    max_probe_gap: float | None = Field(default=15.0, gt=0.0)
+    #: points by which a probe cell's chosen heads may score higher on the held-out rows that
+    #: chose them than on the evaluation split (their selection optimism: the mean over
+    #: replicates, at 97.5% one-sided confidence) before the cell (variant, task) is flagged and
+    #: no comparison rests on it (kit.experiments.timecat.cells; docs: Probes, "When a probe
+    #: cell can support a comparison"); null: never flag. Default 2.9, the default smallest
+    #: effect of interest: a choice that promised that much more than it gave could move a
+    #: comparison by the effect a claim is about
+    max_probe_optimism: float | None = Field(default=2.9, gt=0.0, le=100.0)
     #: the smallest effect of interest, in points of top-1, of each claim's primary endpoint
     #: (kit.stats.outcomes): a claim is contradicted when its interval excludes a gain this
     #: large. Default 2.9: half of the paper's cat4 gain in mean transfer accuracy over cat1
