@@ -135,7 +135,11 @@ def test_a_cell_the_held_out_rows_overrated_decides_nothing_and_a_gap_alone_flag
     assert set(judged.gaps.filter(pl.col("flagged"))["variant"]) == {"cat4"}
     assert (judged.cells["flagged_cells"] == 4).all()  # cat4 on each of the four tasks
     assert (judged.cells["status"] == "inconclusive").all()
-    assert judged.cells["line"].str.contains("reads flagged probe cells (not judged): cat4").all()
+    assert (
+        judged.cells["line"]
+        .str.contains("reads flagged probe cells (not judged): cat4", literal=True)
+        .all()
+    )
     # the endpoint itself does not move with the flags
     unflagged = sweep_outcome.judge_cells(planted, "heldout", "cat1", None, 2.9)
     assert judged.verdicts["mean"].to_list() == unflagged.verdicts["mean"].to_list()

@@ -51,8 +51,9 @@ import yaml
 from papermill.exceptions import PapermillExecutionError
 
 import kit.experiments.notebooks  # noqa: F401 (registers each notebook's schema)
-from kit.cli import kernels, terminal, time_concat, write_errors
-from kit.core import checkouts, locks, notices, param_errors, params, provenance
+from kit.cli import kernels, notebook_params, terminal, time_concat, write_errors
+from kit.cli.notebook_params import find_notebooks as find_notebooks
+from kit.core import checkouts, locks, notices, params, provenance
 from kit.core.files import DiskFullError, atomic_write, remove_stale_temporaries, write_text
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.core.processes import signal_handlers
@@ -88,27 +89,6 @@ class PlannedRun:
     live: tuple[str, ...] = ()
 
 
-def find_notebooks(names: list[str] | None, notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
-    """Notebooks by file name, stem or unique prefix ('01'); all of them when names is empty."""
-    available = sorted(notebooks_dir.glob("[0-9]*.ipynb"))
-    if not names:
-        return available
-    chosen = []
-    for name in names:
-        matches = [
-            p
-            for p in available
-            if p.name == name or p.stem == name or p.stem.startswith(Path(name).stem)
-        ]
-        if len(matches) != 1:
-            found = ", ".join(p.name for p in matches) or "none"
-            raise params.ParameterError(
-                f"notebook '{name}': expected one match in {notebooks_dir}, found {found}"
-            )
-        chosen.append(matches[0])
-    return chosen
-
-
 def plan(
     names: list[str] | None,
     profile: str,
@@ -124,19 +104,13 @@ def plan(
     names, each notebook takes the overrides its schema has (`train.lr` goes to the notebooks
     with a `train` section). `output_root` moves the default output folder
     (`<output_root>/<profile>`)."""
-    runs, problems = [], []
+    runs = []
     output_dir = None if output_root is None else str(output_root / profile)
-    notebooks = find_notebooks(names, notebooks_dir)
-    shared = (
-        shared_overrides(notebooks, overrides)
-        if overrides and not names
-        else dict.fromkeys((n.stem for n in notebooks), overrides)
+    loaded, problems = notebook_params.load_all(
+        names, profile, files, overrides, notebooks_dir, parameters_dir, output_dir
     )
-    for notebook in notebooks:
+    for notebook, validated, sources in loaded:
         try:
-            validated, sources = params.load(
-                notebook.stem, profile, files, shared[notebook.stem], parameters_dir, output_dir
-            )
             params.check_inputs(notebook.stem, validated, sources)
         except params.ParameterError as error:
             problems.append(str(error))
@@ -153,28 +127,6 @@ def plan(
     if problems:
         raise params.ParameterError("\n".join(dict.fromkeys(problems)))
     return runs
-
-
-def shared_overrides(
-    notebooks: list[Path], overrides: Mapping[str, Any]
-) -> dict[str, Mapping[str, Any]]:
-    """Per notebook, the command line's overrides whose top-level key its schema has; a key no
-    notebook takes is refused."""
-    takes = {n.stem: set(params.schema_for(n.stem).model_fields) for n in notebooks}
-    known = set().union(*takes.values())
-    unknown = [key for key in overrides if key not in known]
-    if unknown:
-        raise params.ParameterError(
-            "\n".join(
-                f"the command line: no notebook takes parameter '{key}'"
-                f"{param_errors.did_you_mean(key, known)}"
-                for key in unknown
-            )
-        )
-    return {
-        stem: {key: value for key, value in overrides.items() if key in keys}
-        for stem, keys in takes.items()
-    }
 
 
 def output_problems(runs: list[PlannedRun]) -> list[str]:

@@ -63,7 +63,9 @@ class NotebookSettings(Strict):
 
     profile: str = Field(min_length=1)
     output_dir: str = Field(min_length=1)
-    chart_formats: list[ChartFormat] = Field(default_factory=lambda: list(get_args(ChartFormat)))
+    chart_formats: list[ChartFormat] = Field(
+        default_factory=lambda: list(get_args(ChartFormat)), max_length=len(get_args(ChartFormat))
+    )
 
     def input_problems(self) -> list[str]:
         """What the values name outside themselves and cannot be read as they should (data

@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from kit.core import machine, numerics
+from kit.core import cpu_records, machine, numerics
 from kit.core.files import atomic_write
 from kit.core.paths import REPO_ROOT
 
@@ -86,7 +86,7 @@ def record() -> dict[str, Any]:
         "command": sys.argv,
         "written": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "packages": packages(),
-        "cpu_numerics": numerics.in_effect(),
+        "cpu_numerics": numerics.in_effect() | {"other_machines": cpu_records.expected_elsewhere()},
         # what else ran: a wall time recorded here is this machine's at this load
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }

@@ -87,8 +87,8 @@ def t_test(mean: float, std: float, count: int) -> float:
 def _judge_family(stats: pl.DataFrame, level: float) -> pl.DataFrame:
     """One family's p-values, Holm adjustment, label-consistent intervals and labels."""
     means, floors = stats["mean"].to_list(), stats["_floor"].to_list()
-    stds = [
-        None if std is None else max(std, floor)
+    stds: list[float] = [  # a comparison of one replicate has no std: it is not tested
+        math.nan if std is None else max(std, floor)
         for std, floor in zip(stats["std"].to_list(), floors, strict=True)
     ]
     counts = stats["replicates"].to_list()
