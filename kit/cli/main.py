@@ -174,7 +174,7 @@ def notebooks_command(args: argparse.Namespace) -> int:
         return 2
     for line in time_concat.cost_lines(loaded):
         print(line, flush=True)
-    from kit.cli import runner
+    from kit.cli import kernels, runner
 
     if args.command == "run":
         return runner.run(args.notebooks, args.profile, args.files, overrides)
@@ -184,6 +184,7 @@ def notebooks_command(args: argparse.Namespace) -> int:
             runner.output_problems(runs)
             + runner.held_problems(runs)
             + runner.machine_problems(runs)
+            + list(filter(None, [kernels.split_problem("run")]))  # as `kit run` refuses
         )
         if problems:
             raise params.ParameterError("\n".join(problems))

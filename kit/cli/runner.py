@@ -51,11 +51,11 @@ import yaml
 from papermill.exceptions import PapermillExecutionError
 
 import kit.experiments.notebooks  # noqa: F401 (registers each notebook's schema)
-from kit.cli import notebook_params, terminal, time_concat, write_errors
+from kit.cli import kernels, notebook_params, terminal, time_concat, write_errors
 from kit.cli.notebook_params import find_notebooks as find_notebooks
-from kit.core import locks, notices, params, provenance
+from kit.core import checkouts, locks, notices, params, provenance
 from kit.core.files import DiskFullError, atomic_write, remove_stale_temporaries, write_text
-from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, resolve
+from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.core.processes import signal_handlers
 from kit.core.progress import STAGE_FILE_ENV
 from kit.data.preflight import folder_of_its_own, writable_problems
@@ -271,7 +271,12 @@ def run(
     parameters_dir: Path = PARAMETERS_DIR,
     output_root: Path | None = None,
 ) -> int:
-    """Run notebooks in order; returns a process exit code (0 when every notebook succeeded)."""
+    """Run notebooks in order; returns a process exit code (0 when every notebook succeeded).
+    Refused first where its kernels would import another checkout's kit (kit.cli.kernels)."""
+    split = kernels.split_problem("run", notebooks_dir)
+    if split is not None:
+        print(f"error: {split}", file=sys.stderr)
+        return 2
     try:
         runs = plan(names, profile, files, overrides, notebooks_dir, parameters_dir, output_root)
     except params.ParameterError as error:
@@ -329,8 +334,13 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         stages = stage_file(planned)
         stages.parent.mkdir(parents=True, exist_ok=True)
         stages.write_text("")
-        os.environ[STAGE_FILE_ENV] = str(stages)  # the kernel inherits them
-        os.environ[notices.NOTICES_FILE_ENV] = str(notices_file(planned))
+        kernel_env = {  # the kernel inherits them; it checks the last two (kit.core.checkouts)
+            STAGE_FILE_ENV: str(stages),
+            notices.NOTICES_FILE_ENV: str(notices_file(planned)),
+            checkouts.KIT_ROOT_ENV: str(REPO_ROOT),
+            checkouts.OUTPUT_DIR_ENV: str(watched),
+        }
+        os.environ.update(kernel_env)
         # a run started in a Lab notebook (`!python -m kit run`) inherits Lab's session; without
         # it, its kernels' charts are their spec and PNG, which the report reads, not widgets
         lab_session = os.environ.pop(charts.JUPYTER_SESSION_ENV, None)
@@ -367,8 +377,8 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
             print(f"{label} FAILED: {full}", file=sys.stderr, flush=True)
             return 1
         finally:
-            os.environ.pop(STAGE_FILE_ENV, None)
-            os.environ.pop(notices.NOTICES_FILE_ENV, None)
+            for name in kernel_env:
+                os.environ.pop(name, None)
             if lab_session is not None:
                 os.environ[charts.JUPYTER_SESSION_ENV] = lab_session
             said = notices.publish(

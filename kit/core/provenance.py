@@ -93,15 +93,16 @@ def record() -> dict[str, Any]:
 
 
 def ran_on(made: dict[str, Any]) -> str:
-    """The machine of a record in a few words: host, CPU and its architecture, the cores the
-    process could use (records written before they were kept leave them out), OS, torch and
-    Python."""
+    """The machine of a record in a few words: CPU and its architecture, the cores the process
+    could use (records written before they were kept leave them out), OS, torch and Python,
+    then the host's name, said as one (a name such as 'vm' describes no machine)."""
     cpu = made.get("cpu_numerics") or {}
     cores = f", {made['cores']} cores" if made.get("cores") else ""
+    host = f", host name {made['host']}" if made.get("host") else ""
     return (
-        f"{made.get('host', '?')}: {cpu.get('cpu', 'unknown CPU')} ({cpu.get('machine', '?')})"
-        f"{cores}, {made.get('platform', '?')}, torch "
-        f"{(made.get('packages') or {}).get('torch', '?')}, Python {made.get('python', '?')}"
+        f"{cpu.get('cpu', 'unknown CPU')} ({cpu.get('machine', '?')}){cores}, "
+        f"{made.get('platform', '?')}, torch {(made.get('packages') or {}).get('torch', '?')}, "
+        f"Python {made.get('python', '?')}{host}"
     )
 
 

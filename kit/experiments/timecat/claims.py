@@ -339,14 +339,19 @@ def model_words(train: RunSettings) -> str:
 
 def design_words(params: TimecatSettings) -> str:
     """The replicates' design in words: "9 replicates", or the rounds with their most, spending
-    and wall budget."""
+    and wall budget (none, `wall_s` 0: this run makes the first round only, a later run the
+    next ones; kit.stats.settings)."""
     rounds = params.rounds
     if rounds is None:
         return f"{params.replicates} replicates"
+    wall = (
+        "no wall budget: this run makes the first round only"
+        if rounds.wall_s == 0
+        else f"wall budget {rounds.wall_s:g} s"
+    )
     return (
         f"replicates in rounds ({rounds.first}, then {rounds.add} per round to every cell not "
-        f"yet decided, at most {rounds.most}; {rounds.spending} spending; wall budget "
-        f"{rounds.wall_s:g} s)"
+        f"yet decided, at most {rounds.most}; {rounds.spending} spending; {wall})"
     )
 
 
