@@ -64,6 +64,7 @@ def test_a_recorded_model_is_held_to_its_own_bits_and_another_to_what_all_agree(
                     "kit_commit": "a" * 40,
                     "values": {"x": 10.0, "y": 20.0},
                     "outcomes": {"c1": "reproduced", "c2": "contradicted"},
+                    "numerics": numerics.VERSION,
                 }
             },
             "B 2/2": {
@@ -71,6 +72,7 @@ def test_a_recorded_model_is_held_to_its_own_bits_and_another_to_what_all_agree(
                     "kit_commit": "b" * 40,
                     "values": {"x": 11.2, "y": 20.0},
                     "outcomes": {"c1": "inconclusive", "c2": "contradicted"},
+                    "numerics": numerics.VERSION,
                 }
             },
         },
