@@ -371,7 +371,7 @@ def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     assert summary["claim"]["status"] == PINNED_04_STATUS
     assert summary["claim"]["line"].startswith(
         f"Over the budget sweep, cat2 transfers better than cat1 beyond the controls (paper "
-        f"Section 5): {PINNED_04_STATUS}"
+        f"Section 5.1): {PINNED_04_STATUS}"
     )
     assert summary["claim"]["ran"].startswith("What ran: profile ci; the kit's synthetic world")
     # notebook 03's own cell has one set of numbers: the same verdict rows in both notebooks

@@ -626,7 +626,7 @@ def test_catn_is_compared_with_the_wide_control_and_random_init_of_the_same_n() 
     assert rows["cat4 vs random4"]["judgement"] == "holds" and "cat4 vs random2" not in rows
     assert summary["lines"][0].startswith(
         "Claim: time-concat transfers better than cat1 at the "
-        "same budget, beyond the controls (paper Section 5, "
+        "same budget, beyond the controls (paper Section 5.1, "
         "Table 3): CONTRADICTED"
     )
 

@@ -1,4 +1,4 @@
-"""The time-concat experiment's plan (paper Section 5, Table 3): every run, untrained network
+"""The time-concat experiment's plan (paper Section 5.1, Table 3): every run, untrained network
 and representation of the variants, and the training of the unfinished runs."""
 
 from __future__ import annotations
