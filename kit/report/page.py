@@ -2,14 +2,17 @@
 
 It names the paper with the version whose numbers it quotes (kit.core.citation) and the machine
 the notebooks ran on (their provenance), then gathers what a run already wrote in its output
-folder, under a table of contents: the verdicts (the `claim` of each `*_summary.json`) with the
-line saying what ran, one table per experiment setting the paper's values and the kit's side by
-side (`*_vs_paper.parquet`), the other result tables (`*_verdicts.parquet`, `*_table3.parquet`,
-`*_gains.parquet`), each captioned and headed in words (kit.report.labels), every chart the
-executed notebooks display (their Vega-Lite specs, drawn by Vega's JavaScript, which the page
-carries inline: nothing is fetched when it is read), each executed notebook rendered as HTML
-beside it, and the parameters each notebook ran with (`<notebook>.parameters.yaml`, folded) with
-the kit version and commit, each file linked. Inputs a notebook read unverified
+folder, under a table of contents: the verdicts (kit.report.verdicts_html: the `claim` of each
+`*_summary.json`, in a table to scan and one short sentence each) with the line saying what
+ran, one table per experiment setting the paper's values and the kit's side by side
+(`*_vs_paper.parquet`), the other result tables (`*_verdicts.parquet`, `*_table3.parquet`,
+`*_gains.parquet`), each captioned and headed in words (kit.report.labels) in as many columns as
+fit its box, every chart the executed notebooks display (their Vega-Lite specs, drawn by Vega's
+JavaScript, which the page carries inline: nothing is fetched when it is read), each executed
+notebook rendered as HTML beside it, and the parameters each notebook ran with
+(`<notebook>.parameters.yaml`, folded) with the kit version and commit, each file linked. Every
+table is also written as LaTeX and CSV, every saved chart as PDF (kit.report.paper_files), and
+linked under it. Inputs a notebook read unverified
 (`<notebook>.notices.json`, kit.core.notices) are listed right after the verdicts.
 
 A folder holding a notebook's `<notebook>.incomplete` marker (written by `python -m kit run`

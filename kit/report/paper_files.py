@@ -65,8 +65,9 @@ def latex_text(text: str) -> str:
 
 
 def latex_table(table: tables.Table, caption: str, label: str, source: str) -> str:
-    """A table float with a booktabs tabular: the columns as `table.layout()` shows them
-    (numbers right-aligned), the values every row shares in a note under it."""
+    """A table float (its caption, and the label `tab:<label>` with hyphens for underscores)
+    with a booktabs tabular: the columns as `table.layout()` shows them (numbers
+    right-aligned), the values every row shares in a note under it."""
     shown = table.layout()
     spec = "".join("r" if numeric else "l" for numeric in shown.numeric)
     lines = [
