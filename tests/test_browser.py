@@ -1,7 +1,9 @@
 """JupyterLab in a real browser: notebook 01 runs with the interactive profile, its progress bar
 appears and completes, its charts are drawn by Vega-Lite 6 (altair's widget, no version warning)
 with working tooltips, no cell fails, the browser logs no error and requests nothing from outside
-Lab's server; a cell collapsed and saved in Lab leaves the notebook file as committed.
+Lab's server, Lab asks nothing about news, and each finished bar (one more of uneven units, run
+in a cell added in Lab) shows its count over its elapsed time as its rate; a cell collapsed and
+saved in Lab leaves the notebook file as committed.
 
 The report and the page of each executed notebook are those of notebooks 01-04 as this test
 session executed them at the ci profile (`notebook_outputs`, shared with the notebook tests),
@@ -9,7 +11,8 @@ read with the network cut off: the paper's versioned arXiv id visible, nothing w
 1,400-px window, no chart scrolling sideways at 1,280 or 1,400 px, no code name of the label map
 in the text, and no progress bar's elapsed time more than a second above its work's own time as
 the kernel's stage records (kit.core.progress.Stage, paused time left out) and each training
-run's folder (its settings written at its start, its DONE marker at its end) time it.
+run's folder (its settings written at its start, its DONE marker at its end) time it, nor a rate
+other than its count over that elapsed time, to the precision the bar shows (tests/bar_lines.py).
 
 Playwright drives Debian's Chromium (`apt-get install chromium`, as .ci/run does) through its
 executable path, since no browser build can be downloaded here; the test skips, saying so, where
@@ -38,6 +41,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
+from bar_lines import BAR_COUNTS, BAR_LINE, clock_seconds, rate_disagrees
 from test_notebook_results import WRITES
 
 from kit.cli import lab as lab_cli
@@ -66,12 +70,21 @@ NOTEBOOK = NOTEBOOKS_DIR / "01_toy_counterexample.ipynb"
 #: seconds Lab gets to start, and the notebook to run to its end
 START_S, RUN_S = 60, 240
 #: Lab's settings for the test: no autosave (nothing written into notebooks/), every cell drawn
-#: (not only those in view), no news pop-up over the page
+#: (not only those in view); no news setting: `kit lab`'s own default keeps Lab from asking
 LAB_SETTINGS = {
     "docmanager-extension/plugin": {"autosave": False},
     "notebook-extension/tracker": {"windowingMode": "none"},
-    "apputils-extension/notification": {"fetchNews": "false"},
 }
+#: what Lab asks when its news setting is left to the user
+NEWS_QUESTION = "Would you like to get notified about official Jupyter news?"
+#: a bar whose units take uneven times (3 of 0.1 s, then 3 of 1.2 s), run in a cell added in
+#: Lab: ended on tqdm's smoothed rate of its last units, it read about 1.1 step/s, 6 steps in
+#: about 4 s belying it
+UNEVEN_BAR = (
+    "import time; from kit.core.progress import KeptBar; "
+    "bar = KeptBar(total=6, desc='uneven', unit='step', mininterval=0); "
+    "[(time.sleep(0.1 if i < 3 else 1.2), bar.update()) for i in range(6)]; bar.close()"
+)
 #: browser console errors that say nothing about the kit (none known today)
 IGNORED_CONSOLE: tuple[str, ...] = ()
 
@@ -91,7 +104,7 @@ def lab(tmp_path: Path) -> Iterator[str]:
         path = home / "settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(value))
-    env = os.environ | {
+    env = lab_cli.environment() | {  # `kit lab`'s: its setting defaults, its kit for kernels
         "JUPYTER_CONFIG_DIR": str(home / "config"),
         "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
         "IPYTHONDIR": str(home / "ipython"),
@@ -199,12 +212,23 @@ def test_notebook_01_runs_in_lab_with_widgets_charts_and_tooltips(
             timeout=RUN_S * 1000
         )
         wait_until_every_cell_ran(page)
+        run_a_cell_below(page, UNEVEN_BAR)  # not saved: autosave is off
         assert_no_error_outputs(page)
         bars = page.locator(".widget-hprogress")
         assert bars.count() >= 1
         assert page.locator(".widget-hprogress .progress-bar-success").count() == bars.count(), (
             "a progress bar did not complete"
         )
+        lines = [
+            found
+            for text in page.locator(".widget-hbox:has(.widget-hprogress)").all_inner_texts()
+            if (found := BAR_COUNTS.search(" ".join(text.split())))
+        ]
+        assert len(lines) == bars.count(), "a bar without its counts, time and rate"
+        assert any(line[0].startswith("6/6 ") for line in lines), "the uneven bar did not run"
+        disagreeing = [said for line in lines if (said := rate_disagrees(line))]
+        assert not disagreeing, f"finished bars whose rate belies their time: {disagreeing}"
+        assert NEWS_QUESTION not in page.locator("body").inner_text(), "Lab asks about news"
         by_lab = page.locator("[class*='jp-RenderedVega']")  # Lab's Vega extension's outputs
         assert by_lab.count() == 0, f"{by_lab.count()} charts drawn by Lab's own Vega-Lite"
         drawn = page.locator(".vega-embed :is(svg, canvas)")
@@ -239,6 +263,17 @@ def wait_until_every_cell_ran(page: object) -> None:
             return
         time.sleep(1)
     pytest.fail(f"the notebook did not finish within {RUN_S} s: prompts {texts}")
+
+
+def run_a_cell_below(page: object, source: str) -> None:
+    """Add a cell below the notebook's last, type `source` in it, run it, and wait for it."""
+    page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").last.click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")
+    page.keyboard.press("Enter")
+    page.keyboard.insert_text(source)
+    page.keyboard.press("Control+Enter")  # run in place: no empty cell added below
+    wait_until_every_cell_ran(page)
 
 
 def assert_no_error_outputs(page: object) -> None:
@@ -590,23 +625,10 @@ def assert_verdicts_scan(page: object) -> None:
     assert not decided, f"replicates to detect an effect beside decided conditions: {decided}"
 
 
-#: a finished tqdm bar's line: 'fast probes: 100%|##########| 26/26 [00:13<00:00, 2.07probe/s]'
-BAR_LINE = re.compile(
-    r"(?P<desc>.*?): +\d+%\|[^|]*\| *(?P<n>\d+)/(?P<total>\d+) \[(?P<elapsed>[\d:]+)<[^,\]]*, *"
-    r"(?:[\d.]+|\?)(?:s/(?P<per>\w+)|(?P<unit>\w+)/s)"
-)
 #: a launch's line of one run's own time (kit.launch.progress.RunClock.line)
 RUN_LINE = re.compile(r"(?P<name>.+): (?P<n>\d+)/(?P<total>\d+) steps in (?P<seconds>[\d.]+) s ")
 #: seconds a bar's elapsed time may exceed its work's (a clock read a poll later)
 BAR_SLACK_S = 1.0
-
-
-def clock_seconds(clock: str) -> int:
-    """tqdm's '01:05' or '1:02:05' in seconds."""
-    total = 0
-    for part in clock.split(":"):
-        total = total * 60 + int(part)
-    return total
 
 
 def stage_times(records: Path) -> list[tuple[str, int, str, float]]:
@@ -636,8 +658,9 @@ def run_seconds(shared: Path, shown_name: str) -> float:
 
 def assert_bars_take_their_works_time(page: object, records: Path, shared: Path) -> int:
     """Each finished bar's elapsed time is at most its work's own time (the stage it reports
-    to the runner, matched in order by count and unit) plus BAR_SLACK_S, and each run's folded
-    time at most its run's; returns the number of bars."""
+    to the runner, matched in order by count and unit) plus BAR_SLACK_S, and its rate is its
+    count over that elapsed time as shown; each run's folded time at most its run's; returns
+    the number of bars."""
     bars = [
         found
         for text in page.locator(".kit-widget").all_text_contents()
@@ -651,6 +674,7 @@ def assert_bars_take_their_works_time(page: object, records: Path, shared: Path)
         assert match is not None, f"no stage recorded for the bar {bar[0]!r} in {records}"
         own = stages[match][3]
         assert clock_seconds(bar["elapsed"]) <= own + BAR_SLACK_S, (bar[0], stages[match])
+        assert rate_disagrees(bar) is None, rate_disagrees(bar)
         at = match + 1
     for text in page.locator("details li").all_text_contents():
         if found := RUN_LINE.match(text):

@@ -156,6 +156,10 @@ def test_rounds_settings_are_refused_by_key_and_make_the_plan() -> None:
     loaded, _ = params.load("03_time_concat", "ci", overrides={"rounds": given})
     assert loaded.design == Rounds(3, 3, 9, spending="pocock")
     assert claims.design_words(loaded).startswith("replicates in rounds (3, then 3 per round")
+    assert claims.design_words(loaded).endswith("pocock spending; wall budget 900 s)")
+    first_only, _ = params.load("03_time_concat", "ci", overrides={"rounds": given | {"wall_s": 0}})
+    assert "wall budget 0" not in claims.design_words(first_only)
+    assert "no wall budget: this run makes the first round only" in claims.design_words(first_only)
     with pytest.raises(params.ParameterError, match="seed_sets: 2 sets for 9 replicates"):
         params.load(
             "03_time_concat", "ci", overrides={"rounds": given, "seed_sets": [[1, 2], [3, 4]]}

@@ -80,6 +80,7 @@ def select(
                 "top1": best["eval_top1"],
                 "top5": best["eval_top5"] if num_classes > 10 else None,
                 "train_top1": best["train_top1"],
+                "heldout_top1": best["heldout_top1"],
                 **{column: best[column] for column in extra},
             }
             for rule, best in chosen

@@ -82,11 +82,11 @@ def _look(
     """The condition judged at the looks `counts`, its own replicate count replacing the last
     (a failed replicate leaves it fewer); None when it cannot be judged."""
     found = condition.estimate
-    if condition.missing or found.mean is None or found.std is None:
+    if condition.missing or found.mean is None or found.spread is None:
         return None
     seen = tuple(n for n in counts[:-1] if n < found.replicates) + (found.replicates,)
     return sequential.judge(
-        found.mean, found.std, seen, rounds, condition.margin, smallest, outcomes.METRIC_RANGE
+        found.mean, found.spread, seen, rounds, condition.margin, smallest, outcomes.METRIC_RANGE
     )
 
 

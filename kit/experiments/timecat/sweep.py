@@ -336,7 +336,7 @@ def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Sw
         measured,
         first.probe_rule,
         first.baseline,
-        first.max_probe_gap,
+        first.max_probe_optimism,
         first.smallest_effect,
         {key: cell.claims[claims.TIME_CONCAT] for key, cell in looked.items()},
     )
