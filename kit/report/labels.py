@@ -59,6 +59,11 @@ LABELS: dict[str, str] = {
     "cat4resnet50_minus_resnet50": "4 concatenated ResNet-50s − one ResNet-50",
     "resnet50w2_minus_resnet50": "a 2× wide ResNet-50 − one ResNet-50",
     "train_top1": "top-1 on the probe's own rows",
+    # notebook 03's probe cells (kit.experiments.timecat.cells)
+    "heldout %": "held-out rows %",
+    "train/eval gap": "train/eval gap (points)",
+    "optimism": "selection optimism (points, held-out − evaluation)",
+    "optimism low": "selection optimism, 97.5% lower bound (points)",
     # the toy's charts (notebook 01)
     "share": "weight of the dominant component",
     "k": "models concatenated",
@@ -103,6 +108,9 @@ QUANTITIES: dict[str, Quantity] = {
     "kit std": POINTS,
     "baseline best": POINTS,
     "gap": POINTS,
+    "train/eval gap": POINTS,
+    "optimism": GAIN,
+    "optimism low": GAIN,
     "difference": POINTS,
     "gain_std": POINTS,
     "components_solved_mean": MEAN_COUNT,
