@@ -45,12 +45,13 @@ from bar_lines import BAR_COUNTS, BAR_LINE, clock_seconds, rate_disagrees
 from test_notebook_results import WRITES
 
 from kit.cli import lab as lab_cli
+from kit.core import numbers
 from kit.core.citation import PAPER
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 from kit.launch.progress import shown
 from kit.report import notebook_html
 from kit.report import page as report_page
-from kit.report.labels import LABELS, VALUES
+from kit.report.labels import LABELS, VALUE_PATTERNS, VALUES, label, quantity
 from kit.train.run_files import RunFolder
 
 sync_api = pytest.importorskip(
@@ -363,31 +364,107 @@ WIDEST_PX = 1400
 #: the window widths a chart must fit without scrolling sideways
 WINDOWS_PX = (1280, 1400)
 #: the code names a reader must never see: keys of the label map with an underscore (the
-#: others are words: 'low', 'share', 'k')
-CODE_NAMES = [key for key in (*LABELS, *VALUES) if "_" in key]
+#: others are words: 'low', 'share', 'k'), and values the label map puts in words by pattern
+#: (an architecture 'cat4resnet50', a variant's per-task run 'direct-shape')
+CODE_NAMES = [re.escape(key) for key in (*LABELS, *VALUES) if "_" in key] + [
+    pattern.pattern for patterns in VALUE_PATTERNS.values() for pattern, _ in patterns
+]
+#: a p-value as kit.core.numbers prints it: two significant digits, or below a thousandth
+P_VALUE = re.compile(r"< 0\.001|–|1\.0|0\.0*[1-9]\d")
+#: elements wider than their box (scrollWidth over clientWidth): any that clips or spills its
+#: content, and any table (a table reflows, it never scrolls); inline elements have no box
+WIDER_THAN_THEIR_BOX = """Array.from(document.querySelectorAll('body, body *'))
+  .filter(e => e instanceof HTMLElement && e.clientWidth > 0
+    && e.scrollWidth > e.clientWidth + 1
+    && (!['auto', 'scroll'].includes(getComputedStyle(e).overflowX) || e.querySelector('table')))
+  .map(e => [e.tagName, String(e.className).slice(0, 60), e.scrollWidth, e.clientWidth,
+             (e.textContent || '').trim().slice(0, 80)])"""
+#: the longest a claim's sentence may be, its detail folded
+CLAIM_CHARS = 300
 
 
-def assert_reads_for_a_researcher(page: object) -> None:
-    """The paper's arXiv id with its version is visible; no element is wider than WIDEST_PX; no
-    code name of the label map shows as a header or in the text (kit.report.labels), folded
-    parts opened, but for code: a code cell's input, a parameter's name in the resolved
-    parameters. Called last: it leaves the page with its folded parts open and its code hidden."""
-    text = page.locator("body").inner_text()
-    assert f"arXiv {PAPER.arxiv_id}" in text, "the paper's versioned arXiv id is not visible"
+def assert_nothing_wider_than_its_box(page: object, where: str) -> None:
+    """No element is wider than the box it sits in: a table reflows, code wraps; the page no
+    wider than the window."""
+    wide = page.evaluate(WIDER_THAN_THEIR_BOX)
+    assert not wide, f"{where}: elements wider than their box: {wide}"
     widest = page.evaluate(
         "Math.max(...Array.from(document.querySelectorAll('body *'), "
         "e => e.getBoundingClientRect().width))"
     )
-    assert widest <= WIDEST_PX, f"an element is {widest} px wide"
+    assert widest <= WIDEST_PX, f"{where}: an element is {widest} px wide"
+
+
+def _quantity_of(header: str) -> numbers.Quantity | None:
+    """The quantity of a table column from its header (kit.report.labels: the code name whose
+    label it is, or the header itself)."""
+    named = next((key for key in LABELS if label(key) == header), header)
+    return quantity(named)
+
+
+#: a number in a cell: its sign, digits and decimals
+NUMBER = re.compile(r"(?<![\w.])[+\-−]?\d[\d,]*(?:\.(\d+))?(?![\d.]|e-)")
+
+
+def one_decimal(text: str) -> bool:
+    """Whether every number in `text` has one decimal (kit.core.numbers' accuracy and gain), an
+    interval's end that would round to 0 its first significant digit."""
+    for found in NUMBER.finditer(text):
+        value = float(found[0].replace(",", "").replace("−", "-"))
+        wanted = numbers.significant_places(value, 1) if 0 < abs(value) < 0.05 else 1
+        if len(found[1] or "") != wanted:
+            return False
+    return True
+
+
+def assert_one_precision_per_quantity(page: object, where: str) -> None:
+    """Every table cell of an accuracy or a gain (by its column's quantity) has one decimal,
+    every p-value two significant digits or '< 0.001' (kit.core.numbers)."""
+    found = page.evaluate(
+        "Array.from(document.querySelectorAll('table:not(.kit-settings)'), t => [Array.from("
+        "t.querySelectorAll("
+        "'thead th'), h => h.innerText.trim()), Array.from(t.querySelectorAll('tbody tr'), "
+        "r => Array.from(r.querySelectorAll('td'), d => d.innerText.trim()))])"
+    )
+    wrong = []
+    for headers, rows in found:
+        for row in rows:
+            for header, cell in zip(headers, row, strict=False):
+                points = _quantity_of(header) in (numbers.POINTS, numbers.GAIN)
+                p_value = header == "p" or header.startswith("p (")
+                if (points and cell not in ("", "–") and not one_decimal(cell)) or (
+                    p_value and not P_VALUE.fullmatch(cell)
+                ):
+                    wrong.append((header, cell))
+    assert not wrong, f"{where}: numbers off their quantity's precision: {wrong[:12]}"
+
+
+def assert_reads_for_a_researcher(page: object, where: str = "the page") -> None:
+    """The paper's arXiv id with its version is visible; no element is wider than its box
+    (`assert_nothing_wider_than_its_box`); every accuracy, gain and p-value at its quantity's
+    precision; no code name of the label map shows as a header or in the text
+    (kit.report.labels), nor a plural left as 'round(s)', folded parts opened, but for code (a
+    code cell's input, a parameter's name in the resolved parameters) and a run's name as its
+    folder has it (a path, a launch's line of a run's time). Called last: it leaves the page
+    with its folded parts open and its code hidden."""
+    text = page.locator("body").inner_text()
+    assert f"arXiv {PAPER.arxiv_id}" in text, "the paper's versioned arXiv id is not visible"
+    assert_nothing_wider_than_its_box(page, where)
+    assert_one_precision_per_quantity(page, where)
     prose = page.evaluate(
         "(() => { document.querySelectorAll('details').forEach(e => { e.open = true; }); "
         "document.querySelectorAll('code, .jp-CodeCell .jp-InputArea')"
         ".forEach(e => { e.style.display = 'none'; }); return document.body.innerText; })()"
     )  # the folded parts opened (a run's time, the parameters), code hidden: the page changes
-    shown = [key for key in CODE_NAMES if re.search(rf"\b{key}\b", prose)]
-    assert not shown, f"code names in the text: {shown}"
+    # a run is named as its folder is on disk (a path, a launch's line of its time): identifiers
+    named = "\n".join(line for line in prose.splitlines() if not RUN_LINE.match(line))
+    words = re.sub(r"\S*/\S*", " ", named)
+    shown = [key for key in CODE_NAMES if re.search(rf"\b{key}\b", words)]
+    assert not shown, f"{where}: code names in the text: {shown}"
+    plurals = sorted({m[0] for m in re.finditer(r"\S*\w\(s\)", prose)})
+    assert not plurals, f"{where}: plurals left to the reader: {plurals}"
     headers = {h.strip() for h in page.locator("th").all_inner_texts()}
-    assert not headers & set(LABELS), f"code names as headers: {headers & set(LABELS)}"
+    assert not headers & set(LABELS), f"{where}: code names as headers: {headers & set(LABELS)}"
 
 
 #: the report of the notebooks executed at the ci profile, written once per session
@@ -445,8 +522,11 @@ def read_the_report_at(
     """The report's checks in a window `width` px wide (see the test above)."""
     context, requested = offline_context(browser, width)
     page = context.new_page()
+    page.add_init_script(KEEP_THE_VIEWS)
     errors: list[str] = []
+    warnings: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("console", lambda m: warnings.append(m.text) if m.type == "warning" else None)
     with screenshot_on_failure(page, tmp_path / f"report_{width}_failure.png"):
         page.goto(written.as_uri())
         wait_for_the_charts(page)
@@ -463,10 +543,86 @@ def read_the_report_at(
         assert "the paper's Table 3" in beside.locator("caption").inner_text()
         machine = page.locator("p.machine").first.inner_text()
         assert "cores" in machine and "torch" in machine, machine
-        assert_reads_for_a_researcher(page)
+        assert_charts_read_for_a_researcher(page, charts, f"the report at {width} px")
+        assert_verdicts_scan(page)
+        assert_reads_for_a_researcher(page, f"the report at {width} px")
         assert not requested, f"the page asked the network for {requested}"
         assert not errors, f"browser console errors: {errors}"
+        vega = [m for m in warnings if m.startswith("WARN")]
+        assert not vega, f"Vega's warnings: {vega}"
     context.close()
+
+
+#: run before the page's scripts: keeps each Vega view vegaEmbed draws in `window.kitViews`,
+#: so that the test reads what a chart shows (its texts, each mark's tooltip) from its scene
+KEEP_THE_VIEWS = """window.kitViews = [];
+Object.defineProperty(window, 'vegaEmbed', {configurable: true,
+  set(embed) { this._kitEmbed = (...args) => embed(...args).then(result => {
+    window.kitViews.push(result.view); return result; }); },
+  get() { return this._kitEmbed; }});"""
+#: every text a drawn chart shows (axis and legend labels and titles, marks' texts) and every
+#: mark's tooltip, from the scenes of the views KEEP_THE_VIEWS kept
+SCENES = """(() => { const texts = [], tips = [];
+  const walk = node => { for (const item of (node && node.items) || []) {
+    if (node.marktype === 'text' && item.text != null)
+      texts.push([].concat(item.text).join(' '));
+    if (item.tooltip != null) tips.push(item.tooltip);
+    walk(item); } };
+  window.kitViews.forEach(view => walk(view.scenegraph().root));
+  return [texts, tips]; })()"""
+
+
+def assert_charts_read_for_a_researcher(page: object, charts: int, where: str) -> None:
+    """What every drawn chart shows, read from its scene (the texts of its axes, legends and
+    marks, and each mark's tooltip): no code name (a key of the label map as a title, a value
+    it puts in words), tooltips' accuracies and gains to one decimal, the paper cited as
+    kit.core.citation cites it."""
+    page.wait_for_function(f"window.kitViews.length >= {charts}", timeout=60_000)
+    texts, tips = page.evaluate(SCENES)
+    assert tips, f"{where}: no chart has a tooltip"
+    fields = {(str(k), str(v)) for tip in tips if isinstance(tip, dict) for k, v in tip.items()}
+    shown = texts + [v for _, v in fields]
+    raw = sorted({t for t in shown for key in CODE_NAMES if re.search(rf"\b{key}\b", t)})
+    assert not raw, f"{where}: code names drawn in charts or their tooltips: {raw}"
+    titled = sorted({k for k, _ in fields if k in LABELS and label(k) != k})
+    assert not titled, f"{where}: tooltip fields titled with their code name: {titled}"
+    imprecise = sorted(
+        (k, v)
+        for k, v in fields
+        if re.search(r"%|points|top-1", k.replace("95% ", "")) and not one_decimal(v)
+    )
+    assert not imprecise, f"{where}: tooltips off one decimal: {imprecise[:12]}"
+    cited = {v for _, v in fields if v.startswith(PAPER.authors)}
+    assert cited <= {PAPER.short}, f"{where}: the paper cited as {cited}, not {PAPER.short}"
+
+
+def assert_verdicts_scan(page: object) -> None:
+    """Each claim's sentence short (its detail folded in a closed block); the verdict table's
+    rounds never repeat the outcome beside them; the replicates that would detect the smallest
+    effect shown only for an undecided condition."""
+    claims = page.evaluate(
+        "Array.from(document.querySelectorAll('#verdicts .claim'), c => { const d = "
+        "c.cloneNode(true); d.querySelectorAll('details').forEach(x => x.remove()); "
+        "return [d.textContent.trim(), c.querySelectorAll('details:not([open])').length]; })"
+    )
+    assert claims, "no claim in the verdicts"
+    long = [(len(text), text[:80]) for text, _ in claims if len(text) > CLAIM_CHARS]
+    assert not long, f"claims' sentences longer than {CLAIM_CHARS} characters: {long}"
+    rows = page.evaluate(
+        "Array.from(document.querySelectorAll('table.verdicts tbody tr'), r => "
+        "[r.querySelector('.badge').textContent.trim(), r.lastElementChild.textContent.trim()])"
+    )
+    repeated = [(outcome, ran) for outcome, ran in rows if outcome.lower() in ran.lower()]
+    assert not repeated, f"the verdict table's rounds repeat the outcome: {repeated}"
+    needed = page.evaluate(
+        "Array.from(document.querySelectorAll('table.dataframe'), t => { const h = Array.from("
+        "t.querySelectorAll('thead th'), x => x.innerText.trim()); const j = h.indexOf("
+        "'judgement'); const n = h.findIndex(x => x.startsWith('replicates to detect')); "
+        "return j < 0 || n < 0 ? [] : Array.from(t.querySelectorAll('tbody tr'), r => "
+        "[r.cells[j].innerText.trim(), r.cells[n].innerText.trim()]); }).flat()"
+    )
+    decided = [(j, n) for j, n in needed if j != "inconclusive" and n not in ("", "–")]
+    assert not decided, f"replicates to detect an effect beside decided conditions: {decided}"
 
 
 #: a launch's line of one run's own time (kit.launch.progress.RunClock.line)
@@ -561,7 +717,7 @@ def test_every_executed_notebook_page_renders_offline(
             assert not code.is_visible(), "Hide code left the code shown"
             notebook = nbformat.read(written.with_suffix(".ipynb"), as_version=4)
             assert page.title() == notebook_html.title(notebook, written.stem)
-            assert_reads_for_a_researcher(page)
+            assert_reads_for_a_researcher(page, written.name)
         page.close()
     context.close()
     assert bars >= 5, f"{bars} progress bars in the executed notebooks"
@@ -570,8 +726,9 @@ def test_every_executed_notebook_page_renders_offline(
 
 
 def test_the_docs_open_offline(browser, tmp_path: Path) -> None:
-    """The built docs request nothing outside the site (no web font from a CDN), and name the
-    paper with its version on the home page."""
+    """The built docs request nothing outside the site (no web font from a CDN), name the
+    paper with its version on the home page, and break no name of one word in a table
+    ('01_toy_counterex ample') across lines at 1,280 px."""
     site = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
@@ -587,6 +744,11 @@ def test_the_docs_open_offline(browser, tmp_path: Path) -> None:
         page.wait_for_load_state("load")
         if built.parent == site:
             assert f"arXiv {PAPER.arxiv_id}" in page.locator("body").inner_text()
+        broken = page.evaluate(
+            "Array.from(document.querySelectorAll('.md-content table code'), c => [c.textContent, "
+            "c.getClientRects().length]).filter(([t, n]) => !/\\s/.test(t) && n > 1)"
+        )
+        assert not broken, f"{built.relative_to(site)}: names broken across lines: {broken}"
         page.close()
     context.close()
     assert not requested, f"the docs asked the network for {requested}"

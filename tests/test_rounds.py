@@ -107,7 +107,7 @@ def test_no_round_starts_that_would_end_past_the_wall_budget(
         assert decide is not None and decide.endswith(
             "python -m kit run 03 --profile p --set rounds.wall_s=120"
         )
-        assert "1 cell(s) undecided" in decide and "6 more replicate(s) (to 9 a cell)" in decide
+        assert "1 cell undecided" in decide and "6 more replicates (to 9 a cell)" in decide
     else:
         assert going.stopped == rounds.MOST and cells["open"].left(PLAN) is None
         assert decide is None

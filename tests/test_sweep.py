@@ -358,7 +358,7 @@ def test_notebook_04_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     assert not pins.problems(measured, statuses, expect)
     assert summary["claim"]["line"].startswith(
         "Over the budget sweep, cat2 transfers better than cat1 beyond the controls (paper "
-        f"Section 5): {summary['claim']['status']}"
+        f"Section 5.1): {summary['claim']['status']}"
     )
     assert summary["claim"]["ran"].startswith("What ran: profile ci; the kit's synthetic world")
     # notebook 03's own cell has one set of numbers: the same verdict rows in both notebooks
@@ -734,7 +734,7 @@ def test_notebook_04_reads_the_same_for_a_profile_that_sweeps_nothing(
     assert [p.name for p in tmp_path.iterdir()] == [SWEEP.summary]
     summary = outputs.read_json(tmp_path / SWEEP.summary)
     assert summary["claim"]["status"] == "untested" and summary["cells"] == []
-    assert namespace["swept"].runs_line() == "skipped 0 finished run(s), trained 0"
+    assert namespace["swept"].runs_line() == "skipped 0 finished runs, trained 0"
 
 
 def test_notebook_04_on_a_sweep_writes_its_tables_and_chart(
@@ -778,7 +778,7 @@ def test_notebook_04_on_a_sweep_writes_its_tables_and_chart(
         "sweep_gains.svg",
     }
     swept = namespace["swept"]
-    assert swept.runs_line() == "skipped 1 finished run(s), trained 2"
+    assert swept.runs_line() == "skipped 1 finished run, trained 2"
     cat1 = swept.learned.filter(pl.col("variant") == "cat1")
     assert cat1["learned_at"].to_list() == [240] and cat1["located"].all()
     summary = outputs.read_json(tmp_path / SWEEP.summary)

@@ -1,6 +1,6 @@
 """The selection rules, `paper`, `heldout` and `bounded`, and the result every probe returns.
 
-The paper's numbers (Section 5, Table 3) come from the authors' protocol, which reports the best
+The paper's numbers (Section 5.1, Table 3) come from the authors' protocol, which reports the best
 accuracy on the evaluation split over epochs and weight decays. That selection looks at the test
 split, so every probe here reports two rules side by side:
 

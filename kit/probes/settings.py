@@ -15,7 +15,7 @@ from kit.probes.base import ProbeSettings, ProbeUse
 from kit.probes.selection import BOUNDED, RULES
 
 #: the authors' weight-decay grids per evaluation dataset, as their released linear-probe script
-#: for the paper's Section 5 (Table 3) sets them: ImageNet {1e-4, 5e-4}, iNat18 {1e-6, 1e-5,
+#: for the paper's Section 5.1 (Table 3) sets them: ImageNet {1e-4, 5e-4}, iNat18 {1e-6, 1e-5,
 #: 1e-4}, CIFAR {1e-4 ... 5e-2}
 PAPER_WEIGHT_DECAYS: dict[str, tuple[float, ...]] = {
     "imagenet": (1e-4, 5e-4),
@@ -220,7 +220,7 @@ class FaithfulProbeSettings(ProbeSettings):
     """The authors' probe (`kit.probes.faithful`): frozen backbones on augmented images every
     epoch, BN1d + Linear heads (N(0, 0.01) weights), one per weight decay of the task's grid,
     SGD with Nesterov momentum, the learning rate x0.1 after each milestone, no weight decay on
-    BN, as the authors' released linear-probe script for the paper's Section 5 (Table 3) runs it.
+    BN, as the authors' released linear-probe script for the paper's Section 5.1 (Table 3) runs it.
     The recipe's values default to the authors'; what depends on the machine (processes,
     DataLoader workers, precision of the backbones) has no default."""
 

@@ -1,7 +1,7 @@
 """A claim's pre-stated primary endpoint judged in one of three outcomes, with the power to tell.
 
 A claim names its endpoint before the data: one number per replicate, for example catN's top-1
-minus cat1's averaged over the transfer tasks (paper Section 5, Table 3's mean out-of-distribution
+minus cat1's averaged over the transfer tasks (paper Section 5.1, Table 3's mean out-of-distribution
 gain), paired by replicate. Its conditions are that endpoint against the baseline and, for the
 controls, the same endpoint against each control. Each condition has a *margin* the effect must
 clear (0 for "better", minus the smallest effect of interest for "not worse") and is judged from
@@ -245,7 +245,7 @@ def outcome(
     else:
         status = INCONCLUSIVE
         reasons += [
-            f"{row['condition']}: cannot tell at {row['replicates']} replicate(s)"
+            f"{row['condition']}: cannot tell at {numbers.counted(row['replicates'], 'replicate')}"
             for row in rows
             if row["judgement"] == INCONCLUSIVE and not row["missing"]
         ]
@@ -330,7 +330,8 @@ def table(rows: Sequence[dict[str, Any]], extra: dict[str, Any] | None = None) -
 
 def view(verdicts: pl.DataFrame) -> pl.DataFrame:
     """The verdict table as a reader sees it: human headers, the replicates' values as text,
-    the interval as one column, and the effect the run could have detected."""
+    the interval as one column, the effect the run could have detected, and, for a condition
+    left undecided, the replicates that would detect the smallest effect of interest."""
     keys = [c for c in ("world_seed", "budget") if c in verdicts.columns]
     return verdicts.select(
         *[pl.col(k).alias(k.replace("_", " ")) for k in keys],
@@ -349,5 +350,8 @@ def view(verdicts: pl.DataFrame) -> pl.DataFrame:
         pl.col("rounds"),
         pl.col("stopped").alias("stopped by"),
         pl.col("detectable").round(1).alias("detectable at 80% power (points)"),
-        pl.col("replicates_needed").alias("replicates to detect the smallest effect"),
+        # only where the condition is undecided: a decided one needs no more replicates
+        pl.when(pl.col("judgement") == INCONCLUSIVE)
+        .then(pl.col("replicates_needed"))
+        .alias("replicates to detect the smallest effect (where undecided)"),
     )

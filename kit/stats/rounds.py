@@ -26,6 +26,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from kit.core import numbers
 from kit.stats import outcomes, sequential
 from kit.stats.sequential import Rounds
 
@@ -213,8 +214,9 @@ def to_decide(
         return None
     more = sum(count for count, _ in left)
     undecided = (
-        f"{len(left)} cell(s) undecided when the wall budget ran out; the same plan may add "
-        f"{more} more replicate(s) (to {plan.most} a cell)"
+        f"{numbers.counted(len(left), 'cell')} undecided when the wall budget ran out; the same "
+        f"plan may add {numbers.counted(more, 'more replicate', 'more replicates')} (to "
+        f"{plan.most} a cell)"
     )
     if any(taken is None for _, taken in left):  # every run of this one was read back
         return (

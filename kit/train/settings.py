@@ -186,7 +186,7 @@ class TrainSettings(RunSettings):
     output_dir: str = Field(min_length=1)
     #: steps at which the model (at x, BatchNorm recalibrated there) is also saved as
     #: snapshot-<step>.pt, hashed, without changing the run: the models time-concat reads from
-    #: one seeded run (paper Section 5; notebook 03's `catn_models: snapshots`)
+    #: one seeded run (paper Section 5.1; notebook 03's `catn_models: snapshots`)
     snapshot_steps: list[bounds.Step] = Field(default_factory=list, max_length=bounds.LINES)
 
     @model_validator(mode="after")

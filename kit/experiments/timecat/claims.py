@@ -1,5 +1,5 @@
 """The claims notebooks 03 and 04 judge, each on its pre-stated primary endpoint (paper
-Section 5, Table 3 for time-concat; Sections 3-4 for the bottleneck): which variants and tasks
+Section 5.1, Table 3 for time-concat; Sections 3-4 for the bottleneck): which variants and tasks
 an endpoint reads, the conditions each claim sets against the baseline and the controls, and the
 claim in words (kit.stats.outcomes judges them)."""
 
@@ -144,7 +144,7 @@ def time_concat_conditions(
     smallest: float,
     flagged: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
 ) -> list[outcomes.Condition]:
-    """Section 5's claim (Table 3): catN (`claimed_variant`) transfers better than the
+    """Section 5.1's claim (Table 3): catN (`claimed_variant`) transfers better than the
     baseline at the same budget, beyond the controls. Primary endpoint: catN minus the
     baseline on the mean top-1 over the transfer tasks, paired by replicate. Controls, on the
     same endpoint: catN must beat every control whose training compute is at most its own (the
@@ -212,7 +212,7 @@ def time_concat_claim(
     smallest: float,
     flagged: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
 ) -> outcomes.Outcome:
-    """Section 5's claim judged on `time_concat_conditions`."""
+    """Section 5.1's claim judged on `time_concat_conditions`."""
     found = time_concat_conditions(results, rule, baseline, smallest, flagged)
     if not found:
         return outcomes.Outcome(
@@ -297,7 +297,7 @@ def judge_round(
 
 TITLES = {
     TIME_CONCAT: "time-concat transfers better than {baseline} at the same budget, "
-    "beyond the controls (paper Section 5, Table 3)",
+    "beyond the controls (paper Section 5.1, Table 3)",
     BOTTLENECK: "training directly on a task beats a linear probe of {baseline} on it "
     "(paper Sections 3-4)",
 }

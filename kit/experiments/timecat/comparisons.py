@@ -242,8 +242,8 @@ def _verdict_line(row: dict[str, Any]) -> str:
     )
     return (
         f"secondary (exploratory): {row['variant']} vs {row['baseline']} on {row['task']} "
-        f"({row['role']}): {numbers.signed(row['gain_mean'])} points over {row['replicates']} "
-        f"replicate(s){spread}: {row['verdict']}"
+        f"({row['role']}): {numbers.signed(row['gain_mean'])} points over "
+        f"{numbers.counted(row['replicates'], 'replicate')}{spread}: {row['verdict']}"
     )
 
 

@@ -133,7 +133,7 @@ class TimecatSettings(NotebookSettings):
     seed_sets: list[bounds.Seeds] | None = Field(default=None, max_length=bounds.REPLICATES)
     #: the budget in iterations that each trained variant shares (per model: budget / n)
     total_iterations: int | None = Field(default=None, ge=1, le=bounds.ITERATIONS)
-    #: how the models of time-concat variants are made (paper Section 5; docs: Training, "Two
+    #: how the models of time-concat variants are made (paper Section 5.1; docs: Training, "Two
     #: designs for catN"). `snapshots`, as the authors' released checkpoints were: per replicate
     #: each seed trains once, to the largest step any variant reads from it, warmed up against
     #: one horizon (`horizon()`: train.step_hint, else the budget), and saves its model at every

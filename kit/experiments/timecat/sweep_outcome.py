@@ -1,6 +1,6 @@
 """What notebook 04's sweep found, judged and shown: where each variant's models learn the
 pretraining task, notebook 03's time-concat claim judged in every (world seed, budget) cell, the
-statement over the budget (paper Section 5), and the views and summary the notebook prints.
+statement over the budget (paper Section 5.1), and the views and summary the notebook prints.
 `kit.experiments.timecat.sweep` measures; this module only reads what it measured."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kit.core import numbers
 from kit.core.progress import Stage
 from kit.experiments.timecat import claims, comparisons, regime
 from kit.experiments.timecat.cells import probe_cells
@@ -151,7 +152,7 @@ def overall(judged: CellVerdicts, baseline: str) -> crossover.BudgetClaim:
     variants = [v for v in judged.cells["variant"].unique(maintain_order=True) if v]
     what = (
         f"{'/'.join(variants) or 'catN'} transfers better than {baseline} beyond the "
-        "controls (paper Section 5)"
+        "controls (paper Section 5.1)"
     )
     return crossover.budget_claim(
         judged.cells.select("world_seed", "budget", "status", "line"), what
@@ -217,7 +218,7 @@ class Swept:
 
     def runs_line(self) -> str:
         """How many runs were skipped (finished before) and trained."""
-        return f"skipped {self.skipped} finished run(s), trained {self.trained}"
+        return f"skipped {numbers.counted(self.skipped, 'finished run')}, trained {self.trained}"
 
     def learned_table(self) -> pl.DataFrame | str:
         """Per world seed and variant, the smallest budget where its models learn the

@@ -7,7 +7,7 @@ of replicates and the variants kept. A cell (one world seed, one budget) whose s
 notebook 03's own trains into notebook 03's run folder, so the runs both notebooks share are
 trained once (their folders are keyed by variant and seed, and a folder holding other settings is
 refused, never reused). With `catn_models: snapshots` in `overrides`, every cell of a world reads
-snapshots of the same seeded runs (paper Section 5).
+snapshots of the same seeded runs (paper Section 5.1).
 """
 
 from __future__ import annotations
