@@ -166,11 +166,10 @@ def what_ran(params: SweepSettings, cells: list[Cell], wall_s: float, machine: s
     model = claims.model_words(train) if train is not None else "no model"
     worlds = sorted({c.world_seed for c in cells})
     budgets = sorted({c.budget for c in cells})
-    count = f"{len(cells)} cell{'s' if len(cells) > 1 else ''}"
     return (
         f"What ran: profile {params.profile}; the kit's synthetic world, "
         f"{_counted('seed', worlds)}; {model}; {_counted('budget', budgets)} iterations "
-        f"({count}); {claims.design_words(first)} per cell; "
+        f"({numbers.counted(len(cells), 'cell')}); {claims.design_words(first)} per cell; "
         f"{first.probe_kind} probe, rule {first.probe_rule}; {machine}; "
         f"{wall_s / 60:.1f} min of wall time"
     )
