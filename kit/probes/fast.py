@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from kit.core import blocked
 from kit.core.threads import numerics_threads
 from kit.data.settings import DataSettings
 from kit.probes.base import FeaturePasses, FeatureProbe
@@ -63,9 +64,15 @@ class SgdHeads:
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """Every head's logits [B, H, C] of raw feature rows [B, D]."""
-        standardised = (features - self.mean) * self.scale
-        flat = standardised @ self.weight.permute(1, 0, 2).reshape(
-            self.dim, self.count * self.classes
+        standardised = blocked.rows(
+            lambda rows, into: torch.mul(
+                torch.sub(features[rows], self.mean, out=into), self.scale, out=into
+            ),
+            torch.empty_like(features),
+        )
+        flat = blocked.matmul(
+            standardised,
+            self.weight.permute(1, 0, 2).reshape(self.dim, self.count * self.classes),
         )
         return flat.view(-1, self.count, self.classes) + self.bias
 

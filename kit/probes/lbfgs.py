@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kit.core.threads import one_thread
+from kit.core import blocked
+from kit.core.threads import numerics_threads
 from kit.data.settings import DataSettings
 from kit.probes.base import FeatureProbe
 from kit.probes.devices import probe_devices, shares, visible_gpus
@@ -38,8 +39,10 @@ from kit.probes.settings import TOLERANCE_CHANGE, LbfgsProbeSettings
 #: larger ones (ImageNet's 1.28M x 10,240) are read a chunk at a time in every evaluation
 LBFGS_COPY_BYTES = 1 << 30
 #: fits on the CPU with at most this many fit-row elements (rows x features) run on one
-#: intra-op thread (kit.core.threads): L-BFGS makes some forty small vector operations per
-#: iteration, each paying a join of the threads larger than its work
+#: intra-op thread in the fast CPU numerics (kit.core.threads): L-BFGS makes some forty small
+#: vector operations per iteration, each paying a join of the threads larger than its work.
+#: (In the reproducible numerics every fit runs on one intra-op thread, its large products cut
+#: into blocks over the process's threads: kit.core.blocked)
 ONE_THREAD_ELEMENTS = 1 << 23
 
 
@@ -132,13 +135,15 @@ class ConvexFit:
             penalty.backward()
             total = penalty.detach()
             for features, labels in self.fit_chunks():
-                loss = F.cross_entropy(linear(features), labels, reduction="sum") / len(self.kept)
+                logits = blocked.linear(features, linear.weight, linear.bias)
+                loss = F.cross_entropy(logits, labels, reduction="sum") / len(self.kept)
                 loss.backward()
                 total = total + loss.detach()
             return total
 
+        on_cpu = self.train.device.type == "cpu"
         small = len(self.kept) * self.train.features.shape[1] <= ONE_THREAD_ELEMENTS
-        with one_thread(small and self.train.device.type == "cpu"):
+        with numerics_threads(on_cpu, small):
             optimizer.step(closure)
         state = optimizer.state[linear.weight]
         if state["n_iter"] >= max_iter or state["func_evals"] >= optimizer.defaults["max_eval"]:
@@ -153,7 +158,7 @@ class ConvexFit:
         rows."""
 
         def logits_of(features: torch.Tensor) -> torch.Tensor:
-            return linear(self.standardised(features))[:, None]
+            return blocked.linear(self.standardised(features), linear.weight, linear.bias)[:, None]
 
         fit = scores(logits_of, self.train, self.kept, self.train_labels)
         evaluated = scores(
