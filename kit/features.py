@@ -35,10 +35,10 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from kit import feature_cache, models
-from kit.core import distributed, files
+from kit.core import blocked, distributed, files
 from kit.core.paths import resolve, shown
 from kit.core.progress import Stage, paused
-from kit.core.threads import one_thread
+from kit.core.threads import numerics_threads, one_thread
 from kit.data import workers
 from kit.data.kinds.base import split_size
 from kit.data.prefetch import DeviceBatches
@@ -246,7 +246,8 @@ def _extract_checkpoints(
         )
     )
     # several backbones on the CPU: side by side, one intra-op thread each (kit.probes.parallel
-    # says why); a GPU runs them in turn
+    # says why); one: the blocks of images of its batches (kit.core.blocked, in the
+    # reproducible CPU numerics) over the process's threads; a GPU runs them in turn
     side = side_by_side if target.type == "cpu" and len(backbones) > 1 else 1
 
     def forward(model: models.KitResNet, images: torch.Tensor) -> np.ndarray:
@@ -254,9 +255,10 @@ def _extract_checkpoints(
             torch.no_grad(),
             torch.autocast(target.type, torch.bfloat16, enabled=target.type == "cuda"),
         ):
-            return model.features(images).float().cpu().numpy()
+            return blocked.images(model.features, images).float().cpu().numpy()
 
-    with waited, one_thread(side > 1), ThreadPoolExecutor(max_workers=side) as pool:
+    threads = one_thread() if side > 1 else numerics_threads(target.type == "cpu")
+    with waited, threads, ThreadPoolExecutor(max_workers=side) as pool:
         for images, batch_labels in batches:
             end = row + len(batch_labels)
             found = (
