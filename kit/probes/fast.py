@@ -8,7 +8,9 @@ lowest-objective head is finished by the L-BFGS probe's fit (`kit.probes.lbfgs`)
 
 The grid's heads are shared out over the probe's devices (`kit.probes.devices`: every visible
 GPU by default), each group reading its own copy of the rows; on CUDA the float32 products run
-on TF32 tensor cores unless `tf32: false`.
+on TF32 tensor cores unless `tf32: false`. On the CPU in the reproducible numerics its products,
+row gathers and standardisation run in blocks over the process's threads (kit.core.blocked), with
+the same bits on any number of them.
 """
 
 from __future__ import annotations

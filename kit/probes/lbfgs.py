@@ -1,7 +1,9 @@
 """The L-BFGS probe: converged float64 multinomial logistic regression on cached features.
 
 Fits of different weight decays are independent: with several devices (`kit.probes.devices`)
-each device fits its share of them in its own thread, reading its own copy of the rows.
+each device fits its share of them in its own thread, reading its own copy of the rows. On the
+CPU in the reproducible numerics a fit's products run in blocks over the process's threads
+(kit.core.blocked), with the same bits on any number of them.
 """
 
 from __future__ import annotations
@@ -86,8 +88,12 @@ class ConvexFit:
         return {extra_column(name): rows.top1(logits_of) for name, rows in self.extra.items()}
 
     def standardised(self, features: torch.Tensor) -> torch.Tensor:
-        """Rows standardised in float64 with the fit rows' statistics."""
-        return (features.double() - self.mean) / self.std
+        """Rows standardised in float64 with the fit rows' statistics (by blocks of rows over
+        the lent threads, kit.core.blocked)."""
+        return blocked.rows(
+            lambda rows, into: torch.sub(features[rows], self.mean, out=into).div_(self.std),
+            features.new_empty(features.shape, dtype=torch.float64),
+        )
 
     def fit_chunks(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The standardised fit rows and their labels: the copy when it fits, else chunks."""
@@ -151,7 +157,8 @@ class ConvexFit:
                 f"L-BFGS at weight decay {decay} did not converge in {max_iter} "
                 "iterations; raise max_iter"
             )
-        return {"iterations": state["n_iter"], **self.scored(linear, decay)}
+        with numerics_threads(on_cpu):  # one pass over every split, on the process's threads
+            return {"iterations": state["n_iter"], **self.scored(linear, decay)}
 
     def scored(self, linear: nn.Linear, decay: float) -> dict[str, float]:
         """The objective and accuracies of a fitted head on the fit, held-out and evaluation
