@@ -246,8 +246,7 @@ def _extract_checkpoints(
         )
     )
     # several backbones on the CPU: side by side, one intra-op thread each (kit.probes.parallel
-    # says why); one: the blocks of images of its batches (kit.core.blocked, in the
-    # reproducible CPU numerics) over the process's threads; a GPU runs them in turn
+    # says why); one: its blocks of images over the process's threads; a GPU runs them in turn
     side = side_by_side if target.type == "cpu" and len(backbones) > 1 else 1
 
     def forward(model: models.KitResNet, images: torch.Tensor) -> np.ndarray:
@@ -257,8 +256,8 @@ def _extract_checkpoints(
         ):
             return blocked.images(model.features, images).float().cpu().numpy()
 
-    threads = one_thread() if side > 1 else numerics_threads(target.type == "cpu")
-    with waited, threads, ThreadPoolExecutor(max_workers=side) as pool:
+    lent = one_thread() if side > 1 else numerics_threads(target.type == "cpu")
+    with waited, lent, ThreadPoolExecutor(max_workers=side) as pool:
         for images, batch_labels in batches:
             end = row + len(batch_labels)
             found = (
