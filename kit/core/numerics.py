@@ -17,9 +17,12 @@ order of operations is fixed by the code and the shapes, not by the machine:
   `ONEDNN_MAX_CPU_ISA=AVX2`), which every x86-64 processor of the last decade has, Intel's and
   AMD's alike, and whose instructions round exactly (no approximate reciprocals);
 - NNPACK is not used (it picks kernels by CPU);
-- every computation runs on one intra-op thread, so that no reduction is split by the core
-  count or by what runs beside it; the kit's speed comes from running several processes or
-  probes at once instead.
+- every operation runs on one intra-op thread, so that no library splits a reduction by the
+  core count or by what runs beside it; the probes' large products and gathers and
+  extraction's batches are cut instead into blocks that the shapes fix, each one operation on
+  one thread, spread over the process's threads (kit.core.blocked), so that a large fit or
+  extraction uses every core and gives the same bits on one as on many; the rest of the kit's
+  speed comes from running several processes or probes at once.
 Verified here by emulating other machines (docs/reproducibility.md): the same bits under other
 instruction-set limits, thread settings, one core and a competing load. Two limits remain and
 are stated there and in provenance: oneDNN promises identical results only on identical
