@@ -10,6 +10,13 @@ thread count each way, the milliseconds of one call on 1 and 2 of torch's thread
 the kit's blocks give the bits of the uncut computation on one thread.
 
     .venv/bin/python benchmarks/thread_bits.py            # about 5 minutes on 2 idle cores
+    .venv/bin/python benchmarks/thread_bits.py --mkl-cbwr COMPATIBLE,STRICT --only L-BFGS
+
+`--mkl-cbwr` runs every process with that MKL branch instead of the kit's, the other caps kept
+(the mode's switch then says fast, so that `import kit` leaves the branch alone), and only
+torch's own threads; MKL's strict mode (`,STRICT`) is documented to hold across thread counts
+on its AVX2 and AVX-512 branches only. `--only` keeps the computations whose name contains the
+text.
 
 The shapes are those of benchmarks/probe_speed.py's fast probe (batches of 1,024 rows of
 2,048 features, 100 classes), a float64 L-BFGS fit on its 45,000 fit rows, L-BFGS's vector
@@ -18,6 +25,7 @@ algebra on a head of that size, and extraction of 64 images of 32 px by a ResNet
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -69,16 +77,17 @@ def features():
     with torch.no_grad():
         return blocked.images(net.features, images) if kit_way else net.features(images)
 
-COMPUTATIONS = {
+COMPUTATIONS = {name: compute for name, compute in {
     "fast probe: logits (1,024 x 2,048 @ 2,048 x 100, float32)": lambda: mm(x, w).detach(),
     "fast probe: step's weight gradient (X^T G)": step,
     "fast probe: step's bias gradient (sum over 1,024 rows)": lambda: logits_grad.sum(0),
+    "L-BFGS: logits of 45,000 rows (float64)": lambda: lin(xd, head.weight, head.bias).detach(),
     "L-BFGS: loss and gradients on 45,000 rows (float64)": closure,
     "L-BFGS: dot product of two 204,900-vectors": lambda: u.dot(v),
     "L-BFGS: sum of squares (the penalty)": lambda: u.square().sum(),
     "L-BFGS: direction update (u + 0.5 v)": lambda: u.add(v, alpha=0.5),
     "extraction: ResNet-50 features of 64 images of 32 px": features,
-}
+}.items() if sys.argv[4] in name}
 out = {}
 for name, compute in COMPUTATIONS.items():
     with numerics_threads() if kit_way else contextlib.nullcontext():
@@ -96,14 +105,16 @@ print(json.dumps(out))
 RUNS = (("1", 1, None), ("2", 2, None), ("4", 4, None), ("8", 8, None), ("4 on 1 core", 4, "0"))
 
 
-def measure(threads: int, way: str, cores: str | None) -> dict[str, dict[str, float | str]]:
+def measure(
+    threads: int, way: str, cores: str | None, args: argparse.Namespace
+) -> dict[str, dict[str, float | str]]:
     timed = "timed" if way == "torch" and threads <= 2 and cores is None else "once"
-    command = [sys.executable, "-c", WORK, str(threads), way, timed]
+    command = [sys.executable, "-c", WORK, str(threads), way, timed, args.only]
     if cores is not None and shutil.which("taskset"):
         command = ["taskset", "-c", cores, *command]
     done = subprocess.run(
         command,
-        env=numerics.without_variables() | {"PYTHONPATH": str(REPO_ROOT)},
+        env=numerics.without_variables() | {"PYTHONPATH": str(REPO_ROOT)} | branch(args),
         capture_output=True,
         text=True,
         check=True,
@@ -112,14 +123,28 @@ def measure(threads: int, way: str, cores: str | None) -> dict[str, dict[str, fl
     return found
 
 
+def branch(args: argparse.Namespace) -> dict[str, str]:
+    """The variables of `--mkl-cbwr`: the kit's caps with that MKL branch."""
+    if not args.mkl_cbwr:
+        return {}
+    caps = numerics.REPRODUCIBLE_ENVIRONMENT | {"MKL_CBWR": args.mkl_cbwr}
+    return caps | {numerics.SWITCH: numerics.FAST}
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mkl-cbwr", default="", help="MKL_CBWR instead of the kit's")
+    parser.add_argument("--only", default="", help="computations whose name contains this")
+    args = parser.parse_args()
+    mkl = f"MKL_CBWR={args.mkl_cbwr}" if args.mkl_cbwr else "the kit's MKL branch"
     print(
         f"{numerics.cpu_model()} ({numerics.best_isa()}), {len(os.sched_getaffinity(0))} cores, "
-        f"load {os.getloadavg()[0]:.1f}; the reproducible CPU numerics"
+        f"load {os.getloadavg()[0]:.1f}; ATen and oneDNN at AVX2, {mkl}"
     )
+    ways = ("torch",) if args.mkl_cbwr else ("torch", "kit")
     found = {
-        (way, name): measure(threads, way, cores)
-        for way in ("torch", "kit")
+        (way, name): measure(threads, way, cores, args)
+        for way in ways
         for name, threads, cores in RUNS
     }
     print(
@@ -132,12 +157,12 @@ def main() -> None:
             hashes = {found[(way, name)][computation]["hash"] for name, _, _ in RUNS}
             return "same" if len(hashes) == 1 else "differ"
 
-        uncut = {found[(way, "1")][computation]["hash"] for way in ("kit", "torch")}
         one, two = (float(found[("torch", n)][computation]["ms"]) for n in ("1", "2"))
-        print(
-            f"{computation:<58} {same('torch'):>13} {same('kit'):>10} "
-            f"{'yes' if len(uncut) == 1 else 'no':>6} {one:7.1f} {two:7.1f}"
-        )
+        kit, uncut = "-", "-"
+        if "kit" in ways:
+            hashes = {found[(way, "1")][computation]["hash"] for way in ways}
+            kit, uncut = same("kit"), "yes" if len(hashes) == 1 else "no"
+        print(f"{computation:<58} {same('torch'):>13} {kit:>10} {uncut:>6} {one:7.1f} {two:7.1f}")
     print(f"load {os.getloadavg()[0]:.1f}")
 
 
