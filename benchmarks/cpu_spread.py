@@ -8,7 +8,8 @@ at this CPU's best instruction set and capped lower. For every value the pinned 
 figure, and for every claim its outcome. Writes the JSON `--out` (docs/data/cpu_spread.json by
 default) and prints the tables docs/reproducibility.md carries (`python -m kit figures` puts
 them there; the tests check that the page and the JSON agree, and that the pinned values are
-this JSON's).
+this JSON's). Written to the default place, its first reproducible configuration also becomes
+this CPU model's `ci` record (kit.core.cpu_records), the pins of the tests.
 
     .venv/bin/python benchmarks/cpu_spread.py                      # every configuration, ~12 min
     .venv/bin/python benchmarks/cpu_spread.py --only reproducible fast --out /tmp/spread.json
@@ -32,7 +33,7 @@ from typing import Any
 import polars as pl
 
 from kit.cli import figures
-from kit.core import numerics
+from kit.core import cpu_records, numerics
 from kit.core.paths import REPO_ROOT
 from kit.report import outputs
 
@@ -245,6 +246,19 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     print(figures.cpu_spread(args.out))
+    name = next((c.name for c in chosen if runs[c.name]["mode"] == numerics.REPRODUCIBLE), None)
+    if args.out == DEFAULT_OUT and name is not None:
+        kept = cpu_records.update(
+            "ci",
+            {
+                "kit_commit": record["kit_commit"],
+                "numerics": numerics.VERSION,
+                "configuration": f"{name}: {runs[name]['what']}",
+                "values": runs[name]["values"],
+                "outcomes": runs[name]["outcomes"],
+            },
+        )
+        print(f"kept as this CPU model's ci record in {kept}")
 
 
 if __name__ == "__main__":

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import ast
 import html
-import json
-import math
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -37,6 +36,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 from xdist.scheduler import LoadScopeScheduling
@@ -93,6 +93,7 @@ SLOW_NAMES = (
     "killed_right_after",
     "spread_script",
     "gpu_input_script",
+    "tiny_gpu_decode_run",
 )
 
 
@@ -145,15 +146,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScope
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say at the end what the pinned results were checked against and within which bounds
-    (tests/test_reproducibility.py checks that the pins and bounds are these)."""
-    spread = json.loads((REPO_ROOT / "docs" / "data" / "cpu_spread.json").read_text())
-    moves = spread["spread"]["largest_move"]
+    (tests/pins.py, from the CPU records of docs/data/cpus/)."""
+    import pins
+
+    expect = pins.expected()
     terminalreporter.write_line(
-        f"pinned results: the reproducible CPU numerics' values of docs/data/cpu_spread.json "
-        f"({spread['machine']}, {len(spread['runs'])} configurations), each within "
-        f"{math.ceil(max(moves.values()) * 2) / 2:g} points, the largest move measured there "
-        f"(reproducible mode {moves.get('reproducible', 0):g}, fast mode {moves.get('fast', 0):.2f}"
-        "); every claim's outcome exactly, as every reproducible configuration gave it"
+        f"pinned results: {expect.cpu_id} "
+        + (
+            "has a record: its own values bit for bit and its outcomes exactly"
+            if expect.exact
+            else f"has no record: each value within {expect.bound:g} points of the recorded "
+            f"reference, the outcomes every recorded CPU model gave alike "
+            f"({', '.join(f'{k} {v}' for k, v in expect.outcomes.items())})"
+        )
     )
 
 
@@ -274,3 +279,29 @@ def chart_texts() -> Callable[[Path], list[str]]:
         ]
 
     return read
+
+
+#: where NVIDIA publishes nvImageCodec (and DALI) wheels, so where the dev extra installs them
+NVIDIA_WHEELS = sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")
+
+
+@pytest.fixture()
+def engines():
+    """kit.data.hardware's decoder on the CPU: nvImageCodec's CPU backend (libjpeg-turbo),
+    standing in for a GPU's hardware JPEG engines in the same code. The dev extra installs
+    nvImageCodec where NVIDIA publishes its wheels, so there a missing one fails the test rather
+    than skipping it; elsewhere it skips."""
+    from kit.data import hardware
+
+    if not NVIDIA_WHEELS:
+        pytest.skip("NVIDIA publishes nvImageCodec wheels for Linux x86-64 and aarch64 only")
+    try:
+        from nvidia import nvimgcodec  # noqa: F401
+    except ImportError as error:
+        pytest.fail(
+            f"nvImageCodec is in the dev extra but cannot be imported ({error}); install it with "
+            "`uv sync --locked --inexact --extra dev`"
+        )
+    decoder = hardware.engine_decoder(torch.device("cpu"))
+    assert decoder is not None and decoder.regions
+    return decoder

@@ -1,7 +1,9 @@
 """JupyterLab in a real browser: notebook 01 runs with the interactive profile, its progress bar
 appears and completes, its charts are drawn by Vega-Lite 6 (altair's widget, no version warning)
 with working tooltips, no cell fails, the browser logs no error and requests nothing from outside
-Lab's server; a cell collapsed and saved in Lab leaves the notebook file as committed.
+Lab's server, Lab asks nothing about news, and each finished bar (one more of uneven units, run
+in a cell added in Lab) shows its count over its elapsed time as its rate; a cell collapsed and
+saved in Lab leaves the notebook file as committed.
 
 The report and the page of each executed notebook are those of notebooks 01-04 as this test
 session executed them at the ci profile (`notebook_outputs`, shared with the notebook tests),
@@ -9,7 +11,8 @@ read with the network cut off: the paper's versioned arXiv id visible, nothing w
 1,400-px window, no chart scrolling sideways at 1,280 or 1,400 px, no code name of the label map
 in the text, and no progress bar's elapsed time more than a second above its work's own time as
 the kernel's stage records (kit.core.progress.Stage, paused time left out) and each training
-run's folder (its settings written at its start, its DONE marker at its end) time it.
+run's folder (its settings written at its start, its DONE marker at its end) time it, nor a rate
+other than its count over that elapsed time, to the precision the bar shows (tests/bar_lines.py).
 
 Playwright drives Debian's Chromium (`apt-get install chromium`, as .ci/run does) through its
 executable path, since no browser build can be downloaded here; the test skips, saying so, where
@@ -38,15 +41,17 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
+from bar_lines import BAR_COUNTS, BAR_LINE, clock_seconds, rate_disagrees
 from test_notebook_results import WRITES
 
 from kit.cli import lab as lab_cli
+from kit.core import numbers
 from kit.core.citation import PAPER
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 from kit.launch.progress import shown
 from kit.report import notebook_html
 from kit.report import page as report_page
-from kit.report.labels import LABELS, VALUES
+from kit.report.labels import LABELS, VALUE_PATTERNS, VALUES, label, quantity
 from kit.train.run_files import RunFolder
 
 sync_api = pytest.importorskip(
@@ -65,12 +70,21 @@ NOTEBOOK = NOTEBOOKS_DIR / "01_toy_counterexample.ipynb"
 #: seconds Lab gets to start, and the notebook to run to its end
 START_S, RUN_S = 60, 240
 #: Lab's settings for the test: no autosave (nothing written into notebooks/), every cell drawn
-#: (not only those in view), no news pop-up over the page
+#: (not only those in view); no news setting: `kit lab`'s own default keeps Lab from asking
 LAB_SETTINGS = {
     "docmanager-extension/plugin": {"autosave": False},
     "notebook-extension/tracker": {"windowingMode": "none"},
-    "apputils-extension/notification": {"fetchNews": "false"},
 }
+#: what Lab asks when its news setting is left to the user
+NEWS_QUESTION = "Would you like to get notified about official Jupyter news?"
+#: a bar whose units take uneven times (3 of 0.1 s, then 3 of 1.2 s), run in a cell added in
+#: Lab: ended on tqdm's smoothed rate of its last units, it read about 1.1 step/s, 6 steps in
+#: about 4 s belying it
+UNEVEN_BAR = (
+    "import time; from kit.core.progress import KeptBar; "
+    "bar = KeptBar(total=6, desc='uneven', unit='step', mininterval=0); "
+    "[(time.sleep(0.1 if i < 3 else 1.2), bar.update()) for i in range(6)]; bar.close()"
+)
 #: browser console errors that say nothing about the kit (none known today)
 IGNORED_CONSOLE: tuple[str, ...] = ()
 
@@ -90,7 +104,7 @@ def lab(tmp_path: Path) -> Iterator[str]:
         path = home / "settings" / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(value))
-    env = os.environ | {
+    env = lab_cli.environment() | {  # `kit lab`'s: its setting defaults, its kit for kernels
         "JUPYTER_CONFIG_DIR": str(home / "config"),
         "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
         "IPYTHONDIR": str(home / "ipython"),
@@ -198,12 +212,23 @@ def test_notebook_01_runs_in_lab_with_widgets_charts_and_tooltips(
             timeout=RUN_S * 1000
         )
         wait_until_every_cell_ran(page)
+        run_a_cell_below(page, UNEVEN_BAR)  # not saved: autosave is off
         assert_no_error_outputs(page)
         bars = page.locator(".widget-hprogress")
         assert bars.count() >= 1
         assert page.locator(".widget-hprogress .progress-bar-success").count() == bars.count(), (
             "a progress bar did not complete"
         )
+        lines = [
+            found
+            for text in page.locator(".widget-hbox:has(.widget-hprogress)").all_inner_texts()
+            if (found := BAR_COUNTS.search(" ".join(text.split())))
+        ]
+        assert len(lines) == bars.count(), "a bar without its counts, time and rate"
+        assert any(line[0].startswith("6/6 ") for line in lines), "the uneven bar did not run"
+        disagreeing = [said for line in lines if (said := rate_disagrees(line))]
+        assert not disagreeing, f"finished bars whose rate belies their time: {disagreeing}"
+        assert NEWS_QUESTION not in page.locator("body").inner_text(), "Lab asks about news"
         by_lab = page.locator("[class*='jp-RenderedVega']")  # Lab's Vega extension's outputs
         assert by_lab.count() == 0, f"{by_lab.count()} charts drawn by Lab's own Vega-Lite"
         drawn = page.locator(".vega-embed :is(svg, canvas)")
@@ -238,6 +263,17 @@ def wait_until_every_cell_ran(page: object) -> None:
             return
         time.sleep(1)
     pytest.fail(f"the notebook did not finish within {RUN_S} s: prompts {texts}")
+
+
+def run_a_cell_below(page: object, source: str) -> None:
+    """Add a cell below the notebook's last, type `source` in it, run it, and wait for it."""
+    page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").last.click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")
+    page.keyboard.press("Enter")
+    page.keyboard.insert_text(source)
+    page.keyboard.press("Control+Enter")  # run in place: no empty cell added below
+    wait_until_every_cell_ran(page)
 
 
 def assert_no_error_outputs(page: object) -> None:
@@ -328,31 +364,107 @@ WIDEST_PX = 1400
 #: the window widths a chart must fit without scrolling sideways
 WINDOWS_PX = (1280, 1400)
 #: the code names a reader must never see: keys of the label map with an underscore (the
-#: others are words: 'low', 'share', 'k')
-CODE_NAMES = [key for key in (*LABELS, *VALUES) if "_" in key]
+#: others are words: 'low', 'share', 'k'), and values the label map puts in words by pattern
+#: (an architecture 'cat4resnet50', a variant's per-task run 'direct-shape')
+CODE_NAMES = [re.escape(key) for key in (*LABELS, *VALUES) if "_" in key] + [
+    pattern.pattern for patterns in VALUE_PATTERNS.values() for pattern, _ in patterns
+]
+#: a p-value as kit.core.numbers prints it: two significant digits, or below a thousandth
+P_VALUE = re.compile(r"< 0\.001|–|1\.0|0\.0*[1-9]\d")
+#: elements wider than their box (scrollWidth over clientWidth): any that clips or spills its
+#: content, and any table (a table reflows, it never scrolls); inline elements have no box
+WIDER_THAN_THEIR_BOX = """Array.from(document.querySelectorAll('body, body *'))
+  .filter(e => e instanceof HTMLElement && e.clientWidth > 0
+    && e.scrollWidth > e.clientWidth + 1
+    && (!['auto', 'scroll'].includes(getComputedStyle(e).overflowX) || e.querySelector('table')))
+  .map(e => [e.tagName, String(e.className).slice(0, 60), e.scrollWidth, e.clientWidth,
+             (e.textContent || '').trim().slice(0, 80)])"""
+#: the longest a claim's sentence may be, its detail folded
+CLAIM_CHARS = 300
 
 
-def assert_reads_for_a_researcher(page: object) -> None:
-    """The paper's arXiv id with its version is visible; no element is wider than WIDEST_PX; no
-    code name of the label map shows as a header or in the text (kit.report.labels), folded
-    parts opened, but for code: a code cell's input, a parameter's name in the resolved
-    parameters. Called last: it leaves the page with its folded parts open and its code hidden."""
-    text = page.locator("body").inner_text()
-    assert f"arXiv {PAPER.arxiv_id}" in text, "the paper's versioned arXiv id is not visible"
+def assert_nothing_wider_than_its_box(page: object, where: str) -> None:
+    """No element is wider than the box it sits in: a table reflows, code wraps; the page no
+    wider than the window."""
+    wide = page.evaluate(WIDER_THAN_THEIR_BOX)
+    assert not wide, f"{where}: elements wider than their box: {wide}"
     widest = page.evaluate(
         "Math.max(...Array.from(document.querySelectorAll('body *'), "
         "e => e.getBoundingClientRect().width))"
     )
-    assert widest <= WIDEST_PX, f"an element is {widest} px wide"
+    assert widest <= WIDEST_PX, f"{where}: an element is {widest} px wide"
+
+
+def _quantity_of(header: str) -> numbers.Quantity | None:
+    """The quantity of a table column from its header (kit.report.labels: the code name whose
+    label it is, or the header itself)."""
+    named = next((key for key in LABELS if label(key) == header), header)
+    return quantity(named)
+
+
+#: a number in a cell: its sign, digits and decimals
+NUMBER = re.compile(r"(?<![\w.])[+\-−]?\d[\d,]*(?:\.(\d+))?(?![\d.]|e-)")
+
+
+def one_decimal(text: str) -> bool:
+    """Whether every number in `text` has one decimal (kit.core.numbers' accuracy and gain), an
+    interval's end that would round to 0 its first significant digit."""
+    for found in NUMBER.finditer(text):
+        value = float(found[0].replace(",", "").replace("−", "-"))
+        wanted = numbers.significant_places(value, 1) if 0 < abs(value) < 0.05 else 1
+        if len(found[1] or "") != wanted:
+            return False
+    return True
+
+
+def assert_one_precision_per_quantity(page: object, where: str) -> None:
+    """Every table cell of an accuracy or a gain (by its column's quantity) has one decimal,
+    every p-value two significant digits or '< 0.001' (kit.core.numbers)."""
+    found = page.evaluate(
+        "Array.from(document.querySelectorAll('table:not(.kit-settings)'), t => [Array.from("
+        "t.querySelectorAll("
+        "'thead th'), h => h.innerText.trim()), Array.from(t.querySelectorAll('tbody tr'), "
+        "r => Array.from(r.querySelectorAll('td'), d => d.innerText.trim()))])"
+    )
+    wrong = []
+    for headers, rows in found:
+        for row in rows:
+            for header, cell in zip(headers, row, strict=False):
+                points = _quantity_of(header) in (numbers.POINTS, numbers.GAIN)
+                p_value = header == "p" or header.startswith("p (")
+                if (points and cell not in ("", "–") and not one_decimal(cell)) or (
+                    p_value and not P_VALUE.fullmatch(cell)
+                ):
+                    wrong.append((header, cell))
+    assert not wrong, f"{where}: numbers off their quantity's precision: {wrong[:12]}"
+
+
+def assert_reads_for_a_researcher(page: object, where: str = "the page") -> None:
+    """The paper's arXiv id with its version is visible; no element is wider than its box
+    (`assert_nothing_wider_than_its_box`); every accuracy, gain and p-value at its quantity's
+    precision; no code name of the label map shows as a header or in the text
+    (kit.report.labels), nor a plural left as 'round(s)', folded parts opened, but for code (a
+    code cell's input, a parameter's name in the resolved parameters) and a run's name as its
+    folder has it (a path, a launch's line of a run's time). Called last: it leaves the page
+    with its folded parts open and its code hidden."""
+    text = page.locator("body").inner_text()
+    assert f"arXiv {PAPER.arxiv_id}" in text, "the paper's versioned arXiv id is not visible"
+    assert_nothing_wider_than_its_box(page, where)
+    assert_one_precision_per_quantity(page, where)
     prose = page.evaluate(
         "(() => { document.querySelectorAll('details').forEach(e => { e.open = true; }); "
         "document.querySelectorAll('code, .jp-CodeCell .jp-InputArea')"
         ".forEach(e => { e.style.display = 'none'; }); return document.body.innerText; })()"
     )  # the folded parts opened (a run's time, the parameters), code hidden: the page changes
-    shown = [key for key in CODE_NAMES if re.search(rf"\b{key}\b", prose)]
-    assert not shown, f"code names in the text: {shown}"
+    # a run is named as its folder is on disk (a path, a launch's line of its time): identifiers
+    named = "\n".join(line for line in prose.splitlines() if not RUN_LINE.match(line))
+    words = re.sub(r"\S*/\S*", " ", named)
+    shown = [key for key in CODE_NAMES if re.search(rf"\b{key}\b", words)]
+    assert not shown, f"{where}: code names in the text: {shown}"
+    plurals = sorted({m[0] for m in re.finditer(r"\S*\w\(s\)", prose)})
+    assert not plurals, f"{where}: plurals left to the reader: {plurals}"
     headers = {h.strip() for h in page.locator("th").all_inner_texts()}
-    assert not headers & set(LABELS), f"code names as headers: {headers & set(LABELS)}"
+    assert not headers & set(LABELS), f"{where}: code names as headers: {headers & set(LABELS)}"
 
 
 #: the report of the notebooks executed at the ci profile, written once per session
@@ -410,8 +522,11 @@ def read_the_report_at(
     """The report's checks in a window `width` px wide (see the test above)."""
     context, requested = offline_context(browser, width)
     page = context.new_page()
+    page.add_init_script(KEEP_THE_VIEWS)
     errors: list[str] = []
+    warnings: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("console", lambda m: warnings.append(m.text) if m.type == "warning" else None)
     with screenshot_on_failure(page, tmp_path / f"report_{width}_failure.png"):
         page.goto(written.as_uri())
         wait_for_the_charts(page)
@@ -428,29 +543,92 @@ def read_the_report_at(
         assert "the paper's Table 3" in beside.locator("caption").inner_text()
         machine = page.locator("p.machine").first.inner_text()
         assert "cores" in machine and "torch" in machine, machine
-        assert_reads_for_a_researcher(page)
+        assert_charts_read_for_a_researcher(page, charts, f"the report at {width} px")
+        assert_verdicts_scan(page)
+        assert_reads_for_a_researcher(page, f"the report at {width} px")
         assert not requested, f"the page asked the network for {requested}"
         assert not errors, f"browser console errors: {errors}"
+        vega = [m for m in warnings if m.startswith("WARN")]
+        assert not vega, f"Vega's warnings: {vega}"
     context.close()
 
 
-#: a finished tqdm bar's line: 'fast probes: 100%|##########| 26/26 [00:13<00:00, 2.07probe/s]'
-BAR_LINE = re.compile(
-    r"(?P<desc>.*?): +\d+%\|[^|]*\| *(?P<n>\d+)/(?P<total>\d+) \[(?P<elapsed>[\d:]+)<[^,\]]*, *"
-    r"(?:[\d.]+|\?)(?:s/(?P<per>\w+)|(?P<unit>\w+)/s)"
-)
+#: run before the page's scripts: keeps each Vega view vegaEmbed draws in `window.kitViews`,
+#: so that the test reads what a chart shows (its texts, each mark's tooltip) from its scene
+KEEP_THE_VIEWS = """window.kitViews = [];
+Object.defineProperty(window, 'vegaEmbed', {configurable: true,
+  set(embed) { this._kitEmbed = (...args) => embed(...args).then(result => {
+    window.kitViews.push(result.view); return result; }); },
+  get() { return this._kitEmbed; }});"""
+#: every text a drawn chart shows (axis and legend labels and titles, marks' texts) and every
+#: mark's tooltip, from the scenes of the views KEEP_THE_VIEWS kept
+SCENES = """(() => { const texts = [], tips = [];
+  const walk = node => { for (const item of (node && node.items) || []) {
+    if (node.marktype === 'text' && item.text != null)
+      texts.push([].concat(item.text).join(' '));
+    if (item.tooltip != null) tips.push(item.tooltip);
+    walk(item); } };
+  window.kitViews.forEach(view => walk(view.scenegraph().root));
+  return [texts, tips]; })()"""
+
+
+def assert_charts_read_for_a_researcher(page: object, charts: int, where: str) -> None:
+    """What every drawn chart shows, read from its scene (the texts of its axes, legends and
+    marks, and each mark's tooltip): no code name (a key of the label map as a title, a value
+    it puts in words), tooltips' accuracies and gains to one decimal, the paper cited as
+    kit.core.citation cites it."""
+    page.wait_for_function(f"window.kitViews.length >= {charts}", timeout=60_000)
+    texts, tips = page.evaluate(SCENES)
+    assert tips, f"{where}: no chart has a tooltip"
+    fields = {(str(k), str(v)) for tip in tips if isinstance(tip, dict) for k, v in tip.items()}
+    shown = texts + [v for _, v in fields]
+    raw = sorted({t for t in shown for key in CODE_NAMES if re.search(rf"\b{key}\b", t)})
+    assert not raw, f"{where}: code names drawn in charts or their tooltips: {raw}"
+    titled = sorted({k for k, _ in fields if k in LABELS and label(k) != k})
+    assert not titled, f"{where}: tooltip fields titled with their code name: {titled}"
+    imprecise = sorted(
+        (k, v)
+        for k, v in fields
+        if re.search(r"%|points|top-1", k.replace("95% ", "")) and not one_decimal(v)
+    )
+    assert not imprecise, f"{where}: tooltips off one decimal: {imprecise[:12]}"
+    cited = {v for _, v in fields if v.startswith(PAPER.authors)}
+    assert cited <= {PAPER.short}, f"{where}: the paper cited as {cited}, not {PAPER.short}"
+
+
+def assert_verdicts_scan(page: object) -> None:
+    """Each claim's sentence short (its detail folded in a closed block); the verdict table's
+    rounds never repeat the outcome beside them; the replicates that would detect the smallest
+    effect shown only for an undecided condition."""
+    claims = page.evaluate(
+        "Array.from(document.querySelectorAll('#verdicts .claim'), c => { const d = "
+        "c.cloneNode(true); d.querySelectorAll('details').forEach(x => x.remove()); "
+        "return [d.textContent.trim(), c.querySelectorAll('details:not([open])').length]; })"
+    )
+    assert claims, "no claim in the verdicts"
+    long = [(len(text), text[:80]) for text, _ in claims if len(text) > CLAIM_CHARS]
+    assert not long, f"claims' sentences longer than {CLAIM_CHARS} characters: {long}"
+    rows = page.evaluate(
+        "Array.from(document.querySelectorAll('table.verdicts tbody tr'), r => "
+        "[r.querySelector('.badge').textContent.trim(), r.lastElementChild.textContent.trim()])"
+    )
+    repeated = [(outcome, ran) for outcome, ran in rows if outcome.lower() in ran.lower()]
+    assert not repeated, f"the verdict table's rounds repeat the outcome: {repeated}"
+    needed = page.evaluate(
+        "Array.from(document.querySelectorAll('table.dataframe'), t => { const h = Array.from("
+        "t.querySelectorAll('thead th'), x => x.innerText.trim()); const j = h.indexOf("
+        "'judgement'); const n = h.findIndex(x => x.startsWith('replicates to detect')); "
+        "return j < 0 || n < 0 ? [] : Array.from(t.querySelectorAll('tbody tr'), r => "
+        "[r.cells[j].innerText.trim(), r.cells[n].innerText.trim()]); }).flat()"
+    )
+    decided = [(j, n) for j, n in needed if j != "inconclusive" and n not in ("", "–")]
+    assert not decided, f"replicates to detect an effect beside decided conditions: {decided}"
+
+
 #: a launch's line of one run's own time (kit.launch.progress.RunClock.line)
 RUN_LINE = re.compile(r"(?P<name>.+): (?P<n>\d+)/(?P<total>\d+) steps in (?P<seconds>[\d.]+) s ")
 #: seconds a bar's elapsed time may exceed its work's (a clock read a poll later)
 BAR_SLACK_S = 1.0
-
-
-def clock_seconds(clock: str) -> int:
-    """tqdm's '01:05' or '1:02:05' in seconds."""
-    total = 0
-    for part in clock.split(":"):
-        total = total * 60 + int(part)
-    return total
 
 
 def stage_times(records: Path) -> list[tuple[str, int, str, float]]:
@@ -480,8 +658,9 @@ def run_seconds(shared: Path, shown_name: str) -> float:
 
 def assert_bars_take_their_works_time(page: object, records: Path, shared: Path) -> int:
     """Each finished bar's elapsed time is at most its work's own time (the stage it reports
-    to the runner, matched in order by count and unit) plus BAR_SLACK_S, and each run's folded
-    time at most its run's; returns the number of bars."""
+    to the runner, matched in order by count and unit) plus BAR_SLACK_S, and its rate is its
+    count over that elapsed time as shown; each run's folded time at most its run's; returns
+    the number of bars."""
     bars = [
         found
         for text in page.locator(".kit-widget").all_text_contents()
@@ -495,6 +674,7 @@ def assert_bars_take_their_works_time(page: object, records: Path, shared: Path)
         assert match is not None, f"no stage recorded for the bar {bar[0]!r} in {records}"
         own = stages[match][3]
         assert clock_seconds(bar["elapsed"]) <= own + BAR_SLACK_S, (bar[0], stages[match])
+        assert rate_disagrees(bar) is None, rate_disagrees(bar)
         at = match + 1
     for text in page.locator("details li").all_text_contents():
         if found := RUN_LINE.match(text):
@@ -537,7 +717,7 @@ def test_every_executed_notebook_page_renders_offline(
             assert not code.is_visible(), "Hide code left the code shown"
             notebook = nbformat.read(written.with_suffix(".ipynb"), as_version=4)
             assert page.title() == notebook_html.title(notebook, written.stem)
-            assert_reads_for_a_researcher(page)
+            assert_reads_for_a_researcher(page, written.name)
         page.close()
     context.close()
     assert bars >= 5, f"{bars} progress bars in the executed notebooks"
@@ -546,8 +726,9 @@ def test_every_executed_notebook_page_renders_offline(
 
 
 def test_the_docs_open_offline(browser, tmp_path: Path) -> None:
-    """The built docs request nothing outside the site (no web font from a CDN), and name the
-    paper with its version on the home page."""
+    """The built docs request nothing outside the site (no web font from a CDN), name the
+    paper with its version on the home page, and break no name of one word in a table
+    ('01_toy_counterex ample') across lines at 1,280 px."""
     site = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
@@ -563,6 +744,11 @@ def test_the_docs_open_offline(browser, tmp_path: Path) -> None:
         page.wait_for_load_state("load")
         if built.parent == site:
             assert f"arXiv {PAPER.arxiv_id}" in page.locator("body").inner_text()
+        broken = page.evaluate(
+            "Array.from(document.querySelectorAll('.md-content table code'), c => [c.textContent, "
+            "c.getClientRects().length]).filter(([t, n]) => !/\\s/.test(t) && n > 1)"
+        )
+        assert not broken, f"{built.relative_to(site)}: names broken across lines: {broken}"
         page.close()
     context.close()
     assert not requested, f"the docs asked the network for {requested}"

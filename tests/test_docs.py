@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import polars as pl
 import pytest
 
 from kit.cli import reference
@@ -92,6 +93,43 @@ def test_the_paper_is_named_with_its_version_on_the_home_page_and_in_every_noteb
             c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"
         )
         assert PAPER.markdown() in first.source, path.name
+
+
+def test_the_paper_line_says_which_number_is_not_the_versions_own() -> None:
+    """The paper line claims the quoted version's numbers only for those it printed: the one
+    Table 3 value read from the authors' figure is named (as the data file marks it)."""
+    from kit.experiments import evidence
+
+    read = evidence.load("table3").filter(pl.col("value_source") == "read_from_figure")
+    assert read.height == 1 and "read from the authors' figure" in PAPER.markdown()
+    (row,) = read.iter_rows(named=True)
+    assert f"Table 3's {row['method']} on {row['eval_dataset']}" in PAPER.from_figure
+    assert "the numbers quoted are those of this version." not in PAPER.markdown()
+
+
+#: the paper's Table 3 is in Section 5.1 (5.1.3 Results); "Section 5" alone names no table
+BARE_SECTION_5 = re.compile(r"Section 5(?![.\d])")
+
+
+def test_table_3_is_cited_as_section_5_1s_wherever_a_reader_sees_it() -> None:
+    """The kit's sentences (its code, notebooks, README, the docs' home and report pages) cite
+    the paper's Section 5.1, where Table 3 is, never a bare 'Section 5'."""
+    paths = [
+        *(REPO_ROOT / "kit").rglob("*.py"),
+        *NOTEBOOKS_DIR.glob("*.ipynb"),
+        REPO_ROOT / "README.md",
+        REPO_ROOT / "docs" / "index.md",
+        REPO_ROOT / "docs" / "report.md",
+        REPO_ROOT / "docs" / "concepts.md",
+        REPO_ROOT / "docs" / "notebooks.md",
+    ]
+    found = [
+        f"{path.relative_to(REPO_ROOT)}:{number}"
+        for path in paths
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if BARE_SECTION_5.search(line)
+    ]
+    assert not found, found
 
 
 def test_site_builds_strictly(tmp_path: Path) -> None:

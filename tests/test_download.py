@@ -199,7 +199,7 @@ def test_no_server_names_the_url_and_the_manual_alternative(
     url = f"http://127.0.0.1:{closed_port()}{ARCHIVE}"
     assert kit_main(["download", "checkpoints", "--to", str(tmp_path), "--url", url]) == 1
     error = capsys.readouterr().err
-    assert f"error: {url}: cannot connect" in error
+    assert f"error: kit download checkpoints: {url}: cannot connect" in error
     assert f"download {kit_download.CHECKPOINTS_URL} with any tool" in error
     assert f"--url file:///path/to/{ARCHIVE[1:]}" in error and "Traceback" not in error
     nothing_trusted(tmp_path)

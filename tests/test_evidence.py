@@ -52,6 +52,18 @@ def test_the_papers_numbers_name_its_version_and_the_one_read_from_a_figure_says
     assert quoted["source_ref"].str.contains(PAPER.arxiv_id, literal=True).all()
 
 
+def test_every_source_cites_the_paper_as_kit_core_citation_does() -> None:
+    """A tooltip names the paper's rows by their `study`: the authors and the year of the
+    quoted version (2026 for v3), never another year beside the version's date; a source
+    quoting the paper names it the same way."""
+    for name, frame in evidence.load_all().items():
+        own = frame.filter(pl.col("arxiv_id") == PAPER.arxiv_id)
+        assert (own["study"] == PAPER.short).all(), (name, own["study"].unique().to_list())
+        quoting = frame.filter(pl.col("source_ref").str.contains(PAPER.arxiv, literal=True))
+        cited = quoting.filter(~pl.col("source_ref").str.contains(PAPER.short, literal=True))
+        assert own.height or cited.height == 0, (name, cited["source_ref"].unique().to_list())
+
+
 @pytest.fixture()
 def data_copy(tmp_path: Path) -> Path:
     for file in evidence.SOURCES.values():

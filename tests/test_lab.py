@@ -3,6 +3,14 @@ committed (kit.cli.lab), so running them in Lab leaves `git status` clean."""
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import nbformat
@@ -11,6 +19,7 @@ from jupyter_server.services.contents.filemanager import FileContentsManager
 from traitlets.config.loader import KVArgParseConfigLoader
 
 from kit.cli import lab, runner
+from kit.core import checkouts
 from kit.core.paths import REPO_ROOT
 
 
@@ -69,18 +78,90 @@ def test_files_outside_notebooks_are_saved_as_they_are(tmp_path: Path) -> None:
 def test_lab_refuses_to_start_inside_another_checkout_than_its_kit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Started inside another checkout, whose notebooks the user means, Lab would serve this
+    kit's: it refuses, naming both (two real checkouts and one environment, whose kernels would
+    import the other's kit: tests/test_checkouts.py)."""
     other = tmp_path / "clone"
     (other / "kit").mkdir(parents=True)
     (other / "kit" / "__init__.py").write_text("")
     (other / "notebooks").mkdir()
     monkeypatch.chdir(other / "notebooks")
-    monkeypatch.setattr(lab.os, "execv", lambda *_: pytest.fail("Lab started"))
+    monkeypatch.setattr(lab.os, "execve", lambda *_: pytest.fail("Lab started"))
     assert lab.command([]) == 2
     said = capsys.readouterr().err
     assert str(other) in said and str(REPO_ROOT) in said and "pip install -e ." in said
-    assert lab.other_checkout(REPO_ROOT / "notebooks") is None
-    assert lab.other_checkout(tmp_path) is None  # not in any checkout: Lab starts as asked
+    assert checkouts.checkout_of(REPO_ROOT / "notebooks") == REPO_ROOT
+    assert checkouts.checkout_of(tmp_path) is None  # not in any checkout: Lab starts as asked
 
 
-def test_lab_starts_without_news_announcements() -> None:
+def lab_server(tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    """`python -m kit lab`'s server (its command line and environment), its user settings and
+    configuration in `tmp_path`; returns it and its URL once it answers."""
+    port, token = free_port(), secrets.token_hex(16)
+    command = lab.arguments(
+        [
+            "--no-browser",
+            f"--port={port}",
+            "--ServerApp.ip=127.0.0.1",
+            f"--IdentityProvider.token={token}",
+            f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
+            f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
+            *(["--allow-root"] if os.geteuid() == 0 else []),
+        ]
+    )
+    env = lab.environment() | {
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+    }
+    log = (tmp_path / "lab.log").open("w")
+    server = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2).close()
+            return server, f"{url}/{{}}?token={token}"
+        except OSError:
+            time.sleep(0.5)
+    server.kill()
+    pytest.fail(f"JupyterLab did not answer; its log: {(tmp_path / 'lab.log').read_text()[-2000:]}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_lab_starts_without_news_announcements_or_their_question(tmp_path: Path) -> None:
+    """Lab asks "Would you like to get notified about official Jupyter news?" while its
+    `fetchNews` setting is 'none' (its default): `kit lab`'s server makes 'false' (never) the
+    default, and fetches nothing (no news URL)."""
     assert "--LabApp.news_url=None" in lab.arguments([])
+    server, url = lab_server(tmp_path)
+    try:
+        plugin = "lab/api/settings/@jupyterlab/apputils-extension:notification"
+        with urllib.request.urlopen(url.format(plugin), timeout=30) as answer:
+            setting = json.load(answer)
+    finally:
+        server.terminate()
+        server.wait(30)
+    # the schema Lab's page reads, its default overridden; no user setting
+    assert setting["schema"]["properties"]["fetchNews"]["default"] == "false", setting
+    assert "fetchNews" not in (setting.get("settings") or {}), setting
+
+
+def test_kit_lab_help_says_what_it_does_then_jupyterlabs_options() -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "kit", "lab", "--help"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: python -m kit lab"), shown.stdout[:500]
+    kit_part, _, lab_part = shown.stdout.partition("JupyterLab's own help follows.")
+    assert "saving a notebook of notebooks/" in kit_part and "news" in kit_part
+    assert "--port" in lab_part and "LabApp" in lab_part, lab_part[:500]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pins
 import polars as pl
 import pytest
 
@@ -77,50 +78,17 @@ def test_notebook_01_key_results(notebook_outputs) -> None:
             assert (folder / f"toy_{name}.{fmt}").stat().st_size > 0
 
 
-#: notebook 03's ci-profile Table 3 (top-1 %, mean over 2 replicates, held-out rule): the
-#: reference values of docs/data/cpu_spread.json (benchmarks/cpu_spread.py), the reproducible CPU
-#: numerics' on any machine. A change to the experiment or its parameters that moves them must
-#: rerun that benchmark and update them here, on purpose (tests/test_reproducibility.py checks
-#: both agree)
-PINNED_03 = {
-    ("cat1", "mixture"): 63.1,
-    ("cat1", "shape"): 16.0,
-    ("cat1", "position"): 35.7,
-    ("cat2", "mixture"): 42.4,
-    ("cat2", "shape"): 14.3,
-    ("cat2", "position"): 26.4,
-    ("wide1", "mixture"): 70.9,
-    ("wide1", "shape"): 19.5,
-    ("wide1", "position"): 43.4,
-    ("random2", "mixture"): 14.5,
-    ("random2", "shape"): 10.0,
-    ("random2", "position"): 11.1,
-    ("direct", "shape"): 18.4,
-}
-
-
-#: each pin's bound, in points: the largest move of any pinned value across the configurations
-#: of docs/data/cpu_spread.json (the fast mode's; the reproducible mode moved none), up to half a
-#: point. In the reproducible numerics another machine gives the same bits; the bound covers one
-#: whose libraries took another path, at worst as the fast mode did there
-TOLERANCE = 3.5
-#: each claim's outcome, the same in every reproducible configuration of
-#: docs/data/cpu_spread.json (the fast mode changed some there)
-PINNED_03_OUTCOMES = {"time-concat": "contradicted", "bottleneck": "reproduced"}
-
-
 def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     folder = notebook_outputs("03_time_concat", TIME_CONCAT.table3)
     table = pl.read_parquet(folder / TIME_CONCAT.table3)
     measured = {
-        (row["variant"], task): row[f"{task} mean"]
+        f"03 {row['variant']} {task}": row[f"{task} mean"]
         for row in table.iter_rows(named=True)
         for task in ("mixture", "shape", "position")
         if row[f"{task} mean"] is not None
     }
-    assert measured.keys() == PINNED_03.keys()
-    for key, value in PINNED_03.items():
-        assert measured[key] == pytest.approx(value, abs=TOLERANCE), key
+    expect = pins.expected()
+    assert measured.keys() == {k for k in expect.values if k.startswith("03 ")}
     # the first replicate's fast probes were refitted by L-BFGS (lbfgs_check), the others not
     results = pl.read_parquet(folder / TIME_CONCAT.results)
     checked = results.filter(pl.col("lbfgs_top1").is_not_null())
@@ -136,7 +104,12 @@ def test_notebook_03_ci_results_are_the_pinned_ones(notebook_outputs) -> None:
     verdicts = pl.read_parquet(folder / TIME_CONCAT.verdicts)
     assert verdicts["claim"].unique(maintain_order=True).to_list() == ["time-concat", "bottleneck"]
     assert verdicts["low"].min() >= -100 and verdicts["high"].max() <= 100
-    assert {c["claim"]: c["status"] for c in summary["claims"]} == PINNED_03_OUTCOMES
+    statuses = {f"03 {c['claim']}": c["status"] for c in summary["claims"]}
+    assert statuses.keys() == {"03 time-concat", "03 bottleneck"}
+    assert not pins.problems(measured, statuses, expect)
+    # one rule for the probe cells: the gains table every output shows is the summary's
+    gains = pl.read_parquet(folder / TIME_CONCAT.gains)
+    assert gains.to_dicts() == summary["gains"]
     assert all("detectable at 80% power" in c["line"] for c in summary["claims"])
     assert summary["ran"].startswith("What ran: profile ci;") and "2 replicates" in summary["ran"]
 

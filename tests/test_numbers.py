@@ -33,15 +33,43 @@ def test_a_number_reads_to_its_places_or_three_significant_digits(
 def test_signed_values_and_intervals_never_show_a_negative_zero() -> None:
     assert numbers.signed(1.94) == "+1.9" and numbers.signed(-0.54) == "-0.5"
     assert numbers.signed(-0.04) == "0.0"
-    assert numbers.interval(-0.5, -0.001) == "[-0.5, 0.0]"
     assert numbers.interval(None, 1.0) == "–"
+    assert numbers.interval(-0.5, 0.0) == "[-0.5, 0.0]"
 
 
-def test_p_values_below_a_thousandth_read_in_scientific_notation() -> None:
-    assert numbers.p_value(0.0158) == "0.0158"
-    assert numbers.p_value(0.5) == "0.500"
-    assert numbers.p_value(1.234e-5) == "1.23e-05"
-    assert numbers.p_value(0.0) == "0"
+def test_an_interval_reads_like_its_mean_and_keeps_its_side_of_zero() -> None:
+    """Both ends to the mean's one decimal (never '-0.38 ... 0.0'); an end that is not zero but
+    would round to it keeps its first significant digit, so an interval that lies below 0 (a
+    verdict 'worse') never reads as touching it."""
+    assert numbers.interval(-0.3812, 1.2049) == "[-0.4, +1.2]"
+    assert numbers.interval(-0.38, -0.012) == "[-0.4, -0.01]"
+    assert numbers.interval(0.004, 2.0) == "[+0.004, +2.0]"
+    assert numbers.interval(-0.5, -0.001) == "[-0.5, -0.001]"
+
+
+def test_p_values_read_to_two_significant_digits_or_below_a_thousandth() -> None:
+    assert numbers.p_value(0.0158) == "0.016"
+    assert numbers.p_value(0.5) == "0.50"
+    assert numbers.p_value(1.0) == "1.0"
+    assert numbers.p_value(1.85e-4) == "< 0.001"
+    assert numbers.p_value(0.0) == "< 0.001"
+    assert numbers.p_value(None) == "–"
+
+
+def test_each_quantity_has_one_rule_in_text_and_in_charts() -> None:
+    """An accuracy and a gain to one decimal whatever their value (no '100.00' beside '35.4',
+    no '78.40' beside '65.0'), a gain signed; the same rule as the d3 format a chart's tooltip
+    and axis take."""
+    assert [numbers.POINTS.text(v) for v in (100.0, 99.8, 35.41, 78.4)] == [
+        "100.0",
+        "99.8",
+        "35.4",
+        "78.4",
+    ]
+    assert numbers.GAIN.text(9.2) == "+9.2" and numbers.GAIN.text(-0.57) == "-0.6"
+    assert numbers.POINTS.d3 == ",.1f" and numbers.GAIN.d3 == "+,.1f"
+    assert numbers.FRACTION.text(0.6666) == "0.667"
+    assert numbers.counted(1, "round") == "1 round" and numbers.counted(3, "round") == "3 rounds"
 
 
 def test_a_table_prints_its_cells_through_the_formatter() -> None:
@@ -56,4 +84,42 @@ def test_a_table_prints_its_cells_through_the_formatter() -> None:
         }
     )
     (row,) = tables.table(frame).cells()
-    assert row == ["1234", "450,000", "2.00e-06", "0.00", "0.50", "yes"]
+    assert row == ["1234", "450,000", "< 0.001", "0.0", "0.5", "yes"]
+
+
+def test_a_table_reads_every_accuracy_and_gain_to_one_decimal() -> None:
+    """Whatever the spread or the source: a published 75.58 beside a measured 63.0859, a std
+    of 1.38 beside a mean, a gain's interval ends, each to one decimal; p-values to two
+    significant digits."""
+    frame = pl.DataFrame(
+        {
+            "variant": ["cat1", "cat2"],
+            "mixture mean": [63.0859375, 42.3828125],
+            "mixture std": [1.381068, 3.038349],
+            "kit − paper": [-9.1323, 0.049],
+            "ImageNet-1k": [75.58, 78.4],
+            "p_value": [0.0954, 1.85e-4],
+        }
+    )
+    assert tables.table(frame).cells() == [
+        ["cat1", "63.1", "1.4", "-9.1", "75.6", "0.095"],
+        ["cat2", "42.4", "3.0", "0.0", "78.4", "< 0.001"],
+    ]
+
+
+def test_a_wide_table_shows_fewer_columns_than_its_frame() -> None:
+    """An interval's ends in one column; a value every row shares said once above the table."""
+    frame = pl.DataFrame(
+        {
+            "variant": ["cat2", "wide1"],
+            "gain_mean": [-20.7, 7.8],
+            "low": [-100.0, -22.04],
+            "high": [98.6, -0.012],
+            "baseline": ["cat1", "cat1"],
+        }
+    )
+    shown = tables.table(frame).layout()
+    assert shown.headers == ["variant", "gain (points, mean)", tables.INTERVAL_HEADER]
+    assert shown.rows == [["cat2", "-20.7", "[-100.0, +98.6]"], ["wide1", "+7.8", "[-22.0, -0.01]"]]
+    assert shown.notes == ["baseline: cat1"]
+    assert "In every row: baseline: cat1." in tables.table(frame)._repr_html_()

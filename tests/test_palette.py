@@ -227,7 +227,9 @@ def test_no_line_joins_the_variants_of_the_role_chart() -> None:
 def test_training_chart_has_one_panel_per_variant_with_titled_axes() -> None:
     spec = figures.training_chart(curves()).to_dict()
     rows = next(iter(spec["datasets"].values()))
-    assert {r["variant"] for r in rows} == {"cat1", "cat2", "direct-shape"}
+    # a per-task run of the direct variant named in words, in the direct variant's colour
+    assert {r["variant"] for r in rows} == {"cat1", "cat2", "direct (shape)"}
+    assert palette.color("direct (shape)") == palette.color("direct")
     encoding = spec["spec"]["encoding"]
     assert encoding["x"]["title"] == "training step" and encoding["y"]["title"]
     assert spec["columns"] == 2

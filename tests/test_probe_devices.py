@@ -1,15 +1,26 @@
 """Probes spread over several devices: the choice of devices, the sharing of heads and fits, and
-TF32, checked on the CPU with made-up GPU counts and groups of heads on the CPU."""
+TF32, checked on the CPU with made-up GPU counts, groups of heads on the CPU, and fits shared over
+stand-in devices (a recording probe on made-up GPUs, or the CPU standing in for each GPU)."""
 
 from __future__ import annotations
+
+import threading
 
 import polars as pl
 import pytest
 import torch
 
-from kit.probes.devices import matmul_precision, precision, probe_devices, shares
-from kit.probes.fast import fast_probe
+from kit.probes.devices import (
+    fit_devices,
+    matmul_precision,
+    precision,
+    probe_devices,
+    shared_gpus,
+    shares,
+)
+from kit.probes.fast import FastProbe, fast_probe
 from kit.probes.lbfgs import lbfgs_probe
+from kit.probes.parallel import fit_many
 from kit.probes.rows import ProbeError, Split
 from kit.probes.settings import FastProbeSettings, LbfgsProbeSettings
 
@@ -105,3 +116,66 @@ def test_lbfgs_fits_shared_over_threads_give_the_sequential_result() -> None:
     assert pl.Series(two.history["train_loss"]).to_list() == pytest.approx(
         [fit.history["train_loss"].item() for fit in alone], rel=1e-12
     )
+
+
+@pytest.mark.parametrize(
+    ("device", "devices", "visible", "expected"),
+    [
+        ("cuda", None, 8, [f"cuda:{i}" for i in range(8)]),
+        ("cuda", 3, 8, ["cuda:0", "cuda:1", "cuda:2"]),
+        ("cuda", None, 1, []),  # one GPU: its heads as before
+        ("cuda:2", None, 8, []),  # a chosen GPU: that one alone
+        ("cpu", 3, 0, []),
+    ],
+)
+def test_fits_are_shared_over_the_gpus_the_settings_ask_for(
+    device: str, devices: int | None, visible: int, expected: list[str]
+) -> None:
+    settings = FastProbeSettings(device=device, devices=devices)
+    assert [str(d) for d in fit_devices(settings, visible)] == expected
+    assert shared_gpus(settings, 8) == (devices or 8)
+
+
+class RecordingProbe(FastProbe):
+    """A stand-in probe whose fit records its settings' device and waits until `together` fits
+    run at once (a barrier), returning its task's name as the result."""
+
+    def __init__(self, together: int) -> None:
+        self.devices: list[tuple[str, int | None]] = []
+        self.barrier = threading.Barrier(together, timeout=30)
+        self.lock = threading.Lock()
+
+    def fit(self, train, evaluation, num_classes, settings, progress=True, extra=None):  # type: ignore[no-untyped-def]
+        with self.lock:
+            self.devices.append((settings.device, settings.devices))
+        self.barrier.wait()
+        return train.name
+
+
+def test_the_fits_run_at_once_one_on_each_gpu_in_order() -> None:
+    """Eight fits over four stand-in GPUs (no CUDA is touched): four at once, each on its own GPU
+    with `devices` unset, the results in the jobs' order."""
+    gpus = [torch.device("cuda", index) for index in range(4)]
+    probe = RecordingProbe(together=4)
+    jobs = [
+        (Split(torch.zeros(2, 3), torch.zeros(2), f"fit{i}"), planted(4, 0), {}) for i in range(8)
+    ]
+    found = list(fit_many(probe, jobs, 4, FastProbeSettings(device="cuda"), devices=gpus))
+    assert found == [f"fit{i}" for i in range(8)]
+    # each round of four ran together (the barrier), one fit on each GPU
+    assert (
+        sorted(probe.devices[:4])
+        == sorted(probe.devices[4:])
+        == [(f"cuda:{i}", None) for i in range(4)]
+    )
+
+
+def test_fast_probes_shared_over_stand_in_devices_give_the_one_by_one_results() -> None:
+    """The fits of three representations shared over three CPU stand-ins for GPUs: each fit is
+    the one it is alone on one device, bit for bit."""
+    jobs = [(planted(300, seed), planted(100, seed + 10), {}) for seed in range(3)]
+    settings = FastProbeSettings(lrs=[0.1], weight_decays=[1e-4, 1e-3], epochs=2, batch_size=64)
+    alone = list(fit_many(FastProbe(), jobs, 4, settings))
+    shared = list(fit_many(FastProbe(), jobs, 4, settings, devices=[torch.device("cpu")] * 3))
+    for one, other in zip(alone, shared, strict=True):
+        assert other.history.equals(one.history) and other.selected.equals(one.selected)

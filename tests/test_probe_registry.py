@@ -193,7 +193,7 @@ def test_a_probe_of_ones_own_runs_notebook_03s_ci_experiment(
         results,
         settings.probe_rule,
         settings.baseline,
-        settings.max_probe_gap,
+        settings.max_probe_optimism,
         settings.smallest_effect,
         ran,
     )

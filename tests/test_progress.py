@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ import nbformat
 import pytest
 import torch
 import tqdm.std
+from bar_lines import BAR_LINE, rate_disagrees
 
 from kit.cli import terminal
 from kit.core import progress
@@ -27,22 +29,39 @@ for _ in KeptBar(range(500), desc="counting"):
 """
 
 
-def test_a_kept_bar_stays_at_its_end_in_the_saved_notebook(tmp_path: Path) -> None:
-    """tqdm.auto's widget alone is saved as it was first displayed (0%); a KeptBar is saved
-    as it ended, and nothing of it is written as lines of text: the notebook's page draws the
-    finished bar once, not as a widget and again as its text line."""
-    source, executed = tmp_path / "bar.ipynb", tmp_path / "bar.out.ipynb"
+#: a bar in a kernel on a clock the cell moves: 5 runs of 1 s, then 5 of 3 s
+FAKE_CLOCK_CELL = """\
+import tqdm.std
+from kit.core.progress import KeptBar
+
+class Clock:
+    now = 1000.0
+    def __call__(self):
+        return self.now
+
+tqdm.std.time = clock = Clock()
+bar = KeptBar(total=10, desc="runs", unit="run", mininterval=0)
+for step in range(10):
+    clock.now += 1 if step < 5 else 3
+    bar.update()
+bar.close()
+"""
+
+
+def executed_cell(tmp_path: Path, source: str) -> tuple[Path, nbformat.NotebookNode]:
+    """A notebook of one cell (`source`) executed by papermill: a kernel without a frontend."""
+    written, executed = tmp_path / "bar.ipynb", tmp_path / "bar.out.ipynb"
     nbformat.write(
         nbformat.v4.new_notebook(
-            cells=[nbformat.v4.new_code_cell(CELL)],
+            cells=[nbformat.v4.new_code_cell(source)],
             metadata={
                 "kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}
             },
         ),
-        source,
+        written,
     )
     result = subprocess.run(
-        [sys.executable, "-m", "papermill", str(source), str(executed), "--kernel", "python3"],
+        [sys.executable, "-m", "papermill", str(written), str(executed), "--kernel", "python3"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -50,16 +69,67 @@ def test_a_kept_bar_stays_at_its_end_in_the_saved_notebook(tmp_path: Path) -> No
         env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    outputs = nbformat.read(executed, as_version=4).cells[0].outputs
-    bars = [
+    return executed, nbformat.read(executed, as_version=4)
+
+
+def saved_bars(notebook: nbformat.NotebookNode) -> list[str]:
+    """The text lines of the widgets its first cell's outputs hold."""
+    return [
         output.data["text/plain"]
-        for output in outputs
+        for output in notebook.cells[0].outputs
         if "application/vnd.jupyter.widget-view+json" in output.get("data", {})
     ]
+
+
+def test_a_kept_bar_stays_at_its_end_in_the_saved_notebook(tmp_path: Path) -> None:
+    """tqdm.auto's widget alone is saved as it was first displayed (0%); a KeptBar is saved
+    as it ended, and nothing of it is written as lines of text: the notebook's page draws the
+    finished bar once, not as a widget and again as its text line."""
+    executed, notebook = executed_cell(tmp_path, CELL)
+    bars = saved_bars(notebook)
     assert len(bars) == 1 and bars[0].startswith("counting: 100%") and " 500/500 " in bars[0]
-    assert not [output for output in outputs if output.output_type == "stream"]
+    assert not [output for output in notebook.cells[0].outputs if output.output_type == "stream"]
     page = notebook_html.render(executed).read_text()
     assert page.count("<progress") == 1 and page.count("counting: 100%") == 1
+
+
+def test_a_finished_widget_shows_its_count_over_its_own_time(tmp_path: Path) -> None:
+    """In a kernel (tqdm's widget, as Lab draws it and the saved notebook keeps it), 10 runs in
+    20 s end at 2.00 s/run, in the widget's text line and in the label Lab shows beside the
+    bar: not the smoothed rate of the last runs (2.71 s/run, on which tqdm's widget ends), which
+    its time belies."""
+    _, notebook = executed_cell(tmp_path, FAKE_CLOCK_CELL)
+    (line,) = saved_bars(notebook)
+    assert "10/10 [00:20<00:00,  2.00s/run]" in line, line
+    assert rate_disagrees(BAR_LINE.match(line)) is None
+    state = notebook.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
+    texts = [
+        " ".join(html.unescape(model["state"]["value"]).split())  # Lab's label: figure spaces
+        for model in state.values()
+        if model["model_name"] == "HTMLModel"
+    ]
+    assert [text for text in texts if "/10 [" in text] == ["10/10 [00:20<00:00, 2.00s/run]"], texts
+
+
+def test_a_finished_bar_keeps_its_own_count_over_its_own_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a terminal, the same bar with 100 s of extraction (`paused`) before each run: it ends
+    at 10 runs in 20 s, 2.00 s/run, and any later draw of it (a notebook keeps the finished
+    widget's text as drawn after its end) says the same, its clock stopped when it ended."""
+    clock = Clock()
+    monkeypatch.setattr(tqdm.std, "time", clock)
+    bar = progress.KeptBar(total=10, desc="runs", unit="run", mininterval=0)
+    for step in range(10):
+        with progress.paused():
+            clock.now += 100
+        clock.now += 1 if step < 5 else 3
+        bar.update()
+    bar.close()
+    clock.now += 50
+    line = str(bar)
+    assert "10/10 [00:20<00:00,  2.00s/run]" in line, line
+    assert rate_disagrees(BAR_LINE.match(line)) is None
 
 
 class Clock:

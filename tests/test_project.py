@@ -213,6 +213,9 @@ def test_parameters_cells_set_only_a_profile_and_it_resolves() -> None:
             "profile"
         ], path.name
         assert params.from_notebook(path.stem, namespace).profile == "interactive"
+        # an executed copy shows this line above papermill's cell setting the run's profile
+        said = cell.source.split("profile = ", 1)[1].split("\n", 1)[0]
+        assert "# default" in said and "injected cell below overrides it" in said, said
 
 
 def test_the_cell_after_the_parameters_shows_every_resolved_value() -> None:

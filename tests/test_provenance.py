@@ -32,6 +32,15 @@ def test_outside_a_checkout_the_commit_is_unknown(monkeypatch, tmp_path: Path) -
     assert provenance.commit() == "unknown"
 
 
+def test_the_machine_line_names_the_host_as_a_host_name() -> None:
+    """A host name ('vm') is no machine description: the line says what the machine is and
+    gives the name as one, last."""
+    made = provenance.record() | {"host": "vm"}
+    line = provenance.ran_on(made)
+    assert line.startswith(made["cpu_numerics"]["cpu"]), line
+    assert line.endswith(", host name vm") and "vm:" not in line, line
+
+
 def test_each_start_of_a_run_appends_a_record(tmp_path: Path) -> None:
     provenance.append(tmp_path / "provenance.jsonl")
     provenance.append(tmp_path / "provenance.jsonl")

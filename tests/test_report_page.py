@@ -244,6 +244,40 @@ def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_
     assert start < text.index("time-concat line")
 
 
+def test_a_claim_reads_in_one_short_sentence_its_detail_folded(tmp_path: Path) -> None:
+    """A claim's block says its title and how many rounds it took, its conditions folded in a
+    closed <details>; the verdict table's rounds never repeat the outcome beside them, and a
+    decided condition shows no replicates to detect an effect."""
+    folder = fake_outputs(tmp_path / "ci")
+    condition = outcomes.Condition(
+        "cat4 vs cat1", "cat4", "cat1", ("shape",), outcomes.estimate([3.0, 3.2, 3.1])
+    )
+    found = outcomes.outcome("time-concat", [condition], 2.9)
+    long = outcomes.condition_words(found.rows[0]) + " and much more detail" * 40
+    claim = {
+        "claim": "time-concat",
+        "status": found.status,
+        "title": "time-concat transfers better",
+        "how": " after 1 round (3 replicates)",
+        "line": f"Claim: time-concat transfers better: REPRODUCED — {long}",
+        "conditions": [long],
+    }
+    (folder / TIME_CONCAT.summary).write_text(json.dumps({"claims": [claim], "ran": "ran"}))
+    rows = [row | {"rounds": 1, "stopped": found.status} for row in found.rows]
+    outcomes.table(rows).write_parquet(folder / TIME_CONCAT.verdicts)
+    text = page.write_report("ci", folder).read_text()
+    block = re.search(r'<div class="claim good">(.*?)</div>', text, re.S)[1]
+    shown, folded = block.split("<details>", 1)
+    assert "time-concat transfers better after 1 round (3 replicates)" in shown
+    assert len(re.sub(r"<[^>]+>", "", shown)) < 120 and "much more detail" in folded
+    scan = text[text.index('<table class="dataframe verdicts">') :]
+    assert "<td>1 round</td>" in scan and "round(s)" not in text
+    assert "replicates to detect the smallest effect (where undecided)</th>" in text
+    assert outcomes.view(outcomes.table(rows))[
+        "replicates to detect the smallest effect (where undecided)"
+    ].to_list() == [None]
+
+
 def test_no_chart_or_table_of_the_report_shows_a_code_name(tmp_path: Path) -> None:
     """Every field a reader sees is titled through the one label map: no key of LABELS shows
     as a table header of the report or as an axis, legend or tooltip title of the toy's

@@ -107,7 +107,7 @@ def test_no_round_starts_that_would_end_past_the_wall_budget(
         assert decide is not None and decide.endswith(
             "python -m kit run 03 --profile p --set rounds.wall_s=120"
         )
-        assert "1 cell(s) undecided" in decide and "6 more replicate(s) (to 9 a cell)" in decide
+        assert "1 cell undecided" in decide and "6 more replicates (to 9 a cell)" in decide
     else:
         assert going.stopped == rounds.MOST and cells["open"].left(PLAN) is None
         assert decide is None
@@ -156,6 +156,10 @@ def test_rounds_settings_are_refused_by_key_and_make_the_plan() -> None:
     loaded, _ = params.load("03_time_concat", "ci", overrides={"rounds": given})
     assert loaded.design == Rounds(3, 3, 9, spending="pocock")
     assert claims.design_words(loaded).startswith("replicates in rounds (3, then 3 per round")
+    assert claims.design_words(loaded).endswith("pocock spending; wall budget 900 s)")
+    first_only, _ = params.load("03_time_concat", "ci", overrides={"rounds": given | {"wall_s": 0}})
+    assert "wall budget 0" not in claims.design_words(first_only)
+    assert "no wall budget: this run makes the first round only" in claims.design_words(first_only)
     with pytest.raises(params.ParameterError, match="seed_sets: 2 sets for 9 replicates"):
         params.load(
             "03_time_concat", "ci", overrides={"rounds": given, "seed_sets": [[1, 2], [3, 4]]}

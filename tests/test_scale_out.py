@@ -45,8 +45,12 @@ def test_the_faithful_probe_step_gets_a_gpu_per_process(monkeypatch: pytest.Monk
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     (slot,) = local.slots(probe.model_copy(update={"backend": "local"}))
     assert slot.gpus == (0, 1, 2, 3, 4)
+    # a probe of cached features: one process given the node's GPUs, its fits shared over them
     fast = jobs.step_settings("probe", NODE, _timecat("fast"))
-    assert (fast.gpus_per_node, fast.gpus_per_worker) == (1, 1)
+    assert (fast.nproc_per_node, fast.gpus_per_node, fast.gpus_per_worker) == (1, 8, 8)
+    assert fast.cpus_per_node == 12 + 1
+    few = SimpleNamespace(**vars(_timecat("fast")) | {"probe": FastProbeSettings(devices=3)})
+    assert jobs.step_settings("probe", NODE, few).gpus_per_worker == 3
     assert jobs.step_settings("extract", NODE, _timecat("fast")).nproc_per_node == 8
 
 

@@ -116,18 +116,44 @@ def test_the_input_check_decodes_jpegs_as_detailed_as_imagenets(tmp_path: Path) 
 def test_the_gpu_input_script_measures_every_decode_path_against_the_step(tmp_path: Path) -> None:
     """benchmarks/gpu_input.py at its tiny size on the CPU, without compiling (the suite's
     seconds; the compiled step is the trainer's, tested there): the eager ceiling, then the step
-    fed by each decode path that runs here, each ratio to the ceiling, and what it ran on, as
-    the JSON the GPU run writes."""
+    fed by each decode path that runs here, each part of the gpu path alone and beside the step,
+    and the step's options that need no compiling, each ratio to the ceiling, and what it ran
+    on, as the JSON the GPU run writes."""
     out = tmp_path / "rates.json"
     script = REPO_ROOT / "benchmarks" / "gpu_input.py"
-    command = [sys.executable, str(script), "--device", "cpu", "--tiny", "--eager"]
-    subprocess.run([*command, "--out", str(out)], check=True, cwd=tmp_path, timeout=300)
+    command = [sys.executable, str(script), "--device", "cpu", "--tiny", "--eager", "--parts"]
+    command += ["--steps", "optimizer for-loop", "channels-last off"]
+    command += ["compile reduce-overhead (CUDA graphs)"]
+    done = subprocess.run(
+        [*command, "--out", str(out)], cwd=tmp_path, timeout=600, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "step: compile reduce-overhead (CUDA graphs): not measured with --eager" in done.stdout
     record = json.loads(out.read_text())
     found = {(r["input"], r["workers"], r["compiled"]): r for r in record["rates"]}
-    paths = ["cpu", "gpu"] + (["dali"] if dali_installed() else [])  # dali: the dev extra's
-    assert set(found) == {("synthetic", 0, False)} | {(path, 1, False) for path in paths}
+    paths = ["cpu", "gpu", "gpu-cuda"] + (["dali"] if dali_installed() else [])  # dev extra's
+    parts = [
+        f"gpu/{name}"
+        for name in (
+            "decode engines whole",  # nvImageCodec's CPU backend: the dev extra's
+            "decode engines regions",
+            "decode cuda decoder",
+            "resize float32",
+            "resize float16",
+            "all (engines)",
+            "all (cuda decoder)",
+        )
+    ]
+    steps = ["step: optimizer for-loop", "step: channels-last off"]
+    assert set(found) == (
+        {("synthetic", 0, False)}
+        | {(path, 1, False) for path in paths}
+        | {(name, 0, False) for part in parts for name in (part, f"{part} + step")}
+        | {(name, 0, False) for name in steps}
+    )
     assert found[("synthetic", 0, False)]["ratio"] == 1.0
     for rate in found.values():
         assert 0 < rate["low"] <= rate["median"] <= rate["high"]
         assert rate["ratio"] == rate["median"] / found[("synthetic", 0, False)]["median"]
-    assert record["measured_on"]["device"] == "cpu" and record["measured_on"]["cores"] >= 1
+    on = record["measured_on"]
+    assert on["device"] == "cpu" and on["cores"] >= 1 and on["hardware_jpeg"] is True

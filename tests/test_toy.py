@@ -178,7 +178,7 @@ def test_accuracy_chart_names_every_representation_and_the_chance_level(
     (svg,) = charts.save_chart(toy_charts.accuracy_chart(table), tmp_path, "accuracy", ["svg"])
     texts = chart_texts(svg)
     assert set(trainings) <= set(texts)  # in full, not shortened with '…'
-    assert texts.count("chance 0.67") == 1  # a third positive in every component
+    assert texts.count("chance 0.667") == 1  # a third positive in every component
 
 
 def test_what_the_runs_show_reads_as_sentences_not_python_dicts() -> None:

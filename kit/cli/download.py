@@ -6,11 +6,14 @@ The download resumes after an interrupt and is checked before it is renamed to i
 records for the CIFAR archives (torchvision/datasets/cifar.py: `CIFAR10.url`, `.tgz_md5`; a test
 compares). The authors publish no checksum of theirs, so the SHA-256 of the first complete
 download is recorded in a manifest beside it (`<archive>.kit.json`) and a later archive that
-differs is refused until `--accept-new-archive`. The archive is unpacked safely, then checked:
-every released checkpoint found (kit.experiments.timecat.layouts) and loaded as the AlgoPerf
-ResNet-50 the kit reads, each given its `.sha256` (which the profile then verifies); each CIFAR
-file against torchvision's MD5, and the kind's layout read. Whatever fails is removed, so a later
-run trusts nothing half-done; running it again when all is in place does nothing and says so.
+differs is refused until `--accept-new-archive`. The archive is unpacked safely into a folder of
+its own, then checked there: every released checkpoint found (kit.experiments.timecat.layouts)
+and loaded as the AlgoPerf ResNet-50 the kit reads, each given its `.sha256` (which the profile
+then verifies); each CIFAR file against torchvision's MD5, and the kind's layout read. Whatever
+fails is removed, so a later run trusts nothing half-done; only what passed moves into the
+folder, replacing only what the record says an earlier download wrote
+(kit.core.download_record). Running it again when all is in place hashes the files the profile
+reads, and does nothing more when each is as recorded.
 ImageNet-1k and iNat18 are not fetched (their licences ask for a sign-up): `kit check` says where
 to get them.
 """
@@ -18,7 +21,6 @@ to get them.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import shutil
 import sys
@@ -27,9 +29,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from kit.core import files
-from kit.core.fetch import DownloadError, fetch, file_digest, finish, partial_name, safe_extract
+from kit.core import download_record, files
+from kit.core.fetch import (
+    DownloadError,
+    UnpackingError,
+    fetch,
+    file_digest,
+    finish,
+    partial_name,
+    safe_extract,
+    write_failure,
+)
 from kit.core.params import ParameterError
+from kit.experiments.timecat import layouts
 
 #: the authors' archive, as their tools/download.sh fetches it (facebookresearch/richreps-timecat)
 CHECKPOINTS_URL = (
@@ -137,14 +149,18 @@ def add_command(commands: Any) -> None:
 def command(what: str, to: Path | None, url: str | None, accept_new: bool) -> int:
     """`python -m kit download`: 0 when everything is in place, 1 naming what failed."""
     try:
-        print(download(what, folder_for(what, to), url, accept_new))
+        folder = folder_for(what, to)
+        print(download(what, folder, url, accept_new))
     except (DownloadError, ParameterError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: kit download {what}: {error}", file=sys.stderr)
         return 1
-    except OSError as error:
-        from kit.cli.write_errors import write_error
-
-        print(f"error: download not completed: {write_error(error)}", file=sys.stderr)
+    except OSError as error:  # the folder or the record could not be written
+        said = (
+            str(error)
+            if isinstance(error, files.DiskFullError)
+            else str(write_failure(error, folder, "writing the download", "nothing is lost"))
+        )
+        print(f"error: kit download {what}: {said}", file=sys.stderr)
         return 1
     return 0
 
@@ -155,7 +171,7 @@ def folder_for(what: str, to: Path | None) -> Path:
         return to
     root = os.environ.get(source.root)
     if not root:
-        raise ParameterError(f"kit download {what}: name a folder with --to, or set {source.root}")
+        raise ParameterError(f"name a folder with --to, or set {source.root}")
     return Path(root) / source.subfolder
 
 
@@ -166,18 +182,17 @@ def download(
     accept_new: bool = False,
     stream: IO[str] | None = None,
 ) -> str:
-    """Fetch, check, unpack and verify `what` into `folder`; what was done, as a line. Whatever
-    fails verification (the unpacked files, the archive) is removed."""
+    """Fetch, check, unpack and verify `what` into `folder`; what was done, as a line. The
+    archive is unpacked and verified in a folder of its own; only then do its entries replace
+    what the record says an earlier download wrote (kit.core.download_record). Whatever fails
+    verification (the unpacked files, the archive) is removed."""
     source = SOURCES[what]
     url = url or os.environ.get(source.variable) or source.url
     folder.mkdir(parents=True, exist_ok=True)
-    archive, record_path = folder / source.archive, folder / f"{source.archive}.kit.json"
-    record = _read_record(record_path)
-    if record.get("files") and _unchanged(folder, record["files"]):
-        return (
-            f"{folder}: {what} already downloaded and verified ({len(record['files'])} files "
-            f"as {record_path.name} records them); nothing to do"
-        )
+    archive = folder / source.archive
+    record = download_record.read(folder, source.archive)
+    if record is not None and (said := _in_place(what, source, folder, record)):
+        return said
     manual = (
         f"To get it another way, download {source.url} with any tool (on another machine if "
         f"need be), then run: python -m kit download {what} --to {folder} --url "
@@ -188,64 +203,92 @@ def download(
         got = fetch(url, archive, manual=manual, expected_size=source.size, stream=stream)
     sha256 = _checked(source, got, record, accept_new)
     finish(got, archive)
-    extracted = _unpack(archive, folder, record.get("extracted", []))
+    unpacked = _unpack(archive, folder)
     try:
-        verified, summary = _verify(what, source, folder)
-    except BaseException:
-        for name in extracted:
-            shutil.rmtree(folder / name, ignore_errors=True)
+        verified, summary = _verify(what, source, unpacked)
+        written, folders = download_record.manifest(unpacked, verified)
+    except (DownloadError, ParameterError):  # the archive's fault: it goes too
+        shutil.rmtree(unpacked, ignore_errors=True)
         archive.unlink(missing_ok=True)
         raise
-    same = record.get("sha256") == sha256
-    files.write_text(
-        record_path,
-        json.dumps(
-            {
-                "url": url,
-                "archive": archive.name,
-                "size": archive.stat().st_size,
-                "sha256": sha256,
-                "first_downloaded": record["first_downloaded"]
-                if same and "first_downloaded" in record
-                else datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                "extracted": extracted,
-                "files": verified,
-            },
-            indent=1,
-        ),
+    except BaseException:  # a full disk, an interrupt: the archive is sound, kept
+        shutil.rmtree(unpacked, ignore_errors=True)
+        raise
+    names = sorted(entry.name for entry in unpacked.iterdir())
+    try:
+        earlier = _replaceable(what, folder, names, record)
+    except BaseException:
+        shutil.rmtree(unpacked, ignore_errors=True)
+        raise
+    first = record.first_downloaded if record and record.sha256 == sha256 else None
+    done = download_record.Record(
+        url,
+        archive.name,
+        archive.stat().st_size,
+        sha256,
+        first or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        tuple(names),
+        written,
+        folders,
+        verified,
     )
+    download_record.write(folder, done.with_earlier(record))  # covers both while they swap
+    download_record.delete(earlier)
+    for name in names:
+        os.replace(unpacked / name, folder / name)
+    unpacked.rmdir()
+    download_record.write(folder, done)
+    if source.kind is None:
+        summary += f"; {layouts.find_release(folder).describe()}. Next: " + (
+            f"TIMECAT_CHECKPOINTS={folder} python -m kit check 03 --profile paper-checkpoints"
+        )
     return f"{folder}: {what} downloaded from {url} and verified: {summary}"
 
 
-def _read_record(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
+def _in_place(what: str, source: Source, folder: Path, record: download_record.Record) -> str:
+    """The line saying `what` is in place, said only after hashing every file the profile reads
+    and finding each as the record lists it; empty when one is missing or differs (download
+    again). A record that does not list a file the profile reads is void."""
+    if not record.complete:
+        return ""
+    needed = _needed(source, folder)
+    if needed is None:
+        return ""
+    path = download_record.record_file(folder, source.archive)
+    for name in needed:
+        if name not in record.files:
+            raise download_record.void(
+                path, f"the profile reads {folder / name}, which it does not list as written"
+            )
+    for name in needed:
+        found = folder / name
+        if found.stat().st_size != record.files[name]["size"]:
+            return ""
+        if files.file_hash(found) != record.files[name]["sha256"]:
+            return ""
+    return (
+        f"{folder}: {what} already downloaded and verified ({len(needed)} files the profile "
+        f"reads, hashed now, each as {path.name} recorded it); nothing to do"
+    )
+
+
+def _needed(source: Source, folder: Path) -> list[str] | None:
+    """The files the profile reads from `folder`, relative to it; None when one is missing."""
+    if source.kind is not None:
+        expected = list(source.members() if source.members is not None else {})
+        return expected if all((folder / name).is_file() for name in expected) else None
     try:
-        record = json.loads(path.read_text())
-        if not isinstance(record, dict):
-            raise ValueError("not a JSON object")
-        return record
-    except ValueError as error:
-        raise DownloadError(
-            f"{path}: unreadable download record ({error}); delete it to download afresh"
-        ) from None
+        release = layouts.find_release(folder)
+    except ParameterError as error:
+        raise DownloadError(str(error)) from None
+    if any(key not in release.files for key in layouts.every_key()):
+        return None
+    return sorted(str(path.relative_to(folder)) for path in release.files.values())
 
 
-def _unchanged(folder: Path, recorded: dict[str, Any]) -> bool:
-    """Whether every file recorded is still there as it was: its change stamp unchanged, or
-    else its size and SHA-256."""
-    for name, entry in recorded.items():
-        path = folder / name
-        if not path.is_file():
-            return False
-        if list(files.change_stamp(path)) == entry.get("stamp"):
-            continue
-        if path.stat().st_size != entry["size"] or files.file_hash(path) != entry["sha256"]:
-            return False
-    return True
-
-
-def _checked(source: Source, got: Path, record: dict[str, Any], accept_new: bool) -> str:
+def _checked(
+    source: Source, got: Path, record: download_record.Record | None, accept_new: bool
+) -> str:
     """The archive's SHA-256, once it matches the MD5 recorded of it (else it is removed) and
     the SHA-256 of the first download (else refused, kept, until `accept_new`)."""
     if source.md5 is not None and (md5 := file_digest(got, "md5")) != source.md5:
@@ -256,78 +299,103 @@ def _checked(source: Source, got: Path, record: dict[str, Any], accept_new: bool
             "removed; run again to download it afresh"
         )
     sha256 = file_digest(got, "sha256")
-    recorded = record.get("sha256")
-    if recorded is not None and sha256 != recorded and not accept_new:
+    if record is not None and sha256 != record.sha256 and not accept_new:
         raise DownloadError(
-            f"{got}: SHA-256 {sha256} differs from the {recorded} recorded at the first "
-            f"download ({record.get('first_downloaded', 'date unknown')}, in "
-            f"{source.archive}.kit.json): the archive was replaced at its source, or this copy "
-            "is corrupt. It is kept, unused; to accept it, run again with "
-            "--accept-new-archive; to download it afresh, delete it"
+            f"{got}: SHA-256 {sha256} differs from the {record.sha256} recorded at the first "
+            f"download ({record.first_downloaded}, in {source.archive}.kit.json): the archive "
+            "was replaced at its source, or this copy is corrupt. It is kept, unused; to accept "
+            "it, run again with --accept-new-archive; to download it afresh, delete it"
         )
     return sha256
 
 
-def _unpack(archive: Path, folder: Path, previous: list[str]) -> list[str]:
-    """Unpack into a temporary folder beside, then move each top-level entry into `folder`
-    (replacing what an earlier download unpacked, and only that); the archive is removed when
-    it cannot be unpacked."""
-    temporary = folder / f".{archive.name}.unpacking"
+def _unpack(archive: Path, folder: Path) -> Path:
+    """The archive unpacked into a folder of its own beside the target (kit.core.fetch's
+    safe_extract); the archive is removed when it is unsound, or holds at its top a name the
+    kit keeps for its own files (its record above all)."""
+    temporary = download_record.unpacking_folder(folder, archive.name)
     shutil.rmtree(temporary, ignore_errors=True)
     try:
         safe_extract(archive, temporary)
+    except UnpackingError:
+        raise  # the archive is sound and kept: the next run unpacks it again
     except DownloadError as error:
         archive.unlink()
         raise DownloadError(f"{error}; the archive is removed: run again to download it") from None
-    names = sorted(entry.name for entry in temporary.iterdir())
-    clashes = [name for name in names if (folder / name).exists() and name not in previous]
-    if clashes:
+    kept = [
+        entry.name
+        for entry in temporary.iterdir()
+        if download_record.kept_for_the_kit(entry.name, archive.name)
+    ]
+    if kept:
         shutil.rmtree(temporary)
+        archive.unlink()
+        raise DownloadError(
+            f"{archive}: member {kept[0]!r} takes a name kit download keeps for its own files "
+            "(the archive, its record, a partial download, the unpacking folder); the archive "
+            "is refused and removed, nothing of it is kept"
+        )
+    return temporary
+
+
+def _replaceable(
+    what: str, folder: Path, names: list[str], record: download_record.Record | None
+) -> list[Path]:
+    """What of an earlier download the new entries replace (every path of its entries, once
+    each is found to be one it wrote); DownloadError, before anything changes, when an entry
+    would replace something no download wrote, or when another copy of the release lies beside
+    them (the profile would read that copy rather than the one verified)."""
+    earlier = record.extracted if record is not None else ()
+    clashes = [name for name in names if os.path.lexists(folder / name) and name not in earlier]
+    if SOURCES[what].kind is None:
+        clashes += [
+            name
+            for name in layouts.RELEASE_FOLDERS
+            if os.path.lexists(folder / name) and name not in (*earlier, *names)
+        ]
+    if clashes:
         raise DownloadError(
             f"{folder}: {', '.join(clashes)} already exist(s) and were not unpacked by kit "
             "download; move them away (or pass --to another folder) and run again"
         )
-    for name in previous:  # an earlier archive's unpacking, replaced whole
-        if Path(name).name == name and (folder / name).is_dir():
-            shutil.rmtree(folder / name)
-    for name in names:
-        os.replace(temporary / name, folder / name)
-    temporary.rmdir()
-    return names
+    return download_record.owned(folder, record) if record is not None else []
 
 
-def _verify(what: str, source: Source, folder: Path) -> tuple[dict[str, Any], str]:
-    """Each file the profile will read, checked; their records and a summary."""
+def _verify(what: str, source: Source, root: Path) -> tuple[dict[str, Any], str]:
+    """Each file the profile will read from `root`, checked; their records and a summary."""
     if source.kind is None:
-        return _verify_checkpoints(folder)
+        return _verify_checkpoints(root)
     expected = source.members() if source.members is not None else {}
     problems = [
-        f"{name}: {'missing' if not (folder / name).is_file() else 'MD5 differs'}"
+        f"{name}: {'missing' if not (root / name).is_file() else 'MD5 differs'}"
         for name, md5 in expected.items()
-        if not (folder / name).is_file() or file_digest(folder / name, "md5") != md5
+        if not (root / name).is_file() or file_digest(root / name, "md5") != md5
     ]
     if not problems:
         from kit.data import kinds
 
-        problems = kinds.get(source.kind).layout_problems(folder)
+        problems = kinds.get(source.kind).layout_problems(root)
     if problems:
         raise DownloadError(
-            f"{folder}: the unpacked {what} is not as torchvision records it ("
+            f"{archive_of(source, root)}: unpacked, {what} is not as torchvision records it ("
             + "; ".join(problems)
             + "); removed"
         )
-    recorded = {name: _entry(folder / name) for name in expected}
+    recorded = {name: _entry(root / name) for name in expected}
     return recorded, f"{len(expected)} files match torchvision's MD5s"
 
 
-def _verify_checkpoints(folder: Path) -> tuple[dict[str, Any], str]:
-    from kit.experiments.timecat import layouts
+def archive_of(source: Source, root: Path) -> Path:
+    """The archive an unpacking folder holds the contents of."""
+    return root.parent / source.archive
 
-    release = layouts.find_release(folder)
+
+def _verify_checkpoints(root: Path) -> tuple[dict[str, Any], str]:
+    release = layouts.find_release(root)
     missing = [key for key in layouts.every_key() if key not in release.files]
     if missing:
         raise DownloadError(
-            f"{folder}: the archive unpacked without "
+            f"{archive_of(SOURCES['checkpoints'], root)}: the archive unpacked without "
             + "; ".join(
                 f"{layouts.describe_key(key)} (tried {layouts.tried(key)})" for key in missing
             )
@@ -335,13 +403,11 @@ def _verify_checkpoints(folder: Path) -> tuple[dict[str, Any], str]:
         )
     recorded, widths = {}, set()
     for path in release.files.values():
-        recorded[str(path.relative_to(folder))] = _entry(path, files.record_hash(path))
+        recorded[str(path.relative_to(root))] = _entry(path, files.record_hash(path))
         widths.add(_algoperf_width(path))
     return recorded, (
         f"{len(recorded)} checkpoints load as AlgoPerf ResNet-50s (width "
-        f"{', '.join(map(str, sorted(widths)))}), each with its .sha256; "
-        f"{release.describe()}. Next: TIMECAT_CHECKPOINTS={folder} python -m kit check 03 "
-        "--profile paper-checkpoints"
+        f"{', '.join(map(str, sorted(widths)))}), each with its .sha256"
     )
 
 
@@ -361,11 +427,7 @@ def _algoperf_width(path: Path) -> float:
 
 
 def _entry(path: Path, sha256: str | None = None) -> dict[str, Any]:
-    return {
-        "size": path.stat().st_size,
-        "sha256": sha256 or files.file_hash(path),
-        "stamp": list(files.change_stamp(path)),
-    }
+    return {"size": path.stat().st_size, "sha256": sha256 or files.file_hash(path)}
 
 
 __all__ = ["SOURCES", "add_command", "command", "download", "partial_name"]

@@ -8,7 +8,8 @@ the repository:
   notebooks, charts or checkpoints), copied by `python -m kit figures --record PROFILE FOLDER`
   after a run (`--record cpu outputs/cpu` after the main job);
 - `docs/data/*.json`: what a benchmark wrote (`benchmarks/cpu_spread.py`,
-  `benchmarks/numerics_cost.py`).
+  `benchmarks/numerics_cost.py`), and `docs/data/cpus/`: what each recorded CPU model gave
+  (kit.core.cpu_records; README's sentence about other machines is a block too).
 Every block names the machine, the commit and the CPU numerics its figures came from.
 """
 
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kit.core import numerics
+from kit.core import cpu_records, numerics
 from kit.core.files import write_text
 from kit.core.paths import REPO_ROOT, shown
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
@@ -34,6 +35,8 @@ RESULTS = DOCS / "results"
 DATA = DOCS / "data"
 #: a finished output folder's files that `--record` keeps: summaries and provenance
 RECORDED = ("*_summary.json", "*.provenance.json")
+#: the profile whose recorded run is the main job (README's first command)
+MAIN_JOB = "cpu"
 BLOCK = re.compile(r"(<!-- figures: ([\w-]+) -->\n)(.*?)(<!-- /figures -->)", re.DOTALL)
 COMMAND = "python -m kit figures"
 
@@ -241,13 +244,66 @@ def numerics_cost(path: Path = DATA / "numerics_cost.json") -> str:
     return "\n".join(lines) + "\n"
 
 
+def cross_machine() -> str:
+    """What another machine changes, in one sentence from the CPU records (README, docs)."""
+    return f"Measured so far: {cpu_records.statement()}.\n"
+
+
+def cpu_models() -> str:
+    """Every recorded CPU model and what it gave, and the ci values that moved between them."""
+    found = cpu_records.records()
+    lines = [
+        "| CPU model | fingerprint (kit) | ci profile's claims (kit) | main job's claims (kit) |",
+        "|---|---|---|---|",
+    ]
+
+    def part(record: dict[str, Any], name: str) -> str:
+        if name not in record:
+            return "not recorded"
+        if name == "fingerprint":
+            count = sum(len(ops) for ops in record[name]["ops"].values())
+            return f"{count} operations ({record[name]['kit_commit'][:7]})"
+        said = ", ".join(f"{k} {v}" for k, v in record[name]["outcomes"].items())
+        return f"{said} ({record[name]['kit_commit'][:7]})"
+
+    for record in found:
+        lines.append(
+            f"| {cpu_records.describe(record)} | {part(record, 'fingerprint')} | "
+            f"{part(record, 'ci')} | {part(record, 'main_job')} |"
+        )
+    ci = [r for r in found if "ci" in r]
+    if len(ci) >= 2:
+        keys = [k for k in ci[0]["ci"]["values"] if all(k in r["ci"]["values"] for r in ci)]
+        moved = [k for k in keys if len({r["ci"]["values"][k] for r in ci}) > 1]
+        lines += [
+            "",
+            f"{len(moved)} of the ci profile's {len(keys)} Table 3 values differ between the "
+            "records (top-1 %):",
+            "",
+            "| value | " + " | ".join(r["cpu"] for r in ci) + " | move |",
+            "|---|" + "---|" * (len(ci) + 1),
+        ]
+        for key in moved:
+            values = [r["ci"]["values"][key] for r in ci]
+            lines.append(
+                f"| {key} | "
+                + " | ".join(f"{v:.2f}" for v in values)
+                + f" | {max(values) - min(values):.2f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 #: every block a page may carry, by name
 BLOCKS: dict[str, Callable[[], str]] = {
     "main-job": main_job,
     "sweep": sweep,
     "cpu-spread": cpu_spread,
     "numerics-cost": numerics_cost,
+    "cross-machine": cross_machine,
+    "cpu-models": cpu_models,
 }
+#: pages outside docs/ that carry blocks
+PAGES = (REPO_ROOT / "README.md",)
 
 
 def rendered(text: str, page: Path) -> str:
@@ -265,13 +321,19 @@ def rendered(text: str, page: Path) -> str:
 
 
 def record(profile: str, folder: Path) -> Path:
-    """Copy a finished output folder's summaries and provenance to docs/results/PROFILE/."""
+    """Copy a finished output folder's summaries and provenance to docs/results/PROFILE/; the
+    main job's claims also become this CPU model's `main_job` record (kit.core.cpu_records)."""
     target = RESULTS / profile
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     for pattern in RECORDED:
         for path in sorted(folder.glob(pattern)):
             shutil.copy(path, target / path.name)
+    if profile == MAIN_JOB:
+        summary = _read(target / TIME_CONCAT.summary)
+        made = _provenance(target, "03_time_concat")
+        kept = cpu_records.update("main_job", cpu_records.main_job(summary, made["kit_commit"]))
+        print(f"kept as this CPU model's main job in {shown(kept)}")
     return target
 
 
@@ -280,7 +342,7 @@ def command(check: bool, record_args: list[str] | None = None) -> int:
     if record_args:
         print(f"recorded {shown(record(record_args[0], Path(record_args[1])))}")
     pages = {}
-    for page in sorted(DOCS.rglob("*.md")):
+    for page in [*sorted(DOCS.rglob("*.md")), *PAGES]:
         text = page.read_text()
         try:
             new = rendered(text, page)

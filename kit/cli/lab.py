@@ -12,9 +12,11 @@ Other files are saved untouched. The hook strips the notebooks of the `notebooks
 server's root, whichever checkout's `kit` the server imported.
 
 Several clones or worktrees can share one virtual environment, whose `kit` is then one
-checkout's. Started from inside another checkout, `kit lab` refuses, naming both: its kernels
-would import that other checkout's `kit` and write to that checkout's `outputs/`. Lab's news
-announcements are off (no prompt, nothing fetched).
+checkout's. When the kernels Lab starts in `notebooks/` would import another checkout's `kit`
+than the server (kit.cli.kernels asks, as a kernel would), or when started from inside another
+checkout, `kit lab` refuses, naming both and saying how to start it; each kernel checks again in
+its first cell (kit.core.checkouts). Lab's news announcements are off: no prompt (the setting
+default in `lab_config/`), nothing fetched.
 """
 
 from __future__ import annotations
@@ -27,7 +29,30 @@ from typing import Any
 import nbformat
 from nbstripout import strip_output
 
+from kit.cli import kernels
+from kit.core.checkouts import KIT_ROOT_ENV
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
+
+#: the kit's Jupyter configuration folder (JUPYTER_CONFIG_PATH): Lab's setting defaults
+CONFIG_DIR = Path(__file__).with_name("lab_config")
+#: what `python -m kit lab --help` says before JupyterLab's own help
+HELP = f"""usage: python -m kit lab [JUPYTER LAB OPTIONS ...]
+
+JupyterLab on the kit's repository ({REPO_ROOT}), as its notebooks are meant to be run:
+  - the repository is Lab's root; the notebooks are in notebooks/, their results go to
+    outputs/<profile>/ (profile 'interactive' unless a notebook's parameters cell says another);
+  - saving a notebook of notebooks/ writes it without outputs, execution counts or view state,
+    as committed, so running them leaves `git status` clean;
+  - Lab's news announcements are off (no prompt, nothing fetched);
+  - it refuses to start, saying how to, when its kernels would import `kit` from another
+    checkout than this command (several clones sharing one environment), and each kernel
+    checks it again in the notebook's first cell.
+
+options: the kit adds none; every option is JupyterLab's and is passed on as given, e.g.
+  --port 8890, --no-browser, --ip 0.0.0.0, --allow-root (as root, in a container).
+JupyterLab's own help follows.
+"""
+HELP_FLAGS = {"-h", "--help", "--help-all"}
 
 #: the keys the kit strips beyond nbstripout's defaults (README's `--extra-keys`): the kernel's
 #: version details, and the view state Lab saves when a cell's input or output is collapsed
@@ -65,12 +90,13 @@ def strip_on_save(model: dict[str, Any], path: str, contents_manager: Any, **kwa
 
 
 def arguments(extra: list[str]) -> list[str]:
-    """The `jupyter lab` command line: the repository as root, the hook, then `extra`."""
+    """The `jupyter lab` command line: the repository as root, the hook, then `extra`. Run as
+    `-m jupyterlab`, by this very interpreter (`jupyter lab` runs the first `jupyter-lab` script
+    it finds, which may be another environment's)."""
     return [
         sys.executable,
         "-m",
-        "jupyter",
-        "lab",
+        "jupyterlab",
         f"--ServerApp.root_dir={REPO_ROOT}",
         f"--FileContentsManager.pre_save_hook={__name__}.strip_on_save",
         "--LabApp.news_url=None",
@@ -78,29 +104,30 @@ def arguments(extra: list[str]) -> list[str]:
     ]
 
 
-def other_checkout(folder: Path) -> Path | None:
-    """The kit checkout (a folder holding `kit/` and `notebooks/`) that `folder` lies in, when
-    it is not the one this `kit` was imported from; None otherwise."""
-    for candidate in (folder.resolve(), *folder.resolve().parents):
-        if (candidate / "kit" / "__init__.py").is_file() and (candidate / "notebooks").is_dir():
-            return None if candidate == REPO_ROOT.resolve() else candidate
-    return None
+def environment() -> dict[str, str]:
+    """Lab's environment: the kit's Jupyter configuration folder last on JUPYTER_CONFIG_PATH
+    (its `labconfig/default_setting_overrides.json`: Lab's announcements set to never fetch
+    news, so Lab does not ask whether to; a setting the user changes in Lab still wins), and
+    this kit's root for the kernels' first-cell check (kit.core.checkouts)."""
+    paths = [os.environ.get("JUPYTER_CONFIG_PATH"), str(CONFIG_DIR)]
+    return os.environ | {
+        "JUPYTER_CONFIG_PATH": os.pathsep.join(filter(None, paths)),
+        KIT_ROOT_ENV: str(REPO_ROOT),
+    }
 
 
 def command(extra: list[str]) -> int:
     """Replace this process by JupyterLab (its own Ctrl-C and messages then apply); refuse,
-    saying why, when started inside another checkout than the one whose `kit` is imported."""
-    other = other_checkout(Path.cwd())
-    if other is not None:
-        print(
-            f"kit lab: this Python imports `kit` from {REPO_ROOT}, not from the checkout you are "
-            f"in ({other}): Lab would serve, run and save the other checkout's notebooks and "
-            f"write to its outputs/. Run `{sys.executable} -m pip install -e .` here (the "
-            f"environment then imports this checkout), or start with "
-            f"PYTHONPATH={other} {sys.executable} -m kit lab, or run it from {REPO_ROOT}.",
-            file=sys.stderr,
-        )
-        return 2
+    saying why, when its kernels would import another checkout's `kit` than this process, or
+    when started inside another checkout (kit.cli.kernels). With `--help`, the kit's help
+    first, then JupyterLab's."""
+    if HELP_FLAGS & set(extra):
+        print(HELP, flush=True)
+    else:
+        problem = kernels.split_problem("lab")
+        if problem is not None:
+            print(f"kit lab: {problem}", file=sys.stderr)
+            return 2
     line = arguments(extra)
-    os.execv(line[0], line)
-    return 0  # not reached: execv does not return
+    os.execve(line[0], line, environment())
+    return 0  # not reached: execve does not return

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kit.cli import download, figures, reference, time_concat, write_errors
+from kit.cli import download, figures, notebook_params, reference, time_concat, write_errors
 from kit.core import numerics, params, provenance
 from kit.train.rates import MEASURED_RATES_HELP
 
@@ -56,6 +56,18 @@ def parser() -> argparse.ArgumentParser:
             help="override one parameter, dotted for sections "
             "(train.lr=0.01; repeatable, applied last)",
         )
+    numerics_check = commands.choices["check"]
+    numerics_check.add_argument(
+        "--numerics",
+        action="store_true",
+        help="instead: fingerprint this CPU's numerics op by op against the CPU models "
+        "recorded in docs/data/cpus (about a minute)",
+    )
+    numerics_check.add_argument(
+        "--record",
+        action="store_true",
+        help="with --numerics: keep the fingerprint as this CPU model's record",
+    )
     store = commands.add_parser(
         "store-checks",
         help="keep the outputs of the cells tagged 'nbval-check-output' of an executed "
@@ -124,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         return selfcheck.command(args.gpus, args.rates)
     if args.command == "report":
         return report_command(args.profile)
+    if args.command == "check" and args.numerics:
+        from kit.cli import fingerprint
+
+        return fingerprint.command(args.record)
     if args.command == "reference":
         return reference.command(args.check)
     if args.command == "figures":
@@ -138,34 +154,51 @@ def main(argv: list[str] | None = None) -> int:
         return fixtures_command(args.dir)
     # the notebook tools (papermill, nbformat): imported only by the commands that run or read
     # notebooks, so that training, the self-check and the steps run where they are absent
-    from kit.cli import nbval_references, runner
-
     if args.command == "store-checks":
+        from kit.cli import nbval_references
+
         print(f"stored reference outputs in {nbval_references.store_references(args.executed)}")
         return 0
+    return notebooks_command(args)
+
+
+def notebooks_command(args: argparse.Namespace) -> int:
+    """`kit check` and `kit run`: the values first, before the notebook tools take seconds to
+    import, so that a count above its bound is refused at once (kit.core.bounds); then what the
+    plans cost, before anything is spent."""
     try:
         overrides = params.parse_overrides(args.overrides)
-        if args.command == "check":
-            runs = runner.plan(args.notebooks, args.profile, args.files, overrides)
-            problems = (
-                runner.output_problems(runs)
-                + runner.held_problems(runs)
-                + runner.machine_problems(runs)
-            )
-            if problems:
-                raise params.ParameterError("\n".join(problems))
-            for planned in runs:
-                print(*planned.notes, sep="\n", end="\n" if planned.notes else "")
-                print(
-                    f"{planned.notebook.name}: parameters, data, checkpoints and output "
-                    f"folders valid for profile {args.profile}"
-                )
-            print(numerics.describe())
-            return 0
+        loaded = notebook_params.refuse_invalid(args.notebooks, args.profile, args.files, overrides)
     except params.ParameterError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    return runner.run(args.notebooks, args.profile, args.files, overrides)
+    for line in time_concat.cost_lines(loaded):
+        print(line, flush=True)
+    from kit.cli import kernels, runner
+
+    if args.command == "run":
+        return runner.run(args.notebooks, args.profile, args.files, overrides)
+    try:
+        runs = runner.plan(args.notebooks, args.profile, args.files, overrides)
+        problems = (
+            runner.output_problems(runs)
+            + runner.held_problems(runs)
+            + runner.machine_problems(runs)
+            + list(filter(None, [kernels.split_problem("run")]))  # as `kit run` refuses
+        )
+        if problems:
+            raise params.ParameterError("\n".join(problems))
+    except params.ParameterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for planned in runs:
+        print(*planned.notes, sep="\n", end="\n" if planned.notes else "")
+        print(
+            f"{planned.notebook.name}: parameters, data, checkpoints and output "
+            f"folders valid for profile {args.profile}"
+        )
+    print(numerics.describe())
+    return 0
 
 
 def fixtures_command(folder: Path) -> int:

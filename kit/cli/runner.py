@@ -51,10 +51,11 @@ import yaml
 from papermill.exceptions import PapermillExecutionError
 
 import kit.experiments.notebooks  # noqa: F401 (registers each notebook's schema)
-from kit.cli import terminal, time_concat, write_errors
-from kit.core import locks, notices, param_errors, params, provenance
+from kit.cli import kernels, notebook_params, terminal, time_concat, write_errors
+from kit.cli.notebook_params import find_notebooks as find_notebooks
+from kit.core import checkouts, locks, notices, params, provenance
 from kit.core.files import DiskFullError, atomic_write, remove_stale_temporaries, write_text
-from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, resolve
+from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
 from kit.core.processes import signal_handlers
 from kit.core.progress import STAGE_FILE_ENV
 from kit.data.preflight import folder_of_its_own, writable_problems
@@ -88,27 +89,6 @@ class PlannedRun:
     live: tuple[str, ...] = ()
 
 
-def find_notebooks(names: list[str] | None, notebooks_dir: Path = NOTEBOOKS_DIR) -> list[Path]:
-    """Notebooks by file name, stem or unique prefix ('01'); all of them when names is empty."""
-    available = sorted(notebooks_dir.glob("[0-9]*.ipynb"))
-    if not names:
-        return available
-    chosen = []
-    for name in names:
-        matches = [
-            p
-            for p in available
-            if p.name == name or p.stem == name or p.stem.startswith(Path(name).stem)
-        ]
-        if len(matches) != 1:
-            found = ", ".join(p.name for p in matches) or "none"
-            raise params.ParameterError(
-                f"notebook '{name}': expected one match in {notebooks_dir}, found {found}"
-            )
-        chosen.append(matches[0])
-    return chosen
-
-
 def plan(
     names: list[str] | None,
     profile: str,
@@ -124,19 +104,13 @@ def plan(
     names, each notebook takes the overrides its schema has (`train.lr` goes to the notebooks
     with a `train` section). `output_root` moves the default output folder
     (`<output_root>/<profile>`)."""
-    runs, problems = [], []
+    runs = []
     output_dir = None if output_root is None else str(output_root / profile)
-    notebooks = find_notebooks(names, notebooks_dir)
-    shared = (
-        shared_overrides(notebooks, overrides)
-        if overrides and not names
-        else dict.fromkeys((n.stem for n in notebooks), overrides)
+    loaded, problems = notebook_params.load_all(
+        names, profile, files, overrides, notebooks_dir, parameters_dir, output_dir
     )
-    for notebook in notebooks:
+    for notebook, validated, sources in loaded:
         try:
-            validated, sources = params.load(
-                notebook.stem, profile, files, shared[notebook.stem], parameters_dir, output_dir
-            )
             params.check_inputs(notebook.stem, validated, sources)
         except params.ParameterError as error:
             problems.append(str(error))
@@ -153,28 +127,6 @@ def plan(
     if problems:
         raise params.ParameterError("\n".join(dict.fromkeys(problems)))
     return runs
-
-
-def shared_overrides(
-    notebooks: list[Path], overrides: Mapping[str, Any]
-) -> dict[str, Mapping[str, Any]]:
-    """Per notebook, the command line's overrides whose top-level key its schema has; a key no
-    notebook takes is refused."""
-    takes = {n.stem: set(params.schema_for(n.stem).model_fields) for n in notebooks}
-    known = set().union(*takes.values())
-    unknown = [key for key in overrides if key not in known]
-    if unknown:
-        raise params.ParameterError(
-            "\n".join(
-                f"the command line: no notebook takes parameter '{key}'"
-                f"{param_errors.did_you_mean(key, known)}"
-                for key in unknown
-            )
-        )
-    return {
-        stem: {key: value for key, value in overrides.items() if key in keys}
-        for stem, keys in takes.items()
-    }
 
 
 def output_problems(runs: list[PlannedRun]) -> list[str]:
@@ -319,7 +271,12 @@ def run(
     parameters_dir: Path = PARAMETERS_DIR,
     output_root: Path | None = None,
 ) -> int:
-    """Run notebooks in order; returns a process exit code (0 when every notebook succeeded)."""
+    """Run notebooks in order; returns a process exit code (0 when every notebook succeeded).
+    Refused first where its kernels would import another checkout's kit (kit.cli.kernels)."""
+    split = kernels.split_problem("run", notebooks_dir)
+    if split is not None:
+        print(f"error: {split}", file=sys.stderr)
+        return 2
     try:
         runs = plan(names, profile, files, overrides, notebooks_dir, parameters_dir, output_root)
     except params.ParameterError as error:
@@ -377,8 +334,13 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         stages = stage_file(planned)
         stages.parent.mkdir(parents=True, exist_ok=True)
         stages.write_text("")
-        os.environ[STAGE_FILE_ENV] = str(stages)  # the kernel inherits them
-        os.environ[notices.NOTICES_FILE_ENV] = str(notices_file(planned))
+        kernel_env = {  # the kernel inherits them; it checks the last two (kit.core.checkouts)
+            STAGE_FILE_ENV: str(stages),
+            notices.NOTICES_FILE_ENV: str(notices_file(planned)),
+            checkouts.KIT_ROOT_ENV: str(REPO_ROOT),
+            checkouts.OUTPUT_DIR_ENV: str(watched),
+        }
+        os.environ.update(kernel_env)
         # a run started in a Lab notebook (`!python -m kit run`) inherits Lab's session; without
         # it, its kernels' charts are their spec and PNG, which the report reads, not widgets
         lab_session = os.environ.pop(charts.JUPYTER_SESSION_ENV, None)
@@ -415,8 +377,8 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
             print(f"{label} FAILED: {full}", file=sys.stderr, flush=True)
             return 1
         finally:
-            os.environ.pop(STAGE_FILE_ENV, None)
-            os.environ.pop(notices.NOTICES_FILE_ENV, None)
+            for name in kernel_env:
+                os.environ.pop(name, None)
             if lab_session is not None:
                 os.environ[charts.JUPYTER_SESSION_ENV] = lab_session
             said = notices.publish(

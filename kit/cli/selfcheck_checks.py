@@ -27,6 +27,7 @@ from torch.utils.data import default_collate
 from kit import models
 from kit.core.distributed import Process
 from kit.core.processes import PREEMPTED_EXIT
+from kit.data.fixtures import jpegs
 from kit.data.kinds.images import ImageList
 from kit.data.pipeline import training_collate, training_samples
 from kit.data.settings import DALI_INSTALL, DataSettings, dali_installed
@@ -153,33 +154,6 @@ def _world() -> dict:
         "num_eval": 64,
         "components": [{"weight": 1.0, "cues": ["colour"]}, {"weight": 1.0, "cues": ["position"]}],
     }
-
-
-def jpegs(folder: Path, count: int) -> list[str]:
-    """`count` ImageNet-sized JPEGs (500 x 375, quality 90) written to `folder`, with a natural
-    image's amplitude spectrum (falling as 1/frequency, D. J. Field 1987, JOSA A 4(12)), so that
-    each file holds about as much detail to decode as a photograph: about 120 kB, where
-    ImageNet's training JPEGs average about 110 kB (138 GB for 1.28M files). Smooth pictures
-    compress to a third of that and decode faster than the photographs a node will read."""
-    from torchvision.io import encode_jpeg, write_file
-
-    paths, generator = [], torch.Generator().manual_seed(0)
-    height, width = 375, 500
-    frequency = torch.sqrt(
-        torch.fft.fftfreq(height)[:, None] ** 2 + torch.fft.rfftfreq(width)[None, :] ** 2
-    )
-    frequency[0, 0] = 1.0
-    for index in range(count):
-        shape = (3, height, width // 2 + 1)
-        phase = torch.exp(2j * torch.pi * torch.rand(shape, generator=generator))
-        spectrum = phase * torch.randn(shape, generator=generator).abs() / frequency
-        picture = torch.fft.irfft2(spectrum, s=(height, width))
-        picture = (picture - picture.mean((1, 2), keepdim=True)) / picture.std((1, 2), keepdim=True)
-        pixels = ((0.5 + 0.18 * picture).clamp(0, 1) * 255).to(torch.uint8)
-        path = folder / f"{index}.jpg"
-        write_file(str(path), encode_jpeg(pixels, quality=90))
-        paths.append(str(path))
-    return paths
 
 
 #: the input paths `data.decode` names, in the order they are reported

@@ -11,8 +11,11 @@ import shlex
 import sys
 from pathlib import Path
 
+from kit.cli.notebook_params import Loaded
 from kit.core.params import ParameterError
 from kit.core.paths import shown
+from kit.experiments.timecat.settings import TimecatSettings
+from kit.experiments.timecat.sweep_settings import SweepSettings, cells
 from kit.launch.backends import launch
 from kit.launch.runs import Launched, is_finished
 from kit.launch.sbatch import export_plan
@@ -258,6 +261,49 @@ def machine_problems(notebooks: dict[str, dict]) -> list[str]:
     return estimates.replica_problems(params) + [
         f"this machine: {problem}" for problem in estimates.machine_problems(params)
     ]
+
+
+def cost_lines(loaded: list[Loaded]) -> list[str]:
+    """What the plans of notebooks 03 and 04 cost, said by `kit check` and `kit run` before
+    anything starts, so that a large but valid count is seen before it is spent: notebook 03's
+    training runs, images and disk at the most replicates its design takes (wall times on GPUs:
+    `kit launch plan`); notebook 04's work and minutes at the rates measured on 2 cores
+    (kit.experiments.timecat.sweep)."""
+    lines = []
+    for notebook, settings, _ in loaded:
+        if isinstance(settings, TimecatSettings):
+            lines.append(f"{notebook.stem}: expected cost at {_plan_cost(settings)}")
+        elif isinstance(settings, SweepSettings) and settings.budgets:
+            from kit.experiments.timecat import sweep
+
+            found = sweep.cost(cells(settings))
+            lines.append(
+                f"{notebook.stem}: expected cost of the first round: {sweep.cost_line(found)}"
+            )
+    return lines
+
+
+def _plan_cost(params: TimecatSettings) -> str:
+    """Notebook 03's plan at the most replicates its design takes, in one line."""
+    from kit.core.machine import byte_size
+    from kit.experiments.timecat import estimates, planning
+
+    most = params.look(params.design.most)
+    experiment = planning.plan(most)
+    train, extract, probe = estimates.estimate(most, None)
+    checkpoints = {path for rep in experiment.representations for path in rep.checkpoints}
+    where = (
+        ""
+        if params.device == "cpu"
+        else f"; wall times on GPUs: python -m kit launch plan --profile {params.profile}"
+    )
+    return (
+        f"{params.design.most} replicate(s): {len(experiment.trainings):,} training runs "
+        f"({sum(run.iterations for run in experiment.trainings):,} iterations, "
+        f"{train.images:,} images), features of {len(checkpoints):,} checkpoints "
+        f"({extract.images:,} images), {probe.images:,} images or feature rows probed; about "
+        f"{byte_size(train.disk_bytes + extract.disk_bytes)} of checkpoints and features{where}"
+    )
 
 
 def step_command(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ Free of torch; the standard library's urllib only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import hashlib
 import http.client
@@ -44,6 +45,11 @@ _CONTENT_RANGE = re.compile(r"bytes (?:(\d+)-\d+|\*)/(\d+)")
 class DownloadError(RuntimeError):
     """A download or unpacking that did not complete; the message says what is left on disk and
     what to do."""
+
+
+class UnpackingError(DownloadError):
+    """An archive that could not be written out (a full disk, a read-only folder), not one
+    found unsound: it is kept for the next run."""
 
 
 def partial_name(target: Path) -> Path:
@@ -222,20 +228,54 @@ def _stream_into(
     progress = Progress(partial.name.removesuffix(".partial"), total, offset, stream)
     try:
         with partial.open("ab" if offset else "wb") as handle:
-            while block := response.read(CHUNK):
+            while block := _received(response, partial, total, url):
                 handle.write(block)
                 progress.update(len(block))
+    except OSError as error:  # a write of ours (a full disk, a read-only folder): not the network
+        kept = (
+            f"the partial file {partial} is kept (a later run resumes it)"
+            if partial.exists()
+            else "nothing was written"
+        )
+        raise write_failure(error, partial, "downloading into it", kept) from None
+    finally:
+        progress.close()
+
+
+def _received(response: IO[bytes], partial: Path, total: int | None, url: str) -> bytes:
+    """The next block from the server; DownloadError when the connection breaks."""
+    try:
+        return response.read(CHUNK)
     except (OSError, http.client.HTTPException) as error:
-        if isinstance(error, OSError) and error.filename is not None:
-            raise  # a write of ours failed (a full disk): not the connection
         done = partial.stat().st_size if partial.exists() else 0
         of = "" if total is None else f" of {total:,}"
         raise DownloadError(
             f"{url}: the connection broke after {done:,}{of} bytes ({error!r}); the partial "
             f"file {partial} is kept: run the same command again to resume"
         ) from None
-    finally:
-        progress.close()
+
+
+def write_failure(error: OSError, where: Path, doing: str, kept: str) -> DownloadError:
+    """One line for a write of ours that failed while `doing`: the path, a full disk said as
+    such with the space free there, any other reason as the system gives it; what is `kept`;
+    and what to do."""
+    path = Path(error.filename) if isinstance(error.filename, str) else where
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        folder = path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        try:
+            free = f"{_megabytes(free_bytes(folder))} free there"
+        except OSError:
+            free = "free space unknown"
+        reason = f"{os.strerror(error.errno).lower()} ({free})"
+        advice = "free space there, or pass --to a folder on another disk"
+    else:
+        reason = (error.strerror or str(error)).lower()
+        advice = "fix that, or pass --to another folder"
+    return DownloadError(
+        f"{path}: {reason} while {doing}; {kept}: {advice}, then run the same command again"
+    )
 
 
 def file_digest(path: Path, algorithm: str) -> str:
@@ -263,7 +303,7 @@ def safe_extract(archive: Path, into: Path) -> None:
     """Unpack a (compressed) tar archive into the new folder `into`, member by member, refusing
     the whole archive at the first unsafe member (absolute path, `..`, link, device) or read
     error (a truncated or corrupt archive, its CRC checked by reading it to the end); `into`
-    is removed on any failure."""
+    is removed on any failure, and a write that fails is an UnpackingError naming the path."""
     into.mkdir(parents=True)
     try:
         with tarfile.open(archive, "r:*") as tar:
@@ -281,6 +321,18 @@ def safe_extract(archive: Path, into: Path) -> None:
         shutil.rmtree(into, ignore_errors=True)
         raise DownloadError(
             f"{archive}: truncated or corrupt archive ({error}); nothing of it is kept"
+        ) from None
+    except OSError as error:  # a write of ours (a full disk): the archive itself is sound
+        shutil.rmtree(into, ignore_errors=True)
+        raise UnpackingError(
+            str(
+                write_failure(
+                    error,
+                    into,
+                    f"unpacking {archive}",
+                    "nothing unpacked is kept, the archive is kept",
+                )
+            )
         ) from None
     except BaseException:
         shutil.rmtree(into, ignore_errors=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from kit.core import numerics
+from kit.core import cpu_records, numerics
 
 #: the loaders of a training run that keep workers (train, BN recalibration, evaluation)
 PERSISTENT_LOADERS = 3
@@ -190,7 +190,7 @@ def describe() -> str:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
         text += f", {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-    return f"{text}, CPU numerics {numerics.mode()}: {numerics.expected_spread()}"
+    return f"{text}, CPU numerics {numerics.mode()}: {cpu_records.expected_elsewhere(short=True)}"
 
 
 def wall_seconds() -> float:

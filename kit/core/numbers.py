@@ -1,22 +1,35 @@
-"""How a number reads, in the report and the notebooks alike: one formatter.
+"""How a number reads, in the report, the notebooks, the charts and the LaTeX tables alike: one
+formatter, and one precision rule per quantity (`Quantity`):
 
-- a float to a given number of decimals, or else to three significant digits (docs: Sharing
-  results, "Tables are rounded ..."), with thousands separators (450,000; 1,234.5);
+- an accuracy in % and a gain in points (a difference of accuracies) to one decimal (`POINTS`,
+  `GAIN`; a gain with its sign: +1.9, -0.5, 0.0), whatever the spread, the table or the source
+  (a published 75.58 reads 75.6; the result files keep every digit);
+- a p-value to two significant digits, or "< 0.001" below a thousandth (`p_value`);
+- an interval like its mean (`interval`): each end to the mean's decimals, with its sign; an end
+  that is not zero but would round to it keeps its first significant digit (-0.012 reads -0.01,
+  not 0.0), so that an interval never seems to touch 0 when it lies on one side of it;
+- any other number to a given number of decimals, or else to three significant digits (docs:
+  Sharing results), with thousands separators (450,000; 1,234.5);
 - never a negative zero: a value that rounds to zero prints as 0 (-0.004 at two decimals is
-  0.00, not -0.00), so an interval never reads [-0.5, -0.00];
-- a p-value to three significant digits, in scientific notation below 0.001 (1.2e-05, not
-  0.00001);
-- a signed difference with its sign (+1.9, -0.5, 0.0).
+  0.00, not -0.00).
+
+Each quantity also gives its rule as a d3 format (`Quantity.d3`), which a chart's axis or
+tooltip takes, so that a chart reads as the table beside it.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 #: significant digits of a number printed without a fixed number of decimals
 SIGNIFICANT = 3
-#: below this a p-value is printed in scientific notation
+#: below this a p-value reads "< 0.001"
 SMALL_P = 1e-3
+#: significant digits of a p-value
+P_DIGITS = 2
+#: decimals of an accuracy in % and of a gain in points
+POINTS_PLACES = 1
 
 
 def significant_places(value: float, digits: int = SIGNIFICANT) -> int:
@@ -46,22 +59,74 @@ def number(value: float | int | None, places: int | None = None, sign: bool = Fa
     return f"+{text}" if sign and rounded > 0 else text
 
 
-def signed(value: float | None, places: int = 1) -> str:
+def counted(count: int, noun: str, many: str | None = None) -> str:
+    """`count` and its noun, in the plural unless one: '1 round', '2 rounds', '1,000 replicates'
+    (`many`: an irregular plural)."""
+    return f"{count:,} {noun if count == 1 else many or noun + 's'}"
+
+
+def signed(value: float | None, places: int = POINTS_PLACES) -> str:
     """A difference in points with its sign: +1.9, -0.5, 0.0 (never -0.0)."""
     return number(value, places, sign=True)
 
 
-def interval(low: float | None, high: float | None, places: int = 1) -> str:
-    """An interval as '[-0.5, +1.2]', each end as `signed` prints it; '–' when unknown."""
+def interval_end(value: float | None, places: int = POINTS_PLACES) -> str:
+    """One end of an interval: signed to `places`, or to its first significant digit where it
+    is not zero but would round to it; '–' when unknown."""
+    if value is None:
+        return "–"
+    if value != 0 and math.isfinite(value) and round(value, places) == 0:
+        places = significant_places(value, 1)
+    return signed(value, places)
+
+
+def interval(low: float | None, high: float | None, places: int = POINTS_PLACES) -> str:
+    """An interval as '[-0.5, +1.2]', each end signed to the decimals of its mean (`places`);
+    an end that is not zero never reads 0.0 (see the module docstring); '–' when unknown."""
     if low is None or high is None:
         return "–"
-    return f"[{signed(low, places)}, {signed(high, places)}]"
+    return f"[{interval_end(low, places)}, {interval_end(high, places)}]"
 
 
 def p_value(p: float | None) -> str:
-    """A p-value: three significant digits, scientific notation below 0.001 (2.3e-05)."""
+    """A p-value: two significant digits (0.012, 0.50), "< 0.001" below a thousandth."""
     if p is None or math.isnan(p):
         return "–"
-    if 0 < p < SMALL_P:
-        return f"{p:.{SIGNIFICANT - 1}e}"
-    return number(p, significant_places(p) if p else 0)
+    if p < SMALL_P:
+        return f"< {SMALL_P:g}"
+    return number(p, significant_places(p, P_DIGITS))
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """What a number measures, and so how it reads: to `places` decimals (None: three
+    significant digits), with its sign where `sign` (a difference)."""
+
+    name: str
+    places: int | None
+    sign: bool = False
+
+    def text(self, value: float | int | None) -> str:
+        """`value` as this quantity reads."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        return number(value, self.places, sign=self.sign)
+
+    @property
+    def d3(self) -> str:
+        """The same rule as a d3 format (a Vega-Lite axis's or tooltip's `format`)."""
+        if self.places is None:
+            return f"{'+' if self.sign else ''}.{SIGNIFICANT}~r"
+        return f"{'+' if self.sign else ''},.{self.places}f"
+
+
+#: an accuracy in % (top-1 %), a standard deviation of one, or an effect size in points
+POINTS = Quantity("accuracy in %", POINTS_PLACES)
+#: a gain: a difference of accuracies in points, with its sign
+GAIN = Quantity("gain in points", POINTS_PLACES, sign=True)
+#: an accuracy as a fraction (the toy's probes): the same 0.1 points as POINTS
+FRACTION = Quantity("accuracy as a fraction", POINTS_PLACES + 2)
+#: a mean of counts (the toy's components solved, of 4)
+MEAN_COUNT = Quantity("a mean of counts", 2)
+#: anything else: three significant digits
+OTHER = Quantity("other", None)

@@ -1,15 +1,15 @@
-"""CPU numerics that give the same bits on any x86-64 machine, whatever its cores or load.
+"""CPU numerics whose order of operations is fixed by the code and the shapes, not by the core
+count, the load or (as far as the records show) the machine.
 
 Float addition is not associative, so a result depends on the order in which a library sums,
 and the libraries torch calls choose that order by machine: oneDNN's convolutions by instruction
 set and cache sizes, MKL's BLAS by instruction set (and, on a processor not made by Intel, it
 ignores a requested Intel branch), ATen's kernels by the widest vectors the CPU offers, and every
 threaded reduction by the number of threads. Seeded training amplifies a last-bit difference
-into points of accuracy. Capping the instruction set alone is not enough: two processors capped
-at AVX2 still disagreed (docs/reproducibility.md).
+into points of accuracy.
 
 In the `reproducible` mode (the default) the kit takes, for its numerics, only paths whose
-order of operations is fixed by the code and the shapes, not by the machine:
+order of operations is fixed by the code and the shapes:
 - MKL runs its COMPATIBLE branch (SSE2 without the approximate reciprocals, whose results
   differ between vendors), the one branch Intel documents as reproducible on processors of
   other vendors (`MKL_CBWR=COMPATIBLE`; its AVX2 branch is ignored on AMD processors);
@@ -17,32 +17,33 @@ order of operations is fixed by the code and the shapes, not by the machine:
   `ONEDNN_MAX_CPU_ISA=AVX2`), which every x86-64 processor of the last decade has, Intel's and
   AMD's alike, and whose instructions round exactly (no approximate reciprocals);
 - NNPACK is not used (it picks kernels by CPU);
+- the optimizer's square roots are correctly rounded (kit.core.rounding): MKL's COMPATIBLE
+  square root rests on an instruction whose result is the processor's own;
 - every operation runs on one intra-op thread, so that no library splits a reduction by the
   core count or by what runs beside it; the probes' large products and gathers and
   extraction's batches are cut instead into blocks that the shapes fix, each one operation on
   one thread, spread over the process's threads (kit.core.blocked), so that a large fit or
   extraction uses every core and gives the same bits on one as on many; the rest of the kit's
   speed comes from running several processes or probes at once.
-Verified here by emulating other machines (docs/reproducibility.md): the same bits under other
-instruction-set limits, thread settings, one core and a competing load. Two limits remain and
-are stated there and in provenance: oneDNN promises identical results only on identical
-hardware (its AVX2 kernels are the same on every AVX2 processor, but that is not a documented
-guarantee), and a CPU without AVX2 or another architecture (ARM) runs other kernels. Running
-convolutions without oneDNN and ATen's portable kernels would remove the first at five times
-the training time (docs/decisions.md).
+
+What that buys is measured, not assumed (docs/reproducibility.md): on one CPU model the same
+bits under other instruction-set limits, thread settings, one core and a competing load
+(benchmarks/cpu_spread.py); across CPU models, what each recorded model gave
+(kit.core.cpu_records, docs/data/cpus/): the operations of a numerics fingerprint
+(`python -m kit check --numerics`) and how far the ci profile's values and the main job's
+claims moved. oneDNN documents identical results only on identical hardware, and a CPU without
+AVX2 or of another architecture (ARM) runs other kernels.
 
 The environment part must be in place before torch loads; `import kit` sets it (so `kit run`,
 its papermill kernels, `kit lab`'s kernels and every worker or Slurm job started from them
 inherit it), and `apply()` sets the in-process part where the kit computes. Setting
 `TIMECAT_CPU_NUMERICS=fast` turns all of it off: torch then uses the fastest paths this CPU
-offers, and results may differ in the last bits from another machine's, which training turns
+offers, and results may differ in the last bits from another run's, which training turns
 into points. What was in effect is recorded in every output folder's provenance (`in_effect`).
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import platform
 from pathlib import Path
@@ -61,6 +62,12 @@ REPRODUCIBLE_ENVIRONMENT = {
 }
 #: intra-op threads of a computation in the reproducible mode, and of a small one in either
 REPRODUCIBLE_THREADS = 1
+#: which definition of the reproducible mode a record was made under: 2 adds correctly rounded
+#: square roots (kit.core.rounding); a record without one was made under 1. Bits are compared
+#: only between records of the same version (kit.core.cpu_records)
+VERSION = 2
+#: each earlier version in words, as the kit's sentences about other machines name it
+EARLIER = {1: "before square roots were correctly rounded"}
 #: variables that change which code paths torch's CPU libraries take, recorded in provenance
 NUMERICS_VARIABLES = (
     SWITCH,
@@ -77,8 +84,9 @@ ISA_FLAGS = ("amx_tile", "avx512f", "avx2", "avx", "sse4_2")
 LIMITS = (
     "MKL's COMPATIBLE branch is documented by Intel as reproducible on other vendors' "
     "processors; ATen's and oneDNN's AVX2 kernels are the same code on every AVX2 processor, "
-    "but oneDNN documents identical results only on identical hardware; a CPU without AVX2 "
-    "or of another architecture runs other kernels (docs/reproducibility.md)"
+    "but oneDNN documents identical results only on identical hardware, and recorded CPU "
+    "models did differ (docs/reproducibility.md); a CPU without AVX2 or of another "
+    "architecture runs other kernels"
 )
 #: benchmarks/cpu_spread.py's latest output: how far results moved across emulated machines
 SPREAD_RECORD = REPO_ROOT / "docs" / "data" / "cpu_spread.json"
@@ -165,6 +173,7 @@ def in_effect() -> dict[str, Any]:
     is in effect (`not_in_effect` says what is missing)."""
     record: dict[str, Any] = {
         "mode": mode(),
+        "version": VERSION,
         "cpu": cpu_model(),
         "machine": platform.machine(),
         "cpu_isa": best_isa(),
@@ -222,32 +231,3 @@ def describe(record: dict[str, Any] | None = None) -> str:
     if record["not_in_effect"]:
         parts.append("not in effect: " + "; ".join(record["not_in_effect"]))
     return "; ".join(parts)
-
-
-def expected_spread(path: Path = SPREAD_RECORD) -> str:
-    """What another machine would change, in one sentence, from the recorded spread
-    (benchmarks/cpu_spread.py): nothing in the reproducible mode where every emulated
-    configuration gave the same bits, else the largest move it measured."""
-    if not path.is_file():
-        return "no cross-machine spread recorded (benchmarks/cpu_spread.py)"
-    record = json.loads(path.read_text())
-    spread = record["spread"]
-    moves = spread["largest_move"]
-    fast = f"{math.ceil(moves.get(FAST, 0) * 10) / 10:g}"
-    verdicts = (
-        "with the same verdicts"
-        if spread["same_outcomes"].get(FAST, True)
-        else "and some verdicts changed"
-    )
-    same = spread["identical_within_mode"].get("reproducible")
-    where = f"{len(record['runs'])} configurations emulated on {record['machine']}"
-    if mode() == "reproducible" and same:
-        return (
-            f"on another machine expect the same bits (the same in every reproducible "
-            f"configuration of {where}; in the fast mode the ci profile's values moved by up "
-            f"to {fast} points {verdicts})"
-        )
-    return (
-        f"on another machine expect the ci profile's values to move by up to {fast} points, "
-        f"{verdicts} (the fast mode over {where}; docs/reproducibility.md)"
-    )

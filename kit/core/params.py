@@ -30,7 +30,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kit.core import notices, strict_yaml
+from kit.core import checkouts, notices, strict_yaml
 from kit.core.param_errors import describe_errors, located
 from kit.core.parameters_cell import Section
 from kit.core.paths import PARAMETERS_DIR, resolve
@@ -63,7 +63,9 @@ class NotebookSettings(Strict):
 
     profile: str = Field(min_length=1)
     output_dir: str = Field(min_length=1)
-    chart_formats: list[ChartFormat] = Field(default_factory=lambda: list(get_args(ChartFormat)))
+    chart_formats: list[ChartFormat] = Field(
+        default_factory=lambda: list(get_args(ChartFormat)), max_length=len(get_args(ChartFormat))
+    )
 
     def input_problems(self) -> list[str]:
         """What the values name outside themselves and cannot be read as they should (data
@@ -365,6 +367,7 @@ def from_notebook(
     assigned by the cells that start with '# parameters' in the kernel's history, or, where the
     kernel keeps none, every plain value of the namespace (call this in the first cell after
     the parameters)."""
+    checkouts.check_kernel()  # the kit of the command that started this kernel, if any
     names = parameter_names(namespace.get("In") or []) or [
         name
         for name, value in namespace.items()  # a kernel that keeps no history (nbval)
@@ -391,6 +394,7 @@ def from_notebook(
     values, sources = resolve_layers(notebook, profile, parameters_dir=parameters_dir)
     merge(values, sources, injected, source)
     validated = validate(notebook, values, sources)
+    checkouts.check_kernel(resolve(validated.output_dir))  # before anything is written
     check_inputs(notebook, validated, sources)
     if in_a_kernel() and notices.NOTICES_FILE_ENV not in os.environ:  # not started by kit run
         (resolve(validated.output_dir) / f"{notebook}{RECORD_SUFFIX}").unlink(missing_ok=True)

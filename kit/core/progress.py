@@ -9,6 +9,9 @@ widget shown through `Described` reads as a sentence, not as its repr, where no 
 A bar's elapsed time and rate are its own work's: time spent inside `paused()` (extracting the
 features a probe bar's probes then read) counts for no open bar, so the first probe's ETA is
 not the extraction's time spread over the probes left. Before its first unit a bar shows no ETA.
+Finished, a bar shows its count over that elapsed time as its rate (tqdm's widget would keep
+the smoothed rate of its last units, which its time belies), and keeps that time in every
+later draw.
 The same holds for an open `Stage`: its records carry the seconds it spent paused, which the
 terminal's lines leave out of its rate and ETA.
 
@@ -25,7 +28,7 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -60,6 +63,9 @@ def paused() -> Iterator[None]:
 class KeptBar(tqdm):
     """A tqdm.auto bar whose last state stays in a saved notebook; with `stage`, also a Stage of
     that name counting the same units for `python -m kit run`."""
+
+    #: tqdm's clock (time.time, read when the bar is made), stopped by `close`
+    _time: Callable[[], float]
 
     def __init__(self, *args: Any, stage: str | None = None, **kwargs: Any) -> None:
         self._shown = None  # before tqdm's __init__, which may close a disabled bar
@@ -99,6 +105,13 @@ class KeptBar(tqdm):
         return super().update(n)
 
     def close(self) -> None:
+        """End the bar at its own rate: its count over its own elapsed time (tqdm's widget
+        keeps its smoothed rate of the last units, on a finished bar a rate its time belies),
+        and that time kept as it was at the end, in every later draw of the bar."""
+        if not self.disable:
+            ended = self._time()
+            self._time = lambda: ended
+            self._ema_dt = lambda: None  # tqdm's overall rate: (n - initial) / elapsed
         if self._stage is not None:
             self._stage.done = int(self.n)  # iterating, tqdm counts without update()
             self._stage.finish(f"{self._stage.done} {self.unit}(s) done")

@@ -21,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from kit.core import machine, numerics
+from kit.core import cpu_records, machine, numerics
 from kit.core.files import atomic_write
 from kit.core.paths import REPO_ROOT
 
@@ -86,22 +86,23 @@ def record() -> dict[str, Any]:
         "command": sys.argv,
         "written": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "packages": packages(),
-        "cpu_numerics": numerics.in_effect(),
+        "cpu_numerics": numerics.in_effect() | {"other_machines": cpu_records.expected_elsewhere()},
         # what else ran: a wall time recorded here is this machine's at this load
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 
 def ran_on(made: dict[str, Any]) -> str:
-    """The machine of a record in a few words: host, CPU and its architecture, the cores the
-    process could use (records written before they were kept leave them out), OS, torch and
-    Python."""
+    """The machine of a record in a few words: CPU and its architecture, the cores the process
+    could use (records written before they were kept leave them out), OS, torch and Python,
+    then the host's name, said as one (a name such as 'vm' describes no machine)."""
     cpu = made.get("cpu_numerics") or {}
     cores = f", {made['cores']} cores" if made.get("cores") else ""
+    host = f", host name {made['host']}" if made.get("host") else ""
     return (
-        f"{made.get('host', '?')}: {cpu.get('cpu', 'unknown CPU')} ({cpu.get('machine', '?')})"
-        f"{cores}, {made.get('platform', '?')}, torch "
-        f"{(made.get('packages') or {}).get('torch', '?')}, Python {made.get('python', '?')}"
+        f"{cpu.get('cpu', 'unknown CPU')} ({cpu.get('machine', '?')}){cores}, "
+        f"{made.get('platform', '?')}, torch {(made.get('packages') or {}).get('torch', '?')}, "
+        f"Python {made.get('python', '?')}{host}"
     )
 
 

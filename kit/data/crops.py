@@ -131,22 +131,45 @@ def filter_weights(lengths: torch.Tensor, size: int, span: int) -> torch.Tensor:
 
 
 def batch_resized_crops(
-    images: list[torch.Tensor], draws: torch.Tensor, size: int, group: int = GROUP_ELEMENTS
+    images: list[torch.Tensor],
+    draws: torch.Tensor,
+    size: int,
+    group: int = GROUP_ELEMENTS,
+    half: bool | None = None,
 ) -> torch.Tensor:
-    """`resized_crops` for the whole batch in a few kernels: the crops are padded into groups of
-    at most `group` float elements (sorted by area) and each group is resized and flipped by two
-    batched matrix products of `filter_weights` (one copy per image into its group, then a few
-    kernels per group). uint8 [B, 3, size, size]; within 1 grey level of `resized_crops`.
-    `draws` are best on the host: the boxes are computed there."""
-    device = images[0].device
+    """`resized_crops` for the whole batch in a few kernels (`resized_regions` of each image's
+    box). uint8 [B, 3, size, size]; within 1 grey level of `resized_crops`. `draws` are best on
+    the host: the boxes are computed there."""
     boxes = image_boxes(images, draws)
-    out = torch.empty(len(images), 3, size, size, dtype=torch.uint8, device=device)
-    flip = _to(flips(draws), device)
-    with torch.autocast(device.type, enabled=False):  # float32 products, whatever the caller's
-        for members in _groups(boxes, group):
-            crops = [_crop(images[k], boxes[k]) for k in members]
+    regions = [_crop(image, box) for image, box in zip(images, boxes, strict=True)]
+    return resized_regions(regions, flips(draws), size, group, half)
+
+
+def resized_regions(
+    regions: list[torch.Tensor],
+    flip: torch.Tensor,
+    size: int,
+    group: int = GROUP_ELEMENTS,
+    half: bool | None = None,
+) -> torch.Tensor:
+    """Crops (uint8 [3, h, w], views of decoded images or regions decoded alone) resized to `size`
+    x `size` and flipped where `flip` [B]: padded into groups of at most `group` elements (sorted
+    by area) and each group resized and flipped by two batched matrix products of
+    `filter_weights` (one copy per crop into its group, then a few kernels per group). With
+    `half` (the default on CUDA) the products take float16 operands and accumulate in float32, as
+    tensor cores do: half the bytes and a fraction of the SM time of float32 products, at the
+    cost of rounding operands to 11 bits (on the CPU, where float16 products are slow, the same
+    rounding is applied to float32 products, so the tests check the GPU's pixels' bound).
+    uint8 [B, 3, size, size]."""
+    device = regions[0].device
+    half = device.type == "cuda" if half is None else half
+    out = torch.empty(len(regions), 3, size, size, dtype=torch.uint8, device=device)
+    flip = _to(flip, device)
+    with torch.autocast(device.type, enabled=False):  # the products' precision is chosen here
+        for members in _groups([list(region.shape[1:]) for region in regions], group):
             index = _to(torch.tensor(members), device)
-            out.index_copy_(0, index, _resized(crops, size, flip.index_select(0, index)))
+            chosen = [regions[k] for k in members]
+            out.index_copy_(0, index, _resized(chosen, size, flip.index_select(0, index), half))
     return out
 
 
@@ -162,35 +185,50 @@ def _crop(image: torch.Tensor, box: list[int]) -> torch.Tensor:
     return image[:, top : top + h, left : left + w]
 
 
-def _groups(boxes: list[list[int]], group: int) -> list[list[int]]:
-    """The batch's indices in groups of increasing crop area whose crops, padded to the group's
-    largest height and width, hold at most `group` elements (a crop larger alone goes alone)."""
-    order = sorted(range(len(boxes)), key=lambda k: boxes[k][2] * boxes[k][3])
+def _groups(sizes: list[list[int]], group: int) -> list[list[int]]:
+    """The batch's indices in groups of increasing crop area (`sizes`: each crop's height and
+    width) whose crops, padded to the group's largest height and width, hold at most `group`
+    elements (a crop larger alone goes alone)."""
+    order = sorted(range(len(sizes)), key=lambda k: sizes[k][0] * sizes[k][1])
     groups: list[list[int]] = []
     height = width = 0
     for k in order:
-        h, w = max(height, boxes[k][2]), max(width, boxes[k][3])
+        h, w = max(height, sizes[k][0]), max(width, sizes[k][1])
         if groups and 3 * h * w * (len(groups[-1]) + 1) <= group:
             groups[-1].append(k)
             height, width = h, w
         else:
             groups.append([k])
-            height, width = boxes[k][2], boxes[k][3]
+            height, width = sizes[k]
     return groups
 
 
-def _resized(crops: list[torch.Tensor], size: int, flip: torch.Tensor) -> torch.Tensor:
+def _resized(crops: list[torch.Tensor], size: int, flip: torch.Tensor, half: bool) -> torch.Tensor:
     """uint8 crops [3, h, w] padded into one float tensor and resized by the filter's matrices,
     the columns' rows reversed where `flip`: uint8 [n, 3, size, size]."""
     device = crops[0].device
     height = max(crop.shape[1] for crop in crops)
     width = max(crop.shape[2] for crop in crops)
-    padded = torch.zeros(len(crops), 3, height, width, device=device)
+    fast = half and device.type == "cuda"
+    padded = torch.zeros(
+        len(crops), 3, height, width, device=device, dtype=torch.float16 if fast else None
+    )
     for slot, crop in zip(padded, crops, strict=True):
         slot[:, : crop.shape[1], : crop.shape[2]].copy_(crop)
     lengths = _to(torch.tensor([crop.shape[1:] for crop in crops]), device)
     rows = filter_weights(lengths[:, 0], size, height)[:, None]
     columns = filter_weights(lengths[:, 1], size, width)
     columns = torch.where(flip[:, None, None], columns.flip(1), columns)[:, None]
-    out = rows @ padded @ columns.transpose(-1, -2)
+    out = _product(_product(rows, padded, half), columns.transpose(-1, -2), half)
     return out.round_().clamp_(0, 255).to(torch.uint8)
+
+
+def _product(a: torch.Tensor, b: torch.Tensor, half: bool) -> torch.Tensor:
+    """a @ b in float32, or with `half` from float16 operands to a float16 result accumulated in
+    float32: on CUDA by the tensor cores; elsewhere as float32 products of float16-rounded
+    operands, the result rounded to float16 (the same rounding, at float32's speed)."""
+    if not half:
+        return a @ b
+    if a.device.type == "cuda":
+        return a.half() @ b.half()
+    return (a.half().float() @ b.half().float()).half().float()

@@ -110,9 +110,10 @@ def _sample_generator(seed: int, epoch: int, index: int) -> int:
 
 
 class EncodedSamples(Dataset):
-    """`data.decode: gpu`: (file bytes, draws, label) by (epoch, index) keys, the draws from the
-    sample's seeded generator; a file the device's decoder does not take (not a JPEG, or a
-    greyscale, CMYK or progressive one: batched.gpu_decodable) is decoded to RGB here instead."""
+    """`data.decode: gpu`: (file bytes, draws, label, file) by (epoch, index) keys, the draws
+    from the sample's seeded generator; a file the device's decoder does not take (not a JPEG,
+    or a greyscale, CMYK or progressive one: batched.gpu_decodable) is decoded to RGB here
+    instead, its size with it (the header's for file bytes: kit.data.batched.EncodedBatch)."""
 
     def __init__(self, base: ImageList, seed: int) -> None:
         self.base, self.seed = base, seed
@@ -120,13 +121,13 @@ class EncodedSamples(Dataset):
     def __len__(self) -> int:
         return len(self.base)
 
-    def __getitem__(self, key: Key) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def __getitem__(self, key: Key) -> tuple[torch.Tensor, torch.Tensor, int, str]:
         epoch, index = key
         path, label = self.base.samples[index]
         data = batched.file_bytes(path)
         item = data if batched.gpu_decodable(data) else open_image(path)
         generator = torch.Generator().manual_seed(_sample_generator(self.seed, epoch, index))
-        return item, crops.sample_draws(generator), label
+        return item, crops.sample_draws(generator), label, path
 
 
 class DaliSamples(Dataset):
@@ -354,7 +355,7 @@ def training_collate(data: DataSettings, threads: int) -> Callable | None:
     augmented images (None), one packed batch of file bytes for the device or DALI to decode
     (DALI with `threads` CPU threads, at least one)."""
     if data.decode == "gpu":
-        return functools.partial(batched.collate, size=data.image_size)
+        return functools.partial(batched.collate, size=data.image_size, hardware=data.hardware_jpeg)
     if data.decode == "dali":
         return functools.partial(
             dali.collate,

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from kit.core import bounds
 from kit.core.params import Strict
 from kit.data import kinds
 from kit.data.synthetic_settings import SyntheticSettings
@@ -20,22 +21,30 @@ class DataSettings(Strict):
     #: a registered dataset kind (kit.data.kinds)
     kind: str
     root: str | None = None
-    image_size: int = Field(ge=8)
+    image_size: int = Field(ge=8, le=bounds.IMAGE_SIZE)
     augment: Literal["auto", "algoperf", "crop_flip", "none"] = "auto"
     verify_images: bool = True
     #: where training JPEGs are decoded. cpu: by the DataLoader workers (libjpeg-turbo), about
     #: 100-200 images/s per core with the crop, so eight H100s need over 100 free cores. gpu: the
-    #: workers only read the files; the run's device decodes each batch (TorchCodec's
-    #: decode_jpeg, nvJPEG on CUDA) and crops and flips it there (kit.data.batched). dali: the
+    #: workers only read the files; the run's device decodes each batch (each crop's region on
+    #: the GPU's hardware JPEG engines, see hardware_jpeg; else TorchCodec's decode_jpeg, nvJPEG
+    #: on CUDA) and crops, resizes and flips it there (kit.data.batched). dali: the
     #: workers read the files and draw each image's crop; NVIDIA DALI decodes only that region,
     #: resizes and flips it (kit.data.dali), with the GPU's JPEG decoder on CUDA and its CPU one
     #: elsewhere; an optional extra, `pip install -e '.[dali]'` (Linux only). gpu and dali:
     #: training batches only, with augment algoperf and a folder dataset; evaluation keeps cpu
     decode: Literal["cpu", "gpu", "dali"] = "cpu"
+    #: decode gpu: decode each file's crop region on the GPU's hardware JPEG engines (A100, H100,
+    #: H200, L4/L40) through nvImageCodec where it is installed (`pip install -e '.[nvimgcodec]'`)
+    #: and the GPU has them, the rest on its CUDA decoder (kit.data.hardware); false: the CUDA
+    #: decoder for every file. Other decode paths ignore it
+    hardware_jpeg: bool = True
     #: decode dali on a GPU with a hardware JPEG decoder (A100, H100, H200): the share of each
     #: batch's JPEGs DALI's `mixed` decoder sends to it, the rest to nvJPEG's CUDA decoder (DALI's
-    #: `hw_decoder_load`, its default 0.65; the best share depends on the node's CPU threads).
-    #: The CPU decoder, and every other decode, ignores it
+    #: `hw_decoder_load`, its default 0.65, chosen by NVIDIA for one A100 engine; not measured on
+    #: an H100 or H200, whose engines decode faster and which a larger share may suit: measure it
+    #: with benchmarks/gpu_input.py --dali-loads). The CPU decoder, and every other decode,
+    #: ignores it
     dali_hw_decoder_load: float = Field(0.65, ge=0.0, le=1.0)
     synthetic: SyntheticSettings | None = None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from kit.core import bounds
 from kit.core.params import Strict
 
 #: visual cues of the synthetic world (kit.data) that can carry the label
@@ -21,10 +22,10 @@ class ComponentSettings(Strict):
     weight: float = Field(gt=0.0)
     #: the cues that carry the label in this component (colour, shape, texture, position);
     #: two or more make each of them redundant for this component's images
-    cues: list[str] = Field(min_length=1)
+    cues: list[str] = Field(min_length=1, max_length=len(CUES))
     #: cues this component does not show (grey, unstriped, round or centred), so that its images
     #: can be told apart from other components' without a second label-carrying cue
-    absent: list[str] = Field(default_factory=list)
+    absent: list[str] = Field(default_factory=list, max_length=len(CUES))
 
     @model_validator(mode="after")
     def _known_cues(self) -> ComponentSettings:
@@ -44,17 +45,19 @@ class SyntheticSettings(Strict):
     """The offline synthetic world. Its seed is separate from the run's, so seeds share a world."""
 
     #: images in the training pool (a run drawing more repeats them)
-    num_train: int = Field(ge=1)
+    num_train: int = Field(ge=1, le=bounds.ROWS)
     #: images in the evaluation split
-    num_eval: int = Field(ge=1)
+    num_eval: int = Field(ge=1, le=bounds.ROWS)
     #: the mixture: which cues carry the label, in what share of the images
-    components: list[ComponentSettings] = Field(min_length=1)
+    components: list[ComponentSettings] = Field(min_length=1, max_length=bounds.ENTRIES)
     #: per cue, the probability that a carrying cue shows the sample's label (else a random class)
-    strength: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(CUES, 1.0))
+    strength: dict[str, float] = Field(
+        default_factory=lambda: dict.fromkeys(CUES, 1.0), max_length=len(CUES)
+    )
     #: standard deviation of the Gaussian pixel noise added to every image (pixels in [0, 1])
     noise: float = Field(default=0.1, ge=0.0, le=1.0)
     #: the world's seed: it draws every image (labels, cues, nuisances), apart from the runs' seeds
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=bounds.SEED)
 
     @model_validator(mode="after")
     def _known_strengths(self) -> SyntheticSettings:

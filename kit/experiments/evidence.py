@@ -13,8 +13,9 @@ from pathlib import Path
 
 import polars as pl
 
-from kit.core import params
+from kit.core import numbers, params
 from kit.core.params import NotebookSettings
+from kit.report import labels
 
 DATA_DIR = Path(__file__).parent / "evidence_data"
 
@@ -268,16 +269,22 @@ def summarize(sources: dict[str, pl.DataFrame]) -> dict[str, object]:
 
 
 def summary_lines(summary: dict[str, object]) -> list[str]:
-    """Sentences stating the computed numbers, for the notebook's closing cell."""
+    """Sentences stating the computed numbers, for the notebook's closing cell: gains in points
+    to one decimal (kit.core.numbers), the models in words (kit.report.labels)."""
 
     def signed(values: object) -> str:
         assert isinstance(values, dict)
-        return ", ".join(f"{k} {'n/a' if v is None else f'{v:+.2f}'}" for k, v in values.items())
+        return ", ".join(
+            f"{k} {'n/a' if v is None else numbers.signed(v)}" for k, v in values.items()
+        )
+
+    def model(name: str) -> str:
+        return labels.value_text("architecture", name)
 
     return [
-        f"Table 2, cat4resnet50 minus the width-matched resnet50w2: "
+        f"Table 2, {model('cat4resnet50')} minus the width-matched {model('resnet50w2')}: "
         f"{signed(summary['table2_cat4_minus_w2'])} (points).",
-        f"Table 2, widening alone (resnet50w2 minus resnet50): "
+        f"Table 2, widening alone ({model('resnet50w2')} minus {model('resnet50')}): "
         f"{signed(summary['table2_w2_minus_rn50'])}.",
         f"Table 3, catN minus cat1 on ImageNet-1k (in distribution): "
         f"{signed(summary['table3_id_gain'])}.",

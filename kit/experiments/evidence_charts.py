@@ -10,6 +10,7 @@ from typing import Any
 import altair as alt
 import polars as pl
 
+from kit.core.numbers import GAIN, POINTS
 from kit.core.scalars import as_float
 from kit.experiments import evidence
 from kit.report import charts, labels, palette
@@ -28,7 +29,7 @@ def concept(label: str) -> str:
     first = label.split(" − ")[0].split(" (")[0]
     if found := re.fullmatch(r"cat(\d+)resnet50|(\d+) concatenated ResNet-50s", first):
         return f"cat{found[1] or found[2]}"
-    if found := re.fullmatch(r"resnet50w(\d+)|an? (\d+)× wide ResNet-50", first):
+    if found := re.fullmatch(r"resnet50w(\d+)|(?:an? )?(\d+)× wide ResNet-50", first):
         return f"wide{found[1] or found[2]}"
     return first
 
@@ -50,10 +51,11 @@ def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
     claim a zero they do not show). Datasets sit 50 points apart (iNat18 near 40 %, CIFAR-10
     near 93 %), so each gets its own axis; the gaps are charted on a shared scale by
     `difference_chart`."""
+    frame = labels.readable(frame)
     order = frame[series].unique(maintain_order=True).to_list()
     sources = [labels.VALUES[source] for source in sorted(evidence.VALUE_SOURCES)]
     return (
-        alt.Chart(frame.with_columns(pl.col("value_source").replace(labels.VALUES)))
+        alt.Chart(frame)
         .transform_calculate(
             read_within="isValid(datum.uncertainty) ? '± ' + format(datum.uncertainty, '.1f') "
             "+ ' points' : 'as printed'"
@@ -68,7 +70,7 @@ def dot_plot(frame: pl.DataFrame, series: str, title: str) -> alt.FacetChart:
             tooltip=charts.tooltips(
                 frame,
                 ["study", "method", "architecture", "eval_dataset", "value", "value_source"],
-                {"value": ".1f"},
+                {"value": POINTS},
             )
             + [alt.Tooltip("read_within:N", title="read to within")],
         )
@@ -108,9 +110,9 @@ def difference_chart(
         ),
     )
     bars = base.mark_bar().encode(
-        tooltip=charts.tooltips(data, ["eval_dataset", comparison, value], {value: "+.2f"})
+        tooltip=charts.tooltips(data, ["eval_dataset", comparison, value], {value: GAIN})
     )
-    text = alt.Text(f"{value}:Q", format="+.1f")
+    text = alt.Text(f"{value}:Q", format=GAIN.d3)
     above = (
         base.transform_filter(f"datum['{value}'] >= 0")
         .mark_text(baseline="bottom", dy=-2, fontSize=9)
@@ -171,9 +173,9 @@ def table3_gain_frame(gains: pl.DataFrame) -> pl.DataFrame:
 
 def series_chart(series: pl.DataFrame) -> alt.FacetChart:
     """Accuracy against size; datasets sit 50 points apart, so each panel has its own axis."""
-    data = series.filter(
-        pl.col("resnet50_equivalents").is_not_null() & pl.col("value").is_not_null()
-    ).with_columns(pl.col("value_source").replace(labels.VALUES))
+    data = labels.readable(
+        series.filter(pl.col("resnet50_equivalents").is_not_null() & pl.col("value").is_not_null())
+    )
     base = alt.Chart().encode(
         x=alt.X("resnet50_equivalents:Q", title="size (ResNet-50 equivalents)"),
         y=alt.Y(
@@ -190,7 +192,7 @@ def series_chart(series: pl.DataFrame) -> alt.FacetChart:
         tooltip=charts.tooltips(
             data,
             ["pretraining", "architecture", "eval_dataset", "value", "value_source"],
-            {"value": ".1f"},
+            {"value": POINTS},
         ),
     )
     lines = base.transform_filter(alt.datum.kind == "concatenation").mark_line(point=True)

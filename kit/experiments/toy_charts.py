@@ -7,6 +7,7 @@ import altair as alt
 import polars as pl
 import torch
 
+from kit.core.numbers import FRACTION, MEAN_COUNT
 from kit.core.progress import Described
 from kit.experiments import toy, toy_construction
 from kit.experiments.toy_settings import SparseTrainingSettings
@@ -21,6 +22,8 @@ KEPT_ORDER = ["phi1", "phi2", "both", "none"]
 #: panels a row of a chart with one panel per component: the four components wrap to two
 #: rows, so that the chart fits a notebook's column in a 1,280-px window
 FACET_COLUMNS = 2
+#: the concatenation chart's numbers: means of components solved (kit.core.numbers)
+MEAN_COUNTS = dict.fromkeys(["mean", "std", "low", "high"], MEAN_COUNT)
 
 
 def construction_chart() -> alt.FacetChart:
@@ -59,7 +62,13 @@ def construction_chart() -> alt.FacetChart:
 
 def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
     """How many mixture-trained models kept each feature, by dominant component and weight."""
-    counts = runs.group_by(["dominant", "share", "kept"]).len()
+    counts = (
+        runs.group_by(["dominant", "share", "kept"])
+        .len()
+        .with_columns(
+            pl.col("kept").replace_strict(KEPT_ORDER, range(len(KEPT_ORDER))).alias("stacked")
+        )
+    )
     return (
         alt.Chart(counts)
         .mark_bar()
@@ -67,7 +76,7 @@ def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
             x=alt.X("share:O", title="weight of the dominant component"),
             y=alt.Y("len:Q", title="trained models"),
             color=alt.Color("kept:N", scale=palette.scale(KEPT_ORDER), title="features kept"),
-            order=alt.Order("kept:N"),
+            order=alt.Order("stacked:Q"),  # KEPT_ORDER's rank: a nominal field has no order
             tooltip=charts.tooltips(counts, ["dominant", "share", "kept", "len"]),
         )
         .properties(width=170, height=160)
@@ -93,12 +102,16 @@ def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
     )
     bars = base.mark_bar().encode(
         y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=[0, 1])),
-        tooltip=charts.tooltips(data, ["training", "component", "n", "mean", "std"]),
+        tooltip=charts.tooltips(
+            data,
+            ["training", "component", "n", "mean", "std"],
+            dict.fromkeys(["mean", "std"], FRACTION),
+        ),
     )
     rules = base.mark_rule(color="black").encode(y=alt.Y("low:Q", title=title), y2="high:Q")
-    return alt.layer(bars, rules, charts.chance_lines(number_format=".2f"), data=data).properties(
-        width=420, height=220
-    )
+    return alt.layer(
+        bars, rules, charts.chance_lines(number_format=FRACTION.d3), data=data
+    ).properties(width=420, height=220)
 
 
 def _kept_name(training: str) -> str:
@@ -122,12 +135,12 @@ def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
     title = "components solved (of 4, mean ± std)"
     line = base.mark_line(point=True).encode(
         y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=[0, 4])),
-        tooltip=charts.tooltips(data, ["share", "k", "groups", "mean", "std"]),
+        tooltip=charts.tooltips(data, ["share", "k", "groups", "mean", "std"], MEAN_COUNTS),
     )
     band = base.mark_errorbar().encode(
         y=alt.Y("low:Q", title=title),
         y2="high:Q",
-        tooltip=charts.tooltips(data, ["share", "k", "low", "high"]),
+        tooltip=charts.tooltips(data, ["share", "k", "low", "high"], MEAN_COUNTS),
     )
     return (line + band).properties(width=320, height=220)
 

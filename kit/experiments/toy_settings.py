@@ -7,26 +7,27 @@ same settings plus the experiment around them, so there is one set of defaults. 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from kit.core import params
+from kit.core import bounds, params
 from kit.core.params import NotebookSettings, Strict
 
 
 class SparseTrainingSettings(Strict):
     """Hyper-parameters of the sparse (weight-decayed, large-step SGD) toy training."""
 
-    n_train: int = Field(default=512, ge=8)
+    n_train: int = Field(default=512, ge=8, le=bounds.ROWS)
     noise: float = Field(default=0.1, ge=0.0, le=0.4)
     lr: float = Field(default=0.5, gt=0.0, le=10.0)
     weight_decay: float = Field(default=0.01, ge=0.0)
-    steps: int = Field(default=3000, ge=1)
-    batch_size: int = Field(default=32, ge=1)
+    steps: int = Field(default=3000, ge=1, le=bounds.STEPS)
+    batch_size: int = Field(default=32, ge=1, le=bounds.BATCH)
     init_scale: float = Field(default=0.1, gt=0.0)
     keep_threshold: float = Field(default=0.05, gt=0.0)
-    probe_samples: int = Field(default=512, ge=16)
-    probe_steps: int = Field(default=300, ge=1)
+    probe_samples: int = Field(default=512, ge=16, le=bounds.ROWS)
+    probe_steps: int = Field(default=300, ge=1, le=bounds.STEPS)
 
     @model_validator(mode="after")
     def _batch_fits(self) -> SparseTrainingSettings:
@@ -38,17 +39,23 @@ class SparseTrainingSettings(Strict):
 class ToySettings(NotebookSettings, SparseTrainingSettings):
     """Notebook 01: mixtures dominated by each component at several weights, many seeds each."""
 
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=bounds.SEED)
     #: weight of the dominant component
     shares: list[float] = Field(
-        default_factory=lambda: [0.25, 0.3, 0.4, 0.55, 0.7, 0.85], min_length=1
+        default_factory=lambda: [0.25, 0.3, 0.4, 0.55, 0.7, 0.85],
+        min_length=1,
+        max_length=bounds.GRID,
     )
     #: trained models per mixture (each: own sample, init and batch order)
     replicates: int = Field(default=16, ge=2, le=200)
-    concat_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4], min_length=1)
+    concat_sizes: list[Annotated[int, Field(le=200)]] = Field(
+        default_factory=lambda: [1, 2, 4], min_length=1, max_length=bounds.GRID
+    )
     direct_replicates: int = Field(default=8, ge=1, le=200)
     weight_decays: list[float] = Field(
-        default_factory=lambda: [0.0, 0.001, 0.003, 0.01, 0.03], min_length=1
+        default_factory=lambda: [0.0, 0.001, 0.003, 0.01, 0.03],
+        min_length=1,
+        max_length=bounds.GRID,
     )
     #: a mixture in which both features carry signal, for the weight-decay sweep
     sparsity_weights: list[float] = Field(

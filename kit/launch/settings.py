@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
+from kit.core import bounds
 from kit.core.params import ParameterError, Strict, override_value
 
 if TYPE_CHECKING:
@@ -19,11 +20,11 @@ class LaunchSettings(Strict):
 
     backend: Literal["inline", "local", "torchrun", "slurm"]
     #: runs trained at the same time on this node (local, torchrun)
-    workers: int = Field(default=1, ge=1)
+    workers: int = Field(default=1, ge=1, le=bounds.PER_NODE)
     #: processes (GPUs) per run on each node
-    nproc_per_node: int = Field(default=1, ge=1)
+    nproc_per_node: int = Field(default=1, ge=1, le=bounds.PER_NODE)
     #: nodes per run (torchrun: start the same launch on each; slurm: nodes per job)
-    nodes: int = Field(default=1, ge=1)
+    nodes: int = Field(default=1, ge=1, le=bounds.CLUSTER)
     #: host:port of the first node, for torchrun on several nodes
     rdzv_endpoint: str | None = None
     #: prefix of the rendezvous ids (one per torchrun); the same on every node
@@ -32,24 +33,24 @@ class LaunchSettings(Strict):
     cluster: Literal["slurm", "local"] = "slurm"
     partition: str | None = None
     account: str | None = None
-    timeout_min: int = Field(default=24 * 60, ge=1)
-    gpus_per_node: int = Field(default=0, ge=0)
+    timeout_min: int = Field(default=24 * 60, ge=1, le=bounds.MINUTES)
+    gpus_per_node: int = Field(default=0, ge=0, le=bounds.PER_NODE)
     #: GPUs of each worker's slot on this node (local, torchrun; unset: nproc_per_node, one per
     #: process); a step that starts its own processes (the faithful probe) is given more
-    gpus_per_worker: int | None = Field(default=None, ge=1)
+    gpus_per_worker: int | None = Field(default=None, ge=1, le=bounds.PER_NODE)
     #: CPU cores per node a Slurm job asks for (unset: each process's loader workers + 1)
-    cpus_per_node: int | None = Field(default=None, ge=1)
+    cpus_per_node: int | None = Field(default=None, ge=1, le=bounds.CLUSTER)
     #: memory per node a Slurm job asks for, in GB (unset: an estimate from the loaders)
-    mem_gb: int | None = Field(default=None, ge=1)
+    mem_gb: int | None = Field(default=None, ge=1, le=bounds.CLUSTER)
     #: ask Slurm for whole nodes (`--exclusive`, all their memory) instead of cores and memory
     exclusive: bool = False
     #: jobs of the array running at once (None: no limit)
-    max_concurrent: int | None = Field(default=None, ge=1)
+    max_concurrent: int | None = Field(default=None, ge=1, le=bounds.CLUSTER)
     #: the scheduler's notice before the time limit; the trainer checkpoints on it
     signal: Literal["USR1", "USR2"] = "USR1"
-    signal_delay_s: int = Field(default=120, ge=10)
+    signal_delay_s: int = Field(default=120, ge=10, le=bounds.SECONDS)
     #: shell lines run before each Slurm job (module load, activating the environment)
-    setup: list[str] = Field(default_factory=list)
+    setup: list[str] = Field(default_factory=list, max_length=bounds.LINES)
 
     @model_validator(mode="after")
     def _consistent(self) -> LaunchSettings:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -38,6 +39,26 @@ def probe_devices(device: str, devices: int | None, visible: int) -> list[torch.
             f"got device '{device}'"
         )
     return [place] * (devices or 1)
+
+
+def fit_devices(settings: Any, visible: int) -> list[torch.device]:
+    """The GPUs a probe's (task, representation) fits are shared over, one fit on each at a time
+    (kit.probes.parallel): every GPU `probe_devices` gives for settings whose `device` is cuda
+    without an index, when there are several; else none, and each fit spreads its own heads or
+    weight decays over its devices as before. Settings without a device (an image probe's) get
+    none."""
+    device, count = getattr(settings, "device", None), getattr(settings, "devices", None)
+    if visible < 2 or not isinstance(device, str) or torch.device(device).type != "cuda":
+        return []
+    places = probe_devices(device, count, visible)
+    return places if len(places) > 1 else []
+
+
+def shared_gpus(settings: Any, node: int) -> int:
+    """The GPUs a probe of cached features asks for on a node of `node` GPUs: all of them, its
+    fits shared over them (`fit_devices`), or its settings' `devices` where fewer."""
+    wanted = getattr(settings, "devices", None)
+    return max(1, min(node, wanted) if wanted else node)
 
 
 def visible_gpus() -> int:

@@ -1,6 +1,6 @@
 """The authors' probe's training: BN1d + Linear heads on frozen backbones, fed augmented images.
 
-The recipe is the one the authors' released linear-probe script runs for the paper's Section 5
+The recipe is the one the authors' released linear-probe script runs for the paper's Section 5.1
 (Table 3): frozen backbones in eval mode, one BatchNorm1d + Linear head per weight decay, SGD
 with Nesterov momentum, the learning rate x0.1 at milestones, the best evaluation accuracy over
 epochs and weight decays reported. Here every head also meets held-out training images, so the

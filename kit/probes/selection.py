@@ -1,6 +1,6 @@
 """The selection rules, `paper`, `heldout` and `bounded`, and the result every probe returns.
 
-The paper's numbers (Section 5, Table 3) come from the authors' protocol, which reports the best
+The paper's numbers (Section 5.1, Table 3) come from the authors' protocol, which reports the best
 accuracy on the evaluation split over epochs and weight decays. That selection looks at the test
 split, so every probe here reports two rules side by side:
 
@@ -80,6 +80,7 @@ def select(
                 "top1": best["eval_top1"],
                 "top5": best["eval_top5"] if num_classes > 10 else None,
                 "train_top1": best["train_top1"],
+                "heldout_top1": best["heldout_top1"],
                 **{column: best[column] for column in extra},
             }
             for rule, best in chosen

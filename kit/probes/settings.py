@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from kit.core import bounds
 from kit.core.params import Strict
 from kit.core.processes import DEFAULT_GROUP_TIMEOUT_S
 from kit.data import kinds
@@ -14,7 +15,7 @@ from kit.probes.base import ProbeSettings, ProbeUse
 from kit.probes.selection import BOUNDED, RULES
 
 #: the authors' weight-decay grids per evaluation dataset, as their released linear-probe script
-#: for the paper's Section 5 (Table 3) sets them: ImageNet {1e-4, 5e-4}, iNat18 {1e-6, 1e-5,
+#: for the paper's Section 5.1 (Table 3) sets them: ImageNet {1e-4, 5e-4}, iNat18 {1e-6, 1e-5,
 #: 1e-4}, CIFAR {1e-4 ... 5e-2}
 PAPER_WEIGHT_DECAYS: dict[str, tuple[float, ...]] = {
     "imagenet": (1e-4, 5e-4),
@@ -113,9 +114,9 @@ class ProbeSetup(Strict):
     """One kind of target's processes, batch per process and BatchNorm handling."""
 
     #: processes (GPUs) of each probe of this kind
-    processes: int = Field(ge=1)
+    processes: int = Field(ge=1, le=bounds.PER_NODE)
     #: images per process; the global batch is processes x batch_size
-    batch_size: int = Field(ge=1)
+    batch_size: int = Field(ge=1, le=bounds.BATCH)
     #: BN statistics over the whole global batch (SyncBatchNorm), else over each process's
     sync_bn: bool = False
 
@@ -141,11 +142,11 @@ class FeatureProbeSettings(ProbeSettings):
     #: fit rows exceeds their held-out top-1 by at most this many points (`kit.probes.selection`);
     #: None reports only `paper` and `heldout`
     max_gap: float | None = Field(default=None, gt=0.0)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=bounds.SEED)
     #: with device `cuda` (no index): the GPUs the fits are spread over, each holding its own
     #: copy of the features, None for every visible one; on the CPU, more than one runs the fits
     #: in that many groups side by side
-    devices: int | None = Field(default=None, ge=1)
+    devices: int | None = Field(default=None, ge=1, le=bounds.PER_NODE)
     #: L-BFGS's stopping tolerance on the change of objective or weights per iteration
     tolerance_change: float = Field(default=TOLERANCE_CHANGE, gt=0.0, lt=1e-3)
 
@@ -159,10 +160,10 @@ class LbfgsProbeSettings(FeatureProbeSettings):
 
     kind: Literal["lbfgs"] = "lbfgs"
     weight_decays: list[float] = Field(
-        default_factory=lambda: [1e-6, 1e-5, 1e-4, 1e-3], min_length=1
+        default_factory=lambda: [1e-6, 1e-5, 1e-4, 1e-3], min_length=1, max_length=bounds.GRID
     )
     #: only a cap: a fit that reaches it is refused, its accuracy being the optimiser's
-    max_iter: int = Field(default=LBFGS_MAX_ITER, ge=1)
+    max_iter: int = Field(default=LBFGS_MAX_ITER, ge=1, le=bounds.ITERATIONS)
 
 
 class FastProbeSettings(FeatureProbeSettings):
@@ -170,10 +171,14 @@ class FastProbeSettings(FeatureProbeSettings):
     (learning rate, weight decay), all trained in one pass."""
 
     kind: Literal["fast"] = "fast"
-    lrs: list[float] = Field(default_factory=lambda: [0.03, 0.1, 0.3], min_length=1)
-    weight_decays: list[float] = Field(default_factory=lambda: [0.0, 1.0e-4], min_length=1)
-    epochs: int = Field(default=8, ge=1)
-    batch_size: int = Field(default=512, ge=1)
+    lrs: list[float] = Field(
+        default_factory=lambda: [0.03, 0.1, 0.3], min_length=1, max_length=bounds.GRID
+    )
+    weight_decays: list[float] = Field(
+        default_factory=lambda: [0.0, 1.0e-4], min_length=1, max_length=bounds.GRID
+    )
+    epochs: int = Field(default=8, ge=1, le=bounds.EPOCHS)
+    batch_size: int = Field(default=512, ge=1, le=bounds.BATCH)
     momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
     #: on CUDA, float32 products of the SGD heads on TF32 tensor cores (10-bit mantissa); the
     #: float64 L-BFGS finish is unaffected. false keeps full float32
@@ -215,30 +220,30 @@ class FaithfulProbeSettings(ProbeSettings):
     """The authors' probe (`kit.probes.faithful`): frozen backbones on augmented images every
     epoch, BN1d + Linear heads (N(0, 0.01) weights), one per weight decay of the task's grid,
     SGD with Nesterov momentum, the learning rate x0.1 after each milestone, no weight decay on
-    BN, as the authors' released linear-probe script for the paper's Section 5 (Table 3) runs it.
+    BN, as the authors' released linear-probe script for the paper's Section 5.1 (Table 3) runs it.
     The recipe's values default to the authors'; what depends on the machine (processes,
     DataLoader workers, precision of the backbones) has no default."""
 
     kind: Literal["faithful"] = "faithful"
     #: grids replacing the authors' (PAPER_WEIGHT_DECAYS), by grid name (imagenet, inat18,
     #: cifar: every task of that data kind) or by task name (that task only)
-    weight_decays: dict[str, list[float]] = Field(default_factory=dict)
-    epochs: int = Field(default=28, ge=1)
+    weight_decays: dict[str, bounds.Grid] = Field(default_factory=dict, max_length=bounds.ENTRIES)
+    epochs: int = Field(default=28, ge=1, le=bounds.EPOCHS)
     #: epochs after which the learning rate is multiplied by 0.1
-    milestones: list[int] = Field(default_factory=lambda: [8, 16, 24])
+    milestones: list[int] = Field(default_factory=lambda: [8, 16, 24], max_length=bounds.GRID)
     lr: float = Field(default=0.01, gt=0.0)
     momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
     #: the global batch, split over the processes (the authors: 5 GPUs x 32 images)
-    batch_size: int = Field(default=160, ge=1)
+    batch_size: int = Field(default=160, ge=1, le=bounds.BATCH)
     #: rows per BatchNorm statistics group, the authors' per-GPU batch (None: the global batch)
-    bn_batch: int | None = Field(default=32, ge=1)
+    bn_batch: int | None = Field(default=32, ge=1, le=bounds.BATCH)
     heldout_fraction: float = Field(default=0.1, gt=0.0, lt=1.0)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=bounds.SEED)
     #: processes (GPUs) of one probe: more than one runs it under torchrun; with `setups`, the
     #: most a probe of a target they name may take
-    processes: int = Field(ge=1)
+    processes: int = Field(ge=1, le=bounds.PER_NODE)
     #: DataLoader workers decoding images, per process
-    workers: int = Field(ge=0)
+    workers: int = Field(ge=0, le=bounds.PER_NODE)
     #: bf16 runs the frozen backbones under bfloat16 autocast (the heads stay float32)
     precision: Literal["fp32", "bf16"]
     #: per kind of target, by grid and representation (imagenet-cat1, imagenet-catN, inat18-cat1,
@@ -246,15 +251,15 @@ class FaithfulProbeSettings(ProbeSettings):
     #: processes, batch per process and BatchNorm handling of its probes, replacing processes,
     #: batch_size and bn_batch, which remain for targets not named. Probes are launched in
     #: groups of the same process count; `processes` is then the most any group may take
-    setups: dict[str, ProbeSetup] = Field(default_factory=dict)
+    setups: dict[str, ProbeSetup] = Field(default_factory=dict, max_length=bounds.ENTRIES)
     #: seconds a collective call (all-reduce, barrier) of the probes' process group waits for
     #: every rank before failing (as the trainer's train.group_timeout_s; a rank opening
     #: ImageNet's 1.28M files or iNat18's JSON can take minutes)
-    group_timeout_s: int = Field(default=DEFAULT_GROUP_TIMEOUT_S, ge=60)
+    group_timeout_s: int = Field(default=DEFAULT_GROUP_TIMEOUT_S, ge=60, le=bounds.SECONDS)
     #: seconds one of the probe's loaders may take for one batch (its first includes starting
     #: the workers) before the probe fails naming its folder: a stuck or dead loader worker (as
     #: the trainer's train.loader_timeout_s); the probe resumes from its last finished epoch
-    loader_timeout_s: int = Field(default=300, ge=1)
+    loader_timeout_s: int = Field(default=300, ge=1, le=bounds.SECONDS)
 
     @model_validator(mode="after")
     def _consistent(self) -> FaithfulProbeSettings:

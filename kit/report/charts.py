@@ -23,8 +23,9 @@ import polars as pl
 from altair.vegalite.v6.display import png_renderer
 from IPython.display import Markdown
 
+from kit.core.numbers import OTHER, Quantity
 from kit.report import palette
-from kit.report.labels import label
+from kit.report.labels import label, quantity
 
 CHART_FORMATS = ("png", "svg", "html")
 #: the MIME type of a displayed chart's spec outside a Jupyter server, named as Jupyter names
@@ -108,18 +109,31 @@ def chart_saver(
     folder: Path, formats: Iterable[str]
 ) -> Callable[[alt.TopLevelMixin | str, str], alt.TopLevelMixin | Markdown]:
     """`show = chart_saver(out, formats)`; `show(chart, name)` saves and returns the chart, so a
-    notebook cell ending with it both saves and displays. A sentence in place of the chart
-    (what a chart would have drawn nothing for, as `tables.table_or_text` takes for a table) is
-    returned as Markdown and saves nothing."""
+    notebook cell ending with it both saves and displays; the displayed spec names its files
+    (`saved_name`), so that the report links them and writes its PDF. A sentence in place of
+    the chart (what a chart would have drawn nothing for, as `tables.table_or_text` takes for a
+    table) is returned as Markdown and saves nothing."""
     formats = list(formats)
 
     def show(chart: alt.TopLevelMixin | str, name: str) -> alt.TopLevelMixin | Markdown:
         if isinstance(chart, str):
             return Markdown(chart)
-        save_chart(chart, folder, name, formats)
-        return chart
+        named = chart.properties(usermeta={USERMETA: {"file": name}})
+        save_chart(named, folder, name, formats)
+        return named
 
     return show
+
+
+#: the key of a chart spec's `usermeta` under which the kit records the chart's file name
+USERMETA = "timecat-kit"
+
+
+def saved_name(spec: dict[str, Any]) -> str | None:
+    """The name of the files a displayed chart was saved as (`<name>.svg`, ...), from its spec;
+    None for a chart `chart_saver` did not save."""
+    found = ((spec.get("usermeta") or {}).get(USERMETA) or {}).get("file")
+    return str(found) if found else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,18 +220,17 @@ def series_lines(
 
 
 def tooltips(
-    frame: pl.DataFrame, fields: Sequence[str], formats: dict[str, str] | None = None
+    frame: pl.DataFrame, fields: Sequence[str], quantities: dict[str, Quantity] | None = None
 ) -> list[alt.Tooltip]:
-    """Tooltips for `fields` of `frame`, titled in words (kit.report.labels), floats rounded: to
-    three significant digits, or to the d3 format `formats` gives a field ('.1f' for a
-    percentage)."""
-    formats = formats or {}
+    """Tooltips for `fields` of `frame`, titled in words (kit.report.labels), floats as their
+    quantity reads in a table (kit.core.numbers: `quantities` gives a field's, else
+    kit.report.labels.quantity, else three significant digits)."""
+    quantities = quantities or {}
     shown = []
     for field in fields:
         if frame.schema[field].is_float():
-            shown.append(
-                alt.Tooltip(f"{field}:Q", format=formats.get(field, ".3~r"), title=label(field))
-            )
+            found = quantities.get(field) or quantity(field) or OTHER
+            shown.append(alt.Tooltip(f"{field}:Q", format=found.d3, title=label(field)))
         else:
             kind: Literal["quantitative", "nominal"] = (
                 "quantitative" if frame.schema[field].is_numeric() else "nominal"

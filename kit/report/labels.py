@@ -9,7 +9,12 @@ table's cells (`value_text`) as in a chart's legend.
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+import polars as pl
+
+from kit.core.numbers import GAIN, MEAN_COUNT, POINTS, Quantity
 
 LABELS: dict[str, str] = {
     # notebook 03's secondary comparisons (kit.experiments.timecat.comparisons.gains)
@@ -30,6 +35,8 @@ LABELS: dict[str, str] = {
     "alpha_req_std": "alpha-ReQ (std)",
     "cka_mean": "linear CKA between models (mean)",
     "cka_std": "linear CKA between models (std)",
+    "seed_cka_mean": "linear CKA between a variant's models (mean)",
+    "seed_cka_std": "linear CKA between a variant's models (std)",
     # notebook 04's regime (kit.experiments.timecat.sweep_outcome.learned_budgets)
     "learned_at": "learns the mixture at (iterations)",
     "located": "saturation located",
@@ -43,6 +50,7 @@ LABELS: dict[str, str] = {
     "eval_dataset": "dataset",
     "value_source": "value read from",
     "n_models": "models",
+    "resnet50_equivalents": "size (ResNet-50 equivalents)",
     "total_iters": "total iterations",
     "ID gain": "in-distribution gain (points)",
     "mean OOD gain": "mean transfer gain (points)",
@@ -51,6 +59,11 @@ LABELS: dict[str, str] = {
     "cat4resnet50_minus_resnet50": "4 concatenated ResNet-50s − one ResNet-50",
     "resnet50w2_minus_resnet50": "a 2× wide ResNet-50 − one ResNet-50",
     "train_top1": "top-1 on the probe's own rows",
+    # notebook 03's probe cells (kit.experiments.timecat.cells)
+    "heldout %": "held-out rows %",
+    "train/eval gap": "train/eval gap (points)",
+    "optimism": "selection optimism (points, held-out − evaluation)",
+    "optimism low": "selection optimism, 97.5% lower bound (points)",
     # the toy's charts (notebook 01)
     "share": "weight of the dominant component",
     "k": "models concatenated",
@@ -58,14 +71,63 @@ LABELS: dict[str, str] = {
     "dominant": "dominant component",
     "groups": "groups of models",
     "len": "trained models",
+    # how many models: a variant's (cat4: 4), the toy's per group of runs
+    "n": "models",
 }
 #: values a reader sees in a legend or a tooltip, by their code names
 VALUES: dict[str, str] = {
     "read_from_figure": "read from the authors' figure",
     "table": "printed in a table",
 }
-#: the columns whose values are code names a table cell shows through VALUES
-VALUE_COLUMNS = ("value_source",)
+#: values that are code names by pattern, by the column holding them: notebook 02's
+#: architectures as the surveyed papers name them, a variant's per-task run
+#: (kit.experiments.timecat.variants, `direct-<task>`)
+VALUE_PATTERNS: dict[str, list[tuple[re.Pattern[str], str]]] = {
+    "architecture": [
+        (re.compile(r"resnet50"), "ResNet-50"),
+        (re.compile(r"resnet50w(\d+)"), r"\1× wide ResNet-50"),
+        (re.compile(r"cat(\d+)resnet50"), r"\1 concatenated ResNet-50s"),
+    ],
+    "variant": [(re.compile(r"direct-(\w+)"), r"direct (\1)")],
+}
+#: the columns whose values are code names a table cell shows through VALUES or VALUE_PATTERNS
+VALUE_COLUMNS = ("value_source", *VALUE_PATTERNS)
+#: the quantity of a number column by its code name (kit.core.numbers): how its numbers read;
+#: a column not listed reads as the unit in its header says (`quantity`)
+QUANTITIES: dict[str, Quantity] = {
+    # accuracies in % and their spreads: the published values (notebook 02, one column per
+    # evaluation dataset where laid out as printed) and the kit's
+    "value": POINTS,
+    **dict.fromkeys(
+        ["ImageNet-1k", "iNat18", "CIFAR-100", "CIFAR-10", "Waterbirds", "CelebA", "MultiNLI",
+         "CivilComments"],
+        POINTS,
+    ),
+    "own_accuracy": POINTS,
+    "kit mean": POINTS,
+    "kit std": POINTS,
+    "baseline best": POINTS,
+    "gap": POINTS,
+    "train/eval gap": POINTS,
+    "optimism": GAIN,
+    "optimism low": GAIN,
+    "difference": POINTS,
+    "gain_std": POINTS,
+    "components_solved_mean": MEAN_COUNT,
+    "components_solved_std": MEAN_COUNT,
+    # gains: differences of accuracies in points, signed
+    "gain_mean": GAIN,
+    "low": GAIN,
+    "high": GAIN,
+    "kit − paper": GAIN,
+    "ID gain": GAIN,
+    "mean OOD gain": GAIN,
+    "mean (points)": GAIN,
+    "direct minus transfer": GAIN,
+    "transfer minus ERM": GAIN,
+}  # fmt: skip
+#: words in a column's header that say it holds points (an accuracy in %, or a gain)
+POINTS_WORDS = ("%", "(points", "top-1")
 #: the encoding channels whose title a reader sees (an axis, a legend, a facet header, a tooltip)
 TITLED_CHANNELS = (
     "x", "y", "color", "fill", "stroke", "shape", "size", "opacity", "strokeDash", "column",
@@ -82,8 +144,40 @@ def label(name: str) -> str:
 
 def value_text(column: str, value: str) -> str:
     """What a reader sees for the string `value` of the column `column`: a code name of
-    VALUES in words where the column holds such names."""
-    return VALUES.get(value, value) if column in VALUE_COLUMNS else value
+    VALUES or VALUE_PATTERNS in words where the column holds such names."""
+    if column not in VALUE_COLUMNS:
+        return value
+    for pattern, words in VALUE_PATTERNS.get(column, []):
+        if pattern.fullmatch(value):
+            return pattern.sub(words, value)
+    return VALUES.get(value, value)
+
+
+def readable(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with the code names among the values of its VALUE_COLUMNS in words: what a
+    chart's axis, legend and tooltip show (its data, not only its titles)."""
+    shown = [c for c in VALUE_COLUMNS if c in frame.columns and frame.schema[c] == pl.String]
+    return frame.with_columns(
+        pl.col(c).replace_strict(
+            {v: value_text(c, v) for v in frame[c].drop_nulls().unique()}, default=pl.col(c)
+        )
+        for c in shown
+    )
+
+
+def quantity(name: str) -> Quantity | None:
+    """The quantity of the number column `name`: as QUANTITIES lists it; a difference of two
+    named columns (`a_minus_b`) is a gain; a column of Table 3's layout (`<task> mean`,
+    `<task> std`: kit.report.tables.wide_mean_std) an accuracy; otherwise points where its
+    header names them (a gain where it says so), else None (kit.report.tables decides)."""
+    if name in QUANTITIES:
+        return QUANTITIES[name]
+    if "_minus_" in name:
+        return GAIN
+    shown = label(name)
+    if name.endswith((" mean", " std")) or any(word in shown for word in POINTS_WORDS):
+        return GAIN if "gain" in shown and not name.endswith("std") else POINTS
+    return None
 
 
 def raw_names(spec: Any) -> list[str]:

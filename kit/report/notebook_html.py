@@ -9,6 +9,8 @@ from the same template without those scripts, and what they would have drawn is 
 - a widget output becomes static HTML from the widget state the notebook saved: a progress bar
   an HTML `<progress>` element with its last text line, any other control a sentence saying it
   needs a running kernel (JupyterLab);
+- a long line of code (papermill's injected parameters cell) wraps inside its cell rather than
+  run past it, cut;
 - a "Hide code" button (inline script, nothing fetched) shows the outputs and the prose alone;
   it sits above the first cell, never over a chart;
 - the page is titled with the notebook's own title (its first heading).
@@ -42,6 +44,10 @@ body.kit-hide-code .jp-CodeCell .jp-Cell-inputWrapper { display: none; }
 #kit-hide-code { display: block; margin: 0.5rem 0.5rem 0 auto; }
 .kit-widget { font-family: monospace; font-size: 0.85rem; padding: 0.2rem 0; }
 .kit-widget progress { width: 12rem; vertical-align: middle; margin-right: 0.5rem; }
+/* a long line of code (papermill's injected parameters) wraps inside its cell, never cut */
+.jp-InputArea-editor .highlight pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+.jp-RenderedHTMLCommon table th { hyphens: auto; }
+.kit-table-notes { margin: 0.2rem 0; }
 </style>
 {% endblock extra_css %}
 {% block body_header %}{{ super() }}

@@ -47,18 +47,24 @@ def read_json(path: Path) -> dict[str, Any]:
 NEXT = "next"
 
 
+def claims(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The claims a notebook's summary states, in order: its "claims" where it lists several,
+    else its one "claim" (those with a line)."""
+    found = summary.get("claims") or [summary.get("claim")]
+    return [claim for claim in found if isinstance(claim, dict) and claim.get("line")]
+
+
 def statements(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """The (status, line) of every claim a notebook's summary states ("claims" where it lists
     several, else its one "claim"), followed by its what-ran line where it records one (status
     "") and by what would decide the claims its wall budget left undecided ("next")."""
-    found = summary.get("claims") or [summary.get("claim")]
-    claims = [claim for claim in found if isinstance(claim, dict) and claim.get("line")]
-    ran = summary.get("ran") or next((c.get("ran") for c in claims if c.get("ran")), "")
+    stated = claims(summary)
+    ran = summary.get("ran") or next((c.get("ran") for c in stated if c.get("ran")), "")
     following = summary.get("next")
     return (
-        [(str(c.get("status", "")), str(c["line"])) for c in claims]
-        + ([("", ran)] if ran and claims else [])
-        + ([(NEXT, str(following))] if following and claims else [])
+        [(str(c.get("status", "")), str(c["line"])) for c in stated]
+        + ([("", ran)] if ran and stated else [])
+        + ([(NEXT, str(following))] if following and stated else [])
     )
 
 

@@ -2,14 +2,17 @@
 
 It names the paper with the version whose numbers it quotes (kit.core.citation) and the machine
 the notebooks ran on (their provenance), then gathers what a run already wrote in its output
-folder, under a table of contents: the verdicts (the `claim` of each `*_summary.json`) with the
-line saying what ran, one table per experiment setting the paper's values and the kit's side by
-side (`*_vs_paper.parquet`), the other result tables (`*_verdicts.parquet`, `*_table3.parquet`,
-`*_gains.parquet`), each captioned and headed in words (kit.report.labels), every chart the
-executed notebooks display (their Vega-Lite specs, drawn by Vega's JavaScript, which the page
-carries inline: nothing is fetched when it is read), each executed notebook rendered as HTML
-beside it, and the parameters each notebook ran with (`<notebook>.parameters.yaml`, folded) with
-the kit version and commit, each file linked. Inputs a notebook read unverified
+folder, under a table of contents: the verdicts (kit.report.verdicts_html: the `claim` of each
+`*_summary.json`, in a table to scan and one short sentence each) with the line saying what
+ran, one table per experiment setting the paper's values and the kit's side by side
+(`*_vs_paper.parquet`), the other result tables (`*_verdicts.parquet`, `*_table3.parquet`,
+`*_gains.parquet`), each captioned and headed in words (kit.report.labels) in as many columns as
+fit its box, every chart the executed notebooks display (their Vega-Lite specs, drawn by Vega's
+JavaScript, which the page carries inline: nothing is fetched when it is read), each executed
+notebook rendered as HTML beside it, and the parameters each notebook ran with
+(`<notebook>.parameters.yaml`, folded) with the kit version and commit, each file linked. Every
+table is also written as LaTeX and CSV, every saved chart as PDF (kit.report.paper_files), and
+linked under it. Inputs a notebook read unverified
 (`<notebook>.notices.json`, kit.core.notices) are listed right after the verdicts.
 
 A folder holding a notebook's `<notebook>.incomplete` marker (written by `python -m kit run`
@@ -29,11 +32,11 @@ from typing import Any
 import nbformat
 import polars as pl
 
-from kit.core import notices, numbers, provenance
+from kit.core import notices, provenance
 from kit.core.citation import PAPER
 from kit.core.files import atomic_write
 from kit.core.paths import resolve
-from kit.report import notebook_html, outputs, tables
+from kit.report import charts, notebook_html, outputs, paper_files, tables, verdicts_html
 from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import label
 from kit.stats import outcomes
@@ -44,7 +47,7 @@ INCOMPLETE_SUFFIX = ".incomplete"
 #: the paper-vs-kit tables (kit.experiments.timecat.paper), one per experiment, by file name
 VS_PAPER_ENDING = "_vs_paper.parquet"
 #: the other result tables the page shows, by file name ending
-VERDICT_ENDING = "_verdicts.parquet"
+VERDICT_ENDING = verdicts_html.VERDICT_ENDING
 TABLE_ENDINGS = (VERDICT_ENDING, "_table3.parquet", "_gains.parquet")
 #: what each result table is, by its file's stem (others read as their stem in words)
 CAPTIONS = {
@@ -53,40 +56,32 @@ CAPTIONS = {
     "table3_gains": "Notebook 02: the paper's published Table 3, catN minus cat1 in points "
     "(no kit measurement).",
     "time_concat_vs_paper": "Notebook 03, time-concat at a fixed budget, beside the paper's "
-    "Table 3 (Section 5), in the paper's order. Paper: ResNet-50 pretrained on ImageNet-1k, one "
+    "Table 3 (Section 5.1), in the paper's order. Paper: ResNet-50 pretrained on ImageNet-1k, one "
     "value per cell; kit: mean and standard deviation over replicates, its tasks standing for "
     "the paper's datasets by role (the pretraining mixture for ImageNet-1k, the tasks the "
     "pretraining did not train on for iNat18, CIFAR-100 and CIFAR-10).",
     "time_concat_verdicts": "Notebook 03: each claim's conditions, judged on its primary "
-    "endpoint (time-concat: Section 5, Table 3; the bottleneck: Sections 3-4).",
+    "endpoint (time-concat: Section 5.1, Table 3; the bottleneck: Sections 3-4).",
     "time_concat_table3": "Notebook 03: linear-probe top-1 % of every variant on every task, "
     "mean and standard deviation over replicates, in the layout of the paper's Table 3.",
     "time_concat_gains": "Notebook 03, secondary and exploratory: each variant minus the "
     "baseline on each task, paired by replicate, Holm-adjusted over the tasks of a comparison.",
-    "sweep_vs_paper": "Notebook 04, the budget sweep, beside the paper's Table 3 (Section 5), "
+    "sweep_vs_paper": "Notebook 04, the budget sweep, beside the paper's Table 3 (Section 5.1), "
     "in the paper's order and per total budget; kit: mean and standard deviation over every "
     "world seed's replicates, its tasks standing for the paper's datasets by role.",
     "sweep_verdicts": "Notebook 04: the time-concat claim's conditions in every cell of the "
     "sweep (world seed, total budget).",
 }
-#: how the verdict statuses read
-STATUS_CLASS = {
-    "reproduced": "good",
-    "contradicted": "bad",
-    "inconclusive": "unsure",
-    "untested (one budget)": "unsure",
-    "depends on the budget": "unsure",
-    "depends on the world": "unsure",
-}
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 70rem; margin: 2rem auto; padding: 0 1rem;
        color: #222; line-height: 1.45; }
-.table { overflow-x: auto; max-width: 100%; margin: 0.5rem 0 1.5rem; }
+.table { max-width: 100%; margin: 0.5rem 0 1.5rem; }
 .table table.dataframe { margin: 0; }
-table.dataframe { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1.5rem; }
-table.dataframe th, table.dataframe td { border-bottom: 1px solid #ddd; padding: 0.2rem 0.6rem; }
-table.dataframe th { vertical-align: bottom; max-width: 12rem; }
-table.dataframe td { max-width: 24rem; }
+table.dataframe { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1.5rem;
+                  max-width: 100%; }
+table.dataframe th, table.dataframe td { border-bottom: 1px solid #ddd; padding: 0.2rem 0.4rem; }
+table.dataframe th { vertical-align: bottom; hyphens: auto; }
+.kit-table-notes { font-size: 0.85rem; color: #444; margin: 0.2rem 0; }
 caption { caption-side: top; text-align: left; color: #444; font-size: 0.9rem;
           padding: 0 0 0.3rem; }
 nav.toc { background: #f6f6f6; padding: 0.4rem 1rem; margin: 0 0 1.5rem; }
@@ -95,7 +90,9 @@ nav.toc ol { margin: 0.2rem 0; } details { margin: 0.3rem 0 1rem; }
 .claim { padding: 0.4rem 0.8rem; border-left: 4px solid #999; background: #f6f6f6;
          margin: 0.4rem 0; }
 .claim.good { border-color: #31a354; } .claim.bad { border-color: #d6616b; }
-.claim.unsure { border-color: #e6a23c; } .ran { color: #555; font-size: 0.85rem; margin: 0 0 1rem; }
+.claim.unsure { border-color: #e6a23c; }
+.claim details { margin: 0.2rem 0 0; font-size: 0.9rem; }
+.ran { color: #555; font-size: 0.85rem; margin: 0 0 1rem; }
 .status { font-weight: bold; text-transform: uppercase; font-size: 0.8rem; margin-right: 0.5rem; }
 .badge { font-weight: bold; text-transform: uppercase; font-size: 0.75rem; padding: 0.1rem 0.4rem;
          border-radius: 0.3rem; background: #eee; white-space: nowrap; }
@@ -131,7 +128,7 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
     links = [notebook_html.render(path) for path in notebooks]
     specs = [(caption, spec) for path in notebooks for caption, spec in chart_specs(path)]
     sections = [
-        _section("Verdicts", verdicts(folder)),
+        _section("Verdicts", verdicts_html.verdicts(folder, read_table_raw)),
         *(
             [_section("Read unverified", unverified_html(kept))]
             if (kept := notices.kept_notices(folder))
@@ -139,7 +136,7 @@ def write_report(profile: str, folder: Path | None = None) -> Path:
         ),
         _section("The kit beside the paper", paper_tables(folder)),
         _section("Result tables", result_tables(folder)),
-        _section("Charts", charts_html(specs)),
+        _section("Charts", charts_html(specs, paper_files.write_chart_pdfs(folder, specs))),
         _section(
             "Executed notebooks",
             "<ul>"
@@ -194,88 +191,6 @@ def chart_specs(notebook: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 yield title, spec
 
 
-#: the notebooks' summaries in the notebooks' order, by the prefix of `<prefix>_summary.json`
-#: (notebook 03's claims come before notebook 04's restatement of them)
-SUMMARY_ORDER = ("toy", "evidence", "time_concat", "sweep")
-
-
-def _summary_order(path: Path) -> tuple[int, str]:
-    prefix = path.name.removesuffix(outputs.SUMMARY_SUFFIX)
-    found = SUMMARY_ORDER.index(prefix) if prefix in SUMMARY_ORDER else len(SUMMARY_ORDER)
-    return (found, path.name)
-
-
-def verdicts(folder: Path) -> str:
-    """Per notebook that recorded claims, in the notebooks' order: a table to scan (one row per
-    condition of each claim: the claim's outcome as a badge, its effect and interval, the
-    effect it could detect, replicates and what ran), then each claim's sentence and the line
-    saying what ran."""
-    lines = []
-    for path in sorted(folder.glob(f"*{outputs.SUMMARY_SUFFIX}"), key=_summary_order):
-        summary = json.loads(path.read_text())
-        stated = outputs.statements(summary)
-        stored = folder / path.name.replace(outputs.SUMMARY_SUFFIX, VERDICT_ENDING)
-        if stated and stored.exists():
-            lines.append(verdict_table(read_table_raw(stored), summary, stored.name))
-        for status, line in stated:
-            if not status:
-                lines.append(f'<p class="ran">{html.escape(line)}</p>')
-                continue
-            lines.append(
-                f'<div class="claim {STATUS_CLASS.get(status, "")}"><span '
-                f'class="status">{html.escape(status)}</span>{html.escape(line)} '
-                f"<small>({html.escape(path.name)})</small></div>"
-            )
-    return "".join(lines) or "<p>No notebook of this run recorded a verdict.</p>"
-
-
-def _badge(status: str) -> str:
-    return f'<span class="badge {STATUS_CLASS.get(status, "")}">{html.escape(status)}</span>'
-
-
-def verdict_table(stored: pl.DataFrame, summary: dict[str, Any], name: str) -> str:
-    """The conditions of a notebook's claims as one table a reader scans: claim, outcome badge,
-    condition, effect [95% interval], detectable effect, replicates, what ran."""
-    claims = summary.get("claims") or [summary.get("claim") or {}]
-    status = {c.get("claim"): c.get("status", "") for c in claims if isinstance(c, dict)}
-    titles = {c.get("claim"): c.get("title") for c in claims if isinstance(c, dict)}
-    only = claims[0].get("status", "") if len(claims) == 1 else ""  # a summary's one claim
-    keys = [k for k in ("world_seed", "budget") if k in stored.columns]
-    head = [label(k) for k in keys] + [
-        "claim",
-        "outcome",
-        "condition",
-        "effect [95% interval] (points)",
-        "detectable at 80% power (points)",
-        "replicates",
-        "what ran",
-    ]
-    rows, before = [], None
-    for row in stored.iter_rows(named=True):
-        ran = f"{row['rounds'] or 1} round(s)" + (f", {row['stopped']}" if row["stopped"] else "")
-        named = (*(row[k] for k in keys), row["claim"])
-        cells = [html.escape(str(row[k])) for k in keys] + [
-            "" if named == before else html.escape(titles.get(row["claim"]) or row["claim"]),
-            _badge(status.get(row["claim"], only)),
-            html.escape(f"{row['condition']}: {row['judgement']}"),
-            html.escape(
-                f"{numbers.signed(row['mean'])} {numbers.interval(row['low'], row['high'])}"
-            ),
-            html.escape(numbers.number(row["detectable"], 1)),
-            html.escape(numbers.number(row["replicates"])),
-            html.escape(ran),
-        ]
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-        before = named
-    return (
-        f'<div class="table"><table class="dataframe verdicts"><caption>Each claim\'s conditions '
-        f'(<a href="{html.escape(name)}">{html.escape(name)}</a>); the sentences below say the '
-        "same in words.</caption><thead><tr>"
-        + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-        + f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
-    )
-
-
 def unverified_html(kept: dict[str, list[str]]) -> str:
     """The inputs each notebook read without being able to check them (kit.core.notices)."""
     return (
@@ -316,15 +231,17 @@ def _in_notebook_order(path: Path) -> tuple[int, str]:
 
 
 def captioned_table(path: Path) -> str:
-    """A result table with its caption (what it is, and its file linked), in a box that
-    scrolls sideways rather than run off a narrow window."""
+    """A result table with its caption (what it is, its file and the same table as LaTeX and
+    CSV linked: kit.report.paper_files writes them), in as many columns as fit its box
+    (kit.report.tables.Table.layout)."""
     caption = CAPTIONS.get(path.stem, label(path.stem).capitalize() + ".")
-    shown = tables.table(read_table(path))._repr_html_()
+    frame = read_table(path)
+    written = paper_files.write_table_files(path, frame, read_table_raw(path), caption)
+    shown = tables.table(frame)._repr_html_()
     body = shown.replace(
         '<table class="dataframe">',
-        f'<table class="dataframe"><caption>{html.escape(caption)} '
-        f'<small>(<a href="{html.escape(path.name)}">{html.escape(path.name)}</a>)</small>'
-        "</caption>",
+        f'<table class="dataframe"><caption>{html.escape(caption)} <small>('
+        f"{paper_files.links([path, *written], lambda p: p.name)})</small></caption>",
         1,
     )
     return f'<div class="table" id="{html.escape(path.stem)}">{body}</div>'
@@ -344,15 +261,21 @@ def read_table(path: Path) -> pl.DataFrame:
     return outcomes.view(frame) if path.name.endswith(VERDICT_ENDING) else frame
 
 
-def charts_html(specs: list[tuple[str, dict[str, Any]]]) -> str:
-    """A placeholder per chart, captioned, and the script that draws them all with vegaEmbed."""
+def charts_html(
+    specs: list[tuple[str, dict[str, Any]]], saved: dict[str, list[Path]] | None = None
+) -> str:
+    """A placeholder per chart, captioned (with its files for a paper linked where `saved`
+    names them: PDF, SVG, PNG), and the script that draws them all with vegaEmbed."""
     if not specs:
         return "<p>No chart in the executed notebooks.</p>"
     divs, calls = [], []
     for i, (notebook, spec) in enumerate(specs):
+        found = (saved or {}).get(charts.saved_name(spec) or "", [])
+        names = paper_files.links(found, lambda p: p.name)
+        files_of = f" <small>({names})</small>" if found else ""
         divs.append(
             f'<figure class="chart"><div id="chart{i}"></div>'
-            f"<figcaption>{html.escape(notebook)}</figcaption></figure>"
+            f"<figcaption>{html.escape(notebook)}{files_of}</figcaption></figure>"
         )
         # "</" must not end the script element early, whatever a spec's strings contain
         inline = json.dumps(spec).replace("</", "<\\/")

@@ -75,6 +75,8 @@ def color(name: str) -> str:
         return shades[min(max(n, 1), len(shades)) - 1]
     if "-" in name:  # one task's run of a variant ('direct-shape'): the variant's colour
         return color(name.rsplit("-", 1)[0])
+    if " (" in name:  # a name with words after it ('direct (shape)', 'cat1 (baseline)')
+        return color(name.split(" (", 1)[0])
     return OTHERS[zlib.crc32(name.encode()) % len(OTHERS)]
 
 

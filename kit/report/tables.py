@@ -1,6 +1,6 @@
 """Tables formatted for reading: group statistics, wide layouts, numbers as kit.core.numbers
-prints them (floats to sensible decimals, thousands separators, p-values in scientific notation
-when small), booleans as yes/no."""
+prints them (an accuracy or a gain to one decimal, p-values to two significant digits, other
+floats to sensible decimals, thousands separators), booleans as yes/no."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from kit.core import numbers
 from kit.core.scalars import as_float, as_optional_float
-from kit.report.labels import label, value_text
+from kit.report.labels import label, quantity, value_text
 
 
 def setup() -> None:
@@ -30,8 +30,9 @@ def setup() -> None:
 
 
 def mean_std(frame: pl.DataFrame, by: list[str], columns: list[str]) -> pl.DataFrame:
-    """Mean, standard deviation and count of `columns` per group, sorted by the group keys."""
-    aggregations = [pl.len().alias("n")]
+    """Mean, standard deviation and count (`count`) of `columns` per group, sorted by the group
+    keys."""
+    aggregations = [pl.len().alias("count")]
     for column in columns:
         aggregations += [
             pl.col(column).mean().alias(f"{column}_mean"),
@@ -44,7 +45,8 @@ def wide_mean_std(
     stats: pl.DataFrame, index: list[str], on: str, mean: str = "mean", std: str = "std"
 ) -> pl.DataFrame:
     """Long mean/std rows to one row per `index`, with '<x> mean' and '<x> std' number
-    columns side by side for every value x of `on` (in order of appearance)."""
+    columns side by side for every value x of `on` (in order of appearance): the layout of the
+    paper's Table 3, whose numbers are top-1 % (they read as points: kit.report.labels)."""
     keys = stats[on].unique(maintain_order=True).to_list()
     wide = stats.pivot(on=on, index=index, values=[mean, std], separator="\t")
     return wide.select(
@@ -82,7 +84,8 @@ _SPREAD_SUFFIXES = ((" mean", " std"), ("_mean", "_std"), ("mean", "std"), ("", 
 
 
 def _places(frame: pl.DataFrame) -> dict[str, int | None]:
-    """Decimals per float column: a mean and its std to what the std supports, other floats as
+    """Decimals per float column: a quantity's (kit.report.labels.quantity: an accuracy or a
+    gain to one decimal), else a mean and its std to what the std supports, other floats as
     `decimals` says."""
     places = {c: decimals(frame[c]) if frame[c].dtype.is_float() else None for c in frame.columns}
     for column in frame.columns:
@@ -98,11 +101,17 @@ def _places(frame: pl.DataFrame) -> dict[str, int | None]:
                 if supported is not None:
                     places[column] = places[sibling] = supported
                 break
+    for column in frame.columns:
+        found = quantity(column)
+        if found is not None and frame[column].dtype.is_float():
+            places[column] = found.places
     return places
 
 
 #: columns holding p-values (kit.experiments.timecat.comparisons.gains)
 P_COLUMNS = ("p_value", "p_adjusted")
+#: columns holding an interval's ends, which keep their side of zero (kit.core.numbers)
+INTERVAL_ENDS = ("low", "high")
 
 
 def _is_identifier(column: str) -> bool:
@@ -112,60 +121,135 @@ def _is_identifier(column: str) -> bool:
 
 
 def _cell(column: str, value: Any, places: int | None) -> str:
-    """One cell as a reader sees it (kit.core.numbers)."""
+    """One cell as a reader sees it (kit.core.numbers: a gain with its sign)."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float) and column in P_COLUMNS:
         return numbers.p_value(value)
+    if isinstance(value, float) and column in INTERVAL_ENDS:
+        return numbers.interval_end(value, places if places is not None else 1)
     if value is None or isinstance(value, float):
-        return numbers.number(value, places)
+        found = quantity(column)
+        return numbers.number(value, places, sign=found is not None and found.sign)
     if isinstance(value, int) and not _is_identifier(column):
-        return numbers.number(value)
+        found = quantity(column)  # a whole accuracy in % reads as any other: 10.0
+        return found.text(value) if found is not None else numbers.number(value)
     return value_text(column, str(value))
 
 
 @dataclass(frozen=True)
+class Layout:
+    """A table as a reader sees it: headers in words, which columns hold numbers (aligned
+    right), the cells as text, and the notes said once above it (a value every row shares)."""
+
+    headers: list[str]
+    numeric: list[bool]
+    rows: list[list[str]]
+    notes: list[str]
+
+
+#: how a cell of numbers and a cell of text sit: a number right-aligned on one line ('< 0.001')
+NUMBER_CELL, TEXT_CELL = '"text-align:right;white-space:nowrap"', '"text-align:left"'
+#: the interval columns a table shows as one, '[-0.5, +1.2]' (kit.core.numbers.interval)
+INTERVAL_HEADER = "95% interval (points)"
+
+
+@dataclass(frozen=True)
 class Table:
-    """A frame formatted for reading: headers in words (kit.report.labels), floats to sensible
-    decimals per column (a mean and its std to the precision the std supports), strings
-    unquoted, nothing shortened, no data-type row. `.frame` keeps the names and numbers."""
+    """A frame formatted for reading: headers in words (kit.report.labels), numbers as their
+    quantity reads (kit.core.numbers; a mean and its std otherwise to the precision the std
+    supports), strings unquoted, nothing shortened, no data-type row. So that it fits a page
+    rather than scroll, it is shown with fewer columns than the frame has (`layout`): an
+    interval's two ends in one column, and a column whose value every row shares said once
+    above it. `.frame` keeps the names and numbers."""
 
     frame: pl.DataFrame
 
     def cells(self) -> list[list[str]]:
+        """Every cell of the frame as text, column for column."""
         places = _places(self.frame)
         return [
             [_cell(c, v, places[c]) for c, v in zip(self.frame.columns, row, strict=True)]
             for row in self.frame.iter_rows()
         ]
 
+    def layout(self) -> Layout:
+        """What a reader sees (see the class docstring)."""
+        frame, columns = self.frame, list(self.frame.columns)
+        cells = self.cells()
+        at = {c: i for i, c in enumerate(columns)}
+        shared = [c for c in columns if frame.height > 1 and _constant(frame[c])]
+        notes = [f"{label(c)}: {cells[0][at[c]]}" for c in shared]
+        merged = "low" in at and "high" in at
+        headers, numeric, picks = [], [], []
+        for c in columns:
+            if c in shared or (merged and c == "high"):
+                continue
+            if merged and c == "low":
+                headers.append(INTERVAL_HEADER)
+                numeric.append(False)
+                picks.append(-1)
+                continue
+            headers.append(label(c))
+            numeric.append(frame[c].dtype.is_numeric())
+            picks.append(at[c])
+        places = _places(frame).get("low") if merged else None
+        rows = [
+            [
+                numbers.interval(r["low"], r["high"], places if places is not None else 1)
+                if pick < 0
+                else row[pick]
+                for pick in picks
+            ]
+            for row, r in zip(cells, frame.iter_rows(named=True), strict=True)
+        ]
+        return Layout(headers, numeric, rows, notes)
+
     def _repr_html_(self) -> str:
-        numeric = [self.frame[c].dtype.is_numeric() for c in self.frame.columns]
-        head = "".join(f"<th>{html.escape(label(c))}</th>" for c in self.frame.columns)
+        shown = self.layout()
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in shown.headers)
         body = "".join(
             "<tr>"
             + "".join(
-                f'<td style="text-align:{"right" if n else "left"}">{html.escape(v)}</td>'
-                for v, n in zip(row, numeric, strict=True)
+                f"<td style={NUMBER_CELL if n else TEXT_CELL}>{html.escape(v)}</td>"
+                for v, n in zip(row, shown.numeric, strict=True)
             )
             + "</tr>"
-            for row in self.cells()
+            for row in shown.rows
+        )
+        notes = (
+            f'<tfoot><tr><td colspan="{len(shown.headers)}" class="kit-table-notes" '
+            f'style="text-align:left">In every row: {html.escape("; ".join(shown.notes))}.'
+            "</td></tr></tfoot>"
+            if shown.notes
+            else ""
         )
         return (
-            f'<table class="dataframe"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+            f'<table class="dataframe"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody>{notes}</table>"
         )
 
     def __repr__(self) -> str:
-        rows = [[label(c) for c in self.frame.columns]] + self.cells()
+        shown = self.layout()
+        rows = [shown.headers, *shown.rows]
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        numeric = [self.frame[c].dtype.is_numeric() for c in self.frame.columns]
         lines = [
             "  ".join(
-                v.rjust(w) if n else v.ljust(w) for v, w, n in zip(r, widths, numeric, strict=True)
+                v.rjust(w) if n else v.ljust(w)
+                for v, w, n in zip(r, widths, shown.numeric, strict=True)
             ).rstrip()
             for r in rows
         ]
-        return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+        notes = [f"In every row: {'; '.join(shown.notes)}."] if shown.notes else []
+        return "\n".join([*notes, lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def _constant(column: pl.Series) -> bool:
+    """Whether every row holds the same value (nulls included)."""
+    try:
+        return column.n_unique() == 1
+    except pl.exceptions.PolarsError:  # a type without equality: never folded
+        return False
 
 
 def table(frame: pl.DataFrame) -> Table:
@@ -206,7 +290,8 @@ class Settings:
         return (
             "<details open><summary>the resolved parameters (each None above takes this value "
             f"from profile {html.escape(str(self.values.get('profile')))})</summary>"
-            '<table class="dataframe"><thead><tr><th>name</th><th>value</th></tr></thead>'
+            '<table class="dataframe kit-settings"><thead><tr><th>name</th><th>value</th></tr>'
+            "</thead>"
             f"<tbody>{''.join(rows)}</tbody></table></details>"
         )
 

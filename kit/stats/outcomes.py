@@ -1,7 +1,7 @@
 """A claim's pre-stated primary endpoint judged in one of three outcomes, with the power to tell.
 
 A claim names its endpoint before the data: one number per replicate, for example catN's top-1
-minus cat1's averaged over the transfer tasks (paper Section 5, Table 3's mean out-of-distribution
+minus cat1's averaged over the transfer tasks (paper Section 5.1, Table 3's mean out-of-distribution
 gain), paired by replicate. Its conditions are that endpoint against the baseline and, for the
 controls, the same endpoint against each control. Each condition has a *margin* the effect must
 clear (0 for "better", minus the smallest effect of interest for "not worse") and is judged from
@@ -26,6 +26,14 @@ the noncentral t distribution), and how many replicates would detect the smalles
 interest at the same spread. Accuracy differences live in [-100, 100] points: an interval is
 clipped to that range (`clipped` says when), which loses no coverage since the true difference
 lies in it.
+
+An accuracy is a count of evaluation rows, so an endpoint moves in steps (one row of 512 is
+0.195 points) and a few replicates can come out exactly equal. Their sample spread is then
+zero, a t interval of zero width would decide on them, and its coverage would be lost: the
+spread cannot be measured below the step. Every interval, minimum detectable effect and
+replicate count is therefore computed with the spread taken as at least the endpoint's
+*resolution* (`Estimate.spread`: the most one evaluation row moves it), while the sample std
+is reported as measured.
 """
 
 from __future__ import annotations
@@ -64,28 +72,44 @@ class Estimate:
     low: float | None
     high: float | None
     clipped: bool
+    #: the most one evaluation row moves a value (points): the least spread the interval uses
+    resolution: float = 0.0
 
     @property
     def replicates(self) -> int:
         """How many paired values the interval rests on."""
         return len(self.values)
 
+    @property
+    def spread(self) -> float | None:
+        """The spread inference uses: the sample std, but never below the resolution."""
+        return None if self.std is None else max(self.std, self.resolution)
+
 
 def estimate(
-    values: Sequence[float], level: float = LEVEL, bounds: tuple[float, float] = METRIC_RANGE
+    values: Sequence[float],
+    level: float = LEVEL,
+    bounds: tuple[float, float] = METRIC_RANGE,
+    resolution: float = 0.0,
 ) -> Estimate:
     """Mean, sample std and the two-sided t interval at confidence 1 - `level` of `values`,
-    clipped to `bounds`; one value gives a mean without spread or interval."""
+    with the spread taken as at least `resolution` (see the module docstring), clipped to
+    `bounds`; one value gives a mean without spread or interval."""
     values = tuple(float(v) for v in values)
     if not values:
-        return Estimate(values, None, None, None, None, False)
+        return Estimate(values, None, None, None, None, False, resolution)
     mean = sum(values) / len(values)
     if len(values) < 2:
-        return Estimate(values, mean, None, None, None, False)
+        return Estimate(values, mean, None, None, None, False, resolution)
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    half = scipy.stats.t.ppf(1 - level / 2, len(values) - 1) * std / math.sqrt(len(values))
+    half = (
+        scipy.stats.t.ppf(1 - level / 2, len(values) - 1)
+        * max(std, resolution)
+        / math.sqrt(len(values))
+    )
     low, high = max(mean - half, bounds[0]), min(mean + half, bounds[1])
-    return Estimate(values, mean, std, low, high, (low, high) != (mean - half, mean + half))
+    clipped = (low, high) != (mean - half, mean + half)
+    return Estimate(values, mean, std, low, high, clipped, resolution)
 
 
 def critical(replicates: int, level: float = LEVEL) -> float:
@@ -186,13 +210,14 @@ def condition_row(
         "replicates": found.replicates,
         "mean": found.mean,
         "std": found.std,
+        "resolution": found.resolution,
         "low": found.low,
         "high": found.high,
         "clipped": found.clipped,
         "confidence": 1 - level,
         "judgement": judge(condition, smallest),
-        "detectable": detectable(found.std, found.replicates, level),
-        "replicates_needed": replicates_needed(found.std, smallest, level),
+        "detectable": detectable(found.spread, found.replicates, level),
+        "replicates_needed": replicates_needed(found.spread, smallest, level),
         "missing": condition.missing,
     }
 
@@ -220,7 +245,7 @@ def outcome(
     else:
         status = INCONCLUSIVE
         reasons += [
-            f"{row['condition']}: cannot tell at {row['replicates']} replicate(s)"
+            f"{row['condition']}: cannot tell at {numbers.counted(row['replicates'], 'replicate')}"
             for row in rows
             if row["judgement"] == INCONCLUSIVE and not row["missing"]
         ]
@@ -236,6 +261,11 @@ def condition_words(row: dict[str, Any]) -> str:
     values = ", ".join(numbers.signed(v) for v in row["values"])
     mean = "n/a" if row["mean"] is None else numbers.signed(row["mean"])
     text = f"{row['condition']} ({where}): {mean} points (replicates {values})"
+    if row["std"] is not None and row["std"] < (row.get("resolution") or 0.0):
+        text += (
+            f", spread taken as one evaluation row ({numbers.number(row['resolution'], 2)} "
+            f"points), not the replicates' {numbers.number(row['std'], 2)}"
+        )
     if row["low"] is not None:
         text += (
             f", {100 * row['confidence']:.0f}% {'repeated ' if row.get('repeated') else ''}"
@@ -274,6 +304,7 @@ SCHEMA = {
     "replicates": pl.Int64,
     "mean": pl.Float64,
     "std": pl.Float64,
+    "resolution": pl.Float64,
     "low": pl.Float64,
     "high": pl.Float64,
     "clipped": pl.Boolean,
@@ -299,7 +330,8 @@ def table(rows: Sequence[dict[str, Any]], extra: dict[str, Any] | None = None) -
 
 def view(verdicts: pl.DataFrame) -> pl.DataFrame:
     """The verdict table as a reader sees it: human headers, the replicates' values as text,
-    the interval as one column, and the effect the run could have detected."""
+    the interval as one column, the effect the run could have detected, and, for a condition
+    left undecided, the replicates that would detect the smallest effect of interest."""
     keys = [c for c in ("world_seed", "budget") if c in verdicts.columns]
     return verdicts.select(
         *[pl.col(k).alias(k.replace("_", " ")) for k in keys],
@@ -318,5 +350,8 @@ def view(verdicts: pl.DataFrame) -> pl.DataFrame:
         pl.col("rounds"),
         pl.col("stopped").alias("stopped by"),
         pl.col("detectable").round(1).alias("detectable at 80% power (points)"),
-        pl.col("replicates_needed").alias("replicates to detect the smallest effect"),
+        # only where the condition is undecided: a decided one needs no more replicates
+        pl.when(pl.col("judgement") == INCONCLUSIVE)
+        .then(pl.col("replicates_needed"))
+        .alias("replicates to detect the smallest effect (where undecided)"),
     )

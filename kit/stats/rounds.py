@@ -26,6 +26,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from kit.core import numbers
 from kit.stats import outcomes, sequential
 from kit.stats.sequential import Rounds
 
@@ -81,11 +82,11 @@ def _look(
     """The condition judged at the looks `counts`, its own replicate count replacing the last
     (a failed replicate leaves it fewer); None when it cannot be judged."""
     found = condition.estimate
-    if condition.missing or found.mean is None or found.std is None:
+    if condition.missing or found.mean is None or found.spread is None:
         return None
     seen = tuple(n for n in counts[:-1] if n < found.replicates) + (found.replicates,)
     return sequential.judge(
-        found.mean, found.std, seen, rounds, condition.margin, smallest, outcomes.METRIC_RANGE
+        found.mean, found.spread, seen, rounds, condition.margin, smallest, outcomes.METRIC_RANGE
     )
 
 
@@ -213,8 +214,9 @@ def to_decide(
         return None
     more = sum(count for count, _ in left)
     undecided = (
-        f"{len(left)} cell(s) undecided when the wall budget ran out; the same plan may add "
-        f"{more} more replicate(s) (to {plan.most} a cell)"
+        f"{numbers.counted(len(left), 'cell')} undecided when the wall budget ran out; the same "
+        f"plan may add {numbers.counted(more, 'more replicate', 'more replicates')} (to "
+        f"{plan.most} a cell)"
     )
     if any(taken is None for _, taken in left):  # every run of this one was read back
         return (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from kit.core import bounds
 from kit.core.params import Strict
 from kit.stats.sequential import Rounds
 from kit.stats.spending import OBRIEN_FLEMING
@@ -17,15 +18,15 @@ class RoundsSettings(Strict):
     rates despite the repeated looks. Absent: the fixed design of `replicates`."""
 
     #: replicates of the first round (at least 2: one replicate has no spread)
-    first: int = Field(default=3, ge=2)
+    first: int = Field(default=3, ge=2, le=bounds.REPLICATES)
     #: replicates each further round adds to a cell not yet decided
-    add: int = Field(default=3, ge=1)
+    add: int = Field(default=3, ge=1, le=bounds.REPLICATES)
     #: the most replicates a cell takes: undecided there, its claim is inconclusive
-    most: int = Field(default=12, ge=2)
+    most: int = Field(default=12, ge=2, le=bounds.REPLICATES)
     #: seconds of wall time within which rounds run: no round starts that would end later (at the
     #: last round's rate), and a cell undecided then stops for the wall budget (a later run of
     #: the notebook continues its rounds); 0: the first round only, whatever the machine's speed
-    wall_s: float = Field(ge=0.0)
+    wall_s: float = Field(ge=0.0, le=bounds.SECONDS)
     #: the alpha-spending function of the repeated intervals: `obrien-fleming` (spends little
     #: early, the last interval barely wider than a fixed design's) or `pocock` (stops earlier,
     #: wider last interval)

@@ -18,6 +18,12 @@ between the comparisons. A comparison is `better` (mean > 0) or `worse` (mean < 
 adjusted p-value is at most `level` (default 0.05), else `no clear difference`; with one
 replicate it is `untested (one replicate)` and takes no part in the adjustment.
 
+Resolution. Accuracies are counts of evaluation rows, so paired differences can come out exactly
+equal and their sample std zero; a test on a zero std would call any nonzero mean significant.
+Where the input gives each difference's resolution (the most one evaluation row moves it), the
+std the test and the interval use is never below it (as for the primary endpoints,
+kit.stats.outcomes); `std` reports the sample std as measured.
+
 Intervals. Each tested comparison gets a two-sided t interval whose width matches its label:
 at confidence 1 - level / k, with k = m - i + 1 (the Bonferroni share Holm tested it at, i its
 rank by p-value) for a comparison Holm rejects, and k = m (the full Bonferroni width) for one it
@@ -41,9 +47,9 @@ from kit.stats.outcomes import METRIC_RANGE
 LEVEL = 0.05
 BETTER, WORSE, UNCLEAR = "better", "worse", "no clear difference"
 UNTESTED = "untested (one replicate)"
-#: a comparison reading a cell whose probe fits its training rows far better than the task
-#: (set by the caller, e.g. kit.experiments.timecat.comparisons.without_flagged)
-FLAGGED = "flagged (probe train/eval gap)"
+#: a comparison reading a probe cell whose held-out choice the evaluation split did not bear out
+#: (set by the caller: kit.experiments.timecat.cells.label_flagged)
+FLAGGED = "flagged (probe selection)"
 
 _COLUMNS = {
     "mean": pl.Float64,
@@ -80,7 +86,11 @@ def t_test(mean: float, std: float, count: int) -> float:
 
 def _judge_family(stats: pl.DataFrame, level: float) -> pl.DataFrame:
     """One family's p-values, Holm adjustment, label-consistent intervals and labels."""
-    means, stds = stats["mean"].to_list(), stats["std"].to_list()
+    means, floors = stats["mean"].to_list(), stats["_floor"].to_list()
+    stds: list[float] = [  # a comparison of one replicate has no std: it is not tested
+        math.nan if std is None else max(std, floor)
+        for std, floor in zip(stats["std"].to_list(), floors, strict=True)
+    ]
     counts = stats["replicates"].to_list()
     tested = [i for i, count in enumerate(counts) if count >= 2]
     p = {i: t_test(means[i], stds[i], counts[i]) for i in tested}
@@ -115,13 +125,16 @@ def verdicts(
     value: str = "difference",
     family: Sequence[str] = (),
     level: float = LEVEL,
+    resolution: str | None = None,
 ) -> pl.DataFrame:
     """One row per comparison (the distinct values of `by`, in order of appearance) from one row
     per (comparison, replicate) paired difference in `value` (nulls ignored): `mean`, `std`,
     `replicates`, the label-consistent interval `low`-`high`, `p_value`, `p_adjusted` (Holm over
     the tested comparisons of its family), `comparisons` (the family's size m) and `verdict`.
     Families are the distinct values of the `family` columns (all of `by`'s rows are one family
-    when it is empty); see the module docstring for how labels and intervals are decided."""
+    when it is empty); `resolution` names a column of each difference's resolution (the least
+    std a comparison is judged with); see the module docstring for how labels and intervals are
+    decided."""
     by = list(by)
     stats = (
         differences.filter(pl.col(value).is_not_null())
@@ -130,6 +143,7 @@ def verdicts(
             pl.col(value).mean().alias("mean"),
             pl.col(value).std().alias("std"),
             pl.len().cast(pl.Int64).alias("replicates"),
+            (pl.col(resolution).max() if resolution else pl.lit(0.0)).alias("_floor"),
         )
         .with_row_index("_order")
     )

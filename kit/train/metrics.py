@@ -1,4 +1,8 @@
-"""A run's metrics: the rows of metrics.jsonl, their table, and the trackers that log them live."""
+"""A run's metrics: the rows of metrics.jsonl, their table, and the trackers that log them live.
+
+Training only writes rows; reading them as a table takes polars, imported where a table is read,
+so that `python -m kit.train` runs where only the training path's packages are installed (a
+cluster's own PyTorch with the kit's small dependencies beside it)."""
 
 from __future__ import annotations
 
@@ -10,8 +14,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
 from kit.core import files, notices
 from kit.core.paths import resolve
 from kit.train.run_files import RunFolder
@@ -19,6 +21,8 @@ from kit.train.settings import TrainSettings
 from kit.train.trackers import TRACKERS
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from kit.core.distributed import Process
 
 #: a metrics row's columns. At each logging step: the mean training loss of the steps since the
@@ -27,18 +31,23 @@ if TYPE_CHECKING:
 #: step rank 0 waited for its next batch from the loader (on CUDA the host runs ahead of the
 #: device, so a wait slows the run only where it is a large share of a step's time, batch_size /
 #: images_per_s), and `gpu_memory_gib`: the most GPU memory rank 0's tensors held since the
-#: previous row (null off CUDA); at evaluations, top-1 accuracy and cross-entropy on the
-#: evaluation split
+#: previous row (null off CUDA), `decode_fallbacks`: with `data.decode: gpu`, the training images of
+#: rank 0's batches since the previous row that its first-choice decoder did not decode (a GPU's
+#: hardware JPEG engines, or its CUDA decoder where it has none) and a fallback did (the CUDA or
+#: the CPU decoder: progressive, CMYK or greyscale JPEGs, other formats, files the engines refused;
+#: kit.data.hardware; null with other decode paths); at evaluations, top-1 accuracy and
+#: cross-entropy on the evaluation split (polars types: `read_metrics` reads them)
 METRICS_SCHEMA = {
-    "step": pl.Int64,
-    "epoch": pl.Int64,
-    "loss": pl.Float64,
-    "lr": pl.Float64,
-    "images_per_s": pl.Float64,
-    "data_wait_s": pl.Float64,
-    "gpu_memory_gib": pl.Float64,
-    "eval_accuracy": pl.Float64,
-    "eval_loss": pl.Float64,
+    "step": "Int64",
+    "epoch": "Int64",
+    "loss": "Float64",
+    "lr": "Float64",
+    "images_per_s": "Float64",
+    "data_wait_s": "Float64",
+    "gpu_memory_gib": "Float64",
+    "decode_fallbacks": "Int64",
+    "eval_accuracy": "Float64",
+    "eval_loss": "Float64",
 }
 
 
@@ -53,6 +62,8 @@ def read_metrics(run_dir: str | Path) -> pl.DataFrame:
     resumed run drops it, and said as a notice (kit.core.notices: the run's summary and report
     list it); in a finished run (its DONE marker) it would take the last rows with it, so it
     raises MetricsError, as any other bad line does, naming the file and the line."""
+    import polars as pl
+
     folder = RunFolder(resolve(run_dir))
     path = folder.metrics
     content = path.read_bytes()
@@ -74,7 +85,8 @@ def read_metrics(run_dir: str | Path) -> pl.DataFrame:
             )
             content = content[:end]
     try:
-        return pl.read_ndjson(io.BytesIO(content), schema=METRICS_SCHEMA)
+        schema = {column: getattr(pl, kind) for column, kind in METRICS_SCHEMA.items()}
+        return pl.read_ndjson(io.BytesIO(content), schema=schema)
     except pl.exceptions.PolarsError as error:
         raise MetricsError(_bad_line(path, content, error)) from None
 

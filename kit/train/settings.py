@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from kit.architectures import ARCHITECTURES
+from kit.core import bounds
 from kit.core.params import (
     ParameterError,
     Strict,
@@ -33,18 +34,18 @@ class RunSettings(Strict):
     the AlgoPerf self-tuning schedule-free AdamW submission."""
 
     model: str = Field(description=f"the ResNet ({', '.join(ARCHITECTURES)}: kit.architectures)")
-    width: float = Field(default=1.0, gt=0.0)
+    width: float = Field(default=1.0, gt=0.0, le=bounds.WIDTH)
     stem: Literal["auto", "imagenet", "small"] = "auto"
-    num_classes: int = Field(ge=2)
+    num_classes: int = Field(ge=2, le=bounds.CLASSES)
     data: DataSettings
-    batch_size: int = Field(ge=1)
+    batch_size: int = Field(ge=1, le=bounds.BATCH)
     #: images per forward pass; each micro-batch has its own BatchNorm statistics and gradients
     #: accumulate over the global batch (None: the whole per-rank batch at once)
-    micro_batch: int | None = Field(default=None, ge=1)
+    micro_batch: int | None = Field(default=None, ge=1, le=bounds.BATCH)
     #: the horizon warmup is measured against (AlgoPerf's workloads fix it per workload): warmup
     #: is warmup_fraction x 0.75 x step_hint steps; None: the run's own iterations. With it set,
     #: a run's steps do not depend on how long it trains, so it can be extended or snapshotted
-    step_hint: int | None = Field(default=None, ge=1)
+    step_hint: int | None = Field(default=None, ge=1, le=bounds.ITERATIONS)
     lr: float = Field(default=0.0025, gt=0.0)
     betas: list[float] = Field(default_factory=lambda: [0.9, 0.99552], min_length=2, max_length=2)
     eps: float = Field(default=1.0e-8, gt=0.0)
@@ -53,29 +54,29 @@ class RunSettings(Strict):
     warmup_fraction: float = Field(default=0.02, ge=0.0, le=1.0)
     weight_lr_power: float = Field(default=2.0, ge=0.0)
     r: float = Field(default=0.75, ge=0.0)
-    bn_recalibration_batches: int = Field(default=32, ge=0)
-    eval_every: int = Field(default=0, ge=0)
-    checkpoint_every: int = Field(default=0, ge=0)
-    log_every: int = Field(default=50, ge=1)
+    bn_recalibration_batches: int = Field(default=32, ge=0, le=bounds.ITERATIONS)
+    eval_every: int = Field(default=0, ge=0, le=bounds.ITERATIONS)
+    checkpoint_every: int = Field(default=0, ge=0, le=bounds.ITERATIONS)
+    log_every: int = Field(default=50, ge=1, le=bounds.ITERATIONS)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     channels_last: bool = True
     compile: bool = False
-    num_workers: int = Field(default=4, ge=0)
+    num_workers: int = Field(default=4, ge=0, le=bounds.PER_NODE)
     #: seconds a collective call (all-reduce, barrier) waits for every rank before the run fails
-    group_timeout_s: int = Field(default=DEFAULT_GROUP_TIMEOUT_S, ge=60)
+    group_timeout_s: int = Field(default=DEFAULT_GROUP_TIMEOUT_S, ge=60, le=bounds.SECONDS)
     #: seconds a data loader may take for one batch (its first includes starting the workers)
     #: before the run fails naming its folder: a stuck or dead loader worker
-    loader_timeout_s: int = Field(default=300, ge=1)
+    loader_timeout_s: int = Field(default=300, ge=1, le=bounds.SECONDS)
     #: seconds a rank may go without finishing a training step, an evaluation batch or a save
     #: before it fails naming the run and what it was waiting in; below group_timeout_s, so a
     #: rank left waiting for a hung one fails long before the collective call would
-    stall_timeout_s: int = Field(default=600, ge=1)
+    stall_timeout_s: int = Field(default=600, ge=1, le=bounds.SECONDS)
     #: where rank 0 also logs metrics.jsonl's numbers as each row is written, to follow the run
     #: live (kit.train.trackers): `tensorboard` (event files in the run folder), `mlflow` (an
     #: MLflow run in `<run folder>/mlflow.db`, or in the store MLFLOW_TRACKING_URI names); empty:
     #: metrics.jsonl only
-    trackers: list[str] = Field(default_factory=list)
+    trackers: list[str] = Field(default_factory=list, max_length=bounds.ENTRIES)
 
     @field_validator("trackers")
     @classmethod
@@ -180,13 +181,13 @@ def replica_problem(bn_recalibration_batches: int, ranks: int) -> str | None:
 class TrainSettings(RunSettings):
     """One pretraining run; the budget is in iterations, the paper's unit."""
 
-    iterations: int = Field(ge=1)
-    seed: int = Field(ge=0)
+    iterations: int = Field(ge=1, le=bounds.ITERATIONS)
+    seed: int = Field(ge=0, le=bounds.SEED)
     output_dir: str = Field(min_length=1)
     #: steps at which the model (at x, BatchNorm recalibrated there) is also saved as
     #: snapshot-<step>.pt, hashed, without changing the run: the models time-concat reads from
-    #: one seeded run (paper Section 5; notebook 03's `catn_models: snapshots`)
-    snapshot_steps: list[int] = Field(default_factory=list)
+    #: one seeded run (paper Section 5.1; notebook 03's `catn_models: snapshots`)
+    snapshot_steps: list[bounds.Step] = Field(default_factory=list, max_length=bounds.LINES)
 
     @model_validator(mode="after")
     def _possible(self) -> TrainSettings:

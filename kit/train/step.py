@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
+from kit.core import numerics, rounding
 from kit.core.distributed import Process
 from kit.data.prefetch import DeviceBatches
 from kit.train.checkpoint import restore_rng_states, rng_states
@@ -87,6 +88,13 @@ class Replica:
             return contextlib.nullcontext()
         return torch.autocast(self.process.device.type, dtype=self.autocast_dtype)
 
+    def exact_roots(self) -> contextlib.AbstractContextManager:
+        """Around the optimizer's step, in the reproducible CPU numerics: its square roots
+        correctly rounded, the same bits on every CPU (kit.core.rounding); else nothing."""
+        if self.process.device.type != "cpu" or not numerics.reproducible():
+            return contextlib.nullcontext()
+        return rounding.correctly_rounded_sqrt()
+
     def on_device(self, loader: Iterable) -> DeviceBatches:
         """A loader's uint8 batches as normalised images on this rank's device."""
         return DeviceBatches(loader, self.process.device, self.memory_format)
@@ -110,7 +118,8 @@ class Replica:
                     part_loss = self.criterion(self.model(x), y) / parts
                 part_loss.backward()
             loss += part_loss.detach().float()
-        self.optimizer.step()
+        with self.exact_roots():
+            self.optimizer.step()
         self.steps_taken += 1
         bad_now = torch.where(torch.isfinite(loss), self.first_bad_step, self.steps_taken)
         torch.minimum(self.first_bad_step, bad_now, out=self.first_bad_step)

@@ -60,6 +60,7 @@ from kit.core.distributed import Process, barrier, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
 from kit.core.threads import numerics_threads
+from kit.data import hardware
 from kit.data import pipeline as kit_data
 from kit.train import checks, run_folder
 from kit.train.checkpoint import (
@@ -381,6 +382,7 @@ def _record(run: _Run, loss: float, window: _Window) -> dict[str, Any]:
         "images_per_s": steps * run.settings.batch_size / (time.perf_counter() - window.start),
         "data_wait_s": window.data_wait / steps,
         "gpu_memory_gib": run.replica.peak_memory_gib(),
+        "decode_fallbacks": hardware.FALLBACKS.take(),
         "eval_accuracy": None,
         "eval_loss": None,
     }

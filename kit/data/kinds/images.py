@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
-from torchcodec.decoders import decode_image
 
 from kit.data import workers
+from kit.data.codecs import decode_image
 from kit.data.kinds.base import DataError, undecodable
 
 
@@ -22,7 +22,7 @@ def open_image(path: str) -> torch.Tensor:
     about the speed of torchvision's decoders, which it supersedes; faster than PIL), other
     formats by PIL; an unreadable file raises DataError naming it."""
     try:
-        return decode_image(path, mode="RGB")
+        return decode_image(path)
     except (RuntimeError, ValueError, OSError):
         pass  # a format TorchCodec does not decode (BMP), or a broken file: PIL says which
     try:

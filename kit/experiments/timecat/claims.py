@@ -1,5 +1,5 @@
 """The claims notebooks 03 and 04 judge, each on its pre-stated primary endpoint (paper
-Section 5, Table 3 for time-concat; Sections 3-4 for the bottleneck): which variants and tasks
+Section 5.1, Table 3 for time-concat; Sections 3-4 for the bottleneck): which variants and tasks
 an endpoint reads, the conditions each claim sets against the baseline and the controls, and the
 claim in words (kit.stats.outcomes judges them)."""
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from kit.experiments.timecat import paper
+from kit.experiments.timecat import cells, paper
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS, kinds_where
 from kit.stats import outcomes, rounds
@@ -64,6 +64,16 @@ def endpoint(
     return per["value"].to_list()
 
 
+def resolution(results: pl.DataFrame, tasks: Sequence[str]) -> float:
+    """The most one evaluation row moves an endpoint averaged over `tasks` (points): one row of
+    the smallest evaluation split among them, over the number of tasks (kit.stats.outcomes
+    takes no spread below it); 0 for results that do not record their evaluation rows."""
+    if "eval_rows" not in results.columns or not tasks:
+        return 0.0
+    rows = results.filter(pl.col("task").is_in(list(tasks)))["eval_rows"].min()
+    return 0.0 if not isinstance(rows, int) or rows <= 0 else 100 / rows / len(tasks)
+
+
 def compute(results: pl.DataFrame, variant: str) -> float:
     """A variant's training compute in single-model iterations at width 1: n x width^2 x
     iterations per model (a ResNet's multiply-adds grow with the square of its width); 0 for
@@ -93,20 +103,31 @@ def condition(
     roles: list[str],
     margin: float = 0.0,
     must_be: str = "better",
+    flagged: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
 ) -> outcomes.Condition:
     """One condition of a claim: the endpoint of `variant` against `against` on every task of
-    `roles` both were probed on (fixed by the design, never by the data)."""
+    `roles` both were probed on (fixed by the design, never by the data). A condition that
+    reads a `flagged` cell (kit.experiments.timecat.cells) is computed and shown but not judged:
+    its `missing` names the cells."""
     tasks = _tasks(results, [variant, against], roles)
     values = endpoint(results, rule, variant, against, tasks) if tasks else []
+    read = cells.read_flagged(flagged, (variant, against), tasks)
+    missing = (
+        "no task shared"
+        if not tasks
+        else "reads flagged probe cells (not judged): " + ", ".join(f"{v} on {t}" for v, t in read)
+        if read
+        else None
+    )
     return outcomes.Condition(
         name,
         variant,
         against,
         tuple(tasks),
-        outcomes.estimate(values),
+        outcomes.estimate(values, resolution=resolution(results, tasks)),
         margin,
         must_be,
-        None if tasks else "no task shared",
+        missing,
     )
 
 
@@ -117,21 +138,34 @@ TRANSFER_ROLES = ["in-mixture", "unseen"]
 
 
 def time_concat_conditions(
-    results: pl.DataFrame, rule: str, baseline: str, smallest: float
+    results: pl.DataFrame,
+    rule: str,
+    baseline: str,
+    smallest: float,
+    flagged: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
 ) -> list[outcomes.Condition]:
-    """Section 5's claim (Table 3): catN (`claimed_variant`) transfers better than the
+    """Section 5.1's claim (Table 3): catN (`claimed_variant`) transfers better than the
     baseline at the same budget, beyond the controls. Primary endpoint: catN minus the
     baseline on the mean top-1 over the transfer tasks, paired by replicate. Controls, on the
     same endpoint: catN must beat every control whose training compute is at most its own (the
     width-matched model at equal compute, the untrained networks of the same n) and must not
     lose by `smallest` points to one given more compute (a wide model trained for the whole
     budget spends width^2 times cat1's). A control kind the run lacks is a missing condition:
-    a gain means little without it. Empty when the run has no catN of n > 1."""
+    a gain means little without it. A condition reading a `flagged` probe cell is not judged.
+    Empty when the run has no catN of n > 1."""
     variant = claimed_variant(results)
     if variant is None:
         return []
     found = [
-        condition(results, rule, f"{variant} vs {baseline}", variant, baseline, TRANSFER_ROLES)
+        condition(
+            results,
+            rule,
+            f"{variant} vs {baseline}",
+            variant,
+            baseline,
+            TRANSFER_ROLES,
+            flagged=flagged,
+        )
     ]
     mine = compute(results, variant)
     controls = controls_of(results)
@@ -152,6 +186,7 @@ def time_concat_conditions(
                 TRANSFER_ROLES,
                 margin=-smallest if more else 0.0,
                 must_be="not worse" if more else "better",
+                flagged=flagged,
             )
         )
     present = set(controls["kind"])
@@ -171,10 +206,14 @@ def time_concat_conditions(
 
 
 def time_concat_claim(
-    results: pl.DataFrame, rule: str, baseline: str, smallest: float
+    results: pl.DataFrame,
+    rule: str,
+    baseline: str,
+    smallest: float,
+    flagged: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
 ) -> outcomes.Outcome:
-    """Section 5's claim judged on `time_concat_conditions`."""
-    found = time_concat_conditions(results, rule, baseline, smallest)
+    """Section 5.1's claim judged on `time_concat_conditions`."""
+    found = time_concat_conditions(results, rule, baseline, smallest, flagged)
     if not found:
         return outcomes.Outcome(
             TIME_CONCAT,
@@ -187,7 +226,11 @@ def time_concat_claim(
 
 
 def bottleneck_conditions(
-    results: pl.DataFrame, rule: str, baseline: str, smallest: float
+    results: pl.DataFrame,
+    rule: str,
+    baseline: str,
+    smallest: float,
+    flagged: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
 ) -> list[outcomes.Condition]:
     """Sections 3-4's claim: a model trained directly on a task beats a linear probe of the
     baseline on it, even where the pretraining mixture contains the task (the cpu profile's
@@ -202,15 +245,20 @@ def bottleneck_conditions(
         if VARIANT_KINDS.get(row["kind"]).per_task
     ]
     return [
-        condition(results, rule, f"{d} vs {baseline}", d, baseline, TRANSFER_ROLES) for d in direct
+        condition(results, rule, f"{d} vs {baseline}", d, baseline, TRANSFER_ROLES, flagged=flagged)
+        for d in direct
     ]
 
 
 def bottleneck_claim(
-    results: pl.DataFrame, rule: str, baseline: str, smallest: float
+    results: pl.DataFrame,
+    rule: str,
+    baseline: str,
+    smallest: float,
+    flagged: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
 ) -> outcomes.Outcome | None:
     """Sections 3-4's claim judged on `bottleneck_conditions`; None without a direct variant."""
-    found = bottleneck_conditions(results, rule, baseline, smallest)
+    found = bottleneck_conditions(results, rule, baseline, smallest, flagged)
     return outcomes.outcome(BOTTLENECK, found, smallest) if found else None
 
 
@@ -231,8 +279,11 @@ def judge_round(
     found = []
     for name in names:
         conditions_of, stated = CLAIMS[name]
+        marked = cells.flagged(
+            cells.probe_cells(results, params.probe_rule, params.max_probe_optimism)
+        )
         conditions = conditions_of(
-            results, params.probe_rule, params.baseline, params.smallest_effect
+            results, params.probe_rule, params.baseline, params.smallest_effect, marked
         )
         if not (conditions or stated):
             continue
@@ -246,43 +297,21 @@ def judge_round(
 
 TITLES = {
     TIME_CONCAT: "time-concat transfers better than {baseline} at the same budget, "
-    "beyond the controls (paper Section 5, Table 3)",
+    "beyond the controls (paper Section 5.1, Table 3)",
     BOTTLENECK: "training directly on a task beats a linear probe of {baseline} on it "
     "(paper Sections 3-4)",
 }
 
 
-def caveats(found: outcomes.Outcome, gaps: pl.DataFrame) -> list[str]:
-    """The flagged probe cells (variant, task) a claim's endpoints read: named beside the claim,
-    since a flagged probe fits its own rows far better than the evaluation split."""
-    read = {
-        (row[side], task)
-        for row in found.rows
-        for side in ("variant", "against")
-        for task in row["tasks"]
-    }
-    return [
-        f"{row['variant']} on {row['task']} (train/eval gap {row['gap']:.1f} points)"
-        for row in gaps.filter(pl.col("flagged")).iter_rows(named=True)
-        if (row["variant"], row["task"]) in read
-    ]
-
-
-def flagged_words(flagged: Sequence[str]) -> str:
-    """The flagged cells a claim reads, in one clause (`caveats` lists them)."""
-    return "probe cells flagged, read with care: " + ", ".join(flagged)
-
-
-def outcome_line(found: outcomes.Outcome, baseline: str, flagged: Sequence[str] = ()) -> str:
+def outcome_line(found: outcomes.Outcome, baseline: str) -> str:
     """A claim in one line: its outcome, then each condition with its paired values, interval,
-    judgement and the effect the run could have detected, and the flagged cells it reads."""
+    judgement and the effect the run could have detected (or why it was not judged: a control
+    not run, a flagged probe cell read)."""
     head = (
         f"Claim: {TITLES[found.claim].format(baseline=baseline)}: {found.status.upper()}{found.how}"
     )
     parts = [outcomes.condition_words(row) for row in found.rows]
     parts += [r for r in found.reasons if not found.rows]
-    if flagged:
-        parts.append(flagged_words(flagged))
     basis = paper.smallest_effect_basis(found.smallest)
     return f"{head} (smallest effect of interest {found.smallest:g} points{basis}) — " + "; ".join(
         parts
@@ -310,14 +339,19 @@ def model_words(train: RunSettings) -> str:
 
 def design_words(params: TimecatSettings) -> str:
     """The replicates' design in words: "9 replicates", or the rounds with their most, spending
-    and wall budget."""
+    and wall budget (none, `wall_s` 0: this run makes the first round only, a later run the
+    next ones; kit.stats.settings)."""
     rounds = params.rounds
     if rounds is None:
         return f"{params.replicates} replicates"
+    wall = (
+        "no wall budget: this run makes the first round only"
+        if rounds.wall_s == 0
+        else f"wall budget {rounds.wall_s:g} s"
+    )
     return (
         f"replicates in rounds ({rounds.first}, then {rounds.add} per round to every cell not "
-        f"yet decided, at most {rounds.most}; {rounds.spending} spending; wall budget "
-        f"{rounds.wall_s:g} s)"
+        f"yet decided, at most {rounds.most}; {rounds.spending} spending; {wall})"
     )
 
 

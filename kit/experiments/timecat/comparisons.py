@@ -11,13 +11,14 @@ import polars as pl
 from kit.core import numbers
 from kit.core.scalars import as_float
 from kit.data import synthetic
+from kit.experiments.timecat import cells
 from kit.experiments.timecat.claims import (
+    BOTTLENECK,
+    TIME_CONCAT,
     TITLES,
     bottleneck_claim,
-    caveats,
     claimed_variant,
     controls_of,
-    flagged_words,
     outcome_line,
     time_concat_claim,
 )
@@ -102,6 +103,12 @@ def paired_differences(results: pl.DataFrame, rule: str, baseline: str) -> pl.Da
             "role",
             "replicate",
             (100 * (pl.col("top1") - pl.col("baseline_top1"))).alias("difference"),
+            # the most one evaluation row moves the difference (kit.stats.verdicts)
+            (
+                100 / pl.col("eval_rows")
+                if "eval_rows" in chosen.columns
+                else pl.lit(0.0, dtype=pl.Float64)
+            ).alias("resolution"),
         )
     )
 
@@ -114,6 +121,7 @@ def _judged(paired: pl.DataFrame, results: pl.DataFrame, level: float) -> pl.Dat
         by=["baseline", "variant", "kind", "n", "task", "role"],
         family=["baseline", "variant"],
         level=level,
+        resolution="resolution",
     )
     order = {v: i for i, v in enumerate(variant_order(results))}
     rank = pl.col("variant").replace_strict(order, default=len(order), return_dtype=pl.Int64)
@@ -190,61 +198,6 @@ def agreement_line(agreement: pl.DataFrame, params: TimecatSettings) -> str:
     )
 
 
-def train_eval_gap(results: pl.DataFrame, rule: str) -> pl.DataFrame:
-    """Each variant's probe top-1 % on its training rows and on the evaluation split (means
-    over replicates): a large gap says the probe fits its rows more than the task, which more
-    features make easier."""
-    return (
-        results.filter(pl.col("rule") == rule)
-        .group_by("variant", "task", maintain_order=True)
-        .agg(
-            (100 * pl.col("train_top1").mean()).alias("train %"),
-            (100 * pl.col("top1").mean()).alias("eval %"),
-        )
-        .with_columns((pl.col("train %") - pl.col("eval %")).alias("gap"))
-    )
-
-
-def probe_gaps(results: pl.DataFrame, rule: str, max_gap: float | None) -> pl.DataFrame:
-    """`train_eval_gap` with a `flagged` column: the cells (variant, task) whose probe is more
-    than `max_gap` points more accurate on its own training rows than on the evaluation split,
-    where the row count rather than the representation may set the accuracy (never flagged when
-    `max_gap` is None or the results record no training accuracy)."""
-    if "train_top1" not in results.columns:
-        return pl.DataFrame(
-            schema={
-                "variant": pl.String,
-                "task": pl.String,
-                "train %": pl.Float64,
-                "eval %": pl.Float64,
-                "gap": pl.Float64,
-                "flagged": pl.Boolean,
-            }
-        )
-    gaps = train_eval_gap(results, rule)
-    limit = float("inf") if max_gap is None else max_gap
-    return gaps.with_columns((pl.col("gap") > limit).fill_null(False).alias("flagged"))
-
-
-def without_flagged(table: pl.DataFrame, gaps: pl.DataFrame) -> pl.DataFrame:
-    """A verdicts table where every comparison that reads a flagged cell (its variant's or its
-    baseline's, on that task) is labelled `verdicts.FLAGGED` instead: the claim never rests on
-    an accuracy the probe's row count may have set."""
-    flagged = gaps.filter(pl.col("flagged")).select("variant", "task")
-    if not flagged.height or not table.height:
-        return table
-    marks = flagged.with_columns(pl.lit(True).alias("_flag"))
-    marked = table.join(marks, on=["variant", "task"], how="left").join(
-        marks.rename({"variant": "baseline", "_flag": "_base_flag"}),
-        on=["baseline", "task"],
-        how="left",
-    )
-    hit = pl.col("_flag").fill_null(False) | pl.col("_base_flag").fill_null(False)
-    return marked.with_columns(
-        pl.when(hit).then(pl.lit(verdicts.FLAGGED)).otherwise(pl.col("verdict")).alias("verdict")
-    ).select(table.columns)
-
-
 def pretraining_passes(params: TimecatSettings) -> float | None:
     """How many times the longest pretraining run goes through its pool of synthetic images
     (at most 1: no image is seen twice, data streamed as the paper assumes); None on real
@@ -289,8 +242,21 @@ def _verdict_line(row: dict[str, Any]) -> str:
     )
     return (
         f"secondary (exploratory): {row['variant']} vs {row['baseline']} on {row['task']} "
-        f"({row['role']}): {numbers.signed(row['gain_mean'])} points over {row['replicates']} "
-        f"replicate(s){spread}: {row['verdict']}"
+        f"({row['role']}): {numbers.signed(row['gain_mean'])} points over "
+        f"{numbers.counted(row['replicates'], 'replicate')}{spread}: {row['verdict']}"
+    )
+
+
+def judged_gains(
+    results: pl.DataFrame, rule: str, baseline: str, max_optimism: float | None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The secondary comparisons as every output shows them: `gains` against the baseline and
+    `control_gains`, each comparison that reads a flagged probe cell labelled so
+    (kit.experiments.timecat.cells, the one rule)."""
+    found = cells.probe_cells(results, rule, max_optimism)
+    return (
+        cells.label_flagged(gains(results, rule, baseline), found),
+        cells.label_flagged(control_gains(results, rule), found),
     )
 
 
@@ -298,74 +264,69 @@ def summarize(
     results: pl.DataFrame,
     rule: str,
     baseline: str,
-    max_gap: float | None = None,
+    max_optimism: float | None = None,
     smallest: float = 2.9,
     ran: str = "",
     stops: Sequence[rounds.Round] = (),
     to_decide: str | None = None,
 ) -> dict[str, Any]:
     """What this run measured, as plain statements and numbers: first each claim judged on its
-    primary endpoint (`time_concat_claim`, `bottleneck_claim`; a probe cell the endpoint reads
-    whose train/eval gap exceeds `max_gap` points is named beside it), then the secondary,
-    exploratory per-task comparisons against the baseline, their tally, and against the
-    controls. "claim" is the headline (time-concat) claim; "claims" lists every claim; "verdicts"
-    is the stored verdict table's rows (one per condition); `ran` is the what-ran line. `stops`
-    are the claims' last rounds (kit.stats.rounds): each is then judged on the replicates of
-    its last look, by its repeated intervals, and says how many rounds and replicates it took
-    and why it stopped; `to_decide` (kit.stats.rounds.to_decide), where the wall budget left
-    a claim undecided, is the summary's "next"."""
-    gaps = probe_gaps(results, rule, max_gap)
+    primary endpoint (`time_concat_claim`, `bottleneck_claim`; a condition that reads a probe
+    cell flagged under `max_optimism` is not judged, kit.experiments.timecat.cells), then the
+    secondary, exploratory per-task comparisons against the baseline (`judged_gains`), their
+    tally, and against the controls. "claim" is the headline (time-concat) claim; "claims"
+    lists every claim; "verdicts" is the stored verdict table's rows (one per condition);
+    `ran` is the what-ran line. `stops` are the claims' last rounds (kit.stats.rounds): each is
+    then judged on the replicates of its last look, by its repeated intervals, and says how
+    many rounds and replicates it took and why it stopped; `to_decide`
+    (kit.stats.rounds.to_decide), where the wall budget left a claim undecided, is the
+    summary's "next"."""
     last = {found.claim: found for found in stops}
     judged = []
-    for claim in (time_concat_claim, bottleneck_claim):
-        found = claim(results, rule, baseline, smallest)
+    for name, claim in ((TIME_CONCAT, time_concat_claim), (BOTTLENECK, bottleneck_claim)):
+        seen = (  # judged on the replicates of its last look
+            results.filter(pl.col("replicate") < last[name].replicates) if name in last else results
+        )
+        marked = cells.flagged(cells.probe_cells(seen, rule, max_optimism))
+        found = claim(seen, rule, baseline, smallest, marked)
         if found is None:
             continue
-        if found.claim in last:  # judged on the replicates of its last look
-            seen = claim(
-                results.filter(pl.col("replicate") < last[found.claim].replicates),
-                rule,
-                baseline,
-                smallest,
-            )
-            assert seen is not None
-            found = rounds.stopped(seen, last[found.claim])
+        if found.claim in last:
+            found = rounds.stopped(found, last[found.claim])
         judged.append(found)
-    claims = []
-    for found in judged:
-        flagged = caveats(found, gaps)
-        claims.append(
-            {
-                "claim": found.claim,
-                "status": found.status,
-                "line": outcome_line(found, baseline, flagged),
-                "title": TITLES[found.claim].format(baseline=baseline),
-                "conditions": [outcomes.condition_words(row) for row in found.rows]
-                + ([flagged_words(flagged)] if flagged else []),
-                "reasons": found.reasons,
-                "how": found.how,
-                **(last[found.claim].record() if found.claim in last else {}),
-                "smallest_effect": smallest,
-                "ran": ran,
-            }
-        )
-    table = without_flagged(gains(results, rule, baseline), gaps)
-    controls = without_flagged(control_gains(results, rule), gaps)
+    claims = [
+        {
+            "claim": found.claim,
+            "status": found.status,
+            "line": outcome_line(found, baseline),
+            "title": TITLES[found.claim].format(baseline=baseline),
+            "conditions": [outcomes.condition_words(row) for row in found.rows],
+            "reasons": found.reasons,
+            "how": found.how,
+            **(last[found.claim].record() if found.claim in last else {}),
+            "smallest_effect": smallest,
+            "ran": ran,
+        }
+        for found in judged
+    ]
+    probed = cells.probe_cells(results, rule, max_optimism)
+    table, controls = judged_gains(results, rule, baseline, max_optimism)
     lines = [c["line"] for c in claims] + [
         _verdict_line(row) for row in table.iter_rows(named=True)
     ]
     tally = table.group_by("variant").agg(
         (pl.col("verdict") == "better").sum().alias("better"),
         (pl.col("verdict") == "worse").sum().alias("worse"),
-        pl.len().alias("tasks"),
+        (pl.col("verdict") != verdicts.FLAGGED).sum().alias("tasks"),
+        (pl.col("verdict") == verdicts.FLAGGED).sum().alias("flagged"),
     )
     order = {v: i for i, v in enumerate(variant_order(results))}
     tally = tally.sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
     for row in tally.iter_rows(named=True):
         lines.append(
             f"secondary (exploratory): {row['variant']}: better than {baseline} on "
-            f"{row['better']} of {row['tasks']} tasks, worse on {row['worse']} "
-            f"(rule {rule})"
+            f"{row['better']} of {row['tasks']} tasks, worse on {row['worse']} (rule {rule})"
+            + (f"; {row['flagged']} more flagged, not judged" if row["flagged"] else "")
         )
     lines += [_verdict_line(row) for row in controls.iter_rows(named=True)]
     return {
@@ -377,8 +338,8 @@ def summarize(
         "claim": {
             **claims[0],
             "variant": claimed_variant(results),
-            "flagged_cells": gaps.filter(pl.col("flagged")).to_dicts(),
-            "max_probe_gap": max_gap,
+            "flagged_cells": probed.filter(pl.col("flagged")).to_dicts(),
+            "max_probe_optimism": max_optimism,
         },
         "claims": claims,
         "verdicts": [row for found in judged for row in found.rows],

@@ -17,7 +17,8 @@ files are decoded and cropped by the training loader at the rate measured for it
 `data.decode` path (kit.train.rates.INPUT_RATES; evaluation and extraction decode on the CPU
 workers at the CPU path's rate per worker): a step runs at the slower of its GPUs and its
 input, and `sources` says which bounds each step. The fast probe of cached features takes the
-time kit.train.rates.fast_probe_seconds gives for the features it reads.
+time kit.train.rates.fast_probe_seconds gives for the features it reads, its fits shared over
+the node's GPUs (kit.probes.parallel).
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from kit import models
 from kit.core import machine
 from kit.data import kinds
 from kit.data.settings import DataSettings
-from kit.experiments.timecat.planning import plan, runs_dir
+from kit.experiments.timecat.planning import features_dir, plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.launch.runs import is_finished
 from kit.probes import registry
+from kit.probes.devices import shared_gpus
 from kit.train import rates
 from kit.train.rates import EXPECTED_TRAIN_RATES
 from kit.train.settings import TrainSettings, replica_problem
@@ -219,11 +222,14 @@ def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
     """A probe that reads images passes them through the frozen backbones (its
     `image_passes`: epochs, on each target's processes); a probe of cached features reads
     every representation's features (its `feature_passes`: epochs and heads) at the fast
-    probe's measured rate, on one GPU. `images` counts the images (or feature rows) read."""
+    probe's measured rate on one GPU, its (task, representation) fits shared over the GPUs the
+    step is given (`_probe_gpus`): the longer of their sum over the GPUs and the longest fit.
+    `images` counts the images (or feature rows) read."""
     probe = registry.get(params.probe_kind)
     _, cost, representations = _representations(params)
     images, hours = 0, None if gpu is None else 0.0
     cached = probe.feature_passes(params.probe)
+    fits: list[float] = []
     for task in params.tasks:
         data, (rows, _) = params.task_data(task)[0], task_rows(params)[task.name]
         for n, width in representations:
@@ -235,9 +241,18 @@ def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
             elif cached is not None:
                 images += cached.epochs * rows
                 size = rows * width * FEATURE_BYTES[params.feature_dtype]
-                seconds = rates.fast_probe_seconds(size, cached.epochs, cached.heads)
-                hours = None if hours is None else hours + seconds / 3600
+                fits.append(rates.fast_probe_seconds(size, cached.epochs, cached.heads))
+    if fits and hours is not None:
+        hours += max(sum(fits) / _probe_gpus(params), max(fits)) / 3600
     return StepEstimate("probe", images, hours, 0)
+
+
+def _probe_gpus(params: TimecatSettings) -> int:
+    """The GPUs a probe of cached features is given (the launch's node, or its `devices`; one
+    off CUDA), as the probe job asks for them (kit.experiments.timecat.jobs.step_settings)."""
+    if params.device != "cuda":
+        return 1
+    return shared_gpus(params.probe, params.launch.gpus_per_node or params.launch.nproc_per_node)
 
 
 def overheads(params: TimecatSettings, gpu: str | None) -> list[Overhead]:
@@ -370,6 +385,8 @@ def sources(params: TimecatSettings, gpu: str | None) -> str:
         if probe.feature_passes(params.probe) is not None
         else "images through the frozen backbones at the extraction rate"
     )
+    if probe.feature_passes(params.probe) is not None:
+        probe_source += f"; its fits shared over {_probe_gpus(params)} GPU(s)"
     lines.append(f"  - probe    {probe_source}")
     return "\n".join(lines)
 
@@ -417,13 +434,27 @@ def replica_problems(params: TimecatSettings) -> list[str]:
     return [f"train.{problem}"] if problem else []
 
 
+def _left_to_write(params: TimecatSettings) -> tuple[int, int]:
+    """The bytes the plan's checkpoints and feature cache still need (its unfinished training
+    runs', and the cache's less what its folder holds: a cache shared with other plans lowers it
+    by theirs), and the bytes already written, which a resumed run does not write again."""
+    runs = plan(params).trainings
+    left = [run for run in runs if not is_finished(run)]
+    train, to_train = (_training_runs(some, params, None)[0].disk_bytes for some in (runs, left))
+    cache = _extraction(params, None).disk_bytes
+    held = sum(f.stat().st_size for f in features_dir(params).rglob("*") if f.is_file())
+    return to_train + max(cache - held, 0), train - to_train + min(held, cache)
+
+
 def machine_problems(params: TimecatSettings) -> list[str]:
-    """This machine against the plan (`kit check`): free disk under run_root for its checkpoints
-    and feature cache; and where the launch runs here (not slurm), CUDA and a GPU per process,
-    the compiler for `compile`, and /dev/shm for the training loaders."""
-    needed = sum(step.disk_bytes for step in estimate(params, None))
+    """This machine against the plan (`kit check`): free disk under run_root for what its
+    checkpoints and feature cache still have to write; and where the launch runs here (not
+    slurm), CUDA and a GPU per process, the compiler for `compile`, and /dev/shm for the
+    training loaders."""
+    needed, written = _left_to_write(params)
+    besides = f" (besides the {machine.byte_size(written)} written)" if written else ""
     problems = machine.disk_problems(
-        runs_dir(params), needed, "the plan's checkpoints and feature cache"
+        runs_dir(params), needed, f"the plan's checkpoints and feature cache{besides}"
     )
     launch, train = params.launch, params.train
     if launch.backend == "slurm":

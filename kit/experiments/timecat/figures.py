@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import base64
 import io
+import re
 
 import altair as alt
 import polars as pl
 import torch
 from PIL import Image
 
+from kit.core.numbers import POINTS
 from kit.data.synthetic import SyntheticWorld
 from kit.experiments.timecat.comparisons import variant_order
 from kit.experiments.timecat.settings import TimecatSettings
-from kit.report import charts, palette
+from kit.report import charts, labels, palette
 
-#: tooltips of a top-1 % to one decimal
-PERCENT = {"mean": ".1f", "std": ".1f", "low": ".1f", "high": ".1f"}
+#: tooltips of a top-1 %: one decimal (kit.core.numbers)
+PERCENT = dict.fromkeys(["mean", "std", "low", "high"], POINTS)
 #: panels in a row of a faceted chart before it wraps (each is 150 px plus room for its labels)
 FACET_COLUMNS = 3
 
@@ -31,8 +33,9 @@ def training_chart(curves: pl.DataFrame) -> alt.Chart | alt.FacetChart:
         .str.replace_all("\\", "/", literal=True)
         .str.extract(r"/rep\d+/([^/]+)/")
         .alias("variant"),
-        pl.Series("run", charts.short_names(trained["run"])),
+        pl.Series("run", [_run_words(name) for name in charts.short_names(trained["run"])]),
     )
+    named = labels.readable(named)
     return charts.series_lines(
         named,
         "step",
@@ -43,6 +46,15 @@ def training_chart(curves: pl.DataFrame) -> alt.Chart | alt.FacetChart:
         y_title="training loss",
         color_by="variant",
     )
+
+
+def _run_words(name: str) -> str:
+    """A run's folder as its tooltip names it: 'rep0/direct-shape/seed0' as 'replicate 0,
+    direct (shape), seed 0' (a path of another shape as it is)."""
+    found = re.fullmatch(r"rep(\d+)/([^/]+)/seed(\d+)", name)
+    if not found:
+        return name
+    return f"replicate {found[1]}, {labels.value_text('variant', found[2])}, seed {found[3]}"
 
 
 def accuracy_chart(
@@ -62,7 +74,7 @@ def accuracy_chart(
         .replace_strict(ceiling, default=None, return_dtype=pl.Float64)
         .alias("ceiling"),
     )
-    order = variant_order(results)
+    order = _shown(variant_order(results))
     y = alt.Y("mean:Q", title="top-1 (%)", scale=alt.Scale(domain=[0, 100]))
     base = alt.Chart().encode(x=alt.X("variant:N", sort=order, title="variant"))
     layers = [
@@ -104,7 +116,7 @@ def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
     per_role = per_task.group_by("role", "variant", "replicate").agg(pl.col("top1").mean())
     stats = _mean_std(per_role.with_columns(pl.lit(rule).alias("rule")), rule, ["role", "variant"])
     title = "mean top-1 over the role's tasks (%)"
-    order = [v for v in variant_order(results) if v in set(everywhere)]
+    order = _shown([v for v in variant_order(results) if v in set(everywhere)])
     roles = sorted(stats["role"])
     base = alt.Chart(stats).encode(
         x=alt.X("variant:N", sort=order, title="variant"),
@@ -133,7 +145,12 @@ def _mean_std(results: pl.DataFrame, rule: str, by: list[str]) -> pl.DataFrame:
             pl.len().alias("count"),
         )
     )
-    return charts.error_bounds(stats, (0, 100))
+    return labels.readable(charts.error_bounds(stats, (0, 100)))
+
+
+def _shown(variants: list[str]) -> list[str]:
+    """Variants as the charts name them (`direct-shape` as 'direct (shape)': kit.report.labels)."""
+    return [labels.value_text("variant", variant) for variant in variants]
 
 
 #: pixels per side of a sample image in the world chart (the world's images are upscaled)

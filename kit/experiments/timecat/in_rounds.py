@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from kit.core import numbers
 from kit.experiments.timecat import claims, jobs, measure, planning
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch.runs import is_finished
@@ -39,6 +40,13 @@ class Measured:
     diagnostics: pl.DataFrame = field(default_factory=pl.DataFrame)
     cell: rounds.CellRounds = field(default_factory=rounds.CellRounds)
     design: Rounds = field(default_factory=lambda: Rounds.fixed(1))
+
+    def runs_line(self) -> str:
+        """How many runs were reused, trained and written untrained, in one line."""
+        return (
+            f"skipped {numbers.counted(self.skipped, 'finished run')}; trained {self.trained}; "
+            f"wrote {numbers.counted(self.written, 'untrained network')}"
+        )
 
     def rounds_line(self) -> str:
         """How many rounds and replicates each claim took and why it stopped, in one line."""

@@ -35,6 +35,8 @@ from kit.launch import sbatch
 from kit.launch.runs import Launched, is_finished
 from kit.launch.settings import LaunchSettings, sized_for_loaders
 from kit.probes import registry
+from kit.probes.base import FeatureProbe
+from kit.probes.devices import shared_gpus
 from kit.report import outputs
 from kit.train import trainer as train
 
@@ -175,23 +177,26 @@ def probe_processes(params: TimecatSettings) -> int:
 def step_settings(step: Step, settings: LaunchSettings, params: TimecatSettings) -> LaunchSettings:
     """The launch settings of a step, sized for its loaders: extraction uses all of them (every
     GPU of the node, or several nodes); probing is one process given as many GPUs as the
-    processes it starts (probe_processes), which it runs under its own torchrun."""
+    processes it starts (probe_processes), which it runs under its own torchrun, or for a probe
+    of cached features on CUDA the node's GPUs, its fits shared over them (kit.probes.parallel)."""
     cuda = params.device == "cuda"
     if step == "extract":
         return sized_for_loaders(settings, params.feature_workers, 1, cuda=cuda)
-    gpus = probe_processes(params)
+    processes = gpus = probe_processes(params)
+    if cuda and isinstance(registry.get(params.probe_kind), FeatureProbe):
+        gpus = shared_gpus(params.probe, settings.gpus_per_node or settings.nproc_per_node)
     own = registry.get(params.probe_kind).workers(params.probe)
-    workers = own if gpus > 1 and own is not None else params.feature_workers
+    workers = own if processes > 1 and own is not None else params.feature_workers
     single = settings.model_copy(
         update={
             "nproc_per_node": 1,
             "nodes": 1,
             "workers": 1,
             "gpus_per_worker": gpus,
-            "gpus_per_node": min(settings.gpus_per_node, gpus),
+            "gpus_per_node": min(settings.gpus_per_node, gpus) or (gpus if cuda else 0),
         }
     )
-    return sized_for_loaders(single, workers, 1, processes=gpus, cuda=cuda)
+    return sized_for_loaders(single, workers, 1, processes=processes, cuda=cuda)
 
 
 def launch_step(

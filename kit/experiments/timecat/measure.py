@@ -245,6 +245,8 @@ def probe_all(
                         "top1": selected["top1"],
                         "top5": selected["top5"],
                         "train_top1": selected["train_top1"],
+                        "heldout_top1": selected["heldout_top1"],
+                        "eval_rows": extracted.eval_rows,
                         "lbfgs_top1": exact and exact.top1(selected["rule"]),
                         **{column: selected.get(column) for column in shifts},
                     }

@@ -1,4 +1,4 @@
-"""The paper's Table 3 (Section 5) and the kit's measurements in one table, row for row.
+"""The paper's Table 3 (Section 5.1) and the kit's measurements in one table, row for row.
 
 One row per measure of each of the paper's variants, in the paper's order (cat1, cat2, cat4,
 cat5; within a variant: in distribution, the mean over the transfer datasets, the transfer gain

@@ -1,4 +1,4 @@
-"""The time-concat experiment's plan (paper Section 5, Table 3): every run, untrained network
+"""The time-concat experiment's plan (paper Section 5.1, Table 3): every run, untrained network
 and representation of the variants, and the training of the unfinished runs."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from kit.experiments.timecat.layouts import checkpoint_file, released_identity
 from kit.experiments.timecat.settings import ProbeTask, TimecatSettings, Variant
 from kit.launch import backends as kit_launch
 from kit.launch.runs import is_finished
+from kit.report.labels import value_text
 from kit.train.checkpoint import missing_snapshots
 from kit.train.network import write_untrained
 from kit.train.run_files import RunFolder
@@ -213,7 +214,8 @@ def plan(params: TimecatSettings, start: int = 0) -> Plan:
                     checkpoints = tuple(RunFolder(folder).checkpoint for folder in folders)
                     iterations = trainings[0].iterations
                     for settings in trainings:
-                        serves[settings.output_dir] = [f"{label} at {iterations}"]
+                        shown = value_text("variant", label)  # 'direct (shape)'
+                        serves[settings.output_dir] = [f"{shown} at {iterations}"]
                     expected = tuple(identity(settings, root, iterations) for settings in trainings)
                 representations.append(
                     _representation(variant, replicate, iterations, checkpoints, task, expected)

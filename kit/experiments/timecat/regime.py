@@ -1,7 +1,7 @@
 """The paper's Table 3 beside the kit's measured rows, each with its regime: the budget each model
 gets as a share of the budget where cat1 saturates.
 
-The paper (Section 5, Table 3) trains cat1 for 450k iterations and each model of catN for 200k,
+The paper (Section 5.1, Table 3) trains cat1 for 450k iterations and each model of catN for 200k,
 100k or 80k; it does not locate cat1's saturation, so its regime is taken against cat1's own
 450k iterations (cat1 is trained to the end of its schedule there). The kit's regime is measured
 by notebook 04: the smallest swept budget where cat1's own in-distribution accuracy reaches its
@@ -44,7 +44,7 @@ def _paper_rows() -> pl.DataFrame:
         pl.col("value").alias("in-distribution top-1 %"),
     )
     return inside.join(transfer, on="variant", maintain_order="left").with_columns(
-        pl.lit("paper, Section 5, Table 3 (ResNet-50, ImageNet-1k)").alias("source"),
+        pl.lit("paper, Section 5.1, Table 3 (ResNet-50, ImageNet-1k)").alias("source"),
         (pl.col("iterations per model") / PAPER_CAT1_ITERATIONS).alias("regime"),
         pl.lit(f"share of cat1's {PAPER_CAT1_ITERATIONS:,} iterations").alias("regime of"),
     )

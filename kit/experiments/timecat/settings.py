@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from kit.core import params
+from kit.core import bounds, params
 from kit.core.params import NotebookSettings, Strict
 from kit.core.paths import SAFE_NAME, escapes, resolve
 from kit.data.settings import DataSettings
@@ -44,10 +44,10 @@ class ProbeTask(Strict):
     name: str = Field(min_length=1, pattern=SAFE_NAME)
     role: Literal["in-distribution", "in-mixture", "unseen"]
     data: DataSettings | None = None
-    num_classes: int | None = Field(default=None, ge=2)
-    components: list[list[str]] | None = None
+    num_classes: int | None = Field(default=None, ge=2, le=bounds.CLASSES)
+    components: list[bounds.Names] | None = Field(default=None, max_length=bounds.ENTRIES)
     pretraining: bool = False
-    extra_evals: list[shifted.ExtraEval] = Field(default_factory=list)
+    extra_evals: list[shifted.ExtraEval] = Field(default_factory=list, max_length=bounds.ENTRIES)
 
     @model_validator(mode="after")
     def _one_source(self) -> ProbeTask:
@@ -71,12 +71,12 @@ class Variant(Strict):
 
     name: str = Field(min_length=1, pattern=SAFE_NAME)
     kind: str
-    n: int = Field(default=1, ge=1)
-    width: float = Field(default=1.0, gt=0.0)
+    n: int = Field(default=1, ge=1, le=bounds.MODELS)
+    width: float = Field(default=1.0, gt=0.0, le=bounds.WIDTH)
     #: iterations per model (default: the budget split in n)
-    iterations: int | None = Field(default=None, ge=1)
-    tasks: list[str] | None = None
-    checkpoints: list[list[str]] | None = None
+    iterations: int | None = Field(default=None, ge=1, le=bounds.ITERATIONS)
+    tasks: list[str] | None = Field(default=None, max_length=bounds.ENTRIES)
+    checkpoints: list[bounds.Names] | None = Field(default=None, max_length=bounds.REPLICATES)
 
     @field_validator("kind")
     @classmethod
@@ -124,16 +124,16 @@ class TimecatSettings(NotebookSettings):
     #: the feature cache's folder inside output_dir (default: <run_root>/features); entries are
     #: keyed by checkpoint contents, data and split, so experiments may share one
     feature_cache: str | None = Field(default=None, min_length=1)
-    base_seed: int = Field(default=0, ge=0)
+    base_seed: int = Field(default=0, ge=0, le=bounds.SEED)
     #: replicates of the fixed design (with `rounds`, each round plans its own count)
-    replicates: int = Field(ge=1)
+    replicates: int = Field(ge=1, le=bounds.REPLICATES)
     #: replicates in rounds, each claim judged after every round (docs: Replicates in rounds);
     #: absent: the fixed design of `replicates`
     rounds: RoundsSettings | None = None
-    seed_sets: list[list[int]] | None = None
+    seed_sets: list[bounds.Seeds] | None = Field(default=None, max_length=bounds.REPLICATES)
     #: the budget in iterations that each trained variant shares (per model: budget / n)
-    total_iterations: int | None = Field(default=None, ge=1)
-    #: how the models of time-concat variants are made (paper Section 5; docs: Training, "Two
+    total_iterations: int | None = Field(default=None, ge=1, le=bounds.ITERATIONS)
+    #: how the models of time-concat variants are made (paper Section 5.1; docs: Training, "Two
     #: designs for catN"). `snapshots`, as the authors' released checkpoints were: per replicate
     #: each seed trains once, to the largest step any variant reads from it, warmed up against
     #: one horizon (`horizon()`: train.step_hint, else the budget), and saves its model at every
@@ -141,11 +141,11 @@ class TimecatSettings(NotebookSettings):
     #: every model of every variant is its own run of budget / N iterations, warmed up against
     #: its own length. Wide, direct and random-init variants are unchanged by it
     catn_models: Literal["snapshots", "independent"]
-    variants: list[Variant] = Field(min_length=1)
+    variants: list[Variant] = Field(min_length=1, max_length=bounds.ENTRIES)
     #: the variant every other one is compared with, by name
     baseline: str = Field(min_length=1)
     train: RunSettings | None = None
-    tasks: list[ProbeTask] = Field(min_length=1)
+    tasks: list[ProbeTask] = Field(min_length=1, max_length=bounds.ENTRIES)
     #: which probe measures the results, by name: `fast` (the kit's, on cached features),
     #: `lbfgs` (full-batch L-BFGS on the same features, run to convergence, one pass over the
     #: fit rows per evaluation) or `faithful` (the authors', on augmented images every epoch);
@@ -154,10 +154,10 @@ class TimecatSettings(NotebookSettings):
     #: settings of each probe, by name (`probes.fast.epochs`); the one probe_kind names is used,
     #: its defaults where not given. A profile may hold several, so that another profile or
     #: `--set probe_kind=...` switches probes without rewriting a section
-    probes: dict[str, AnyProbeSettings] = Field(default_factory=dict)
+    probes: dict[str, AnyProbeSettings] = Field(default_factory=dict, max_length=bounds.ENTRIES)
     #: training rows per task for the probes: None = every row; else a seeded, class-balanced
     #: subset of that size
-    probe_train_rows: int | None = Field(default=None, ge=16)
+    probe_train_rows: int | None = Field(default=None, ge=16, le=bounds.ROWS)
     #: the selection rule tables and claims read: `paper`, `heldout` or `bounded` (held-out
     #: choice among heads within the probe's `max_gap` of their fit rows; `kit.probes.selection`)
     probe_rule: Literal["paper", "heldout", "bounded"] = "heldout"
@@ -168,25 +168,26 @@ class TimecatSettings(NotebookSettings):
     #: feature probes (fast or lbfgs) fitted at once, each on one intra-op thread, with results
     #: identical to fitting them one by one (`kit.probes.parallel`), and on the CPU the
     #: backbones a feature extraction runs at once, one intra-op thread each: up to the cores
-    side_by_side: int = Field(default=1, ge=1)
-    feature_batch_size: int = Field(ge=1)
+    side_by_side: int = Field(default=1, ge=1, le=bounds.PER_NODE)
+    feature_batch_size: int = Field(ge=1, le=bounds.BATCH)
     #: DataLoader workers decoding images for feature extraction
-    feature_workers: int = Field(ge=0)
+    feature_workers: int = Field(ge=0, le=bounds.PER_NODE)
     #: seconds a feature-extraction loader may take for one batch (its first includes starting
     #: the workers) before extraction fails naming the checkpoints and the batch: a stuck or
     #: dead loader worker (as the trainer's train.loader_timeout_s)
-    feature_loader_timeout_s: int = Field(default=300, ge=1)
+    feature_loader_timeout_s: int = Field(default=300, ge=1, le=bounds.SECONDS)
     feature_dtype: Literal["float16", "float32"]
     #: where notebook 03 extracts features: in its kernel, or as a job launched with `launch`
     #: (torchrun on the node's GPUs, a Slurm job) that fills the cache the kernel then probes from
     extraction: Literal["kernel", "job"] = "kernel"
     device: str = Field(min_length=1)
     launch: LaunchSettings
-    paper_columns: dict[str, str] = Field(default_factory=dict)
-    #: points by which a probe's top-1 on its own training rows may exceed its evaluation top-1
-    #: before its cell (variant, task) is flagged and no claim rests on it (docs: Probes, "When a
-    #: probe judges its rows"); null: never flag
-    max_probe_gap: float | None = Field(default=15.0, gt=0.0)
+    paper_columns: dict[str, str] = Field(default_factory=dict, max_length=bounds.ENTRIES)
+    #: points of selection optimism (the chosen heads' held-out top-1 over their evaluation
+    #: top-1, mean over replicates at 97.5% one-sided confidence) above which a probe cell is
+    #: flagged and no comparison rests on it (kit.experiments.timecat.cells; docs: Concepts,
+    #: "Flagged cells"); null: never flag. Default: the default smallest effect of interest
+    max_probe_optimism: float | None = Field(default=2.9, gt=0.0, le=100.0)
     #: the smallest effect of interest, in points of top-1, of each claim's primary endpoint
     #: (kit.stats.outcomes): a claim is contradicted when its interval excludes a gain this
     #: large. Default 2.9: half of the paper's cat4 gain in mean transfer accuracy over cat1

@@ -1,6 +1,6 @@
 """Notebook 04's sweep: notebook 03's experiment at every (world seed, budget) cell, trained in
 one launch and probed cell by cell; `kit.experiments.timecat.sweep_outcome` judges the cells and the
-budget (paper Section 5) and holds the views notebook 04 prints.
+budget (paper Section 5.1) and holds the views notebook 04 prints.
 
 Each cell's probe results are kept in <output_dir>/<run_root>/results/, named by the hash of the
 cell's settings, so a second run of the notebook probes only what is new; runs are skipped once
@@ -336,7 +336,7 @@ def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Sw
         measured,
         first.probe_rule,
         first.baseline,
-        first.max_probe_gap,
+        first.max_probe_optimism,
         first.smallest_effect,
         {key: cell.claims[claims.TIME_CONCAT] for key, cell in looked.items()},
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
+from kit.core.numbers import GAIN
 from kit.experiments.timecat import sweep_outcome
 from kit.report import palette
 
@@ -92,9 +93,9 @@ def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -
         alt.Tooltip("world_seed:N", title="world seed"),
         alt.Tooltip("budget:Q", title="budget"),
         alt.Tooltip("condition:N", title="condition"),
-        alt.Tooltip("mean:Q", title="mean gain (points)", format="+.1f"),
-        alt.Tooltip("low:Q", title="95% interval, low", format="+.1f"),
-        alt.Tooltip("high:Q", title="95% interval, high", format="+.1f"),
+        alt.Tooltip("mean:Q", title="mean gain (points)", format=GAIN.d3),
+        alt.Tooltip("low:Q", title="95% interval, low", format=GAIN.d3),
+        alt.Tooltip("high:Q", title="95% interval, high", format=GAIN.d3),
         alt.Tooltip("judgement:N", title="judgement"),
     ]
     title = "gain (points)"
@@ -140,4 +141,4 @@ SHAPES = ["circle", "triangle-up", "square", "diamond", "triangle-down", "cross"
 def _budget_scale(budgets: list[int]) -> alt.Scale:
     """The budgets (ascending, two or more: `gains` draws no chart of one) on a log scale
     spanning them (each doubles the last)."""
-    return alt.Scale(type="log", domain=[budgets[0], budgets[-1]], zero=False)
+    return alt.Scale(type="log", domain=[budgets[0], budgets[-1]])

@@ -1,6 +1,6 @@
 """What notebook 04's sweep found, judged and shown: where each variant's models learn the
 pretraining task, notebook 03's time-concat claim judged in every (world seed, budget) cell, the
-statement over the budget (paper Section 5), and the views and summary the notebook prints.
+statement over the budget (paper Section 5.1), and the views and summary the notebook prints.
 `kit.experiments.timecat.sweep` measures; this module only reads what it measured."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from kit.core import numbers
 from kit.core.progress import Stage
 from kit.experiments.timecat import claims, comparisons, regime
+from kit.experiments.timecat.cells import probe_cells
 from kit.experiments.timecat.sweep_settings import Cell, SweepSettings
 from kit.stats import crossover, outcomes, rounds
 
@@ -79,8 +81,8 @@ STOP_KEYS = ("rounds", "replicates", "stopped")
 class CellVerdicts:
     """Per cell: its claim's outcome (`cells`, one row each, the input of kit.stats.crossover),
     the claim's conditions as stored verdict rows (`verdicts`: catN against the baseline and each
-    control on the primary endpoint, with their intervals), and its probes' train/eval gaps
-    (`gaps`)."""
+    control on the primary endpoint, with their intervals), and its probe cells with their
+    selection optimism and flags (`gaps`, kit.experiments.timecat.cells)."""
 
     cells: pl.DataFrame
     verdicts: pl.DataFrame
@@ -91,7 +93,7 @@ def judge_cells(
     results: pl.DataFrame,
     rule: str,
     baseline: str,
-    max_gap: float | None,
+    max_optimism: float | None,
     smallest: float,
     stops: Mapping[tuple[int, int], rounds.Round] | None = None,
 ) -> CellVerdicts:
@@ -115,7 +117,7 @@ def judge_cells(
     ):
         stop = (stops or {}).get((world, budget))
         summary = comparisons.summarize(
-            mine, rule, baseline, max_gap, smallest, stops=[] if stop is None else [stop]
+            mine, rule, baseline, max_optimism, smallest, stops=[] if stop is None else [stop]
         )
         found = summary["claim"]
         claims.append(
@@ -135,7 +137,7 @@ def judge_cells(
             .filter(pl.col("claim") == found["claim"])
             .with_columns(where)
         )
-        gaps.append(comparisons.probe_gaps(mine, rule, max_gap).with_columns(where))
+        gaps.append(probe_cells(mine, rule, max_optimism).with_columns(where))
         stage.advance()
     stage.finish(f"judged {cells} cell(s)")
     return CellVerdicts(
@@ -150,7 +152,7 @@ def overall(judged: CellVerdicts, baseline: str) -> crossover.BudgetClaim:
     variants = [v for v in judged.cells["variant"].unique(maintain_order=True) if v]
     what = (
         f"{'/'.join(variants) or 'catN'} transfers better than {baseline} beyond the "
-        "controls (paper Section 5)"
+        "controls (paper Section 5.1)"
     )
     return crossover.budget_claim(
         judged.cells.select("world_seed", "budget", "status", "line"), what
@@ -206,7 +208,7 @@ class Swept:
 
     def runs_line(self) -> str:
         """How many runs were skipped (finished before) and trained."""
-        return f"skipped {self.skipped} finished run(s), trained {self.trained}"
+        return f"skipped {numbers.counted(self.skipped, 'finished run')}, trained {self.trained}"
 
     def learned_table(self) -> pl.DataFrame | str:
         """Per world seed and variant, the smallest budget where its models learn the
@@ -214,24 +216,27 @@ class Swept:
         return self.learned if self.cells else not_swept("no model trained")
 
     def gaps_line(self) -> str:
-        """How many probe cells (variant, task, cell) are flagged: a train/eval gap above
-        notebook 03's `max_probe_gap`."""
+        """How many probe cells (variant, task, cell) are flagged: a selection optimism above
+        notebook 03's `max_probe_optimism` (kit.experiments.timecat.cells)."""
         gaps = self.judged.gaps
         if not self.cells:
             return "0 probe cells judged"
         flagged = gaps.filter(pl.col("flagged")).height
-        limit = self.cells[0].settings.max_probe_gap
+        limit = self.cells[0].settings.max_probe_optimism
         return f"{flagged} of {gaps.height} probe cells flagged " + (
-            "(no max_probe_gap set)" if limit is None else f"(gap above {limit} points)"
+            "(no max_probe_optimism set)"
+            if limit is None
+            else f"(held-out rows above the evaluation split by more than {limit:g} points)"
         )
 
     def gaps_table(self) -> pl.DataFrame | str:
-        """The flagged probe cells, or when none is flagged the five largest gaps."""
+        """The flagged probe cells, or when none is flagged the five with the largest selection
+        optimism."""
         if not self.cells:
             return not_swept("no probe to judge")
         gaps = self.judged.gaps
         flagged = gaps.filter(pl.col("flagged"))
-        return flagged if flagged.height else gaps.sort("gap").tail(5)
+        return flagged if flagged.height else gaps.sort("optimism", nulls_last=False).tail(5)
 
     def one_budget(self) -> int | None:
         """The sweep's total budget when it has only one (so no gain against the budget)."""

@@ -7,7 +7,7 @@ of replicates and the variants kept. A cell (one world seed, one budget) whose s
 notebook 03's own trains into notebook 03's run folder, so the runs both notebooks share are
 trained once (their folders are keyed by variant and seed, and a folder holding other settings is
 refused, never reused). With `catn_models: snapshots` in `overrides`, every cell of a world reads
-snapshots of the same seeded runs (paper Section 5).
+snapshots of the same seeded runs (paper Section 5.1).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from kit.core import bounds
 from kit.core import params as kit_params
 from kit.core.params import NotebookSettings
 from kit.core.paths import SAFE_NAME
@@ -58,25 +59,25 @@ class SweepSettings(NotebookSettings):
     run_root: str = Field(default="sweep", min_length=1, pattern=SAFE_NAME)
     #: total budgets in iterations (each trained variant's, split in n for catN), ascending; empty:
     #: this profile does not sweep (notebook 04 says so and states no claim)
-    budgets: list[int] = Field(default_factory=list)
+    budgets: list[bounds.Step] = Field(default_factory=list, max_length=bounds.SWEPT)
     #: seeds of the synthetic world (train.data.synthetic.seed of notebook 03); empty: notebook
     #: 03's own world only
-    world_seeds: list[int] = Field(default_factory=list)
+    world_seeds: list[bounds.Seed] = Field(default_factory=list, max_length=bounds.SWEPT)
     #: replicates per cell, a fixed design (default: notebook 03's design)
-    replicates: int | None = Field(default=None, ge=1)
+    replicates: int | None = Field(default=None, ge=1, le=bounds.REPLICATES)
     #: replicates per cell in rounds, the cells judged after every round and the decided ones
     #: stopped (docs: Replicates in rounds; default: notebook 03's design)
     rounds: RoundsSettings | None = None
     #: notebook 03's variants the sweep trains and probes, by name (default: every variant but
     #: per-task direct training, whose cost grows with the number of tasks)
-    variants: list[str] = Field(default_factory=list)
+    variants: list[str] = Field(default_factory=list, max_length=bounds.ENTRIES)
     #: how notebook 03's `wide` variants are trained in the sweep: `equal` (renamed <name>-eq and
     #: trained budget / width^2 iterations, since a ResNet's multiply-adds grow with the square
     #: of its width: cat1's compute, the width-matched single model at equal compute) or
     #: `notebook 03` (the whole budget, as there: about width^2 times cat1's compute)
     wide_compute: Literal["equal", "notebook 03"] = "equal"
     #: values layered over notebook 03's parameters for every cell (same keys as its schema)
-    overrides: dict[str, Any] = Field(default_factory=dict)
+    overrides: dict[str, Any] = Field(default_factory=dict, max_length=bounds.ENTRIES)
     #: a sub-model has learned the pretraining task once its own in-distribution accuracy reaches
     #: this share of cat1's best over the sweep (in the same world); cat1 saturates at the
     #: smallest budget where its own accuracy does

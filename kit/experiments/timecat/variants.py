@@ -1,4 +1,4 @@
-"""The kinds of variant notebook 03 compares (paper Section 5, Table 3, and its controls): one
+"""The kinds of variant notebook 03 compares (paper Section 5.1, Table 3, and its controls): one
 registry, so that a new kind is one `VARIANT_KINDS.register` call. A kind's entry carries its
 behaviour (how its models are made, whether it is what the paper tests or a control, how the
 sweep runs it); no other module compares a kind with its name (tests/test_architecture.py)."""

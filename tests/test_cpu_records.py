@@ -1,0 +1,180 @@
+"""What each recorded CPU model gave (kit.core.cpu_records, docs/data/cpus/) and what the kit says
+of other machines from it: exact expectations only on a recorded model, the measured move and
+the agreed outcomes elsewhere, a sentence that claims no more than the records, and the numerics
+fingerprint that tells where two machines part."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kit.cli import figures, fingerprint
+from kit.core import cpu_records, numerics
+from kit.core.paths import REPO_ROOT
+
+INTEL, AMD = "GenuineIntel 6/85", "AuthenticAMD 25/17"
+
+
+def test_the_identity_is_vendor_family_and_model(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+        "model name\t: AMD EPYC\n\nprocessor\t: 1\nvendor_id\t: AuthenticAMD\n"
+    )
+    found = cpu_records.identity(info)
+    assert found["cpu_id"] == AMD and found["cpu"] == "AMD EPYC"
+    assert cpu_records.slug(AMD) == "authenticamd-25-17"
+    assert cpu_records.describe(found) == "AMD EPYC (AuthenticAMD, family 25, model 17)"
+
+
+def test_both_recorded_models_are_kept_with_every_part() -> None:
+    found = {r["cpu_id"]: r for r in cpu_records.records()}
+    assert {INTEL, AMD} <= found.keys()
+    for record in found.values():
+        assert {"fingerprint", "ci", "main_job"} <= record.keys()
+        assert set(record["ci"]["outcomes"]) == {
+            "03 time-concat",
+            "03 bottleneck",
+            "04 budget 20",
+            "04 budget 40",
+            "04 claim",
+        }
+
+
+def _records(tmp_path: Path, parts: dict[str, dict]) -> Path:
+    for cpu_id, record in parts.items():
+        path = cpu_records.path_of(cpu_id, tmp_path)
+        path.write_text(json.dumps({"cpu": cpu_id, "cpu_id": cpu_id, "cpu_isa": "avx2"} | record))
+    return tmp_path
+
+
+def test_a_recorded_model_is_held_to_its_own_bits_and_another_to_what_all_agree(
+    tmp_path: Path,
+) -> None:
+    folder = _records(
+        tmp_path,
+        {
+            "A 1/1": {
+                "ci": {
+                    "kit_commit": "a" * 40,
+                    "values": {"x": 10.0, "y": 20.0},
+                    "outcomes": {"c1": "reproduced", "c2": "contradicted"},
+                    "numerics": numerics.VERSION,
+                }
+            },
+            "B 2/2": {
+                "ci": {
+                    "kit_commit": "b" * 40,
+                    "values": {"x": 11.2, "y": 20.0},
+                    "outcomes": {"c1": "inconclusive", "c2": "contradicted"},
+                    "numerics": numerics.VERSION,
+                }
+            },
+        },
+    )
+    own = cpu_records.expected("ci", "B 2/2", folder=folder)
+    assert own.exact and own.values == {"x": 11.2, "y": 20.0} and own.bound == 0.0
+    assert own.outcomes == {"c1": "inconclusive", "c2": "contradicted"}
+    other = cpu_records.expected("ci", "C 3/3", floor=0.4, folder=folder)
+    assert not other.exact and other.bound == 1.5  # the largest move, 1.2, up to half a point
+    assert other.outcomes == {"c2": "contradicted"}  # only what every record gave
+    assert other.disputed == {"c1": {"A 1/1": "reproduced", "B 2/2": "inconclusive"}}
+    assert cpu_records.expected("ci", "C 3/3", floor=3.2, folder=folder).bound == 3.5
+    said = cpu_records.statement(folder)
+    assert "moved by up to 1.20 points (x; kit aaaaaaa, bbbbbbb)" in said
+    assert "same bits" not in said.split("; across")[1]  # nothing promised across models
+
+
+def test_with_one_record_the_sentence_says_other_models_are_unknown(tmp_path: Path) -> None:
+    folder = _records(
+        tmp_path,
+        {"A 1/1": {"ci": {"kit_commit": "a" * 40, "values": {"x": 1.0}, "outcomes": {}}}},
+    )
+    assert "no second CPU model has been recorded" in cpu_records.statement(folder)
+
+
+def test_a_record_of_earlier_numerics_is_no_exact_pin(tmp_path: Path) -> None:
+    """A model recorded before the numerics changed is held to the measured move, not its old
+    bits, and the sentence names the change."""
+    old = {"kit_commit": "a" * 40, "values": {"x": 10.0}, "outcomes": {"c": "reproduced"}}
+    folder = _records(
+        tmp_path,
+        {
+            "A 1/1": {"ci": old},
+            "B 2/2": {"ci": old | {"values": {"x": 12.0}, "kit_commit": "b" * 40}},
+            "C 3/3": {"ci": old | {"numerics": numerics.VERSION}},
+        },
+    )
+    expect = cpu_records.expected("ci", "A 1/1", folder=folder)
+    assert not expect.exact and expect.bound == 2.0 and expect.values == {"x": 10.0}
+    assert cpu_records.expected("ci", "C 3/3", folder=folder).exact
+    said = cpu_records.statement(folder)
+    assert f"{numerics.EARLIER[1]}, across A 1/1" in said and "up to 2.00 points" in said
+
+
+def test_the_kit_says_of_other_machines_only_what_the_records_show() -> None:
+    said = cpu_records.statement()
+    move, _ = cpu_records.largest_move("ci", made_under=1)
+    assert move > 1.0  # the recorded Intel and AMD models gave different bits
+    assert f"moved by up to {move:.2f} points" in said
+    assert "expect the same bits" not in said
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert said in readme  # README's sentence is the generated one
+    for page in (REPO_ROOT / "docs").rglob("*.md"):
+        assert "on another machine expect the same bits" not in page.read_text(), page
+
+
+def test_the_fingerprint_compares_op_by_op() -> None:
+    mine = {"ops": {"basic": {"a": "1", "b": "2"}, "pipeline": {"c": "3"}}}
+    theirs = [{"ops": {"basic": {"a": "1", "b": "9"}}}]
+    assert fingerprint.compare(mine, theirs) == [
+        ["basic: a", "same"],
+        ["basic: b", "differs"],
+        ["pipeline: c", "not recorded"],
+    ]
+
+
+@pytest.mark.slow
+def test_the_numerics_check_prints_its_table_against_every_recorded_model(tmp_path) -> None:
+    """`kit check --numerics` on this machine, whatever it is: a row per operation and a column
+    per recorded CPU model; exit 0 unless this very model's record differs."""
+    done = subprocess.run(
+        [sys.executable, "-m", "kit", "check", "--numerics"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    header = next(line for line in done.stdout.splitlines() if line.startswith("operation |"))
+    for record in cpu_records.records():
+        assert cpu_records.describe(record) in header
+    assert "basic: L-BFGS f64 2048x512 10 classes 50 it" in done.stdout
+    assert "pipeline: trainer:" in done.stdout
+    # the Intel and AMD records agree on every basic operation both hold
+    intel, amd = (cpu_records.record_of(c) for c in (INTEL, AMD))
+    assert intel is not None and amd is not None
+    shared = intel["fingerprint"]["ops"]["basic"].keys() & amd["fingerprint"]["ops"]["basic"].keys()
+    assert len(shared) == 16
+    assert all(
+        intel["fingerprint"]["ops"]["basic"][k] == amd["fingerprint"]["ops"]["basic"][k]
+        for k in shared
+    )
+
+
+def test_recording_the_main_job_keeps_this_models_claims(tmp_path, monkeypatch) -> None:
+    folder = tmp_path / "folder"
+    shutil.copytree(figures.RESULTS / "cpu", folder)
+    monkeypatch.setattr(figures, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(cpu_records, "RECORDS", tmp_path / "cpus")
+    figures.record("cpu", folder)
+    (kept,) = cpu_records.records()
+    assert kept["cpu_id"] == cpu_records.identity()["cpu_id"]
+    summary = json.loads((folder / "time_concat_summary.json").read_text())
+    assert kept["main_job"]["outcomes"] == {c["claim"]: c["status"] for c in summary["claims"]}
