@@ -6,6 +6,7 @@ L-BFGS probe's heads and extraction's features."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -55,6 +56,35 @@ def test_the_process_threads_are_lent_to_blocks_and_each_block_runs_on_one() -> 
         assert len({ident for ident, _ in seen}) == 2 and {n for _, n in seen} == {1}
     finally:
         torch.set_num_threads(before)
+
+
+FORKED = """
+import os, torch, kit
+from kit.core.threads import each_block, numerics_threads
+torch.set_num_threads(2)
+done = []
+with numerics_threads():
+    each_block(done.append, 4)
+if os.fork() == 0:
+    with numerics_threads():
+        each_block(done.append, 4)
+    os._exit(0 if len(done) == 8 else 1)
+raise SystemExit(os.waitstatus_to_exitcode(os.wait()[1]))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
+def test_a_forked_child_computes_its_blocks_on_threads_of_its_own() -> None:
+    """A child forked after its parent's blocks ran (a loader or a launch worker) has none of
+    the parent's pool threads; its blocks still run rather than wait forever."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED],
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 @pytest.mark.skipif(not X86, reason="MKL's COMPATIBLE branch is x86-64's")

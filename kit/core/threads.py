@@ -12,6 +12,7 @@ and the process's threads are lent instead to the blocks of a large computation
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,8 @@ from kit.core import numerics
 _LENT: ContextVar[int] = ContextVar("kit_lent_threads", default=1)
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
+# a forked child has none of its parent's pool threads: it starts pools of its own
+os.register_at_fork(after_in_child=_POOLS.clear)
 
 
 @contextmanager
