@@ -14,13 +14,18 @@ Both probes see the same standardised features and fit one penalty each, of abou
 strength (scikit-learn's C=0.01 beat its default C=1 here, 30.9% against 24.2%; the fast probe's
 weight decay 3e-3 matches it). scikit-learn fits the whole training split; the fast probe trains
 on 90% of it and picks its epoch on the other 10% (its `heldout` rule); `--weight-decays 1e-3
-3e-3` times a two-head grid instead. Prints both times, both accuracies and the speed ratio; the
-bar is a ratio >= 10 within 0.5 point.
+3e-3` times a two-head grid instead. The fast probe is fitted on 1, 2 and every core of the
+process (`torch.set_num_threads`), each time printed with whether its history has the same bits as
+on one thread (kit.core.blocked: in the reproducible CPU numerics it must); the ratio is
+scikit-learn's time over the fit on every core. Prints both times, both accuracies, the speed
+ratio, the CPU numerics in force and the load average before and after; the bar is a ratio >= 10
+within 0.5 point.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -28,9 +33,10 @@ import torch
 from sklearn.linear_model import LogisticRegression
 
 from kit import features, models
+from kit.core import numerics
 from kit.data.synthetic import SyntheticWorld
 from kit.data.synthetic_settings import ComponentSettings, SyntheticSettings
-from kit.probes.fast import fast_probe
+from kit.probes.fast import TRAIN_SCORE_ROWS, fast_probe
 from kit.probes.rows import Split
 from kit.probes.settings import FastProbeSettings
 
@@ -86,6 +92,19 @@ def planted_labels(
     return label(train), label(evaluation)
 
 
+def product_gflop(
+    rows: int, n_eval: int, dim: int, config: FastProbeSettings, classes: int
+) -> float:
+    """Floating-point operations (two per multiply-add) of the fast probe's products: the logits
+    and the weight gradient of every fit row each epoch, and the logits of the rows scored after
+    each epoch (a sample of fit rows, the held-out rows, the evaluation rows)."""
+    held = max(1, round(config.heldout_fraction * rows))
+    kept = rows - held
+    scored = min(kept, max(held, TRAIN_SCORE_ROWS)) + held + n_eval
+    width = dim * classes * len(config.lrs) * len(config.weight_decays)
+    return 2 * config.epochs * (2 * kept + scored) * width / 1e9
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50_000)
@@ -113,6 +132,7 @@ def main() -> None:
         help="share of the training split the fast probe selects on",
     )
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
 
     start = time.perf_counter()
     x_fit, x_test = kit_features(args.n, args.eval, args.classes)
@@ -131,10 +151,27 @@ def main() -> None:
         batch_size=1024,
         heldout_fraction=args.heldout,
     )
-    start = time.perf_counter()
-    result = fast_probe(train, evaluation, args.classes, config, progress=False)
-    fast_seconds = time.perf_counter() - start
+    cores = len(os.sched_getaffinity(0))
+    fits, histories = {}, []
+    for threads in sorted({1, min(2, cores), cores}):
+        torch.set_num_threads(threads)
+        start, cpu, main_cpu = time.perf_counter(), time.process_time(), time.thread_time()
+        result = fast_probe(train, evaluation, args.classes, config, progress=False)
+        fits[threads] = time.perf_counter() - start
+        cpu, main_cpu = time.process_time() - cpu, time.thread_time() - main_cpu
+        histories.append(result.history)
+        same = "the same bits as on 1" if result.history.equals(histories[0]) else "OTHER BITS"
+        print(
+            f"fast probe on {threads} thread(s): {fits[threads]:8.1f} s  ({same}; CPU "
+            f"{cpu:.1f} s, of which {main_cpu:.1f} s in the calling thread)"
+        )
+    fast_seconds = fits[cores]
     fast_accuracy = result.top1("heldout")
+    gflop = product_gflop(len(y_fit), len(y_test), x_fit.shape[1], config, args.classes)
+    print(
+        f"its products: {gflop:.0f} GFLOP, {gflop / fits[1]:.1f} GFLOP/s on 1 thread, "
+        f"{gflop / fast_seconds:.1f} on {cores}"
+    )
 
     x_train = train.features.float()
     mean, std = x_train.mean(0), x_train.std(0).clamp_min(1e-6)
@@ -148,7 +185,7 @@ def main() -> None:
 
     print(
         f"fast probe ({len(config.lrs) * len(config.weight_decays)} heads, {config.epochs} "
-        f"epochs): {fast_seconds:8.1f} s  top-1 {100 * fast_accuracy:.2f}%"
+        f"epochs, {cores} cores): {fast_seconds:8.1f} s  top-1 {100 * fast_accuracy:.2f}%"
     )
     print(
         f"scikit-learn lbfgs (C={args.C}, {sklearn_probe.n_iter_[0]} iterations): "
@@ -159,6 +196,8 @@ def main() -> None:
         f"accuracy difference (fast - sklearn): {100 * (fast_accuracy - sklearn_accuracy):+.2f} "
         "points"
     )
+    print(numerics.describe())
+    print(f"load average before {load_before:.1f}, after {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -35,10 +35,10 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from kit import feature_cache, models
-from kit.core import distributed
+from kit.core import blocked, distributed
 from kit.core.paths import resolve, shown
 from kit.core.progress import Stage, paused
-from kit.core.threads import one_thread
+from kit.core.threads import numerics_threads, one_thread
 from kit.data import workers
 from kit.data.kinds.base import split_size
 from kit.data.prefetch import DeviceBatches
@@ -246,7 +246,7 @@ def _extract_checkpoints(
         )
     )
     # several backbones on the CPU: side by side, one intra-op thread each (kit.probes.parallel
-    # says why); a GPU runs them in turn
+    # says why); one: its blocks of images over the process's threads; a GPU runs them in turn
     side = side_by_side if target.type == "cpu" and len(backbones) > 1 else 1
 
     def forward(path: Path, images: torch.Tensor, span: slice) -> None:
@@ -254,9 +254,11 @@ def _extract_checkpoints(
             torch.no_grad(),
             torch.autocast(target.type, torch.bfloat16, enabled=target.type == "cuda"),
         ):
-            outputs[path][span] = backbones[path].features(images).float().cpu().numpy()
+            features = blocked.images(backbones[path].features, images)
+            outputs[path][span] = features.float().cpu().numpy()
 
-    with waited, one_thread(side > 1), ThreadPoolExecutor(max_workers=side) as pool:
+    lent = one_thread() if side > 1 else numerics_threads(target.type == "cpu")
+    with waited, lent, ThreadPoolExecutor(max_workers=side) as pool:
         # side by side, a batch's backbones run while the next batch is read (its images
         # rendered or decoded, here or in the loader's workers): no core waits for the reading
         running: list[Future[None]] = []

@@ -270,22 +270,27 @@ def cpu_spread(path: Path = DATA / "cpu_spread.json") -> str:
 
 
 def numerics_cost(path: Path = DATA / "numerics_cost.json") -> str:
-    """benchmarks/numerics_cost.py's output: training and probe speed per numerics mode."""
+    """benchmarks/numerics_cost.py's output: training and probe speed per numerics mode and
+    thread count."""
     record = _read(path)
     rows = record["rows"]
     base = rows[0]
+    loads = [row["load"] for row in rows]
     lines = [
         f"Measured on {record['machine']} ({record['cpu_isa']}), {record['cores']} cores, at "
-        f"commit {record['kit_commit'][:12]}, on {record['written']}.",
+        f"commit {record['kit_commit'][:12]}, on {record['written']}, the load average "
+        f"{min(loads):.1f} to {max(loads):.1f} after each line.",
         "",
-        "| configuration | training, img/s | against reproducible | L-BFGS probe, s | against "
-        "reproducible |",
-        "|---|---|---|---|---|",
+        "| configuration | threads | training, img/s | against reproducible | L-BFGS probe, s | "
+        "against reproducible | fast probe, s | against reproducible |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['name']} | {row['img_s']:.0f} | {row['img_s'] / base['img_s']:.2f}x | "
-            f"{row['probe_s']:.1f} | {row['probe_s'] / base['probe_s']:.2f}x |"
+            f"| {row['name']} | {row['threads']} | {row['img_s']:.0f} | "
+            f"{row['img_s'] / base['img_s']:.2f}x | {row['probe_s']:.1f} | "
+            f"{row['probe_s'] / base['probe_s']:.2f}x | {row['fast_s']:.1f} | "
+            f"{row['fast_s'] / base['fast_s']:.2f}x |"
         )
     return "\n".join(lines) + "\n"
 

@@ -19,9 +19,12 @@ order of operations is fixed by the code and the shapes:
 - NNPACK is not used (it picks kernels by CPU);
 - the optimizer's square roots are correctly rounded (kit.core.rounding): MKL's COMPATIBLE
   square root rests on an instruction whose result is the processor's own;
-- every computation runs on one intra-op thread, so that no reduction is split by the core
-  count or by what runs beside it; the kit's speed comes from running several processes or
-  probes at once instead.
+- every operation runs on one intra-op thread, so that no library splits a reduction by the
+  core count or by what runs beside it; the probes' large products and gathers and
+  extraction's batches are cut instead into blocks that the shapes fix, each one operation on
+  one thread, spread over the process's threads (kit.core.blocked), so that a large fit or
+  extraction uses every core and gives the same bits on one as on many; the rest of the kit's
+  speed comes from running several processes or probes at once.
 
 What that buys is measured, not assumed (docs/reproducibility.md): on one CPU model the same
 bits under other instruction-set limits, thread settings, one core and a competing load

@@ -1,19 +1,34 @@
-"""Intra-op threads for small tensor work on the CPU.
+"""Intra-op threads of the kit's CPU computations, and the threads lent to their blocks.
 
 torch splits an operation over its intra-op threads and joins them at its end. On tensors of a
 few thousand elements (the toy's diagonal networks, an L-BFGS probe's head) that join costs more
 than the work, and on a small machine shared with other processes far more (measured in
-docs/benchmarks.md, "Small work on one thread").
+docs/benchmarks.md, "Small work on one thread"). In the reproducible CPU numerics
+(kit.core.numerics) a split also changes the bits: a reduction split over threads sums in an
+order that depends on how many there are. There every operation runs on one intra-op thread,
+and the process's threads are lent instead to the blocks of a large computation
+(kit.core.blocked), each block one single-threaded operation whose bounds the shapes fix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 
 from kit.core import numerics
+
+#: threads the blocks of a computation may use in this context (1: one after the other)
+_LENT: ContextVar[int] = ContextVar("kit_lent_threads", default=1)
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+# a forked child has none of its parent's pool threads: it starts pools of its own
+os.register_at_fork(after_in_child=_POOLS.clear)
 
 
 @contextmanager
@@ -21,7 +36,8 @@ def one_thread(small: bool = True) -> Iterator[None]:
     """Run the block on one intra-op thread when `small` (the caller's judgement that its
     tensors are small and on the CPU), restoring the process's setting after it. In the
     reproducible CPU numerics (kit.core.numerics) every block runs on one thread, whatever its
-    size: a reduction split over threads sums in another order on a machine of other cores."""
+    size: a reduction split over threads sums in another order on a machine of other cores.
+    Nothing is lent to blocks here (`numerics_threads` lends)."""
     numerics.apply()
     if not small and not numerics.reproducible():
         yield
@@ -34,12 +50,75 @@ def one_thread(small: bool = True) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def numerics_threads(on_cpu: bool = True) -> AbstractContextManager[None]:
-    """The block on the intra-op threads the CPU numerics mode asks for (kit.core.numerics):
-    one in the reproducible mode, the process's own setting in the fast mode. A block computing
-    on a GPU (`on_cpu` false) keeps the process's threads: its numbers are the GPU's, and its
-    CPU-side work (batches, augmentation in the process) should not be held to one thread."""
+@contextmanager
+def numerics_threads(on_cpu: bool = True, small: bool = False) -> Iterator[None]:
+    """The block on the intra-op threads the CPU numerics mode asks for (kit.core.numerics).
+    In the reproducible mode: one intra-op thread, and the process's threads (its torch setting
+    on entry, or what an enclosing block lent) lent to the blocks of kit.core.blocked, whose
+    bits do not depend on how many there are. In the fast mode: the process's own setting, or
+    one thread where the caller judges its operations `small` (`one_thread`). A block
+    computing on a GPU (`on_cpu` false) keeps the process's threads: its numbers are the GPU's,
+    and its CPU-side work (batches, augmentation in the process) should not be held to one
+    thread."""
+    numerics.apply()
     if not on_cpu:
-        numerics.apply()
-        return nullcontext()
-    return one_thread(small=False)
+        yield
+        return
+    if not numerics.reproducible():
+        with one_thread(small):
+            yield
+        return
+    before = torch.get_num_threads()
+    token = _LENT.set(max(before, _LENT.get()))
+    torch.set_num_threads(numerics.REPRODUCIBLE_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+        _LENT.reset(token)
+
+
+def lent_threads() -> int:
+    """Threads the blocks of a computation may use here: what `numerics_threads` lent in this
+    thread's context, else 1."""
+    return _LENT.get()
+
+
+def each_block(work: Callable[[int], None], count: int) -> None:
+    """`work(i)` for every block i < count, without gradients, spread over the lent threads
+    (one after the other when one is lent), each on one intra-op thread; returns when all are
+    done and raises the first block's error. Blocks must write disjoint outputs: the order in
+    which they run is not fixed, only what each computes."""
+    threads = min(lent_threads(), count)
+    if threads <= 1:
+        for index in range(count):
+            _without_grad(work, index)
+        return
+    for future in [_pool(threads).submit(_without_grad, work, index) for index in range(count)]:
+        future.result()
+
+
+def _without_grad(work: Callable[[int], None], index: int) -> None:
+    """A block: autograd's switch is per thread, and a block records no graph."""
+    with torch.no_grad():
+        work(index)
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """A pool of `threads` workers, each on one intra-op thread (torch's and MKL's settings
+    are per thread), kept for the process's life."""
+    with _POOLS_LOCK:
+        if threads not in _POOLS:
+            _POOLS[threads] = ThreadPoolExecutor(
+                threads,
+                thread_name_prefix="kit-block",
+                initializer=_one_intra_op_thread,
+            )
+        return _POOLS[threads]
+
+
+def _one_intra_op_thread() -> None:
+    """A pool worker's setting: torch first sets a new thread's threads from the process's
+    (asked here, so that it cannot happen later, in a block), then one."""
+    torch.get_num_threads()
+    torch.set_num_threads(numerics.REPRODUCIBLE_THREADS)

@@ -8,7 +8,9 @@ lowest-objective head is finished by the L-BFGS probe's fit (`kit.probes.lbfgs`)
 
 The grid's heads are shared out over the probe's devices (`kit.probes.devices`: every visible
 GPU by default), each group reading its own copy of the rows; on CUDA the float32 products run
-on TF32 tensor cores unless `tf32: false`.
+on TF32 tensor cores unless `tf32: false`. On the CPU in the reproducible numerics its products,
+row gathers and standardisation run in blocks over the process's threads (kit.core.blocked), with
+the same bits on any number of them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from kit.core import blocked
 from kit.core.threads import numerics_threads
 from kit.data.settings import DataSettings
 from kit.probes.base import FeaturePasses, FeatureProbe
@@ -63,9 +66,15 @@ class SgdHeads:
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """Every head's logits [B, H, C] of raw feature rows [B, D]."""
-        standardised = (features - self.mean) * self.scale
-        flat = standardised @ self.weight.permute(1, 0, 2).reshape(
-            self.dim, self.count * self.classes
+        standardised = blocked.rows(
+            lambda rows, into: torch.mul(
+                torch.sub(features[rows], self.mean, out=into), self.scale, out=into
+            ),
+            torch.empty_like(features),
+        )
+        flat = blocked.matmul(
+            standardised,
+            self.weight.permute(1, 0, 2).reshape(self.dim, self.count * self.classes),
         )
         return flat.view(-1, self.count, self.classes) + self.bias
 

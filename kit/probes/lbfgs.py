@@ -1,7 +1,9 @@
 """The L-BFGS probe: converged float64 multinomial logistic regression on cached features.
 
 Fits of different weight decays are independent: with several devices (`kit.probes.devices`)
-each device fits its share of them in its own thread, reading its own copy of the rows.
+each device fits its share of them in its own thread, reading its own copy of the rows. On the
+CPU in the reproducible numerics a fit's products run in blocks over the process's threads
+(kit.core.blocked), with the same bits on any number of them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kit.core.threads import one_thread
+from kit.core import blocked
+from kit.core.threads import numerics_threads
 from kit.data.settings import DataSettings
 from kit.probes.base import FeatureProbe
 from kit.probes.devices import probe_devices, shares, visible_gpus
@@ -38,8 +41,10 @@ from kit.probes.settings import TOLERANCE_CHANGE, LbfgsProbeSettings
 #: larger ones (ImageNet's 1.28M x 10,240) are read a chunk at a time in every evaluation
 LBFGS_COPY_BYTES = 1 << 30
 #: fits on the CPU with at most this many fit-row elements (rows x features) run on one
-#: intra-op thread (kit.core.threads): L-BFGS makes some forty small vector operations per
-#: iteration, each paying a join of the threads larger than its work
+#: intra-op thread in the fast CPU numerics (kit.core.threads): L-BFGS makes some forty small
+#: vector operations per iteration, each paying a join of the threads larger than its work.
+#: (In the reproducible numerics every fit runs on one intra-op thread, its large products cut
+#: into blocks over the process's threads: kit.core.blocked)
 ONE_THREAD_ELEMENTS = 1 << 23
 
 
@@ -83,8 +88,12 @@ class ConvexFit:
         return {extra_column(name): rows.top1(logits_of) for name, rows in self.extra.items()}
 
     def standardised(self, features: torch.Tensor) -> torch.Tensor:
-        """Rows standardised in float64 with the fit rows' statistics."""
-        return (features.double() - self.mean) / self.std
+        """Rows standardised in float64 with the fit rows' statistics (by blocks of rows over
+        the lent threads, kit.core.blocked)."""
+        return blocked.rows(
+            lambda rows, into: torch.sub(features[rows], self.mean, out=into).div_(self.std),
+            features.new_empty(features.shape, dtype=torch.float64),
+        )
 
     def fit_chunks(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The standardised fit rows and their labels: the copy when it fits, else chunks."""
@@ -132,13 +141,15 @@ class ConvexFit:
             penalty.backward()
             total = penalty.detach()
             for features, labels in self.fit_chunks():
-                loss = F.cross_entropy(linear(features), labels, reduction="sum") / len(self.kept)
+                logits = blocked.linear(features, linear.weight, linear.bias)
+                loss = F.cross_entropy(logits, labels, reduction="sum") / len(self.kept)
                 loss.backward()
                 total = total + loss.detach()
             return total
 
+        on_cpu = self.train.device.type == "cpu"
         small = len(self.kept) * self.train.features.shape[1] <= ONE_THREAD_ELEMENTS
-        with one_thread(small and self.train.device.type == "cpu"):
+        with numerics_threads(on_cpu, small):
             optimizer.step(closure)
         state = optimizer.state[linear.weight]
         if state["n_iter"] >= max_iter or state["func_evals"] >= optimizer.defaults["max_eval"]:
@@ -146,14 +157,15 @@ class ConvexFit:
                 f"L-BFGS at weight decay {decay} did not converge in {max_iter} "
                 "iterations; raise max_iter"
             )
-        return {"iterations": state["n_iter"], **self.scored(linear, decay)}
+        with numerics_threads(on_cpu):  # one pass over every split, on the process's threads
+            return {"iterations": state["n_iter"], **self.scored(linear, decay)}
 
     def scored(self, linear: nn.Linear, decay: float) -> dict[str, float]:
         """The objective and accuracies of a fitted head on the fit, held-out and evaluation
         rows."""
 
         def logits_of(features: torch.Tensor) -> torch.Tensor:
-            return linear(self.standardised(features))[:, None]
+            return blocked.linear(self.standardised(features), linear.weight, linear.bias)[:, None]
 
         fit = scores(logits_of, self.train, self.kept, self.train_labels)
         evaluated = scores(

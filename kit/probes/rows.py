@@ -10,6 +10,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from kit.core import blocked
+
 
 class ProbeError(ValueError):
     """Features or labels a probe cannot use."""
@@ -147,9 +149,14 @@ class FeatureRows:
                 self.features = resident
 
     def __call__(self, index: torch.Tensor) -> torch.Tensor:
-        if isinstance(self.features, torch.Tensor) and self.features.device == self.device:
-            return self.features[index.to(self.device)].float()
-        return read_rows(self.features, index).to(self.device, torch.float32)
+        features = self.features
+        if isinstance(features, torch.Tensor) and features.device == self.device:
+            index = index.to(self.device)
+            return blocked.rows(  # a large gather by blocks of rows over the lent threads
+                lambda rows, into: torch.index_select(features, 0, index[rows], out=into),
+                features.new_empty(len(index), features.shape[1]),
+            ).float()
+        return read_rows(features, index).to(self.device, torch.float32)
 
 
 def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:

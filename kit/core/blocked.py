@@ -1,0 +1,183 @@
+"""Large CPU computations cut into blocks that their shapes fix, the blocks spread over threads.
+
+In the reproducible CPU numerics (kit.core.numerics) a library may not split a computation over
+threads itself: MKL's COMPATIBLE branch, the one Intel documents as reproducible on other
+vendors' processors, promises the same bits only for a fixed number of threads (its strict mode,
+which holds across thread counts, covers ?gemm, ?symm, ?hemm and ?trsm on the AVX2 and AVX-512
+branches only), and ATen sums a whole tensor in per-thread parts. So a large product here is
+cut into blocks of its output's rows (or columns): each block is one call of the library on one
+intra-op thread, reducing over the whole inner dimension as the uncut call does, and the
+blocks' bounds are multiples of ALIGN fixed by the shapes alone. The threads lent by
+`kit.core.threads.numerics_threads` compute the blocks; how many there are decides when a block
+is computed, never its bits. Nothing is cut in the fast mode, on a GPU, or below BLOCKED_WORK
+multiply-adds (there a thread's hand-over costs more than it gains).
+
+With MKL's COMPATIBLE branch and oneDNN's AVX2 convolutions, blocks cut this way give the uncut
+call's bits, so cutting changes no result (benchmarks/thread_bits.py measures both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from kit.core import numerics
+from kit.core.threads import each_block
+
+#: a block's bounds fall on multiples of this many rows or columns: MKL's kernels then meet the
+#: same edges as in the uncut call (blocks of 1 to 7 rows take other kernels, other bits)
+ALIGN = 64
+#: images of a batch are cut into blocks of a multiple of this many (oneDNN's convolutions take
+#: other kernels for fewer images, with other bits)
+IMAGE_ALIGN = 16
+#: multiply-adds a block aims at: some milliseconds of one core, far more than a hand-over
+BLOCK_WORK = 1 << 25
+#: a product of fewer multiply-adds is one call: it gains nothing from threads
+BLOCKED_WORK = 1 << 26
+#: pixels a block of images aims at (32 px images: 64 a block; 224 px: 16)
+BLOCK_PIXELS = 1 << 16
+#: elements a block of rows aims at where each is copied or transformed on its own (a MB of
+#: float32), and the fewest worth cutting
+BLOCK_ELEMENTS, BLOCKED_ELEMENTS = 1 << 18, 1 << 20
+
+
+def bounds(size: int, work_per_row: int, align: int = ALIGN, work: int = BLOCK_WORK) -> list[int]:
+    """Bounds [0, ..., size] of blocks of `size` rows, each a multiple of `align` rows (the
+    last excepted) doing about `work` multiply-adds: fixed by the shapes, whatever the threads."""
+    per = align * max(1, round(work / (max(work_per_row, 1) * align)))
+    return [*range(0, size, per), size]
+
+
+def tiles(rows: int, columns: int, inner: int) -> tuple[list[int], list[int]]:
+    """The bounds of an output [rows, columns] of a product over `inner`: blocks of whole rows
+    where ALIGN rows do at most about BLOCK_WORK multiply-adds, else tiles of ALIGN rows and
+    as many columns (a multiple of ALIGN) as do about BLOCK_WORK."""
+    across = bounds(columns, ALIGN * inner)
+    if len(across) == 2:
+        return bounds(rows, inner * columns), across
+    return bounds(rows, 1, work=ALIGN), across
+
+
+def blocked(tensor: torch.Tensor, work: int) -> bool:
+    """Whether a computation of `work` multiply-adds on `tensor`'s device is cut into blocks:
+    in the reproducible CPU numerics, when large enough to gain from threads."""
+    return tensor.device.type == "cpu" and numerics.reproducible() and work >= BLOCKED_WORK
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`a @ b` of matrices [M, K] and [K, N] (b row-major), with `b`'s gradient, by tiles of
+    the output when `blocked`; b's gradient is a^T @ grad, as autograd computes it, by tiles
+    too. `a` takes no gradient on the blocked path (the kit's features never do); with one, or
+    a column-major `b`, it is torch's product."""
+    if a.requires_grad or b.stride(1) != 1 or not blocked(a, a.shape[0] * a.shape[1] * b.shape[1]):
+        return a @ b
+    product: torch.Tensor = _Product.apply(a, b)
+    return product
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """`torch.nn.functional.linear(x, weight, bias)` of rows [N, D], with the weight's and the
+    bias's gradients, by tiles of the output when `blocked`; the weight's gradient is
+    grad^T @ x, as autograd computes it, by tiles too, and the bias's is summed as autograd
+    sums it. `x` takes no gradient on the blocked path."""
+    work = x.shape[0] * x.shape[1] * weight.shape[0]
+    if x.requires_grad or x.dim() != 2 or not blocked(x, work):
+        return torch.nn.functional.linear(x, weight, bias)
+    out: torch.Tensor = _Linear.apply(x, weight, bias)
+    return out
+
+
+def rows(fill: Callable[[slice, torch.Tensor], object], out: torch.Tensor) -> torch.Tensor:
+    """`out`, filled by `fill(rows, out[rows])` for blocks of its rows, with operations that
+    make each element on its own (copies, gathers, element-wise arithmetic), so that the bits
+    are the same however the rows are cut: on the lent threads in the reproducible CPU numerics
+    when `out` holds at least BLOCKED_ELEMENTS, else in one call."""
+    if out.device.type != "cpu" or not numerics.reproducible() or out.numel() < BLOCKED_ELEMENTS:
+        fill(slice(None), out)
+        return out
+    edges = bounds(len(out), out[0].numel(), work=BLOCK_ELEMENTS)
+
+    def block(i: int) -> None:
+        fill(slice(edges[i], edges[i + 1]), out[edges[i] : edges[i + 1]])
+
+    each_block(block, len(edges) - 1)
+    return out
+
+
+def images(forward: Callable[[torch.Tensor], torch.Tensor], batch: torch.Tensor) -> torch.Tensor:
+    """`forward(batch)` of a batch of images [B, C, H, W] without gradients, by blocks of a
+    multiple of IMAGE_ALIGN images (about BLOCK_PIXELS pixels) in the reproducible CPU
+    numerics: each image's result is its own, so the blocks' outputs are stacked."""
+    if batch.device.type != "cpu" or not numerics.reproducible():
+        return forward(batch)
+    edges = bounds(len(batch), batch.shape[-1] * batch.shape[-2], IMAGE_ALIGN, BLOCK_PIXELS)
+    if len(edges) == 2:
+        return forward(batch)
+    parts: list[torch.Tensor | None] = [None] * (len(edges) - 1)
+
+    def block(i: int) -> None:
+        parts[i] = forward(batch[edges[i] : edges[i + 1]])
+
+    each_block(block, len(parts))
+    return torch.cat([part for part in parts if part is not None])
+
+
+def _product(
+    left: torch.Tensor, right: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None = None
+) -> None:
+    """`out` = left @ right (+ bias), one library call per tile of `tiles`, on the lent
+    threads."""
+    rows, columns = tiles(left.shape[0], right.shape[1], left.shape[1])
+    across = len(columns) - 1
+
+    def tile(i: int) -> None:
+        r = slice(rows[i // across], rows[i // across + 1])
+        c = slice(columns[i % across], columns[i % across + 1])
+        if bias is None:
+            out[r, c] = torch.mm(left[r], right[:, c])
+        else:
+            out[r, c] = torch.addmm(bias[c], left[r], right[:, c])
+
+    each_block(tile, (len(rows) - 1) * across)
+
+
+class _Product(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(a, b)
+        out = a.new_empty(a.shape[0], b.shape[1])
+        _product(a, b, out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor | None]:
+        if not ctx.needs_input_grad[1]:
+            return None, None
+        a, b = ctx.saved_tensors
+        grad_b = b.new_empty(b.shape)
+        _product(a.t(), grad, grad_b)
+        return None, grad_b
+
+
+class _Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+    ) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        out = x.new_empty(x.shape[0], weight.shape[0])
+        _product(x, weight.t(), out, bias)
+        return out
+
+    @staticmethod
+    def backward(
+        ctx: Any, grad: torch.Tensor
+    ) -> tuple[None, torch.Tensor | None, torch.Tensor | None]:
+        x, weight = ctx.saved_tensors
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            grad_weight = grad.new_empty(weight.shape)
+            _product(grad.t(), x, grad_weight)
+        return None, grad_weight, grad.sum(0) if ctx.needs_input_grad[2] else None

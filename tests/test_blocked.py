@@ -1,0 +1,202 @@
+"""Threads in the reproducible CPU numerics (kit.core.blocked, kit.core.threads): large products
+and batches cut into blocks that the shapes fix, the blocks computed on the process's threads,
+and the same bits at 1, 2 and (emulated on fewer cores) 4 threads for the fast probe's and the
+L-BFGS probe's heads and extraction's features."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kit.core import blocked, numerics
+from kit.core.paths import REPO_ROOT
+from kit.core.threads import each_block, lent_threads, numerics_threads, one_thread
+
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+def test_blocks_are_fixed_by_the_shapes_on_multiples_of_the_alignment() -> None:
+    for size, per_row in ((1024, 2048 * 100), (45_000, 2048 * 100), (10, 10), (5000, 3)):
+        edges = blocked.bounds(size, per_row)
+        assert edges[0] == 0 and edges[-1] == size and edges == sorted(set(edges))
+        assert all(edge % blocked.ALIGN == 0 for edge in edges[:-1])
+    rows, columns = blocked.tiles(512, 20_000, 10_240)  # an ImageNet grid's logits
+    assert len(columns) > 2 and all(c % blocked.ALIGN == 0 for c in columns[:-1])
+    assert rows[1] == blocked.ALIGN
+
+
+def test_the_process_threads_are_lent_to_blocks_and_each_block_runs_on_one() -> None:
+    """Inside numerics_threads the process's threads compute blocks side by side (a barrier
+    two blocks must reach together), each block on one intra-op thread; one_thread lends
+    nothing, and the process's setting is back afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen: list[tuple[int, int]] = []
+    barrier = threading.Barrier(2, timeout=60)
+
+    def block(_: int) -> None:
+        barrier.wait()
+        seen.append((threading.get_ident(), torch.get_num_threads()))
+
+    try:
+        with numerics_threads():
+            assert lent_threads() == 2 and torch.get_num_threads() == 1
+            each_block(block, 4)
+            with one_thread():  # nested: what was lent stays lent
+                assert lent_threads() == 2
+        assert torch.get_num_threads() == 2 and lent_threads() == 1
+        assert len({ident for ident, _ in seen}) == 2 and {n for _, n in seen} == {1}
+    finally:
+        torch.set_num_threads(before)
+
+
+FORKED = """
+import os, torch, kit
+from kit.core.threads import each_block, numerics_threads
+torch.set_num_threads(2)
+done = []
+with numerics_threads():
+    each_block(done.append, 4)
+if os.fork() == 0:
+    with numerics_threads():
+        each_block(done.append, 4)
+    os._exit(0 if len(done) == 8 else 1)
+raise SystemExit(os.waitstatus_to_exitcode(os.wait()[1]))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
+def test_a_forked_child_computes_its_blocks_on_threads_of_its_own() -> None:
+    """A child forked after its parent's blocks ran (a loader or a launch worker) has none of
+    the parent's pool threads; its blocks still run rather than wait forever."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED],
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.skipif(not X86, reason="MKL's COMPATIBLE branch is x86-64's")
+def test_blocked_products_give_the_uncut_products_bits() -> None:
+    """With MKL's COMPATIBLE branch the tiles of a product, their bounds on multiples of 64,
+    are the uncut product's bits, forward and gradients (so cutting changes no result)."""
+    generator = torch.Generator().manual_seed(0)
+    before = torch.get_num_threads()
+    try:
+        for dtype in (torch.float32, torch.float64):
+            x = torch.randn(700, 1536, generator=generator, dtype=dtype)
+            y = torch.randint(0, 200, (700,), generator=generator)
+            head = torch.nn.Linear(1536, 200).to(dtype)
+            weight = torch.randn(1536, 200, generator=generator, dtype=dtype, requires_grad=True)
+            found = []
+            for cut in (False, True):
+                torch.set_num_threads(1 if not cut else 2)
+                with numerics_threads() if cut else one_thread():
+                    mm = blocked.matmul if cut else torch.matmul
+                    lin = blocked.linear if cut else F.linear
+                    F.cross_entropy(mm(x, weight), y).backward()
+                    F.cross_entropy(lin(x, head.weight, head.bias), y).backward()
+                found.append([t.clone() for t in (weight.grad, head.weight.grad, head.bias.grad)])
+                weight.grad = None
+                head.zero_grad()
+            assert all(torch.equal(a, b) for a, b in zip(*found, strict=True))
+    finally:
+        torch.set_num_threads(before)
+
+
+#: in a fresh process at the threads given: the fast probe's head and history, the L-BFGS
+#: probe's head and history, and extraction's features, each as a hash of its bits, and how
+#: many threads computed blocks
+BITS = """
+import hashlib, json, sys, threading
+from pathlib import Path
+import kit, torch
+sys.path.insert(0, sys.argv[2])
+from test_features import tiny_checkpoint
+from kit import features
+from kit.core import threads
+from kit.probes import fast, lbfgs
+from kit.probes.rows import Split
+from kit.probes.settings import FastProbeSettings, LbfgsProbeSettings
+from torch.utils.data import TensorDataset
+torch.set_num_threads(int(sys.argv[1]))
+workers = set()
+run = threads._without_grad
+def spy(work, index):
+    workers.add(threading.get_ident())
+    run(work, index)
+threads._without_grad = spy
+def digest(*tensors):
+    return hashlib.sha256(b"".join(t.detach().numpy().tobytes() for t in tensors)).hexdigest()
+def planted(n, d, classes, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    return Split(x, (x @ torch.randn(d, classes, generator=g)).argmax(1), str(seed))
+out, made = {}, []
+class Recorded(fast.SpreadHeads):
+    def __init__(self, *args):
+        super().__init__(*args)
+        made.append(self)
+fast.SpreadHeads = Recorded
+zero_head = lbfgs.zero_head
+lbfgs.zero_head = lambda *args: made.append(zero_head(*args)) or made[-1]
+train, held = planted(3000, 1024, 128, 0), planted(600, 1024, 128, 1)
+settings = FastProbeSettings(lrs=[0.1], weight_decays=[1e-3, 1e-2], epochs=2, batch_size=512)
+out["fast history"] = repr(fast.fast_probe(train, held, 128, settings, False).history.rows())
+group = made[0].groups[0][0]
+out["fast heads"] = digest(group.weight, group.bias)
+train, held = planted(9000, 1024, 10, 2), planted(500, 1024, 10, 3)
+result = lbfgs.lbfgs_probe(train, held, 10, LbfgsProbeSettings(weight_decays=[0.1]))
+out["lbfgs history"] = repr(result.history.rows())
+out["lbfgs head"] = digest(made[1].weight, made[1].bias)
+folder = Path.cwd()
+g = torch.Generator().manual_seed(4)
+images = TensorDataset(torch.randn(600, 3, 16, 16, generator=g), torch.zeros(600).long())
+extracted = features.extract(
+    [tiny_checkpoint(folder, "net", 1)], images, "noise", "test", "none", folder / "cache",
+    batch_size=600, progress=False,
+)
+out["features"] = hashlib.sha256(extracted.features.tobytes()).hexdigest()
+out["block threads"] = len(workers)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_heads_and_features_have_the_same_bits_at_1_2_and_4_threads(tmp_path) -> None:
+    """The default (reproducible) mode on 1, 2 and 4 threads, and 8 threads pinned to one core
+    (taskset): the fast probe's heads and history, the L-BFGS probe's head and history and
+    extraction's features are the same bits, while 2 and more threads computed the blocks.
+    With the blocks on torch's own threads instead, the L-BFGS head differs."""
+    runs = {}
+    for name, threads, cores in (("1", 1, None), ("2", 2, None), ("4", 4, None), ("8@1", 8, "0")):
+        folder = tmp_path / name.replace("@", "-on-")
+        folder.mkdir()
+        command = [sys.executable, "-c", BITS, str(threads), str(REPO_ROOT / "tests")]
+        if cores is not None and X86:
+            command = ["taskset", "-c", cores, *command]
+        done = subprocess.run(
+            command,
+            cwd=folder,
+            env=numerics.without_variables() | {"PYTHONPATH": str(REPO_ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert runs["1"]["block threads"] == 1
+    assert all(runs[name]["block threads"] >= 2 for name in ("2", "4"))
+    for key in ("fast heads", "fast history", "lbfgs head", "lbfgs history", "features"):
+        assert len({run[key] for run in runs.values()}) == 1, key
