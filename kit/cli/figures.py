@@ -64,14 +64,33 @@ def _provenance(folder: Path, notebook: str) -> dict[str, Any]:
     return _read(folder / f"{notebook}.provenance.json")
 
 
+def _numerics_words(record: dict[str, Any]) -> str:
+    """The CPU numerics a run's provenance `record` names, with their version (a record without
+    one was made under version 1) and, for an earlier version, what it lacked."""
+    made = record.get("cpu_numerics", {})
+    version = made.get("version", 1)
+    since = f": {numerics.EARLIER[version]}" if version in numerics.EARLIER else ""
+    return f"CPU numerics {made.get('mode', 'unrecorded')} (version {version}{since})"
+
+
 def _origin(record: dict[str, Any]) -> str:
-    numerics = record.get("cpu_numerics", {})
+    made = record.get("cpu_numerics", {})
     load = record.get("load_average")
     return (
-        f"at commit {record['kit_commit'][:12]} on {numerics.get('cpu', 'an unrecorded CPU')} "
-        f"({numerics.get('cpu_isa', '?')}), CPU numerics {numerics.get('mode', 'unrecorded')}"
+        f"at commit {record['kit_commit'][:12]} on {made.get('cpu', 'an unrecorded CPU')} "
+        f"({made.get('cpu_isa', '?')}), {_numerics_words(record)}"
         + (f", load average {load[0]:g} at the end" if load else "")
     )
+
+
+def _ran(line: str, record: dict[str, Any]) -> str:
+    """A recorded what-ran line for the docs, its words on other machines (what the kit knew
+    when it ran) replaced by the numerics it ran under: what another machine changes is the
+    cross-machine block's, from the CPU records as they are now."""
+    machine, found, rest = line.partition(", CPU numerics ")
+    if not found:
+        return line
+    return f"{machine}, {_numerics_words(record)}; {rest.rsplit('; ', 1)[-1]}"
 
 
 def _signed(value: float | None) -> str:
@@ -191,7 +210,7 @@ def sweep(folder: Path = RESULTS / "sweep") -> str:
         "",
         f"**The statement:** {summary['claim']['line']}",
         "",
-        f"{summary['claim'].get('ran', '')}.",
+        f"{_ran(summary['claim'].get('ran', ''), record)}.",
         "",
         f"{_decided(summary['cells'])}."
         + (f" To decide the rest: {summary['next']}" if summary.get("next") else ""),
