@@ -21,8 +21,9 @@ from kit.data.kinds.base import split_size
 from kit.data.kinds.imagenet_shifts import ShiftedImageNetKind
 from kit.data.kinds.images import ImageList
 from kit.data.settings import DataSettings
+from kit.experiments.timecat.entries import ProbeTask
 from kit.experiments.timecat.planning import Representation, features_dir, runs_dir
-from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
+from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.shifted import ExtraEval
 from kit.probes import parallel, registry
 from kit.probes.base import FeatureProbe, ImageProbe, Probe, ProbeSettings

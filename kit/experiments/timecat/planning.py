@@ -17,8 +17,9 @@ from kit.core.progress import Stage
 from kit.data import kinds, pipeline
 from kit.data.kinds.base import DataError
 from kit.data.settings import DataSettings
+from kit.experiments.timecat.entries import ProbeTask, Variant
 from kit.experiments.timecat.layouts import checkpoint_file, released_identity
-from kit.experiments.timecat.settings import ProbeTask, TimecatSettings, Variant
+from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch import backends as kit_launch
 from kit.launch.runs import is_finished
 from kit.report.labels import value_text
