@@ -202,7 +202,7 @@ def probe_all(
     bar = KeptBar(total=total, desc=f"{params.probe_kind} probes", unit="probe")
     stage = Stage("probes", total, "probe", f"fitting {total} {params.probe_kind} probes")
     # an image probe reads the checkpoints itself: the extraction of their features, which
-    # checks that each is this run's (kit.features.identity_problem), comes first
+    # checks that each is this run's (kit.train.backbones.identity_problem), comes first
     early = (
         {}
         if on_features

@@ -41,7 +41,7 @@ class Representation:
     iterations_per_model: int | None
     checkpoints: tuple[Path, ...]
     task: str | None = None  # direct training: the only task it is probed on
-    #: what each checkpoint must record of itself (kit.features.identity_problem), in order
+    #: what each checkpoint must record of itself (kit.train.backbones.identity_problem), in order
     identities: tuple[dict[str, Any], ...] = field(default=(), compare=False)
 
     def expected(self) -> dict[Path, dict[str, Any]]:
