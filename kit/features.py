@@ -141,8 +141,7 @@ def _extract_checkpoints(
     )
     labels = np.empty(len(shard), dtype=np.int64)
     row = 0
-    named, more = next(iter(checkpoints.values())), len(checkpoints) - 1
-    what = f"{shown(named)}{f' and {more} more checkpoint(s)' if more else ''}"
+    what = _named(list(checkpoints.values()))
     batches = tqdm(
         DeviceBatches(loader, target, torch.channels_last),
         desc=f"features of {len(backbones)} backbone(s)",
@@ -195,6 +194,12 @@ def _extract_checkpoints(
     outputs.clear()  # the memory maps closed before their files are hashed
     first = next(iter(records))
     feature_cache.finish_entries(records, _gather_labels(labels, feature_cache.partial(first)))
+
+
+def _named(checkpoints: list[Path]) -> str:
+    """The checkpoints of a pass as a message names them: the first, and how many more."""
+    more = len(checkpoints) - 1
+    return f"{shown(checkpoints[0])}{f' and {more} more checkpoint(s)' if more else ''}"
 
 
 def _concatenate(
