@@ -128,7 +128,7 @@ def test_a_large_valid_count_says_its_cost_before_it_starts(
 ) -> None:
     def started(*_: object, **__: object) -> int:
         said = capsys.readouterr().out
-        assert "03_time_concat: expected cost at 60 replicate(s): 300 training runs" in said
+        assert "03_time_concat: expected cost at 60 replicates: 300 training runs" in said
         assert "GB of checkpoints and features" in said or "MB of checkpoints" in said
         return 0
 

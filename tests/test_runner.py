@@ -643,7 +643,7 @@ def test_the_summary_names_time_output_and_the_claims_written_by_the_run(
         "ci",
     )
     assert lines == [
-        "summary: 1 notebook(s) in 12.3 s, profile ci, results in outputs/ci",
+        "summary: 1 notebook in 12.3 s, profile ci, results in outputs/ci",
         "  03_time_concat     12.3 s  outputs/ci/03_time_concat.ipynb",
         "    claim: cat2 transfers better",
         "    claim: direct beats cat1",
@@ -667,7 +667,7 @@ def test_kit_run_reports_its_stages_and_ends_with_a_summary(runner_output) -> No
     assert any(
         re.fullmatch(r"03 probes: reused 0, fitted \d+ .*(probe/s|s/probe)\)", t) for t in texts
     ), texts
-    summary = texts.index(next(t for t in texts if t.startswith("summary: 1 notebook(s)")))
+    summary = texts.index(next(t for t in texts if t.startswith("summary: 1 notebook in")))
     assert texts[summary + 1].split()[0] == "03_time_concat"
     assert any(t.startswith("    claim: ") for t in texts[summary:])
     assert any(t.startswith("    ran: What ran: profile ci") for t in texts[summary:])

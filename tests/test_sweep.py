@@ -224,16 +224,16 @@ def test_the_sweeps_silent_steps_print_their_own_stage_lines(
     assert sweep.probe_cells(loaded, cells).height == len(cells) == 4
     lines = terminal.StageProgress(records, "04", every_s=3600.0).poll()
     assert lines[0] == (
-        "04 verdicts: judging 5 cell(s): the primary endpoint against the "
-        "baseline and the controls, probe gaps per cell"
+        "04 verdicts: judging 5 cells: the primary endpoint against the "
+        "baseline and the controls, the probes' selection optimism per cell"
     )
-    assert re.fullmatch(r"04 verdicts: judged 5 cell\(s\) \(.* s, .*cell/s\)", lines[1]), lines
+    assert re.fullmatch(r"04 verdicts: judged 5 cells \(.* s, .*cell/s\)", lines[1]), lines
     assert lines[2] == (
-        f"04 cells: 4 cell(s): 4 probed before (read back from {tmp_path}/sweep/results), probing 0"
+        f"04 cells: 4 cells: 4 probed before (read back from {tmp_path}/sweep/results), probing 0"
     )
     assert re.fullmatch(
-        r"04 cells: read back 4, probed 0 cell\(s\) \(0 of them with notebook "
-        r"03's probe results for the variants it shares; 0 representation\(s\) probed by an "
+        r"04 cells: read back 4, probed 0 cells \(0 of them with notebook "
+        r"03's probe results for the variants it shares; 0 representations probed by an "
         r"earlier cell\) \(.*\)",
         lines[3],
     )

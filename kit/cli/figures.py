@@ -27,6 +27,7 @@ from typing import Any
 
 from kit.core import cpu_records, numerics
 from kit.core.files import write_text
+from kit.core.numbers import counted
 from kit.core.paths import REPO_ROOT, shown
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 
@@ -433,5 +434,9 @@ def command(check: bool, record_args: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    print("every figures block matches its source" if check else f"rewrote {len(stale)} page(s)")
+    print(
+        "every figures block matches its source"
+        if check
+        else f"rewrote {counted(len(stale), 'page')}"
+    )
     return 0

@@ -23,6 +23,7 @@ from typing import Protocol
 
 import yaml
 
+from kit.core.numbers import counted
 from kit.launch.progress import last_record
 from kit.report import outputs
 from kit.train.run_files import RunFolder
@@ -266,7 +267,7 @@ def summary(finished: list[Finished], profile: str) -> list[str]:
     inputs it read unverified."""
     total = sum(run.seconds for run in finished)
     lines = [
-        f"summary: {len(finished)} notebook(s) in {total:.1f} s, profile {profile}, "
+        f"summary: {counted(len(finished), 'notebook')} in {total:.1f} s, profile {profile}, "
         f"results in {shown(finished[0].output_dir)}"
         if finished
         else "summary: nothing ran"

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from kit.cli.notebook_params import Loaded
+from kit.core.numbers import counted
 from kit.core.params import ParameterError
 from kit.core.paths import shown
 from kit.experiments.timecat.settings import TimecatSettings
@@ -302,7 +303,7 @@ def _plan_cost(params: TimecatSettings) -> str:
         else f"; wall times on GPUs: python -m kit launch plan --profile {params.profile}"
     )
     return (
-        f"{params.design.most} replicate(s): {len(experiment.trainings):,} training runs "
+        f"{counted(params.design.most, 'replicate')}: {len(experiment.trainings):,} training runs "
         f"({sum(run.iterations for run in experiment.trainings):,} iterations, "
         f"{train.images:,} images), features of {len(checkpoints):,} checkpoints "
         f"({extract.images:,} images), {probe.images:,} images or feature rows probed; about "

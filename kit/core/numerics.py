@@ -224,7 +224,9 @@ def describe(record: dict[str, Any] | None = None) -> str:
     parts = [f"CPU numerics: {record['mode']}", f"{record['cpu']} ({record['cpu_isa']})"]
     parts.append(
         f"ATen {record['aten_capability']}, oneDNN {'on' if record['onednn'] else 'off'}, "
-        f"{record['compute_threads']} intra-op thread(s) a computation"
+        f"{record['compute_threads']} intra-op "
+        + ("thread" if record["compute_threads"] == 1 else "threads")
+        + " a computation"
     )
     caps = ", ".join(f"{k}={v}" for k, v in record["variables"].items() if k != SWITCH)
     parts.append(caps or "no caps")

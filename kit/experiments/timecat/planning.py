@@ -11,6 +11,7 @@ import polars as pl
 
 from kit import models
 from kit.core import files
+from kit.core.numbers import counted
 from kit.core.params import ParameterError
 from kit.core.paths import escapes, resolve, shown
 from kit.core.progress import Stage
@@ -393,7 +394,7 @@ def launch_for(
         "training",
         len(pending),
         "run",
-        f"{scope}reused {len(skipped)} finished run(s), training {len(pending)}",
+        f"{scope}reused {counted(len(skipped), 'finished run')}, training {len(pending)}",
     )
     if pending:
         for params in experiments:

@@ -18,6 +18,7 @@ import polars as pl
 import yaml
 
 from kit.core import files
+from kit.core.numbers import counted
 from kit.core.paths import resolve, shown
 from kit.core.progress import Stage
 from kit.experiments.timecat import claims, measure, paper, planning, sharing, sweep_outcome
@@ -96,7 +97,7 @@ def train_all(params: SweepSettings, cells: list[Cell], wait: bool = True) -> tu
         [cell.settings for cell in cells],
         sweep_dir(params),
         wait,
-        f"{len(cells)} cell(s): ",
+        f"{counted(len(cells), 'cell')}: ",
     )
     planning.initialise(merged.initial)
     return len(skipped), len(merged.trainings) - len(skipped)
@@ -193,7 +194,7 @@ def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
         "cells",
         len(cells),
         "cell",
-        f"{len(cells)} cell(s): {stored} probed before "
+        f"{counted(len(cells), 'cell')}: {stored} probed before "
         f"(read back from {shown(sweep_dir(params) / 'results')}), probing "
         f"{len(cells) - stored}",
     )
@@ -220,9 +221,9 @@ def probe_cells(params: SweepSettings, cells: list[Cell]) -> pl.DataFrame:
             )
         stage.advance()
     stage.finish(
-        f"read back {stored}, probed {len(cells) - stored} cell(s) ({reused} of them "
-        f"with notebook 03's probe results for the variants it shares; {shared} "
-        "representation(s) probed by an earlier cell)"
+        f"read back {stored}, probed {counted(len(cells) - stored, 'cell')} ({reused} of them "
+        f"with notebook 03's probe results for the variants it shares; "
+        f"{counted(shared, 'representation')} probed by an earlier cell)"
     )
     return pl.concat(frames, how="diagonal_relaxed")
 

@@ -109,8 +109,8 @@ def judge_cells(
         "verdicts",
         cells,
         "cell",
-        f"judging {cells} cell(s): the primary endpoint "
-        "against the baseline and the controls, probe gaps per cell",
+        f"judging {numbers.counted(cells, 'cell')}: the primary endpoint "
+        "against the baseline and the controls, the probes' selection optimism per cell",
     )
     for (world, budget), mine in results.sort("world_seed", "budget").group_by(
         "world_seed", "budget", maintain_order=True
@@ -139,7 +139,7 @@ def judge_cells(
         )
         gaps.append(probe_cells(mine, rule, max_optimism).with_columns(where))
         stage.advance()
-    stage.finish(f"judged {cells} cell(s)")
+    stage.finish(f"judged {numbers.counted(cells, 'cell')}")
     return CellVerdicts(
         pl.DataFrame(claims),
         pl.concat(rows, how="diagonal_relaxed"),
