@@ -32,6 +32,7 @@ from kit.core import params
 from kit.core.threads import one_thread
 from kit.experiments import notebooks  # noqa: F401  (registers notebook 03's parameters)
 from kit.experiments.timecat import measure, planning
+from kit.train import backbones
 
 
 def process_cpu() -> float:
@@ -42,7 +43,7 @@ def process_cpu() -> float:
 def forward_and_step(checkpoint: Path, image_size: int, batch: int) -> tuple[float, float]:
     """CPU seconds an image of a forward pass (batch 256, no gradient) and of a training step
     (`batch` images, cross-entropy, AdamW), one thread, channels last."""
-    model = features.load_backbone(checkpoint).to(memory_format=torch.channels_last)
+    model = backbones.load_backbone(checkpoint).to(memory_format=torch.channels_last)
     images = torch.randn(256, 3, image_size, image_size).contiguous(
         memory_format=torch.channels_last
     )
@@ -73,7 +74,7 @@ def operator_shares(checkpoint: Path, image_size: int) -> dict[str, float]:
     thread), largest first."""
     from torch.profiler import ProfilerActivity, profile
 
-    model = features.load_backbone(checkpoint).to(memory_format=torch.channels_last)
+    model = backbones.load_backbone(checkpoint).to(memory_format=torch.channels_last)
     images = torch.randn(256, 3, image_size, image_size).contiguous(
         memory_format=torch.channels_last
     )

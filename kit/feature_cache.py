@@ -81,7 +81,7 @@ def record_of(
     identities: Mapping[Path, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """What produced an entry's features: each checkpoint's name and content hash (and the
-    identity the run expected of it, when given: kit.features.identity_problem), the data and
+    identity the run expected of it, when given: kit.train.backbones.identity_problem), the data and
     how it was read."""
     identities = identities or {}
     return {

@@ -22,7 +22,7 @@ from kit.data.kinds.base import DatasetKind
 from kit.data.preflight import preflight
 from kit.data.settings import DataSettings
 from kit.experiments.timecat import comparisons
-from kit.experiments.timecat.settings import Variant
+from kit.experiments.timecat.entries import Variant
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
 from kit.train.run_files import RunFolder
 

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 
 from kit.cli import kernels, lab, runner
-from kit.core import checkouts, params
+from kit.core import checkouts, kernel_params
 from kit.core.paths import REPO_ROOT
 
 #: the notebook the runs try (the quickest at the ci profile)
@@ -206,7 +206,7 @@ def test_a_kernel_checks_the_kit_and_output_folder_of_its_command(
     assert str(tmp_path) in str(raised.value)
     monkeypatch.setenv(checkouts.KIT_ROOT_ENV, str(tmp_path))
     with pytest.raises(checkouts.CheckoutError) as raised:
-        params.from_notebook(NOTEBOOK, {"profile": "ci"})
+        kernel_params.from_notebook(NOTEBOOK, {"profile": "ci"})
     assert str(tmp_path) in str(raised.value) and str(REPO_ROOT) in str(raised.value)
 
 

@@ -16,7 +16,7 @@ from kit import models
 from kit.cli.main import main as kit_main
 from kit.core import machine
 from kit.data.fixtures import write_cifar, write_image
-from kit.experiments.timecat import estimates, jobs, planning
+from kit.experiments.timecat import estimates, jobs, plan_checks, planning
 from kit.train import rates
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
@@ -290,19 +290,19 @@ def test_kit_check_names_a_full_disk_and_a_missing_gpu(
         update={"launch": params.launch.model_copy(update={"backend": "torchrun", "workers": 1})}
     )
     monkeypatch.setattr(
-        estimates.machine.shutil,
+        plan_checks.machine.shutil,
         "disk_usage",
         lambda _path: shutil_usage(total=10**12, used=10**12, free=0),
     )
-    monkeypatch.setattr(estimates.machine, "driver_cuda_version", lambda: None)
+    monkeypatch.setattr(plan_checks.machine, "driver_cuda_version", lambda: None)
     monkeypatch.setattr(torch.version, "cuda", "13.0")
-    problems = estimates.machine_problems(params)
+    problems = plan_checks.machine_problems(params)
     assert problems[0].startswith(f"{tmp_path / params.run_root}: the plan's checkpoints")
     assert "no NVIDIA driver" in problems[1]
     slurm = params.model_copy(
         update={"launch": params.launch.model_copy(update={"backend": "slurm"})}
     )
-    assert len(estimates.machine_problems(slurm)) == 1  # compute nodes check the rest
+    assert len(plan_checks.machine_problems(slurm)) == 1  # compute nodes check the rest
 
 
 def test_the_disk_check_counts_only_what_is_left_to_write(
@@ -315,22 +315,22 @@ def test_the_disk_check_counts_only_what_is_left_to_write(
     total = sum(step.disk_bytes for step in steps)
     free = {"bytes": total - 1}
     monkeypatch.setattr(
-        estimates.machine.shutil,
+        plan_checks.machine.shutil,
         "disk_usage",
         lambda _path: shutil_usage(total=10**12, used=10**12 - free["bytes"], free=free["bytes"]),
     )
-    assert "checkpoints and feature cache needs about" in estimates.machine_problems(params)[0]
+    assert "checkpoints and feature cache needs about" in plan_checks.machine_problems(params)[0]
     for run in planning.plan(params).trainings:
         RunFolder.of(run).path.mkdir(parents=True)
         RunFolder.of(run).mark_done(run.iterations, 1)
-    assert estimates.machine_problems(params) == []  # the cache alone is left
+    assert plan_checks.machine_problems(params) == []  # the cache alone is left
     cache = planning.features_dir(params) / "entry" / "features.npy"
     cache.parent.mkdir(parents=True)
     cache.write_bytes(bytes(steps[1].disk_bytes))
     free["bytes"] = 1000
-    assert estimates.machine_problems(params) == []  # nothing is left to write
+    assert plan_checks.machine_problems(params) == []  # nothing is left to write
     cache.write_bytes(bytes(steps[1].disk_bytes // 2))
-    problem = estimates.machine_problems(params)[0]
+    problem = plan_checks.machine_problems(params)[0]
     left = steps[1].disk_bytes - steps[1].disk_bytes // 2
     assert f"cache (besides the {machine.byte_size(total - left)} written) needs about" in problem
     assert f"needs about {machine.byte_size(left)} but 1.0 kB is free" in problem

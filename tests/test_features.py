@@ -21,6 +21,7 @@ from kit.core.paths import REPO_ROOT
 from kit.data import pipeline, workers
 from kit.data.fixtures import write_image_folder
 from kit.data.settings import DataSettings
+from kit.train import backbones
 from kit.train.settings import load_train_settings
 
 
@@ -100,7 +101,7 @@ def test_concatenation_follows_the_order_given(tmp_path: Path, images) -> None:
     np.testing.assert_array_equal(both.features[:, :64], alone_a.features)
     np.testing.assert_array_equal(both.features[:, 64:], alone_b.features)
     np.testing.assert_array_equal(both.labels, images.tensors[1].numpy())
-    model = features.load_backbone(a)
+    model = backbones.load_backbone(a)
     with torch.no_grad():
         expected = model.features(images.tensors[0]).numpy()
     np.testing.assert_allclose(alone_a.features, expected, rtol=1e-5, atol=1e-6)
@@ -227,8 +228,8 @@ def test_a_checkpoint_is_checked_against_its_expected_identity_when_opened(tmp_p
     """`kit check`'s opening of a variant's files checks what each records: the run's own file
     passes, one recording another seed or step is named."""
     path = tiny_checkpoint(tmp_path, "run0", 2)
-    assert features.checkpoint_problems([str(path)], {str(path): {"seed": 2}}) == []
-    problems = features.checkpoint_problems([str(path)], {str(path): {"seed": 550, "step": 5}})
+    assert backbones.checkpoint_problems([str(path)], {str(path): {"seed": 2}}) == []
+    problems = backbones.checkpoint_problems([str(path)], {str(path): {"seed": 550, "step": 5}})
     assert problems == [
         f"{path}: this checkpoint records seed 2, step none, but this run expects seed 550, "
         "step 5 (seed, step differ): a file copied or renamed from another run is not used. Put "
@@ -317,14 +318,14 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file(tmp_path: Path, damage:
     if damage != "overwritten":  # a file replaced by something else, without its hash
         path.with_name(path.name + ".sha256").unlink(missing_ok=True)
     with pytest.raises(models.CheckpointError, match=f"^{path}: "):
-        features.load_backbone(path)
+        backbones.load_backbone(path)
 
 
 def test_algoperf_checkpoints_are_read(tmp_path: Path) -> None:
     model = models.build("resnet50", 1000)
     path = tmp_path / "algoperf.pt"
     models.save_algoperf_checkpoint(model, path)
-    loaded = features.load_backbone(path)
+    loaded = backbones.load_backbone(path)
     assert loaded.feature_dim == 2048
     for (name, mine), theirs in zip(
         model.state_dict().items(), loaded.state_dict().values(), strict=True
@@ -335,7 +336,7 @@ def test_algoperf_checkpoints_are_read(tmp_path: Path) -> None:
 def test_unknown_checkpoint_and_empty_split_are_refused(tmp_path: Path, images) -> None:
     torch.save({"weights": torch.zeros(1)}, tmp_path / "odd.pt")
     with pytest.raises(models.CheckpointError, match="neither a kit checkpoint"):
-        features.load_backbone(tmp_path / "odd.pt")
+        backbones.load_backbone(tmp_path / "odd.pt")
     empty = TensorDataset(torch.zeros(0, 3, 16, 16), torch.zeros(0, dtype=torch.long))
     with pytest.raises(ValueError, match="empty"):
         features.extract(

@@ -13,7 +13,7 @@ import papermill
 import pytest
 
 from kit.cli import runner
-from kit.core import params
+from kit.core import kernel_params, params
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR
 
 NOTEBOOK = "01_toy_counterexample"
@@ -184,10 +184,10 @@ def test_a_notebook_resolves_its_profile_and_refuses_unknown_injected_names(
     ]
     namespace = {"In": history, "profile": "mini", "lr": 0.25, "no_such_key_qq": 1, "x": 1}
     with pytest.raises(params.ParameterError) as error:
-        params.from_notebook(NOTEBOOK, namespace, parameters_dir)
+        kernel_params.from_notebook(NOTEBOOK, namespace, parameters_dir)
     assert "injected cell): unknown parameter 'no_such_key_qq'" in str(error.value)
     history[2] = "# Parameters\nlr = 0.25\n"
-    loaded = params.from_notebook(NOTEBOOK, namespace, parameters_dir)
+    loaded = kernel_params.from_notebook(NOTEBOOK, namespace, parameters_dir)
     assert (loaded.steps, loaded.lr, loaded.profile) == (20, 0.25, "mini")  # x is no parameter
     without_history = {
         "profile": "mini",
@@ -197,9 +197,9 @@ def test_a_notebook_resolves_its_profile_and_refuses_unknown_injected_names(
         "In": [],
         "Out": {},
     }
-    assert params.from_notebook(NOTEBOOK, without_history, parameters_dir).lr == 0.5
+    assert kernel_params.from_notebook(NOTEBOOK, without_history, parameters_dir).lr == 0.5
     with pytest.raises(params.ParameterError, match="unknown parameter 'x'"):
-        params.from_notebook(NOTEBOOK, without_history | {"x": 1}, parameters_dir)
+        kernel_params.from_notebook(NOTEBOOK, without_history | {"x": 1}, parameters_dir)
 
 
 def test_a_name_the_parameters_cell_leaves_none_takes_the_profiles_value(
@@ -211,11 +211,11 @@ def test_a_name_the_parameters_cell_leaves_none_takes_the_profiles_value(
         "# Parameters\nlr = 0.5\n",
     ]
     namespace = {"In": history, "profile": "mini", "steps": None, "lr": 0.5}
-    loaded = params.from_notebook(NOTEBOOK, namespace, parameters_dir)
+    loaded = kernel_params.from_notebook(NOTEBOOK, namespace, parameters_dir)
     assert (loaded.steps, loaded.lr) == (20, 0.5)  # steps from the profile, lr injected
     history[1] = "# Parameters\nlr = 0.5\nsteps = None\n"  # papermill's None is a value
     with pytest.raises(params.ParameterError, match="parameter 'steps'"):
-        params.from_notebook(NOTEBOOK, namespace, parameters_dir)
+        kernel_params.from_notebook(NOTEBOOK, namespace, parameters_dir)
 
 
 def declared_parameters(notebook: Path) -> list[str]:
@@ -225,7 +225,7 @@ def declared_parameters(notebook: Path) -> list[str]:
         for c in nbformat.read(notebook, as_version=4).cells
         if "parameters" in c.metadata.get("tags", [])
     )
-    return params.parameter_names(["# parameters\n" + cell.source])
+    return kernel_params.parameter_names(["# parameters\n" + cell.source])
 
 
 @pytest.mark.parametrize("notebook", runner.find_notebooks(None), ids=lambda p: p.stem)
@@ -317,9 +317,9 @@ def test_smoke_test_profiles_say_so_first_and_every_profile_is_in_the_readme(
     profiles = sorted(p.name for p in PARAMETERS_DIR.iterdir() if p.is_dir())
     smoke = [name for name in profiles if params.smoke_test_label(name)]
     assert smoke == ["ci", "interactive"]
-    params.from_notebook("02_surveyed_evidence", {"profile": "interactive", "In": []})
+    kernel_params.from_notebook("02_surveyed_evidence", {"profile": "interactive", "In": []})
     assert capsys.readouterr().out.startswith("SMOKE TEST (profile interactive: ")
-    params.from_notebook("02_surveyed_evidence", {"profile": "cpu", "In": []})
+    kernel_params.from_notebook("02_surveyed_evidence", {"profile": "cpu", "In": []})
     assert "SMOKE TEST" not in capsys.readouterr().out
     readme = (PARAMETERS_DIR.parent / "README.md").read_text()
     for name in profiles:

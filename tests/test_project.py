@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel
 
 from kit.cli import lab, nbval_references, runner
-from kit.core import params
+from kit.core import kernel_params, params
 from kit.core.parameters_cell import Section
 from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT, importable_environment
 from kit.report import tables
@@ -203,7 +203,7 @@ def test_parameters_cells_set_only_a_profile_and_it_resolves() -> None:
         )
         namespace: dict = {"In": [cell.source]}
         exec(cell.source, namespace)
-        names = params.parameter_names([cell.source])
+        names = kernel_params.parameter_names([cell.source])
         fields = params.schema_for(path.stem).model_fields
         sections = [n for n in names if is_section(fields[n].annotation)]
         assert names[0] == "profile", path.name
@@ -212,7 +212,7 @@ def test_parameters_cells_set_only_a_profile_and_it_resolves() -> None:
         assert [n for n in names if namespace[n] is not None and n not in sections] == [
             "profile"
         ], path.name
-        assert params.from_notebook(path.stem, namespace).profile == "interactive"
+        assert kernel_params.from_notebook(path.stem, namespace).profile == "interactive"
         # an executed copy shows this line above papermill's cell setting the run's profile
         said = cell.source.split("profile = ", 1)[1].split("\n", 1)[0]
         assert "# default" in said and "injected cell below overrides it" in said, said
@@ -228,10 +228,10 @@ def test_the_cell_after_the_parameters_shows_every_resolved_value() -> None:
         assert "display(tables.settings(P))" in cells[at + 1].source, path.name
         namespace: dict = {"In": [cells[at].source]}
         exec(cells[at].source, namespace)
-        resolved = params.from_notebook(path.stem, namespace)
+        resolved = kernel_params.from_notebook(path.stem, namespace)
         shown = tables.settings(resolved)
         listed = dict(line.split(None, 1) for line in repr(shown).splitlines())
-        names = params.parameter_names([cells[at].source])
+        names = kernel_params.parameter_names([cells[at].source])
         assert set(names) <= set(listed), f"{path.name}: {set(names) - set(listed)} not shown"
         assert listed["output_dir"] == resolved.output_dir
     shown = tables.settings(params.load("03_time_concat", "cpu")[0])

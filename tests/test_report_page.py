@@ -29,7 +29,7 @@ from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import LABELS
 from kit.report.notebook_html import WIDGET_STATE, WIDGET_VIEW
 from kit.stats import outcomes
-from kit.train import trainer
+from kit.train import loop_steps, trainer
 
 CLAIM = "cat4 transfers better than cat1 on 2 of 3 unseen tasks (a smoke test)"
 
@@ -338,5 +338,5 @@ def test_notebook_02_and_a_launch_show_no_code_name(tmp_path: Path) -> None:
         progress=bar,
         at=SimpleNamespace(step=1),
     )
-    trainer._log(run, {"step": 1, "loss": 0.5, "images_per_s": 1220.0})
+    loop_steps._log(run, {"step": 1, "loss": 0.5, "images_per_s": 1220.0})
     assert str(bar).endswith("loss 0.500, 1220 img/s]"), str(bar)

@@ -361,9 +361,9 @@ def notebook_03_head(path: Path) -> None:
     notebook = nbformat.read(NOTEBOOKS_DIR / "03_time_concat.ipynb", as_version=4)
     parameters = next(c for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
     reads = nbformat.v4.new_code_cell(
-        "from kit.core import params\n"
+        "from kit.core import kernel_params\n"
         "from kit.experiments import notebooks  # registers each notebook's schema\n"
-        'P = params.from_notebook("03_time_concat", globals())\n'
+        'P = kernel_params.from_notebook("03_time_concat", globals())\n'
         'print("lr", P.train.lr, "weight_decay", P.train.weight_decay,'
         ' "epochs", P.probes["fast"].epochs)'
     )

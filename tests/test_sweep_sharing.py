@@ -57,7 +57,7 @@ def test_a_cell_of_another_budget_reads_notebook_03s_runs_of_the_same_settings(
     assert [relative(p, tmp_path) for p in cat1.checkpoints] == [
         "time_concat/rep2/cat4/seed2000/checkpoint.pt"
     ]
-    # the identity expected of the file is the kept run's (kit.features.identity_problem)
+    # the identity expected of the file is the kept run's (kit.train.backbones.identity_problem)
     assert (
         cat1.identities[0] | {"run": None}
         == {

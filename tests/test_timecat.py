@@ -298,10 +298,10 @@ def test_validation_opens_no_file(fake_data: Path, monkeypatch: pytest.MonkeyPat
     for opener in ("builtins.open", "io.open"):
         monkeypatch.setattr(opener, refuse)
     monkeypatch.setattr(torch, "load", refuse)
-    monkeypatch.delitem(sys.modules, "kit.features", raising=False)
+    monkeypatch.delitem(sys.modules, "kit.train.backbones", raising=False)
     loaded = params.validate(NOTEBOOK, values, sources)
     assert isinstance(loaded, TimecatSettings) and loaded.variants[3].checkpoints  # cat5
-    assert "kit.features" not in sys.modules  # the module that opens checkpoints with torch
+    assert "kit.train.backbones" not in sys.modules  # the module that opens checkpoints with torch
 
 
 def tiny_checkpoint(

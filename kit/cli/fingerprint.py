@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from kit import features, models
+from kit import models
 from kit.core import cpu_records, numerics, params, provenance
 from kit.core.threads import one_thread
 from kit.data.synthetic import SyntheticWorld
@@ -41,7 +41,7 @@ from kit.experiments.timecat.settings import TimecatSettings
 from kit.probes import lbfgs
 from kit.probes.rows import Split
 from kit.probes.settings import LbfgsProbeSettings
-from kit.train import trainer
+from kit.train import backbones, trainer
 from kit.train.run_files import RunFolder
 
 #: the profile whose main job the pipeline group follows, and how far its short run trains
@@ -150,7 +150,7 @@ def pipeline(folder: Path) -> dict[str, str]:
     run = settings.run_config(settings.variants[0], 0, str(folder / "run")).model_copy(
         update={"iterations": TRAIN_STEPS, "log_every": TRAIN_STEPS, "checkpoint_every": 0}
     )
-    model = features.load_backbone(RunFolder(trainer.train(run)).checkpoint)
+    model = backbones.load_backbone(RunFolder(trainer.train(run)).checkpoint)
     out[f"trainer: {TRAIN_STEPS} steps of the {PROFILE} profile's first variant (weights)"] = (
         digest_all(list(model.state_dict().values()))
     )

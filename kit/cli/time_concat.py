@@ -256,11 +256,11 @@ def machine_problems(notebooks: dict[str, dict]) -> list[str]:
 
     if NOTEBOOK not in notebooks:
         return []
-    from kit.experiments.timecat import estimates
+    from kit.experiments.timecat import plan_checks
 
     params = TimecatSettings.model_validate(notebooks[NOTEBOOK])
-    return estimates.replica_problems(params) + [
-        f"this machine: {problem}" for problem in estimates.machine_problems(params)
+    return plan_checks.replica_problems(params) + [
+        f"this machine: {problem}" for problem in plan_checks.machine_problems(params)
     ]
 
 

@@ -8,7 +8,7 @@ kernels it starts in B's `notebooks/` (no `kit` there) import the environment's,
 run A's code and write to A's `outputs/`, and B's records would vouch for results that are not
 there. The command refuses before it starts anything (kit.cli.kernels asks a Python started as a
 kernel would be); and the kernel checks again in its first cell (`check_kernel`, called by
-kit.core.params.from_notebook), against the kit root and output folder the command passes in
+kit.core.kernel_params.from_notebook), against the kit root and output folder the command passes in
 KIT_ROOT_ENV and OUTPUT_DIR_ENV: a kernel the command did not foresee (another kernel chosen in
 Lab, another kernelspec) stops there, before it writes anything.
 """

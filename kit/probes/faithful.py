@@ -37,11 +37,11 @@ from kit.data import kinds, pipeline
 from kit.data import workers as worker_start
 from kit.data.kinds.base import split_size
 from kit.data.settings import DataSettings
-from kit.features import load_backbone
 from kit.probes.faithful_training import GlobalBatches, faithful_probe
 from kit.probes.rows import ProbeError, heldout_indices
 from kit.probes.selection import ProbeResult
 from kit.probes.settings import PAPER_WEIGHT_DECAYS, FaithfulProbeSettings
+from kit.train.backbones import load_backbone
 from kit.train.command import exit_code
 
 #: written last by a finished probe: its identity and epochs, so a rerun skips it

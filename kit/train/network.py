@@ -1,6 +1,6 @@
 """The network a run's settings describe (model, classes, width, stem, image size), built, and
-written untrained as a kit checkpoint: the file `kit.features.load_backbone` reads, holding the
-weights and the settings that rebuild the architecture."""
+written untrained as a kit checkpoint: the file `kit.train.backbones.load_backbone` reads,
+holding the weights and the settings that rebuild the architecture."""
 
 from __future__ import annotations
 

@@ -9,8 +9,9 @@ Read `train_run` first: it is one run on one rank, top to bottom. Around it, as 
 are the run folder's lock (kit.train.run_folder), the watchdog and the loader-failure handling;
 around the chain of runs, the stop signals' handlers (kit.train.stopping) and the process group
 (`train_in_turn`). Inside it come the checks (kit.train.checks), resuming or starting, the step
-loop with its logging, evaluation, snapshots, checkpoints and stops where due, and the finish;
-the helpers it calls follow it in the loop's order.
+loop with its logging, evaluation, snapshots, checkpoints and stops where due, and the finish:
+what it does at a logging step, at a stop's checkpoint and at the finish is kit.train.loop_steps',
+in the loop's order; the helpers that stay here follow it.
 
 Preemption: a checkpoint (model at x, optimizer, RNG states, data position, step) is replaced
 atomically every `checkpoint_every` steps and at the end; restarting the same command resumes
@@ -47,10 +48,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -60,19 +60,10 @@ from kit.core.distributed import Process, barrier, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
 from kit.core.threads import numerics_threads
-from kit.data import hardware
 from kit.data import pipeline as kit_data
-from kit.train import checks, run_folder
-from kit.train.checkpoint import (
-    NonFiniteLossError,
-    check_finite,
-    kept_message,
-    refuse_missing_snapshots,
-    rng_states,
-    write_checkpoint,
-    write_snapshot,
-)
-from kit.train.metrics import append_record, tracking
+from kit.train import checks, loop_steps, run_folder
+from kit.train.checkpoint import refuse_missing_snapshots
+from kit.train.metrics import tracking
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 from kit.train.step import Replica
@@ -153,7 +144,7 @@ def train_run(
             ),
             loader_failures(out, lambda: at.step, settings.loader_timeout_s),
         ):
-            run = _Run(
+            run = loop_steps.Run(
                 settings=settings,
                 process=process,
                 out=out,
@@ -166,7 +157,7 @@ def train_run(
                 watchdog=watchdog,
             )
             batches = _batches(run)
-            window = _Window(steps=at.window_steps, carried=at.window_steps)
+            window = loop_steps.Window(steps=at.window_steps, carried=at.window_steps)
             while at.step < settings.iterations:
                 watchdog.beat(
                     f"at step {at.step + 1} (its batch, forward and backward)",
@@ -181,14 +172,14 @@ def train_run(
                 final = at.step == settings.iterations
                 snapshot = at.step in settings.snapshot_steps
                 # a snapshot is a finished model: its own accuracy is logged as a last step's is
-                evaluate = final or snapshot or _every(at.step, settings.eval_every)
-                save = final or _every(at.step, settings.checkpoint_every)
+                evaluate = final or snapshot or loop_steps.every(at.step, settings.eval_every)
+                save = final or loop_steps.every(at.step, settings.checkpoint_every)
                 if evaluate or save or snapshot or at.step % settings.log_every == 0:
                     # every rank's loss and stop request, exchanged once; a stop on any rank
                     # saves here, and at the last step lets the run finish but the chain stop
-                    loss, stopping = _exchange_window(run, window, stop.requested)
+                    loss, stopping = loop_steps.exchange_window(run, window, stop.requested)
                     stop.requested = stop.requested or stopping
-                    _log_evaluate_save(
+                    loop_steps.log_evaluate_save(
                         run,
                         window,
                         loss,
@@ -199,19 +190,21 @@ def train_run(
                     )
                     if stopping and not final:
                         _stop(run)
-                    window = _Window()
+                    window = loop_steps.Window()
                 elif at.step % STOP_CHECK_EVERY == 0:
                     watchdog.beat(f"agreeing on a stop at step {at.step}")
                     if stop.anywhere(process):
-                        _save_unlogged_window(run, window)
+                        loop_steps.save_unlogged_window(run, window)
                         _stop(run)
-            _finish(run)
+            loop_steps.finish(run)
     return out
 
 
 # ---------------------------------------------------------------------------------------------
-# Around the run: the process group; at its start, what the loop's helpers share
-# (the run folder's lock, a finished run and resuming are kit.train.run_folder's)
+# Around the run: the process group; at its start, this rank's loaders and progress bar; its
+# batches, and leaving after a stop's checkpoint (the run folder's lock, a finished run and
+# resuming are kit.train.run_folder's; what the loop does at a logging step, at a stop's
+# checkpoint and at the end is kit.train.loop_steps')
 # ---------------------------------------------------------------------------------------------
 
 
@@ -227,31 +220,6 @@ def _process_group(trainings: list[TrainSettings]) -> Iterator[Process]:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-@dataclass(kw_only=True)
-class _Run:
-    """One run being trained on this rank: what the loop's helpers share."""
-
-    settings: TrainSettings
-    process: Process
-    out: Path
-    replica: Replica
-    data: kit_data.RunData
-    at: run_folder.Position
-    #: the step of the last checkpoint written (None before the first)
-    last_saved: int | None
-    progress: tqdm
-    log_scalars: Callable[[dict[str, Any]], None]
-    watchdog: Watchdog
-
-    @property
-    def folder(self) -> RunFolder:
-        return RunFolder(self.out)
-
-    def kept(self) -> str:
-        """What the run keeps when it stops on a non-finite value, for the message."""
-        return kept_message(self.folder.checkpoint, self.last_saved)
 
 
 def _data(settings: TrainSettings, process: Process) -> kit_data.RunData:
@@ -282,28 +250,7 @@ def _progress_bar(settings: TrainSettings, out: Path, step: int, process: Proces
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# The steps: batches, logging, evaluation, checkpoints, stops
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class _Window:
-    """The steps since the last logging step (`carried` of them taken before a resumption), when
-    this process's first of them began, and the seconds its steps waited for their batches."""
-
-    steps: int = 0
-    carried: int = 0
-    start: float = field(default_factory=time.perf_counter)
-    data_wait: float = 0.0
-
-
-def _every(step: int, interval: int) -> bool:
-    """Whether `step` is one of every `interval` steps (never for 0)."""
-    return interval > 0 and step % interval == 0
-
-
-def _batches(run: _Run) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _batches(run: loop_steps.Run) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """This rank's batches on its device from the run's position on, epoch after epoch."""
     while True:
         run.data.order.set_position(run.at.epoch, run.at.batch_in_epoch)
@@ -311,127 +258,7 @@ def _batches(run: _Run) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         run.at.epoch, run.at.batch_in_epoch = run.at.epoch + 1, 0
 
 
-def _exchange_window(run: _Run, window: _Window, stop_requested: bool) -> tuple[float, bool]:
-    """The window's mean loss over every rank, refused when a step of it was not finite, and
-    whether any rank was asked to stop (one exchange for both)."""
-    run.watchdog.beat(f"exchanging the loss at step {run.at.step}")
-    loss, bad_step, stopping = run.replica.take_window(window.steps, stop_requested)
-    if bad_step is not None:
-        raise NonFiniteLossError(
-            f"{run.out}: the training loss became non-finite at step "
-            f"{bad_step}; training stopped and {run.kept()}"
-        )
-    return loss, stopping
-
-
-def _log_evaluate_save(
-    run: _Run,
-    window: _Window,
-    loss: float,
-    *,
-    evaluate: bool,
-    save: bool,
-    snapshot: bool,
-    leaving: bool,
-) -> None:
-    """A logging step: the window's metrics row, and at x where due the evaluation (into the
-    row), the snapshot and the checkpoint; then back to y, exactly, unless the run is `leaving`
-    (it ends or stops here)."""
-    step, settings = run.at.step, run.settings
-    # an uninterrupted run passes through x only where it evaluates or saves periodically:
-    # where else it goes there (a snapshot, the end, a stop), y and the generators are kept
-    periodic = _every(step, settings.eval_every) or _every(step, settings.checkpoint_every)
-    at_y = run.replica.at_y() if (leaving or snapshot) and not periodic else {}
-    record = _record(run, loss, window)
-    # the metrics row goes first: a run killed before its checkpoint replaces it drops the
-    # row on resumption and logs it again
-    recalibration = run.watchdog.beating(
-        run.data.recalibration, f"recalibrating BatchNorm at step {step}"
-    )
-    with (
-        run.replica.evaluation_point(recalibration)
-        if evaluate or save or snapshot
-        else contextlib.nullcontext()
-    ):
-        if evaluate:
-            record["eval_accuracy"], record["eval_loss"] = run.replica.evaluate(
-                run.watchdog.beating(run.data.eval, f"evaluating at step {step}")
-            )
-        if run.process.main:
-            _log(run, record)
-        if snapshot:  # before the checkpoint: a kill between them trains this step again
-            run.watchdog.beat(f"saving the snapshot of step {step}")
-            write_snapshot(
-                run.replica.module, settings, step, run.out, run.kept(), run.process.main
-            )
-        if save:
-            _save(run, at_y)
-    if at_y and not leaving:  # a snapshot alone: back to y exactly
-        run.replica.back_to(at_y)
-
-
-def _record(run: _Run, loss: float, window: _Window) -> dict[str, Any]:
-    """The metrics row of this logging step, before evaluation (kit.train.metrics says what
-    each number is)."""
-    steps = window.steps - window.carried  # taken by this process
-    return {
-        "step": run.at.step,
-        "epoch": run.at.epoch,
-        "loss": loss,
-        "lr": run.replica.optimizer.param_groups[0]["scheduled_lr"],
-        "images_per_s": steps * run.settings.batch_size / (time.perf_counter() - window.start),
-        "data_wait_s": window.data_wait / steps,
-        "gpu_memory_gib": run.replica.peak_memory_gib(),
-        "decode_fallbacks": hardware.FALLBACKS.take(),
-        "eval_accuracy": None,
-        "eval_loss": None,
-    }
-
-
-def _log(run: _Run, record: dict[str, Any]) -> None:
-    """Rank 0: the row into metrics.jsonl and the trackers, and the progress bar on."""
-    append_record(run.folder.metrics, record)
-    run.log_scalars(record)
-    run.progress.set_postfix_str(
-        f"loss {record['loss']:.3f}, {record['images_per_s']:.0f} img/s", refresh=False
-    )  # update() redraws, at most every mininterval
-    run.progress.update(run.at.step - run.progress.n)
-
-
-def _save(run: _Run, extra: dict[str, Any]) -> None:
-    """The checkpoint at this step, at x (rank 0 writes it), with `extra` (y, the generators,
-    an unlogged window); refused when not finite."""
-    run.watchdog.beat(f"saving the checkpoint of step {run.at.step}")
-    state = {
-        **run.replica.state(),
-        "rng": rng_states(),
-        "step": run.at.step,
-        "epoch": run.at.epoch,
-        "batch_in_epoch": run.at.batch_in_epoch,
-        "config": run.settings.model_dump(),
-        **extra,
-    }
-    check_finite(state, run.out, run.kept())  # replicas are identical: every rank stops
-    if run.process.main:
-        write_checkpoint(run.folder.checkpoint, state)
-    run.last_saved = run.at.step
-
-
-def _save_unlogged_window(run: _Run, window: _Window) -> None:
-    """A stop agreed between logging steps: the checkpoint of this step at x, holding y and
-    every rank's unlogged window (the resumed run logs what an uninterrupted one would)."""
-    extra = {
-        "parameters_at_y": run.replica.parameters_at_y(),
-        "window": run.replica.window_state(window.steps),
-    }
-    recalibration = run.watchdog.beating(
-        run.data.recalibration, f"recalibrating BatchNorm at step {run.at.step}"
-    )
-    with run.replica.evaluation_point(recalibration):
-        _save(run, extra)
-
-
-def _stop(run: _Run) -> NoReturn:
+def _stop(run: loop_steps.Run) -> NoReturn:
     """After a stop's checkpoint: every rank waits for rank 0's write, then leaves."""
     run.progress.close()
     run.watchdog.beat(f"waiting for rank 0's checkpoint of step {run.at.step}")
@@ -440,13 +267,3 @@ def _stop(run: _Run) -> NoReturn:
         f"{run.out}: stopped by a preemption signal at step {run.at.step} "
         f"after writing {run.folder.checkpoint}; run it again to resume"
     )
-
-
-def _finish(run: _Run) -> None:
-    """After the last step: replicas checked identical, the DONE marker written."""
-    run.progress.close()
-    if run.process.world_size > 1:
-        run.watchdog.beat("comparing the replicas after the last step")
-        run.replica.check_replicas_identical()
-    if run.process.main:
-        run.folder.mark_done(run.at.step, run.process.world_size)

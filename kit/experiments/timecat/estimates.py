@@ -30,17 +30,16 @@ from dataclasses import dataclass
 import torch
 
 from kit import models
-from kit.core import machine
 from kit.data import kinds
 from kit.data.settings import DataSettings
-from kit.experiments.timecat.planning import features_dir, plan, runs_dir
+from kit.experiments.timecat.planning import features_dir, plan
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch.runs import is_finished
 from kit.probes import registry
 from kit.probes.devices import shared_gpus
 from kit.train import rates
 from kit.train.rates import EXPECTED_TRAIN_RATES
-from kit.train.settings import TrainSettings, replica_problem
+from kit.train.settings import TrainSettings
 
 
 def train_rate(gpu: str) -> float:
@@ -424,17 +423,7 @@ def describe(
     return "\n".join(lines)
 
 
-def replica_problems(params: TimecatSettings) -> list[str]:
-    """Settings the plan's trainings cannot finish with on the launch's ranks (`kit check`):
-    `train.bn_recalibration_batches: 0` on more than one process."""
-    train, launch = params.train, params.launch
-    if train is None or not plan(params).trainings:
-        return []
-    problem = replica_problem(train.bn_recalibration_batches, launch.nproc_per_node * launch.nodes)
-    return [f"train.{problem}"] if problem else []
-
-
-def _left_to_write(params: TimecatSettings) -> tuple[int, int]:
+def left_to_write(params: TimecatSettings) -> tuple[int, int]:
     """The bytes the plan's checkpoints and feature cache still need (its unfinished training
     runs', and the cache's less what its folder holds: a cache shared with other plans lowers it
     by theirs), and the bytes already written, which a resumed run does not write again."""
@@ -444,34 +433,3 @@ def _left_to_write(params: TimecatSettings) -> tuple[int, int]:
     cache = _extraction(params, None).disk_bytes
     held = sum(f.stat().st_size for f in features_dir(params).rglob("*") if f.is_file())
     return to_train + max(cache - held, 0), train - to_train + min(held, cache)
-
-
-def machine_problems(params: TimecatSettings) -> list[str]:
-    """This machine against the plan (`kit check`): free disk under run_root for what its
-    checkpoints and feature cache still have to write; and where the launch runs here (not
-    slurm), CUDA and a GPU per process, the compiler for `compile`, and /dev/shm for the
-    training loaders."""
-    needed, written = _left_to_write(params)
-    besides = f" (besides the {machine.byte_size(written)} written)" if written else ""
-    problems = machine.disk_problems(
-        runs_dir(params), needed, f"the plan's checkpoints and feature cache{besides}"
-    )
-    launch, train = params.launch, params.train
-    if launch.backend == "slurm":
-        return problems  # the compute nodes check themselves when the processes start
-    if "cuda" in (params.device, train.device if train else None):
-        problems += machine.cuda_problems(launch.nproc_per_node * launch.workers)
-    if train is not None and plan(params).trainings:
-        if train.compile:
-            problems += machine.compiler_problems("train.compile")
-        batch = train.micro_batch or train.batch_size // launch.nproc_per_node
-        problems += machine.shm_problems(
-            machine.loader_shared_memory(
-                launch.nproc_per_node * launch.workers,
-                train.num_workers,
-                batch,
-                train.data.image_size,
-                kinds.get(train.data.kind).held_bytes(train.data),
-            )
-        )
-    return problems

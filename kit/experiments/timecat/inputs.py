@@ -54,7 +54,8 @@ def checkpoint_problems(reads: list[Read]) -> list[str]:
         return [f"variants: {len(missing)} checkpoint file(s) not found: " + "; ".join(missing)]
     if not files:
         return []
-    from kit.features import checkpoint_problems as unusable_checkpoints  # opens them: torch
+    # opens them: torch
+    from kit.train.backbones import checkpoint_problems as unusable_checkpoints
 
     unusable = unusable_checkpoints(
         [str(checkpoint_file(file)) for file in files],

@@ -21,8 +21,9 @@ from kit.data.kinds.base import split_size
 from kit.data.kinds.imagenet_shifts import ShiftedImageNetKind
 from kit.data.kinds.images import ImageList
 from kit.data.settings import DataSettings
+from kit.experiments.timecat.entries import ProbeTask
 from kit.experiments.timecat.planning import Representation, features_dir, runs_dir
-from kit.experiments.timecat.settings import ProbeTask, TimecatSettings
+from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.shifted import ExtraEval
 from kit.probes import parallel, registry
 from kit.probes.base import FeatureProbe, ImageProbe, Probe, ProbeSettings
@@ -201,7 +202,7 @@ def probe_all(
     bar = KeptBar(total=total, desc=f"{params.probe_kind} probes", unit="probe")
     stage = Stage("probes", total, "probe", f"fitting {total} {params.probe_kind} probes")
     # an image probe reads the checkpoints itself: the extraction of their features, which
-    # checks that each is this run's (kit.features.identity_problem), comes first
+    # checks that each is this run's (kit.train.backbones.identity_problem), comes first
     early = (
         {}
         if on_features

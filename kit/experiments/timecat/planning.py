@@ -18,8 +18,9 @@ from kit.core.progress import Stage
 from kit.data import kinds, pipeline
 from kit.data.kinds.base import DataError
 from kit.data.settings import DataSettings
+from kit.experiments.timecat.entries import ProbeTask, Variant
 from kit.experiments.timecat.layouts import checkpoint_file, released_identity
-from kit.experiments.timecat.settings import ProbeTask, TimecatSettings, Variant
+from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch import backends as kit_launch
 from kit.launch.runs import is_finished
 from kit.report.labels import value_text
@@ -41,7 +42,7 @@ class Representation:
     iterations_per_model: int | None
     checkpoints: tuple[Path, ...]
     task: str | None = None  # direct training: the only task it is probed on
-    #: what each checkpoint must record of itself (kit.features.identity_problem), in order
+    #: what each checkpoint must record of itself (kit.train.backbones.identity_problem), in order
     identities: tuple[dict[str, Any], ...] = field(default=(), compare=False)
 
     def expected(self) -> dict[Path, dict[str, Any]]:
