@@ -117,6 +117,26 @@ def test_a_record_of_earlier_numerics_is_no_exact_pin(tmp_path: Path) -> None:
     assert f"{numerics.EARLIER[1]}, across A 1/1" in said and "up to 2.00 points" in said
 
 
+def test_a_part_recorded_again_under_new_numerics_keeps_the_earlier_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recording this model again under the current numerics keeps its part of earlier numerics:
+    what those numerics gave across models stays measured, and stays said."""
+    old = {"kit_commit": "a" * 40, "values": {"x": 10.0}, "outcomes": {"c": "reproduced"}}
+    mine = cpu_records.identity()["cpu_id"]
+    folder = _records(tmp_path, {mine: {"ci": old}, "B 2/2": {"ci": old | {"values": {"x": 12.0}}}})
+    new = old | {"numerics": numerics.VERSION, "values": {"x": 11.0}}
+    cpu_records.update("ci", new, folder)
+    assert cpu_records.record_of(mine, folder)["ci"] == new
+    assert cpu_records.largest_move("ci", folder, made_under=1)[0] == 2.0
+    assert cpu_records.versions("ci", folder) == [1, numerics.VERSION]
+    assert "up to 2.00 points" in cpu_records.statement(folder)
+    # a model without a record is held to the larger of every version's move
+    assert cpu_records.expected("ci", "D 4/4", folder=folder).bound == 2.0
+    cpu_records.update("ci", new | {"values": {"x": 11.5}}, folder)  # the same numerics: replaced
+    assert cpu_records.record_of(mine, folder)["earlier"] == {"ci": {"1": old}}
+
+
 def test_the_kit_says_of_other_machines_only_what_the_records_show() -> None:
     said = cpu_records.statement()
     move, _ = cpu_records.largest_move("ci", made_under=1)

@@ -84,6 +84,10 @@ def update(part: str, value: dict[str, Any], folder: Path | None = None) -> Path
     """Keep `value` as `part` of this CPU model's record (made when new); returns its path."""
     mine = identity()
     record = record_of(mine["cpu_id"], folder) or dict(mine)
+    before = record.get(part)
+    if before is not None and version(before) != version(value):
+        # a part made under other numerics is kept: what those numerics gave stays measured
+        record.setdefault("earlier", {}).setdefault(part, {})[str(version(before))] = before
     record[part] = value
     path = path_of(mine["cpu_id"], folder)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -156,12 +160,26 @@ def version(part: dict[str, Any]) -> int:
 def _parts(
     part: str, folder: Path | None, made_under: int | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Each record's `part` by CPU model, only those made under numerics `made_under` if given."""
-    return {
-        r["cpu_id"]: r[part]
-        for r in records(folder)
-        if part in r and (made_under is None or version(r[part]) == made_under)
-    }
+    """Each record's `part` by CPU model: its latest, or the one made under numerics
+    `made_under` if given (a part of earlier numerics is kept under `earlier`)."""
+    found = {}
+    for r in records(folder):
+        latest = r.get(part)
+        if made_under is None or (latest is not None and version(latest) == made_under):
+            chosen = latest
+        else:
+            chosen = r.get("earlier", {}).get(part, {}).get(str(made_under))
+        if chosen is not None:
+            found[r["cpu_id"]] = chosen
+    return found
+
+
+def versions(part: str, folder: Path | None = None) -> list[int]:
+    """The numerics versions some record's `part` was made under, latest or earlier."""
+    made = {version(p) for p in _parts(part, folder).values()}
+    for r in records(folder):
+        made |= {int(v) for v in r.get("earlier", {}).get(part, {})}
+    return sorted(made)
 
 
 def largest_move(
@@ -208,7 +226,9 @@ def expected(part: str, cpu_id: str, floor: float = 0.0, folder: Path | None = N
         return Expected(cpu_id, True, own["values"], 0.0, own["outcomes"], {})
     current = [p for p in found.values() if version(p) == numerics.VERSION]
     reference = (current or list(found.values()))[0]
-    bound = half_points(max(largest_move(part, folder)[0], floor))
+    moves = [largest_move(part, folder)[0]]
+    moves += [largest_move(part, folder, v)[0] for v in versions(part, folder)]
+    bound = half_points(max(*moves, floor))
     return Expected(cpu_id, False, reference["values"], bound, agreed, disputed)
 
 
@@ -288,7 +308,7 @@ def statement(folder: Path | None = None, spread: Path | None = None) -> str:
     clause = emulated()
     if clause:
         parts.append(clause)
-    for older in sorted({version(p) for p in _parts("ci", folder).values()} - {numerics.VERSION}):
+    for older in [v for v in versions("ci", folder) if v != numerics.VERSION]:
         found = _parts("ci", folder, older)
         if len(found) >= 2:
             parts.append(
@@ -308,10 +328,7 @@ def brief(folder: Path | None = None) -> str:
         other = "none recorded yet under these numerics"
         if emulated():
             other += ", same bits under emulated ones"
-        older = [
-            v for v in {version(p) for p in _parts("ci", folder).values()} if v < numerics.VERSION
-        ]
-        for v in older:
+        for v in [v for v in versions("ci", folder) if v < numerics.VERSION]:
             move, _ = largest_move("ci", folder, v)
             if move:
                 other += f" ({numerics.EARLIER[v]}: up to {move:.2f} points)"
