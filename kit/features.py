@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from kit import feature_cache, models
 from kit.core import blocked, distributed
+from kit.core.numbers import counted
 from kit.core.paths import shown
 from kit.core.progress import Stage, paused
 from kit.core.threads import numerics_threads, one_thread
@@ -144,7 +145,7 @@ def _extract_checkpoints(
     what = _named(list(checkpoints.values()))
     batches = tqdm(
         DeviceBatches(loader, target, torch.channels_last),
-        desc=f"features of {len(backbones)} backbone(s)",
+        desc=f"features of {counted(len(backbones), 'backbone')}",
         total=len(loader),
         disable=not progress or distributed.rank_and_world()[0] != 0,
     )
@@ -199,7 +200,7 @@ def _extract_checkpoints(
 def _named(checkpoints: list[Path]) -> str:
     """The checkpoints of a pass as a message names them: the first, and how many more."""
     more = len(checkpoints) - 1
-    return f"{shown(checkpoints[0])}{f' and {more} more checkpoint(s)' if more else ''}"
+    return shown(checkpoints[0]) + (f" and {counted(more, 'more checkpoint')}" if more else "")
 
 
 def _concatenate(
@@ -296,13 +297,13 @@ def extract_many(
         if not cached(path)
     }
     name = f"features {split.split('[')[0]} ({rows} rows)"
-    reused = f"reused {sum(hits)} of {len(hits)} cached representation(s)"
+    reused = f"reused {sum(hits)} of {counted(len(hits), 'cached representation')}"
     if missing:
         stage = Stage(
             name,
             math.ceil(len(_shard(rows)) / batch_size),
             "batch",
-            f"{reused}, extracting {len(missing)} checkpoint(s)",
+            f"{reused}, extracting {counted(len(missing), 'checkpoint')}",
         )
         _extract_checkpoints(
             {path: record for path, (_, record) in missing.items()},
@@ -317,7 +318,7 @@ def extract_many(
             side_by_side,
         )
         verdicts.update(dict.fromkeys(missing, True))
-        stage.finish(f"{reused}, extracted {len(missing)} checkpoint(s)")
+        stage.finish(f"{reused}, extracted {counted(len(missing), 'checkpoint')}")
     else:
         Stage(name, 0, "batch", "").finish(f"{reused}, extracted 0")
     for rep, (path, record) in zip(representations, wanted, strict=True):

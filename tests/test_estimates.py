@@ -211,7 +211,7 @@ def test_the_paper_plan_fits_in_six_hours_only_from_rates_that_feed_the_step(
     assert kit_main([*arguments, *overrides]) == 0
     printed = capsys.readouterr().out
     assert re.search(rf"- input +{fed:,.0f} img/s +data.decode: gpu", printed)
-    assert "its fits shared over 8 GPU(s)" in printed
+    assert "its fits shared over 8 GPUs" in printed
     assert (float(_rows(printed)["total"][1]) <= 6.0) is fits
 
 
@@ -225,6 +225,15 @@ def test_the_fast_probe_row_counts_the_features_it_reads(tmp_path: Path) -> None
     twice = estimates.estimate(params.model_copy(update={"probes": {"fast": longer}}), "h100")[2]
     assert one.hours is not None and one.hours > 0 and one.images > 0
     assert twice.hours == pytest.approx(2 * one.hours) and twice.images == 2 * one.images
+
+
+def test_an_lbfgs_probe_counts_each_row_it_reads_once(tmp_path: Path) -> None:
+    """A full-batch fit of cached features reads each task's rows once per representation (its
+    iterations run in memory): the fast probe's rows over its epochs, not none."""
+    params = _small_case(tmp_path)
+    fast = estimates.estimate(params, None)[2]
+    lbfgs = estimates.estimate(params.model_copy(update={"probe_kind": "lbfgs"}), None)[2]
+    assert lbfgs.images > 0 and lbfgs.images * params.probe.epochs == fast.images
 
 
 def test_the_fast_probes_fits_are_shared_over_the_nodes_gpus(tmp_path: Path) -> None:

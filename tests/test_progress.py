@@ -257,8 +257,8 @@ def test_the_toys_probing_says_what_it_probes_between_trainings(
     runs, models = toy.mixture_sweep([0.7], 2, config, seed=0)  # 4 mixtures x 2 replicates
     toy.concatenation_study(runs, models, [2], config, seed=1)  # 4 groups of 2
     lines = stage_lines(tmp_path / "stages.jsonl", "01")
-    assert lines[0] == "01 training 8 toy models: 3 step(s)", lines
-    assert re.fullmatch(r"01 training 8 toy models: 3 step\(s\) done \(.*step/s\)", lines[1])
+    assert lines[0] == "01 training 8 toy models: 3 steps", lines
+    assert re.fullmatch(r"01 training 8 toy models: 3 steps done \(.*step/s\)", lines[1])
     expected = [
         ("32 probes", "8 trained models"),
         ("32 probes", "8 trained models, unpruned"),

@@ -577,17 +577,17 @@ def test_stage_records_become_lines_with_counts_rate_eta_and_what_was_reused(
     monkeypatch.setenv(STAGE_FILE_ENV, str(path))
     clock = iter([100.0, 106.0, 110.0])
     monkeypatch.setattr(time, "time", lambda: next(clock))
-    stage = Stage("features train", 20, "batch", "reused 2, extracting 3 checkpoint(s)")
+    stage = Stage("features train", 20, "batch", "reused 2, extracting 3 checkpoints")
     watch = terminal.StageProgress(path, "03", every_s=5.0)
-    assert watch.poll() == ["03 features train: reused 2, extracting 3 checkpoint(s)"]
+    assert watch.poll() == ["03 features train: reused 2, extracting 3 checkpoints"]
     stage.advance(2)  # within STAGE_EVERY_S of the first record: not written
     stage._written = 0.0
     stage.advance(8)  # 6 s after the start: 10 of 20 at 10/6 per s
     assert watch.poll() == ["03 features train  10/20 batch  1.7 batch/s  ETA 6 s"]
     stage.done = 20
-    stage.finish("reused 2, extracted 3 checkpoint(s)")
+    stage.finish("reused 2, extracted 3 checkpoints")
     assert watch.poll() == [
-        "03 features train: reused 2, extracted 3 checkpoint(s) (10.0 s, 2.0 batch/s)"
+        "03 features train: reused 2, extracted 3 checkpoints (10.0 s, 2.0 batch/s)"
     ]
     assert watch.poll() == []  # each record read once
 

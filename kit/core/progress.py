@@ -35,6 +35,8 @@ from typing import Any
 from tqdm.auto import tqdm
 from tqdm.notebook import tqdm as widget_tqdm
 
+from kit.core.numbers import counted
+
 WIDGETS = issubclass(tqdm, widget_tqdm)
 #: the bars shown and not closed yet, whose clocks `paused` stops
 _OPEN: weakref.WeakSet[KeptBar] = weakref.WeakSet()
@@ -82,7 +84,8 @@ class KeptBar(tqdm):
         if not self.disable:
             _OPEN.add(self)
         if stage is not None:
-            self._stage = Stage(stage, self.total or 0, self.unit, f"{self.total} {self.unit}(s)")
+            total = self.total or 0
+            self._stage = Stage(stage, total, self.unit, counted(total, self.unit))
 
     def __iter__(self) -> Iterator[Any]:
         """Each item counted by `update`, whose clock `paused` moves. tqdm's own loop keeps its
@@ -114,7 +117,7 @@ class KeptBar(tqdm):
             self._ema_dt = lambda: None  # tqdm's overall rate: (n - initial) / elapsed
         if self._stage is not None:
             self._stage.done = int(self.n)  # iterating, tqdm counts without update()
-            self._stage.finish(f"{self._stage.done} {self.unit}(s) done")
+            self._stage.finish(f"{counted(self._stage.done, self.unit)} done")
             self._stage = None
         _OPEN.discard(self)
         super().close()

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from kit import models
+from kit.core.numbers import counted
 from kit.data import kinds
 from kit.data.settings import DataSettings
 from kit.experiments.timecat.planning import features_dir, plan
@@ -241,6 +242,8 @@ def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
                 images += cached.epochs * rows
                 size = rows * width * FEATURE_BYTES[params.feature_dtype]
                 fits.append(rates.fast_probe_seconds(size, cached.epochs, cached.heads))
+            else:  # a full-batch fit of cached features (L-BFGS): each row read, then in memory
+                images += rows
     if fits and hours is not None:
         hours += max(sum(fits) / _probe_gpus(params), max(fits)) / 3600
     return StepEstimate("probe", images, hours, 0)
@@ -385,7 +388,7 @@ def sources(params: TimecatSettings, gpu: str | None) -> str:
         else "images through the frozen backbones at the extraction rate"
     )
     if probe.feature_passes(params.probe) is not None:
-        probe_source += f"; its fits shared over {_probe_gpus(params)} GPU(s)"
+        probe_source += f"; its fits shared over {counted(_probe_gpus(params), 'GPU')}"
     lines.append(f"  - probe    {probe_source}")
     return "\n".join(lines)
 
