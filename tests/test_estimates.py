@@ -227,15 +227,6 @@ def test_the_fast_probe_row_counts_the_features_it_reads(tmp_path: Path) -> None
     assert twice.hours == pytest.approx(2 * one.hours) and twice.images == 2 * one.images
 
 
-def test_an_lbfgs_probe_counts_each_row_it_reads_once(tmp_path: Path) -> None:
-    """A full-batch fit of cached features reads each task's rows once per representation (its
-    iterations run in memory): the fast probe's rows over its epochs, not none."""
-    params = _small_case(tmp_path)
-    fast = estimates.estimate(params, None)[2]
-    lbfgs = estimates.estimate(params.model_copy(update={"probe_kind": "lbfgs"}), None)[2]
-    assert lbfgs.images > 0 and lbfgs.images * params.probe.epochs == fast.images
-
-
 def test_the_fast_probes_fits_are_shared_over_the_nodes_gpus(tmp_path: Path) -> None:
     """cat1's and cat2's fits (cat2's features twice as wide: twice the time) on one GPU take
     3 units; over 4 GPUs they run at once and take the longer, 2 units."""

@@ -659,7 +659,7 @@ def test_kit_run_reports_its_stages_and_ends_with_a_summary(runner_output) -> No
     assert any(
         re.fullmatch(
             r"03 features \w+ \(\d+ rows\): reused \d+ of \d+ cached "
-            r"representation\(s\), extracted \d+.*",
+            r"representations?, extracted \d+.*",
             t,
         )
         for t in texts

@@ -306,7 +306,13 @@ def _plan_cost(params: TimecatSettings) -> str:
         f"{counted(params.design.most, 'replicate')}: {len(experiment.trainings):,} training runs "
         f"({sum(run.iterations for run in experiment.trainings):,} iterations, "
         f"{train.images:,} images), features of {len(checkpoints):,} checkpoints "
-        f"({extract.images:,} images), {probe.images:,} images or feature rows probed; about "
+        f"({extract.images:,} images), "
+        + (
+            f"{probe.images:,} images or feature rows probed"
+            if probe.images
+            else f"the {params.probe_kind} probe's reads not estimated (it gives no passes)"
+        )
+        + "; about "
         f"{byte_size(train.disk_bytes + extract.disk_bytes)} of checkpoints and features{where}"
     )
 

@@ -242,8 +242,6 @@ def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
                 images += cached.epochs * rows
                 size = rows * width * FEATURE_BYTES[params.feature_dtype]
                 fits.append(rates.fast_probe_seconds(size, cached.epochs, cached.heads))
-            else:  # a full-batch fit of cached features (L-BFGS): each row read, then in memory
-                images += rows
     if fits and hours is not None:
         hours += max(sum(fits) / _probe_gpus(params), max(fits)) / 3600
     return StepEstimate("probe", images, hours, 0)
