@@ -188,3 +188,13 @@ def test_old_metrics_files_read_with_the_new_columns_empty(tmp_path: Path) -> No
     (tmp_path / RunFolder.METRICS).write_text('{"step": 3, "epoch": 0, "loss": 1.0, "lr": 0.1}\n')
     table = read_metrics(tmp_path)
     assert table["data_wait_s"].to_list() == [None] and table.schema["gpu_memory_gib"] == pl.Float64
+
+
+def test_a_fallback_count_left_in_the_process_is_not_the_next_runs(tmp_path: Path) -> None:
+    """Images an earlier batch of this process counted as decoded by a fallback (another run,
+    another test) do not reach the next run's metrics rows."""
+    from kit.data import hardware
+
+    hardware.FALLBACKS.add(5)
+    out = train.train(TrainSettings(**settings(tmp_path / "run", iterations=6, eval_every=6)))
+    assert read_metrics(out)["decode_fallbacks"].null_count() == read_metrics(out).height

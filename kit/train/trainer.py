@@ -60,6 +60,7 @@ from kit.core.distributed import Process, barrier, start_process
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
 from kit.core.threads import numerics_threads
+from kit.data import hardware
 from kit.data import pipeline as kit_data
 from kit.train import checks, loop_steps, run_folder
 from kit.train.checkpoint import refuse_missing_snapshots
@@ -156,6 +157,7 @@ def train_run(
                 log_scalars=log_scalars,
                 watchdog=watchdog,
             )
+            hardware.FALLBACKS.take()  # a count left by earlier work here is not this run's
             batches = _batches(run)
             window = loop_steps.Window(steps=at.window_steps, carried=at.window_steps)
             while at.step < settings.iterations:
