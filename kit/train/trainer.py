@@ -157,7 +157,6 @@ def train_run(
                 log_scalars=log_scalars,
                 watchdog=watchdog,
             )
-            hardware.FALLBACKS.take()  # a count left by earlier work here is not this run's
             batches = _batches(run)
             window = loop_steps.Window(steps=at.window_steps, carried=at.window_steps)
             while at.step < settings.iterations:
@@ -253,7 +252,10 @@ def _progress_bar(settings: TrainSettings, out: Path, step: int, process: Proces
 
 
 def _batches(run: loop_steps.Run) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """This rank's batches on its device from the run's position on, epoch after epoch."""
+    """This rank's batches on its device from the run's position on, epoch after epoch. A
+    decode-fallback count left in the process by earlier work is dropped first: it is not this
+    run's."""
+    hardware.FALLBACKS.take()
     while True:
         run.data.order.set_position(run.at.epoch, run.at.batch_in_epoch)
         yield from run.replica.on_device(run.data.train)
