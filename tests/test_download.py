@@ -375,7 +375,7 @@ def test_kit_check_and_extraction_read_a_downloaded_release_in_each_layout(
     (folder / LAYOUTS[layout].names("100k", 2)[0]).unlink()
     assert kit_main([*check, "--set", f"output_dir={out}"]) == 2
     error = capsys.readouterr().err
-    assert "1 checkpoint file(s) not found: " in error
+    assert "1 checkpoint file not found: " in error
     assert (
         f"run 2 at 100k (100,000 iterations), tried {folder}/{layouts.tried(('100k', 2))}" in error
     )

@@ -574,7 +574,7 @@ def test_a_worker_killed_by_a_signal_is_named_in_the_error_and_the_chains_log(
     entry = local._Running(worker, local.Slot((), (0,), 1), log, names)
     local._ended(entry, runs, progress, launched)
     said = (
-        f"worker pid {worker.pid} killed by signal 9 (SIGKILL) at step 10 of {names[0]}; 2 run(s) "
+        f"worker pid {worker.pid} killed by signal 9 (SIGKILL) at step 10 of {names[0]}; 2 runs "
         f"queued behind it in that worker did not start ({names[1]}, {names[2]}) (log {log}); run "
         "it again to resume"
     )

@@ -206,7 +206,7 @@ def test_paper_checkpoints_probes_the_released_files(fake_data: Path) -> None:
     where = f"paper-checkpoints/{NOTEBOOK}.yaml: parameter variants: "
     with pytest.raises(
         params.ParameterError,
-        match=where + r"1 checkpoint file\(s\) not found: .*checkpoints_80k/checkpoint_run4.pth: "
+        match=where + r"1 checkpoint file not found: .*checkpoints_80k/checkpoint_run4.pth: "
         r"run 4 at 80k \(80,000 iterations\), tried .*/\{resnet50_sfadamw_imagenet1k_supervised,"
         r"ckpt_resnet50_sfadamw_imagenet1k_supervised,resnet50_sfadamw\}/\{checkpoints_80k,"
         r"checkpoints_step80\}/checkpoint_run4.pth\{,.tar\}",
@@ -277,7 +277,10 @@ def test_a_step_run_alone_checks_the_inputs_before_computing(
     arguments = [*command, "--profile", "paper-checkpoints", "--set", f"output_dir={out}"]
     assert kit_main(arguments) == 2
     error = capsys.readouterr().err
-    assert f"paper-checkpoints/{NOTEBOOK}.yaml: parameter variants: 1 checkpoint file(s)" in error
+    assert (
+        f"paper-checkpoints/{NOTEBOOK}.yaml: parameter variants: 1 checkpoint file not found"
+        in error
+    )
     assert "checkpoints_80k/checkpoint_run4.pth: run 4 at 80k" in error and "Traceback" not in error
     assert not out.exists()
 
@@ -422,7 +425,7 @@ def with_imagenet(*extra: dict, **task: object) -> list[dict]:
         ({"variants": [{"name": "w", "kind": "wide", "n": 2}]}, "one model"),
         (
             {"variants": [{"name": "d", "kind": "direct", "tasks": ["nope"]}], "baseline": "d"},
-            "unknown task",
+            "trains on nope, not among the tasks",
         ),
         (
             {"tasks": [{"name": "x", "role": "unseen"}]},
@@ -567,7 +570,7 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
         other = planned_params("ci", output_dir=str(folder), **changed)
         with pytest.raises(
             params.ParameterError,
-            match=rf"hold runs with other settings.*"
+            match=rf"runs with other settings than these parameters in .*"
             rf"seed0 \({key}\)",
         ):
             planning.launch(planning.plan(other).trainings, other)

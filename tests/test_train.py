@@ -128,7 +128,7 @@ def test_config_nested_unknown_key_and_override_are_named(tmp_path: Path) -> Non
     path = write_config(tmp_path / "run.yaml", settings(tmp_path))
     with pytest.raises(ParameterError, match="the command line: parameter 'data.image_size'"):
         load_train_settings(path, ["data.image_size=4"])
-    with pytest.raises(ParameterError, match=r"synthetic.components.0.*unknown cue\(s\) smell"):
+    with pytest.raises(ParameterError, match=r"synthetic.components.0.*smell not among the cues"):
         load_train_settings(path, ["data.synthetic.components=[{weight: 1.0, cues: [smell]}]"])
     assert load_train_settings(path, ["data.image_size=24", "seed=9"]).data.image_size == 24
 

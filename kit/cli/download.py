@@ -355,8 +355,8 @@ def _replaceable(
         ]
     if clashes:
         raise DownloadError(
-            f"{folder}: {', '.join(clashes)} already exist(s) and were not unpacked by kit "
-            "download; move them away (or pass --to another folder) and run again"
+            f"{folder}: already there and not unpacked by kit download: "
+            f"{', '.join(clashes)}; move them away (or pass --to another folder) and run again"
         )
     return download_record.owned(folder, record) if record is not None else []
 

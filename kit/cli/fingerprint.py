@@ -35,6 +35,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from kit import models
 from kit.core import cpu_records, numerics, params, provenance
+from kit.core.numbers import counted
 from kit.core.threads import one_thread
 from kit.data.synthetic import SyntheticWorld
 from kit.experiments.timecat.settings import TimecatSettings
@@ -229,7 +230,7 @@ def command(record: bool) -> int:
         print(
             f"against {header[column]} (kit {theirs['kit_commit'][:7]}): "
             + (
-                f"{len(differ)} operation(s) differ, the first: {differ[0]}"
+                f"differing: {counted(len(differ), 'operation')}, the first: {differ[0]}"
                 if differ
                 else "no recorded operation differs"
             )

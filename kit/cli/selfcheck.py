@@ -24,6 +24,7 @@ from rich.table import Table
 from kit.cli import selfcheck_checks as checks
 from kit.cli.selfcheck_checks import CheckFailed, Row, Sizes
 from kit.core import machine, provenance
+from kit.core.numbers import counted
 from kit.train import rates
 from kit.train.rates import expected_rate
 
@@ -204,7 +205,7 @@ def report(rows: list[Row], console: Console, gpus: int) -> int:
 def gpus_to_use(asked: int | None, visible: int) -> int:
     """The GPUs the checks use: all visible unless `--gpus` says fewer; more is an error."""
     if asked is not None and asked > visible:
-        raise ValueError(f"--gpus {asked}: only {visible} GPU(s) visible")
+        raise ValueError(f"--gpus {asked}: only {counted(visible, 'GPU')} visible")
     return visible if asked is None else asked
 
 

@@ -26,6 +26,7 @@ from torch.utils.data import default_collate
 
 from kit import models
 from kit.core.distributed import Process
+from kit.core.numbers import counted
 from kit.core.processes import PREEMPTED_EXIT
 from kit.data.fixtures import jpegs
 from kit.data.kinds.images import ImageList
@@ -311,7 +312,8 @@ def probe_check(sizes: Sizes, device: str, devices: int) -> Row:
         f"top-1 {top1:.3f} in {seconds:.1f} s",
         f">= {PROBE_FLOOR}",
         "ok",
-        f"{sizes.probe_rows:,} x {sizes.probe_dim} features on {devices} {device} device(s)",
+        f"{sizes.probe_rows:,} x {sizes.probe_dim} features on "
+        f"{counted(devices, device + ' device')}",
     )
 
 

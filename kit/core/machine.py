@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 
 from kit.core import cpu_records, numerics
+from kit.core.numbers import counted
 
 #: the loaders of a training run that keep workers (train, BN recalibration, evaluation)
 PERSISTENT_LOADERS = 3
@@ -82,7 +83,8 @@ def cuda_problems(ranks_per_node: int, where: str = "device") -> list[str]:
     if count < ranks_per_node:
         return [
             (
-                f"{where}: {ranks_per_node} processes on this node but {count} visible GPU(s); "
+                f"{where}: {ranks_per_node} processes on this node but "
+                f"{counted(count, 'visible GPU')}; "
                 "two processes on one GPU fail in NCCL (lower nproc_per_node or processes)"
             )
         ]

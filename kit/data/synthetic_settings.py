@@ -33,7 +33,7 @@ class ComponentSettings(Strict):
             unknown = sorted(set(named) - set(CUES))
             if unknown:
                 raise ValueError(
-                    f"{key}: unknown cue(s) {', '.join(unknown)} (known: {', '.join(CUES)})"
+                    f"{key}: {', '.join(unknown)} not among the cues ({', '.join(CUES)})"
                 )
         both = sorted(set(self.cues) & set(self.absent))
         if both:

@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from kit.core import numbers, params
+from kit.core.numbers import counted
 from kit.core.params import NotebookSettings
 from kit.report import labels
 
@@ -84,7 +85,9 @@ def check(frame: pl.DataFrame, path: Path) -> None:
     for column in REQUIRED:
         missing = frame.filter(pl.col(column).is_null() | (pl.col(column).cast(pl.String) == ""))
         if missing.height:
-            raise EvidenceError(f"{path}: column '{column}' is empty in {missing.height} row(s)")
+            raise EvidenceError(
+                f"{path}: column '{column}' is empty in {counted(missing.height, 'row')}"
+            )
     duplicates = frame.group_by(KEY).len().filter(pl.col("len") > 1)
     if duplicates.height:
         raise EvidenceError(f"{path}: duplicate rows for {duplicates.select(KEY).row(0)}")
@@ -99,7 +102,7 @@ def check(frame: pl.DataFrame, path: Path) -> None:
     if unsure.height:
         raise EvidenceError(
             f"{path}: values read from a figure need an uncertainty "
-            f"({unsure.height} row(s) without)"
+            f"({counted(unsure.height, 'row')} without)"
         )
     percent = frame.filter(
         pl.col("metric").str.ends_with("(%)")

@@ -215,7 +215,7 @@ def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int
                 ),
             )
             print(
-                f"least-error linear classifier: gives up point(s) {optimum['dropped']} "
+                f"least-error linear classifier: gives up points {optimum['dropped']} "
                 f"(error {optimum['error']:.3f}), uses {optimum['features']}"
             )
             display(

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kit.core.numbers import counted
 from kit.core.params import ParameterError
 from kit.core.paths import REPO_ROOT
 from kit.core.processes import child_environment, ignoring_signals, signal_tree
@@ -249,7 +250,7 @@ def killed_line(
     except ValueError:
         name = ""
     queued = (
-        f"; {len(unfinished) - 1} run(s) queued behind it in that worker did not start "
+        f"; {counted(len(unfinished) - 1, 'run')} queued behind it in that worker did not start "
         f"({', '.join(unfinished[1:])})"
         if len(unfinished) > 1
         else ""

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from kit.core.numbers import counted
 from kit.probes.rows import ProbeError
 
 
@@ -28,7 +29,7 @@ def probe_devices(device: str, devices: int | None, visible: int) -> list[torch.
         wanted = visible if devices is None else devices
         if wanted < 1 or wanted > visible:
             raise ProbeError(
-                f"devices: {devices} GPU(s) asked for, {visible} visible "
+                f"devices: {counted(wanted, 'GPU')} asked for, {visible} visible "
                 "(CUDA_VISIBLE_DEVICES); set devices to at most that, or leave it "
                 "unset for all"
             )

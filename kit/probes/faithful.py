@@ -186,7 +186,9 @@ def run_faithful(
     reads its shard."""
     missing = [str(p) for p in checkpoints if not Path(p).is_file()]
     if not checkpoints or missing:
-        raise ProbeError(f"checkpoint(s) not found: {', '.join(missing) or 'none given'}")
+        raise ProbeError(
+            f"checkpoints not found: {', '.join(missing)}" if missing else "no checkpoints given"
+        )
     output = Path(output)
     identity = faithful_identity(checkpoints, data_config, num_classes, settings, weight_decays)
     finished = finished_result(output, identity, settings.epochs)

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from kit.core import blocked
+from kit.core.numbers import counted
 
 
 class ProbeError(ValueError):
@@ -84,7 +85,7 @@ def check_splits(splits: Sequence[Split], num_classes: int) -> None:
             )
         bad = _non_finite_rows(split.features)
         if bad:
-            raise ProbeError(f"split '{split.name}': {bad} feature row(s) hold NaN or inf")
+            raise ProbeError(f"split '{split.name}': NaN or inf in {counted(bad, 'feature row')}")
 
 
 def _non_finite_rows(features: torch.Tensor | np.ndarray) -> int:

@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from kit.core.numbers import counted
 from kit.data import workers
 from kit.data.codecs import decode_image
 from kit.data.kinds.base import DataError, undecodable
@@ -42,7 +43,7 @@ def unreadable_images(paths: list[str]) -> list[str]:
     if not bad:
         return []
     more = f"\n  ... and {len(bad) - 10} more" if len(bad) > 10 else ""
-    return [f"{len(bad)} unreadable image(s):\n  " + "\n  ".join(bad[:10]) + more]
+    return [f"{counted(len(bad), 'unreadable image')}:\n  " + "\n  ".join(bad[:10]) + more]
 
 
 class ImageList(Dataset):

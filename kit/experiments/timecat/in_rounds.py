@@ -71,8 +71,8 @@ def _train(look: TimecatSettings, span: range, wait: bool, found: Measured) -> p
     skipped = planning.launch(experiment.trainings, look, wait)
     if unfinished := sum(not is_finished(t) for t in experiment.trainings):
         raise RuntimeError(
-            f"{unfinished} run(s) are still training on the cluster; run this notebook "
-            "again once they finish to probe them"
+            f"still training on the cluster: {numbers.counted(unfinished, 'run')}; run this "
+            "notebook again once they finish to probe them"
         )
     found.skipped += len(skipped)
     found.trained += len(experiment.trainings) - len(skipped)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kit.core.numbers import counted
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
 from kit.data.settings import DataSettings
@@ -51,7 +52,9 @@ def checkpoint_problems(reads: list[Read]) -> list[str]:
     except ParameterError as error:  # two layouts of the release differ
         return [f"variants: {error}"]
     if missing:
-        return [f"variants: {len(missing)} checkpoint file(s) not found: " + "; ".join(missing)]
+        return [
+            f"variants: {counted(len(missing), 'checkpoint file')} not found: " + "; ".join(missing)
+        ]
     if not files:
         return []
     # opens them: torch

@@ -17,6 +17,7 @@ import yaml
 
 from kit.core import distributed, files, processes
 from kit.core import params as kit_params
+from kit.core.numbers import counted
 from kit.core.params import ParameterError
 from kit.core.paths import resolve
 from kit.experiments.timecat.measure import probe_all, task_features
@@ -104,8 +105,8 @@ def extract_step(params: TimecatSettings) -> int:
         ]
         if unfinished:
             raise ParameterError(
-                f"{len(unfinished)} training run(s) have not finished, so there "
-                f"is nothing to extract from yet: {', '.join(unfinished[:5])}"
+                f"not finished: {counted(len(unfinished), 'training run')}, so there is nothing "
+                f"to extract from yet: {', '.join(unfinished[:5])}"
             )
         if process.main:
             initialise(experiment.initial)

@@ -359,7 +359,8 @@ def refuse_changed_runs(trainings: list[TrainSettings]) -> None:
     changed = changed_runs(trainings)
     if changed:
         raise ParameterError(
-            f"{len(changed)} run folder(s) hold runs with other settings than these parameters: "
+            f"runs with other settings than these parameters in "
+            f"{counted(len(changed), 'run folder')}: "
             + "; ".join(changed[:5])
             + ("; ..." if len(changed) > 5 else "")
             + ". Keep them by choosing another run_root (e.g. --set run_root=time_concat_v2), "

@@ -158,8 +158,8 @@ class TimecatSettings(NotebookSettings):
             unknown = sorted(set(variant.tasks or []) - set(task_names))
             if unknown:
                 raise ValueError(
-                    f"variants: {variant.name} trains on unknown task(s) "
-                    f"{', '.join(unknown)} (tasks: {', '.join(task_names)})"
+                    f"variants: {variant.name} trains on {', '.join(unknown)}, not among the tasks "
+                    f"({', '.join(task_names)})"
                 )
             if variant.checkpoints is not None and len(variant.checkpoints) < self.design.most:
                 raise ValueError(
@@ -223,8 +223,8 @@ class TimecatSettings(NotebookSettings):
             return
         if self.train is None:
             raise ValueError(
-                f"train: variant(s) {', '.join(v.name for v in trained)} are "
-                "trained here and need the training settings"
+                f"train: the training settings are needed by what is trained here: "
+                f"{', '.join(v.name for v in trained)}"
             )
         unset = [key for key in SCALE_TRAIN_KEYS if key not in self.train.model_fields_set]
         if unset:
