@@ -204,6 +204,29 @@ def test_a_signal_to_the_runner_stops_every_worker(workspace, signum) -> None:
     assert not alive, [p.cmdline() for p in alive]
 
 
+TRANSPORT_WRITER = """
+import json
+from ipykernel import get_connection_info
+info = json.loads(get_connection_info())
+open(OUT, "w").write(json.dumps({"transport": info["transport"], "ip": info["ip"]}))
+"""
+
+
+def test_the_kernel_talks_over_sockets_of_its_own_not_tcp_ports(workspace) -> None:
+    """A TCP port found free can be taken by another process before the kernel binds it (runs
+    side by side on one node): the kernel's sockets are files in a folder of the run's own,
+    removed with it."""
+    written = workspace["notebooks_dir"].parent / "transport.json"
+    write_notebook(
+        workspace["notebooks_dir"] / "01_ok.ipynb",
+        TRANSPORT_WRITER.replace("OUT", repr(str(written))),
+    )
+    assert runner.run(["01"], "mini", **workspace) == 0
+    used = json.loads(written.read_text())
+    assert used["transport"] == "ipc", used
+    assert not Path(used["ip"]).parent.exists()  # the folder went with the run
+
+
 # A notebook writes its results in place: the folder says whether they belong together
 
 RESULT_WRITER = """

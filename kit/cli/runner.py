@@ -19,8 +19,12 @@ training run as its `metrics.jsonl` grows, and the stages the kernel reports thr
 named by kit.core.progress.STAGE_FILE_ENV (extraction, probes: counts, rate, ETA, what was
 reused); at the end, a summary per notebook, with every input its kernel or workers read
 unverified (kit.core.notices, kept as `<name>.notices.json`; said at once when the notebook
-fails, as no summary follows). The kernel's own log is kept to errors (its warning that local
-TCP is unencrypted says nothing about the run).
+fails, as no summary follows). The kernel's own log is kept to errors.
+
+The kernel talks to the runner over Unix sockets in a folder of the run's own (ZeroMQ's `ipc`
+transport), not TCP ports: a port jupyter_client found free can be taken by another process
+before the kernel binds it (kit runs or papermill jobs side by side on one node; the kernel then
+runs without its heartbeat, printing a traceback), and local TCP is unencrypted.
 
 One run per output folder at a time (kit.core.locks). SIGTERM, SIGINT or SIGHUP (what `timeout`,
 `kill`, schedulers, Ctrl-C and a closed terminal send) stops the kernel and every process it
@@ -39,8 +43,9 @@ import functools
 import os
 import signal
 import sys
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +54,7 @@ import papermill
 import psutil
 import yaml
 from papermill.exceptions import PapermillExecutionError
+from traitlets.config import Config
 
 import kit.experiments.notebooks  # noqa: F401 (registers each notebook's schema)
 from kit.cli import kernels, notebook_params, terminal, time_concat, write_errors
@@ -68,6 +74,9 @@ STOP_GRACE_S = 20.0
 INTERRUPTED = terminal.INTERRUPTED
 #: the kernel's own log: errors only
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
+#: the longest socket folder the ipc transport takes: a Unix socket's path holds at most 107
+#: bytes and jupyter_client adds '-<port>' to it; a longer temporary folder keeps TCP
+SOCKET_PATH_MAX = 90
 
 
 #: the signals that stop a run: a kill or a scheduler, Ctrl-C, a closed terminal
@@ -204,15 +213,17 @@ def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
     start_record(run)
     start = time.perf_counter()
     partial = partial_output(run)
-    papermill.execute_notebook(
-        str(run.notebook),
-        str(partial),
-        parameters=run.parameters,
-        kernel_name=KERNEL_NAME,
-        cwd=str(notebooks_dir),
-        progress_bar=False,
-        extra_arguments=KERNEL_ARGUMENTS,
-    )
+    with kernel_sockets() as sockets:
+        papermill.execute_notebook(
+            str(run.notebook),
+            str(partial),
+            parameters=run.parameters,
+            kernel_name=KERNEL_NAME,
+            cwd=str(notebooks_dir),
+            progress_bar=False,
+            extra_arguments=KERNEL_ARGUMENTS,
+            **sockets,
+        )
     with atomic_write(parameters_record(run)) as handle:
         handle.write(yaml.safe_dump(run.parameters, sort_keys=False).encode())
     provenance.write(
@@ -222,6 +233,18 @@ def execute(run: PlannedRun, notebooks_dir: Path = NOTEBOOKS_DIR) -> None:
     )
     os.replace(partial, run.output)
     page.incomplete_marker(run.output).unlink()  # last: the folder is complete
+
+
+@contextlib.contextmanager
+def kernel_sockets() -> Iterator[dict[str, Config]]:
+    """papermill's settings that put the kernel's sockets in a temporary folder of their own
+    (module docstring: why not TCP); none where that folder's path is too long for a socket."""
+    with tempfile.TemporaryDirectory(prefix="kit-kernel-") as folder:
+        base = os.path.join(folder, "kernel")
+        if len(base) > SOCKET_PATH_MAX:
+            yield {}
+        else:
+            yield {"config": Config(KernelManager={"transport": "ipc", "ip": base})}
 
 
 def stop_workers(grace_s: float = STOP_GRACE_S) -> None:
