@@ -95,7 +95,7 @@ def test_a_changed_horizon_or_none_is_refused_naming_the_key(tmp_path: Path) -> 
 def test_a_snapshot_asked_for_after_its_step_passed_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "run"
     train.train(run(out, iterations=16))
-    with pytest.raises(ParameterError, match=r"past step\(s\) 8 without their snapshots"):
+    with pytest.raises(ParameterError, match=r"past the snapshot steps 8 without saving them"):
         train.train(run(out, snapshot_steps=[8, 24]))
 
 

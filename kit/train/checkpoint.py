@@ -38,9 +38,8 @@ def refuse_missing_snapshots(settings: TrainSettings, reached: int, where: Path)
     missing = missing_snapshots(settings, where, reached)
     if missing:
         raise ParameterError(
-            f"{where}: has trained past {'step' if len(missing) == 1 else 'steps'} "
-            f"{', '.join(map(str, missing))} without their "
-            f"snapshots (snapshot_steps asks for them now, or their files were removed); "
+            f"{where}: has trained past the snapshot steps {', '.join(map(str, missing))} "
+            "without saving them (snapshot_steps asks for them now, or their files were removed); "
             "delete the run folder to train it again with them, or use another output_dir"
         )
 
