@@ -27,6 +27,7 @@ import shutil
 import time
 
 from kit.core import params as kit_params
+from kit.core.numbers import counted
 from kit.experiments.timecat import measure, planning, sweep, sweep_settings
 
 
@@ -82,8 +83,8 @@ def main() -> None:
             measure.task_features(task, representations, settings)
         extraction[side] = time.perf_counter() - start
         print(
-            f"extraction ({'cache kept' if args.probes_only else 'fresh cache'}), {side} "
-            f"backbone(s) at a time: {extraction[side]:.1f} s; {load()}"
+            f"extraction ({'cache kept' if args.probes_only else 'fresh cache'}), "
+            f"{counted(side, 'backbone')} at a time: {extraction[side]:.1f} s; {load()}"
         )
     for workers, diagnose, name in (
         (1, True, "one probe at a time, with the diagnostics (as notebook 03)"),

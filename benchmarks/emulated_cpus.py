@@ -29,6 +29,7 @@ from pathlib import Path
 
 from kit.cli import figures
 from kit.core import cpu_records, numerics
+from kit.core.numbers import counted
 from kit.core.paths import REPO_ROOT
 
 PRINT = (
@@ -71,7 +72,8 @@ def main() -> None:
             if theirs.get(group, {}).get(name) != value
         ]
         emulated[cpu] = {"differ": differ, "wall_s": round(time.perf_counter() - start)}
-        print(f"{cpu}: {len(differ)} operation(s) differ {differ} ({emulated[cpu]['wall_s']} s)")
+        seconds = emulated[cpu]["wall_s"]
+        print(f"{cpu}: {counted(len(differ), 'operation')} differing {differ} ({seconds} s)")
     record = figures.measured_on() | {
         "numerics": numerics.VERSION,
         "operations": sum(len(found) for found in native.values()),

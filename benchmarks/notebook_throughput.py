@@ -27,6 +27,7 @@ import tempfile
 import time
 
 from kit.core import distributed, params
+from kit.core.numbers import counted
 from kit.launch import local as launch
 from kit.train.settings import TrainSettings
 
@@ -116,7 +117,7 @@ def main() -> None:
     alone = step_rate(trainings[0], workers[0].threads) * len(workers)
     print(
         f"profile {args.profile}: {len(trainings)} runs, {images} images, {len(workers)} "
-        f"workers x {workers[0].threads} thread(s)"
+        f"workers x {counted(workers[0].threads, 'thread')}"
     )
     print(f"notebook training, end to end:          {notebook:8.1f} img/s")
     print(f"trainer step, all workers at once:      {stepping:8.1f} img/s")

@@ -27,6 +27,7 @@ import sys
 
 from kit.cli import figures
 from kit.core import numerics
+from kit.core.numbers import counted
 from kit.core.paths import REPO_ROOT
 
 WORK = """
@@ -122,7 +123,8 @@ def main() -> None:
         rows.append({"name": name} | found | {"load": load})
         base = base or found
         print(
-            f"{name:<24} {found['threads']} thread(s)  training {found['img_s']:6.0f} img/s "
+            f"{name:<24} {counted(found['threads'], 'thread'):<9}  "
+            f"training {found['img_s']:6.0f} img/s "
             f"({found['img_s'] / base['img_s']:.2f}x)  L-BFGS probe {found['probe_s']:5.1f} s "
             f"({found['probe_s'] / base['probe_s']:.2f}x)  fast probe {found['fast_s']:5.1f} s "
             f"({found['fast_s'] / base['fast_s']:.2f}x)  load {load:.1f}"

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from kit.core.numbers import counted
 from kit.probes.settings import FastProbeSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,7 +156,7 @@ def main() -> None:
         print(
             f"proxy features: train {args.rows} x {args.dim}, eval {args.eval} x {args.dim}, "
             f"fp16 {size / 2**20:.0f} MiB; {args.classes} classes, "
-            f"{len(args.lrs) * len(args.weight_decays)} heads, {args.epochs} epoch(s), "
+            f"{len(args.lrs) * len(args.weight_decays)} heads, {counted(args.epochs, 'epoch')}, "
             f"{args.device}"
         )
         probes = [("new (this tree)", "kit")]

@@ -34,6 +34,7 @@ from sklearn.linear_model import LogisticRegression
 
 from kit import features, models
 from kit.core import numerics
+from kit.core.numbers import counted
 from kit.data.synthetic import SyntheticWorld
 from kit.data.synthetic_settings import ComponentSettings, SyntheticSettings
 from kit.probes.fast import TRAIN_SCORE_ROWS, fast_probe
@@ -162,7 +163,7 @@ def main() -> None:
         histories.append(result.history)
         same = "the same bits as on 1" if result.history.equals(histories[0]) else "OTHER BITS"
         print(
-            f"fast probe on {threads} thread(s): {fits[threads]:8.1f} s  ({same}; CPU "
+            f"fast probe on {counted(threads, 'thread')}: {fits[threads]:8.1f} s  ({same}; CPU "
             f"{cpu:.1f} s, of which {main_cpu:.1f} s in the calling thread)"
         )
     fast_seconds = fits[cores]

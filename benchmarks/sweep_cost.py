@@ -21,6 +21,7 @@ import tempfile
 import time
 
 from kit.core import params
+from kit.core.numbers import counted
 from kit.experiments.timecat import measure, sweep, sweep_cost, sweep_settings
 
 
@@ -59,7 +60,7 @@ def main() -> None:
         "probe": (probed - extracted) / work.probes,
     }
     print(
-        f"{len(cells)} cell(s) (worlds {args.worlds}, budgets {args.budgets}) on "
+        f"{counted(len(cells), 'cell')} (worlds {args.worlds}, budgets {args.budgets}) on "
         f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}: training "
         f"{trained - start:.0f} s, extraction {extracted - trained:.0f} s, probes "
         f"{probed - extracted:.0f} s"

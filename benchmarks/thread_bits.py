@@ -7,7 +7,8 @@ core (taskset): first as torch computes it (its own threads), then as the kit do
 (kit.core.blocked: one intra-op thread, large products cut into blocks that the shapes fix,
 spread over the same threads). Prints, per computation, whether the bits were the same at every
 thread count each way, the milliseconds of one call on 1 and 2 of torch's threads, and whether
-the kit's blocks give the bits of the uncut computation on one thread.
+the kit's blocks give the bits of the uncut computation on one thread (its products' tiles run
+on OpenBLAS, kit.core.openblas, so theirs differ in the last bits; row gathers and images do not).
 
     .venv/bin/python benchmarks/thread_bits.py            # about 5 minutes on 2 idle cores
     .venv/bin/python benchmarks/thread_bits.py --mkl-cbwr COMPATIBLE,STRICT --only L-BFGS

@@ -94,6 +94,7 @@ SLOW_NAMES = (
     "spread_script",
     "gpu_input_script",
     "tiny_gpu_decode_run",
+    "emulated_amd",
 )
 
 

@@ -94,11 +94,16 @@ def test_provenance_and_the_record_say_what_was_in_effect() -> None:
 
 
 def test_a_part_missing_is_named() -> None:
-    record = numerics.in_effect() | {"variables": {}, "aten_capability": "AVX512"}
+    record = numerics.in_effect() | {
+        "variables": {},
+        "aten_capability": "AVX512",
+        "large_products": "OpenBLAS 0.3.34 SkylakeX",
+    }
     missing = numerics._not_in_effect(record)
     if X86:
         assert any("MKL_CBWR is unset" in m for m in missing)
         assert any("ATen runs its AVX512 kernels" in m for m in missing)
+        assert any("large products run on OpenBLAS 0.3.34 SkylakeX" in m for m in missing)
 
 
 def test_kit_check_prints_the_numerics() -> None:

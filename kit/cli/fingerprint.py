@@ -34,9 +34,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from kit import models
-from kit.core import cpu_records, numerics, params, provenance
+from kit.core import blocked, cpu_records, numerics, params, provenance
 from kit.core.numbers import counted
-from kit.core.threads import one_thread
+from kit.core.threads import numerics_threads, one_thread
 from kit.data.synthetic import SyntheticWorld
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.probes import lbfgs
@@ -173,7 +173,25 @@ def pipeline(folder: Path) -> dict[str, str]:
     out["L-BFGS probe of those features (2 weight decays)"] = digest(
         probe.history.select("train_top1", "heldout_top1", "eval_top1").to_numpy()
     )
+    out.update(_large_product())
     return out
+
+
+def _large_product() -> dict[str, str]:
+    """A product as large as the fast probe's on ImageNet-sized features (1,024 rows of 2,048
+    features into 100 classes) and its weight's gradient, cut into tiles (kit.core.blocked)."""
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.randn(1024, 2048, generator=generator)
+    weight = torch.randn(2048, 100, generator=generator, requires_grad=True)
+    with numerics_threads():
+        product = blocked.matmul(rows, weight)
+        product.square().sum().backward()
+    assert weight.grad is not None
+    return {
+        "large product 1024x2048 @ 2048x100 and its gradient (blocked)": digest_all(
+            [product.detach(), weight.grad]
+        )
+    }
 
 
 def fingerprint() -> dict[str, Any]:

@@ -1,29 +1,30 @@
 """Large CPU computations cut into blocks that their shapes fix, the blocks spread over threads.
 
 In the reproducible CPU numerics (kit.core.numerics) a library may not split a computation over
-threads itself: MKL's COMPATIBLE branch, the one Intel documents as reproducible on other
-vendors' processors, promises the same bits only for a fixed number of threads (its strict mode,
-which holds across thread counts, covers ?gemm, ?symm, ?hemm and ?trsm on the AVX2 and AVX-512
-branches only), and ATen sums a whole tensor in per-thread parts. So a large product here is
-cut into blocks of its output's rows (or columns): each block is one call of the library on one
-intra-op thread, reducing over the whole inner dimension as the uncut call does, and the
-blocks' bounds are multiples of ALIGN fixed by the shapes alone. The threads lent by
-`kit.core.threads.numerics_threads` compute the blocks; how many there are decides when a block
-is computed, never its bits. Nothing is cut in the fast mode, on a GPU, or below BLOCKED_WORK
-multiply-adds (there a thread's hand-over costs more than it gains).
-
-With MKL's COMPATIBLE branch and oneDNN's AVX2 convolutions, blocks cut this way give the uncut
-call's bits, so cutting changes no result (benchmarks/thread_bits.py measures both).
+threads itself: MKL promises the same bits across thread counts only in its strict mode, on its
+AVX2 and AVX-512 branches, which it replaces on a processor not made by Intel, and ATen sums a
+whole tensor in per-thread parts. So a large product here is cut into tiles of its output: each
+tile is one call of kit.core.openblas (OpenBLAS's Haswell kernels, the same instructions on
+every processor with AVX2 and FMA) on one thread, reducing over the whole inner dimension, and
+the tiles' bounds are multiples of ALIGN fixed by the shapes alone. The threads lent by
+`kit.core.threads.numerics_threads` compute the tiles; how many there are decides when a tile
+is computed, never its bits. A blocked product's bits are OpenBLAS's, not those of torch's
+uncut product (they differ in the last bits). Nothing is cut in the fast mode, on a GPU, for
+other types than float32 and float64, or below BLOCKED_WORK multiply-adds (there a thread's
+hand-over costs more than it gains, and torch's product, on MKL's COMPATIBLE branch, is used).
+Batches of images and element-wise work are cut the same way, each block with torch's own
+operations.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from kit.core import numerics
+from kit.core import numerics, openblas
 from kit.core.threads import each_block
 
 #: a block's bounds fall on multiples of this many rows or columns: MKL's kernels then meet the
@@ -34,6 +35,11 @@ ALIGN = 64
 IMAGE_ALIGN = 16
 #: multiply-adds a block aims at: some milliseconds of one core, far more than a hand-over
 BLOCK_WORK = 1 << 25
+#: multiply-adds a product's tile aims at: OpenBLAS packs its operands once a call, so
+#: fewer, larger tiles waste less (benchmarks/probe_speed.py)
+TILE_WORK = 1 << 26
+#: the types whose products are cut into tiles (the library's single and double precision)
+PRODUCT_TYPES = (torch.float32, torch.float64)
 #: a product of fewer multiply-adds is one call: it gains nothing from threads
 BLOCKED_WORK = 1 << 26
 #: pixels a block of images aims at (32 px images: 64 a block; 224 px: 16)
@@ -50,13 +56,22 @@ def bounds(size: int, work_per_row: int, align: int = ALIGN, work: int = BLOCK_W
     return [*range(0, size, per), size]
 
 
+def even(size: int, work_per_row: int, work: int = TILE_WORK) -> list[int]:
+    """Bounds [0, ..., size] of as many blocks as `work` multiply-adds each make up, of equal
+    multiples of ALIGN rows (the last one short): fixed by the shapes, whatever the threads, and
+    as even as the alignment allows, so that no thread waits on a long last block."""
+    count = max(1, math.ceil(size * max(work_per_row, 1) / work))
+    per = ALIGN * max(1, math.ceil(size / (count * ALIGN)))
+    return [*range(0, size, per), size]
+
+
 def tiles(rows: int, columns: int, inner: int) -> tuple[list[int], list[int]]:
     """The bounds of an output [rows, columns] of a product over `inner`: blocks of whole rows
-    where ALIGN rows do at most about BLOCK_WORK multiply-adds, else tiles of ALIGN rows and
-    as many columns (a multiple of ALIGN) as do about BLOCK_WORK."""
-    across = bounds(columns, ALIGN * inner)
+    (`even`) where ALIGN rows do at most about TILE_WORK multiply-adds, else tiles of ALIGN
+    rows and as many columns (a multiple of ALIGN) as do about TILE_WORK."""
+    across = bounds(columns, ALIGN * inner, work=TILE_WORK)
     if len(across) == 2:
-        return bounds(rows, inner * columns), across
+        return even(rows, inner * columns), across
     return bounds(rows, 1, work=ALIGN), across
 
 
@@ -71,7 +86,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     the output when `blocked`; b's gradient is a^T @ grad, as autograd computes it, by tiles
     too. `a` takes no gradient on the blocked path (the kit's features never do); with one, or
     a column-major `b`, it is torch's product."""
-    if a.requires_grad or b.stride(1) != 1 or not blocked(a, a.shape[0] * a.shape[1] * b.shape[1]):
+    if (
+        a.requires_grad
+        or b.stride(1) != 1
+        or a.dtype not in PRODUCT_TYPES
+        or not blocked(a, a.shape[0] * a.shape[1] * b.shape[1])
+    ):
         return a @ b
     product: torch.Tensor = _Product.apply(a, b)
     return product
@@ -83,7 +103,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
     grad^T @ x, as autograd computes it, by tiles too, and the bias's is summed as autograd
     sums it. `x` takes no gradient on the blocked path."""
     work = x.shape[0] * x.shape[1] * weight.shape[0]
-    if x.requires_grad or x.dim() != 2 or not blocked(x, work):
+    if x.requires_grad or x.dim() != 2 or x.dtype not in PRODUCT_TYPES or not blocked(x, work):
         return torch.nn.functional.linear(x, weight, bias)
     out: torch.Tensor = _Linear.apply(x, weight, bias)
     return out
@@ -127,18 +147,18 @@ def images(forward: Callable[[torch.Tensor], torch.Tensor], batch: torch.Tensor)
 def _product(
     left: torch.Tensor, right: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None = None
 ) -> None:
-    """`out` = left @ right (+ bias), one library call per tile of `tiles`, on the lent
-    threads."""
+    """`out` = left @ right (+ bias), one call of kit.core.openblas per tile of `tiles` (it lets
+    go of the interpreter while it computes), on the lent threads; the bias is added afterwards,
+    element by element."""
     rows, columns = tiles(left.shape[0], right.shape[1], left.shape[1])
     across = len(columns) - 1
 
     def tile(i: int) -> None:
         r = slice(rows[i // across], rows[i // across + 1])
         c = slice(columns[i % across], columns[i % across + 1])
-        if bias is None:
-            out[r, c] = torch.mm(left[r], right[:, c])
-        else:
-            out[r, c] = torch.addmm(bias[c], left[r], right[:, c])
+        openblas.gemm(left[r], right[:, c], out[r, c])
+        if bias is not None:
+            out[r, c] += bias[c]
 
     each_block(tile, (len(rows) - 1) * across)
 
