@@ -27,8 +27,8 @@ import torch
 from kit.core import numerics, openblas
 from kit.core.threads import each_block
 
-#: a block's bounds fall on multiples of this many rows or columns: MKL's kernels then meet the
-#: same edges as in the uncut call (blocks of 1 to 7 rows take other kernels, other bits)
+#: a block's bounds fall on multiples of this many rows or columns, so that no block is a sliver
+#: of a few rows (libraries take other kernels for those, with other bits and less speed)
 ALIGN = 64
 #: images of a batch are cut into blocks of a multiple of this many (oneDNN's convolutions take
 #: other kernels for fewer images, with other bits)

@@ -215,7 +215,7 @@ def _large_products() -> str:
     from kit.core import openblas
 
     try:
-        return f"{openblas.describe().split(' DYNAMIC_ARCH')[0]} {openblas.core()}"
+        return openblas.describe()
     except (OSError, openblas.OpenBlasError) as error:
         return f"no library ({error})"
 

@@ -107,9 +107,10 @@ def core() -> str:
 
 
 def describe() -> str:
-    """The library's version and build, as it states them (its core type included)."""
+    """The library's name and version, as it states them, and the kernels it runs: e.g.
+    "OpenBLAS 0.3.34.481.3 Haswell"."""
     config: bytes = library().scipy_openblas_get_config()
-    return config.decode().strip()
+    return " ".join([*config.decode().split()[:2], core()])
 
 
 def _layout(matrix: Any) -> tuple[int, int, int, int, int]:
