@@ -120,6 +120,39 @@ def test_blocked_products_are_torchs_to_rounding_with_the_same_bits_on_one_threa
         torch.set_num_threads(before)
 
 
+def test_a_blocked_log_softmax_has_the_uncut_bits_and_gradient_on_one_thread_or_two() -> None:
+    """The fast probe's cross-entropy with its log-softmax cut into blocks of rows: the loss and
+    the logits' gradient are those of torch's uncut F.cross_entropy bit for bit, on one lent
+    thread and on two, for logits [B, H, C] of one head and of many (the loss is over C, a
+    dimension other than the last once permuted, as the probes lay it out)."""
+    generator = torch.Generator().manual_seed(1)
+    before = torch.get_num_threads()
+    try:
+        for rows, heads, classes in ((1024, 1, 100), (1000, 5, 37), (700, 20, 10)):
+            logits = torch.randn(rows, heads, classes, generator=generator, requires_grad=True)
+            target = torch.randint(0, classes, (rows, 1), generator=generator).expand(-1, heads)
+            assert len(blocked.even(rows, heads * classes, blocked.SOFTMAX_ELEMENTS)) > 2
+            found = []
+            for threads, cut in ((1, False), (1, True), (2, True)):
+                torch.set_num_threads(threads)
+                with numerics_threads():
+                    permuted = logits.permute(0, 2, 1)
+                    loss = (
+                        F.nll_loss(blocked.log_softmax(permuted, 1), target, reduction="none")
+                        if cut
+                        else F.cross_entropy(permuted, target, reduction="none")
+                    )
+                    loss.mean(0).sum().backward()
+                assert logits.grad is not None
+                found.append((loss.detach(), logits.grad))
+                logits.grad = None
+            uncut, one, two = found
+            for a, b, c in zip(uncut, one, two, strict=True):
+                assert torch.equal(a, b) and torch.equal(a, c)
+    finally:
+        torch.set_num_threads(before)
+
+
 #: in a fresh process at the threads given: the fast probe's head and history, the L-BFGS
 #: probe's head and history, and extraction's features, each as a hash of its bits, and how
 #: many threads computed blocks

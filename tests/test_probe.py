@@ -15,11 +15,12 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from kit.core.paths import REPO_ROOT
+from kit.core.threads import lent_threads, numerics_threads
 from kit.probes import lbfgs, parallel, registry
 from kit.probes.faithful_training import faithful_probe
 from kit.probes.fast import converged_heads, fast_probe
 from kit.probes.lbfgs import convex_fit, lbfgs_probe
-from kit.probes.rows import ProbeError, Split, heldout_indices, standardiser
+from kit.probes.rows import ProbeError, Split, check_splits, heldout_indices, standardiser
 from kit.probes.selection import BOUNDED, RULES, select
 from kit.probes.settings import (
     LBFGS_MAX_ITER,
@@ -392,6 +393,30 @@ def test_standardiser_in_chunks_matches_the_exact_statistics() -> None:
     exact = features.half().double()[rows]
     assert torch.allclose(mean.double(), exact.mean(0), rtol=1e-6)
     assert torch.allclose(std.double(), exact.std(0, unbiased=False), rtol=1e-4)
+
+
+def test_the_standardiser_and_the_finite_check_have_the_same_bits_on_lent_threads() -> None:
+    """Chunks read side by side on two lent threads, their sums added in the chunks' order: the
+    same mean and deviation, bit for bit, as one chunk after the other; and the rows holding NaN
+    or inf are counted whichever thread read them."""
+    generator = torch.Generator().manual_seed(5)
+    features = (torch.randn(5000, 2000, generator=generator) * 3 + 100).numpy()
+    rows = torch.arange(0, 5000, 3)  # standardised: none of the three rows made non-finite
+    features[[7, 2500, 4999], [0, 5, 1999]] = [np.nan, np.inf, -np.inf]
+    splits = [Split(features, np.zeros(5000, dtype=np.int64), "train")]
+    before = torch.get_num_threads()
+    found = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with numerics_threads():
+                assert lent_threads() == threads
+                found.append(standardiser(features, rows))
+                with pytest.raises(ProbeError, match="'train': NaN or inf in 3 feature rows"):
+                    check_splits(splits, 1)
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(a, b) for a, b in zip(*found, strict=True))
 
 
 class Flatten(torch.nn.Module):

@@ -47,6 +47,9 @@ BLOCK_PIXELS = 1 << 16
 #: elements a block of rows aims at where each is copied or transformed on its own (a MB of
 #: float32), and the fewest worth cutting
 BLOCK_ELEMENTS, BLOCKED_ELEMENTS = 1 << 18, 1 << 20
+#: elements a block of a log-softmax aims at, and the fewest worth cutting: over a dimension
+#: other than the last, ATen's kernel takes some nanoseconds an element, a millisecond a block
+SOFTMAX_ELEMENTS = 1 << 15
 
 
 def bounds(size: int, work_per_row: int, align: int = ALIGN, work: int = BLOCK_WORK) -> list[int]:
@@ -126,6 +129,23 @@ def rows(fill: Callable[[slice, torch.Tensor], object], out: torch.Tensor) -> to
     return out
 
 
+def log_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """`torch.log_softmax(x, dim)` over a dimension other than the first, with its gradient, by
+    blocks of x's first dimension on the lent threads in the reproducible CPU numerics, for at
+    least two blocks of SOFTMAX_ELEMENTS: each block is ATen's own log-softmax (and its
+    backward), which computes every slice along `dim` on its own, so the bits are those of the
+    uncut call."""
+    if (
+        x.device.type != "cpu"
+        or not numerics.reproducible()
+        or dim % x.dim() == 0
+        or x.numel() < 2 * SOFTMAX_ELEMENTS
+    ):
+        return torch.log_softmax(x, dim)
+    out: torch.Tensor = _LogSoftmax.apply(x, dim % x.dim())
+    return out
+
+
 def images(forward: Callable[[torch.Tensor], torch.Tensor], batch: torch.Tensor) -> torch.Tensor:
     """`forward(batch)` of a batch of images [B, C, H, W] without gradients, by blocks of a
     multiple of IMAGE_ALIGN images (about BLOCK_PIXELS pixels) in the reproducible CPU
@@ -201,3 +221,33 @@ class _Linear(torch.autograd.Function):
             grad_weight = grad.new_empty(weight.shape)
             _product(grad.t(), x, grad_weight)
         return None, grad_weight, grad.sum(0) if ctx.needs_input_grad[2] else None
+
+
+class _LogSoftmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, dim: int) -> torch.Tensor:
+        edges = even(len(x), x[0].numel(), SOFTMAX_ELEMENTS)
+        out = torch.empty(x.shape, dtype=x.dtype)
+
+        def block(i: int) -> None:
+            part = slice(edges[i], edges[i + 1])
+            torch._log_softmax(x[part], dim, False, out=out[part])
+
+        each_block(block, len(edges) - 1)
+        ctx.save_for_backward(out)
+        ctx.dim, ctx.edges = dim, edges
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (out,) = ctx.saved_tensors
+        edges, grad_x = ctx.edges, torch.empty_like(out)
+
+        def block(i: int) -> None:
+            part = slice(edges[i], edges[i + 1])
+            torch._log_softmax_backward_data(
+                grad[part], out[part], ctx.dim, out.dtype, out=grad_x[part]
+            )
+
+        each_block(block, len(edges) - 1)
+        return grad_x, None

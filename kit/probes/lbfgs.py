@@ -194,10 +194,13 @@ def convex_fit(
 ) -> ConvexFit:
     """Check the splits, hold out rows and standardise: what both feature probes start from."""
     extra = extra or {}
-    check_splits([train, evaluation, *extra.values()], num_classes)
+    on_cpu = device.type == "cpu"  # chunks side by side on the lent threads
+    with numerics_threads(on_cpu):
+        check_splits([train, evaluation, *extra.values()], num_classes)
     kept, held = heldout_indices(len(labels_of(train)), heldout_fraction, seed)
     train_rows = FeatureRows(train.features, device)
-    mean, std = standardiser(train_rows.features, kept, device)
+    with numerics_threads(on_cpu):
+        mean, std = standardiser(train_rows.features, kept, device)
     return ConvexFit(
         train_rows,
         FeatureRows(evaluation.features, device),

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from kit.core import blocked
 from kit.core.numbers import counted
+from kit.core.threads import each_block, lent_threads
 
 
 class ProbeError(ValueError):
@@ -89,14 +90,20 @@ def check_splits(splits: Sequence[Split], num_classes: int) -> None:
 
 
 def _non_finite_rows(features: torch.Tensor | np.ndarray) -> int:
-    """How many rows hold NaN or inf, read a chunk at a time."""
-    bad, rows = 0, features.shape[0]
+    """How many rows hold NaN or inf, read a chunk at a time (chunks side by side on the threads
+    `kit.core.threads.numerics_threads` lends; a count has no rounding to depend on them)."""
+    rows = features.shape[0]
     step = chunk_rows(features.shape[1], torch.device("cpu"))
-    for start in range(0, rows, step):
-        chunk = read_rows(features, torch.arange(start, min(start + step, rows)))
+    starts = range(0, rows, step)
+    bad = [0] * len(starts)
+
+    def count(i: int) -> None:
+        chunk = read_rows(features, torch.arange(starts[i], min(starts[i] + step, rows)))
         if not torch.isfinite(chunk.sum(dtype=torch.float64)):  # NaN/inf propagate
-            bad += int((~torch.isfinite(chunk)).any(1).sum())
-    return bad
+            bad[i] = int((~torch.isfinite(chunk)).any(1).sum())
+
+    each_block(count, len(starts))
+    return sum(bad)
 
 
 def heldout_indices(rows: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,18 +122,43 @@ def standardiser(
     device: torch.device = torch.device("cpu"),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-feature mean and standard deviation over the rows `index` (default all), read in
-    chunks with float64 accumulators: one pass, and no full-size temporary."""
+    chunks with float64 accumulators: one pass, and no full-size temporary. The chunks' sums
+    are added in the chunks' order; as many chunks as `kit.core.threads.numerics_threads` lends
+    threads are read and summed side by side, which changes when a chunk is summed, not its
+    bits."""
     index = torch.arange(features.shape[0]) if index is None else index
     total = torch.zeros(features.shape[1], dtype=torch.float64, device=device)
     squares = torch.zeros_like(total)
     step = chunk_rows(features.shape[1], device)
-    for start in range(0, len(index), step):
-        chunk = read_rows(features, index[start : start + step]).to(device, torch.float64)
-        total += chunk.sum(0)
-        squares += chunk.square().sum(0)
+    starts = range(0, len(index), step)
+    wave = lent_threads()
+    for first in range(0, len(starts), wave):
+        parts = _chunk_sums(features, index, starts[first : first + wave], step, device)
+        for chunk_total, chunk_squares in parts:
+            total += chunk_total
+            squares += chunk_squares
     mean = total / len(index)
     variance = (squares / len(index) - mean.square()).clamp_min(0.0)
     return mean.float(), variance.sqrt().clamp_min(1e-6).float()
+
+
+def _chunk_sums(
+    features: torch.Tensor | np.ndarray,
+    index: torch.Tensor,
+    starts: Sequence[int],
+    step: int,
+    device: torch.device,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per-feature float64 sums and sums of squares of the chunks of `index` at `starts`, in
+    that order, computed side by side on the lent threads."""
+    done: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def summed(i: int) -> None:
+        chunk = read_rows(features, index[starts[i] : starts[i] + step]).to(device, torch.float64)
+        done[i] = (chunk.sum(0), chunk.square().sum(0))
+
+    each_block(summed, len(starts))
+    return [done[i] for i in range(len(starts))]
 
 
 class FeatureRows:
@@ -185,8 +217,10 @@ def scores(
                 [
                     topk_correct(logits, target, 1).double(),
                     topk_correct(logits, target, 5).double(),
-                    F.cross_entropy(
-                        logits.permute(0, 2, 1), target[:, None].expand(-1, heads), reduction="none"
+                    F.nll_loss(  # F.cross_entropy's own two steps, the first cut into blocks
+                        blocked.log_softmax(logits.permute(0, 2, 1), 1),
+                        target[:, None].expand(-1, heads),
+                        reduction="none",
                     )
                     .sum(0)
                     .double(),
