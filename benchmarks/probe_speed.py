@@ -18,8 +18,9 @@ on 90% of it and picks its epoch on the other 10% (its `heldout` rule); `--weigh
 process (`torch.set_num_threads`), each time printed with whether its history has the same bits as
 on one thread (kit.core.blocked: in the reproducible CPU numerics it must); the ratio is
 scikit-learn's time over the fit on every core. Prints both times, both accuracies, the speed
-ratio, the CPU numerics in force and the load average before and after; the bar is a ratio >= 10
-within 0.5 point.
+ratio, the CPU numerics in force, the load average before and after, and before the fits how
+many cores' worth the cores gave at once (benchmarks/core_scaling.py: two hyperthreads of one
+core give far less than two); the bar is a ratio >= 10 within 0.5 point.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 
 import torch
+from core_scaling import side_by_side
 from sklearn.linear_model import LogisticRegression
 
 from kit import features, models
@@ -153,6 +155,11 @@ def main() -> None:
         heldout_fraction=args.heldout,
     )
     cores = len(os.sched_getaffinity(0))
+    alone, together = side_by_side(1, 2.0)[0], side_by_side(cores, 2.0)[0]
+    print(
+        f"the {counted(cores, 'core')} now give {together / alone:.2f} cores' worth of products "
+        "at once (benchmarks/core_scaling.py)"
+    )
     fits, histories = {}, []
     for threads in sorted({1, min(2, cores), cores}):
         torch.set_num_threads(threads)
