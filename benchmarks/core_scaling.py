@@ -8,9 +8,10 @@ takes time from them. Every speed the kit measures on 2 cores (the fast probe ag
 scikit-learn, a replicate of notebook 03, the main job's minutes) depends on this. The script
 runs the same compute-bound work, single-precision products of 512 x 2,048 by 2,048 x 512 on
 OpenBLAS's Haswell kernels (kit.core.openblas, one thread each), first on one thread alone, then
-on one thread per core of the process side by side, and prints the products a second of each,
-their ratio (the cores' worth: 2.0 for two independent cores), the CPU time the threads got
-against the wall time, and the load average; `--repeats` times, since the host's share moves.
+on one thread per core of the process side by side, in alternating slices so that a drift of
+the host's speed hits both, and prints the products a second of each, their ratio (the cores'
+worth: 2.0 for two independent cores), the CPU time the threads got against the wall time, and
+the load average; `--repeats` times, since the host's share moves.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from kit.core import openblas
 from kit.core.numbers import counted
 
 ROWS, INNER, COLUMNS = 512, 2048, 512
+#: each measurement is cut into this many slices, alone and together alternating
+SLICES = 6
 
 
 def products(seconds: float) -> int:
@@ -58,6 +61,18 @@ def side_by_side(threads: int, seconds: float) -> tuple[float, float]:
     return sum(counts) / wall, (time.process_time() - cpu) / wall
 
 
+def cores_worth(cores: int, seconds: float) -> tuple[float, float, float]:
+    """Products a second of one thread alone and of `cores` threads at once, each measured for
+    `seconds` in SLICES slices alternating with the other (a drift of the host's speed hits
+    both), and the CPU seconds a wall second the threads got together."""
+    alone, together, busy = 0.0, 0.0, 0.0
+    for _ in range(SLICES):
+        alone += side_by_side(1, seconds / SLICES)[0] / SLICES
+        rate, cpu = side_by_side(cores, seconds / SLICES)
+        together, busy = together + rate / SLICES, busy + cpu / SLICES
+    return alone, together, busy
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="each measurement's length")
@@ -71,8 +86,7 @@ def main() -> None:
     )
     for repeat in range(1, args.repeats + 1):
         load = os.getloadavg()[0]
-        alone, _ = side_by_side(1, args.seconds)
-        together, busy = side_by_side(cores, args.seconds)
+        alone, together, busy = cores_worth(cores, args.seconds)
         print(
             f"{repeat}: one thread {alone * gflop:5.1f} GFLOP/s; {counted(cores, 'thread')} "
             f"at once {together * gflop:5.1f} GFLOP/s: {together / alone:.2f} cores' worth "

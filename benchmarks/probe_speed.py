@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import torch
-from core_scaling import side_by_side
+from core_scaling import cores_worth
 from sklearn.linear_model import LogisticRegression
 
 from kit import features, models
@@ -155,7 +155,7 @@ def main() -> None:
         heldout_fraction=args.heldout,
     )
     cores = len(os.sched_getaffinity(0))
-    alone, together = side_by_side(1, 2.0)[0], side_by_side(cores, 2.0)[0]
+    alone, together, _ = cores_worth(cores, 3.0)
     print(
         f"the {counted(cores, 'core')} now give {together / alone:.2f} cores' worth of products "
         "at once (benchmarks/core_scaling.py)"
