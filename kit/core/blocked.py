@@ -227,7 +227,7 @@ class _LogSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, dim: int) -> torch.Tensor:
         edges = even(len(x), x[0].numel(), SOFTMAX_ELEMENTS)
-        out = torch.empty(x.shape, dtype=x.dtype)
+        out = x.new_empty(x.shape)
 
         def block(i: int) -> None:
             part = slice(edges[i], edges[i + 1])

@@ -194,12 +194,10 @@ def convex_fit(
 ) -> ConvexFit:
     """Check the splits, hold out rows and standardise: what both feature probes start from."""
     extra = extra or {}
-    on_cpu = device.type == "cpu"  # chunks side by side on the lent threads
-    with numerics_threads(on_cpu):
+    with numerics_threads(device.type == "cpu"):  # chunks side by side on the lent threads
         check_splits([train, evaluation, *extra.values()], num_classes)
-    kept, held = heldout_indices(len(labels_of(train)), heldout_fraction, seed)
-    train_rows = FeatureRows(train.features, device)
-    with numerics_threads(on_cpu):
+        kept, held = heldout_indices(len(labels_of(train)), heldout_fraction, seed)
+        train_rows = FeatureRows(train.features, device)
         mean, std = standardiser(train_rows.features, kept, device)
     return ConvexFit(
         train_rows,
