@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from kit.core import blocked, numerics
 from kit.core.paths import REPO_ROOT
 from kit.core.threads import each_block, lent_threads, numerics_threads, one_thread
+from kit.probes.rows import top_hits, topk_correct
 
 X86 = platform.machine() in ("x86_64", "AMD64")
 
@@ -54,6 +55,44 @@ def test_the_process_threads_are_lent_to_blocks_and_each_block_runs_on_one() -> 
                 assert lent_threads() == 2
         assert torch.get_num_threads() == 2 and lent_threads() == 1
         assert len({ident for ident, _ in seen}) == 2 and {n for _, n in seen} == {1}
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_every_block_runs_and_the_first_blocks_error_is_raised() -> None:
+    """On two lent threads (the calling one among them) every block runs even where some fail,
+    and the error raised is that of the failing block with the lowest index."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    ran: list[int] = []
+
+    def block(index: int) -> None:
+        ran.append(index)
+        if index in (3, 7):
+            raise ValueError(f"block {index}")
+
+    try:
+        with numerics_threads(), pytest.raises(ValueError, match="block 3"):
+            each_block(block, 10)
+    finally:
+        torch.set_num_threads(before)
+    assert sorted(ran) == list(range(10))
+
+
+def test_top_hits_counted_by_blocks_of_rows_are_the_uncut_counts() -> None:
+    """Top-1 and top-5 hits counted by blocks of rows on one lent thread and on two equal the
+    counts over the uncut logits, ties (logits rounded to a few values) included."""
+    generator = torch.Generator().manual_seed(2)
+    logits = (torch.randn(1500, 3, 60, generator=generator) * 2).round() / 2
+    labels = torch.randint(0, 60, (1500,), generator=generator)
+    assert len(blocked.logit_blocks(logits)) > 2
+    uncut = torch.stack([topk_correct(logits, labels, k) for k in (1, 5)])
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with numerics_threads():
+                assert torch.equal(top_hits(logits, labels), uncut)
     finally:
         torch.set_num_threads(before)
 
@@ -131,7 +170,7 @@ def test_a_blocked_log_softmax_has_the_uncut_bits_and_gradient_on_one_thread_or_
         for rows, heads, classes in ((1024, 1, 100), (1000, 5, 37), (700, 20, 10)):
             logits = torch.randn(rows, heads, classes, generator=generator, requires_grad=True)
             target = torch.randint(0, classes, (rows, 1), generator=generator).expand(-1, heads)
-            assert len(blocked.even(rows, heads * classes, blocked.SOFTMAX_ELEMENTS)) > 2
+            assert len(blocked.logit_blocks(logits)) > 2
             found = []
             for threads, cut in ((1, False), (1, True), (2, True)):
                 torch.set_num_threads(threads)
@@ -192,7 +231,7 @@ lbfgs.zero_head = lambda *args: made.append(zero_head(*args)) or made[-1]
 train, held = planted(3000, 1024, 128, 0), planted(600, 1024, 128, 1)
 settings = FastProbeSettings(lrs=[0.1], weight_decays=[1e-3, 1e-2], epochs=2, batch_size=512)
 out["fast history"] = repr(fast.fast_probe(train, held, 128, settings, False).history.rows())
-group = made[0].groups[0][0]
+group = made[0].groups[0]
 out["fast heads"] = digest(group.weight, group.bias)
 train, held = planted(9000, 1024, 10, 2), planted(500, 1024, 10, 3)
 result = lbfgs.lbfgs_probe(train, held, 10, LbfgsProbeSettings(weight_decays=[0.1]))

@@ -20,7 +20,15 @@ from kit.probes import lbfgs, parallel, registry
 from kit.probes.faithful_training import faithful_probe
 from kit.probes.fast import converged_heads, fast_probe
 from kit.probes.lbfgs import convex_fit, lbfgs_probe
-from kit.probes.rows import ProbeError, Split, check_splits, heldout_indices, standardiser
+from kit.probes.rows import (
+    FeatureRows,
+    ProbeError,
+    Split,
+    check_splits,
+    heldout_indices,
+    read_rows,
+    standardiser,
+)
 from kit.probes.selection import BOUNDED, RULES, select
 from kit.probes.settings import (
     LBFGS_MAX_ITER,
@@ -417,6 +425,38 @@ def test_the_standardiser_and_the_finite_check_have_the_same_bits_on_lent_thread
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(a, b) for a, b in zip(*found, strict=True))
+
+
+def test_standardised_rows_have_the_same_bits_from_a_copy_or_read_by_read(tmp_path) -> None:
+    """The fast probe's float32 standardisation (x - mean) * scale, on two lent threads, of
+    float32 and fp16 tensors and an fp16 memory map: read block by block, or from a copy of
+    every row in another order, the rows have the bits of the two operations on the gathered
+    rows; rows the copy holds side by side are read as a view of it, not copied."""
+    generator = torch.Generator().manual_seed(8)
+    x = torch.randn(3000, 384, generator=generator) * 2 + 1  # 1.15M elements: cut into blocks
+    mean, scale = x.mean(0), 1 / x.std(0)
+    np.save(tmp_path / "x.npy", x.half().numpy())
+    sample = torch.randperm(3000, generator=generator)[:1000].sort().values
+    rest = torch.ones(3000, dtype=torch.bool)
+    rest[sample] = False
+    order = torch.cat([sample, torch.arange(3000)[rest].flip(0)])
+    index = torch.randperm(3000, generator=generator)[:2900].sort().values
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with numerics_threads():
+            for features in (x, x.half(), np.load(tmp_path / "x.npy", mmap_mode="r")):
+                expected = (read_rows(features, index).float() - mean) * scale
+                reads = FeatureRows(features, torch.device("cpu"))
+                copied = reads.standardised(mean, scale, order)
+                assert torch.equal(reads.standardised(mean, scale, None)(index), expected)
+                assert torch.equal(copied(index), expected)
+                assert copied.copy is not None
+                assert copied(sample).data_ptr() == copied.copy.data_ptr()
+                in_sample = read_rows(features, sample).float()
+                assert torch.equal(copied(sample), (in_sample - mean) * scale)
+    finally:
+        torch.set_num_threads(before)
 
 
 class Flatten(torch.nn.Module):

@@ -47,9 +47,10 @@ BLOCK_PIXELS = 1 << 16
 #: elements a block of rows aims at where each is copied or transformed on its own (a MB of
 #: float32), and the fewest worth cutting
 BLOCK_ELEMENTS, BLOCKED_ELEMENTS = 1 << 18, 1 << 20
-#: elements a block of a log-softmax aims at, and the fewest worth cutting: over a dimension
-#: other than the last, ATen's kernel takes some nanoseconds an element, a millisecond a block
-SOFTMAX_ELEMENTS = 1 << 15
+#: elements of logits a block of row-wise work (a log-softmax, a top-k) aims at; a computation
+#: of one block is not cut: over a dimension other than the last, ATen's log-softmax takes some
+#: nanoseconds an element, a millisecond a block
+LOGIT_ELEMENTS = 1 << 15
 
 
 def bounds(size: int, work_per_row: int, align: int = ALIGN, work: int = BLOCK_WORK) -> list[int]:
@@ -131,19 +132,42 @@ def rows(fill: Callable[[slice, torch.Tensor], object], out: torch.Tensor) -> to
 
 def log_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
     """`torch.log_softmax(x, dim)` over a dimension other than the first, with its gradient, by
-    blocks of x's first dimension on the lent threads in the reproducible CPU numerics, for at
-    least two blocks of SOFTMAX_ELEMENTS: each block is ATen's own log-softmax (and its
+    blocks of x's first dimension on the lent threads in the reproducible CPU numerics, where it
+    makes two blocks or more (`logit_blocks`): each block is ATen's own log-softmax (and its
     backward), which computes every slice along `dim` on its own, so the bits are those of the
     uncut call."""
     if (
         x.device.type != "cpu"
         or not numerics.reproducible()
         or dim % x.dim() == 0
-        or x.numel() < 2 * SOFTMAX_ELEMENTS
+        or len(logit_blocks(x)) < 3
     ):
         return torch.log_softmax(x, dim)
     out: torch.Tensor = _LogSoftmax.apply(x, dim % x.dim())
     return out
+
+
+def logit_blocks(logits: torch.Tensor) -> list[int]:
+    """Bounds of the blocks of rows (the first dimension) of `logits` for row-wise work: about
+    LOGIT_ELEMENTS each (`even`)."""
+    return even(len(logits), logits[0].numel(), LOGIT_ELEMENTS)
+
+
+def counts(count: Callable[[slice], torch.Tensor], logits: torch.Tensor) -> torch.Tensor:
+    """The sum over blocks of `logits`' rows of `count(rows)`, integer counts of what each row
+    shows (a top-k's hits), on the lent threads in the reproducible CPU numerics: integers add
+    up the same in any order, so the cut changes no count."""
+    if logits.device.type != "cpu" or not numerics.reproducible():
+        return count(slice(None))
+    edges = logit_blocks(logits)
+    parts: list[torch.Tensor | None] = [None] * (len(edges) - 1)
+
+    def block(i: int) -> None:
+        parts[i] = count(slice(edges[i], edges[i + 1]))
+
+    each_block(block, len(parts))
+    assert all(part is not None and not part.is_floating_point() for part in parts)
+    return torch.stack([part for part in parts if part is not None]).sum(0)
 
 
 def images(forward: Callable[[torch.Tensor], torch.Tensor], batch: torch.Tensor) -> torch.Tensor:
@@ -226,7 +250,7 @@ class _Linear(torch.autograd.Function):
 class _LogSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, dim: int) -> torch.Tensor:
-        edges = even(len(x), x[0].numel(), SOFTMAX_ELEMENTS)
+        edges = logit_blocks(x)
         out = x.new_empty(x.shape)
 
         def block(i: int) -> None:

@@ -3,7 +3,8 @@
 Like DINOv2's linear evaluation, all heads of a grid train together: one read of the features
 feeds every head. Features are streamed from where they are cached (fp16 memory maps of
 ImageNet size need not fit in memory, nor be copied in float32) and standardised per minibatch
-with statistics of the fit rows. With `select_from: converged`, each weight decay's
+with statistics of the fit rows; splits whose float32 copies fit in STANDARDISED_COPY_BYTES are
+standardised once instead, with the same bits. With `select_from: converged`, each weight decay's
 lowest-objective head is finished by the L-BFGS probe's fit (`kit.probes.lbfgs`).
 
 The grid's heads are shared out over the probe's devices (`kit.probes.devices`: every visible
@@ -18,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import polars as pl
@@ -32,17 +34,21 @@ from kit.data.settings import DataSettings
 from kit.probes.base import FeaturePasses, FeatureProbe
 from kit.probes.devices import precision, probe_devices, shares, visible_gpus
 from kit.probes.lbfgs import ConvexFit, convex_fit, spread_fits, spread_rows
-from kit.probes.rows import Split, scores
+from kit.probes.rows import FeatureRows, Split, scores
 from kit.probes.selection import ProbeResult, select
 from kit.probes.settings import LBFGS_MAX_ITER, FastProbeSettings
 
 #: fit rows scored for the training loss and accuracy (at least as many as held out)
 TRAIN_SCORE_ROWS = 10_000
+#: bytes of float32 standardised copies of its splits the fast probe keeps on each device
+STANDARDISED_COPY_BYTES = 1 << 30
 
 
 class SgdHeads:
     """One linear head per (lr, weight decay) of `grid`, as one [H, D, C] weight read by one
-    product with the standardised features; SGD with Nesterov momentum and a per-head step."""
+    product with the standardised features; SGD with Nesterov momentum and a per-head step.
+    The heads read `rows` standardised in float32 (`FeatureRows.standardised`), from copies
+    made once for as many of the splits, fit split first, as STANDARDISED_COPY_BYTES hold."""
 
     def __init__(
         self,
@@ -50,9 +56,11 @@ class SgdHeads:
         settings: FastProbeSettings,
         num_classes: int,
         grid: list[tuple[float, float]],
+        fit_sample: torch.Tensor,
     ) -> None:
         self.device, self.classes = rows.train.device, num_classes
-        self.mean, self.scale = rows.mean.float(), 1 / rows.std.float()
+        self.fit_sample = fit_sample
+        self.rows = _standardised(rows, rows.mean.float(), 1 / rows.std.float(), fit_sample)
         self.grid = grid
         self.count, self.dim = len(self.grid), rows.train.features.shape[1]
         self.lr = torch.tensor([g[0] for g in self.grid], device=self.device)[:, None, None]
@@ -64,24 +72,20 @@ class SgdHeads:
         self.bias = torch.zeros(self.count, num_classes, device=self.device, requires_grad=True)
         self.velocity = [torch.zeros_like(self.weight), torch.zeros_like(self.bias)]
 
-    def logits(self, features: torch.Tensor) -> torch.Tensor:
-        """Every head's logits [B, H, C] of raw feature rows [B, D]."""
-        standardised = blocked.rows(
-            lambda rows, into: torch.mul(
-                torch.sub(features[rows], self.mean, out=into), self.scale, out=into
-            ),
-            torch.empty_like(features),
-        )
+    def logits(self, standardised: torch.Tensor) -> torch.Tensor:
+        """Every head's logits [B, H, C] of standardised feature rows [B, D]."""
         flat = blocked.matmul(
             standardised,
             self.weight.permute(1, 0, 2).reshape(self.dim, self.count * self.classes),
         )
         return flat.view(-1, self.count, self.classes) + self.bias
 
-    def step(self, features: torch.Tensor, labels: torch.Tensor, decay: float) -> None:
-        """One SGD step of every head on a minibatch, its learning rate times `decay`."""
+    def step(self, batch: torch.Tensor, decay: float) -> None:
+        """One SGD step of every head on the fit rows `batch` (host indices), its learning rate
+        times `decay`."""
+        labels = self.rows.train_labels[batch.to(self.device)]
         loss = F.nll_loss(  # F.cross_entropy's own two steps, the first cut into blocks
-            blocked.log_softmax(self.logits(features).permute(0, 2, 1), 1),
+            blocked.log_softmax(self.logits(self.rows.train(batch)).permute(0, 2, 1), 1),
             labels[:, None].expand(-1, self.count),
             reduction="none",
         )
@@ -98,10 +102,11 @@ class SgdHeads:
                 param -= step_lr * (grad + self.momentum * buffer)
                 param.grad = None
 
-    def scored(self, rows: ConvexFit, fit_sample: torch.Tensor, epoch: int) -> list[dict[str, Any]]:
+    def scored(self, epoch: int) -> list[dict[str, Any]]:
         """Every head's objective on the sampled fit rows and accuracies on the sampled fit,
         held-out, evaluation and extra evaluation rows: one history row per head."""
-        fit = scores(self.logits, rows.train, fit_sample, rows.train_labels)
+        rows = self.rows
+        fit = scores(self.logits, rows.train, self.fit_sample, rows.train_labels)
         heldout = scores(self.logits, rows.train, rows.held, rows.train_labels)
         evaluated = scores(
             self.logits, rows.evaluation, torch.arange(len(rows.eval_labels)), rows.eval_labels
@@ -141,25 +146,24 @@ class SpreadHeads:
         self, places: list[ConvexFit], settings: FastProbeSettings, num_classes: int
     ) -> None:
         grid = list(itertools.product(settings.lrs, settings.weight_decays))
+        sample = fit_sample(places[0], settings.seed)
         self.groups = [
-            (SgdHeads(place, settings, num_classes, [grid[i] for i in share]), place)
+            SgdHeads(place, settings, num_classes, [grid[i] for i in share], sample)
             for place, share in zip(places, shares(len(grid), len(places)), strict=True)
         ]
 
     def step(self, batch: torch.Tensor, decay: float) -> None:
         """One SGD step of every group on the fit rows `batch` (host indices)."""
-        for heads, place in self.groups:
-            heads.step(place.train(batch), place.train_labels[batch.to(place.train.device)], decay)
+        for heads in self.groups:
+            heads.step(batch, decay)
 
-    def scored(self, fit_sample: torch.Tensor, epoch: int) -> list[dict[str, Any]]:
+    def scored(self, epoch: int) -> list[dict[str, Any]]:
         """Every head's history row (`SgdHeads.scored`), in grid order."""
-        return [
-            row for heads, place in self.groups for row in heads.scored(place, fit_sample, epoch)
-        ]
+        return [row for heads in self.groups for row in heads.scored(epoch)]
 
     def linear(self, lr: float, weight_decay: float) -> nn.Linear:
         """The head of (lr, weight decay), on the device of its group."""
-        heads = next(heads for heads, _ in self.groups if (lr, weight_decay) in heads.grid)
+        heads = next(heads for heads in self.groups if (lr, weight_decay) in heads.grid)
         return heads.linear(lr, weight_decay)
 
 
@@ -175,17 +179,18 @@ def fast_probe(
     the held-out and evaluation rows after each epoch, and on as many fit rows (a fixed random
     sample, all of them when there are few) for the training loss and accuracy, which cost no
     more than the held-out scoring. Features are standardised per minibatch with statistics of
-    the fit rows, so no standardised copy is ever made. With `select_from: converged`, each
-    weight decay's lowest-objective head is then finished by L-BFGS to its tolerance (see
-    `FastProbeSettings`), and the rules choose among those fits. Every head is scored on the
-    `extra` evaluation splits too (`kit.probes.selection.extra_column`)."""
+    the fit rows, or once into a copy where STANDARDISED_COPY_BYTES hold it. With
+    `select_from: converged`, each weight decay's lowest-objective head is then finished by
+    L-BFGS to its tolerance (see `FastProbeSettings`), and the rules choose among those fits.
+    Every head is scored on the `extra` evaluation splits too
+    (`kit.probes.selection.extra_column`)."""
     devices = probe_devices(settings.device, settings.devices, visible_gpus())
     rows = convex_fit(
         train, evaluation, num_classes, settings.heldout_fraction, settings.seed, devices[0], extra
     )
     places = spread_rows(rows, devices)
-    heads = SpreadHeads(places, settings, num_classes)
     with precision(devices, settings.tf32), numerics_threads(devices[0].type == "cpu"):
+        heads = SpreadHeads(places, settings, num_classes)
         history = pl.DataFrame(_train(heads, rows, settings, progress))
     if settings.select_from == "epochs":
         return ProbeResult(
@@ -215,6 +220,14 @@ def fast_probe(
     )
 
 
+def fit_sample(rows: ConvexFit, seed: int) -> torch.Tensor:
+    """The fit rows scored for the training loss and accuracy: a seeded random sample of
+    TRAIN_SCORE_ROWS of them (at least as many as are held out; all when there are fewer),
+    sorted."""
+    sampled = torch.randperm(len(rows.kept), generator=torch.Generator().manual_seed(seed + 1))
+    return rows.kept[sampled[: max(len(rows.held), TRAIN_SCORE_ROWS)]].sort().values
+
+
 def _train(
     heads: SpreadHeads, rows: ConvexFit, settings: FastProbeSettings, progress: bool
 ) -> list[dict[str, Any]]:
@@ -223,8 +236,6 @@ def _train(
     kept = rows.kept
     generator = torch.Generator().manual_seed(settings.seed)
     total = settings.epochs * math.ceil(len(kept) / settings.batch_size)
-    sampled = torch.randperm(len(kept), generator=torch.Generator().manual_seed(settings.seed + 1))
-    fit_sample = kept[sampled[: max(len(rows.held), TRAIN_SCORE_ROWS)]].sort().values
     step, history = 0, []
     for epoch in tqdm(range(1, settings.epochs + 1), desc="fast probe", disable=not progress):
         order = kept[torch.randperm(len(kept), generator=generator)]
@@ -232,8 +243,40 @@ def _train(
             batch = order[start : start + settings.batch_size].sort().values  # memory-map locality
             heads.step(batch, 0.5 * (1 + math.cos(math.pi * step / total)))
             step += 1
-        history += heads.scored(fit_sample, epoch)
+        history += heads.scored(epoch)
     return history
+
+
+def _standardised(
+    rows: ConvexFit, mean: torch.Tensor, scale: torch.Tensor, scored: torch.Tensor
+) -> ConvexFit:
+    """`rows` with every split read standardised in float32 (`FeatureRows.standardised`), the
+    fit split first, then the evaluation and the extra ones, each from a copy while the copies
+    take at most STANDARDISED_COPY_BYTES: the fit split is read every epoch and the others
+    scored every epoch, so a copy saves a pass over each read row. The fit split's copy holds
+    the `scored` fit rows first, then the held-out ones, then the rest, and the other copies
+    their rows in order, so that every scored chunk is a view of a copy."""
+    left = STANDARDISED_COPY_BYTES
+
+    def read(features: FeatureRows, first: torch.Tensor | None = None) -> FeatureRows:
+        nonlocal left
+        size = 4 * features.features.shape[0] * features.features.shape[1]
+        if size > left:
+            return features.standardised(mean, scale, None)
+        left -= size
+        order = torch.arange(features.features.shape[0])
+        if first is not None:
+            rest = torch.ones(len(order), dtype=torch.bool)
+            rest[first] = False
+            order = torch.cat([first, order[rest]])
+        return features.standardised(mean, scale, order)
+
+    return replace(
+        rows,
+        train=read(rows.train, torch.cat([scored, rows.held])),
+        evaluation=read(rows.evaluation),
+        extra={name: replace(split, rows=read(split.rows)) for name, split in rows.extra.items()},
+    )
 
 
 def converged_heads(history: pl.DataFrame) -> pl.DataFrame:

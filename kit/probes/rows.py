@@ -98,7 +98,9 @@ def _non_finite_rows(features: torch.Tensor | np.ndarray) -> int:
     bad = [0] * len(starts)
 
     def count(i: int) -> None:
-        chunk = read_rows(features, torch.arange(starts[i], min(starts[i] + step, rows)))
+        chunk = features[starts[i] : starts[i] + step]  # a tensor's rows: a view, no gather
+        if isinstance(chunk, np.ndarray):
+            chunk = torch.from_numpy(np.array(chunk))  # a memory map's: read into memory
         if not torch.isfinite(chunk.sum(dtype=torch.float64)):  # NaN/inf propagate
             bad[i] = int((~torch.isfinite(chunk)).any(1).sum())
 
@@ -165,10 +167,15 @@ class FeatureRows:
     """A split's features where the probe reads them, as float32 rows on the device: the fp16 (or
     whatever) matrix is moved to the device once when it takes at most 70% of its free memory
     (heads and chunks need the rest), otherwise every read gathers its rows from host memory or
-    the memory map."""
+    the memory map. `standardised` gives the same rows read standardised."""
 
     def __init__(self, features: torch.Tensor | np.ndarray, device: torch.device) -> None:
         self.features, self.device = features, device
+        #: (mean, scale) [D] in float32 where reads are standardised (`standardised`)
+        self.shift: tuple[torch.Tensor, torch.Tensor] | None = None
+        #: every row standardised, where `standardised` made the copy, and where each row is in it
+        self.copy: torch.Tensor | None = None
+        self.position: torch.Tensor | None = None
         if device.type == "cuda":
             size = features.shape[0] * features.shape[1] * features.dtype.itemsize
             if size <= 0.7 * torch.cuda.mem_get_info(device)[0]:
@@ -181,7 +188,49 @@ class FeatureRows:
                     resident[start : start + len(index)] = read_rows(features, index).to(device)
                 self.features = resident
 
+    def standardised(
+        self, mean: torch.Tensor, scale: torch.Tensor, order: torch.Tensor | None
+    ) -> FeatureRows:
+        """The same rows read as (x - mean) * scale in float32 (mean and scale [D] float32):
+        from a standardised copy of every row made here, its rows in `order` (a permutation of
+        them), when `order` is given, else gathered and standardised block by block at each read
+        (one pass over the rows, each block standardised while it is in cache). A read of rows
+        that the copy holds side by side is a view of it, any other one gather. Every element is
+        made by the same two float32 operations either way, so the rows have the same bits."""
+        rows = FeatureRows.__new__(FeatureRows)
+        rows.features, rows.device = self.features, self.device
+        rows.shift = (mean.to(self.device, torch.float32), scale.to(self.device, torch.float32))
+        rows.copy = rows.position = None
+        if order is not None:
+            whole = torch.empty(self.features.shape, device=self.device)
+            step = chunk_rows(self.features.shape[1], self.device)
+            for start in range(0, len(whole), step):
+                part = whole[start : start + step]
+                rows.read_into(order[start : start + len(part)], part)
+            rows.copy = whole
+            rows.position = torch.empty_like(order).scatter_(0, order, torch.arange(len(order)))
+            rows.position = rows.position.to(self.device)
+        return rows
+
     def __call__(self, index: torch.Tensor) -> torch.Tensor:
+        """The rows `index` (sorted, on the host)."""
+        if self.shift is None:
+            return self._raw(index)
+        if self.copy is not None and self.position is not None:
+            at = self.position[index.to(self.device)]
+            if len(at) and int(at[-1]) - int(at[0]) == len(at) - 1 and bool((at.diff() == 1).all()):
+                return self.copy[int(at[0]) : int(at[0]) + len(at)]
+            copy = self.copy
+            return blocked.rows(
+                lambda rows, into: torch.index_select(copy, 0, at[rows], out=into),
+                copy.new_empty(len(at), copy.shape[1]),
+            )
+        return self.read_into(
+            index, torch.empty(len(index), self.features.shape[1], device=self.device)
+        )
+
+    def _raw(self, index: torch.Tensor) -> torch.Tensor:
+        """The rows `index` as they are, in float32."""
         features = self.features
         if isinstance(features, torch.Tensor) and features.device == self.device:
             index = index.to(self.device)
@@ -191,11 +240,43 @@ class FeatureRows:
             ).float()
         return read_rows(features, index).to(self.device, torch.float32)
 
+    def read_into(self, index: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """`out` [len(index), D] float32, filled with the standardised rows `index`, by blocks
+        of rows over the lent threads (kit.core.blocked.rows)."""
+        assert self.shift is not None, "rows read standardised without statistics"
+        mean, scale = self.shift
+        features = self.features
+        if isinstance(features, torch.Tensor) and features.device == self.device:
+            index = index.to(self.device)
+
+            def gathered(rows: slice, into: torch.Tensor) -> None:
+                if features.dtype == torch.float32:
+                    raw = torch.index_select(features, 0, index[rows], out=into)
+                else:
+                    raw = torch.index_select(features, 0, index[rows]).float()
+                torch.mul(torch.sub(raw, mean, out=into), scale, out=into)
+
+            return blocked.rows(gathered, out)
+        raw = self._raw(index)
+        return blocked.rows(
+            lambda rows, into: torch.mul(torch.sub(raw[rows], mean, out=into), scale, out=into),
+            out,
+        )
+
 
 def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
     """Correct predictions per head: logits [B, H, C], labels [B] -> counts [H]."""
     top = logits.topk(min(k, logits.shape[-1]), dim=-1).indices
     return (top == labels[:, None, None]).any(-1).sum(0)
+
+
+def top_hits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Top-1 and top-5 correct predictions per head [2, H] of logits [B, H, C], counted by
+    blocks of rows (kit.core.blocked.counts)."""
+    return blocked.counts(
+        lambda rows: torch.stack([topk_correct(logits[rows], labels[rows], k) for k in (1, 5)]),
+        logits,
+    )
 
 
 def scores(
@@ -215,8 +296,7 @@ def scores(
             heads = logits.shape[1]
             counts = torch.stack(
                 [
-                    topk_correct(logits, target, 1).double(),
-                    topk_correct(logits, target, 5).double(),
+                    *top_hits(logits, target).double(),
                     F.nll_loss(  # F.cross_entropy's own two steps, the first cut into blocks
                         blocked.log_softmax(logits.permute(0, 2, 1), 1),
                         target[:, None].expand(-1, heads),
