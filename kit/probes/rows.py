@@ -4,6 +4,7 @@ the extra evaluation splits a fitted head is scored on besides its own (`Shifted
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from copy import copy as shallow
 from dataclasses import dataclass
 
 import numpy as np
@@ -197,8 +198,7 @@ class FeatureRows:
         (one pass over the rows, each block standardised while it is in cache). A read of rows
         that the copy holds side by side is a view of it, any other one gather. Every element is
         made by the same two float32 operations either way, so the rows have the same bits."""
-        rows = FeatureRows.__new__(FeatureRows)
-        rows.features, rows.device = self.features, self.device
+        rows = shallow(self)  # the same features (a GPU's resident copy too), read otherwise
         rows.shift = (mean.to(self.device, torch.float32), scale.to(self.device, torch.float32))
         rows.copy = rows.position = None
         if order is not None:
