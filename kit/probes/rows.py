@@ -220,11 +220,7 @@ class FeatureRows:
             at = self.position[index.to(self.device)]
             if len(at) and int(at[-1]) - int(at[0]) == len(at) - 1 and bool((at.diff() == 1).all()):
                 return self.copy[int(at[0]) : int(at[0]) + len(at)]
-            copy = self.copy
-            return blocked.rows(
-                lambda rows, into: torch.index_select(copy, 0, at[rows], out=into),
-                copy.new_empty(len(at), copy.shape[1]),
-            )
+            return _gathered(self.copy, at)
         return self.read_into(
             index, torch.empty(len(index), self.features.shape[1], device=self.device)
         )
@@ -233,11 +229,7 @@ class FeatureRows:
         """The rows `index` as they are, in float32."""
         features = self.features
         if isinstance(features, torch.Tensor) and features.device == self.device:
-            index = index.to(self.device)
-            return blocked.rows(  # a large gather by blocks of rows over the lent threads
-                lambda rows, into: torch.index_select(features, 0, index[rows], out=into),
-                features.new_empty(len(index), features.shape[1]),
-            ).float()
+            return _gathered(features, index.to(self.device)).float()
         return read_rows(features, index).to(self.device, torch.float32)
 
     def read_into(self, index: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -254,14 +246,27 @@ class FeatureRows:
                     raw = torch.index_select(features, 0, index[rows], out=into)
                 else:
                     raw = torch.index_select(features, 0, index[rows]).float()
-                torch.mul(torch.sub(raw, mean, out=into), scale, out=into)
+                _standardise(raw, mean, scale, into)
 
             return blocked.rows(gathered, out)
         raw = self._raw(index)
-        return blocked.rows(
-            lambda rows, into: torch.mul(torch.sub(raw[rows], mean, out=into), scale, out=into),
-            out,
-        )
+        return blocked.rows(lambda rows, into: _standardise(raw[rows], mean, scale, into), out)
+
+
+def _gathered(source: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The rows `index` of `source`, gathered by blocks of rows over the lent threads."""
+    return blocked.rows(
+        lambda rows, into: torch.index_select(source, 0, index[rows], out=into),
+        source.new_empty(len(index), source.shape[1]),
+    )
+
+
+def _standardise(
+    raw: torch.Tensor, mean: torch.Tensor, scale: torch.Tensor, into: torch.Tensor
+) -> None:
+    """`into` = (raw - mean) * scale, by the two float32 operations every standardised read
+    makes (`raw` may be `into` itself)."""
+    torch.mul(torch.sub(raw, mean, out=into), scale, out=into)
 
 
 def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
