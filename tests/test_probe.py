@@ -427,6 +427,18 @@ def test_the_standardiser_and_the_finite_check_have_the_same_bits_on_lent_thread
     assert all(torch.equal(a, b) for a, b in zip(*found, strict=True))
 
 
+def test_the_finite_check_counts_rows_exactly_where_a_chunks_sum_overflows() -> None:
+    """Finite features whose float32 and fp16 sums overflow pass the check; among them, the
+    rows holding inf or NaN are counted exactly, not the chunk's rows."""
+    for dtype, big in ((torch.float32, 3e38), (torch.float16, 6e4)):
+        features = torch.full((3000, 64), big, dtype=dtype)  # every chunk's sum is inf
+        labels = torch.zeros(3000, dtype=torch.int64)
+        check_splits([Split(features, labels, "train")], 1)
+        features[[5, 2999], [0, 63]] = torch.tensor([float("inf"), float("nan")], dtype=dtype)
+        with pytest.raises(ProbeError, match="'train': NaN or inf in 2 feature rows"):
+            check_splits([Split(features.numpy(), labels.numpy(), "train")], 1)
+
+
 def test_standardised_rows_have_the_same_bits_from_a_copy_or_read_by_read(tmp_path) -> None:
     """The fast probe's float32 standardisation (x - mean) * scale, on two lent threads, of
     float32 and fp16 tensors and an fp16 memory map: read block by block, or from a copy of

@@ -92,7 +92,10 @@ def check_splits(splits: Sequence[Split], num_classes: int) -> None:
 
 def _non_finite_rows(features: torch.Tensor | np.ndarray) -> int:
     """How many rows hold NaN or inf, read a chunk at a time (chunks side by side on the threads
-    `kit.core.threads.numerics_threads` lends; a count has no rounding to depend on them)."""
+    `kit.core.threads.numerics_threads` lends; a count has no rounding to depend on them). A
+    chunk's sum in its own precision (float32 at least) passes it: NaN and inf carry through a
+    sum, and a finite chunk whose sum overflows is counted row by row like a non-finite one, so
+    the count is exact either way, for one pass without a float64 copy."""
     rows = features.shape[0]
     step = chunk_rows(features.shape[1], torch.device("cpu"))
     starts = range(0, rows, step)
@@ -102,7 +105,7 @@ def _non_finite_rows(features: torch.Tensor | np.ndarray) -> int:
         chunk = features[starts[i] : starts[i] + step]  # a tensor's rows: a view, no gather
         if isinstance(chunk, np.ndarray):
             chunk = torch.from_numpy(np.array(chunk))  # a memory map's: read into memory
-        if not torch.isfinite(chunk.sum(dtype=torch.float64)):  # NaN/inf propagate
+        if not torch.isfinite(chunk.sum(dtype=torch.promote_types(chunk.dtype, torch.float32))):
             bad[i] = int((~torch.isfinite(chunk)).any(1).sum())
 
     each_block(count, len(starts))
@@ -158,7 +161,7 @@ def _chunk_sums(
 
     def summed(i: int) -> None:
         chunk = read_rows(features, index[starts[i] : starts[i] + step]).to(device, torch.float64)
-        done[i] = (chunk.sum(0), chunk.square().sum(0))
+        done[i] = (chunk.sum(0), chunk.square_().sum(0))  # squared in place: no second copy
 
     each_block(summed, len(starts))
     return [done[i] for i in range(len(starts))]
