@@ -97,6 +97,62 @@ SLOW_NAMES = (
     "emulated_amd",
 )
 
+#: single tests the fast lane leaves out besides: each took 5 s or more (a parametrised one, in
+#: one of its cases) in the full suite on 2 cores (`python -m pytest --durations=0`, a fresh
+#: clone, 2026-11-29), together three quarters of what the lane took; the lane is for daily work,
+#: the full suite runs them all. tests/test_project.py checks that each names a test.
+SLOW_TESTS = frozenset(
+    (
+        "test_a_batch_crosses_from_a_worker_with_a_constant_number_of_descriptors",
+        "test_a_cell_the_held_out_rows_overrated_decides_nothing_and_a_gap_alone_flags_nothing",
+        "test_a_checkpoint_read_without_its_hash_is_listed_in_the_summary_and_the_report",
+        "test_a_failed_run_leaves_no_parameters_record_and_a_folder_the_report_refuses",
+        "test_a_file_of_the_users_inside_an_earlier_download_is_never_deleted",
+        "test_a_kill_while_a_snapshot_is_written_resumes_exactly",
+        "test_a_probe_of_ones_own_runs_notebook_03s_ci_experiment",
+        "test_a_saved_parameter_file_replays_where_its_profile_says",
+        "test_a_snapshot_sweep_trains_once_and_reads_each_cell_s_own_step",
+        "test_a_source_checkout_without_the_notebook_tools_trains_and_says_it_is_not_installed",
+        "test_a_stop_between_logging_steps_checkpoints_within_the_check_interval",
+        "test_a_stray_record_never_says_verified",
+        "test_a_stuck_extraction_worker_becomes_an_error_naming_the_checkpoint",
+        "test_a_stuck_probe_worker_becomes_an_error_naming_the_probe",
+        "test_a_training_step_gives_the_same_bits_on_emulated_machines_and_fast_mode_does_not",
+        "test_agreement_benchmark_reads_a_feature_cache_and_prints_each_difference",
+        "test_an_archive_planting_its_own_record_deletes_nothing",
+        "test_an_imagenet_task_scores_its_probes_on_an_extra_evaluation_set",
+        "test_an_unbounded_count_is_refused_at_once",
+        "test_an_unwritable_output_folder_is_refused_before_anything_runs",
+        "test_augmentation_depends_on_epoch_and_index_not_on_workers",
+        "test_batchnorm_recalibration_at_x_is_needed_and_sufficient",
+        "test_bayes_ceiling_matches_the_best_lookup_table_learned_from_samples",
+        "test_checking_parameters_does_not_import_torch",
+        "test_command_line_reports_bad_input_without_traceback",
+        "test_concatenation_study_shapes",
+        "test_cpu_subset_passes_and_says_it_is_the_cpu_subset",
+        "test_direct_training_solves_every_component_with_its_feature",
+        "test_each_layout_downloads_and_every_file_is_found_verified",
+        "test_faithful_and_fast_agree_where_both_converge",
+        "test_input_rates_measure_dali_where_it_is_installed",
+        "test_kit_check_and_extraction_read_a_downloaded_release_in_each_layout",
+        "test_kit_check_prints_the_numerics",
+        "test_kit_check_refuses_a_crafted_cifar_batch_of_a_task",
+        "test_kit_check_refuses_an_output_folder_that_cannot_be_written",
+        "test_kit_type_checks",
+        "test_local_workers_are_pinned_to_disjoint_cores",
+        "test_local_workers_train_several_runs_in_turn_each_as_if_alone",
+        "test_memory_benchmark_prints_the_ratio_on_a_small_proxy",
+        "test_mlflow_metrics_are_the_metrics_and_do_not_change_the_run",
+        "test_paper_checkpoints_runs_the_authors_probe_end_to_end",
+        "test_planted_failures_make_it_exit_non_zero_naming_each",
+        "test_resume_after_sigkill_ends_with_the_uninterrupted_weights",
+        "test_second_launch_into_a_held_run_folder_is_refused_naming_the_holder",
+        "test_sparse_models_on_dominated_mixtures_keep_one_feature_and_fail_half",
+        "test_the_batched_resize_stays_within_a_grey_level_of_the_per_image_one",
+        "test_the_training_command_and_the_gpu_input_benchmark_start",
+    )
+)
+
 
 #: the xdist group of the tests that write or read the notebooks' shared output folder
 #: (OUTPUT_ROOT): one worker runs them in turn, and runner_output runs each notebook once
@@ -182,6 +238,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.path.name in SLOW_MODULES
             or _notebook_group(item)
             or any(name in item.name for name in SLOW_NAMES)
+            or name in SLOW_TESTS
         ):
             item.add_marker(pytest.mark.slow)
 

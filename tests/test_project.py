@@ -289,6 +289,20 @@ def test_kit_type_checks() -> None:
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
+def test_every_test_the_fast_lane_leaves_out_by_name_exists() -> None:
+    """conftest.SLOW_TESTS names test functions of tests/: a renamed or removed test would leave
+    a stale name behind while the test it meant slipped back into the fast lane."""
+    import conftest
+
+    defined = {
+        node.name
+        for module in (REPO_ROOT / "tests").glob("test_*.py")
+        for node in ast.walk(ast.parse(module.read_text()))
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test")
+    }
+    assert not conftest.SLOW_TESTS - defined, sorted(conftest.SLOW_TESTS - defined)
+
+
 def test_the_layers_contract_names_every_subpackage_of_kit() -> None:
     """A new subpackage joins the layers, so that its imports are checked too."""
     contract = (REPO_ROOT / ".importlinter").read_text()
