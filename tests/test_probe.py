@@ -428,8 +428,9 @@ def test_the_standardiser_and_the_finite_check_have_the_same_bits_on_lent_thread
 
 
 def test_the_finite_check_counts_rows_exactly_where_a_chunks_sum_overflows() -> None:
-    """Finite features whose float32 and fp16 sums overflow pass the check; among them, the
-    rows holding inf or NaN are counted exactly, not the chunk's rows."""
+    """Finite float32 features whose chunk sums overflow pass the check, and so do finite fp16
+    ones (summed in float32); among them, the rows holding inf or NaN are counted exactly, not
+    the chunk's rows."""
     for dtype, big in ((torch.float32, 3e38), (torch.float16, 6e4)):
         features = torch.full((3000, 64), big, dtype=dtype)  # every chunk's sum is inf
         labels = torch.zeros(3000, dtype=torch.int64)
