@@ -62,6 +62,7 @@ def paths(output_dir: Path, replicates: list[int] | None) -> list[dict]:
                             "cpu_s": time.thread_time() - start,
                             "iterations": fit["iterations"],
                             "heldout_top1": fit["heldout_top1"],
+                            "eval_top1": fit["eval_top1"],
                         }
                     )
             found.append(
