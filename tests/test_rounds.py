@@ -14,7 +14,7 @@ import pytest
 from test_sweep import sweep_results
 
 from kit.core import params
-from kit.experiments.timecat import claims, sweep, sweep_outcome, sweep_settings
+from kit.experiments.timecat import claims, in_rounds, sweep, sweep_outcome, sweep_settings
 from kit.experiments.timecat.result_files import SWEEP
 from kit.stats import outcomes, rounds
 from kit.stats.sequential import Rounds
@@ -226,3 +226,55 @@ def test_the_sweep_in_rounds_stops_a_decided_cell_and_says_why(
     assert verdicts.filter(pl.col("budget") == 240)["replicates"].to_list() == [3, 3, 3]
     assert set(verdicts["stopped"]) == {cells[240]["stopped"], cells[480]["stopped"]}
     assert verdicts["repeated"].all()
+
+
+@pytest.mark.parametrize(
+    ("wall_s", "why"),
+    [
+        (0.0, "undecided after the first round (this run had no wall budget for more);"),
+        (30.0, "undecided when the wall budget ran out;"),
+    ],
+)
+def test_notebook_03s_line_to_decide_says_why_the_rounds_stopped(wall_s: float, why: str) -> None:
+    """Notebook 03's line to decide an undecided cell says it stopped after the first round where
+    the run's wall budget was 0 ("no wall budget: this run makes the first round only", as its
+    design's words say), and that the budget ran out only where one was given."""
+    given = {"first": 3, "add": 3, "most": 9, "wall_s": wall_s, "futility": False}
+    loaded, _ = params.load("03_time_concat", "ci", overrides={"rounds": given})
+    clock = _Clock()
+    cells = rounds.run_rounds(list(PLANTED), PLAN, wall_s, clock.step, _judge, clock)
+    assert cells["open"].counts == [3]  # the first round takes 60 s: no room under 30 s either
+    measured = in_rounds.Measured(loaded, cell=cells["open"], design=PLAN)
+    line = measured.to_decide("python -m kit run 03 --profile ci")
+    assert line is not None and why in line and line.startswith("1 cell ")
+
+
+def test_notebook_04s_line_to_decide_says_a_first_round_only_run_stopped_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Notebook 04's sweep with a wall budget of 0 and a cell left undecided (training and probes
+    planted): its line to decide says the cell stopped after the first round, not that a budget
+    ran out."""
+    planted = sweep_results({240: 1.5}, worlds=1, replicates=9).filter(pl.col("budget") == 240)
+    monkeypatch.setattr(sweep, "train_all", lambda _params, looks: (0, len(looks)))
+    monkeypatch.setattr(
+        sweep,
+        "probe_cells",
+        lambda _params, looks: pl.concat(
+            planted.filter(pl.col("replicate").is_between(c.start, c.settings.replicates, "left"))
+            for c in looks
+        ),
+    )
+    monkeypatch.setattr(sweep, "own_accuracy", lambda looks: pl.DataFrame())
+    monkeypatch.setattr(sweep_outcome, "learned_budgets", lambda *_: pl.DataFrame())
+    given = {"first": 3, "add": 3, "most": 9, "wall_s": 0.0, "futility": False}
+    loaded, _ = params.load(
+        "04_when_concat_helps",
+        "ci",
+        output_dir=str(tmp_path),
+        overrides={"budgets": [240], "rounds": given},
+    )
+    swept = sweep.run(loaded, sweep_settings.cells(loaded), tmp_path)
+    assert swept.to_decide is not None and swept.to_decide.startswith(
+        "1 cell undecided after the first round (this run had no wall budget for more);"
+    )

@@ -201,22 +201,30 @@ REFIT_SHARE = 0.25
 
 
 def to_decide(
-    cells: Mapping[Any, CellRounds], plan: Rounds, command: str, key: str = "rounds.wall_s"
+    cells: Mapping[Any, CellRounds],
+    plan: Rounds,
+    command: str,
+    key: str = "rounds.wall_s",
+    first_only: bool = False,
 ) -> str | None:
     """For the cells stopped undecided by the wall budget: how many, the replicates their plan
     may still add, the time that takes at this run's rate, and the one command that goes on with
     the same plan (`command` setting `key` to the wall budget it needs: finished replicates are
-    reused, and
-    the looks already made are made again, so the error rates stay the plan's); None when no
-    cell stopped so."""
+    reused, and the looks already made are made again, so the error rates stay the plan's); None
+    when no cell stopped so. `first_only`: the run's budget was 0, the first round only, so the
+    cells stopped after it by design, not because time ran out."""
     left = [found for cell in cells.values() if (found := cell.left(plan)) is not None]
     if not left:
         return None
     more = sum(count for count, _ in left)
+    stopped = (
+        "after the first round (this run had no wall budget for more)"
+        if first_only
+        else "when the wall budget ran out"
+    )
     undecided = (
-        f"{numbers.counted(len(left), 'cell')} undecided when the wall budget ran out; the same "
-        f"plan may add {numbers.counted(more, 'more replicate', 'more replicates')} (to "
-        f"{plan.most} a cell)"
+        f"{numbers.counted(len(left), 'cell')} undecided {stopped}; the same plan may add "
+        f"{numbers.counted(more, 'more replicate', 'more replicates')} (to {plan.most} a cell)"
     )
     if any(taken is None for _, taken in left):  # every run of this one was read back
         return (

@@ -57,7 +57,8 @@ class Measured:
     def to_decide(self, command: str) -> str | None:
         """Where the wall budget stopped a claim undecided: the command that goes on with the
         same plan, and the time it needs (`rounds.to_decide`)."""
-        return rounds.to_decide({CELL: self.cell}, self.design, command)
+        first_only = self.params.rounds is not None and self.params.rounds.wall_s == 0
+        return rounds.to_decide({CELL: self.cell}, self.design, command, first_only=first_only)
 
     def stops(self) -> list[rounds.Round]:
         """Each claim's last round, for comparisons.summarize."""

@@ -331,5 +331,5 @@ def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Sw
         sweep_outcome.learned_budgets(owned, first.baseline, params.saturation),
         judged,
         vs_paper,
-        rounds.to_decide(looked, first.design, command, key),
+        rounds.to_decide(looked, first.design, command, key, first_only=wall_s == 0),
     )
