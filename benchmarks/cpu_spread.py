@@ -9,10 +9,12 @@ figure, and for every claim its outcome. Writes the JSON `--out` (docs/data/cpu_
 default) and prints the tables docs/reproducibility.md carries (`python -m kit figures` puts
 them there; the tests check that the page and the JSON agree, and that the pinned values are
 this JSON's). Written to the default place, its first reproducible configuration also becomes
-this CPU model's `ci` record (kit.core.cpu_records), the pins of the tests.
+this CPU model's `ci` record (kit.core.cpu_records), the pins of the tests; `--record` keeps it
+so from a run written elsewhere (a CPU model's first record, without replacing the spread).
 
     .venv/bin/python benchmarks/cpu_spread.py                      # every configuration, ~12 min
     .venv/bin/python benchmarks/cpu_spread.py --only reproducible fast --out /tmp/spread.json
+    .venv/bin/python benchmarks/cpu_spread.py --only reproducible --out /tmp/spread.json --record
 """
 
 from __future__ import annotations
@@ -229,6 +231,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", help="configurations to run (default: all)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--keep", type=Path, help="keep the output folders here")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="keep the first reproducible configuration as this CPU model's ci record even "
+        "when --out is not the default",
+    )
     args = parser.parse_args()
     chosen = [c for c in CONFIGS if not args.only or c.name in args.only]
 
@@ -247,7 +255,7 @@ def main() -> None:
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     print(figures.cpu_spread(args.out))
     name = next((c.name for c in chosen if runs[c.name]["mode"] == numerics.REPRODUCIBLE), None)
-    if args.out == DEFAULT_OUT and name is not None:
+    if (args.out == DEFAULT_OUT or args.record) and name is not None:
         kept = cpu_records.update(
             "ci",
             {

@@ -143,8 +143,9 @@ def test_the_kit_says_of_other_machines_only_what_the_records_show() -> None:
     assert move > 1.0  # the recorded Intel and AMD models gave different bits
     assert f"moved by up to {move:.2f} points" in said
     assert "expect the same bits" not in said
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert said in readme  # README's sentence is the generated one
+    page = (REPO_ROOT / "docs" / "reproducibility.md").read_text()
+    assert said in page  # the page's sentence is the generated one, and README's its short form
+    assert cpu_records.brief() in (REPO_ROOT / "README.md").read_text()
     for page in (REPO_ROOT / "docs").rglob("*.md"):
         assert "on another machine expect the same bits" not in page.read_text(), page
 
@@ -198,3 +199,78 @@ def test_recording_the_main_job_keeps_this_models_claims(tmp_path, monkeypatch) 
     assert kept["cpu_id"] == cpu_records.identity()["cpu_id"]
     summary = json.loads((folder / "time_concat_summary.json").read_text())
     assert kept["main_job"]["outcomes"] == {c["claim"]: c["status"] for c in summary["claims"]}
+
+
+def test_recording_a_second_models_main_job_leaves_the_recorded_results(
+    tmp_path, monkeypatch
+) -> None:
+    """`kit figures --record-cpu FOLDER` keeps this model's claims and copies nothing into
+    docs/results, which stays the recorded main job's."""
+    folder = tmp_path / "folder"
+    shutil.copytree(figures.RESULTS / "cpu", folder)
+    monkeypatch.setattr(figures, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(cpu_records, "RECORDS", tmp_path / "cpus")
+    figures.record_cpu(folder)
+    (kept,) = cpu_records.records()
+    assert kept["cpu_id"] == cpu_records.identity()["cpu_id"]
+    summary = json.loads((folder / "time_concat_summary.json").read_text())
+    assert kept["main_job"]["outcomes"] == {c["claim"]: c["status"] for c in summary["claims"]}
+    assert not (tmp_path / "results").exists()
+
+
+def test_values_are_compared_only_between_records_of_one_numerics_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cpu-models table sets side by side only records made under the same numerics (another
+    version changed the arithmetic, so its move is no machine's), and says so where the current
+    records agree on every value."""
+    old = {"kit_commit": "a" * 40, "values": {"x": 10.0, "y": 5.0}, "outcomes": {"c": "reproduced"}}
+    now = old | {"numerics": numerics.VERSION, "values": {"x": 13.0, "y": 5.0}}
+    folder = _records(
+        tmp_path,
+        {
+            "A 1/1": {"ci": old},
+            "B 2/2": {"ci": old | {"values": {"x": 12.0, "y": 5.0}}},
+            "C 3/3": {"ci": now},
+            "D 4/4": {"ci": now},
+        },
+    )
+    monkeypatch.setattr(cpu_records, "RECORDS", folder)
+    table = figures.cpu_models()
+    assert f"{numerics.EARLIER[1].capitalize()}, 1 of the ci profile's 2" in table
+    assert "| x | 10.00 | 12.00 | 2.00 |" in table
+    assert "13.00" not in table  # the current records are not set beside the earlier ones
+    assert (
+        "Under the current numerics, all 2 of the ci profile's Table 3 values are the same" in table
+    )
+    said = cpu_records.statement(folder)
+    assert "model 3) and D 4/4 (D, family 4, model 4) the ci profile's values were the same" in said
+    assert "values the same on 2 recorded models" in cpu_records.brief(folder)
+
+
+@pytest.mark.parametrize(
+    ("other", "said"),
+    [(7.5, "moved by up to 0.50 points (k, replicate 1)"), (7.0, "per replicate were the same")],
+)
+def test_the_main_jobs_values_per_replicate_are_compared_beside_its_claims(
+    tmp_path: Path, other: float, said: str
+) -> None:
+    """Two models can agree on every ci value and on the main job's claims while the main job's
+    values moved: the sentence says how far, replicate by replicate."""
+    ci = {"kit_commit": "a" * 40, "values": {"x": 1.0}, "outcomes": {}, "numerics": 2}
+    job = {
+        "kit_commit": "a" * 40,
+        "numerics": numerics.VERSION,
+        "outcomes": {"claim": "reproduced"},
+        "values": {"k": 6.5},
+        "replicates": {"k": [6.0, 7.0]},
+    }
+    moved = job | {"replicates": {"k": [6.0, other]}, "values": {"k": (6.0 + other) / 2}}
+    folder = _records(
+        tmp_path,
+        {"A 1/1": {"ci": ci, "main_job": job}, "B 2/2": {"ci": ci, "main_job": moved}},
+    )
+    statement = cpu_records.statement(folder)
+    assert "the ci profile's values were the same" in statement
+    assert said in statement and "its claims came out the same (claim reproduced)" in statement
+    assert ("moved by up to 0.50 points a replicate" in cpu_records.brief(folder)) == (other == 7.5)

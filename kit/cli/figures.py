@@ -320,48 +320,83 @@ def cross_machine() -> str:
     return f"Measured so far: {cpu_records.statement()}.\n"
 
 
+def cross_machine_brief() -> str:
+    """`cross_machine` in a few words, for README (the whole sentence is in the docs)."""
+    return (
+        f"Measured so far: {cpu_records.brief()} (each model and what moved: "
+        "[Across CPU models](docs/reproducibility.md#across-cpu-models)).\n"
+    )
+
+
 def cpu_models() -> str:
     """Every recorded CPU model and what it gave, and the ci values that moved between them."""
     found = cpu_records.records()
     lines = [
-        "| CPU model | fingerprint (kit) | ci profile's claims (kit) | main job's claims (kit) |",
+        "| CPU model | fingerprint (kit, numerics) | ci profile's claims (kit, numerics) "
+        "| main job's claims (kit, numerics) |",
         "|---|---|---|---|",
     ]
 
     def part(record: dict[str, Any], name: str) -> str:
         if name not in record:
             return "not recorded"
+        made = f"{record[name]['kit_commit'][:7]}, v{cpu_records.version(record[name])}"
         if name == "fingerprint":
             count = sum(len(ops) for ops in record[name]["ops"].values())
-            return f"{count} operations ({record[name]['kit_commit'][:7]})"
+            return f"{count} operations ({made})"
         said = ", ".join(f"{k} {v}" for k, v in record[name]["outcomes"].items())
-        return f"{said} ({record[name]['kit_commit'][:7]})"
+        return f"{said} ({made})"
 
     for record in found:
         lines.append(
             f"| {cpu_records.describe(record)} | {part(record, 'fingerprint')} | "
             f"{part(record, 'ci')} | {part(record, 'main_job')} |"
         )
-    ci = [r for r in found if "ci" in r]
-    if len(ci) >= 2:
-        keys = [k for k in ci[0]["ci"]["values"] if all(k in r["ci"]["values"] for r in ci)]
-        moved = [k for k in keys if len({r["ci"]["values"][k] for r in ci}) > 1]
-        lines += [
-            "",
-            f"{len(moved)} of the ci profile's {len(keys)} Table 3 values differ between the "
-            "records (top-1 %):",
-            "",
-            "| value | " + " | ".join(r["cpu"] for r in ci) + " | move |",
-            "|---|" + "---|" * (len(ci) + 1),
-        ]
-        for key in moved:
-            values = [r["ci"]["values"][key] for r in ci]
-            lines.append(
-                f"| {key} | "
-                + " | ".join(f"{v:.2f}" for v in values)
-                + f" | {max(values) - min(values):.2f} |"
-            )
+    for made_under in cpu_records.versions("ci"):
+        lines += _ci_moves(made_under)
     return "\n".join(lines) + "\n"
+
+
+def _ci_moves(made_under: int) -> list[str]:
+    """The ci values that differ between the records made under numerics `made_under` (only
+    records of one version are compared: another version changed the arithmetic)."""
+    found = cpu_records.by_model("ci", made_under=made_under)
+    if len(found) < 2:
+        return []
+    named = {r["cpu_id"]: cpu_records.describe(r) for r in cpu_records.records()}
+    ci = list(found.values())
+    keys = [k for k in ci[0]["values"] if all(k in p["values"] for p in ci)]
+    moved = [k for k in keys if len({p["values"][k] for p in ci}) > 1]
+    when = (
+        "under the current numerics"
+        if made_under == numerics.VERSION
+        else numerics.EARLIER.get(made_under, f"under numerics version {made_under}")
+    )
+    names = " and ".join(named[cpu] for cpu in found)
+    if not moved:
+        return [
+            "",
+            f"{when.capitalize()}, all {len(keys)} of the ci profile's Table 3 values "
+            f"are the same on {names}.",
+        ]
+    lines = [
+        "",
+        f"{when.capitalize()}, {len(moved)} of the ci profile's {len(keys)} Table 3 values differ "
+        f"between {names} (top-1 %):",
+        "",
+        "| value | "
+        + " | ".join(f"{named[cpu].split(' (')[0]} ({cpu})" for cpu in found)
+        + " | move |",
+        "|---|" + "---|" * (len(ci) + 1),
+    ]
+    for key in moved:
+        values = [p["values"][key] for p in ci]
+        lines.append(
+            f"| {key} | "
+            + " | ".join(f"{v:.2f}" for v in values)
+            + f" | {max(values) - min(values):.2f} |"
+        )
+    return lines
 
 
 #: every block a page may carry, by name
@@ -371,6 +406,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "cpu-spread": cpu_spread,
     "numerics-cost": numerics_cost,
     "cross-machine": cross_machine,
+    "cross-machine-brief": cross_machine_brief,
     "cpu-models": cpu_models,
 }
 #: pages outside docs/ that carry blocks
@@ -401,17 +437,28 @@ def record(profile: str, folder: Path) -> Path:
         for path in sorted(folder.glob(pattern)):
             shutil.copy(path, target / path.name)
     if profile == MAIN_JOB:
-        summary = _read(target / TIME_CONCAT.summary)
-        made = _provenance(target, "03_time_concat")
-        kept = cpu_records.update("main_job", cpu_records.main_job(summary, made["kit_commit"]))
-        print(f"kept as this CPU model's main job in {shown(kept)}")
+        record_cpu(target)
     return target
 
 
-def command(check: bool, record_args: list[str] | None = None) -> int:
-    """`python -m kit figures [--check] [--record PROFILE FOLDER]`."""
+def record_cpu(folder: Path) -> Path:
+    """Keep a finished main job's claims (`folder`: its output folder) as this CPU model's
+    `main_job` record, leaving docs/results as it is: how a second CPU model is recorded."""
+    summary = _read(folder / TIME_CONCAT.summary)
+    made = _provenance(folder, "03_time_concat")
+    kept = cpu_records.update("main_job", cpu_records.main_job(summary, made["kit_commit"]))
+    print(f"kept as this CPU model's main job in {shown(kept)}")
+    return kept
+
+
+def command(
+    check: bool, record_args: list[str] | None = None, record_cpu_folder: Path | None = None
+) -> int:
+    """`python -m kit figures [--check] [--record PROFILE FOLDER] [--record-cpu FOLDER]`."""
     if record_args:
         print(f"recorded {shown(record(record_args[0], Path(record_args[1])))}")
+    if record_cpu_folder:
+        record_cpu(record_cpu_folder)
     pages = {}
     for page in [*sorted(DOCS.rglob("*.md")), *PAGES]:
         text = page.read_text()

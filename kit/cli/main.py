@@ -99,6 +99,13 @@ def parser() -> argparse.ArgumentParser:
         metavar=("PROFILE", "FOLDER"),
         help="first keep a finished output folder's summaries and provenance in docs/results",
     )
+    quoted.add_argument(
+        "--record-cpu",
+        type=Path,
+        metavar="FOLDER",
+        help="first keep a finished main job's claims as this CPU model's record "
+        "(docs/data/cpus), leaving docs/results as it is",
+    )
     selfcheck = commands.add_parser(
         "selfcheck",
         help="check this node before a real run: GPU training "
@@ -143,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "reference":
         return reference.command(args.check)
     if args.command == "figures":
-        return figures.command(args.check, args.record)
+        return figures.command(args.check, args.record, args.record_cpu)
     if args.command == "launch":
         return time_concat.launch_command(args)
     if args.command in ("extract", "probe"):

@@ -157,8 +157,8 @@ def version(part: dict[str, Any]) -> int:
     return int(part.get("numerics", 1))
 
 
-def _parts(
-    part: str, folder: Path | None, made_under: int | None = None
+def by_model(
+    part: str, folder: Path | None = None, made_under: int | None = None
 ) -> dict[str, dict[str, Any]]:
     """Each record's `part` by CPU model: its latest, or the one made under numerics
     `made_under` if given (a part of earlier numerics is kept under `earlier`)."""
@@ -176,7 +176,7 @@ def _parts(
 
 def versions(part: str, folder: Path | None = None) -> list[int]:
     """The numerics versions some record's `part` was made under, latest or earlier."""
-    made = {version(p) for p in _parts(part, folder).values()}
+    made = {version(p) for p in by_model(part, folder).values()}
     for r in records(folder):
         made |= {int(v) for v in r.get("earlier", {}).get(part, {})}
     return sorted(made)
@@ -187,7 +187,7 @@ def largest_move(
 ) -> tuple[float, str | None]:
     """The largest difference of one value between two recorded CPU models (points), and its
     key (None with fewer than two records); only records of numerics `made_under` if given."""
-    found = list(_parts(part, folder, made_under).values())
+    found = list(by_model(part, folder, made_under).values())
     moves = [
         (abs(a["values"][key] - b["values"][key]), key)
         for i, a in enumerate(found)
@@ -201,7 +201,7 @@ def agreed_outcomes(
     part: str = "ci", folder: Path | None = None, made_under: int | None = None
 ) -> tuple[dict, dict]:
     """The outcomes every recorded CPU model gave alike, and the others by CPU model."""
-    found = _parts(part, folder, made_under)
+    found = by_model(part, folder, made_under)
     keys = set().union(*(p["outcomes"] for p in found.values())) if found else set()
     agreed, disputed = {}, {}
     for key in sorted(keys):
@@ -217,7 +217,7 @@ def expected(part: str, cpu_id: str, floor: float = 0.0, folder: Path | None = N
     """What a run of `part` should give on `cpu_id` (see `Expected`); `floor` is the least
     bound for a machine without a record (for instance the largest move the spread benchmark
     measured when emulating other machines)."""
-    found = _parts(part, folder)
+    found = by_model(part, folder)
     if not found:
         raise FileNotFoundError(f"{folder or RECORDS}: no CPU record has a '{part}' part")
     agreed, disputed = agreed_outcomes(part, folder)
@@ -259,17 +259,46 @@ def _across(found: dict[str, dict[str, Any]], folder: Path | None, made_under: i
     text = (
         f"across {names} the ci profile's values moved by up to {move:.2f} points ({key}; "
         f"kit {commits})"
+        if move
+        else f"across {names} the ci profile's values were the same (kit {commits})"
     )
-    jobs = _parts("main_job", folder, made_under)
+    jobs = by_model("main_job", folder, made_under)
     if len(jobs) >= 2:
         agreed, disputed = agreed_outcomes("main_job", folder, made_under)
         said = ", ".join(f"{claim} {status}" for claim, status in agreed.items())
+        moved, where = replicate_move(folder, made_under)
+        if moved is not None:  # records made before replicates were kept have no such values
+            text += (
+                f"; the main job's values per replicate moved by up to {moved:.2f} points ({where})"
+                if moved
+                else "; the main job's values per replicate were the same"
+            )
         text += (
-            f" and the main job's claims came out the same ({said})"
+            f" and its claims came out the same ({said})"
             if not disputed
-            else f" and the main job's claims differed ({', '.join(disputed)})"
+            else f" and its claims differed ({', '.join(disputed)})"
         )
     return text
+
+
+def replicate_move(
+    folder: Path | None = None, made_under: int | None = None
+) -> tuple[float | None, str | None]:
+    """The largest difference of one replicate's value of the main job's endpoints between two
+    recorded CPU models (points) and where it was; (None, None) if fewer than two records hold
+    replicates."""
+    found = [p["replicates"] for p in by_model("main_job", folder, made_under).values()]
+    found = [f for f in found if f]
+    if len(found) < 2:
+        return None, None
+    moves = [
+        (abs(x - y), f"{key}, replicate {i}")
+        for n, a in enumerate(found)
+        for b in found[n + 1 :]
+        for key in a.keys() & b.keys()
+        for i, (x, y) in enumerate(zip(a[key], b[key], strict=False))
+    ]
+    return max(moves, default=(0.0, None))
 
 
 def emulated(path: Path | None = None) -> str | None:
@@ -300,7 +329,7 @@ def statement(folder: Path | None = None, spread: Path | None = None) -> str:
     recorded models under the current numerics, under emulated CPUs, and what records made
     under earlier numerics showed."""
     parts = [one_model(spread)]
-    current = _parts("ci", folder, numerics.VERSION)
+    current = by_model("ci", folder, numerics.VERSION)
     if len(current) >= 2:
         parts.append(_across(current, folder, numerics.VERSION))
     else:
@@ -309,7 +338,7 @@ def statement(folder: Path | None = None, spread: Path | None = None) -> str:
     if clause:
         parts.append(clause)
     for older in [v for v in versions("ci", folder) if v != numerics.VERSION]:
-        found = _parts("ci", folder, older)
+        found = by_model("ci", folder, older)
         if len(found) >= 2:
             parts.append(
                 f"before square roots were correctly rounded, {_across(found, folder, older)}"
@@ -320,10 +349,21 @@ def statement(folder: Path | None = None, spread: Path | None = None) -> str:
 def brief(folder: Path | None = None) -> str:
     """`statement` in a few words, for the "What ran" lines (the whole of it is in provenance
     and docs/reproducibility.md)."""
-    current = _parts("ci", folder, numerics.VERSION)
+    current = by_model("ci", folder, numerics.VERSION)
     if len(current) >= 2:
         move, _ = largest_move("ci", folder, numerics.VERSION)
-        other = f"values moved by up to {move:.2f} points across {len(current)} recorded models"
+        other = (
+            f"values moved by up to {move:.2f} points across {len(current)} recorded models"
+            if move
+            else f"the ci profile's values the same on {len(current)} recorded models"
+        )
+        moved, _ = replicate_move(folder, numerics.VERSION)
+        if moved is not None:
+            other += (
+                f", the main job's moved by up to {moved:.2f} points a replicate"
+                if moved
+                else ", the main job's too"
+            )
     else:
         other = "none recorded yet under these numerics"
         if emulated():
