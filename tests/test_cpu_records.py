@@ -274,3 +274,17 @@ def test_the_main_jobs_values_per_replicate_are_compared_beside_its_claims(
     assert "the ci profile's values were the same" in statement
     assert said in statement and "its claims came out the same (claim reproduced)" in statement
     assert ("moved by up to 0.50 points a replicate" in cpu_records.brief(folder)) == (other == 7.5)
+
+
+def test_main_job_records_without_replicates_are_named_by_their_claims_alone(
+    tmp_path: Path,
+) -> None:
+    ci = {"kit_commit": "a" * 40, "values": {"x": 1.0}, "outcomes": {}, "numerics": 2}
+    job = {"kit_commit": "a" * 40, "numerics": 2, "outcomes": {"c": "reproduced"}, "values": {}}
+    folder = _records(
+        tmp_path, {"A 1/1": {"ci": ci, "main_job": job}, "B 2/2": {"ci": ci, "main_job": job}}
+    )
+    assert cpu_records.replicate_move(folder) == (None, None)
+    said = cpu_records.statement(folder)
+    assert "and the main job's claims came out the same (c reproduced)" in said
+    assert "per replicate" not in said

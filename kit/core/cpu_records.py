@@ -273,10 +273,11 @@ def _across(found: dict[str, dict[str, Any]], folder: Path | None, made_under: i
                 if moved
                 else "; the main job's values per replicate were the same"
             )
+        claims = "its claims" if moved is not None else "the main job's claims"
         text += (
-            f" and its claims came out the same ({said})"
+            f" and {claims} came out the same ({said})"
             if not disputed
-            else f" and its claims differed ({', '.join(disputed)})"
+            else f" and {claims} differed ({', '.join(disputed)})"
         )
     return text
 
@@ -287,8 +288,8 @@ def replicate_move(
     """The largest difference of one replicate's value of the main job's endpoints between two
     recorded CPU models (points) and where it was; (None, None) if fewer than two records hold
     replicates."""
-    found = [p["replicates"] for p in by_model("main_job", folder, made_under).values()]
-    found = [f for f in found if f]
+    parts = by_model("main_job", folder, made_under).values()
+    found: list[dict[str, list[float]]] = [p["replicates"] for p in parts if p.get("replicates")]
     if len(found) < 2:
         return None, None
     moves = [
