@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.cli import figures, fingerprint
+from kit.cli import cpu_figures, figures, fingerprint
 from kit.core import cpu_records, numerics
 from kit.core.paths import REPO_ROOT
 
@@ -236,7 +236,7 @@ def test_values_are_compared_only_between_records_of_one_numerics_version(
         },
     )
     monkeypatch.setattr(cpu_records, "RECORDS", folder)
-    table = figures.cpu_models()
+    table = cpu_figures.cpu_models()
     assert f"{numerics.EARLIER[1].capitalize()}, 1 of the ci profile's 2" in table
     assert "| x | 10.00 | 12.00 | 2.00 |" in table
     assert "13.00" not in table  # the current records are not set beside the earlier ones

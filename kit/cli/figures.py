@@ -9,7 +9,8 @@ the repository:
   after a run (`--record cpu outputs/cpu` after the main job);
 - `docs/data/*.json`: what a benchmark wrote (`benchmarks/cpu_spread.py`,
   `benchmarks/numerics_cost.py`), and `docs/data/cpus/`: what each recorded CPU model gave
-  (kit.core.cpu_records; README's sentence about other machines is a block too).
+  (kit.core.cpu_records; their blocks, README's sentence about other machines among them, are
+  kit.cli.cpu_figures').
 Every block names the machine, the commit and the CPU numerics its figures came from.
 """
 
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kit.cli import cpu_figures
 from kit.core import cpu_records, numerics
 from kit.core.files import write_text
 from kit.core.numbers import counted
@@ -315,99 +317,15 @@ def numerics_cost(path: Path = DATA / "numerics_cost.json") -> str:
     return "\n".join(lines) + "\n"
 
 
-def cross_machine() -> str:
-    """What another machine changes, in one sentence from the CPU records (README, docs)."""
-    return f"Measured so far: {cpu_records.statement()}.\n"
-
-
-def cross_machine_brief() -> str:
-    """`cross_machine` in a few words, for README (the whole sentence is in the docs)."""
-    return (
-        f"Measured so far: {cpu_records.brief()} (each model and what moved: "
-        "[Across CPU models](docs/reproducibility.md#across-cpu-models)).\n"
-    )
-
-
-def cpu_models() -> str:
-    """Every recorded CPU model and what it gave, and the ci values that moved between them."""
-    found = cpu_records.records()
-    lines = [
-        "| CPU model | fingerprint (kit, numerics) | ci profile's claims (kit, numerics) "
-        "| main job's claims (kit, numerics) |",
-        "|---|---|---|---|",
-    ]
-
-    def part(record: dict[str, Any], name: str) -> str:
-        if name not in record:
-            return "not recorded"
-        made = f"{record[name]['kit_commit'][:7]}, v{cpu_records.version(record[name])}"
-        if name == "fingerprint":
-            count = sum(len(ops) for ops in record[name]["ops"].values())
-            return f"{count} operations ({made})"
-        said = ", ".join(f"{k} {v}" for k, v in record[name]["outcomes"].items())
-        return f"{said} ({made})"
-
-    for record in found:
-        lines.append(
-            f"| {cpu_records.describe(record)} | {part(record, 'fingerprint')} | "
-            f"{part(record, 'ci')} | {part(record, 'main_job')} |"
-        )
-    for made_under in cpu_records.versions("ci"):
-        lines += _ci_moves(made_under)
-    return "\n".join(lines) + "\n"
-
-
-def _ci_moves(made_under: int) -> list[str]:
-    """The ci values that differ between the records made under numerics `made_under` (only
-    records of one version are compared: another version changed the arithmetic)."""
-    found = cpu_records.by_model("ci", made_under=made_under)
-    if len(found) < 2:
-        return []
-    named = {r["cpu_id"]: cpu_records.describe(r) for r in cpu_records.records()}
-    ci = list(found.values())
-    keys = [k for k in ci[0]["values"] if all(k in p["values"] for p in ci)]
-    moved = [k for k in keys if len({p["values"][k] for p in ci}) > 1]
-    when = (
-        "under the current numerics"
-        if made_under == numerics.VERSION
-        else numerics.EARLIER.get(made_under, f"under numerics version {made_under}")
-    )
-    names = " and ".join(named[cpu] for cpu in found)
-    if not moved:
-        return [
-            "",
-            f"{when.capitalize()}, all {len(keys)} of the ci profile's Table 3 values "
-            f"are the same on {names}.",
-        ]
-    lines = [
-        "",
-        f"{when.capitalize()}, {len(moved)} of the ci profile's {len(keys)} Table 3 values differ "
-        f"between {names} (top-1 %):",
-        "",
-        "| value | "
-        + " | ".join(f"{named[cpu].split(' (')[0]} ({cpu})" for cpu in found)
-        + " | move |",
-        "|---|" + "---|" * (len(ci) + 1),
-    ]
-    for key in moved:
-        values = [p["values"][key] for p in ci]
-        lines.append(
-            f"| {key} | "
-            + " | ".join(f"{v:.2f}" for v in values)
-            + f" | {max(values) - min(values):.2f} |"
-        )
-    return lines
-
-
 #: every block a page may carry, by name
 BLOCKS: dict[str, Callable[[], str]] = {
     "main-job": main_job,
     "sweep": sweep,
     "cpu-spread": cpu_spread,
     "numerics-cost": numerics_cost,
-    "cross-machine": cross_machine,
-    "cross-machine-brief": cross_machine_brief,
-    "cpu-models": cpu_models,
+    "cross-machine": cpu_figures.cross_machine,
+    "cross-machine-brief": cpu_figures.cross_machine_brief,
+    "cpu-models": cpu_figures.cpu_models,
 }
 #: pages outside docs/ that carry blocks
 PAGES = (REPO_ROOT / "README.md",)
