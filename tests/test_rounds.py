@@ -29,10 +29,14 @@ PLANTED = {
 }
 
 
-def _judge(key: str, counts: tuple[int, ...], late: bool) -> list[rounds.Round]:
+def _judge(
+    key: str, counts: tuple[int, ...], halt: str | None, flagged: str | None = None
+) -> list[rounds.Round]:
     values = PLANTED[key][: counts[-1]]
-    condition = outcomes.Condition("c", "cat4", "cat1", ("t",), outcomes.estimate(values))
-    return [rounds.judge_round("time-concat", [condition], 3.0, PLAN, counts, late)]
+    condition = outcomes.Condition(
+        "c", "cat4", "cat1", ("t",), outcomes.estimate(values), flagged=flagged
+    )
+    return [rounds.judge_round("time-concat", [condition], 3.0, PLAN, counts, halt)]
 
 
 def _loop(wall_s: float | None = None, clock=None) -> tuple[dict, list[dict[str, range]]]:
@@ -120,7 +124,36 @@ def test_a_wall_budget_of_zero_is_the_first_round_only_even_replayed_in_no_time(
     asked: list[Mapping[str, range]] = []
     cells = rounds.run_rounds(list(PLANTED), PLAN, 0.0, asked.append, _judge, lambda: 5.0)
     assert asked == [{"decided": range(0, 3), "open": range(0, 3)}]
-    assert cells["open"].claims["time-concat"].stopped == rounds.WALL
+    # its stop says what stopped it: the plan's one round, not a wall budget it did not have
+    assert cells["open"].claims["time-concat"].stopped == rounds.FIRST
+
+
+@pytest.mark.parametrize(
+    ("side", "stops"),
+    [("variant", rounds.REPRODUCED), ("against", rounds.FLAGGED), ("both", rounds.FLAGGED)],
+)
+def test_a_flag_that_blocks_a_decision_spends_the_plan_on_it(side: str, stops: str) -> None:
+    """A gain that holds at the first look with the treatment's cell flagged stands (its bias
+    can only lower the gain); with the reference's cell flagged (or both) it cannot stand, and
+    instead of stopping the cell as a missing condition the plan goes on to its last look, stops
+    for the flag there, and the line to decide says what would clear it."""
+    asked: list[Mapping[str, range]] = []
+
+    def judge(key: str, counts: tuple[int, ...], halt: str | None) -> list[rounds.Round]:
+        return _judge(key, counts, halt, flagged=side)
+
+    cells = rounds.run_rounds(["decided"], PLAN, None, asked.append, judge)
+    found = cells["decided"].claims["time-concat"]
+    assert found.stopped == stops
+    if stops == rounds.REPRODUCED:
+        assert asked == [{"decided": range(0, 3)}] and "holds stands" in found.rows[0]["flag"]
+        assert rounds.to_decide(cells, PLAN, "python -m kit run 03") is None
+        return
+    assert [span.stop for pending in asked for span in pending.values()] == [3, 6, 9]
+    assert found.status == outcomes.INCONCLUSIVE and "not judged" in found.rows[0]["flag"]
+    decide = rounds.to_decide(cells, PLAN, "python -m kit run 03")
+    assert decide is not None and "more held-out probe rows" in decide
+    assert "reached the plan's most replicates" in decide
 
 
 def test_a_round_read_back_from_finished_runs_gives_no_rate() -> None:

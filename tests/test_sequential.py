@@ -176,7 +176,9 @@ def test_a_cell_decided_in_round_one_gets_no_more_replicates() -> None:
     assert not going.decided and going.wanted == 6
     late = claim_rounds.judge_round("c", _conditions([2.0, 9.0, -4.0] * 4), 3.0, plan, plan.looks)
     assert late.stopped == claim_rounds.MOST and late.wanted == 12 and late.rounds == 4
-    timed = claim_rounds.judge_round("c", _conditions([2.0, 9.0, -4.0]), 3.0, plan, [3], True)
+    timed = claim_rounds.judge_round(
+        "c", _conditions([2.0, 9.0, -4.0]), 3.0, plan, [3], claim_rounds.WALL
+    )
     assert timed.stopped == claim_rounds.WALL and timed.wanted == 3
 
 

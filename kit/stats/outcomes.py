@@ -20,6 +20,16 @@ under no effect it comes out at most LEVEL / 2 of the time); `contradicted` is a
 conditions, so with k conditions all sitting exactly at their margin plus `smallest` it may come
 out up to k x LEVEL / 2 of the time (tests/test_outcomes.py measures both rates by simulation).
 
+A condition may read a *flagged* probe cell (one whose held-out choice among heads rested on the
+draw of the held-out rows: kit.experiments.timecat.cells). Its endpoint is evaluation top-1 of
+the chosen head, and the evaluation rows took no part in the choice, so a noisy choice can only
+pick a head no better, in expectation, than the one a sure choice would have picked: it can
+lower the flagged variant's score, never raise it. A flag on the variant's side (`flagged`
+"variant") therefore biases the difference down, and a difference that still holds stands; a
+flag on the reference's side ("against") biases it up, and a difference that is still
+contradicted stands; any other judgement of a flagged condition, and every judgement with both
+sides flagged, is inconclusive (`supports`). docs/concepts.md ("Flagged cells") derives it.
+
 Every condition also reports the *minimum detectable effect*: the true effect above its margin
 that this run's replicate count and spread would find holding with probability `POWER` (from
 the noncentral t distribution), and how many replicates would detect the smallest effect of
@@ -60,6 +70,9 @@ MOST_REPLICATES = 1000
 
 REPRODUCED, CONTRADICTED, INCONCLUSIVE = "reproduced", "contradicted", "inconclusive"
 HOLDS = "holds"
+#: the sides of a condition a flagged probe cell can sit on, and the one judgement each leaves
+#: standing (see the module docstring): a low-biased variant's gain, a low-biased reference's loss
+FLAG_SUPPORTS = {"variant": HOLDS, "against": CONTRADICTED}
 
 
 @dataclass(frozen=True)
@@ -160,12 +173,41 @@ class Condition:
     estimate: Estimate
     margin: float = 0.0
     must_be: str = "better"
-    #: why the condition could not be computed (a control not run, every task flagged), if so
+    #: why the condition could not be computed (a control not run, no task shared), if so
     missing: str | None = None
+    #: the side whose probe cells are flagged: `variant`, `against`, `both` or None
+    flagged: str | None = None
+    #: the flagged cells it reads, in words
+    flagged_cells: str | None = None
 
 
-def judge(condition: Condition, smallest: float) -> str:
-    """`holds`, `contradicted` or `inconclusive` (see the module docstring)."""
+def supports(flagged: str | None, judgement: str) -> bool:
+    """Whether a judgement stands with a flagged probe cell on side `flagged` (see the module
+    docstring): every judgement without a flag, the one `FLAG_SUPPORTS` names with one."""
+    return flagged is None or FLAG_SUPPORTS.get(flagged) == judgement
+
+
+def flag_words(condition: Condition, judgement: str) -> str | None:
+    """What a flag on `condition` does to its interval's `judgement`, in words; None without a
+    flag."""
+    side = condition.flagged
+    if side is None:
+        return None
+    cells = f"reads flagged probe cells: {condition.flagged_cells}"
+    if side == "both":
+        return f"{cells} (not judged: flagged on both sides, no judgement can stand)"
+    whose = condition.variant if side == "variant" else condition.against
+    if supports(side, judgement):
+        return (
+            f"{cells}; a noisy held-out choice can only lower {whose}'s score, so {judgement} "
+            "stands"
+        )
+    only = FLAG_SUPPORTS[side]
+    return f"{cells} (not judged: with {whose}'s cell flagged only {only} can stand)"
+
+
+def raw_judgement(condition: Condition, smallest: float) -> str:
+    """The judgement of the interval alone, flags aside (see the module docstring)."""
     found = condition.estimate
     if condition.missing or found.low is None or found.high is None:
         return INCONCLUSIVE
@@ -174,6 +216,13 @@ def judge(condition: Condition, smallest: float) -> str:
     if found.high < condition.margin + smallest:
         return CONTRADICTED
     return INCONCLUSIVE
+
+
+def judge(condition: Condition, smallest: float) -> str:
+    """`holds`, `contradicted` or `inconclusive` (see the module docstring): the interval's
+    judgement where its flag, if any, lets it stand."""
+    found = raw_judgement(condition, smallest)
+    return found if supports(condition.flagged, found) else INCONCLUSIVE
 
 
 @dataclass(frozen=True)
@@ -219,6 +268,7 @@ def condition_row(
         "detectable": detectable(found.spread, found.replicates, level),
         "replicates_needed": replicates_needed(found.spread, smallest, level),
         "missing": condition.missing,
+        "flag": flag_words(condition, raw_judgement(condition, smallest)),
     }
 
 
@@ -230,6 +280,11 @@ def outcome(
     rows = [condition_row(claim, c, smallest, level) for c in conditions]
     judged = [row["judgement"] for row in rows]
     reasons = [f"{row['condition']}: {row['missing']}" for row in rows if row["missing"]]
+    reasons += [
+        f"{row['condition']}: {row['flag']}"
+        for row in rows
+        if row["flag"] and row["judgement"] == INCONCLUSIVE
+    ]
     if not rows:
         return Outcome(claim, INCONCLUSIVE, smallest, rows, ["no condition could be computed"])
     if CONTRADICTED in judged:
@@ -247,7 +302,7 @@ def outcome(
         reasons += [
             f"{row['condition']}: cannot tell at {numbers.counted(row['replicates'], 'replicate')}"
             for row in rows
-            if row["judgement"] == INCONCLUSIVE and not row["missing"]
+            if row["judgement"] == INCONCLUSIVE and not row["missing"] and not row["flag"]
         ]
     return Outcome(claim, status, smallest, rows, reasons)
 
@@ -274,6 +329,8 @@ def condition_words(row: dict[str, Any]) -> str:
         )
     margin = f"above {row['margin']:+g}" if row["margin"] else "above 0"
     text += f"; must lie {margin}: {row['judgement']}"
+    if row.get("flag"):
+        text += f" ({row['flag']})"
     if row["detectable"] is not None:
         text += (
             f"; detectable at {100 * POWER:.0f}% power: "
@@ -313,6 +370,7 @@ SCHEMA = {
     "detectable": pl.Float64,
     "replicates_needed": pl.Int64,
     "missing": pl.String,
+    "flag": pl.String,
     # the rounds of its claim's cell (kit.stats.rounds): taken, why they stopped, and whether
     # the interval is a repeated one (several looks) rather than a fixed-sample t interval
     "rounds": pl.Int64,

@@ -20,9 +20,12 @@ above `max_probe_optimism` points. With one replicate no cell can be flagged (no
 decided). The paper rule chooses on the evaluation split itself, so its optimism is measured
 by that rule's difference from the held-out rule, not here.
 
-A comparison that reads a flagged cell (its variant's or its reference's, on any task it reads)
-supports nothing: a claim's condition on it is not judged (so the claim is neither reproduced
-nor contradicted by it; docs: Concepts, "Flagged cells"), and a secondary gain on it is labelled
+A flagged cell's evaluation top-1 can only be lower, in expectation, than a sure choice would
+have made it (the evaluation rows took no part in the choice), so a claim's condition that reads
+one keeps the judgement that bias cannot have made: a gain that holds with the variant's cell
+flagged, a loss that is contradicted with the reference's flagged (kit.stats.outcomes; docs:
+Concepts, "Flagged cells"); anything else on it is not judged, and the rounds go on where more
+replicates could clear the flag. A secondary gain on a flagged cell is labelled
 `flagged (probe selection)` and counted nowhere.
 """
 

@@ -107,18 +107,12 @@ def condition(
 ) -> outcomes.Condition:
     """One condition of a claim: the endpoint of `variant` against `against` on every task of
     `roles` both were probed on (fixed by the design, never by the data). A condition that
-    reads a `flagged` cell (kit.experiments.timecat.cells) is computed and shown but not judged:
-    its `missing` names the cells."""
+    reads a `flagged` cell (kit.experiments.timecat.cells) says on which side: its judgement
+    stands only where the flag's bias cannot have made it (kit.stats.outcomes.supports)."""
     tasks = _tasks(results, [variant, against], roles)
     values = endpoint(results, rule, variant, against, tasks) if tasks else []
     read = cells.read_flagged(flagged, (variant, against), tasks)
-    missing = (
-        "no task shared"
-        if not tasks
-        else "reads flagged probe cells (not judged): " + ", ".join(f"{v} on {t}" for v, t in read)
-        if read
-        else None
-    )
+    sides = {"variant" if v == variant else "against" for v, _ in read}
     return outcomes.Condition(
         name,
         variant,
@@ -127,7 +121,9 @@ def condition(
         outcomes.estimate(values, resolution=resolution(results, tasks)),
         margin,
         must_be,
-        missing,
+        None if tasks else "no task shared",
+        flagged=None if not sides else sides.pop() if len(sides) == 1 else "both",
+        flagged_cells=", ".join(f"{v} on {t}" for v, t in read) or None,
     )
 
 
@@ -151,7 +147,8 @@ def time_concat_conditions(
     width-matched model at equal compute, the untrained networks of the same n) and must not
     lose by `smallest` points to one given more compute (a wide model trained for the whole
     budget spends width^2 times cat1's). A control kind the run lacks is a missing condition:
-    a gain means little without it. A condition reading a `flagged` probe cell is not judged.
+    a gain means little without it. A condition reading a `flagged` probe cell keeps only the
+    judgement its flag cannot have made (`condition`).
     Empty when the run has no catN of n > 1."""
     variant = claimed_variant(results)
     if variant is None:
@@ -271,11 +268,12 @@ def judge_round(
     results: pl.DataFrame,
     params: TimecatSettings,
     counts: Sequence[int],
-    out_of_time: bool,
+    halt: str | None,
     names: Sequence[str] = tuple(CLAIMS),
 ) -> list[rounds.Round]:
     """Every claim of `names` the run states, judged after the looks at `counts` replicates
-    on `results` (kit.stats.rounds: repeated intervals, and whether its cell stops)."""
+    on `results` (kit.stats.rounds: repeated intervals, and whether its cell stops; `halt`,
+    why no further round starts)."""
     found = []
     for name in names:
         conditions_of, stated = CLAIMS[name]
@@ -289,7 +287,7 @@ def judge_round(
             continue
         found.append(
             rounds.judge_round(
-                name, conditions, params.smallest_effect, params.design, counts, out_of_time
+                name, conditions, params.smallest_effect, params.design, counts, halt
             )
         )
     return found

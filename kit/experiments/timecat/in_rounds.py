@@ -55,10 +55,9 @@ class Measured:
         )
 
     def to_decide(self, command: str) -> str | None:
-        """Where the wall budget stopped a claim undecided: the command that goes on with the
-        same plan, and the time it needs (`rounds.to_decide`)."""
-        first_only = self.params.rounds is not None and self.params.rounds.wall_s == 0
-        return rounds.to_decide({CELL: self.cell}, self.design, command, first_only=first_only)
+        """Where the wall budget or the first round stopped a claim undecided, or a flagged
+        probe cell left it so: what would decide it (`rounds.to_decide`)."""
+        return rounds.to_decide({CELL: self.cell}, self.design, command)
 
     def stops(self) -> list[rounds.Round]:
         """Each claim's last round, for comparisons.summarize."""
@@ -106,8 +105,8 @@ def run(
         found.params = look
         return found.trained > before
 
-    def judge(_cell: str, counts: tuple[int, ...], out_of_time: bool) -> list[rounds.Round]:
-        return claims.judge_round(pl.concat(results), params, counts, out_of_time)
+    def judge(_cell: str, counts: tuple[int, ...], halt: str | None) -> list[rounds.Round]:
+        return claims.judge_round(pl.concat(results), params, counts, halt)
 
     wall_s = None if params.rounds is None else params.rounds.wall_s
     found.cell = rounds.run_rounds([CELL], params.design, wall_s, step, judge, clock)[CELL]

@@ -291,11 +291,13 @@ def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Sw
         own.append(own_accuracy(looks))
         return trained > 0
 
-    def judge(key: tuple[int, int], counts: tuple[int, ...], late: bool) -> list[rounds.Round]:
+    def judge(
+        key: tuple[int, int], counts: tuple[int, ...], halt: str | None
+    ) -> list[rounds.Round]:
         mine = pl.concat(results, how="diagonal_relaxed").filter(
             (pl.col("world_seed") == key[0]) & (pl.col("budget") == key[1])
         )
-        return claims.judge_round(mine, by_key[key].settings, counts, late, [claims.TIME_CONCAT])
+        return claims.judge_round(mine, by_key[key].settings, counts, halt, [claims.TIME_CONCAT])
 
     wall_s = None if first.rounds is None else first.rounds.wall_s
     looked = rounds.run_rounds(list(by_key), first.design, wall_s, step, judge)
@@ -331,5 +333,5 @@ def run(params: SweepSettings, cells: list[Cell], out: Path) -> sweep_outcome.Sw
         sweep_outcome.learned_budgets(owned, first.baseline, params.saturation),
         judged,
         vs_paper,
-        rounds.to_decide(looked, first.design, command, key, first_only=wall_s == 0),
+        rounds.to_decide(looked, first.design, command, key),
     )
