@@ -104,7 +104,7 @@ SLOW_NAMES = (
 SLOW_TESTS = frozenset(
     (
         "test_a_batch_crosses_from_a_worker_with_a_constant_number_of_descriptors",
-        "test_a_cell_the_held_out_rows_overrated_decides_nothing_and_a_gap_alone_flags_nothing",
+        "test_a_flagged_cell_keeps_only_the_judgement_its_bias_cannot_have_made",
         "test_a_checkpoint_read_without_its_hash_is_listed_in_the_summary_and_the_report",
         "test_a_failed_run_leaves_no_parameters_record_and_a_folder_the_report_refuses",
         "test_a_file_of_the_users_inside_an_earlier_download_is_never_deleted",

@@ -47,14 +47,16 @@ def test_a_stale_block_is_named(tmp_path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_the_sweeps_tables_are_written_from_its_record(tmp_path: Path) -> None:
-    """docs/sweep.md's tables come from the recorded summary: how many cells the rounds decided
-    and why the others stopped, and each cell's difference and outcome by world and budget."""
+    """docs/sweep.md's tables come from the recorded summary: the statement computed from its
+    cells' outcomes by notebook 04's own function (not the line the record was made with), how
+    many cells the rounds decided and why the others stopped, and each cell's difference and
+    outcome by world and budget."""
     shutil.copy(
         figures.RESULTS / "sweep" / "04_when_concat_helps.provenance.json",
         tmp_path / "04_when_concat_helps.provenance.json",
     )
     cells = [
-        {"world_seed": w, "budget": b, "status": s, "rounds": r, "stopped": why}
+        {"world_seed": w, "budget": b, "status": s, "rounds": r, "stopped": why, "variant": "cat4"}
         for w, b, s, r, why in [
             (0, 60, "contradicted", 1, "contradicted"),
             (0, 240, "reproduced", 2, "reproduced"),
@@ -66,6 +68,7 @@ def test_the_sweeps_tables_are_written_from_its_record(tmp_path: Path) -> None:
             "world_seed": c["world_seed"],
             "budget": c["budget"],
             "condition": "cat4 vs cat1",
+            "against": "cat1",
             "mean": mean,
             "low": mean - 2,
             "high": mean + 2,
@@ -84,6 +87,14 @@ def test_the_sweeps_tables_are_written_from_its_record(tmp_path: Path) -> None:
     }
     (tmp_path / "sweep_summary.json").write_text(json.dumps(summary))
     text = figures.sweep(tmp_path)
+    assert "the statement" not in text
+    assert (
+        "**The statement** (from the recorded cells' outcomes): Over the budget sweep, cat4 "
+        "transfers better than cat1 beyond the controls (paper Section 5.1): inconclusive "
+        "(world 0: crossover between 60 and 240 iterations (contradicted at 60; reproduced at "
+        "240, the largest budget run); world 1: one budget (60 inconclusive): a crossover "
+        "needs two)"
+    ) in text
     assert (
         "2 of 3 cells decided (1 reproduced, 1 contradicted); undecided: 1 wall budget. "
         "To decide the rest: 1 cell(s) undecided ..." in text

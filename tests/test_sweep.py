@@ -4,6 +4,7 @@ the paper beside the kit with its regime."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -59,12 +60,13 @@ def sweep_results(
     gap: float = 0.0,
     seed: int = 0,
     optimism: float = 0.0,
+    overrated: str = "cat4",
 ) -> pl.DataFrame:
     """Probe results of a sweep: every variant at 50% plus noise of std 1 point (seeded); cat4
     gains `cat4_gain[budget]` points on every transfer task, random4 sits 20 points lower;
     every probe's train accuracy is its eval accuracy plus `gap` points for cat4, and its
-    chosen head's held-out accuracy its eval accuracy plus noise and, for cat4, `optimism`
-    points."""
+    chosen head's held-out accuracy its eval accuracy plus noise and, for `overrated`,
+    `optimism` points."""
     rng = np.random.default_rng(seed)
     rows = []
     for world in range(worlds):
@@ -92,7 +94,9 @@ def sweep_results(
                                 "top1": level / 100,
                                 "top5": None,
                                 "train_top1": (level + gap * (name == "cat4")) / 100,
-                                "heldout_top1": (level + rng.normal() + optimism * (name == "cat4"))
+                                "heldout_top1": (
+                                    level + rng.normal() + optimism * (name == overrated)
+                                )
                                 / 100,
                                 "eval_rows": 512,
                             }
@@ -125,8 +129,11 @@ def test_a_planted_gain_at_every_budget_is_reproduced_and_a_null_sweep_contradic
     assert all(row["status"] == "contradicted" for row in null.evidence)
 
 
-def test_a_cell_the_held_out_rows_overrated_decides_nothing_and_a_gap_alone_flags_nothing() -> None:
-    """The one rule of kit.experiments.timecat.cells in every cell of a sweep."""
+def test_a_flagged_cell_keeps_only_the_judgement_its_bias_cannot_have_made() -> None:
+    """The one rule of kit.experiments.timecat.cells in every cell of a sweep: a gap alone flags
+    nothing; a flag on cat4 (the treatment: its score can only be lowered) leaves a planted gain
+    reproduced and says why; a flag on cat1 (the reference) leaves the same gain unjudged, and a
+    planted null still contradicted."""
     gapped = sweep_outcome.judge_cells(
         sweep_results(dict.fromkeys(BUDGETS, 8.0), gap=30.0), "heldout", "cat1", 2.9, 2.9
     )
@@ -135,16 +142,32 @@ def test_a_cell_the_held_out_rows_overrated_decides_nothing_and_a_gap_alone_flag
     judged = sweep_outcome.judge_cells(planted, "heldout", "cat1", 2.9, 2.9)
     assert set(judged.gaps.filter(pl.col("flagged"))["variant"]) == {"cat4"}
     assert (judged.cells["flagged_cells"] == 4).all()  # cat4 on each of the four tasks
-    assert (judged.cells["status"] == "inconclusive").all()
+    assert (judged.cells["status"] == "reproduced").all()
     assert (
         judged.cells["line"]
-        .str.contains("reads flagged probe cells (not judged): cat4", literal=True)
+        .str.contains("a noisy held-out choice can only lower cat4's score, so holds stands")
         .all()
     )
     # the endpoint itself does not move with the flags
     unflagged = sweep_outcome.judge_cells(planted, "heldout", "cat1", None, 2.9)
     assert judged.verdicts["mean"].to_list() == unflagged.verdicts["mean"].to_list()
-    assert (unflagged.cells["status"] == "reproduced").all()
+    reference = sweep_outcome.judge_cells(
+        sweep_results(dict.fromkeys(BUDGETS, 8.0), optimism=12.0, overrated="cat1"),
+        "heldout",
+        "cat1",
+        2.9,
+        2.9,
+    )
+    assert (reference.cells["status"] == "inconclusive").all()
+    assert (
+        reference.cells["line"]
+        .str.contains("not judged: with cat1's cell flagged only contradicted can stand")
+        .all()
+    )
+    null = sweep_outcome.judge_cells(
+        sweep_results({}, optimism=12.0, overrated="cat1"), "heldout", "cat1", 2.9, 2.9
+    )
+    assert (null.cells["status"] == "contradicted").all()
 
 
 Y, N, U = "reproduced", "contradicted", "inconclusive"
@@ -155,12 +178,17 @@ Y, N, U = "reproduced", "contradicted", "inconclusive"
     [
         ([N, N, Y, Y], "crossover", (2, 3)),
         ([N, U, Y, Y], "crossover", (1, 3)),
-        ([U, U, Y, Y], "from", (None, 3)),
+        # an undecided cell above the first reproduced one leaves the crossover where it was
+        ([N, Y, U, Y], "crossover", (1, 2)),
+        ([N, Y, Y, U], "crossover", (1, 2)),
+        # no decided no-gain cell below: no crossover, whatever the reproduced cells
+        ([U, U, Y, Y], "reproduced where decided", None),
+        ([U, Y], "reproduced where decided", None),
+        ([N, N, U, U], "contradicted where decided", None),
         ([Y] * 4, "always", None),
         ([N] * 4, "never", None),
         ([N, Y, N, Y], "mixed", None),
-        ([N, N, U, U], "inconclusive", None),
-        ([N, Y, Y, U], "inconclusive", None),
+        ([U, U, U, U], "inconclusive", None),
         ([Y], "one budget", None),
     ],
 )
@@ -191,7 +219,7 @@ def test_the_overall_statement_from_mixed_worlds() -> None:
         assert found.status == "untested (one budget)" and "never" not in found.line
         assert found.crossovers == {0: None, 1: None}
     found = crossover.budget_claim(table({0: [N, U, Y], 1: [N, N, N]}))
-    assert "world 1: contradicted at every budget (no crossover in range)" in found.line
+    assert "world 1: contradicted at every budget run, from 60 to 240: no crossover" in found.line
     with pytest.raises(ValueError, match="once"):
         crossover.budget_claim(pl.concat([table({0: [Y]})] * 2))
 
@@ -817,3 +845,35 @@ def test_lbfgs_top1_does_not_depend_on_whether_notebook_03_probed_the_cell(
     monkeypatch.setattr(sweep, "swept_notebook", lambda _params: recorded)
     fitting = sweep_settings.Cell(cell.world_seed, cell.budget, checking, cell.shared)
     assert sweep.notebook03_results(loaded, fitting) is None
+
+
+@pytest.mark.parametrize("length", [2, 3, 4])
+def test_a_regime_sentence_claims_no_more_than_its_decided_cells(length: int) -> None:
+    """Every planted world of 2 to 4 budgets: a crossover is named only between a contradicted
+    cell and a reproduced one at a higher budget, as exactly that interval; a sentence never says
+    "from B on" past the budgets run, names only the largest budget as the largest run, and names
+    every undecided budget as undecided."""
+    budgets = BUDGETS[:length]
+    for statuses in itertools.product((Y, N, U), repeat=length):
+        rows = [
+            {"world_seed": 0, "budget": b, "status": s}
+            for b, s in zip(budgets, statuses, strict=True)
+        ]
+        found = crossover.budget_claim(pl.DataFrame(rows))
+        fails = [b for b, s in zip(budgets, statuses, strict=True) if s == N]
+        helps = [b for b, s in zip(budgets, statuses, strict=True) if s == Y]
+        bracketed = bool(fails and helps) and max(fails) < min(helps)
+        assert ("crossover between" in found.line) == bracketed, found.line
+        if bracketed:
+            assert f"crossover between {max(fails):,} and {min(helps):,} iterations" in found.line
+            assert found.crossovers[0] == (max(fails), min(helps))
+        else:
+            assert found.crossovers[0] is None
+        assert " on," not in found.line and " on)" not in found.line, found.line
+        for named in re.findall(r"([\d,]+), the largest budget run", found.line):
+            assert named == f"{budgets[-1]:,}", found.line
+        undecided = [b for b, s in zip(budgets, statuses, strict=True) if s == U]
+        if undecided and len(set(statuses)) > 1:
+            assert "undecided at" in found.line or "no budget decided" in found.line, found.line
+        if not fails and helps and undecided:
+            assert "no crossover was seen" in found.line, found.line

@@ -149,14 +149,20 @@ def judge_cells(
 
 def overall(judged: CellVerdicts, baseline: str) -> crossover.BudgetClaim:
     """The sweep's statement (kit.stats.crossover) from the cells' outcomes."""
-    variants = [v for v in judged.cells["variant"].unique(maintain_order=True) if v]
+    return statement(judged.cells, baseline)
+
+
+def statement(cells: pl.DataFrame, baseline: str) -> crossover.BudgetClaim:
+    """The sweep's statement from one row per cell (`world_seed`, `budget`, `status`, the
+    claimed `variant`, and the cell's `line`): the one sentence the notebook, the terminal, the
+    report and the docs print, computed alike from a run or a recorded summary's cells."""
+    variants = [v for v in cells["variant"].unique(maintain_order=True) if v]
     what = (
         f"{'/'.join(variants) or 'catN'} transfers better than {baseline} beyond the "
         "controls (paper Section 5.1)"
     )
-    return crossover.budget_claim(
-        judged.cells.select("world_seed", "budget", "status", "line"), what
-    )
+    kept = [c for c in ("world_seed", "budget", "status", "line") if c in cells.columns]
+    return crossover.budget_claim(cells.select(kept), what)
 
 
 def what_ran(params: SweepSettings, cells: list[Cell], wall_s: float, machine: str) -> str:
