@@ -244,6 +244,45 @@ def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_
     assert start < text.index("time-concat line")
 
 
+def test_each_sweep_row_is_badged_with_its_own_cells_outcome_and_stop(tmp_path: Path) -> None:
+    """A sweep's verdict table: every row's badge is its own cell's outcome in the summary (not
+    the sweep's one statement), and a stop reason is shown only where the cell stopped for one
+    that is not its outcome, as the cell's rows recorded it."""
+    folder = fake_outputs(tmp_path / "ci")
+    planted = {(0, 60): ("inconclusive", "first round only"), (0, 240): ("reproduced", None)}
+    rows, cells = [], []
+    for (world, budget), (status, stop) in planted.items():
+        values = [6.0, 6.2, 6.1] if status == "reproduced" else [1.0, 9.0, -3.0]
+        for against in ("cat1", "wide1-eq"):
+            condition = outcomes.Condition(
+                f"cat4 vs {against}", "cat4", against, ("shape",), outcomes.estimate(values)
+            )
+            row = outcomes.outcome("time-concat", [condition], 2.9).rows[0]
+            rows.append(row | {"world_seed": world, "budget": budget, "stopped": stop or status})
+        cells.append({"world_seed": world, "budget": budget, "status": status, "line": "cell"})
+    (folder / "sweep_summary.json").write_text(
+        json.dumps(
+            {"claim": {"claim": "time-concat", "status": "inconclusive", "line": "sweep"}}
+            | {"cells": cells}
+        )
+    )
+    extra = {"world_seed": pl.Int64, "budget": pl.Int64}
+    outcomes.table(rows, extra).write_parquet(folder / "sweep_verdicts.parquet")
+    text = page.write_report("ci", folder).read_text()
+    start = text.index("sweep_verdicts.parquet")
+    table = text[start : text.index("</table>", start)]
+    shown = re.findall(
+        r"<tr><td>(\d+)</td><td>(\d+)</td><td>[^<]*</td><td><span class=\"badge \w*\">(\w+)"
+        r"</span></td>.*?<td>(\d+ rounds?[^<]*)</td></tr>",
+        table,
+    )
+    assert len(shown) == len(rows)
+    for world, budget, badge, ran in shown:
+        status, stop = planted[int(world), int(budget)]
+        assert badge == status
+        assert ran == ("1 round" + (f", stopped: {stop}" if stop else ""))
+
+
 def test_a_claim_reads_in_one_short_sentence_its_detail_folded(tmp_path: Path) -> None:
     """A claim's block says its title and how many rounds it took, its conditions folded in a
     closed <details>; the verdict table's rounds never repeat the outcome beside them, and a

@@ -108,9 +108,15 @@ def _badge(status: str) -> str:
 def verdict_table(stored: pl.DataFrame, summary: dict[str, Any], name: str) -> str:
     """The conditions of a notebook's claims as one table a reader scans: claim, outcome badge,
     condition, effect [95% interval], detectable effect, replicates, and the rounds taken (with
-    why they stopped where that is not the outcome beside it)."""
+    why they stopped where that is not the outcome beside it). A sweep's rows (one cell each,
+    by world seed and budget) are badged with their own cell's outcome, not the sweep's."""
     claims = summary.get("claims") or [summary.get("claim") or {}]
     status = {c.get("claim"): c.get("status", "") for c in claims if isinstance(c, dict)}
+    per_cell = {
+        (c.get("world_seed"), c.get("budget")): c.get("status", "")
+        for c in summary.get("cells") or []
+        if isinstance(c, dict)
+    }
     titles = {c.get("claim"): c.get("title") for c in claims if isinstance(c, dict)}
     only = claims[0].get("status", "") if len(claims) == 1 else ""  # a summary's one claim
     keys = [k for k in ("world_seed", "budget") if k in stored.columns]
@@ -125,7 +131,11 @@ def verdict_table(stored: pl.DataFrame, summary: dict[str, Any], name: str) -> s
     ]
     rows, before = [], None
     for row in stored.iter_rows(named=True):
-        outcome = status.get(row["claim"], only)
+        outcome = (
+            per_cell.get((row["world_seed"], row["budget"]), "")
+            if keys
+            else status.get(row["claim"], only)
+        )
         ran = numbers.counted(row["rounds"] or 1, "round") + (
             f", stopped: {row['stopped']}" if row["stopped"] not in (None, "", outcome) else ""
         )
