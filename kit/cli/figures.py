@@ -26,11 +26,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from kit.cli import cpu_figures
 from kit.core import cpu_records, numerics
 from kit.core.files import write_text
 from kit.core.numbers import counted
 from kit.core.paths import REPO_ROOT, shown
+from kit.experiments.timecat import sweep_outcome
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 
 DOCS = REPO_ROOT / "docs"
@@ -148,8 +151,43 @@ def main_job(folder: Path = RESULTS / "cpu") -> str:
         lines += ["", f"To decide what it left undecided: {summary['next']}"]
     sweep = folder / SWEEP.summary
     if sweep.is_file():
-        lines += ["", f"Notebook 04 in this profile: {_read(sweep)['claim']['line']}"]
+        lines += ["", f"Notebook 04 in this profile: {_statement(_read(sweep))}"]
     return "\n".join(lines) + "\n"
+
+
+def _statement(summary: dict[str, Any]) -> str:
+    """A recorded sweep's statement, computed from its cells' outcomes by the function notebook
+    04 calls (sweep_outcome.statement), so a record made before a change of wording reads as
+    the kit states it now; a summary without cells keeps its own line."""
+    if not summary.get("cells"):
+        return str(summary["claim"]["line"])
+    baseline = next(r["against"] for r in summary["verdicts"])  # each cell's primary first
+    return sweep_outcome.statement(pl.DataFrame(summary["cells"]), baseline).line
+
+
+def _made_on(record: dict[str, Any]) -> str:
+    """The CPU a recorded run was made on: the CPU record whose main job has its commit names
+    the model (vendor, family, model), else the provenance's CPU name."""
+    commit = record["kit_commit"]
+    for found in cpu_records.records():
+        if found.get("main_job", {}).get("kit_commit", "")[:12] == commit[:12]:
+            return cpu_records.describe(found)
+    return str(record.get("cpu_numerics", {}).get("cpu", "an unrecorded CPU"))
+
+
+def main_job_time(folder: Path = RESULTS / "cpu") -> str:
+    """The main job's duration, said once: the recorded run's notebooks, with its CPU and
+    commit (the page that carries this block says it wherever the kit states the time)."""
+    made = [
+        _provenance(folder, p.name.removesuffix(".provenance.json"))
+        for p in sorted(folder.glob("*.provenance.json"))
+    ]
+    first, total = made[0], sum(r["wall_s"] for r in made if r.get("wall_s") is not None)
+    return (
+        f"The main job's {len(made)} notebooks took {total:,.0f} s ({total / 60:.0f} min) in the "
+        f"recorded run, on {first['cores']} cores of {_made_on(first)} at kit "
+        f"{first['kit_commit'][:7]}; hosts differ by up to 2x, so a time names its CPU.\n"
+    )
 
 
 def _decided(cells: list[dict[str, Any]]) -> str:
@@ -211,7 +249,7 @@ def sweep(folder: Path = RESULTS / "sweep") -> str:
         f"`python -m kit run 04 --profile sweep` {_origin(record)}"
         + (f": {wall / 60:.1f} minutes." if wall is not None else "."),
         "",
-        f"**The statement:** {summary['claim']['line']}",
+        f"**The statement** (from the recorded cells' outcomes): {_statement(summary)}",
         "",
         f"{_ran(summary['claim'].get('ran', ''), record)}.",
         "",
@@ -320,6 +358,7 @@ def numerics_cost(path: Path = DATA / "numerics_cost.json") -> str:
 #: every block a page may carry, by name
 BLOCKS: dict[str, Callable[[], str]] = {
     "main-job": main_job,
+    "main-job-time": main_job_time,
     "sweep": sweep,
     "cpu-spread": cpu_spread,
     "numerics-cost": numerics_cost,
