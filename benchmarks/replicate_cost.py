@@ -6,7 +6,8 @@ run's figures.
     .venv/bin/python benchmarks/replicate_cost.py outputs/cpu --json docs/data/replicate_cost.json
 
 The stage records the run's kernel appended (`.03_time_concat.stages.jsonl`, kit.core.progress)
-give each stage's first and last record; extraction runs inside the probes stage, so probe
+give each stage's seconds (kit.core.progress.stage_spans: first record to last, less its time
+paused); extraction runs inside the probes stage, so probe
 fitting is the probes stage less the extraction stages in it. The notebook's wall time comes
 from its provenance file, the replicates from its results table. Prints seconds per stage, per
 replicate and as a share of the notebook's wall time, with the load average the run recorded
@@ -23,26 +24,18 @@ from pathlib import Path
 
 import polars as pl
 
+from kit.core.progress import stage_spans
+
 NOTEBOOK = "03_time_concat"
 BEFORE = Path(__file__).parents[1] / "docs" / "data" / "replicate_cost.json"
 
 
-def spans(path: Path) -> dict[str, float]:
-    """Seconds from each stage's first record to its last, summed over its occurrences."""
-    first: dict[str, float] = {}
-    total: dict[str, float] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        stage, at = record["stage"], record["time"]
-        first.setdefault(stage, at)
-        if record.get("final"):
-            total[stage] = total.get(stage, 0.0) + at - first.pop(stage)
-    return total
-
-
 def measured(output_dir: Path) -> dict:
     """The run's figures: commit, wall time, replicates, load average and seconds per part."""
-    found = spans(output_dir / f".{NOTEBOOK}.stages.jsonl")
+    found = {
+        stage: seconds
+        for stage, (seconds, _) in stage_spans(output_dir / f".{NOTEBOOK}.stages.jsonl").items()
+    }
     provenance = json.loads((output_dir / f"{NOTEBOOK}.provenance.json").read_text())
     wall = provenance["wall_s"]
     results = pl.read_parquet(output_dir / "time_concat_results.parquet")

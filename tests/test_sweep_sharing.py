@@ -6,6 +6,7 @@ job's two cells cost and say."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -13,7 +14,14 @@ import pytest
 import yaml
 
 from kit.core import params
-from kit.experiments.timecat import sharing, sweep, sweep_cost, sweep_outcome, sweep_settings
+from kit.experiments.timecat import (
+    planning,
+    sharing,
+    sweep,
+    sweep_cost,
+    sweep_outcome,
+    sweep_settings,
+)
 from kit.experiments.timecat.result_files import TIME_CONCAT
 
 
@@ -163,6 +171,52 @@ def test_the_default_jobs_cost_counts_only_what_notebook_04_adds(tmp_path: Path)
         "is notebook 03's, reused)."
     )
     assert "in all 3 min" in sweep_cost.cost_lines(alone)[0]
+
+
+def _stage(handle, name: str, total: int, start: float, seconds: float) -> None:
+    for at, final in ((start, False), (start + seconds, True)):
+        record = {"stage": name, "done": 0, "total": total, "unit": "u", "note": ""}
+        handle.write(json.dumps(record | {"final": final, "time": at, "paused_s": 0.0}) + "\n")
+
+
+def test_notebook_04s_estimate_reads_the_rates_notebook_03_measured_in_its_folder(
+    tmp_path: Path,
+) -> None:
+    """Notebook 03's planted stage records (a fresh run: every run of its first round trained)
+    give the rates notebook 04's estimate uses in the same folder, and the notebook's fixed cost
+    (its wall time outside the stages); a notebook 03 that trained nothing (read back) or did not
+    run under `kit run` gives none, and the benchmark's rates and fixed cost apply."""
+    loaded, cells = cpu_cells(tmp_path, [60, 240])
+    notebook = cells[0].notebook
+    replicates = notebook.design.first
+    work = sweep_cost.notebook_03_work(notebook, replicates)
+    runs = len(planning.plan(notebook.look(replicates)).trainings)
+    assert sweep_cost.measured_rates(tmp_path, notebook) is None  # nothing ran here
+    records = tmp_path / ".03_time_concat.stages.jsonl"
+    with records.open("w") as handle:
+        _stage(handle, "training", runs, 0.0, 120.0)
+        _stage(handle, "probes", work.probes, 130.0, 100.0)
+        _stage(handle, "features train (2048 rows)", 10, 131.0, 30.0)
+    (tmp_path / "03_time_concat.provenance.json").write_text(json.dumps({"wall_s": 250.0}))
+    found = sweep_cost.measured_rates(tmp_path, notebook)
+    assert found is not None
+    assert found.per == {
+        "iteration": pytest.approx(120.0 / work.iterations),
+        "extraction": pytest.approx(30.0 / work.extractions),
+        "probe": pytest.approx(70.0 / work.probes),
+    }
+    assert found.fixed == pytest.approx(30.0)  # 250 s less training and probes (with extraction)
+    added = sweep_cost.cost(cells, beyond_notebook_03=True)
+    expected = sum(added.seconds(found.per).values()) + found.fixed
+    line = sweep_cost.cost_lines(cells, tmp_path)[1]
+    assert "measured on this machine by notebook 03 in this folder" in line
+    assert f"in all {expected:.0f} s" in line or f"in all {expected / 60:.0f} min" in line
+    with records.open("w") as handle:  # read back: nothing trained
+        _stage(handle, "training", 0, 0.0, 1.0)
+        _stage(handle, "probes", work.probes, 2.0, 1.0)
+    assert sweep_cost.measured_rates(tmp_path, notebook) is None
+    assert sweep_cost.MEASURED_ON in sweep_cost.cost_lines(cells, tmp_path)[1]
+    assert "the notebook's fixed cost 16 s" in sweep_cost.cost_lines(cells, tmp_path)[1]
 
 
 def test_what_ran_names_one_seed_and_each_budget_in_words(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -172,6 +173,26 @@ class Stage:
         }
         with open(self.path, "a") as handle:  # one short line: appended whole
             handle.write(json.dumps(record) + "\n")
+
+
+def stage_spans(path: Path) -> dict[str, tuple[float, int]]:
+    """A notebook's stage records (`Stage`, appended to the file STAGE_FILE_ENV names) read
+    back: per stage name, the seconds from each occurrence's first record to its last (less
+    its time paused), summed over its occurrences, and their totals summed (the units of work
+    each occurrence announced). Empty where the file does not exist (a notebook run in Lab)."""
+    if not path.is_file():
+        return {}
+    first: dict[str, float] = {}
+    found: dict[str, tuple[float, int]] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        stage, at = record["stage"], record["time"]
+        first.setdefault(stage, at)
+        if record.get("final"):
+            seconds, total = found.get(stage, (0.0, 0))
+            took = at - first.pop(stage) - record.get("paused_s", 0.0)
+            found[stage] = (seconds + took, total + int(record.get("total", 0)))
+    return found
 
 
 class Described:
