@@ -71,6 +71,7 @@ def test_the_kit_runs_haswell_kernels_whatever_was_imported_first_and_leaves_num
         assert numpy_before == users["OPENBLAS_CORETYPE"]
 
 
+@pytest.mark.environment
 def test_a_product_is_numpys_to_rounding_for_tensors_arrays_and_transposed_views() -> None:
     generator = np.random.default_rng(0)
     for dtype, tolerance in ((np.float32, 1e-4), (np.float64, 1e-12)):
