@@ -3,6 +3,7 @@ coloured structure plus grain, so decoding and resampling cost what they cost on
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ def image_folder(
             for n in range(per_class):
                 path = folder / f"{n}.JPEG"
                 if not path.exists():
-                    seed = hash((split, label, n)) & 0xFFFF_FFFF
+                    # not hash(): a string's hash changes with each process (PYTHONHASHSEED)
+                    seed = zlib.crc32(f"{split}/{label}/{n}".encode())
                     Image.fromarray(photo_like(*size, seed)).save(path, quality=90)
     return root

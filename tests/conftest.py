@@ -54,10 +54,15 @@ OUTPUT_ROOT = NOTEBOOK_COPIES / "outputs"
 PROFILE = "ci"
 #: notebooks executed with `python -m kit run` (runner_output) rather than collected by nbval
 RUNNER_EXECUTED = ("03_time_concat", "04_when_concat_helps")
+#: set for a pytest that a test starts (tests/test_environment.py): the notebooks' copies are
+#: the outer session's, which its tests may be reading, so the inner one leaves them alone
+NESTED_ENV = "KIT_TESTS_NESTED"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller wrote the copies
+        return
+    if os.environ.get(NESTED_ENV):
         return
     shutil.rmtree(NOTEBOOK_COPIES, ignore_errors=True)
     NOTEBOOK_COPIES.mkdir()

@@ -112,6 +112,7 @@ raise SystemExit(os.waitstatus_to_exitcode(os.wait()[1]))
 """
 
 
+@pytest.mark.environment
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
 def test_a_forked_child_computes_its_blocks_on_threads_of_its_own() -> None:
     """A child forked after its parent's blocks ran (a loader or a launch worker) has none of
@@ -126,6 +127,7 @@ def test_a_forked_child_computes_its_blocks_on_threads_of_its_own() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+@pytest.mark.environment
 def test_blocked_products_are_torchs_to_rounding_with_the_same_bits_on_one_thread_or_two() -> None:
     """The tiles of a product and of its gradients, on one lent thread and on two: the same
     bits (the tiles are fixed by the shapes), and torch's uncut values to within float rounding

@@ -29,6 +29,7 @@ def _gpus(
     monkeypatch.setattr(torch.cuda, "set_device", lambda _device: None)
 
 
+@pytest.mark.environment
 def test_cuda_without_a_gpu_is_a_sentence_not_a_zero_division(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -65,6 +65,7 @@ def test_the_switch_reads_two_modes_and_refuses_others() -> None:
         numerics.mode({numerics.SWITCH: "quick"})
 
 
+@pytest.mark.environment
 @pytest.mark.skipif(not X86, reason="the caps are x86-64's")
 def test_importing_the_kit_puts_the_caps_in_the_environment_and_fast_leaves_it_alone() -> None:
     names = "'MKL_CBWR', 'ATEN_CPU_CAPABILITY'"
@@ -81,6 +82,42 @@ def test_importing_the_kit_puts_the_caps_in_the_environment_and_fast_leaves_it_a
         assert done.stdout.strip() == expected
 
 
+#: in a fresh process: the caps and a thread count after `import kit`, then a child's import
+REPLACED = """
+import os, subprocess, sys
+import kit
+print(*(os.environ.get(k) for k in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_NUM_THREADS")))
+subprocess.run([sys.executable, "-c", "import kit"], check=True)
+"""
+
+
+@pytest.mark.environment
+@pytest.mark.skipif(not X86, reason="the caps are x86-64's")
+def test_a_users_caps_are_replaced_for_the_kits_processes_said_once_and_kept_in_fast() -> None:
+    """A user's ATEN_CPU_CAPABILITY and MKL_CBWR give way to the kit's, said once (the child
+    inherits the kit's values and says nothing); a thread count stays the user's; the fast mode
+    keeps all of them, silently."""
+    users = {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AUTO", "MKL_NUM_THREADS": "3"}
+    said = (
+        "kit: the reproducible CPU numerics set ATEN_CPU_CAPABILITY=avx2 (yours: avx512), "
+        "MKL_CBWR=COMPATIBLE (yours: AUTO) for the kit's processes"
+    )
+    for extra, expected, times in (
+        ({}, "avx2 COMPATIBLE 3", 1),
+        ({numerics.SWITCH: "fast"}, "avx512 AUTO 3", 0),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", REPLACED],
+            env=numerics.without_variables() | {"PYTHONPATH": str(REPO_ROOT)} | users | extra,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert done.stdout.strip() == expected
+        assert done.stderr.count("kit: ") == done.stderr.count(said) == times, done.stderr
+
+
+@pytest.mark.environment
 def test_provenance_and_the_record_say_what_was_in_effect() -> None:
     record = provenance.record()["cpu_numerics"]
     assert record["mode"] == "reproducible"  # the tests run in it (conftest)
@@ -93,6 +130,7 @@ def test_provenance_and_the_record_say_what_was_in_effect() -> None:
     assert line.startswith("CPU numerics: reproducible;") and record["cpu"] in line
 
 
+@pytest.mark.environment
 def test_a_part_missing_is_named() -> None:
     record = numerics.in_effect() | {
         "variables": {},
@@ -136,6 +174,7 @@ def test_a_training_step_gives_the_same_bits_on_emulated_machines_and_fast_mode_
     )
 
 
+@pytest.mark.environment
 def test_computations_hold_one_thread_on_the_cpu_and_leave_a_gpu_blocks_threads() -> None:
     import torch
 

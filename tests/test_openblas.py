@@ -19,8 +19,9 @@ HASWELL = platform.machine() in ("x86_64", "AMD64") and set(openblas.CORE_FLAGS)
     numerics.cpu_flags() or set()
 )
 
-#: in a fresh process: numpy's own OpenBLAS core, then (after `import kit` and one product of
-#: the kit's) the kit's core and numpy's again, and whether the environment kept no setting
+#: in a fresh process: numpy's OpenBLAS core, then (after `import kit` and one product of
+#: the kit's) the kit's core and numpy's again, and whether OPENBLAS_CORETYPE is still what the
+#: process started with (unset, or the user's)
 CORES = """
 import ctypes, os
 import numpy, torch
@@ -33,27 +34,44 @@ def numpy_core():
                 if hasattr(library, name):
                     getattr(library, name).restype = ctypes.c_char_p
                     return getattr(library, name)().decode()
-before = numpy_core()
+before, asked = numpy_core(), os.environ.get("OPENBLAS_CORETYPE")
 import kit
 from kit.core import openblas
-print(before, openblas.core(), numpy_core(), "OPENBLAS_CORETYPE" in os.environ)
+print(before, openblas.core(), numpy_core(), os.environ.get("OPENBLAS_CORETYPE") == asked)
 """
 
+#: OpenBLAS settings as a site or a user sets them for numpy: another core type than the kit's
+USERS_OPENBLAS = {
+    "OPENBLAS_CORETYPE": "Sandybridge",
+    "OPENBLAS_L2_SIZE": "512",
+    "OPENBLAS_NUM_THREADS": "2",
+}
 
+
+@pytest.mark.environment
 @pytest.mark.skipif(not HASWELL, reason="the Haswell kernels need a CPU with AVX2 and FMA")
-def test_the_kit_runs_haswell_kernels_whatever_was_imported_first_and_leaves_numpys_alone() -> None:
+@pytest.mark.parametrize("users", [{}, USERS_OPENBLAS], ids=["clean", "users-openblas"])
+def test_the_kit_runs_haswell_kernels_whatever_was_imported_first_and_leaves_numpys_alone(
+    users: dict[str, str],
+) -> None:
+    """In an environment without the numerics variables (kit.core.numerics's list) numpy keeps
+    its own core; with a user's OpenBLAS settings numpy runs the user's core. Either way the
+    kit's copy runs Haswell's and the environment is left as it was."""
     done = subprocess.run(
         [sys.executable, "-c", CORES],
-        env=numerics.without_variables() | {"PYTHONPATH": str(REPO_ROOT)},
+        env=numerics.without_variables() | {"PYTHONPATH": str(REPO_ROOT)} | users,
         capture_output=True,
         text=True,
         check=True,
     )
-    numpy_before, kit_core, numpy_after, leaked = done.stdout.split()
+    numpy_before, kit_core, numpy_after, kept = done.stdout.split()
     assert kit_core == "Haswell"
-    assert numpy_after == numpy_before and leaked == "False"
+    assert numpy_after == numpy_before and kept == "True"
+    if users:
+        assert numpy_before == users["OPENBLAS_CORETYPE"]
 
 
+@pytest.mark.environment
 def test_a_product_is_numpys_to_rounding_for_tensors_arrays_and_transposed_views() -> None:
     generator = np.random.default_rng(0)
     for dtype, tolerance in ((np.float32, 1e-4), (np.float64, 1e-12)):

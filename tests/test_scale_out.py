@@ -37,6 +37,7 @@ def _timecat(probe_kind: str) -> SimpleNamespace:
     return SimpleNamespace(probe_kind=probe_kind, probe=probe, feature_workers=12, device="cuda")
 
 
+@pytest.mark.environment
 def test_the_faithful_probe_step_gets_a_gpu_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
     probe = jobs.step_settings("probe", NODE, _timecat("faithful"))
     assert (probe.nproc_per_node, probe.gpus_per_node, probe.gpus_per_worker) == (1, 5, 5)

@@ -217,7 +217,8 @@ def change_stamp(path: Path) -> tuple[int, int, int, int]:
     space can set it back (`touch -r` and utime(2) restore only the access and modification
     times, which copies and archives also carry over), so an unchanged stamp means a file not
     changed since, at no more cost than a stat. Writes below the file system (a raw device, bit
-    rot) change no stamp; only a hash sees those."""
+    rot), and on tmpfs writes through a shared memory mapping (the kernel updates no time
+    there), change no stamp; only a hash sees those."""
     status = path.stat()
     return status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino
 

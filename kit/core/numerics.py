@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,15 +73,28 @@ REPRODUCIBLE_THREADS = 1
 VERSION = 2
 #: each earlier version in words, as the kit's sentences about other machines name it
 EARLIER = {1: "before square roots were correctly rounded"}
-#: variables that change which code paths torch's CPU libraries take, recorded in provenance
+#: variables that change which code paths, block sizes or threads the CPU libraries take
+#: (torch's, numpy's OpenBLAS, the kit's own OpenBLAS), as users' shells and sites set them:
+#: recorded in provenance where set, and the one list a child whose numerics a test or a
+#: benchmark sets itself starts without (`without_variables`). The kit's processes take
+#: REPRODUCIBLE_ENVIRONMENT's values whatever the user's (`prepare_environment`), and the kit's
+#: OpenBLAS its core type and one thread (kit.core.openblas)
 NUMERICS_VARIABLES = (
     SWITCH,
     "ATEN_CPU_CAPABILITY",
     "MKL_CBWR",
     "MKL_ENABLE_INSTRUCTIONS",
     "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
+    "KMP_AFFINITY",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_NUM_THREADS",
+    "OPENBLAS_DEFAULT_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_L2_SIZE",
+    "OPENBLAS_BLOCK_FACTOR",
 )
 #: the instruction-set extensions that decide which kernels a library may pick, widest first
 ISA_FLAGS = ("amx_tile", "avx512f", "avx2", "avx", "sse4_2")
@@ -135,8 +149,25 @@ def environment() -> dict[str, str]:
 
 def prepare_environment() -> None:
     """Put `environment()` into this process's environment (children inherit it). Called by
-    `import kit`, before anything of the kit loads torch."""
-    os.environ.update(environment())
+    `import kit`, before anything of the kit loads torch. A value of the user's that differs is
+    replaced, and said once on stderr (the children inherit the kit's, so they say nothing)."""
+    wanted = environment()
+    replaced = {
+        name: os.environ[name]
+        for name, value in wanted.items()
+        if os.environ.get(name, value) != value
+    }
+    os.environ.update(wanted)
+    if replaced:
+        print(
+            "kit: the reproducible CPU numerics set "
+            + ", ".join(
+                f"{name}={wanted[name]} (yours: {value})" for name, value in replaced.items()
+            )
+            + f" for the kit's processes; {SWITCH}=fast keeps yours (docs/reproducibility.md)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def apply() -> None:
