@@ -237,12 +237,12 @@ def test_every_claim_shows_its_outcome_badge_what_ran_and_the_verdict_table(tmp_
     assert 'class="claim unsure"><span class="status">inconclusive' in text
     assert 'class="claim good"><span class="status">reproduced</span>bottleneck line' in text
     assert '<p class="ran">What ran: profile ci; 3 replicates</p>' in text
-    assert "+1.0, +9.0, -3.0" in text and "95% interval" in text  # the stored verdict table
+    assert "+1.0, +9.0, −3.0" in text and "95% interval" in text  # the stored verdict table
     # a table to scan above the sentences: outcome badge, effect [interval], detectable effect
     start = text.index('<table class="dataframe verdicts">')
     scan = text[start : text.index("</table>", start)]
     assert '<span class="badge unsure">inconclusive</span>' in scan
-    assert re.search(r"<td>\+2\.3 \[-[0-9.]+, \+[0-9.]+\]</td>", scan)
+    assert re.search(r"<td>\+2\.3 \[−[0-9.]+, \+[0-9.]+\]</td>", scan)
     assert start < text.index("time-concat line")
 
 

@@ -637,7 +637,7 @@ def test_catn_is_compared_with_the_wide_control_and_random_init_of_the_same_n() 
     assert controls.filter(pl.col("baseline") == "wide1")["gain_mean"][0] == pytest.approx(-10)
     summary = comparisons.summarize(results, "heldout", "cat1")
     assert (
-        "secondary (exploratory): cat4 vs wide1 on t (unseen): -10.0 points over 3 "
+        "secondary (exploratory): cat4 vs wide1 on t (unseen): −10.0 points over 3 "
         "replicates" in "\n".join(summary["lines"])
     )
     # better than cat1 on the transfer endpoint, but 10 points below a wide control that
