@@ -156,10 +156,10 @@ def test_the_report_writes_every_table_as_latex_and_csv_and_every_chart_as_pdf(
         assert f'href="{tex.name}"' in text and f'href="{csv.name}"' in text
         stored = pl.read_parquet(folder / f"{stem}.parquet")
         back = pl.read_csv(csv)
-        assert back.columns == stored.columns
+        assert back.columns == [paper_files.csv_name(column) for column in stored.columns]
         for column in stored.columns:  # every digit kept
             if stored[column].dtype.is_float():
-                assert back[column].to_list() == pytest.approx(
+                assert back[paper_files.csv_name(column)].to_list() == pytest.approx(
                     stored[column].to_list(), nan_ok=True
                 )
     table3 = (folder / "time_concat_table3.tex").read_text()
@@ -247,3 +247,29 @@ def test_every_result_table_as_latex_fits_an_a4_and_a_letter_page(
     tex = path.with_suffix(".tex")
     assert_structure(tex.read_text())
     assert_fits_a_page(tex, tmp_path)
+
+
+#: a CSV header: snake_case words, lower-case letters and digits joined by '_'
+SNAKE_CASE = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*")
+
+
+def test_every_csv_header_is_snake_case_words_in_one_scheme_across_files(tmp_path: Path) -> None:
+    """Each result table's CSV headed in snake_case words (the label map's, never a code name
+    such as 'cat4resnet50_minus_resnet50w2', nor 'ID gain' beside 'gain_mean', nor a '−'),
+    unique within its file, one stored column under one header in every file."""
+    assert paper_files.csv_name("gain_mean") == "gain_points_mean"
+    assert paper_files.csv_name("kit − paper") == "kit_minus_paper"
+    assert paper_files.csv_name("ID gain") == "in_distribution_gain_points"
+    assert paper_files.csv_name("cat4resnet50_minus_resnet50w2") == (
+        "4_concatenated_resnet_50s_minus_a_2x_wide_resnet_50"
+    )
+    seen: dict[str, str] = {}
+    for stored in sorted(PAPER_TABLES.glob("*.parquet")):
+        frame = pl.read_parquet(stored)
+        csv = tmp_path / f"{stored.stem}.csv"
+        paper_files.write_table_files(tmp_path / stored.name, frame, frame, "caption")
+        headers = pl.read_csv(csv, n_rows=1).columns
+        assert len(set(headers)) == len(headers), (stored.name, headers)
+        for column, header in zip(frame.columns, headers, strict=True):
+            assert SNAKE_CASE.fullmatch(header), (stored.name, column, header)
+            assert seen.setdefault(column, header) == header, (stored.name, column)

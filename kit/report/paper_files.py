@@ -5,8 +5,8 @@
   prints them, kit.core.numbers, laid out to fit a plain `article` page, A4 or US letter,
   without scaling: `latex_table`; `\\input` it with `\\usepackage{booktabs,array}` in the
   preamble) and
-  as CSV (`<stem>.csv`: the stored columns and every digit, lists joined with "; ", for a
-  spreadsheet or another plotting tool);
+  as CSV (`<stem>.csv`: the stored columns and every digit, lists joined with "; ", each
+  headed in snake_case words, `csv_name`, for a spreadsheet or another plotting tool);
 - every chart an executed notebook displays and saves (`<name>.svg`, `<name>.png`, named in its
   spec's `usermeta`, kit.report.charts) also as PDF (`<name>.pdf`, drawn by vl-convert from the
   same Vega-Lite spec), for a LaTeX document's `\\includegraphics`.
@@ -24,6 +24,7 @@ import polars as pl
 
 from kit.core import files
 from kit.report import charts, tables
+from kit.report.labels import label
 
 #: what a character of a cell or header becomes in LaTeX (text mode, pdfLaTeX's fonts)
 LATEX = {
@@ -320,13 +321,33 @@ def latex_table(table: tables.Table, caption: str, label: str, source: str) -> s
     return "\n".join(lines) + "\n"
 
 
+#: what a character of a header's words becomes in a CSV header before the rest is split into
+#: words (kit.report.labels gives the words)
+CSV_WORDS = {"−": " minus ", "%": " pct ", "×": "x", "±": " pm ", "'": "", "’": ""}
+
+
+def csv_name(column: str) -> str:
+    """A stored column's CSV header: the words a reader sees for it (kit.report.labels.label)
+    in snake_case, lower-case letters and digits joined by '_' ('gain_mean' reads 'gain (points,
+    mean)' on the page and 'gain_points_mean' in the CSV; 'kit − paper' 'kit_minus_paper';
+    '95% interval, low' '95_pct_interval_low'): one scheme for every file's headers."""
+    words = "".join(CSV_WORDS.get(char, char) for char in label(column)).lower()
+    return "_".join(re.findall(r"[a-z0-9]+", words)) or "column"
+
+
 def csv_frame(frame: pl.DataFrame) -> pl.DataFrame:
-    """`frame` as CSV holds it: every digit kept, a list column's items joined with '; '."""
+    """`frame` as CSV holds it: every digit kept, a list column's items joined with '; ', each
+    column under its `csv_name` (a second column of the same name numbered: '_2')."""
+    names: dict[str, str] = {}
+    for column in frame.columns:
+        name = csv_name(column)
+        taken = [name, *(f"{name}_{number}" for number in range(2, len(frame.columns) + 2))]
+        names[column] = next(n for n in taken if n not in names.values())
     return frame.with_columns(
         pl.col(column).cast(pl.List(pl.String)).list.join("; ")
         for column, dtype in frame.schema.items()
         if isinstance(dtype, pl.List)
-    )
+    ).rename(names)
 
 
 def write_table_files(
