@@ -3,6 +3,8 @@ digits, thousands separators, no negative zero, small p-values in scientific not
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 import pytest
 
@@ -31,20 +33,34 @@ def test_a_number_reads_to_its_places_or_three_significant_digits(
 
 
 def test_signed_values_and_intervals_never_show_a_negative_zero() -> None:
-    assert numbers.signed(1.94) == "+1.9" and numbers.signed(-0.54) == "-0.5"
+    assert numbers.signed(1.94) == "+1.9" and numbers.signed(-0.54) == "−0.5"
     assert numbers.signed(-0.04) == "0.0"
     assert numbers.interval(None, 1.0) == "–"
-    assert numbers.interval(-0.5, 0.0) == "[-0.5, 0.0]"
+    assert numbers.interval(-0.5, 0.0) == "[−0.5, 0.0]"
+
+
+def test_a_negative_number_reads_with_one_minus_sign_as_a_chart_writes_it() -> None:
+    """U+2212, never a hyphen, in every formatter (d3 writes the same sign in a chart)."""
+    assert numbers.number(-1234.5, 1) == "−1,234.5" and numbers.number(-3) == "−3"
+    assert numbers.signed(-0.54) == "−0.5" and numbers.number(-math.inf) == "−∞"
+    assert numbers.interval(-2.0, -1.0) == "[−2.0, −1.0]"
+    assert numbers.GAIN.text(-3) == "−3.0" and numbers.p_value(0.5) == "0.50"
+    shown = [numbers.number(v, p, sign=s) for v in (-1.5, -12.0, -1e6) for p in (0, 1, None)
+             for s in (False, True)]  # fmt: skip
+    assert not any("-" in text for text in shown) and all("−" in text for text in shown)
 
 
 def test_an_interval_reads_like_its_mean_and_keeps_its_side_of_zero() -> None:
-    """Both ends to the mean's one decimal (never '-0.38 ... 0.0'); an end that is not zero but
-    would round to it keeps its first significant digit, so an interval that lies below 0 (a
-    verdict 'worse') never reads as touching it."""
-    assert numbers.interval(-0.3812, 1.2049) == "[-0.4, +1.2]"
-    assert numbers.interval(-0.38, -0.012) == "[-0.4, -0.01]"
-    assert numbers.interval(0.004, 2.0) == "[+0.004, +2.0]"
-    assert numbers.interval(-0.5, -0.001) == "[-0.5, -0.001]"
+    """Both ends to one precision, the mean's one decimal (never '-0.38 ... 0.0'); an end that
+    is not zero but would round to it takes its first significant digit, and the other end as
+    many decimals, so an interval that lies below 0 (a verdict 'worse') never reads as touching
+    it and its ends read alike (never '[-0.6, -0.03]')."""
+    assert numbers.interval(-0.3812, 1.2049) == "[−0.4, +1.2]"
+    assert numbers.interval(-0.38, -0.012) == "[−0.38, −0.01]"
+    assert numbers.interval(-0.6, -0.03) == "[−0.60, −0.03]"
+    assert numbers.interval(0.004, 2.0) == "[+0.004, +2.000]"
+    assert numbers.interval(-0.5, -0.001) == "[−0.500, −0.001]"
+    assert numbers.interval_end(-0.012) == "−0.01"  # one end alone keeps its own digit
 
 
 def test_p_values_read_to_two_significant_digits_or_below_a_thousandth() -> None:
@@ -66,7 +82,7 @@ def test_each_quantity_has_one_rule_in_text_and_in_charts() -> None:
         "35.4",
         "78.4",
     ]
-    assert numbers.GAIN.text(9.2) == "+9.2" and numbers.GAIN.text(-0.57) == "-0.6"
+    assert numbers.GAIN.text(9.2) == "+9.2" and numbers.GAIN.text(-0.57) == "−0.6"
     assert numbers.POINTS.d3 == ",.1f" and numbers.GAIN.d3 == "+,.1f"
     assert numbers.FRACTION.text(0.6666) == "0.667"
     assert numbers.counted(1, "round") == "1 round" and numbers.counted(3, "round") == "3 rounds"
@@ -102,7 +118,7 @@ def test_a_table_reads_every_accuracy_and_gain_to_one_decimal() -> None:
         }
     )
     assert tables.table(frame).cells() == [
-        ["cat1", "63.1", "1.4", "-9.1", "75.6", "0.095"],
+        ["cat1", "63.1", "1.4", "−9.1", "75.6", "0.095"],
         ["cat2", "42.4", "3.0", "0.0", "78.4", "< 0.001"],
     ]
 
@@ -120,6 +136,9 @@ def test_a_wide_table_shows_fewer_columns_than_its_frame() -> None:
     )
     shown = tables.table(frame).layout()
     assert shown.headers == ["variant", "gain (points, mean)", tables.INTERVAL_HEADER]
-    assert shown.rows == [["cat2", "-20.7", "[-100.0, +98.6]"], ["wide1", "+7.8", "[-22.0, -0.01]"]]
+    assert shown.rows == [
+        ["cat2", "−20.7", "[−100.0, +98.6]"],
+        ["wide1", "+7.8", "[−22.04, −0.01]"],
+    ]
     assert shown.notes == ["baseline: cat1"]
     assert "In every row: baseline: cat1." in tables.table(frame)._repr_html_()

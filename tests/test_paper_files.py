@@ -31,6 +31,14 @@ NO_TEX = (
 )
 
 
+#: one column of a tabular's spec: `l`, `r`, or a wrapping `p{..}` with its alignment
+COLUMN_SPEC = re.compile(r"(?:>\{[^{}]*\})?(?:[lr]|p\{[^{}]*\})")
+#: the paper sizes a table must fit (a plain `article` page's default margins)
+PAPERS = ("a4paper", "letterpaper")
+#: what a table's LaTeX needs in the preamble (kit.report.paper_files)
+PREAMBLE = "\\usepackage{booktabs,array,pdflscape}\n"
+
+
 def has_booktabs() -> bool:
     if PDFLATEX is None or shutil.which("kpsewhich") is None:
         return False
@@ -38,31 +46,53 @@ def has_booktabs() -> bool:
     return bool(found.stdout.strip())
 
 
+def parts_of(tex: str) -> list[tuple[str, list[str], list[list[str]]]]:
+    """A LaTeX table's tabulars (one, or a table split by its columns): each one's column
+    spec, header and rows between \\midrule and \\bottomrule, as cells."""
+    found = []
+    for part in tex.split("\\begin{tabular}{")[1:]:
+        spec = part.split("\n", 1)[0].removesuffix("}")
+        head = part.split("\\toprule\n", 1)[1].split("\n", 1)[0]
+        body = part.split("\\midrule\n", 1)[1].split("\\bottomrule", 1)[0]
+        cells = [line.removesuffix(" \\\\").split(" & ") for line in body.strip().splitlines()]
+        found.append((spec, head.removesuffix(" \\\\").split(" & "), cells))
+    return found
+
+
 def rows_of(tex: str) -> list[list[str]]:
-    """A LaTeX table's rows between \\midrule and \\bottomrule, as cells."""
-    body = tex.split("\\midrule\n", 1)[1].split("\\bottomrule", 1)[0]
-    return [line.removesuffix(" \\\\").split(" & ") for line in body.strip().splitlines()]
+    """A LaTeX table's rows as cells, a table split by its rows or columns joined again: the
+    parts of one header one after the other, the headers' rows side by side."""
+    by_header: dict[tuple[str, ...], list[list[str]]] = {}
+    for _, head, rows in parts_of(tex):
+        by_header.setdefault(tuple(head), []).extend(rows)
+    return [sum(cells, []) for cells in zip(*by_header.values(), strict=True)]
 
 
 def assert_structure(tex: str) -> None:
-    """A table float around one booktabs tabular whose every row has its columns."""
-    assert tex.count("\\begin{table}") == tex.count("\\end{table}") == 1
-    assert tex.count("\\begin{tabular}") == tex.count("\\end{tabular}") == 1
+    """Table floats (one, or a table split by its columns or rows, each part continuing
+    the first), each around one booktabs tabular whose every row has its columns, never
+    scaled."""
+    floats = tex.count("\\begin{table}")
+    assert floats == tex.count("\\end{table}") == tex.count("\\begin{tabular}") >= 1
+    assert tex.count("\\end{tabular}") == floats and tex.count("\\caption{") == floats
+    assert "\\resizebox" not in tex and "\\scalebox" not in tex
     assert all(rule in tex for rule in ("\\toprule", "\\midrule", "\\bottomrule"))
-    (spec,) = re.findall(r"\\begin\{tabular\}\{([lr]+)\}", tex)
-    head = tex.split("\\toprule\n", 1)[1].split("\n", 1)[0]
-    for row in [head.removesuffix(" \\\\").split(" & "), *rows_of(tex)]:
-        assert len(row) == len(spec), row
+    for spec, head, rows in parts_of(tex):
+        columns = COLUMN_SPEC.findall(spec)
+        assert "".join(columns) == spec, spec
+        for row in [head, *rows]:
+            assert len(row) == len(columns), row
     text = "\n".join(line for line in tex.splitlines() if not line.startswith("%"))
     assert not re.search(r"(?<!\\)[_%&#]", text.replace(" & ", " ")), "an unescaped character"
     assert all(ord(char) < 128 for char in tex), "a character pdfLaTeX may not set"
 
 
-def compile_latex(tables: list[Path], folder: Path) -> Path:
-    """A document \\input-ing `tables`, compiled by pdfLaTeX; its PDF."""
-    document = folder / "tables.tex"
+def compile_latex(tables: list[Path], folder: Path, paper: str = "a4paper") -> Path:
+    """A plain `article` document on `paper` \\input-ing `tables`, compiled by pdfLaTeX; its
+    PDF (its log beside it)."""
+    document = folder / f"tables-{paper}.tex"
     document.write_text(
-        "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
+        f"\\documentclass[{paper}]{{article}}\n{PREAMBLE}\\begin{{document}}\n"
         + "".join(f"\\input{{{table.as_posix()}}}\n" for table in tables)
         + "\\end{document}\n"
     )
@@ -126,10 +156,10 @@ def test_the_report_writes_every_table_as_latex_and_csv_and_every_chart_as_pdf(
         assert f'href="{tex.name}"' in text and f'href="{csv.name}"' in text
         stored = pl.read_parquet(folder / f"{stem}.parquet")
         back = pl.read_csv(csv)
-        assert back.columns == stored.columns
+        assert back.columns == [paper_files.csv_name(column) for column in stored.columns]
         for column in stored.columns:  # every digit kept
             if stored[column].dtype.is_float():
-                assert back[column].to_list() == pytest.approx(
+                assert back[paper_files.csv_name(column)].to_list() == pytest.approx(
                     stored[column].to_list(), nan_ok=True
                 )
     table3 = (folder / "time_concat_table3.tex").read_text()
@@ -145,6 +175,8 @@ def test_the_reports_latex_tables_compile(tmp_path: Path) -> None:
     report_with_a_saved_chart(folder)
     written = compile_latex(sorted(folder.glob("*.tex")), folder)
     assert written.read_bytes()[:5] == b"%PDF-"
+    for tex in sorted(folder.glob("time_concat_*.tex")):
+        assert_fits_a_page(tex, tmp_path)
 
 
 def test_the_main_jobs_verdict_table_as_latex_holds_its_summarys_numbers(
@@ -153,7 +185,8 @@ def test_the_main_jobs_verdict_table_as_latex_holds_its_summarys_numbers(
     """Notebook 03 as the test session executed it: its verdict table as the report writes it
     in LaTeX holds, for every condition, the mean and 95% interval of its summary
     (time_concat_summary.json) as kit.core.numbers prints them; it compiles where pdfLaTeX is
-    installed, and passes the structural check everywhere."""
+    installed, it and the table beside the paper's fitting an A4 and a letter page, and passes
+    the structural check everywhere."""
     shared = notebook_outputs("03_time_concat", TIME_CONCAT.verdicts)
     folder = tmp_path / "ci"
     folder.mkdir()
@@ -175,3 +208,68 @@ def test_the_main_jobs_verdict_table_as_latex_holds_its_summarys_numbers(
         assert mean in row and interval in row, (verdict["condition"], row)
     if has_booktabs():
         compile_latex([folder / Path(TIME_CONCAT.verdicts).with_suffix(".tex").name], folder)
+        for name in (TIME_CONCAT.verdicts, TIME_CONCAT.vs_paper):
+            assert_fits_a_page((folder / name).with_suffix(".tex"), tmp_path)
+
+
+def assert_fits_a_page(tex: Path, folder: Path) -> None:
+    """`tex` compiled alone in a plain `article` on A4 and on US letter (default margins): no
+    overfull box, no float taller than the page (kit.report.paper_files lays it out to fit)."""
+    for paper in PAPERS:
+        alone = folder / f"{tex.stem}-{paper}"
+        alone.mkdir(exist_ok=True)
+        compile_latex([tex], alone, paper)
+        log = (alone / f"tables-{paper}.log").read_text(errors="replace")
+        overfull = re.findall(r"^Overfull \\hbox \((.+?)\)", log, re.MULTILINE)
+        assert not overfull, f"{tex.name} on {paper}: overfull by {overfull}"
+        assert "Float too large for page" not in log, f"{tex.name} on {paper}: too long"
+
+
+#: result tables of a ci run (tests/paper_tables/README.md)
+PAPER_TABLES = Path(__file__).parent / "paper_tables"
+
+
+@pytest.mark.skipif(not has_booktabs(), reason=NO_TEX)
+@pytest.mark.parametrize("stem", sorted(p.stem for p in PAPER_TABLES.glob("*.parquet")))
+def test_every_result_table_as_latex_fits_an_a4_and_a_letter_page(
+    stem: str, tmp_path: Path
+) -> None:
+    """Each result table of a ci run, written as the report writes it, compiles alone in a
+    plain `article` on A4 and on US letter (default margins) with no overfull box and no float
+    taller than the page: text wraps, a long text shared by rows is a note under the table,
+    and a table too wide or too long for a page is split, its parts repeating the columns that
+    name a row; nothing is scaled."""
+    folder = tmp_path / "ci"
+    folder.mkdir()
+    path = folder / f"{stem}.parquet"
+    shutil.copy2(PAPER_TABLES / path.name, path)
+    page.captioned_table(path)
+    tex = path.with_suffix(".tex")
+    assert_structure(tex.read_text())
+    assert_fits_a_page(tex, tmp_path)
+
+
+#: a CSV header: snake_case words, lower-case letters and digits joined by '_'
+SNAKE_CASE = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*")
+
+
+def test_every_csv_header_is_snake_case_words_in_one_scheme_across_files(tmp_path: Path) -> None:
+    """Each result table's CSV headed in snake_case words (the label map's, never a code name
+    such as 'cat4resnet50_minus_resnet50w2', nor 'ID gain' beside 'gain_mean', nor a '−'),
+    unique within its file, one stored column under one header in every file."""
+    assert paper_files.csv_name("gain_mean") == "gain_points_mean"
+    assert paper_files.csv_name("kit − paper") == "kit_minus_paper"
+    assert paper_files.csv_name("ID gain") == "in_distribution_gain_points"
+    assert paper_files.csv_name("cat4resnet50_minus_resnet50w2") == (
+        "4_concatenated_resnet_50s_minus_a_2x_wide_resnet_50"
+    )
+    seen: dict[str, str] = {}
+    for stored in sorted(PAPER_TABLES.glob("*.parquet")):
+        frame = pl.read_parquet(stored)
+        csv = tmp_path / f"{stored.stem}.csv"
+        paper_files.write_table_files(tmp_path / stored.name, frame, frame, "caption")
+        headers = pl.read_csv(csv, n_rows=1).columns
+        assert len(set(headers)) == len(headers), (stored.name, headers)
+        for column, header in zip(frame.columns, headers, strict=True):
+            assert SNAKE_CASE.fullmatch(header), (stored.name, column, header)
+            assert seen.setdefault(column, header) == header, (stored.name, column)

@@ -100,7 +100,7 @@ def test_the_sweeps_tables_are_written_from_its_record(tmp_path: Path) -> None:
         "To decide the rest: 1 cell(s) undecided ..." in text
     )
     assert "| world | 60 | 240 |" in text
-    assert "| 0 | -10.4 contradicted (3) | +6.6 reproduced (6, 2 rounds) |" in text
+    assert "| 0 | −10.4 contradicted (3) | +6.6 reproduced (6, 2 rounds) |" in text
     assert "| 1 | +1.0 inconclusive (9, 3 rounds) | not run |" in text
 
 

@@ -511,6 +511,23 @@ def test_verdict_needs_an_interval_that_excludes_zero() -> None:
     assert comparisons.gains(single, "heldout", "cat1")["verdict"][0].startswith("untested")
 
 
+def test_two_means_within_one_evaluation_row_or_both_at_100_are_tied() -> None:
+    """A steady difference no larger than one evaluation row, or between two accuracies that
+    both read 100.0 %, is `tied`, never better or worse; one row more is judged as before."""
+    rows = 300  # one row: 0.33 points
+    within = fake_results({"cat1": [0.600, 0.700, 0.650], "cat4": [0.597, 0.697, 0.647]})
+    beyond = fake_results({"cat1": [0.600, 0.700, 0.650], "cat4": [0.590, 0.690, 0.640]})
+    top = fake_results({"cat1": [1.0, 1.0, 1.0], "cat4": [0.9996, 0.9996, 0.9996]})
+    judged = {
+        name: comparisons.gains(frame.with_columns(eval_rows=pl.lit(rows)), "heldout", "cat1")
+        for name, frame in {"within": within, "beyond": beyond}.items()
+    }
+    assert judged["within"]["verdict"][0] == "tied"
+    assert judged["beyond"]["verdict"][0] == "worse"
+    ceiling = comparisons.gains(top.with_columns(eval_rows=pl.lit(10_000)), "heldout", "cat1")
+    assert ceiling["verdict"][0] == "tied"  # 0.04 points apart, beyond one row of 10,000
+
+
 def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook_outputs) -> None:
     folder = notebook_outputs(NOTEBOOK, TIME_CONCAT.summary)
     loaded = planned_params("ci", output_dir=str(folder))
@@ -620,7 +637,7 @@ def test_catn_is_compared_with_the_wide_control_and_random_init_of_the_same_n() 
     assert controls.filter(pl.col("baseline") == "wide1")["gain_mean"][0] == pytest.approx(-10)
     summary = comparisons.summarize(results, "heldout", "cat1")
     assert (
-        "secondary (exploratory): cat4 vs wide1 on t (unseen): -10.0 points over 3 "
+        "secondary (exploratory): cat4 vs wide1 on t (unseen): −10.0 points over 3 "
         "replicates" in "\n".join(summary["lines"])
     )
     # better than cat1 on the transfer endpoint, but 10 points below a wide control that

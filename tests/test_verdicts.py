@@ -122,3 +122,19 @@ def test_intervals_stay_within_the_range_of_an_accuracy_difference() -> None:
     )
     judged = v.verdicts(wild, by=["comparison"]).row(0, named=True)
     assert judged["low"] == -100.0 and judged["high"] == 100.0
+
+
+def test_means_within_the_resolution_or_at_the_ceiling_are_tied() -> None:
+    steady = pl.DataFrame(
+        {
+            "comparison": ["one row"] * 3 + ["four rows"] * 3 + ["at 100"] * 3,
+            "replicate": [0, 1, 2] * 3,
+            "difference": [-0.3] * 3 + [-1.6] * 3 + [-0.05] * 3,
+            "resolution": [0.4] * 6 + [0.01] * 3,
+            "at_ceiling": [False] * 6 + [True] * 3,
+        }
+    )
+    judged = v.verdicts(steady, by=["comparison"], resolution="resolution", ceiling="at_ceiling")
+    assert judged["verdict"].to_list() == [v.TIED, v.WORSE, v.TIED]
+    plain = v.verdicts(steady, by=["comparison"], resolution="resolution")
+    assert plain["verdict"].to_list() == [v.TIED, v.WORSE, v.WORSE]

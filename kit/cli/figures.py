@@ -31,7 +31,7 @@ import polars as pl
 from kit.cli import cpu_figures
 from kit.core import cpu_records, numerics
 from kit.core.files import write_text
-from kit.core.numbers import counted
+from kit.core.numbers import counted, interval, signed
 from kit.core.paths import REPO_ROOT, shown
 from kit.experiments.timecat import sweep_outcome
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
@@ -100,7 +100,7 @@ def _ran(line: str, record: dict[str, Any]) -> str:
 
 
 def _signed(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.1f}"
+    return "n/a" if value is None else signed(value)
 
 
 #: a verdict row's keys shown before its condition, with their headers
@@ -114,14 +114,20 @@ def _verdict_rows(verdicts: list[dict[str, Any]], keys: tuple[str, ...] = ("clai
     headers += ["condition", "difference [95% interval]", "replicates", "detectable", "judgement"]
     rows = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for row in verdicts:
-        interval = (
-            f"{_signed(row['mean'])} [{_signed(row['low'])}, {_signed(row['high'])}]"
+        difference = (
+            f"{_signed(row['mean'])} {interval(row['low'], row['high'])}"
             if row["mean"] is not None
             else "not measured"
         )
         detectable = "n/a" if row["detectable"] is None else f"{row['detectable']:.1f}"
         cells = [str(row[k]) for k in keys]
-        cells += [row["condition"], interval, str(row["replicates"]), detectable, row["judgement"]]
+        cells += [
+            row["condition"],
+            difference,
+            str(row["replicates"]),
+            detectable,
+            row["judgement"],
+        ]
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 

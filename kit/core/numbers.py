@@ -2,16 +2,21 @@
 formatter, and one precision rule per quantity (`Quantity`):
 
 - an accuracy in % and a gain in points (a difference of accuracies) to one decimal (`POINTS`,
-  `GAIN`; a gain with its sign: +1.9, -0.5, 0.0), whatever the spread, the table or the source
+  `GAIN`; a gain with its sign: +1.9, −0.5, 0.0), whatever the spread, the table or the source
   (a published 75.58 reads 75.6; the result files keep every digit);
 - a p-value to two significant digits, or "< 0.001" below a thousandth (`p_value`);
-- an interval like its mean (`interval`): each end to the mean's decimals, with its sign; an end
-  that is not zero but would round to it keeps its first significant digit (-0.012 reads -0.01,
-  not 0.0), so that an interval never seems to touch 0 when it lies on one side of it;
+- an interval like its mean (`interval`): both ends to one precision, the mean's decimals, with
+  their signs; where an end is not zero but would round to it, both ends take the decimals that
+  show its first significant digit (−0.38 to −0.012 reads [−0.38, −0.01], not [−0.4, 0.0]
+  nor [−0.4, −0.01]), so that an interval never seems to touch 0 when it lies on one side of
+  it, and its two ends read alike;
 - any other number to a given number of decimals, or else to three significant digits (docs:
   Sharing results), with thousands separators (450,000; 1,234.5);
-- never a negative zero: a value that rounds to zero prints as 0 (-0.004 at two decimals is
-  0.00, not -0.00).
+- a negative number with the minus sign U+2212 (−0.5), the sign a chart's d3 format writes, so
+  a table, a sentence and a chart read alike (the result files keep their own numbers; LaTeX
+  sets it as a math minus);
+- never a negative zero: a value that rounds to zero prints as 0 (−0.004 at two decimals is
+  0.00, not −0.00).
 
 Each quantity also gives its rule as a d3 format (`Quantity.d3`), which a chart's axis or
 tooltip takes, so that a chart reads as the table beside it.
@@ -30,6 +35,8 @@ SMALL_P = 1e-3
 P_DIGITS = 2
 #: decimals of an accuracy in % and of a gain in points
 POINTS_PLACES = 1
+#: the minus sign a reader sees (U+2212, as d3 formats a chart's numbers), never a hyphen
+MINUS = "\u2212"
 
 
 def significant_places(value: float, digits: int = SIGNIFICANT) -> int:
@@ -41,21 +48,21 @@ def significant_places(value: float, digits: int = SIGNIFICANT) -> int:
 
 def number(value: float | int | None, places: int | None = None, sign: bool = False) -> str:
     """`value` with `places` decimals (three significant digits when None), thousands
-    separators, no negative zero, a '+' before a positive value when `sign`; '–' for None,
-    NaN and infinities as words."""
+    separators, no negative zero, a '+' before a positive value when `sign`, a negative one
+    with the minus sign (MINUS); '–' for None, NaN and infinities as words."""
     if value is None:
         return "–"
     if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:+,}" if sign and value else f"{value:,}"
+        return (f"{value:+,}" if sign and value else f"{value:,}").replace("-", MINUS)
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
-        return ("+" if sign and value > 0 else "") + ("∞" if value > 0 else "-∞")
+        return ("+" if sign and value > 0 else "") + ("∞" if value > 0 else f"{MINUS}∞")
     places = significant_places(value) if places is None else places
     rounded = round(value, places)
     if rounded == 0:
         rounded = 0.0  # -0.0 prints as 0
-    text = f"{rounded:,.{places}f}"
+    text = f"{rounded:,.{places}f}".replace("-", MINUS)
     return f"+{text}" if sign and rounded > 0 else text
 
 
@@ -66,26 +73,34 @@ def counted(count: int, noun: str, many: str | None = None) -> str:
 
 
 def signed(value: float | None, places: int = POINTS_PLACES) -> str:
-    """A difference in points with its sign: +1.9, -0.5, 0.0 (never -0.0)."""
+    """A difference in points with its sign: +1.9, −0.5, 0.0 (never −0.0)."""
     return number(value, places, sign=True)
 
 
+def end_places(value: float | None, places: int = POINTS_PLACES) -> int:
+    """Decimals an interval's end needs: `places`, or those of its first significant digit
+    where it is not zero but would round to it at `places`."""
+    if value is not None and value != 0 and math.isfinite(value) and round(value, places) == 0:
+        return significant_places(value, 1)
+    return places
+
+
 def interval_end(value: float | None, places: int = POINTS_PLACES) -> str:
-    """One end of an interval: signed to `places`, or to its first significant digit where it
-    is not zero but would round to it; '–' when unknown."""
+    """One end of an interval alone: signed to `end_places`; '–' when unknown (`interval` sets
+    both ends of one interval to one precision)."""
     if value is None:
         return "–"
-    if value != 0 and math.isfinite(value) and round(value, places) == 0:
-        places = significant_places(value, 1)
-    return signed(value, places)
+    return signed(value, end_places(value, places))
 
 
 def interval(low: float | None, high: float | None, places: int = POINTS_PLACES) -> str:
-    """An interval as '[-0.5, +1.2]', each end signed to the decimals of its mean (`places`);
-    an end that is not zero never reads 0.0 (see the module docstring); '–' when unknown."""
+    """An interval as '[−0.5, +1.2]', both ends signed to one precision: the decimals of its
+    mean (`places`), or more where an end that is not zero would round to 0 (see the module
+    docstring); '–' when unknown."""
     if low is None or high is None:
         return "–"
-    return f"[{interval_end(low, places)}, {interval_end(high, places)}]"
+    both = max(end_places(low, places), end_places(high, places))
+    return f"[{signed(low, both)}, {signed(high, both)}]"
 
 
 def p_value(p: float | None) -> str:

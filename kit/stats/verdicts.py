@@ -16,7 +16,13 @@ p_(i) becomes max over j <= i of min(1, (m - j + 1) p_(j)), which controls the p
 any false label in the family (the family-wise error rate) at `level` whatever the dependence
 between the comparisons. A comparison is `better` (mean > 0) or `worse` (mean < 0) when its
 adjusted p-value is at most `level` (default 0.05), else `no clear difference`; with one
-replicate it is `untested (one replicate)` and takes no part in the adjustment.
+replicate it is `untested (one replicate)` and takes no part in the adjustment. A tested
+comparison is `tied` instead, whatever its p-value, where its two means tie: its mean difference
+is within the resolution (one evaluation row: below), or both sides sit at the metric's ceiling
+(every pair's two accuracies at 100.0 % as printed, where the input says so). A difference of one
+evaluation row, or one between two perfect scores, is no difference a reader should act on,
+however steady across replicates (a cat1 at 100.0 ± 0.0 beside a cat4 0.3 points below it is not
+"worse").
 
 Resolution. Accuracies are counts of evaluation rows, so paired differences can come out exactly
 equal and their sample std zero; a test on a zero std would call any nonzero mean significant.
@@ -27,7 +33,8 @@ kit.stats.outcomes); `std` reports the sample std as measured.
 Intervals. Each tested comparison gets a two-sided t interval whose width matches its label:
 at confidence 1 - level / k, with k = m - i + 1 (the Bonferroni share Holm tested it at, i its
 rank by p-value) for a comparison Holm rejects, and k = m (the full Bonferroni width) for one it
-keeps. So an interval excludes zero exactly when the label is `better` or `worse`. These are
+keeps. So an interval excludes zero exactly when the label is `better` or `worse` (or `tied`
+by the rule above). These are
 per-comparison intervals consistent with the labels, not simultaneous intervals for Holm's
 procedure (for those see Strassburger and Bretz, Statistics in Medicine 27(24), 2008). An
 accuracy difference lies in [-100, 100] points, so intervals are clipped to that range (which
@@ -45,7 +52,7 @@ import scipy.stats
 from kit.stats.outcomes import METRIC_RANGE
 
 LEVEL = 0.05
-BETTER, WORSE, UNCLEAR = "better", "worse", "no clear difference"
+BETTER, WORSE, UNCLEAR, TIED = "better", "worse", "no clear difference", "tied"
 UNTESTED = "untested (one replicate)"
 #: a comparison reading a probe cell whose held-out choice the evaluation split did not bear out
 #: (set by the caller: kit.experiments.timecat.cells.label_flagged)
@@ -87,6 +94,7 @@ def t_test(mean: float, std: float, count: int) -> float:
 def _judge_family(stats: pl.DataFrame, level: float) -> pl.DataFrame:
     """One family's p-values, Holm adjustment, label-consistent intervals and labels."""
     means, floors = stats["mean"].to_list(), stats["_floor"].to_list()
+    ceiling = stats["_ceiling"].to_list()
     stds: list[float] = [  # a comparison of one replicate has no std: it is not tested
         math.nan if std is None else max(std, floor)
         for std, floor in zip(stats["std"].to_list(), floors, strict=True)
@@ -109,6 +117,8 @@ def _judge_family(stats: pl.DataFrame, level: float) -> pl.DataFrame:
         low[i] = max(means[i] - half, METRIC_RANGE[0])
         high[i] = min(means[i] + half, METRIC_RANGE[1])
         verdict[i] = UNCLEAR if not rejected else BETTER if means[i] > 0 else WORSE
+        if ceiling[i] or (floors[i] > 0 and abs(means[i]) <= floors[i]):
+            verdict[i] = TIED
     return stats.with_columns(
         pl.Series("low", low, dtype=pl.Float64),
         pl.Series("high", high, dtype=pl.Float64),
@@ -126,6 +136,7 @@ def verdicts(
     family: Sequence[str] = (),
     level: float = LEVEL,
     resolution: str | None = None,
+    ceiling: str | None = None,
 ) -> pl.DataFrame:
     """One row per comparison (the distinct values of `by`, in order of appearance) from one row
     per (comparison, replicate) paired difference in `value` (nulls ignored): `mean`, `std`,
@@ -133,8 +144,10 @@ def verdicts(
     the tested comparisons of its family), `comparisons` (the family's size m) and `verdict`.
     Families are the distinct values of the `family` columns (all of `by`'s rows are one family
     when it is empty); `resolution` names a column of each difference's resolution (the least
-    std a comparison is judged with); see the module docstring for how labels and intervals are
-    decided."""
+    std a comparison is judged with, and the difference within which its two means tie);
+    `ceiling` names a boolean column saying both values of a pair sit at the metric's ceiling (a
+    comparison is at the ceiling when every pair is); see the module docstring for how labels and
+    intervals are decided."""
     by = list(by)
     stats = (
         differences.filter(pl.col(value).is_not_null())
@@ -144,6 +157,7 @@ def verdicts(
             pl.col(value).std().alias("std"),
             pl.len().cast(pl.Int64).alias("replicates"),
             (pl.col(resolution).max() if resolution else pl.lit(0.0)).alias("_floor"),
+            (pl.col(ceiling).all() if ceiling else pl.lit(False)).alias("_ceiling"),
         )
         .with_row_index("_order")
     )

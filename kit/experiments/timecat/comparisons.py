@@ -84,9 +84,16 @@ def table3(results: pl.DataFrame, rule: str) -> pl.DataFrame:
     )
 
 
+#: a top-1 (a fraction) at or above which an accuracy reads 100.0 % at one decimal: the
+#: ceiling where two accuracies tie (kit.stats.verdicts)
+CEILING = 0.9995
+
+
 def paired_differences(results: pl.DataFrame, rule: str, baseline: str) -> pl.DataFrame:
     """Per replicate and task, each other variant's top-1 minus the baseline variant's, in
-    points (column `difference`): the paired rows `gains` judges."""
+    points (column `difference`), with the most one evaluation row moves it (`resolution`) and
+    whether both accuracies sit at the ceiling (`at_ceiling`: both read 100.0 %): the paired
+    rows `gains` judges."""
     chosen = results.filter(pl.col("rule") == rule)
     reference = chosen.filter(pl.col("variant") == baseline).select(
         "replicate", "task", pl.col("top1").alias("baseline_top1")
@@ -109,6 +116,9 @@ def paired_differences(results: pl.DataFrame, rule: str, baseline: str) -> pl.Da
                 if "eval_rows" in chosen.columns
                 else pl.lit(0.0, dtype=pl.Float64)
             ).alias("resolution"),
+            ((pl.col("top1") >= CEILING) & (pl.col("baseline_top1") >= CEILING)).alias(
+                "at_ceiling"
+            ),
         )
     )
 
@@ -122,6 +132,7 @@ def _judged(paired: pl.DataFrame, results: pl.DataFrame, level: float) -> pl.Dat
         family=["baseline", "variant"],
         level=level,
         resolution="resolution",
+        ceiling="at_ceiling",
     )
     order = {v: i for i, v in enumerate(variant_order(results))}
     rank = pl.col("variant").replace_strict(order, default=len(order), return_dtype=pl.Int64)
@@ -156,7 +167,8 @@ def gains(
     variant's on every task they share (points); per variant and task the mean gain, its std, a
     two-sided one-sample t test of the paired gains, and the label (`better`, `worse`, `no clear
     difference`, `untested (one replicate)`) its p-value supports once adjusted by Holm's method
-    over the tasks of the same comparison (kit.stats.verdicts, at `level`; the interval
+    over the tasks of the same comparison, or `tied` where the two means are within one
+    evaluation row or both at 100.0 % (kit.stats.verdicts, at `level`; the interval
     `low`-`high` is widened to match and clipped to [-100, 100]). No claim rests on them."""
     return _judged(paired_differences(results, rule, baseline), results, level)
 

@@ -4,10 +4,12 @@ One row per measure of each of the paper's variants, in the paper's order (cat1,
 cat5; within a variant: in distribution, the mean over the transfer datasets, the transfer gain
 over cat1, then each dataset a task of the profile stands for): the paper's number and its source
 (a table of arXiv 2506.18221v3, or the authors' figure it was read from), the kit's mean and
-standard deviation over replicates, and the kit's minus the paper's where the two are the same
-quantity: the transfer gain over cat1, a difference of accuracies on the same datasets for
-each. An accuracy itself is not comparable (the kit's tasks are not the paper's datasets), so
-its row says so instead of subtracting a synthetic task's accuracy from ImageNet's. The kit's
+standard deviation over replicates side by side with it, and the kit's minus the paper's only
+where both are measured on the same datasets (the kit's tasks are the paper's datasets
+themselves: the paper profiles). Anything else is like with unlike, a gain over cat1 as much as
+an accuracy (a gain over cat1 on synthetic tasks, from the synthetic baseline, is no gain on
+iNat18 and CIFAR from the paper's), so no such row subtracts them, and the column `COMPARABLE`
+says which rows are measured on the paper's datasets. The kit's
 synthetic world has no ImageNet, so its rows stand for the paper's by role: the pretraining
 mixture (the in-distribution task) for ImageNet-1k, and the mean over the tasks the pretraining
 did not train on for the mean over iNat18, CIFAR-100 and CIFAR-10. Where a profile maps its tasks
@@ -35,7 +37,7 @@ TRANSFER = "transfer, mean top-1 %"
 GAIN = "transfer gain over cat1, points"
 PAPER_NUMBER = f"paper's number (arXiv {PAPER.arxiv_id})"
 PAPER_SOURCE = "source of the paper's number"
-COMPARABLE = "kit − paper comparable?"
+COMPARABLE = "measured on the paper's datasets?"
 #: the columns of `paper_vs_kit`, before any key of `by`
 COLUMNS = [
     "variant",
@@ -56,12 +58,11 @@ _READ = {
     "read_from_figure": " read by eye from the authors' figure of Table 3, ±0.2, not in the "
     "paper's text",
 }
-#: what a row that cannot be subtracted says instead, what a gain row says, and what an
-#: accuracy row says where the kit's tasks are the paper's datasets themselves (the paper
-#: profiles)
-NOT_COMPARABLE = "no: different datasets"
-SAME_QUANTITY = "yes: a gain over cat1"
-SAME_DATASET = "yes: the paper's dataset"
+#: what a row whose kit's tasks stand for the paper's datasets says (set side by side, never
+#: subtracted), and what a row says where they are the paper's datasets themselves (the paper
+#: profiles: "kit − paper" is their difference)
+NOT_COMPARABLE = "no: the kit's tasks stand for them (side by side, not subtracted)"
+SAME_DATASET = "yes: the paper's datasets (kit − paper subtracted)"
 
 
 def paper_rows() -> pl.DataFrame:
@@ -198,12 +199,11 @@ def _tasks(results: pl.DataFrame, in_distribution: bool) -> str:
 
 def _row(measure: _Measure, task: str, values: pl.Series) -> dict[str, object]:
     """One measure's row: the paper's number and its source, the kit's mean and std over
-    `values` (one per replicate), and their difference where the quantity is the same (a gain
-    over cat1, or an accuracy on the very datasets the paper measured it on: `task` names them
-    as the paper does), else why not."""
+    `values` (one per replicate) beside it, and their difference only where both are measured
+    on the same datasets (`task` names the paper's datasets as the paper does: an accuracy or
+    a gain over cat1 alike), else which datasets they are."""
     mean = as_optional_float(values.mean()) if values.len() else None
-    gain = measure.key[0] == "gain"
-    same = gain or set(task.split(", ")) == set(measure.dataset.split(", "))
+    same = set(task.split(", ")) == set(measure.dataset.split(", "))
     return {
         "variant": measure.variant,
         "measure": measure.measure,
@@ -215,7 +215,7 @@ def _row(measure: _Measure, task: str, values: pl.Series) -> dict[str, object]:
         "kit std": values.std() if values.len() > 1 else None,
         "replicates": values.len(),
         "kit − paper": mean - measure.paper if same and mean is not None else None,
-        COMPARABLE: SAME_QUANTITY if gain else SAME_DATASET if same else NOT_COMPARABLE,
+        COMPARABLE: SAME_DATASET if same else NOT_COMPARABLE,
     }
 
 
