@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from kit.core.paths import REPO_ROOT, resolve
+from kit.core.sources import source_problems
 from kit.data import kinds
 from kit.data.settings import DataSettings
 
@@ -37,14 +38,15 @@ def preflight(data: DataSettings) -> list[str]:
 
 def folder_of_its_own(folder: Path) -> list[str]:
     """Whether `folder` can hold a run's outputs without mixing them with anything else: not a
-    file system's root, the home folder, or the repository (or a folder above it)."""
+    file system's root, the home folder, the repository (or a folder above it), nor among the
+    sources (kit.core.sources: a source folder, or one holding files git tracks)."""
     real = folder.resolve()
     if real == real.parent or real == Path.home().resolve() or REPO_ROOT.is_relative_to(real):
         return [
             f"{folder}: not a folder of its own for outputs (a file system root, the home "
             "folder or the repository or above); name a folder for the run (output_dir)"
         ]
-    return []
+    return source_problems(folder)
 
 
 def writable_problems(folder: Path) -> list[str]:
