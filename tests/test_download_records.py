@@ -129,6 +129,37 @@ def test_a_record_naming_what_the_kit_did_not_write_is_void_and_deletes_nothing(
     assert tree(tmp_path) == before
 
 
+@pytest.mark.parametrize("recorded", [b"weeks of trainin!", b"a day"], ids=["hash", "size"])
+def test_a_record_whose_files_differ_on_disk_deletes_nothing(
+    server: tuple[str, Served], tmp_path: Path, recorded: bytes
+) -> None:
+    """A record copied or edited by hand, well formed, listing a folder of the user's with a
+    size or SHA-256 its file does not have: the download compares them before deleting anything,
+    refuses naming the file, and deletes nothing."""
+    base, _ = server
+    target = tmp_path / "target"
+    (target / "user_models" / "deeper").mkdir(parents=True)
+    mine = target / "user_models" / "deeper" / "mine.pt"
+    mine.write_bytes(b"weeks of training")
+    (target / "user_models" / "same.pt").write_bytes(b"as recorded")
+    written = {"user_models/deeper/mine.pt": entry(recorded)}
+    written["user_models/same.pt"] = entry(b"as recorded")
+    raw = {"url": "u", "archive": ARCHIVE, "size": 1, "sha256": "0" * 64}
+    raw |= {"first_downloaded": "then", "extracted": ["user_models"], "written": written}
+    (target / RECORD).write_text(json.dumps(raw))
+    before = tree(tmp_path)
+    with pytest.raises(DownloadError) as raised:
+        get(target, base + "/good.tar.gz", accept_new=True)
+    said = str(raised.value)
+    differs = "SHA-256 is" if len(recorded) == len(b"weeks of training") else "17 bytes, the"
+    assert said.startswith(f"{mine}: not the file {RECORD} says kit download wrote there (")
+    assert differs in said and "); nothing was deleted" in said, said
+    assert "\n" not in said
+    after = tree(tmp_path)
+    assert {name: after.get(name) for name in before} == before  # the user's, untouched
+    assert not (target / f".{ARCHIVE}.unpacking").exists()
+
+
 def test_a_stray_record_never_says_verified(server: tuple[str, Served], tmp_path: Path) -> None:
     """An archive holding a stray file and a record listing it with its true size and SHA-256
     fails, leaves nothing, and the genuine download then happens; a record left on disk that
@@ -191,7 +222,8 @@ def test_a_file_of_the_users_inside_an_earlier_download_is_never_deleted(
     mine = tmp_path / LAYOUT.folder / "checkpoints_full" / "my_notes.txt"
     mine.write_text("mine")
     (tmp_path / ARCHIVE).unlink()
-    next(iter((tmp_path / LAYOUT.folder).rglob("*.pth"))).write_bytes(b"changed")
+    changed = next(iter((tmp_path / LAYOUT.folder).rglob("*.pth")))
+    changed.write_bytes(b"changed")
     with tarfile.open(fileobj=io.BytesIO(good)) as tar:  # the release, another archive
         members = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
     members[f"{LAYOUT.folder}/README.txt"] = b"the same release, with a note"
@@ -200,6 +232,10 @@ def test_a_file_of_the_users_inside_an_earlier_download_is_never_deleted(
         get(tmp_path, base + "/good.tar.gz", accept_new=True)
     assert mine.read_text() == "mine"
     mine.unlink()
+    with pytest.raises(DownloadError, match=f"{changed}: not the file .* is 7 bytes, .* nothing"):
+        get(tmp_path, base + "/good.tar.gz", accept_new=True)  # the changed file is kept too
+    assert changed.read_bytes() == b"changed"
+    changed.unlink()
     assert "downloaded from" in get(tmp_path, base + "/good.tar.gz", accept_new=True)
     assert not (tmp_path / f".{ARCHIVE}.unpacking").exists()
 
