@@ -14,6 +14,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ from kit.cli import download as kit_download
 from kit.cli.main import main as kit_main
 from kit.core import download_record, fetch
 from kit.core.fetch import DownloadError
+from kit.core.paths import REPO_ROOT
 from kit.experiments.timecat import layouts
 
 ARCHIVE = kit_download.SOURCES["checkpoints"].archive
@@ -238,6 +241,54 @@ def test_a_file_of_the_users_inside_an_earlier_download_is_never_deleted(
     changed.unlink()
     assert "downloaded from" in get(tmp_path, base + "/good.tar.gz", accept_new=True)
     assert not (tmp_path / f".{ARCHIVE}.unpacking").exists()
+
+
+HOLD_AS_A_DOWNLOAD = (
+    "import sys, time; from kit.core import locks\n"
+    "with locks.hold(sys.argv[1], 'kit download checkpoints', remove=True):\n"
+    "    print('held', flush=True); time.sleep(600)\n"
+)
+
+
+def test_a_second_download_into_a_folder_is_refused_naming_the_first(
+    server: tuple[str, Served], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two downloads into one folder would append to one `.partial`, or one's clean-up would
+    remove the other's unpacking: the second is refused in one line naming the process that
+    holds the folder, writing nothing; once that one ends, the download runs and leaves no lock
+    file behind."""
+    base, served = server
+    holding = subprocess.Popen(
+        [sys.executable, "-c", HOLD_AS_A_DOWNLOAD, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+    )
+    try:
+        assert holding.stdout is not None and holding.stdout.readline().strip() == "held"
+        command = ["download", "checkpoints", "--to", str(tmp_path), "--url", base + "/good.tar.gz"]
+        assert kit_main(command) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: kit download checkpoints: {tmp_path}: in use by pid ")
+        assert f"pid {holding.pid} on " in err and "(kit download checkpoints: " in err
+        assert err.endswith("one download into a folder at a time\n") and err.count("\n") == 1
+        assert sorted(path.name for path in tmp_path.iterdir()) == [".lock"]  # the holder's
+        assert served.ranges == []  # nothing was asked of the server
+    finally:
+        holding.kill()
+        holding.wait()
+    assert "downloaded from" in get(tmp_path, base + "/good.tar.gz")
+    assert not (tmp_path / ".lock").exists()
+
+
+def test_an_archive_holding_the_folders_lock_file_is_refused(
+    server: tuple[str, Served], tmp_path: Path
+) -> None:
+    base, served = server
+    served.files["/lock.tar.gz"] = tar_gz({".lock": b'{"pid": 1}'})
+    with pytest.raises(DownloadError, match="member '.lock' takes a name kit download keeps"):
+        get(tmp_path, base + "/lock.tar.gz")
+    assert tree(tmp_path) == {}
 
 
 def test_a_disk_filling_during_the_download_is_said_to_be_full(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from kit.core import download_record, files
+from kit.core import download_record, files, locks
 from kit.core.fetch import (
     DownloadError,
     UnpackingError,
@@ -185,10 +185,22 @@ def download(
     """Fetch, check, unpack and verify `what` into `folder`; what was done, as a line. The
     archive is unpacked and verified in a folder of its own; only then do its entries replace
     what the record says an earlier download wrote (kit.core.download_record). Whatever fails
-    verification (the unpacked files, the archive) is removed."""
+    verification (the unpacked files, the archive) is removed. One download into a folder at a
+    time (kit.core.locks): a second is refused, naming the process that holds it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with locks.hold(folder, f"kit download {what}", remove=True):
+            return _download(what, folder, url, accept_new, stream)
+    except locks.FolderLocked as error:
+        raise DownloadError(f"{error}: one download into a folder at a time") from None
+
+
+def _download(
+    what: str, folder: Path, url: str | None, accept_new: bool, stream: IO[str] | None
+) -> str:
+    """`download` once the folder is held."""
     source = SOURCES[what]
     url = url or os.environ.get(source.variable) or source.url
-    folder.mkdir(parents=True, exist_ok=True)
     archive = folder / source.archive
     record = download_record.read(folder, source.archive)
     if record is not None and (said := _in_place(what, source, folder, record)):
@@ -332,8 +344,8 @@ def _unpack(archive: Path, folder: Path) -> Path:
         archive.unlink()
         raise DownloadError(
             f"{archive}: member {kept[0]!r} takes a name kit download keeps for its own files "
-            "(the archive, its record, a partial download, the unpacking folder); the archive "
-            "is refused and removed, nothing of it is kept"
+            "(the archive, its record, a partial download, the unpacking folder, the lock); the "
+            "archive is refused and removed, nothing of it is kept"
         )
     return temporary
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from kit.core import files
 from kit.core.fetch import DownloadError
+from kit.core.locks import EXCLUSIVE_FILE, LOCK_FILE
 
 #: the suffixes of the names the kit keeps for its own files in a download's folder
 RECORD_SUFFIX, PARTIAL_SUFFIX, UNPACKING_SUFFIX = ".kit.json", ".partial", ".unpacking"
@@ -46,8 +47,11 @@ def unpacking_folder(folder: Path, archive: str) -> Path:
 
 
 def kept_for_the_kit(name: str, archive: str) -> bool:
-    """Whether a top-level name is one the kit keeps for its own files (no archive may hold it)."""
-    return name == archive or name.endswith((RECORD_SUFFIX, PARTIAL_SUFFIX, UNPACKING_SUFFIX))
+    """Whether a top-level name is one the kit keeps for its own files (no archive may hold it):
+    the archive, its record, a partial download, an unpacking folder, the folder's lock."""
+    return name in (archive, LOCK_FILE, EXCLUSIVE_FILE) or name.endswith(
+        (RECORD_SUFFIX, PARTIAL_SUFFIX, UNPACKING_SUFFIX)
+    )
 
 
 @dataclass(frozen=True)
