@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from kit.core import bounds
+
 #: bytes read at a time
 CHUNK = 1 << 20
 #: seconds a connection may stay silent
@@ -40,6 +42,9 @@ TIMEOUT_S = 60.0
 #: seconds between two progress lines when the output is no terminal
 PLAIN_EVERY_S = 30.0
 _CONTENT_RANGE = re.compile(r"bytes (?:(\d+)-\d+|\*)/(\d+)")
+#: the most folders deep a member of an archive may lie (the release's lie 3 deep, CIFAR's 2);
+#: tarfile creates a member's folders recursively, so thousands exhaust Python's stack
+MEMBER_DEPTH = 32
 
 
 class DownloadError(RuntimeError):
@@ -286,12 +291,30 @@ def file_digest(path: Path, algorithm: str) -> str:
     return digest.hexdigest()
 
 
+def shown_member(name: str, most: int = 80) -> str:
+    """A member's name as a message shows it: quoted, control characters escaped, a long one
+    cut to its start and end."""
+    if len(name) > most:
+        return f"{name[: most // 2]!r}...{name[-most // 4 :]!r} ({len(name):,} characters)"
+    return repr(name)
+
+
 def _unsafe(member: tarfile.TarInfo) -> str | None:
     name = Path(member.name)
     if name.is_absolute() or member.name.startswith("/"):
         return "an absolute path"
     if ".." in name.parts:
         return "a path out of the folder ('..')"
+    if len(name.parts) > MEMBER_DEPTH:
+        return f"{len(name.parts):,} folders deep (a release holds at most {MEMBER_DEPTH})"
+    longest = max((len(os.fsencode(part)) for part in name.parts), default=0)
+    if longest > bounds.NAME_BYTES:
+        return (
+            f"a path holding a name of {longest:,} bytes (a file system takes at most "
+            f"{bounds.NAME_BYTES})"
+        )
+    if len(os.fsencode(member.name)) > bounds.PATH_BYTES:
+        return f"a path of {len(os.fsencode(member.name)):,} bytes"
     if member.issym() or member.islnk():
         return f"a link (to {member.linkname!r})"
     if not (member.isfile() or member.isdir()):
@@ -311,8 +334,8 @@ def safe_extract(archive: Path, into: Path) -> None:
                 problem = _unsafe(member)
                 if problem is not None:
                     raise DownloadError(
-                        f"{archive}: member {member.name!r} is {problem}; the archive is "
-                        "refused and nothing of it is kept"
+                        f"{archive}: member {shown_member(member.name)} is {problem}; the "
+                        "archive is refused and nothing of it is kept"
                     )
                 tar.extract(member, into, filter="data")
             while tar.fileobj is not None and tar.fileobj.read(CHUNK):

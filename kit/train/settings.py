@@ -183,7 +183,7 @@ class TrainSettings(RunSettings):
 
     iterations: int = Field(ge=1, le=bounds.ITERATIONS)
     seed: int = Field(ge=0, le=bounds.SEED)
-    output_dir: str = Field(min_length=1)
+    output_dir: bounds.PathText
     #: steps at which the model (at x, BatchNorm recalibrated there) is also saved as
     #: snapshot-<step>.pt, hashed, without changing the run: the models time-concat reads from
     #: one seeded run (paper Section 5.1; notebook 03's `catn_models: snapshots`)
