@@ -8,6 +8,7 @@ reads, hashed."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import io
@@ -289,6 +290,81 @@ def test_an_archive_holding_the_folders_lock_file_is_refused(
     with pytest.raises(DownloadError, match="member '.lock' takes a name kit download keeps"):
         get(tmp_path, base + "/lock.tar.gz")
     assert tree(tmp_path) == {}
+
+
+def release_members(good: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(good)) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
+
+
+def test_members_outside_the_release_are_skipped_and_said(
+    server: tuple[str, Served], good: bytes, tmp_path: Path
+) -> None:
+    """The release plus members it does not hold (a file of zeros at the top, a file beside the
+    checkpoints): the release is unpacked and verified, the others never written, and the
+    download says which it skipped."""
+    base, served = server
+    members = release_members(good)
+    members["zeros.bin"] = bytes(2_000_000)
+    members[f"{LAYOUT.folder}/checkpoints_full/extra.pth"] = b"not released"
+    served.files["/extra.tar.gz"] = tar_gz(members)
+    said = get(tmp_path, base + "/extra.tar.gz")
+    assert "16 checkpoints load as AlgoPerf ResNet-50s" in said
+    assert (
+        "skipped 2 members the authors' release (16 checkpoints of about 100 MB) does not hold, "
+        f"not written ('zeros.bin', '{LAYOUT.folder}/checkpoints_full/extra.pth')"
+    ) in said
+    assert not (tmp_path / "zeros.bin").exists()
+    assert not (tmp_path / LAYOUT.folder / "checkpoints_full" / "extra.pth").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "sparse", "said"),
+    [
+        ({}, {f"{LAYOUT.folder}/hole.bin": 20 << 30}, "is a sparse file (21,474.8 MB with holes)"),
+        ({f"{LAYOUT.folder}/bad\x1b[2Jname": b"x"}, {}, "is named with a control character"),
+        ({f"junk/{i}": b"x" for i in range(1_000)}, {}, "holds more than 85 members, more than"),
+    ],
+    ids=["sparse", "control", "count"],
+)
+def test_an_archive_holding_more_than_the_release_is_refused_before_anything_is_written(
+    server: tuple[str, Served],
+    good: bytes,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    extra: dict[str, bytes],
+    sparse: dict[str, int],
+    said: str,
+) -> None:
+    """The release plus a 20 GiB sparse member, a name with a control character, or 1,000
+    one-byte members: refused from the headers alone, nothing extracted, the archive removed."""
+    base, served = server
+    served.files["/more.tar.gz"] = tar_gz(release_members(good) | extra, sparse=sparse)
+    monkeypatch.setattr(tarfile.TarFile, "extract", lambda *_, **__: pytest.fail("written"))
+    with pytest.raises(DownloadError) as raised:
+        get(tmp_path, base + "/more.tar.gz")
+    message = str(raised.value)
+    assert message.startswith(f"{tmp_path / ARCHIVE}: ") and said in message, message
+    assert "the archive is refused and nothing of it is kept" in message and "\n" not in message
+    assert tree(tmp_path) == {}
+
+
+def test_a_release_larger_than_its_known_size_is_refused(
+    server: tuple[str, Served], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The release's files, each and all together, within its known sizes and a margin: a
+    larger one is refused from its headers, before anything is written."""
+    base, _ = server
+    source = kit_download.SOURCES["checkpoints"]
+    for each, total, said in [
+        (100_000, 10**9, "unpacks to 1.0 MB, more than the 0.1 MB a file of"),
+        (10**9, 10_000_000, "its members unpack to 16.2 MB, more than the 10.0 MB"),
+    ]:
+        smaller = dataclasses.replace(source, most_file_bytes=each, most_bytes=total)
+        monkeypatch.setitem(kit_download.SOURCES, "checkpoints", smaller)
+        with pytest.raises(DownloadError, match=said):
+            get(tmp_path, base + "/good.tar.gz")
+        assert tree(tmp_path) == {}
 
 
 def test_a_disk_filling_during_the_download_is_said_to_be_full(

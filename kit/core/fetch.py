@@ -5,8 +5,9 @@ offline cluster) into `<name>.partial` beside the target, resuming a partial fil
 Range request (from the start again, saying so, when the server ignores it), checking the length
 the server announced and the free disk space before it starts; the caller checks the hash and
 renames it (`finish`), so a file under the target's name is always complete. `safe_extract`
-unpacks a tar archive refusing absolute paths, `..`, links and devices, and applies Python's
-`tarfile` data filter on top (https://docs.python.org/3/library/tarfile.html#tarfile.data_filter).
+unpacks a tar archive once every member's header is read and found acceptable
+(kit.core.archive_members: no absolute path, `..`, link, device or sparse file, and no more than
+the release holds), and applies Python's `tarfile` data filter on top (https://docs.python.org/3/library/tarfile.html#tarfile.data_filter).
 
 Free of torch; the standard library's urllib only.
 """
@@ -33,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from kit.core import bounds
+from kit.core import archive_members
 
 #: bytes read at a time
 CHUNK = 1 << 20
@@ -42,9 +43,6 @@ TIMEOUT_S = 60.0
 #: seconds between two progress lines when the output is no terminal
 PLAIN_EVERY_S = 30.0
 _CONTENT_RANGE = re.compile(r"bytes (?:(\d+)-\d+|\*)/(\d+)")
-#: the most folders deep a member of an archive may lie (the release's lie 3 deep, CIFAR's 2);
-#: tarfile creates a member's folders recursively, so thousands exhaust Python's stack
-MEMBER_DEPTH = 32
 
 
 class DownloadError(RuntimeError):
@@ -291,55 +289,38 @@ def file_digest(path: Path, algorithm: str) -> str:
     return digest.hexdigest()
 
 
-def shown_member(name: str, most: int = 80) -> str:
-    """A member's name as a message shows it: quoted, control characters escaped, a long one
-    cut to its start and end."""
-    if len(name) > most:
-        return f"{name[: most // 2]!r}...{name[-most // 4 :]!r} ({len(name):,} characters)"
-    return repr(name)
-
-
-def _unsafe(member: tarfile.TarInfo) -> str | None:
-    name = Path(member.name)
-    if name.is_absolute() or member.name.startswith("/"):
-        return "an absolute path"
-    if ".." in name.parts:
-        return "a path out of the folder ('..')"
-    if len(name.parts) > MEMBER_DEPTH:
-        return f"{len(name.parts):,} folders deep (a release holds at most {MEMBER_DEPTH})"
-    longest = max((len(os.fsencode(part)) for part in name.parts), default=0)
-    if longest > bounds.NAME_BYTES:
-        return (
-            f"a path holding a name of {longest:,} bytes (a file system takes at most "
-            f"{bounds.NAME_BYTES})"
-        )
-    if len(os.fsencode(member.name)) > bounds.PATH_BYTES:
-        return f"a path of {len(os.fsencode(member.name)):,} bytes"
-    if member.issym() or member.islnk():
-        return f"a link (to {member.linkname!r})"
-    if not (member.isfile() or member.isdir()):
-        return "a device, pipe or other special file"
-    return None
-
-
-def safe_extract(archive: Path, into: Path) -> None:
-    """Unpack a (compressed) tar archive into the new folder `into`, member by member, refusing
-    the whole archive at the first unsafe member (absolute path, `..`, link, device) or read
-    error (a truncated or corrupt archive, its CRC checked by reading it to the end); `into`
-    is removed on any failure, and a write that fails is an UnpackingError naming the path."""
-    into.mkdir(parents=True)
+def safe_extract(
+    archive: Path, into: Path, release: archive_members.Release | None = None
+) -> list[str]:
+    """Unpack a (compressed) tar archive into the new folder `into`; the names of the members
+    skipped as outside `release`'s files. Every member's header is read first, the archive to
+    its end (gzip checks its CRC there: a flipped byte is found), and the whole archive refused
+    before anything is written at the first unsafe member (kit.core.archive_members: absolute
+    path, `..`, link, device, sparse file, control character, a name no file system takes), at
+    more members or bytes than `release` is known to hold, or at a read error (a truncated or
+    corrupt archive); `into` is removed on any failure, and a write that fails is an
+    UnpackingError naming the path."""
     try:
         with tarfile.open(archive, "r:*") as tar:
+            members: list[tarfile.TarInfo] = []
             for member in tar:
-                problem = _unsafe(member)
-                if problem is not None:
+                members.append(member)
+                if problem := archive_members.refused(member, len(members), release):
                     raise DownloadError(
-                        f"{archive}: member {shown_member(member.name)} is {problem}; the "
-                        "archive is refused and nothing of it is kept"
+                        f"{archive}: {problem}; the archive is refused and nothing of it is kept"
                     )
-                tar.extract(member, into, filter="data")
             while tar.fileobj is not None and tar.fileobj.read(CHUNK):
-                pass  # to the end: gzip checks its CRC there (a flipped byte is found)
+                pass  # to the end: gzip checks its CRC there
+            try:
+                written, skipped = archive_members.kept(members, release)
+            except ValueError as error:
+                raise DownloadError(
+                    f"{archive}: {error}; the archive is refused and nothing of it is kept"
+                ) from None
+            into.mkdir(parents=True)
+            for member in written:
+                tar.extract(member, into, filter="data")
+        return skipped
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as error:
         shutil.rmtree(into, ignore_errors=True)
         raise DownloadError(
