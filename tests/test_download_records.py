@@ -443,3 +443,19 @@ def test_a_folder_that_cannot_be_written_is_the_downloads_error(
     error = capsys.readouterr().err
     assert error.startswith(f"error: kit download checkpoints: {folder}: permission denied ")
     assert "pass --to another folder" in error and "notebooks" not in error
+
+
+@pytest.mark.parametrize("to", ["/", "~"], ids=["root", "home"])
+def test_a_download_into_a_file_system_root_or_home_is_refused(
+    to: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--to /` wrote a `.partial` at the file system's root: refused as `kit run` refuses such
+    an output folder, before anything is written (the URL goes nowhere either way)."""
+    folder = Path(to).expanduser()
+    url = f"http://127.0.0.1:{closed_port()}/{ARCHIVE}"
+    assert kit_main(["download", "checkpoints", "--to", str(folder), "--url", url]) == 1
+    assert capsys.readouterr().err == (
+        f"error: kit download checkpoints: {folder}: not a folder of its own for a download (a "
+        "file system root, the home folder or the repository or above); name a folder for it "
+        "(--to)\n"
+    )

@@ -42,6 +42,7 @@ from kit.core.fetch import (
     write_failure,
 )
 from kit.core.params import ParameterError
+from kit.data.preflight import folder_of_its_own
 from kit.experiments.timecat import layouts
 
 #: members an archive may hold beyond the release's files and folders (kit.core.archive_members)
@@ -212,13 +213,19 @@ def command(what: str, to: Path | None, url: str | None, accept_new: bool) -> in
 
 
 def folder_for(what: str, to: Path | None) -> Path:
+    """The folder `what` is downloaded into: `--to`, else its default; refused, as `kit run`
+    refuses an output folder, when it is no folder of its own (a file system root, the home
+    folder, the repository or above)."""
     source = SOURCES[what]
-    if to is not None:
-        return to
-    root = os.environ.get(source.root)
-    if not root:
-        raise ParameterError(f"name a folder with --to, or set {source.root}")
-    return Path(root) / source.subfolder
+    where = "--to"
+    if to is None:
+        root = os.environ.get(source.root)
+        if not root:
+            raise ParameterError(f"name a folder with --to, or set {source.root}")
+        to, where = Path(root) / source.subfolder, source.root
+    for problem in folder_of_its_own(to, "a download", f"name a folder for it ({where})", False):
+        raise ParameterError(problem)
+    return to
 
 
 def download(
