@@ -64,12 +64,23 @@ LINES = 1000
 NAME_BYTES = 255
 PATH_BYTES = 4095
 
+#: a learning rate in a grid, above 0 [the profiles' grids: 0.01 to 0.3]
+LEARNING_RATE = 100.0
+#: a weight decay in a grid, 0 or above [the profiles' grids: 0 to 10]
+WEIGHT_DECAY = 1000.0
+
+#: a learning rate as a grid holds it: positive, finite, at most LEARNING_RATE
+Rate = Annotated[float, Field(gt=0.0, le=LEARNING_RATE, allow_inf_nan=False)]
+#: a weight decay as a grid holds it: 0 or positive, finite, at most WEIGHT_DECAY
+Decay = Annotated[float, Field(ge=0.0, le=WEIGHT_DECAY, allow_inf_nan=False)]
+#: a share of a whole (a mixture's weight, a component's part): in [0, 1]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 #: a seed as a list holds it
 Seed = Annotated[int, Field(ge=0, le=SEED)]
 #: iterations (a budget, a step) as a list holds them
 Step = Annotated[int, Field(le=ITERATIONS)]
-#: a grid of floats, as a mapping holds it
-Grid = Annotated[list[float], Field(max_length=GRID)]
+#: a grid of weight decays, as a mapping holds it
+Grid = Annotated[list[Decay], Field(max_length=GRID)]
 #: a list of names (files, cues), as a list holds it
 Names = Annotated[list[str], Field(max_length=ENTRIES)]
 #: a replicate's seeds, one a model
