@@ -318,15 +318,20 @@ def extract_many(
             side_by_side,
         )
         verdicts.update(dict.fromkeys(missing, True))
-        stage.finish(f"{reused}, extracted {counted(len(missing), 'checkpoint')}")
     else:
-        Stage(name, 0, "batch", "").finish(f"{reused}, extracted 0")
+        stage = Stage(name, 0, "batch", "")
+    rebuilt = 0
     for rep, (path, record) in zip(representations, wanted, strict=True):
         if not cached(path):
             _concatenate(
                 path, record, [feature_cache.open_entry(entry([p])[0], hit=True) for p in rep]
             )
             verdicts[path] = True
+            rebuilt += 1
+    said = f"{reused}, extracted {counted(len(missing), 'checkpoint')}"
+    if rebuilt:  # a missing or corrupt representation whose checkpoints were cached
+        said += f", concatenated {counted(rebuilt, 'representation')} from cached checkpoints"
+    stage.finish(said)
     return [
         feature_cache.open_entry(path, hit) for (path, _), hit in zip(wanted, hits, strict=True)
     ]

@@ -121,10 +121,16 @@ def released(layout: layouts.Layout, checkpoints: dict[layouts.Key, bytes]) -> d
     return {layout.names(*key)[0]: content for key, content in checkpoints.items()}
 
 
-def tar_gz(members: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
-    """A .tar.gz of `members` (and symbolic links `links`: name -> target)."""
+def tar_gz(
+    members: dict[str, bytes],
+    links: dict[str, str] | None = None,
+    sparse: dict[str, int] | None = None,
+) -> bytes:
+    """A .tar.gz of `members` (and symbolic links `links`: name -> target; and sparse files
+    `sparse`: name -> the size they unpack to, one byte stored, in GNU's sparse format 0.1 of
+    pax headers, as GNU tar writes them with --sparse)."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
         for name, content in members.items():
             info = tarfile.TarInfo(name)
             info.size = len(content)
@@ -133,6 +139,15 @@ def tar_gz(members: dict[str, bytes], links: dict[str, str] | None = None) -> by
             info = tarfile.TarInfo(name)
             info.type, info.linkname = tarfile.SYMTYPE, target
             tar.addfile(info)
+        for name, size in (sparse or {}).items():
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            info.pax_headers = {
+                "GNU.sparse.map": f"{size - 1},1",
+                "GNU.sparse.numblocks": "1",
+                "GNU.sparse.realsize": str(size),
+            }
+            tar.addfile(info, io.BytesIO(b"x"))
     return buffer.getvalue()
 
 

@@ -135,3 +135,30 @@ def test_a_large_valid_count_says_its_cost_before_it_starts(
     monkeypatch.setattr(runner, "run", started)
     command = ["run", "03", "--profile", "ci", "--set", "replicates=60"]
     assert kit_main([*command, "--set", f"output_dir={tmp_path}"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("notebook", "override", "key", "said"),
+    [
+        ("03_time_concat", "probes.fast.lrs=[0.0]", "probes.fast.lrs.0", "greater than 0"),
+        ("03_time_concat", "probes.fast.lrs=[0.1, -1.0]", "probes.fast.lrs.1", "greater than 0"),
+        ("03_time_concat", "probes.fast.lrs=[1.0e+3]", "probes.fast.lrs.0", "less than or equal"),
+        ("03_time_concat", "probes.fast.weight_decays=[-1.0]", "weight_decays.0", "or equal to 0"),
+        ("03_time_concat", "probes.lbfgs.weight_decays=[1.0e+4]", "weight_decays.0", "to 1000"),
+        ("03_time_concat", "train.betas=[0.9, 1.5]", "train.betas.1", "less than 1"),
+        ("01_toy_counterexample", "weight_decays=[-0.1]", "weight_decays.0", "or equal to 0"),
+        ("01_toy_counterexample", "shares=[1.5]", "shares.0", "less than or equal to 1"),
+        ("01_toy_counterexample", "sparsity_weights=[0.5, 0.5, -0.2, 0.2]", "weights.2", "to 0"),
+    ],
+)
+def test_every_element_of_a_grid_of_rates_decays_or_shares_is_bounded(
+    notebook: str, override: str, key: str, said: str
+) -> None:
+    """`probes.fast.lrs=[0.0]` was called valid and `[-1.0]` changed the results table in
+    silence: each element of a learning-rate, weight-decay or share list is positive (or not
+    negative) and within its bound, refused naming the element (a non-finite one already was:
+    params.Strict)."""
+    with pytest.raises(params.ParameterError) as raised:
+        params.load(notebook, "ci", overrides=params.parse_overrides([override]))
+    message = str(raised.value)
+    assert f"{key}'" in message and said in message, message

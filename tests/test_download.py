@@ -222,11 +222,16 @@ def test_a_changed_archive_is_refused_until_accepted(
     base, served = server
     get(tmp_path, base + ARCHIVE)
     (tmp_path / ARCHIVE[1:]).unlink()
-    next(iter((tmp_path / LAYOUTS["unpacked"].folder).rglob("*.pth"))).write_bytes(b"changed")
+    changed = next(iter((tmp_path / LAYOUTS["unpacked"].folder).rglob("*.pth")))
+    changed.write_bytes(b"changed")
     served.files[ARCHIVE] = archives["readme"]  # the source now serves other bytes
     with pytest.raises(DownloadError, match="differs from the .* recorded at the first download"):
         get(tmp_path, base + ARCHIVE)
     assert fetch.partial_name(tmp_path / ARCHIVE[1:]).is_file()  # kept, unused
+    with pytest.raises(DownloadError, match=f"{changed}: not the file .* nothing was deleted"):
+        get(tmp_path, base + ARCHIVE, accept_new=True)  # a file that differs from the record
+    assert changed.read_bytes() == b"changed"
+    changed.unlink()
     said = get(tmp_path, base + ARCHIVE, accept_new=True)
     assert LAYOUTS["readme"].describe() in said
     assert not (tmp_path / LAYOUTS["unpacked"].folder).exists()  # the old unpacking replaced

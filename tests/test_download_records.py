@@ -8,12 +8,15 @@ reads, hashed."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +29,7 @@ from kit.cli import download as kit_download
 from kit.cli.main import main as kit_main
 from kit.core import download_record, fetch
 from kit.core.fetch import DownloadError
+from kit.core.paths import REPO_ROOT
 from kit.experiments.timecat import layouts
 
 ARCHIVE = kit_download.SOURCES["checkpoints"].archive
@@ -129,6 +133,37 @@ def test_a_record_naming_what_the_kit_did_not_write_is_void_and_deletes_nothing(
     assert tree(tmp_path) == before
 
 
+@pytest.mark.parametrize("recorded", [b"weeks of trainin!", b"a day"], ids=["hash", "size"])
+def test_a_record_whose_files_differ_on_disk_deletes_nothing(
+    server: tuple[str, Served], tmp_path: Path, recorded: bytes
+) -> None:
+    """A record copied or edited by hand, well formed, listing a folder of the user's with a
+    size or SHA-256 its file does not have: the download compares them before deleting anything,
+    refuses naming the file, and deletes nothing."""
+    base, _ = server
+    target = tmp_path / "target"
+    (target / "user_models" / "deeper").mkdir(parents=True)
+    mine = target / "user_models" / "deeper" / "mine.pt"
+    mine.write_bytes(b"weeks of training")
+    (target / "user_models" / "same.pt").write_bytes(b"as recorded")
+    written = {"user_models/deeper/mine.pt": entry(recorded)}
+    written["user_models/same.pt"] = entry(b"as recorded")
+    raw = {"url": "u", "archive": ARCHIVE, "size": 1, "sha256": "0" * 64}
+    raw |= {"first_downloaded": "then", "extracted": ["user_models"], "written": written}
+    (target / RECORD).write_text(json.dumps(raw))
+    before = tree(tmp_path)
+    with pytest.raises(DownloadError) as raised:
+        get(target, base + "/good.tar.gz", accept_new=True)
+    said = str(raised.value)
+    differs = "SHA-256 is" if len(recorded) == len(b"weeks of training") else "17 bytes, the"
+    assert said.startswith(f"{mine}: not the file {RECORD} says kit download wrote there (")
+    assert differs in said and "); nothing was deleted" in said, said
+    assert "\n" not in said
+    after = tree(tmp_path)
+    assert {name: after.get(name) for name in before} == before  # the user's, untouched
+    assert not (target / f".{ARCHIVE}.unpacking").exists()
+
+
 def test_a_stray_record_never_says_verified(server: tuple[str, Served], tmp_path: Path) -> None:
     """An archive holding a stray file and a record listing it with its true size and SHA-256
     fails, leaves nothing, and the genuine download then happens; a record left on disk that
@@ -191,7 +226,8 @@ def test_a_file_of_the_users_inside_an_earlier_download_is_never_deleted(
     mine = tmp_path / LAYOUT.folder / "checkpoints_full" / "my_notes.txt"
     mine.write_text("mine")
     (tmp_path / ARCHIVE).unlink()
-    next(iter((tmp_path / LAYOUT.folder).rglob("*.pth"))).write_bytes(b"changed")
+    changed = next(iter((tmp_path / LAYOUT.folder).rglob("*.pth")))
+    changed.write_bytes(b"changed")
     with tarfile.open(fileobj=io.BytesIO(good)) as tar:  # the release, another archive
         members = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
     members[f"{LAYOUT.folder}/README.txt"] = b"the same release, with a note"
@@ -200,8 +236,135 @@ def test_a_file_of_the_users_inside_an_earlier_download_is_never_deleted(
         get(tmp_path, base + "/good.tar.gz", accept_new=True)
     assert mine.read_text() == "mine"
     mine.unlink()
+    with pytest.raises(DownloadError, match=f"{changed}: not the file .* is 7 bytes, .* nothing"):
+        get(tmp_path, base + "/good.tar.gz", accept_new=True)  # the changed file is kept too
+    assert changed.read_bytes() == b"changed"
+    changed.unlink()
     assert "downloaded from" in get(tmp_path, base + "/good.tar.gz", accept_new=True)
     assert not (tmp_path / f".{ARCHIVE}.unpacking").exists()
+
+
+HOLD_AS_A_DOWNLOAD = (
+    "import sys, time; from kit.core import locks\n"
+    "with locks.hold(sys.argv[1], 'kit download checkpoints', remove=True):\n"
+    "    print('held', flush=True); time.sleep(600)\n"
+)
+
+
+def test_a_second_download_into_a_folder_is_refused_naming_the_first(
+    server: tuple[str, Served], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two downloads into one folder would append to one `.partial`, or one's clean-up would
+    remove the other's unpacking: the second is refused in one line naming the process that
+    holds the folder, writing nothing; once that one ends, the download runs and leaves no lock
+    file behind."""
+    base, served = server
+    holding = subprocess.Popen(
+        [sys.executable, "-c", HOLD_AS_A_DOWNLOAD, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+    )
+    try:
+        assert holding.stdout is not None and holding.stdout.readline().strip() == "held"
+        command = ["download", "checkpoints", "--to", str(tmp_path), "--url", base + "/good.tar.gz"]
+        assert kit_main(command) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: kit download checkpoints: {tmp_path}: in use by pid ")
+        assert f"pid {holding.pid} on " in err and "(kit download checkpoints: " in err
+        assert err.endswith("one download into a folder at a time\n") and err.count("\n") == 1
+        assert sorted(path.name for path in tmp_path.iterdir()) == [".lock"]  # the holder's
+        assert served.ranges == []  # nothing was asked of the server
+    finally:
+        holding.kill()
+        holding.wait()
+    assert "downloaded from" in get(tmp_path, base + "/good.tar.gz")
+    assert not (tmp_path / ".lock").exists()
+
+
+def test_an_archive_holding_the_folders_lock_file_is_refused(
+    server: tuple[str, Served], tmp_path: Path
+) -> None:
+    base, served = server
+    served.files["/lock.tar.gz"] = tar_gz({".lock": b'{"pid": 1}'})
+    with pytest.raises(DownloadError, match="member '.lock' takes a name kit download keeps"):
+        get(tmp_path, base + "/lock.tar.gz")
+    assert tree(tmp_path) == {}
+
+
+def release_members(good: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(good)) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
+
+
+def test_members_outside_the_release_are_skipped_and_said(
+    server: tuple[str, Served], good: bytes, tmp_path: Path
+) -> None:
+    """The release plus members it does not hold (a file of zeros at the top, a file beside the
+    checkpoints): the release is unpacked and verified, the others never written, and the
+    download says which it skipped."""
+    base, served = server
+    members = release_members(good)
+    members["zeros.bin"] = bytes(2_000_000)
+    members[f"{LAYOUT.folder}/checkpoints_full/extra.pth"] = b"not released"
+    served.files["/extra.tar.gz"] = tar_gz(members)
+    said = get(tmp_path, base + "/extra.tar.gz")
+    assert "16 checkpoints load as AlgoPerf ResNet-50s" in said
+    assert (
+        "skipped 2 members the authors' release (16 checkpoints of about 100 MB) does not hold, "
+        f"not written ('zeros.bin', '{LAYOUT.folder}/checkpoints_full/extra.pth')"
+    ) in said
+    assert not (tmp_path / "zeros.bin").exists()
+    assert not (tmp_path / LAYOUT.folder / "checkpoints_full" / "extra.pth").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "sparse", "said"),
+    [
+        ({}, {f"{LAYOUT.folder}/hole.bin": 20 << 30}, "is a sparse file (21,474.8 MB with holes)"),
+        ({f"{LAYOUT.folder}/bad\x1b[2Jname": b"x"}, {}, "is named with a control character"),
+        ({f"junk/{i}": b"x" for i in range(1_000)}, {}, "holds more than 85 members, more than"),
+    ],
+    ids=["sparse", "control", "count"],
+)
+def test_an_archive_holding_more_than_the_release_is_refused_before_anything_is_written(
+    server: tuple[str, Served],
+    good: bytes,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    extra: dict[str, bytes],
+    sparse: dict[str, int],
+    said: str,
+) -> None:
+    """The release plus a 20 GiB sparse member, a name with a control character, or 1,000
+    one-byte members: refused from the headers alone, nothing extracted, the archive removed."""
+    base, served = server
+    served.files["/more.tar.gz"] = tar_gz(release_members(good) | extra, sparse=sparse)
+    monkeypatch.setattr(tarfile.TarFile, "extract", lambda *_, **__: pytest.fail("written"))
+    with pytest.raises(DownloadError) as raised:
+        get(tmp_path, base + "/more.tar.gz")
+    message = str(raised.value)
+    assert message.startswith(f"{tmp_path / ARCHIVE}: ") and said in message, message
+    assert "the archive is refused and nothing of it is kept" in message and "\n" not in message
+    assert tree(tmp_path) == {}
+
+
+def test_a_release_larger_than_its_known_size_is_refused(
+    server: tuple[str, Served], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The release's files, each and all together, within its known sizes and a margin: a
+    larger one is refused from its headers, before anything is written."""
+    base, _ = server
+    source = kit_download.SOURCES["checkpoints"]
+    for each, total, said in [
+        (100_000, 10**9, "unpacks to 1.0 MB, more than the 0.1 MB a file of"),
+        (10**9, 10_000_000, "its members unpack to 16.2 MB, more than the 10.0 MB"),
+    ]:
+        smaller = dataclasses.replace(source, most_file_bytes=each, most_bytes=total)
+        monkeypatch.setitem(kit_download.SOURCES, "checkpoints", smaller)
+        with pytest.raises(DownloadError, match=said):
+            get(tmp_path, base + "/good.tar.gz")
+        assert tree(tmp_path) == {}
 
 
 def test_a_disk_filling_during_the_download_is_said_to_be_full(
@@ -280,3 +443,19 @@ def test_a_folder_that_cannot_be_written_is_the_downloads_error(
     error = capsys.readouterr().err
     assert error.startswith(f"error: kit download checkpoints: {folder}: permission denied ")
     assert "pass --to another folder" in error and "notebooks" not in error
+
+
+@pytest.mark.parametrize("to", ["/", "~"], ids=["root", "home"])
+def test_a_download_into_a_file_system_root_or_home_is_refused(
+    to: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--to /` wrote a `.partial` at the file system's root: refused as `kit run` refuses such
+    an output folder, before anything is written (the URL goes nowhere either way)."""
+    folder = Path(to).expanduser()
+    url = f"http://127.0.0.1:{closed_port()}/{ARCHIVE}"
+    assert kit_main(["download", "checkpoints", "--to", str(folder), "--url", url]) == 1
+    assert capsys.readouterr().err == (
+        f"error: kit download checkpoints: {folder}: not a folder of its own for a download (a "
+        "file system root, the home folder or the repository or above); name a folder for it "
+        "(--to)\n"
+    )

@@ -18,6 +18,7 @@ from torch.utils.data import TensorDataset
 
 from kit import feature_cache, features, models
 from kit.core.paths import REPO_ROOT
+from kit.core.progress import STAGE_FILE_ENV
 from kit.data import pipeline, workers
 from kit.data.fixtures import write_image_folder
 from kit.data.settings import DataSettings
@@ -261,6 +262,37 @@ def test_second_call_is_a_cache_hit_and_a_changed_checkpoint_a_miss(tmp_path: Pa
     assert not third.cache_hit and third.path != first.path
     assert features.extract([path], **kwargs | {"split": "train"}).cache_hit is False
     assert features.extract([path], **kwargs | {"dtype": "float16"}).features.dtype == np.float16
+
+
+def test_the_stage_says_what_was_extracted_again_and_what_concatenated(
+    tmp_path: Path, images, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A corrupt entry of a two-checkpoint representation is rebuilt from its checkpoints'
+    entries, and a corrupt checkpoint entry extracted again: the stage's last line says which,
+    not `extracted 0`."""
+    stages = tmp_path / "stages.jsonl"
+    monkeypatch.setenv(STAGE_FILE_ENV, str(stages))
+    first, second = tiny_checkpoint(tmp_path, "a", 1), tiny_checkpoint(tmp_path, "b", 2)
+    kwargs = noise_extraction(images, tmp_path)
+
+    def last_note() -> str:
+        notes = [json.loads(line) for line in stages.read_text().splitlines()]
+        return [note["note"] for note in notes if note["final"]][-1]
+
+    both = features.extract([first, second], **kwargs)
+    assert last_note().endswith(
+        "extracted 2 checkpoints, concatenated 1 representation from cached checkpoints"
+    )
+    np.save(both.path / "features.npy", np.zeros_like(np.load(both.path / "features.npy")))
+    assert not features.extract([first, second], **kwargs).cache_hit
+    assert last_note() == (
+        "reused 0 of 1 cached representation, extracted 0 checkpoints, concatenated 1 "
+        "representation from cached checkpoints"
+    )
+    alone = features.extract([first], **kwargs)
+    np.save(alone.path / "features.npy", np.zeros_like(np.load(alone.path / "features.npy")))
+    assert not features.extract([first], **kwargs).cache_hit
+    assert last_note() == "reused 0 of 1 cached representation, extracted 1 checkpoint"
 
 
 @pytest.mark.environment

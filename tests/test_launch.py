@@ -582,3 +582,29 @@ def test_a_worker_killed_by_a_signal_is_named_in_the_error_and_the_chains_log(
         launched.check()
     assert str(failed.value) == f"training failed: {said}"
     assert log.read_text() == f"step 10 loss 1.0\n\n{said}\n"
+
+
+def test_the_cause_a_failed_runs_log_gives_is_on_the_failed_line(tmp_path: Path) -> None:
+    """A disk that fills during training: the worker's last error line, said on the line the
+    notebook (and `kit run`'s FAILED line) shows, not only in the log; a traceback's exception
+    likewise; a log that says nothing leaves the name and the log."""
+    full = (
+        "error: /runs/a/metrics.jsonl: no space left on device (0 bytes free there) while "
+        "writing the run's metrics; free space there and run again to resume"
+    )
+    logs = {
+        "a": f"step 10 loss 1.0\n{full}\n",
+        "b": "Traceback (most recent call last):\n  File ...\n"
+        "OSError: [Errno 28] No space left on device: '/runs/b/checkpoint.pt'\n",
+        "c": "step 10 loss 1.0\n",
+    }
+    for name, text in logs.items():
+        (tmp_path / f"{name}.log").write_text(text)
+    launched = Launched(failed={name: tmp_path / f"{name}.log" for name in logs})
+    with pytest.raises(RuntimeError) as failed:
+        launched.check()
+    assert str(failed.value) == (
+        f"training failed: a: {full.removeprefix('error: ')} (see {tmp_path / 'a.log'}); "
+        "b: [Errno 28] No space left on device: '/runs/b/checkpoint.pt' (see "
+        f"{tmp_path / 'b.log'}); c (see {tmp_path / 'c.log'})"
+    )

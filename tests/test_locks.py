@@ -130,3 +130,21 @@ def test_kit_check_names_a_folder_a_running_run_holds(
         process.wait()
     assert locks.held_by(out) is None
     assert main.main(arguments) == 0
+
+
+def test_a_lock_that_removes_its_file_leaves_none_and_a_later_holder_locks_anew(
+    tmp_path: Path,
+) -> None:
+    """A download's lock file goes with its holder; a process that opened it meanwhile finds it
+    removed and locks the new one rather than the removed file."""
+    with locks.hold(tmp_path, "first", remove=True):
+        assert (tmp_path / locks.LOCK_FILE).exists()
+        stale = os.open(tmp_path / locks.LOCK_FILE, os.O_RDONLY)
+    assert not (tmp_path / locks.LOCK_FILE).exists()
+    try:
+        assert not locks._same_file(stale, tmp_path / locks.LOCK_FILE)
+        with locks.hold(tmp_path, "second"):
+            assert locks._same_file(stale, tmp_path / locks.LOCK_FILE) is False
+            assert "second" in locks.holder(tmp_path)
+    finally:
+        os.close(stale)

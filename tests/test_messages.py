@@ -9,6 +9,7 @@ import contextlib
 import errno
 import json
 import os
+import subprocess
 from collections import namedtuple
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from kit.cli import main, runner
 from kit.core import machine, params
+from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
 from kit.report import page
 
 usage = namedtuple("usage", "total used free")
@@ -47,6 +49,40 @@ def test_an_output_folder_that_is_a_root_or_a_dangling_link_is_refused_at_check(
         f"error: {link}: a symbolic link to {tmp_path / 'gone'}, which "
         f"does not exist, so {link} cannot be created (output_dir)\n"
     )
+
+
+def test_an_output_folder_among_the_sources_is_refused_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`output_dir=notebooks` would replace the notebooks the run reads with executed copies:
+    `kit check` and `kit run` refuse it, and any folder git tracks a file in, naming where to
+    write instead."""
+    notebook = NOTEBOOKS_DIR / "02_surveyed_evidence.ipynb"
+    before = notebook.read_bytes()
+    code, err = check(capsys, "output_dir=notebooks")
+    assert code == 2 and err == (
+        f"error: {NOTEBOOKS_DIR}: inside the kit's sources (notebooks/), whose files a run "
+        "would write over; write to a folder under outputs/ (the default is "
+        "outputs/<profile>) or outside the repository (output_dir)\n"
+    )
+    for folder in ("kit/cli", "parameters/new", "docs", "outputs"):
+        code, err = check(capsys, f"output_dir={folder}")
+        assert code == 2 and err.startswith(f"error: {REPO_ROOT / folder}: "), err
+        assert "write to a folder under outputs/" in err and err.count("\n") == 1, err
+    monkeypatch.setattr(runner, "execute", lambda *_: pytest.fail("ran among the sources"))
+    assert main.main(["run", "02", "--profile", "ci", "--set", "output_dir=notebooks"]) == 2
+    assert "inside the kit's sources (notebooks/)" in capsys.readouterr().err
+    assert notebook.read_bytes() == before
+    other = tmp_path / "project"
+    (other / "src").mkdir(parents=True)
+    (other / "src" / "code.py").write_text("x = 1\n")
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    subprocess.run(["git", "-C", str(other), "add", "src/code.py"], check=True)
+    code, err = check(capsys, f"output_dir={other / 'src'}")
+    assert code == 2 and err.startswith(
+        f"error: {other / 'src'}: holds files git tracks (code.py), which a run would write over"
+    ), err
+    assert check(capsys, f"output_dir={other / 'results'}")[0] == 0
 
 
 def test_an_unset_environment_variable_in_a_path_is_refused_naming_the_key(

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from kit.cli import runner, terminal
-from kit.core import locks, params, provenance
+from kit.core import locks, params, processes, provenance
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
 from kit.core.progress import STAGE_FILE_ENV, Stage
 from kit.experiments.evidence import EVIDENCE
@@ -729,3 +729,34 @@ def test_kernels_the_runner_starts_from_a_lab_kernel_draw_charts_for_the_report(
     )
     assert (code, seen) == (1, [None])
     assert os.environ[charts.JUPYTER_SESSION_ENV] == "notebooks/01_toy_counterexample.ipynb"
+
+
+def test_a_stopped_worker_is_named_in_the_heartbeat_after_its_bound() -> None:
+    """A worker stopped with SIGSTOP makes no progress and writes nothing: once stopped for
+    the bound, the heartbeat names it and says how to resume it, rather than only `running`."""
+    worker = subprocess.Popen(["sleep", "600"])
+    try:
+        os.kill(worker.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while psutil.Process(worker.pid).status() != psutil.STATUS_STOPPED:
+            assert time.monotonic() < deadline, "never stopped"
+            time.sleep(0.05)
+        watch = processes.StoppedWatch(bound_s=30.0)
+        assert watch.lines(now=1000.0) == []  # first seen stopped: within its bound
+        said = (
+            f"process pid {worker.pid} (sleep 600) has been stopped for 31 s and makes no "
+            f"progress: resume it with `kill -CONT {worker.pid}`, or stop the run"
+        )
+        assert watch.lines(now=1031.0) == [said]
+        beat = runner._running("03", time.perf_counter(), processes.StoppedWatch(bound_s=0.0))
+        assert beat.splitlines()[0] == "03 running (0 s)"
+        assert beat.splitlines()[1].startswith(f"03 process pid {worker.pid} (sleep 600) has been")
+        os.kill(worker.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while psutil.Process(worker.pid).status() == psutil.STATUS_STOPPED:
+            assert time.monotonic() < deadline, "never resumed"
+            time.sleep(0.05)
+        assert watch.lines(now=1100.0) == [] and watch.since == {}
+    finally:
+        worker.kill()
+        worker.wait()

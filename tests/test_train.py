@@ -402,6 +402,24 @@ def test_non_finite_batchnorm_statistics_are_never_saved_as_good(tmp_path: Path)
     assert not models.non_finite(kept["model"])  # running_var included
 
 
+def test_an_update_overflowing_the_optimizer_is_said_as_a_non_finite_loss(
+    tmp_path: Path,
+) -> None:
+    """At lr 1e300 schedule-free AdamW's weighting (lr ** 2, in Python floats) overflows: the
+    run stops as on a non-finite loss, naming the step and what it kept, not an OverflowError."""
+    cfg = TrainSettings(
+        **settings(
+            tmp_path / "run", lr=1e300, iterations=12, checkpoint_every=2, log_every=2, eval_every=0
+        )
+    )
+    with pytest.raises(NonFiniteLossError) as error:
+        train.train(cfg)
+    assert str(error.value) == (
+        f"{tmp_path / 'run'}: the training loss (or the optimizer's update) became non-finite "
+        "at step 1; training stopped and no checkpoint had been written yet"
+    )
+
+
 def damaged_run(tmp_path: Path) -> tuple[TrainSettings, Path]:
     """An unfinished run with a checkpoint at step 6 of 12."""
     cfg = TrainSettings(**settings(tmp_path / "run", iterations=6, eval_every=0))

@@ -21,15 +21,16 @@ to get them.
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from kit.core import download_record, files
+from kit.core import archive_members, download_record, files, locks
 from kit.core.fetch import (
     DownloadError,
     UnpackingError,
@@ -41,8 +42,11 @@ from kit.core.fetch import (
     write_failure,
 )
 from kit.core.params import ParameterError
+from kit.data.preflight import folder_of_its_own
 from kit.experiments.timecat import layouts
 
+#: members an archive may hold beyond the release's files and folders (kit.core.archive_members)
+MEMBERS_MARGIN = 64
 #: the authors' archive, as their tools/download.sh fetches it (facebookresearch/richreps-timecat)
 CHECKPOINTS_URL = (
     "https://dl.fbaipublicfiles.com/richreps-timecat/"
@@ -82,6 +86,35 @@ class Source:
     subfolder: str = ""
     kind: str | None = None
     members: Callable[[], dict[str, str]] | None = None
+    #: the most bytes one file and all files of the release unpack to: the known sizes with a
+    #: margin (kit.core.archive_members)
+    most_file_bytes: int = 0
+    most_bytes: int = 0
+    #: the release in words, for a refusal ("CIFAR-10 (about 186 MB)")
+    known: str = ""
+
+    def release(self) -> archive_members.Release:
+        """What the archive is known to hold: a dataset's files (`members`), or the released
+        checkpoints in every layout the kit reads (kit.experiments.timecat.layouts); as many
+        members as it holds with their folders, with a margin of MEMBERS_MARGIN."""
+        if self.members is not None:
+            files = one = frozenset(self.members())
+        else:
+            keys = layouts.every_key()
+            files = frozenset(
+                name for layout in layouts.LAYOUTS for key in keys for name in layout.names(*key)
+            )
+            one = frozenset(layouts.LAYOUTS[0].names(*key)[0] for key in keys)  # as unpacked
+        folders = {str(up) for name in one for up in PurePosixPath(name).parents} - {"."}
+        return archive_members.Release(
+            files,
+            len(one) + len(folders) + MEMBERS_MARGIN,
+            self.most_file_bytes,
+            self.most_bytes,
+            self.known,
+            functools.partial(download_record.kept_for_the_kit, archive=self.archive),
+            "the archive, its record, a partial download, the unpacking folder, the lock",
+        )
 
 
 SOURCES = {
@@ -92,6 +125,11 @@ SOURCES = {
         None,
         None,
         "TIMECAT_CHECKPOINTS",
+        # a full-width ResNet-50 in float32 is 102 MB (docs/try-the-paper-profiles.md): 16 files,
+        # each allowed 2.5 times that
+        most_file_bytes=256_000_000,
+        most_bytes=16 * 256_000_000,
+        known="the authors' release (16 checkpoints of about 100 MB)",
     ),
     # torchvision/datasets/cifar.py: CIFAR10.url, .filename, .tgz_md5 (sizes: the served files')
     "cifar10": Source(
@@ -104,6 +142,10 @@ SOURCES = {
         "cifar10",
         "cifar10",
         _cifar_members("cifar10"),
+        # six batches of 10,000 images of 3,072 bytes (31.0 MB each), 10% over
+        most_file_bytes=34_200_000,
+        most_bytes=205_000_000,
+        known="CIFAR-10 (about 186 MB)",
     ),
     "cifar100": Source(
         "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
@@ -115,6 +157,11 @@ SOURCES = {
         "cifar100",
         "cifar100",
         _cifar_members("cifar100"),
+        # a training file of 50,000 images of 3,072 bytes (155.2 MB) and a test file of 10,000
+        # (31.0 MB), 10% over
+        most_file_bytes=171_000_000,
+        most_bytes=205_000_000,
+        known="CIFAR-100 (about 186 MB)",
     ),
 }
 
@@ -166,13 +213,19 @@ def command(what: str, to: Path | None, url: str | None, accept_new: bool) -> in
 
 
 def folder_for(what: str, to: Path | None) -> Path:
+    """The folder `what` is downloaded into: `--to`, else its default; refused, as `kit run`
+    refuses an output folder, when it is no folder of its own (a file system root, the home
+    folder, the repository or above)."""
     source = SOURCES[what]
-    if to is not None:
-        return to
-    root = os.environ.get(source.root)
-    if not root:
-        raise ParameterError(f"name a folder with --to, or set {source.root}")
-    return Path(root) / source.subfolder
+    where = "--to"
+    if to is None:
+        root = os.environ.get(source.root)
+        if not root:
+            raise ParameterError(f"name a folder with --to, or set {source.root}")
+        to, where = Path(root) / source.subfolder, source.root
+    for problem in folder_of_its_own(to, "a download", f"name a folder for it ({where})", False):
+        raise ParameterError(problem)
+    return to
 
 
 def download(
@@ -185,10 +238,22 @@ def download(
     """Fetch, check, unpack and verify `what` into `folder`; what was done, as a line. The
     archive is unpacked and verified in a folder of its own; only then do its entries replace
     what the record says an earlier download wrote (kit.core.download_record). Whatever fails
-    verification (the unpacked files, the archive) is removed."""
+    verification (the unpacked files, the archive) is removed. One download into a folder at a
+    time (kit.core.locks): a second is refused, naming the process that holds it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with locks.hold(folder, f"kit download {what}", remove=True):
+            return _download(what, folder, url, accept_new, stream)
+    except locks.FolderLocked as error:
+        raise DownloadError(f"{error}: one download into a folder at a time") from None
+
+
+def _download(
+    what: str, folder: Path, url: str | None, accept_new: bool, stream: IO[str] | None
+) -> str:
+    """`download` once the folder is held."""
     source = SOURCES[what]
     url = url or os.environ.get(source.variable) or source.url
-    folder.mkdir(parents=True, exist_ok=True)
     archive = folder / source.archive
     record = download_record.read(folder, source.archive)
     if record is not None and (said := _in_place(what, source, folder, record)):
@@ -203,7 +268,7 @@ def download(
         got = fetch(url, archive, manual=manual, expected_size=source.size, stream=stream)
     sha256 = _checked(source, got, record, accept_new)
     finish(got, archive)
-    unpacked = _unpack(archive, folder)
+    unpacked, skipped = _unpack(archive, folder, source.release())
     try:
         verified, summary = _verify(what, source, unpacked)
         written, folders = download_record.manifest(unpacked, verified)
@@ -238,6 +303,13 @@ def download(
         os.replace(unpacked / name, folder / name)
     unpacked.rmdir()
     download_record.write(folder, done)
+    if skipped:
+        more = f" and {len(skipped) - 3:,} more" if len(skipped) > 3 else ""
+        summary += (
+            f"; skipped {len(skipped):,} members {source.known} does not hold, not written ("
+            + ", ".join(map(archive_members.shown, skipped[:3]))
+            + f"{more})"
+        )
     if source.kind is None:
         summary += f"; {layouts.find_release(folder).describe()}. Next: " + (
             f"TIMECAT_CHECKPOINTS={folder} python -m kit check 03 --profile paper-checkpoints"
@@ -309,33 +381,23 @@ def _checked(
     return sha256
 
 
-def _unpack(archive: Path, folder: Path) -> Path:
+def _unpack(
+    archive: Path, folder: Path, release: archive_members.Release
+) -> tuple[Path, list[str]]:
     """The archive unpacked into a folder of its own beside the target (kit.core.fetch's
-    safe_extract); the archive is removed when it is unsound, or holds at its top a name the
-    kit keeps for its own files (its record above all)."""
+    safe_extract: only what `release` holds), and the members skipped; the archive is removed
+    when it is unsound, or holds at its top a name the kit keeps for its own files (its record
+    above all: `Source.release`), found before anything is written."""
     temporary = download_record.unpacking_folder(folder, archive.name)
     shutil.rmtree(temporary, ignore_errors=True)
     try:
-        safe_extract(archive, temporary)
+        skipped = safe_extract(archive, temporary, release)
     except UnpackingError:
         raise  # the archive is sound and kept: the next run unpacks it again
     except DownloadError as error:
         archive.unlink()
         raise DownloadError(f"{error}; the archive is removed: run again to download it") from None
-    kept = [
-        entry.name
-        for entry in temporary.iterdir()
-        if download_record.kept_for_the_kit(entry.name, archive.name)
-    ]
-    if kept:
-        shutil.rmtree(temporary)
-        archive.unlink()
-        raise DownloadError(
-            f"{archive}: member {kept[0]!r} takes a name kit download keeps for its own files "
-            "(the archive, its record, a partial download, the unpacking folder); the archive "
-            "is refused and removed, nothing of it is kept"
-        )
-    return temporary
+    return temporary, skipped
 
 
 def _replaceable(

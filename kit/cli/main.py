@@ -204,6 +204,8 @@ def notebooks_command(args: argparse.Namespace) -> int:
             f"{planned.notebook.name}: parameters, data, checkpoints and output "
             f"folders valid for profile {args.profile}"
         )
+    for line in time_concat.machine_lines({run.notebook.stem: run.parameters for run in runs}):
+        print(line)
     print(numerics.describe())
     return 0
 

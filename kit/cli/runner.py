@@ -62,7 +62,7 @@ from kit.cli.notebook_params import find_notebooks as find_notebooks
 from kit.core import checkouts, locks, notices, params, provenance
 from kit.core.files import DiskFullError, atomic_write, remove_stale_temporaries, write_text
 from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
-from kit.core.processes import signal_handlers
+from kit.core.processes import StoppedWatch, signal_handlers
 from kit.core.progress import STAGE_FILE_ENV
 from kit.data.preflight import folder_of_its_own, writable_problems
 from kit.report import charts, page
@@ -339,9 +339,11 @@ def stage_file(run: PlannedRun) -> Path:
     return run.output.with_name(f".{run.output.stem}.stages.jsonl")
 
 
-def _running(short: str, start: float) -> str:
-    """The heartbeat line of a notebook that has printed nothing for a while."""
-    return f"{short} running ({time.perf_counter() - start:.0f} s)"
+def _running(short: str, start: float, stopped: StoppedWatch | None = None) -> str:
+    """The heartbeat line of a notebook that has printed nothing for a while, with a line for
+    each process of the run stopped past its bound (a stopped worker: kit.core.processes)."""
+    said = [f"{short} running ({time.perf_counter() - start:.0f} s)"]
+    return "\n".join(said + [f"{short} {line}" for line in (stopped.lines() if stopped else [])])
 
 
 def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
@@ -374,7 +376,7 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
                     terminal.TrainingProgress(watched, short, every_s),
                     terminal.StageProgress(stages, short, every_s),
                 ],
-                heartbeat=functools.partial(_running, short, start),
+                heartbeat=functools.partial(_running, short, start, StoppedWatch()),
                 quiet_s=terminal.QUIET_S[sys.stdout.isatty()],
             ):
                 execute(planned, notebooks_dir)

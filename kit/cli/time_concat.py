@@ -264,6 +264,18 @@ def machine_problems(notebooks: dict[str, dict]) -> list[str]:
     ]
 
 
+def machine_lines(notebooks: dict[str, dict]) -> list[str]:
+    """`kit check`'s lines of this machine's memory and disk against notebook 03's plan."""
+    from kit.experiments.timecat.settings import NOTEBOOK, TimecatSettings
+
+    if NOTEBOOK not in notebooks:
+        return []
+    from kit.experiments.timecat import plan_checks
+
+    params = TimecatSettings.model_validate(notebooks[NOTEBOOK])
+    return [f"this machine: {line}" for line in plan_checks.machine_lines(params)]
+
+
 def cost_lines(loaded: list[Loaded]) -> list[str]:
     """What the plans of notebooks 03 and 04 cost, said by `kit check` and `kit run` before
     anything starts, so that a large but valid count is seen before it is spent: notebook 03's

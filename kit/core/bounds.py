@@ -12,9 +12,10 @@ every list of every settings class has one.
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 #: replicates of a design, and every count of replicates (a round's, the most) [the paper: 5]
 REPLICATES = 100
@@ -58,14 +59,48 @@ MINUTES = SECONDS // 60
 SEED = 2**31 - 1
 #: lines of a shell preamble, and other free lists
 LINES = 1000
+#: bytes of one name in a path, and of a whole path: what Linux file systems take (NAME_MAX,
+#: PATH_MAX less the final NUL); a longer one fails at its first use (ENAMETOOLONG)
+NAME_BYTES = 255
+PATH_BYTES = 4095
 
+#: a learning rate in a grid, above 0 [the profiles' grids: 0.01 to 0.3]
+LEARNING_RATE = 100.0
+#: a weight decay in a grid, 0 or above [the profiles' grids: 0 to 10]
+WEIGHT_DECAY = 1000.0
+
+#: a learning rate as a grid holds it: positive, finite, at most LEARNING_RATE
+Rate = Annotated[float, Field(gt=0.0, le=LEARNING_RATE, allow_inf_nan=False)]
+#: a weight decay as a grid holds it: 0 or positive, finite, at most WEIGHT_DECAY
+Decay = Annotated[float, Field(ge=0.0, le=WEIGHT_DECAY, allow_inf_nan=False)]
+#: a share of a whole (a mixture's weight, a component's part): in [0, 1]
+Fraction = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 #: a seed as a list holds it
 Seed = Annotated[int, Field(ge=0, le=SEED)]
 #: iterations (a budget, a step) as a list holds them
 Step = Annotated[int, Field(le=ITERATIONS)]
-#: a grid of floats, as a mapping holds it
-Grid = Annotated[list[float], Field(max_length=GRID)]
+#: a grid of weight decays, as a mapping holds it
+Grid = Annotated[list[Decay], Field(max_length=GRID)]
 #: a list of names (files, cues), as a list holds it
 Names = Annotated[list[str], Field(max_length=ENTRIES)]
 #: a replicate's seeds, one a model
 Seeds = Annotated[list[Seed], Field(max_length=MODELS)]
+
+
+def _path_lengths(text: str) -> str:
+    """A path whose whole and every name fit the file system (NAME_BYTES, PATH_BYTES)."""
+    if len(os.fsencode(text)) > PATH_BYTES:
+        raise ValueError(
+            f"a path of {len(os.fsencode(text)):,} bytes; file systems take at most {PATH_BYTES:,}"
+        )
+    for name in text.split("/"):
+        if len(os.fsencode(name)) > NAME_BYTES:
+            raise ValueError(
+                f"the name {name[:24]}... is {len(os.fsencode(name)):,} bytes long; a file system "
+                f"takes at most {NAME_BYTES} in one name"
+            )
+    return text
+
+
+#: a path as a setting holds it (a folder to write or read), refused when it cannot be named
+PathText = Annotated[str, Field(min_length=1), AfterValidator(_path_lengths)]

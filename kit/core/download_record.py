@@ -12,8 +12,10 @@ download stops with one line naming it and deletes nothing.
 
 A later download replaces an earlier one's entries file by file: only the files the record lists
 (and the `.sha256` the kit wrote beside each), then the folders the record lists once they are
-empty. An entry holding anything else (a file, link or folder of the user's) is refused, naming
-it, before anything is deleted.
+empty. A record is trusted only as far as the disk agrees: each file is deleted only when its
+size and SHA-256, found now, are those the record lists. An entry holding anything else (a
+file, link or folder of the user's, a file that differs from the record) is refused, naming it,
+before anything is deleted.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from kit.core import files
 from kit.core.fetch import DownloadError
+from kit.core.locks import EXCLUSIVE_FILE, LOCK_FILE
 
 #: the suffixes of the names the kit keeps for its own files in a download's folder
 RECORD_SUFFIX, PARTIAL_SUFFIX, UNPACKING_SUFFIX = ".kit.json", ".partial", ".unpacking"
@@ -44,8 +47,11 @@ def unpacking_folder(folder: Path, archive: str) -> Path:
 
 
 def kept_for_the_kit(name: str, archive: str) -> bool:
-    """Whether a top-level name is one the kit keeps for its own files (no archive may hold it)."""
-    return name == archive or name.endswith((RECORD_SUFFIX, PARTIAL_SUFFIX, UNPACKING_SUFFIX))
+    """Whether a top-level name is one the kit keeps for its own files (no archive may hold it):
+    the archive, its record, a partial download, an unpacking folder, the folder's lock."""
+    return name in (archive, LOCK_FILE, EXCLUSIVE_FILE) or name.endswith(
+        (RECORD_SUFFIX, PARTIAL_SUFFIX, UNPACKING_SUFFIX)
+    )
 
 
 @dataclass(frozen=True)
@@ -220,8 +226,9 @@ def write(folder: Path, record: Record) -> None:
 
 def owned(folder: Path, record: Record) -> list[Path]:
     """Every file and folder of the record's entries, deepest first, once each is found to be
-    one the record lists; DownloadError naming the first that is not, before anything is
-    deleted."""
+    one the record lists and each file, hashed now, to be as the record says the kit wrote it;
+    DownloadError naming the first that is not, before anything is deleted (so a folder goes
+    only with every file in it matching)."""
     kept = {*record.written, *(f"{name}{files.SIDECAR_SUFFIX}" for name in record.written)}
     found: list[Path] = []
     for name in record.extracted:
@@ -237,7 +244,38 @@ def owned(folder: Path, record: Record) -> list[Path]:
                     "command again"
                 )
             found.append(path)
+    for path in found:  # hashed once nothing unlisted is found: the cheap refusal first
+        relative = path.relative_to(folder).as_posix()
+        if path.is_file() and (differs := _differs(path, relative, record)):
+            raise DownloadError(
+                f"{path}: not the file {record_file(folder, record.archive).name} says kit "
+                f"download wrote there ({differs}); nothing was deleted: it may be yours, or a "
+                "damaged copy: move it out of there (or delete it) and run the same command again"
+            )
     return sorted(found, key=lambda path: len(path.parts), reverse=True)
+
+
+def _differs(path: Path, relative: str, record: Record) -> str:
+    """How a file on disk differs from what the record says the kit wrote at `relative` (its
+    size, then its SHA-256; a `.sha256` the record does not list must name the file and accept
+    what the record lists of it); empty when it is that file."""
+    entry = record.written.get(relative)
+    if entry is None:  # a sidecar beside a written file, listed by an older kit's record
+        try:
+            said = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return "not the hash file it wrote"
+        owner = relative.removesuffix(files.SIDECAR_SUFFIX)
+        named = isinstance(said, dict) and said.get("file") == PurePosixPath(owner).name
+        accepted = said.get("accepted") if isinstance(said, dict) else None
+        ok = named and isinstance(accepted, list) and record.written[owner] in accepted
+        return "" if ok else "not the hash file it wrote"
+    size = path.stat().st_size
+    if size != entry["size"]:
+        return f"it is {size:,} bytes, the record says {entry['size']:,}"
+    if (digest := files.file_hash(path)) != entry["sha256"]:
+        return f"its SHA-256 is {digest}, the record says {entry['sha256']}"
+    return ""
 
 
 def delete(paths: list[Path]) -> None:

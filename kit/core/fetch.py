@@ -5,8 +5,9 @@ offline cluster) into `<name>.partial` beside the target, resuming a partial fil
 Range request (from the start again, saying so, when the server ignores it), checking the length
 the server announced and the free disk space before it starts; the caller checks the hash and
 renames it (`finish`), so a file under the target's name is always complete. `safe_extract`
-unpacks a tar archive refusing absolute paths, `..`, links and devices, and applies Python's
-`tarfile` data filter on top (https://docs.python.org/3/library/tarfile.html#tarfile.data_filter).
+unpacks a tar archive once every member's header is read and found acceptable
+(kit.core.archive_members: no absolute path, `..`, link, device or sparse file, and no more than
+the release holds), and applies Python's `tarfile` data filter on top (https://docs.python.org/3/library/tarfile.html#tarfile.data_filter).
 
 Free of torch; the standard library's urllib only.
 """
@@ -32,6 +33,8 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+from kit.core import archive_members
 
 #: bytes read at a time
 CHUNK = 1 << 20
@@ -286,37 +289,38 @@ def file_digest(path: Path, algorithm: str) -> str:
     return digest.hexdigest()
 
 
-def _unsafe(member: tarfile.TarInfo) -> str | None:
-    name = Path(member.name)
-    if name.is_absolute() or member.name.startswith("/"):
-        return "an absolute path"
-    if ".." in name.parts:
-        return "a path out of the folder ('..')"
-    if member.issym() or member.islnk():
-        return f"a link (to {member.linkname!r})"
-    if not (member.isfile() or member.isdir()):
-        return "a device, pipe or other special file"
-    return None
-
-
-def safe_extract(archive: Path, into: Path) -> None:
-    """Unpack a (compressed) tar archive into the new folder `into`, member by member, refusing
-    the whole archive at the first unsafe member (absolute path, `..`, link, device) or read
-    error (a truncated or corrupt archive, its CRC checked by reading it to the end); `into`
-    is removed on any failure, and a write that fails is an UnpackingError naming the path."""
-    into.mkdir(parents=True)
+def safe_extract(
+    archive: Path, into: Path, release: archive_members.Release | None = None
+) -> list[str]:
+    """Unpack a (compressed) tar archive into the new folder `into`; the names of the members
+    skipped as outside `release`'s files. Every member's header is read first, the archive to
+    its end (gzip checks its CRC there: a flipped byte is found), and the whole archive refused
+    before anything is written at the first unsafe member (kit.core.archive_members: absolute
+    path, `..`, link, device, sparse file, control character, a name no file system takes), at
+    more members or bytes than `release` is known to hold, or at a read error (a truncated or
+    corrupt archive); `into` is removed on any failure, and a write that fails is an
+    UnpackingError naming the path."""
     try:
         with tarfile.open(archive, "r:*") as tar:
+            members: list[tarfile.TarInfo] = []
             for member in tar:
-                problem = _unsafe(member)
-                if problem is not None:
+                members.append(member)
+                if problem := archive_members.refused(member, len(members), release):
                     raise DownloadError(
-                        f"{archive}: member {member.name!r} is {problem}; the archive is "
-                        "refused and nothing of it is kept"
+                        f"{archive}: {problem}; the archive is refused and nothing of it is kept"
                     )
-                tar.extract(member, into, filter="data")
             while tar.fileobj is not None and tar.fileobj.read(CHUNK):
-                pass  # to the end: gzip checks its CRC there (a flipped byte is found)
+                pass  # to the end: gzip checks its CRC there
+            try:
+                written, skipped = archive_members.kept(members, release)
+            except ValueError as error:
+                raise DownloadError(
+                    f"{archive}: {error}; the archive is refused and nothing of it is kept"
+                ) from None
+            into.mkdir(parents=True)
+            for member in written:
+                tar.extract(member, into, filter="data")
+        return skipped
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as error:
         shutil.rmtree(into, ignore_errors=True)
         raise DownloadError(

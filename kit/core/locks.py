@@ -1,7 +1,8 @@
 """One folder, one writer: an advisory lock that names its holder.
 
-A training run's folder (kit.train) and a notebook's output folder (kit.cli.runner) are each written
-by one process at a time. The lock is `fcntl.flock` on `<folder>/.lock`: the kernel releases it
+A training run's folder (kit.train), a notebook's output folder (kit.cli.runner) and a download's
+folder (kit.cli.download, which removes its lock file when it ends) are each written by one
+process at a time. The lock is `fcntl.flock` on `<folder>/.lock`: the kernel releases it
 when its process ends, however it ends (SIGKILL, preemption, a lost node), so no stale lock
 outlives its holder and nothing needs cleaning. The file records the holder (host, pid, command,
 start time) so that a refused second writer can say who holds the folder. flock works on local
@@ -93,13 +94,34 @@ def held_by(folder: str | Path) -> str | None:
     return None
 
 
+def _same_file(descriptor: int, path: Path) -> bool:
+    """Whether `path` still names the file open as `descriptor` (a holder that removes its lock
+    file on leaving may have removed it between our open and our flock)."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(descriptor)
+    return (found.st_dev, found.st_ino) == (opened.st_dev, opened.st_ino)
+
+
 @contextlib.contextmanager
-def hold(folder: str | Path, purpose: str) -> Iterator[None]:
+def hold(folder: str | Path, purpose: str, remove: bool = False) -> Iterator[None]:
     """Hold `folder` for the duration of the block; raise FolderLocked naming the holder when a
-    live process already holds it."""
+    live process already holds it. With `remove`, the lock file is removed when the block ends
+    (a folder that is not the kit's alone, such as a download's), while still locked, so that a
+    process that opened it meanwhile finds it gone and opens the new one."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    while True:
+        descriptor = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            break  # said below, with the descriptor still open
+        if _same_file(descriptor, folder / LOCK_FILE):
+            break
+        os.close(descriptor)  # locked a file its holder removed on leaving: open the new one
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -123,7 +145,11 @@ def hold(folder: str | Path, purpose: str) -> Iterator[None]:
             return
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, _record(purpose), 0)
-        yield
+        try:
+            yield
+        finally:
+            if remove:
+                (folder / LOCK_FILE).unlink(missing_ok=True)
     finally:
         os.close(descriptor)  # closing the descriptor releases the lock
 

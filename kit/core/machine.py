@@ -125,6 +125,17 @@ def disk_problems(folder: Path, needed: int, what: str) -> list[str]:
     return []
 
 
+def memory_bytes() -> int:
+    """This machine's memory in bytes (what psutil reads of /proc/meminfo; a function of its
+    own, so tests can shrink it)."""
+    return int(psutil.virtual_memory().total)
+
+
+def disk_free(folder: Path) -> int:
+    """Free bytes on the file system of `folder` (or its nearest existing ancestor)."""
+    return shutil.disk_usage(_existing(Path(folder))).free
+
+
 def loader_shared_memory(
     ranks: int, workers: int, batch: int, image_size: int, held: int = 0
 ) -> int:

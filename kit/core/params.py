@@ -24,7 +24,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kit.core import strict_yaml
+from kit.core import bounds, strict_yaml
 from kit.core.param_errors import describe_errors, located
 from kit.core.paths import PARAMETERS_DIR
 
@@ -55,7 +55,7 @@ class NotebookSettings(Strict):
     """Keys every notebook takes (notebook 02 takes only these)."""
 
     profile: str = Field(min_length=1)
-    output_dir: str = Field(min_length=1)
+    output_dir: bounds.PathText
     chart_formats: list[ChartFormat] = Field(
         default_factory=lambda: list(get_args(ChartFormat)), max_length=len(get_args(ChartFormat))
     )

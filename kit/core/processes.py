@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,39 @@ def module_main(module: str) -> Callable[[list[str]], int]:
     if hasattr(target, "__path__"):
         target = importlib.import_module(f"{module}.__main__")
     return target.main
+
+
+#: seconds a process this one started may stay stopped (SIGSTOP, Ctrl-Z in its terminal) before
+#: the heartbeat names it: a stopped worker makes no progress, and nothing else says why
+STOPPED_BOUND_S = 30.0
+
+
+class StoppedWatch:
+    """The processes this one started (at any depth: a notebook's kernel, its training workers)
+    that are stopped, each named once it has been seen stopped for `bound_s` seconds."""
+
+    def __init__(self, bound_s: float = STOPPED_BOUND_S) -> None:
+        self.bound_s = bound_s
+        self.since: dict[int, float] = {}
+
+    def lines(self, now: float | None = None) -> list[str]:
+        """One line per process stopped for at least `bound_s`, naming its pid and command."""
+        now = time.monotonic() if now is None else now
+        stopped = {}
+        try:
+            children = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return []
+        for child in children:
+            try:
+                if child.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+                    stopped[child.pid] = " ".join(child.cmdline()[:8]) or child.name()
+            except psutil.Error:  # ended meanwhile
+                continue
+        self.since = {pid: self.since.get(pid, now) for pid in stopped}
+        return [
+            f"process pid {pid} ({command}) has been stopped for {now - self.since[pid]:.0f} s "
+            f"and makes no progress: resume it with `kill -CONT {pid}`, or stop the run"
+            for pid, command in stopped.items()
+            if now - self.since[pid] >= self.bound_s
+        ]

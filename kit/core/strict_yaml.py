@@ -3,9 +3,11 @@
 PyYAML's safe loader still expands aliases (a few lines of nested `&a [*b, *b, ...]` grow to
 gigabytes), resolves duplicate keys last-wins and parses a file of any size. Parameters need
 none of that, so this loader refuses anchors, aliases and merge keys, duplicate keys, explicit
-tags (`!!python/...`, `!!binary`, ...), lists longer than MAX_LIST_ITEMS and texts longer than
-MAX_TEXT_BYTES, each with one line naming the line (the caller adds the file). Every YAML error
-becomes such a line (PyYAML's own message spans several, with the offending text drawn under it).
+tags (`!!python/...`, `!!binary`, ...), lists longer than MAX_LIST_ITEMS, values nested deeper
+than MAX_DEPTH (PyYAML composes a node's children recursively: a few thousand brackets exhaust
+Python's stack) and texts longer than MAX_TEXT_BYTES, each with one line naming the line (the
+caller adds the file). Every YAML error becomes such a line (PyYAML's own message spans several,
+with the offending text drawn under it).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ import yaml
 MAX_TEXT_BYTES = 1_000_000
 #: the most items a list of parameters may hold (budgets, learning rates, tasks, variants)
 MAX_LIST_ITEMS = 10_000
+#: the deepest nesting of lists and mappings a parameter value may have: the profiles' deepest
+#: is 7 (a variant's checkpoint groups in notebook 03's file)
+MAX_DEPTH = 32
 #: the tags of plain values, which a file may also write out (`!!float 1e-3`); any other tag
 #: (`!!python/...`, `!!binary`, `!!set`) is refused
 PLAIN_TAGS = {
@@ -35,9 +40,17 @@ class StrictYamlError(ValueError):
 class StrictLoader(yaml.SafeLoader):
     """SafeLoader without anchors, aliases, explicit tags, duplicate keys or huge lists."""
 
+    depth = 0
+
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
         line = event.start_mark.line + 1
+        nests = isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent))
+        if nests and self.depth >= MAX_DEPTH:
+            raise StrictYamlError(
+                f"line {line}: lists and mappings nested more than {MAX_DEPTH} deep; "
+                "parameters take at most that"
+            )
         if isinstance(event, yaml.AliasEvent):
             raise StrictYamlError(
                 f"line {line}: aliases (*{event.anchor}) are not allowed in "
@@ -55,7 +68,11 @@ class StrictLoader(yaml.SafeLoader):
                 f"line {line}: tag '{shown}' is not allowed in parameters "
                 "(only plain values, lists and mappings)"
             )
-        return super().compose_node(parent, index)
+        self.depth += nests
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= nests
 
     def construct_sequence(self, node: Any, deep: bool = False) -> Any:
         if len(node.value) > MAX_LIST_ITEMS:
@@ -103,6 +120,10 @@ def loads(text: str) -> Any:
         raise StrictYamlError(f"{where}not valid YAML: {problem}") from None
     except yaml.YAMLError as error:
         raise StrictYamlError("not valid YAML: " + " ".join(str(error).split())) from None
+    except RecursionError:  # the composer is bounded above; a scanner's stack, in case
+        raise StrictYamlError(
+            f"nested too deeply to be read; parameters take at most {MAX_DEPTH} levels"
+        ) from None
 
 
 def load_file(path: Path) -> Any:

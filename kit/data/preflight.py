@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from kit.core.paths import REPO_ROOT, resolve
+from kit.core.sources import source_problems
 from kit.data import kinds
 from kit.data.settings import DataSettings
 
@@ -35,16 +36,23 @@ def preflight(data: DataSettings) -> list[str]:
     return kind.layout_problems(root)
 
 
-def folder_of_its_own(folder: Path) -> list[str]:
-    """Whether `folder` can hold a run's outputs without mixing them with anything else: not a
-    file system's root, the home folder, or the repository (or a folder above it)."""
+def folder_of_its_own(
+    folder: Path,
+    what: str = "outputs",
+    instead: str = "name a folder for the run (output_dir)",
+    sources: bool = True,
+) -> list[str]:
+    """Whether `folder` can hold a run's outputs (or `what` else) without mixing them with
+    anything else: not a file system's root, the home folder, the repository (or a folder above
+    it), nor, with `sources`, among the sources (kit.core.sources: a source folder, or one
+    holding files git tracks)."""
     real = folder.resolve()
     if real == real.parent or real == Path.home().resolve() or REPO_ROOT.is_relative_to(real):
         return [
-            f"{folder}: not a folder of its own for outputs (a file system root, the home "
-            "folder or the repository or above); name a folder for the run (output_dir)"
+            f"{folder}: not a folder of its own for {what} (a file system root, the home "
+            f"folder or the repository or above); {instead}"
         ]
-    return []
+    return source_problems(folder) if sources else []
 
 
 def writable_problems(folder: Path) -> list[str]:

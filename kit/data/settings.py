@@ -20,7 +20,7 @@ class DataSettings(Strict):
 
     #: a registered dataset kind (kit.data.kinds)
     kind: str
-    root: str | None = None
+    root: bounds.PathText | None = None
     image_size: int = Field(ge=8, le=bounds.IMAGE_SIZE)
     augment: Literal["auto", "algoperf", "crop_flip", "none"] = "auto"
     verify_images: bool = True

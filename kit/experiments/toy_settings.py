@@ -41,7 +41,7 @@ class ToySettings(NotebookSettings, SparseTrainingSettings):
 
     seed: int = Field(default=0, ge=0, le=bounds.SEED)
     #: weight of the dominant component
-    shares: list[float] = Field(
+    shares: list[bounds.Fraction] = Field(
         default_factory=lambda: [0.25, 0.3, 0.4, 0.55, 0.7, 0.85],
         min_length=1,
         max_length=bounds.GRID,
@@ -52,13 +52,13 @@ class ToySettings(NotebookSettings, SparseTrainingSettings):
         default_factory=lambda: [1, 2, 4], min_length=1, max_length=bounds.GRID
     )
     direct_replicates: int = Field(default=8, ge=1, le=200)
-    weight_decays: list[float] = Field(
+    weight_decays: list[bounds.Decay] = Field(
         default_factory=lambda: [0.0, 0.001, 0.003, 0.01, 0.03],
         min_length=1,
         max_length=bounds.GRID,
     )
     #: a mixture in which both features carry signal, for the weight-decay sweep
-    sparsity_weights: list[float] = Field(
+    sparsity_weights: list[bounds.Fraction] = Field(
         default_factory=lambda: [0.45, 0.10, 0.30, 0.15], min_length=4, max_length=4
     )
 

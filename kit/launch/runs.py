@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,13 +32,37 @@ class Launched:
     causes: dict[str, str] = field(default_factory=dict)
 
     def check(self) -> Launched:
-        """Raise naming the log of every run that failed, or the cause it shares with others."""
+        """Raise naming the log of every run that failed with the cause its log gives last (a
+        full disk, say), or the cause it shares with others."""
         if self.failed:
             said = [
-                self.causes.get(name) or f"{name} (see {log})" for name, log in self.failed.items()
+                self.causes.get(name) or f"{name}{log_cause(log)} (see {log})"
+                for name, log in self.failed.items()
             ]
             raise RuntimeError("training failed: " + "; ".join(dict.fromkeys(said)))
         return self
+
+
+#: the bytes of a log's end read for the cause of a failure
+LOG_TAIL_BYTES = 64_000
+#: a line saying why a process ended: the trainer's `error: ...`, or a traceback's last line
+_CAUSE = re.compile(r"^(?:error|[A-Za-z_][\w.]*(?:Error|Exception)): (?P<cause>\S.*)$")
+
+
+def log_cause(log: Path, most: int = 400) -> str:
+    """Why a run failed, as its log's last error line says (a full disk, a non-finite loss, a
+    traceback's exception), as `: <cause>` to follow its name; empty when the log says none."""
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(0, log.stat().st_size - LOG_TAIL_BYTES))
+            lines = handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if found := _CAUSE.match(line.strip()):
+            cause = found["cause"]
+            return f": {cause[:most]}{'...' if len(cause) > most else ''}"
+    return ""
 
 
 def run_name(settings: TrainSettings, work_dir: Path) -> str:

@@ -159,7 +159,7 @@ class LbfgsProbeSettings(FeatureProbeSettings):
     run until torch's tolerances stop it (`kit.probes.lbfgs`)."""
 
     kind: Literal["lbfgs"] = "lbfgs"
-    weight_decays: list[float] = Field(
+    weight_decays: list[bounds.Decay] = Field(
         default_factory=lambda: [1e-6, 1e-5, 1e-4, 1e-3], min_length=1, max_length=bounds.GRID
     )
     #: only a cap: a fit that reaches it is refused, its accuracy being the optimiser's
@@ -171,10 +171,10 @@ class FastProbeSettings(FeatureProbeSettings):
     (learning rate, weight decay), all trained in one pass."""
 
     kind: Literal["fast"] = "fast"
-    lrs: list[float] = Field(
+    lrs: list[bounds.Rate] = Field(
         default_factory=lambda: [0.03, 0.1, 0.3], min_length=1, max_length=bounds.GRID
     )
-    weight_decays: list[float] = Field(
+    weight_decays: list[bounds.Decay] = Field(
         default_factory=lambda: [0.0, 1.0e-4], min_length=1, max_length=bounds.GRID
     )
     epochs: int = Field(default=8, ge=1, le=bounds.EPOCHS)

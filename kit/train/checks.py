@@ -13,13 +13,14 @@ from kit.core import machine
 from kit.core.distributed import Process, ranks_on_node
 from kit.core.params import ParameterError
 from kit.data import kinds
-from kit.data.preflight import writable_problems
+from kit.data.preflight import folder_of_its_own, writable_problems
 from kit.train.settings import TrainSettings, replica_problem
 
 
 def check_machine(settings: TrainSettings, process: Process, out: Path) -> None:
     """Refuse a run the machine cannot hold (a compiler for `compile`, shared memory for the
-    loader workers) or a run folder that cannot be written, before its lock file is made there."""
+    loader workers) or a run folder that cannot be written or lies among the sources, before its
+    lock file is made there."""
     if settings.compile and (missing := machine.compiler_problems()):
         raise machine.MachineError("\n".join(missing))
     shared = machine.loader_shared_memory(
@@ -31,7 +32,7 @@ def check_machine(settings: TrainSettings, process: Process, out: Path) -> None:
     )
     if settings.num_workers and (short := machine.shm_problems(shared)):
         raise machine.MachineError("\n".join(short))
-    if unwritable := writable_problems(out):
+    if unwritable := folder_of_its_own(out) or writable_problems(out):
         raise ParameterError("; ".join(unwritable))
 
 

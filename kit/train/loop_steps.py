@@ -84,8 +84,8 @@ def exchange_window(run: Run, window: Window, stop_requested: bool) -> tuple[flo
     loss, bad_step, stopping = run.replica.take_window(window.steps, stop_requested)
     if bad_step is not None:
         raise NonFiniteLossError(
-            f"{run.out}: the training loss became non-finite at step "
-            f"{bad_step}; training stopped and {run.kept()}"
+            f"{run.out}: the training loss (or the optimizer's update) became non-finite at "
+            f"step {bad_step}; training stopped and {run.kept()}"
         )
     return loss, stopping
 

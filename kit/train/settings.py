@@ -9,7 +9,7 @@ Free of torch, like every parameter schema.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -47,7 +47,9 @@ class RunSettings(Strict):
     #: a run's steps do not depend on how long it trains, so it can be extended or snapshotted
     step_hint: int | None = Field(default=None, ge=1, le=bounds.ITERATIONS)
     lr: float = Field(default=0.0025, gt=0.0)
-    betas: list[float] = Field(default_factory=lambda: [0.9, 0.99552], min_length=2, max_length=2)
+    betas: list[Annotated[float, Field(ge=0.0, lt=1.0)]] = Field(
+        default_factory=lambda: [0.9, 0.99552], min_length=2, max_length=2
+    )
     eps: float = Field(default=1.0e-8, gt=0.0)
     weight_decay: float = Field(default=0.08122, ge=0.0)
     label_smoothing: float = Field(default=0.2, ge=0.0, lt=1.0)
@@ -183,7 +185,7 @@ class TrainSettings(RunSettings):
 
     iterations: int = Field(ge=1, le=bounds.ITERATIONS)
     seed: int = Field(ge=0, le=bounds.SEED)
-    output_dir: str = Field(min_length=1)
+    output_dir: bounds.PathText
     #: steps at which the model (at x, BatchNorm recalibrated there) is also saved as
     #: snapshot-<step>.pt, hashed, without changing the run: the models time-concat reads from
     #: one seeded run (paper Section 5.1; notebook 03's `catn_models: snapshots`)

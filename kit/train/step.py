@@ -8,6 +8,7 @@ at x before every evaluation and every save.
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -118,8 +119,11 @@ class Replica:
                     part_loss = self.criterion(self.model(x), y) / parts
                 part_loss.backward()
             loss += part_loss.detach().float()
-        with self.exact_roots():
-            self.optimizer.step()
+        try:
+            with self.exact_roots():
+                self.optimizer.step()
+        except OverflowError:  # the update's arithmetic in Python floats (lr ** 2 past 1e308):
+            loss = torch.full_like(loss, math.inf)  # a non-finite step, said as the loss is
         self.steps_taken += 1
         bad_now = torch.where(torch.isfinite(loss), self.first_bad_step, self.steps_taken)
         torch.minimum(self.first_bad_step, bad_now, out=self.first_bad_step)

@@ -1,14 +1,15 @@
 """What `kit check` and `kit run` find of a time-concat plan before anything starts: settings its
 trainings cannot finish with on the launch's ranks, and this machine against the plan: free disk
 for what its checkpoints and feature cache still have to write (as kit.experiments.timecat.estimates
-counts it) and, where the launch runs here, CUDA, the compiler and /dev/shm.
+counts it) and, where the launch runs here, its memory at the peak (kit.experiments.timecat.memory),
+CUDA, the compiler and /dev/shm.
 """
 
 from __future__ import annotations
 
 from kit.core import machine
 from kit.data import kinds
-from kit.experiments.timecat import estimates
+from kit.experiments.timecat import estimates, memory
 from kit.experiments.timecat.planning import plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.train.settings import replica_problem
@@ -37,6 +38,7 @@ def machine_problems(params: TimecatSettings) -> list[str]:
     launch, train = params.launch, params.train
     if launch.backend == "slurm":
         return problems  # the compute nodes check themselves when the processes start
+    problems += memory.memory_problems(params)
     if "cuda" in (params.device, train.device if train else None):
         problems += machine.cuda_problems(launch.nproc_per_node * launch.workers)
     if train is not None and plan(params).trainings:
@@ -53,3 +55,16 @@ def machine_problems(params: TimecatSettings) -> list[str]:
             )
         )
     return problems
+
+
+def machine_lines(params: TimecatSettings) -> list[str]:
+    """What `kit check` says of this machine against the plan: its memory at the peak (as
+    kit.experiments.timecat.memory costs it) and the disk it still has to write, each beside
+    what this machine has."""
+    needed, _ = estimates.left_to_write(params)
+    free = machine.disk_free(runs_dir(params))
+    return [
+        memory.describe(params),
+        f"disk: about {machine.byte_size(needed)} still to write under {runs_dir(params)}, "
+        f"{machine.byte_size(free)} free",
+    ]

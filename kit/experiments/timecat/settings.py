@@ -232,6 +232,13 @@ class TimecatSettings(NotebookSettings):
                 f"train: set {', '.join(unset)} for this profile (their right "
                 "value depends on the machine and the data, so there is no default)"
             )
+        for variant in trained:  # the width each model is built with (run_config)
+            if (width := self.train.width * variant.width) > bounds.WIDTH:
+                raise ValueError(
+                    f"train.width: {self.train.width:g} x variant {variant.name}'s width "
+                    f"{variant.width:g} builds models of width {width:g}, above the bound "
+                    f"{bounds.WIDTH:g} (kit/core/bounds.py); lower train.width"
+                )
         widths = {v.width for v in trained if v.trained and v.spec.concatenated}
         if self.catn_models == "snapshots" and len(widths) > 1:
             raise ValueError(
