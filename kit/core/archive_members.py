@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from tarfile import TarInfo
 
-from kit.core import bounds
+from kit.core import paths
 
 #: the most folders deep a member may lie (the release's lie 3 deep, CIFAR's 2)
 MEMBER_DEPTH = 32
@@ -79,12 +79,12 @@ def unsafe(member: TarInfo) -> str | None:
     if len(name.parts) > MEMBER_DEPTH:
         return f"{len(name.parts):,} folders deep (a release holds at most {MEMBER_DEPTH})"
     longest = max((len(os.fsencode(part)) for part in name.parts), default=0)
-    if longest > bounds.NAME_BYTES:
+    if longest > paths.NAME_BYTES:
         return (
             f"a path holding a name of {longest:,} bytes (a file system takes at most "
-            f"{bounds.NAME_BYTES})"
+            f"{paths.NAME_BYTES})"
         )
-    if len(os.fsencode(member.name)) > bounds.PATH_BYTES:
+    if len(os.fsencode(member.name)) > paths.PATH_BYTES:
         return f"a path of {len(os.fsencode(member.name)):,} bytes"
     if member.issym() or member.islnk():
         return f"a link (to {member.linkname!r})"

@@ -17,6 +17,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
+from kit.core import paths
+
 #: replicates of a design, and every count of replicates (a round's, the most) [the paper: 5]
 REPLICATES = 100
 #: models concatenated in one variant, or sizes of concatenation [catN up to cat5]
@@ -59,10 +61,8 @@ MINUTES = SECONDS // 60
 SEED = 2**31 - 1
 #: lines of a shell preamble, and other free lists
 LINES = 1000
-#: bytes of one name in a path, and of a whole path: what Linux file systems take (NAME_MAX,
-#: PATH_MAX less the final NUL); a longer one fails at its first use (ENAMETOOLONG)
-NAME_BYTES = 255
-PATH_BYTES = 4095
+#: bytes of one name in a path, and of a whole path (kit.core.paths: the file system's limits)
+NAME_BYTES, PATH_BYTES = paths.NAME_BYTES, paths.PATH_BYTES
 
 #: a learning rate in a grid, above 0 [the profiles' grids: 0.01 to 0.3]
 LEARNING_RATE = 100.0

@@ -9,6 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+#: bytes of one name in a path, and of a whole path: what Linux file systems take (NAME_MAX,
+#: PATH_MAX less the final NUL); a longer one fails at its first use (ENAMETOOLONG)
+NAME_BYTES = 255
+PATH_BYTES = 4095
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 PARAMETERS_DIR = REPO_ROOT / "parameters"
