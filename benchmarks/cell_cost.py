@@ -26,9 +26,9 @@ import pstats
 import shutil
 import time
 
-from kit.core import params as kit_params
-from kit.core.numbers import counted
 from kit.experiments.timecat import measure, planning, sweep, sweep_settings
+from kit.params import params as kit_params
+from kit.readout.numbers import counted
 
 
 def load() -> str:

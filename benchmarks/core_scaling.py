@@ -7,7 +7,7 @@ hyperthreads of one physical core, which share its fused multiply-add units, and
 takes time from them. Every speed the kit measures on 2 cores (the fast probe against
 scikit-learn, a replicate of notebook 03, the main job's minutes) depends on this. The script
 runs the same compute-bound work, single-precision products of 512 x 2,048 by 2,048 x 512 on
-OpenBLAS's Haswell kernels (kit.core.openblas, one thread each), first on one thread alone, then
+OpenBLAS's Haswell kernels (kit.numerics.openblas, one thread each), first on one thread alone, then
 on one thread per core of the process side by side, in alternating slices so that a drift of
 the host's speed hits both, and prints the products a second of each, their ratio (the cores'
 worth: 2.0 for two independent cores), the CPU time the threads got against the wall time, and
@@ -23,8 +23,8 @@ import time
 
 import torch
 
-from kit.core import openblas
-from kit.core.numbers import counted
+from kit.numerics import openblas
+from kit.readout.numbers import counted
 
 ROWS, INNER, COLUMNS = 512, 2048, 512
 #: each measurement is cut into this many slices, alone and together alternating

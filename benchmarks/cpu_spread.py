@@ -1,7 +1,7 @@
 """How far the ci profile's results move across the machines one machine can emulate.
 
 Runs notebooks 03 and 04 with the ci profile (`python -m kit run 03 04 --profile ci`) once per
-configuration: the reproducible CPU numerics (kit.core.numerics) as they are, repeated, under
+configuration: the reproducible CPU numerics (kit.numerics.numerics) as they are, repeated, under
 other instruction-set limits, thread settings, one core and a competing load; then the fast mode
 at this CPU's best instruction set and capped lower. For every value the pinned tests check
 (notebook 03's Table 3, notebook 04's accuracies by budget) it records each configuration's
@@ -9,7 +9,7 @@ figure, and for every claim its outcome. Writes the JSON `--out` (docs/data/cpu_
 default) and prints the tables docs/reproducibility.md carries (`python -m kit figures` puts
 them there; the tests check that the page and the JSON agree, and that the pinned values are
 this JSON's). Written to the default place, its first reproducible configuration also becomes
-this CPU model's `ci` record (kit.core.cpu_records), the pins of the tests; `--record` keeps it
+this CPU model's `ci` record (kit.numerics.cpu_records), the pins of the tests; `--record` keeps it
 so from a run written elsewhere (a CPU model's first record, without replacing the spread).
 
     .venv/bin/python benchmarks/cpu_spread.py                      # every configuration, ~12 min
@@ -35,8 +35,8 @@ from typing import Any
 import polars as pl
 
 from kit.cli import figures
-from kit.core import cpu_records, numerics
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
+from kit.numerics import cpu_records, numerics
 from kit.report import outputs
 
 DEFAULT_OUT = figures.DATA / "cpu_spread.json"

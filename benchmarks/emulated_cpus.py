@@ -12,7 +12,7 @@ the vendor's dispatch nor those instructions. QEMU 7.2 emulates up to AVX2 (no A
 reproducible numerics' own cap.
 
 Writes docs/data/emulated_cpus.json (`--out`), which the kit's sentence about other machines
-reads (kit.core.cpu_records.emulated). Each emulated run takes several minutes on one core.
+reads (kit.numerics.cpu_records.emulated). Each emulated run takes several minutes on one core.
 
     .venv/bin/python benchmarks/emulated_cpus.py [--cpus EPYC-Milan Cascadelake-Server]
 """
@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from kit.cli import figures
-from kit.core import cpu_records, numerics
-from kit.core.numbers import counted
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
+from kit.numerics import cpu_records, numerics
+from kit.readout.numbers import counted
 
 PRINT = (
     "import json, kit; from kit.cli import fingerprint; "

@@ -36,9 +36,9 @@ import polars as pl
 import scipy.stats
 import torch
 
-from kit.core import params as kit_params
 from kit.experiments.timecat import measure, planning
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.params import params as kit_params
 from kit.probes.lbfgs import convex_fit, zero_head
 from kit.probes.rows import Split
 from kit.probes.selection import BOUNDED, select

@@ -4,7 +4,7 @@ cache pays per hit: hashing its arrays on every read, against comparing their ch
     python benchmarks/file_hash.py [--model resnet50] [--width 1.0] [--features-gb 0.5]
 
 Saves a training-style checkpoint (weights, schedule-free AdamW state: about 3x the weights) of
-a freshly built kit ResNet through kit.core.files.hashed_write (hashing while writing), then times
+a freshly built kit ResNet through kit.files.files.hashed_write (hashing while writing), then times
 verifying its recorded hash (one full read, SHA-256), torch.load, and plain SHA-256 throughput.
 The file is read from the page cache, as it is right after a save; a cold read from a network
 file system adds that file system's read time to both the hash and the load.
@@ -27,7 +27,7 @@ import schedulefree
 import torch
 
 from kit import feature_cache, models
-from kit.core import files
+from kit.files import files
 
 
 def timed(action) -> float:

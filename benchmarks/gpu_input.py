@@ -49,10 +49,10 @@ from pathlib import Path
 import gpu_parts
 import torch
 
-from kit.core import numerics
-from kit.core.distributed import Process
 from kit.data import codecs, fixtures, hardware, pipeline
 from kit.data.settings import dali_installed
+from kit.numerics import numerics
+from kit.runtime.distributed import Process
 from kit.train.settings import TrainSettings
 from kit.train.step import Replica
 

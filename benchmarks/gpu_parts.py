@@ -27,9 +27,9 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from kit.core.distributed import Process
 from kit.data import batched, crops, hardware, pipeline
 from kit.data.kinds.images import ImageList
+from kit.runtime.distributed import Process
 from kit.train.step import Replica
 
 Add = Callable[[str, int, bool, list[float]], None]

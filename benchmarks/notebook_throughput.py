@@ -26,9 +26,10 @@ import statistics
 import tempfile
 import time
 
-from kit.core import distributed, params
-from kit.core.numbers import counted
 from kit.launch import local as launch
+from kit.params import params
+from kit.readout.numbers import counted
+from kit.runtime import distributed
 from kit.train.settings import TrainSettings
 
 

@@ -6,8 +6,8 @@ steps of the cpu profile's network (resnet10 at width 0.25, 24 px, batch 32, SGD
 second, one float64 L-BFGS probe fit above kit.probes.lbfgs.ONE_THREAD_ELEMENTS (40,000 rows x
 512 features, 10 classes) and one fast probe fit (20,000 rows x 1,024 features, 100 classes, two
 epochs, batches of 1,024) in seconds, under
-- `reproducible`: the default (kit.core.numerics): one intra-op thread a computation, the probes'
-  large products cut into blocks over the process's threads (kit.core.blocked);
+- `reproducible`: the default (kit.numerics.numerics): one intra-op thread a computation, the
+  probes' large products cut into blocks over the process's threads (kit.numerics.blocked);
 - `fast`: this CPU's best paths on the process's threads;
 - `portable`: the stricter alternative the kit does not use (no oneDNN, ATen's portable kernels,
   MKL COMPATIBLE, one thread), for docs/decisions.md.
@@ -26,15 +26,15 @@ import subprocess
 import sys
 
 from kit.cli import figures
-from kit.core import numerics
-from kit.core.numbers import counted
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
+from kit.numerics import numerics
+from kit.readout.numbers import counted
 
 WORK = """
 import json, os, time
 import kit, torch
 from kit import models
-from kit.core.threads import numerics_threads
+from kit.numerics.threads import numerics_threads
 from kit.probes import fast, lbfgs
 from kit.probes.rows import Split
 from kit.probes.settings import FastProbeSettings, LbfgsProbeSettings

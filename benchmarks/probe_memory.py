@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from kit.core.numbers import counted
 from kit.probes.settings import FastProbeSettings
+from kit.readout.numbers import counted
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from kit.core import params
-from kit.core.threads import one_thread
 from kit.experiments import notebooks  # noqa: F401  (registers notebook 03's parameters)
 from kit.experiments.timecat import measure, planning
+from kit.numerics.threads import one_thread
+from kit.params import params
 from kit.probes import lbfgs
 
 

@@ -16,7 +16,7 @@ decay 3e-3 matches it). scikit-learn fits the whole training split; the fast pro
 it and picks its epoch on the other 10% (its `heldout` rule); `--weight-decays 1e-3 3e-3` times a
 two-head grid instead. The fast probe is fitted on 1, 2 and every core of the process
 (`torch.set_num_threads`), each time printed with whether its history has the same bits as on one
-thread (kit.core.blocked: in the reproducible CPU numerics it must), and on every core again
+thread (kit.numerics.blocked: in the reproducible CPU numerics it must), and on every core again
 straight after scikit-learn; the ratio is scikit-learn's time over the mean of the two fits on
 every core, taken on either side of it, since a shared machine's speed can drift within minutes
 (docs/decisions.md, "Fewer passes and hand-overs in the fast probe"). Prints both times, both
@@ -37,13 +37,13 @@ from core_scaling import cores_worth
 from sklearn.linear_model import LogisticRegression
 
 from kit import features, models
-from kit.core import numerics
-from kit.core.numbers import counted
 from kit.data.synthetic import SyntheticWorld
 from kit.data.synthetic_settings import ComponentSettings, SyntheticSettings
+from kit.numerics import numerics
 from kit.probes.fast import TRAIN_SCORE_ROWS, fast_probe
 from kit.probes.rows import Split
 from kit.probes.settings import FastProbeSettings
+from kit.readout.numbers import counted
 
 CACHE = Path(__file__).parent / ".cache"
 

@@ -19,9 +19,9 @@ import itertools
 
 import torch
 
-from kit.core import params
 from kit.data.synthetic import SyntheticWorld
 from kit.experiments.timecat import measure, planning
+from kit.params import params
 from kit.probes import lbfgs
 from kit.probes.rows import Split
 from kit.probes.settings import LBFGS_MAX_ITER

@@ -5,8 +5,8 @@ run's figures.
     .venv/bin/python benchmarks/replicate_cost.py outputs/cpu
     .venv/bin/python benchmarks/replicate_cost.py outputs/cpu --json docs/data/replicate_cost.json
 
-The stage records the run's kernel appended (`.03_time_concat.stages.jsonl`, kit.core.progress)
-give each stage's seconds (kit.core.progress.stage_spans: first record to last, less its time
+The stage records the run's kernel appended (`.03_time_concat.stages.jsonl`, kit.readout.progress)
+give each stage's seconds (kit.readout.progress.stage_spans: first record to last, less its time
 paused); extraction runs inside the probes stage, so probe
 fitting is the probes stage less the extraction stages in it. The notebook's wall time comes
 from its provenance file, the replicates from its results table. Prints seconds per stage, per
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
-from kit.core.progress import stage_spans
+from kit.readout.progress import stage_spans
 
 NOTEBOOK = "03_time_concat"
 BEFORE = Path(__file__).parents[1] / "docs" / "data" / "replicate_cost.json"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
 from kit.stats import sequential, simulation, spending
 from kit.stats.sequential import Rounds
 

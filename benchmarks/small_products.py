@@ -1,7 +1,7 @@
 """What the L-BFGS probes' small products cost on MKL's COMPATIBLE branch, and what one call of
 OpenBLAS's Haswell kernels would save and change.
 
-In the reproducible CPU numerics a product under kit.core.blocked.BLOCKED_WORK multiply-adds is
+In the reproducible CPU numerics a product under kit.numerics.blocked.BLOCKED_WORK multiply-adds is
 torch's, on MKL's COMPATIBLE branch (SSE2, no fused multiply-add); only larger ones are tiles on
 OpenBLAS's Haswell kernels (docs/decisions.md, "Large products on OpenBLAS's Haswell kernels").
 The cpu profile's L-BFGS probes multiply about 1,843 fit rows of 128 to 512 features into 10
@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 from probe_path import paths
 
-from kit.core import blocked, openblas
-from kit.core.threads import one_thread
+from kit.numerics import blocked, openblas
+from kit.numerics.threads import one_thread
 
 #: the cpu profile's fit rows (90 % of 2,048 kept), its feature widths and classes
 ROWS, WIDTHS, CLASSES = 1843, (128, 256, 512), 10

@@ -1,5 +1,5 @@
 """How far torch's float32 square root is from the correctly rounded one under the kit's CPU
-numerics, and what the correctly rounded roots of kit.core.rounding cost the optimizer.
+numerics, and what the correctly rounded roots of kit.numerics.rounding cost the optimizer.
 
 Prints, for a million seeded values, how many of torch.sqrt's results differ from the correctly
 rounded root (float64 root rounded once), and for the cpu profile's network (resnet10 at width
@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from kit import models
-from kit.core import numerics, rounding
-from kit.core.threads import one_thread
+from kit.numerics import numerics, rounding
+from kit.numerics.threads import one_thread
 
 
 def seconds(work: Callable[[], object], repeats: int = 50) -> float:
@@ -46,7 +46,7 @@ def main() -> None:
         with rounding.correctly_rounded_sqrt():
             fixed = int((values.sqrt() != exact).sum())
         print(f"torch.sqrt, float32: {off:,} of 1,000,000 roots not correctly rounded")
-        print(f"within kit.core.rounding.correctly_rounded_sqrt: {fixed:,}")
+        print(f"within kit.numerics.rounding.correctly_rounded_sqrt: {fixed:,}")
         torch.manual_seed(0)
         net = models.build("resnet10", 10, width=0.25, image_size=24)
         net = net.to(memory_format=torch.channels_last)

@@ -20,9 +20,9 @@ import os
 import tempfile
 import time
 
-from kit.core import params
-from kit.core.numbers import counted
 from kit.experiments.timecat import measure, sweep, sweep_cost, sweep_settings
+from kit.params import params
+from kit.readout.numbers import counted
 
 
 def main() -> None:

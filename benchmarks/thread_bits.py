@@ -1,14 +1,15 @@
 """Which of the probes' and extraction's computations change their bits with torch's thread count.
 
-In the reproducible CPU numerics (kit.core.numerics: MKL's COMPATIBLE branch, ATen and oneDNN
+In the reproducible CPU numerics (kit.numerics.numerics: MKL's COMPATIBLE branch, ATen and oneDNN
 capped at AVX2) each computation below runs in a fresh process on 1, 2, 4 and 8 of torch's
 intra-op threads (more threads than cores emulate a larger machine), and 4 threads pinned to one
 core (taskset): first as torch computes it (its own threads), then as the kit does
-(kit.core.blocked: one intra-op thread, large products cut into blocks that the shapes fix,
+(kit.numerics.blocked: one intra-op thread, large products cut into blocks that the shapes fix,
 spread over the same threads). Prints, per computation, whether the bits were the same at every
 thread count each way, the milliseconds of one call on 1 and 2 of torch's threads, and whether
 the kit's blocks give the bits of the uncut computation on one thread (its products' tiles run
-on OpenBLAS, kit.core.openblas, so theirs differ in the last bits; row gathers and images do not).
+on OpenBLAS, kit.numerics.openblas, so theirs differ in the last bits; row gathers and images do
+not).
 
     .venv/bin/python benchmarks/thread_bits.py            # about 5 minutes on 2 idle cores
     .venv/bin/python benchmarks/thread_bits.py --mkl-cbwr COMPATIBLE,STRICT --only L-BFGS
@@ -33,16 +34,16 @@ import shutil
 import subprocess
 import sys
 
-from kit.core import numerics
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
+from kit.numerics import numerics
 
 WORK = """
 import contextlib, hashlib, json, os, sys, time
 import kit, torch
 import torch.nn.functional as F
 from kit import models
-from kit.core import blocked
-from kit.core.threads import numerics_threads
+from kit.numerics import blocked
+from kit.numerics.threads import numerics_threads
 threads, kit_way, timed = int(sys.argv[1]), sys.argv[2] == "kit", sys.argv[3] == "timed"
 torch.set_num_threads(threads)
 g = torch.Generator().manual_seed(0)

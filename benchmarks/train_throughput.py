@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from kit import models
-from kit.core import distributed
+from kit.runtime import distributed
 from kit.train.settings import TrainSettings
 from kit.train.step import Replica, warmup_steps
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kit.core import params
 from kit.experiments.timecat import figures
+from kit.params import params
 from kit.report import charts
 
 

@@ -2,9 +2,9 @@
 top); `.importlinter` lists them and the test suite checks that every import points down.
 
 Importing the kit puts the environment of its reproducible CPU numerics in place before
-anything loads torch, so every process the kit starts inherits it (kit.core.numerics; the
+anything loads torch, so every process the kit starts inherits it (kit.numerics.numerics; the
 switch `TIMECAT_CPU_NUMERICS=fast` turns it off)."""
 
-from kit.core import numerics as _numerics
+from kit.numerics import numerics as _numerics
 
 _numerics.prepare_environment()

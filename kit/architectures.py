@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kit.core.registry import Registry
+from kit.params.registry import Registry
 
 
 @dataclass(frozen=True)

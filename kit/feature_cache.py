@@ -4,7 +4,7 @@ it is stored under, its arrays written under a temporary name and renamed with t
 so that a killed extraction leaves no entry, and its verification.
 
 The record also holds each array file's size and SHA-256, checked by rank 0 on the first hit
-and vouched for afterwards by a marker holding the files' change stamps (kit.core.files:
+and vouched for afterwards by a marker holding the files' change stamps (kit.files.files:
 size, modification and status-change times, inode): a zeroed, shuffled or truncated cache is
 extracted again rather than trusted, also when its modification times were put back (`touch -r`
 restores those, never the status-change time). Hashing is small next to extraction but not
@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from kit.core import distributed, files
+from kit.files import files
+from kit.runtime import distributed
 
 DTYPES = {"float16": np.float16, "float32": np.float32}
 #: the arrays of a cache entry, each recorded with its size and hash
@@ -62,7 +63,7 @@ _HASHES: dict[Path, tuple[tuple[int, ...], str]] = {}
 
 def checkpoint_hash(path: Path) -> str:
     """A checkpoint's SHA-256, hashed again only when its change stamp moved (any change made
-    through the file system moves it: kit.core.files.change_stamp)."""
+    through the file system moves it: kit.files.files.change_stamp)."""
     stamp = files.change_stamp(path)
     known = _HASHES.get(path)
     if known is None or known[0] != stamp:
@@ -111,7 +112,7 @@ def array_content(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def stamps(path: Path) -> dict[str, list[int]]:
-    """The change stamps of an entry's files (kit.core.files.change_stamp): what a verification
+    """The change stamps of an entry's files (kit.files.files.change_stamp): what a verification
     marker vouches for. The size comes first."""
     return {name: list(files.change_stamp(path / name)) for name in (*ARRAYS, "record.json")}
 

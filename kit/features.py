@@ -35,14 +35,15 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from kit import feature_cache, models
-from kit.core import blocked, distributed
-from kit.core.numbers import counted
-from kit.core.paths import shown
-from kit.core.progress import Stage, paused
-from kit.core.threads import numerics_threads, one_thread
 from kit.data import workers
 from kit.data.kinds.base import split_size
 from kit.data.prefetch import DeviceBatches
+from kit.files.paths import shown
+from kit.numerics import blocked
+from kit.numerics.threads import numerics_threads, one_thread
+from kit.readout.numbers import counted
+from kit.readout.progress import Stage, paused
+from kit.runtime import distributed
 from kit.train.backbones import load_backbone
 
 #: the backbones of the last extraction pass, by checkpoint file and SHA-256. Notebook 03 reads

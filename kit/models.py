@@ -21,7 +21,8 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 
 from kit.architectures import ARCHITECTURES
-from kit.core import files, notices
+from kit.files import files
+from kit.readout import notices
 
 
 class CheckpointError(ValueError):
@@ -38,7 +39,7 @@ REPLACE_CHECKPOINT = (
 def read_checkpoint(path: Path, rebuild: str = REPLACE_CHECKPOINT) -> Any:
     """A checkpoint file's content (tensors on the CPU), checked against its recorded hash when
     it has one (else a notice names the file: on stderr, and in the run's summary and report,
-    kit.core.notices); a missing, corrupt or unreadable file raises CheckpointError naming it
+    kit.readout.notices); a missing, corrupt or unreadable file raises CheckpointError naming it
     and `rebuild` (how to make it again)."""
     path = Path(path)
     if not path.is_file():

@@ -14,7 +14,7 @@ per session and in that order (`runner_output`), so that the one long run also s
 runner prints while it trains: 04 reuses 03's runs, and run first it would leave 03 nothing to
 train.
 
-Every process the tests start runs in the kit's reproducible CPU numerics (kit.core.numerics,
+Every process the tests start runs in the kit's reproducible CPU numerics (kit.numerics.numerics,
 set by `import kit`), as users' runs do by default: the pinned results are the same bits on any
 x86-64 processor, core count or load (docs/reproducibility.md).
 """
@@ -45,8 +45,8 @@ from xdist.scheduler import LoadScopeScheduling
 os.environ["TIMECAT_CPU_NUMERICS"] = "reproducible"
 
 from kit.cli import nbval_references, runner  # noqa: E402
-from kit.core.paths import REPO_ROOT  # noqa: E402
-from kit.core.progress import STAGE_FILE_ENV  # noqa: E402
+from kit.files.paths import REPO_ROOT  # noqa: E402
+from kit.readout.progress import STAGE_FILE_ENV  # noqa: E402
 
 TESTS_DIR = Path(__file__).parent
 NOTEBOOK_COPIES = TESTS_DIR / "_notebooks"

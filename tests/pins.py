@@ -1,4 +1,4 @@
-"""The ci profile's pinned results, read from the CPU records (kit.core.cpu_records) rather than
+"""The ci profile's pinned results, read from the CPU records (kit.numerics.cpu_records) rather than
 typed: on a recorded CPU model its own values bit for bit and its outcomes exactly; on any other
 machine each value within the largest move measured (across the recorded models, and across the
 configurations benchmarks/cpu_spread.py emulated on one machine) and only the outcomes every
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from kit.core import cpu_records, numerics
+from kit.numerics import cpu_records, numerics
 
 SPREAD = json.loads(numerics.SPREAD_RECORD.read_text())
 

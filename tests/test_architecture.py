@@ -16,7 +16,6 @@ import polars as pl
 import pytest
 
 import kit
-from kit.core import params
 from kit.data import kinds as data_kinds
 from kit.data.kinds.base import DatasetKind
 from kit.data.preflight import preflight
@@ -24,6 +23,7 @@ from kit.data.settings import DataSettings
 from kit.experiments.timecat import comparisons
 from kit.experiments.timecat.entries import Variant
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
+from kit.params import params
 from kit.train.run_files import RunFolder
 
 KIT = Path(kit.__file__).parent

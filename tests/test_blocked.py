@@ -1,7 +1,7 @@
-"""Threads in the reproducible CPU numerics (kit.core.blocked, kit.core.threads): large products
-and batches cut into blocks that the shapes fix, the blocks computed on the process's threads,
-and the same bits at 1, 2 and (emulated on fewer cores) 4 threads for the fast probe's and the
-L-BFGS probe's heads and extraction's features."""
+"""Threads in the reproducible CPU numerics (kit.numerics.blocked, kit.numerics.threads): large
+products and batches cut into blocks that the shapes fix, the blocks computed on the process's
+threads, and the same bits at 1, 2 and (emulated on fewer cores) 4 threads for the fast probe's and
+the L-BFGS probe's heads and extraction's features."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kit.core import blocked, numerics
-from kit.core.paths import REPO_ROOT
-from kit.core.threads import each_block, lent_threads, numerics_threads, one_thread
+from kit.files.paths import REPO_ROOT
+from kit.numerics import blocked, numerics
+from kit.numerics.threads import each_block, lent_threads, numerics_threads, one_thread
 from kit.probes.rows import top_hits, topk_correct
 
 X86 = platform.machine() in ("x86_64", "AMD64")
@@ -99,7 +99,7 @@ def test_top_hits_counted_by_blocks_of_rows_are_the_uncut_counts() -> None:
 
 FORKED = """
 import os, torch, kit
-from kit.core.threads import each_block, numerics_threads
+from kit.numerics.threads import each_block, numerics_threads
 torch.set_num_threads(2)
 done = []
 with numerics_threads():
@@ -204,7 +204,7 @@ import kit, torch
 sys.path.insert(0, sys.argv[2])
 from test_features import tiny_checkpoint
 from kit import features
-from kit.core import threads
+from kit.numerics import threads
 from kit.probes import fast, lbfgs
 from kit.probes.rows import Split
 from kit.probes.settings import FastProbeSettings, LbfgsProbeSettings

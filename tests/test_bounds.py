@@ -1,4 +1,4 @@
-"""Every count and size of the settings has an upper bound a machine can meet (kit.core.bounds):
+"""Every count and size of the settings has an upper bound a machine can meet (kit.params.bounds):
 refused before compute, naming the key and the bound, at once; a large but valid value is run
 after its cost is said."""
 
@@ -15,8 +15,8 @@ from pydantic import BaseModel
 
 from kit.cli import runner
 from kit.cli.main import main as kit_main
-from kit.core import bounds, params
-from kit.core.paths import REPO_ROOT, importable_environment
+from kit.files.paths import REPO_ROOT, importable_environment
+from kit.params import bounds, params
 from kit.train.settings import TrainSettings
 
 #: what `kit check` may spend before refusing a count out of bounds (CPU seconds: the

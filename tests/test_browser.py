@@ -10,7 +10,7 @@ session executed them at the ci profile (`notebook_outputs`, shared with the not
 read with the network cut off: the paper's versioned arXiv id visible, nothing wider than a
 1,400-px window, no chart scrolling sideways at 1,280 or 1,400 px, no code name of the label map
 in the text, and no progress bar's elapsed time more than a second above its work's own time as
-the kernel's stage records (kit.core.progress.Stage, paused time left out) and each training
+the kernel's stage records (kit.readout.progress.Stage, paused time left out) and each training
 run's folder (its settings written at its start, its DONE marker at its end) time it, nor a rate
 other than its count over that elapsed time, to the precision the bar shows (tests/bar_lines.py).
 
@@ -45,10 +45,10 @@ from bar_lines import BAR_COUNTS, BAR_LINE, clock_seconds, rate_disagrees
 from test_notebook_results import WRITES
 
 from kit.cli import lab as lab_cli
-from kit.core import numbers
-from kit.core.citation import PAPER
-from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
+from kit.files.paths import NOTEBOOKS_DIR, REPO_ROOT
 from kit.launch.progress import shown
+from kit.readout import numbers
+from kit.readout.citation import PAPER
 from kit.report import notebook_html
 from kit.report import page as report_page
 from kit.report.labels import LABELS, VALUE_PATTERNS, VALUES, label, quantity
@@ -81,7 +81,7 @@ NEWS_QUESTION = "Would you like to get notified about official Jupyter news?"
 #: Lab: ended on tqdm's smoothed rate of its last units, it read about 1.1 step/s, 6 steps in
 #: about 4 s belying it
 UNEVEN_BAR = (
-    "import time; from kit.core.progress import KeptBar; "
+    "import time; from kit.readout.progress import KeptBar; "
     "bar = KeptBar(total=6, desc='uneven', unit='step', mininterval=0); "
     "[(time.sleep(0.1 if i < 3 else 1.2), bar.update()) for i in range(6)]; bar.close()"
 )
@@ -369,7 +369,7 @@ WINDOWS_PX = (1280, 1400)
 CODE_NAMES = [re.escape(key) for key in (*LABELS, *VALUES) if "_" in key] + [
     pattern.pattern for patterns in VALUE_PATTERNS.values() for pattern, _ in patterns
 ]
-#: a p-value as kit.core.numbers prints it: two significant digits, or below a thousandth
+#: a p-value as kit.readout.numbers prints it: two significant digits, or below a thousandth
 P_VALUE = re.compile(r"< 0\.001|–|1\.0|0\.0*[1-9]\d")
 #: elements wider than their box (scrollWidth over clientWidth): any that clips or spills its
 #: content, and any table (a table reflows, it never scrolls); inline elements have no box
@@ -407,7 +407,7 @@ NUMBER = re.compile(r"(?<![\w.])[+\-−]?\d[\d,]*(?:\.(\d+))?(?![\d.]|e-)")
 
 
 def one_decimal(text: str) -> bool:
-    """Whether every number in `text` has one decimal (kit.core.numbers' accuracy and gain), an
+    """Whether every number in `text` has one decimal (kit.readout.numbers' accuracy and gain), an
     interval's end that would round to 0 its first significant digit."""
     for found in NUMBER.finditer(text):
         value = float(found[0].replace(",", "").replace("−", "-"))
@@ -419,7 +419,7 @@ def one_decimal(text: str) -> bool:
 
 def assert_one_precision_per_quantity(page: object, where: str) -> None:
     """Every table cell of an accuracy or a gain (by its column's quantity) has one decimal,
-    every p-value two significant digits or '< 0.001' (kit.core.numbers)."""
+    every p-value two significant digits or '< 0.001' (kit.readout.numbers)."""
     found = page.evaluate(
         "Array.from(document.querySelectorAll('table:not(.kit-settings)'), t => [Array.from("
         "t.querySelectorAll("
@@ -576,7 +576,7 @@ def assert_charts_read_for_a_researcher(page: object, charts: int, where: str) -
     """What every drawn chart shows, read from its scene (the texts of its axes, legends and
     marks, and each mark's tooltip): no code name (a key of the label map as a title, a value
     it puts in words), tooltips' accuracies and gains to one decimal, the paper cited as
-    kit.core.citation cites it."""
+    kit.readout.citation cites it."""
     page.wait_for_function(f"window.kitViews.length >= {charts}", timeout=60_000)
     texts, tips = page.evaluate(SCENES)
     assert tips, f"{where}: no chart has a tooltip"
@@ -632,7 +632,7 @@ BAR_SLACK_S = 1.0
 
 
 def stage_times(records: Path) -> list[tuple[str, int, str, float]]:
-    """Every stage the kernel recorded (kit.core.progress.Stage), in the order they began: its
+    """Every stage the kernel recorded (kit.readout.progress.Stage), in the order they began: its
     name, total, unit and its own seconds (first to last record, less its time paused)."""
     began: dict[str, dict] = {}
     ended = []

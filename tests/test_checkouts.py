@@ -1,6 +1,6 @@
 """Two checkouts, one environment: `python -m kit lab` and `run` refuse, naming both, when the
 kernels they start would import the other checkout's `kit`, and a kernel refuses in its first
-cell when its kit or output folder is not its command's (kit.cli.kernels, kit.core.checkouts).
+cell when its kit or output folder is not its command's (kit.cli.kernels, kit.files.checkouts).
 
 The checkouts are two copies of this working tree (its tracked and untracked, not ignored
 files, as a clone at this commit holds them); the environment is a virtual environment of this
@@ -21,8 +21,9 @@ import nbformat
 import pytest
 
 from kit.cli import kernels, lab, runner
-from kit.core import checkouts, kernel_params
-from kit.core.paths import REPO_ROOT
+from kit.files import checkouts
+from kit.files.paths import REPO_ROOT
+from kit.params import kernel_params
 
 #: the notebook the runs try (the quickest at the ci profile)
 NOTEBOOK = "02_surveyed_evidence"

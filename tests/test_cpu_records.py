@@ -1,5 +1,5 @@
-"""What each recorded CPU model gave (kit.core.cpu_records, docs/data/cpus/) and what the kit says
-of other machines from it: exact expectations only on a recorded model, the measured move and
+"""What each recorded CPU model gave (kit.numerics.cpu_records, docs/data/cpus/) and what the kit
+says of other machines from it: exact expectations only on a recorded model, the measured move and
 the agreed outcomes elsewhere, a sentence that claims no more than the records, and the numerics
 fingerprint that tells where two machines part."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from kit.cli import cpu_figures, figures, fingerprint
-from kit.core import cpu_records, numerics
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
+from kit.numerics import cpu_records, numerics
 
 INTEL, AMD = "GenuineIntel 6/85", "AuthenticAMD 25/17"
 

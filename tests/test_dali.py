@@ -18,9 +18,9 @@ from PIL import Image
 from pydantic import ValidationError
 
 from kit.cli import main
-from kit.core import provenance
 from kit.data import pipeline as data
 from kit.data.settings import DataSettings
+from kit.runtime import provenance
 from kit.train import trainer as train
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings

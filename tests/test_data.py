@@ -15,9 +15,6 @@ import torch
 from PIL import Image
 from pydantic import ValidationError
 
-from kit.core import machine
-from kit.core.params import ParameterError
-from kit.core.paths import REPO_ROOT
 from kit.data import kinds, prefetch
 from kit.data import pipeline as data
 from kit.data.fixtures import write_cifar, write_image_folder, write_imagenet_shift, write_inat18
@@ -30,7 +27,10 @@ from kit.data.preflight import preflight
 from kit.data.settings import DataSettings
 from kit.data.synthetic import SyntheticWorld, bayes_ceiling
 from kit.data.synthetic_settings import CUES, SyntheticSettings
+from kit.files.paths import REPO_ROOT
+from kit.params.params import ParameterError
 from kit.probes.settings import PAPER_WEIGHT_DECAYS
+from kit.runtime import machine
 
 WORLD = SyntheticSettings(
     num_train=64,

@@ -15,8 +15,8 @@ import polars as pl
 import pytest
 
 from kit.cli import reference
-from kit.core.citation import PAPER
-from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
+from kit.files.paths import NOTEBOOKS_DIR, REPO_ROOT
+from kit.readout.citation import PAPER
 
 #: the README is a front page: what the kit is, the two commands, profiles, links into docs/
 README_LIMIT = 8_000
@@ -85,7 +85,7 @@ def test_user_facing_text_cites_public_sources() -> None:
 
 
 def test_the_paper_is_named_with_its_version_on_the_home_page_and_in_every_notebook() -> None:
-    """The docs' home page and each notebook's first cell name the paper as kit.core.citation
+    """The docs' home page and each notebook's first cell name the paper as kit.readout.citation
     does (the report page reads it from there): title, authors, arXiv id with its version."""
     assert PAPER.markdown() in (REPO_ROOT / "docs" / "index.md").read_text()
     for path in sorted(NOTEBOOKS_DIR.glob("*.ipynb")):

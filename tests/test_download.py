@@ -28,14 +28,14 @@ from download_server import (
 
 from kit.cli import download as kit_download
 from kit.cli.main import main as kit_main
-from kit.core import fetch, files
-from kit.core.fetch import DownloadError
-from kit.core.paths import importable_environment
 from kit.data.fixtures import write_cifar, write_paper_data
 from kit.data.preflight import preflight
 from kit.data.settings import DataSettings
 from kit.experiments.timecat import jobs, layouts, planning
 from kit.experiments.timecat.result_files import TIME_CONCAT
+from kit.files import fetch, files
+from kit.files.fetch import DownloadError
+from kit.files.paths import importable_environment
 from kit.probes.selection import RULES
 
 SIZES = Path(__file__).parent / "rehearsal" / "sizes.yaml"

@@ -27,10 +27,10 @@ from download_server import Served, algoperf_bytes, closed_port, released, serve
 
 from kit.cli import download as kit_download
 from kit.cli.main import main as kit_main
-from kit.core import download_record, fetch
-from kit.core.fetch import DownloadError
-from kit.core.paths import REPO_ROOT
 from kit.experiments.timecat import layouts
+from kit.files import download_record, fetch
+from kit.files.fetch import DownloadError
+from kit.files.paths import REPO_ROOT
 
 ARCHIVE = kit_download.SOURCES["checkpoints"].archive
 RECORD = ARCHIVE + ".kit.json"
@@ -245,7 +245,7 @@ def test_a_file_of_the_users_inside_an_earlier_download_is_never_deleted(
 
 
 HOLD_AS_A_DOWNLOAD = (
-    "import sys, time; from kit.core import locks\n"
+    "import sys, time; from kit.files import locks\n"
     "with locks.hold(sys.argv[1], 'kit download checkpoints', remove=True):\n"
     "    print('held', flush=True); time.sleep(600)\n"
 )

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import NESTED_ENV, TESTS_DIR
 
-from kit.core import numerics
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
+from kit.numerics import numerics
 
 #: a user's or a site's settings, each of another value than the kit's where the kit has one
 USERS_ENVIRONMENT = {

@@ -14,9 +14,9 @@ import torch
 
 from kit import models
 from kit.cli.main import main as kit_main
-from kit.core import machine
 from kit.data.fixtures import write_cifar, write_image
 from kit.experiments.timecat import estimates, jobs, plan_checks, planning
+from kit.runtime import machine
 from kit.train import rates
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings

@@ -8,9 +8,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kit.core.citation import PAPER
 from kit.experiments import evidence, evidence_charts
 from kit.experiments.evidence import EVIDENCE
+from kit.readout.citation import PAPER
 from kit.report import charts, outputs
 
 # The paper's printed tables (arXiv 2506.18221v3, Tables 2 and 3; cat4 CIFAR-100 read from the

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from kit import models
-from kit.core import files, params
-from kit.core.paths import REPO_ROOT, importable_environment
 from kit.experiments.timecat import planning
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.files import files
+from kit.files.paths import REPO_ROOT, importable_environment
+from kit.params import params
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 

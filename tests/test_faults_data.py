@@ -14,8 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kit.core import params
-from kit.core.paths import REPO_ROOT, importable_environment
 from kit.data import kinds
 from kit.data.fixtures import write_cifar, write_image_folder
 from kit.data.kinds.base import DataError
@@ -24,6 +22,8 @@ from kit.data.preflight import preflight, writable_problems
 from kit.data.settings import DataSettings
 from kit.experiments.timecat import planning
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.files.paths import REPO_ROOT, importable_environment
+from kit.params import params
 
 
 def kit_check(notebook: str, *args: str) -> subprocess.CompletedProcess[str]:

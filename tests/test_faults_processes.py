@@ -25,13 +25,15 @@ import psutil
 import pytest
 import torch
 
-from kit.core import files, params, processes
-from kit.core.paths import REPO_ROOT, importable_environment
 from kit.data.fixtures import write_image_folder
 from kit.experiments.timecat import sweep, sweep_settings
 from kit.experiments.timecat.sweep_settings import SweepSettings
+from kit.files import files
+from kit.files.paths import REPO_ROOT, importable_environment
 from kit.launch import progress
+from kit.params import params
 from kit.report import page
+from kit.runtime import processes
 from kit.train import checkpoint, command, metrics
 from kit.train.run_files import RunFolder
 
@@ -81,7 +83,7 @@ def _describe(processes: list[psutil.Process]) -> list[str]:
 
 MIDDLE = """
 import signal, subprocess, sys, time
-from kit.core.processes import ignoring_signals
+from kit.runtime.processes import ignoring_signals
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                          preexec_fn=ignoring_signals((signal.SIGUSR1, signal.SIGINT)))
 print(child.pid, flush=True)
@@ -297,7 +299,7 @@ def test_resuming_drops_a_corrupted_metrics_line_that_is_still_json(
 #: worker): each cycle then costs a fork, not a Python start and a torch import
 ZYGOTE = """
 import json, os, sys, time, traceback
-from kit.core.processes import dying_with_parent
+from kit.runtime.processes import dying_with_parent
 from kit.train import command
 print("ready", flush=True)
 for line in sys.stdin:

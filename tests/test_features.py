@@ -17,11 +17,11 @@ import yaml
 from torch.utils.data import TensorDataset
 
 from kit import feature_cache, features, models
-from kit.core.paths import REPO_ROOT
-from kit.core.progress import STAGE_FILE_ENV
 from kit.data import pipeline, workers
 from kit.data.fixtures import write_image_folder
 from kit.data.settings import DataSettings
+from kit.files.paths import REPO_ROOT
+from kit.readout.progress import STAGE_FILE_ENV
 from kit.train import backbones
 from kit.train.settings import load_train_settings
 

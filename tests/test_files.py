@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.core import files
+from kit.files import files
 
 
 def write(path: Path, content: bytes) -> None:

@@ -19,8 +19,8 @@ from jupyter_server.services.contents.filemanager import FileContentsManager
 from traitlets.config.loader import KVArgParseConfigLoader
 
 from kit.cli import lab, runner
-from kit.core import checkouts
-from kit.core.paths import REPO_ROOT
+from kit.files import checkouts
+from kit.files.paths import REPO_ROOT
 
 
 def lab_contents_manager(root: Path) -> FileContentsManager:

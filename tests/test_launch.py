@@ -21,14 +21,15 @@ import yaml
 from test_train import SUBPROCESS_ENV, final_state, one_thread, settings, write_config  # noqa: F401
 
 from kit.cli.main import main as kit_main
-from kit.core import distributed, locks, processes
-from kit.core.params import ParameterError
-from kit.core.paths import REPO_ROOT
+from kit.files import locks
+from kit.files.paths import REPO_ROOT
 from kit.launch import backends as launch
 from kit.launch import local, warm
 from kit.launch.progress import Progress
 from kit.launch.runs import Launched
 from kit.launch.settings import LaunchSettings
+from kit.params.params import ParameterError
+from kit.runtime import distributed, processes
 from kit.train import trainer as train
 from kit.train.metrics import read_metrics
 from kit.train.run_files import RunFolder

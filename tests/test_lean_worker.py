@@ -17,7 +17,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
 
 HIDDEN = ("polars", "torchcodec")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
 
 #: uv beside the interpreter (README's commands install it there), else on PATH
 UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")

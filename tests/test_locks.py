@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from kit.core import locks
+from kit.files import locks
 
 HOLD_FOREVER = (
-    "import sys, time; from kit.core import locks\n"
+    "import sys, time; from kit.files import locks\n"
     "with locks.hold(sys.argv[1], 'test holder'):\n"
     "    print('held', flush=True); time.sleep(600)\n"
 )

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kit.core import distributed, machine, processes
 from kit.data import kinds
 from kit.data.settings import DataSettings
+from kit.runtime import distributed, machine, processes
 
 
 def _gpus(

@@ -11,7 +11,7 @@ import pytest
 
 from kit.cli import runner
 from kit.cli.main import main as kit_main
-from kit.core import machine
+from kit.runtime import machine
 
 #: a machine of 8 GB: the ci profile's plan fits, the sizes issue 71 found growing to 9-10 GB
 #: do not

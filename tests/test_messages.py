@@ -18,9 +18,10 @@ import nbformat
 import pytest
 
 from kit.cli import main, runner
-from kit.core import machine, params
-from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
+from kit.files.paths import NOTEBOOKS_DIR, REPO_ROOT
+from kit.params import params
 from kit.report import page
+from kit.runtime import machine
 
 usage = namedtuple("usage", "total used free")
 

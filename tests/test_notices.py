@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from kit.cli import runner
-from kit.core import notices, params
+from kit.params import params
+from kit.readout import notices
 from kit.report import page
 from kit.train import metrics
 from kit.train.run_files import RunFolder

@@ -1,4 +1,4 @@
-"""One number formatter for the report and the notebooks (kit.core.numbers): significant
+"""One number formatter for the report and the notebooks (kit.readout.numbers): significant
 digits, thousands separators, no negative zero, small p-values in scientific notation."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import polars as pl
 import pytest
 
-from kit.core import numbers
+from kit.readout import numbers
 from kit.report import tables
 
 

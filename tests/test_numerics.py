@@ -1,4 +1,4 @@
-"""The reproducible CPU numerics (kit.core.numerics): the switch, what `import kit` sets, what
+"""The reproducible CPU numerics (kit.numerics.numerics): the switch, what `import kit` sets, what
 provenance and `kit check` say, and the same bits from a training step under other emulated
 machines (instruction-set limits, thread settings, one core), where the fast mode differs."""
 
@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-from kit.core import numerics, provenance
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
+from kit.numerics import numerics
+from kit.runtime import provenance
 
 X86 = platform.machine() in ("x86_64", "AMD64")
 
@@ -22,8 +23,8 @@ STEP = """
 import hashlib, json
 import kit, torch
 from kit import models
-from kit.core import numerics
-from kit.core.threads import numerics_threads
+from kit.numerics import numerics
+from kit.numerics.threads import numerics_threads
 torch.manual_seed(0)
 model = models.build("resnet10", 10, width=0.125, image_size=16)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -178,7 +179,7 @@ def test_a_training_step_gives_the_same_bits_on_emulated_machines_and_fast_mode_
 def test_computations_hold_one_thread_on_the_cpu_and_leave_a_gpu_blocks_threads() -> None:
     import torch
 
-    from kit.core.threads import numerics_threads
+    from kit.numerics.threads import numerics_threads
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)

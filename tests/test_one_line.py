@@ -12,8 +12,9 @@ from download_server import tar_gz
 
 from kit.cli import download as kit_download
 from kit.cli.main import main as kit_main
-from kit.core import bounds, fetch, strict_yaml
-from kit.core.fetch import DownloadError
+from kit.files import fetch
+from kit.files.fetch import DownloadError
+from kit.params import bounds, strict_yaml
 
 
 def kit_check(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str]:
@@ -36,7 +37,7 @@ def test_the_wide_variants_width_is_bounded_at_validation(
     one_line(err)
     assert (
         "parameter train.width: 16 x variant wide1's width 2 builds models of width 32, above "
-        f"the bound {bounds.WIDTH:g} (kit/core/bounds.py); lower train.width"
+        f"the bound {bounds.WIDTH:g} (kit/params/bounds.py); lower train.width"
     ) in err
     assert kit_check(capsys, "03", "--profile", "ci", "--set", "train.width=8")[0] == 0
 

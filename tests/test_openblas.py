@@ -1,4 +1,4 @@
-"""The reproducible numerics' large products (kit.core.openblas): a private OpenBLAS on its
+"""The reproducible numerics' large products (kit.numerics.openblas): a private OpenBLAS on its
 Haswell kernels, whatever the program imported first, the same bits on an emulated AMD EPYC."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from kit.core import numerics, openblas
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
+from kit.numerics import numerics, openblas
 
 HASWELL = platform.machine() in ("x86_64", "AMD64") and set(openblas.CORE_FLAGS) <= (
     numerics.cpu_flags() or set()
@@ -36,7 +36,7 @@ def numpy_core():
                     return getattr(library, name)().decode()
 before, asked = numpy_core(), os.environ.get("OPENBLAS_CORETYPE")
 import kit
-from kit.core import openblas
+from kit.numerics import openblas
 print(before, openblas.core(), numpy_core(), os.environ.get("OPENBLAS_CORETYPE") == asked)
 """
 
@@ -54,7 +54,7 @@ USERS_OPENBLAS = {
 def test_the_kit_runs_haswell_kernels_whatever_was_imported_first_and_leaves_numpys_alone(
     users: dict[str, str],
 ) -> None:
-    """In an environment without the numerics variables (kit.core.numerics's list) numpy keeps
+    """In an environment without the numerics variables (kit.numerics.numerics's list) numpy keeps
     its own core; with a user's OpenBLAS settings numpy runs the user's core. Either way the
     kit's copy runs Haswell's and the environment is left as it was."""
     done = subprocess.run(
@@ -104,7 +104,7 @@ BITS = """
 import hashlib
 import numpy as np
 import kit
-from kit.core import openblas
+from kit.numerics import openblas
 rng = np.random.default_rng(0)
 for dtype in (np.float32, np.float64):
     for m, k, n in ((256, 2048, 100), (192, 512, 400)):

@@ -19,8 +19,8 @@ import polars as pl
 import pytest
 from test_report_page import fake_outputs
 
-from kit.core import numbers
 from kit.experiments.timecat.result_files import TIME_CONCAT
+from kit.readout import numbers
 from kit.report import charts, page, paper_files
 from kit.report.charts import VEGALITE_MIME
 
@@ -184,7 +184,7 @@ def test_the_main_jobs_verdict_table_as_latex_holds_its_summarys_numbers(
 ) -> None:
     """Notebook 03 as the test session executed it: its verdict table as the report writes it
     in LaTeX holds, for every condition, the mean and 95% interval of its summary
-    (time_concat_summary.json) as kit.core.numbers prints them; it compiles where pdfLaTeX is
+    (time_concat_summary.json) as kit.readout.numbers prints them; it compiles where pdfLaTeX is
     installed, it and the table beside the paper's fitting an A4 and a letter page, and passes
     the structural check everywhere."""
     shared = notebook_outputs("03_time_concat", TIME_CONCAT.verdicts)

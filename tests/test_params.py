@@ -13,8 +13,8 @@ import papermill
 import pytest
 
 from kit.cli import runner
-from kit.core import kernel_params, params
-from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR
+from kit.files.paths import NOTEBOOKS_DIR, PARAMETERS_DIR
+from kit.params import kernel_params, params
 
 NOTEBOOK = "01_toy_counterexample"
 

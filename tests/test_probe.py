@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from kit.core.paths import REPO_ROOT
-from kit.core.threads import lent_threads, numerics_threads
+from kit.files.paths import REPO_ROOT
+from kit.numerics.threads import lent_threads, numerics_threads
 from kit.probes import lbfgs, parallel, registry
 from kit.probes.faithful_training import faithful_probe
 from kit.probes.fast import converged_heads, fast_probe

@@ -347,8 +347,8 @@ def test_the_authors_setups_are_their_scripts() -> None:
 
 @pytest.mark.parametrize("profile", ["paper-8xh100", "paper-checkpoints"])
 def test_the_paper_profiles_probe_each_target_as_the_authors_did(profile: str) -> None:
-    from kit.core import params
     from kit.experiments.timecat import jobs as timecat_jobs
+    from kit.params import params
     from kit.probes.settings import AUTHORS_PROBE_SETUPS
 
     merged, _ = params.resolve_layers(timecat_jobs.NOTEBOOK, profile)

@@ -14,13 +14,15 @@ import pytest
 import torch
 from pydantic import Field
 
-from kit.core import machine, params, paths
 from kit.data.settings import DataSettings
 from kit.experiments.timecat import claims, comparisons, estimates, jobs, measure, planning
+from kit.files import paths
+from kit.params import params
 from kit.probes import registry
 from kit.probes.base import FeatureProbe, ProbeSettings
 from kit.probes.rows import Split, heldout_indices, labels_of
 from kit.probes.selection import RULES, ProbeResult, select
+from kit.runtime import machine
 
 KIT = paths.REPO_ROOT / "kit"
 NOTEBOOKS = paths.REPO_ROOT / "notebooks"

@@ -16,14 +16,14 @@ import tqdm.std
 from bar_lines import BAR_LINE, rate_disagrees
 
 from kit.cli import terminal
-from kit.core import progress
-from kit.core.paths import REPO_ROOT
 from kit.experiments import toy
 from kit.experiments.toy_settings import SparseTrainingSettings
+from kit.files.paths import REPO_ROOT
+from kit.readout import progress
 from kit.report import notebook_html
 
 CELL = """\
-from kit.core.progress import KeptBar
+from kit.readout.progress import KeptBar
 for _ in KeptBar(range(500), desc="counting"):
     pass
 """
@@ -32,7 +32,7 @@ for _ in KeptBar(range(500), desc="counting"):
 #: a bar in a kernel on a clock the cell moves: 5 runs of 1 s, then 5 of 3 s
 FAKE_CLOCK_CELL = """\
 import tqdm.std
-from kit.core.progress import KeptBar
+from kit.readout.progress import KeptBar
 
 class Clock:
     now = 1000.0

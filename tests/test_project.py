@@ -17,9 +17,9 @@ import yaml
 from pydantic import BaseModel
 
 from kit.cli import lab, nbval_references, runner
-from kit.core import kernel_params, params
-from kit.core.parameters_cell import Section
-from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT, importable_environment
+from kit.files.paths import NOTEBOOKS_DIR, REPO_ROOT, importable_environment
+from kit.params import kernel_params, params
+from kit.params.parameters_cell import Section
 from kit.report import tables
 
 

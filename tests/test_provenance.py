@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from kit.core import provenance
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
+from kit.runtime import provenance
 
 
 def test_a_record_names_the_commit_and_the_resolved_versions(tmp_path: Path) -> None:

@@ -29,14 +29,15 @@ import yaml
 from test_timecat import released_file
 
 from kit.cli.main import main as kit_main
-from kit.core import files, params
-from kit.core.paths import REPO_ROOT, importable_environment
 from kit.data import pipeline
 from kit.data.fixtures import write_paper_data
 from kit.data.settings import DataSettings
 from kit.experiments.timecat import jobs
 from kit.experiments.timecat.released import released_files
 from kit.experiments.timecat.result_files import TIME_CONCAT
+from kit.files import files
+from kit.files.paths import REPO_ROOT, importable_environment
+from kit.params import params
 from kit.probes.selection import RULES
 
 pytestmark = pytest.mark.rehearsal

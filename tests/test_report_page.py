@@ -17,17 +17,17 @@ import pytest
 from test_timecat import fake_results
 
 from kit.cli import main as cli
-from kit.core import provenance
-from kit.core.citation import PAPER
 from kit.experiments import evidence, evidence_charts, toy_charts
 from kit.experiments.timecat import paper
 from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.experiments.toy_settings import TOY
 from kit.launch.progress import shown
+from kit.readout.citation import PAPER
 from kit.report import labels, page, tables
 from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import LABELS
 from kit.report.notebook_html import WIDGET_STATE, WIDGET_VIEW
+from kit.runtime import provenance
 from kit.stats import outcomes
 from kit.train import loop_steps, trainer
 

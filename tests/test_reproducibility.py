@@ -1,5 +1,5 @@
 """The figures docs/ quotes are the recorded ones, and the pinned results are the CPU records'
-(kit.core.cpu_records, tests/pins.py): the spread benchmark's reference is this CPU model's
+(kit.numerics.cpu_records, tests/pins.py): the spread benchmark's reference is this CPU model's
 record, every recorded model's own run passes the pins (as itself and as an unrecorded machine),
 and the spread script's one-core configuration on whatever machine runs the suite passes them."""
 
@@ -15,8 +15,8 @@ import pins
 import pytest
 
 from kit.cli import figures
-from kit.core import cpu_records
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
+from kit.numerics import cpu_records
 
 SPREAD = json.loads((figures.DATA / "cpu_spread.json").read_text())
 

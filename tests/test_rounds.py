@@ -13,9 +13,9 @@ import polars as pl
 import pytest
 from test_sweep import sweep_results
 
-from kit.core import params
 from kit.experiments.timecat import claims, in_rounds, sweep, sweep_outcome, sweep_settings
 from kit.experiments.timecat.result_files import SWEEP
+from kit.params import params
 from kit.stats import outcomes, rounds
 from kit.stats.sequential import Rounds
 from kit.stats.settings import RoundsSettings

@@ -20,16 +20,18 @@ import pytest
 import yaml
 
 from kit.cli import runner, terminal
-from kit.core import locks, params, processes, provenance
-from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
-from kit.core.progress import STAGE_FILE_ENV, Stage
 from kit.experiments.evidence import EVIDENCE
 from kit.experiments.timecat import planning, sweep, sweep_settings
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 from kit.experiments.toy_settings import TOY
+from kit.files import locks
+from kit.files.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT
 from kit.launch import progress as launch_progress
 from kit.launch.runs import run_name
+from kit.params import params
+from kit.readout.progress import STAGE_FILE_ENV, Stage
 from kit.report import page
+from kit.runtime import processes, provenance
 
 
 def write_notebook(path: Path, *sources: str) -> None:
@@ -154,7 +156,7 @@ RUNNER_SCRIPT = """
 import sys
 from pathlib import Path
 from kit.cli import runner, terminal
-from kit.core import params
+from kit.params import params
 params.SCHEMAS["01_workers"] = params.NotebookSettings
 root = Path(sys.argv[1])
 sys.exit(runner.run(None, "mini", notebooks_dir=root / "nb", parameters_dir=root / "params",
@@ -384,7 +386,7 @@ def notebook_03_head(path: Path) -> None:
     notebook = nbformat.read(NOTEBOOKS_DIR / "03_time_concat.ipynb", as_version=4)
     parameters = next(c for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
     reads = nbformat.v4.new_code_cell(
-        "from kit.core import kernel_params\n"
+        "from kit.params import kernel_params\n"
         "from kit.experiments import notebooks  # registers each notebook's schema\n"
         'P = kernel_params.from_notebook("03_time_concat", globals())\n'
         'print("lr", P.train.lr, "weight_decay", P.train.weight_decay,'

@@ -8,7 +8,7 @@ import re
 import polars as pl
 import pytest
 
-from kit.core.scalars import as_float, as_optional_float
+from kit.readout.scalars import as_float, as_optional_float
 
 
 def test_a_series_mean_or_maximum_reads_as_a_float() -> None:

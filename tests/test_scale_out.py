@@ -13,7 +13,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from kit.core.processes import PREEMPTED_MARKER
 from kit.experiments.timecat import jobs
 from kit.launch import local, sbatch, slurm
 from kit.launch.settings import (
@@ -23,6 +22,7 @@ from kit.launch.settings import (
     sized_for_training,
 )
 from kit.probes.settings import FaithfulProbeSettings, FastProbeSettings
+from kit.runtime.processes import PREEMPTED_MARKER
 
 #: paper-8xh100's node, as its profile launches it (GPUs per node left to the kit)
 NODE = LaunchSettings(backend="slurm", nproc_per_node=8)

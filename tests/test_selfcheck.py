@@ -14,8 +14,8 @@ from test_dali import needs_dali
 
 from kit.cli import main, selfcheck
 from kit.cli import selfcheck_checks as checks
-from kit.core.paths import REPO_ROOT
 from kit.data.settings import dali_installed
+from kit.files.paths import REPO_ROOT
 
 
 @pytest.mark.parametrize(

@@ -19,10 +19,10 @@ from test_timecat import fake_data, planned_params  # noqa: F401
 from test_train import SUBPROCESS_ENV, one_thread, settings, write_config  # noqa: F401
 
 from kit.cli.main import main as kit_main
-from kit.core import files
-from kit.core.params import ParameterError
-from kit.core.paths import REPO_ROOT
 from kit.experiments.timecat import planning
+from kit.files import files
+from kit.files.paths import REPO_ROOT
+from kit.params.params import ParameterError
 from kit.train import trainer as train
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
@@ -102,7 +102,7 @@ def test_a_snapshot_asked_for_after_its_step_passed_is_refused(tmp_path: Path) -
 #: a trainer whose snapshot of step 16 is killed (SIGKILL) half written
 DYING = """
 import os, signal, sys
-from kit.core import files
+from kit.files import files
 from kit.train import checkpoint, command
 
 written = checkpoint.write_checkpoint

@@ -21,8 +21,6 @@ from torch.utils.data import TensorDataset
 
 from kit import features
 from kit.cli import terminal
-from kit.core import params
-from kit.core.progress import STAGE_FILE_ENV
 from kit.experiments.timecat import (
     paper,
     planning,
@@ -34,6 +32,8 @@ from kit.experiments.timecat import (
     sweep_settings,
 )
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
+from kit.params import params
+from kit.readout.progress import STAGE_FILE_ENV
 from kit.report import outputs, palette, tables
 from kit.stats import crossover
 from kit.train.run_files import RunFolder

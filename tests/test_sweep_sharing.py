@@ -13,7 +13,6 @@ import polars as pl
 import pytest
 import yaml
 
-from kit.core import params
 from kit.experiments.timecat import (
     planning,
     sharing,
@@ -23,6 +22,7 @@ from kit.experiments.timecat import (
     sweep_settings,
 )
 from kit.experiments.timecat.result_files import TIME_CONCAT
+from kit.params import params
 
 
 def cpu_cells(tmp_path: Path, budgets: list[int], **more: object) -> tuple[object, list]:

@@ -20,14 +20,15 @@ from PIL import Image
 from kit import models
 from kit.cli import runner
 from kit.cli.main import main as kit_main
-from kit.core import params, paths
 from kit.data import pipeline as data
 from kit.data.fixtures import write_paper_data
 from kit.data.kinds.imagefolder import image_folder
 from kit.experiments.timecat import comparisons, figures, planning
 from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.experiments.timecat.settings import SCALE_TRAIN_KEYS, TimecatSettings
+from kit.files import paths
 from kit.launch.runs import is_finished
+from kit.params import params
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 

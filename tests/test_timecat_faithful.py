@@ -11,10 +11,10 @@ import pytest
 import yaml
 from test_timecat import write_released_files
 
-from kit.core import params
 from kit.data.fixtures import write_cifar, write_image_folder, write_inat18
 from kit.experiments.timecat import comparisons, measure, paper, planning
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.params import params
 from kit.probes.selection import RULES
 from kit.probes.settings import PAPER_WEIGHT_DECAYS
 

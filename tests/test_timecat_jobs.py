@@ -19,12 +19,12 @@ import pytest
 import yaml
 
 from kit.cli.main import main as kit_main
-from kit.core import params
 from kit.data.fixtures import write_image_folder, write_imagenet_shift
 from kit.experiments.timecat import jobs, measure, planning
 from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.shifted import shift_table
+from kit.params import params
 
 
 def small_plan(folder: Path, **changes) -> Path:

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from test_train import final_state, one_thread, settings, write_config  # noqa: F401
 
 from kit.cli import runner
-from kit.core.params import ParameterError
+from kit.params.params import ParameterError
 from kit.train import trainer as train
 from kit.train.metrics import read_metrics
 from kit.train.run_files import RunFolder
@@ -167,7 +167,7 @@ def test_kit_run_says_how_to_follow_notebook_03s_training_live(
 
 
 def test_gpu_memory_is_the_peak_since_the_last_row_and_none_off_cuda(tmp_path: Path) -> None:
-    from kit.core.distributed import Process
+    from kit.runtime.distributed import Process
     from kit.train.step import Replica
 
     cfg = TrainSettings(**settings(tmp_path / "out"))

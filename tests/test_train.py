@@ -23,13 +23,13 @@ import yaml
 
 from kit import models
 from kit.cli.main import main as kit_main
-from kit.core import distributed, provenance
-from kit.core.params import ParameterError
-from kit.core.paths import REPO_ROOT
 from kit.data import pipeline as data
 from kit.data import prefetch
 from kit.experiments.timecat import budget
 from kit.experiments.timecat import budget as plan
+from kit.files.paths import REPO_ROOT
+from kit.params.params import ParameterError
+from kit.runtime import distributed, provenance
 from kit.train import run_folder
 from kit.train import trainer as train
 from kit.train.checkpoint import NonFiniteLossError

@@ -1,13 +1,13 @@
-"""The figures blocks about CPU models, from their records (docs/data/cpus, kit.core.cpu_records):
-what another machine changes, in a sentence (docs) and in a few words (README), and a table of
-every recorded model with the ci values that moved between models recorded under the same
-numerics. `python -m kit figures` (kit.cli.figures) writes them into the pages."""
+"""The figures blocks about CPU models, from their records (docs/data/cpus,
+kit.numerics.cpu_records): what another machine changes, in a sentence (docs) and in a few words
+(README), and a table of every recorded model with the ci values that moved between models recorded
+under the same numerics. `python -m kit figures` (kit.cli.figures) writes them into the pages."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kit.core import cpu_records, numerics
+from kit.numerics import cpu_records, numerics
 
 
 def cross_machine() -> str:

@@ -2,7 +2,7 @@
 checkpoints and the CIFAR datasets, fetched, checked and unpacked in one command.
 
 The download resumes after an interrupt and is checked before it is renamed to its own name
-(kit.core.fetch): against the length the server announced, and the size and MD5 torchvision
+(kit.files.fetch): against the length the server announced, and the size and MD5 torchvision
 records for the CIFAR archives (torchvision/datasets/cifar.py: `CIFAR10.url`, `.tgz_md5`; a test
 compares). The authors publish no checksum of theirs, so the SHA-256 of the first complete
 download is recorded in a manifest beside it (`<archive>.kit.json`) and a later archive that
@@ -12,7 +12,7 @@ and loaded as the AlgoPerf ResNet-50 the kit reads, each given its `.sha256` (wh
 then verifies); each CIFAR file against torchvision's MD5, and the kind's layout read. Whatever
 fails is removed, so a later run trusts nothing half-done; only what passed moves into the
 folder, replacing only what the record says an earlier download wrote
-(kit.core.download_record). Running it again when all is in place hashes the files the profile
+(kit.files.download_record). Running it again when all is in place hashes the files the profile
 reads, and does nothing more when each is as recorded.
 ImageNet-1k and iNat18 are not fetched (their licences ask for a sign-up): `kit check` says where
 to get them.
@@ -30,8 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from kit.core import archive_members, download_record, files, locks
-from kit.core.fetch import (
+from kit.data.preflight import folder_of_its_own
+from kit.experiments.timecat import layouts
+from kit.files import archive_members, download_record, files, locks
+from kit.files.fetch import (
     DownloadError,
     UnpackingError,
     fetch,
@@ -41,11 +43,9 @@ from kit.core.fetch import (
     safe_extract,
     write_failure,
 )
-from kit.core.params import ParameterError
-from kit.data.preflight import folder_of_its_own
-from kit.experiments.timecat import layouts
+from kit.params.params import ParameterError
 
-#: members an archive may hold beyond the release's files and folders (kit.core.archive_members)
+#: members an archive may hold beyond the release's files and folders (kit.files.archive_members)
 MEMBERS_MARGIN = 64
 #: the authors' archive, as their tools/download.sh fetches it (facebookresearch/richreps-timecat)
 CHECKPOINTS_URL = (
@@ -87,7 +87,7 @@ class Source:
     kind: str | None = None
     members: Callable[[], dict[str, str]] | None = None
     #: the most bytes one file and all files of the release unpack to: the known sizes with a
-    #: margin (kit.core.archive_members)
+    #: margin (kit.files.archive_members)
     most_file_bytes: int = 0
     most_bytes: int = 0
     #: the release in words, for a refusal ("CIFAR-10 (about 186 MB)")
@@ -237,9 +237,9 @@ def download(
 ) -> str:
     """Fetch, check, unpack and verify `what` into `folder`; what was done, as a line. The
     archive is unpacked and verified in a folder of its own; only then do its entries replace
-    what the record says an earlier download wrote (kit.core.download_record). Whatever fails
+    what the record says an earlier download wrote (kit.files.download_record). Whatever fails
     verification (the unpacked files, the archive) is removed. One download into a folder at a
-    time (kit.core.locks): a second is refused, naming the process that holds it."""
+    time (kit.files.locks): a second is refused, naming the process that holds it."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
         with locks.hold(folder, f"kit download {what}", remove=True):
@@ -384,7 +384,7 @@ def _checked(
 def _unpack(
     archive: Path, folder: Path, release: archive_members.Release
 ) -> tuple[Path, list[str]]:
-    """The archive unpacked into a folder of its own beside the target (kit.core.fetch's
+    """The archive unpacked into a folder of its own beside the target (kit.files.fetch's
     safe_extract: only what `release` holds), and the members skipped; the archive is removed
     when it is unsound, or holds at its top a name the kit keeps for its own files (its record
     above all: `Source.release`), found before anything is written."""

@@ -9,7 +9,7 @@ the repository:
   after a run (`--record cpu outputs/cpu` after the main job);
 - `docs/data/*.json`: what a benchmark wrote (`benchmarks/cpu_spread.py`,
   `benchmarks/numerics_cost.py`), and `docs/data/cpus/`: what each recorded CPU model gave
-  (kit.core.cpu_records; their blocks, README's sentence about other machines among them, are
+  (kit.numerics.cpu_records; their blocks, README's sentence about other machines among them, are
   kit.cli.cpu_figures').
 Every block names the machine, the commit and the CPU numerics its figures came from.
 """
@@ -29,12 +29,12 @@ from typing import Any
 import polars as pl
 
 from kit.cli import cpu_figures
-from kit.core import cpu_records, numerics
-from kit.core.files import write_text
-from kit.core.numbers import counted, interval, signed
-from kit.core.paths import REPO_ROOT, shown
 from kit.experiments.timecat import sweep_outcome
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
+from kit.files.files import write_text
+from kit.files.paths import REPO_ROOT, shown
+from kit.numerics import cpu_records, numerics
+from kit.readout.numbers import counted, interval, signed
 
 DOCS = REPO_ROOT / "docs"
 RESULTS = DOCS / "results"
@@ -49,7 +49,7 @@ COMMAND = "python -m kit figures"
 
 def measured_on() -> dict[str, Any]:
     """The machine and code a benchmark's record names, as the blocks print them."""
-    from kit.core import provenance
+    from kit.runtime import provenance
 
     return {
         "machine": numerics.cpu_model(),
@@ -392,7 +392,7 @@ def rendered(text: str, page: Path) -> str:
 
 def record(profile: str, folder: Path) -> Path:
     """Copy a finished output folder's summaries and provenance to docs/results/PROFILE/; the
-    main job's claims also become this CPU model's `main_job` record (kit.core.cpu_records)."""
+    main job's claims also become this CPU model's `main_job` record (kit.numerics.cpu_records)."""
     target = RESULTS / profile
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)

@@ -2,7 +2,7 @@
 the fingerprints recorded on other CPUs (docs/data/cpus/).
 
 A fingerprint is a SHA-256 (first 16 hex digits) of the bits each computation returns, under the
-numerics the kit runs with (kit.core.numerics), on fixed seeded inputs. Two machines that give
+numerics the kit runs with (kit.numerics.numerics), on fixed seeded inputs. Two machines that give
 the same hash for an operation computed it bit for bit alike; the first operation that differs
 says where two machines' results part. The operations come in two groups:
 
@@ -34,14 +34,16 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from kit import models
-from kit.core import blocked, cpu_records, numerics, params, provenance
-from kit.core.numbers import counted
-from kit.core.threads import numerics_threads, one_thread
 from kit.data.synthetic import SyntheticWorld
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.numerics import blocked, cpu_records, numerics
+from kit.numerics.threads import numerics_threads, one_thread
+from kit.params import params
 from kit.probes import lbfgs
 from kit.probes.rows import Split
 from kit.probes.settings import LbfgsProbeSettings
+from kit.readout.numbers import counted
+from kit.runtime import provenance
 from kit.train import backbones, trainer
 from kit.train.run_files import RunFolder
 
@@ -179,7 +181,7 @@ def pipeline(folder: Path) -> dict[str, str]:
 
 def _large_product() -> dict[str, str]:
     """A product as large as the fast probe's on ImageNet-sized features (1,024 rows of 2,048
-    features into 100 classes) and its weight's gradient, cut into tiles (kit.core.blocked)."""
+    features into 100 classes) and its weight's gradient, cut into tiles (kit.numerics.blocked)."""
     generator = torch.Generator().manual_seed(0)
     rows = torch.randn(1024, 2048, generator=generator)
     weight = torch.randn(2048, 100, generator=generator, requires_grad=True)

@@ -2,7 +2,7 @@
 
 A kernel is the kernelspec's Python (jupyter_client's "python3": this interpreter) started in
 the notebooks' folder with this process's environment, so it need not import the `kit` this
-process imports (kit.core.checkouts says when and why). `split_problem` asks a Python started the
+process imports (kit.files.checkouts says when and why). `split_problem` asks a Python started the
 same way where `import kit` would resolve (without running it), and says why the command refuses
 when that is another checkout than this process's, or when the command is started inside
 another checkout than the one it imports.
@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kit.core.checkouts import checkout_of, elsewhere_message, split_message
-from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
+from kit.files.checkouts import checkout_of, elsewhere_message, split_message
+from kit.files.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 #: the kernel both commands start (the stripped notebooks name none; Lab offers its default)
 KERNEL_NAME = "python3"

@@ -15,7 +15,7 @@ Several clones or worktrees can share one virtual environment, whose `kit` is th
 checkout's. When the kernels Lab starts in `notebooks/` would import another checkout's `kit`
 than the server (kit.cli.kernels asks, as a kernel would), or when started from inside another
 checkout, `kit lab` refuses, naming both and saying how to start it; each kernel checks again in
-its first cell (kit.core.checkouts). Lab's news announcements are off: no prompt (the setting
+its first cell (kit.files.checkouts). Lab's news announcements are off: no prompt (the setting
 default in `lab_config/`), nothing fetched.
 """
 
@@ -30,8 +30,8 @@ import nbformat
 from nbstripout import strip_output
 
 from kit.cli import kernels
-from kit.core.checkouts import KIT_ROOT_ENV
-from kit.core.paths import NOTEBOOKS_DIR, REPO_ROOT
+from kit.files.checkouts import KIT_ROOT_ENV
+from kit.files.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 #: the kit's Jupyter configuration folder (JUPYTER_CONFIG_PATH): Lab's setting defaults
 CONFIG_DIR = Path(__file__).with_name("lab_config")
@@ -108,7 +108,7 @@ def environment() -> dict[str, str]:
     """Lab's environment: the kit's Jupyter configuration folder last on JUPYTER_CONFIG_PATH
     (its `labconfig/default_setting_overrides.json`: Lab's announcements set to never fetch
     news, so Lab does not ask whether to; a setting the user changes in Lab still wins), and
-    this kit's root for the kernels' first-cell check (kit.core.checkouts)."""
+    this kit's root for the kernels' first-cell check (kit.files.checkouts)."""
     paths = [os.environ.get("JUPYTER_CONFIG_PATH"), str(CONFIG_DIR)]
     return os.environ | {
         "JUPYTER_CONFIG_PATH": os.pathsep.join(filter(None, paths)),

@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 
 from kit.cli import download, figures, notebook_params, reference, time_concat, write_errors
-from kit.core import numerics, params, provenance
+from kit.numerics import numerics
+from kit.params import params
+from kit.runtime import provenance
 from kit.train.rates import MEASURED_RATES_HELP
 
 
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def notebooks_command(args: argparse.Namespace) -> int:
     """`kit check` and `kit run`: the values first, before the notebook tools take seconds to
-    import, so that a count above its bound is refused at once (kit.core.bounds); then what the
+    import, so that a count above its bound is refused at once (kit.params.bounds); then what the
     plans cost, before anything is spent."""
     try:
         overrides = params.parse_overrides(args.overrides)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import nbformat
 
-from kit.core.files import write_text
-from kit.core.paths import REPO_ROOT
+from kit.files.files import write_text
+from kit.files.paths import REPO_ROOT
 
 CHECK_TAG = "nbval-check-output"
 #: reference outputs of the checked cells, one JSON file per notebook, kept out of notebooks/

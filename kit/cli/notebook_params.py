@@ -2,7 +2,7 @@
 find before anything else.
 
 Free of the notebook tools (papermill, nbformat: seconds to import), so that `python -m kit`
-refuses a bad value, such as a count above its bound (kit.core.bounds), as soon as it has read
+refuses a bad value, such as a count above its bound (kit.params.bounds), as soon as it has read
 the parameters, before it imports them or plans any work.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import kit.experiments.notebooks  # noqa: F401 (registers each notebook's schema)
-from kit.core import param_errors, params
-from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR
+from kit.files.paths import NOTEBOOKS_DIR, PARAMETERS_DIR
+from kit.params import param_errors, params
 
 Loaded = tuple[Path, params.NotebookSettings, params.Sources]
 

@@ -31,10 +31,11 @@ import yaml
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from kit.core import files, params, strict_yaml
-from kit.core.paths import REPO_ROOT, shown
-from kit.core.sections import ByKind
 from kit.experiments import notebooks  # noqa: F401 (registers each notebook's schema)
+from kit.files import files
+from kit.files.paths import REPO_ROOT, shown
+from kit.params import params, strict_yaml
+from kit.params.sections import ByKind
 
 #: where the reference lives in the MkDocs site (docs/ is the site's source)
 REFERENCE_FILE = REPO_ROOT / "docs" / "reference" / "parameters.md"

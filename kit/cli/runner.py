@@ -16,9 +16,9 @@ that holds a marker (kit.report.page), naming it.
 
 While a notebook runs, the runner prints what its kernel does (kit.cli.terminal): a line per
 training run as its `metrics.jsonl` grows, and the stages the kernel reports through the file
-named by kit.core.progress.STAGE_FILE_ENV (extraction, probes: counts, rate, ETA, what was
+named by kit.readout.progress.STAGE_FILE_ENV (extraction, probes: counts, rate, ETA, what was
 reused); at the end, a summary per notebook, with every input its kernel or workers read
-unverified (kit.core.notices, kept as `<name>.notices.json`; said at once when the notebook
+unverified (kit.readout.notices, kept as `<name>.notices.json`; said at once when the notebook
 fails, as no summary follows). The kernel's own log is kept to errors.
 
 The kernel talks to the runner over Unix sockets in a folder of the run's own (ZeroMQ's `ipc`
@@ -26,14 +26,14 @@ transport), not TCP ports: a port jupyter_client found free can be taken by anot
 before the kernel binds it (kit runs or papermill jobs side by side on one node; the kernel then
 runs without its heartbeat, printing a traceback), and local TCP is unencrypted.
 
-One run per output folder at a time (kit.core.locks). SIGTERM, SIGINT or SIGHUP (what `timeout`,
+One run per output folder at a time (kit.files.locks). SIGTERM, SIGINT or SIGHUP (what `timeout`,
 `kill`, schedulers, Ctrl-C and a closed terminal send) stops the kernel and every process it
 started (training workers included, whatever process group they are in) and says how to resume,
 without a traceback.
 SIGKILL (which no handler sees) ends the kernel too: jupyter_client starts it in its own session
 with JPY_PARENT_PID naming the runner, and ipykernel's parent poller (ipykernel/parentpoller.py)
 exits within a second of the runner's death; the kernel's workers then get their parent-death
-signal (kit.core.processes.dying_with_parent).
+signal (kit.runtime.processes.dying_with_parent).
 """
 
 from __future__ import annotations
@@ -59,13 +59,16 @@ from traitlets.config import Config
 import kit.experiments.notebooks  # noqa: F401 (registers each notebook's schema)
 from kit.cli import kernels, notebook_params, terminal, time_concat, write_errors
 from kit.cli.notebook_params import find_notebooks as find_notebooks
-from kit.core import checkouts, locks, notices, params, provenance
-from kit.core.files import DiskFullError, atomic_write, remove_stale_temporaries, write_text
-from kit.core.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
-from kit.core.processes import StoppedWatch, signal_handlers
-from kit.core.progress import STAGE_FILE_ENV
 from kit.data.preflight import folder_of_its_own, writable_problems
+from kit.files import checkouts, locks
+from kit.files.files import DiskFullError, atomic_write, remove_stale_temporaries, write_text
+from kit.files.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, resolve
+from kit.params import params
+from kit.readout import notices
+from kit.readout.progress import STAGE_FILE_ENV
 from kit.report import charts, page
+from kit.runtime import provenance
+from kit.runtime.processes import StoppedWatch, signal_handlers
 
 #: the kernel of the interpreter running the kit: jupyter_client maps "python3" to sys.executable
 KERNEL_NAME = "python3"
@@ -153,7 +156,7 @@ def output_problems(runs: list[PlannedRun]) -> list[str]:
 
 
 def held_problems(runs: list[PlannedRun]) -> list[str]:
-    """Output folders a running `kit run` holds now (kit.core.locks), named with its pid, start
+    """Output folders a running `kit run` holds now (kit.files.locks), named with its pid, start
     and command: `kit check` says so rather than calling them valid."""
     return [
         f"{folder}: in use by {found}; a run writes this folder now: wait for it to finish or "
@@ -335,13 +338,13 @@ def run(
 
 
 def stage_file(run: PlannedRun) -> Path:
-    """Where the kernel running `run` appends its stage records (kit.core.progress)."""
+    """Where the kernel running `run` appends its stage records (kit.readout.progress)."""
     return run.output.with_name(f".{run.output.stem}.stages.jsonl")
 
 
 def _running(short: str, start: float, stopped: StoppedWatch | None = None) -> str:
     """The heartbeat line of a notebook that has printed nothing for a while, with a line for
-    each process of the run stopped past its bound (a stopped worker: kit.core.processes)."""
+    each process of the run stopped past its bound (a stopped worker: kit.runtime.processes)."""
     said = [f"{short} running ({time.perf_counter() - start:.0f} s)"]
     return "\n".join(said + [f"{short} {line}" for line in (stopped.lines() if stopped else [])])
 
@@ -359,7 +362,7 @@ def _run_all(runs: list[PlannedRun], profile: str, notebooks_dir: Path) -> int:
         stages = stage_file(planned)
         stages.parent.mkdir(parents=True, exist_ok=True)
         stages.write_text("")
-        kernel_env = {  # the kernel inherits them; it checks the last two (kit.core.checkouts)
+        kernel_env = {  # the kernel inherits them; it checks the last two (kit.files.checkouts)
             STAGE_FILE_ENV: str(stages),
             notices.NOTICES_FILE_ENV: str(notices_file(planned)),
             checkouts.KIT_ROOT_ENV: str(REPO_ROOT),

@@ -23,8 +23,8 @@ from rich.table import Table
 
 from kit.cli import selfcheck_checks as checks
 from kit.cli.selfcheck_checks import CheckFailed, Row, Sizes
-from kit.core import machine, provenance
-from kit.core.numbers import counted
+from kit.readout.numbers import counted
+from kit.runtime import machine, provenance
 from kit.train import rates
 from kit.train.rates import expected_rate
 

@@ -25,9 +25,6 @@ from torch import nn
 from torch.utils.data import default_collate
 
 from kit import models
-from kit.core.distributed import Process
-from kit.core.numbers import counted
-from kit.core.processes import PREEMPTED_EXIT
 from kit.data.fixtures import jpegs
 from kit.data.kinds.images import ImageList
 from kit.data.pipeline import training_collate, training_samples
@@ -35,6 +32,9 @@ from kit.data.settings import DALI_INSTALL, DataSettings, dali_installed
 from kit.probes.fast import fast_probe
 from kit.probes.rows import Split
 from kit.probes.settings import FastProbeSettings
+from kit.readout.numbers import counted
+from kit.runtime.distributed import Process
+from kit.runtime.processes import PREEMPTED_EXIT
 from kit.train.metrics import read_metrics
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings

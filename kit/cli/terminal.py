@@ -2,7 +2,7 @@
 
 Two sources, both files the kernel's work writes under the notebook's output folder, polled in
 one background thread: every training run's `metrics.jsonl` (TrainingProgress: run, step/total,
-loss, images/s) and the notebook's stage records (StageProgress, written by kit.core.progress:
+loss, images/s) and the notebook's stage records (StageProgress, written by kit.readout.progress:
 feature extraction, probes, trainings as a whole, with counts, rate, ETA and what was reused).
 On a terminal a line of one run or stage is due every few seconds; in a log (not a tty), every
 30 s; first and last lines always. After the last notebook, `summary` says per notebook its wall
@@ -23,8 +23,8 @@ from typing import Protocol
 
 import yaml
 
-from kit.core.numbers import counted
 from kit.launch.progress import last_record
+from kit.readout.numbers import counted
 from kit.report import outputs
 from kit.train.run_files import RunFolder
 
@@ -158,7 +158,7 @@ class _StageSeen:
 
 
 class StageProgress:
-    """Lines from a notebook's stage records (kit.core.progress.Stage), read from `path` as
+    """Lines from a notebook's stage records (kit.readout.progress.Stage), read from `path` as
     they are appended: a stage's first record with its note at once, then its count, rate and
     ETA at most every `every_s` seconds of the kernel's clock, and its last record with its note
     and duration."""
@@ -226,7 +226,7 @@ class Finished:
     output_dir: Path
     seconds: float
     started: float  # time.time() when it started: the summaries it wrote are newer
-    notices: tuple[str, ...] = ()  # inputs it read unverified (kit.core.notices)
+    notices: tuple[str, ...] = ()  # inputs it read unverified (kit.readout.notices)
 
 
 #: the label of a summary statement, by its status (a claim's status: "claim")

@@ -12,15 +12,15 @@ import sys
 from pathlib import Path
 
 from kit.cli.notebook_params import Loaded
-from kit.core.numbers import counted
-from kit.core.params import ParameterError
-from kit.core.paths import shown
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.sweep_settings import SweepSettings, cells
+from kit.files.paths import shown
 from kit.launch.backends import launch
 from kit.launch.runs import Launched, is_finished
 from kit.launch.sbatch import export_plan
 from kit.launch.settings import parse_settings
+from kit.params.params import ParameterError
+from kit.readout.numbers import counted
 from kit.train import rates
 from kit.train.rates import EXPECTED_TRAIN_RATES, MEASURED_RATES_HELP
 from kit.train.settings import TrainSettings, load_train_settings
@@ -302,8 +302,8 @@ def cost_lines(loaded: list[Loaded]) -> list[str]:
 
 def _plan_cost(params: TimecatSettings) -> str:
     """Notebook 03's plan at the most replicates its design takes, in one line."""
-    from kit.core.machine import byte_size
     from kit.experiments.timecat import estimates, planning
+    from kit.runtime.machine import byte_size
 
     most = params.look(params.design.most)
     experiment = planning.plan(most)

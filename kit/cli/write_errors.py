@@ -1,5 +1,5 @@
 """What a failed write step of `python -m kit run` says: one line naming the file, the space
-written and free where the disk is full, and how to resume (kit.core.files.DiskFullError), never
+written and free where the disk is full, and how to resume (kit.files.files.DiskFullError), never
 a chained traceback; the notebooks' results written before it stay."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import os
 import shutil
 from pathlib import Path
 
-from kit.core import files, machine
+from kit.files import files
+from kit.runtime import machine
 
 
 def disk_full_line(output: Path, partial: Path, error: BaseException) -> str | None:
@@ -36,7 +37,7 @@ def disk_full_line(output: Path, partial: Path, error: BaseException) -> str | N
 
 def write_error(error: BaseException) -> str:
     """One line for an error of a write step: a full disk names the file, the space written and
-    free, and how to resume (kit.core.files.DiskFullError); another OSError its file and reason."""
+    free, and how to resume (kit.files.files.DiskFullError); another OSError its file and reason."""
     if isinstance(error, OSError) and not isinstance(error, files.DiskFullError):
         named = getattr(error, "filename", None)
         full = files.disk_full(error, Path(named)) if named else None

@@ -24,10 +24,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from kit.core import files
 from kit.data import kinds
 from kit.data.kinds.cifar import Cifar10Kind, Cifar100Kind, CifarKind
 from kit.data.kinds.imagenet_shifts import ShiftedImageNetKind
+from kit.files import files
 
 #: ImageNet-1k's and iNaturalist 2018's class counts (the shipped profiles' num_classes)
 IMAGENET_CLASSES = 1000

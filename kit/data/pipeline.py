@@ -25,12 +25,12 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torchvision.transforms import v2
 
-from kit.core import machine
 from kit.data import batched, crops, dali, kinds, workers
 from kit.data.kinds.base import DataError, data_root, existing_folder, split_size
 from kit.data.kinds.images import CifarImages, ImageList, open_image, unreadable_images
 from kit.data.settings import DataSettings
 from kit.data.synthetic import SyntheticWorld
+from kit.runtime import machine
 
 Key = tuple[int, int]  # (epoch, index)
 

@@ -13,10 +13,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from kit.core.paths import REPO_ROOT, resolve
-from kit.core.sources import source_problems
 from kit.data import kinds
 from kit.data.settings import DataSettings
+from kit.files.paths import REPO_ROOT, resolve
+from kit.files.sources import source_problems
 
 
 def preflight(data: DataSettings) -> list[str]:
@@ -44,7 +44,7 @@ def folder_of_its_own(
 ) -> list[str]:
     """Whether `folder` can hold a run's outputs (or `what` else) without mixing them with
     anything else: not a file system's root, the home folder, the repository (or a folder above
-    it), nor, with `sources`, among the sources (kit.core.sources: a source folder, or one
+    it), nor, with `sources`, among the sources (kit.files.sources: a source folder, or one
     holding files git tracks)."""
     real = folder.resolve()
     if real == real.parent or real == Path.home().resolve() or REPO_ROOT.is_relative_to(real):

@@ -9,10 +9,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kit.core import bounds
-from kit.core.params import Strict
 from kit.data import kinds
 from kit.data.synthetic_settings import SyntheticSettings
+from kit.params import bounds
+from kit.params.params import Strict
 
 
 class DataSettings(Strict):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from kit.core import bounds
-from kit.core.params import Strict
+from kit.params import bounds
+from kit.params.params import Strict
 
 #: visual cues of the synthetic world (kit.data) that can carry the label
 CUES = ("colour", "shape", "texture", "position")

@@ -76,7 +76,7 @@ def shareable(array: np.ndarray) -> torch.Tensor:
     a loader worker (torch's reductions), it is moved into shared memory the first time, once,
     and every worker receives a handle to it instead of a copy and reads the same pages; a
     loader without workers never pickles it and uses no shared memory. /dev/shm then holds it
-    (kit.core.machine.shm_problems counts it through DatasetKind.held_bytes_per_image)."""
+    (kit.runtime.machine.shm_problems counts it through DatasetKind.held_bytes_per_image)."""
     return torch.from_numpy(np.ascontiguousarray(array))
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import polars as pl
 
-from kit.core import numbers, params
-from kit.core.numbers import counted
-from kit.core.params import NotebookSettings
+from kit.params import params
+from kit.params.params import NotebookSettings
+from kit.readout import numbers
+from kit.readout.numbers import counted
 from kit.report import labels
 
 DATA_DIR = Path(__file__).parent / "evidence_data"
@@ -273,7 +274,7 @@ def summarize(sources: dict[str, pl.DataFrame]) -> dict[str, object]:
 
 def summary_lines(summary: dict[str, object]) -> list[str]:
     """Sentences stating the computed numbers, for the notebook's closing cell: gains in points
-    to one decimal (kit.core.numbers), the models in words (kit.report.labels)."""
+    to one decimal (kit.readout.numbers), the models in words (kit.report.labels)."""
 
     def signed(values: object) -> str:
         assert isinstance(values, dict)

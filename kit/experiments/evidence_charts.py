@@ -10,9 +10,9 @@ from typing import Any
 import altair as alt
 import polars as pl
 
-from kit.core.numbers import GAIN, POINTS
-from kit.core.scalars import as_float
 from kit.experiments import evidence
+from kit.readout.numbers import GAIN, POINTS
+from kit.readout.scalars import as_float
 from kit.report import charts, labels, palette
 
 #: panels a row of a chart with one panel per dataset: the four datasets wrap to two rows, so

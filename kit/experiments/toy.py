@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import polars as pl
 import torch
 
-from kit.core.progress import KeptBar, Stage
-from kit.core.threads import one_thread
 from kit.experiments import toy_construction
 from kit.experiments.toy_settings import SparseTrainingSettings
+from kit.numerics.threads import one_thread
+from kit.readout.progress import KeptBar, Stage
 
 #: probe accuracy at which a component counts as solved
 SOLVED = 0.95

@@ -7,10 +7,10 @@ import altair as alt
 import polars as pl
 import torch
 
-from kit.core.numbers import FRACTION, MEAN_COUNT
-from kit.core.progress import Described
 from kit.experiments import toy, toy_construction
 from kit.experiments.toy_settings import SparseTrainingSettings
+from kit.readout.numbers import FRACTION, MEAN_COUNT
+from kit.readout.progress import Described
 from kit.report import charts, palette, tables
 
 # ---------------------------------------------------------------------------------------------
@@ -22,7 +22,7 @@ KEPT_ORDER = ["phi1", "phi2", "both", "none"]
 #: panels a row of a chart with one panel per component: the four components wrap to two
 #: rows, so that the chart fits a notebook's column in a 1,280-px window
 FACET_COLUMNS = 2
-#: the concatenation chart's numbers: means of components solved (kit.core.numbers)
+#: the concatenation chart's numbers: means of components solved (kit.readout.numbers)
 MEAN_COUNTS = dict.fromkeys(["mean", "std", "low", "high"], MEAN_COUNT)
 
 

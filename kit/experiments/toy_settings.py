@@ -11,8 +11,8 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from kit.core import bounds, params
-from kit.core.params import NotebookSettings, Strict
+from kit.params import bounds, params
+from kit.params.params import NotebookSettings, Strict
 
 
 class SparseTrainingSettings(Strict):

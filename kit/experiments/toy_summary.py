@@ -8,9 +8,9 @@ from typing import TypedDict
 import numpy as np
 import polars as pl
 
-from kit.core.scalars import as_float
 from kit.experiments.toy import SOLVED, all_solved_fraction
 from kit.experiments.toy_construction import COMPONENT_FEATURE, COMPONENT_NAMES, FEATURES
+from kit.readout.scalars import as_float
 
 
 class ToySummary(TypedDict):

@@ -21,12 +21,12 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from kit.core.params import ParameterError
-from kit.core.paths import resolve
-from kit.core.processes import module_main
+from kit.files.paths import resolve
 from kit.launch import local, slurm
 from kit.launch.runs import LOGS, Launched, is_finished, train_args, write_configs
 from kit.launch.settings import LaunchSettings, sized_for_training
+from kit.params.params import ParameterError
+from kit.runtime.processes import module_main
 from kit.train.settings import TrainSettings
 
 

@@ -20,14 +20,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.core.numbers import counted
-from kit.core.params import ParameterError
-from kit.core.paths import REPO_ROOT
-from kit.core.processes import child_environment, ignoring_signals, signal_tree
+from kit.files.paths import REPO_ROOT
 from kit.launch.progress import Progress, last_record
 from kit.launch.runs import Launched, is_finished, train_args
 from kit.launch.settings import LaunchSettings
 from kit.launch.warm import WarmProcesses
+from kit.params.params import ParameterError
+from kit.readout.numbers import counted
+from kit.runtime.processes import child_environment, ignoring_signals, signal_tree
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 

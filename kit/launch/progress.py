@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kit.core.progress import KeptBar
 from kit.launch.runs import is_finished
+from kit.readout.progress import KeptBar
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from kit.core.files import atomic_write
-from kit.core.paths import resolve
+from kit.files.files import atomic_write
+from kit.files.paths import resolve
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 

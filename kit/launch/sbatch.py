@@ -12,11 +12,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from kit.core import files
-from kit.core.paths import REPO_ROOT, resolve
-from kit.core.processes import PREEMPTED_EXIT, PREEMPTED_MARKER
+from kit.files import files
+from kit.files.paths import REPO_ROOT, resolve
 from kit.launch.runs import LOGS, write_configs
 from kit.launch.settings import LaunchSettings, sized_for_training
+from kit.runtime.processes import PREEMPTED_EXIT, PREEMPTED_MARKER
 from kit.train.settings import TrainSettings
 
 
@@ -54,7 +54,7 @@ def _sbatch(
 ) -> str:
     """An sbatch script (out/<name>.sbatch) whose `srun` starts nproc_per_node processes of
     `command` on each node, which form one job from Slurm's variables. A command stopped by the
-    signal creates the marker KIT_PREEMPTED_MARKER names (kit.core.processes) after saving, and
+    signal creates the marker KIT_PREEMPTED_MARKER names (kit.runtime.processes) after saving, and
     the job requeues itself when the marker exists (or srun passed on exit status 75)."""
     options = [
         f"--job-name=kit-{name}",

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
-from kit.core import bounds
-from kit.core.params import ParameterError, Strict, override_value
+from kit.params import bounds
+from kit.params.params import ParameterError, Strict, override_value
 
 if TYPE_CHECKING:
     from kit.train.settings import TrainSettings

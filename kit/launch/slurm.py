@@ -18,18 +18,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kit.core import files
-from kit.core.paths import REPO_ROOT
-from kit.core.processes import (
+from kit.files import files
+from kit.files.paths import REPO_ROOT
+from kit.launch.local import ignore_preemption_signals, module_command
+from kit.launch.runs import Launched
+from kit.launch.settings import LaunchSettings
+from kit.runtime.processes import (
     PREEMPTED_EXIT,
     PREEMPTED_MARKER,
     child_environment,
     rendezvous_port,
     signal_tree,
 )
-from kit.launch.local import ignore_preemption_signals, module_command
-from kit.launch.runs import Launched
-from kit.launch.settings import LaunchSettings
 
 JOBS = "slurm_jobs.json"
 #: Slurm job states of a job still queued or running

@@ -7,7 +7,7 @@ on its standard input: the module and arguments of `python -m`, the environment,
 CPU cores and log file it would have had if started cold. It then calls the module's `main` with
 those arguments (every launched module has one) and exits with its status; it exits quietly when
 its input closes (the kernel that started it has ended), and when the kernel dies while it
-works it gets SIGTERM (kit.core.processes.dying_with_parent), which a trainer takes as preemption
+works it gets SIGTERM (kit.runtime.processes.dying_with_parent), which a trainer takes as preemption
 and an idle warm process, not ignoring it, dies of. Only processes without a GPU are warmed:
 CUDA reads CUDA_VISIBLE_DEVICES once, and on a GPU node a process is started for hours of
 training, not seconds.
@@ -24,9 +24,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from kit.core.files import change_stamp
-from kit.core.paths import REPO_ROOT, importable_environment
-from kit.core.processes import ignoring_signals, module_main
+from kit.files.files import change_stamp
+from kit.files.paths import REPO_ROOT, importable_environment
+from kit.runtime.processes import ignoring_signals, module_main
 
 #: what a warm process imports before its command (torch and torchvision come with it)
 PRELOAD = "kit.train.trainer"

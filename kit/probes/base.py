@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from kit.core.params import Strict
+from kit.params.params import Strict
 
 if TYPE_CHECKING:
     from kit.data.settings import DataSettings

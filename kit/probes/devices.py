@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from kit.core.numbers import counted
 from kit.probes.rows import ProbeError
+from kit.readout.numbers import counted
 
 
 def probe_devices(device: str, devices: int | None, visible: int) -> list[torch.device]:

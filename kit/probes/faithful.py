@@ -27,20 +27,21 @@ import torch.distributed as dist
 from pydantic import ValidationError
 from torch.utils.data import DataLoader, Dataset
 
-from kit.core import distributed, locks
-from kit.core.distributed import Process, start_process
-from kit.core.files import atomic_write, file_hash
-from kit.core.param_errors import describe_errors
-from kit.core.params import ParameterError, read_yaml
-from kit.core.threads import numerics_threads
 from kit.data import kinds, pipeline
 from kit.data import workers as worker_start
 from kit.data.kinds.base import split_size
 from kit.data.settings import DataSettings
+from kit.files import locks
+from kit.files.files import atomic_write, file_hash
+from kit.numerics.threads import numerics_threads
+from kit.params.param_errors import describe_errors
+from kit.params.params import ParameterError, read_yaml
 from kit.probes.faithful_training import GlobalBatches, faithful_probe
 from kit.probes.rows import ProbeError, heldout_indices
 from kit.probes.selection import ProbeResult
 from kit.probes.settings import PAPER_WEIGHT_DECAYS, FaithfulProbeSettings
+from kit.runtime import distributed
+from kit.runtime.distributed import Process, start_process
 from kit.train.backbones import load_backbone
 from kit.train.command import exit_code
 

@@ -10,11 +10,10 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kit.core.files import atomic_write
-from kit.core.paths import REPO_ROOT
-from kit.core.processes import child_environment, dying_with_parent, signal_tree
 from kit.data import kinds
 from kit.data.settings import DataSettings
+from kit.files.files import atomic_write
+from kit.files.paths import REPO_ROOT
 from kit.launch.local import module_command
 from kit.launch.settings import LaunchSettings
 from kit.probes.base import ImagePasses, ImageProbe, ImageProbeJob
@@ -22,6 +21,7 @@ from kit.probes.faithful import OPTIONS, faithful_identity, finished_result, run
 from kit.probes.rows import ProbeError
 from kit.probes.selection import ProbeResult
 from kit.probes.settings import FaithfulProbeSettings
+from kit.runtime.processes import child_environment, dying_with_parent, signal_tree
 
 
 def _job_arguments(job: ImageProbeJob) -> list[str]:

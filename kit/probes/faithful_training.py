@@ -22,12 +22,12 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Sampler
 from tqdm.auto import tqdm
 
-from kit.core import distributed
-from kit.core.files import atomic_write
 from kit.data.prefetch import DeviceBatches
+from kit.files.files import atomic_write
 from kit.probes.rows import ProbeError, topk_correct
 from kit.probes.selection import ProbeResult, select
 from kit.probes.settings import FaithfulProbeSettings
+from kit.runtime import distributed
 
 if TYPE_CHECKING:
     from kit.models import KitResNet

@@ -10,8 +10,8 @@ lowest-objective head is finished by the L-BFGS probe's fit (`kit.probes.lbfgs`)
 The grid's heads are shared out over the probe's devices (`kit.probes.devices`: every visible
 GPU by default), each group reading its own copy of the rows; on CUDA the float32 products run
 on TF32 tensor cores unless `tf32: false`. On the CPU in the reproducible numerics its products,
-row gathers and standardisation run in blocks over the process's threads (kit.core.blocked), with
-the same bits on any number of them.
+row gathers and standardisation run in blocks over the process's threads (kit.numerics.blocked),
+with the same bits on any number of them.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from kit.core import blocked
-from kit.core.threads import numerics_threads
 from kit.data.settings import DataSettings
+from kit.numerics import blocked
+from kit.numerics.threads import numerics_threads
 from kit.probes.base import FeaturePasses, FeatureProbe
 from kit.probes.devices import precision, probe_devices, shares, visible_gpus
 from kit.probes.lbfgs import ConvexFit, convex_fit, spread_fits, spread_rows

@@ -3,7 +3,7 @@
 Fits of different weight decays are independent: with several devices (`kit.probes.devices`)
 each device fits its share of them in its own thread, reading its own copy of the rows. On the
 CPU in the reproducible numerics a fit's products run in blocks over the process's threads
-(kit.core.blocked), with the same bits on any number of them.
+(kit.numerics.blocked), with the same bits on any number of them.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kit.core import blocked
-from kit.core.threads import numerics_threads
 from kit.data.settings import DataSettings
+from kit.numerics import blocked
+from kit.numerics.threads import numerics_threads
 from kit.probes.base import FeatureProbe
 from kit.probes.devices import probe_devices, shares, visible_gpus
 from kit.probes.rows import (
@@ -41,10 +41,10 @@ from kit.probes.settings import TOLERANCE_CHANGE, LbfgsProbeSettings
 #: larger ones (ImageNet's 1.28M x 10,240) are read a chunk at a time in every evaluation
 LBFGS_COPY_BYTES = 1 << 30
 #: fits on the CPU with at most this many fit-row elements (rows x features) run on one
-#: intra-op thread in the fast CPU numerics (kit.core.threads): L-BFGS makes some forty small
+#: intra-op thread in the fast CPU numerics (kit.numerics.threads): L-BFGS makes some forty small
 #: vector operations per iteration, each paying a join of the threads larger than its work.
 #: (In the reproducible numerics every fit runs on one intra-op thread, its large products cut
-#: into blocks over the process's threads: kit.core.blocked)
+#: into blocks over the process's threads: kit.numerics.blocked)
 ONE_THREAD_ELEMENTS = 1 << 23
 
 
@@ -89,7 +89,7 @@ class ConvexFit:
 
     def standardised(self, features: torch.Tensor) -> torch.Tensor:
         """Rows standardised in float64 with the fit rows' statistics (by blocks of rows over
-        the lent threads, kit.core.blocked)."""
+        the lent threads, kit.numerics.blocked)."""
         return blocked.rows(
             lambda rows, into: torch.sub(features[rows], self.mean, out=into).div_(self.std),
             features.new_empty(features.shape, dtype=torch.float64),

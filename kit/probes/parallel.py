@@ -1,6 +1,6 @@
 """Several feature probes fitted side by side, one intra-op thread each.
 
-An L-BFGS probe of a few thousand rows runs on one intra-op thread (`kit.core.threads`: its
+An L-BFGS probe of a few thousand rows runs on one intra-op thread (`kit.numerics.threads`: its
 operations are too small to split), so on a machine of several cores the others sit idle while
 it fits. Fitting `workers` probes at once on threads fills them: torch releases the GIL inside
 its operations, each fit is the same sequence of single-threaded operations as when fitted
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from kit.core.threads import one_thread
+from kit.numerics.threads import one_thread
 from kit.probes.base import FeatureProbe
 from kit.probes.devices import fit_devices, visible_gpus
 from kit.probes.rows import Split

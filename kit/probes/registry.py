@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from kit.core.registry import Registry
-from kit.core.sections import ByKind, by_kind
+from kit.params.registry import Registry
+from kit.params.sections import ByKind, by_kind
 from kit.probes.base import FeatureProbe, Probe, ProbeSettings
 from kit.probes.settings import FaithfulProbeSettings, FastProbeSettings, LbfgsProbeSettings
 

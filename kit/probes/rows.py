@@ -11,9 +11,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from kit.core import blocked
-from kit.core.numbers import counted
-from kit.core.threads import each_block, lent_threads
+from kit.numerics import blocked
+from kit.numerics.threads import each_block, lent_threads
+from kit.readout.numbers import counted
 
 
 class ProbeError(ValueError):
@@ -92,7 +92,7 @@ def check_splits(splits: Sequence[Split], num_classes: int) -> None:
 
 def _non_finite_rows(features: torch.Tensor | np.ndarray) -> int:
     """How many rows hold NaN or inf, read a chunk at a time (chunks side by side on the threads
-    `kit.core.threads.numerics_threads` lends; a count has no rounding to depend on them). A
+    `kit.numerics.threads.numerics_threads` lends; a count has no rounding to depend on them). A
     chunk's sum in its own precision (float32 at least) passes it: NaN and inf carry through a
     sum, and a finite chunk whose sum overflows is counted row by row like a non-finite one, so
     the count is exact either way, for one pass without a float64 copy."""
@@ -129,7 +129,7 @@ def standardiser(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-feature mean and standard deviation over the rows `index` (default all), read in
     chunks with float64 accumulators: one pass, and no full-size temporary. The chunks' sums
-    are added in the chunks' order; as many chunks as `kit.core.threads.numerics_threads` lends
+    are added in the chunks' order; as many chunks as `kit.numerics.threads.numerics_threads` lends
     threads are read and summed side by side, which changes when a chunk is summed, not its
     bits."""
     index = torch.arange(features.shape[0]) if index is None else index
@@ -237,7 +237,7 @@ class FeatureRows:
 
     def read_into(self, index: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """`out` [len(index), D] float32, filled with the standardised rows `index`, by blocks
-        of rows over the lent threads (kit.core.blocked.rows)."""
+        of rows over the lent threads (kit.numerics.blocked.rows)."""
         assert self.shift is not None, "rows read standardised without statistics"
         mean, scale = self.shift
         features = self.features
@@ -280,7 +280,7 @@ def topk_correct(logits: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Te
 
 def top_hits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Top-1 and top-5 correct predictions per head [2, H] of logits [B, H, C], counted by
-    blocks of rows (kit.core.blocked.counts)."""
+    blocks of rows (kit.numerics.blocked.counts)."""
     return blocked.counts(
         lambda rows: torch.stack([topk_correct(logits[rows], labels[rows], k) for k in (1, 5)]),
         logits,

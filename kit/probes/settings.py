@@ -7,12 +7,12 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from kit.core import bounds
-from kit.core.params import Strict
-from kit.core.processes import DEFAULT_GROUP_TIMEOUT_S
 from kit.data import kinds
+from kit.params import bounds
+from kit.params.params import Strict
 from kit.probes.base import ProbeSettings, ProbeUse
 from kit.probes.selection import BOUNDED, RULES
+from kit.runtime.processes import DEFAULT_GROUP_TIMEOUT_S
 
 #: the authors' weight-decay grids per evaluation dataset, as their released linear-probe script
 #: for the paper's Section 5.1 (Table 3) sets them: ImageNet {1e-4, 5e-4}, iNat18 {1e-6, 1e-5,

@@ -23,7 +23,7 @@ import polars as pl
 from altair.vegalite.v6.display import png_renderer
 from IPython.display import Markdown
 
-from kit.core.numbers import OTHER, Quantity
+from kit.readout.numbers import OTHER, Quantity
 from kit.report import palette
 from kit.report.labels import label, quantity
 
@@ -223,7 +223,7 @@ def tooltips(
     frame: pl.DataFrame, fields: Sequence[str], quantities: dict[str, Quantity] | None = None
 ) -> list[alt.Tooltip]:
     """Tooltips for `fields` of `frame`, titled in words (kit.report.labels), floats as their
-    quantity reads in a table (kit.core.numbers: `quantities` gives a field's, else
+    quantity reads in a table (kit.readout.numbers: `quantities` gives a field's, else
     kit.report.labels.quantity, else three significant digits)."""
     quantities = quantities or {}
     shown = []

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from kit.core.numbers import GAIN, MEAN_COUNT, POINTS, Quantity
+from kit.readout.numbers import GAIN, MEAN_COUNT, POINTS, Quantity
 
 LABELS: dict[str, str] = {
     # notebook 03's secondary comparisons (kit.experiments.timecat.comparisons.gains)
@@ -92,7 +92,7 @@ VALUE_PATTERNS: dict[str, list[tuple[re.Pattern[str], str]]] = {
 }
 #: the columns whose values are code names a table cell shows through VALUES or VALUE_PATTERNS
 VALUE_COLUMNS = ("value_source", *VALUE_PATTERNS)
-#: the quantity of a number column by its code name (kit.core.numbers): how its numbers read;
+#: the quantity of a number column by its code name (kit.readout.numbers): how its numbers read;
 #: a column not listed reads as the unit in its header says (`quantity`)
 QUANTITIES: dict[str, Quantity] = {
     # accuracies in % and their spreads: the published values (notebook 02, one column per

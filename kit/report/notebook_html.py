@@ -27,7 +27,7 @@ import nbformat
 from jinja2 import DictLoader
 from latex2mathml.converter import convert as to_mathml
 
-from kit.core.files import atomic_write
+from kit.files.files import atomic_write
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"

@@ -9,8 +9,9 @@ from typing import Any
 
 import polars as pl
 
-from kit.core import files, notices
-from kit.core.paths import resolve
+from kit.files import files
+from kit.files.paths import resolve
+from kit.readout import notices
 
 
 class ResultFileError(ValueError):
@@ -31,7 +32,7 @@ SUMMARY_SUFFIX = "_summary.json"
 def write_json(path: Path, content: dict[str, Any]) -> None:
     """`content` as indented JSON with sorted keys. A notebook's summary (`*_summary.json`) also
     records, under `read_unverified`, every input the run read unverified until now
-    (kit.core.notices), so that a reader of the verdicts alone sees what they rest on."""
+    (kit.readout.notices), so that a reader of the verdicts alone sees what they rest on."""
     degraded = notices.so_far() if path.name.endswith(SUMMARY_SUFFIX) else []
     if degraded:
         content = content | {"read_unverified": degraded}

@@ -1,6 +1,6 @@
 """A report to share: `outputs/<profile>/index.html`, one page that opens offline.
 
-It names the paper with the version whose numbers it quotes (kit.core.citation) and the machine
+It names the paper with the version whose numbers it quotes (kit.readout.citation) and the machine
 the notebooks ran on (their provenance), then gathers what a run already wrote in its output
 folder, under a table of contents: the verdicts (kit.report.verdicts_html: the `claim` of each
 `*_summary.json`, in a table to scan and one short sentence each) with the line saying what
@@ -13,7 +13,7 @@ notebook rendered as HTML beside it, and the parameters each notebook ran with
 (`<notebook>.parameters.yaml`, folded) with the kit version and commit, each file linked. Every
 table is also written as LaTeX and CSV, every saved chart as PDF (kit.report.paper_files), and
 linked under it. Inputs a notebook read unverified
-(`<notebook>.notices.json`, kit.core.notices) are listed right after the verdicts.
+(`<notebook>.notices.json`, kit.readout.notices) are listed right after the verdicts.
 
 A folder holding a notebook's `<notebook>.incomplete` marker (written by `python -m kit run`
 before the notebook starts, removed when it succeeds) is refused: a killed or failed run leaves
@@ -32,13 +32,14 @@ from typing import Any
 import nbformat
 import polars as pl
 
-from kit.core import notices, provenance
-from kit.core.citation import PAPER
-from kit.core.files import atomic_write
-from kit.core.paths import resolve
+from kit.files.files import atomic_write
+from kit.files.paths import resolve
+from kit.readout import notices
+from kit.readout.citation import PAPER
 from kit.report import charts, notebook_html, outputs, paper_files, tables, verdicts_html
 from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import label
+from kit.runtime import provenance
 from kit.stats import outcomes
 
 PAGE = "index.html"
@@ -192,7 +193,7 @@ def chart_specs(notebook: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def unverified_html(kept: dict[str, list[str]]) -> str:
-    """The inputs each notebook read without being able to check them (kit.core.notices)."""
+    """The inputs each notebook read without being able to check them (kit.readout.notices)."""
     return (
         "<p>These inputs were read without a way to check their content; the results "
         "above rest on them.</p><ul>"

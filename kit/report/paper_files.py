@@ -2,7 +2,7 @@
 
 - every result table the report shows (`<stem>.parquet`) as LaTeX (`<stem>.tex`: a `table`
   float with a booktabs `tabular`, headed in the label map's words, its numbers as the report
-  prints them, kit.core.numbers, laid out to fit a plain `article` page, A4 or US letter,
+  prints them, kit.readout.numbers, laid out to fit a plain `article` page, A4 or US letter,
   without scaling: `latex_table`; `\\input` it with `\\usepackage{booktabs,array}` in the
   preamble) and
   as CSV (`<stem>.csv`: the stored columns and every digit, lists joined with "; ", each
@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 
-from kit.core import files
+from kit.files import files
 from kit.report import charts, tables
 from kit.report.labels import label
 

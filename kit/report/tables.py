@@ -1,4 +1,4 @@
-"""Tables formatted for reading: group statistics, wide layouts, numbers as kit.core.numbers
+"""Tables formatted for reading: group statistics, wide layouts, numbers as kit.readout.numbers
 prints them (an accuracy or a gain to one decimal, p-values to two significant digits, other
 floats to sensible decimals, thousands separators), booleans as yes/no."""
 
@@ -14,8 +14,8 @@ import yaml
 from IPython.display import Markdown
 from pydantic import BaseModel
 
-from kit.core import numbers
-from kit.core.scalars import as_float, as_optional_float
+from kit.readout import numbers
+from kit.readout.scalars import as_float, as_optional_float
 from kit.report.labels import label, quantity, value_text
 
 
@@ -110,7 +110,7 @@ def _places(frame: pl.DataFrame) -> dict[str, int | None]:
 
 #: columns holding p-values (kit.experiments.timecat.comparisons.gains)
 P_COLUMNS = ("p_value", "p_adjusted")
-#: columns holding an interval's ends, which keep their side of zero (kit.core.numbers)
+#: columns holding an interval's ends, which keep their side of zero (kit.readout.numbers)
 INTERVAL_ENDS = ("low", "high")
 
 
@@ -121,7 +121,7 @@ def _is_identifier(column: str) -> bool:
 
 
 def _cell(column: str, value: Any, places: int | None) -> str:
-    """One cell as a reader sees it (kit.core.numbers: a gain with its sign)."""
+    """One cell as a reader sees it (kit.readout.numbers: a gain with its sign)."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float) and column in P_COLUMNS:
@@ -150,14 +150,14 @@ class Layout:
 
 #: how a cell of numbers and a cell of text sit: a number right-aligned on one line ('< 0.001')
 NUMBER_CELL, TEXT_CELL = '"text-align:right;white-space:nowrap"', '"text-align:left"'
-#: the interval columns a table shows as one, '[-0.5, +1.2]' (kit.core.numbers.interval)
+#: the interval columns a table shows as one, '[-0.5, +1.2]' (kit.readout.numbers.interval)
 INTERVAL_HEADER = "95% interval (points)"
 
 
 @dataclass(frozen=True)
 class Table:
     """A frame formatted for reading: headers in words (kit.report.labels), numbers as their
-    quantity reads (kit.core.numbers; a mean and its std otherwise to the precision the std
+    quantity reads (kit.readout.numbers; a mean and its std otherwise to the precision the std
     supports), strings unquoted, nothing shortened, no data-type row. So that it fits a page
     rather than scroll, it is shown with fewer columns than the frame has (`layout`): an
     interval's two ends in one column, and a column whose value every row shares said once

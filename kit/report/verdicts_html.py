@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from kit.core import numbers
+from kit.readout import numbers
 from kit.report import outputs
 from kit.report.labels import label
 

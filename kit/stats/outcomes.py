@@ -56,7 +56,7 @@ from typing import Any
 import polars as pl
 import scipy.stats
 
-from kit.core import numbers
+from kit.readout import numbers
 from kit.stats import sequential
 
 #: two-sided level of every primary interval (a 95 % interval)

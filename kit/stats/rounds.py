@@ -30,7 +30,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from kit.core import numbers
+from kit.readout import numbers
 from kit.stats import outcomes, sequential
 from kit.stats.sequential import Rounds
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from kit.core import bounds
-from kit.core.params import Strict
+from kit.params import bounds
+from kit.params.params import Strict
 from kit.stats.sequential import Rounds
 from kit.stats.spending import OBRIEN_FLEMING
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kit import models
-from kit.core.paths import resolve
+from kit.files.paths import resolve
 from kit.train.network import network
 from kit.train.settings import TrainSettings
 

@@ -1,7 +1,7 @@
 """A run's checkpoint: written hashed and only when finite, read verified, its RNG states.
 
 Each checkpoint has its size and SHA-256 beside it (`checkpoint.pt.sha256`), checked when a run
-resumes (one pass over its bytes, kit.core.files); weights or BN statistics holding NaN or
+resumes (one pass over its bytes, kit.files.files); weights or BN statistics holding NaN or
 infinity are never saved, so a diverging run keeps its last finite checkpoint.
 """
 
@@ -15,8 +15,8 @@ import torch
 from torch import nn
 
 from kit import models
-from kit.core import files
-from kit.core.params import ParameterError
+from kit.files import files
+from kit.params.params import ParameterError
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 

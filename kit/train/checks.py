@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kit.core import machine
-from kit.core.distributed import Process, ranks_on_node
-from kit.core.params import ParameterError
 from kit.data import kinds
 from kit.data.preflight import folder_of_its_own, writable_problems
+from kit.params.params import ParameterError
+from kit.runtime import machine
+from kit.runtime.distributed import Process, ranks_on_node
 from kit.train.settings import TrainSettings, replica_problem
 
 

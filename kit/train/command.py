@@ -10,11 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kit import models
-from kit.core import files, locks, machine
-from kit.core.params import ParameterError
-from kit.core.processes import PREEMPTED_EXIT, mark_preempted
 from kit.data.kinds.base import DataError
 from kit.data.workers import LoaderError
+from kit.files import files, locks
+from kit.params.params import ParameterError
+from kit.runtime import machine
+from kit.runtime.processes import PREEMPTED_EXIT, mark_preempted
 from kit.train.checkpoint import NonFiniteLossError
 from kit.train.settings import load_train_settings
 from kit.train.stopping import Preempted

@@ -17,9 +17,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from kit.core.distributed import Process
 from kit.data import hardware
 from kit.data import pipeline as kit_data
+from kit.runtime.distributed import Process
 from kit.train import run_folder
 from kit.train.checkpoint import (
     NonFiniteLossError,

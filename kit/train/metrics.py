@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kit.core import files, notices
-from kit.core.paths import resolve
+from kit.files import files
+from kit.files.paths import resolve
+from kit.readout import notices
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 from kit.train.trackers import TRACKERS
@@ -23,7 +24,7 @@ from kit.train.trackers import TRACKERS
 if TYPE_CHECKING:
     import polars as pl
 
-    from kit.core.distributed import Process
+    from kit.runtime.distributed import Process
 
 #: a metrics row's columns. At each logging step: the mean training loss of the steps since the
 #: previous one (every rank), the learning rate schedule-free AdamW scheduled, the images per
@@ -59,7 +60,7 @@ class MetricsError(ValueError):
 def read_metrics(run_dir: str | Path) -> pl.DataFrame:
     """A run's metrics.jsonl as a table (eval columns are null between evaluations). A last line
     torn by a kill (no newline, not JSON) of a run that has not finished is left out, as a
-    resumed run drops it, and said as a notice (kit.core.notices: the run's summary and report
+    resumed run drops it, and said as a notice (kit.readout.notices: the run's summary and report
     list it); in a finished run (its DONE marker) it would take the last rows with it, so it
     raises MetricsError, as any other bad line does, naming the file and the line."""
     import polars as pl

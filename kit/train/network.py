@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from kit import models
-from kit.core import files
+from kit.files import files
 from kit.train.settings import TrainSettings
 
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from kit.core import files
-from kit.core.paths import resolve
+from kit.files import files
+from kit.files.paths import resolve
 
 if TYPE_CHECKING:
     from kit.train.settings import TrainSettings
@@ -37,7 +37,7 @@ class RunFolder:
     CHECKPOINT = "checkpoint.pt"
     #: an untrained network, in the checkpoint's format (random-init variants)
     INITIAL = "initial.pt"
-    #: one provenance record per start of the run (kit.core.provenance)
+    #: one provenance record per start of the run (kit.runtime.provenance)
     PROVENANCE = "provenance.jsonl"
     #: the marker a finished run leaves: {"step": N, "ranks": R}
     DONE = "DONE"

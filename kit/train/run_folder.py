@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from kit.core import files, locks, provenance
-from kit.core.distributed import Process
+from kit.files import files, locks
+from kit.runtime import provenance
+from kit.runtime.distributed import Process
 from kit.train.checkpoint import (
     check_same_run,
     read_checkpoint,

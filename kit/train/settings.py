@@ -1,7 +1,7 @@
 """The configuration of one training run (`kit.train`): model, data, optimizer, budget.
 
 One YAML file per run plus dotted command-line overrides (`data.image_size=32`), validated by the
-engine in `kit.core.params` so that a refusal names the file and key. Notebook 03 takes the same
+engine in `kit.params.params` so that a refusal names the file and key. Notebook 03 takes the same
 settings as its `train` section (`RunSettings`: everything but a run's seed, budget and folder).
 Free of torch, like every parameter schema.
 """
@@ -14,8 +14,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from kit.architectures import ARCHITECTURES
-from kit.core import bounds
-from kit.core.params import (
+from kit.data.settings import DataSettings
+from kit.params import bounds
+from kit.params.params import (
     ParameterError,
     Strict,
     describe_errors,
@@ -24,8 +25,7 @@ from kit.core.params import (
     parse_overrides,
     read_yaml,
 )
-from kit.core.processes import DEFAULT_GROUP_TIMEOUT_S
-from kit.data.settings import DataSettings
+from kit.runtime.processes import DEFAULT_GROUP_TIMEOUT_S
 from kit.train.trackers import TRACKERS
 
 

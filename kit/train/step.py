@@ -20,9 +20,9 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.parallel import DistributedDataParallel
 
-from kit.core import numerics, rounding
-from kit.core.distributed import Process
 from kit.data.prefetch import DeviceBatches
+from kit.numerics import numerics, rounding
+from kit.runtime.distributed import Process
 from kit.train.checkpoint import restore_rng_states, rng_states
 from kit.train.network import network
 from kit.train.settings import TrainSettings
@@ -91,7 +91,7 @@ class Replica:
 
     def exact_roots(self) -> contextlib.AbstractContextManager:
         """Around the optimizer's step, in the reproducible CPU numerics: its square roots
-        correctly rounded, the same bits on every CPU (kit.core.rounding); else nothing."""
+        correctly rounded, the same bits on every CPU (kit.numerics.rounding); else nothing."""
         if self.process.device.type != "cpu" or not numerics.reproducible():
             return contextlib.nullcontext()
         return rounding.correctly_rounded_sqrt()

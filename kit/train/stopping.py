@@ -1,6 +1,6 @@
 """How a trainer stops other than by finishing: on a stop request, and on a stuck loader.
 
-A preemption signal (kit.core.processes.PREEMPTION_SIGNALS: a scheduler's notice, a kill, a
+A preemption signal (kit.runtime.processes.PREEMPTION_SIGNALS: a scheduler's notice, a kill, a
 closed terminal) sets a StopFlag that holds for the whole chain of runs the process trains in
 turn: the step loop (kit.train.trainer.train_run) checkpoints within STOP_CHECK_EVERY steps and
 raises Preempted, and a request that came at a run's last logging step or between two runs starts
@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from kit.core.distributed import Process
-from kit.core.processes import PREEMPTION_SIGNALS, signal_handlers
 from kit.data import workers
+from kit.runtime.distributed import Process
+from kit.runtime.processes import PREEMPTION_SIGNALS, signal_handlers
 
 #: steps between two agreements on a stop request outside logging steps: at most a second or two
 #: of ImageNet training on a GPU node, and one host synchronisation in 20 steps

@@ -26,10 +26,10 @@ window's loss) and every STOP_CHECK_EVERY steps between them (one small all-redu
 Slurm kill about 30 s after their notice, less than a `log_every` of 500 ImageNet steps takes).
 The checkpoint is written there (with the unlogged part of the window, so that the resumed run
 logs what an uninterrupted one would), every rank waits until rank 0 has saved it, and the
-process leaves the launcher's preemption marker (kit.core.processes.PREEMPTED_MARKER) and exits
+process leaves the launcher's preemption marker (kit.runtime.processes.PREEMPTED_MARKER) and exits
 with PREEMPTED_EXIT ("resume me"). The request holds for the whole chain of runs the process trains
 in turn: one that came at a run's last logging step, or between two runs, lets that run finish
-and starts no other (kit.train.stopping). Rank 0 holds the run folder's lock (kit.core.locks)
+and starts no other (kit.train.stopping). Rank 0 holds the run folder's lock (kit.files.locks)
 while it trains, so a second launch into the same folder is refused naming the holder.
 
 Distributed runs start under torchrun, or under plain `srun` (Slurm's variables are read when
@@ -56,12 +56,12 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from kit.core.distributed import Process, barrier, start_process
-from kit.core.params import ParameterError
-from kit.core.paths import resolve
-from kit.core.threads import numerics_threads
 from kit.data import hardware
 from kit.data import pipeline as kit_data
+from kit.files.paths import resolve
+from kit.numerics.threads import numerics_threads
+from kit.params.params import ParameterError
+from kit.runtime.distributed import Process, barrier, start_process
 from kit.train import checks, loop_steps, run_folder
 from kit.train.checkpoint import refuse_missing_snapshots
 from kit.train.metrics import tracking

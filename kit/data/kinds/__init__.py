@@ -6,9 +6,9 @@ an instance of it in the loop at the end of this file.
 
 from __future__ import annotations
 
-from kit.core.registry import Registry
 from kit.data.kinds import cifar, imagefolder, imagenet_shifts, inat18, synthetic
 from kit.data.kinds.base import DatasetKind
+from kit.params.registry import Registry
 
 #: every dataset kind by the name `DataSettings.kind` gives
 KINDS: Registry[DatasetKind] = Registry("dataset kind")

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from PIL import Image
 
-from kit.core.paths import resolve
 from kit.data.synthetic_settings import SyntheticSettings
+from kit.files.paths import resolve
 
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
@@ -120,7 +120,7 @@ def split_size(dataset: Dataset) -> int:
 
 
 def data_root(data: DataSource) -> Path:
-    """The data root of a kind that reads from disk, resolved (kit.core.paths.resolve)."""
+    """The data root of a kind that reads from disk, resolved (kit.files.paths.resolve)."""
     if data.root is None:
         raise DataError("data.root: this kind reads images from disk and needs a root")
     return resolve(data.root)

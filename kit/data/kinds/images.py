@@ -12,10 +12,10 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from kit.core.numbers import counted
 from kit.data import workers
 from kit.data.codecs import decode_image
 from kit.data.kinds.base import DataError, undecodable
+from kit.readout.numbers import counted
 
 
 def open_image(path: str) -> torch.Tensor:

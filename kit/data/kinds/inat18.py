@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kit.core.files import change_stamp
 from kit.data.kinds.base import (
     DataError,
     DatasetKind,
@@ -16,6 +15,7 @@ from kit.data.kinds.base import (
     existing_folder,
     sample_problems,
 )
+from kit.files.files import change_stamp
 
 if TYPE_CHECKING:
     from kit.data.kinds.images import ImageList

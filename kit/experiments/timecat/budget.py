@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.core.params import ParameterError
+from kit.params.params import ParameterError
 from kit.train.settings import TrainSettings
 
 

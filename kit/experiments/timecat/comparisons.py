@@ -8,8 +8,6 @@ from typing import Any
 
 import polars as pl
 
-from kit.core import numbers
-from kit.core.scalars import as_float
 from kit.data import synthetic
 from kit.experiments.timecat import cells
 from kit.experiments.timecat.claims import (
@@ -24,6 +22,8 @@ from kit.experiments.timecat.claims import (
 )
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS, kinds_where
+from kit.readout import numbers
+from kit.readout.scalars import as_float
 from kit.report import tables
 from kit.stats import outcomes, rounds, verdicts
 

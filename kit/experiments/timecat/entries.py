@@ -10,13 +10,13 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kit.core import bounds
-from kit.core.params import Strict
-from kit.core.paths import SAFE_NAME
 from kit.data.settings import DataSettings
 from kit.data.synthetic_settings import ComponentSettings
 from kit.experiments.timecat import shifted
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind, kinds_where
+from kit.files.paths import SAFE_NAME
+from kit.params import bounds
+from kit.params.params import Strict
 
 
 class ProbeTask(Strict):

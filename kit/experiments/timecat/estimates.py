@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import torch
 
 from kit import models
-from kit.core.numbers import counted
 from kit.data import kinds
 from kit.data.settings import DataSettings
 from kit.experiments.timecat.planning import features_dir, plan
@@ -38,6 +37,7 @@ from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch.runs import is_finished
 from kit.probes import registry
 from kit.probes.devices import shared_gpus
+from kit.readout.numbers import counted
 from kit.train import rates
 from kit.train.rates import EXPECTED_TRAIN_RATES
 from kit.train.settings import TrainSettings

@@ -12,13 +12,13 @@ import polars as pl
 import torch
 from PIL import Image
 
-from kit.core.numbers import POINTS
 from kit.data.synthetic import SyntheticWorld
 from kit.experiments.timecat.comparisons import variant_order
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.readout.numbers import POINTS
 from kit.report import charts, labels, palette
 
-#: tooltips of a top-1 %: one decimal (kit.core.numbers)
+#: tooltips of a top-1 %: one decimal (kit.readout.numbers)
 PERCENT = dict.fromkeys(["mean", "std", "low", "high"], POINTS)
 #: panels in a row of a faceted chart before it wraps (each is 150 px plus room for its labels)
 FACET_COLUMNS = 3

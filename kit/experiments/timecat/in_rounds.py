@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from kit.core import numbers
 from kit.experiments.timecat import claims, jobs, measure, planning
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch.runs import is_finished
+from kit.readout import numbers
 from kit.stats import rounds
 from kit.stats.sequential import Rounds
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kit.core.numbers import counted
-from kit.core.params import ParameterError
-from kit.core.paths import resolve
 from kit.data.settings import DataSettings
 from kit.experiments.timecat import layouts
 from kit.experiments.timecat.layouts import checkpoint_file, released_identity
+from kit.files.paths import resolve
+from kit.params.params import ParameterError
+from kit.readout.numbers import counted
 
 
 @dataclass(frozen=True)

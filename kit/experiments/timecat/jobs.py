@@ -15,11 +15,6 @@ from typing import Literal
 import torch.distributed as dist
 import yaml
 
-from kit.core import distributed, files, processes
-from kit.core import params as kit_params
-from kit.core.numbers import counted
-from kit.core.params import ParameterError
-from kit.core.paths import resolve
 from kit.experiments.timecat.measure import probe_all, task_features
 from kit.experiments.timecat.planning import (
     Representation,
@@ -31,14 +26,20 @@ from kit.experiments.timecat.planning import (
 )
 from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.experiments.timecat.settings import NOTEBOOK, TimecatSettings
+from kit.files import files
+from kit.files.paths import resolve
 from kit.launch import backends as kit_launch
 from kit.launch import sbatch
 from kit.launch.runs import Launched, is_finished
 from kit.launch.settings import LaunchSettings, sized_for_loaders
+from kit.params import params as kit_params
+from kit.params.params import ParameterError
 from kit.probes import registry
 from kit.probes.base import FeatureProbe
 from kit.probes.devices import shared_gpus
+from kit.readout.numbers import counted
 from kit.report import outputs
+from kit.runtime import distributed, processes
 from kit.train import trainer as train
 
 #: in the feature cache: what the last complete extraction covered
@@ -252,7 +253,7 @@ def load_settings(
 ) -> TimecatSettings:
     """Notebook 03's parameters for a profile, files and KEY=VALUE overrides; with
     `check_inputs`, refused (naming file and key) when the data, checkpoints or packages they
-    name cannot be read (kit.core.params.check_inputs), as `kit run` refuses them, before a
+    name cannot be read (kit.params.params.check_inputs), as `kit run` refuses them, before a
     step computes anything."""
     loaded, sources = kit_params.load(
         NOTEBOOK, profile, parameter_files, kit_params.parse_overrides(overrides)

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kit.core.files import change_stamp
-from kit.core.params import ParameterError
-from kit.core.paths import resolve
+from kit.files.files import change_stamp
+from kit.files.paths import resolve
+from kit.params.params import ParameterError
 
 #: the folders the release may sit in: download.sh's rename, the archive's own name, the README's
 RELEASE_FOLDERS = (

@@ -15,7 +15,6 @@ import torch
 from torch.utils.data import Dataset, Subset
 
 from kit import feature_cache, features
-from kit.core.progress import KeptBar, Stage
 from kit.data import kinds, pipeline
 from kit.data.kinds.base import split_size
 from kit.data.kinds.imagenet_shifts import ShiftedImageNetKind
@@ -29,6 +28,7 @@ from kit.probes import parallel, registry
 from kit.probes.base import FeatureProbe, ImageProbe, Probe, ProbeSettings
 from kit.probes.rows import Split
 from kit.probes.selection import ProbeResult, extra_column
+from kit.readout.progress import KeptBar, Stage
 from kit.stats import diagnostics
 
 #: rows of the evaluation split the label-free diagnostics use (a seeded sample beyond that)

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kit.core import machine
 from kit.experiments.timecat import estimates
 from kit.experiments.timecat.planning import plan
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.runtime import machine
 
 #: a process of the kit with torch imported, before its data
 PROCESS_BYTES = 400e6

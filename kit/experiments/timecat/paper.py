@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kit.core.citation import PAPER
-from kit.core.scalars import as_float, as_optional_float
 from kit.experiments import evidence
+from kit.readout.citation import PAPER
+from kit.readout.scalars import as_float, as_optional_float
 
 PAPER_BASELINE = "cat1"
 PAPER_IN_DISTRIBUTION = "ImageNet-1k"

@@ -7,11 +7,11 @@ CUDA, the compiler and /dev/shm.
 
 from __future__ import annotations
 
-from kit.core import machine
 from kit.data import kinds
 from kit.experiments.timecat import estimates, memory
 from kit.experiments.timecat.planning import plan, runs_dir
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.runtime import machine
 from kit.train.settings import replica_problem
 
 

@@ -10,19 +10,19 @@ from typing import Any
 import polars as pl
 
 from kit import models
-from kit.core import files
-from kit.core.numbers import counted
-from kit.core.params import ParameterError
-from kit.core.paths import escapes, resolve, shown
-from kit.core.progress import Stage
 from kit.data import kinds, pipeline
 from kit.data.kinds.base import DataError
 from kit.data.settings import DataSettings
 from kit.experiments.timecat.entries import ProbeTask, Variant
 from kit.experiments.timecat.layouts import checkpoint_file, released_identity
 from kit.experiments.timecat.settings import TimecatSettings
+from kit.files import files
+from kit.files.paths import escapes, resolve, shown
 from kit.launch import backends as kit_launch
 from kit.launch.runs import is_finished
+from kit.params.params import ParameterError
+from kit.readout.numbers import counted
+from kit.readout.progress import Stage
 from kit.report.labels import value_text
 from kit.train.checkpoint import missing_snapshots
 from kit.train.network import write_untrained

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kit.core import params
-from kit.core.params import ParameterError
 from kit.experiments.timecat.settings import NOTEBOOK
+from kit.params import params
+from kit.params.params import ParameterError
 from kit.train.network import write_untrained
 from kit.train.settings import TrainSettings
 

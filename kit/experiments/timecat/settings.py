@@ -14,14 +14,14 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from kit.core import bounds, params
-from kit.core.params import NotebookSettings
-from kit.core.paths import escapes, resolve
 from kit.data.settings import DataSettings
 from kit.data.synthetic_settings import ComponentSettings
 from kit.experiments.timecat import inputs, shifted
 from kit.experiments.timecat.entries import ProbeTask, Variant
+from kit.files.paths import escapes, resolve
 from kit.launch.settings import LaunchSettings
+from kit.params import bounds, params
+from kit.params.params import NotebookSettings
 from kit.probes.base import ProbeSettings, ProbeUse
 from kit.probes.registry import PROBES, AnyProbeSettings, default_settings
 from kit.stats.sequential import Rounds
@@ -237,7 +237,7 @@ class TimecatSettings(NotebookSettings):
                 raise ValueError(
                     f"train.width: {self.train.width:g} x variant {variant.name}'s width "
                     f"{variant.width:g} builds models of width {width:g}, above the bound "
-                    f"{bounds.WIDTH:g} (kit/core/bounds.py); lower train.width"
+                    f"{bounds.WIDTH:g} (kit/params/bounds.py); lower train.width"
                 )
         widths = {v.width for v in trained if v.trained and v.spec.concatenated}
         if self.catn_models == "snapshots" and len(widths) > 1:
@@ -260,7 +260,7 @@ class TimecatSettings(NotebookSettings):
         """Every problem of what the values name, one line per key: data roots (pretraining's,
         the tasks' and their extra evaluation sets'), the variants' checkpoints (found, then
         opened: imports torch) and the training's optional packages (timecat.inputs: it reads the
-        disk, so no validator does it), before compute (kit.core.params.check_inputs)."""
+        disk, so no validator does it), before compute (kit.params.params.check_inputs)."""
         datas = {
             "tasks": [self.task_data(task)[0] for task in self.tasks]
             + [extra.data for task in self.tasks for extra in task.extra_evals]

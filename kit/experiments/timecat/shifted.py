@@ -13,11 +13,11 @@ from __future__ import annotations
 import polars as pl
 from pydantic import Field, field_validator
 
-from kit.core.params import Strict
-from kit.core.paths import SAFE_NAME
 from kit.data import kinds
 from kit.data.kinds.imagenet_shifts import ShiftedImageNetKind
 from kit.data.settings import DataSettings
+from kit.files.paths import SAFE_NAME
+from kit.params.params import Strict
 from kit.probes.selection import EXTRA, extra_name
 from kit.report import tables
 

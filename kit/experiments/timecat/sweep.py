@@ -17,10 +17,6 @@ from pathlib import Path
 import polars as pl
 import yaml
 
-from kit.core import files
-from kit.core.numbers import counted
-from kit.core.paths import resolve, shown
-from kit.core.progress import Stage
 from kit.experiments.timecat import claims, measure, paper, planning, sharing, sweep_outcome
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 from kit.experiments.timecat.sweep_settings import (
@@ -29,6 +25,10 @@ from kit.experiments.timecat.sweep_settings import (
     SweepSettings,
     swept_notebook,
 )
+from kit.files import files
+from kit.files.paths import resolve, shown
+from kit.readout.numbers import counted
+from kit.readout.progress import Stage
 from kit.report import outputs
 from kit.stats import rounds
 from kit.train import metrics

@@ -17,10 +17,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.core.progress import stage_spans
 from kit.experiments.timecat import planning, sharing, sweep
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.sweep_settings import Cell
+from kit.readout.progress import stage_spans
 
 #: seconds on 2 cores of a fresh sweep's units of work, measured by benchmarks/sweep_cost.py on
 #: world 0 at budgets 60 and 120 (docs: Benchmarks, "The budget sweep"), nothing else running:

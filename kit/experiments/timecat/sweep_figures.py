@@ -8,8 +8,8 @@ from __future__ import annotations
 import altair as alt
 import polars as pl
 
-from kit.core.numbers import GAIN
 from kit.experiments.timecat import sweep_outcome
+from kit.readout.numbers import GAIN
 from kit.report import palette
 
 

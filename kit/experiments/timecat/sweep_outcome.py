@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from kit.core import numbers
-from kit.core.progress import Stage
 from kit.experiments.timecat import claims, comparisons, regime
 from kit.experiments.timecat.cells import probe_cells
 from kit.experiments.timecat.sweep_settings import Cell, SweepSettings
+from kit.readout import numbers
+from kit.readout.progress import Stage
 from kit.stats import crossover, outcomes, rounds
 
 

@@ -18,13 +18,13 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from kit.core import bounds
-from kit.core import params as kit_params
-from kit.core.params import NotebookSettings
-from kit.core.paths import SAFE_NAME
 from kit.experiments.timecat.settings import NOTEBOOK as SWEPT_NOTEBOOK
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.variants import VARIANT_KINDS
+from kit.files.paths import SAFE_NAME
+from kit.params import bounds
+from kit.params import params as kit_params
+from kit.params.params import NotebookSettings
 from kit.stats.settings import RoundsSettings
 
 

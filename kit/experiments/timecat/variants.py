@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from kit.core.registry import Registry
+from kit.params.registry import Registry
 
 
 @dataclass(frozen=True)

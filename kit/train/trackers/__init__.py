@@ -8,7 +8,7 @@ tracker's package: a tracker imports them only when a run logs to it.
 
 from __future__ import annotations
 
-from kit.core.registry import Registry
+from kit.params.registry import Registry
 from kit.train.trackers import mlflow_runs, tensorboard_events
 from kit.train.trackers.base import Log, Tracker
 

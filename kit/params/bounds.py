@@ -17,7 +17,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
-from kit.core import paths
+from kit.files import paths
 
 #: replicates of a design, and every count of replicates (a round's, the most) [the paper: 5]
 REPLICATES = 100
@@ -61,7 +61,7 @@ MINUTES = SECONDS // 60
 SEED = 2**31 - 1
 #: lines of a shell preamble, and other free lists
 LINES = 1000
-#: bytes of one name in a path, and of a whole path (kit.core.paths: the file system's limits)
+#: bytes of one name in a path, and of a whole path (kit.files.paths: the file system's limits)
 NAME_BYTES, PATH_BYTES = paths.NAME_BYTES, paths.PATH_BYTES
 
 #: a learning rate in a grid, above 0 [the profiles' grids: 0.01 to 0.3]

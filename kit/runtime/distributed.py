@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from kit.core import machine
-from kit.core.processes import DEFAULT_GROUP_TIMEOUT_S, rendezvous_port
+from kit.runtime import machine
+from kit.runtime.processes import DEFAULT_GROUP_TIMEOUT_S, rendezvous_port
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 Papermill writes `-p train.lr 0.1` as the statement `train.lr = 0.1` in the cell it injects after
 the notebook's parameters cell, so a section declared there as None fails before any kit code
-runs. Declared as an empty `Section`, it takes the assignment; kit.core.kernel_params.from_notebook
-merges the keys set over the profile's section.
+runs. Declared as an empty `Section`, it takes the assignment;
+kit.params.kernel_params.from_notebook merges the keys set over the profile's section.
 """
 
 from __future__ import annotations

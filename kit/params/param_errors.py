@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, ValidationError
 
-from kit.core.sections import ByKind
+from kit.params.sections import ByKind
 
 
 def _looks_numeric(text: str) -> bool:

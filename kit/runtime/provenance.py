@@ -1,5 +1,5 @@
 """What produced an output: the kit's commit, the resolved package versions, the machine and
-the CPU numerics its computations ran under (kit.core.numerics: mode, CPU model, instruction
+the CPU numerics its computations ran under (kit.numerics.numerics: mode, CPU model, instruction
 set, caps, threads, and what of the reproducible mode was not in effect).
 
 `python -m kit run` writes `<notebook>.provenance.json` beside each executed notebook and its
@@ -21,9 +21,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from kit.core import cpu_records, machine, numerics
-from kit.core.files import atomic_write
-from kit.core.paths import REPO_ROOT
+from kit.files.files import atomic_write
+from kit.files.paths import REPO_ROOT
+from kit.numerics import cpu_records, numerics
+from kit.runtime import machine
 
 
 def commit() -> str:
@@ -108,7 +109,7 @@ def ran_on(made: dict[str, Any]) -> str:
 
 def write(path: Path, **extra: Any) -> None:
     """`record()` and `extra` (the notebook's wall time, the inputs it read unverified:
-    kit.core.notices) as the JSON file `path`, written atomically."""
+    kit.readout.notices) as the JSON file `path`, written atomically."""
     with atomic_write(path) as handle:
         handle.write(json.dumps(record() | extra, indent=1).encode())
 

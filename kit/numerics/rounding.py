@@ -1,7 +1,7 @@
 """Square roots with the same bits on every CPU: the correctly rounded ones.
 
 A torch built with MKL, as the pip wheels are, computes `sqrt` of a float32 CPU tensor with
-MKL's vector math functions. In the reproducible numerics (kit.core.numerics) MKL runs its
+MKL's vector math functions. In the reproducible numerics (kit.numerics.numerics) MKL runs its
 COMPATIBLE branch, whose float32 square root is not correctly rounded (about one result in five
 is one unit in the last place off; `benchmarks/sqrt_rounding.py`) and rests on an instruction
 whose result is the processor's own: the same inputs gave other bits under QEMU's emulation of

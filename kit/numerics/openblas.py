@@ -12,7 +12,7 @@ The library is the `scipy-openblas32` package's, loaded here with its own copy o
 (the core type and one thread read when it loads), not the OpenBLAS numpy loads: numpy's keeps
 its threads and kernels, and the order in which a program imports numpy, torch and the kit
 changes nothing. The core type is forced only where the CPU has AVX2 and FMA; elsewhere OpenBLAS
-picks its own kernels, and `kit.core.numerics` reports the mode as not in effect.
+picks its own kernels, and `kit.numerics.numerics` reports the mode as not in effect.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kit.core import numerics
+from kit.numerics import numerics
 
 #: the kernels every processor with CORE_FLAGS runs
 CORE = "Haswell"

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from kit.core.files import write_text
+from kit.files.files import write_text
 
 #: the file a process appends its notices to (set by the runner for the kernel)
 NOTICES_FILE_ENV = "KIT_NOTICES_FILE"

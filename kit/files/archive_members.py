@@ -1,5 +1,5 @@
 """What the members of a downloaded archive may be, decided from their headers before any is
-written (kit.core.fetch.safe_extract reads them all first).
+written (kit.files.fetch.safe_extract reads them all first).
 
 Every member is refused, and the archive with it, when it could land outside the folder (an
 absolute path, `..`), is no plain file or folder (a link, a device), is sparse (its size on disk
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from tarfile import TarInfo
 
-from kit.core import paths
+from kit.files import paths
 
 #: the most folders deep a member may lie (the release's lie 3 deep, CIFAR's 2)
 MEMBER_DEPTH = 32

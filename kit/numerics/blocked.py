@@ -1,13 +1,13 @@
 """Large CPU computations cut into blocks that their shapes fix, the blocks spread over threads.
 
-In the reproducible CPU numerics (kit.core.numerics) a library may not split a computation over
+In the reproducible CPU numerics (kit.numerics.numerics) a library may not split a computation over
 threads itself: MKL promises the same bits across thread counts only in its strict mode, on its
 AVX2 and AVX-512 branches, which it replaces on a processor not made by Intel, and ATen sums a
 whole tensor in per-thread parts. So a large product here is cut into tiles of its output: each
-tile is one call of kit.core.openblas (OpenBLAS's Haswell kernels, the same instructions on
+tile is one call of kit.numerics.openblas (OpenBLAS's Haswell kernels, the same instructions on
 every processor with AVX2 and FMA) on one thread, reducing over the whole inner dimension, and
 the tiles' bounds are multiples of ALIGN fixed by the shapes alone. The threads lent by
-`kit.core.threads.numerics_threads` compute the tiles; how many there are decides when a tile
+`kit.numerics.threads.numerics_threads` compute the tiles; how many there are decides when a tile
 is computed, never its bits. A blocked product's bits are OpenBLAS's, not those of torch's
 uncut product (they differ in the last bits). Nothing is cut in the fast mode, on a GPU, for
 other types than float32 and float64, or below BLOCKED_WORK multiply-adds (there a thread's
@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from kit.core import numerics, openblas
-from kit.core.threads import each_block
+from kit.numerics import numerics, openblas
+from kit.numerics.threads import each_block
 
 #: a block's bounds fall on multiples of this many rows or columns, so that no block is a sliver
 #: of a few rows (libraries take other kernels for those, with other bits and less speed)
@@ -191,7 +191,7 @@ def images(forward: Callable[[torch.Tensor], torch.Tensor], batch: torch.Tensor)
 def _product(
     left: torch.Tensor, right: torch.Tensor, out: torch.Tensor, bias: torch.Tensor | None = None
 ) -> None:
-    """`out` = left @ right (+ bias), one call of kit.core.openblas per tile of `tiles` (it lets
+    """`out` = left @ right (+ bias), one call of kit.numerics.openblas per tile of `tiles` (it lets
     go of the interpreter while it computes), on the lent threads; the bias is added afterwards,
     element by element."""
     rows, columns = tiles(left.shape[0], right.shape[1], left.shape[1])

@@ -6,7 +6,7 @@ Range request (from the start again, saying so, when the server ignores it), che
 the server announced and the free disk space before it starts; the caller checks the hash and
 renames it (`finish`), so a file under the target's name is always complete. `safe_extract`
 unpacks a tar archive once every member's header is read and found acceptable
-(kit.core.archive_members: no absolute path, `..`, link, device or sparse file, and no more than
+(kit.files.archive_members: no absolute path, `..`, link, device or sparse file, and no more than
 the release holds), and applies Python's `tarfile` data filter on top (https://docs.python.org/3/library/tarfile.html#tarfile.data_filter).
 
 Free of torch; the standard library's urllib only.
@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from kit.core import archive_members
+from kit.files import archive_members
 
 #: bytes read at a time
 CHUNK = 1 << 20
@@ -295,7 +295,7 @@ def safe_extract(
     """Unpack a (compressed) tar archive into the new folder `into`; the names of the members
     skipped as outside `release`'s files. Every member's header is read first, the archive to
     its end (gzip checks its CRC there: a flipped byte is found), and the whole archive refused
-    before anything is written at the first unsafe member (kit.core.archive_members: absolute
+    before anything is written at the first unsafe member (kit.files.archive_members: absolute
     path, `..`, link, device, sparse file, control character, a name no file system takes), at
     more members or bytes than `release` is known to hold, or at a read error (a truncated or
     corrupt archive); `into` is removed on any failure, and a write that fails is an

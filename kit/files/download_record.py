@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kit.core import files
-from kit.core.fetch import DownloadError
-from kit.core.locks import EXCLUSIVE_FILE, LOCK_FILE
+from kit.files import files
+from kit.files.fetch import DownloadError
+from kit.files.locks import EXCLUSIVE_FILE, LOCK_FILE
 
 #: the suffixes of the names the kit keeps for its own files in a download's folder
 RECORD_SUFFIX, PARTIAL_SUFFIX, UNPACKING_SUFFIX = ".kit.json", ".partial", ".unpacking"

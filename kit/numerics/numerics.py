@@ -16,24 +16,24 @@ order of operations is fixed by the code and the shapes:
 - ATen's kernels and oneDNN's convolutions are held to AVX2 (`ATEN_CPU_CAPABILITY=avx2`,
   `ONEDNN_MAX_CPU_ISA=AVX2`), which every x86-64 processor of the last decade has, Intel's and
   AMD's alike, and whose instructions round exactly (no approximate reciprocals);
-- the large products that the kit cuts into tiles (kit.core.blocked: the probes' products over
-  many rows) run on a private OpenBLAS with its Haswell kernels forced (kit.core.openblas):
+- the large products that the kit cuts into tiles (kit.numerics.blocked: the probes' products over
+  many rows) run on a private OpenBLAS with its Haswell kernels forced (kit.numerics.openblas):
   the same AVX2 and FMA instructions in the same order on every processor that has them, at
   about four times the speed of MKL's COMPATIBLE branch;
 - NNPACK is not used (it picks kernels by CPU);
-- the optimizer's square roots are correctly rounded (kit.core.rounding): MKL's COMPATIBLE
+- the optimizer's square roots are correctly rounded (kit.numerics.rounding): MKL's COMPATIBLE
   square root rests on an instruction whose result is the processor's own;
 - every operation runs on one intra-op thread, so that no library splits a reduction by the
   core count or by what runs beside it; the probes' large products and gathers and
   extraction's batches are cut instead into blocks that the shapes fix, each one operation on
-  one thread, spread over the process's threads (kit.core.blocked), so that a large fit or
+  one thread, spread over the process's threads (kit.numerics.blocked), so that a large fit or
   extraction uses every core and gives the same bits on one as on many; the rest of the kit's
   speed comes from running several processes or probes at once.
 
 What that buys is measured, not assumed (docs/reproducibility.md): on one CPU model the same
 bits under other instruction-set limits, thread settings, one core and a competing load
 (benchmarks/cpu_spread.py); across CPU models, what each recorded model gave
-(kit.core.cpu_records, docs/data/cpus/): the operations of a numerics fingerprint
+(kit.numerics.cpu_records, docs/data/cpus/): the operations of a numerics fingerprint
 (`python -m kit check --numerics`) and how far the ci profile's values and the main job's
 claims moved. oneDNN documents identical results only on identical hardware, and a CPU without
 AVX2 or of another architecture (ARM) runs other kernels.
@@ -54,7 +54,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
 
 #: the switch: `reproducible` (the default) or `fast`
 SWITCH = "TIMECAT_CPU_NUMERICS"
@@ -68,8 +68,8 @@ REPRODUCIBLE_ENVIRONMENT = {
 #: intra-op threads of a computation in the reproducible mode, and of a small one in either
 REPRODUCIBLE_THREADS = 1
 #: which definition of the reproducible mode a record was made under: 2 adds correctly rounded
-#: square roots (kit.core.rounding); a record without one was made under 1. Bits are compared
-#: only between records of the same version (kit.core.cpu_records)
+#: square roots (kit.numerics.rounding); a record without one was made under 1. Bits are compared
+#: only between records of the same version (kit.numerics.cpu_records)
 VERSION = 2
 #: each earlier version in words, as the kit's sentences about other machines name it
 EARLIER = {1: "before square roots were correctly rounded"}
@@ -78,7 +78,7 @@ EARLIER = {1: "before square roots were correctly rounded"}
 #: recorded in provenance where set, and the one list a child whose numerics a test or a
 #: benchmark sets itself starts without (`without_variables`). The kit's processes take
 #: REPRODUCIBLE_ENVIRONMENT's values whatever the user's (`prepare_environment`), and the kit's
-#: OpenBLAS its core type and one thread (kit.core.openblas)
+#: OpenBLAS its core type and one thread (kit.numerics.openblas)
 NUMERICS_VARIABLES = (
     SWITCH,
     "ATEN_CPU_CAPABILITY",
@@ -172,7 +172,7 @@ def prepare_environment() -> None:
 
 def apply() -> None:
     """The in-process part, where the kit computes: in the reproducible mode, no NNPACK (the
-    thread count is set around each computation, kit.core.threads, so that the
+    thread count is set around each computation, kit.numerics.threads, so that the
     process keeps its own setting). Idempotent; nothing in `fast` mode."""
     if mode() != "reproducible":
         return
@@ -241,9 +241,9 @@ def in_effect() -> dict[str, Any]:
 
 
 def _large_products() -> str:
-    """What computes the large products cut into blocks (kit.core.blocked): the library with
+    """What computes the large products cut into blocks (kit.numerics.blocked): the library with
     its kernels, or why it cannot."""
-    from kit.core import openblas
+    from kit.numerics import openblas
 
     try:
         return openblas.describe()
@@ -271,7 +271,7 @@ def _not_in_effect(record: dict[str, Any]) -> list[str]:
     if environment() and not str(record.get("large_products", "")).endswith(" Haswell"):
         missing.append(
             f"large products run on {record.get('large_products')}, not OpenBLAS's Haswell "
-            "kernels (kit.core.openblas: the CPU lacks AVX2 or FMA, or the library is missing)"
+            "kernels (kit.numerics.openblas: the CPU lacks AVX2 or FMA, or the library is missing)"
         )
     if record["nnpack"]:
         missing.append("NNPACK is on")

@@ -5,7 +5,7 @@ A notebook's parameters come from files, later winning, deep-merged section by s
 `parameters/<profile>/<notebook>.yaml`, after the profile it `extends:`, if any), then the user's
 own files (`python -m kit run -f FILE`), then `--set a.b.c=value`. Inside a notebook, values that
 papermill injects (`-p`, `-f`) are one more layer on top of the profile they name
-(kit.core.kernel_params reads them in the running kernel).
+(kit.params.kernel_params reads them in the running kernel).
 
 Every value remembers the file (or command line) it came from, so a refusal names the file and the
 dotted key before any compute starts. Schemas are strict: YAML 1.1 reads `1e-3` as a string, and a
@@ -24,9 +24,9 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kit.core import bounds, strict_yaml
-from kit.core.param_errors import describe_errors, located
-from kit.core.paths import PARAMETERS_DIR
+from kit.files.paths import PARAMETERS_DIR
+from kit.params import bounds, strict_yaml
+from kit.params.param_errors import describe_errors, located
 
 #: a profile file may name the profile it builds on
 EXTENDS = "extends"
@@ -102,13 +102,13 @@ def schema_for(notebook: str) -> type[NotebookSettings]:
         raise ParameterError(
             f"notebook '{notebook}' has no registered parameter schema (known: "
             f"{', '.join(sorted(SCHEMAS))}): import the experiment that defines its schema, "
-            "which registers it (kit.core.params.register_schema)"
+            "which registers it (kit.params.params.register_schema)"
         ) from None
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
     """A parameter file as a mapping; an empty file is an empty mapping. Anchors, aliases,
-    duplicate keys, tags and oversized files or lists are refused (kit.core.strict_yaml)."""
+    duplicate keys, tags and oversized files or lists are refused (kit.params.strict_yaml)."""
     path = Path(path)
     if not path.is_file():
         raise ParameterError(f"{path}: parameter file not found")
@@ -166,7 +166,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def override_value(dotted: str, text: str) -> Any:
-    """A `--set` value, read as strict YAML (kit.core.strict_yaml)."""
+    """A `--set` value, read as strict YAML (kit.params.strict_yaml)."""
     try:
         return strict_yaml.loads(text)
     except strict_yaml.StrictYamlError as error:

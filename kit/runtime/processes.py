@@ -18,8 +18,8 @@ from typing import Any
 
 import psutil
 
-from kit.core import files
-from kit.core.paths import importable_environment
+from kit.files import files
+from kit.files.paths import importable_environment
 
 #: the trainer's exit status after a preemption checkpoint (kit.train exits with it)
 PREEMPTED_EXIT = 75

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from kit.core.param_errors import did_you_mean
-from kit.core.params import ParameterError
+from kit.params.param_errors import did_you_mean
+from kit.params.params import ParameterError
 
 T = TypeVar("T")
 

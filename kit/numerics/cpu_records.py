@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit.core import numerics
-from kit.core.files import write_text
-from kit.core.paths import REPO_ROOT
+from kit.files.files import write_text
+from kit.files.paths import REPO_ROOT
+from kit.numerics import numerics
 
 RECORDS = REPO_ROOT / "docs" / "data" / "cpus"
 CPUINFO = Path("/proc/cpuinfo")
@@ -153,7 +153,7 @@ class Expected:
 
 
 def version(part: dict[str, Any]) -> int:
-    """The numerics version a record's part was made under (kit.core.numerics.VERSION)."""
+    """The numerics version a record's part was made under (kit.numerics.numerics.VERSION)."""
     return int(part.get("numerics", 1))
 
 

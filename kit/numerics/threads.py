@@ -4,10 +4,10 @@ torch splits an operation over its intra-op threads and joins them at its end. O
 few thousand elements (the toy's diagonal networks, an L-BFGS probe's head) that join costs more
 than the work, and on a small machine shared with other processes far more (measured in
 docs/benchmarks.md, "Small work on one thread"). In the reproducible CPU numerics
-(kit.core.numerics) a split also changes the bits: a reduction split over threads sums in an
+(kit.numerics.numerics) a split also changes the bits: a reduction split over threads sums in an
 order that depends on how many there are. There every operation runs on one intra-op thread,
 and the process's threads are lent instead to the blocks of a large computation
-(kit.core.blocked), each block one single-threaded operation whose bounds the shapes fix.
+(kit.numerics.blocked), each block one single-threaded operation whose bounds the shapes fix.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from contextvars import ContextVar
 
 import torch
 
-from kit.core import numerics
+from kit.numerics import numerics
 
 #: threads the blocks of a computation may use in this context (1: one after the other)
 _LENT: ContextVar[int] = ContextVar("kit_lent_threads", default=1)
@@ -36,7 +36,7 @@ os.register_at_fork(after_in_child=_POOLS.clear)
 def one_thread(small: bool = True) -> Iterator[None]:
     """Run the block on one intra-op thread when `small` (the caller's judgement that its
     tensors are small and on the CPU), restoring the process's setting after it. In the
-    reproducible CPU numerics (kit.core.numerics) every block runs on one thread, whatever its
+    reproducible CPU numerics (kit.numerics.numerics) every block runs on one thread, whatever its
     size: a reduction split over threads sums in another order on a machine of other cores.
     Nothing is lent to blocks here (`numerics_threads` lends)."""
     numerics.apply()
@@ -53,9 +53,9 @@ def one_thread(small: bool = True) -> Iterator[None]:
 
 @contextmanager
 def numerics_threads(on_cpu: bool = True, small: bool = False) -> Iterator[None]:
-    """The block on the intra-op threads the CPU numerics mode asks for (kit.core.numerics).
+    """The block on the intra-op threads the CPU numerics mode asks for (kit.numerics.numerics).
     In the reproducible mode: one intra-op thread, and the process's threads (its torch setting
-    on entry, or what an enclosing block lent) lent to the blocks of kit.core.blocked, whose
+    on entry, or what an enclosing block lent) lent to the blocks of kit.numerics.blocked, whose
     bits do not depend on how many there are. In the fast mode: the process's own setting, or
     one thread where the caller judges its operations `small` (`one_thread`). A block
     computing on a GPU (`on_cpu` false) keeps the process's threads: its numbers are the GPU's,

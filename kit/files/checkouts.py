@@ -8,8 +8,8 @@ kernels it starts in B's `notebooks/` (no `kit` there) import the environment's,
 run A's code and write to A's `outputs/`, and B's records would vouch for results that are not
 there. The command refuses before it starts anything (kit.cli.kernels asks a Python started as a
 kernel would be); and the kernel checks again in its first cell (`check_kernel`, called by
-kit.core.kernel_params.from_notebook), against the kit root and output folder the command passes in
-KIT_ROOT_ENV and OUTPUT_DIR_ENV: a kernel the command did not foresee (another kernel chosen in
+kit.params.kernel_params.from_notebook), against the kit root and output folder the command passes
+in KIT_ROOT_ENV and OUTPUT_DIR_ENV: a kernel the command did not foresee (another kernel chosen in
 Lab, another kernelspec) stops there, before it writes anything.
 """
 
@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
 
 #: the kit root of the `python -m kit` (run, lab) that starts a kernel: the kernel's must match
 KIT_ROOT_ENV = "KIT_RUNNER_ROOT"

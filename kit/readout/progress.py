@@ -36,7 +36,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from tqdm.notebook import tqdm as widget_tqdm
 
-from kit.core.numbers import counted
+from kit.readout.numbers import counted
 
 WIDGETS = issubclass(tqdm, widget_tqdm)
 #: the bars shown and not closed yet, whose clocks `paused` stops

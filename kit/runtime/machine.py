@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psutil
 
-from kit.core import cpu_records, numerics
-from kit.core.numbers import counted
+from kit.numerics import cpu_records, numerics
+from kit.readout.numbers import counted
 
 #: the loaders of a training run that keep workers (train, BN recalibration, evaluation)
 PERSISTENT_LOADERS = 3
@@ -189,7 +189,7 @@ def usable_cores() -> int:
 def describe() -> str:
     """This machine in a few words: CPU model and usable cores, the GPU when torch is loaded
     and sees one (torch is not imported here: the kit's lower layers stay torch-free), and the
-    CPU numerics mode (kit.core.numerics)."""
+    CPU numerics mode (kit.numerics.numerics)."""
     model = "unknown CPU"
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():

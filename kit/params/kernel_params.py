@@ -1,9 +1,9 @@
 """A running notebook's parameters: what its kernel resolves from the parameters cell and from
-papermill's injected cell, through the layering of kit.core.params.
+papermill's injected cell, through the layering of kit.params.params.
 
 The notebook's parameters cell declares every top-level name its schema takes (so that papermill
 lists them), each None but `profile`, and each section an empty `Section`
-(kit.core.parameters_cell): both mean "the profile's value", so the layering stays the one source
+(kit.params.parameters_cell): both mean "the profile's value", so the layering stays the one source
 of defaults and no value of an interactive session can leak into a profile run. A `Section` takes
 papermill's `-p train.lr 0.1` (which papermill writes as the statement `train.lr = 0.1`) and gives
 the key to the layering. Values papermill injects (`-p`, `-f`) are one more layer on top of the
@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kit.core import checkouts, notices
-from kit.core.parameters_cell import Section
-from kit.core.params import (
+from kit.files import checkouts
+from kit.files.paths import PARAMETERS_DIR, resolve
+from kit.params.parameters_cell import Section
+from kit.params.params import (
     RECORD_SUFFIX,
     NotebookSettings,
     ParameterError,
@@ -31,7 +32,7 @@ from kit.core.params import (
     smoke_test_label,
     validate,
 )
-from kit.core.paths import PARAMETERS_DIR, resolve
+from kit.readout import notices
 
 #: what parameters are made of (papermill injects literals)
 PLAIN_VALUES = (str, int, float, bool, list, dict, type(None))

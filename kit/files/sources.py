@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from kit.core.paths import REPO_ROOT
+from kit.files.paths import REPO_ROOT
 
 #: the repository's top folders that hold its sources (git tracks files in each, or is .git)
 SOURCE_FOLDERS = ("notebooks", "kit", "parameters", "tests", "docs", "benchmarks", ".ci", ".git")
