@@ -51,7 +51,7 @@ import torch
 
 from kit.data import codecs, fixtures, hardware, pipeline
 from kit.data.settings import dali_installed
-from kit.numerics import numerics
+from kit.numerics import cpu
 from kit.runtime.distributed import Process
 from kit.train.settings import TrainSettings
 from kit.train.step import Replica
@@ -253,7 +253,7 @@ def where(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "cpu": numerics.cpu_model(),
+        "cpu": cpu.cpu_model(),
         "cores": len(os.sched_getaffinity(0)),
         "python": platform.python_version(),
         "torch": torch.__version__,

@@ -27,7 +27,7 @@ import sys
 
 from kit.cli import figures
 from kit.files.paths import REPO_ROOT
-from kit.numerics import numerics
+from kit.numerics import cpu, numerics
 from kit.readout.numbers import counted
 
 WORK = """
@@ -114,7 +114,7 @@ def measure(env: dict[str, str]) -> dict[str, float]:
 
 
 def main() -> None:
-    print(f"{numerics.cpu_model()} ({numerics.best_isa()}), {len(os.sched_getaffinity(0))} cores")
+    print(f"{cpu.cpu_model()} ({cpu.best_isa()}), {len(os.sched_getaffinity(0))} cores")
     base = None
     rows = []
     for name, env in CONFIGS:

@@ -35,7 +35,7 @@ import subprocess
 import sys
 
 from kit.files.paths import REPO_ROOT
-from kit.numerics import numerics
+from kit.numerics import cpu, numerics
 
 WORK = """
 import contextlib, hashlib, json, os, sys, time
@@ -140,7 +140,7 @@ def main() -> None:
     args = parser.parse_args()
     mkl = f"MKL_CBWR={args.mkl_cbwr}" if args.mkl_cbwr else "the kit's MKL branch"
     print(
-        f"{numerics.cpu_model()} ({numerics.best_isa()}), {len(os.sched_getaffinity(0))} cores, "
+        f"{cpu.cpu_model()} ({cpu.best_isa()}), {len(os.sched_getaffinity(0))} cores, "
         f"load {os.getloadavg()[0]:.1f}; ATen and oneDNN at AVX2, {mkl}"
     )
     ways = ("torch",) if args.mkl_cbwr else ("torch", "kit")

@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 import kit
+from kit.cli import rooms
 from kit.data import kinds as data_kinds
 from kit.data.kinds.base import DatasetKind
 from kit.data.preflight import preflight
@@ -23,10 +24,13 @@ from kit.data.settings import DataSettings
 from kit.experiments.timecat import comparisons
 from kit.experiments.timecat.entries import Variant
 from kit.experiments.timecat.variants import VARIANT_KINDS, VariantKind
+from kit.files.paths import REPO_ROOT
 from kit.params import params
 from kit.train.run_files import RunFolder
 
 KIT = Path(kit.__file__).parent
+#: the bottom layer's rooms (kit.params, kit.files, ...) as .importlinter's bottom contract has them
+BOTTOM = [room for layer in rooms.rooms() for room in layer]
 
 
 def sources(package: str) -> dict[Path, str]:
@@ -35,8 +39,34 @@ def sources(package: str) -> dict[Path, str]:
 
 def test_the_bottom_layer_names_no_experiment_even_in_strings() -> None:
     """Import contracts see imports only; a dotted path in a string would hide one."""
-    naming = [str(path) for path, text in sources("core").items() if "kit.experiments" in text]
-    assert not naming, f"kit.core names kit.experiments: {naming}"
+    naming = [
+        str(path)
+        for room in BOTTOM
+        for path, text in sources(room.removeprefix("kit.")).items()
+        if "kit.experiments" in text
+    ]
+    assert not naming, f"the bottom layer names kit.experiments: {naming}"
+
+
+def test_the_architecture_page_lists_the_bottom_layers_rooms_as_the_code_has_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/architecture.md's list of rooms is generated (`python -m kit figures`, kit.cli.rooms):
+    the rooms of the bottom contract with the first line of each one's docstring and its modules.
+    It differs from the code as soon as a room, a module or a purpose changes; the rooms are the
+    packages the kit-wide contract puts at the bottom, whose floors name every package of the kit
+    (tests/test_project.py), so a new room cannot be left off the list."""
+    page = (REPO_ROOT / "docs" / "architecture.md").read_text()
+    block = re.search(r"<!-- figures: bottom-rooms -->\n(.*?)<!-- /figures -->", page, re.DOTALL)
+    assert block, "docs/architecture.md: no `<!-- figures: bottom-rooms -->` block"
+    assert block.group(1) == rooms.bottom_rooms(), (
+        "docs/architecture.md's list of rooms differs from the code: run `python -m kit figures`"
+    )
+    assert sorted(rooms.layers(rooms.KIT_WIDE)[-1]) == sorted(BOTTOM)
+    # a purpose that changes in the code changes the list, which then differs from the page
+    monkeypatch.setattr(kit.files, "__doc__", "Another job.\n")
+    drifted = rooms.bottom_rooms()
+    assert "| `kit.files` | Another job. |" in drifted and drifted != block.group(1)
 
 
 def literals(node: ast.AST) -> list[str]:

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from kit.files.paths import REPO_ROOT
-from kit.numerics import numerics, openblas
+from kit.numerics import cpu, numerics, openblas
 
 HASWELL = platform.machine() in ("x86_64", "AMD64") and set(openblas.CORE_FLAGS) <= (
-    numerics.cpu_flags() or set()
+    cpu.cpu_flags() or set()
 )
 
 #: in a fresh process: numpy's OpenBLAS core, then (after `import kit` and one product of

@@ -28,12 +28,12 @@ from typing import Any
 
 import polars as pl
 
-from kit.cli import cpu_figures
+from kit.cli import cpu_figures, rooms
 from kit.experiments.timecat import sweep_outcome
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 from kit.files.files import write_text
 from kit.files.paths import REPO_ROOT, shown
-from kit.numerics import cpu_records, numerics
+from kit.numerics import cpu, cpu_records, numerics
 from kit.readout.numbers import counted, interval, signed
 
 DOCS = REPO_ROOT / "docs"
@@ -52,8 +52,8 @@ def measured_on() -> dict[str, Any]:
     from kit.runtime import provenance
 
     return {
-        "machine": numerics.cpu_model(),
-        "cpu_isa": numerics.best_isa(),
+        "machine": cpu.cpu_model(),
+        "cpu_isa": cpu.best_isa(),
         "cores": len(os.sched_getaffinity(0)),
         "kit_commit": provenance.commit(),
         "written": time.strftime("%Y-%m-%d"),
@@ -371,6 +371,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "cross-machine": cpu_figures.cross_machine,
     "cross-machine-brief": cpu_figures.cross_machine_brief,
     "cpu-models": cpu_figures.cpu_models,
+    "bottom-rooms": rooms.bottom_rooms,
 }
 #: pages outside docs/ that carry blocks
 PAGES = (REPO_ROOT / "README.md",)

@@ -29,7 +29,7 @@ from typing import Any
 
 from kit.files.files import write_text
 from kit.files.paths import REPO_ROOT
-from kit.numerics import numerics
+from kit.numerics import cpu, numerics
 
 RECORDS = REPO_ROOT / "docs" / "data" / "cpus"
 CPUINFO = Path("/proc/cpuinfo")
@@ -48,9 +48,9 @@ def identity(cpuinfo: Path = CPUINFO) -> dict[str, str]:
                 break  # the first processor's block is enough
     vendor = fields.get("vendor_id", "unknown vendor")
     return {
-        "cpu": fields.get("model name", numerics.cpu_model()),
+        "cpu": fields.get("model name", cpu.cpu_model()),
         "cpu_id": f"{vendor} {fields.get('cpu family', '?')}/{fields.get('model', '?')}",
-        "cpu_isa": numerics.best_isa(),
+        "cpu_isa": cpu.best_isa(),
     }
 
 

@@ -51,10 +51,10 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from pathlib import Path
 from typing import Any
 
 from kit.files.paths import REPO_ROOT
+from kit.numerics import cpu
 
 #: the switch: `reproducible` (the default) or `fast`
 SWITCH = "TIMECAT_CPU_NUMERICS"
@@ -96,8 +96,6 @@ NUMERICS_VARIABLES = (
     "OPENBLAS_L2_SIZE",
     "OPENBLAS_BLOCK_FACTOR",
 )
-#: the instruction-set extensions that decide which kernels a library may pick, widest first
-ISA_FLAGS = ("amx_tile", "avx512f", "avx2", "avx", "sse4_2")
 #: what the mode rests on beyond what one machine can check, recorded with every output
 LIMITS = (
     "MKL's COMPATIBLE branch is documented by Intel as reproducible on other vendors' "
@@ -181,34 +179,6 @@ def apply() -> None:
     torch.backends.nnpack.set_flags(False)
 
 
-def cpu_model() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
-
-
-def cpu_flags() -> set[str] | None:
-    """The CPU's instruction-set flags (Linux's /proc/cpuinfo), or None where it cannot say."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.exists():
-        return None
-    for line in cpuinfo.read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return None
-
-
-def best_isa() -> str:
-    """The widest instruction-set extension of ISA_FLAGS this CPU has (Linux), else unknown."""
-    flags = cpu_flags()
-    if flags is None:
-        return "unknown"
-    return next((flag for flag in ISA_FLAGS if flag in flags), "baseline")
-
-
 def in_effect() -> dict[str, Any]:
     """What decides the CPU numerics of this process's computations: the mode, the CPU, the
     relevant variables, the kernels ATen dispatches to, oneDNN's and NNPACK's use and the
@@ -217,9 +187,9 @@ def in_effect() -> dict[str, Any]:
     record: dict[str, Any] = {
         "mode": mode(),
         "version": VERSION,
-        "cpu": cpu_model(),
+        "cpu": cpu.cpu_model(),
         "machine": platform.machine(),
-        "cpu_isa": best_isa(),
+        "cpu_isa": cpu.best_isa(),
         "variables": {name: os.environ[name] for name in NUMERICS_VARIABLES if name in os.environ},
     }
     import torch

@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kit.numerics import numerics
+from kit.numerics import cpu
 
 #: the kernels every processor with CORE_FLAGS runs
 CORE = "Haswell"
@@ -49,7 +49,7 @@ def library() -> ctypes.CDLL:
     with _LOCK:
         if not _LIBRARY:
             settings = {"OPENBLAS_NUM_THREADS": "1"}
-            flags = numerics.cpu_flags()
+            flags = cpu.cpu_flags()
             if flags is not None and set(CORE_FLAGS) <= flags:
                 settings["OPENBLAS_CORETYPE"] = CORE
             before = {name: os.environ.get(name) for name in settings}
