@@ -6,9 +6,9 @@ run's figures.
     .venv/bin/python benchmarks/replicate_cost.py outputs/cpu --json docs/data/replicate_cost.json
 
 The stage records the run's kernel appended (`.03_time_concat.stages.jsonl`, kit.readout.progress)
-give each stage's seconds (kit.readout.progress.stage_spans: first record to last, less its time
-paused); extraction runs inside the probes stage, so probe
-fitting is the probes stage less the extraction stages in it. The notebook's wall time comes
+give each stage's seconds (kit.readout.progress.stage_spans: first record to last); extraction
+runs inside the probes stage, so probe fitting is the probes stage less the extraction stages in
+it. The notebook's wall time comes
 from its provenance file, the replicates from its results table. Prints seconds per stage, per
 replicate and as a share of the notebook's wall time, with the load average the run recorded
 (the cores may have been shared), and beside them the seconds per replicate of the record

@@ -177,9 +177,10 @@ class Stage:
 
 def stage_spans(path: Path) -> dict[str, tuple[float, int]]:
     """A notebook's stage records (`Stage`, appended to the file STAGE_FILE_ENV names) read
-    back: per stage name, the seconds from each occurrence's first record to its last (less
-    its time paused), summed over its occurrences, and their totals summed (the units of work
-    each occurrence announced). Empty where the file does not exist (a notebook run in Lab)."""
+    back: per stage name, the seconds from each occurrence's first record to its last, summed
+    over its occurrences (a stage that holds another, as the probes stage holds extraction,
+    counts the inner one's time too), and their totals summed (the units of work each occurrence
+    announced). Empty where the file does not exist (a notebook run in Lab)."""
     if not path.is_file():
         return {}
     first: dict[str, float] = {}
@@ -190,8 +191,7 @@ def stage_spans(path: Path) -> dict[str, tuple[float, int]]:
         first.setdefault(stage, at)
         if record.get("final"):
             seconds, total = found.get(stage, (0.0, 0))
-            took = at - first.pop(stage) - record.get("paused_s", 0.0)
-            found[stage] = (seconds + took, total + int(record.get("total", 0)))
+            found[stage] = (seconds + at - first.pop(stage), total + int(record.get("total", 0)))
     return found
 
 
