@@ -29,7 +29,6 @@ from typing import Any
 import polars as pl
 
 from kit.cli import cpu_figures, rooms
-from kit.experiments.timecat import sweep_outcome
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 from kit.files.files import write_text
 from kit.files.paths import REPO_ROOT, shown
@@ -167,6 +166,9 @@ def _statement(summary: dict[str, Any]) -> str:
     the kit states it now; a summary without cells keeps its own line."""
     if not summary.get("cells"):
         return str(summary["claim"]["line"])
+    # here, not at the top: sweep_outcome reaches torch, which `python -m kit` starts without
+    from kit.experiments.timecat import sweep_outcome
+
     baseline = next(r["against"] for r in summary["verdicts"])  # each cell's primary first
     return sweep_outcome.statement(pl.DataFrame(summary["cells"]), baseline).line
 
