@@ -34,12 +34,12 @@ from typing import Any
 
 import polars as pl
 
-from kit.cli import figures
+from kit.cli import benchmark_figures
 from kit.files.paths import REPO_ROOT
 from kit.numerics import cpu_records, numerics
 from kit.report import outputs
 
-DEFAULT_OUT = figures.DATA / "cpu_spread.json"
+DEFAULT_OUT = benchmark_figures.DATA / "cpu_spread.json"
 FAST = {numerics.SWITCH: "fast"}
 #: notebook 04's rows of the held-out rule (the rule both notebooks' tables read in ci)
 RULE = "heldout"
@@ -247,13 +247,13 @@ def main() -> None:
             print(f"{config.name}: {config.what} ...", flush=True)
             runs[config.name] = run(config, root / config.name)
             print(f"  {runs[config.name]['wall_s']:.0f} s", flush=True)
-    record = figures.measured_on() | {
+    record = benchmark_figures.measured_on() | {
         "runs": runs,
         "spread": spread(runs),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
-    print(figures.cpu_spread(args.out))
+    print(benchmark_figures.cpu_spread(args.out))
     name = next((c.name for c in chosen if runs[c.name]["mode"] == numerics.REPRODUCIBLE), None)
     if (args.out == DEFAULT_OUT or args.record) and name is not None:
         kept = cpu_records.update(

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from kit.cli import figures
+from kit.cli import benchmark_figures
 from kit.files.paths import REPO_ROOT
 from kit.numerics import cpu_records, numerics
 from kit.readout.numbers import counted
@@ -74,7 +74,7 @@ def main() -> None:
         emulated[cpu] = {"differ": differ, "wall_s": round(time.perf_counter() - start)}
         seconds = emulated[cpu]["wall_s"]
         print(f"{cpu}: {counted(len(differ), 'operation')} differing {differ} ({seconds} s)")
-    record = figures.measured_on() | {
+    record = benchmark_figures.measured_on() | {
         "numerics": numerics.VERSION,
         "operations": sum(len(found) for found in native.values()),
         "emulator": subprocess.run(

@@ -25,7 +25,7 @@ import os
 import subprocess
 import sys
 
-from kit.cli import figures
+from kit.cli import benchmark_figures
 from kit.files.paths import REPO_ROOT
 from kit.numerics import cpu, numerics
 from kit.readout.numbers import counted
@@ -129,10 +129,10 @@ def main() -> None:
             f"({found['probe_s'] / base['probe_s']:.2f}x)  fast probe {found['fast_s']:5.1f} s "
             f"({found['fast_s'] / base['fast_s']:.2f}x)  load {load:.1f}"
         )
-    record = figures.measured_on() | {
+    record = benchmark_figures.measured_on() | {
         "rows": rows,
     }
-    out = figures.DATA / "numerics_cost.json"
+    out = benchmark_figures.DATA / "numerics_cost.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")
 

@@ -27,6 +27,7 @@ from download_server import (
 )
 
 from kit.cli import download as kit_download
+from kit.cli import releases
 from kit.cli.main import main as kit_main
 from kit.data.fixtures import write_cifar, write_paper_data
 from kit.data.preflight import preflight
@@ -200,7 +201,7 @@ def test_no_server_names_the_url_and_the_manual_alternative(
     assert kit_main(["download", "checkpoints", "--to", str(tmp_path), "--url", url]) == 1
     error = capsys.readouterr().err
     assert f"error: kit download checkpoints: {url}: cannot connect" in error
-    assert f"download {kit_download.CHECKPOINTS_URL} with any tool" in error
+    assert f"download {releases.CHECKPOINTS_URL} with any tool" in error
     assert f"--url file:///path/to/{ARCHIVE[1:]}" in error and "Traceback" not in error
     nothing_trusted(tmp_path)
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pins
 import pytest
 
-from kit.cli import figures
+from kit.cli import benchmark_figures, figures
 from kit.files.paths import REPO_ROOT
 from kit.numerics import cpu_records
 
-SPREAD = json.loads((figures.DATA / "cpu_spread.json").read_text())
+SPREAD = json.loads((benchmark_figures.DATA / "cpu_spread.json").read_text())
 
 
 def test_the_docs_figures_are_their_recorded_sources() -> None:

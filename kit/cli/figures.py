@@ -16,12 +16,9 @@ Every block names the machine, the commit and the CPU numerics its figures came 
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,15 +26,15 @@ from typing import Any
 import polars as pl
 
 from kit.cli import cpu_figures, rooms
+from kit.cli.benchmark_figures import cpu_spread, numerics_cost, read_record
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 from kit.files.files import write_text
 from kit.files.paths import REPO_ROOT, shown
-from kit.numerics import cpu, cpu_records, numerics
+from kit.numerics import cpu_records, numerics
 from kit.readout.numbers import counted, interval, signed
 
 DOCS = REPO_ROOT / "docs"
 RESULTS = DOCS / "results"
-DATA = DOCS / "data"
 #: a finished output folder's files that `--record` keeps: summaries and provenance
 RECORDED = ("*_summary.json", "*.provenance.json")
 #: the profile whose recorded run is the main job (README's first command)
@@ -46,27 +43,8 @@ BLOCK = re.compile(r"(<!-- figures: ([\w-]+) -->\n)(.*?)(<!-- /figures -->)", re
 COMMAND = "python -m kit figures"
 
 
-def measured_on() -> dict[str, Any]:
-    """The machine and code a benchmark's record names, as the blocks print them."""
-    from kit.runtime import provenance
-
-    return {
-        "machine": cpu.cpu_model(),
-        "cpu_isa": cpu.best_isa(),
-        "cores": len(os.sched_getaffinity(0)),
-        "kit_commit": provenance.commit(),
-        "written": time.strftime("%Y-%m-%d"),
-    }
-
-
-def _read(path: Path) -> Any:
-    if not path.is_file():
-        raise FileNotFoundError(f"{shown(path)}: missing; it is what a figures block reads")
-    return json.loads(path.read_text())
-
-
 def _provenance(folder: Path, notebook: str) -> dict[str, Any]:
-    return _read(folder / f"{notebook}.provenance.json")
+    return read_record(folder / f"{notebook}.provenance.json")
 
 
 def _numerics_words(record: dict[str, Any]) -> str:
@@ -142,7 +120,7 @@ def main_job(folder: Path = RESULTS / "cpu") -> str:
     walls = {name: records[name].get("wall_s") for name in notebooks}
     total = sum(w for w in walls.values() if w is not None)
     first = records[notebooks[0]]
-    summary = _read(folder / TIME_CONCAT.summary)
+    summary = read_record(folder / TIME_CONCAT.summary)
     claims = ", ".join(f"{c['claim']} **{c['status']}**" for c in summary["claims"])
     lines = [
         f"README's first command {_origin(first)}, {first['platform']}: "
@@ -156,7 +134,7 @@ def main_job(folder: Path = RESULTS / "cpu") -> str:
         lines += ["", f"To decide what it left undecided: {summary['next']}"]
     sweep = folder / SWEEP.summary
     if sweep.is_file():
-        lines += ["", f"Notebook 04 in this profile: {_statement(_read(sweep))}"]
+        lines += ["", f"Notebook 04 in this profile: {_statement(read_record(sweep))}"]
     return "\n".join(lines) + "\n"
 
 
@@ -248,7 +226,7 @@ def sweep(folder: Path = RESULTS / "sweep") -> str:
     decided, each cell's primary difference and outcome by world and budget, every cell's
     primary condition, and where each variant learns the mixture."""
     record = _provenance(folder, "04_when_concat_helps")
-    summary = _read(folder / SWEEP.summary)
+    summary = read_record(folder / SWEEP.summary)
     wall = record.get("wall_s")
     primary: dict[tuple[int, int], dict[str, Any]] = {}
     for row in summary["verdicts"]:  # each cell's primary condition comes first
@@ -288,77 +266,6 @@ def sweep(folder: Path = RESULTS / "sweep") -> str:
                 "not within the sweep" if at[v] is None else f"{at[v]:,}" for v in variants
             )
             + " |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def cpu_spread(path: Path = DATA / "cpu_spread.json") -> str:
-    """benchmarks/cpu_spread.py's output: each configuration, and each pinned value's spread."""
-    record = _read(path)
-    runs, summary = record["runs"], record["spread"]
-    names = list(runs)
-    reference = summary["reference"]
-    lines = [
-        f"Measured on {record['machine']} ({record['cpu_isa']}), {record['cores']} cores, at "
-        f"commit {record['kit_commit'][:12]}, on {record['written']}.",
-        "",
-        "| configuration | mode | what it emulates | wall s | same bits as the first | outcomes |",
-        "|---|---|---|---|---|---|",
-    ]
-    first = runs[names[0]]["outcomes"]
-    for name in names:
-        run = runs[name]
-        same = "yes" if run["values"] == reference else "no"
-        changed = [f"{k} {v}" for k, v in run["outcomes"].items() if first[k] != v]
-        outcome = "same" if not changed else "changed: " + ", ".join(changed)
-        lines.append(
-            f"| {name} | {run['mode']} | {run['what']} | {run['wall_s']:.0f} | {same} | {outcome} |"
-        )
-    moves = summary["moves"]
-    lines += [
-        "",
-        "| value (top-1 %) | reproducible | min | max | largest move, reproducible | largest "
-        "move, fast |",
-        "|---|---|---|---|---|---|",
-    ]
-    for key, value in reference.items():
-        found = [runs[name]["values"][key] for name in names]
-        lines.append(
-            f"| {key} | {value:.2f} | {min(found):.2f} | {max(found):.2f} | "
-            f"{moves.get(numerics.REPRODUCIBLE, {}).get(key, 0):.2f} | "
-            f"{moves.get(numerics.FAST, {}).get(key, 0):.2f} |"
-        )
-    agree = ", ".join(
-        f"{mode} mode: {'the same in every configuration' if same else 'changed'}"
-        for mode, same in summary["same_outcomes"].items()
-    )
-    outcomes = ", ".join(f"{k} {v}" for k, v in first.items())
-    lines += ["", f"Outcomes of the first configuration: {outcomes} ({agree})."]
-    return "\n".join(lines) + "\n"
-
-
-def numerics_cost(path: Path = DATA / "numerics_cost.json") -> str:
-    """benchmarks/numerics_cost.py's output: training and probe speed per numerics mode and
-    thread count."""
-    record = _read(path)
-    rows = record["rows"]
-    base = rows[0]
-    loads = [row["load"] for row in rows]
-    lines = [
-        f"Measured on {record['machine']} ({record['cpu_isa']}), {record['cores']} cores, at "
-        f"commit {record['kit_commit'][:12]}, on {record['written']}, the load average "
-        f"{min(loads):.1f} to {max(loads):.1f} after each line.",
-        "",
-        "| configuration | threads | training, img/s | against reproducible | L-BFGS probe, s | "
-        "against reproducible | fast probe, s | against reproducible |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        lines.append(
-            f"| {row['name']} | {row['threads']} | {row['img_s']:.0f} | "
-            f"{row['img_s'] / base['img_s']:.2f}x | {row['probe_s']:.1f} | "
-            f"{row['probe_s'] / base['probe_s']:.2f}x | {row['fast_s']:.1f} | "
-            f"{row['fast_s'] / base['fast_s']:.2f}x |"
         )
     return "\n".join(lines) + "\n"
 
@@ -410,7 +317,7 @@ def record(profile: str, folder: Path) -> Path:
 def record_cpu(folder: Path) -> Path:
     """Keep a finished main job's claims (`folder`: its output folder) as this CPU model's
     `main_job` record, leaving docs/results as it is: how a second CPU model is recorded."""
-    summary = _read(folder / TIME_CONCAT.summary)
+    summary = read_record(folder / TIME_CONCAT.summary)
     made = _provenance(folder, "03_time_concat")
     kept = cpu_records.update("main_job", cpu_records.main_job(summary, made["kit_commit"]))
     print(f"kept as this CPU model's main job in {shown(kept)}")
