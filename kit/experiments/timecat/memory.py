@@ -16,7 +16,7 @@ terms, each term the bytes one setting (or a pair of them) puts in memory:
 
 The rows of the training data are indexed once a machine (ROW_BYTES a row: the samplers'
 permutations, labels and class-balanced draws). The constants are rounded up from what `kit
-run --profile ci` was measured to hold (issue 71: 1e8 rows, 9.3 GB; 1,024 feature workers,
+run --profile ci` was measured to hold (1e8 rows: 9.3 GB; 1,024 feature workers:
 10.5 GB); the figure is an estimate, said as `about`. GPU work (a `cuda` device) holds its
 activations on the GPU and is not costed here.
 """
