@@ -36,6 +36,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import scheduling
 import torch
 from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
@@ -104,18 +105,28 @@ SLOW_NAMES = (
 
 #: single tests the fast lane leaves out besides: each took 5 s or more (a parametrised one, in
 #: one of its cases) in the full suite on 2 cores (`python -m pytest --durations=0`, a fresh
-#: clone, 2026-11-29), together three quarters of what the lane took; the lane is for daily work,
-#: the full suite runs them all. tests/test_project.py checks that each names a test.
+#: clone, 2026-11-29), together three quarters of what the lane took, and those whose call took
+#: 5 s or more in the lane itself on 2 cores of an AMD EPYC family 25 model 17 (`-m "not slow"
+#: --durations=80`, load average 5 to 8 from other jobs, 2026-12-07); the lane is for daily
+#: work, the full suite runs them all. tests/test_project.py checks that each names a test.
 SLOW_TESTS = frozenset(
     (
         "test_a_batch_crosses_from_a_worker_with_a_constant_number_of_descriptors",
-        "test_a_flagged_cell_keeps_only_the_judgement_its_bias_cannot_have_made",
+        "test_a_changed_archive_is_refused_until_accepted",
         "test_a_checkpoint_read_without_its_hash_is_listed_in_the_summary_and_the_report",
+        "test_a_disk_filling_while_unpacking_keeps_the_archive_and_names_the_path",
+        "test_a_failed_run_keeps_the_previous_good_notebook",
         "test_a_failed_run_leaves_no_parameters_record_and_a_folder_the_report_refuses",
         "test_a_file_of_the_users_inside_an_earlier_download_is_never_deleted",
+        "test_a_finished_widget_shows_its_count_over_its_own_time",
+        "test_a_flagged_cell_keeps_only_the_judgement_its_bias_cannot_have_made",
+        "test_a_forked_child_computes_its_blocks_on_threads_of_its_own",
+        "test_a_kept_bar_stays_at_its_end_in_the_saved_notebook",
         "test_a_kill_while_a_snapshot_is_written_resumes_exactly",
+        "test_a_notebook_saved_with_outputs_is_told_how_to_strip_them",
         "test_a_probe_of_ones_own_runs_notebook_03s_ci_experiment",
         "test_a_saved_parameter_file_replays_where_its_profile_says",
+        "test_a_second_download_into_a_folder_is_refused_naming_the_first",
         "test_a_snapshot_sweep_trains_once_and_reads_each_cell_s_own_step",
         "test_a_source_checkout_without_the_notebook_tools_trains_and_says_it_is_not_installed",
         "test_a_stop_between_logging_steps_checkpoints_within_the_check_interval",
@@ -124,21 +135,28 @@ SLOW_TESTS = frozenset(
         "test_a_stuck_probe_worker_becomes_an_error_naming_the_probe",
         "test_a_training_step_gives_the_same_bits_on_emulated_machines_and_fast_mode_does_not",
         "test_agreement_benchmark_reads_a_feature_cache_and_prints_each_difference",
+        "test_an_absurd_budget_says_what_it_would_cost",
         "test_an_archive_planting_its_own_record_deletes_nothing",
+        "test_an_extended_run_logs_on_in_its_mlflow_run_in_the_store_mlflow_tracking_uri_names",
         "test_an_imagenet_task_scores_its_probes_on_an_extra_evaluation_set",
         "test_an_unbounded_count_is_refused_at_once",
         "test_an_unwritable_output_folder_is_refused_before_anything_runs",
         "test_augmentation_depends_on_epoch_and_index_not_on_workers",
         "test_batchnorm_recalibration_at_x_is_needed_and_sufficient",
         "test_bayes_ceiling_matches_the_best_lookup_table_learned_from_samples",
+        "test_boundaries_fall_look_by_look",
         "test_checking_parameters_does_not_import_torch",
+        "test_cifar_workers_get_a_handle_to_its_arrays_not_a_copy",
         "test_command_line_reports_bad_input_without_traceback",
+        "test_concatenating_a_phi1_and_a_phi2_model_recovers_all_four_components",
         "test_concatenation_study_shapes",
         "test_cpu_subset_passes_and_says_it_is_the_cpu_subset",
         "test_direct_training_solves_every_component_with_its_feature",
         "test_each_layout_downloads_and_every_file_is_found_verified",
+        "test_failing_cell_gives_nonzero_exit_and_keeps_partial_output",
         "test_faithful_and_fast_agree_where_both_converge",
         "test_input_rates_measure_dali_where_it_is_installed",
+        "test_input_rates_measure_each_path_that_works_here",
         "test_kit_check_and_extraction_read_a_downloaded_release_in_each_layout",
         "test_kit_check_prints_the_numerics",
         "test_kit_check_refuses_a_crafted_cifar_batch_of_a_task",
@@ -146,15 +164,24 @@ SLOW_TESTS = frozenset(
         "test_kit_type_checks",
         "test_local_workers_are_pinned_to_disjoint_cores",
         "test_local_workers_train_several_runs_in_turn_each_as_if_alone",
+        "test_members_outside_the_release_are_skipped_and_said",
         "test_memory_benchmark_prints_the_ratio_on_a_small_proxy",
         "test_mlflow_metrics_are_the_metrics_and_do_not_change_the_run",
         "test_paper_checkpoints_runs_the_authors_probe_end_to_end",
+        "test_paths_outside_the_output_folder_and_absurd_budgets_are_refused_at_check",
         "test_planted_failures_make_it_exit_non_zero_naming_each",
         "test_resume_after_sigkill_ends_with_the_uninterrupted_weights",
         "test_second_launch_into_a_held_run_folder_is_refused_naming_the_holder",
+        "test_site_builds_strictly",
         "test_sparse_models_on_dominated_mixtures_keep_one_feature_and_fail_half",
         "test_the_batched_resize_stays_within_a_grey_level_of_the_per_image_one",
+        "test_the_docs_figures_are_their_recorded_sources",
+        "test_the_kit_runs_haswell_kernels_whatever_was_imported_first_and_leaves_numpys_alone",
+        "test_the_page_gathers_verdicts_tables_charts_notebooks_and_parameters",
+        "test_the_report_writes_every_table_as_latex_and_csv_and_every_chart_as_pdf",
         "test_the_training_command_and_the_gpu_input_benchmark_start",
+        "test_untrained_networks_made_with_other_settings_are_written_again",
+        "test_verified_means_the_files_the_profile_reads",
     )
 )
 
@@ -168,6 +195,19 @@ def _notebook_group(item: pytest.Item) -> bool:
     """Whether `item` writes or reads the notebooks' shared output folder (OUTPUT_ROOT)."""
     fixtures = getattr(item, "fixturenames", ())
     return item.path.suffix == ".ipynb" or any(name in fixtures for name in SLOW_FIXTURES)
+
+
+def _tests_marked_slow() -> dict[str, set[str]]:
+    """By test module, the tests decorated `@pytest.mark.slow`, read from the source (for the
+    scheduler, which never collects)."""
+    found: dict[str, set[str]] = {}
+    for module in TESTS_DIR.glob("test_*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.FunctionDef) and any(
+                ast.unparse(d) == "pytest.mark.slow" for d in node.decorator_list
+            ):
+                found.setdefault(module.name, set()).add(node.name)
+    return found
 
 
 def _tests_reading_notebooks() -> dict[str, set[str]]:
@@ -188,11 +228,26 @@ def _tests_reading_notebooks() -> dict[str, set[str]]:
 class _NotebooksApart(LoadScopeScheduling):
     """xdist's scheduling by module, with one group across modules: nbval's notebooks and the
     tests reading their outputs (NOTEBOOK_GROUP), which one worker runs in turn, so that
-    runner_output runs each notebook once and nothing else writes OUTPUT_ROOT meanwhile."""
+    runner_output runs each notebook once and nothing else writes OUTPUT_ROOT meanwhile. A free
+    worker takes the scope taken to last longest first (tests/scheduling.py)."""
 
     def __init__(self, config: pytest.Config, log: object = None) -> None:
         super().__init__(config, log)
         self.reading = _tests_reading_notebooks()
+        self.marked = _tests_marked_slow()
+        self.workqueue = scheduling.LongestFirst(self._slow)
+
+    def _slow(self, nodeid: str) -> bool:
+        """Whether the fast lane leaves out the test `nodeid`, read from its id alone (the
+        controller never collects): what pytest_collection_modifyitems marks `slow`."""
+        path, _, test = nodeid.partition("::")
+        return (
+            Path(path).name in SLOW_MODULES
+            or self._split_scope(nodeid) == NOTEBOOK_GROUP
+            or any(name in test for name in SLOW_NAMES)
+            or scheduling.test_name(nodeid) in SLOW_TESTS
+            or scheduling.test_name(nodeid) in self.marked.get(Path(path).name, ())
+        )
 
     def _split_scope(self, nodeid: str) -> str:
         path, _, test = nodeid.partition("::")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import scheduling
 import yaml
 from pydantic import BaseModel
 
@@ -301,6 +302,30 @@ def test_every_test_the_fast_lane_leaves_out_by_name_exists() -> None:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test")
     }
     assert not conftest.SLOW_TESTS - defined, sorted(conftest.SLOW_TESTS - defined)
+    measured = scheduling.MEASURED_S.keys()
+    assert not measured - defined, sorted(measured - defined)
+
+
+def test_the_scheduler_reads_from_ids_what_collection_marks_slow(request) -> None:
+    """The scheduler's reading of a test id (the controller never collects) says `slow` of
+    exactly the tests collection marks so, and its queue hands out the longest scope first."""
+    import conftest
+
+    scheduler = conftest._NotebooksApart.__new__(conftest._NotebooksApart)
+    scheduler.reading = conftest._tests_reading_notebooks()
+    scheduler.marked = conftest._tests_marked_slow()
+    items = request.session.items
+    differ = [
+        item.nodeid
+        for item in items
+        if scheduler._slow(item.nodeid) != (item.get_closest_marker("slow") is not None)
+    ]
+    assert items and not differ, differ[:10]
+    queue = scheduling.LongestFirst(lambda nodeid: "slow" in nodeid)
+    queue["a.py"] = dict.fromkeys(["a.py::test_fast", "a.py::test_fast2"], False)
+    queue["b.py"] = dict.fromkeys(["b.py::test_slow"], False)
+    queue["c.py"] = dict.fromkeys(["c.py::test_fast"], False)
+    assert [queue.popitem(last=False)[0] for _ in range(3)] == ["b.py", "a.py", "c.py"]
 
 
 def test_the_layers_contract_names_every_subpackage_of_kit() -> None:
