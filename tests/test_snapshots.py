@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_timecat import fake_data, planned_params  # noqa: F401
+from test_timecat import fake_data, paper_data, planned_params  # noqa: F401
 from test_train import SUBPROCESS_ENV, one_thread, settings, write_config  # noqa: F401
 
 from kit.cli.main import main as kit_main

@@ -73,13 +73,21 @@ def tiny_released(path: Path, n: int, run: int, state_width: float = 0.125) -> N
     tiny_checkpoint(path, state_width, RELEASED_SEEDS[run], RELEASED_ITERATIONS[n])
 
 
+@pytest.fixture(scope="module")
+def paper_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The datasets the paper and GPU profiles read, tiny (`kit fixtures`): a few thousand
+    JPEGs, written once for the module's tests, which only read them."""
+    root = tmp_path_factory.mktemp("paper-data")
+    write_paper_data(root)
+    return root
+
+
 @pytest.fixture()
-def fake_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The datasets the paper and GPU profiles read, tiny (`kit fixtures`), and the released
-    checkpoints' file names."""
-    write_paper_data(tmp_path)
+def fake_data(paper_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`TIMECAT_DATA` at the module's datasets (`paper_data`), and the released checkpoints'
+    file names in this test's own folder (tests rename and delete them); returns that folder."""
     write_released_files(tmp_path / "released")
-    monkeypatch.setenv("TIMECAT_DATA", str(tmp_path))
+    monkeypatch.setenv("TIMECAT_DATA", str(paper_data))
     monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(tmp_path / "released"))
     return tmp_path
 
