@@ -5,9 +5,11 @@ Runs the sweep profile's cells shrunk by `--set`-style overrides (default: world
 120, the profile's replicates) into a temporary output folder: trains their merged plan in one
 launch (kit.experiments.timecat.sweep.train_all), extracts every cell's features, then probes
 every cell from the cached features, timing each phase. Prints the seconds per iteration of
-cat1's compute, per checkpoint extraction (one checkpoint's features on one task) and per probe,
-and kit.experiments.timecat.sweep_cost.cost_line for the full profile at those rates: the figures
-SECONDS_PER holds.
+cat1's compute, per checkpoint extraction (one checkpoint's features on one task) and per base
+network's features probed on a task, and kit.experiments.timecat.sweep_cost.cost_line for the full
+profile at those rates (with the recorded main job's fixed cost of a notebook): the units of the
+rates the main job records (docs/results/cpu/rates.json), which estimates use before notebook 03
+has run on a machine.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sweep_cost.py
     .venv/bin/python benchmarks/sweep_cost.py --budgets 60 480 --worlds 0
@@ -57,7 +59,7 @@ def main() -> None:
     per = {
         "iteration": (trained - start) / work.iterations,
         "extraction": (extracted - trained) / work.extractions,
-        "probe": (probed - extracted) / work.probes,
+        "probe": (probed - extracted) / work.features,
     }
     print(
         f"{counted(len(cells), 'cell')} (worlds {args.worlds}, budgets {args.budgets}) on "
@@ -72,8 +74,11 @@ def main() -> None:
         f"the full {args.profile} sweep: "
         + sweep_cost.cost_line(
             sweep_cost.cost(sweep_settings.cells(full)),
-            per,
-            f"this machine now (load average {os.getloadavg()[0]:.1f})",
+            sweep_cost.Rates(
+                per,
+                sweep_cost.recorded_rates().fixed,
+                f"this machine now (load average {os.getloadavg()[0]:.1f})",
+            ),
         )
     )
 

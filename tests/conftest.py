@@ -44,6 +44,14 @@ from xdist.scheduler import LoadScopeScheduling
 
 # the pinned results are the reproducible mode's, whatever the user's shell says
 os.environ["TIMECAT_CPU_NUMERICS"] = "reproducible"
+#: what torchrun and Slurm set in the processes they start: the tests start their own launches,
+#: so a suite run inside an allocation (`srun pytest`, a job's shell) or a torchrun worker's
+#: shell must not have its trainers join that job's ranks or rendezvous on its port
+LAUNCHERS_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+LAUNCHERS_PREFIXES = ("SLURM_", "SLURMD_", "SBATCH_", "SRUN_", "SALLOC_", "TORCHELASTIC_")
+for _name in [*os.environ]:
+    if _name in LAUNCHERS_VARIABLES or _name.startswith(LAUNCHERS_PREFIXES):
+        del os.environ[_name]
 
 from kit.cli import nbval_references, runner  # noqa: E402
 from kit.files.paths import REPO_ROOT  # noqa: E402

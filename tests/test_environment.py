@@ -33,6 +33,14 @@ USERS_ENVIRONMENT = {
     "ATEN_CPU_CAPABILITY": "avx512",
     "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
     "CUDA_VISIBLE_DEVICES": "0",
+    # a shell inside a Slurm allocation or a torchrun worker (tests/conftest.py clears them)
+    "SLURM_JOB_ID": "4242",
+    "SLURM_PROCID": "1",
+    "SLURM_NTASKS": "2",
+    "SLURM_JOB_NODELIST": "node[01-02]",
+    "RANK": "1",
+    "WORLD_SIZE": "2",
+    "LOCAL_RANK": "1",
     "PYTHONHASHSEED": "123",
     "LANG": "C",
     "LC_ALL": "C",
@@ -62,11 +70,15 @@ def test_the_users_environment_sets_a_value_other_than_the_kits_for_each_of_its_
     kit's list names every numerics variable of the set."""
     for name, value in numerics.REPRODUCIBLE_ENVIRONMENT.items():
         assert USERS_ENVIRONMENT.get(name, value) != value, name
-    assert set(USERS_ENVIRONMENT) - {
+    launchers = {name for name in USERS_ENVIRONMENT if name.startswith("SLURM_")}
+    assert set(USERS_ENVIRONMENT) - launchers - {
         "PYTHONHASHSEED",
         "LANG",
         "LC_ALL",
         "CUDA_VISIBLE_DEVICES",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
     } <= (set(numerics.NUMERICS_VARIABLES))
 
 

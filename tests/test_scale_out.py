@@ -22,6 +22,7 @@ from kit.launch.settings import (
     sized_for_training,
 )
 from kit.probes.settings import FaithfulProbeSettings, FastProbeSettings
+from kit.runtime import distributed
 from kit.runtime.processes import PREEMPTED_MARKER
 
 #: paper-8xh100's node, as its profile launches it (GPUs per node left to the kit)
@@ -45,7 +46,12 @@ def test_the_faithful_probe_step_gets_a_gpu_per_process(monkeypatch: pytest.Monk
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     (slot,) = local.slots(probe.model_copy(update={"backend": "local"}))
-    assert slot.gpus == (0, 1, 2, 3, 4)
+    assert slot.gpus == ("0", "1", "2", "3", "4")
+    # a scheduler that names its GPUs by UUID: the names are handed on as they are
+    uuids = [f"GPU-{i:08x}-aaaa-bbbb-cccc-dddddddddddd" for i in range(8)]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(uuids))
+    (slot,) = local.slots(probe.model_copy(update={"backend": "local"}))
+    assert slot.environment()["CUDA_VISIBLE_DEVICES"] == ",".join(uuids[:5])
     # a probe of cached features: one process given the node's GPUs, its fits shared over them
     fast = jobs.step_settings("probe", NODE, _timecat("fast"))
     assert (fast.nproc_per_node, fast.gpus_per_node, fast.gpus_per_worker) == (1, 8, 8)
@@ -155,3 +161,14 @@ def test_a_preempted_command_requeues_by_its_marker_though_srun_exits_1(tmp_path
 def test_a_failed_command_without_the_marker_is_not_requeued(tmp_path: Path) -> None:
     code, calls = _run_exported(tmp_path, "exit 1")
     assert code == 1 and "requeue" not in calls
+
+
+@pytest.mark.environment
+def test_a_suite_started_inside_an_allocation_runs_as_one_process() -> None:
+    """The tests launch their own runs: a shell inside a Slurm job or a torchrun worker
+    (tests/test_environment.py sets both) must leave this process and its trainers outside
+    that job's ranks (tests/conftest.py clears the launchers' variables)."""
+    environ = dict(os.environ)
+    assert distributed.slurm_environment(environ) == {}
+    assert distributed.ranks_on_node(environ) == 1
+    assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK"} & set(environ)

@@ -161,8 +161,13 @@ def test_the_default_jobs_cost_counts_only_what_notebook_04_adds(tmp_path: Path)
     _, cells = cpu_cells(tmp_path, [60, 240])
     added = sweep_cost.cost(cells, beyond_notebook_03=True)
     # six replicates of cat4's four runs of 15 iterations; their features on the four tasks; the
-    # probes of cat1 (notebook 03's model 0 of cat4 alone) and cat4 at 60
-    assert added == sweep_cost.SweepCost(6 * 4 * 15, 6 * 4 * 4, 6 * 2 * 4)
+    # probes of cat1 (notebook 03's model 0 of cat4 alone) and cat4 at 60, reading one and four
+    # networks' features
+    assert added == sweep_cost.SweepCost(6 * 4 * 15, 6 * 4 * 4, 6 * 2 * 4, 6 * 4 * (1 + 4))
+    # notebook 03's replicate: cat1, cat4, wide1 (two networks' worth), random4 on four tasks,
+    # direct on its own task each
+    work = sweep_cost.notebook_03_work(cells[0].notebook, 1)
+    assert (work.probes, work.features) == (4 * 4 + 2, 4 * (1 + 4 + 2 + 4) + 2)
     lines = sweep_cost.cost_lines(cells)
     assert lines[1].startswith("After notebook 03 in the same output folder (its runs, features")
     _, alone = cpu_cells(tmp_path, [240])
@@ -170,7 +175,11 @@ def test_the_default_jobs_cost_counts_only_what_notebook_04_adds(tmp_path: Path)
         "After notebook 03 in the same output folder: nothing more (every run, feature and probe "
         "is notebook 03's, reused)."
     )
-    assert "in all 3 min" in sweep_cost.cost_lines(alone)[0]
+    recorded = sweep_cost.recorded_rates()
+    whole = sweep_cost.cost(alone)
+    expected = sum(whole.seconds(recorded.per).values()) + recorded.fixed
+    assert expected > 120  # said in minutes
+    assert f"in all {expected / 60:.0f} min" in sweep_cost.cost_lines(alone)[0]
 
 
 def _stage(handle, name: str, total: int, start: float, seconds: float) -> None:
@@ -185,7 +194,7 @@ def test_notebook_04s_estimate_reads_the_rates_notebook_03_measured_in_its_folde
     """Notebook 03's planted stage records (a fresh run: every run of its first round trained)
     give the rates notebook 04's estimate uses in the same folder, and the notebook's fixed cost
     (its wall time outside the stages); a notebook 03 that trained nothing (read back) or did not
-    run under `kit run` gives none, and the benchmark's rates and fixed cost apply."""
+    run under `kit run` gives none, and the recorded main job's rates and fixed cost apply."""
     loaded, cells = cpu_cells(tmp_path, [60, 240])
     notebook = cells[0].notebook
     replicates = notebook.design.first
@@ -203,7 +212,7 @@ def test_notebook_04s_estimate_reads_the_rates_notebook_03_measured_in_its_folde
     assert found.per == {
         "iteration": pytest.approx(120.0 / work.iterations),
         "extraction": pytest.approx(30.0 / work.extractions),
-        "probe": pytest.approx(70.0 / work.probes),
+        "probe": pytest.approx(70.0 / work.features),
     }
     assert found.fixed == pytest.approx(30.0)  # 250 s less training and probes (with extraction)
     added = sweep_cost.cost(cells, beyond_notebook_03=True)
@@ -215,8 +224,33 @@ def test_notebook_04s_estimate_reads_the_rates_notebook_03_measured_in_its_folde
         _stage(handle, "training", 0, 0.0, 1.0)
         _stage(handle, "probes", work.probes, 2.0, 1.0)
     assert sweep_cost.measured_rates(tmp_path, notebook) is None
-    assert sweep_cost.MEASURED_ON in sweep_cost.cost_lines(cells, tmp_path)[1]
-    assert "the notebook's fixed cost 16 s" in sweep_cost.cost_lines(cells, tmp_path)[1]
+    recorded = sweep_cost.recorded_rates()
+    assert recorded.measured_on in sweep_cost.cost_lines(cells, tmp_path)[1]
+    fixed = f"the notebook's fixed cost {recorded.fixed:.0f} s"
+    assert fixed in sweep_cost.cost_lines(cells, tmp_path)[1]
+
+
+def test_a_recorded_main_jobs_rates_are_kept_and_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `kit figures --record cpu` keeps of notebook 03's stage records is what an estimate
+    reads before notebook 03 has run on a machine; a run that trained nothing has none to keep."""
+    _, cells = cpu_cells(tmp_path, [60, 240])
+    notebook = cells[0].notebook
+    work = sweep_cost.notebook_03_work(notebook, notebook.design.first)
+    runs = len(planning.plan(notebook.look(notebook.design.first)).trainings)
+    monkeypatch.setattr(sweep_cost, "RECORDED_RATES", tmp_path / "rates.json")
+    with pytest.raises(ValueError, match="no rates to record"):
+        sweep_cost.record_rates(tmp_path, notebook, "a planted CPU", tmp_path / "rates.json")
+    with (tmp_path / ".03_time_concat.stages.jsonl").open("w") as handle:
+        _stage(handle, "training", runs, 0.0, 120.0)
+        _stage(handle, "probes", work.probes, 130.0, 100.0)
+    (tmp_path / "03_time_concat.provenance.json").write_text(json.dumps({"wall_s": 250.0}))
+    sweep_cost.record_rates(tmp_path, notebook, "a planted CPU", tmp_path / "rates.json")
+    kept = sweep_cost.recorded_rates()
+    assert kept == sweep_cost.measured_rates(tmp_path, notebook).__class__(
+        sweep_cost.measured_rates(tmp_path, notebook).per, 30.0, "a planted CPU, by the main job"
+    )
 
 
 def test_what_ran_names_one_seed_and_each_budget_in_words(tmp_path: Path) -> None:

@@ -35,8 +35,14 @@ from kit.readout.numbers import counted, interval, signed
 
 DOCS = REPO_ROOT / "docs"
 RESULTS = DOCS / "results"
-#: a finished output folder's files that `--record` keeps: summaries and provenance
-RECORDED = ("*_summary.json", "*.provenance.json")
+#: a finished output folder's files that `--record` keeps: summaries and provenance, and what
+#: notebook 03 measured its rates from (its stage records and merged parameters)
+RECORDED = (
+    "*_summary.json",
+    "*.provenance.json",
+    ".03_time_concat.stages.jsonl",
+    "03_time_concat.parameters.yaml",
+)
 #: the profile whose recorded run is the main job (README's first command)
 MAIN_JOB = "cpu"
 BLOCK = re.compile(r"(<!-- figures: ([\w-]+) -->\n)(.*?)(<!-- /figures -->)", re.DOTALL)
@@ -311,7 +317,25 @@ def record(profile: str, folder: Path) -> Path:
             shutil.copy(path, target / path.name)
     if profile == MAIN_JOB:
         record_cpu(target)
+        _record_rates(target)
     return target
+
+
+def _record_rates(target: Path) -> None:
+    """The rates the recorded main job's notebook 03 measured (from its stage records and
+    parameters in `target`), for estimates made before notebook 03 runs on a machine
+    (kit.experiments.timecat.sweep_cost)."""
+    import yaml
+
+    from kit.experiments.timecat import sweep_cost
+    from kit.experiments.timecat.settings import TimecatSettings
+
+    notebook = TimecatSettings.model_validate(
+        yaml.safe_load((target / "03_time_concat.parameters.yaml").read_text())
+    )
+    where = _made_on(_provenance(target, "03_time_concat"))
+    kept = sweep_cost.record_rates(target, notebook, where, target / sweep_cost.RATES)
+    print(f"kept its rates in {shown(kept)}")
 
 
 def record_cpu(folder: Path) -> Path:

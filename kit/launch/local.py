@@ -66,16 +66,18 @@ def module_command(
 
 @dataclass(frozen=True)
 class Slot:
-    """The devices of one concurrent worker: GPUs, or CPU cores and a thread count."""
+    """The devices of one concurrent worker: GPUs, or CPU cores and a thread count. A GPU is
+    named as CUDA_VISIBLE_DEVICES names it: an index, or a `GPU-…`/`MIG-…` UUID, as schedulers
+    set it (Slurm's GPU binding and some clusters' prologues give UUIDs)."""
 
-    gpus: tuple[int, ...]
+    gpus: tuple[str, ...]
     cpus: tuple[int, ...]
     threads: int
 
     def environment(self) -> dict[str, str]:
         env = {"OMP_NUM_THREADS": str(self.threads)}
         if self.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus))
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus)
         return env
 
 
@@ -89,9 +91,9 @@ def slots(settings: LaunchSettings) -> list[Slot]:
     if torch.cuda.is_available():
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         gpus = (
-            [int(g) for g in visible.split(",") if g.strip()]
+            [g.strip() for g in visible.split(",") if g.strip()]
             if visible
-            else list(range(torch.cuda.device_count()))
+            else [str(index) for index in range(torch.cuda.device_count())]
         )
         if workers * per_run > len(gpus):
             raise ParameterError(

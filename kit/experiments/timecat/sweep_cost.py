@@ -7,9 +7,11 @@ The time is the work at some rates plus a notebook's fixed cost (its kernel, imp
 judging, tables and charts). Where notebook 03 ran from scratch in the same output folder under
 `kit run` (its stage records beside it), the rates are the ones it measured there minutes before,
 on this machine and load (`measured_rates`): its training seconds per iteration of cat1's
-compute, extraction seconds per checkpoint and task, probe seconds per probe, and its own time
-outside those stages. Otherwise they are the ones `benchmarks/sweep_cost.py` measured on 2 idle
-cores (`BENCHMARKED`)."""
+compute, extraction seconds per checkpoint and task, probe seconds per base network's features
+probed on a task (a probe of cat4's four networks weighs four of cat1's: an L-BFGS step's
+products grow with the features), and its own time outside those stages. Otherwise they are the
+ones the recorded main job measured the same way (`recorded_rates`, written with its record by
+`python -m kit figures --record cpu`), on the CPU its line names."""
 
 from __future__ import annotations
 
@@ -18,35 +20,33 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.experiments.timecat import planning, sharing, sweep
+from kit.experiments.timecat.planning import Representation
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.experiments.timecat.sweep_settings import Cell
+from kit.files.files import write_text
+from kit.files.paths import REPO_ROOT
 from kit.readout.progress import stage_spans
 
-#: seconds on 2 cores of a fresh sweep's units of work, measured by benchmarks/sweep_cost.py on
-#: world 0 at budgets 60 and 120 (docs: Benchmarks, "The budget sweep"), nothing else running:
-#: an iteration of cat1's compute (the runs of one launch side by side), one checkpoint's
-#: features on one task (its probe rows and evaluation split), one L-BFGS probe of a
-#: representation on a task
-SECONDS_PER = {"iteration": 16 / 990, "extraction": 41 / 144, "probe": 38 / 72}
-#: the conditions SECONDS_PER was measured in, for the estimate's line
-MEASURED_ON = "2 idle cores (load average 1.8, the benchmark's own)"
-#: a notebook's seconds outside its training, extraction and probe stages (kernel start,
-#: imports, plan, judging, tables, charts) when no notebook 03 of the same folder measured them:
-#: notebook 03's on 2 idle cores of an Intel Xeon (docs/data/replicate_cost.json's "the rest")
-FIXED_S = 16.0
+#: the file of a recorded main job's rates (`record_rates`), beside its summaries
+RATES = "rates.json"
+#: the recorded main job's (docs/results/cpu)
+RECORDED_RATES = REPO_ROOT / "docs" / "results" / "cpu" / RATES
+#: the units of work a rate is per: an iteration of cat1's compute (the runs of one launch side
+#: by side), one checkpoint's features on one task (its probe rows and evaluation split), one
+#: base network's features probed on one task
+UNITS = ("iteration", "extraction", "probe")
 
 
 @dataclass(frozen=True)
 class Rates:
-    """Seconds per unit of work (`per`, keyed as SECONDS_PER), a notebook's fixed seconds, and
-    where they were measured, for the estimate's line."""
+    """Seconds per unit of work (`per`, keyed by UNITS), a notebook's fixed seconds, and where
+    they were measured, for the estimate's line."""
 
     per: dict[str, float]
     fixed: float
     measured_on: str
 
 
-BENCHMARKED = Rates(SECONDS_PER, FIXED_S, MEASURED_ON)
 #: notebook 03's name, whose stage records and provenance `measured_rates` reads
 NOTEBOOK_03 = "03_time_concat"
 
@@ -56,19 +56,26 @@ class SweepCost:
     """A sweep's work: iterations of cat1's compute (an iteration of a model `w` times wider
     weighs w², a ResNet's multiply-adds), checkpoints whose features are extracted on one task
     (each file once, whatever cells read it), and probes (representations x tasks, a
-    representation that several cells probe with the same settings once)."""
+    representation that several cells probe with the same settings once) with the base
+    networks' features they read (`features`: cat4's probe reads four, wide1's two)."""
 
     iterations: float
     extractions: int
     probes: int
+    features: float = 0.0
 
     def seconds(self, per: dict[str, float]) -> dict[str, float]:
-        """The wall time of each kind of work at `per` (seconds per unit, SECONDS_PER)."""
+        """The wall time of each kind of work at `per` (seconds per unit, keyed by UNITS)."""
         return {
             "training": self.iterations * per["iteration"],
             "extraction": self.extractions * per["extraction"],
-            "probes": self.probes * per["probe"],
+            "probes": self.features * per["probe"],
         }
+
+
+def _features(rep: Representation) -> float:
+    """A representation's features in base networks' (n networks of `width` times as many)."""
+    return rep.n * rep.width
 
 
 def cost(cells: list[Cell], beyond_notebook_03: bool = False) -> SweepCost:
@@ -107,6 +114,7 @@ def cost(cells: list[Cell], beyond_notebook_03: bool = False) -> SweepCost:
         ),
         len(files),
         len(probes),
+        sum(_features(rep) for _, rep, _ in probes),
     )
 
 
@@ -117,10 +125,12 @@ def notebook_03_work(notebook: TimecatSettings, replicates: int) -> SweepCost:
     own = planning.plan(notebook.look(replicates))
     width = notebook.train.width if notebook.train is not None else 1.0
     tasks = [t.name for t in notebook.tasks]
+    probed = [rep for rep in own.representations for t in tasks if rep.task in (None, t)]
     return SweepCost(
         sum(run.iterations * (run.width / width) ** 2 for run in own.trainings),
         len({(p, t) for rep in own.representations for p in rep.checkpoints for t in tasks}),
-        sum(rep.task in (None, t) for rep in own.representations for t in tasks),
+        len(probed),
+        sum(_features(rep) for rep in probed),
     )
 
 
@@ -144,20 +154,42 @@ def measured_rates(out: Path, notebook: TimecatSettings | None) -> Rates | None:
         {
             "iteration": trained / work.iterations,
             "extraction": extraction / max(work.extractions, 1),
-            "probe": (probes - extraction) / count,
+            "probe": (probes - extraction) / max(work.features, 1.0),
         },
         max(wall - trained - probes, 0.0),
         "this machine by notebook 03 in this folder",
     )
 
 
+def record_rates(out: Path, notebook: TimecatSettings, where: str, path: Path) -> Path:
+    """Keep the rates notebook 03 measured in the finished main job `out` (run on `where`, a
+    CPU's words) in `path`: an estimate uses the recorded main job's before any notebook 03
+    has run on a machine."""
+    found = measured_rates(out, notebook)
+    if found is None:
+        raise ValueError(
+            f"{out}: no rates to record (notebook 03 did not train every run of its plan there "
+            "under `kit run`)"
+        )
+    kept = {"per": found.per, "fixed": found.fixed, "measured_on": f"{where}, by the main job"}
+    write_text(path, json.dumps(kept, indent=1) + "\n")
+    return path
+
+
+def recorded_rates() -> Rates:
+    """The recorded main job's rates (`record_rates`)."""
+    kept = json.loads(RECORDED_RATES.read_text())
+    return Rates(kept["per"], kept["fixed"], kept["measured_on"])
+
+
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
-def cost_line(found: SweepCost, rates: Rates = BENCHMARKED) -> str:
+def cost_line(found: SweepCost, rates: Rates | None = None) -> str:
     """The work `found` and its expected wall time at `rates`, with a notebook's fixed cost, in
-    one line (seconds below two minutes, else minutes)."""
+    one line (seconds below two minutes, else minutes); by default at the recorded rates."""
+    rates = rates or recorded_rates()
     times = found.seconds(rates.per) | {"the notebook's fixed cost": rates.fixed}
     return (
         f"{found.iterations:,.0f} iterations of cat1's compute, {found.extractions:,} "
@@ -176,7 +208,7 @@ def cost_lines(cells: list[Cell], out: Path | None = None) -> list[str]:
     if not cells:
         return ["This profile sweeps no budget: nothing to run."]
     found = None if out is None else measured_rates(out, cells[0].notebook)
-    rates = found or BENCHMARKED
+    rates = found or recorded_rates()
     total, added = cost(cells), cost(cells, beyond_notebook_03=True)
     lines = [f"From scratch: {cost_line(total, rates)}."]
     if added == SweepCost(0, 0, 0):
