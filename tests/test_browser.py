@@ -42,6 +42,7 @@ import nbformat
 import pytest
 import yaml
 from bar_lines import BAR_COUNTS, BAR_LINE, clock_seconds, rate_disagrees
+from chart_checks import repeated_captions, unreadable
 from test_notebook_results import WRITES
 
 from kit.cli import lab as lab_cli
@@ -503,8 +504,10 @@ def test_the_report_of_the_executed_notebooks_reads_offline(
     browser, notebook_outputs, tmp_path_factory, tmp_path: Path
 ) -> None:
     """The report of notebooks 01-04 as executed, opened with the network cut off at 1,280 and
-    1,400 px: every chart drawn, none scrolling sideways in its column, the page no wider than
-    the window, the machine it ran on under the paper's line."""
+    1,400 px: every chart drawn, none scrolling sideways in its column, each under a caption of
+    its own, the page no wider than the window, the machine it ran on under the paper's line;
+    every chart's spec reads as a paper's figure (tests/chart_checks.py: no orphan x-axis, no
+    row header beside the y-axis title, a mean in every interval tooltip)."""
     folder, _ = executed_report(notebook_outputs, tmp_path_factory)
     charts = sum(
         1
@@ -512,6 +515,13 @@ def test_the_report_of_the_executed_notebooks_reads_offline(
         for _ in report_page.chart_specs(notebook)
     )
     assert charts >= 10, f"{charts} charts in the executed notebooks"
+    unread = {
+        caption: found
+        for notebook in report_page.executed_notebooks(folder)
+        for caption, spec in report_page.chart_specs(notebook)
+        if (found := unreadable(spec))
+    }
+    assert not unread, f"charts that do not read as a paper's figures (chart_checks): {unread}"
     for width in WINDOWS_PX:
         read_the_report_at(browser, folder / report_page.PAGE, width, charts, tmp_path)
 
@@ -532,6 +542,13 @@ def read_the_report_at(
         wait_for_the_charts(page)
         assert page.locator(".chart :is(svg, canvas)").count() == charts
         assert "could not be drawn" not in page.locator("#charts").inner_text()
+        captions = page.evaluate(
+            "Array.from(document.querySelectorAll('.chart figcaption'), "
+            "c => c.firstChild.textContent.trim())"
+        )
+        assert len(captions) == charts and not repeated_captions(captions), (
+            f"charts under one caption: {repeated_captions(captions)}"
+        )
         scrolling = page.evaluate(
             "Array.from(document.querySelectorAll('.chart'), e => [e.textContent, "
             "e.scrollWidth, e.clientWidth]).filter(([, s, c]) => s > c)"

@@ -199,12 +199,8 @@ def series_chart(series: pl.DataFrame) -> alt.FacetChart:
     wide = base.transform_filter(alt.datum.kind == "wider network").mark_point(
         size=120, filled=True
     )
-    return (
-        alt.layer(lines, wide, data=data)
-        .properties(width=170, height=170)
-        .facet(
-            facet=alt.Facet("eval_dataset:N", sort=evidence.TRANSFER_DATASETS, title=None),
-            columns=FACET_COLUMNS,
-        )
-        .resolve_scale(y="independent")
-    )
+    return charts.wrapped(
+        alt.layer(lines, wide, data=data).properties(width=170, height=170),
+        alt.Facet("eval_dataset:N", sort=evidence.TRANSFER_DATASETS, title=None),
+        FACET_COLUMNS,
+    ).resolve_scale(y="independent")

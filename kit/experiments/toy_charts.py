@@ -53,10 +53,10 @@ def construction_chart() -> alt.FacetChart:
         tooltip=["component", "point", "label", "phi1", "phi2"],
     )
     text = base.mark_text(dx=12, dy=-10).encode(text="point:N")
-    return (
-        (points + text)
-        .properties(width=150, height=150)
-        .facet(facet=alt.Facet("component:N", title="component"), columns=FACET_COLUMNS)
+    return charts.wrapped(
+        (points + text).properties(width=150, height=150),
+        alt.Facet("component:N", title="component"),
+        FACET_COLUMNS,
     )
 
 
@@ -69,7 +69,7 @@ def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
             pl.col("kept").replace_strict(KEPT_ORDER, range(len(KEPT_ORDER))).alias("stacked")
         )
     )
-    return (
+    chart = (
         alt.Chart(counts)
         .mark_bar()
         .encode(
@@ -80,8 +80,8 @@ def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
             tooltip=charts.tooltips(counts, ["dominant", "share", "kept", "len"]),
         )
         .properties(width=170, height=160)
-        .facet(facet=alt.Facet("dominant:N", title="dominant component"), columns=FACET_COLUMNS)
     )
+    return charts.wrapped(chart, alt.Facet("dominant:N", title="dominant component"), FACET_COLUMNS)
 
 
 def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
@@ -140,7 +140,7 @@ def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
     band = base.mark_errorbar().encode(
         y=alt.Y("low:Q", title=title),
         y2="high:Q",
-        tooltip=charts.tooltips(data, ["share", "k", "low", "high"], MEAN_COUNTS),
+        tooltip=charts.spread_tooltips(data, ["share", "k"], MEAN_COUNTS),
     )
     return (line + band).properties(width=320, height=220)
 

@@ -37,6 +37,7 @@ from kit.files.paths import resolve
 from kit.readout import notices
 from kit.readout.citation import PAPER
 from kit.report import charts, notebook_html, outputs, paper_files, tables, verdicts_html
+from kit.report.chart_captions import chart_caption
 from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import label
 from kit.runtime import provenance
@@ -178,7 +179,8 @@ def executed_notebooks(folder: Path) -> list[Path]:
 
 def chart_specs(notebook: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """The caption and Vega-Lite spec of every chart the executed notebook displays, in order:
-    the notebook's title number and the heading of the section showing the chart."""
+    the notebook's title number, the heading of the section showing the chart and what the
+    chart shows (kit.report.chart_captions)."""
     number = notebook.stem.split("_", 1)[0]
     heading = notebook.stem
     for cell in nbformat.read(notebook, as_version=4).cells:
@@ -189,7 +191,7 @@ def chart_specs(notebook: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             spec = output.get("data", {}).get(VEGALITE_MIME)
             if spec:
                 title = heading if heading.startswith(number) else f"{number} · {heading}"
-                yield title, spec
+                yield chart_caption(title, charts.saved_name(spec)), spec
 
 
 def unverified_html(kept: dict[str, list[str]]) -> str:
