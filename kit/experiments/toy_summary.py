@@ -109,3 +109,28 @@ def summary_markdown(summary: ToySummary) -> str:
         f"{percent(summary['unpruned_solves_all_fraction'])}.",
     ]
     return "\n".join(f"- {line}" for line in lines)
+
+
+#: what a model kept, as the sparsity line says it (the features by their symbols, φ1 and φ2)
+KEPT_WORDS = {"both": "both features", "phi1": "only φ1", "phi2": "only φ2", "none": "no feature"}
+
+
+def sparsity_line(sparsity: pl.DataFrame) -> str:
+    """What the sparsity sweep's models kept (toy.sparsity_sweep: a row per model) at its
+    smallest and its largest weight decay, counted from the run: the sentence notebook 01
+    prints under the sweep, so that what the largest weight decay left is never said by hand."""
+
+    def kept_at(weight_decay: float) -> str:
+        models = sparsity.filter(pl.col("weight_decay") == weight_decay)
+        counts = dict(models.group_by("kept").len().iter_rows())
+        said = [
+            f"{counts[k]} of {models.height} kept {KEPT_WORDS[k]}"
+            for k in KEPT_WORDS
+            if counts.get(k)
+        ]
+        return f"weight decay {weight_decay:g}: {', '.join(said)}"
+
+    decays = sorted(set(sparsity["weight_decay"]))
+    if len(decays) == 1:
+        return f"At {kept_at(decays[0])}."
+    return f"At the smallest {kept_at(decays[0])}; at the largest {kept_at(decays[-1])}."

@@ -273,7 +273,7 @@ def run_table(experiment: Plan) -> pl.DataFrame:
     """The plan's runs as notebook 03 lists them: each run's folder (from the repository root
     where it lies under it), seed, iterations, warmup horizon (step_hint; empty: its own
     iterations), width, which variant each serves at which step, and its status read from its
-    folder when the table is made ('finished' or 'to train'): notebook 03 shows the table again
+    folder when the table is made ('finished' or 'to train'): notebook 03 shows the table once,
     after training, so a status is never the one from before it."""
     return pl.DataFrame(
         [
