@@ -52,7 +52,7 @@ from kit.readout import numbers
 from kit.readout.citation import PAPER
 from kit.report import notebook_html
 from kit.report import page as report_page
-from kit.report.labels import LABELS, VALUE_PATTERNS, VALUES, label, quantity
+from kit.report.labels import LABELS, SYMBOLS, VALUE_PATTERNS, VALUES, label, quantity
 from kit.train.run_files import RunFolder
 
 sync_api = pytest.importorskip(
@@ -366,10 +366,13 @@ WIDEST_PX = 1400
 WINDOWS_PX = (1280, 1400)
 #: the code names a reader must never see: keys of the label map with an underscore (the
 #: others are words: 'low', 'share', 'k'), and values the label map puts in words by pattern
-#: (an architecture 'cat4resnet50', a variant's per-task run 'direct-shape')
-CODE_NAMES = [re.escape(key) for key in (*LABELS, *VALUES) if "_" in key] + [
-    pattern.pattern for patterns in VALUE_PATTERNS.values() for pattern, _ in patterns
-]
+#: (an architecture 'cat4resnet50', a variant's per-task run 'direct-shape') or by symbol (the
+#: toy's feature 'phi1', shown as 'φ1')
+CODE_NAMES = (
+    [re.escape(key) for key in (*LABELS, *VALUES) if "_" in key]
+    + [pattern.pattern for patterns in VALUE_PATTERNS.values() for pattern, _ in patterns]
+    + [SYMBOLS[0].pattern]
+)
 #: a p-value as kit.readout.numbers prints it: two significant digits, or below a thousandth
 P_VALUE = re.compile(r"< 0\.001|–|1\.0|0\.0*[1-9]\d")
 #: elements wider than their box (scrollWidth over clientWidth): any that clips or spills its

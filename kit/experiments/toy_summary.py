@@ -11,6 +11,7 @@ import polars as pl
 from kit.experiments.toy import SOLVED, all_solved_fraction
 from kit.experiments.toy_construction import COMPONENT_FEATURE, COMPONENT_NAMES, FEATURES
 from kit.readout.scalars import as_float
+from kit.report import labels
 
 
 class ToySummary(TypedDict):
@@ -88,7 +89,9 @@ def summary_markdown(summary: ToySummary) -> str:
     def percent(value: object) -> str:
         return "–" if value is None else f"{value:.0%}"
 
-    kept = ", ".join(f"{n} kept {k}" for k, n in summary["kept_counts"].items())
+    kept = ", ".join(
+        f"{n} kept {labels.value_text('kept', k)}" for k, n in summary["kept_counts"].items()
+    )
     lines = [
         f"{summary['runs']} mixture-trained models: {kept}.",
         "Kept exactly one feature, by the dominant component's weight: "
@@ -111,8 +114,14 @@ def summary_markdown(summary: ToySummary) -> str:
     return "\n".join(f"- {line}" for line in lines)
 
 
-#: what a model kept, as the sparsity line says it (the features by their symbols, φ1 and φ2)
-KEPT_WORDS = {"both": "both features", "phi1": "only φ1", "phi2": "only φ2", "none": "no feature"}
+#: what a model kept, as the sparsity line says it (the features by their symbols:
+#: kit.report.labels)
+KEPT_WORDS = {
+    "both": "both features",
+    "phi1": f"only {labels.label('phi1')}",
+    "phi2": f"only {labels.label('phi2')}",
+    "none": "no feature",
+}
 
 
 def sparsity_line(sparsity: pl.DataFrame) -> str:
