@@ -183,7 +183,8 @@ def test_notebook_01_runs_in_lab_with_widgets_charts_and_tooltips(
 ) -> None:
     """Notebook 01 run in Lab, its charts drawn by the Vega-Lite they are written in (altair's
     widget, its JavaScript sent by the kernel; not Lab's own Vega-Lite 5, which warns on each),
-    no request leaving Lab's own server."""
+    no request leaving Lab's own server, the kernel on Unix sockets (no warning of TCP without
+    encryption in the server's log)."""
     url, token = lab
     before = NOTEBOOK.read_bytes()
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -242,6 +243,8 @@ def test_notebook_01_runs_in_lab_with_widgets_charts_and_tooltips(
         assert not outside, f"Lab's page asked the network for {outside}"
     context.close()
     assert NOTEBOOK.read_bytes() == before, "running the notebook in Lab changed notebooks/"
+    log = (tmp_path / "lab.log").read_text()  # the kernel's log joins the server's
+    assert "without encryption" not in log, "Lab's kernel ran over local TCP (kit.cli.lab_kernels)"
 
 
 def choose_the_kernel(page: object) -> None:
