@@ -7,6 +7,7 @@ Shared by the report's browser test and the checks' own tests (test_chart_checks
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -91,3 +92,25 @@ def unreadable(spec: Any) -> dict[str, list[Any]]:
 def repeated_captions(captions: list[str]) -> list[str]:
     """The captions that stand under more than one chart."""
     return sorted(caption for caption, n in Counter(captions).items() if n > 1)
+
+
+#: a table cell that is one number, with its sign: '+0.1', '−0.1', '0.1'
+SIGNED_NUMBER = re.compile(r"([+\-−]?)(\d[\d,]*\.\d+)")
+
+
+def signed_both_ways(rows: list[list[str]]) -> list[tuple[int, int]]:
+    """The pairs of a table's columns (by index) that show the same numbers in every row, one
+    of them signed and the other not ('0.1' beside '+0.1': one quantity read two ways). Columns
+    that only happen to share a number in one row are not such a pair."""
+    parsed = [[SIGNED_NUMBER.fullmatch(cell.strip()) for cell in row] for row in rows]
+    width = min((len(row) for row in parsed), default=0)
+    pairs = []
+    for a in range(width):
+        for b in range(a + 1, width):
+            cells = [(row[a], row[b]) for row in parsed]
+            if not cells or any(x is None or y is None or x[2] != y[2] for x, y in cells):
+                continue
+            signs = {(x[1], y[1]) for x, y in cells if float(x[2].replace(",", ""))}
+            if {("", "+"), ("+", "")} & signs:
+                pairs.append((a, b))
+    return pairs

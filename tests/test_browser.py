@@ -42,7 +42,7 @@ import nbformat
 import pytest
 import yaml
 from bar_lines import BAR_COUNTS, BAR_LINE, clock_seconds, rate_disagrees
-from chart_checks import repeated_captions, unreadable
+from chart_checks import repeated_captions, signed_both_ways, unreadable
 from test_notebook_results import WRITES
 
 from kit.cli import lab as lab_cli
@@ -426,7 +426,8 @@ def one_decimal(text: str) -> bool:
 
 def assert_one_precision_per_quantity(page: object, where: str) -> None:
     """Every table cell of an accuracy or a gain (by its column's quantity) has one decimal,
-    every p-value two significant digits or '< 0.001' (kit.readout.numbers)."""
+    every p-value two significant digits or '< 0.001' (kit.readout.numbers), and no two columns
+    show the same numbers one signed and the other not (tests/chart_checks.py)."""
     found = page.evaluate(
         "Array.from(document.querySelectorAll('table:not(.kit-settings)'), t => [Array.from("
         "t.querySelectorAll("
@@ -435,6 +436,11 @@ def assert_one_precision_per_quantity(page: object, where: str) -> None:
     )
     wrong = []
     for headers, rows in found:
+        wrong += [
+            ("one quantity signed and unsigned", headers[a : b + 1 : b - a])
+            for a, b in signed_both_ways(rows)
+            if rows and len(headers) == len(rows[0])
+        ]
         for row in rows:
             for header, cell in zip(headers, row, strict=False):
                 points = _quantity_of(header) in (numbers.POINTS, numbers.GAIN)

@@ -10,7 +10,7 @@ import altair as alt
 import nbformat
 import polars as pl
 import pytest
-from chart_checks import repeated_captions, unreadable
+from chart_checks import repeated_captions, signed_both_ways, unreadable
 
 from kit.experiments import toy_charts
 from kit.experiments.timecat import figures, sweep_figures
@@ -118,3 +118,14 @@ def test_every_chart_the_notebooks_save_has_a_caption_of_its_own() -> None:
 def test_a_caption_says_what_its_chart_shows_in_words(name: str) -> None:
     said = CHART_CAPTIONS[name]
     assert said.endswith(".") and not re.search(r"\w_\w|phi\d|direct-", said), said
+
+
+def test_two_columns_showing_one_number_signed_and_unsigned_fail() -> None:
+    """Table 3's gains as the report showed them: ImageNet-1k unsigned, its in-distribution
+    gain (the same numbers) signed."""
+    before = [["cat2", "0.1", "+6.7", "+0.1"], ["cat4", "−0.1", "+9.2", "−0.1"]]
+    assert signed_both_ways(before) == [(1, 3)]
+    after = [["cat2", "+0.1", "+6.7", "+0.1"], ["cat4", "−0.1", "+9.2", "−0.1"]]
+    assert signed_both_ways(after) == []
+    by_chance = [["cat2", "5.8", "+5.8"], ["cat4", "2.3", "+0.4"]]  # an accuracy, a gain
+    assert signed_both_ways(by_chance) == []

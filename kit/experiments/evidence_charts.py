@@ -163,11 +163,17 @@ def table3_gain_frame(gains: pl.DataFrame) -> pl.DataFrame:
         gains.filter(pl.col("n_models") > 1)
         .unpivot(
             index="method",
-            on=evidence.TRANSFER_DATASETS,
-            variable_name="eval_dataset",
+            on=[evidence.gain_column(d) for d in evidence.TRANSFER_DATASETS],
+            variable_name="column",
             value_name="points",
         )
-        .select("eval_dataset", pl.format("{} − cat1", "method").alias("comparison"), "points")
+        .select(
+            pl.col("column")
+            .replace_strict({evidence.gain_column(d): d for d in evidence.TRANSFER_DATASETS})
+            .alias("eval_dataset"),
+            pl.format("{} − cat1", "method").alias("comparison"),
+            "points",
+        )
     )
 
 
