@@ -43,7 +43,9 @@ import pytest
 import yaml
 from bar_lines import BAR_COUNTS, BAR_LINE, clock_seconds, rate_disagrees
 from chart_checks import repeated_captions, signed_both_ways, unreadable
+from PIL import Image
 from test_notebook_results import WRITES
+from test_paper_files import PDFLATEX, compile_latex, has_booktabs
 
 from kit.cli import lab as lab_cli
 from kit.files.paths import NOTEBOOKS_DIR, REPO_ROOT
@@ -752,6 +754,49 @@ def test_every_executed_notebook_page_renders_offline(
     assert bars >= 5, f"{bars} progress bars in the executed notebooks"
     assert formulas >= 2, f"{formulas} formulas drawn in the executed notebooks"
     assert not requested, f"the notebook pages asked the network for {requested}"
+
+
+#: pixels per inch of the LaTeX pages' screenshots (pdftoppm's -r)
+PAGE_DPI = 80
+
+
+@pytest.mark.skipif(
+    not (PDFLATEX and shutil.which("pdftoppm") and has_booktabs()),
+    reason="no pdfLaTeX with booktabs or no pdftoppm (apt-get install texlive-latex-extra "
+    "poppler-utils)",
+)
+def test_the_reports_latex_tables_render_as_pages(
+    browser, notebook_outputs, tmp_path_factory, tmp_path: Path
+) -> None:
+    """Every LaTeX table the report wrote for the executed notebooks, compiled together in a
+    plain A4 `article`, rendered page by page by pdftoppm and shown in the browser: each page
+    drawn with ink on it, its screenshot kept (the folder is printed) for a reader to look at
+    what a paper would print."""
+    folder, _ = executed_report(notebook_outputs, tmp_path_factory)
+    tables = sorted(folder.glob("*.tex"))
+    assert len(tables) >= 4, f"{len(tables)} LaTeX tables in the report's folder"
+    compile_latex(tables, tmp_path, "a4paper")  # twice: a split table's parts name the first
+    pdf = compile_latex(tables, tmp_path, "a4paper")  # by its number, from the first run's .aux
+    subprocess.run(
+        ["pdftoppm", "-r", str(PAGE_DPI), "-png", str(pdf), str(tmp_path / "page")], check=True
+    )
+    pages = sorted(tmp_path.glob("page-*.png"))
+    assert pages, "pdftoppm rendered no page"
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    context, requested = offline_context(browser, WIDEST_PX)
+    view = context.new_page()
+    for rendered in pages:
+        view.goto(rendered.as_uri())
+        drawn = view.evaluate("[document.images[0].naturalWidth, document.images[0].complete]")
+        assert drawn[0] > 0 and drawn[1], f"{rendered.name}: the browser drew no page"
+        with Image.open(rendered) as image:
+            ink = sum(image.convert("L").point(lambda v: v < 128 and 255).histogram()[255:])
+        assert ink > 100, f"{rendered.name}: a blank page ({ink} dark pixels)"
+        view.screenshot(path=str(shots / rendered.name), full_page=True)
+    context.close()
+    assert not requested, f"the rendered pages asked the network for {requested}"
+    print(f"the report's LaTeX tables as pages: {shots}")
 
 
 def test_the_docs_open_offline(browser, tmp_path: Path) -> None:
