@@ -27,6 +27,12 @@ LABELS: dict[str, str] = {
     "comparisons": "tasks in the comparison",
     "iterations_per_model": "iterations per model",
     "total_iterations": "total iterations",
+    # notebook 03's budget: a variant's width against cat1's (Table 3's layout), a run's channel
+    # multiplier (the run table: cat1's network at width 1 may be a quarter-width ResNet), and
+    # the compute a variant spends in cat1's iterations
+    "width": "width (× cat1's)",
+    "channel_width": "channel width (× the ResNet's)",
+    "compute": "compute (cat1 iterations)",
     "world_seed": "world seed",
     # label-free diagnostics (kit.stats.diagnostics)
     "rankme_mean": "RankMe (mean)",

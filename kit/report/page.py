@@ -65,7 +65,9 @@ CAPTIONS = {
     "time_concat_verdicts": "Notebook 03: each claim's conditions, judged on its primary "
     "endpoint (time-concat: Section 5.1, Table 3; the bottleneck: Sections 3-4).",
     "time_concat_table3": "Notebook 03: linear-probe top-1 % of every variant on every task, "
-    "mean and standard deviation over replicates, in the layout of the paper's Table 3.",
+    "mean and standard deviation over replicates, in the layout of the paper's Table 3; width "
+    "is a variant's against cat1's, and compute its cost in cat1's iterations (models × width² "
+    "× iterations per model: an iteration of a model twice as wide costs four of cat1's).",
     "time_concat_gains": "Notebook 03, secondary and exploratory: each variant minus the "
     "baseline on each task, paired by replicate, Holm-adjusted over the tasks of a comparison.",
     "sweep_vs_paper": "Notebook 04, the budget sweep, beside the paper's Table 3 (Section 5.1), "

@@ -282,7 +282,7 @@ def run_table(experiment: Plan) -> pl.DataFrame:
                 "seed": settings.seed,
                 "iterations": settings.iterations,
                 "step_hint": settings.step_hint,
-                "width": settings.width,
+                "channel_width": settings.width,
                 "serves": ", ".join(experiment.serves.get(settings.output_dir, [])),
                 "status": "finished" if is_finished(settings) else "to train",
             }
@@ -293,7 +293,7 @@ def run_table(experiment: Plan) -> pl.DataFrame:
             "seed": pl.Int64,
             "iterations": pl.Int64,
             "step_hint": pl.Int64,
-            "width": pl.Float64,
+            "channel_width": pl.Float64,
             "serves": pl.String,
             "status": pl.String,
         },
