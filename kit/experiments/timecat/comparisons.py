@@ -74,9 +74,7 @@ def table3(results: pl.DataFrame, rule: str) -> pl.DataFrame:
         .with_columns(
             (pl.col("n") * pl.col("iterations_per_model")).alias("total_iterations"),
             # an iteration of a model `width` times wider costs width² of cat1's
-            (pl.col("n") * pl.col("width") ** 2 * pl.col("iterations_per_model")).alias(
-                "compute"
-            ),
+            (pl.col("n") * pl.col("width") ** 2 * pl.col("iterations_per_model")).alias("compute"),
         )
         .sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
         .select(
