@@ -37,7 +37,7 @@ def construction_chart() -> alt.FacetChart:
             if toy_construction.COMPONENT_MASSES[c, p] > 0:
                 rows.append(
                     {
-                        "component": f"{name} (needs {needs})",
+                        "component": f"{name} (needs {labels.label(needs)})",
                         "point": point,
                         "phi1": float(toy_construction.POINTS[p, 0]),
                         "phi2": float(toy_construction.POINTS[p, 1]),
