@@ -49,10 +49,10 @@ def construction_chart() -> alt.FacetChart:
         x=alt.X("phi1:Q", title="feature φ1", scale=alt.Scale(domain=[-1.5, 1.5])),
         y=alt.Y("phi2:Q", title="feature φ2", scale=alt.Scale(domain=[-1.5, 1.5])),
     )
-    labels = ["positive", "negative"]
+    classes = ["positive", "negative"]
     points = base.mark_point(filled=True, size=160).encode(
-        color=alt.Color("label:N", scale=palette.scale(labels), title="label"),
-        shape=alt.Shape("label:N", scale=alt.Scale(domain=labels), title="label"),
+        color=alt.Color("label:N", scale=palette.scale(classes), title="label"),
+        shape=alt.Shape("label:N", scale=alt.Scale(domain=classes), title="label"),
         tooltip=charts.tooltips(frame, ["component", "point", "label", "phi1", "phi2"]),
     )
     text = base.mark_text(dx=12, dy=-10).encode(text="point:N")
