@@ -42,7 +42,10 @@ import nbformat
 import pytest
 import yaml
 from bar_lines import BAR_COUNTS, BAR_LINE, clock_seconds, rate_disagrees
+from chart_checks import repeated_captions, signed_both_ways, unreadable
+from PIL import Image
 from test_notebook_results import WRITES
+from test_paper_files import PDFLATEX, compile_latex, has_booktabs
 
 from kit.cli import lab as lab_cli
 from kit.files.paths import NOTEBOOKS_DIR, REPO_ROOT
@@ -51,7 +54,7 @@ from kit.readout import numbers
 from kit.readout.citation import PAPER
 from kit.report import notebook_html
 from kit.report import page as report_page
-from kit.report.labels import LABELS, VALUE_PATTERNS, VALUES, label, quantity
+from kit.report.labels import LABELS, SYMBOLS, VALUE_PATTERNS, VALUES, label, quantity
 from kit.train.run_files import RunFolder
 
 sync_api = pytest.importorskip(
@@ -182,7 +185,8 @@ def test_notebook_01_runs_in_lab_with_widgets_charts_and_tooltips(
 ) -> None:
     """Notebook 01 run in Lab, its charts drawn by the Vega-Lite they are written in (altair's
     widget, its JavaScript sent by the kernel; not Lab's own Vega-Lite 5, which warns on each),
-    no request leaving Lab's own server."""
+    no request leaving Lab's own server, the kernel on Unix sockets (no warning of TCP without
+    encryption in the server's log)."""
     url, token = lab
     before = NOTEBOOK.read_bytes()
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -241,6 +245,8 @@ def test_notebook_01_runs_in_lab_with_widgets_charts_and_tooltips(
         assert not outside, f"Lab's page asked the network for {outside}"
     context.close()
     assert NOTEBOOK.read_bytes() == before, "running the notebook in Lab changed notebooks/"
+    log = (tmp_path / "lab.log").read_text()  # the kernel's log joins the server's
+    assert "without encryption" not in log, "Lab's kernel ran over local TCP (kit.cli.lab_kernels)"
 
 
 def choose_the_kernel(page: object) -> None:
@@ -365,10 +371,13 @@ WIDEST_PX = 1400
 WINDOWS_PX = (1280, 1400)
 #: the code names a reader must never see: keys of the label map with an underscore (the
 #: others are words: 'low', 'share', 'k'), and values the label map puts in words by pattern
-#: (an architecture 'cat4resnet50', a variant's per-task run 'direct-shape')
-CODE_NAMES = [re.escape(key) for key in (*LABELS, *VALUES) if "_" in key] + [
-    pattern.pattern for patterns in VALUE_PATTERNS.values() for pattern, _ in patterns
-]
+#: (an architecture 'cat4resnet50', a variant's per-task run 'direct-shape') or by symbol (the
+#: toy's feature 'phi1', shown as 'φ1')
+CODE_NAMES = (
+    [re.escape(key) for key in (*LABELS, *VALUES) if "_" in key]
+    + [pattern.pattern for patterns in VALUE_PATTERNS.values() for pattern, _ in patterns]
+    + [SYMBOLS[0].pattern]
+)
 #: a p-value as kit.readout.numbers prints it: two significant digits, or below a thousandth
 P_VALUE = re.compile(r"< 0\.001|–|1\.0|0\.0*[1-9]\d")
 #: elements wider than their box (scrollWidth over clientWidth): any that clips or spills its
@@ -419,7 +428,8 @@ def one_decimal(text: str) -> bool:
 
 def assert_one_precision_per_quantity(page: object, where: str) -> None:
     """Every table cell of an accuracy or a gain (by its column's quantity) has one decimal,
-    every p-value two significant digits or '< 0.001' (kit.readout.numbers)."""
+    every p-value two significant digits or '< 0.001' (kit.readout.numbers), and no two columns
+    show the same numbers one signed and the other not (tests/chart_checks.py)."""
     found = page.evaluate(
         "Array.from(document.querySelectorAll('table:not(.kit-settings)'), t => [Array.from("
         "t.querySelectorAll("
@@ -428,6 +438,11 @@ def assert_one_precision_per_quantity(page: object, where: str) -> None:
     )
     wrong = []
     for headers, rows in found:
+        wrong += [
+            ("one quantity signed and unsigned", headers[a : b + 1 : b - a])
+            for a, b in signed_both_ways(rows)
+            if rows and len(headers) == len(rows[0])
+        ]
         for row in rows:
             for header, cell in zip(headers, row, strict=False):
                 points = _quantity_of(header) in (numbers.POINTS, numbers.GAIN)
@@ -503,8 +518,10 @@ def test_the_report_of_the_executed_notebooks_reads_offline(
     browser, notebook_outputs, tmp_path_factory, tmp_path: Path
 ) -> None:
     """The report of notebooks 01-04 as executed, opened with the network cut off at 1,280 and
-    1,400 px: every chart drawn, none scrolling sideways in its column, the page no wider than
-    the window, the machine it ran on under the paper's line."""
+    1,400 px: every chart drawn, none scrolling sideways in its column, each under a caption of
+    its own, the page no wider than the window, the machine it ran on under the paper's line;
+    every chart's spec reads as a paper's figure (tests/chart_checks.py: no orphan x-axis, no
+    row header beside the y-axis title, a mean in every interval tooltip)."""
     folder, _ = executed_report(notebook_outputs, tmp_path_factory)
     charts = sum(
         1
@@ -512,6 +529,13 @@ def test_the_report_of_the_executed_notebooks_reads_offline(
         for _ in report_page.chart_specs(notebook)
     )
     assert charts >= 10, f"{charts} charts in the executed notebooks"
+    unread = {
+        caption: found
+        for notebook in report_page.executed_notebooks(folder)
+        for caption, spec in report_page.chart_specs(notebook)
+        if (found := unreadable(spec))
+    }
+    assert not unread, f"charts that do not read as a paper's figures (chart_checks): {unread}"
     for width in WINDOWS_PX:
         read_the_report_at(browser, folder / report_page.PAGE, width, charts, tmp_path)
 
@@ -532,6 +556,13 @@ def read_the_report_at(
         wait_for_the_charts(page)
         assert page.locator(".chart :is(svg, canvas)").count() == charts
         assert "could not be drawn" not in page.locator("#charts").inner_text()
+        captions = page.evaluate(
+            "Array.from(document.querySelectorAll('.chart figcaption'), "
+            "c => c.firstChild.textContent.trim())"
+        )
+        assert len(captions) == charts and not repeated_captions(captions), (
+            f"charts under one caption: {repeated_captions(captions)}"
+        )
         scrolling = page.evaluate(
             "Array.from(document.querySelectorAll('.chart'), e => [e.textContent, "
             "e.scrollWidth, e.clientWidth]).filter(([, s, c]) => s > c)"
@@ -723,6 +754,49 @@ def test_every_executed_notebook_page_renders_offline(
     assert bars >= 5, f"{bars} progress bars in the executed notebooks"
     assert formulas >= 2, f"{formulas} formulas drawn in the executed notebooks"
     assert not requested, f"the notebook pages asked the network for {requested}"
+
+
+#: pixels per inch of the LaTeX pages' screenshots (pdftoppm's -r)
+PAGE_DPI = 80
+
+
+@pytest.mark.skipif(
+    not (PDFLATEX and shutil.which("pdftoppm") and has_booktabs()),
+    reason="no pdfLaTeX with booktabs or no pdftoppm (apt-get install texlive-latex-extra "
+    "poppler-utils)",
+)
+def test_the_reports_latex_tables_render_as_pages(
+    browser, notebook_outputs, tmp_path_factory, tmp_path: Path
+) -> None:
+    """Every LaTeX table the report wrote for the executed notebooks, compiled together in a
+    plain A4 `article`, rendered page by page by pdftoppm and shown in the browser: each page
+    drawn with ink on it, its screenshot kept (the folder is printed) for a reader to look at
+    what a paper would print."""
+    folder, _ = executed_report(notebook_outputs, tmp_path_factory)
+    tables = sorted(folder.glob("*.tex"))
+    assert len(tables) >= 4, f"{len(tables)} LaTeX tables in the report's folder"
+    compile_latex(tables, tmp_path, "a4paper")  # twice: a split table's parts name the first
+    pdf = compile_latex(tables, tmp_path, "a4paper")  # by its number, from the first run's .aux
+    subprocess.run(
+        ["pdftoppm", "-r", str(PAGE_DPI), "-png", str(pdf), str(tmp_path / "page")], check=True
+    )
+    pages = sorted(tmp_path.glob("page-*.png"))
+    assert pages, "pdftoppm rendered no page"
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    context, requested = offline_context(browser, WIDEST_PX)
+    view = context.new_page()
+    for rendered in pages:
+        view.goto(rendered.as_uri())
+        drawn = view.evaluate("[document.images[0].naturalWidth, document.images[0].complete]")
+        assert drawn[0] > 0 and drawn[1], f"{rendered.name}: the browser drew no page"
+        with Image.open(rendered) as image:
+            ink = sum(image.convert("L").point(lambda v: v < 128 and 255).histogram()[255:])
+        assert ink > 100, f"{rendered.name}: a blank page ({ink} dark pixels)"
+        view.screenshot(path=str(shots / rendered.name), full_page=True)
+    context.close()
+    assert not requested, f"the rendered pages asked the network for {requested}"
+    print(f"the report's LaTeX tables as pages: {shots}")
 
 
 def test_the_docs_open_offline(browser, tmp_path: Path) -> None:

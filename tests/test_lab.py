@@ -165,3 +165,49 @@ def test_kit_lab_help_says_what_it_does_then_jupyterlabs_options() -> None:
     kit_part, _, lab_part = shown.stdout.partition("JupyterLab's own help follows.")
     assert "saving a notebook of notebooks/" in kit_part and "news" in kit_part
     assert "--port" in lab_part and "LabApp" in lab_part, lab_part[:500]
+
+
+def test_lab_starts_its_kernels_on_unix_sockets(tmp_path: Path) -> None:
+    """`kit lab` names its kernel manager (kit.cli.lab_kernels), whose kernels use the ipc
+    transport: their sockets beside the connection file, or in a private folder of their own
+    (removed with the sockets) where that path is too long for a socket."""
+    from kit.cli import lab_kernels
+
+    assert f"--MappingKernelManager.kernel_manager_class={lab.KERNEL_MANAGER}" in lab.arguments([])
+    module, name = lab.KERNEL_MANAGER.rsplit(".", 1)
+    assert getattr(sys.modules[module], name) is lab_kernels.LocalSocketKernelManager
+    short = lab_kernels.LocalSocketKernelManager(connection_file=str(tmp_path / "kernel-1.json"))
+    assert short.transport == "ipc" and short.ip == str(tmp_path / "kernel-1-ipc")
+    deep = tmp_path / ("x" * lab_kernels.SOCKET_PATH_MAX) / "kernel-2.json"
+    long = lab_kernels.LocalSocketKernelManager(connection_file=str(deep))
+    folder = Path(long.ip).parent
+    assert long.transport == "ipc" and len(long.ip) <= lab_kernels.SOCKET_PATH_MAX
+    assert folder.is_dir() and folder.stat().st_mode & 0o077 == 0  # private
+    long.cleanup_ipc_files()
+    assert not folder.exists()
+
+
+def test_a_kernel_of_lab_runs_code_over_its_unix_sockets(tmp_path: Path) -> None:
+    """A kernel started by `kit lab`'s kernel manager answers over its sockets and never warns
+    of TCP without encryption."""
+    import asyncio
+
+    from kit.cli import lab_kernels
+
+    async def run() -> tuple[str, str]:
+        manager = lab_kernels.LocalSocketKernelManager(
+            connection_file=str(tmp_path / "kernel-3.json")
+        )
+        await manager.start_kernel(stderr=(tmp_path / "kernel.log").open("w"))
+        client = manager.client()
+        client.start_channels()
+        try:
+            await client.wait_for_ready(timeout=60)
+            reply = await client.execute_interactive("print(6 * 7)", timeout=60)
+            return manager.transport, reply["content"]["status"]
+        finally:
+            client.stop_channels()
+            await manager.shutdown_kernel(now=True)
+
+    assert asyncio.run(run()) == ("ipc", "ok")
+    assert "without encryption" not in (tmp_path / "kernel.log").read_text()

@@ -142,3 +142,22 @@ def test_a_wide_table_shows_fewer_columns_than_its_frame() -> None:
     ]
     assert shown.notes == ["baseline: cat1"]
     assert "In every row: baseline: cat1." in tables.table(frame)._repr_html_()
+
+
+def test_a_tooltip_of_three_significant_digits_reads_as_a_table_cell() -> None:
+    """A number of no named quantity (a training loss) reads in a chart's tooltip as in a
+    table: '1.60' beside '1.19', never '1.6' (d3's '~' trims the zero a table keeps); drawn by
+    vl-convert, the chart's texts are `numbers.OTHER.text`'s."""
+    import re
+
+    import altair as alt
+    import vl_convert
+
+    values = [1.6, 1.19, 0.955, 12.3]
+    chart = (
+        alt.Chart(alt.Data(values=[{"v": v, "i": i} for i, v in enumerate(values)]))
+        .mark_text()
+        .encode(y="i:O", text=alt.Text("v:Q", format=numbers.OTHER.d3))
+    )
+    drawn = re.findall(r">([\d.,]+)</text>", vl_convert.vegalite_to_svg(chart.to_dict()))
+    assert [t for t in drawn if "." in t] == [numbers.OTHER.text(v) for v in values]

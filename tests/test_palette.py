@@ -99,9 +99,9 @@ def test_a_variant_has_one_colour_in_every_chart_of_every_notebook() -> None:
     ]
     for spec in specs:
         for name, colour in colours(spec.to_dict()).items():
-            name = {"direct on the component": "direct", "mixture, kept phi1": "phi1"}.get(
+            name = {"direct on the component": "direct", "mixture, kept φ1": "phi1"}.get(
                 name, name
-            )
+            )  # the chart shows the feature by its symbol (kit.report.labels.SYMBOLS)
             assert seen.setdefault(name, colour) == colour, f"{name}: {colour} != {seen[name]}"
     assert {"cat1", "cat2", "wide1", "random2", "direct", "phi1"} <= set(seen)
     assert len({seen[v] for v in ("cat1", "cat2", "wide1", "random2", "direct")}) == 5

@@ -173,7 +173,7 @@ def test_table_reads_without_quotes_or_long_floats() -> None:
     # the mean to the precision its std supports (two significant digits of the std)
     assert "0.667" in text and "0.6666667" not in text and "0.048" in text and "0.0478" not in text
     assert '"' not in text and "&quot;" not in page
-    assert '<td style="text-align:left">mixture, kept phi1</td>' in page
+    assert '<td style="text-align:left">mixture, kept φ1</td>' in page  # by its symbol
     assert shown.frame["mean"].dtype == pl.Float64  # the numbers stay numbers
 
 

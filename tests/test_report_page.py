@@ -372,6 +372,8 @@ def test_notebook_02_and_a_launch_show_no_code_name(tmp_path: Path) -> None:
     )["comparison"]
     assert not [bar for bar in bars if re.search(r"cat\d|resnet50w|_", bar)], bars.unique()
     assert shown("rep0__cat1__seed0") == "replicate 0, cat1, seed 0"
+    direct = labels.value_text("variant", "direct-shape")  # one name, the label map's
+    assert shown("rep0__direct-shape__seed0") == f"replicate 0, {direct}, seed 0"
     bar = trainer.tqdm(total=10, file=io.StringIO())
     run = SimpleNamespace(
         folder=SimpleNamespace(metrics=tmp_path / "metrics.jsonl"),

@@ -543,16 +543,20 @@ def test_notebook_03_table_rerun_skips_and_changed_settings_are_refused(notebook
     table = pl.read_parquet(folder / TIME_CONCAT.table3)
     tasks = [task.name for task in loaded.tasks]
     assert table["variant"].to_list() == [v.name for v in loaded.variants]
-    assert table.columns[:7] == [
+    assert table.columns[:8] == [
         "variant",
         "kind",
         "n",
         "width",
         "iterations_per_model",
         "total_iterations",
+        "compute",
         "replicates",
     ]
-    assert table.columns[7:] == [f"{task} {kind}" for task in tasks for kind in ("mean", "std")]
+    assert table.columns[8:] == [f"{task} {kind}" for task in tasks for kind in ("mean", "std")]
+    trained = table.filter(pl.col("kind") != "random-init")  # its cost in cat1's iterations
+    cost = trained["n"] * trained["width"] ** 2 * trained["iterations_per_model"]
+    assert trained["compute"].to_list() == cost.to_list()
     assert table["mixture mean"].dtype == pl.Float64
     assert (table["replicates"] == loaded.replicates).all()
     results = pl.read_parquet(folder / TIME_CONCAT.results)

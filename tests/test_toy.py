@@ -177,7 +177,8 @@ def test_accuracy_chart_names_every_representation_and_the_chance_level(
     )
     (svg,) = charts.save_chart(toy_charts.accuracy_chart(table), tmp_path, "accuracy", ["svg"])
     texts = chart_texts(svg)
-    assert set(trainings) <= set(texts)  # in full, not shortened with '…'
+    shown = [t.replace("phi1", "φ1") for t in trainings]  # the feature by its symbol
+    assert set(shown) <= set(texts)  # in full, not shortened with '…'
     assert texts.count("chance 0.667") == 1  # a third positive in every component
 
 
@@ -198,6 +199,6 @@ def test_what_the_runs_show_reads_as_sentences_not_python_dicts() -> None:
     assert "{" not in text and "'" not in text.replace("component's", "").replace(
         "classifier's", ""
     )
-    assert "1 kept both, 3 kept phi1" in text and "weight 0.25: 50%" in text
+    assert "1 kept both, 3 kept φ1" in text and "weight 0.25: 50%" in text
     assert "k = 2: 50%" in text and "P2: 0.980" in text
     assert all(line.startswith("- ") for line in text.splitlines())

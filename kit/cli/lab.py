@@ -16,7 +16,8 @@ checkout's. When the kernels Lab starts in `notebooks/` would import another che
 than the server (kit.cli.kernels asks, as a kernel would), or when started from inside another
 checkout, `kit lab` refuses, naming both and saying how to start it; each kernel checks again in
 its first cell (kit.files.checkouts). Lab's news announcements are off: no prompt (the setting
-default in `lab_config/`), nothing fetched.
+default in `lab_config/`), nothing fetched. Its kernels talk to the server over Unix sockets, as
+`python -m kit run`'s do, not local TCP (kit.cli.lab_kernels).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from kit.files.paths import NOTEBOOKS_DIR, REPO_ROOT
 
 #: the kit's Jupyter configuration folder (JUPYTER_CONFIG_PATH): Lab's setting defaults
 CONFIG_DIR = Path(__file__).with_name("lab_config")
+#: the kernel manager of Lab's kernels: Unix sockets, not local TCP (kit.cli.lab_kernels)
+KERNEL_MANAGER = "kit.cli.lab_kernels.LocalSocketKernelManager"
 #: what `python -m kit lab --help` says before JupyterLab's own help
 HELP = f"""usage: python -m kit lab [JUPYTER LAB OPTIONS ...]
 
@@ -44,6 +47,7 @@ JupyterLab on the kit's repository ({REPO_ROOT}), as its notebooks are meant to 
   - saving a notebook of notebooks/ writes it without outputs, execution counts or view state,
     as committed, so running them leaves `git status` clean;
   - Lab's news announcements are off (no prompt, nothing fetched);
+  - its kernels talk to it over Unix sockets in Jupyter's runtime folder, not local TCP;
   - it refuses to start, saying how to, when its kernels would import `kit` from another
     checkout than this command (several clones sharing one environment), and each kernel
     checks it again in the notebook's first cell.
@@ -99,6 +103,7 @@ def arguments(extra: list[str]) -> list[str]:
         "jupyterlab",
         f"--ServerApp.root_dir={REPO_ROOT}",
         f"--FileContentsManager.pre_save_hook={__name__}.strip_on_save",
+        f"--MappingKernelManager.kernel_manager_class={KERNEL_MANAGER}",
         "--LabApp.news_url=None",
         *extra,
     ]

@@ -163,11 +163,17 @@ def table3_gain_frame(gains: pl.DataFrame) -> pl.DataFrame:
         gains.filter(pl.col("n_models") > 1)
         .unpivot(
             index="method",
-            on=evidence.TRANSFER_DATASETS,
-            variable_name="eval_dataset",
+            on=[evidence.gain_column(d) for d in evidence.TRANSFER_DATASETS],
+            variable_name="column",
             value_name="points",
         )
-        .select("eval_dataset", pl.format("{} − cat1", "method").alias("comparison"), "points")
+        .select(
+            pl.col("column")
+            .replace_strict({evidence.gain_column(d): d for d in evidence.TRANSFER_DATASETS})
+            .alias("eval_dataset"),
+            pl.format("{} − cat1", "method").alias("comparison"),
+            "points",
+        )
     )
 
 
@@ -199,12 +205,8 @@ def series_chart(series: pl.DataFrame) -> alt.FacetChart:
     wide = base.transform_filter(alt.datum.kind == "wider network").mark_point(
         size=120, filled=True
     )
-    return (
-        alt.layer(lines, wide, data=data)
-        .properties(width=170, height=170)
-        .facet(
-            facet=alt.Facet("eval_dataset:N", sort=evidence.TRANSFER_DATASETS, title=None),
-            columns=FACET_COLUMNS,
-        )
-        .resolve_scale(y="independent")
-    )
+    return charts.wrapped(
+        alt.layer(lines, wide, data=data).properties(width=170, height=170),
+        alt.Facet("eval_dataset:N", sort=evidence.TRANSFER_DATASETS, title=None),
+        FACET_COLUMNS,
+    ).resolve_scale(y="independent")

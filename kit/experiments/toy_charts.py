@@ -11,7 +11,7 @@ from kit.experiments import toy, toy_construction
 from kit.experiments.toy_settings import SparseTrainingSettings
 from kit.readout.numbers import FRACTION, MEAN_COUNT
 from kit.readout.progress import Described
-from kit.report import charts, palette, tables
+from kit.report import charts, labels, palette, tables
 
 # ---------------------------------------------------------------------------------------------
 # Charts
@@ -19,6 +19,8 @@ from kit.report import charts, palette, tables
 
 #: the order of the kept-feature labels in charts and tables
 KEPT_ORDER = ["phi1", "phi2", "both", "none"]
+#: the same labels as a chart shows them (the features by their symbols: kit.report.labels)
+KEPT_SHOWN = [labels.value_text("kept", kept) for kept in KEPT_ORDER]
 #: panels a row of a chart with one panel per component: the four components wrap to two
 #: rows, so that the chart fits a notebook's column in a 1,280-px window
 FACET_COLUMNS = 2
@@ -27,7 +29,7 @@ MEAN_COUNTS = dict.fromkeys(["mean", "std", "low", "high"], MEAN_COUNT)
 
 
 def construction_chart() -> alt.FacetChart:
-    """Each component's support points in the (phi1, phi2) plane, with their labels."""
+    """Each component's support points in the (φ1, φ2) plane, with their labels."""
     rows = []
     for c, name in enumerate(toy_construction.COMPONENT_NAMES):
         needs = toy_construction.FEATURES[toy_construction.COMPONENT_FEATURE[c]]
@@ -35,59 +37,60 @@ def construction_chart() -> alt.FacetChart:
             if toy_construction.COMPONENT_MASSES[c, p] > 0:
                 rows.append(
                     {
-                        "component": f"{name} (needs {needs})",
+                        "component": f"{name} (needs {labels.label(needs)})",
                         "point": point,
                         "phi1": float(toy_construction.POINTS[p, 0]),
                         "phi2": float(toy_construction.POINTS[p, 1]),
                         "label": "positive" if toy_construction.LABELS[p] == 1 else "negative",
                     }
                 )
-    base = alt.Chart(pl.DataFrame(rows)).encode(
-        x=alt.X("phi1:Q", title="feature phi1", scale=alt.Scale(domain=[-1.5, 1.5])),
-        y=alt.Y("phi2:Q", title="feature phi2", scale=alt.Scale(domain=[-1.5, 1.5])),
+    frame = pl.DataFrame(rows)
+    base = alt.Chart(frame).encode(
+        x=alt.X("phi1:Q", title="feature φ1", scale=alt.Scale(domain=[-1.5, 1.5])),
+        y=alt.Y("phi2:Q", title="feature φ2", scale=alt.Scale(domain=[-1.5, 1.5])),
     )
-    labels = ["positive", "negative"]
+    classes = ["positive", "negative"]
     points = base.mark_point(filled=True, size=160).encode(
-        color=alt.Color("label:N", scale=palette.scale(labels), title="label"),
-        shape=alt.Shape("label:N", scale=alt.Scale(domain=labels), title="label"),
-        tooltip=["component", "point", "label", "phi1", "phi2"],
+        color=alt.Color("label:N", scale=palette.scale(classes), title="label"),
+        shape=alt.Shape("label:N", scale=alt.Scale(domain=classes), title="label"),
+        tooltip=charts.tooltips(frame, ["component", "point", "label", "phi1", "phi2"]),
     )
     text = base.mark_text(dx=12, dy=-10).encode(text="point:N")
-    return (
-        (points + text)
-        .properties(width=150, height=150)
-        .facet(facet=alt.Facet("component:N", title="component"), columns=FACET_COLUMNS)
+    return charts.wrapped(
+        (points + text).properties(width=150, height=150),
+        alt.Facet("component:N", title="component"),
+        FACET_COLUMNS,
     )
 
 
 def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
     """How many mixture-trained models kept each feature, by dominant component and weight."""
-    counts = (
+    counts = labels.readable(
         runs.group_by(["dominant", "share", "kept"])
         .len()
         .with_columns(
             pl.col("kept").replace_strict(KEPT_ORDER, range(len(KEPT_ORDER))).alias("stacked")
         )
     )
-    return (
+    chart = (
         alt.Chart(counts)
         .mark_bar()
         .encode(
             x=alt.X("share:O", title="weight of the dominant component"),
             y=alt.Y("len:Q", title="trained models"),
-            color=alt.Color("kept:N", scale=palette.scale(KEPT_ORDER), title="features kept"),
+            color=alt.Color("kept:N", scale=palette.scale(KEPT_SHOWN), title="features kept"),
             order=alt.Order("stacked:Q"),  # KEPT_ORDER's rank: a nominal field has no order
             tooltip=charts.tooltips(counts, ["dominant", "share", "kept", "len"]),
         )
         .properties(width=170, height=160)
-        .facet(facet=alt.Facet("dominant:N", title="dominant component"), columns=FACET_COLUMNS)
     )
+    return charts.wrapped(chart, alt.Facet("dominant:N", title="dominant component"), FACET_COLUMNS)
 
 
 def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
     """Probe accuracy per component and representation (toy.accuracy_table), with chance."""
     chance = toy.majority_accuracy()
-    data = charts.error_bounds(table, (0, 1)).with_columns(
+    data = labels.readable(charts.error_bounds(table, (0, 1))).with_columns(
         pl.col("component").replace_strict(chance).alias("chance")
     )
     title = "linear-probe accuracy (mean ± std)"
@@ -115,7 +118,7 @@ def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
 
 
 def _kept_name(training: str) -> str:
-    """The palette name of a representation: 'mixture, kept phi1' is coloured as phi1, 'direct
+    """The palette name of a representation: 'mixture, kept φ1' is coloured as φ1, 'direct
     on the component' as the direct variant."""
     return training.rsplit(" ", 1)[-1] if training.startswith("mixture") else "direct"
 
@@ -140,21 +143,21 @@ def concat_chart(concat: pl.DataFrame) -> alt.LayerChart:
     band = base.mark_errorbar().encode(
         y=alt.Y("low:Q", title=title),
         y2="high:Q",
-        tooltip=charts.tooltips(data, ["share", "k", "low", "high"], MEAN_COUNTS),
+        tooltip=charts.spread_tooltips(data, ["share", "k"], MEAN_COUNTS),
     )
     return (line + band).properties(width=320, height=220)
 
 
 def sparsity_chart(sweep: pl.DataFrame) -> alt.Chart:
     """The share of models keeping each feature as the sparsity bias grows."""
-    counts = sweep.group_by(["weight_decay", "kept"]).len()
+    counts = labels.readable(sweep.group_by(["weight_decay", "kept"]).len())
     return (
         alt.Chart(counts)
         .mark_bar()
         .encode(
             x=alt.X("weight_decay:O", title="weight decay (sparsity bias)"),
             y=alt.Y("len:Q", stack="normalize", title="share of trained models"),
-            color=alt.Color("kept:N", scale=palette.scale(KEPT_ORDER), title="features kept"),
+            color=alt.Color("kept:N", scale=palette.scale(KEPT_SHOWN), title="features kept"),
             tooltip=charts.tooltips(counts, ["weight_decay", "kept", "len"]),
         )
         .properties(width=320, height=200)
@@ -192,10 +195,9 @@ def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int
         weights = (weights / weights.sum()).repeat(replicates, 1)
         models = toy.train_sparse(weights, config, seed)
         probe = toy.probe_components(models.representation_maps(), config, seed + 2)
-        labels = toy.kept_label(models.kept)
         table = pl.DataFrame(
             {
-                "kept": labels,
+                "kept": toy.kept_label(models.kept),
                 **{
                     f"acc_{c}": probe[:, i].tolist()
                     for i, c in enumerate(toy_construction.COMPONENT_NAMES)
@@ -216,7 +218,8 @@ def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int
             )
             print(
                 f"least-error linear classifier: gives up points {optimum['dropped']} "
-                f"(error {optimum['error']:.3f}), uses {optimum['features']}"
+                f"(error {optimum['error']:.3f}), uses "
+                f"{labels.value_text('features', str(optimum['features']))}"
             )
             display(
                 tables.table(

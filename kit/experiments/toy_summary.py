@@ -11,6 +11,7 @@ import polars as pl
 from kit.experiments.toy import SOLVED, all_solved_fraction
 from kit.experiments.toy_construction import COMPONENT_FEATURE, COMPONENT_NAMES, FEATURES
 from kit.readout.scalars import as_float
+from kit.report import labels
 
 
 class ToySummary(TypedDict):
@@ -88,7 +89,9 @@ def summary_markdown(summary: ToySummary) -> str:
     def percent(value: object) -> str:
         return "–" if value is None else f"{value:.0%}"
 
-    kept = ", ".join(f"{n} kept {k}" for k, n in summary["kept_counts"].items())
+    kept = ", ".join(
+        f"{n} kept {labels.value_text('kept', k)}" for k, n in summary["kept_counts"].items()
+    )
     lines = [
         f"{summary['runs']} mixture-trained models: {kept}.",
         "Kept exactly one feature, by the dominant component's weight: "
@@ -109,3 +112,34 @@ def summary_markdown(summary: ToySummary) -> str:
         f"{percent(summary['unpruned_solves_all_fraction'])}.",
     ]
     return "\n".join(f"- {line}" for line in lines)
+
+
+#: what a model kept, as the sparsity line says it (the features by their symbols:
+#: kit.report.labels)
+KEPT_WORDS = {
+    "both": "both features",
+    "phi1": f"only {labels.label('phi1')}",
+    "phi2": f"only {labels.label('phi2')}",
+    "none": "no feature",
+}
+
+
+def sparsity_line(sparsity: pl.DataFrame) -> str:
+    """What the sparsity sweep's models kept (toy.sparsity_sweep: a row per model) at its
+    smallest and its largest weight decay, counted from the run: the sentence notebook 01
+    prints under the sweep, so that what the largest weight decay left is never said by hand."""
+
+    def kept_at(weight_decay: float) -> str:
+        models = sparsity.filter(pl.col("weight_decay") == weight_decay)
+        counts = dict(models.group_by("kept").len().iter_rows())
+        said = [
+            f"{counts[k]} of {models.height} kept {KEPT_WORDS[k]}"
+            for k in KEPT_WORDS
+            if counts.get(k)
+        ]
+        return f"weight decay {weight_decay:g}: {', '.join(said)}"
+
+    decays = sorted(set(sparsity["weight_decay"]))
+    if len(decays) == 1:
+        return f"At {kept_at(decays[0])}."
+    return f"At the smallest {kept_at(decays[0])}; at the largest {kept_at(decays[-1])}."

@@ -37,10 +37,20 @@ def last_record(metrics: Path) -> dict[str, Any] | None:
     return None
 
 
+#: a variant's run on one task ('direct-shape') as the charts and tables name it ('direct
+#: (shape)'): kit.report.labels.VALUE_PATTERNS's words, which this layer cannot import
+#: (tests/test_progress.py holds the two to one name)
+PER_TASK_RUN = (re.compile(r"^direct-(\w+)$"), r"direct (\1)")
+
+
 def shown(name: str) -> str:
-    """A run's name as a reader reads it: 'rep0__cat1__seed0' as 'replicate 0, cat1, seed 0'."""
+    """A run's name as a reader reads it: 'rep0__cat1__seed0' as 'replicate 0, cat1, seed 0',
+    'rep0__direct-shape__seed0' as 'replicate 0, direct (shape), seed 0'."""
     parts = name.split("__")
-    return ", ".join(re.sub(r"^(rep|seed)(\d+)$", _spelled, part) for part in parts)
+    return ", ".join(
+        PER_TASK_RUN[0].sub(PER_TASK_RUN[1], re.sub(r"^(rep|seed)(\d+)$", _spelled, part))
+        for part in parts
+    )
 
 
 def _spelled(match: re.Match[str]) -> str:

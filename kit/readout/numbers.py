@@ -129,9 +129,11 @@ class Quantity:
 
     @property
     def d3(self) -> str:
-        """The same rule as a d3 format (a Vega-Lite axis's or tooltip's `format`)."""
+        """The same rule as a d3 format (a Vega-Lite axis's or tooltip's `format`); three
+        significant digits keep their trailing zeros ('1.60' beside '1.19', as `number` prints
+        them; a value of 1,000 or more reads rounded to three digits, '1,230')."""
         if self.places is None:
-            return f"{'+' if self.sign else ''}.{SIGNIFICANT}~r"
+            return f"{'+' if self.sign else ''},.{SIGNIFICANT}r"
         return f"{'+' if self.sign else ''},.{self.places}f"
 
 

@@ -214,29 +214,53 @@ def series_lines(
     if facet is None:
         return chart.properties(width=420, height=220)
     columns = min(2, frame[facet].n_unique())
-    return chart.properties(width=260, height=180).facet(
-        facet=alt.Facet(f"{facet}:N", title=None), columns=columns
+    return wrapped(
+        chart.properties(width=260, height=180), alt.Facet(f"{facet}:N", title=None), columns
     )
 
 
+def wrapped(chart: Any, facet: alt.Facet, columns: int, **kwargs: Any) -> alt.FacetChart:
+    """`chart` in one panel per value of `facet`, `columns` panels a row, each panel with its own
+    x-axis under it: with the axes shared, Vega-Lite draws each column's x-axis under the grid's
+    last row, so a column whose last row is empty gets its axis far below its panels."""
+    return chart.facet(facet=facet, columns=columns, **kwargs).resolve_axis(x="independent")
+
+
 def tooltips(
-    frame: pl.DataFrame, fields: Sequence[str], quantities: dict[str, Quantity] | None = None
+    frame: pl.DataFrame,
+    fields: Sequence[str],
+    quantities: dict[str, Quantity] | None = None,
+    titles: dict[str, str] | None = None,
 ) -> list[alt.Tooltip]:
-    """Tooltips for `fields` of `frame`, titled in words (kit.report.labels), floats as their
-    quantity reads in a table (kit.readout.numbers: `quantities` gives a field's, else
-    kit.report.labels.quantity, else three significant digits)."""
-    quantities = quantities or {}
+    """Tooltips for `fields` of `frame`, titled in words (`titles`, else kit.report.labels),
+    floats as their quantity reads in a table (kit.readout.numbers: `quantities` gives a
+    field's, else kit.report.labels.quantity, else three significant digits)."""
+    quantities, titles = quantities or {}, titles or {}
     shown = []
     for field in fields:
+        title = titles.get(field, label(field))
         if frame.schema[field].is_float():
             found = quantities.get(field) or quantity(field) or OTHER
-            shown.append(alt.Tooltip(f"{field}:Q", format=found.d3, title=label(field)))
+            shown.append(alt.Tooltip(f"{field}:Q", format=found.d3, title=title))
         else:
             kind: Literal["quantitative", "nominal"] = (
                 "quantitative" if frame.schema[field].is_numeric() else "nominal"
             )
-            shown.append(alt.Tooltip(field, type=kind, title=label(field)))
+            shown.append(alt.Tooltip(field, type=kind, title=title))
     return shown
+
+
+#: the titles of `error_bounds`' two ends in a tooltip: a spread about the mean, not an interval
+#: of confidence
+SPREAD_ENDS = {"low": "mean − std", "high": "mean + std"}
+
+
+def spread_tooltips(
+    frame: pl.DataFrame, keys: Sequence[str], quantities: dict[str, Quantity] | None = None
+) -> list[alt.Tooltip]:
+    """The tooltip of an error bar drawn from `error_bounds`: what it is (`keys`), its mean and
+    its two ends, titled as what they are (SPREAD_ENDS), each to its quantity's precision."""
+    return tooltips(frame, [*keys, "mean", "low", "high"], quantities, SPREAD_ENDS)
 
 
 def error_bounds(

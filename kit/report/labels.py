@@ -27,6 +27,12 @@ LABELS: dict[str, str] = {
     "comparisons": "tasks in the comparison",
     "iterations_per_model": "iterations per model",
     "total_iterations": "total iterations",
+    # notebook 03's budget: a variant's width against cat1's (Table 3's layout), a run's channel
+    # multiplier (the run table: cat1's network at width 1 may be a quarter-width ResNet), and
+    # the compute a variant spends in cat1's iterations
+    "width": "width (× cat1's)",
+    "channel_width": "channel width (× the ResNet's)",
+    "compute": "compute (cat1 iterations)",
     "world_seed": "world seed",
     # label-free diagnostics (kit.stats.diagnostics)
     "rankme_mean": "RankMe (mean)",
@@ -73,6 +79,11 @@ LABELS: dict[str, str] = {
     "len": "trained models",
     # how many models: a variant's (cat4: 4), the toy's per group of runs
     "n": "models",
+    # the toy's two features by their symbols (SYMBOLS), as columns of a table
+    "phi1": "φ1",
+    "phi2": "φ2",
+    "solved_by_phi1_alone": "solved by φ1 alone",
+    "solved_by_phi2_alone": "solved by φ2 alone",
 }
 #: values a reader sees in a legend or a tooltip, by their code names
 VALUES: dict[str, str] = {
@@ -90,8 +101,14 @@ VALUE_PATTERNS: dict[str, list[tuple[re.Pattern[str], str]]] = {
     ],
     "variant": [(re.compile(r"direct-(\w+)"), r"direct (\1)")],
 }
-#: the columns whose values are code names a table cell shows through VALUES or VALUE_PATTERNS
-VALUE_COLUMNS = ("value_source", *VALUE_PATTERNS)
+#: the toy's features (notebook 01) by their symbols, as Section 3 and the notebook's prose write
+#: them: the code names phi1 and phi2 as φ1 and φ2 wherever a value names them ('phi1 | phi2',
+#: 'mixture, kept phi1'), in the columns of SYMBOL_COLUMNS
+SYMBOLS = (re.compile(r"\bphi(\d)\b"), r"φ\1")
+SYMBOL_COLUMNS = ("kept", "training", "features", "predicted_by_optimum")
+#: the columns whose values are code names a table cell shows through VALUES, VALUE_PATTERNS or
+#: SYMBOLS
+VALUE_COLUMNS = ("value_source", *VALUE_PATTERNS, *SYMBOL_COLUMNS)
 #: the quantity of a number column by its code name (kit.readout.numbers): how its numbers read;
 #: a column not listed reads as the unit in its header says (`quantity`)
 QUANTITIES: dict[str, Quantity] = {
@@ -147,6 +164,8 @@ def value_text(column: str, value: str) -> str:
     VALUES or VALUE_PATTERNS in words where the column holds such names."""
     if column not in VALUE_COLUMNS:
         return value
+    if column in SYMBOL_COLUMNS:
+        return SYMBOLS[0].sub(SYMBOLS[1], value)
     for pattern, words in VALUE_PATTERNS.get(column, []):
         if pattern.fullmatch(value):
             return pattern.sub(words, value)

@@ -37,6 +37,7 @@ from kit.files.paths import resolve
 from kit.readout import notices
 from kit.readout.citation import PAPER
 from kit.report import charts, notebook_html, outputs, paper_files, tables, verdicts_html
+from kit.report.chart_captions import chart_caption
 from kit.report.charts import VEGALITE_MIME
 from kit.report.labels import label
 from kit.runtime import provenance
@@ -64,7 +65,9 @@ CAPTIONS = {
     "time_concat_verdicts": "Notebook 03: each claim's conditions, judged on its primary "
     "endpoint (time-concat: Section 5.1, Table 3; the bottleneck: Sections 3-4).",
     "time_concat_table3": "Notebook 03: linear-probe top-1 % of every variant on every task, "
-    "mean and standard deviation over replicates, in the layout of the paper's Table 3.",
+    "mean and standard deviation over replicates, in the layout of the paper's Table 3; width "
+    "is a variant's against cat1's, and compute its cost in cat1's iterations (models × width² "
+    "× iterations per model: an iteration of a model twice as wide costs four of cat1's).",
     "time_concat_gains": "Notebook 03, secondary and exploratory: each variant minus the "
     "baseline on each task, paired by replicate, Holm-adjusted over the tasks of a comparison.",
     "sweep_vs_paper": "Notebook 04, the budget sweep, beside the paper's Table 3 (Section 5.1), "
@@ -178,7 +181,8 @@ def executed_notebooks(folder: Path) -> list[Path]:
 
 def chart_specs(notebook: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """The caption and Vega-Lite spec of every chart the executed notebook displays, in order:
-    the notebook's title number and the heading of the section showing the chart."""
+    the notebook's title number, the heading of the section showing the chart and what the
+    chart shows (kit.report.chart_captions)."""
     number = notebook.stem.split("_", 1)[0]
     heading = notebook.stem
     for cell in nbformat.read(notebook, as_version=4).cells:
@@ -189,7 +193,7 @@ def chart_specs(notebook: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             spec = output.get("data", {}).get(VEGALITE_MIME)
             if spec:
                 title = heading if heading.startswith(number) else f"{number} · {heading}"
-                yield title, spec
+                yield chart_caption(title, charts.saved_name(spec)), spec
 
 
 def unverified_html(kept: dict[str, list[str]]) -> str:

@@ -29,6 +29,8 @@ NAMED: dict[str, str] = {
     # the toy's kept features (notebook 01) and its labels
     "phi1": "#756bb1",
     "phi2": "#d6616b",
+    "φ1": "#756bb1",  # as charts show them (kit.report.labels.SYMBOLS)
+    "φ2": "#d6616b",
     "both": "#8c6d31",
     "none": "#cccccc",
     "positive": "#1b9e77",

@@ -52,6 +52,8 @@ LATEX = {
     "·": r"$\cdot$",
     "→": r"$\rightarrow$",
     "∞": r"$\infty$",
+    "²": r"$^2$",
+    "φ": r"$\varphi$",
     "’": "'",
 }
 #: a minus sign before a number ('-0.5', '[-1.2, +0.3]'), set as a math minus
@@ -85,7 +87,7 @@ def _char_pt(char: str) -> float:
         return _CHAR_PT["narrow"]
     if char in _WIDE:
         return _CHAR_PT["wide"]
-    if char in "−×±≥≤·→∞":
+    if char in "−×±≥≤·→∞²φ":
         return _CHAR_PT["symbol"]
     if char.isupper():
         return _CHAR_PT["upper"]
@@ -323,7 +325,16 @@ def latex_table(table: tables.Table, caption: str, label: str, source: str) -> s
 
 #: what a character of a header's words becomes in a CSV header before the rest is split into
 #: words (kit.report.labels gives the words)
-CSV_WORDS = {"−": " minus ", "%": " pct ", "×": "x", "±": " pm ", "'": "", "’": ""}
+CSV_WORDS = {
+    "−": " minus ",
+    "%": " pct ",
+    "×": "x",
+    "±": " pm ",
+    "²": "2",
+    "φ": "phi",
+    "'": "",
+    "’": "",
+}
 
 
 def csv_name(column: str) -> str:

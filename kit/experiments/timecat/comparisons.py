@@ -53,7 +53,9 @@ def variant_order(results: pl.DataFrame) -> list[str]:
 
 def table3(results: pl.DataFrame, rule: str) -> pl.DataFrame:
     """The paper's layout: one row per variant, for every task its top-1 % as mean and std over
-    replicates (number columns '<task> mean', '<task> std'), and the number of replicates."""
+    replicates (number columns '<task> mean', '<task> std'), and the number of replicates; its
+    budget as models, width (times cat1's), iterations per model, total iterations and compute
+    in cat1's iterations (models × width² × iterations: wide1's 60 cost cat4's 240)."""
     chosen = results.filter(pl.col("rule") == rule)
     stats = chosen.group_by("variant", "task", maintain_order=True).agg(
         (100 * pl.col("top1").mean()).alias("mean"), (100 * pl.col("top1").std()).alias("std")
@@ -69,7 +71,11 @@ def table3(results: pl.DataFrame, rule: str) -> pl.DataFrame:
     order = {v: i for i, v in enumerate(variant_order(results))}
     return (
         budget.join(wide, on="variant")
-        .with_columns((pl.col("n") * pl.col("iterations_per_model")).alias("total_iterations"))
+        .with_columns(
+            (pl.col("n") * pl.col("iterations_per_model")).alias("total_iterations"),
+            # an iteration of a model `width` times wider costs width² of cat1's
+            (pl.col("n") * pl.col("width") ** 2 * pl.col("iterations_per_model")).alias("compute"),
+        )
         .sort(pl.col("variant").replace_strict(order, return_dtype=pl.Int64))
         .select(
             "variant",
@@ -78,6 +84,7 @@ def table3(results: pl.DataFrame, rule: str) -> pl.DataFrame:
             "width",
             "iterations_per_model",
             "total_iterations",
+            "compute",
             "replicates",
             *[c for c in wide.columns if c != "variant"],
         )

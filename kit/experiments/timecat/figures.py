@@ -66,7 +66,7 @@ def accuracy_chart(
     """Top-1 of every variant on every task (mean ± std over replicates), on one 0-100 scale
     for all panels, with each task's chance level (`chance`: task -> top-1 % of guessing) and,
     where known, its Bayes ceiling (`ceiling`) drawn and labelled. The panels wrap after
-    FACET_COLUMNS, so that five tasks fit a 1,280-px window."""
+    FACET_COLUMNS, so that five tasks fit a 1,280-px window, each panel with its x-axis."""
     ceiling = ceiling or {}
     stats = _mean_std(results, rule, ["task", "variant"]).with_columns(
         pl.col("task").replace_strict(chance, return_dtype=pl.Float64).alias("chance"),
@@ -86,17 +86,16 @@ def accuracy_chart(
         base.mark_errorbar().encode(
             y=alt.Y("low:Q", title="top-1 (%)"),
             y2="high:Q",
-            tooltip=charts.tooltips(stats, ["task", "variant", "low", "high"], PERCENT),
+            tooltip=charts.spread_tooltips(stats, ["task", "variant"], PERCENT),
         ),
         charts.chance_lines("chance"),
         charts.reference_lines("ceiling", "Bayes ceiling", dash=(1, 0)),
     ]
-    return (
-        alt.layer(*layers, data=stats)
-        .properties(width=150, height=160)
-        .facet(
-            facet=alt.Facet("task:N", title=None), columns=FACET_COLUMNS, spacing=charts.LABEL_ROOM
-        )
+    return charts.wrapped(
+        alt.layer(*layers, data=stats).properties(width=150, height=160),
+        alt.Facet("task:N", title=None),
+        FACET_COLUMNS,
+        spacing={"row": 20, "column": charts.LABEL_ROOM},
     )
 
 
@@ -130,7 +129,7 @@ def role_chart(results: pl.DataFrame, rule: str) -> alt.LayerChart:
     bars = base.mark_errorbar().encode(
         y=alt.Y("low:Q", title=title),
         y2="high:Q",
-        tooltip=charts.tooltips(stats, ["role", "variant", "low", "high"], PERCENT),
+        tooltip=charts.spread_tooltips(stats, ["role", "variant"], PERCENT),
     )
     return (points + bars).properties(width=320, height=220)
 

@@ -273,7 +273,7 @@ def run_table(experiment: Plan) -> pl.DataFrame:
     """The plan's runs as notebook 03 lists them: each run's folder (from the repository root
     where it lies under it), seed, iterations, warmup horizon (step_hint; empty: its own
     iterations), width, which variant each serves at which step, and its status read from its
-    folder when the table is made ('finished' or 'to train'): notebook 03 shows the table again
+    folder when the table is made ('finished' or 'to train'): notebook 03 shows the table once,
     after training, so a status is never the one from before it."""
     return pl.DataFrame(
         [
@@ -282,7 +282,7 @@ def run_table(experiment: Plan) -> pl.DataFrame:
                 "seed": settings.seed,
                 "iterations": settings.iterations,
                 "step_hint": settings.step_hint,
-                "width": settings.width,
+                "channel_width": settings.width,
                 "serves": ", ".join(experiment.serves.get(settings.output_dir, [])),
                 "status": "finished" if is_finished(settings) else "to train",
             }
@@ -293,7 +293,7 @@ def run_table(experiment: Plan) -> pl.DataFrame:
             "seed": pl.Int64,
             "iterations": pl.Int64,
             "step_hint": pl.Int64,
-            "width": pl.Float64,
+            "channel_width": pl.Float64,
             "serves": pl.String,
             "status": pl.String,
         },

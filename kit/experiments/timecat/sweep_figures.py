@@ -124,7 +124,7 @@ def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -
     return (
         alt.layer(lines, points, bars, zero, least, marks, data=data)
         .properties(width=320, height=180)
-        .facet(row=alt.Row("world_seed:N", title="world seed"))
+        .facet(row=alt.Row("world_seed:N", title=None, header=SEED_HEADER))
         .properties(
             title=f"catN's gain on the mean transfer top-1 with 95% intervals; dotted: "
             f"the smallest effect of interest ({smallest:g}) and where each "
@@ -133,6 +133,11 @@ def gain_chart(verdicts: pl.DataFrame, learned: pl.DataFrame, smallest: float) -
     )
 
 
+#: each panel's title above it ("world seed 0"), apart from the y-axis title at its left, which
+#: a row header's title and label would stand beside and read as part of
+SEED_HEADER = alt.Header(
+    labelExpr="'world seed ' + datum.value", labelAngle=0, labelOrient="top", labelAnchor="start"
+)
 #: the point shape of each comparison: the baseline's first, then one per control
 SHAPES = ["circle", "triangle-up", "square", "diamond", "triangle-down", "cross"]
 
