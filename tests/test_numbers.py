@@ -84,7 +84,6 @@ def test_each_quantity_has_one_rule_in_text_and_in_charts() -> None:
     ]
     assert numbers.GAIN.text(9.2) == "+9.2" and numbers.GAIN.text(-0.57) == "−0.6"
     assert numbers.POINTS.d3 == ",.1f" and numbers.GAIN.d3 == "+,.1f"
-    assert numbers.FRACTION.text(0.6666) == "0.667"
     assert numbers.counted(1, "round") == "1 round" and numbers.counted(3, "round") == "3 rounds"
 
 

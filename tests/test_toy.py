@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import html
+import re
+
+import nbformat
 import numpy as np
 import polars as pl
 import pytest
@@ -10,7 +14,7 @@ import torch
 from kit.cli import runner
 from kit.experiments import toy, toy_charts, toy_construction, toy_summary
 from kit.experiments.toy_settings import TOY, ToySettings
-from kit.report import charts
+from kit.report import charts, tables
 
 FAST = toy.SparseTrainingSettings(steps=1500, probe_samples=1024, probe_steps=200)
 
@@ -179,7 +183,8 @@ def test_accuracy_chart_names_every_representation_and_the_chance_level(
     texts = chart_texts(svg)
     shown = [t.replace("phi1", "φ1") for t in trainings]  # the feature by its symbol
     assert set(shown) <= set(texts)  # in full, not shortened with '…'
-    assert texts.count("chance 0.667") == 1  # a third positive in every component
+    assert texts.count("chance 66.7") == 1  # a third positive in every component, in %
+    assert "100" in texts and "1.0" not in texts  # the axis in %, as every accuracy reads
 
 
 def test_what_the_runs_show_reads_as_sentences_not_python_dicts() -> None:
@@ -200,5 +205,83 @@ def test_what_the_runs_show_reads_as_sentences_not_python_dicts() -> None:
         "classifier's", ""
     )
     assert "1 kept both, 3 kept φ1" in text and "weight 0.25: 50%" in text
-    assert "k = 2: 50%" in text and "P2: 0.980" in text
+    assert "k = 2: 50%" in text and "P2: 98.0%" in text  # an accuracy in %, one decimal
+    assert "solves: 100.0%; on the other two: 66.7%" in text and "66.7% expected" in text
+    accuracies = [line for line in text.splitlines() if "accuracy" in line]
+    assert len(accuracies) == 2 and not any(FRACTION_TEXT.search(line) for line in accuracies)
     assert all(line.startswith("- ") for line in text.splitlines())
+
+
+#: a number to two decimals or more below 10: how an accuracy reads as a fraction (0.667, 1.000)
+FRACTION_TEXT = re.compile(r"(?<![\d.])\d\.\d{2,}(?!\d)")
+#: an accuracy or an error rate in % to one decimal (kit.readout.numbers.POINTS)
+PERCENT_TEXT = re.compile(r"\d{1,3}\.\d")
+#: what a table's header says of an accuracy or an error rate
+RATE_WORDS = re.compile(r"accuracy|error")
+
+
+def test_notebook_01s_tables_read_accuracies_and_errors_in_percent() -> None:
+    """The accuracy table as displayed: mean and std in %, headed '%' as notebook 03's top-1;
+    the least-error classifier's error in %; the frames written to files keep fractions."""
+    planted = pl.DataFrame(
+        {
+            "training": ["mixture, kept phi1"] * 2,
+            "component": ["P1", "P3"],
+            "n": [3, 3],
+            "mean": [1.0, 0.6666667],
+            "std": [0.0, 0.0478],
+        }
+    )
+    shown = tables.table(toy_charts.accuracy_table(planted)).layout()
+    assert shown.headers == ["component", "accuracy %", "accuracy % std"]
+    assert shown.rows == [["P1", "100.0", "0.0"], ["P3", "66.7", "4.8"]]
+    assert planted["mean"].to_list() == [1.0, 0.6666667]
+    optimum = tables.table(toy_charts.optimum_table([0.25, 0.4])).layout()
+    assert {row[optimum.headers.index("error %")] for row in optimum.rows} == {"25.0", "20.0"}
+    assert set(toy_construction.optimum_table([0.25, 0.4])["error"]) == {0.25, 0.2}
+
+
+def accuracies_not_in_percent(notebook: nbformat.NotebookNode) -> list[tuple[str, str]]:
+    """What an executed notebook shows of an accuracy or an error rate other than in % to one
+    decimal: a table column saying either without '%', or with a cell not to one decimal; a
+    column headed 'mean' or 'std' alone (a statistic without its unit); a sentence about
+    accuracy (the outputs' markdown, the prose) with a number to two decimals or more."""
+    wrong: list[tuple[str, str]] = []
+    for cell in notebook.cells:
+        pages, sentences = [], [cell.source] if cell.cell_type == "markdown" else []
+        for output in cell.get("outputs", []):
+            pages.append(output.get("data", {}).get("text/html", ""))
+            sentences.append(output.get("data", {}).get("text/markdown", ""))
+        for table in re.findall(r"<table.*?</table>", "".join(pages), re.S):
+            if "kit-settings" in table:  # the parameters a run took
+                continue
+            headers = [html.unescape(h) for h in re.findall(r"<th>(.*?)</th>", table)]
+            rows = [
+                re.findall(r"<td[^>]*>(.*?)</td>", r) for r in re.findall(r"<tr>.*?</tr>", table)
+            ]
+            columns = [
+                (h, [r[i] for r in rows if len(r) == len(headers)]) for i, h in enumerate(headers)
+            ]
+            notes = re.search(r"In every row: (.*?)\.</td>", table)
+            for note in notes[1].split("; ") if notes else []:
+                header, value = html.unescape(note).split(": ", 1)
+                columns.append((header, [value]))
+            for header, values in columns:
+                if header in ("mean", "std"):
+                    wrong.append((header, "a statistic without its unit"))
+                elif RATE_WORDS.search(header):
+                    wrong += [(header, "no %")] if "%" not in header else []
+                    wrong += [(header, v) for v in values if not PERCENT_TEXT.fullmatch(v)]
+        for line in "\n".join(sentences).splitlines():
+            if "accuracy" in line and FRACTION_TEXT.search(line):
+                wrong.append(("a sentence", line))
+    return wrong
+
+
+def test_notebook_01_shows_no_accuracy_as_a_fraction(notebook_outputs) -> None:
+    """Notebook 01 as executed: every accuracy and error rate in its tables, its summary's
+    sentences and its prose in % to one decimal, as notebooks 02-04 print them."""
+    folder = notebook_outputs("01_toy_counterexample", TOY.summary)
+    executed = nbformat.read(folder / "01_toy_counterexample.ipynb", as_version=4)
+    assert any("accuracy %" in str(cell.get("outputs")) for cell in executed.cells)
+    assert not accuracies_not_in_percent(executed)

@@ -1,5 +1,7 @@
-"""The charts of notebook 01 (the toy counterexample of the paper's Section 3), and its
-interactive panel: how kit.experiments.toy's constructions and results are shown."""
+"""The charts and displayed tables of notebook 01 (the toy counterexample of the paper's
+Section 3), and its interactive panel: how kit.experiments.toy's constructions and results are
+shown. An accuracy or an error rate a reader sees is in % to one decimal (kit.readout.numbers'
+POINTS), as in every other notebook; the result files keep their fractions."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ import torch
 
 from kit.experiments import toy, toy_construction
 from kit.experiments.toy_settings import SparseTrainingSettings
-from kit.readout.numbers import FRACTION, MEAN_COUNT
+from kit.readout.numbers import MEAN_COUNT, POINTS
 from kit.readout.progress import Described
+from kit.readout.scalars import as_float
 from kit.report import charts, labels, palette, tables
 
 # ---------------------------------------------------------------------------------------------
@@ -26,6 +29,30 @@ KEPT_SHOWN = [labels.value_text("kept", kept) for kept in KEPT_ORDER]
 FACET_COLUMNS = 2
 #: the concatenation chart's numbers: means of components solved (kit.readout.numbers)
 MEAN_COUNTS = dict.fromkeys(["mean", "std", "low", "high"], MEAN_COUNT)
+#: the accuracy chart's numbers: probe accuracies in % (kit.readout.numbers)
+PERCENT = dict.fromkeys(["mean", "std", "low", "high"], POINTS)
+#: the columns of toy.accuracy_table as its displayed table heads them, in % (as notebook 03's
+#: "top-1 %" and "top-1 % std")
+ACCURACY_HEADERS = {"mean": "accuracy %", "std": "accuracy % std"}
+
+
+def percent(values: pl.Expr) -> pl.Expr:
+    """Fractions (a probe's accuracy, a classifier's error on a mixture) in %, as a reader
+    reads them (keeping the columns' names)."""
+    return values * 100
+
+
+def accuracy_table(table: pl.DataFrame) -> pl.DataFrame:
+    """toy.accuracy_table as notebook 01 displays it: the mean and std of the probe accuracy
+    in % (its result file keeps the fractions)."""
+    return table.with_columns(percent(pl.col(*ACCURACY_HEADERS))).rename(ACCURACY_HEADERS)
+
+
+def optimum_table(shares: list[float]) -> pl.DataFrame:
+    """toy_construction.optimum_table as notebook 01 displays it: the least-error classifier's
+    error (the mixture's mass it gives up) in %, beside the masses of the support points."""
+    table = toy_construction.optimum_table(shares)
+    return table.with_columns(percent(pl.col("error"))).rename({"error": "error %"})
 
 
 def construction_chart() -> alt.FacetChart:
@@ -88,12 +115,14 @@ def kept_chart(runs: pl.DataFrame) -> alt.FacetChart:
 
 
 def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
-    """Probe accuracy per component and representation (toy.accuracy_table), with chance."""
+    """Probe accuracy per component and representation (toy.accuracy_table), in %, with
+    chance."""
     chance = toy.majority_accuracy()
-    data = labels.readable(charts.error_bounds(table, (0, 1))).with_columns(
-        pl.col("component").replace_strict(chance).alias("chance")
+    shown = table.with_columns(percent(pl.col("mean", "std")))
+    data = labels.readable(charts.error_bounds(shown, (0, 100))).with_columns(
+        percent(pl.col("component").replace_strict(chance)).alias("chance")
     )
-    title = "linear-probe accuracy (mean ± std)"
+    title = "linear-probe accuracy (%, mean ± std)"
     base = alt.Chart(data).encode(
         x=alt.X("component:N", title="component"),
         xOffset="training:N",
@@ -104,16 +133,12 @@ def accuracy_chart(table: pl.DataFrame) -> alt.LayerChart | alt.FacetChart:
         ),
     )
     bars = base.mark_bar().encode(
-        y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=[0, 1])),
-        tooltip=charts.tooltips(
-            data,
-            ["training", "component", "n", "mean", "std"],
-            dict.fromkeys(["mean", "std"], FRACTION),
-        ),
+        y=alt.Y("mean:Q", title=title, scale=alt.Scale(domain=[0, 100])),
+        tooltip=charts.tooltips(data, ["training", "component", "n", "mean", "std"], PERCENT),
     )
     rules = base.mark_rule(color="black").encode(y=alt.Y("low:Q", title=title), y2="high:Q")
     return alt.layer(
-        bars, rules, charts.chance_lines(number_format=FRACTION.d3), data=data
+        bars, rules, charts.chance_lines(number_format=POINTS.d3), data=data
     ).properties(width=420, height=220)
 
 
@@ -199,7 +224,7 @@ def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int
             {
                 "kept": toy.kept_label(models.kept),
                 **{
-                    f"acc_{c}": probe[:, i].tolist()
+                    f"{c} accuracy %": (100 * probe[:, i]).tolist()
                     for i, c in enumerate(toy_construction.COMPONENT_NAMES)
                 },
             }
@@ -218,13 +243,13 @@ def interactive_panel(config: SparseTrainingSettings, seed: int, replicates: int
             )
             print(
                 f"least-error linear classifier: gives up points {optimum['dropped']} "
-                f"(error {optimum['error']:.3f}), uses "
+                f"(error {POINTS.text(100 * as_float(optimum['error']))}%), uses "
                 f"{labels.value_text('features', str(optimum['features']))}"
             )
             display(
                 tables.table(
                     table.group_by("kept")
-                    .agg(pl.len().alias("models"), pl.col("^acc_.*$").mean())
+                    .agg(pl.len().alias("models"), pl.col("^.* accuracy %$").mean())
                     .sort("kept")
                 )
             )

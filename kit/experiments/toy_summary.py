@@ -10,6 +10,7 @@ import polars as pl
 
 from kit.experiments.toy import SOLVED, all_solved_fraction
 from kit.experiments.toy_construction import COMPONENT_FEATURE, COMPONENT_NAMES, FEATURES
+from kit.readout.numbers import POINTS
 from kit.readout.scalars import as_float
 from kit.report import labels
 
@@ -80,14 +81,21 @@ def summarize(
 
 
 def summary_markdown(summary: ToySummary) -> str:
-    """What `summarize` found, as sentences in a markdown list (what the notebook displays)."""
+    """What `summarize` found, as sentences in a markdown list (what the notebook displays):
+    shares of models and groups in whole %, probe accuracies in % to one decimal, as every
+    notebook prints an accuracy (kit.readout.numbers; the summary keeps the fractions)."""
 
     def listed(values: dict[str, float], percent: bool, prefix: str = "") -> str:
-        shown = (f"{v:.0%}" if percent else f"{v:.3f}" for v in values.values())
+        shown = (f"{v:.0%}" if percent else accuracy(v) for v in values.values())
         return ", ".join(f"{prefix}{key}: {v}" for key, v in zip(values, shown, strict=True))
 
     def percent(value: object) -> str:
         return "–" if value is None else f"{value:.0%}"
+
+    def accuracy(value: float | None) -> str:
+        """A probe's accuracy (a fraction in the summary) as every notebook prints one: in %
+        to one decimal (kit.readout.numbers)."""
+        return "–" if value is None else f"{POINTS.text(100 * value)}%"
 
     kept = ", ".join(
         f"{n} kept {labels.value_text('kept', k)}" for k, n in summary["kept_counts"].items()
@@ -99,9 +107,9 @@ def summary_markdown(summary: ToySummary) -> str:
         "One-feature models whose feature is the least-error classifier's (mixtures without "
         f"ties): {percent(summary['kept_matches_optimum_fraction'])}.",
         "One-feature models, probe accuracy on the components their feature solves: "
-        f"{summary['single_feature_accuracy_own_components']:.3f}; on the other two: "
-        f"{summary['single_feature_accuracy_other_components']:.3f} (a threshold on the wrong "
-        "feature gets 2 of 3 points: 2/3 expected).",
+        f"{accuracy(summary['single_feature_accuracy_own_components'])}; on the other two: "
+        f"{accuracy(summary['single_feature_accuracy_other_components'])} (a threshold on the "
+        f"wrong feature gets 2 of 3 points: {accuracy(2 / 3)} expected).",
         "Direct training, probe accuracy per component: "
         f"{listed(summary['direct_accuracy'], False)}.",
         "Concatenated groups solving all four components, by models concatenated: "

@@ -3,7 +3,9 @@ formatter, and one precision rule per quantity (`Quantity`):
 
 - an accuracy in % and a gain in points (a difference of accuracies) to one decimal (`POINTS`,
   `GAIN`; a gain with its sign: +1.9, −0.5, 0.0), whatever the spread, the table or the source
-  (a published 75.58 reads 75.6; the result files keep every digit);
+  (a published 75.58 reads 75.6; the result files keep every digit); an accuracy a reader sees
+  is always in %, an error rate too (the toy's probe accuracies of notebook 01 read 66.7, never
+  0.667, though its result files keep them as fractions);
 - a p-value to two significant digits, or "< 0.001" below a thousandth (`p_value`);
 - an interval like its mean (`interval`): both ends to one precision, the mean's decimals, with
   their signs; where an end is not zero but would round to it, both ends take the decimals that
@@ -141,8 +143,6 @@ class Quantity:
 POINTS = Quantity("accuracy in %", POINTS_PLACES)
 #: a gain: a difference of accuracies in points, with its sign
 GAIN = Quantity("gain in points", POINTS_PLACES, sign=True)
-#: an accuracy as a fraction (the toy's probes): the same 0.1 points as POINTS
-FRACTION = Quantity("accuracy as a fraction", POINTS_PLACES + 2)
 #: a mean of counts (the toy's components solved, of 4)
 MEAN_COUNT = Quantity("a mean of counts", 2)
 #: anything else: three significant digits
