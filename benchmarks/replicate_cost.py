@@ -12,8 +12,8 @@ it. The notebook's wall time comes
 from its provenance file, the replicates from its results table. Prints seconds per stage, per
 replicate and as a share of the notebook's wall time, with the load average the run recorded
 (the cores may have been shared), and beside them the seconds per replicate of the record
-`--before` names (by default docs/data/replicate_cost.json, the figures before the extraction
-and sharing changes) and their ratio. `--json` writes this run's figures as such a record.
+`--before` names (by default docs/data/replicate_cost_41d9133.json, kit 41d9133's figures on a
+2-core AMD EPYC 25/17) and their ratio. `--json` writes this run's figures as such a record.
 
 Side by side: several run folders on each side (runs of the new code and of an earlier commit,
 alternated in one sitting so that the host's drift hits both) are pooled, seconds and replicates
@@ -34,7 +34,10 @@ import polars as pl
 from kit.readout.progress import stage_spans
 
 NOTEBOOK = "03_time_concat"
-BEFORE = Path(__file__).parents[1] / "docs" / "data" / "replicate_cost.json"
+#: the figures of kit 41d9133 (numerics version 2, the direct control at 240 iterations), pooled
+#: over its runs alternated with the new code's in one sitting (docs/benchmarks.md, "A replicate
+#: side by side"); docs/data/replicate_cost.json holds an earlier commit's
+BEFORE = Path(__file__).parents[1] / "docs" / "data" / "replicate_cost_41d9133.json"
 
 
 def measured(output_dir: Path) -> dict:
