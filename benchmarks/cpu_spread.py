@@ -248,6 +248,7 @@ def main() -> None:
             runs[config.name] = run(config, root / config.name)
             print(f"  {runs[config.name]['wall_s']:.0f} s", flush=True)
     record = benchmark_figures.measured_on() | {
+        "numerics": numerics.VERSION,
         "runs": runs,
         "spread": spread(runs),
     }

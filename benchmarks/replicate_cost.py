@@ -12,8 +12,15 @@ it. The notebook's wall time comes
 from its provenance file, the replicates from its results table. Prints seconds per stage, per
 replicate and as a share of the notebook's wall time, with the load average the run recorded
 (the cores may have been shared), and beside them the seconds per replicate of the record
-`--before` names (by default docs/data/replicate_cost.json, the figures before the extraction
-and sharing changes) and their ratio. `--json` writes this run's figures as such a record.
+`--before` names (by default docs/data/replicate_cost_41d9133.json, kit 41d9133's figures on a
+2-core AMD EPYC 25/17) and their ratio. `--json` writes this run's figures as such a record.
+
+Side by side: several run folders on each side (runs of the new code and of an earlier commit,
+alternated in one sitting so that the host's drift hits both) are pooled, seconds and replicates
+summed, and `--before` takes run folders as well as records:
+
+    .venv/bin/python benchmarks/replicate_cost.py new-1 new-2 --before old-1 old-2 \
+        --json docs/data/replicate_cost_side_by_side.json
 """
 
 from __future__ import annotations
@@ -27,7 +34,10 @@ import polars as pl
 from kit.readout.progress import stage_spans
 
 NOTEBOOK = "03_time_concat"
-BEFORE = Path(__file__).parents[1] / "docs" / "data" / "replicate_cost.json"
+#: the figures of kit 41d9133 (numerics version 2, the direct control at 240 iterations), pooled
+#: over its runs alternated with the new code's in one sitting (docs/benchmarks.md, "A replicate
+#: side by side"); docs/data/replicate_cost.json holds an earlier commit's
+BEFORE = Path(__file__).parents[1] / "docs" / "data" / "replicate_cost_41d9133.json"
 
 
 def measured(output_dir: Path) -> dict:
@@ -38,6 +48,7 @@ def measured(output_dir: Path) -> dict:
     }
     provenance = json.loads((output_dir / f"{NOTEBOOK}.provenance.json").read_text())
     wall = provenance["wall_s"]
+    numerics = provenance.get("cpu_numerics", {})
     results = pl.read_parquet(output_dir / "time_concat_results.parquet")
     extraction = sum(s for stage, s in found.items() if stage.startswith("features"))
     parts = {
@@ -51,8 +62,35 @@ def measured(output_dir: Path) -> dict:
         "wall_s": wall,
         "replicates": results["replicate"].n_unique(),
         "load_average": provenance.get("load_average"),
+        "cpu": f"{provenance.get('cores')} cores of {numerics.get('cpu')} "
+        f"({numerics.get('cpu_isa')})",
+        "numerics": numerics.get("version"),
         "parts": parts,
     }
+
+
+def pooled(records: list[dict]) -> dict:
+    """Several runs' figures as one: seconds and replicates summed, each run's load average kept
+    (`runs` says how many; a commit shared by all of them is kept)."""
+    if len(records) == 1:
+        return records[0]
+    commits = {r.get("kit_commit") for r in records}
+    parts = {part: sum(r["parts"].get(part, 0.0) for r in records) for part in records[0]["parts"]}
+    return {
+        "kit_commit": commits.pop() if len(commits) == 1 else None,
+        "wall_s": sum(r["wall_s"] for r in records),
+        "replicates": sum(r["replicates"] for r in records),
+        "load_average": [r.get("load_average") for r in records],
+        "cpu": records[0].get("cpu"),
+        "numerics": records[0].get("numerics"),
+        "runs": sum(r.get("runs", 1) for r in records),
+        "parts": parts,
+    }
+
+
+def read(path: Path) -> dict:
+    """A run folder's figures (`measured`) or a record written by `--json`."""
+    return measured(path) if path.is_dir() else json.loads(path.read_text())
 
 
 def table(now: dict, before: dict | None) -> list[str]:
@@ -80,23 +118,34 @@ def table(now: dict, before: dict | None) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("output_dir", type=Path, help="the run's output folder (outputs/cpu)")
-    parser.add_argument("--before", type=Path, default=BEFORE, help="an earlier run's record")
+    parser.add_argument(
+        "output_dir", type=Path, nargs="+", help="the run's output folder (outputs/cpu), or several"
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        nargs="+",
+        default=[BEFORE],
+        help="an earlier run's record, or run folders of an earlier commit",
+    )
     parser.add_argument("--json", type=Path, help="write this run's figures as a record")
     args = parser.parse_args()
-    now = measured(args.output_dir)
-    before = json.loads(args.before.read_text()) if args.before.is_file() else None
+    now = pooled([measured(folder) for folder in args.output_dir])
+    found = [path for path in args.before if path.exists()]
+    before = pooled([read(path) for path in found]) if found else None
     print(
-        f"notebook 03: {now['wall_s']:.0f} s for {now['replicates']} replicates at commit "
-        f"{(now['kit_commit'] or 'unrecorded')[:12]}; load average at the start "
-        f"{now['load_average']}"
+        f"notebook 03: {now['wall_s']:.0f} s for {now['replicates']} replicates "
+        f"({now.get('runs', 1)} run(s)) at commit {(now['kit_commit'] or 'unrecorded')[:12]}; "
+        f"load average at the start {now['load_average']}"
     )
     if before is not None:
         print(
-            f"before: {before['wall_s']:.0f} s for {before['replicates']} replicates at commit "
+            f"before: {before['wall_s']:.0f} s for {before['replicates']} replicates "
+            f"({before.get('runs', 1)} run(s)) at commit "
             f"{(before['kit_commit'] or 'unrecorded')[:12]}; load average at the start "
-            f"{before['load_average']} ({before.get('source', args.before.name)})"
+            f"{before['load_average']} ({before.get('source', found[0].name)})"
         )
+    print(f"CPU: {now.get('cpu')}, numerics version {now.get('numerics')}")
     print("\n".join(table(now, before)))
     if args.json:
         args.json.write_text(json.dumps(now, indent=2) + "\n")

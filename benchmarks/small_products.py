@@ -1,18 +1,19 @@
 """What the L-BFGS probes' small products cost on MKL's COMPATIBLE branch, and what one call of
 OpenBLAS's Haswell kernels would save and change.
 
-In the reproducible CPU numerics a product under kit.numerics.blocked.BLOCKED_WORK multiply-adds is
-torch's, on MKL's COMPATIBLE branch (SSE2, no fused multiply-add); only larger ones are tiles on
-OpenBLAS's Haswell kernels (docs/decisions.md, "Large products on OpenBLAS's Haswell kernels").
-The cpu profile's L-BFGS probes multiply about 1,843 fit rows of 128 to 512 features into 10
-classes, far under that threshold. This prints, on one thread:
+Under version 2 of the reproducible CPU numerics a product under
+kit.numerics.blocked.BLOCKED_WORK multiply-adds was torch's, on MKL's COMPATIBLE branch (SSE2, no
+fused multiply-add); only larger ones were tiles on OpenBLAS's Haswell kernels (docs/decisions.md,
+"Large products on OpenBLAS's Haswell kernels"). The cpu profile's L-BFGS probes multiply about
+1,843 fit rows of 128 to 512 features into 10 classes, far under that threshold. Version 3 runs
+them as one OpenBLAS call (kit.numerics.blocked.PRODUCT_WORK); this prints, on one thread:
 - each shape's forward product and weight gradient, torch's against one OpenBLAS call, in ms and
   GFLOP/s;
 - with a finished cpu run's folder, each L-BFGS path of the chosen replicates refitted as the kit
-  fits it (benchmarks/probe_path.py) and again with every product on OpenBLAS (the threshold
-  lowered for this process only): the paths' CPU seconds, their iterations, and how many
-  held-out choices and evaluation top-1s the other bits move (they are other bits: the pinned
-  values would move, so the switch is not taken; docs/benchmarks.md).
+  fitted under numerics 2 (the small products on torch's, PRODUCT_WORK raised for this process
+  only; benchmarks/probe_path.py) and as the kit fits it, every product on OpenBLAS: the paths'
+  CPU seconds, their iterations, and how many held-out choices and evaluation top-1s the other
+  bits move (docs/benchmarks.md).
 
     .venv/bin/python benchmarks/small_products.py
     .venv/bin/python benchmarks/small_products.py outputs/cpu --replicates 0
@@ -81,13 +82,13 @@ def product_rates() -> list[str]:
 
 def path_comparison(output_dir: Path, replicates: list[int] | None) -> list[str]:
     """The L-BFGS paths refitted with torch's products, then with every product on OpenBLAS."""
-    kit_paths = paths(output_dir, replicates)
-    before = blocked.BLOCKED_WORK
-    blocked.BLOCKED_WORK = 1
+    before = blocked.PRODUCT_WORK
+    blocked.PRODUCT_WORK = blocked.BLOCKED_WORK  # numerics 2: small products on torch's
     try:
-        openblas_paths = paths(output_dir, replicates)
+        kit_paths = paths(output_dir, replicates)
     finally:
-        blocked.BLOCKED_WORK = before
+        blocked.PRODUCT_WORK = before
+    openblas_paths = paths(output_dir, replicates)
     cpu = [
         sum(s["cpu_s"] for p in found for s in p["path"]) for found in (kit_paths, openblas_paths)
     ]

@@ -52,6 +52,10 @@ from kit.train.backbones import load_backbone
 #: pass: 0.3-0.4 s for each of a rehearsal's twelve ResNet-50s on a CPU, in every pass of every
 #: rank
 _LAST_PASS: dict[tuple[Path, str, str], models.KitResNet] = {}
+#: how a CPU extraction's forward computes batch norm (numerics 3: folded into the convolution
+#: before it, kit.models.fold_batch_norms), in its cache records: features cached under an
+#: unfolded forward are other bits and never served for a folded one
+FOLDED = "folded into the convolutions"
 
 
 def _backbones(
@@ -127,6 +131,8 @@ def _extract_checkpoints(
     )
     target = torch.device(device)
     for model in backbones.values():
+        if target.type == "cpu":  # numerics 3: each batch norm folded into its convolution
+            models.fold_batch_norms(model)
         model.to(target, memory_format=torch.channels_last)
     outputs = {
         path: np.load(feature_cache.partial(path) / "features.npy", mmap_mode="r+")
@@ -275,6 +281,8 @@ def extract_many(
         record = feature_cache.record_of(
             checkpoints, hashes, dataset_id, split, transform, dtype, rows, identities
         )
+        if torch.device(device).type == "cpu":  # other bits than an unfolded forward's
+            record["batch_norm"] = FOLDED
         return Path(cache_dir) / feature_cache.key(record), record
 
     verdicts: dict[Path, bool] = {}

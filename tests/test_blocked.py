@@ -279,3 +279,28 @@ def test_heads_and_features_have_the_same_bits_at_1_2_and_4_threads(tmp_path) ->
     assert all(runs[name]["block threads"] >= 2 for name in ("2", "4"))
     for key in ("fast heads", "fast history", "lbfgs head", "lbfgs history", "features"):
         assert len({run[key] for run in runs.values()}) == 1, key
+
+
+def test_a_small_product_is_one_openblas_call_in_the_reproducible_numerics() -> None:
+    """Numerics 3: a product far under BLOCKED_WORK (the L-BFGS probes' 1,843 x 128 into 10) is
+    OpenBLAS's, bit for bit, not torch's (MKL's COMPATIBLE branch gives other last bits), with
+    the weight's gradient as OpenBLAS computes it too."""
+    if not numerics.reproducible():
+        pytest.skip("the reproducible numerics are off")
+    from kit.numerics import openblas
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1843, 128, dtype=torch.float64, generator=generator)
+    weight = torch.randn(10, 128, dtype=torch.float64, generator=generator, requires_grad=True)
+    bias = torch.zeros(10, dtype=torch.float64, requires_grad=True)
+    assert x.shape[0] * x.shape[1] * 10 < blocked.BLOCKED_WORK
+    with one_thread():
+        out = blocked.linear(x, weight, bias)
+        grad = torch.randn(out.shape, dtype=torch.float64, generator=generator)
+        out.backward(grad)
+    expected = x.new_empty(1843, 10)
+    openblas.gemm(x, weight.detach().t(), expected)
+    expected_grad = x.new_empty(10, 128)
+    openblas.gemm(grad.t(), x, expected_grad)
+    assert torch.equal(out.detach(), expected)
+    assert weight.grad is not None and torch.equal(weight.grad, expected_grad)

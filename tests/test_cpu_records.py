@@ -257,7 +257,12 @@ def test_the_main_jobs_values_per_replicate_are_compared_beside_its_claims(
 ) -> None:
     """Two models can agree on every ci value and on the main job's claims while the main job's
     values moved: the sentence says how far, replicate by replicate."""
-    ci = {"kit_commit": "a" * 40, "values": {"x": 1.0}, "outcomes": {}, "numerics": 2}
+    ci = {
+        "kit_commit": "a" * 40,
+        "values": {"x": 1.0},
+        "outcomes": {},
+        "numerics": numerics.VERSION,
+    }
     job = {
         "kit_commit": "a" * 40,
         "numerics": numerics.VERSION,

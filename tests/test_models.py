@@ -125,3 +125,26 @@ def test_a_checkpoint_holding_code_is_refused_with_the_kits_advice_not_torchs(
     assert f"sha256sum {path}" in said and said.endswith(models.REPLACE_CHECKPOINT)
     assert "weights_only" not in said and "False" not in said and "\x1b" not in said
     assert "\n" not in said and not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("arch", ["resnet10", "resnet50"])
+def test_folded_batch_norms_compute_the_same_features_up_to_rounding(arch: str) -> None:
+    """Numerics 3's extraction: every batch norm after a convolution folded into it, none left,
+    the features those of the unfolded network within float32 rounding; folding twice changes
+    nothing, and a network in training mode is refused (its batch norms read the batch)."""
+    torch.manual_seed(0)
+    model = models.build(arch, 10, 0.25, image_size=24)
+    images = torch.randn(32, 3, 24, 24)
+    model(images)  # running statistics other than the initial ones
+    with pytest.raises(ValueError, match="eval mode"):
+        models.fold_batch_norms(model)
+    model.eval()
+    with torch.no_grad():
+        plain = model.features(images)
+        folded = models.fold_batch_norms(model)
+        features = folded.features(images)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+    assert torch.allclose(features, plain, atol=1e-5, rtol=1e-4)
+    weights = [p.clone() for p in folded.parameters()]
+    models.fold_batch_norms(folded)
+    assert all(torch.equal(a, b) for a, b in zip(weights, folded.parameters(), strict=True))

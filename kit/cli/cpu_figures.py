@@ -71,13 +71,13 @@ def _ci_moves(made_under: int) -> list[str]:
     if not moved:
         return [
             "",
-            f"{when.capitalize()}, all {len(keys)} of the ci profile's Table 3 values "
+            f"{when[:1].upper() + when[1:]}, all {len(keys)} of the ci profile's Table 3 values "
             f"are the same on {names}.",
         ]
     lines = [
         "",
-        f"{when.capitalize()}, {len(moved)} of the ci profile's {len(keys)} Table 3 values differ "
-        f"between {names} (top-1 %):",
+        f"{when[:1].upper() + when[1:]}, {len(moved)} of the ci profile's {len(keys)} Table 3 "
+        f"values differ between {names} (top-1 %):",
         "",
         "| value | "
         + " | ".join(f"{named[cpu].split(' (')[0]} ({cpu})" for cpu in found)

@@ -13,7 +13,8 @@ says where two machines' results part. The operations come in two groups:
 - `pipeline`: the main job's own stages at its shapes, each reading the previous one's output:
   the synthetic world's images, one training step in the memory format the trainer uses
   (channels-last), a short training run through the kit's trainer (schedule-free AdamW,
-  BatchNorm recalibration, checkpoint), the features extraction reads from it, and the L-BFGS
+  BatchNorm recalibration, checkpoint), the features extraction reads from it (each batch norm
+  folded into its convolution, as extraction does on the CPU), and the L-BFGS
   probe on them with the cpu profile's grid.
 
 It takes well under a minute on one core. The hashes are compared, never the values: a fingerprint
@@ -157,14 +158,14 @@ def pipeline(folder: Path) -> dict[str, str]:
     out[f"trainer: {TRAIN_STEPS} steps of the {PROFILE} profile's first variant (weights)"] = (
         digest_all(list(model.state_dict().values()))
     )
-    model.eval().to(memory_format=torch.channels_last)
+    models.fold_batch_norms(model.eval()).to(memory_format=torch.channels_last)
     with torch.no_grad():
         extracted = {
             split: model.features(images[split].to(memory_format=torch.channels_last))
             for split in images
         }
-    out[f"extraction: features of the {2 * ROWS} images (channels-last, eval mode)"] = digest_all(
-        [extracted[0], extracted[1]]
+    out[f"extraction: features of the {2 * ROWS} images (channels-last, batch norm folded)"] = (
+        digest_all([extracted[0], extracted[1]])
     )
     probe = lbfgs.lbfgs_probe(
         Split(extracted[0], labels[0], "train"),

@@ -10,8 +10,10 @@ the tiles' bounds are multiples of ALIGN fixed by the shapes alone. The threads 
 `kit.numerics.threads.numerics_threads` compute the tiles; how many there are decides when a tile
 is computed, never its bits. A blocked product's bits are OpenBLAS's, not those of torch's
 uncut product (they differ in the last bits). Nothing is cut in the fast mode, on a GPU, for
-other types than float32 and float64, or below BLOCKED_WORK multiply-adds (there a thread's
-hand-over costs more than it gains, and torch's product, on MKL's COMPATIBLE branch, is used).
+other types than float32 and float64. A product below BLOCKED_WORK multiply-adds is one
+OpenBLAS call on the calling thread (a thread's hand-over would cost more than it gains): since
+numerics version 3, not torch's product on MKL's COMPATIBLE branch, which takes about 1.6 times
+as long on the probes' products (docs/benchmarks.md, "The probes' small products").
 Batches of images and element-wise work are cut the same way, each block with torch's own
 operations.
 """
@@ -42,6 +44,9 @@ TILE_WORK = 1 << 26
 PRODUCT_TYPES = (torch.float32, torch.float64)
 #: a product of fewer multiply-adds is one call: it gains nothing from threads
 BLOCKED_WORK = 1 << 26
+#: a product of fewer multiply-adds is torch's: none since numerics version 3, where every
+#: product of the reproducible numerics runs on OpenBLAS (under 2, BLOCKED_WORK)
+PRODUCT_WORK = 0
 #: pixels a block of images aims at (32 px images: 64 a block; 224 px: 16)
 BLOCK_PIXELS = 1 << 16
 #: elements a block of rows aims at where each is copied or transformed on its own (a MB of
@@ -85,6 +90,13 @@ def blocked(tensor: torch.Tensor, work: int) -> bool:
     return tensor.device.type == "cpu" and numerics.reproducible() and work >= BLOCKED_WORK
 
 
+def on_openblas(tensor: torch.Tensor, work: int) -> bool:
+    """Whether a product of `work` multiply-adds on `tensor`'s device runs on kit.numerics.openblas
+    (in tiles when `blocked`, else in one call): in the reproducible CPU numerics, from
+    PRODUCT_WORK multiply-adds on."""
+    return tensor.device.type == "cpu" and numerics.reproducible() and work >= max(PRODUCT_WORK, 1)
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """`a @ b` of matrices [M, K] and [K, N] (b row-major), with `b`'s gradient, by tiles of
     the output when `blocked`; b's gradient is a^T @ grad, as autograd computes it, by tiles
@@ -94,7 +106,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         a.requires_grad
         or b.stride(1) != 1
         or a.dtype not in PRODUCT_TYPES
-        or not blocked(a, a.shape[0] * a.shape[1] * b.shape[1])
+        or not on_openblas(a, a.shape[0] * a.shape[1] * b.shape[1])
     ):
         return a @ b
     product: torch.Tensor = _Product.apply(a, b)
@@ -107,7 +119,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.T
     grad^T @ x, as autograd computes it, by tiles too, and the bias's is summed as autograd
     sums it. `x` takes no gradient on the blocked path."""
     work = x.shape[0] * x.shape[1] * weight.shape[0]
-    if x.requires_grad or x.dim() != 2 or x.dtype not in PRODUCT_TYPES or not blocked(x, work):
+    if x.requires_grad or x.dim() != 2 or x.dtype not in PRODUCT_TYPES or not on_openblas(x, work):
         return torch.nn.functional.linear(x, weight, bias)
     out: torch.Tensor = _Linear.apply(x, weight, bias)
     return out

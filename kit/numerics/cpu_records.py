@@ -243,7 +243,8 @@ def one_model(spread: Path | None = None) -> str:
     return (
         f"{'the same bits' if same else 'different bits'} in each of {len(runs)} configurations "
         f"of one {record['machine']} (cores, threads, instruction-set caps, load; "
-        "benchmarks/cpu_spread.py)"
+        "benchmarks/cpu_spread.py"
+        + (", under earlier numerics)" if record.get("numerics") != numerics.VERSION else ")")
     )
 
 
@@ -341,9 +342,8 @@ def statement(folder: Path | None = None, spread: Path | None = None) -> str:
     for older in [v for v in versions("ci", folder) if v != numerics.VERSION]:
         found = by_model("ci", folder, older)
         if len(found) >= 2:
-            parts.append(
-                f"before square roots were correctly rounded, {_across(found, folder, older)}"
-            )
+            said = numerics.EARLIER.get(older, f"under numerics version {older}")
+            parts.append(f"{said}, {_across(found, folder, older)}")
     return "; ".join(parts)
 
 
@@ -371,8 +371,11 @@ def brief(folder: Path | None = None) -> str:
             other += ", same bits under emulated ones"
         for v in [v for v in versions("ci", folder) if v < numerics.VERSION]:
             move, _ = largest_move("ci", folder, v)
+            count = len(by_model("ci", folder, v))
             if move:
                 other += f" ({numerics.EARLIER[v]}: up to {move:.2f} points)"
+            elif count >= 2:
+                other += f" ({numerics.EARLIER[v]}: the same values on {count} models)"
     return f"same bits on one CPU model at any core count or load; other CPU models: {other}"
 
 

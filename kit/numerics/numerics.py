@@ -68,11 +68,17 @@ REPRODUCIBLE_ENVIRONMENT = {
 #: intra-op threads of a computation in the reproducible mode, and of a small one in either
 REPRODUCIBLE_THREADS = 1
 #: which definition of the reproducible mode a record was made under: 2 adds correctly rounded
-#: square roots (kit.numerics.rounding); a record without one was made under 1. Bits are compared
-#: only between records of the same version (kit.numerics.cpu_records)
-VERSION = 2
+#: square roots (kit.numerics.rounding); 3 runs every product on OpenBLAS's Haswell kernels, the
+#: small ones too (kit.numerics.blocked.PRODUCT_WORK), and folds each batch norm into its
+#: convolution for extraction (kit.models.fold_batch_norms); a record without one was made
+#: under 1. Bits are compared only between records of the same version
+#: (kit.numerics.cpu_records)
+VERSION = 3
 #: each earlier version in words, as the kit's sentences about other machines name it
-EARLIER = {1: "before square roots were correctly rounded"}
+EARLIER = {
+    1: "before square roots were correctly rounded",
+    2: "before small products ran on OpenBLAS and extraction folded batch norms",
+}
 #: variables that change which code paths, block sizes or threads the CPU libraries take
 #: (torch's, numpy's OpenBLAS, the kit's own OpenBLAS), as users' shells and sites set them:
 #: recorded in provenance where set, and the one list a child whose numerics a test or a
