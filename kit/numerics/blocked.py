@@ -47,8 +47,11 @@ BLOCKED_WORK = 1 << 26
 #: a product of fewer multiply-adds is torch's: none since numerics version 3, where every
 #: product of the reproducible numerics runs on OpenBLAS (under 2, BLOCKED_WORK)
 PRODUCT_WORK = 0
-#: pixels a block of images aims at (32 px images: 64 a block; 224 px: 16)
-BLOCK_PIXELS = 1 << 16
+#: pixels a block of images aims at (24 px images: 32 a block; 32 px and larger: 16). Smaller
+#: blocks keep a block's activations in a core's cache: the cpu profile's 24 px forwards take
+#: about 0.7 times the time of blocks of 112 (benchmarks/extract_blocks.py), and each image's result
+#: is its own, the same bits whatever the block
+BLOCK_PIXELS = 1 << 14
 #: elements a block of rows aims at where each is copied or transformed on its own (a MB of
 #: float32), and the fewest worth cutting
 BLOCK_ELEMENTS, BLOCKED_ELEMENTS = 1 << 18, 1 << 20
