@@ -4,8 +4,11 @@ numerics, and what the correctly rounded roots of kit.numerics.rounding cost the
 Prints, for a million seeded values, how many of torch.sqrt's results differ from the correctly
 rounded root (float64 root rounded once), and for the cpu profile's network (resnet10 at width
 0.25) the time of a schedule-free AdamW step with torch's roots and with correctly rounded ones,
-beside the time of a whole training step (forward, backward, optimizer). One process, one
-intra-op thread, as the reproducible numerics run.
+beside the time of a whole training step (forward, backward, optimizer), and the roots of the
+optimizer's second moments by the two routes kit.numerics.rounding has (numpy's square-root
+instruction, in place, where no gradient is needed; float64 rounded once to float32, where one
+is) with whether their bits agree. One process, one intra-op thread, as the reproducible
+numerics run.
 
     .venv/bin/python benchmarks/sqrt_rounding.py
 """
@@ -70,6 +73,21 @@ def main() -> None:
 
         plain, exact_roots = seconds(roots_as_torch), seconds(roots_rounded)
         whole = seconds(training_step, repeats=20)
+        moments = [optimizer.state[p]["exp_avg_sq"].abs() for p in net.parameters()]
+        by_numpy = seconds(lambda: rounding._each(moments, inplace=False))
+        by_float64 = seconds(lambda: [rounding._through_float64(m) for m in moments])
+        agree = all(
+            torch.equal(a, b)
+            for a, b in zip(
+                rounding._each(moments, inplace=False) or [],
+                [rounding._through_float64(m) for m in moments],
+                strict=True,
+            )
+        )
+        print(
+            f"the second moments' roots: numpy's instruction {by_numpy * 1e3:.2f} ms, float64 "
+            f"rounded once {by_float64 * 1e3:.2f} ms, the same bits: {agree}"
+        )
         params = sum(p.numel() for p in net.parameters())
         print(
             f"schedule-free AdamW step over {params:,} parameters: torch's roots "
