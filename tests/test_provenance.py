@@ -123,3 +123,20 @@ def test_a_source_checkout_without_the_notebook_tools_trains_and_says_it_is_not_
     )
     record = json.loads((tmp_path / "run" / "provenance.jsonl").read_text().splitlines()[0])
     assert record["kit_version"].endswith(f"({provenance.NOT_INSTALLED})")
+
+
+def test_the_packages_are_read_again_once_one_is_installed(tmp_path: Path, monkeypatch) -> None:
+    """The list is kept between records while the searched folders are unchanged, and a
+    distribution installed since (here a `*.dist-info` folder on sys.path) is in the next one."""
+    first = provenance.packages()
+    assert provenance.packages() == first
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    assert "kit-planted-package" not in provenance.packages()
+    info = site / "kit_planted_package-1.2.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: kit-planted-package\nVersion: 1.2.3\n"
+    )
+    assert provenance.packages()["kit-planted-package"] == "1.2.3"

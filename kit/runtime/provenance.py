@@ -65,14 +65,38 @@ def kit_version() -> str:
         return f"{version} ({NOT_INSTALLED})"
 
 
+#: the last `packages()` found, with the state of the folders it searched
+_FOUND: dict[str, Any] = {}
+
+
+def _search_state() -> tuple[tuple[str, int], ...]:
+    """The folders importlib.metadata searches (sys.path) with their modification times: an
+    install or removal adds or removes a `*.dist-info` folder in one, changing its time."""
+    state = []
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            state.append((entry, -1))
+    return tuple(state)
+
+
 def packages() -> dict[str, str]:
-    """Every installed distribution's version, by name (sorted)."""
-    found = {
-        dist.metadata["Name"]: dist.version
-        for dist in metadata.distributions()
-        if dist.metadata["Name"]
-    }
-    return dict(sorted(found.items(), key=lambda item: item[0].lower()))
+    """Every installed distribution's version, by name (sorted). Reading every distribution's
+    metadata takes some tenths of a second, which each training run paid at its start
+    (kit.train.run_folder appends a record to its folder), so the answer is kept while the
+    searched folders are unchanged; a package installed since, in a kernel say, changes them."""
+    state = _search_state()
+    if _FOUND.get("state") != state:
+        found = {
+            dist.metadata["Name"]: dist.version
+            for dist in metadata.distributions()
+            if dist.metadata["Name"]
+        }
+        _FOUND.update(
+            state=state, packages=dict(sorted(found.items(), key=lambda item: item[0].lower()))
+        )
+    return dict(_FOUND["packages"])
 
 
 def record() -> dict[str, Any]:
