@@ -1,5 +1,5 @@
 """The tests that read the process's environment (marked `environment`) pass again under the
-variables users and sites commonly set (issue 72): a site's OpenBLAS, OpenMP and MKL settings,
+variables users and sites commonly set: a site's OpenBLAS, OpenMP and MKL settings,
 other values of the kit's own numerics caps, visible GPUs, a fixed hash seed, the C locale, a
 TMPDIR on another file system (tmpfs), torch's and XDG's folders elsewhere. A pytest in a
 subprocess runs them, so CI sees both the environment it has and this one; the marker selects

@@ -13,7 +13,7 @@ from kit.cli import runner
 from kit.cli.main import main as kit_main
 from kit.runtime import machine
 
-#: a machine of 8 GB: the ci profile's plan fits, the sizes issue 71 found growing to 9-10 GB
+#: a machine of 8 GB: the ci profile's plan fits, where its sizes once grew to 9-10 GB
 #: do not
 SMALL = 8 * 10**9
 
