@@ -13,8 +13,8 @@ from kit.cli import runner
 from kit.cli.main import main as kit_main
 from kit.runtime import machine
 
-#: a machine of 8 GB: the ci profile's plan fits, where its sizes once grew to 9-10 GB
-#: do not
+#: a machine of 8 GB: the ci profile's plan fits, and plans that grow to 9-10 GB (as they once
+#: did) do not
 SMALL = 8 * 10**9
 
 
