@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -95,6 +95,15 @@ def _gather_labels(labels: np.ndarray, folder: Path) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def _place(backbones: Iterable[models.KitResNet], target: torch.device) -> None:
+    """Each backbone on `target` in channels-last memory; on the CPU each batch norm folded into
+    its convolution first (numerics version 3: kit.models.fold_batch_norms)."""
+    for model in backbones:
+        if target.type == "cpu":
+            models.fold_batch_norms(model)
+        model.to(target, memory_format=torch.channels_last)
+
+
 def _extract_checkpoints(
     records: dict[Path, dict[str, Any]],
     checkpoints: dict[Path, Path],
@@ -130,10 +139,7 @@ def _extract_checkpoints(
         rows,
     )
     target = torch.device(device)
-    for model in backbones.values():
-        if target.type == "cpu":  # numerics 3: each batch norm folded into its convolution
-            models.fold_batch_norms(model)
-        model.to(target, memory_format=torch.channels_last)
+    _place(backbones.values(), target)
     outputs = {
         path: np.load(feature_cache.partial(path) / "features.npy", mmap_mode="r+")
         for path in backbones

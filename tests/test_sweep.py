@@ -657,8 +657,11 @@ def test_the_sweep_trains_each_seeded_folder_once_to_the_top_step_with_every_sna
     assert len(merged.initial) == 3 * 4
     # per replicate 1,920 + 3 x 480 + 480 at four times cat1's compute; 36 files (seed 0's 8
     # snapshots, 6 of each other seed, 6 of wide1-eq, 4 untrained) once per task; 36 probes a cell,
-    # the untrained networks' 9 once for the six cells of the world
-    assert sweep_cost.cost(cells) == sweep_cost.SweepCost(3 * 5280, 3 * 36 * 3, 6 * 36 - 5 * 9)
+    # the untrained networks' 9 once for the six cells of the world, each probe reading its
+    # networks' features (cat1 one, cat4 four, wide1-eq two of cat1's, random4 four)
+    assert sweep_cost.cost(cells) == sweep_cost.SweepCost(
+        3 * 5280, 3 * 36 * 3, 6 * 36 - 5 * 9, 6 * 9 * (1 + 4 + 2 + 4) - 5 * 9 * 4
+    )
 
 
 def test_runs_sharing_a_folder_with_their_own_horizons_are_refused_naming_the_key(
