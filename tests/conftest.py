@@ -52,6 +52,8 @@ LAUNCHERS_PREFIXES = ("SLURM_", "SLURMD_", "SBATCH_", "SRUN_", "SALLOC_", "TORCH
 for _name in [*os.environ]:
     if _name in LAUNCHERS_VARIABLES or _name.startswith(LAUNCHERS_PREFIXES):
         del os.environ[_name]
+#: the environment the tests start from (a test that starts a process group may set RANK later)
+ENVIRONMENT_AT_START = dict(os.environ)
 
 from kit.cli import nbval_references, runner  # noqa: E402
 from kit.files.paths import REPO_ROOT  # noqa: E402

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import ENVIRONMENT_AT_START
 
 from kit.experiments.timecat import jobs
 from kit.launch import local, sbatch, slurm
@@ -168,7 +169,7 @@ def test_a_suite_started_inside_an_allocation_runs_as_one_process() -> None:
     """The tests launch their own runs: a shell inside a Slurm job or a torchrun worker
     (tests/test_environment.py sets both) must leave this process and its trainers outside
     that job's ranks (tests/conftest.py clears the launchers' variables)."""
-    environ = dict(os.environ)
+    environ = ENVIRONMENT_AT_START
     assert distributed.slurm_environment(environ) == {}
     assert distributed.ranks_on_node(environ) == 1
     assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK"} & set(environ)
