@@ -17,15 +17,15 @@ from typing import Any
 ENDS, MEAN = ("low", "high"), "mean"
 
 
-def _nodes(spec: Any) -> Iterator[dict[str, Any]]:
+def nodes(spec: Any) -> Iterator[dict[str, Any]]:
     """Every object in a spec, the spec first."""
     if isinstance(spec, dict):
         yield spec
         for value in spec.values():
-            yield from _nodes(value)
+            yield from nodes(value)
     elif isinstance(spec, list):
         for item in spec:
-            yield from _nodes(item)
+            yield from nodes(item)
 
 
 def _independent(spec: dict[str, Any], channel: str) -> bool:
@@ -39,7 +39,7 @@ def orphan_axes(spec: Any) -> list[str]:
     """The wrapped facets (`facet` with `columns`) of `spec` whose panels share their x-axis."""
     return [
         str((node["facet"] or {}).get("field"))
-        for node in _nodes(spec)
+        for node in nodes(spec)
         if isinstance(node.get("facet"), dict)
         and "spec" in node
         and node.get("columns")
@@ -51,7 +51,7 @@ def row_headers_at_the_left(spec: Any) -> list[str]:
     """The row facets of `spec` whose header title shows, or whose labels sit at the left (the
     default), beside the panels' y-axis titles."""
     found = []
-    for node in _nodes(spec):
+    for node in nodes(spec):
         row = (node.get("facet") or {}).get("row") if isinstance(node.get("facet"), dict) else None
         row = row or ((node.get("encoding") or {}).get("row") if "mark" in node else None)
         if not isinstance(row, dict):
@@ -69,7 +69,7 @@ def intervals_without_a_mean(spec: Any) -> list[list[str]]:
     """The tooltips of `spec` (their fields) giving an end of an interval or a spread without
     its mean."""
     found = []
-    for node in _nodes(spec):
+    for node in nodes(spec):
         tips = (node.get("encoding") or {}).get("tooltip") if "mark" in node else None
         if not isinstance(tips, list):
             continue

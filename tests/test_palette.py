@@ -3,32 +3,19 @@ range, axis titles everywhere, rounded tooltips; tables rounded to what the spre
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import polars as pl
 import pytest
+from chart_checks import nodes
 
 from kit.experiments import evidence, evidence_charts, toy_charts, toy_construction
 from kit.experiments.timecat import figures
 from kit.report import charts, labels, palette, tables
 
 
-def walk(spec: Any) -> Iterator[dict]:
-    """Every dictionary inside a chart's JSON."""
-    if isinstance(spec, dict):
-        yield spec
-        for value in spec.values():
-            yield from walk(value)
-    elif isinstance(spec, list):
-        for value in spec:
-            yield from walk(value)
-
-
 def colours(spec: dict) -> dict[str, str]:
     """Name -> colour of every colour scale with an explicit domain and range in the chart."""
     found: dict[str, str] = {}
-    for node in walk(spec):
+    for node in nodes(spec):
         scale = node.get("scale") if "field" in node else None
         if isinstance(scale, dict) and "range" in scale and "domain" in scale:
             for name, colour in zip(scale["domain"], scale["range"], strict=True):
@@ -199,7 +186,7 @@ def test_every_axis_has_a_title_and_tooltips_are_rounded() -> None:
         toy_charts.construction_chart(),
     ]
     for spec in specs:
-        for node in walk(spec.to_dict()):
+        for node in nodes(spec.to_dict()):
             for channel in ("x", "y"):
                 encoding = node.get(channel)
                 # reference lines (chance, ceiling) take the title of the layers they join
@@ -218,7 +205,7 @@ def test_no_line_joins_the_variants_of_the_role_chart() -> None:
     """Variants are unordered categories: each role is a point per variant, offset side by
     side, with its error bar."""
     spec = figures.role_chart(results(NOISY), "heldout").to_dict()
-    marks = [node["mark"] for node in walk(spec) if "mark" in node]
+    marks = [node["mark"] for node in nodes(spec) if "mark" in node]
     kinds = {mark["type"] if isinstance(mark, dict) else mark for mark in marks}
     assert kinds == {"point", "errorbar"}
     assert all(layer["encoding"]["xOffset"]["field"] == "role" for layer in spec["layer"])
