@@ -369,13 +369,16 @@ def brief(folder: Path | None = None) -> str:
         other = "none recorded yet under these numerics"
         if emulated():
             other += ", same bits under emulated ones"
+        earlier = []
         for v in [v for v in versions("ci", folder) if v < numerics.VERSION]:
             move, _ = largest_move("ci", folder, v)
             count = len(by_model("ci", folder, v))
             if move:
-                other += f" ({numerics.EARLIER[v]}: up to {move:.2f} points)"
+                earlier.append(f"{numerics.EARLIER[v]}: up to {move:.2f} points")
             elif count >= 2:
-                other += f" ({numerics.EARLIER[v]}: the same values on {count} models)"
+                earlier.append(f"{numerics.EARLIER[v]}: the same values on {count} models")
+        if earlier:
+            other += f" ({'; '.join(earlier)})"
     return f"same bits on one CPU model at any core count or load; other CPU models: {other}"
 
 

@@ -190,15 +190,9 @@ def describe() -> str:
     """This machine in a few words: CPU model and usable cores, the GPU when torch is loaded
     and sees one (torch is not imported here: the kit's lower layers stay torch-free), and the
     CPU numerics mode (kit.numerics.numerics)."""
-    model = "unknown CPU"
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [
-            line.split(":", 1)[1].strip()
-            for line in cpuinfo.read_text().splitlines()
-            if line.startswith("model name")
-        ]
-        model = names[0] if names else model
+    # the model name with its vendor, family and model: a virtual machine's name may say no more
+    # than "AMD EPYC", which covers several generations
+    model = cpu_records.describe(cpu_records.identity())
     text = f"{usable_cores()} cores of {model}"
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
