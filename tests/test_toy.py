@@ -241,6 +241,20 @@ def test_notebook_01s_tables_read_accuracies_and_errors_in_percent() -> None:
     assert set(toy_construction.optimum_table([0.25, 0.4])["error"]) == {0.25, 0.2}
 
 
+def test_notebook_01s_shares_of_groups_and_models_read_in_percent() -> None:
+    """The groups solving every component, by k, in % of the groups as the summary says them
+    (the result file keeps fractions); the sparsity chart's share axis in % too."""
+    groups = pl.DataFrame({"k": [1, 1, 1, 2, 2], "components_solved": [4, 2, 3, 4, 4]})
+    shared = pl.DataFrame({"k": [1, 1, 2, 2], "components_solved": [1, 4, 4, 4]})
+    shown = tables.table(toy_charts.all_solved_table(groups, shared)).layout()
+    assert shown.headers[1:] == ["own samples %", "one shared sample %"]
+    assert [row[1:] for row in shown.rows] == [["33.3", "50.0"], ["100.0", "100.0"]]
+    assert toy.all_solved_by_k(groups, shared)["own samples"].to_list()[1] == 1.0
+    sweep = pl.DataFrame({"weight_decay": [0.1, 0.1, 1.0], "kept": ["phi1", "both", "phi1"]})
+    y = toy_charts.sparsity_chart(sweep).to_dict()["encoding"]["y"]
+    assert y["stack"] == "normalize" and y["axis"]["format"] == "%"
+
+
 def accuracies_not_in_percent(notebook: nbformat.NotebookNode) -> list[tuple[str, str]]:
     """What an executed notebook shows of an accuracy or an error rate other than in % to one
     decimal: a table column saying either without '%', or with a cell not to one decimal; a

@@ -55,6 +55,14 @@ def optimum_table(shares: list[float]) -> pl.DataFrame:
     return table.with_columns(percent(pl.col("error"))).rename({"error": "error %"})
 
 
+def all_solved_table(fresh: pl.DataFrame, shared: pl.DataFrame) -> pl.DataFrame:
+    """toy.all_solved_by_k as notebook 01 displays it: the groups solving every component in %
+    of the groups of each size k, as its summary says them (its result file keeps fractions)."""
+    table = toy.all_solved_by_k(fresh, shared)
+    shown = [c for c in table.columns if c != "k"]
+    return table.with_columns(percent(pl.col(*shown))).rename({c: f"{c} %" for c in shown})
+
+
 def construction_chart() -> alt.FacetChart:
     """Each component's support points in the (φ1, φ2) plane, with their labels."""
     rows = []
@@ -181,7 +189,12 @@ def sparsity_chart(sweep: pl.DataFrame) -> alt.Chart:
         .mark_bar()
         .encode(
             x=alt.X("weight_decay:O", title="weight decay (sparsity bias)"),
-            y=alt.Y("len:Q", stack="normalize", title="share of trained models"),
+            y=alt.Y(
+                "len:Q",
+                stack="normalize",
+                title="share of trained models",
+                axis=alt.Axis(format="%"),  # in %, as the notebook's sentences say shares
+            ),
             color=alt.Color("kept:N", scale=palette.scale(KEPT_SHOWN), title="features kept"),
             tooltip=charts.tooltips(counts, ["weight_decay", "kept", "len"]),
         )
