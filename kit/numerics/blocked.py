@@ -48,9 +48,12 @@ BLOCKED_WORK = 1 << 26
 #: product of the reproducible numerics runs on OpenBLAS (under 2, BLOCKED_WORK)
 PRODUCT_WORK = 0
 #: pixels a block of images aims at (24 px images: 32 a block; 32 px and larger: 16). Smaller
-#: blocks keep a block's activations in a core's cache: the cpu profile's 24 px forwards take
-#: about 0.7 times the time of blocks of 112 (benchmarks/extract_blocks.py), and each image's result
-#: is its own, the same bits whatever the block
+#: blocks keep a block's activations in a core's cache: one cpu-profile network's 24 px forwards
+#: over the same images take about 0.7 times the time of blocks of 112
+#: (benchmarks/extract_blocks.py); in extraction's order, every backbone of a replicate on each
+#: batch, the size moved a forward by no more than a shared machine's load did
+#: (benchmarks/extract_arithmetic.py). Each image's result is its own, the same bits whatever
+#: the block
 BLOCK_PIXELS = 1 << 14
 #: elements a block of rows aims at where each is copied or transformed on its own (a MB of
 #: float32), and the fewest worth cutting
