@@ -2,8 +2,8 @@
 replicate's backbones of a finished notebook 03 run (every kind: cat1, cat4's, random4's, wide1,
 direct), each batch of the task's images through every backbone in turn as kit.features runs
 them, under the earlier arithmetic (batch norm unfolded, blocks of 112 images) and numerics 3's
-(folded, blocks of 32), and the two crossed, in alternation; one thread, CPU seconds, the best
-of `--repeats` passes.
+(folded) in blocks of 32, 64 and 112 images, and unfolded in blocks of 32, in alternation; one
+thread, CPU seconds, the best of `--repeats` passes.
 
     .venv/bin/python benchmarks/extract_arithmetic.py outputs/cpu
     .venv/bin/python benchmarks/extract_arithmetic.py outputs/cpu --task texture --repeats 4
@@ -34,10 +34,11 @@ from kit.numerics.threads import one_thread
 from kit.params import params
 from kit.train import backbones
 
-#: (batch norm folded, images a block of 24 px) of each arithmetic compared
+#: (batch norm folded, images a block of 24 px) of each arithmetic compared; numerics 3's
+#: features are the folded ones, the same bits in blocks of any of these sizes
 ARITHMETIC = {
     "unfolded, blocks of 112 (numerics 2)": (False, 112),
-    "folded, blocks of 32 (numerics 3)": (True, 32),
+    "folded, blocks of 32": (True, 32),
     "folded, blocks of 112": (True, 112),
     "folded, blocks of 64": (True, 64),
     "unfolded, blocks of 32": (False, 32),
