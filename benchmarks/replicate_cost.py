@@ -9,7 +9,10 @@ The stage records the run's kernel appended (`.03_time_concat.stages.jsonl`, kit
 give each stage's seconds (kit.readout.progress.stage_spans: first record to last); extraction
 runs inside the probes stage, so probe fitting is the probes stage less the extraction stages in
 it. The notebook's wall time comes
-from its provenance file, the replicates from its results table. Prints seconds per stage, per
+from its provenance file, the replicates from its results table. Each run folder's line after the
+table gives the seconds of a core its training steps took (`step_seconds`, from the runs' logged
+rates) against the training stage's cores times its wall time: the rest is what training spends
+besides its steps. Prints seconds per stage, per
 replicate and as a share of the notebook's wall time, with the load average the run recorded
 (the cores may have been shared), and beside them the seconds per replicate of the record
 `--before` names (by default docs/data/replicate_cost_41d9133.json, kit 41d9133's figures on a
@@ -30,6 +33,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+import yaml
 
 from kit.readout.progress import stage_spans
 
@@ -67,6 +71,25 @@ def measured(output_dir: Path) -> dict:
         "numerics": numerics.get("version"),
         "parts": parts,
     }
+
+
+def step_seconds(output_dir: Path) -> float:
+    """Seconds of a core the run's training steps took, summed over its runs: each metrics row's
+    steps since the last row at the rate it logged (kit.train.loop_steps: images a second over
+    the logging window); what the training stage spent besides (starting runs, evaluating,
+    writing checkpoints, cores idle at its end) is the rest of its cores' time."""
+    batch = yaml.safe_load((output_dir / f"{NOTEBOOK}.parameters.yaml").read_text())["train"][
+        "batch_size"
+    ]
+    seconds = 0.0
+    for metrics in sorted((output_dir / "time_concat").glob("rep*/*/seed*/metrics.jsonl")):
+        last = 0
+        for line in metrics.read_text().splitlines():
+            row = json.loads(line)
+            if row.get("images_per_s"):
+                seconds += (row["step"] - last) * batch / row["images_per_s"]
+                last = row["step"]
+    return seconds
 
 
 def pooled(records: list[dict]) -> dict:
@@ -147,6 +170,15 @@ def main() -> None:
         )
     print(f"CPU: {now.get('cpu')}, numerics version {now.get('numerics')}")
     print("\n".join(table(now, before)))
+    for folder in args.output_dir:
+        run = measured(folder)
+        cores = run["cpu"].split()[0]
+        if cores.isdigit():
+            stage = int(cores) * run["parts"]["training"]
+            print(
+                f"{folder}: training's steps {step_seconds(folder):.0f} s of a core of the "
+                f"training stage's {stage:.0f} ({cores} cores x its wall time)"
+            )
     if args.json:
         args.json.write_text(json.dumps(now, indent=2) + "\n")
         print(f"wrote {args.json}")

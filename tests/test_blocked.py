@@ -281,6 +281,26 @@ def test_heads_and_features_have_the_same_bits_at_1_2_and_4_threads(tmp_path) ->
         assert len({run[key] for run in runs.values()}) == 1, key
 
 
+def test_extractions_features_are_the_same_bits_in_blocks_of_any_aligned_size(monkeypatch) -> None:
+    """A folded cpu-profile network's features of a batch of 256 images of 24 px are the same bits
+    in blocks of 16, 32, 64 and 112 images as in one call, so BLOCK_PIXELS is a matter of speed
+    alone (kit.numerics.blocked: each image's result is its own)."""
+    if not numerics.reproducible():
+        pytest.skip("the reproducible numerics are off")
+    from kit.models import build, fold_batch_norms
+
+    torch.manual_seed(0)
+    model = fold_batch_norms(build("resnet10", 10, 0.25, image_size=24).eval())
+    model = model.to(memory_format=torch.channels_last)
+    images = torch.randn(256, 3, 24, 24).contiguous(memory_format=torch.channels_last)
+    with one_thread(), torch.no_grad():
+        whole = model.features(images)
+        for per in (16, 32, 64, 112):
+            monkeypatch.setattr(blocked, "BLOCK_PIXELS", per * 24 * 24)
+            assert blocked.bounds(256, 24 * 24, blocked.IMAGE_ALIGN, blocked.BLOCK_PIXELS)[1] == per
+            assert torch.equal(blocked.images(model.features, images), whole), per
+
+
 def test_a_small_product_is_one_openblas_call_in_the_reproducible_numerics() -> None:
     """Numerics 3: a product far under BLOCKED_WORK (the L-BFGS probes' 1,843 x 128 into 10) is
     OpenBLAS's, bit for bit, not torch's (MKL's COMPATIBLE branch gives other last bits), with

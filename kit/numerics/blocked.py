@@ -47,11 +47,12 @@ BLOCKED_WORK = 1 << 26
 #: a product of fewer multiply-adds is torch's: none since numerics version 3, where every
 #: product of the reproducible numerics runs on OpenBLAS (under 2, BLOCKED_WORK)
 PRODUCT_WORK = 0
-#: pixels a block of images aims at (24 px images: 32 a block; 32 px and larger: 16). Smaller
-#: blocks keep a block's activations in a core's cache: the cpu profile's 24 px forwards take
-#: about 0.7 times the time of blocks of 112 (benchmarks/extract_blocks.py), and each image's result
-#: is its own, the same bits whatever the block
-BLOCK_PIXELS = 1 << 14
+#: pixels a block of images aims at (24 px images: 64 a block; 32 px: 32; 224 px: 16). In
+#: extraction's order, every backbone of a replicate on each batch, the cpu profile's 24 px
+#: forwards in blocks of 64 took 0.95 times the time of blocks of 32 and 0.97 of blocks of 112
+#: (benchmarks/extract_arithmetic.py, two runs on a shared 2-core AMD EPYC 25/17); each image's
+#: result is its own, the same bits whatever the block (tests/test_blocked.py)
+BLOCK_PIXELS = 1 << 15
 #: elements a block of rows aims at where each is copied or transformed on its own (a MB of
 #: float32), and the fewest worth cutting
 BLOCK_ELEMENTS, BLOCKED_ELEMENTS = 1 << 18, 1 << 20
