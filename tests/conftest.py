@@ -320,8 +320,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start building the shared main job in the background if a test selected to run reads it
-    (after `-m`, `-k` and xdist's own selection, so the fast lane never starts it)."""
-    if any(map(_reads_the_main_job, session.items)) and not os.environ.get(NESTED_ENV):
+    (after `-m` and `-k`, so the fast lane never starts it; nor does `--collect-only`)."""
+    if session.config.option.collectonly or os.environ.get(NESTED_ENV):
+        return
+    if any(map(_reads_the_main_job, session.items)):
         threading.Thread(target=_build_in_background, daemon=True).start()
 
 
