@@ -169,7 +169,6 @@ SLOW_TESTS = frozenset(
         "test_cifar_workers_get_a_handle_to_its_arrays_not_a_copy",
         "test_command_line_reports_bad_input_without_traceback",
         "test_concatenating_a_phi1_and_a_phi2_model_recovers_all_four_components",
-        "test_concatenation_study_shapes",
         "test_cpu_subset_passes_and_says_it_is_the_cpu_subset",
         "test_direct_training_solves_every_component_with_its_feature",
         "test_each_layout_downloads_and_every_file_is_found_verified",
