@@ -6,13 +6,16 @@ with the reference outputs of its cells tagged `nbval-check-output` (tests/nbval
 back in, and pytest then collects the copies. Outputs a notebook carries (saved from Lab) are
 dropped from the copies first, so they never stand in for references; test_project says how to
 strip them from the notebook itself. Tests that read a notebook's results back use
-`notebook_outputs`:
-the files the nbval run wrote, or a fresh papermill run when nbval was deselected.
+`notebook_outputs`, and those reading what `kit run` printed `runner_output`: both read the
+shared main job below.
 
-Notebooks 03 and 04 (RUNNER_EXECUTED) are executed by `python -m kit run` instead of nbval, once
-per session and in that order (`runner_output`), so that the one long run also shows what the
-runner prints while it trains: 04 reuses 03's runs, and run first it would leave 03 nothing to
-train.
+Notebooks 03 and 04 (RUNNER_EXECUTED) are not collected by nbval. The tests that read a finished
+run (its results, report, paper files, executed copies, or what the runner printed) share one
+executed ci main job, SHARED_RUN: `python -m kit run` of every notebook in turn, as a user runs
+it, built once per session by the first test process to ask (a file lock, and a record per
+notebook written when its run has ended, so that either process may run any reader) and started
+in the background as soon as a process has collected a test that reads it. The tests never write
+into it: what they write goes to a copy. nbval's items write their own folder (OUTPUT_ROOT).
 
 Every process the tests start runs in the kit's reproducible CPU numerics (kit.numerics.numerics,
 set by `import kit`), as users' runs do by default: the pinned results are the same bits on any
@@ -22,16 +25,15 @@ x86-64 processor, core count or load (docs/reproducibility.md).
 from __future__ import annotations
 
 import ast
+import contextlib
 import html
 import os
 import platform
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -55,9 +57,9 @@ for _name in [*os.environ]:
 #: the environment the tests start from (a test that starts a process group may set RANK later)
 ENVIRONMENT_AT_START = dict(os.environ)
 
+import main_job  # noqa: E402  (imports kit: after the environment above)
+
 from kit.cli import nbval_references, runner  # noqa: E402
-from kit.files.paths import REPO_ROOT  # noqa: E402
-from kit.readout.progress import STAGE_FILE_ENV  # noqa: E402
 
 TESTS_DIR = Path(__file__).parent
 NOTEBOOK_COPIES = TESTS_DIR / "_notebooks"
@@ -65,6 +67,14 @@ OUTPUT_ROOT = NOTEBOOK_COPIES / "outputs"
 PROFILE = "ci"
 #: notebooks executed with `python -m kit run` (runner_output) rather than collected by nbval
 RUNNER_EXECUTED = ("03_time_concat", "04_when_concat_helps")
+#: the executed ci main job the readers share (tests/main_job.py): `kit run` of each notebook
+#: into SHARED_RUN / PROFILE, built in the background in this order (the longest, which the
+#: most tests read, first); beside that folder, a record of what each run printed, written
+#: when it ended (the marker that it is finished), and the build's lock
+SHARED_RUN = NOTEBOOK_COPIES / "run"
+MAIN_JOB = (*RUNNER_EXECUTED, "01_toy_counterexample", "02_surveyed_evidence")
+#: 04 reuses 03's runs, so 03 runs first (run first, 04 would leave 03 nothing to train)
+READS = {"04_when_concat_helps": "03_time_concat"}
 #: set for a pytest that a test starts (tests/test_environment.py): the notebooks' copies are
 #: the outer session's, which its tests may be reading, so the inner one leaves them alone
 NESTED_ENV = "KIT_TESTS_NESTED"
@@ -159,7 +169,6 @@ SLOW_TESTS = frozenset(
         "test_cifar_workers_get_a_handle_to_its_arrays_not_a_copy",
         "test_command_line_reports_bad_input_without_traceback",
         "test_concatenating_a_phi1_and_a_phi2_model_recovers_all_four_components",
-        "test_concatenation_study_shapes",
         "test_cpu_subset_passes_and_says_it_is_the_cpu_subset",
         "test_direct_training_solves_every_component_with_its_feature",
         "test_each_layout_downloads_and_every_file_is_found_verified",
@@ -196,15 +205,15 @@ SLOW_TESTS = frozenset(
 )
 
 
-#: the xdist group of the tests that write or read the notebooks' shared output folder
-#: (OUTPUT_ROOT): one worker runs them in turn, and runner_output runs each notebook once
+#: the xdist group of nbval's notebooks, which write one output folder (OUTPUT_ROOT): one worker
+#: runs them in turn. The tests reading the shared main job (SLOW_FIXTURES) run on either.
 NOTEBOOK_GROUP = "notebooks"
 
 
-def _notebook_group(item: pytest.Item) -> bool:
-    """Whether `item` writes or reads the notebooks' shared output folder (OUTPUT_ROOT)."""
+def _reads_the_main_job(item: pytest.Item) -> bool:
+    """Whether `item` reads the shared executed main job (SHARED_RUN)."""
     fixtures = getattr(item, "fixturenames", ())
-    return item.path.suffix == ".ipynb" or any(name in fixtures for name in SLOW_FIXTURES)
+    return any(name in fixtures for name in SLOW_FIXTURES)
 
 
 def _tests_marked_slow() -> dict[str, set[str]]:
@@ -236,10 +245,9 @@ def _tests_reading_notebooks() -> dict[str, set[str]]:
 
 
 class _NotebooksApart(LoadScopeScheduling):
-    """xdist's scheduling by module, with one group across modules: nbval's notebooks and the
-    tests reading their outputs (NOTEBOOK_GROUP), which one worker runs in turn, so that
-    runner_output runs each notebook once and nothing else writes OUTPUT_ROOT meanwhile. A free
-    worker takes the scope taken to last longest first (tests/scheduling.py)."""
+    """xdist's scheduling by module, with one group across modules: nbval's notebooks
+    (NOTEBOOK_GROUP), which one worker runs in turn, so that nothing else writes OUTPUT_ROOT
+    meanwhile. A free worker takes the scope taken to last longest first (tests/scheduling.py)."""
 
     def __init__(self, config: pytest.Config, log: object = None) -> None:
         super().__init__(config, log)
@@ -253,17 +261,16 @@ class _NotebooksApart(LoadScopeScheduling):
         path, _, test = nodeid.partition("::")
         return (
             Path(path).name in SLOW_MODULES
-            or self._split_scope(nodeid) == NOTEBOOK_GROUP
+            or path.endswith(".ipynb")
+            or test.split("[")[0] in self.reading.get(Path(path).name, ())
             or any(name in test for name in SLOW_NAMES)
             or scheduling.test_name(nodeid) in SLOW_TESTS
             or scheduling.test_name(nodeid) in self.marked.get(Path(path).name, ())
         )
 
     def _split_scope(self, nodeid: str) -> str:
-        path, _, test = nodeid.partition("::")
-        if path.endswith(".ipynb") or test.split("[")[0] in self.reading.get(Path(path).name, ()):
-            return NOTEBOOK_GROUP
-        return path
+        path, _, _ = nodeid.partition("::")
+        return NOTEBOOK_GROUP if path.endswith(".ipynb") else path
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
@@ -295,104 +302,65 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     reading = _tests_reading_notebooks()
     for item in items:
         name = getattr(item, "originalname", item.name)
-        if (
-            _notebook_group(item)
-            and item.path.suffix != ".ipynb"
-            and name not in reading.get(item.path.name, ())
-        ):
+        if _reads_the_main_job(item) and name not in reading.get(item.path.name, ()):
             raise pytest.UsageError(
                 f"{item.nodeid} uses {' or '.join(SLOW_FIXTURES)} through another fixture: take "
-                "it as an argument of the test, so that the notebooks' group runs it in turn"
+                "it as an argument of the test, so that the scheduler counts it among the slow"
             )
         if (
             item.path.name in SLOW_MODULES
-            or _notebook_group(item)
+            or item.path.suffix == ".ipynb"
+            or _reads_the_main_job(item)
             or any(name in item.name for name in SLOW_NAMES)
             or name in SLOW_TESTS
         ):
             item.add_marker(pytest.mark.slow)
 
 
-@dataclass(frozen=True)
-class RunnerOutput:
-    """What `python -m kit run` printed: each stdout line with whether the runner was still
-    running when the line was read (read while it ran, through a pipe), and its stderr."""
-
-    lines: list[tuple[str, bool]]
-    returncode: int
-    stderr: str
-    output_dir: Path
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the shared main job in the background if a test selected to run reads it
+    (after `-m` and `-k`, so the fast lane never starts it; nor does `--collect-only`)."""
+    if session.config.option.collectonly or os.environ.get(NESTED_ENV):
+        return
+    if any(map(_reads_the_main_job, session.items)):
+        threading.Thread(target=_build_in_background, daemon=True).start()
 
 
-def kit_run(stem: str) -> RunnerOutput:
-    """Run one notebook with the ci profile through the runner's command line, into the
-    folder the other notebook tests read."""
-    output_dir = OUTPUT_ROOT / PROFILE
-    command = [
-        sys.executable,
-        "-m",
-        "kit",
-        "run",
-        stem,
-        "--profile",
-        PROFILE,
-        "--set",
-        f"output_dir={output_dir}",
-    ]
-    with tempfile.TemporaryFile("w+") as stderr:
-        process = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            cwd=REPO_ROOT,
-            env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
-        )
-        assert process.stdout is not None
-        lines = [(line.rstrip("\n"), process.poll() is None) for line in process.stdout]
-        returncode = process.wait(timeout=60)
-        stderr.seek(0)
-        return RunnerOutput(lines, returncode, stderr.read(), output_dir)
+def _main_job(stem: str) -> main_job.RunnerOutput:
+    """What `kit run <stem> --profile ci` printed in the shared main job (tests/main_job.py)."""
+    return main_job.run(stem, READS, PROFILE, SHARED_RUN, ENVIRONMENT_AT_START)
+
+
+def _build_in_background() -> None:
+    """The whole shared main job, in a thread of a test process that collected a reader (its
+    runs are subprocesses, so the thread mostly waits); a failure is left to the test that
+    asks, which builds what is missing and shows the error."""
+    with contextlib.suppress(Exception):
+        for stem in MAIN_JOB:
+            _main_job(stem)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    main_job.end_running()
 
 
 @pytest.fixture(scope="session")
-def runner_output() -> Callable[[str], RunnerOutput]:
-    """runner_output(stem) -> what `python -m kit run <stem> --profile ci` printed (run once)."""
-    runs: dict[str, RunnerOutput] = {}
-
-    def get(stem: str) -> RunnerOutput:
-        for earlier in RUNNER_EXECUTED[: RUNNER_EXECUTED.index(stem)]:
-            get(earlier)
-        if stem not in runs:
-            runs[stem] = kit_run(stem)
-        return runs[stem]
-
-    return get
+def runner_output() -> Callable[[str], main_job.RunnerOutput]:
+    """runner_output(stem) -> what `python -m kit run <stem> --profile ci` printed in the shared
+    main job (each notebook run once per session)."""
+    return _main_job
 
 
 @pytest.fixture(scope="session")
-def notebook_outputs(runner_output) -> Callable[[str, str], Path]:
-    """notebook_outputs(stem, result_file) -> the folder holding that notebook's results."""
+def notebook_outputs() -> Callable[[str, str], Path]:
+    """notebook_outputs(stem, result_file) -> the shared main job's folder, once `stem` has run
+    there (tests copy what they write to a folder of their own)."""
 
     def get(stem: str, result_file: str) -> Path:
-        folder = OUTPUT_ROOT / PROFILE
-        if stem in RUNNER_EXECUTED:
-            output = runner_output(stem)
-            assert output.returncode == 0, output.stderr[-3000:]
-        elif not (folder / result_file).exists() or not (folder / f"{stem}.ipynb").exists():
-            # nbval runs 01 and 02 without writing the executed copy a chart test reads; its
-            # kernel records its stages as under `python -m kit run` (the browser test reads them)
-            (planned,) = runner.plan([stem], PROFILE, output_root=OUTPUT_ROOT)
-            stages = runner.stage_file(planned)
-            stages.parent.mkdir(parents=True, exist_ok=True)
-            stages.write_text("")
-            os.environ[STAGE_FILE_ENV] = str(stages)
-            try:
-                runner.execute(planned)
-            finally:
-                os.environ.pop(STAGE_FILE_ENV, None)
-        assert (folder / result_file).exists(), f"{stem} did not write {result_file}"
-        return folder
+        output = _main_job(stem)
+        assert output.returncode == 0, output.stderr[-3000:]
+        assert (output.output_dir / result_file).exists(), f"{stem} did not write {result_file}"
+        return output.output_dir
 
     return get
 

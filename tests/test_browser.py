@@ -6,7 +6,7 @@ in a cell added in Lab) shows its count over its elapsed time as its rate; a cel
 saved in Lab leaves the notebook file as committed.
 
 The report and the page of each executed notebook are those of notebooks 01-04 as this test
-session executed them at the ci profile (`notebook_outputs`, shared with the notebook tests),
+session's shared main job executed them at the ci profile (`notebook_outputs`, tests/main_job.py),
 read with the network cut off: the paper's versioned arXiv id visible, nothing wider than a
 1,400-px window, no chart scrolling sideways at 1,280 or 1,400 px, no code name of the label map
 in the text, and no progress bar's elapsed time more than a second above its work's own time as
@@ -487,8 +487,8 @@ _REPORT: dict[str, Path] = {}
 
 
 def executed_report(notebook_outputs, tmp_path_factory) -> tuple[Path, Path]:
-    """The report of notebooks 01-04 executed at the ci profile: the session's executions,
-    shared with the notebook tests (`notebook_outputs`: nothing is run again here), their
+    """The report of notebooks 01-04 executed at the ci profile: the session's shared main job
+    (`notebook_outputs`: nothing is run again here), their
     result files copied to a folder of their own and the report written there, so that nothing
     here writes the shared folder. Returns that folder and the shared one (whose run folders
     the bars are checked against)."""
