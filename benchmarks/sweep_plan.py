@@ -94,7 +94,14 @@ def measured_rates(out: Path, cells: list[Cell]) -> sweep_cost.Rates:
     stages = stage_spans(out / f".{NOTEBOOK}.stages.jsonl")
     extraction = sum(s for name, (s, _) in stages.items() if name.startswith("features"))
     work = sweep_cost.cost(cells)
-    wall = float(json.loads((out / f"{NOTEBOOK}.provenance.json").read_text())["wall_s"])
+    provenance = json.loads((out / f"{NOTEBOOK}.provenance.json").read_text())
+    wall = float(provenance["wall_s"])
+    numerics = provenance.get("cpu_numerics") or {}
+    where = (
+        f"the first round of a sweep under numerics {numerics.get('version', '?')} on "
+        f"{numerics.get('cpu', 'an unnamed CPU')}, {provenance.get('cores', '?')} cores, load "
+        f"average {(provenance.get('load_average') or ['?'])[0]}"
+    )
     return sweep_cost.Rates(
         {
             "iteration": stages["training"][0] / work.iterations,
@@ -102,7 +109,7 @@ def measured_rates(out: Path, cells: list[Cell]) -> sweep_cost.Rates:
             "probe": (stages["probes"][0] - extraction) / work.features,
         },
         max(wall - stages["training"][0] - stages["probes"][0], 0.0),
-        f"the first round of {out}",
+        where,
     )
 
 
@@ -234,8 +241,8 @@ def errors(plan: Rounds, name: str, args) -> dict[str, float]:
     return found
 
 
-def plans(quick: bool) -> list[tuple[str, Rounds]]:
-    shapes = SHAPES[:2] if quick else SHAPES
+def plans(shapes: list[tuple[int, int, int]]) -> list[tuple[str, Rounds]]:
+    """Each shape (first, add, most) with Pocock- and O'Brien-Fleming-type spending."""
     return [
         (f"{first}+{add}..{most} {kind}", Rounds(first, add, most, spending=kind))
         for first, add, most in shapes
@@ -257,6 +264,37 @@ def cpu() -> str:
     return f"{name}{family if 'cpu family' in fields else ''}, {os.cpu_count()} cores"
 
 
+def shown(path: Path) -> str:
+    """A path as the repository's own where it lies in it."""
+    path = path.resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def markdown(rows: list[dict], scales: list[float], wall_s: float) -> str:
+    """The rows as a Markdown table (seconds at each rate scale, error rates in %)."""
+    head = (
+        "| plan | decided after round 1 | decided at the end | all 18 | rounds | "
+        + " | ".join(f"seconds at x{s:g} (all within {wall_s:.0f} s)" for s in scales)
+        + " | "
+        + " | ".join(f"rounds.wall_s {wall_s:.0f} at x{s:g}: decided (all)" for s in scales)
+        + " | false holds, normal / t3 | false contradicted, normal / t3 |"
+    )
+    lines = [head, "|" + "---|" * (7 + 2 * len(scales))]
+    for row in rows:
+        free, bounded, errs = row["free"], row["bounded"], row["errors"]
+        plan = row["plan"].replace(spending.OBRIEN_FLEMING, "O'Brien-Fleming")
+        lines.append(
+            f"| {plan.replace(spending.POCOCK, 'Pocock')} | {free[0]['first']:.1f} "
+            f"| {free[0]['end']:.1f} | {100 * free[0]['all']:.0f} % | {free[0]['rounds']:.2f} | "
+            + " | ".join(f"{f['seconds']:,.0f} ({100 * f['within']:.0f} %)" for f in free)
+            + " | "
+            + " | ".join(f"{b['end']:.1f} ({100 * b['within']:.0f} %)" for b in bounded)
+            + f" | {errs['holds normal']:.2f} / {errs['holds t3']:.2f} "
+            f"| {errs['contr normal']:.2f} / {errs['contr t3']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--record", type=Path, default=RECORD, help="a sweep_summary.json")
@@ -267,25 +305,33 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=100_000, help="calibration runs per row")
     parser.add_argument("--std", type=float, default=4.7, help="calibration spread (points)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--shapes",
+        type=lambda text: tuple(int(n) for n in text.split(",")),
+        nargs="+",
+        default=list(SHAPES),
+        help="plans as first,add,most (default: %(default)s)",
+    )
     parser.add_argument("--json", type=Path, help="write the rows here")
-    parser.add_argument("--quick", action="store_true", help="2 plan shapes, 20 sweeps")
+    parser.add_argument("--quick", action="store_true", help="the first 2 shapes, 20 sweeps")
     args = parser.parse_args()
     if args.quick:
-        args.sweeps, args.draws = 20, 10_000
+        args.sweeps, args.draws, args.shapes = 20, 10_000, args.shapes[:2]
     started = time.perf_counter()
     settings = params.load(NOTEBOOK, "sweep")[0]
+    assert isinstance(settings, sweep_settings.SweepSettings)
     profile = sweep_settings.cells(settings)
     cells = recorded(args.record)
     smallest = profile[0].settings.smallest_effect
     args.smallest = smallest
-    args.longest = max(most for _, _, most in SHAPES)
+    args.longest = max(most for _, _, most in args.shapes)
     rates = (
         measured_rates(args.rates_from, profile) if args.rates_from else sweep_cost.recorded_rates()
     )
     current = profile[0].settings.design
     print(
-        f"{len(cells)} cells of {args.record} (normal replicates at each condition's recorded "
-        f"mean and spread), {args.sweeps} simulated sweeps per plan, smallest effect "
+        f"{len(cells)} cells of {shown(args.record)} (normal replicates at each condition's "
+        f"recorded mean and spread), {args.sweeps} simulated sweeps per plan, smallest effect "
         f"{smallest:g}; rates per unit at {rates.measured_on}: "
         + ", ".join(f"{k} {v:.4g} s" for k, v in rates.per.items())
         + f", fixed {rates.fixed:.0f} s; profile's plan {current.first}+{current.add}.."
@@ -297,19 +343,21 @@ def main() -> None:
         f"columns: cells decided after round 1 and at the end, share of sweeps deciding all "
         f"{len(cells)}, rounds (no wall budget); per rate scale ({scales}) the mean seconds and "
         f"the share deciding all within {args.wall_s:.0f} s (no wall budget); per scale, with "
-        f"rounds.wall_s {args.wall_s:.0f} (the kit's rule), cells decided and share deciding "
-        "all; the plan's false holds (true effect 0) and false contradicted (true effect the "
-        "smallest) in %, normal and t3 noise"
+        f"rounds.wall_s {args.wall_s:.0f} (the kit's rule: no round starts that would end past "
+        "it at the last round's rate; the first round is not bounded), cells decided, the "
+        "share deciding all within the budget and the mean seconds; the plan's false holds "
+        "(true effect 0) and false contradicted (true effect the smallest) in %, normal and "
+        "t3 noise"
     )
     print(
         f"{'plan':<24} {'1st':>5} {'end':>5} {'all':>5} {'rnds':>5}  "
-        + " ".join(f"{'s ' + format(s, 'g'):>6} {'in':>4}" for s in args.scale)
+        + " ".join(f"{'s x' + format(s, 'g'):>6} {'in':>4}" for s in args.scale)
         + "  "
-        + " ".join(f"{'wall ' + format(s, 'g'):>10}" for s in args.scale)
+        + " ".join(f"{'wall x' + format(s, 'g'):>16}" for s in args.scale)
         + "  holds(n t3)  contr(n t3)"
     )
     rows = []
-    for name, plan in plans(args.quick):
+    for name, plan in plans(args.shapes):
         runs: list[tuple[Pricer, float | None]] = []
         for scale in args.scale:
             price = Pricer(
@@ -325,10 +373,13 @@ def main() -> None:
             f"{100 * free[0]['all']:4.0f}% {free[0]['rounds']:5.2f}  "
             + " ".join(f"{f['seconds']:6.0f} {100 * f['within']:3.0f}%" for f in free)
             + "  "
-            + " ".join(f"{b['end']:5.1f} {100 * b['all']:3.0f}%" for b in bounded)
+            + " ".join(
+                f"{b['end']:5.1f} {100 * b['within']:3.0f}% {b['seconds']:5.0f}" for b in bounded
+            )
             + f"  {rates_found['holds normal']:4.2f} {rates_found['holds t3']:4.2f}"
             f"  {rates_found['contr normal']:4.2f} {rates_found['contr t3']:4.2f}"
         )
+    print(markdown(rows, args.scale, args.wall_s))
     if args.json:
         record = {
             "record": str(args.record),
