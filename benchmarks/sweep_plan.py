@@ -382,7 +382,7 @@ def main() -> None:
     print(markdown(rows, args.scale, args.wall_s))
     if args.json:
         record = {
-            "record": str(args.record),
+            "record": shown(args.record),
             "rates": rates.per,
             "fixed": rates.fixed,
             "measured_on": rates.measured_on,
