@@ -187,3 +187,22 @@ def test_a_claim_with_a_missing_condition_stops_rather_than_train_in_vain() -> N
     missing = outcomes.Condition("m", "cat4", "wide", ("t",), outcomes.estimate([]), 0.0, "none")
     found = claim_rounds.judge_round("c", [*_conditions([2.0, 9.0, -4.0]), missing], 3.0, plan, [3])
     assert found.stopped == claim_rounds.MISSING and found.status == outcomes.INCONCLUSIVE
+
+
+@pytest.mark.parametrize("kind", simulation.NOISES)
+def test_the_sweep_profiles_plan_holds_its_error_rates(kind: str) -> None:
+    """The plan the sweep profile spends its replicates by (parameters/sweep, chosen by
+    benchmarks/sweep_plan.py for the cells it decides) keeps both error rates at most LEVEL / 2
+    (plus the Monte-Carlo allowance): a false `holds` with nothing else to stop a run, and a
+    false `contradicted` under an effect of exactly the smallest of interest."""
+    from kit.experiments.timecat.sweep_settings import SweepSettings
+    from kit.params import params
+
+    loaded = params.load("04_when_concat_helps", "sweep")[0]
+    assert isinstance(loaded, SweepSettings) and loaded.rounds is not None
+    plan = loaded.rounds.design()
+    rng = np.random.default_rng(15)
+    null = simulation.simulate(plan, 0.0, 5.0, 0.01, DRAWS, rng, kind)
+    assert null.rates[sequential.HOLDS] <= LEVEL / 2 + null.slack(LEVEL / 2)
+    edge = simulation.simulate(plan, 3.0, 4.0, 3.0, DRAWS, rng, kind)
+    assert edge.rates[sequential.CONTRADICTED] <= LEVEL / 2 + edge.slack(LEVEL / 2)

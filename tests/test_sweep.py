@@ -624,7 +624,9 @@ def test_the_sweep_trains_each_seeded_folder_once_to_the_top_step_with_every_sna
     assert pools == {1920 * 32}  # one pool, sized for the top budget
     merged = sweep.plan_cells(cells)
     folders = [t.output_dir for t in merged.trainings]
-    assert len(folders) == len(set(folders)) == 3 * 5  # per replicate: 4 seeds and wide1-eq
+    assert isinstance(loaded, sweep_settings.SweepSettings) and loaded.rounds is not None
+    first = loaded.rounds.first  # the first round's replicates
+    assert len(folders) == len(set(folders)) == first * 5  # per replicate: 4 seeds and wide1-eq
     assert {t.step_hint for t in merged.trainings} == {1920}
     runs = {
         str(Path(t.output_dir).relative_to(tmp_path / "sweep" / "world1")): t
@@ -654,13 +656,17 @@ def test_the_sweep_trains_each_seeded_folder_once_to_the_top_step_with_every_sna
     assert read(960, "wide1-eq") == ["wide1-eq/seed0/snapshot-240.pt"]
     assert read(1920, "wide1-eq") == ["wide1-eq/seed0/checkpoint.pt"]  # its last step
     assert read(60, "random4") == read(1920, "random4")  # untrained: no training at all
-    assert len(merged.initial) == 3 * 4
+    assert len(merged.initial) == first * 4
     # per replicate 1,920 + 3 x 480 + 480 at four times cat1's compute; 36 files (seed 0's 8
-    # snapshots, 6 of each other seed, 6 of wide1-eq, 4 untrained) once per task; 36 probes a cell,
-    # the untrained networks' 9 once for the six cells of the world, each probe reading its
-    # networks' features (cat1 one, cat4 four, wide1-eq two of cat1's, random4 four)
+    # snapshots, 6 of each other seed, 6 of wide1-eq, 4 untrained) once per task; 12 probes a cell
+    # and replicate (4 representations on 3 tasks), the untrained networks' 3 once for the six
+    # cells of the world, each probe reading its networks' features (cat1 one, cat4 four, wide1-eq
+    # two of cat1's, random4 four)
     assert sweep_cost.cost(cells) == sweep_cost.SweepCost(
-        3 * 5280, 3 * 36 * 3, 6 * 36 - 5 * 9, 6 * 9 * (1 + 4 + 2 + 4) - 5 * 9 * 4
+        first * 5280,
+        first * 36 * 3,
+        first * (6 * 12 - 5 * 3),
+        first * (6 * 3 * (1 + 4 + 2 + 4) - 5 * 3 * 4),
     )
 
 
