@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from collections import defaultdict
@@ -44,8 +43,10 @@ import numpy as np
 from kit.experiments.timecat import claims, sweep_cost, sweep_settings
 from kit.experiments.timecat.sweep_settings import Cell
 from kit.files.paths import REPO_ROOT
+from kit.numerics import cpu_records
 from kit.params import params
 from kit.readout.progress import stage_spans
+from kit.runtime import machine
 from kit.stats import outcomes, rounds, simulation, spending
 from kit.stats.sequential import Rounds
 
@@ -251,17 +252,9 @@ def plans(shapes: list[tuple[int, int, int]]) -> list[tuple[str, Rounds]]:
 
 
 def cpu() -> str:
-    """The CPU's words, for every time figure: "AMD EPYC (family 25, model 17), 2 cores"."""
-    fields: dict[str, str] = {}
-    info = Path("/proc/cpuinfo")
-    if info.is_file():
-        for line in info.read_text().splitlines()[:30]:
-            if ":" in line:
-                key, value = line.split(":", 1)
-                fields.setdefault(key.strip(), value.strip())
-    name = fields.get("model name") or platform.processor() or "an unnamed CPU"
-    family = f" (family {fields['cpu family']}, model {fields.get('model', '?')})"
-    return f"{name}{family if 'cpu family' in fields else ''}, {os.cpu_count()} cores"
+    """The CPU's words for every time figure (kit.numerics.cpu_records names the model, with
+    its vendor, family and model) and the cores this process may use."""
+    return f"{cpu_records.describe(cpu_records.identity())}, {machine.usable_cores()} cores"
 
 
 def shown(path: Path) -> str:
