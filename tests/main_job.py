@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kit.files import files
 from kit.files.paths import REPO_ROOT
 
 
@@ -91,10 +92,8 @@ def run(
 
 def _record(output: RunnerOutput, done: Path) -> None:
     """Write what a run printed to `done`, whole or not at all (its presence says it ended)."""
-    written = done.with_suffix(".partial")
     content = {"lines": output.lines, "returncode": output.returncode, "stderr": output.stderr}
-    written.write_text(json.dumps(content))
-    written.replace(done)
+    files.write_text(done, json.dumps(content))
 
 
 def end_running() -> None:
