@@ -98,3 +98,17 @@ def test_the_commands_bootstrap_the_locked_uv() -> None:
         text = (REPO_ROOT / name).read_text()
         assert wanted in text, f"{name} does not install {wanted.strip()}"
         assert "pip install -q uv==" not in text.replace(wanted, ""), name
+
+
+def test_the_lock_leaves_out_the_iri_grammar_every_jsonschema_import_would_build() -> None:
+    """rfc3987-syntax (jsonschema's format-nongpl extra) compiles a Lark grammar when jsonschema
+    is imported, about 1 s of CPU in every kernel and `kit` command; the lock excludes it, so an
+    environment installed from the lock imports altair and nbformat without it."""
+    packages = {p["name"] for p in tomllib.loads((REPO_ROOT / "uv.lock").read_text())["package"]}
+    assert "rfc3987-syntax" not in packages and "jsonschema" in packages
+    grammar = "{'rfc3987_syntax', 'lark'}"
+    code = f"import sys, altair, nbformat; print(sorted({grammar} & set(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]", "jsonschema built the IRI grammar at import"
