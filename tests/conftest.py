@@ -1,21 +1,14 @@
-"""Notebook tests: nbval runs copies of notebooks/ with the small `ci` profile injected.
+"""Notebook tests: every notebook runs once per session, in one executed ci main job.
 
-nbval does not read parameter files, so before collection every notebook is parameterized with
-papermill (the same parameters `python -m kit run --profile ci` would use) into tests/_notebooks/,
-with the reference outputs of its cells tagged `nbval-check-output` (tests/nbval_references/) put
-back in, and pytest then collects the copies. Outputs a notebook carries (saved from Lab) are
-dropped from the copies first, so they never stand in for references; test_project says how to
-strip them from the notebook itself. Tests that read a notebook's results back use
-`notebook_outputs`, and those reading what `kit run` printed `runner_output`: both read the
-shared main job below.
-
-Notebooks 03 and 04 (RUNNER_EXECUTED) are not collected by nbval. The tests that read a finished
-run (its results, report, paper files, executed copies, or what the runner printed) share one
-executed ci main job, SHARED_RUN: `python -m kit run` of every notebook in turn, as a user runs
-it, built once per session by the first test process to ask (a file lock, and a record per
-notebook written when its run has ended, so that either process may run any reader) and started
-in the background as soon as a process has collected a test that reads it. The tests never write
-into it: what they write goes to a copy. nbval's items write their own folder (OUTPUT_ROOT).
+The tests that read a finished run (its results, report, paper files, executed copies, what
+`kit run` printed, or the checked cells' outputs) share one executed ci main job, SHARED_RUN:
+`python -m kit run` of every notebook in turn, as a user runs it, built once per session by the
+first test process to ask (a file lock, and a record per notebook written when its run has
+ended, so that either process may run any reader) and started in the background as soon as a
+process has collected a test that reads it. The tests never write into it: what they write goes
+to a copy. The cells tagged `nbval-check-output` are compared with their reference outputs
+(tests/nbval_references/) in the main job's executed copies, as nbval compares them
+(tests/checked_outputs.py), so no notebook runs a second time for that check.
 
 Every process the tests start runs in the kit's reproducible CPU numerics (kit.numerics.numerics,
 set by `import kit`), as users' runs do by default: the pinned results are the same bits on any
@@ -36,12 +29,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import nbformat
 import pytest
 import scheduling
 import torch
-from papermill.iorw import load_notebook_node
-from papermill.parameterize import parameterize_notebook
 from xdist.scheduler import LoadScopeScheduling
 
 # the pinned results are the reproducible mode's, whatever the user's shell says
@@ -59,50 +49,39 @@ ENVIRONMENT_AT_START = dict(os.environ)
 
 import main_job  # noqa: E402  (imports kit: after the environment above)
 
-from kit.cli import nbval_references, runner  # noqa: E402
-
 TESTS_DIR = Path(__file__).parent
 NOTEBOOK_COPIES = TESTS_DIR / "_notebooks"
-OUTPUT_ROOT = NOTEBOOK_COPIES / "outputs"
 PROFILE = "ci"
-#: notebooks executed with `python -m kit run` (runner_output) rather than collected by nbval
-RUNNER_EXECUTED = ("03_time_concat", "04_when_concat_helps")
 #: the executed ci main job the readers share (tests/main_job.py): `kit run` of each notebook
 #: into SHARED_RUN / PROFILE, built in the background in this order (the longest, which the
 #: most tests read, first); beside that folder, a record of what each run printed, written
 #: when it ended (the marker that it is finished), and the build's lock
 SHARED_RUN = NOTEBOOK_COPIES / "run"
-MAIN_JOB = (*RUNNER_EXECUTED, "01_toy_counterexample", "02_surveyed_evidence")
+MAIN_JOB = (
+    "03_time_concat",
+    "04_when_concat_helps",
+    "01_toy_counterexample",
+    "02_surveyed_evidence",
+)
 #: 04 reuses 03's runs, so 03 runs first (run first, 04 would leave 03 nothing to train)
 READS = {"04_when_concat_helps": "03_time_concat"}
-#: set for a pytest that a test starts (tests/test_environment.py): the notebooks' copies are
-#: the outer session's, which its tests may be reading, so the inner one leaves them alone
+#: set for a pytest that a test starts (tests/test_environment.py): the main job is the outer
+#: session's, which its tests may be reading, so the inner one leaves it alone
 NESTED_ENV = "KIT_TESTS_NESTED"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):  # an xdist worker: the controller wrote the copies
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller cleared the folder
         return
     if os.environ.get(NESTED_ENV):
         return
-    shutil.rmtree(NOTEBOOK_COPIES, ignore_errors=True)
+    shutil.rmtree(NOTEBOOK_COPIES, ignore_errors=True)  # a main job of an earlier session
     NOTEBOOK_COPIES.mkdir()
-    for planned in runner.plan(None, PROFILE, output_root=OUTPUT_ROOT):
-        if planned.notebook.stem in RUNNER_EXECUTED:
-            continue
-        notebook = load_notebook_node(str(planned.notebook))  # adds the metadata papermill needs
-        for cell in notebook.cells:
-            if cell.cell_type == "code":
-                cell.outputs, cell.execution_count = [], None
-        notebook = nbval_references.with_references(
-            parameterize_notebook(notebook, planned.parameters), planned.notebook.stem
-        )
-        nbformat.write(notebook, NOTEBOOK_COPIES / planned.notebook.name)
 
 
 #: what the fast lane (`pytest -m "not slow"`) leaves out, each a minute or more of the full
 #: suite on 2 cores: whole modules (the dress rehearsal, the browser, process faults), tests
-#: that run a notebook (nbval's items and every test reading a notebook's outputs), and tests
+#: that read a notebook's outputs (the shared main job), and tests
 #: whose name says they start torchrun, Slurm, submitit, gloo groups or warm workers
 SLOW_MODULES = ("test_rehearsal.py", "test_browser.py", "test_faults_processes.py", "test_lab.py")
 SLOW_FIXTURES = ("runner_output", "notebook_outputs")
@@ -205,11 +184,6 @@ SLOW_TESTS = frozenset(
 )
 
 
-#: the xdist group of nbval's notebooks, which write one output folder (OUTPUT_ROOT): one worker
-#: runs them in turn. The tests reading the shared main job (SLOW_FIXTURES) run on either.
-NOTEBOOK_GROUP = "notebooks"
-
-
 def _reads_the_main_job(item: pytest.Item) -> bool:
     """Whether `item` reads the shared executed main job (SHARED_RUN)."""
     fixtures = getattr(item, "fixturenames", ())
@@ -244,10 +218,9 @@ def _tests_reading_notebooks() -> dict[str, set[str]]:
     return found
 
 
-class _NotebooksApart(LoadScopeScheduling):
-    """xdist's scheduling by module, with one group across modules: nbval's notebooks
-    (NOTEBOOK_GROUP), which one worker runs in turn, so that nothing else writes OUTPUT_ROOT
-    meanwhile. A free worker takes the scope taken to last longest first (tests/scheduling.py)."""
+class _LongestFirst(LoadScopeScheduling):
+    """xdist's scheduling by module, a free worker taking the module taken to last longest
+    first (tests/scheduling.py)."""
 
     def __init__(self, config: pytest.Config, log: object = None) -> None:
         super().__init__(config, log)
@@ -261,21 +234,16 @@ class _NotebooksApart(LoadScopeScheduling):
         path, _, test = nodeid.partition("::")
         return (
             Path(path).name in SLOW_MODULES
-            or path.endswith(".ipynb")
             or test.split("[")[0] in self.reading.get(Path(path).name, ())
             or any(name in test for name in SLOW_NAMES)
             or scheduling.test_name(nodeid) in SLOW_TESTS
             or scheduling.test_name(nodeid) in self.marked.get(Path(path).name, ())
         )
 
-    def _split_scope(self, nodeid: str) -> str:
-        path, _, _ = nodeid.partition("::")
-        return NOTEBOOK_GROUP if path.endswith(".ipynb") else path
-
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> LoadScopeScheduling:
-    """Two test processes (`-n 2` in pyproject.toml), scheduled by `_NotebooksApart`."""
-    return _NotebooksApart(config, log)
+    """Two test processes (`-n 2` in pyproject.toml), scheduled by `_LongestFirst`."""
+    return _LongestFirst(config, log)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -309,7 +277,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             )
         if (
             item.path.name in SLOW_MODULES
-            or item.path.suffix == ".ipynb"
             or _reads_the_main_job(item)
             or any(name in item.name for name in SLOW_NAMES)
             or name in SLOW_TESTS

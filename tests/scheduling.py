@@ -1,11 +1,11 @@
 """The order in which the suite's two test processes take its scopes (tests/conftest.py's
-`_NotebooksApart`): the longest first.
+`_LongestFirst`): the longest first.
 
-xdist hands a free process the next scope in its queue, a scope being a module or the notebooks'
-group, and orders that queue by the number of tests in each scope. The scopes that take longest
-have the fewest tests (the dress rehearsal's module: seven tests, about five minutes), so they came
-last, and one process ran them alone while the other sat idle. Taking the longest scope first
-(the longest-processing-time rule) leaves the short ones to fill in at the end.
+xdist hands a free process the next scope in its queue, a scope being a module, and orders that
+queue by the number of tests in each scope. The scopes that take longest have the fewest tests
+(the dress rehearsal's module: seven tests, about five minutes), so they came last, and one
+process ran them alone while the other sat idle. Taking the longest scope first (the longest-
+processing-time rule) leaves the short ones to fill in at the end.
 
 How long a scope takes is estimated from its tests' ids alone (xdist's controller never collects
 the tests): the seconds measured for the few tests that take a minute or so, else SLOW_S for a

@@ -73,7 +73,7 @@ def parser() -> argparse.ArgumentParser:
     store = commands.add_parser(
         "store-checks",
         help="keep the outputs of the cells tagged 'nbval-check-output' of an executed "
-        "copy as the references nbval compares with (tests/nbval_references/)",
+        "copy as the references the tests compare with (tests/nbval_references/)",
     )
     store.add_argument("executed", type=Path, help="an executed notebook, e.g. outputs/ci/01_...")
     time_concat.add_commands(commands)

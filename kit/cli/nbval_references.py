@@ -1,9 +1,8 @@
-"""The reference outputs nbval compares a notebook's checked cells with (those tagged
+"""The reference outputs a notebook's checked cells are compared with (those tagged
 `nbval-check-output` in their metadata, nbval's tag for its `# NBVAL_CHECK_OUTPUT` comment, which
-a reader would see in the code):
-stored from an executed notebook by `python -m kit store-checks`, one JSON file per notebook under
-tests/nbval_references/, and put back into the committed notebooks (which carry no outputs) when
-the tests run them."""
+a reader would see in the code): stored from an executed notebook by `python -m kit store-checks`,
+one JSON file per notebook under tests/nbval_references/, and compared, as nbval compares them,
+with the copies the tests' ci main job executes (tests/checked_outputs.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +25,7 @@ def is_checked(cell: nbformat.NotebookNode) -> bool:
 
 def store_references(executed: Path, references_dir: Path = REFERENCES_DIR) -> Path:
     """Keep the outputs of an executed notebook's cells tagged `nbval-check-output` as the
-    references nbval compares with (by cell id); the committed notebooks carry no outputs."""
+    references the tests compare with (by cell id); the committed notebooks carry no outputs."""
     references = {
         cell["id"]: {"execution_count": cell.execution_count, "outputs": cell.outputs}
         for cell in nbformat.read(executed, as_version=4).cells
@@ -36,17 +35,3 @@ def store_references(executed: Path, references_dir: Path = REFERENCES_DIR) -> P
     path = references_dir / f"{executed.stem}.json"
     write_text(path, json.dumps(references, indent=1, sort_keys=True) + "\n")
     return path
-
-
-def with_references(
-    notebook: nbformat.NotebookNode, stem: str, references_dir: Path = REFERENCES_DIR
-) -> nbformat.NotebookNode:
-    """A notebook whose checked cells carry their stored reference outputs, for nbval (which
-    skips the outputs of cells without an execution count)."""
-    path = references_dir / f"{stem}.json"
-    references = json.loads(path.read_text()) if path.exists() else {}
-    for cell in notebook.cells:
-        if is_checked(cell) and cell.get("id") in references:
-            cell.execution_count = references[cell["id"]]["execution_count"]
-            cell.outputs = [nbformat.from_dict(o) for o in references[cell["id"]]["outputs"]]
-    return notebook
