@@ -269,3 +269,28 @@ def test_the_toys_probing_says_what_it_probes_between_trainings(
     for (count, what), first, last in zip(expected, probing[::2], probing[1::2], strict=True):
         assert first == f"01 probes: fitting {count} at once (4 components x {what})"
         assert re.fullmatch(rf"01 probes: fitted {count} \({re.escape(what)}\) \(.* s.*\)", last)
+
+
+def test_a_page_is_rendered_again_only_when_its_notebook_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A report written again keeps the page of a notebook whose bytes it was rendered from
+    (its stamp), and renders anew a changed notebook or a page whose stamp does not match."""
+    executed, _ = executed_cell(tmp_path, CELL)
+    page = notebook_html.render(executed)
+    first = page.read_bytes()
+    assert first.endswith(notebook_html.stamp(executed).encode())
+    renders: list[Path] = []
+    original = notebook_html.offline
+    monkeypatch.setattr(
+        notebook_html, "offline", lambda nb, f: renders.append(executed) or original(nb, f)
+    )
+    assert notebook_html.render(executed) == page and not renders and page.read_bytes() == first
+    notebook = nbformat.read(executed, as_version=4)
+    notebook.cells[0].source += "\n# changed"
+    nbformat.write(notebook, executed)
+    notebook_html.render(executed)
+    assert len(renders) == 1 and page.read_bytes() != first
+    page.write_bytes(page.read_bytes().replace(b"sha256", b"sha-256"))  # a stamp that differs
+    notebook_html.render(executed)
+    assert len(renders) == 2 and page.read_bytes().endswith(notebook_html.stamp(executed).encode())

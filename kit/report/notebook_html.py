@@ -13,13 +13,18 @@ from the same template without those scripts, and what they would have drawn is 
   run past it, cut;
 - a "Hide code" button (inline script, nothing fetched) shows the outputs and the prose alone;
   it sits above the first cell, never over a chart;
-- the page is titled with the notebook's own title (its first heading).
+- the page is titled with the notebook's own title (its first heading);
+- its last line stamps the notebook's and the renderer's sha256 (`stamp`), so that a report
+  written again (after each notebook `kit run` runs, by `kit report`) renders anew only the
+  notebooks that changed: about a second of CPU each on 2 cores.
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -141,10 +146,34 @@ def title(notebook: nbformat.NotebookNode, default: str) -> str:
     return default
 
 
+def stamp(notebook: Path) -> str:
+    """The last line of `notebook`'s page: the sha256 of the notebook's bytes and of what
+    renders it (this module's source, nbconvert's and latex2mathml's versions)."""
+    renderer = hashlib.sha256(Path(__file__).read_bytes())
+    for package in ("nbconvert", "latex2mathml"):
+        renderer.update(metadata.version(package).encode())
+    digest = hashlib.sha256(notebook.read_bytes()).hexdigest()
+    return f"<!-- rendered from {notebook.name} sha256 {digest} by {renderer.hexdigest()} -->\n"
+
+
+def _stamped(page: Path, line: str) -> bool:
+    """Whether `page` exists and ends with `line`."""
+    if not page.is_file():
+        return False
+    with page.open("rb") as handle:
+        handle.seek(max(0, page.stat().st_size - len(line.encode())))
+        return handle.read() == line.encode()
+
+
 def render(notebook: Path) -> Path:
     """The executed notebook as a standalone offline HTML page beside it (`<stem>.html`),
-    titled with the notebook's title."""
+    titled with the notebook's title; kept as it is where its stamp says it was rendered from
+    these bytes by this renderer."""
     from nbconvert import HTMLExporter
+
+    target, line = notebook.with_suffix(".html"), stamp(notebook)
+    if _stamped(target, line):
+        return target
 
     exporter = HTMLExporter(
         embed_images=True,
@@ -155,7 +184,6 @@ def render(notebook: Path) -> Path:
     read = nbformat.read(notebook, as_version=4)
     named = {"metadata": {"name": title(read, notebook.stem)}}
     body, _ = exporter.from_notebook_node(offline(read, formulas), resources=named)
-    target = notebook.with_suffix(".html")
     with atomic_write(target) as handle:
-        handle.write(put_formulas(body, formulas).encode())
+        handle.write(f"{put_formulas(body, formulas).rstrip()}\n{line}".encode())
     return target
