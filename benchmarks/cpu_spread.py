@@ -15,6 +15,11 @@ so from a run written elsewhere (a CPU model's first record, without replacing t
     .venv/bin/python benchmarks/cpu_spread.py                      # every configuration, ~12 min
     .venv/bin/python benchmarks/cpu_spread.py --only reproducible fast --out /tmp/spread.json
     .venv/bin/python benchmarks/cpu_spread.py --only reproducible --out /tmp/spread.json --record
+    .venv/bin/python benchmarks/cpu_spread.py --only one-core --notebooks 03 --out /tmp/spread.json
+
+`--notebooks 03` runs notebook 03 alone under each configuration: its Table 3 values and its
+claims (notebook 04 trains the same model on the same world for fewer iterations, so it adds
+values, not operations); such a run is never kept as a record nor written to the default place.
 """
 
 from __future__ import annotations
@@ -57,18 +62,17 @@ class Config:
     cores: str | None = None
     load: bool = False
 
-    def commands(self, out: Path) -> list[list[str]]:
-        """The `kit run` commands: both notebooks in one, or on one core each with one training
-        worker (notebook 04 sets notebook 03's settings through its `overrides`)."""
+    def commands(self, out: Path, numbers: tuple[str, ...] = ("03", "04")) -> list[list[str]]:
+        """The `kit run` commands of the notebooks `numbers`: all in one, or on one core each
+        with one training worker (notebook 04 sets notebook 03's settings through its
+        `overrides`)."""
         run = [sys.executable, "-m", "kit", "run"]
         where = ["--profile", "ci", "--set", f"output_dir={out}"]
         if self.cores is None:
-            return [[*run, "03", "04", *where]]
+            return [[*run, *numbers, *where]]
         pinned = ["taskset", "-c", self.cores, *run]
-        return [
-            [*pinned, "03", *where, "--set", "launch.workers=1"],
-            [*pinned, "04", *where, "--set", "overrides.launch.workers=1"],
-        ]
+        one_worker = {"03": "launch.workers=1", "04": "overrides.launch.workers=1"}
+        return [[*pinned, number, *where, "--set", one_worker[number]] for number in numbers]
 
     @property
     def mode(self) -> str:
@@ -103,9 +107,10 @@ CONFIGS = (
 )
 
 
-def values(folder03: Path, folder04: Path) -> dict[str, float]:
+def values(folder03: Path, folder04: Path | None) -> dict[str, float]:
     """The figures the pinned tests check, in %: notebook 03's Table 3 means (`03 VARIANT
-    TASK`) and notebook 04's mean accuracy by budget (`04 BUDGET VARIANT TASK`)."""
+    TASK`) and notebook 04's mean accuracy by budget (`04 BUDGET VARIANT TASK`; none where
+    `folder04` is None)."""
     table = pl.read_parquet(folder03 / "time_concat_table3.parquet")
     found = {
         f"03 {row['variant']} {task}": row[f"{task} mean"]
@@ -113,6 +118,8 @@ def values(folder03: Path, folder04: Path) -> dict[str, float]:
         for task in ("mixture", "shape", "position")
         if row.get(f"{task} mean") is not None
     }
+    if folder04 is None:
+        return found
     results = pl.read_parquet(folder04 / "sweep_results.parquet").filter(pl.col("rule") == RULE)
     means = (
         results.group_by("budget", "variant", "task")
@@ -124,11 +131,14 @@ def values(folder03: Path, folder04: Path) -> dict[str, float]:
     return found
 
 
-def outcomes(folder03: Path, folder04: Path) -> dict[str, str]:
-    """Every claim's outcome: notebook 03's claims, notebook 04's cells and its claim."""
+def outcomes(folder03: Path, folder04: Path | None) -> dict[str, str]:
+    """Every claim's outcome: notebook 03's claims, notebook 04's cells and its claim (none
+    where `folder04` is None)."""
     summary03 = outputs.read_json(folder03 / "time_concat_summary.json")
-    summary04 = outputs.read_json(folder04 / "sweep_summary.json")
     found = {f"03 {claim['claim']}": claim["status"] for claim in summary03["claims"]}
+    if folder04 is None:
+        return found
+    summary04 = outputs.read_json(folder04 / "sweep_summary.json")
     found |= {f"04 budget {cell['budget']}": cell["status"] for cell in summary04["cells"]}
     found["04 claim"] = summary04["claim"]["status"]
     return found
@@ -156,23 +166,24 @@ def competing_load(on: bool) -> Iterator[None]:
             process.join()
 
 
-NOTEBOOKS = ("03_time_concat", "04_when_concat_helps")
+NOTEBOOKS = {"03": "03_time_concat", "04": "04_when_concat_helps"}
 
 
-def finished(out: Path) -> bool:
-    """Whether `out` holds both notebooks' complete results (a kept folder is not run again)."""
-    return all((out / f"{name}.provenance.json").is_file() for name in NOTEBOOKS) and not any(
-        out.glob("*.incomplete")
-    )
+def finished(out: Path, numbers: tuple[str, ...] = tuple(NOTEBOOKS)) -> bool:
+    """Whether `out` holds the complete results of the notebooks `numbers` (a kept folder is not
+    run again)."""
+    return all(
+        (out / f"{NOTEBOOKS[number]}.provenance.json").is_file() for number in numbers
+    ) and not any(out.glob("*.incomplete"))
 
 
-def run(config: Config, out: Path) -> dict[str, Any]:
-    """Notebooks 03 and 04 of the ci profile under `config`, into `out` (read back where a kept
-    folder already holds them); their values."""
+def run(config: Config, out: Path, numbers: tuple[str, ...] = tuple(NOTEBOOKS)) -> dict[str, Any]:
+    """Notebooks `numbers` (03 and 04, or 03 alone) of the ci profile under `config`, into `out`
+    (read back where a kept folder already holds them); their values."""
     env = numerics.without_variables()
-    if not finished(out):
+    if not finished(out, numbers):
         with competing_load(config.load):
-            for command in config.commands(out):
+            for command in config.commands(out, numbers):
                 done = subprocess.run(
                     command, env=env | config.env, cwd=REPO_ROOT, capture_output=True, text=True
                 )
@@ -180,8 +191,9 @@ def run(config: Config, out: Path) -> dict[str, Any]:
                     raise SystemExit(
                         f"{config.name}: kit run failed\n{done.stdout[-3000:]}{done.stderr}"
                     )
-    records = [json.loads((out / f"{n}.provenance.json").read_text()) for n in NOTEBOOKS]
+    records = [json.loads((out / f"{NOTEBOOKS[n]}.provenance.json").read_text()) for n in numbers]
     provenance = records[0]
+    with_04 = out if "04" in numbers else None
     return {
         "what": config.what,
         "mode": config.mode,
@@ -190,8 +202,9 @@ def run(config: Config, out: Path) -> dict[str, Any]:
         "load": config.load,
         "wall_s": round(sum(r["wall_s"] for r in records), 1),
         "cpu_numerics": provenance["cpu_numerics"],
-        "values": values(out, out),
-        "outcomes": outcomes(out, out),
+        "notebooks": list(numbers),
+        "values": values(out, with_04),
+        "outcomes": outcomes(out, with_04),
     }
 
 
@@ -237,7 +250,20 @@ def main() -> None:
         help="keep the first reproducible configuration as this CPU model's ci record even "
         "when --out is not the default",
     )
+    parser.add_argument(
+        "--notebooks",
+        nargs="+",
+        choices=list(NOTEBOOKS),
+        default=list(NOTEBOOKS),
+        help="notebooks to run under each configuration (default: 03 04; 03 alone is never "
+        "written to the default place nor kept as a record)",
+    )
     args = parser.parse_args()
+    numbers = tuple(n for n in NOTEBOOKS if n in args.notebooks)
+    if "03" not in numbers:
+        parser.error("--notebooks: 04 reads notebook 03's runs, so 03 runs too")
+    if numbers != tuple(NOTEBOOKS) and (args.out == DEFAULT_OUT or args.record):
+        parser.error("--notebooks: a run of some notebooks is no spread nor record; give --out")
     chosen = [c for c in CONFIGS if not args.only or c.name in args.only]
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -245,7 +271,7 @@ def main() -> None:
         runs = {}
         for config in chosen:
             print(f"{config.name}: {config.what} ...", flush=True)
-            runs[config.name] = run(config, root / config.name)
+            runs[config.name] = run(config, root / config.name, numbers)
             print(f"  {runs[config.name]['wall_s']:.0f} s", flush=True)
     record = benchmark_figures.measured_on() | {
         "numerics": numerics.VERSION,

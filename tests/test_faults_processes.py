@@ -624,11 +624,14 @@ def test_a_stop_sent_to_every_process_of_a_trainer_with_loader_workers_checkpoin
 #: a sitecustomize module for the kernel of the `kit run` below (PYTHONPATH puts it first): right
 #: after the KIT_TEST_KILL_AFTER-th result file notebook 03 writes into its output folder (a
 #: parquet by polars, a JSON by kit.report.outputs.write_json), it names that file in
-#: `killed_after.txt` beside the folder and SIGKILLs `kit run`'s process group, then itself
+#: `killed_after.txt` beside the folder and SIGKILLs `kit run`'s process group, then itself;
+#: right after the KIT_TEST_PAUSE_AFTER-th, it names the file in `paused_after.txt` and waits
+#: for `go_on.txt` there before the kernel goes on
 KILL_HOOK = """
 import os, sys
 if os.environ.get("KIT_TEST_KILL_AFTER") and "ipykernel_launcher" in " ".join(sys.orig_argv):
     import signal
+    import time
     from pathlib import Path
 
     import polars
@@ -641,6 +644,11 @@ if os.environ.get("KIT_TEST_KILL_AFTER") and "ipykernel_launcher" in " ".join(sy
         if Path(path).parent != folder:
             return
         written.append(Path(path).name)
+        if len(written) == int(os.environ.get("KIT_TEST_PAUSE_AFTER", "0")):
+            (folder.parent / "paused_after.txt").write_text(Path(path).name)
+            deadline = time.monotonic() + 300
+            while not (folder.parent / "go_on.txt").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         if len(written) == int(os.environ["KIT_TEST_KILL_AFTER"]):
             (folder.parent / "killed_after.txt").write_text(Path(path).name)
             runner = os.getppid()
@@ -695,10 +703,12 @@ def _results(folder: Path, written_in: Path) -> dict[str, object]:
     return found
 
 
-#: notebook 03 is killed after its first result write and after its last, each a run of its own
-#: (about 25 s on 2 cores): the first leaves new files beside old ones, as a kill after any middle
-#: write does, the last leaves every file new but the run unfinished; KIT_TEST_KILL_EVERY_WRITE=1
-#: kills it after every one of its seven writes in turn
+#: notebook 03 is killed after its first result write (a run of its own, about 25 s on 2 cores,
+#: most of it probing), which leaves new files beside old ones as a kill after any middle write
+#: does; the run after it is held, not killed, right after its last write, where every file is
+#: new but the run unfinished (on disk what a kill there leaves: the kit writes nothing between a
+#: result write and the kill), then completes. KIT_TEST_KILL_EVERY_WRITE=1 kills it after every
+#: one of its seven writes in turn before that
 EVERY_WRITE = os.environ.get("KIT_TEST_KILL_EVERY_WRITE") == "1"
 
 
@@ -710,12 +720,14 @@ def test_notebook_03_killed_after_its_result_writes_leaves_a_folder_marked_incom
     tmp_path: Path, runner_output
 ) -> None:
     """The real notebook 03 (ci profile), run again over a finished run's folder and killed,
-    with `kit run`'s whole process group, right after its first result write, then after its
-    last (EVERY_WRITE: after each in turn): after each kill the
-    folder mixes new files with old ones, so it must say it is incomplete, notebook 04 must not
-    reuse its results and the report must refuse it, and no kit process may be left; the run
-    after the last kill completes with the same results as the uninterrupted run. Each kill's
-    run skips the finished training runs and reads the cached features, but probes again."""
+    with `kit run`'s whole process group, right after its first result write (EVERY_WRITE:
+    after each in turn), then run again, held right after its last write and let go: after the
+    kill, and while held, the folder mixes new files with old ones or holds an unfinished run's,
+    so it must say it is incomplete, notebook 04 must not reuse its results and the report must
+    refuse it; after the kill no kit process may be left; the run let go completes, over the
+    killed run's folder, with the same results as the uninterrupted run. Each run skips the
+    finished training runs and reads the cached features, but probes again (two runs, where a
+    kill after the last write would take a third)."""
     finished = runner_output("03_time_concat")
     assert finished.returncode == 0, finished.stderr[-3000:]
     # notebook 04 adds to 03's feature cache: copied once it has ended, 03's files alone
@@ -739,8 +751,10 @@ def test_notebook_03_killed_after_its_result_writes_leaves_a_folder_marked_incom
         for process in _survivors([], str(tmp_path)):
             with contextlib.suppress(psutil.Error):
                 process.kill()
-    assert len(set(killed_after)) == len(killed_after) and set(killed_after) <= set(expected)
-    assert len(killed_after) == (len(expected) if EVERY_WRITE else 2), killed_after
+    *killed, held = killed_after
+    assert len(set(killed)) == len(killed) and set(killed_after) <= set(expected)
+    assert len(killed) == (len(expected) if EVERY_WRITE else 1), killed_after
+    assert held not in killed or EVERY_WRITE, killed_after  # the first write and the last
     assert page.incomplete_notebooks(folder) == []
     assert sweep.notebook03_results(loaded, shared) is not None
     assert page.write_report("ci", folder).exists()
@@ -756,13 +770,14 @@ def _kill_after_each_write(
     loaded: SweepSettings,
     shared: sweep_settings.Cell,
 ) -> None:
-    """`kit run 03` into `folder`, killed by the hook after its first result write and
-    its last (EVERY_WRITE: after each in turn; each file written listed in
-    `killed_after`), and a last run left to finish; after each kill, the folder is marked
-    incomplete and refused."""
-    kills = range(1, writes + 1) if EVERY_WRITE else sorted({1, writes})
+    """`kit run 03` into `folder`, killed by the hook after its first result write
+    (EVERY_WRITE: after each in turn), and a last run held after its last write and left to
+    finish (each file written before a kill or the hold listed in `killed_after`); after each
+    kill and while held, the folder is marked incomplete and refused."""
+    kills = range(1, writes + 1) if EVERY_WRITE else [1]
     for write in [*kills, writes + 1]:
-        (tmp_path / "killed_after.txt").unlink(missing_ok=True)
+        for name in ("killed_after.txt", "paused_after.txt", "go_on.txt"):
+            (tmp_path / name).unlink(missing_ok=True)
         log = tmp_path / f"kit-run-{write}.log"
         with log.open("w") as output:
             runner = subprocess.Popen(
@@ -776,10 +791,22 @@ def _kill_after_each_write(
                 | {
                     "PYTHONPATH": f"{hook}{os.pathsep}{REPO_ROOT}",
                     "KIT_TEST_KILL_AFTER": str(write),
+                    "KIT_TEST_PAUSE_AFTER": str(writes if write > writes else 0),
                     "KIT_TEST_KILL_DIR": str(folder),
                     MARKER: str(tmp_path),
                 },
             )
+        if write > writes:  # the last run: held after its last write, then let go
+            deadline = time.monotonic() + 600
+            while not (tmp_path / "paused_after.txt").exists():
+                assert runner.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, "never held: " + log.read_text()[-3000:]
+                time.sleep(0.2)
+            killed_after.append((tmp_path / "paused_after.txt").read_text())
+            try:
+                _assert_refused(folder, loaded, shared, f"held after {killed_after[-1]}")
+            finally:
+                (tmp_path / "go_on.txt").touch()
         code = runner.wait(timeout=600)
         if not (tmp_path / "killed_after.txt").exists():
             assert code == 0, log.read_text()[-3000:]
@@ -790,11 +817,18 @@ def _kill_after_each_write(
         while (alive := _survivors([], str(tmp_path))) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not alive, _describe(alive)
-        where = f"killed after {killed_after[-1]}"
-        assert page.incomplete_notebooks(folder) == ["03_time_concat"], where
-        assert not (folder / f"03_time_concat{params.RECORD_SUFFIX}").exists(), where
-        assert sweep.notebook03_results(loaded, shared) is None, where
-        with pytest.raises(page.ReportError, match=f"{folder}: the last run of 03_time_concat"):
-            page.write_report("ci", folder)
+        _assert_refused(folder, loaded, shared, f"killed after {killed_after[-1]}")
     else:
         pytest.fail(f"still killed after {writes + 1} writes: {killed_after}")
+
+
+def _assert_refused(
+    folder: Path, loaded: SweepSettings, shared: sweep_settings.Cell, where: str
+) -> None:
+    """Notebook 03's run in `folder` is marked incomplete, notebook 04 does not reuse its
+    results and the report refuses the folder."""
+    assert page.incomplete_notebooks(folder) == ["03_time_concat"], where
+    assert not (folder / f"03_time_concat{params.RECORD_SUFFIX}").exists(), where
+    assert sweep.notebook03_results(loaded, shared) is None, where
+    with pytest.raises(page.ReportError, match=f"{folder}: the last run of 03_time_concat"):
+        page.write_report("ci", folder)
