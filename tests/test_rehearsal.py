@@ -8,9 +8,14 @@ kernel. These are the launched steps `kit run` takes for that profile; the probe
 of its own is what a cluster's chain submits (`kit launch plan` exports it here;
 tests/test_timecat_jobs.py runs the step). Its snapshots, laid out as the authors' archive
 unpacks (checkpoints_step<k>/checkpoint_run<i>.pth), are then what paper-checkpoints probes with
-the authors' probe: the diagnostics' features extracted by a torchrun job, and the sixteen probes
-run in turn by one torchrun of two ranks. Together 326 s on 2 idle cores in a fresh clone (162 s
-and 164 s, with twelve independent runs); select them with `-m rehearsal`.
+the authors' probe: the diagnostics' features extracted by a torchrun job, the nine probes of two
+processes (ImageNet-1k's concatenations, iNat18's) run in turn by one torchrun of two ranks and
+the eleven of one process in the kernel, every setup of `probes.faithful.setups` among them.
+`kit check` and `kit launch plan` run in the test's own process (they start no kernel and no
+job); each `kit run` runs in a process of its own, as a user's does.
+Together 211 s of CPU (user + sys of `pytest -m rehearsal -n 0 tests/test_rehearsal.py`; 6.5 min
+wall while another job shared the cores, load 1 to 8) on a 2-core KVM (AMD EPYC family 25 model
+17, Zen 4); select them with `-m rehearsal`.
 """
 
 from __future__ import annotations
@@ -185,9 +190,8 @@ def test_kit_fixtures_lets_the_paper_profiles_be_checked_and_planned_anywhere(
 
 
 def test_the_command_line_starts_without_importing_torch() -> None:
-    """`python -m kit` starts five times here, and `kit run`'s own process needs no torch (its
-    kernel and the jobs it launches import it): importing torch and torchvision costs 5-10 s of
-    CPU."""
+    """`python -m kit` imports neither torch nor torchvision to start (the kernel and the jobs
+    `kit run` launches import them): importing them costs 5-10 s of CPU."""
     code = "import sys, kit.__main__; print(sorted({'torch', 'torchvision'} & set(sys.modules)))"
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -227,6 +231,17 @@ def kit(environment: dict[str, str], *arguments: str) -> float:
     return elapsed
 
 
+def kit_here(environment: dict[str, str], *arguments: str) -> None:
+    """`python -m kit ARGUMENTS` in this process under `environment`, asserting it passed: for
+    `kit check` and `kit launch plan`, which start no kernel or job, so that the rehearsal does
+    not pay a second interpreter's imports of torch and the notebook tools for each (`kit run`,
+    which does start them, runs in a process of its own)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in environment.items():
+            patch.setenv(name, value)
+        assert kit_main(list(map(str, arguments))) == 0, arguments
+
+
 def profile_arguments(profile: str, out: Path) -> list[str]:
     return [
         "--profile",
@@ -253,8 +268,8 @@ def paper_8xh100(environment: dict[str, str], tmp_path_factory: pytest.TempPathF
     """paper-8xh100 checked, planned and run as a user does; its output folder."""
     out = tmp_path_factory.mktemp("paper-8xh100")
     arguments = profile_arguments("paper-8xh100", out)
-    kit(environment, "check", "03", *arguments)
-    kit(environment, "launch", "plan", *arguments, "--out", out / "export")
+    kit_here(environment, "check", "03", *arguments)
+    kit_here(environment, "launch", "plan", *arguments, "--out", out / "export")
     kit(environment, "run", "03", *arguments)
     return out
 
@@ -306,7 +321,7 @@ def test_paper_checkpoints_probes_released_files_with_the_authors_probe(
                 torch.save(state, handle)
     environment = environment | {"TIMECAT_CHECKPOINTS": str(released)}
     out = tmp_path / "paper-checkpoints"
-    kit(environment, "check", "03", *profile_arguments("paper-checkpoints", out))
+    kit_here(environment, "check", "03", *profile_arguments("paper-checkpoints", out))
     kit(environment, "run", "03", *profile_arguments("paper-checkpoints", out))
     # the released variants and the random-init control, untrained networks the run wrote
     variants = [*VARIANTS, "random5"]
