@@ -18,20 +18,20 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
-#: seconds each took in the full suite (`python -m pytest --durations=0`, two test processes) on
-#: 2 cores of a KVM guest of an AMD EPYC family 25 model 17 (Zen 4), 2026-12-07: set-up and call
-#: together. The two reading the shared main job (tests/main_job.py) count their own work alone,
-#: measured with the other tests reading it (two processes, load average 1 to 4): the report
-#: about 10 s once the main job has run, notebook 03 killed after its writes 117 s beside it
+#: seconds each took in the full suite (`python -m pytest --durations=40`, two test processes, a
+#: fresh clone at 323b0b5, 2 otherwise idle cores of a KVM guest of an AMD EPYC family 25 model
+#: 17 (Zen 4), 2026-12-07): set-up and call together; the report, which reads the shared main job
+#: (tests/main_job.py), about 10 s once the main job has run (its own work alone)
 MEASURED_S = {
     "test_the_report_of_the_executed_notebooks_reads_offline": 10.0,
-    "test_paper_checkpoints_probes_released_files_with_the_authors_probe": 142.0,
-    "test_paper_8xh100_trains_extracts_and_probes_with_two_ranks": 122.0,
-    "test_notebook_03_killed_after_its_result_writes_leaves_a_folder_marked_incomplete": 117.0,
-    "test_the_spread_script_on_an_emulated_other_machine_gives_the_recorded_bits": 75.0,
-    "test_torchrun_backend_launches_back_to_back_without_failure": 73.0,
-    "test_notebook_01_runs_in_lab_with_widgets_charts_and_tooltips": 68.0,
-    "test_a_downloaded_release_is_probed_end_to_end": 44.0,
+    "test_paper_checkpoints_probes_released_files_with_the_authors_probe": 170.0,
+    "test_paper_8xh100_trains_extracts_and_probes_with_two_ranks": 162.0,
+    "test_notebook_03_killed_after_its_result_writes_leaves_a_folder_marked_incomplete": 118.0,
+    "test_notebook_01_runs_in_lab_with_widgets_charts_and_tooltips": 60.0,
+    "test_torchrun_backend_launches_back_to_back_without_failure": 53.0,
+    "test_repeated_group_kills_across_a_chain_stop_it_every_time_and_resume_bit_identical": 52.0,
+    "test_the_spread_script_on_an_emulated_other_machine_gives_the_recorded_bits": 46.0,
+    "test_a_downloaded_release_is_probed_end_to_end": 36.0,
 }
 #: seconds taken for a test without a measured figure: one the fast lane leaves out (most take
 #: 5 to 30 s) and one it keeps (most take well under a second)
