@@ -32,7 +32,7 @@ import nbformat
 from jinja2 import DictLoader
 from latex2mathml.converter import convert as to_mathml
 
-from kit.files.files import atomic_write
+from kit.files.files import atomic_write, file_hash
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -152,7 +152,7 @@ def stamp(notebook: Path) -> str:
     renderer = hashlib.sha256(Path(__file__).read_bytes())
     for package in ("nbconvert", "latex2mathml"):
         renderer.update(metadata.version(package).encode())
-    digest = hashlib.sha256(notebook.read_bytes()).hexdigest()
+    digest = file_hash(notebook)
     return f"<!-- rendered from {notebook.name} sha256 {digest} by {renderer.hexdigest()} -->\n"
 
 
@@ -168,12 +168,11 @@ def _stamped(page: Path, line: str) -> bool:
 def render(notebook: Path) -> Path:
     """The executed notebook as a standalone offline HTML page beside it (`<stem>.html`),
     titled with the notebook's title; kept as it is where its stamp says it was rendered from
-    these bytes by this renderer."""
-    from nbconvert import HTMLExporter
-
+    these bytes by this renderer (without importing nbconvert)."""
     target, line = notebook.with_suffix(".html"), stamp(notebook)
     if _stamped(target, line):
         return target
+    from nbconvert import HTMLExporter
 
     exporter = HTMLExporter(
         embed_images=True,
