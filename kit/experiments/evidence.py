@@ -8,6 +8,7 @@ is null, never guessed. Everything notebook 02 shows is computed from these rows
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,9 +71,17 @@ class EvidenceError(ValueError):
 
 
 def load(name: str, data_dir: Path = DATA_DIR) -> pl.DataFrame:
-    """One source's rows, checked against the schema."""
+    """One source's rows, checked against the schema: parsed and checked once per content of
+    its file (every claim line of a summary cites Table 3), read afresh each call so that an
+    edited file is never served stale, and returned as a copy of its own."""
     path = data_dir / SOURCES[name]
-    frame = pl.read_csv(path, schema=SCHEMA)
+    return _parsed(path, path.read_bytes()).clone()
+
+
+@functools.lru_cache(maxsize=32)
+def _parsed(path: Path, content: bytes) -> pl.DataFrame:
+    """`content`, the bytes of the source at `path`, parsed and checked."""
+    frame = pl.read_csv(content, schema=SCHEMA)
     check(frame, path)
     return frame
 

@@ -98,19 +98,19 @@ class _Measure:
 
 
 def _paper_measures() -> list[_Measure]:
-    """Each (variant, measure) of the paper with its value, in the paper's order."""
-    rows = paper_rows()
-    transfer_sets = rows.filter(pl.col("dataset") != PAPER_IN_DISTRIBUTION)
-    transfer_names = ", ".join(dict.fromkeys(transfer_sets["dataset"].to_list()))
-    means = {
-        v: as_float(transfer_sets.filter(pl.col("variant") == v)["value"].mean())
-        for v in variants_in_order()
-    }
+    """Each (variant, measure) of the paper with its value, in the paper's order (read from
+    the table's rows in Python: it is a few dozen rows, and every claim line reads it)."""
+    rows = paper_rows().to_dicts()
+    transfer_sets = [row for row in rows if row["dataset"] != PAPER_IN_DISTRIBUTION]
+    transfer_names = ", ".join(dict.fromkeys(row["dataset"] for row in transfer_sets))
+    order = list(dict.fromkeys(row["variant"] for row in rows))
+    values = {v: [row["value"] for row in transfer_sets if row["variant"] == v] for v in order}
+    means = {v: as_float(pl.Series(x, dtype=pl.Float64).mean()) for v, x in values.items()}
     measures: list[_Measure] = []
-    for variant in variants_in_order():
-        own = rows.filter(pl.col("variant") == variant)
-        inside = own.filter(pl.col("dataset") == PAPER_IN_DISTRIBUTION).row(0, named=True)
-        reads = "; ".join(dict.fromkeys(own["read"].to_list()))
+    for variant in order:
+        own = [row for row in rows if row["variant"] == variant]
+        inside = next(row for row in own if row["dataset"] == PAPER_IN_DISTRIBUTION)
+        reads = "; ".join(dict.fromkeys(row["read"] for row in own))
         measures.append(
             _Measure(
                 variant=variant,
@@ -142,7 +142,7 @@ def _paper_measures() -> list[_Measure]:
                     key=("gain", "transfer"),
                 )
             )
-        for row in own.iter_rows(named=True):
+        for row in own:
             measures.append(
                 _Measure(
                     variant=variant,
