@@ -91,8 +91,24 @@ def t_test(mean: float, std: float, count: int) -> float:
     return float(2 * scipy.stats.t.sf(abs(t), count - 1))
 
 
-def _judge_family(stats: pl.DataFrame, level: float) -> pl.DataFrame:
-    """One family's p-values, Holm adjustment, label-consistent intervals and labels."""
+def _p_values(
+    means: list[float], stds: list[float], counts: list[int], tested: list[int]
+) -> dict[int, float]:
+    """`t_test`'s p-value of each of the `tested` rows, the t distribution called once for all
+    of them (a summary judges a few dozen comparisons, and one call costs more than the rest of
+    a comparison's arithmetic)."""
+    regular = [i for i in tested if stds[i] != 0 and math.isfinite(stds[i])]
+    t = [abs(means[i] / (stds[i] / math.sqrt(counts[i]))) for i in regular]
+    tails = scipy.stats.t.sf(t, [counts[i] - 1 for i in regular]) if regular else []
+    found = {i: t_test(means[i], stds[i], counts[i]) for i in tested}  # the exact cases
+    found.update({i: float(2 * tail) for i, tail in zip(regular, tails, strict=True)})
+    return found
+
+
+def _judge(stats: pl.DataFrame, families: list[list[int]], level: float) -> dict[str, list]:
+    """Each family's (`families`: the row indices of `stats` in each) p-values, Holm
+    adjustment, label-consistent intervals and labels, as `_COLUMNS`' values by row of
+    `stats`; the t distribution is called once for the p-values and once for the intervals."""
     means, floors = stats["mean"].to_list(), stats["_floor"].to_list()
     ceiling = stats["_ceiling"].to_list()
     stds: list[float] = [  # a comparison of one replicate has no std: it is not tested
@@ -101,32 +117,41 @@ def _judge_family(stats: pl.DataFrame, level: float) -> pl.DataFrame:
     ]
     counts = stats["replicates"].to_list()
     tested = [i for i, count in enumerate(counts) if count >= 2]
-    p = {i: t_test(means[i], stds[i], counts[i]) for i in tested}
-    adjusted = dict(zip(tested, holm([p[i] for i in tested]), strict=True))
-    rank = {index: r for r, index in enumerate(sorted(tested, key=lambda i: p[i]))}
-    m = len(tested)
-    low, high, verdict = [None] * len(counts), [None] * len(counts), [UNTESTED] * len(counts)
-    for i in tested:
-        rejected = adjusted[i] <= level
-        share = m - rank[i] if rejected else m
-        half = (
-            scipy.stats.t.ppf(1 - level / (2 * share), counts[i] - 1)
-            * stds[i]
-            / math.sqrt(counts[i])
+    p = _p_values(means, stds, counts, tested)
+    adjusted: dict[int, float] = {}
+    size, share = [0] * len(counts), {}
+    for members in families:
+        mine = [i for i in members if counts[i] >= 2]
+        adjusted.update(zip(mine, holm([p[i] for i in mine]), strict=True))
+        rank = {index: r for r, index in enumerate(sorted(mine, key=lambda i: p[i]))}
+        for i in members:
+            size[i] = len(mine)
+        for i in mine:  # the Bonferroni share Holm tested it at where rejected, else m
+            share[i] = len(mine) - rank[i] if adjusted[i] <= level else len(mine)
+    quantiles = (
+        scipy.stats.t.ppf(
+            [1 - level / (2 * share[i]) for i in tested], [counts[i] - 1 for i in tested]
         )
+        if tested
+        else []
+    )
+    low, high, verdict = [None] * len(counts), [None] * len(counts), [UNTESTED] * len(counts)
+    for i, quantile in zip(tested, quantiles, strict=True):
+        half = quantile * stds[i] / math.sqrt(counts[i])
         low[i] = max(means[i] - half, METRIC_RANGE[0])
         high[i] = min(means[i] + half, METRIC_RANGE[1])
+        rejected = adjusted[i] <= level
         verdict[i] = UNCLEAR if not rejected else BETTER if means[i] > 0 else WORSE
         if ceiling[i] or (floors[i] > 0 and abs(means[i]) <= floors[i]):
             verdict[i] = TIED
-    return stats.with_columns(
-        pl.Series("low", low, dtype=pl.Float64),
-        pl.Series("high", high, dtype=pl.Float64),
-        pl.Series("p_value", [p.get(i) for i in range(len(counts))], dtype=pl.Float64),
-        pl.Series("p_adjusted", [adjusted.get(i) for i in range(len(counts))], dtype=pl.Float64),
-        pl.lit(m, dtype=pl.Int64).alias("comparisons"),
-        pl.Series("verdict", verdict, dtype=pl.String),
-    )
+    return {
+        "low": low,
+        "high": high,
+        "p_value": [p.get(i) for i in range(len(counts))],
+        "p_adjusted": [adjusted.get(i) for i in range(len(counts))],
+        "comparisons": size,
+        "verdict": verdict,
+    }
 
 
 def verdicts(
@@ -159,16 +184,16 @@ def verdicts(
             (pl.col(resolution).max() if resolution else pl.lit(0.0)).alias("_floor"),
             (pl.col(ceiling).all() if ceiling else pl.lit(False)).alias("_ceiling"),
         )
-        .with_row_index("_order")
     )
     if not stats.height:
-        return (
-            stats.drop("_order")
-            .with_columns(
-                *[pl.lit(None, dtype=dtype).alias(name) for name, dtype in _COLUMNS.items()]
-            )
-            .select(*by, *_COLUMNS)
-        )
-    parts = stats.partition_by(list(family), maintain_order=True) if family else [stats]
-    judged = pl.concat([_judge_family(part, level) for part in parts])
-    return judged.sort("_order").drop("_order").select(*by, *_COLUMNS)
+        return stats.with_columns(
+            *[pl.lit(None, dtype=dtype).alias(name) for name, dtype in _COLUMNS.items()]
+        ).select(*by, *_COLUMNS)
+    families: dict[tuple, list[int]] = {}  # each family's rows, in order of appearance
+    keys = stats.select(list(family)).rows() if family else [()] * stats.height
+    for index, key in enumerate(keys):
+        families.setdefault(key, []).append(index)
+    judged = _judge(stats, list(families.values()), level)
+    return stats.with_columns(
+        pl.Series(name, values, dtype=_COLUMNS[name]) for name, values in judged.items()
+    ).select(*by, *_COLUMNS)
