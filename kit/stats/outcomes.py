@@ -48,6 +48,7 @@ is reported as measured.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -115,18 +116,17 @@ def estimate(
     if len(values) < 2:
         return Estimate(values, mean, None, None, None, False, resolution)
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    half = (
-        scipy.stats.t.ppf(1 - level / 2, len(values) - 1)
-        * max(std, resolution)
-        / math.sqrt(len(values))
-    )
+    half = critical(len(values), level) * max(std, resolution) / math.sqrt(len(values))
     low, high = max(mean - half, bounds[0]), min(mean + half, bounds[1])
     clipped = (low, high) != (mean - half, mean + half)
     return Estimate(values, mean, std, low, high, clipped, resolution)
 
 
+@functools.lru_cache(maxsize=256)
 def critical(replicates: int, level: float = LEVEL) -> float:
-    """The fixed design's multiplier of s / sqrt(n): the two-sided t quantile at `level`."""
+    """The fixed design's multiplier of s / sqrt(n): the two-sided t quantile at `level` (kept
+    once computed: `replicates_needed` asks for it at every count it tries, for every
+    condition of every summary)."""
     return float(scipy.stats.t.ppf(1 - level / 2, replicates - 1)) if replicates > 1 else math.inf
 
 

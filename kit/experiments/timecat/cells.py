@@ -31,6 +31,7 @@ replicates could clear the flag. A secondary gain on a flagged cell is labelled
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 
@@ -56,13 +57,20 @@ SCHEMA = {
 }
 
 
+@functools.lru_cache(maxsize=64)
+def _quantile(count: int) -> float:
+    """The one-sided (1 - LEVEL) t quantile of a mean of `count` values (kept once computed:
+    every cell of every summary asks for it)."""
+    return float(scipy.stats.t.ppf(1 - LEVEL, count - 1))
+
+
 def _lower_bound(mean: float, std: float | None, count: int, floor: float) -> float | None:
     """The one-sided (1 - LEVEL) lower bound of a mean of `count` values of sample spread `std`
     (never below `floor`); None with fewer than two values."""
     if count < 2 or std is None or math.isnan(std):
         return None
     spread = max(std, floor)
-    return mean - float(scipy.stats.t.ppf(1 - LEVEL, count - 1)) * spread / math.sqrt(count)
+    return mean - _quantile(count) * spread / math.sqrt(count)
 
 
 def probe_cells(results: pl.DataFrame, rule: str, max_optimism: float | None) -> pl.DataFrame:
