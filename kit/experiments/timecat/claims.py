@@ -84,13 +84,12 @@ def compute(results: pl.DataFrame, variant: str) -> float:
 
 def _tasks(results: pl.DataFrame, variants: list[str], roles: list[str]) -> list[str]:
     """Tasks of `roles` every one of `variants` was probed on, in the results' order."""
-    rows = results.filter(pl.col("role").is_in(roles))
+    rows = results.filter(pl.col("role").is_in(roles)).select("task", "variant")
+    probed = set(rows.unique().iter_rows())
     return [
         t
         for t in rows["task"].unique(maintain_order=True).to_list()
-        if all(
-            rows.filter((pl.col("task") == t) & (pl.col("variant") == v)).height for v in variants
-        )
+        if all((t, v) in probed for v in variants)
     ]
 
 
