@@ -101,7 +101,11 @@ def paired_differences(results: pl.DataFrame, rule: str, baseline: str) -> pl.Da
     points (column `difference`), with the most one evaluation row moves it (`resolution`) and
     whether both accuracies sit at the ceiling (`at_ceiling`: both read 100.0 %): the paired
     rows `gains` judges."""
-    chosen = results.filter(pl.col("rule") == rule)
+    return _paired(results.filter(pl.col("rule") == rule), baseline)
+
+
+def _paired(chosen: pl.DataFrame, baseline: str) -> pl.DataFrame:
+    """`paired_differences` of results already narrowed to one rule."""
     reference = chosen.filter(pl.col("variant") == baseline).select(
         "replicate", "task", pl.col("top1").alias("baseline_top1")
     )
@@ -236,7 +240,8 @@ def control_gains(results: pl.DataFrame, rule: str, level: float = verdicts.LEVE
     concat = variants.filter(
         pl.col("kind").is_in(kinds_where(lambda kind: kind.concatenated)) & (pl.col("n") > 1)
     )
-    frames = [paired_differences(results, rule, "").clear()]
+    chosen = results.filter(pl.col("rule") == rule)
+    frames = []
     for control in controls_of(results).iter_rows(named=True):
         against = (
             concat.filter(pl.col("n") == control["n"])
@@ -244,11 +249,12 @@ def control_gains(results: pl.DataFrame, rule: str, level: float = verdicts.LEVE
             else concat
         )
         frames.append(
-            paired_differences(results, rule, control["variant"]).filter(
+            _paired(chosen, control["variant"]).filter(
                 pl.col("variant").is_in(against["variant"].to_list())
             )
         )
-    return _judged(pl.concat(frames), results, level)
+    paired = pl.concat(frames) if frames else _paired(chosen, "").clear()
+    return _judged(paired, results, level)
 
 
 def _verdict_line(row: dict[str, Any]) -> str:
@@ -272,10 +278,16 @@ def judged_gains(
     """The secondary comparisons as every output shows them: `gains` against the baseline and
     `control_gains`, each comparison that reads a flagged probe cell labelled so
     (kit.experiments.timecat.cells, the one rule)."""
-    found = cells.probe_cells(results, rule, max_optimism)
+    return _labelled(results, rule, baseline, cells.probe_cells(results, rule, max_optimism))
+
+
+def _labelled(
+    results: pl.DataFrame, rule: str, baseline: str, probed: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """`judged_gains` with the probe cells (`cells.probe_cells`) computed by the caller."""
     return (
-        cells.label_flagged(gains(results, rule, baseline), found),
-        cells.label_flagged(control_gains(results, rule), found),
+        cells.label_flagged(gains(results, rule, baseline), probed),
+        cells.label_flagged(control_gains(results, rule), probed),
     )
 
 
@@ -301,12 +313,15 @@ def summarize(
     (kit.stats.rounds.to_decide), where the wall budget left a claim undecided, is the
     summary's "next"."""
     last = {found.claim: found for found in stops}
+    probed = cells.probe_cells(results, rule, max_optimism)
     judged = []
     for name, claim in ((TIME_CONCAT, time_concat_claim), (BOTTLENECK, bottleneck_claim)):
         seen = (  # judged on the replicates of its last look
             results.filter(pl.col("replicate") < last[name].replicates) if name in last else results
         )
-        marked = cells.flagged(cells.probe_cells(seen, rule, max_optimism))
+        marked = cells.flagged(
+            cells.probe_cells(seen, rule, max_optimism) if name in last else probed
+        )
         found = claim(seen, rule, baseline, smallest, marked)
         if found is None:
             continue
@@ -328,8 +343,7 @@ def summarize(
         }
         for found in judged
     ]
-    probed = cells.probe_cells(results, rule, max_optimism)
-    table, controls = judged_gains(results, rule, baseline, max_optimism)
+    table, controls = _labelled(results, rule, baseline, probed)
     lines = [c["line"] for c in claims] + [
         _verdict_line(row) for row in table.iter_rows(named=True)
     ]
