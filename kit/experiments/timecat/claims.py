@@ -19,9 +19,11 @@ from kit.train.settings import RunSettings
 def controls_of(results: pl.DataFrame) -> pl.DataFrame:
     """The control variants of `results` (kinds with `controls`), one row each."""
     return (
-        results.select("variant", "kind", "n")
+        results.lazy()  # one query: every summary asks, twice
+        .select("variant", "kind", "n")
         .unique(maintain_order=True)
         .filter(pl.col("kind").is_in(kinds_where(lambda kind: kind.controls)))
+        .collect()
     )
 
 
@@ -29,11 +31,13 @@ def claimed_variant(results: pl.DataFrame) -> str | None:
     """The time-concat variant the claim is about: the concatenated kind's variant of largest
     n > 1 (the first listed among equals); None when the run has none."""
     several = (
-        results.select("variant", "kind", "n")
+        results.lazy()  # one query: every summary asks, twice
+        .select("variant", "kind", "n")
         .unique(maintain_order=True)
         .filter(
             pl.col("kind").is_in(kinds_where(lambda kind: kind.concatenated)) & (pl.col("n") > 1)
         )
+        .collect()
     )
     if not several.height:
         return None
@@ -46,13 +50,16 @@ def endpoint(
     """The primary endpoint's paired values: per replicate (in order), `variant`'s top-1 minus
     `against`'s averaged over `tasks` (points); a replicate missing either on any task is left
     out."""
-    chosen = results.filter((pl.col("rule") == rule) & pl.col("task").is_in(tasks))
+    # each side's rows in one query (a summary reads every condition's); the pairing and the
+    # means stay eager steps, whose row order the values' last bits depend on
+    chosen = results.lazy().filter((pl.col("rule") == rule) & pl.col("task").is_in(tasks))
     mine = chosen.filter(pl.col("variant") == variant).select("replicate", "task", "top1")
     theirs = chosen.filter(pl.col("variant") == against).select(
         "replicate", "task", pl.col("top1").alias("reference")
     )
     per = (
-        mine.join(theirs, on=["replicate", "task"])
+        mine.collect()
+        .join(theirs.collect(), on=["replicate", "task"])
         .group_by("replicate")
         .agg(
             (100 * (pl.col("top1") - pl.col("reference"))).mean().alias("value"),
@@ -84,12 +91,17 @@ def compute(results: pl.DataFrame, variant: str) -> float:
 
 def _tasks(results: pl.DataFrame, variants: list[str], roles: list[str]) -> list[str]:
     """Tasks of `roles` every one of `variants` was probed on, in the results' order."""
-    rows = results.filter(pl.col("role").is_in(roles)).select("task", "variant")
-    probed = set(rows.unique().iter_rows())
+    pairs = (  # each (task, variant) probed, once, in order of first appearance
+        results.lazy()
+        .filter(pl.col("role").is_in(roles))
+        .select("task", "variant")
+        .unique(maintain_order=True)
+        .collect()
+        .rows()
+    )
+    probed = set(pairs)
     return [
-        t
-        for t in rows["task"].unique(maintain_order=True).to_list()
-        if all((t, v) in probed for v in variants)
+        t for t in dict.fromkeys(t for t, _ in pairs) if all((t, v) in probed for v in variants)
     ]
 
 

@@ -106,8 +106,11 @@ def paired_differences(results: pl.DataFrame, rule: str, baseline: str) -> pl.Da
 
 def _paired(chosen: pl.DataFrame, baseline: str) -> pl.DataFrame:
     """`paired_differences` of results already narrowed to one rule."""
-    reference = chosen.filter(pl.col("variant") == baseline).select(
-        "replicate", "task", pl.col("top1").alias("baseline_top1")
+    reference = (
+        chosen.lazy()
+        .filter(pl.col("variant") == baseline)
+        .select("replicate", "task", pl.col("top1").alias("baseline_top1"))
+        .collect()
     )
     return (
         chosen.filter(pl.col("variant") != baseline)
