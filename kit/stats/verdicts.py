@@ -194,6 +194,11 @@ def verdicts(
     for index, key in enumerate(keys):
         families.setdefault(key, []).append(index)
     judged = _judge(stats, list(families.values()), level)
-    return stats.with_columns(
-        pl.Series(name, values, dtype=_COLUMNS[name]) for name, values in judged.items()
-    ).select(*by, *_COLUMNS)
+    return (
+        stats.lazy()
+        .with_columns(
+            pl.Series(name, values, dtype=_COLUMNS[name]) for name, values in judged.items()
+        )
+        .select(*by, *_COLUMNS)
+        .collect()
+    )

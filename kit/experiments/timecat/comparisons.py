@@ -152,7 +152,8 @@ def _judged(paired: pl.DataFrame, results: pl.DataFrame, level: float) -> pl.Dat
     rank = pl.col("variant").replace_strict(order, default=len(order), return_dtype=pl.Int64)
     base = pl.col("baseline").replace_strict(order, default=len(order), return_dtype=pl.Int64)
     return (
-        judged.rename({"mean": "gain_mean", "std": "gain_std"})
+        judged.lazy()  # one query: every summary judges its gains and its controls
+        .rename({"mean": "gain_mean", "std": "gain_std"})
         .sort(base, rank, "task")
         .select(
             "variant",
@@ -171,6 +172,7 @@ def _judged(paired: pl.DataFrame, results: pl.DataFrame, level: float) -> pl.Dat
             "comparisons",
             "verdict",
         )
+        .collect()
     )
 
 
