@@ -190,7 +190,8 @@ def verdicts(
             *[pl.lit(None, dtype=dtype).alias(name) for name, dtype in _COLUMNS.items()]
         ).select(*by, *_COLUMNS)
     families: dict[tuple, list[int]] = {}  # each family's rows, in order of appearance
-    keys = stats.select(list(family)).rows() if family else [()] * stats.height
+    columns = [stats[column].to_list() for column in family]
+    keys = list(zip(*columns, strict=True)) if family else [()] * stats.height
     for index, key in enumerate(keys):
         families.setdefault(key, []).append(index)
     judged = _judge(stats, list(families.values()), level)

@@ -41,7 +41,8 @@ def claimed_variant(results: pl.DataFrame) -> str | None:
     )
     if not several.height:
         return None
-    return several.filter(pl.col("n") == several["n"].max())["variant"][0]
+    most = several["n"].max()
+    return next(variant for variant, _, n in several.rows() if n == most)
 
 
 def endpoint(
@@ -51,22 +52,28 @@ def endpoint(
     `against`'s averaged over `tasks` (points); a replicate missing either on any task is left
     out."""
     # each side's rows in one query (a summary reads every condition's); the pairing and the
-    # means stay eager steps, whose row order the values' last bits depend on
+    # per-replicate means stay eager steps of their own: the values' last bits depend on the
+    # row order each leaves, which one query joining or sorting after them changes
     chosen = results.lazy().filter((pl.col("rule") == rule) & pl.col("task").is_in(tasks))
-    mine = chosen.filter(pl.col("variant") == variant).select("replicate", "task", "top1")
-    theirs = chosen.filter(pl.col("variant") == against).select(
-        "replicate", "task", pl.col("top1").alias("reference")
+    mine, theirs = pl.collect_all(
+        [
+            chosen.filter(pl.col("variant") == variant).select("replicate", "task", "top1"),
+            chosen.filter(pl.col("variant") == against).select(
+                "replicate", "task", pl.col("top1").alias("reference")
+            ),
+        ]
     )
     per = (
-        mine.collect()
-        .join(theirs.collect(), on=["replicate", "task"])
+        mine.join(theirs, on=["replicate", "task"])
         .group_by("replicate")
         .agg(
             (100 * (pl.col("top1") - pl.col("reference"))).mean().alias("value"),
             pl.len().alias("tasks"),
         )
+        .lazy()
         .filter(pl.col("tasks") == len(tasks))
         .sort("replicate")
+        .collect()
     )
     return per["value"].to_list()
 

@@ -106,34 +106,31 @@ def paired_differences(results: pl.DataFrame, rule: str, baseline: str) -> pl.Da
 
 def _paired(chosen: pl.DataFrame, baseline: str) -> pl.DataFrame:
     """`paired_differences` of results already narrowed to one rule."""
-    reference = (
-        chosen.lazy()
-        .filter(pl.col("variant") == baseline)
-        .select("replicate", "task", pl.col("top1").alias("baseline_top1"))
-        .collect()
+    # both sides in one query; the pairing stays an eager step (claims.endpoint says why)
+    others, reference = pl.collect_all(
+        [
+            chosen.lazy().filter(pl.col("variant") != baseline),
+            chosen.lazy()
+            .filter(pl.col("variant") == baseline)
+            .select("replicate", "task", pl.col("top1").alias("baseline_top1")),
+        ]
     )
-    return (
-        chosen.filter(pl.col("variant") != baseline)
-        .join(reference, on=["replicate", "task"])
-        .select(
-            pl.lit(baseline).alias("baseline"),
-            "variant",
-            "kind",
-            "n",
-            "task",
-            "role",
-            "replicate",
-            (100 * (pl.col("top1") - pl.col("baseline_top1"))).alias("difference"),
-            # the most one evaluation row moves the difference (kit.stats.verdicts)
-            (
-                100 / pl.col("eval_rows")
-                if "eval_rows" in chosen.columns
-                else pl.lit(0.0, dtype=pl.Float64)
-            ).alias("resolution"),
-            ((pl.col("top1") >= CEILING) & (pl.col("baseline_top1") >= CEILING)).alias(
-                "at_ceiling"
-            ),
-        )
+    return others.join(reference, on=["replicate", "task"]).select(
+        pl.lit(baseline).alias("baseline"),
+        "variant",
+        "kind",
+        "n",
+        "task",
+        "role",
+        "replicate",
+        (100 * (pl.col("top1") - pl.col("baseline_top1"))).alias("difference"),
+        # the most one evaluation row moves the difference (kit.stats.verdicts)
+        (
+            100 / pl.col("eval_rows")
+            if "eval_rows" in chosen.columns
+            else pl.lit(0.0, dtype=pl.Float64)
+        ).alias("resolution"),
+        ((pl.col("top1") >= CEILING) & (pl.col("baseline_top1") >= CEILING)).alias("at_ceiling"),
     )
 
 
