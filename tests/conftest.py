@@ -165,7 +165,6 @@ SLOW_TESTS = frozenset(
         "test_members_outside_the_release_are_skipped_and_said",
         "test_memory_benchmark_prints_the_ratio_on_a_small_proxy",
         "test_mlflow_metrics_are_the_metrics_and_do_not_change_the_run",
-        "test_paper_checkpoints_runs_the_authors_probe_end_to_end",
         "test_paths_outside_the_output_folder_and_absurd_budgets_are_refused_at_check",
         "test_planted_failures_make_it_exit_non_zero_naming_each",
         "test_resume_after_sigkill_ends_with_the_uninterrupted_weights",
