@@ -203,49 +203,6 @@ def test_the_command_line_starts_without_importing_torch() -> None:
     assert done.stdout.strip() == "[]"
 
 
-#: `kit run 03 04` in this process up to its first kernel, which is replaced by one that says
-#: what the command line's process imported and stops there
-RUN_UNTIL_THE_KERNEL = """
-import sys, papermill
-from kit.cli.main import main
-
-def kernel(*args, **kwargs):
-    print(sorted({"torch", "torchvision"} & set(sys.modules)))
-    raise SystemExit(0)
-
-papermill.execute_notebook = kernel
-main(["run", "03", "04", "--profile", "ci", "--set", "output_dir=" + sys.argv[1]])
-raise SystemExit("the kernel was not launched")
-"""
-
-
-def test_kit_check_and_kit_run_say_what_the_plans_cost_without_importing_torch(
-    tmp_path: Path,
-) -> None:
-    """`kit check` and `kit run`, up to their kernels, import neither torch nor torchvision: the
-    plans' costs need the networks' sizes only (kit.architectures), the probes' passes their
-    settings only, and the numerics line what the environment and the CPU say (torch's own
-    kernels are recorded by each process that computes). Each process would otherwise spend
-    seconds of CPU importing them, and the suite starts many."""
-    check = (
-        "import sys\nfrom kit.cli.main import main\n"
-        "assert main(['check', '03', '04', '--profile', 'ci']) == 0\n"
-        "print(sorted({'torch', 'torchvision'} & set(sys.modules)))"
-    )
-    for code, arguments in ((check, []), (RUN_UNTIL_THE_KERNEL, [str(tmp_path / "out")])):
-        done = subprocess.run(
-            [sys.executable, "-c", code, *arguments],
-            cwd=REPO_ROOT,
-            env=importable_environment(),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
-        assert "expected cost" in done.stdout, done.stdout
-        assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-2000:]
-
-
 @pytest.fixture(scope="module")
 def environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """TIMECAT_DATA holding `kit fixtures` datasets, one thread per process (2 ranks, 2 cores)."""
