@@ -114,7 +114,7 @@ class KitResNet(ResNet):
         spec = ARCHITECTURES.get(arch)
         block: type[BasicBlock | Bottleneck] = Bottleneck if spec.bottleneck else BasicBlock
         layers = spec.stages
-        widths = [max(1, round(64 * width * 2**stage)) for stage in range(4)]
+        widths = spec.channels(width)
         self.arch, self.width, self.stem = arch, width, stem
         self._norm_layer = nn.BatchNorm2d
         self.inplanes, self.dilation, self.groups, self.base_width = widths[0], 1, 1, 64

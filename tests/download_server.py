@@ -16,10 +16,15 @@ from pathlib import Path
 import torch
 
 from kit import models
+from kit.cli import download
 from kit.experiments.timecat import layouts
 
 #: the stand-ins' width: a ResNet-50 of 1/16 the channels (about 200 kB a file)
 WIDTH = 0.0625
+#: the release's archive, at its path on the server, and its layout as it unpacks (their
+#: config's names)
+ARCHIVE = "/" + download.SOURCES["checkpoints"].archive
+UNPACKED = layouts.Layout("ckpt_resnet50_sfadamw_imagenet1k_supervised", "config")
 
 
 @dataclass
@@ -110,7 +115,11 @@ def algoperf_bytes(seed: int) -> bytes:
     names (kit.models.to_algoperf_names), no hash beside it."""
     torch.manual_seed(seed)
     model = models.build("resnet50", 1000, WIDTH)
-    state = {name: tensor.detach() for name, tensor in model.state_dict().items()}
+    return as_released({name: tensor.detach() for name, tensor in model.state_dict().items()})
+
+
+def as_released(state: dict[str, torch.Tensor]) -> bytes:
+    """A network's state (the kit's names) in the released files' format."""
     buffer = io.BytesIO()
     torch.save({"model_params": models.to_algoperf_names(state)}, buffer)
     return buffer.getvalue()

@@ -3,7 +3,7 @@
 
 xdist hands a free process the next scope in its queue, a scope being a module, and orders that
 queue by the number of tests in each scope. The scopes that take longest have the fewest tests
-(the dress rehearsal's module: seven tests, about five minutes), so they came last, and one
+(the dress rehearsal's module: nine tests, about five minutes), so they came last, and one
 process ran them alone while the other sat idle. Taking the longest scope first (the longest-
 processing-time rule) leaves the short ones to fill in at the end.
 
@@ -24,14 +24,13 @@ from collections.abc import Callable
 #: (tests/main_job.py), about 10 s once the main job has run (its own work alone)
 MEASURED_S = {
     "test_the_report_of_the_executed_notebooks_reads_offline": 10.0,
-    "test_paper_checkpoints_probes_released_files_with_the_authors_probe": 170.0,
+    "test_paper_checkpoints_probes_a_downloaded_release_with_the_authors_probe": 170.0,
     "test_paper_8xh100_trains_extracts_and_probes_with_two_ranks": 162.0,
     "test_notebook_03_killed_after_its_result_writes_leaves_a_folder_marked_incomplete": 118.0,
     "test_notebook_01_runs_in_lab_with_widgets_charts_and_tooltips": 60.0,
     "test_torchrun_backend_launches_back_to_back_without_failure": 53.0,
     "test_repeated_group_kills_across_a_chain_stop_it_every_time_and_resume_bit_identical": 52.0,
     "test_the_spread_script_on_an_emulated_other_machine_gives_the_recorded_bits": 46.0,
-    "test_a_downloaded_release_is_probed_end_to_end": 36.0,
 }
 #: seconds taken for a test without a measured figure: one the fast lane leaves out (most take
 #: 5 to 30 s) and one it keeps (most take well under a second)

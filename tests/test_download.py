@@ -2,21 +2,21 @@
 (tests/download_server.py) in each layout of the authors' release, and every way a download can
 fail: a dropped connection (resumed), a server ignoring Range, a flipped byte, a truncated gzip,
 unsafe members, HTTP errors, no server, a full disk. Each failure ends with a clear error and
-leaves nothing a later run would trust."""
+leaves nothing a later run would trust. A downloaded release probed end to end by `kit run 03`
+is the dress rehearsal's (tests/test_rehearsal.py: the archive made of its trained networks)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import polars as pl
 import pytest
 import yaml
 from download_server import (
+    ARCHIVE,
+    UNPACKED,
     Served,
     algoperf_bytes,
     closed_port,
@@ -33,19 +33,15 @@ from kit.data.fixtures import write_cifar, write_paper_data
 from kit.data.preflight import preflight
 from kit.data.settings import DataSettings
 from kit.experiments.timecat import jobs, layouts, planning
-from kit.experiments.timecat.result_files import TIME_CONCAT
 from kit.files import fetch, files
 from kit.files.fetch import DownloadError
-from kit.files.paths import importable_environment
-from kit.probes.selection import RULES
 
 SIZES = Path(__file__).parent / "rehearsal" / "sizes.yaml"
-ARCHIVE = "/" + kit_download.SOURCES["checkpoints"].archive
 #: one layout of each description: as the archive unpacks (the config's names), download.sh's
 #: rename (the names the profile lists), that rename with the README's step folders, and the
 #: README's own folder
 LAYOUTS = {
-    "unpacked": layouts.Layout("ckpt_resnet50_sfadamw_imagenet1k_supervised", "config"),
+    "unpacked": UNPACKED,
     "renamed": layouts.Layout("resnet50_sfadamw_imagenet1k_supervised", "config"),
     "renamed-readme": layouts.Layout("resnet50_sfadamw_imagenet1k_supervised", "readme"),
     "readme": layouts.Layout("resnet50_sfadamw", "readme"),
@@ -350,7 +346,7 @@ def test_kit_check_and_extraction_read_a_downloaded_release_in_each_layout(
 ) -> None:
     """`kit check` names the layout and every file it will read; the extraction step reads the
     released files and writes the random-init control's networks (one task: the full notebook
-    run is the slow test below); a missing file is named with every name tried."""
+    run is the dress rehearsal's); a missing file is named with every name tried."""
     folder = downloaded(archives[layout], tmp_path / "checkpoints")
     monkeypatch.setenv("TIMECAT_DATA", str(paper_data))
     monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(folder))
@@ -385,54 +381,6 @@ def test_kit_check_and_extraction_read_a_downloaded_release_in_each_layout(
     assert (
         f"run 2 at 100k (100,000 iterations), tried {folder}/{layouts.tried(('100k', 2))}" in error
     )
-
-
-@pytest.mark.slow
-def test_a_downloaded_release_is_probed_end_to_end(
-    archives: dict[str, bytes], paper_data: Path, tmp_path: Path
-) -> None:
-    """`kit download checkpoints` then `kit run 03 --profile paper-checkpoints` as a user runs
-    them, shrunk by the rehearsal's sizes to one task (test_rehearsal probes every task of the
-    profile) and probed with the fast probe: every variant (the released catN and the
-    random-init control), the verdicts stated with the control, and Table 3 beside the kit's
-    numbers from the downloaded files."""
-    folder = downloaded(archives["unpacked"], tmp_path / "checkpoints")
-    out = tmp_path / "out"
-    one_task = tmp_path / "one_task.yaml"
-    one_task.write_text(yaml.safe_dump({"tasks": [ONE_TASK]}))
-    environment = importable_environment() | {
-        "TIMECAT_DATA": str(paper_data),
-        "TIMECAT_CHECKPOINTS": str(folder),
-        "OMP_NUM_THREADS": "1",
-    }
-    profile = ["--profile", "paper-checkpoints", "-f", str(SIZES), "-f", str(one_task)]
-    profile += ["--set", "probe_kind=fast"]
-    done = subprocess.run(
-        [sys.executable, "-m", "kit", "run", "03", *profile, "--set", f"output_dir={out}"],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
-    assert "unverified" not in done.stdout + done.stderr  # every file's hash was recorded
-    results = pl.read_parquet(out / TIME_CONCAT.results)
-    variants = ["cat1", "cat2", "cat4", "cat5", "random5"]
-    assert sorted(set(results["variant"])) == variants
-    assert results.height == len(variants) * len(RULES)
-    assert results["top1"].is_between(0, 1).all()
-    verdicts = pl.read_parquet(out / "time_concat_verdicts.parquet")
-    control = verdicts.filter(pl.col("condition") == "cat5 vs random5").row(0, named=True)
-    assert control["against"] == "random5" and control["judgement"] == "inconclusive"
-    assert "detectable" in verdicts.columns  # none with one replicate: no spread is known
-    vs_paper = pl.read_parquet(out / "time_concat_vs_paper.parquet")
-    # Table 3's CIFAR-10 top-1 of each variant beside the kit's, subtracted (the paper's own
-    # dataset); the tasks not run here left empty
-    cifar = vs_paper.filter(pl.col("measure") == "CIFAR-10, top-1 %")
-    assert cifar["kit mean"].is_not_null().all() and cifar["kit − paper"].is_not_null().all()
-    assert vs_paper.filter(pl.col("measure") == "iNat18, top-1 %")["kit mean"].is_null().all()
-    assert set(vs_paper["variant"]) == {"cat1", "cat2", "cat4", "cat5"}
 
 
 def test_a_missing_data_root_says_where_to_get_it(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,8 @@ import torchvision
 from torchvision.models.resnet import BasicBlock, Bottleneck
 
 from kit import models
+from kit.architectures import ARCHITECTURES
+from kit.params import bounds
 
 
 def test_resnet50_has_torchvision_names_and_resnet50w2_is_widened_everywhere() -> None:
@@ -148,3 +152,29 @@ def test_folded_batch_norms_compute_the_same_features_up_to_rounding(arch: str) 
     weights = [p.clone() for p in folded.parameters()]
     models.fold_batch_norms(folded)
     assert all(torch.equal(a, b) for a, b in zip(weights, folded.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_each_architecture_counts_the_sizes_of_the_network_it_builds(arch: str) -> None:
+    """`Architecture.sizes` (what the plan's estimates read without torch) is the network's
+    own count: its feature width, parameters, batch-norm statistics and counters, and the bytes
+    of its state dict, for both stems, at widths down to those whose narrowest stage rounds to
+    one channel (1/128: 0.5 rounds to 0, raised to 1) and up to the bound, odd ones between, and
+    several class counts."""
+    spec = ARCHITECTURES.get(arch)
+    widths = (1.0, 1 / 8, 1 / 32, 1 / 128, 0.77, 3.3, bounds.WIDTH)
+    cases = itertools.product(widths, ("imagenet", "small"))
+    for (width, stem), num_classes in zip(cases, itertools.cycle((1000, 10, 1, 7)), strict=False):
+        with torch.device("meta"):  # shapes without memory: the widest holds billions of weights
+            network = models.build(arch, num_classes, width, stem)
+        state = network.state_dict()
+        sizes = spec.sizes(num_classes, width, stem)
+        counted = {
+            "feature_dim": network.feature_dim,
+            "parameters": sum(p.numel() for p in network.parameters()),
+            "statistics": sum(t.numel() for t in network.buffers() if t.is_floating_point()),
+            "counters": sum(t.numel() for t in network.buffers() if not t.is_floating_point()),
+        }
+        assert dataclasses.asdict(sizes) == counted, (arch, width, num_classes, stem)
+        assert sizes.state_bytes == sum(t.numel() * t.element_size() for t in state.values())
+        assert spec.feature_dim(width) == network.feature_dim

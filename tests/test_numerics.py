@@ -145,6 +145,19 @@ def test_a_part_missing_is_named() -> None:
         assert any("large products run on OpenBLAS 0.3.34 SkylakeX" in m for m in missing)
 
 
+@pytest.mark.environment
+def test_what_kit_check_says_without_torch_is_what_the_process_finds_with_it() -> None:
+    """`before_torch` (kit check's line) holds `in_effect`'s values for what it says, and names
+    what is missing as `in_effect` does, less the parts only torch can tell."""
+    before, record = numerics.before_torch(), numerics.in_effect()
+    assert "aten_capability" not in before
+    line = numerics.describe(before)
+    assert "recorded by each process that computes" in line and "ATen AVX" not in line
+    missing = before.pop("not_in_effect")
+    assert before == {key: record[key] for key in before}
+    assert set(missing) <= set(record["not_in_effect"])
+
+
 def test_kit_check_prints_the_numerics() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "kit", "check", "01", "--profile", "ci"],

@@ -13,7 +13,7 @@ import papermill
 import pytest
 
 from kit.cli import runner
-from kit.files.paths import NOTEBOOKS_DIR, PARAMETERS_DIR
+from kit.files.paths import NOTEBOOKS_DIR, PARAMETERS_DIR, REPO_ROOT, importable_environment
 from kit.params import kernel_params, params
 
 NOTEBOOK = "01_toy_counterexample"
@@ -256,14 +256,47 @@ def test_notebook_without_schema_is_refused() -> None:
         params.schema_for("99_unknown")
 
 
-def test_checking_parameters_does_not_import_torch() -> None:
-    """`python -m kit check` stays fast: the engine and every schema are free of torch."""
-    code = (
-        "import sys; from kit.cli import runner; runner.plan(None, 'ci'); "
-        "assert 'torch' not in sys.modules, 'torch was imported'"
+#: `kit run 03 04` in this process up to its first kernel, which is replaced by one that says
+#: what the command line's process imported and stops there
+RUN_UNTIL_THE_KERNEL = """
+import sys, papermill
+from kit.cli.main import main
+
+def kernel(*args, **kwargs):
+    print(sorted({"torch", "torchvision"} & set(sys.modules)))
+    raise SystemExit(0)
+
+papermill.execute_notebook = kernel
+main(["run", "03", "04", "--profile", "ci", "--set", "output_dir=" + sys.argv[1]])
+raise SystemExit("the kernel was not launched")
+"""
+
+
+def test_kit_check_and_kit_run_say_what_the_plans_cost_without_importing_torch(
+    tmp_path: Path,
+) -> None:
+    """`kit check` and `kit run`, up to their kernels, import neither torch nor torchvision: the
+    plans' costs need the networks' sizes only (kit.architectures), the probes' passes their
+    settings only, and the numerics line what the environment and the CPU say (torch's own
+    kernels are recorded by each process that computes). Each process would otherwise spend
+    seconds of CPU importing them, and the suite starts many."""
+    check = (
+        "import sys\nfrom kit.cli.main import main\n"
+        "assert main(['check', '03', '04', '--profile', 'ci']) == 0\n"
+        "print(sorted({'torch', 'torchvision'} & set(sys.modules)))"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-2000:]
+    for code, arguments in ((check, []), (RUN_UNTIL_THE_KERNEL, [str(tmp_path / "out")])):
+        done = subprocess.run(
+            [sys.executable, "-c", code, *arguments],
+            cwd=REPO_ROOT,
+            env=importable_environment(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+        assert "expected cost" in done.stdout, done.stdout
+        assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-2000:]
 
 
 @pytest.mark.parametrize(

@@ -10,12 +10,12 @@ import polars as pl
 import pytest
 import torch
 
+from kit.probes.base import shared_gpus
 from kit.probes.devices import (
     fit_devices,
     matmul_precision,
     precision,
     probe_devices,
-    shared_gpus,
     shares,
 )
 from kit.probes.fast import FastProbe, fast_probe

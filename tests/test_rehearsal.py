@@ -6,15 +6,17 @@ seeded ResNet-50 pretraining runs (its `catn_models: snapshots`) trained in turn
 two gloo ranks, feature extraction from their snapshots as a torchrun job, the fast probe in the
 kernel. These are the launched steps `kit run` takes for that profile; the probe step as a job
 of its own is what a cluster's chain submits (`kit launch plan` exports it here;
-tests/test_timecat_jobs.py runs the step). Its snapshots, laid out as the authors' archive
-unpacks (checkpoints_step<k>/checkpoint_run<i>.pth), are then what paper-checkpoints probes with
-the authors' probe: the diagnostics' features extracted by a torchrun job, the nine probes of two
-processes (ImageNet-1k's concatenations, iNat18's) run in turn by one torchrun of two ranks and
-the eleven of one process in the kernel, every setup of `probes.faithful.setups` among them.
-`kit check` and `kit launch plan` run in the test's own process (they start no kernel and no
-job); each `kit run` runs in a process of its own, as a user's does.
-Together 211 s of CPU (user + sys of `pytest -m rehearsal -n 0 tests/test_rehearsal.py`; 6.5 min
-wall while another job shared the cores, load 1 to 8) on a 2-core KVM (AMD EPYC family 25 model
+tests/test_timecat_jobs.py runs the step). Its snapshots, saved as the authors' files are
+(AlgoPerf's names) and packed as their archive, are then what paper-checkpoints downloads from a
+local HTTP server (`kit download checkpoints`, verified and unpacked) and probes with the authors'
+probe: the diagnostics' features extracted by a torchrun job, the nine probes of two processes
+(ImageNet-1k's concatenations, iNat18's) run in turn by one torchrun of two ranks and the eleven
+of one process in the kernel, every setup of `probes.faithful.setups` among them; its verdicts
+and tables are read, and the probing step run again in this process reads every probe back.
+`kit check`, `kit launch plan` and `kit download` run in the test's own process (they start no
+kernel and no job); each `kit run` runs in a process of its own, as a user's does.
+Together 230 s of CPU (user + sys of `pytest -m rehearsal -n 0 tests/test_rehearsal.py`; 4.7 min
+wall while two other jobs shared the cores, 2026-12-07) on a 2-core KVM (AMD EPYC family 25 model
 17, Zen 4); select them with `-m rehearsal`.
 """
 
@@ -31,19 +33,20 @@ import polars as pl
 import pytest
 import torch
 import yaml
-from test_timecat import released_file
+from download_server import ARCHIVE, UNPACKED, as_released, serve, tar_gz
 
 from kit.cli.main import main as kit_main
 from kit.data import pipeline
 from kit.data.fixtures import write_paper_data
 from kit.data.settings import DataSettings
-from kit.experiments.timecat import jobs
+from kit.experiments.timecat import comparisons, jobs, layouts, measure, paper, planning
 from kit.experiments.timecat.released import released_files
 from kit.experiments.timecat.result_files import TIME_CONCAT
-from kit.files import files
+from kit.experiments.timecat.settings import TimecatSettings
 from kit.files.paths import REPO_ROOT, importable_environment
 from kit.params import params
 from kit.probes.selection import RULES
+from kit.probes.settings import PAPER_WEIGHT_DECAYS
 
 pytestmark = pytest.mark.rehearsal
 
@@ -213,8 +216,8 @@ def environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
 
 
-def kit(environment: dict[str, str], *arguments: str) -> float:
-    """Run `python -m kit ARGUMENTS` as a user would; its wall time, after asserting it passed."""
+def kit(environment: dict[str, str], *arguments: str) -> str:
+    """Run `python -m kit ARGUMENTS` as a user would; what it said, after asserting it passed."""
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "kit", *map(str, arguments)],
@@ -228,7 +231,7 @@ def kit(environment: dict[str, str], *arguments: str) -> float:
     assert done.returncode == 0, (arguments, done.stdout[-3000:], done.stderr[-3000:])
     elapsed = time.perf_counter() - start
     print(f"kit {' '.join(map(str, arguments[:2]))}: {elapsed:.0f} s")
-    return elapsed
+    return done.stdout + done.stderr
 
 
 def kit_here(environment: dict[str, str], *arguments: str) -> None:
@@ -276,9 +279,8 @@ def paper_8xh100(environment: dict[str, str], tmp_path_factory: pytest.TempPathF
 
 #: the rehearsal's step of each variant's snapshots (tests/rehearsal/budgets.yaml)
 STEPS = {"cat1": 9, "cat2": 4, "cat4": 2, "cat5": 2}
-#: the iterations each released folder's runs were saved at (paper Table 3: cat1 at 450k, catN
-#: at 400k in all)
-RELEASED_ITERATIONS = {"cat1": 450_000, "cat2": 200_000, "cat4": 100_000, "cat5": 80_000}
+#: the variant reading each released step (paper Table 3: cat1 at 450k, catN at 400k in all)
+READ_AT = {"full": "cat1", "200k": "cat2", "100k": "cat4", "80k": "cat5"}
 
 
 def test_paper_8xh100_trains_extracts_and_probes_with_two_ranks(paper_8xh100: Path) -> None:
@@ -304,31 +306,58 @@ def test_paper_8xh100_trains_extracts_and_probes_with_two_ranks(paper_8xh100: Pa
         assert (paper_8xh100 / "export" / script).exists(), script
 
 
-def test_paper_checkpoints_probes_released_files_with_the_authors_probe(
-    paper_8xh100: Path, environment: dict[str, str], tmp_path: Path
-) -> None:
-    # the release made of the rehearsal's trained snapshots, each recording the horizon of the
-    # released folder it stands in (a checkpoint is probed only as the run it records)
-    released = tmp_path / "released"
-    for variant, seeds in VARIANTS.items():
-        for run, seed in enumerate(seeds):
-            trained = paper_8xh100 / "time_concat" / "rep0" / "seeded" / f"seed{seed}"
-            state = torch.load(trained / f"snapshot-{STEPS[variant]}.pt", weights_only=True)
-            state["config"]["iterations"] = RELEASED_ITERATIONS[variant]
-            path = released_file(released, len(seeds), run)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with files.hashed_write(path) as handle:
-                torch.save(state, handle)
-    environment = environment | {"TIMECAT_CHECKPOINTS": str(released)}
-    out = tmp_path / "paper-checkpoints"
+def released_state(paper_8xh100: Path, step: str, run: int) -> dict[str, torch.Tensor]:
+    """The weights standing for run `run` of the released `step`: the rehearsal's seed of that
+    run at its step of the variant reading the file (its last snapshot, for the files no variant
+    reads: the full step's runs 1-4)."""
+    trained = paper_8xh100 / "time_concat" / "rep0" / "seeded" / f"seed{VARIANTS['cat5'][run]}"
+    saved = [int(path.stem.removeprefix("snapshot-")) for path in trained.glob("snapshot-*.pt")]
+    at = max(saved_step for saved_step in saved if saved_step <= STEPS[READ_AT[step]])
+    return torch.load(trained / f"snapshot-{at}.pt", weights_only=True)["model"]
+
+
+@pytest.fixture(scope="module")
+def paper_checkpoints(
+    paper_8xh100: Path, environment: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, str]:
+    """paper-checkpoints as a user runs it on the release: `kit download checkpoints` of the
+    authors' archive served by a local HTTP server (every file of it in their format, made of
+    the rehearsal's trained snapshots), checked, then run; its output folder and what it said."""
+    root = tmp_path_factory.mktemp("paper-checkpoints")
+    archive = tar_gz(
+        {
+            UNPACKED.names(*key)[0]: as_released(released_state(paper_8xh100, *key))
+            for key in layouts.every_key()
+        }
+    )
+    for base, served in serve():
+        served.files[ARCHIVE] = archive
+        kit_here({}, "download", "checkpoints", "--to", root / "release", "--url", base + ARCHIVE)
+    environment = environment | {"TIMECAT_CHECKPOINTS": str(root / "release")}
+    out = root / "out"
     kit_here(environment, "check", "03", *profile_arguments("paper-checkpoints", out))
-    kit(environment, "run", "03", *profile_arguments("paper-checkpoints", out))
+    return out, kit(environment, "run", "03", *profile_arguments("paper-checkpoints", out))
+
+
+def test_paper_checkpoints_probes_a_downloaded_release_with_the_authors_probe(
+    paper_checkpoints: tuple[Path, str],
+) -> None:
+    out, said = paper_checkpoints
+    assert "unverified" not in said  # the download recorded every file's hash
     # the released variants and the random-init control, untrained networks the run wrote
     variants = [*VARIANTS, "random5"]
-    check_results(out, variants)
+    results = check_results(out, variants)
+    assert (results.group_by("variant", "task", "rule").len()["len"] == 1).all()
+    assert results["train_top1"].is_between(0, 1).all()
+    assert results.filter(pl.col("task") == "CIFAR-100")["top5"].is_not_null().all()
+    assert results.filter(pl.col("task") == "CIFAR-10")["top5"].is_null().all()
     probes = out / "time_concat" / "faithful"
     logs = [json.loads(path.read_text()) for path in probes.rglob("finished.json")]
     assert len(logs) == len(variants) * len(TASKS)
+    # each task probed with the authors' grid of its dataset
+    for task, grid in (("ImageNet-1k", "imagenet"), ("iNat18", "inat18"), ("CIFAR-100", "cifar")):
+        history = pl.read_csv(probes / task / "rep0" / "cat2" / "history.csv")
+        assert history["weight_decay"].to_list() == list(PAPER_WEIGHT_DECAYS[grid])
     # grouped by process count: probes of one process ran in the kernel, the others under one
     # torchrun of two ranks, its rank 0 naming each probe as it starts
     log = (probes / "probe-2.log").read_text()
@@ -340,3 +369,77 @@ def test_paper_checkpoints_probes_released_files_with_the_authors_probe(
     ]
     assert all(f"/{len(shared)}: {path}\n" in log for path in shared)
     assert [path.parent for path in probes.rglob("probe-*.log")] == [probes]
+    diagnostics = pl.read_parquet(out / TIME_CONCAT.diagnostics)
+    assert diagnostics.height == len(variants) * len(TASKS)
+    width = {v: diagnostics.filter(pl.col("variant") == v)["features"].unique() for v in VARIANTS}
+    assert width["cat5"].to_list() == [5 * width["cat1"].item()]
+
+
+@pytest.fixture()
+def settings(
+    paper_checkpoints: tuple[Path, str],
+    environment: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> TimecatSettings:
+    """The rehearsal's paper-checkpoints settings, loaded in this process."""
+    out, _ = paper_checkpoints
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TIMECAT_CHECKPOINTS", str(out.parent / "release"))
+    arguments = [f"output_dir={out}"]
+    return jobs.load_settings("paper-checkpoints", FILES["paper-checkpoints"], arguments)
+
+
+def test_paper_checkpoints_states_verdicts_and_sets_table_3_beside_its_numbers(
+    paper_checkpoints: tuple[Path, str], settings: TimecatSettings
+) -> None:
+    out, _ = paper_checkpoints
+    results = pl.read_parquet(out / TIME_CONCAT.results)
+    for rule in RULES:
+        table = comparisons.table3(results, rule)
+        assert table["variant"].to_list() == [*VARIANTS, "random5"]
+        for task in TASKS:
+            assert table[f"{task} mean"].is_between(0, 100).all()
+        assert comparisons.gains(results, rule, settings.baseline).height == 4 * len(TASKS)
+        side = paper.paper_vs_kit(results, rule, settings.paper_columns)
+        per_dataset = side.filter(
+            pl.col("kit's task (stands for it)").is_in(TASKS)
+            & ~pl.col("measure").is_in([paper.IN_DISTRIBUTION, paper.TRANSFER, paper.GAIN])
+        )
+        assert per_dataset["kit mean"].is_not_null().sum() == len(VARIANTS) * len(TASKS)
+        # a task not run leaves the paper's number without the kit's beside it
+        one = paper.paper_vs_kit(
+            results.filter(pl.col("task") == "CIFAR-10"), rule, settings.paper_columns
+        )
+        assert one.filter(pl.col("measure") == "iNat18, top-1 %")["kit mean"].is_null().all()
+    verdicts = pl.read_parquet(out / TIME_CONCAT.verdicts)
+    control = verdicts.filter(pl.col("condition") == "cat5 vs random5").row(0, named=True)
+    # one replicate: no spread is known, so nothing is decided
+    assert control["against"] == "random5" and control["judgement"] == "inconclusive"
+    assert "detectable" in verdicts.columns
+    vs_paper = pl.read_parquet(out / TIME_CONCAT.vs_paper)
+    cifar = vs_paper.filter(pl.col("measure") == "CIFAR-10, top-1 %")
+    assert cifar["kit mean"].is_not_null().all() and cifar["kit − paper"].is_not_null().all()
+    assert set(vs_paper["variant"]) == set(VARIANTS)
+
+
+def test_a_finished_probe_is_read_back_not_run_again(
+    paper_checkpoints: tuple[Path, str], settings: TimecatSettings
+) -> None:
+    out, _ = paper_checkpoints
+    results = pl.read_parquet(out / TIME_CONCAT.results)
+    experiment = planning.plan(settings)
+    assert not experiment.trainings
+    marked = out / "time_concat" / "faithful" / "CIFAR-10" / "rep0" / "cat4" / "selected.csv"
+    kept = marked.read_bytes()
+    pl.read_csv(marked).with_columns(pl.lit(0.123456).alias("top1")).write_csv(marked)
+    try:
+        start = time.perf_counter()
+        again = measure.probe_all(experiment.representations, settings, diagnose=False).results
+        print(f"re-run with every probe finished: {time.perf_counter() - start:.1f} s")
+    finally:
+        marked.write_bytes(kept)
+    mark = again.filter((pl.col("variant") == "cat4") & (pl.col("task") == "CIFAR-10"))
+    assert mark["top1"].to_list() == [0.123456] * len(RULES)
+    rest = pl.col("variant") != "cat4"
+    assert again.filter(rest).equals(results.filter(rest))

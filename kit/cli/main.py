@@ -208,7 +208,7 @@ def notebooks_command(args: argparse.Namespace) -> int:
         )
     for line in time_concat.machine_lines({run.notebook.stem: run.parameters for run in runs}):
         print(line)
-    print(numerics.describe())
+    print(numerics.describe(numerics.before_torch()))
     return 0
 
 

@@ -185,12 +185,9 @@ def apply() -> None:
     torch.backends.nnpack.set_flags(False)
 
 
-def in_effect() -> dict[str, Any]:
-    """What decides the CPU numerics of this process's computations: the mode, the CPU, the
-    relevant variables, the kernels ATen dispatches to, oneDNN's and NNPACK's use and the
-    intra-op threads of a computation. `reproducible` is true only where every part of the mode
-    is in effect (`not_in_effect` says what is missing)."""
-    record: dict[str, Any] = {
+def _settings() -> dict[str, Any]:
+    """The parts of `in_effect` read without torch: the mode, the CPU and the variables."""
+    return {
         "mode": mode(),
         "version": VERSION,
         "cpu": cpu.cpu_model(),
@@ -198,6 +195,28 @@ def in_effect() -> dict[str, Any]:
         "cpu_isa": cpu.best_isa(),
         "variables": {name: os.environ[name] for name in NUMERICS_VARIABLES if name in os.environ},
     }
+
+
+def before_torch() -> dict[str, Any]:
+    """What `in_effect` says that a process knows before it imports torch (the mode, the CPU,
+    the variables its children inherit, the library of the large products and the threads of
+    a computation), with what of the mode is missing among those: for `kit check`, whose
+    process computes nothing, so that it spends no seconds importing torch. The kernels ATen
+    dispatches to and oneDNN's and NNPACK's use are torch's own; each process that computes
+    records them (`in_effect`, in its output's provenance)."""
+    record = _settings()
+    if mode() == "reproducible":
+        record |= {"large_products": _large_products(), "compute_threads": REPRODUCIBLE_THREADS}
+    record["not_in_effect"] = _not_in_effect(record) if mode() == "reproducible" else []
+    return record
+
+
+def in_effect() -> dict[str, Any]:
+    """What decides the CPU numerics of this process's computations: the mode, the CPU, the
+    relevant variables, the kernels ATen dispatches to, oneDNN's and NNPACK's use and the
+    intra-op threads of a computation. `reproducible` is true only where every part of the mode
+    is in effect (`not_in_effect` says what is missing)."""
+    record = _settings()
     import torch
 
     apply()
@@ -239,7 +258,7 @@ def _not_in_effect(record: dict[str, Any]) -> list[str]:
         for name, value in environment().items()
         if record["variables"].get(name) != value
     ]
-    if environment() and record["aten_capability"] != "AVX2":
+    if environment() and record.get("aten_capability", "AVX2") != "AVX2":
         missing.append(
             f"ATen runs its {record['aten_capability']} kernels (the CPU lacks AVX2, or torch "
             "ran an operation before the kit set the environment)"
@@ -249,21 +268,28 @@ def _not_in_effect(record: dict[str, Any]) -> list[str]:
             f"large products run on {record.get('large_products')}, not OpenBLAS's Haswell "
             "kernels (kit.numerics.openblas: the CPU lacks AVX2 or FMA, or the library is missing)"
         )
-    if record["nnpack"]:
+    if record.get("nnpack"):
         missing.append("NNPACK is on")
     return missing
 
 
 def describe(record: dict[str, Any] | None = None) -> str:
-    """`in_effect()` in one line, as `kit check` and the run summaries print it."""
+    """`in_effect()` in one line, as the run summaries print it; a record of `before_torch()`
+    (`kit check`'s) says the kernels are recorded by each process that computes."""
     record = record or in_effect()
     parts = [f"CPU numerics: {record['mode']}", f"{record['cpu']} ({record['cpu_isa']})"]
-    parts.append(
-        f"ATen {record['aten_capability']}, oneDNN {'on' if record['onednn'] else 'off'}, "
-        f"{record['compute_threads']} intra-op "
-        + ("thread" if record["compute_threads"] == 1 else "threads")
-        + " a computation"
+    threads = record.get("compute_threads")
+    counted = (
+        "torch's intra-op threads"
+        if threads is None
+        else f"{threads} intra-op {'thread' if threads == 1 else 'threads'}"
     )
+    kernels = (
+        f"ATen {record['aten_capability']}, oneDNN {'on' if record['onednn'] else 'off'}"
+        if "aten_capability" in record
+        else "ATen's and oneDNN's kernels recorded by each process that computes"
+    )
+    parts.append(f"{kernels}, {counted} a computation")
     if record.get("large_products"):
         parts.append(f"large products on {record['large_products']}")
     caps = ", ".join(f"{k}={v}" for k, v in record["variables"].items() if k != SWITCH)

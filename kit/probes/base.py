@@ -5,15 +5,16 @@ of it, in one abstract class) registered with its settings class in `kit.probes.
 either fits cached feature splits (`FeatureProbe`: the fast and the L-BFGS probe) or runs frozen
 backbones on images itself (`ImageProbe`: the authors' probe, given its probes as
 `ImageProbeJob`s all at once); both return a `ProbeResult` holding the selection rules' choices.
-Besides running, a probe says in one sentence what it does (`describe`), what it costs in passes
-over images or cached features (`image_passes`, `feature_passes`: the plan's estimate) and how
-many processes and loader workers its step takes when launched as a job (`processes`,
-`workers`). The experiment asks only these, so
-that adding a probe changes nothing outside its own module and its registration.
+Besides running, a probe says in one sentence what it does (`describe`) and how many processes
+and loader workers its step takes when launched as a job (`processes`, `workers`). The experiment
+asks only these, so that adding a probe changes nothing outside its own module and its
+registration.
 
-Its settings extend `ProbeSettings`: a `kind` (the name it is registered under), the device, and
-the checks that depend on the experiment using them (`rules`, `reference`, `problems`). This
-module imports no torch: parameter validation reads it.
+Its settings extend `ProbeSettings`: a `kind` (the name it is registered under), the device, the
+checks that depend on the experiment using them (`rules`, `reference`, `problems`), and what the
+probe costs in passes over images or cached features (`image_passes`, `feature_passes`: the
+plan's estimate, which `kit check` prints without importing torch). This module imports no
+torch: parameter validation reads it.
 """
 
 from __future__ import annotations
@@ -71,6 +72,24 @@ class ProbeSettings(Strict):
         """What makes these settings unusable for `use`, each starting with its key."""
         return []
 
+    def image_passes(self, data: DataSettings, models: int) -> ImagePasses | None:
+        """The passes over a task's training images that probing `models` concatenated
+        backbones takes, or None when the probe reads cached features (`feature_passes`)."""
+        return None
+
+    def feature_passes(self) -> FeaturePasses | None:
+        """The passes over cached features a fit takes on a GPU, or None when the probe reads
+        images or does not run on one (not estimated)."""
+        return None
+
+
+def shared_gpus(settings: ProbeSettings, node: int) -> int:
+    """The GPUs a probe of cached features asks for on a node of `node` GPUs: all of them, its
+    fits shared over them (kit.probes.devices.fit_devices), or its settings' `devices` where
+    fewer."""
+    wanted = getattr(settings, "devices", None)
+    return max(1, min(node, wanted) if wanted else node)
+
 
 @dataclass(frozen=True)
 class ImagePasses:
@@ -101,16 +120,6 @@ class Probe(ABC):
     def describe(self, settings: Any, tasks: Mapping[str, DataSettings]) -> str:
         """What the probe does with `settings` on `tasks` (each task's data, by name), in one
         sentence for a report."""
-
-    def image_passes(self, settings: Any, data: DataSettings, models: int) -> ImagePasses | None:
-        """The passes over a task's training images that probing `models` concatenated
-        backbones takes, or None when the probe reads cached features (`feature_passes`)."""
-        return None
-
-    def feature_passes(self, settings: Any) -> FeaturePasses | None:
-        """The passes over cached features a fit takes on a GPU, or None when the probe reads
-        images or does not run on one (not estimated)."""
-        return None
 
     def processes(self, settings: Any) -> int:
         """The processes (GPUs) the probe step starts."""

@@ -55,13 +55,6 @@ def fit_devices(settings: Any, visible: int) -> list[torch.device]:
     return places if len(places) > 1 else []
 
 
-def shared_gpus(settings: Any, node: int) -> int:
-    """The GPUs a probe of cached features asks for on a node of `node` GPUs: all of them, its
-    fits shared over them (`fit_devices`), or its settings' `devices` where fewer."""
-    wanted = getattr(settings, "devices", None)
-    return max(1, min(node, wanted) if wanted else node)
-
-
 def visible_gpus() -> int:
     """GPUs this process can use (0 without CUDA)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

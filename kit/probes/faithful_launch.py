@@ -16,7 +16,7 @@ from kit.files.files import atomic_write
 from kit.files.paths import REPO_ROOT
 from kit.launch.local import module_command
 from kit.launch.settings import LaunchSettings
-from kit.probes.base import ImagePasses, ImageProbe, ImageProbeJob
+from kit.probes.base import ImageProbe, ImageProbeJob
 from kit.probes.faithful import OPTIONS, faithful_identity, finished_result, run_faithful
 from kit.probes.rows import ProbeError
 from kit.probes.selection import ProbeResult
@@ -174,13 +174,6 @@ class FaithfulProbe(ImageProbe):
             )
             + f"; weight decays {grids}"
         )
-
-    def image_passes(
-        self, settings: FaithfulProbeSettings, data: DataSettings, models: int
-    ) -> ImagePasses:
-        """Every epoch over the training images, on the processes of the target's setup."""
-        own = settings.for_probe(kinds.get(data.kind).probe_grid, models > 1)
-        return ImagePasses(settings.epochs, own.processes, settings.workers)
 
     def processes(self, settings: FaithfulProbeSettings) -> int:
         """The most any target's probes take (`processes`)."""

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from kit.data.settings import DataSettings
 from kit.numerics import blocked
 from kit.numerics.threads import numerics_threads
-from kit.probes.base import FeaturePasses, FeatureProbe
+from kit.probes.base import FeatureProbe
 from kit.probes.devices import precision, probe_devices, shares, visible_gpus
 from kit.probes.lbfgs import ConvexFit, convex_fit, spread_fits, spread_rows
 from kit.probes.rows import FeatureRows, Split, scores
@@ -315,10 +315,6 @@ class FastProbe(FeatureProbe):
     ) -> ProbeResult:
         """`fast_probe`."""
         return fast_probe(train, evaluation, num_classes, settings, progress, extra)
-
-    def feature_passes(self, settings: FastProbeSettings) -> FeaturePasses:
-        """Every head sees every training row once an epoch."""
-        return FeaturePasses(settings.epochs, len(settings.lrs) * len(settings.weight_decays))
 
     def describe(self, settings: FastProbeSettings, tasks: Mapping[str, DataSettings]) -> str:
         """What the probe does with `settings`, in one sentence."""

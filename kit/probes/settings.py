@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
 from kit.data import kinds
 from kit.params import bounds
 from kit.params.params import Strict
-from kit.probes.base import ProbeSettings, ProbeUse
+from kit.probes.base import FeaturePasses, ImagePasses, ProbeSettings, ProbeUse
 from kit.probes.selection import BOUNDED, RULES
 from kit.runtime.processes import DEFAULT_GROUP_TIMEOUT_S
+
+if TYPE_CHECKING:
+    from kit.data.settings import DataSettings
 
 #: the authors' weight-decay grids per evaluation dataset, as their released linear-probe script
 #: for the paper's Section 5.1 (Table 3) sets them: ImageNet {1e-4, 5e-4}, iNat18 {1e-6, 1e-5,
@@ -201,6 +204,10 @@ class FastProbeSettings(FeatureProbeSettings):
             )
         return self
 
+    def feature_passes(self) -> FeaturePasses:
+        """Every head sees every training row once an epoch."""
+        return FeaturePasses(self.epochs, len(self.lrs) * len(self.weight_decays))
+
     def reference(self) -> LbfgsProbeSettings:
         """The L-BFGS probe of the same settings (`lbfgs`)."""
         return self.lbfgs()
@@ -332,6 +339,11 @@ class FaithfulProbeSettings(ProbeSettings):
                 "bn_batch": None if setup.sync_bn else setup.batch_size,
             }
         )
+
+    def image_passes(self, data: DataSettings, models: int) -> ImagePasses:
+        """Every epoch over the training images, on the processes of the target's setup."""
+        own = self.for_probe(kinds.get(data.kind).probe_grid, models > 1)
+        return ImagePasses(self.epochs, own.processes, self.workers)
 
     def grid(self, task: str, kind: str) -> list[float]:
         """The weight decays a task is probed with: its own grid, else its data kind's (the

@@ -8,7 +8,6 @@ from typing import Any
 
 import polars as pl
 
-from kit.data import synthetic
 from kit.experiments.timecat import cells
 from kit.experiments.timecat.claims import (
     BOTTLENECK,
@@ -392,7 +391,11 @@ def verdict_table(summary: dict) -> pl.DataFrame:
 
 def ceilings(params: TimecatSettings) -> dict[str, float]:
     """Top-1 % a perfect reader of every cue reaches on each synthetic task (the Bayes ceiling,
-    kit.data.synthetic.bayes_ceiling); tasks on real data have none."""
+    kit.data.synthetic.bayes_ceiling); tasks on real data have none. kit.data.synthetic (the
+    world's images, torch tensors) is imported here, not by this module, which notebook 04's
+    cost reads before anything runs."""
+    from kit.data import synthetic
+
     levels = {}
     for task in params.tasks:
         task_data, classes = params.task_data(task)

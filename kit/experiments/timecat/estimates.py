@@ -23,20 +23,16 @@ the node's GPUs (kit.probes.parallel).
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
-import torch
-
-from kit import models
+from kit.architectures import ARCHITECTURES
 from kit.data import kinds
 from kit.data.settings import DataSettings
 from kit.experiments.timecat.planning import features_dir, plan
 from kit.experiments.timecat.settings import TimecatSettings
 from kit.launch.runs import is_finished
-from kit.probes import registry
-from kit.probes.devices import shared_gpus
+from kit.probes.base import shared_gpus
 from kit.readout.numbers import counted
 from kit.train import rates
 from kit.train.rates import EXPECTED_TRAIN_RATES
@@ -88,13 +84,12 @@ class StepEstimate:
     disk_bytes: int
 
 
-@functools.cache
 def _network(arch: str, num_classes: int, width: float) -> tuple[int, int]:
-    """The feature width and the bytes of the weights (and buffers) of a network."""
-    with torch.device("meta"):
-        network = models.build(arch, num_classes, width)
-    weights = sum(t.numel() * t.element_size() for t in network.state_dict().values())
-    return network.feature_dim, weights
+    """The feature width and the bytes of the weights (and buffers) of a network as
+    kit.models.build makes it for ImageNet's images, counted by its architecture without
+    building it (so that `kit check` and `kit run` need no torch to say a plan's cost)."""
+    sizes = ARCHITECTURES.get(arch).sizes(num_classes, width)
+    return sizes.feature_dim, sizes.state_bytes
 
 
 def _rate(
@@ -225,15 +220,14 @@ def _probing(params: TimecatSettings, gpu: str | None) -> StepEstimate:
     probe's measured rate on one GPU, its (task, representation) fits shared over the GPUs the
     step is given (`_probe_gpus`): the longer of their sum over the GPUs and the longest fit.
     `images` counts the images (or feature rows) read."""
-    probe = registry.get(params.probe_kind)
     _, cost, representations = _representations(params)
     images, hours = 0, None if gpu is None else 0.0
-    cached = probe.feature_passes(params.probe)
+    cached = params.probe.feature_passes()
     fits: list[float] = []
     for task in params.tasks:
         data, (rows, _) = params.task_data(task)[0], task_rows(params)[task.name]
         for n, width in representations:
-            passes = probe.image_passes(params.probe, data, n)
+            passes = params.probe.image_passes(data, n)
             if passes is not None:
                 images += passes.epochs * rows * n
                 rate = _rate(gpu, passes.processes, cost * n, passes.workers, data, False)
@@ -346,7 +340,6 @@ def sources(params: TimecatSettings, gpu: str | None) -> str:
     if gpu is None:
         return ""
     step_rate, step_source = EXPECTED_TRAIN_RATES[gpu.upper()]
-    probe = registry.get(params.probe_kind)
     lines = ["rates per GPU (ResNet-50, 224 px), and where they come from:"]
     lines.append(f"  - step     {step_rate:>7,.0f} img/s eager  {step_source}")
     if params.train is not None:
@@ -382,10 +375,10 @@ def sources(params: TimecatSettings, gpu: str | None) -> str:
     )
     probe_source = (
         rates.FAST_PROBE_SOURCE
-        if probe.feature_passes(params.probe) is not None
+        if params.probe.feature_passes() is not None
         else "images through the frozen backbones at the extraction rate"
     )
-    if probe.feature_passes(params.probe) is not None:
+    if params.probe.feature_passes() is not None:
         probe_source += f"; its fits shared over {counted(_probe_gpus(params), 'GPU')}"
     lines.append(f"  - probe    {probe_source}")
     return "\n".join(lines)

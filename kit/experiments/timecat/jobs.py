@@ -35,8 +35,7 @@ from kit.launch.settings import LaunchSettings, sized_for_loaders
 from kit.params import params as kit_params
 from kit.params.params import ParameterError
 from kit.probes import registry
-from kit.probes.base import FeatureProbe
-from kit.probes.devices import shared_gpus
+from kit.probes.base import FeatureProbe, shared_gpus
 from kit.readout.numbers import counted
 from kit.report import outputs
 from kit.runtime import distributed, processes

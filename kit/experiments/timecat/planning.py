@@ -1,5 +1,9 @@
 """The time-concat experiment's plan (paper Section 5.1, Table 3): every run, untrained network
-and representation of the variants, and the training of the unfinished runs."""
+and representation of the variants, and the training of the unfinished runs.
+
+The plan itself imports no torch, so that `kit check` and `kit run` say what it costs
+(kit.experiments.timecat.estimates) without torch's seconds of imports: what writes, reads or
+opens networks and data imports its torch modules where it is called."""
 
 from __future__ import annotations
 
@@ -9,8 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from kit import models
-from kit.data import kinds, pipeline
+from kit.data import kinds
 from kit.data.kinds.base import DataError
 from kit.data.settings import DataSettings
 from kit.experiments.timecat.entries import ProbeTask, Variant
@@ -24,8 +27,6 @@ from kit.params.params import ParameterError
 from kit.readout.numbers import counted
 from kit.readout.progress import Stage
 from kit.report.labels import value_text
-from kit.train.checkpoint import missing_snapshots
-from kit.train.network import write_untrained
 from kit.train.run_files import RunFolder
 from kit.train.settings import TrainSettings
 
@@ -309,6 +310,8 @@ def initialise(trainings: list[TrainSettings]) -> int:
     seed, same architecture), in the kit's checkpoint format with their hash recorded; returns
     how many were written. A file is kept only while it verifies and was made with the same
     settings: a stale or corrupt one (another width, say) is written again, never probed."""
+    from kit.train.network import write_untrained  # imports torch: where used (docstring)
+
     written = 0
     for settings in trainings:
         path = RunFolder.of(settings).initial
@@ -327,6 +330,8 @@ def _initial_is_current(path: Path, settings: TrainSettings) -> bool:
     `settings` (those that shape the network)."""
     if not path.exists() or not files.sidecar(path).exists():
         return False
+    from kit import models  # imports torch: where used (docstring)
+
     try:
         saved = models.read_checkpoint(path)
     except models.CheckpointError:
@@ -338,6 +343,8 @@ def changed_runs(trainings: list[TrainSettings]) -> list[str]:
     """Run folders that already hold a run with other settings, and the settings that differ
     (a run extended to more iterations with the same step_hint is the same run), or that have
     trained past snapshot steps now asked for without writing them."""
+    from kit.train.checkpoint import missing_snapshots  # imports torch: where used (docstring)
+
     changed = []
     for settings in trainings:
         folder = RunFolder.of(settings)
@@ -413,6 +420,8 @@ def check_task_data(params: TimecatSettings) -> None:
     is left to the trainer, which checks it itself. Raises one DataError listing every problem,
     each naming its path."""
     trained = None if params.train is None else (params.train.data, params.train.num_classes)
+    from kit.data import pipeline  # imports torch: where used (docstring)
+
     checked: list[tuple[DataSettings, int]] = []
     problems = []
     for task in params.tasks:

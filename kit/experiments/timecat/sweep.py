@@ -4,7 +4,8 @@ budget (paper Section 5.1) and holds the views notebook 04 prints.
 
 Each cell's probe results are kept in <output_dir>/<run_root>/results/, named by the hash of the
 cell's settings, so a second run of the notebook probes only what is new; runs are skipped once
-finished (notebook 03's own, for the cell that has its settings).
+finished (notebook 03's own, for the cell that has its settings). The plan and its cost import
+no torch (`kit check 04` says them before anything runs); probing imports it where it probes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import polars as pl
 import yaml
 
-from kit.experiments.timecat import claims, measure, paper, planning, sharing, sweep_outcome
+from kit.experiments.timecat import claims, paper, planning, sharing, sweep_outcome
 from kit.experiments.timecat.result_files import SWEEP, TIME_CONCAT
 from kit.experiments.timecat.sweep_settings import (
     SWEPT_NOTEBOOK,
@@ -176,6 +177,8 @@ def _probe_cell(
     pending = [rep for rep in left if (probing, rep) not in earlier]
     frames = ([] if reused is None else [reused]) + shared
     if pending:
+        from kit.experiments.timecat import measure  # torch: only to probe (module docstring)
+
         frames.append(measure.probe_all(pending, cell.settings, diagnose=False).results)
     return (
         pl.concat(frames, how="diagonal_relaxed").with_columns(cell_columns(cell)),
