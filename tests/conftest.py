@@ -23,11 +23,11 @@ import html
 import os
 import platform
 import re
-import shutil
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import pytest
 import scheduling
@@ -50,7 +50,10 @@ ENVIRONMENT_AT_START = dict(os.environ)
 import main_job  # noqa: E402  (imports kit: after the environment above)
 
 TESTS_DIR = Path(__file__).parent
-NOTEBOOK_COPIES = TESTS_DIR / "_notebooks"
+#: set by the session's first process to its own folder's name (its test processes, and the
+#: pytest runs a test starts, inherit it): each session's main job is its own (main_job.claim)
+SESSION_ENV = "KIT_TESTS_SESSION"
+NOTEBOOK_COPIES = TESTS_DIR / "_notebooks" / os.environ.setdefault(SESSION_ENV, f"{os.getpid()}")
 PROFILE = "ci"
 #: the executed ci main job the readers share (tests/main_job.py): `kit run` of each notebook
 #: into SHARED_RUN / PROFILE, built in the background in this order (the longest, which the
@@ -70,13 +73,17 @@ READS = {"04_when_concat_helps": "03_time_concat"}
 NESTED_ENV = "KIT_TESTS_NESTED"
 
 
+#: the lock on this session's folder (main_job.claim), held by the session's first process
+_SESSION_LOCK: list[IO[str]] = []
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller cleared the folder
         return
     if os.environ.get(NESTED_ENV):
         return
-    shutil.rmtree(NOTEBOOK_COPIES, ignore_errors=True)  # a main job of an earlier session
-    NOTEBOOK_COPIES.mkdir()
+    # emptied (a pid's earlier session has ended), its lock held while this process lives
+    _SESSION_LOCK.append(main_job.claim(NOTEBOOK_COPIES))
 
 
 #: what the fast lane (`pytest -m "not slow"`) leaves out, each a minute or more of the full

@@ -6,6 +6,10 @@ Either test process may run any reader: the first to ask runs what is missing wh
 file lock, and writes, beside the folder, a record of what each run printed when that run has
 ended (the marker that it is finished); a process asking meanwhile waits on the lock, then reads
 the records. The tests never write into the folder: they copy what they write to.
+
+Each session keeps its main job in a folder of its own (`claim`), so that two sessions in one
+checkout (the fast lane in one terminal while the full suite runs in another) never remove or
+read each other's runs half made.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from kit.files import files
 from kit.files.paths import REPO_ROOT
@@ -42,6 +48,29 @@ class RunnerOutput:
 POLL_S = 0.5
 #: the main job's `kit run` processes this test process started (ended with the session)
 RUNNING: list[subprocess.Popen] = []
+
+
+def claim(folder: Path) -> IO[str]:
+    """Make `folder` this session's, empty, under its lock (`<folder>.lock`, returned open: held
+    until it is closed or the process ends); then remove the folders beside it whose session has
+    ended (their lock free, or none: an earlier layout's), never one another session is using."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    lock = folder.with_name(f"{folder.name}.lock").open("a")
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a pid is one living session's
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    for other in folder.parent.iterdir():
+        if other == folder or not other.is_dir():
+            continue
+        held = other.with_name(f"{other.name}.lock")
+        with contextlib.suppress(FileNotFoundError), held.open("r") as theirs:
+            try:
+                fcntl.flock(theirs, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its session is running
+        shutil.rmtree(other, ignore_errors=True)
+        held.unlink(missing_ok=True)
+    return lock
 
 
 def kit_run(stem: str, profile: str, output_dir: Path, environment: dict[str, str]) -> RunnerOutput:
