@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from kit.experiments.timecat import (
+    measure,
     planning,
     sharing,
     sweep,
@@ -145,9 +146,9 @@ def test_a_representation_an_earlier_cell_probed_is_not_probed_again(
                 for rep in reps
             ]
         )
-        return sweep.measure.Measurements(frame, pl.DataFrame())
+        return measure.Measurements(frame, pl.DataFrame())
 
-    monkeypatch.setattr(sweep.measure, "probe_all", probe_all)
+    monkeypatch.setattr(measure, "probe_all", probe_all)  # sweep imports it to probe
     results = sweep.probe_cells(loaded, cells)
     first = cells[0].settings.replicates  # the first round's, every cell's
     assert sorted(r for b, v, r in probed if v == "random4") == list(range(first))  # by 60 once
