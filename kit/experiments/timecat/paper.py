@@ -103,7 +103,7 @@ def _paper_measures() -> list[_Measure]:
     rows = paper_rows().to_dicts()
     transfer_sets = [row for row in rows if row["dataset"] != PAPER_IN_DISTRIBUTION]
     transfer_names = ", ".join(dict.fromkeys(row["dataset"] for row in transfer_sets))
-    order = list(dict.fromkeys(row["variant"] for row in rows))
+    order = variants_in_order()
     values = {v: [row["value"] for row in transfer_sets if row["variant"] == v] for v in order}
     means = {v: as_float(pl.Series(x, dtype=pl.Float64).mean()) for v, x in values.items()}
     measures: list[_Measure] = []
