@@ -5,6 +5,7 @@ mixture's optimum keeps. kit.experiments.toy trains and probes models on it."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -101,22 +102,33 @@ def optimal_mixture_classifier(weights: torch.Tensor) -> dict[str, object]:
     up, their error and which features their separators need.
     """
     masses = mixture_masses(weights.reshape(1, -1))[0].numpy()
+    candidates = [
+        (float(masses[list(dropped)].sum()), dropped, features)
+        for dropped, features in _separable_complements()
+    ]
+    error = min(c[0] for c in candidates)
+    best = [c for c in candidates if c[0] <= error + 1e-9]
+    given_up = [", ".join(POINT_NAMES[i] for i in c[1]) or "-" for c in best]
+    return {
+        "dropped": " | ".join(given_up),
+        "error": round(error, 4),
+        "features": " | ".join(sorted({c[2] for c in best})),
+    }
+
+
+@functools.cache
+def _separable_complements() -> tuple[tuple[tuple[int, ...], str], ...]:
+    """Every set of support points whose complement is linearly separable, with the features
+    that complement's separators need: the support is fixed, so its linear programs are solved
+    once per process, not once per mixture (notebook 01 asks for every trained model's)."""
     points, labels = POINTS.numpy(), LABELS.numpy()
-    candidates = []
+    found = []
     for size in range(len(points) + 1):
         for dropped in itertools.combinations(range(len(points)), size):
             kept = [i for i in range(len(points)) if i not in dropped]
             if linearly_separable(points[kept], labels[kept]):
-                candidates.append((float(masses[list(dropped)].sum()), dropped, kept))
-    error = min(c[0] for c in candidates)
-    best = [c for c in candidates if c[0] <= error + 1e-9]
-    given_up = [", ".join(POINT_NAMES[i] for i in c[1]) or "-" for c in best]
-    features = sorted({features_needed(points[c[2]], labels[c[2]]) for c in best})
-    return {
-        "dropped": " | ".join(given_up),
-        "error": round(error, 4),
-        "features": " | ".join(features),
-    }
+                found.append((dropped, features_needed(points[kept], labels[kept])))
+    return tuple(found)
 
 
 def dominated_weights(dominant: int, share: float) -> torch.Tensor:
