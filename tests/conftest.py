@@ -179,6 +179,7 @@ SLOW_TESTS = frozenset(
         "test_site_builds_strictly",
         "test_sparse_models_on_dominated_mixtures_keep_one_feature_and_fail_half",
         "test_the_batched_resize_stays_within_a_grey_level_of_the_per_image_one",
+        "test_the_cpu_of_each_test_and_of_the_processes_it_starts_is_told_apart",
         "test_the_docs_figures_are_their_recorded_sources",
         "test_the_kit_runs_haswell_kernels_whatever_was_imported_first_and_leaves_numpys_alone",
         "test_the_page_gathers_verdicts_tables_charts_notebooks_and_parameters",
