@@ -13,7 +13,9 @@ tests that cost most, the cost by module and the totals:
 
 A child's CPU counts when it is reaped: the shared main job's notebook runs (tests/main_job.py),
 started in a background thread of a test process, land on whichever test that process runs when
-each ends, so run the main job alone (`kit run --profile ci`) for its own figure.
+each ends, so run the main job alone (`kit run --profile ci`) for its own figure. A process
+that outlives its parent (a loader fork server, whose trainer has ended) is reaped by init and
+counted by no test: the totals are a lower bound on what the machine spent (`/proc/stat`).
 """
 
 from __future__ import annotations
