@@ -85,8 +85,15 @@ def main() -> None:
     for module, seconds in modules.most_common(args.top):
         print(f"{seconds:8.1f}  {module}")
     own, children = sum(row[1] for row in rows), sum(row[2] for row in rows)
+    # here, not at the top: pytest loads this module as a plugin before the suite's conftest has
+    # set the environment the kit reads on import
+    from kit.numerics import cpu_records
+    from kit.runtime import machine
+
+    cores, cpu = machine.usable_cores(), cpu_records.describe(cpu_records.identity())
+    print(f"\n{cores} cores of {cpu}; load average at the end {os.getloadavg()[0]:.1f}")
     print(
-        f"\n{len(rows)} tests: {own + children:.1f} s of CPU ({own:.1f} s in the test processes, "
+        f"{len(rows)} tests: {own + children:.1f} s of CPU ({own:.1f} s in the test processes, "
         f"{children:.1f} s in processes they started); pytest exited {done.returncode}"
     )
     sys.exit(done.returncode)
